@@ -1,0 +1,63 @@
+//! The XO wire contract: every message, subject, version constant and
+//! request/reply pairing that crosses the bus lives here.
+//!
+//! # Layout
+//!
+//! - [`salute`]: the SALUTE status report a unit sends (`xo.salute.<unit>`).
+//! - [`steering`]: corrective messages the XO sends (`xo.steer.<unit>`).
+//! - [`heartbeat`]: liveness pings (`xo.heartbeat.<unit>`).
+//! - [`control`]: control-API requests, each naming its subject and reply type.
+//! - [`subject`]: the only place subject strings are spelled.
+//! - [`codec`]: MessagePack (named fields) or JSON, size limit, version checks.
+//!
+//! Start with [`SaluteReport`] and [`codec::decode`].
+
+pub mod codec;
+pub mod control;
+pub mod heartbeat;
+pub mod salute;
+pub mod steering;
+pub mod subject;
+
+pub use codec::{CodecError, Format, Message};
+pub use control::Request;
+pub use heartbeat::Heartbeat;
+pub use salute::{
+    Action, ActionKind, Activity, Assessor, Equipment, Health, Location, Outcome, Pace,
+    SaluteReport, Size, Status, Time, UnitInfo,
+};
+pub use steering::{AnomalyKind, Evidence, Severity, Steering, SteeringSource};
+pub use subject::Subjects;
+
+/// Major version of the wire schema this build writes.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Oldest major version this build still reads.
+pub const MIN_SUPPORTED_VERSION: u16 = 1;
+
+/// Milliseconds since the Unix epoch, the time unit of every message.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A unit id must be one NATS subject token: non-empty, at most 128 bytes,
+/// ASCII letters, digits, `-` and `_` only.
+pub fn validate_unit_id(unit: &str) -> Result<(), String> {
+    if unit.is_empty() {
+        return Err("unit id is empty".into());
+    }
+    if unit.len() > 128 {
+        return Err(format!("unit id is {} bytes, at most 128", unit.len()));
+    }
+    if let Some(c) = unit
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(format!(
+            "unit id {unit:?} has {c:?}; use letters, digits, '-' and '_'"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! The SALUTE report: Size, Activity, Location, Unit, Time, Equipment, plus a
+//! status verdict. Sections other than `unit` and `time` may be omitted.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A unit's status report, published on `xo.salute.<unit>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SaluteReport {
+    /// Major schema version; see `PROTOCOL_VERSION`.
+    pub v: u16,
+    /// S: how full the unit's context is.
+    #[serde(default)]
+    pub size: Size,
+    /// A: what the unit is doing.
+    #[serde(default)]
+    pub activity: Activity,
+    /// L: where it runs.
+    #[serde(default)]
+    pub location: Location,
+    /// U: who it is.
+    pub unit: UnitInfo,
+    /// T: when; `seq` orders and de-duplicates.
+    pub time: Time,
+    /// E: with what.
+    #[serde(default)]
+    pub equipment: Equipment,
+    /// The verdict.
+    #[serde(default)]
+    pub status: Status,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Size {
+    #[serde(default)]
+    pub context_tokens: u64,
+    #[serde(default)]
+    pub context_limit: u64,
+    /// 0..1; when 0 and `context_limit` is set, tokens / limit is used.
+    #[serde(default)]
+    pub context_fill: f64,
+    #[serde(default)]
+    pub history_len: u32,
+    #[serde(default)]
+    pub condensations: u32,
+}
+
+impl Size {
+    /// The fill ratio the radio check uses.
+    pub fn fill(&self) -> f64 {
+        if self.context_fill > 0.0 || self.context_limit == 0 {
+            self.context_fill
+        } else {
+            self.context_tokens as f64 / self.context_limit as f64
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Activity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub turns_since_progress: u32,
+    /// The last actions, oldest first, at most 20.
+    #[serde(default)]
+    pub recent: Vec<Action>,
+}
+
+/// One thing the unit did in a turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Action {
+    pub kind: ActionKind,
+    /// Tool name (kind `tool`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Hash of the tool arguments; equal arguments give equal hashes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_hash: Option<String>,
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
+    /// Hash of the tool output, or of the message text (kind `message`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_hash: Option<String>,
+    #[serde(default)]
+    pub turn: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    Tool,
+    Message,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Ok,
+    Error,
+    Empty,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Location {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UnitInfo {
+    /// Unit id: one subject token (letters, digits, `-`, `_`).
+    pub unit: String,
+    pub role: String,
+    #[serde(default)]
+    pub pace: Pace,
+}
+
+/// PACE plan level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Pace {
+    #[default]
+    Primary,
+    Alternate,
+    Contingent,
+    Emergency,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Time {
+    /// Milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub at: u64,
+    pub turn: u64,
+    /// Strictly increasing per unit; a report with a seq already seen is a duplicate.
+    pub seq: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Equipment {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub tokens_in: u64,
+    #[serde(default)]
+    pub tokens_out: u64,
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Failures per tool name.
+    #[serde(default)]
+    pub tool_failures: BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Status {
+    #[serde(default)]
+    pub health: Health,
+    #[serde(default)]
+    pub assessed_by: Assessor,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    #[default]
+    Green,
+    Amber,
+    Red,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Assessor {
+    #[default]
+    #[serde(rename = "self")]
+    SelfAssessed,
+    Xo,
+}
+
+impl SaluteReport {
+    /// A minimal valid report, for agents and tests to fill in.
+    pub fn new(unit: impl Into<String>, role: impl Into<String>, turn: u64, seq: u64) -> Self {
+        Self {
+            v: crate::PROTOCOL_VERSION,
+            size: Size::default(),
+            activity: Activity::default(),
+            location: Location::default(),
+            unit: UnitInfo {
+                unit: unit.into(),
+                role: role.into(),
+                pace: Pace::Primary,
+            },
+            time: Time {
+                at: crate::now_ms(),
+                turn,
+                seq,
+            },
+            equipment: Equipment::default(),
+            status: Status::default(),
+        }
+    }
+
+    /// Checks what serde cannot: the unit id and the value ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        crate::validate_unit_id(&self.unit.unit)?;
+        if self.unit.role.is_empty() {
+            return Err("unit.role is empty".into());
+        }
+        let fill = self.size.context_fill;
+        if !(0.0..=1.0).contains(&fill) || fill.is_nan() {
+            return Err(format!("size.context_fill is {fill}, must be within 0..1"));
+        }
+        if self.activity.recent.len() > 64 {
+            return Err(format!(
+                "activity.recent has {} actions, at most 64",
+                self.activity.recent.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Action {
+    pub fn tool(tool: &str, args_hash: &str, outcome: Outcome, turn: u64) -> Self {
+        Self {
+            kind: ActionKind::Tool,
+            tool: Some(tool.into()),
+            args_hash: Some(args_hash.into()),
+            outcome,
+            error_type: None,
+            output_hash: None,
+            turn,
+        }
+    }
+
+    pub fn message(output_hash: Option<&str>, outcome: Outcome, turn: u64) -> Self {
+        Self {
+            kind: ActionKind::Message,
+            tool: None,
+            args_hash: None,
+            outcome,
+            error_type: None,
+            output_hash: output_hash.map(Into::into),
+            turn,
+        }
+    }
+
+    pub fn with_error(mut self, error_type: &str) -> Self {
+        self.outcome = Outcome::Error;
+        self.error_type = Some(error_type.into());
+        self
+    }
+
+    pub fn with_output(mut self, output_hash: &str) -> Self {
+        self.output_hash = Some(output_hash.into());
+        self
+    }
+}

@@ -1,0 +1,144 @@
+//! Steering: a short corrective message from the XO (or an operator) to a unit.
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::codec::Message;
+
+/// Published on `xo.steer.<unit>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Steering {
+    pub v: u16,
+    pub unit: String,
+    /// `<unit>-<turn>-<kind>` for radio decisions; unique per decision.
+    pub id: String,
+    pub kind: AnomalyKind,
+    pub severity: Severity,
+    /// Starts with `[SUPERVISOR]`, at most three sentences.
+    pub message: String,
+    /// The unit's turn the decision was made on.
+    #[serde(default)]
+    pub turn: u64,
+    /// Milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub at: u64,
+    #[serde(default)]
+    pub evidence: Evidence,
+    #[serde(default)]
+    pub source: SteeringSource,
+}
+
+impl Message for Steering {
+    const NAME: &'static str = "Steering";
+    fn version(&self) -> u16 {
+        self.v
+    }
+}
+
+/// What triggered a steering decision.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Evidence {
+    /// Turns of the actions that matched the rule.
+    #[serde(default)]
+    pub turns: Vec<u64>,
+    /// Tools involved.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// The rule and threshold, e.g. `turns_since_progress > 5`.
+    #[serde(default)]
+    pub rule: String,
+    /// The observed value, e.g. `7`.
+    #[serde(default)]
+    pub observed: String,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum AnomalyKind {
+    Stall,
+    Loop,
+    Oscillation,
+    Monologue,
+    Empty,
+    Context,
+    Cascade,
+    Pace,
+    Stale,
+    /// Steering an operator sent by hand.
+    Operator,
+}
+
+impl AnomalyKind {
+    pub const ALL: [AnomalyKind; 10] = [
+        Self::Stall,
+        Self::Loop,
+        Self::Oscillation,
+        Self::Monologue,
+        Self::Empty,
+        Self::Context,
+        Self::Cascade,
+        Self::Pace,
+        Self::Stale,
+        Self::Operator,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stall => "stall",
+            Self::Loop => "loop",
+            Self::Oscillation => "oscillation",
+            Self::Monologue => "monologue",
+            Self::Empty => "empty",
+            Self::Context => "context",
+            Self::Cascade => "cascade",
+            Self::Pace => "pace",
+            Self::Stale => "stale",
+            Self::Operator => "operator",
+        }
+    }
+}
+
+impl fmt::Display for AnomalyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Urgent,
+    Critical,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Info => "info",
+            Self::Warning => "warning",
+            Self::Urgent => "urgent",
+            Self::Critical => "critical",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SteeringSource {
+    #[default]
+    Xo,
+    Operator,
+    #[serde(rename = "self")]
+    SelfCheck,
+}
+
+/// Prefix of every steering message.
+pub const STEERING_TAG: &str = "[SUPERVISOR]";

@@ -1,0 +1,124 @@
+//! Subject builders. No service spells a subject string itself.
+
+/// Builds every subject under one prefix (default `xo`), so several
+/// organisations can share one NATS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subjects {
+    prefix: String,
+}
+
+impl Default for Subjects {
+    fn default() -> Self {
+        Self::new(DEFAULT_PREFIX)
+    }
+}
+
+/// The default subject prefix.
+pub const DEFAULT_PREFIX: &str = "xo";
+
+impl Subjects {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// Checks the prefix is one or more dot-separated subject tokens.
+    pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+        if prefix.is_empty() {
+            return Err("prefix is empty".into());
+        }
+        for token in prefix.split('.') {
+            if token.is_empty()
+                || token
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == '*' || c == '>')
+            {
+                return Err(format!(
+                    "prefix {prefix:?} is not a subject prefix (tokens separated by '.', no spaces or wildcards)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `xo.salute.<unit>`
+    pub fn salute(&self, unit: &str) -> String {
+        format!("{}.salute.{unit}", self.prefix)
+    }
+    /// `xo.salute.*`
+    pub fn salute_all(&self) -> String {
+        format!("{}.salute.*", self.prefix)
+    }
+    /// `xo.steer.<unit>`
+    pub fn steer(&self, unit: &str) -> String {
+        format!("{}.steer.{unit}", self.prefix)
+    }
+    /// `xo.steer.*`
+    pub fn steer_all(&self) -> String {
+        format!("{}.steer.*", self.prefix)
+    }
+    /// `xo.heartbeat.<unit>`
+    pub fn heartbeat(&self, unit: &str) -> String {
+        format!("{}.heartbeat.{unit}", self.prefix)
+    }
+    /// `xo.heartbeat.*`
+    pub fn heartbeat_all(&self) -> String {
+        format!("{}.heartbeat.*", self.prefix)
+    }
+    /// `xo.dlq.<subject>`: where undecodable messages go.
+    pub fn dlq(&self, subject: &str) -> String {
+        format!("{}.dlq.{subject}", self.prefix)
+    }
+    /// `xo.dlq.>`
+    pub fn dlq_all(&self) -> String {
+        format!("{}.dlq.>", self.prefix)
+    }
+    /// `xo.ctl.<service>` (the group of a control API).
+    pub fn ctl_group(&self, service: &str) -> String {
+        format!("{}.ctl.{service}", self.prefix)
+    }
+    /// `xo.ctl.<service>.<verb>`
+    pub fn ctl(&self, service: &str, verb: &str) -> String {
+        format!("{}.ctl.{service}.{verb}", self.prefix)
+    }
+    /// `xo.>`: everything of this organisation.
+    pub fn all(&self) -> String {
+        format!("{}.>", self.prefix)
+    }
+    /// The unit a `xo.<kind>.<unit>` subject names, if it has that shape.
+    pub fn unit_of<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        let rest = subject.strip_prefix(&self.prefix)?.strip_prefix('.')?;
+        let (_, unit) = rest.split_once('.')?;
+        (!unit.is_empty() && !unit.contains('.')).then_some(unit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_subjects_under_the_prefix() {
+        let s = Subjects::new("acme.xo");
+        assert_eq!(s.salute("u1"), "acme.xo.salute.u1");
+        assert_eq!(s.steer("u1"), "acme.xo.steer.u1");
+        assert_eq!(s.dlq("acme.xo.salute.u1"), "acme.xo.dlq.acme.xo.salute.u1");
+        assert_eq!(s.ctl("supervisor", "units"), "acme.xo.ctl.supervisor.units");
+        assert_eq!(s.unit_of("acme.xo.salute.u1"), Some("u1"));
+        assert_eq!(s.unit_of("other.salute.u1"), None);
+    }
+
+    #[test]
+    fn rejects_bad_prefixes() {
+        assert!(Subjects::validate_prefix("xo").is_ok());
+        assert!(Subjects::validate_prefix("a.b").is_ok());
+        for bad in ["", "a..b", "a b", "x.*", ">"] {
+            assert!(Subjects::validate_prefix(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The XO radio check: a deterministic anomaly detector over SALUTE reports.
+//!
+//! Pure: no I/O, no clocks. Time comes from the reports (turns) or from the
+//! caller (stale detection). The same [`Radio`] runs inside a unit each turn
+//! (microcosm mode, see [`Microcosm`]) and inside the supervisor on every
+//! report it receives (macrocosm mode). Seed 000: "The anomaly detection
+//! logic is identical. Only the I/O layer changes."
+//!
+//! # Layout
+//!
+//! - [`profile`]: role profiles — doctrine thresholds and the PACE plan.
+//! - [`rules`]: one function a rule, each returning a [`Finding`].
+//! - [`Radio`]: per-unit state (cooldowns, seq de-duplication) around the rules.
+
+pub mod profile;
+pub mod rules;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use xo_proto::steering::STEERING_TAG;
+use xo_proto::{
+    AnomalyKind, Assessor, Evidence, Health, SaluteReport, Severity, Steering, SteeringSource,
+};
+
+pub use profile::{Doctrine, PaceLevel, PacePlan, RoleProfile, Roles};
+pub use rules::Finding;
+
+/// What one radio check concluded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assessment {
+    /// Steering to send, in rule order.
+    pub steering: Vec<Steering>,
+    /// Anomalies present but held back by cooldown.
+    pub suppressed: Vec<AnomalyKind>,
+    /// The XO's health verdict for the unit.
+    pub health: Health,
+    /// True when the verdict differs from the unit's own.
+    pub corrected: bool,
+    /// True when the report was a duplicate or out of order and was ignored.
+    pub duplicate: bool,
+}
+
+/// Per-unit radio state. Serialisable so a supervisor can persist and resume it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnitState {
+    /// Highest seq seen.
+    pub last_seq: Option<u64>,
+    /// Last turn and severity a steering of each kind was sent.
+    pub cooldowns: BTreeMap<AnomalyKind, (u64, Severity)>,
+    /// Condensation count when progress was last seen.
+    pub condensations_at_progress: u32,
+}
+
+/// The detector for many units.
+#[derive(Debug, Clone, Default)]
+pub struct Radio {
+    roles: Roles,
+    units: HashMap<String, UnitState>,
+}
+
+impl Radio {
+    pub fn new(roles: Roles) -> Self {
+        Self {
+            roles,
+            units: HashMap::new(),
+        }
+    }
+
+    pub fn roles(&self) -> &Roles {
+        &self.roles
+    }
+
+    /// A unit's state, to persist it.
+    pub fn unit_state(&self, unit: &str) -> Option<&UnitState> {
+        self.units.get(unit)
+    }
+
+    /// Restores a unit's state after a restart.
+    pub fn restore(&mut self, unit: &str, state: UnitState) {
+        self.units.insert(unit.to_string(), state);
+    }
+
+    /// Runs every rule on a report and applies cooldowns.
+    pub fn check(&mut self, report: &SaluteReport) -> Assessment {
+        let state = self.units.entry(report.unit.unit.clone()).or_default();
+        let profile = self.roles.get(&report.unit.role);
+        check_unit(state, profile, report)
+    }
+
+    /// The steering for a unit that went silent for `silent_ms`.
+    pub fn stale(unit: &str, silent_ms: u64, stale_after_ms: u64, turn: u64, at: u64) -> Steering {
+        let secs = silent_ms / 1000;
+        Steering {
+            v: xo_proto::PROTOCOL_VERSION,
+            unit: unit.to_string(),
+            id: format!("{unit}-{turn}-stale-{at}"),
+            kind: AnomalyKind::Stale,
+            severity: Severity::Urgent,
+            message: format!(
+                "{STEERING_TAG} Stale: no report or heartbeat from you for {secs} s. Report your status now; if you are stuck, stop and say where."
+            ),
+            turn,
+            at,
+            evidence: Evidence {
+                turns: vec![turn],
+                tools: vec![],
+                rule: format!("silent_ms >= {stale_after_ms}"),
+                observed: silent_ms.to_string(),
+            },
+            source: SteeringSource::Xo,
+        }
+    }
+}
+
+/// The radio check for one unit; shared by [`Radio`] and [`Microcosm`].
+pub fn check_unit(
+    state: &mut UnitState,
+    profile: &RoleProfile,
+    report: &SaluteReport,
+) -> Assessment {
+    let seq = report.time.seq;
+    if state.last_seq.is_some_and(|last| seq <= last) {
+        return Assessment {
+            steering: vec![],
+            suppressed: vec![],
+            health: report.status.health,
+            corrected: false,
+            duplicate: true,
+        };
+    }
+    state.last_seq = Some(seq);
+    if report.activity.turns_since_progress == 0 {
+        state.condensations_at_progress = report.size.condensations;
+    }
+
+    let findings = rules::evaluate(report, profile, state.condensations_at_progress);
+    let turn = report.time.turn;
+    let cooldown = u64::from(profile.doctrine.cooldown_turns);
+    let mut steering = Vec::new();
+    let mut suppressed = Vec::new();
+    let mut health = Health::Green;
+    for f in findings {
+        health = health.max(match f.severity {
+            Severity::Info => Health::Green,
+            Severity::Warning => Health::Amber,
+            Severity::Urgent | Severity::Critical => Health::Red,
+        });
+        let exempt = f.severity == Severity::Critical;
+        let held = state.cooldowns.get(&f.kind).is_some_and(|&(at, sev)| {
+            turn.saturating_sub(at) < cooldown && turn >= at && f.severity <= sev
+        });
+        if held && !exempt {
+            suppressed.push(f.kind);
+            continue;
+        }
+        state.cooldowns.insert(f.kind, (turn, f.severity));
+        steering.push(Steering {
+            v: xo_proto::PROTOCOL_VERSION,
+            unit: report.unit.unit.clone(),
+            id: format!("{}-{turn}-{}", report.unit.unit, f.kind),
+            kind: f.kind,
+            severity: f.severity,
+            message: f.message,
+            turn,
+            at: report.time.at,
+            evidence: f.evidence,
+            source: SteeringSource::Xo,
+        });
+    }
+    let corrected = report.status.assessed_by != Assessor::Xo && report.status.health != health;
+    Assessment {
+        steering,
+        suppressed,
+        health,
+        corrected,
+        duplicate: false,
+    }
+}
+
+/// Microcosm mode: a unit supervising itself, calling [`Microcosm::turn`]
+/// once a turn with its own report.
+#[derive(Debug, Clone)]
+pub struct Microcosm {
+    profile: RoleProfile,
+    state: UnitState,
+}
+
+impl Microcosm {
+    pub fn new(profile: RoleProfile) -> Self {
+        Self {
+            profile,
+            state: UnitState::default(),
+        }
+    }
+
+    /// Checks this turn's report; returns the steering to inject into the
+    /// unit's own history before its next step, and writes the corrected
+    /// health into the report (self-SALUTE update).
+    pub fn turn(&mut self, report: &mut SaluteReport) -> Vec<Steering> {
+        let a = check_unit(&mut self.state, &self.profile, report);
+        if a.corrected {
+            report.status.health = a.health;
+            report.status.assessed_by = Assessor::Xo;
+        }
+        a.steering
+    }
+}

@@ -1,0 +1,158 @@
+//! Role profiles: the doctrine thresholds and PACE plan of each role.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Thresholds of the radio check. Every field has the seed's default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Doctrine {
+    /// How often a unit of this role sends a SALUTE report.
+    pub salute_interval_turns: u32,
+    /// Stall when `turns_since_progress` exceeds this.
+    pub max_turns_without_progress: u32,
+    /// Turns before the same anomaly may be steered again.
+    pub cooldown_turns: u32,
+    /// Tools that never count towards loop, oscillation or cascade.
+    pub exempt_tools: Vec<String>,
+    /// Loop: same action with the same error type this many times.
+    pub loop_error_repeats: u32,
+    /// Loop: same action with the same output this many times.
+    pub loop_output_repeats: u32,
+    /// Context warning above this fill.
+    pub context_warning: f64,
+    /// Context urgent above this fill.
+    pub context_urgent: f64,
+    /// Condensations without progress before steering.
+    pub max_condensations_without_progress: u32,
+    /// Cascade: this many different failing tools...
+    pub cascade_tools: u32,
+    /// ...within this many last actions.
+    pub cascade_window: u32,
+    /// Identical messages in a row (no action between).
+    pub monologue_repeats: u32,
+    /// Empty replies in a row.
+    pub empty_repeats: u32,
+}
+
+impl Default for Doctrine {
+    fn default() -> Self {
+        Self {
+            salute_interval_turns: 3,
+            max_turns_without_progress: 5,
+            cooldown_turns: 3,
+            exempt_tools: Vec::new(),
+            loop_error_repeats: 3,
+            loop_output_repeats: 4,
+            context_warning: 0.80,
+            context_urgent: 0.90,
+            max_condensations_without_progress: 2,
+            cascade_tools: 3,
+            cascade_window: 5,
+            monologue_repeats: 3,
+            empty_repeats: 3,
+        }
+    }
+}
+
+impl Doctrine {
+    /// Checks the values; errors name the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("salute_interval_turns", self.salute_interval_turns),
+            (
+                "max_turns_without_progress",
+                self.max_turns_without_progress,
+            ),
+            ("loop_error_repeats", self.loop_error_repeats),
+            ("loop_output_repeats", self.loop_output_repeats),
+            ("cascade_tools", self.cascade_tools),
+            ("cascade_window", self.cascade_window),
+            ("monologue_repeats", self.monologue_repeats),
+            ("empty_repeats", self.empty_repeats),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(format!("doctrine.{name} must be at least 1"));
+            }
+        }
+        if self.cascade_tools > self.cascade_window {
+            return Err(format!(
+                "doctrine.cascade_tools ({}) exceeds doctrine.cascade_window ({})",
+                self.cascade_tools, self.cascade_window
+            ));
+        }
+        for (name, v) in [
+            ("context_warning", self.context_warning),
+            ("context_urgent", self.context_urgent),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("doctrine.{name} is {v}, must be within 0..1"));
+            }
+        }
+        if self.context_warning > self.context_urgent {
+            return Err(format!(
+                "doctrine.context_warning ({}) exceeds doctrine.context_urgent ({})",
+                self.context_warning, self.context_urgent
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One level of the PACE plan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PaceLevel {
+    pub description: String,
+}
+
+/// What a role does when its primary approach fails.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PacePlan {
+    pub primary: PaceLevel,
+    pub alternate: PaceLevel,
+    pub contingent: PaceLevel,
+    pub emergency: PaceLevel,
+}
+
+impl Default for PacePlan {
+    fn default() -> Self {
+        let level = |d: &str| PaceLevel {
+            description: d.to_string(),
+        };
+        Self {
+            primary: level("work the task as planned"),
+            alternate: level("retry with a narrower step"),
+            contingent: level("switch to a fundamentally different method or ask the operator"),
+            emergency: level("stop, keep partial results and report"),
+        }
+    }
+}
+
+/// A role: doctrine plus PACE plan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoleProfile {
+    pub doctrine: Doctrine,
+    pub pace_plan: PacePlan,
+}
+
+/// Profiles by role name, with a default for roles not listed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Roles {
+    pub default: RoleProfile,
+    pub by_name: BTreeMap<String, RoleProfile>,
+}
+
+impl Roles {
+    pub fn new(default: RoleProfile, by_name: BTreeMap<String, RoleProfile>) -> Self {
+        Self { default, by_name }
+    }
+
+    pub fn get(&self, role: &str) -> &RoleProfile {
+        self.by_name.get(role).unwrap_or(&self.default)
+    }
+}

@@ -1,0 +1,433 @@
+//! The rules of the radio check, one function each. A rule reads one report
+//! and the role's doctrine and returns at most one [`Finding`].
+
+use xo_proto::steering::STEERING_TAG;
+use xo_proto::{Action, ActionKind, AnomalyKind, Evidence, Outcome, Pace, SaluteReport, Severity};
+
+use crate::profile::{Doctrine, RoleProfile};
+
+/// Actions the rules look at: the last 20 of a report.
+pub const WINDOW: usize = 20;
+
+/// An anomaly a rule found, before cooldowns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub kind: AnomalyKind,
+    pub severity: Severity,
+    pub message: String,
+    pub evidence: Evidence,
+}
+
+/// Every rule, in the order their steering is sent.
+pub fn evaluate(
+    report: &SaluteReport,
+    profile: &RoleProfile,
+    condensations_at_progress: u32,
+) -> Vec<Finding> {
+    let d = &profile.doctrine;
+    let recent = window(&report.activity.recent);
+    let tools: Vec<&Action> = recent
+        .iter()
+        .filter(|a| a.kind == ActionKind::Tool && !exempt(d, a))
+        .collect();
+    [
+        pace(report, profile),
+        stall(report, d),
+        repeat_loop(&tools, d),
+        oscillation(&tools),
+        cascade(&tools, d),
+        monologue(recent, d),
+        empty(recent, d),
+        context(report, d, condensations_at_progress),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|mut f| {
+        f.message = limit_sentences(&f.message, 3);
+        f
+    })
+    .collect()
+}
+
+fn window(recent: &[Action]) -> &[Action] {
+    &recent[recent.len().saturating_sub(WINDOW)..]
+}
+
+fn exempt(d: &Doctrine, a: &Action) -> bool {
+    a.tool
+        .as_deref()
+        .is_some_and(|t| d.exempt_tools.iter().any(|e| e == t))
+}
+
+fn same_action(a: &Action, b: &Action) -> bool {
+    a.tool == b.tool && a.args_hash == b.args_hash
+}
+
+fn tool_name(a: &Action) -> String {
+    a.tool.clone().unwrap_or_else(|| "unnamed tool".into())
+}
+
+fn finding(kind: AnomalyKind, severity: Severity, message: String, evidence: Evidence) -> Finding {
+    Finding {
+        kind,
+        severity,
+        message: format!("{STEERING_TAG} {message}"),
+        evidence,
+    }
+}
+
+fn evidence(actions: &[&Action], rule: String, observed: String) -> Evidence {
+    let mut tools: Vec<String> = actions.iter().filter_map(|a| a.tool.clone()).collect();
+    tools.dedup();
+    tools.sort();
+    tools.dedup();
+    Evidence {
+        turns: actions.iter().map(|a| a.turn).collect(),
+        tools,
+        rule,
+        observed,
+    }
+}
+
+/// PACE: contingent → the role's contingent plan; emergency → stop and report.
+pub fn pace(report: &SaluteReport, profile: &RoleProfile) -> Option<Finding> {
+    let ev = |level: &str| Evidence {
+        turns: vec![report.time.turn],
+        tools: vec![],
+        rule: "pace in (contingent, emergency)".into(),
+        observed: level.into(),
+    };
+    match report.unit.pace {
+        Pace::Contingent => Some(finding(
+            AnomalyKind::Pace,
+            Severity::Warning,
+            format!(
+                "PACE contingent: your current approach has failed. Role plan: {}.",
+                profile.pace_plan.contingent.description.trim_end_matches('.')
+            ),
+            ev("contingent"),
+        )),
+        Pace::Emergency => Some(finding(
+            AnomalyKind::Pace,
+            Severity::Critical,
+            "PACE emergency: stop now. Keep your partial results and report what you accomplished and where you got stuck.".into(),
+            ev("emergency"),
+        )),
+        Pace::Primary | Pace::Alternate => None,
+    }
+}
+
+/// Stall: `turns_since_progress` above the doctrine's maximum (urgent above twice it).
+pub fn stall(report: &SaluteReport, d: &Doctrine) -> Option<Finding> {
+    let n = report.activity.turns_since_progress;
+    let max = d.max_turns_without_progress;
+    if n <= max {
+        return None;
+    }
+    let severity = if n > max.saturating_mul(2) {
+        Severity::Urgent
+    } else {
+        Severity::Warning
+    };
+    let on = match (&report.activity.task_id, &report.activity.step) {
+        (Some(t), Some(s)) => format!(" on task {t} (step: {s})"),
+        (Some(t), None) => format!(" on task {t}"),
+        (None, Some(s)) => format!(" on step: {s}"),
+        (None, None) => String::new(),
+    };
+    Some(finding(
+        AnomalyKind::Stall,
+        severity,
+        format!(
+            "Stall: no progress for {n} turns{on}. Reassess: take a different approach, simplify the step, or ask for clarification."
+        ),
+        Evidence {
+            turns: vec![report.time.turn],
+            tools: vec![],
+            rule: format!("turns_since_progress > {max}"),
+            observed: n.to_string(),
+        },
+    ))
+}
+
+/// Loop: the same action (tool + args) at the end of the window, repeated
+/// with the same error type, or with the same output. A changing output is
+/// progress (polling), not a loop.
+pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
+    let last = *tools.last()?;
+    let run: Vec<&Action> = tools
+        .iter()
+        .rev()
+        .take_while(|a| same_action(a, last))
+        .copied()
+        .collect();
+    let errors = run
+        .iter()
+        .take_while(|a| a.outcome == Outcome::Error && a.error_type == last.error_type)
+        .count();
+    let outputs = run
+        .iter()
+        .take_while(|a| a.output_hash.is_some() && a.output_hash == last.output_hash)
+        .count();
+    let tool = tool_name(last);
+    let (n, rule, what) =
+        if last.outcome == Outcome::Error && errors >= d.loop_error_repeats as usize {
+            let et = last.error_type.clone().unwrap_or_else(|| "error".into());
+            (
+                errors,
+                format!("same action and error type >= {}", d.loop_error_repeats),
+                format!("the same error ({et})"),
+            )
+        } else if outputs >= d.loop_output_repeats as usize {
+            (
+                outputs,
+                format!("same action and output >= {}", d.loop_output_repeats),
+                "the same output".to_string(),
+            )
+        } else {
+            return None;
+        };
+    let mut matched: Vec<&Action> = run[..n].to_vec();
+    matched.reverse();
+    Some(finding(
+        AnomalyKind::Loop,
+        Severity::Warning,
+        format!(
+            "Loop: you ran {tool} with the same arguments {n} times and got {what}. Stop repeating it and try a different approach."
+        ),
+        evidence(&matched, rule, n.to_string()),
+    ))
+}
+
+/// Oscillation: A,B,A,B over the last 4 actions, all failing; or A,B,A,B,A,B
+/// over the last 6 with each action's observation repeating.
+pub fn oscillation(tools: &[&Action]) -> Option<Finding> {
+    let alternates = |s: &[&Action]| {
+        !same_action(s[0], s[1]) && s.iter().enumerate().all(|(i, a)| same_action(a, s[i % 2]))
+    };
+    let failing = tools.len() >= 4 && {
+        let s = &tools[tools.len() - 4..];
+        alternates(s) && s.iter().all(|a| a.outcome == Outcome::Error)
+    };
+    let repeating = !failing && tools.len() >= 6 && {
+        let s = &tools[tools.len() - 6..];
+        alternates(s)
+            && s.iter().enumerate().all(|(i, a)| {
+                a.output_hash.is_some() && (i < 2 || a.output_hash == s[i - 2].output_hash)
+            })
+    };
+    let (s, rule) = if failing {
+        (&tools[tools.len() - 4..], "A,B,A,B over 4 failing actions")
+    } else if repeating {
+        (
+            &tools[tools.len() - 6..],
+            "A,B,A,B,A,B over 6 actions with repeating observations",
+        )
+    } else {
+        return None;
+    };
+    let (a, b) = (tool_name(s[0]), tool_name(s[1]));
+    Some(finding(
+        AnomalyKind::Oscillation,
+        Severity::Warning,
+        format!(
+            "Oscillation: you are alternating between {a} and {b} without progress. Pick one approach, find out why it fails, and fix that."
+        ),
+        evidence(s, rule.into(), s.len().to_string()),
+    ))
+}
+
+/// Cascade: at least `cascade_tools` different tools failing within the last
+/// `cascade_window` actions.
+pub fn cascade(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
+    let w = &tools[tools.len().saturating_sub(d.cascade_window as usize)..];
+    let failing: Vec<&Action> = w
+        .iter()
+        .filter(|a| a.outcome == Outcome::Error)
+        .copied()
+        .collect();
+    let mut names: Vec<String> = failing.iter().map(|a| tool_name(a)).collect();
+    names.sort();
+    names.dedup();
+    if names.len() < d.cascade_tools as usize {
+        return None;
+    }
+    Some(finding(
+        AnomalyKind::Cascade,
+        Severity::Warning,
+        format!(
+            "Cascade: {} different tools failed in your last {} actions ({}). Stop and verify your working directory, file paths and environment before going on.",
+            names.len(),
+            w.len(),
+            names.join(", ")
+        ),
+        evidence(
+            &failing,
+            format!(
+                "distinct failing tools >= {} within {}",
+                d.cascade_tools, d.cascade_window
+            ),
+            names.len().to_string(),
+        ),
+    ))
+}
+
+/// The messages at the end of the window, with no tool action between.
+fn trailing_messages(recent: &[Action]) -> Vec<&Action> {
+    let mut run: Vec<&Action> = recent
+        .iter()
+        .rev()
+        .take_while(|a| a.kind == ActionKind::Message)
+        .collect();
+    run.reverse();
+    run
+}
+
+/// Monologue: identical agent messages in a row with no action between.
+pub fn monologue(recent: &[Action], d: &Doctrine) -> Option<Finding> {
+    let run = trailing_messages(recent);
+    let last = *run.last()?;
+    if last.outcome == Outcome::Empty || last.output_hash.is_none() {
+        return None;
+    }
+    let same: Vec<&Action> = run
+        .iter()
+        .rev()
+        .take_while(|a| a.outcome != Outcome::Empty && a.output_hash == last.output_hash)
+        .copied()
+        .collect();
+    if same.len() < d.monologue_repeats as usize {
+        return None;
+    }
+    Some(finding(
+        AnomalyKind::Monologue,
+        Severity::Warning,
+        format!(
+            "Monologue: you sent the same message {} times without acting. Take a concrete action with a tool, or report that you are blocked.",
+            same.len()
+        ),
+        evidence(
+            &same,
+            format!("identical messages >= {}", d.monologue_repeats),
+            same.len().to_string(),
+        ),
+    ))
+}
+
+/// Empty replies: empty messages in a row.
+pub fn empty(recent: &[Action], d: &Doctrine) -> Option<Finding> {
+    let run = trailing_messages(recent);
+    let empties: Vec<&Action> = run
+        .iter()
+        .rev()
+        .take_while(|a| a.outcome == Outcome::Empty)
+        .copied()
+        .collect();
+    if empties.len() < d.empty_repeats as usize {
+        return None;
+    }
+    Some(finding(
+        AnomalyKind::Empty,
+        Severity::Warning,
+        format!(
+            "Empty replies: your last {} replies were empty. Answer with your next concrete step or a status report.",
+            empties.len()
+        ),
+        evidence(
+            &empties,
+            format!("empty replies >= {}", d.empty_repeats),
+            empties.len().to_string(),
+        ),
+    ))
+}
+
+/// Context: fill above the warning (0.80) or urgent (0.90) line, or repeated
+/// condensation without progress.
+pub fn context(
+    report: &SaluteReport,
+    d: &Doctrine,
+    condensations_at_progress: u32,
+) -> Option<Finding> {
+    let fill = report.size.fill();
+    let pct = (fill * 100.0).floor();
+    let ev = |rule: String, observed: String| Evidence {
+        turns: vec![report.time.turn],
+        tools: vec![],
+        rule,
+        observed,
+    };
+    if fill > d.context_urgent {
+        return Some(finding(
+            AnomalyKind::Context,
+            Severity::Urgent,
+            format!(
+                "Context {pct}% full and nearly exhausted. Finish your immediate step now and report; do not start new work."
+            ),
+            ev(
+                format!("context_fill > {:.2}", d.context_urgent),
+                format!("{fill:.3}"),
+            ),
+        ));
+    }
+    if fill > d.context_warning {
+        return Some(finding(
+            AnomalyKind::Context,
+            Severity::Warning,
+            format!("Context {pct}% full. Wrap up the current step, summarise, or start fresh."),
+            ev(
+                format!("context_fill > {:.2}", d.context_warning),
+                format!("{fill:.3}"),
+            ),
+        ));
+    }
+    let condensed = report
+        .size
+        .condensations
+        .saturating_sub(condensations_at_progress);
+    if report.activity.turns_since_progress > 0 && condensed >= d.max_condensations_without_progress
+    {
+        return Some(finding(
+            AnomalyKind::Context,
+            Severity::Warning,
+            format!(
+                "Context condensed {condensed} times without progress. Summarise what you know, then take one concrete step."
+            ),
+            ev(
+                format!(
+                    "condensations since progress >= {}",
+                    d.max_condensations_without_progress
+                ),
+                condensed.to_string(),
+            ),
+        ));
+    }
+    None
+}
+
+/// Counts sentences: a `.`, `!` or `?` followed by whitespace or the end.
+pub fn count_sentences(text: &str) -> usize {
+    let b = text.as_bytes();
+    (0..b.len())
+        .filter(|&i| {
+            matches!(b[i], b'.' | b'!' | b'?')
+                && b.get(i + 1).is_none_or(|c| c.is_ascii_whitespace())
+        })
+        .count()
+}
+
+/// Keeps at most `max` sentences.
+pub fn limit_sentences(text: &str, max: usize) -> String {
+    let b = text.as_bytes();
+    let mut seen = 0;
+    for i in 0..b.len() {
+        if matches!(b[i], b'.' | b'!' | b'?')
+            && b.get(i + 1).is_none_or(|c| c.is_ascii_whitespace())
+        {
+            seen += 1;
+            if seen == max {
+                return text[..=i].to_string();
+            }
+        }
+    }
+    text.to_string()
+}

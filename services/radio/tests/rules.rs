@@ -1,0 +1,507 @@
+//! Every rule pinned at and around its threshold, plus cooldowns and health.
+
+use xo_proto::{Action, AnomalyKind, Assessor, Health, Outcome, Pace, SaluteReport, Severity};
+use xo_radio::rules::count_sentences;
+use xo_radio::{Doctrine, Microcosm, Radio, RoleProfile, Roles};
+
+fn report(turn: u64) -> SaluteReport {
+    SaluteReport::new("u1", "coder", turn, turn)
+}
+
+fn with_actions(turn: u64, actions: Vec<Action>) -> SaluteReport {
+    let mut r = report(turn);
+    r.activity.recent = actions;
+    r
+}
+
+fn kinds(radio: &mut Radio, r: &SaluteReport) -> Vec<AnomalyKind> {
+    radio.check(r).steering.iter().map(|s| s.kind).collect()
+}
+
+fn fresh(r: &SaluteReport) -> Vec<AnomalyKind> {
+    kinds(&mut Radio::default(), r)
+}
+
+fn err(tool: &str, args: &str, et: &str, turn: u64) -> Action {
+    Action::tool(tool, args, Outcome::Error, turn).with_error(et)
+}
+
+fn ok(tool: &str, args: &str, out: &str, turn: u64) -> Action {
+    Action::tool(tool, args, Outcome::Ok, turn).with_output(out)
+}
+
+#[test]
+fn normal_operation_steers_nothing_and_is_green() {
+    let mut radio = Radio::default();
+    for turn in 1..=30 {
+        let mut r = with_actions(
+            turn,
+            vec![
+                ok("read", &format!("f{turn}"), &format!("o{turn}"), turn),
+                Action::message(Some(&format!("m{turn}")), Outcome::Ok, turn),
+            ],
+        );
+        r.activity.turns_since_progress = (turn % 3) as u32;
+        r.size.context_fill = 0.5;
+        let a = radio.check(&r);
+        assert!(a.steering.is_empty(), "turn {turn}: {:?}", a.steering);
+        assert_eq!(a.health, Health::Green);
+        assert!(!a.corrected);
+    }
+}
+
+#[test]
+fn stall_fires_only_above_the_maximum() {
+    let max = Doctrine::default().max_turns_without_progress;
+    let mut r = report(10);
+    r.activity.turns_since_progress = max;
+    assert!(fresh(&r).is_empty(), "at the maximum is not a stall");
+    r.activity.turns_since_progress = max + 1;
+    r.activity.task_id = Some("T-9".into());
+    r.activity.step = Some("compile".into());
+    let a = Radio::default().check(&r);
+    assert_eq!(a.steering.len(), 1);
+    let s = &a.steering[0];
+    assert_eq!(
+        (s.kind, s.severity),
+        (AnomalyKind::Stall, Severity::Warning)
+    );
+    assert!(
+        s.message.contains("T-9") && s.message.contains("compile"),
+        "{}",
+        s.message
+    );
+    assert_eq!(s.evidence.rule, format!("turns_since_progress > {max}"));
+    r.activity.turns_since_progress = 2 * max + 1;
+    assert_eq!(
+        Radio::default().check(&r).steering[0].severity,
+        Severity::Urgent
+    );
+}
+
+#[test]
+fn loop_same_error_three_times_but_not_two() {
+    let two = with_actions(
+        3,
+        vec![
+            ok("ls", "x", "o", 1),
+            err("sh", "a", "enoent", 2),
+            err("sh", "a", "enoent", 3),
+        ],
+    );
+    assert!(fresh(&two).is_empty());
+    let three = with_actions(
+        4,
+        vec![
+            err("sh", "a", "enoent", 2),
+            err("sh", "a", "enoent", 3),
+            err("sh", "a", "enoent", 4),
+        ],
+    );
+    let a = Radio::default().check(&three);
+    assert_eq!(a.steering.len(), 1);
+    assert_eq!(a.steering[0].kind, AnomalyKind::Loop);
+    assert_eq!(a.steering[0].evidence.turns, vec![2, 3, 4]);
+    assert!(a.steering[0].message.contains("enoent"));
+}
+
+#[test]
+fn loop_needs_the_same_arguments_and_error_type() {
+    let args = with_actions(
+        4,
+        vec![
+            err("sh", "a", "e", 2),
+            err("sh", "b", "e", 3),
+            err("sh", "a", "e", 4),
+        ],
+    );
+    assert!(!fresh(&args).contains(&AnomalyKind::Loop));
+    let types = with_actions(
+        4,
+        vec![
+            err("sh", "a", "e1", 2),
+            err("sh", "a", "e2", 3),
+            err("sh", "a", "e1", 4),
+        ],
+    );
+    assert!(!fresh(&types).contains(&AnomalyKind::Loop));
+}
+
+#[test]
+fn loop_same_output_four_times_but_not_three() {
+    let three: Vec<Action> = (1..=3).map(|t| ok("curl", "u", "same", t)).collect();
+    assert!(fresh(&with_actions(3, three)).is_empty());
+    let four: Vec<Action> = (1..=4).map(|t| ok("curl", "u", "same", t)).collect();
+    assert_eq!(fresh(&with_actions(4, four)), vec![AnomalyKind::Loop]);
+}
+
+#[test]
+fn polling_with_a_changing_output_is_not_a_loop() {
+    let polls: Vec<Action> = (1..=12)
+        .map(|t| ok("status", "job-1", &format!("progress {t}"), t))
+        .collect();
+    assert!(fresh(&with_actions(12, polls)).is_empty());
+}
+
+#[test]
+fn exempt_tools_never_loop_or_cascade() {
+    let mut roles = Roles::default();
+    let mut p = RoleProfile::default();
+    p.doctrine.exempt_tools = vec!["wait".into()];
+    roles.by_name.insert("coder".into(), p);
+    let mut radio = Radio::new(roles);
+    let waits: Vec<Action> = (1..=6).map(|t| ok("wait", "5s", "same", t)).collect();
+    assert!(kinds(&mut radio, &with_actions(6, waits.clone())).is_empty());
+    let mut other = with_actions(7, waits);
+    other.unit.role = "reviewer".into();
+    other.unit.unit = "u2".into();
+    assert_eq!(
+        kinds(&mut radio, &other),
+        vec![AnomalyKind::Loop],
+        "other roles are not exempt"
+    );
+}
+
+#[test]
+fn oscillation_over_four_failures() {
+    let three = with_actions(
+        3,
+        vec![
+            err("a", "1", "x", 1),
+            err("b", "1", "y", 2),
+            err("a", "1", "x", 3),
+        ],
+    );
+    assert!(fresh(&three).is_empty());
+    let four = with_actions(
+        4,
+        vec![
+            err("a", "1", "x", 1),
+            err("b", "1", "y", 2),
+            err("a", "1", "x", 3),
+            err("b", "1", "y", 4),
+        ],
+    );
+    let a = Radio::default().check(&four);
+    assert_eq!(
+        a.steering.iter().map(|s| s.kind).collect::<Vec<_>>(),
+        vec![AnomalyKind::Oscillation]
+    );
+    assert!(a.steering[0].message.contains("a and b"));
+    let one_ok = with_actions(
+        4,
+        vec![
+            err("a", "1", "x", 1),
+            ok("b", "1", "y", 2),
+            err("a", "1", "x", 3),
+            err("b", "1", "y", 4),
+        ],
+    );
+    assert!(!fresh(&one_ok).contains(&AnomalyKind::Oscillation));
+}
+
+#[test]
+fn oscillation_over_six_repeating_observations() {
+    let obs = |n: u64| -> Vec<Action> {
+        (1..=n)
+            .map(|t| {
+                if t % 2 == 1 {
+                    ok("a", "1", "oa", t)
+                } else {
+                    ok("b", "1", "ob", t)
+                }
+            })
+            .collect()
+    };
+    assert!(fresh(&with_actions(5, obs(5))).is_empty());
+    assert_eq!(
+        fresh(&with_actions(6, obs(6))),
+        vec![AnomalyKind::Oscillation]
+    );
+    let mut changing = obs(6);
+    changing[4] = ok("a", "1", "new", 5);
+    assert!(
+        fresh(&with_actions(6, changing)).is_empty(),
+        "a changing observation is progress"
+    );
+}
+
+#[test]
+fn cascade_three_different_tools_within_five() {
+    let two = with_actions(
+        5,
+        vec![
+            err("a", "1", "x", 1),
+            err("b", "1", "x", 2),
+            ok("c", "1", "o", 3),
+        ],
+    );
+    assert!(fresh(&two).is_empty());
+    let three = with_actions(
+        5,
+        vec![
+            err("a", "1", "x", 1),
+            ok("d", "1", "o", 2),
+            err("b", "1", "x", 3),
+            err("c", "1", "x", 4),
+            ok("e", "1", "o", 5),
+        ],
+    );
+    let a = Radio::default().check(&three);
+    assert_eq!(
+        a.steering.iter().map(|s| s.kind).collect::<Vec<_>>(),
+        vec![AnomalyKind::Cascade]
+    );
+    assert!(a.steering[0].message.contains("working directory"));
+    assert_eq!(a.steering[0].evidence.tools, vec!["a", "b", "c"]);
+    let spread = with_actions(
+        6,
+        vec![
+            err("a", "1", "x", 1),
+            ok("d", "1", "o", 2),
+            ok("e", "2", "o", 3),
+            err("b", "1", "x", 4),
+            err("c", "1", "x", 5),
+            ok("f", "1", "o", 6),
+        ],
+    );
+    assert!(
+        fresh(&spread).is_empty(),
+        "the first failure is outside the last five"
+    );
+}
+
+#[test]
+fn monologue_three_identical_messages_with_no_action_between() {
+    let m = |t| Action::message(Some("same"), Outcome::Ok, t);
+    assert!(fresh(&with_actions(2, vec![m(1), m(2)])).is_empty());
+    assert_eq!(
+        fresh(&with_actions(3, vec![m(1), m(2), m(3)])),
+        vec![AnomalyKind::Monologue]
+    );
+    let broken = with_actions(3, vec![m(1), ok("ls", "1", "o", 2), m(3), m(4)]);
+    assert!(
+        fresh(&broken).is_empty(),
+        "an action between breaks the run"
+    );
+}
+
+#[test]
+fn empty_replies_three_in_a_row() {
+    let e = |t| Action::message(None, Outcome::Empty, t);
+    assert!(fresh(&with_actions(2, vec![e(1), e(2)])).is_empty());
+    assert_eq!(
+        fresh(&with_actions(3, vec![e(1), e(2), e(3)])),
+        vec![AnomalyKind::Empty]
+    );
+}
+
+#[test]
+fn context_warning_above_080_urgent_above_090() {
+    let at = |fill: f64| {
+        let mut r = report(1);
+        r.size.context_fill = fill;
+        Radio::default()
+            .check(&r)
+            .steering
+            .first()
+            .map(|s| (s.kind, s.severity))
+    };
+    assert_eq!(at(0.80), None);
+    assert_eq!(at(0.81), Some((AnomalyKind::Context, Severity::Warning)));
+    assert_eq!(at(0.90), Some((AnomalyKind::Context, Severity::Warning)));
+    assert_eq!(at(0.91), Some((AnomalyKind::Context, Severity::Urgent)));
+    let mut r = report(1);
+    r.size.context_tokens = 95;
+    r.size.context_limit = 100;
+    assert_eq!(
+        Radio::default().check(&r).steering[0].severity,
+        Severity::Urgent,
+        "fill from tokens"
+    );
+}
+
+#[test]
+fn repeated_condensation_without_progress() {
+    let mut radio = Radio::default();
+    let mut r = report(1);
+    r.size.condensations = 1;
+    assert!(kinds(&mut radio, &r).is_empty());
+    let mut r = report(2);
+    r.size.condensations = 2;
+    r.activity.turns_since_progress = 1;
+    assert!(
+        kinds(&mut radio, &r).is_empty(),
+        "one condensation since progress"
+    );
+    let mut r = report(3);
+    r.size.condensations = 3;
+    r.activity.turns_since_progress = 2;
+    assert_eq!(kinds(&mut radio, &r), vec![AnomalyKind::Context]);
+}
+
+#[test]
+fn pace_contingent_quotes_the_role_plan_and_emergency_is_critical() {
+    let mut roles = Roles::default();
+    let mut p = RoleProfile::default();
+    p.pace_plan.contingent.description = "hand the task to the reviewer role".into();
+    roles.by_name.insert("coder".into(), p);
+    let mut radio = Radio::new(roles);
+    let mut r = report(1);
+    r.unit.pace = Pace::Alternate;
+    assert!(kinds(&mut radio, &r).is_empty());
+    let mut r = report(2);
+    r.unit.pace = Pace::Contingent;
+    let a = radio.check(&r);
+    assert_eq!(a.steering[0].kind, AnomalyKind::Pace);
+    assert_eq!(a.steering[0].severity, Severity::Warning);
+    assert!(
+        a.steering[0]
+            .message
+            .contains("hand the task to the reviewer role")
+    );
+    let mut r = report(3);
+    r.unit.pace = Pace::Emergency;
+    let a = radio.check(&r);
+    assert_eq!(a.steering[0].severity, Severity::Critical);
+    assert!(a.steering[0].message.contains("stop"));
+    assert_eq!(a.health, Health::Red);
+}
+
+#[test]
+fn cooldown_holds_the_same_kind_for_three_turns_then_fires_again() {
+    let mut radio = Radio::default();
+    let stalled = |turn| {
+        let mut r = report(turn);
+        r.activity.turns_since_progress = 6;
+        r
+    };
+    assert_eq!(kinds(&mut radio, &stalled(10)), vec![AnomalyKind::Stall]);
+    for turn in [11, 12] {
+        let a = radio.check(&stalled(turn));
+        assert!(a.steering.is_empty(), "turn {turn} is in cooldown");
+        assert_eq!(a.suppressed, vec![AnomalyKind::Stall]);
+        assert_eq!(
+            a.health,
+            Health::Amber,
+            "a suppressed anomaly still counts for health"
+        );
+    }
+    assert_eq!(kinds(&mut radio, &stalled(13)), vec![AnomalyKind::Stall]);
+}
+
+#[test]
+fn cooldowns_are_per_kind_and_escalation_passes() {
+    let mut radio = Radio::default();
+    let mut r = report(1);
+    r.activity.turns_since_progress = 6;
+    assert_eq!(kinds(&mut radio, &r), vec![AnomalyKind::Stall]);
+    let mut r = report(2);
+    r.activity.turns_since_progress = 7;
+    r.size.context_fill = 0.85;
+    assert_eq!(
+        kinds(&mut radio, &r),
+        vec![AnomalyKind::Context],
+        "different kinds cool down apart"
+    );
+    let mut r = report(3);
+    r.size.context_fill = 0.95;
+    let a = radio.check(&r);
+    assert_eq!(a.steering.len(), 1, "urgent passes a warning's cooldown");
+    assert_eq!(a.steering[0].severity, Severity::Urgent);
+}
+
+#[test]
+fn emergency_is_never_under_cooldown() {
+    let mut radio = Radio::default();
+    for turn in 1..=4 {
+        let mut r = report(turn);
+        r.unit.pace = Pace::Emergency;
+        assert_eq!(
+            kinds(&mut radio, &r),
+            vec![AnomalyKind::Pace],
+            "turn {turn}"
+        );
+    }
+}
+
+#[test]
+fn cooldown_length_comes_from_the_role() {
+    let mut roles = Roles::default();
+    roles.default.doctrine.cooldown_turns = 1;
+    let mut radio = Radio::new(roles);
+    for turn in 1..=3 {
+        let mut r = report(turn);
+        r.activity.turns_since_progress = 9;
+        assert_eq!(kinds(&mut radio, &r), vec![AnomalyKind::Stall]);
+    }
+}
+
+#[test]
+fn duplicate_and_old_seqs_are_ignored() {
+    let mut radio = Radio::default();
+    let mut r = report(5);
+    r.activity.turns_since_progress = 9;
+    assert_eq!(radio.check(&r).steering.len(), 1);
+    let a = radio.check(&r);
+    assert!(a.duplicate && a.steering.is_empty());
+    let mut old = r.clone();
+    old.time.seq = 4;
+    assert!(radio.check(&old).duplicate);
+}
+
+#[test]
+fn health_is_corrected_when_self_assessment_differs() {
+    let mut r = report(1);
+    r.size.context_fill = 0.95;
+    r.status.health = Health::Green;
+    let a = Radio::default().check(&r);
+    assert_eq!(a.health, Health::Red);
+    assert!(a.corrected);
+    r.status.health = Health::Red;
+    assert!(!Radio::default().check(&r).corrected);
+}
+
+#[test]
+fn every_message_is_tagged_and_at_most_three_sentences() {
+    let mut r = with_actions(
+        5,
+        vec![
+            err("a", "1", "x", 1),
+            err("b", "1", "x", 2),
+            err("c", "1", "x", 3),
+            err("c", "1", "x", 4),
+            err("c", "1", "x", 5),
+        ],
+    );
+    r.activity.turns_since_progress = 20;
+    r.activity.task_id = Some("T-1. Extra. Sentences. Here".into());
+    r.size.context_fill = 0.95;
+    r.unit.pace = Pace::Contingent;
+    let a = Radio::default().check(&r);
+    assert!(a.steering.len() >= 5, "{:?}", a.steering);
+    for s in &a.steering {
+        assert!(s.message.starts_with("[SUPERVISOR] "), "{}", s.message);
+        let n = count_sentences(&s.message);
+        assert!((1..=3).contains(&n), "{n} sentences: {}", s.message);
+    }
+}
+
+#[test]
+fn microcosm_updates_its_own_report() {
+    let mut m = Microcosm::new(RoleProfile::default());
+    let mut r = report(1);
+    r.size.context_fill = 0.85;
+    let s = m.turn(&mut r);
+    assert_eq!(s.len(), 1);
+    assert_eq!(r.status.health, Health::Amber);
+    assert_eq!(r.status.assessed_by, Assessor::Xo);
+}
+
+#[test]
+fn stale_steering_names_the_silence() {
+    let s = Radio::stale("u9", 31_000, 30_000, 4, 1000);
+    assert_eq!(s.kind, AnomalyKind::Stale);
+    assert!(s.message.starts_with("[SUPERVISOR]") && s.message.contains("31 s"));
+    assert!(count_sentences(&s.message) <= 3);
+}
