@@ -1,1 +1,458 @@
+//! XO transport: one [`Bus`] (publish, wildcard subscribe, request/reply with
+//! timeout, headers, control services) and one [`Store`] (key-value with
+//! revisions and compare-and-swap, plus an append-only log).
+//!
+//! # Layout
+//!
+//! - [`Bus`]: an enum over three transports with one set of methods:
+//!   [`nats`] (async-nats, the distributed engine), [`local`] (in-process,
+//!   the embedded default) and [`socket`] (a running `xo up` serving its local
+//!   bus to other processes over a Unix socket).
+//! - [`Store`]: [`nats_store`] (JetStream key-value buckets and streams) or
+//!   [`file_store`] (records with checksums under `./.xo/state`).
+//! - [`trace`]: W3C trace context in message headers.
+//! - [`typed`]: versioned messages with `Content-Type`, control calls, and the
+//!   dead-letter path for undecodable input.
+//!
+//! Every transport passes the same conformance suite (`tests/tests/conformance.rs`).
 
+pub mod file_store;
+pub mod local;
+pub mod nats;
+pub mod nats_store;
+pub mod socket;
+pub mod subject_match;
+pub mod trace;
+pub mod typed;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use file_store::FileStore;
+pub use local::LocalBus;
+pub use nats::NatsBus;
+pub use nats_store::NatsStore;
+pub use socket::SocketBus;
+
+/// Errors of the bus.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("no responders on {subject}")]
+    NoResponders { subject: String },
+    #[error("request on {subject} timed out after {timeout:?}")]
+    Timeout { subject: String, timeout: Duration },
+    #[error("invalid subject {subject:?}: {reason}")]
+    InvalidSubject { subject: String, reason: String },
+    #[error("bus connection closed")]
+    Closed,
+    #[error("cannot connect to {target}: {reason}")]
+    Connect { target: String, reason: String },
+    #[error("nats: {0}")]
+    Nats(String),
+    #[error("socket {path}: {source}")]
+    Socket {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+pub type BusResult<T> = Result<T, BusError>;
+
+/// Errors of the store. Each names the bucket/key or file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{bucket}/{key}: revision conflict (expected {expected}, found {found})")]
+    Conflict {
+        bucket: String,
+        key: String,
+        expected: u64,
+        found: u64,
+    },
+    #[error("{bucket}/{key}: already exists")]
+    Exists { bucket: String, key: String },
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey { key: String, reason: String },
+    #[error("corrupt store file {path} at byte {offset}: {reason}")]
+    Corrupt {
+        path: String,
+        offset: u64,
+        reason: String,
+    },
+    #[error("store file {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("store backend: {0}")]
+    Backend(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Message headers, in order; names compare case-insensitively.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(pub Vec<(String, String)>);
+
+impl Headers {
+    pub fn new() -> Self {
+        Self(Vec::new())
+    }
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    /// Sets a header, replacing any value it had.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        let name = name.into();
+        self.0.retain(|(k, _)| !k.eq_ignore_ascii_case(&name));
+        self.0.push((name, value.into()));
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A message as every transport delivers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub subject: String,
+    pub reply: Option<String>,
+    pub headers: Headers,
+    pub payload: Bytes,
+}
+
+/// One bus, three transports.
+#[derive(Debug, Clone)]
+pub enum Bus {
+    Local(LocalBus),
+    Nats(NatsBus),
+    Socket(SocketBus),
+}
+
+impl Bus {
+    /// Which transport this is, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Bus::Local(_) => "in-process",
+            Bus::Nats(_) => "nats",
+            Bus::Socket(_) => "socket",
+        }
+    }
+
+    pub async fn publish(&self, subject: &str, headers: Headers, payload: Bytes) -> BusResult<()> {
+        self.publish_with_reply(subject, None, headers, payload)
+            .await
+    }
+
+    pub async fn publish_with_reply(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BusResult<()> {
+        subject_match::validate_subject(subject)?;
+        match self {
+            Bus::Local(b) => {
+                b.publish_with_reply(subject, reply, headers, payload);
+                Ok(())
+            }
+            Bus::Nats(b) => b.publish_with_reply(subject, reply, headers, payload).await,
+            Bus::Socket(b) => b.publish_with_reply(subject, reply, headers, payload).await,
+        }
+    }
+
+    /// Subscribes to a subject or wildcard pattern (`*` one token, `>` the rest).
+    pub async fn subscribe(&self, pattern: &str) -> BusResult<Subscription> {
+        subject_match::validate_pattern(pattern)?;
+        match self {
+            Bus::Local(b) => Ok(b.subscribe(pattern)),
+            Bus::Nats(b) => b.subscribe(pattern).await,
+            Bus::Socket(b) => b.subscribe(pattern).await,
+        }
+    }
+
+    /// Sends a request and waits for the first reply.
+    pub async fn request(
+        &self,
+        subject: &str,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BusResult<Message> {
+        subject_match::validate_subject(subject)?;
+        match self {
+            Bus::Local(b) => b.request(subject, headers, payload, timeout).await,
+            Bus::Nats(b) => b.request(subject, headers, payload, timeout).await,
+            Bus::Socket(b) => b.request(subject, headers, payload, timeout).await,
+        }
+    }
+
+    /// Waits until everything published so far has left this process.
+    pub async fn flush(&self) -> BusResult<()> {
+        match self {
+            Bus::Local(_) => Ok(()),
+            Bus::Nats(b) => b.flush().await,
+            Bus::Socket(b) => b.flush().await,
+        }
+    }
+
+    /// Serves a control API: on NATS a micro service (so `$SRV.PING`, `INFO`
+    /// and `STATS` answer), elsewhere a subscription to `<group>.<verb>`.
+    pub async fn serve(&self, spec: ServiceSpec) -> BusResult<ServiceEndpoint> {
+        match self {
+            Bus::Nats(b) => b.serve(spec).await,
+            _ => {
+                let mut subs = Vec::new();
+                for verb in &spec.verbs {
+                    subs.push(self.subscribe(&format!("{}.{verb}", spec.group)).await?);
+                }
+                Ok(ServiceEndpoint::Plain {
+                    bus: self.clone(),
+                    stream: Box::pin(futures::stream::select_all(
+                        subs.into_iter().map(Subscription::into_stream),
+                    )),
+                })
+            }
+        }
+    }
+}
+
+/// A control API to serve.
+#[derive(Debug, Clone)]
+pub struct ServiceSpec {
+    /// Service name, e.g. `xo-supervisor`.
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    /// Subject group, e.g. `xo.ctl.supervisor`.
+    pub group: String,
+    /// Endpoint names within the group.
+    pub verbs: Vec<String>,
+}
+
+/// A stream of control requests.
+pub enum ServiceEndpoint {
+    Plain {
+        bus: Bus,
+        stream: std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>>,
+    },
+    Nats {
+        service: Box<async_nats::service::Service>,
+        stream: std::pin::Pin<Box<dyn futures::Stream<Item = async_nats::service::Request> + Send>>,
+    },
+}
+
+impl std::fmt::Debug for ServiceEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServiceEndpoint")
+    }
+}
+
+impl ServiceEndpoint {
+    pub async fn next(&mut self) -> Option<ServiceRequest> {
+        use futures::StreamExt;
+        match self {
+            ServiceEndpoint::Plain { bus, stream } => {
+                let message = stream.next().await?;
+                Some(ServiceRequest {
+                    message,
+                    responder: Responder::Bus(bus.clone()),
+                })
+            }
+            ServiceEndpoint::Nats { stream, .. } => {
+                let req = stream.next().await?;
+                Some(ServiceRequest {
+                    message: nats::from_nats(req.message.clone()),
+                    responder: Responder::Nats(Box::new(req)),
+                })
+            }
+        }
+    }
+
+    /// Stops the service (on NATS it deregisters from `$SRV`).
+    pub async fn stop(self) {
+        if let ServiceEndpoint::Nats { service, .. } = self {
+            let _ = service.stop().await;
+        }
+    }
+}
+
+enum Responder {
+    Bus(Bus),
+    Nats(Box<async_nats::service::Request>),
+}
+
+/// One request to a control API; answer it with [`ServiceRequest::respond`].
+pub struct ServiceRequest {
+    pub message: Message,
+    responder: Responder,
+}
+
+impl std::fmt::Debug for ServiceRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceRequest")
+            .field("subject", &self.message.subject)
+            .finish()
+    }
+}
+
+impl ServiceRequest {
+    /// The verb: the last token of the subject.
+    pub fn verb(&self) -> &str {
+        self.message.subject.rsplit('.').next().unwrap_or_default()
+    }
+
+    pub async fn respond(self, headers: Headers, payload: Bytes) -> BusResult<()> {
+        match self.responder {
+            Responder::Bus(bus) => match &self.message.reply {
+                Some(reply) => bus.publish(reply, headers, payload).await,
+                None => Ok(()),
+            },
+            Responder::Nats(req) => req
+                .respond_with_headers(Ok(payload), nats::to_nats_headers(&headers))
+                .await
+                .map_err(|e| BusError::Nats(e.to_string())),
+        }
+    }
+}
+
+/// A live subscription; dropping it unsubscribes.
+pub enum Subscription {
+    Channel(local::ChannelSub),
+    Nats(async_nats::Subscriber),
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Subscription")
+    }
+}
+
+impl Subscription {
+    /// The next message, or `None` once the transport closed.
+    pub async fn next(&mut self) -> Option<Message> {
+        use futures::StreamExt;
+        match self {
+            Subscription::Channel(s) => s.rx.recv().await,
+            Subscription::Nats(s) => s.next().await.map(nats::from_nats),
+        }
+    }
+
+    pub fn into_stream(self) -> std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>> {
+        Box::pin(futures::stream::unfold(self, |mut s| async move {
+            s.next().await.map(|m| (m, s))
+        }))
+    }
+}
+
+/// One store, two backends.
+#[derive(Debug, Clone)]
+pub enum Store {
+    File(FileStore),
+    Nats(NatsStore),
+}
+
+/// A key-value entry with its revision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub value: Bytes,
+    pub revision: u64,
+}
+
+impl Store {
+    pub async fn get(&self, bucket: &str, key: &str) -> StoreResult<Option<Entry>> {
+        match self {
+            Store::File(s) => s.get(bucket, key).await,
+            Store::Nats(s) => s.get(bucket, key).await,
+        }
+    }
+    /// Writes unconditionally; returns the new revision.
+    pub async fn put(&self, bucket: &str, key: &str, value: Bytes) -> StoreResult<u64> {
+        match self {
+            Store::File(s) => s.put(bucket, key, value, Cas::Any).await,
+            Store::Nats(s) => s.put(bucket, key, value, Cas::Any).await,
+        }
+    }
+    /// Writes only if the key does not exist.
+    pub async fn create(&self, bucket: &str, key: &str, value: Bytes) -> StoreResult<u64> {
+        match self {
+            Store::File(s) => s.put(bucket, key, value, Cas::Absent).await,
+            Store::Nats(s) => s.put(bucket, key, value, Cas::Absent).await,
+        }
+    }
+    /// Compare-and-swap: writes only if the key is at `revision`.
+    pub async fn update(
+        &self,
+        bucket: &str,
+        key: &str,
+        value: Bytes,
+        revision: u64,
+    ) -> StoreResult<u64> {
+        match self {
+            Store::File(s) => s.put(bucket, key, value, Cas::Revision(revision)).await,
+            Store::Nats(s) => s.put(bucket, key, value, Cas::Revision(revision)).await,
+        }
+    }
+    pub async fn delete(&self, bucket: &str, key: &str) -> StoreResult<()> {
+        match self {
+            Store::File(s) => s.delete(bucket, key).await,
+            Store::Nats(s) => s.delete(bucket, key).await,
+        }
+    }
+    /// Live keys, sorted.
+    pub async fn keys(&self, bucket: &str) -> StoreResult<Vec<String>> {
+        match self {
+            Store::File(s) => s.keys(bucket).await,
+            Store::Nats(s) => s.keys(bucket).await,
+        }
+    }
+    /// Appends to a log; returns the record's sequence (from 1).
+    pub async fn append(&self, log: &str, record: Bytes) -> StoreResult<u64> {
+        match self {
+            Store::File(s) => s.append(log, record).await,
+            Store::Nats(s) => s.append(log, record).await,
+        }
+    }
+    /// Reads up to `max` records from sequence `from` on.
+    pub async fn read(&self, log: &str, from: u64, max: usize) -> StoreResult<Vec<(u64, Bytes)>> {
+        match self {
+            Store::File(s) => s.read(log, from, max).await,
+            Store::Nats(s) => s.read(log, from, max).await,
+        }
+    }
+}
+
+/// The condition of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cas {
+    Any,
+    Absent,
+    Revision(u64),
+}
+
+/// Checks a store key: non-empty, letters, digits, `-`, `_`, `=`, `.` inside.
+pub fn validate_key(key: &str) -> StoreResult<()> {
+    let bad = |reason: &str| {
+        Err(StoreError::InvalidKey {
+            key: key.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if key.is_empty() {
+        return bad("empty");
+    }
+    if key.starts_with('.') || key.ends_with('.') {
+        return bad("starts or ends with '.'");
+    }
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '=' | '.'))
+    {
+        return bad("use letters, digits, '-', '_', '=' and '.'");
+    }
+    Ok(())
+}

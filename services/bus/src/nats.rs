@@ -1,0 +1,180 @@
+//! The NATS transport (async-nats). The client reconnects by itself after a
+//! server restart and restores its subscriptions.
+
+use std::time::Duration;
+
+use async_nats::{HeaderMap, client::RequestErrorKind, service::ServiceExt};
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::{BusError, BusResult, Headers, Message, ServiceEndpoint, ServiceSpec, Subscription};
+
+#[derive(Debug, Clone)]
+pub struct NatsBus {
+    client: async_nats::Client,
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Client name shown by `nats server report connections`.
+    pub name: String,
+    /// Keep retrying the first connection (services) instead of failing at once (CLI).
+    pub retry_initial: bool,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self {
+            name: "xo".into(),
+            retry_initial: false,
+            user: None,
+            password: None,
+        }
+    }
+}
+
+impl NatsBus {
+    pub async fn connect(url: &str, opts: ConnectOptions) -> BusResult<Self> {
+        let mut o = async_nats::ConnectOptions::new()
+            .name(&opts.name)
+            .connection_timeout(Duration::from_secs(5))
+            .max_reconnects(None);
+        if opts.retry_initial {
+            o = o.retry_on_initial_connect();
+        }
+        if let (Some(u), Some(p)) = (opts.user, opts.password) {
+            o = o.user_and_password(u, p);
+        }
+        let client = o.connect(url).await.map_err(|e| BusError::Connect {
+            target: url.to_string(),
+            reason: e.to_string(),
+        })?;
+        Ok(Self { client })
+    }
+
+    pub fn from_client(client: async_nats::Client) -> Self {
+        Self { client }
+    }
+
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    pub async fn publish_with_reply(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BusResult<()> {
+        let subject = subject.to_string();
+        let res = match (reply, headers.is_empty()) {
+            (None, true) => self.client.publish(subject, payload).await,
+            (None, false) => {
+                self.client
+                    .publish_with_headers(subject, to_nats_headers(&headers), payload)
+                    .await
+            }
+            (Some(r), _) => {
+                self.client
+                    .publish_with_reply_and_headers(
+                        subject,
+                        r.to_string(),
+                        to_nats_headers(&headers),
+                        payload,
+                    )
+                    .await
+            }
+        };
+        res.map_err(|e| BusError::Nats(e.to_string()))
+    }
+
+    pub async fn subscribe(&self, pattern: &str) -> BusResult<Subscription> {
+        self.client
+            .subscribe(pattern.to_string())
+            .await
+            .map(Subscription::Nats)
+            .map_err(|e| BusError::Nats(e.to_string()))
+    }
+
+    pub async fn request(
+        &self,
+        subject: &str,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BusResult<Message> {
+        let req = async_nats::Request::new()
+            .payload(payload)
+            .headers(to_nats_headers(&headers))
+            .timeout(Some(timeout));
+        match self.client.send_request(subject.to_string(), req).await {
+            Ok(m) => Ok(from_nats(m)),
+            Err(e) => Err(match e.kind() {
+                RequestErrorKind::NoResponders => BusError::NoResponders {
+                    subject: subject.to_string(),
+                },
+                RequestErrorKind::TimedOut => BusError::Timeout {
+                    subject: subject.to_string(),
+                    timeout,
+                },
+                _ => BusError::Nats(e.to_string()),
+            }),
+        }
+    }
+
+    pub async fn flush(&self) -> BusResult<()> {
+        self.client
+            .flush()
+            .await
+            .map_err(|e| BusError::Nats(e.to_string()))
+    }
+
+    pub async fn serve(&self, spec: ServiceSpec) -> BusResult<ServiceEndpoint> {
+        let err = |e: async_nats::Error| BusError::Nats(e.to_string());
+        let service = self
+            .client
+            .service_builder()
+            .description(&spec.description)
+            .start(&spec.name, &spec.version)
+            .await
+            .map_err(err)?;
+        let group = service.group(&spec.group);
+        let mut endpoints = Vec::new();
+        for verb in &spec.verbs {
+            endpoints.push(group.endpoint(verb.as_str()).await.map_err(err)?);
+        }
+        Ok(ServiceEndpoint::Nats {
+            service: Box::new(service),
+            stream: Box::pin(futures::stream::select_all(endpoints).map(|r| r)),
+        })
+    }
+}
+
+pub(crate) fn to_nats_headers(h: &Headers) -> HeaderMap {
+    let mut m = HeaderMap::new();
+    for (k, v) in &h.0 {
+        m.insert(k.as_str(), v.as_str());
+    }
+    m
+}
+
+pub(crate) fn from_nats(m: async_nats::Message) -> Message {
+    let mut headers = Headers::new();
+    if let Some(h) = &m.headers {
+        for (k, vs) in h.iter() {
+            for v in vs {
+                headers.0.push((k.to_string(), v.to_string()));
+            }
+        }
+    }
+    Message {
+        subject: m.subject.to_string(),
+        reply: m.reply.map(|r| r.to_string()),
+        headers,
+        payload: m.payload,
+    }
+}

@@ -1,0 +1,171 @@
+//! The NATS store: JetStream key-value buckets (one revision history entry
+//! per key) and one stream per log. Bucket and stream names carry the subject
+//! prefix, so organisations sharing a NATS do not collide.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use tokio::sync::Mutex;
+
+use crate::{Cas, Entry, StoreError, StoreResult, validate_key};
+
+#[derive(Clone)]
+pub struct NatsStore {
+    js: jetstream::Context,
+    prefix: String,
+    buckets: Arc<Mutex<HashMap<String, kv::Store>>>,
+}
+
+impl std::fmt::Debug for NatsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsStore")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl NatsStore {
+    pub fn new(client: async_nats::Client, prefix: &str) -> Self {
+        Self {
+            js: jetstream::new(client),
+            prefix: prefix.to_string(),
+            buckets: Arc::default(),
+        }
+    }
+
+    fn name(&self, name: &str) -> String {
+        format!("{}_{name}", self.prefix.replace('.', "_")).to_uppercase()
+    }
+
+    async fn bucket(&self, name: &str) -> StoreResult<kv::Store> {
+        let mut cache = self.buckets.lock().await;
+        if let Some(b) = cache.get(name) {
+            return Ok(b.clone());
+        }
+        let full = self.name(name);
+        let store = match self.js.get_key_value(&full).await {
+            Ok(s) => s,
+            Err(_) => self
+                .js
+                .create_key_value(kv::Config {
+                    bucket: full.clone(),
+                    history: 1,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| StoreError::Backend(format!("bucket {full}: {e}")))?,
+        };
+        cache.insert(name.to_string(), store.clone());
+        Ok(store)
+    }
+
+    pub async fn get(&self, bucket: &str, key: &str) -> StoreResult<Option<Entry>> {
+        validate_key(key)?;
+        let b = self.bucket(bucket).await?;
+        let entry = b.entry(key).await.map_err(backend)?;
+        Ok(entry.and_then(|e| match e.operation {
+            kv::Operation::Put => Some(Entry {
+                value: e.value,
+                revision: e.revision,
+            }),
+            _ => None,
+        }))
+    }
+
+    pub async fn put(&self, bucket: &str, key: &str, value: Bytes, cas: Cas) -> StoreResult<u64> {
+        validate_key(key)?;
+        let b = self.bucket(bucket).await?;
+        match cas {
+            Cas::Any => b.put(key, value).await.map_err(backend),
+            Cas::Absent => b.create(key, value).await.map_err(|e| match e.kind() {
+                kv::CreateErrorKind::AlreadyExists => StoreError::Exists {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                },
+                _ => backend(e),
+            }),
+            Cas::Revision(expected) => match b.update(key, value, expected).await {
+                Ok(r) => Ok(r),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    let found = b.entry(key).await.ok().flatten().map_or(0, |e| e.revision);
+                    Err(StoreError::Conflict {
+                        bucket: bucket.to_string(),
+                        key: key.to_string(),
+                        expected,
+                        found,
+                    })
+                }
+                Err(e) => Err(backend(e)),
+            },
+        }
+    }
+
+    pub async fn delete(&self, bucket: &str, key: &str) -> StoreResult<()> {
+        validate_key(key)?;
+        let b = self.bucket(bucket).await?;
+        b.delete(key).await.map_err(backend)
+    }
+
+    pub async fn keys(&self, bucket: &str) -> StoreResult<Vec<String>> {
+        let b = self.bucket(bucket).await?;
+        let mut keys: Vec<String> = b
+            .keys()
+            .await
+            .map_err(backend)?
+            .try_collect()
+            .await
+            .map_err(backend)?;
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn log_subject(&self, log: &str) -> String {
+        format!("{}.log.{log}", self.prefix)
+    }
+
+    async fn stream(&self, log: &str) -> StoreResult<jetstream::stream::Stream> {
+        self.js
+            .get_or_create_stream(jetstream::stream::Config {
+                name: self.name(&format!("LOG_{log}")),
+                subjects: vec![self.log_subject(log)],
+                ..Default::default()
+            })
+            .await
+            .map_err(backend)
+    }
+
+    pub async fn append(&self, log: &str, record: Bytes) -> StoreResult<u64> {
+        self.stream(log).await?;
+        let ack = self
+            .js
+            .publish(self.log_subject(log), record)
+            .await
+            .map_err(backend)?
+            .await
+            .map_err(backend)?;
+        Ok(ack.sequence)
+    }
+
+    pub async fn read(&self, log: &str, from: u64, max: usize) -> StoreResult<Vec<(u64, Bytes)>> {
+        let mut stream = self.stream(log).await?;
+        let last = stream.info().await.map_err(backend)?.state.last_sequence;
+        let mut out = Vec::new();
+        let mut seq = from.max(1);
+        while seq <= last && out.len() < max {
+            match stream.get_raw_message(seq).await {
+                Ok(m) => out.push((seq, m.payload)),
+                Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => {}
+                Err(e) => return Err(backend(e)),
+            }
+            seq += 1;
+        }
+        Ok(out)
+    }
+}

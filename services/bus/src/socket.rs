@@ -1,0 +1,379 @@
+//! The local socket transport: a running `xo up` serves its in-process bus
+//! on a Unix socket under `./.xo/`, so the operator's `xo` commands reach it
+//! with no server. Frames are `[len: u32 LE][msgpack Frame]`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::local::{ChannelSub, NO_RESPONDERS, STATUS_HEADER, SubGuard};
+use crate::{BusError, BusResult, Headers, LocalBus, Message, Subscription};
+
+/// Largest frame either side accepts (16 MiB).
+const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Frame {
+    Pub {
+        subject: String,
+        reply: Option<String>,
+        headers: Vec<(String, String)>,
+        payload: serde_bytes::ByteBuf,
+    },
+    Sub {
+        sid: u64,
+        pattern: String,
+    },
+    Unsub {
+        sid: u64,
+    },
+    Msg {
+        sid: u64,
+        subject: String,
+        reply: Option<String>,
+        headers: Vec<(String, String)>,
+        payload: serde_bytes::ByteBuf,
+    },
+    Ping {
+        id: u64,
+    },
+    Pong {
+        id: u64,
+    },
+}
+
+async fn write_frame(w: &mut (impl AsyncWriteExt + Unpin), f: &Frame) -> std::io::Result<()> {
+    let body = rmp_serde::to_vec(f).map_err(std::io::Error::other)?;
+    w.write_all(&(body.len() as u32).to_le_bytes()).await?;
+    w.write_all(&body).await
+}
+
+async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Option<Frame>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "frame of {len} bytes exceeds {MAX_FRAME}"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    rmp_serde::from_slice(&body)
+        .map(Some)
+        .map_err(|e| std::io::Error::other(format!("undecodable frame: {e}")))
+}
+
+/// Serves `bus` on the socket at `path` until `shutdown` resolves. A stale
+/// socket file left by a dead process is replaced; a live one is an error.
+pub async fn serve(
+    bus: LocalBus,
+    path: &Path,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> BusResult<tokio::task::JoinHandle<()>> {
+    let sock_err = |source| BusError::Socket {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.exists() {
+        if UnixStream::connect(path).await.is_ok() {
+            return Err(sock_err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another xo is already serving this socket",
+            )));
+        }
+        std::fs::remove_file(path).map_err(sock_err)?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(sock_err)?;
+    }
+    let listener = UnixListener::bind(path).map_err(sock_err)?;
+    let path = path.to_path_buf();
+    Ok(tokio::spawn(async move {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        tokio::spawn(serve_conn(bus.clone(), stream));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "socket accept failed"),
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }))
+}
+
+async fn serve_conn(bus: LocalBus, stream: UnixStream) {
+    let (mut r, mut w) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    let writer = tokio::spawn(async move {
+        while let Some(f) = rx.recv().await {
+            if write_frame(&mut w, &f).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut forwarders: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        let frame = match read_frame(&mut r).await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "socket client sent a bad frame; closing it");
+                break;
+            }
+        };
+        match frame {
+            Frame::Pub {
+                subject,
+                reply,
+                headers,
+                payload,
+            } => {
+                if crate::subject_match::validate_subject(&subject).is_err() {
+                    continue;
+                }
+                let n = bus.publish_with_reply(
+                    &subject,
+                    reply.as_deref(),
+                    Headers(headers),
+                    Bytes::from(payload.into_vec()),
+                );
+                if n == 0
+                    && let Some(reply) = reply
+                {
+                    let mut h = Headers::new();
+                    h.insert(STATUS_HEADER, NO_RESPONDERS);
+                    bus.publish_with_reply(&reply, None, h, Bytes::new());
+                }
+            }
+            Frame::Sub { sid, pattern } => {
+                if crate::subject_match::validate_pattern(&pattern).is_err() {
+                    continue;
+                }
+                let mut sub = bus.subscribe(&pattern);
+                let tx = tx.clone();
+                forwarders.insert(
+                    sid,
+                    tokio::spawn(async move {
+                        while let Some(m) = sub.next().await {
+                            let f = Frame::Msg {
+                                sid,
+                                subject: m.subject,
+                                reply: m.reply,
+                                headers: m.headers.0,
+                                payload: serde_bytes::ByteBuf::from(m.payload.to_vec()),
+                            };
+                            if tx.send(f).is_err() {
+                                break;
+                            }
+                        }
+                    }),
+                );
+            }
+            Frame::Unsub { sid } => {
+                if let Some(h) = forwarders.remove(&sid) {
+                    h.abort();
+                }
+            }
+            Frame::Ping { id } => {
+                let _ = tx.send(Frame::Pong { id });
+            }
+            Frame::Msg { .. } | Frame::Pong { .. } => {}
+        }
+    }
+    for (_, h) in forwarders {
+        h.abort();
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+struct ClientInner {
+    path: PathBuf,
+    tx: mpsc::UnboundedSender<Frame>,
+    subs: Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>,
+    pongs: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    next: AtomicU64,
+}
+
+/// A client of a socket served by `xo up`.
+#[derive(Clone)]
+pub struct SocketBus {
+    inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for SocketBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketBus")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl SocketBus {
+    pub async fn connect(path: &Path) -> BusResult<Self> {
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|e| BusError::Socket {
+                path: path.display().to_string(),
+                source: e,
+            })?;
+        let (mut r, mut w) = stream.into_split();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+        let inner = Arc::new(ClientInner {
+            path: path.to_path_buf(),
+            tx,
+            subs: Mutex::default(),
+            pongs: Mutex::default(),
+            next: AtomicU64::new(1),
+        });
+        tokio::spawn(async move {
+            while let Some(f) = rx.recv().await {
+                if write_frame(&mut w, &f).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            while let Ok(Some(f)) = read_frame(&mut r).await {
+                let Some(inner) = weak.upgrade() else { break };
+                match f {
+                    Frame::Msg {
+                        sid,
+                        subject,
+                        reply,
+                        headers,
+                        payload,
+                    } => {
+                        let tx = inner.subs.lock().ok().and_then(|s| s.get(&sid).cloned());
+                        if let Some(tx) = tx {
+                            let _ = tx.send(Message {
+                                subject,
+                                reply,
+                                headers: Headers(headers),
+                                payload: Bytes::from(payload.into_vec()),
+                            });
+                        }
+                    }
+                    Frame::Pong { id } => {
+                        if let Some(tx) = inner.pongs.lock().ok().and_then(|mut p| p.remove(&id)) {
+                            let _ = tx.send(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // The server went away: close every subscription.
+            if let Some(inner) = weak.upgrade()
+                && let Ok(mut subs) = inner.subs.lock()
+            {
+                subs.clear();
+            }
+        });
+        Ok(Self { inner })
+    }
+
+    fn send(&self, f: Frame) -> BusResult<()> {
+        self.inner.tx.send(f).map_err(|_| BusError::Closed)
+    }
+
+    pub async fn publish_with_reply(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BusResult<()> {
+        self.send(Frame::Pub {
+            subject: subject.to_string(),
+            reply: reply.map(str::to_string),
+            headers: headers.0,
+            payload: serde_bytes::ByteBuf::from(payload.to_vec()),
+        })
+    }
+
+    pub async fn subscribe(&self, pattern: &str) -> BusResult<Subscription> {
+        let sid = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut subs) = self.inner.subs.lock() {
+            subs.insert(sid, tx);
+        }
+        self.send(Frame::Sub {
+            sid,
+            pattern: pattern.to_string(),
+        })?;
+        // Make sure the server registered it before we return.
+        self.flush().await?;
+        let weak = Arc::downgrade(&self.inner);
+        let guard = SubGuard::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                if let Ok(mut subs) = inner.subs.lock() {
+                    subs.remove(&sid);
+                }
+                let _ = inner.tx.send(Frame::Unsub { sid });
+            }
+        });
+        Ok(Subscription::Channel(ChannelSub::new(rx, Some(guard))))
+    }
+
+    pub async fn request(
+        &self,
+        subject: &str,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BusResult<Message> {
+        let inbox = format!(
+            "_INBOX.sock.{}.{}",
+            std::process::id(),
+            self.inner.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut sub = self.subscribe(&inbox).await?;
+        self.publish_with_reply(subject, Some(&inbox), headers, payload)
+            .await?;
+        match tokio::time::timeout(timeout, sub.next()).await {
+            Ok(Some(m)) if m.headers.get(STATUS_HEADER) == Some(NO_RESPONDERS) => {
+                Err(BusError::NoResponders {
+                    subject: subject.to_string(),
+                })
+            }
+            Ok(Some(m)) => Ok(m),
+            Ok(None) => Err(BusError::Closed),
+            Err(_) => Err(BusError::Timeout {
+                subject: subject.to_string(),
+                timeout,
+            }),
+        }
+    }
+
+    /// A round trip to the server: everything sent before has been handled.
+    pub async fn flush(&self) -> BusResult<()> {
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.inner.pongs.lock() {
+            p.insert(id, tx);
+        }
+        self.send(Frame::Ping { id })?;
+        match tokio::time::timeout(Duration::from_secs(5), rx).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(BusError::Closed),
+        }
+    }
+}

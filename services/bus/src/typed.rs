@@ -1,0 +1,116 @@
+//! Typed messages on the bus: versioned messages with a `Content-Type`
+//! header and trace context, control calls, and dead letters.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use xo_proto::Subjects;
+use xo_proto::codec::{self, CONTENT_TYPE, CodecError, Format};
+use xo_proto::control::{ErrorCode, Reply, Request, ServiceError};
+
+use crate::{Bus, BusError, Headers, Message};
+
+/// Header naming why a message was dead-lettered (`too_large`, `undecodable`…).
+pub const DLQ_REASON: &str = "Xo-Dlq-Reason";
+/// Header with the full decode error.
+pub const DLQ_ERROR: &str = "Xo-Dlq-Error";
+
+/// Encodes `value`, sets `Content-Type` and trace context.
+pub fn encode<T: Serialize>(value: &T, format: Format) -> Result<(Headers, Bytes), CodecError> {
+    let bytes = codec::encode(value, format)?;
+    let mut h = Headers::new();
+    h.insert(CONTENT_TYPE, format.content_type());
+    crate::trace::inject(&mut h);
+    Ok((h, Bytes::from(bytes)))
+}
+
+/// Publishes an encoded value.
+pub async fn publish<T: Serialize>(
+    bus: &Bus,
+    subject: &str,
+    value: &T,
+    format: Format,
+) -> Result<(), BusError> {
+    let (h, payload) = encode(value, format).map_err(|e| BusError::Nats(e.to_string()))?;
+    bus.publish(subject, h, payload).await
+}
+
+/// Decodes a versioned message from a bus message.
+pub fn decode<T: xo_proto::Message>(msg: &Message, limit: usize) -> Result<T, CodecError> {
+    codec::decode(&msg.payload, msg.headers.get(CONTENT_TYPE), limit)
+}
+
+/// Sends an undecodable message to `xo.dlq.<subject>` with the reason in headers.
+pub async fn dead_letter(bus: &Bus, subjects: &Subjects, msg: &Message, err: &CodecError) {
+    let mut h = msg.headers.clone();
+    h.insert(DLQ_REASON, err.code());
+    let mut text = err.to_string();
+    text.truncate(1024);
+    h.insert(DLQ_ERROR, text.replace(['\r', '\n'], " "));
+    if let Err(e) = bus
+        .publish(&subjects.dlq(&msg.subject), h, msg.payload.clone())
+        .await
+    {
+        tracing::warn!(subject = %msg.subject, error = %e, "dead letter could not be published");
+    }
+}
+
+/// Errors of a control call.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error("{0}")]
+    Service(#[from] ServiceError),
+}
+
+/// Calls a control API and waits for its typed reply.
+pub async fn call<R: Request>(
+    bus: &Bus,
+    subjects: &Subjects,
+    req: &R,
+    timeout: Duration,
+) -> Result<R::Response, CallError>
+where
+    R::Response: serde::de::DeserializeOwned,
+{
+    let (h, payload) = encode(req, Format::Json)?;
+    let subject = R::subject(subjects);
+    let reply = bus.request(&subject, h, payload, timeout).await?;
+    let reply: Reply<R::Response> = codec::decode_plain(
+        &reply.payload,
+        reply.headers.get(CONTENT_TYPE),
+        64 * 1024 * 1024,
+    )?;
+    Ok(reply.into_result()?)
+}
+
+/// Decodes a control request, or gives the error reply to send back.
+pub fn decode_request<R: Request>(msg: &Message) -> Result<R, ServiceError> {
+    codec::decode_plain(
+        &msg.payload,
+        msg.headers.get(CONTENT_TYPE),
+        codec::DEFAULT_MAX_PAYLOAD,
+    )
+    .map_err(|e| ServiceError::new(ErrorCode::Invalid, e.to_string()))
+}
+
+/// Encodes a control reply as JSON (readable with `nats req`).
+pub fn encode_reply<T: Serialize>(reply: &Reply<T>) -> (Headers, Bytes) {
+    match encode(reply, Format::Json) {
+        Ok(x) => x,
+        Err(e) => {
+            let fallback: Reply<()> =
+                Reply::Err(ServiceError::new(ErrorCode::Internal, e.to_string()));
+            let mut h = Headers::new();
+            h.insert(CONTENT_TYPE, codec::JSON);
+            (
+                h,
+                Bytes::from(serde_json::to_vec(&fallback).unwrap_or_default()),
+            )
+        }
+    }
+}

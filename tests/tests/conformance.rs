@@ -1,0 +1,469 @@
+//! One conformance suite, three transports: in-process, the Unix socket
+//! served by `xo up`, and NATS (a real nats-server per test). The store suite
+//! runs on the file store and on JetStream.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use xo_bus::{Bus, Headers, LocalBus, SocketBus, Store, StoreError};
+use xo_tests::NatsServer;
+
+const T: Duration = Duration::from_secs(5);
+
+/// Keeps whatever the transport needs alive for the test.
+#[allow(dead_code)]
+enum Guard {
+    None,
+    Nats(NatsServer),
+    Socket(tempfile::TempDir, tokio::sync::oneshot::Sender<()>),
+}
+
+async fn transport(kind: &str) -> (Bus, Guard) {
+    match kind {
+        "local" => (Bus::Local(LocalBus::new()), Guard::None),
+        "socket" => {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("bus.sock");
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            xo_bus::socket::serve(LocalBus::new(), &path, async move {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+            let bus = SocketBus::connect(&path).await.unwrap();
+            (Bus::Socket(bus), Guard::Socket(dir, tx))
+        }
+        "nats" => {
+            let server = NatsServer::start();
+            let bus = xo_bus::NatsBus::connect(&server.url(), Default::default())
+                .await
+                .unwrap();
+            (Bus::Nats(bus), Guard::Nats(server))
+        }
+        other => panic!("unknown transport {other}"),
+    }
+}
+
+async fn second_client(bus: &Bus, guard: &Guard) -> Bus {
+    match (bus, guard) {
+        (Bus::Local(b), _) => Bus::Local(b.clone()),
+        (Bus::Socket(_), Guard::Socket(dir, _)) => Bus::Socket(
+            SocketBus::connect(&dir.path().join("bus.sock"))
+                .await
+                .unwrap(),
+        ),
+        (Bus::Nats(_), Guard::Nats(s)) => Bus::Nats(
+            xo_bus::NatsBus::connect(&s.url(), Default::default())
+                .await
+                .unwrap(),
+        ),
+        _ => unreachable!(),
+    }
+}
+
+async fn recv(sub: &mut xo_bus::Subscription) -> xo_bus::Message {
+    tokio::time::timeout(T, sub.next())
+        .await
+        .expect("message within 5 s")
+        .expect("subscription open")
+}
+
+async fn pubsub_with_wildcards_and_headers(kind: &str) {
+    let (bus, guard) = transport(kind).await;
+    let other = second_client(&bus, &guard).await;
+    let mut star = bus.subscribe("xo.salute.*").await.unwrap();
+    let mut tail = bus.subscribe("xo.>").await.unwrap();
+    other.flush().await.unwrap();
+    let mut h = Headers::new();
+    h.insert("Content-Type", "application/json");
+    h.insert(
+        "traceparent",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    );
+    other
+        .publish("xo.salute.u1", h.clone(), Bytes::from_static(b"{}"))
+        .await
+        .unwrap();
+    other
+        .publish("xo.steer.u1", Headers::new(), Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    other
+        .publish(
+            "xo.salute.u1.extra",
+            Headers::new(),
+            Bytes::from_static(b"y"),
+        )
+        .await
+        .unwrap();
+    other.flush().await.unwrap();
+    let m = recv(&mut star).await;
+    assert_eq!(m.subject, "xo.salute.u1");
+    assert_eq!(m.payload, Bytes::from_static(b"{}"));
+    assert_eq!(m.headers.get("content-type"), Some("application/json"));
+    assert_eq!(m.headers.get("traceparent"), h.get("traceparent"));
+    let subjects: Vec<String> = [
+        recv(&mut tail).await,
+        recv(&mut tail).await,
+        recv(&mut tail).await,
+    ]
+    .into_iter()
+    .map(|m| m.subject)
+    .collect();
+    assert_eq!(
+        subjects,
+        ["xo.salute.u1", "xo.steer.u1", "xo.salute.u1.extra"],
+        "in publish order"
+    );
+    // `*` matched one token only: nothing else arrives on `star`.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), star.next())
+            .await
+            .is_err()
+    );
+}
+
+async fn request_reply_and_errors(kind: &str) {
+    let (bus, guard) = transport(kind).await;
+    let server = second_client(&bus, &guard).await;
+    let mut sub = server.subscribe("svc.echo").await.unwrap();
+    server.flush().await.unwrap();
+    let responder = server.clone();
+    tokio::spawn(async move {
+        while let Some(m) = sub.next().await {
+            let mut h = Headers::new();
+            h.insert("X-Echo", "1");
+            let body = [b"echo:".as_slice(), &m.payload].concat();
+            responder
+                .publish(m.reply.as_deref().unwrap(), h, Bytes::from(body))
+                .await
+                .unwrap();
+        }
+    });
+    let reply = bus
+        .request("svc.echo", Headers::new(), Bytes::from_static(b"hi"), T)
+        .await
+        .unwrap();
+    assert_eq!(reply.payload, Bytes::from_static(b"echo:hi"));
+    assert_eq!(reply.headers.get("x-echo"), Some("1"));
+
+    let err = bus
+        .request("svc.nobody", Headers::new(), Bytes::new(), T)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, xo_bus::BusError::NoResponders { .. }),
+        "{err}"
+    );
+
+    let _silent = server.subscribe("svc.silent").await.unwrap();
+    server.flush().await.unwrap();
+    let err = bus
+        .request(
+            "svc.silent",
+            Headers::new(),
+            Bytes::new(),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, xo_bus::BusError::Timeout { .. }), "{err}");
+
+    let err = bus
+        .publish("bad subject", Headers::new(), Bytes::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("whitespace"), "{err}");
+    assert!(bus.subscribe("a.>.b").await.is_err());
+}
+
+async fn unsubscribe_on_drop(kind: &str) {
+    let (bus, guard) = transport(kind).await;
+    let other = second_client(&bus, &guard).await;
+    let sub = bus.subscribe("drop.me").await.unwrap();
+    drop(sub);
+    bus.flush().await.unwrap();
+    let err = other
+        .request(
+            "drop.me",
+            Headers::new(),
+            Bytes::new(),
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, xo_bus::BusError::NoResponders { .. }),
+        "{err}"
+    );
+}
+
+async fn control_service(kind: &str) {
+    let (bus, guard) = transport(kind).await;
+    let client = second_client(&bus, &guard).await;
+    let mut ep = bus
+        .serve(xo_bus::ServiceSpec {
+            name: "xo-test".into(),
+            version: "0.1.0".into(),
+            description: "conformance".into(),
+            group: "xo.ctl.test".into(),
+            verbs: vec!["a".into(), "b".into()],
+        })
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        while let Some(req) = ep.next().await {
+            let body = Bytes::from(req.verb().to_string());
+            req.respond(Headers::new(), body).await.unwrap();
+        }
+    });
+    bus.flush().await.unwrap();
+    for verb in ["a", "b"] {
+        let r = client
+            .request(
+                &format!("xo.ctl.test.{verb}"),
+                Headers::new(),
+                Bytes::new(),
+                T,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.payload, Bytes::from(verb));
+    }
+    if kind == "nats" {
+        let r = client
+            .request("$SRV.PING.xo-test", Headers::new(), Bytes::new(), T)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+        assert_eq!(v["name"], "xo-test");
+        let r = client
+            .request("$SRV.STATS.xo-test", Headers::new(), Bytes::new(), T)
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+        let requests: u64 = v["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["num_requests"].as_u64().unwrap())
+            .sum();
+        assert_eq!(requests, 2);
+    }
+}
+
+macro_rules! conformance {
+    ($($name:ident),*) => {
+        mod local { $( #[tokio::test] async fn $name() { super::$name("local").await } )* }
+        mod socket { $( #[tokio::test] async fn $name() { super::$name("socket").await } )* }
+        mod nats { $( #[tokio::test] async fn $name() { super::$name("nats").await } )* }
+    };
+}
+
+conformance!(
+    pubsub_with_wildcards_and_headers,
+    request_reply_and_errors,
+    unsubscribe_on_drop,
+    control_service
+);
+
+// ---- store ----
+
+async fn store_kv_revisions_and_cas(store: Store) {
+    assert_eq!(store.get("units", "u1").await.unwrap(), None);
+    let r1 = store
+        .create("units", "u1", Bytes::from_static(b"a"))
+        .await
+        .unwrap();
+    let err = store
+        .create("units", "u1", Bytes::from_static(b"b"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Exists { .. }), "{err}");
+    let r2 = store
+        .update("units", "u1", Bytes::from_static(b"b"), r1)
+        .await
+        .unwrap();
+    assert!(r2 > r1);
+    let err = store
+        .update("units", "u1", Bytes::from_static(b"c"), r1)
+        .await
+        .unwrap_err();
+    match &err {
+        StoreError::Conflict {
+            expected,
+            found,
+            key,
+            ..
+        } => {
+            assert_eq!((*expected, *found, key.as_str()), (r1, r2, "u1"));
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+    let e = store.get("units", "u1").await.unwrap().unwrap();
+    assert_eq!((e.value, e.revision), (Bytes::from_static(b"b"), r2));
+    store
+        .put("units", "u2", Bytes::from_static(b"z"))
+        .await
+        .unwrap();
+    assert_eq!(store.keys("units").await.unwrap(), ["u1", "u2"]);
+    store.delete("units", "u1").await.unwrap();
+    assert_eq!(store.get("units", "u1").await.unwrap(), None);
+    assert_eq!(store.keys("units").await.unwrap(), ["u2"]);
+    let err = store
+        .put("units", "bad key", Bytes::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid key \"bad key\""), "{err}");
+}
+
+async fn store_log_appends_in_order(store: Store) {
+    for i in 1..=5u8 {
+        assert_eq!(
+            store.append("audit", Bytes::from(vec![i])).await.unwrap(),
+            i as u64
+        );
+    }
+    let all = store.read("audit", 1, 100).await.unwrap();
+    assert_eq!(
+        all.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    let some = store.read("audit", 3, 2).await.unwrap();
+    assert_eq!(
+        some,
+        vec![(3, Bytes::from(vec![3])), (4, Bytes::from(vec![4]))]
+    );
+    assert!(store.read("audit", 6, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn file_store_kv() {
+    let dir = tempfile::tempdir().unwrap();
+    store_kv_revisions_and_cas(Store::File(xo_bus::FileStore::open(dir.path()).unwrap())).await;
+}
+
+#[tokio::test]
+async fn file_store_log() {
+    let dir = tempfile::tempdir().unwrap();
+    store_log_appends_in_order(Store::File(xo_bus::FileStore::open(dir.path()).unwrap())).await;
+}
+
+async fn nats_store(server: &NatsServer) -> Store {
+    let bus = xo_bus::NatsBus::connect(&server.url(), Default::default())
+        .await
+        .unwrap();
+    Store::Nats(xo_bus::NatsStore::new(bus.client().clone(), "xo"))
+}
+
+#[tokio::test]
+async fn nats_store_kv() {
+    let server = NatsServer::start();
+    store_kv_revisions_and_cas(nats_store(&server).await).await;
+}
+
+#[tokio::test]
+async fn nats_store_log() {
+    let server = NatsServer::start();
+    store_log_appends_in_order(nats_store(&server).await).await;
+}
+
+#[tokio::test]
+async fn file_store_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = xo_bus::FileStore::open(dir.path()).unwrap();
+    let s = Store::File(store);
+    let rev = s
+        .put("units", "u1", Bytes::from_static(b"kept"))
+        .await
+        .unwrap();
+    s.append("audit", Bytes::from_static(b"one")).await.unwrap();
+    drop(s);
+    let s = Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
+    let e = s.get("units", "u1").await.unwrap().unwrap();
+    assert_eq!((e.value, e.revision), (Bytes::from_static(b"kept"), rev));
+    assert_eq!(
+        s.append("audit", Bytes::from_static(b"two")).await.unwrap(),
+        2
+    );
+    let next = s
+        .put("units", "u1", Bytes::from_static(b"again"))
+        .await
+        .unwrap();
+    assert!(next > rev, "revisions keep increasing across restarts");
+}
+
+#[tokio::test]
+async fn file_store_cuts_a_torn_tail_and_names_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
+    s.put("units", "u1", Bytes::from_static(b"one"))
+        .await
+        .unwrap();
+    s.put("units", "u2", Bytes::from_static(b"two"))
+        .await
+        .unwrap();
+    drop(s);
+    let path = dir.path().join("kv").join("units.kv");
+    let mut data = std::fs::read(&path).unwrap();
+    let full = data.len();
+    // A crash mid-write: half a record at the end.
+    data.extend_from_slice(&[40, 0, 0, 0, 1, 2]);
+    std::fs::write(&path, &data).unwrap();
+    let s = Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
+    assert_eq!(s.keys("units").await.unwrap(), ["u1", "u2"]);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len() as usize,
+        full,
+        "torn tail cut off"
+    );
+    drop(s);
+    // A flipped byte in the first record: an error naming file and offset.
+    let mut data = std::fs::read(&path).unwrap();
+    data[10] ^= 0xff;
+    std::fs::write(&path, &data).unwrap();
+    let s = Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
+    let err = s.get("units", "u1").await.unwrap_err().to_string();
+    assert!(
+        err.contains("units.kv") && err.contains("at byte 0") && err.contains("checksum"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        data,
+        "a corrupt file is left untouched"
+    );
+}
+
+#[tokio::test]
+async fn nats_bus_reconnects_after_a_server_restart() {
+    let mut server = NatsServer::start();
+    let bus = Bus::Nats(
+        xo_bus::NatsBus::connect(&server.url(), Default::default())
+            .await
+            .unwrap(),
+    );
+    let mut sub = bus.subscribe("xo.salute.*").await.unwrap();
+    bus.flush().await.unwrap();
+    server.restart();
+    // Publish until the restored subscription delivers again.
+    let got = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let _ = bus
+                .publish("xo.salute.u1", Headers::new(), Bytes::from_static(b"after"))
+                .await;
+            if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await
+            {
+                return m;
+            }
+        }
+    })
+    .await
+    .expect("resubscribed after restart");
+    assert_eq!(got.payload, Bytes::from_static(b"after"));
+    let store = nats_store(&server).await;
+    store
+        .put("units", "u1", Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+}
