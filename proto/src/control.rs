@@ -155,3 +155,30 @@ pub struct UnitDetail {
     pub report: Option<SaluteReport>,
     pub recent_steering: Vec<Steering>,
 }
+
+/// The supervisor's counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SupervisorStats {}
+
+impl Request for SupervisorStats {
+    const SERVICE: &'static str = SUPERVISOR;
+    const VERB: &'static str = "stats";
+    type Response = StatsReply;
+}
+
+/// Counters since the supervisor started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsReply {
+    /// Reports received (bus and files).
+    pub reports: u64,
+    pub heartbeats: u64,
+    /// Reports run through the radio check.
+    pub evaluated: u64,
+    /// Reports ignored as duplicates or out of order.
+    pub duplicates: u64,
+    /// Messages sent to the dead-letter subject.
+    pub dead_letters: u64,
+    pub steering: u64,
+    pub units: u64,
+    pub watcher_restarts: u64,
+}

@@ -1,0 +1,362 @@
+//! Layered configuration: defaults → file → environment → flags.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use xo_proto::Format;
+use xo_radio::{RoleProfile, Roles};
+
+/// Errors name the key (or file) that is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Load(String),
+    #[error("config key {key}: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct XoConfig {
+    pub org: OrgConfig,
+    pub nats: NatsConfig,
+    pub state: StateConfig,
+    pub wire: WireConfig,
+    pub telemetry: TelemetryConfig,
+    pub supervisor: SupervisorConfig,
+    /// Role profiles by name; `default` applies to roles not listed.
+    pub roles: BTreeMap<String, RoleProfile>,
+}
+
+impl Default for XoConfig {
+    fn default() -> Self {
+        let mut roles = BTreeMap::new();
+        roles.insert("default".to_string(), RoleProfile::default());
+        Self {
+            org: OrgConfig::default(),
+            nats: NatsConfig::default(),
+            state: StateConfig::default(),
+            wire: WireConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            roles,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OrgConfig {
+    /// Subject prefix; several organisations can share one NATS.
+    pub prefix: String,
+}
+
+impl Default for OrgConfig {
+    fn default() -> Self {
+        Self {
+            prefix: xo_proto::subject::DEFAULT_PREFIX.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// Empty: the embedded in-process bus.
+    pub url: String,
+    pub user: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateConfig {
+    /// Where the embedded store and the bus socket live.
+    pub dir: PathBuf,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from(".xo"),
+        }
+    }
+}
+
+impl StateConfig {
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join("bus.sock")
+    }
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WireConfig {
+    /// What XO sends: `msgpack` (default) or `json`. Both are always accepted.
+    pub format: Format,
+    /// Largest payload accepted, in bytes.
+    pub max_payload: usize,
+}
+
+impl Default for WireConfig {
+    fn default() -> Self {
+        Self {
+            format: Format::Msgpack,
+            max_payload: xo_proto::codec::DEFAULT_MAX_PAYLOAD,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    pub log_format: LogFormat,
+    /// A `tracing` filter, e.g. `info` or `xo_supervisor=debug,info`; `RUST_LOG` wins.
+    pub log_level: String,
+    /// OTLP/gRPC endpoint, e.g. `http://localhost:4317`; empty: no export.
+    pub otlp_endpoint: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log_format: LogFormat::Pretty,
+            log_level: "info".into(),
+            otlp_endpoint: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupervisorConfig {
+    /// With supervision disabled the supervisor subscribes to nothing and starts no timers.
+    pub enabled: bool,
+    /// A unit with no report or heartbeat for this long is stale.
+    pub stale_after_ms: u64,
+    /// How often liveness is checked.
+    pub tick_ms: u64,
+    /// How often unit state is written to the store (writes are coalesced).
+    pub flush_interval_ms: u64,
+    /// Watcher restarts allowed within `restart_window_ms` before escalating.
+    pub max_restarts: u32,
+    pub restart_window_ms: u64,
+    /// Macrocosm file mode: a shared volume with `reports/` and `steering/`; empty: off.
+    pub volume: String,
+    /// How often the volume's reports are polled.
+    pub file_poll_ms: u64,
+    /// Steering messages kept per unit for `xo units UNIT`.
+    pub steering_history: usize,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            stale_after_ms: 30_000,
+            tick_ms: 1_000,
+            flush_interval_ms: 200,
+            max_restarts: 5,
+            restart_window_ms: 10_000,
+            volume: String::new(),
+            file_poll_ms: 500,
+            steering_history: 20,
+        }
+    }
+}
+
+impl XoConfig {
+    /// Loads defaults → `file` (or `./xo.toml` if present) → `XO__SECTION__KEY`
+    /// environment → `overrides` (`section.key`, value), then validates.
+    pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
+        let load = |e: config::ConfigError| ConfigError::Load(e.to_string());
+        let defaults = config::Config::try_from(&XoConfig::default()).map_err(load)?;
+        let mut b = config::Config::builder().add_source(defaults);
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(ConfigError::Load(format!(
+                        "config file {} does not exist",
+                        path.display()
+                    )));
+                }
+                b = b.add_source(config::File::from(path).format(config::FileFormat::Toml));
+            }
+            None => {
+                b = b.add_source(
+                    config::File::with_name("xo.toml")
+                        .format(config::FileFormat::Toml)
+                        .required(false),
+                );
+            }
+        }
+        b = b.add_source(
+            config::Environment::with_prefix("XO")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        );
+        for (k, v) in overrides {
+            b = b.set_override(k.as_str(), v.as_str()).map_err(load)?;
+        }
+        let cfg: XoConfig = b.build().map_err(load)?.try_deserialize().map_err(load)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            key: key.to_string(),
+            reason,
+        };
+        xo_proto::Subjects::validate_prefix(&self.org.prefix)
+            .map_err(|r| invalid("org.prefix", r))?;
+        if self.wire.max_payload < 1024 {
+            return Err(invalid(
+                "wire.max_payload",
+                format!(
+                    "{} bytes is too small (at least 1024)",
+                    self.wire.max_payload
+                ),
+            ));
+        }
+        let s = &self.supervisor;
+        for (key, v) in [
+            ("supervisor.stale_after_ms", s.stale_after_ms),
+            ("supervisor.tick_ms", s.tick_ms),
+            ("supervisor.flush_interval_ms", s.flush_interval_ms),
+            ("supervisor.restart_window_ms", s.restart_window_ms),
+            ("supervisor.file_poll_ms", s.file_poll_ms),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be greater than 0".into()));
+            }
+        }
+        if !self.nats.url.is_empty()
+            && !(self.nats.url.starts_with("nats://")
+                || self.nats.url.starts_with("tls://")
+                || self.nats.url.starts_with("ws://")
+                || self.nats.url.starts_with("wss://"))
+        {
+            return Err(invalid(
+                "nats.url",
+                format!(
+                    "{:?} is not a nats://, tls://, ws:// or wss:// URL",
+                    self.nats.url
+                ),
+            ));
+        }
+        for (name, profile) in &self.roles {
+            profile
+                .doctrine
+                .validate()
+                .map_err(|r| ConfigError::Invalid {
+                    key: format!("roles.{name}.{}", r.split_whitespace().next().unwrap_or("")),
+                    reason: r,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Role profiles for the radio check.
+    pub fn roles(&self) -> Roles {
+        let mut by_name = self.roles.clone();
+        let default = by_name.remove("default").unwrap_or_default();
+        Roles::new(default, by_name)
+    }
+
+    pub fn subjects(&self) -> xo_proto::Subjects {
+        xo_proto::Subjects::new(&self.org.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_toml(text: &str) -> Result<XoConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("xo.toml");
+        std::fs::write(&p, text).unwrap();
+        XoConfig::load(Some(&p), &[])
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        XoConfig::default().validate().unwrap();
+        assert_eq!(XoConfig::default().supervisor.stale_after_ms, 30_000);
+    }
+
+    #[test]
+    fn file_then_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("xo.toml");
+        std::fs::write(
+            &p,
+            "[supervisor]\nstale_after_ms = 5000\n[roles.coder.doctrine]\ncooldown_turns = 5\nexempt_tools = [\"wait\"]\n[roles.coder.pace_plan.contingent]\ndescription = \"ask the reviewer\"\n",
+        )
+        .unwrap();
+        let cfg = XoConfig::load(Some(&p), &[("supervisor.tick_ms".into(), "250".into())]).unwrap();
+        assert_eq!(cfg.supervisor.stale_after_ms, 5000);
+        assert_eq!(cfg.supervisor.tick_ms, 250);
+        let roles = cfg.roles();
+        assert_eq!(roles.get("coder").doctrine.cooldown_turns, 5);
+        assert_eq!(roles.get("coder").doctrine.exempt_tools, vec!["wait"]);
+        assert_eq!(
+            roles.get("coder").pace_plan.contingent.description,
+            "ask the reviewer"
+        );
+        assert_eq!(
+            roles.get("other").doctrine.cooldown_turns,
+            3,
+            "unlisted roles get the default"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = load_toml("[supervisor]\nstale_after_ms = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.stale_after_ms"), "{e}");
+        let e = load_toml("[supervisor]\nstale_afterr_ms = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stale_afterr_ms"), "{e}");
+        let e = load_toml("[org]\nprefix = \"a b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("org.prefix"), "{e}");
+        let e = load_toml("[roles.coder.doctrine]\ncontext_warning = 1.5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("roles.coder.doctrine.context_warning"), "{e}");
+        let e = load_toml("[nats]\nurl = \"http://x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nats.url"), "{e}");
+        let e = load_toml("[supervisor\n").unwrap_err().to_string();
+        assert!(e.contains("xo.toml"), "{e}");
+        let missing = XoConfig::load(Some(Path::new("/nonexistent/xo.toml")), &[]).unwrap_err();
+        assert!(missing.to_string().contains("/nonexistent/xo.toml"));
+    }
+
+    #[test]
+    fn shipped_example_config_is_valid() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/xo.toml");
+        let cfg = XoConfig::load(Some(&p), &[]).unwrap();
+        assert!(cfg.roles.contains_key("coder"));
+    }
+}

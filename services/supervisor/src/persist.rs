@@ -1,0 +1,165 @@
+//! Coalesced persistence of unit state. Watchers hand their latest record to
+//! the [`Persister`]; a flusher writes the newest record of each dirty unit
+//! every `flush_interval_ms`, so ingest is never bounded by store writes.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tracing::{error, warn};
+use xo_bus::Store;
+use xo_proto::{Health, SaluteReport, Steering};
+use xo_radio::UnitState;
+
+/// The bucket unit state lives in.
+pub const BUCKET: &str = "units";
+
+/// Everything the supervisor knows about one unit; survives a restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnitRecord {
+    pub unit: String,
+    pub role: String,
+    /// The XO's verdict.
+    pub health: Health,
+    /// The unit's own verdict in its last report.
+    pub self_health: Health,
+    pub stale: bool,
+    pub last_seen: u64,
+    pub report: Option<SaluteReport>,
+    pub radio: UnitState,
+    pub steering: VecDeque<Steering>,
+    pub steering_sent: u64,
+    pub restarts: u32,
+}
+
+impl UnitRecord {
+    pub fn new(unit: &str, role: &str, now: u64) -> Self {
+        Self {
+            unit: unit.to_string(),
+            role: role.to_string(),
+            health: Health::Green,
+            self_health: Health::Green,
+            stale: false,
+            last_seen: now,
+            report: None,
+            radio: UnitState::default(),
+            steering: VecDeque::new(),
+            steering_sent: 0,
+            restarts: 0,
+        }
+    }
+}
+
+/// Coalesces writes: only the newest record of a unit is written.
+#[derive(Debug, Clone)]
+pub struct Persister {
+    store: Store,
+    dirty: Arc<Mutex<HashMap<String, Bytes>>>,
+    /// Serialises flushes (the periodic one and the final one).
+    flushing: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Persister {
+    pub fn new(store: Store) -> Self {
+        Self {
+            store,
+            dirty: Arc::default(),
+            flushing: Arc::default(),
+        }
+    }
+
+    /// Marks a unit dirty with its newest record.
+    pub fn save(&self, record: &UnitRecord) {
+        match rmp_serde_encode(record) {
+            Ok(bytes) => {
+                if let Ok(mut d) = self.dirty.lock() {
+                    d.insert(record.unit.clone(), bytes);
+                }
+            }
+            Err(e) => error!(unit = %record.unit, error = %e, "unit record could not be encoded"),
+        }
+    }
+
+    /// The newest record of a unit: pending, else stored.
+    pub async fn latest(&self, unit: &str) -> Option<UnitRecord> {
+        let pending = self.dirty.lock().ok().and_then(|d| d.get(unit).cloned());
+        let bytes = match pending {
+            Some(b) => b,
+            None => match self.store.get(BUCKET, unit).await {
+                Ok(Some(e)) => e.value,
+                Ok(None) => return None,
+                Err(e) => {
+                    warn!(unit, error = %e, "unit state could not be read");
+                    return None;
+                }
+            },
+        };
+        decode(unit, &bytes).ok()
+    }
+
+    /// Writes every dirty record.
+    pub async fn flush(&self) {
+        let _one = self.flushing.lock().await;
+        let batch: Vec<(String, Bytes)> = match self.dirty.lock() {
+            Ok(mut d) => d.drain().collect(),
+            Err(_) => return,
+        };
+        for (unit, bytes) in batch {
+            if let Err(e) = self.store.put(BUCKET, &unit, bytes.clone()).await {
+                warn!(unit = %unit, error = %e, "unit state write failed; will retry");
+                if let Ok(mut d) = self.dirty.lock() {
+                    d.entry(unit).or_insert(bytes);
+                }
+            }
+        }
+    }
+
+    pub fn spawn_flusher(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                t.tick().await;
+                me.flush().await;
+            }
+        })
+    }
+}
+
+fn rmp_serde_encode(record: &UnitRecord) -> Result<Bytes, String> {
+    xo_proto::codec::encode(record, xo_proto::Format::Msgpack)
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
+}
+
+fn decode(unit: &str, bytes: &[u8]) -> Result<UnitRecord, String> {
+    xo_proto::codec::decode_plain::<UnitRecord>(bytes, None, usize::MAX)
+        .map_err(|e| format!("{BUCKET}/{unit}: {e}"))
+}
+
+/// Loads every stored unit. A corrupt record is logged with its key and
+/// skipped; it never stops the supervisor.
+pub async fn load_all(store: &Store) -> Vec<UnitRecord> {
+    let keys = match store.keys(BUCKET).await {
+        Ok(k) => k,
+        Err(e) => {
+            error!(error = %e, "unit state could not be listed; starting empty");
+            return vec![];
+        }
+    };
+    let mut out = Vec::new();
+    for key in keys {
+        match store.get(BUCKET, &key).await {
+            Ok(Some(e)) => match decode(&key, &e.value) {
+                Ok(r) => out.push(r),
+                Err(e) => error!(key = %key, error = %e, "corrupt unit state skipped"),
+            },
+            Ok(None) => {}
+            Err(e) => error!(key = %key, error = %e, "unit state could not be read"),
+        }
+    }
+    out
+}

@@ -1,0 +1,215 @@
+//! One watcher actor per unit: runs the radio check on each report, sends
+//! steering, tracks liveness, and hands its state to the persister.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::{Instrument, debug, info, info_span, warn};
+use xo_bus::{Headers, typed};
+use xo_proto::control::{SteerUnit, UnitDetail, UnitSummary};
+use xo_proto::steering::STEERING_TAG;
+use xo_proto::{AnomalyKind, Evidence, Health, Heartbeat, SaluteReport, Steering, SteeringSource};
+use xo_radio::Radio;
+
+use crate::Ctx;
+use crate::persist::UnitRecord;
+
+pub enum WatcherMsg {
+    Report(Box<SaluteReport>, Headers),
+    Heartbeat(Heartbeat),
+    Tick(u64, Option<RpcReplyPort<()>>),
+    Summary(RpcReplyPort<UnitSummary>),
+    Detail(RpcReplyPort<UnitDetail>),
+    Operator(SteerUnit, RpcReplyPort<Steering>),
+}
+
+pub struct Watcher;
+
+pub struct WatcherArgs {
+    pub ctx: Arc<Ctx>,
+    pub unit: String,
+    /// State to resume from (after a supervisor or watcher restart).
+    pub record: Option<UnitRecord>,
+    pub restarts: u32,
+}
+
+pub struct WatcherState {
+    ctx: Arc<Ctx>,
+    rec: UnitRecord,
+}
+
+impl WatcherState {
+    fn summary(&self) -> UnitSummary {
+        let r = &self.rec;
+        UnitSummary {
+            unit: r.unit.clone(),
+            role: r.role.clone(),
+            health: r.health,
+            self_health: r.self_health,
+            stale: r.stale,
+            turn: r.report.as_ref().map_or(0, |x| x.time.turn),
+            seq: r.report.as_ref().map_or(0, |x| x.time.seq),
+            last_seen: r.last_seen,
+            task_id: r.report.as_ref().and_then(|x| x.activity.task_id.clone()),
+            context_fill: r.report.as_ref().map_or(0.0, |x| x.size.fill()),
+            steering_sent: r.steering_sent,
+            restarts: r.restarts,
+        }
+    }
+
+    async fn send(&mut self, s: Steering) {
+        let ctx = &self.ctx;
+        let subject = ctx.subjects.steer(&s.unit);
+        info!(unit = %s.unit, kind = %s.kind, severity = %s.severity, turn = s.turn, "steering sent");
+        if let Err(e) = typed::publish(&ctx.bus, &subject, &s, ctx.cfg.wire.format).await {
+            warn!(unit = %s.unit, error = %e, "steering could not be published");
+        }
+        if let Some(volume) = &ctx.volume {
+            crate::files::append_steering(volume, &s).await;
+        }
+        ctx.counters.steering.fetch_add(1, Ordering::Relaxed);
+        self.rec.steering_sent += 1;
+        self.rec.steering.push_back(s);
+        while self.rec.steering.len() > ctx.cfg.supervisor.steering_history {
+            self.rec.steering.pop_front();
+        }
+    }
+
+    async fn on_report(&mut self, report: SaluteReport) {
+        let ctx = self.ctx.clone();
+        let now = ctx.clock.now_ms();
+        self.rec.last_seen = now;
+        self.rec.stale = false;
+        self.rec.role = report.unit.role.clone();
+        let profile = ctx.roles.get(&report.unit.role);
+        let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
+        if a.duplicate {
+            ctx.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+            debug!(unit = %report.unit.unit, seq = report.time.seq, "duplicate report ignored");
+            return;
+        }
+        ctx.counters.evaluated.fetch_add(1, Ordering::Relaxed);
+        if !a.suppressed.is_empty() {
+            debug!(unit = %report.unit.unit, turn = report.time.turn, suppressed = ?a.suppressed, "steering suppressed by cooldown");
+        }
+        self.rec.health = a.health;
+        self.rec.self_health = report.status.health;
+        if a.corrected {
+            debug!(unit = %report.unit.unit, reported = ?report.status.health, assessed = ?a.health, "health corrected");
+        }
+        self.rec.report = Some(report);
+        for s in a.steering {
+            self.send(s).await;
+        }
+        ctx.persist.save(&self.rec);
+    }
+}
+
+impl Actor for Watcher {
+    type Msg = WatcherMsg;
+    type State = WatcherState;
+    type Arguments = WatcherArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<WatcherMsg>,
+        args: WatcherArgs,
+    ) -> Result<WatcherState, ActorProcessingErr> {
+        let now = args.ctx.clock.now_ms();
+        let mut rec = args
+            .record
+            .unwrap_or_else(|| UnitRecord::new(&args.unit, "", now));
+        // A resumed unit gets a full stale window from now.
+        rec.last_seen = now;
+        rec.restarts = rec.restarts.max(args.restarts);
+        Ok(WatcherState { ctx: args.ctx, rec })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<WatcherMsg>,
+        msg: WatcherMsg,
+        state: &mut WatcherState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            WatcherMsg::Report(report, headers) => {
+                let span = info_span!(
+                    "radio.check",
+                    unit = %report.unit.unit,
+                    task = report.activity.task_id.as_deref().unwrap_or(""),
+                    turn = report.time.turn,
+                    seq = report.time.seq,
+                );
+                xo_bus::trace::link(&span, &headers);
+                state.on_report(*report).instrument(span).await;
+            }
+            WatcherMsg::Heartbeat(hb) => {
+                state.rec.last_seen = state.ctx.clock.now_ms();
+                if state.rec.stale {
+                    info!(unit = %hb.unit, "unit alive again");
+                    state.rec.stale = false;
+                }
+                if state.rec.role.is_empty() {
+                    state.rec.role = hb.role;
+                }
+                state.ctx.persist.save(&state.rec);
+            }
+            WatcherMsg::Tick(now, port) => {
+                let stale_after = state.ctx.cfg.supervisor.stale_after_ms;
+                let silent = now.saturating_sub(state.rec.last_seen);
+                if !state.rec.stale && silent >= stale_after {
+                    state.rec.stale = true;
+                    state.rec.health = Health::Red;
+                    warn!(unit = %state.rec.unit, silent_ms = silent, "unit is stale");
+                    let turn = state.rec.report.as_ref().map_or(0, |r| r.time.turn);
+                    let s = Radio::stale(&state.rec.unit, silent, stale_after, turn, now);
+                    state.send(s).await;
+                    state.ctx.persist.save(&state.rec);
+                }
+                if let Some(p) = port {
+                    let _ = p.send(());
+                }
+            }
+            WatcherMsg::Summary(port) => {
+                let _ = port.send(state.summary());
+            }
+            WatcherMsg::Detail(port) => {
+                let _ = port.send(UnitDetail {
+                    summary: state.summary(),
+                    report: state.rec.report.clone(),
+                    recent_steering: state.rec.steering.iter().cloned().collect(),
+                });
+            }
+            WatcherMsg::Operator(req, port) => {
+                let now = state.ctx.clock.now_ms();
+                let text = req.message.trim();
+                let message = if text.starts_with(STEERING_TAG) {
+                    text.to_string()
+                } else {
+                    format!("{STEERING_TAG} {text}")
+                };
+                let turn = state.rec.report.as_ref().map_or(0, |r| r.time.turn);
+                let s = Steering {
+                    v: xo_proto::PROTOCOL_VERSION,
+                    unit: state.rec.unit.clone(),
+                    id: format!("{}-{turn}-operator-{now}", state.rec.unit),
+                    kind: AnomalyKind::Operator,
+                    severity: req.severity,
+                    message,
+                    turn,
+                    at: now,
+                    evidence: Evidence {
+                        rule: "operator".into(),
+                        ..Default::default()
+                    },
+                    source: SteeringSource::Operator,
+                };
+                state.send(s.clone()).await;
+                state.ctx.persist.save(&state.rec);
+                let _ = port.send(s);
+            }
+        }
+        Ok(())
+    }
+}
