@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 pub struct NatsServer {
     child: Option<Child>,
     port: u16,
+    monitor_port: u16,
     store: tempfile::TempDir,
     config: Option<PathBuf>,
 }
@@ -26,10 +27,15 @@ fn binary() -> String {
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port on 127.0.0.1")
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct free ports (the listeners are held together, so no two are equal).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("no free port on 127.0.0.1"))
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().expect("bound address").port())
 }
 
 impl NatsServer {
@@ -40,9 +46,11 @@ impl NatsServer {
     /// Starts with a config file (accounts, permissions); port and store
     /// still come from the guard.
     pub fn start_with(config: Option<PathBuf>) -> Self {
+        let [port, monitor_port] = free_ports::<2>();
         let mut s = Self {
             child: None,
-            port: free_port(),
+            port,
+            monitor_port,
             store: tempfile::tempdir().expect("temp dir for the nats store"),
             config,
         };
@@ -60,6 +68,8 @@ impl NatsServer {
             "127.0.0.1",
             "-p",
             &self.port.to_string(),
+            "-m",
+            &self.monitor_port.to_string(),
             "-js",
             "-sd",
         ])
@@ -74,7 +84,9 @@ impl NatsServer {
         });
         self.child = Some(child);
         let begun = Instant::now();
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err()
+            || TcpStream::connect(("127.0.0.1", self.monitor_port)).is_err()
+        {
             assert!(
                 begun.elapsed() < Duration::from_secs(20),
                 "nats-server did not listen on port {}",
@@ -90,6 +102,17 @@ impl NatsServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// GET on the monitoring port (`/connz?subs=1`, `/varz`…), parsed as JSON.
+    pub fn monitor(&self, path: &str) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(("127.0.0.1", self.monitor_port)).expect("monitor port");
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("monitor request");
+        let mut body = String::new();
+        s.read_to_string(&mut body).expect("monitor response");
+        let json = body.split("\r\n\r\n").nth(1).unwrap_or("");
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("monitor {path}: {e}: {body}"))
     }
 
     /// Kills the server (keeps the store).

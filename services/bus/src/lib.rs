@@ -342,6 +342,15 @@ impl Subscription {
         }
     }
 
+    /// A message already received, without waiting.
+    pub fn try_next(&mut self) -> Option<Message> {
+        use futures::{FutureExt, StreamExt};
+        match self {
+            Subscription::Channel(s) => s.rx.try_recv().ok(),
+            Subscription::Nats(s) => s.next().now_or_never().flatten().map(nats::from_nats),
+        }
+    }
+
     pub fn into_stream(self) -> std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>> {
         Box::pin(futures::stream::unfold(self, |mut s| async move {
             s.next().await.map(|m| (m, s))

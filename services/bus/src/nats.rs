@@ -126,11 +126,26 @@ impl NatsBus {
         }
     }
 
+    /// A round trip through the server: everything this client sent before
+    /// (subscriptions included) has been processed when it returns.
     pub async fn flush(&self) -> BusResult<()> {
-        self.client
-            .flush()
+        let err = |e: String| BusError::Nats(e);
+        let inbox = self.client.new_inbox();
+        let mut echo = self
+            .client
+            .subscribe(inbox.clone())
             .await
-            .map_err(|e| BusError::Nats(e.to_string()))
+            .map_err(|e| err(e.to_string()))?;
+        self.client
+            .publish(inbox, Bytes::new())
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        self.client.flush().await.map_err(|e| err(e.to_string()))?;
+        match tokio::time::timeout(Duration::from_secs(10), echo.next()).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(BusError::Closed),
+            Err(_) => Err(err("flush: no round trip within 10 s".into())),
+        }
     }
 
     pub async fn serve(&self, spec: ServiceSpec) -> BusResult<ServiceEndpoint> {

@@ -63,7 +63,7 @@ pub enum CallError {
     Bus(#[from] BusError),
     #[error(transparent)]
     Codec(#[from] CodecError),
-    #[error("{0}")]
+    #[error(transparent)]
     Service(#[from] ServiceError),
 }
 

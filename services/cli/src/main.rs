@@ -1,1 +1,190 @@
-fn main() {}
+//! `xo`: every XO service and every operator command in one binary.
+//!
+//! # Layout
+//!
+//! - `main.rs`: the command line (clap) and dispatch.
+//! - [`connect`]: which bus a command talks to (NATS, the local socket of a
+//!   running `xo up`, or a clear error saying how to start one).
+//! - [`services`]: `xo up` and `xo serve`.
+//! - [`ops`]: operator commands (`report`, `tap`, `units`, `steer`, `radio replay`).
+//! - [`bench`]: `xo bench radio`.
+
+mod bench;
+mod connect;
+mod ops;
+mod services;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use xo_runtime::XoConfig;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xo",
+    version,
+    about = "XO: a supervision fabric for fleets of AI agents"
+)]
+struct Cli {
+    /// Config file (default: ./xo.toml if present).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// NATS server URL; without it, commands use the socket of a running `xo up`.
+    #[arg(long, global = true, env = "XO_NATS_URL")]
+    nats: Option<String>,
+    /// Subject prefix (config org.prefix).
+    #[arg(long, global = true)]
+    prefix: Option<String>,
+    /// State directory (config state.dir).
+    #[arg(long, global = true)]
+    state_dir: Option<PathBuf>,
+    /// Log format: pretty or json (config telemetry.log_format).
+    #[arg(long, global = true)]
+    log_format: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run every service in one process on the embedded bus (or NATS with --nats).
+    Up,
+    /// Run one service (for containers).
+    Serve {
+        #[command(subcommand)]
+        service: ServeCmd,
+    },
+    /// Publish a SALUTE report from a JSON file (or `-` for stdin).
+    Report {
+        #[arg(default_value = "-")]
+        file: String,
+    },
+    /// Live decoded view of bus traffic.
+    Tap {
+        /// Subject or wildcard (default: everything under the prefix).
+        subject: Option<String>,
+        /// One JSON object a line.
+        #[arg(long)]
+        json: bool,
+        /// Exit after this many messages.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// List units, or show one.
+    Units {
+        unit: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send an operator's steering to a unit.
+    Steer {
+        unit: String,
+        text: String,
+        /// info, warning, urgent or critical.
+        #[arg(long, default_value = "warning")]
+        severity: String,
+    },
+    /// The radio check offline.
+    Radio {
+        #[command(subcommand)]
+        cmd: RadioCmd,
+    },
+    /// Benchmarks that print figures against a baseline measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        what: bench::BenchCmd,
+    },
+    /// Print the effective configuration (after file, environment and flags).
+    Config,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServeCmd {
+    /// The XO supervisor (radio checks, steering, liveness).
+    Supervisor,
+}
+
+#[derive(Debug, Subcommand)]
+enum RadioCmd {
+    /// Run recorded SALUTE reports (JSON lines) through the detector; print
+    /// one JSON line per steering decision.
+    Replay { file: String },
+}
+
+impl Cli {
+    fn overrides(&self) -> Vec<(String, String)> {
+        let mut o = Vec::new();
+        if let Some(n) = &self.nats {
+            o.push(("nats.url".into(), n.clone()));
+        }
+        if let Some(p) = &self.prefix {
+            o.push(("org.prefix".into(), p.clone()));
+        }
+        if let Some(d) = &self.state_dir {
+            o.push(("state.dir".into(), d.display().to_string()));
+        }
+        if let Some(f) = &self.log_format {
+            o.push(("telemetry.log_format".into(), f.clone()));
+        }
+        o
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cfg = match XoConfig::load(cli.config.as_deref(), &cli.overrides()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let res = rt.block_on(dispatch(cli.cmd, cfg));
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Up => services::up(cfg).await,
+        Cmd::Serve {
+            service: ServeCmd::Supervisor,
+        } => services::serve_supervisor(cfg).await,
+        Cmd::Report { file } => ops::report(&cfg, &file).await,
+        Cmd::Tap {
+            subject,
+            json,
+            count,
+        } => ops::tap(&cfg, subject, json, count).await,
+        Cmd::Units { unit, json } => ops::units(&cfg, unit, json).await,
+        Cmd::Steer {
+            unit,
+            text,
+            severity,
+        } => ops::steer(&cfg, unit, text, &severity).await,
+        Cmd::Radio {
+            cmd: RadioCmd::Replay { file },
+        } => ops::replay(&cfg, &file),
+        Cmd::Bench { what } => bench::run(&cfg, what).await,
+        Cmd::Config => {
+            println!("{}", serde_json::to_string_pretty(&cfg)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

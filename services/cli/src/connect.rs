@@ -1,0 +1,33 @@
+//! Which bus a command talks to: NATS when a URL is given (`--nats`,
+//! `XO_NATS_URL`, `nats.url`), else the socket of a running `xo up`, else a
+//! clear error saying how to start one.
+
+use anyhow::{Context, bail};
+use xo_bus::{Bus, NatsBus, SocketBus, nats::ConnectOptions};
+use xo_runtime::XoConfig;
+
+pub fn nats_options(cfg: &XoConfig, name: &str, retry: bool) -> ConnectOptions {
+    ConnectOptions {
+        name: name.into(),
+        retry_initial: retry,
+        user: (!cfg.nats.user.is_empty()).then(|| cfg.nats.user.clone()),
+        password: (!cfg.nats.password.is_empty()).then(|| cfg.nats.password.clone()),
+    }
+}
+
+pub async fn client_bus(cfg: &XoConfig) -> anyhow::Result<Bus> {
+    if !cfg.nats.url.is_empty() {
+        let bus = NatsBus::connect(&cfg.nats.url, nats_options(cfg, "xo-cli", false))
+            .await
+            .with_context(|| format!("is a nats-server running at {}?", cfg.nats.url))?;
+        return Ok(Bus::Nats(bus));
+    }
+    let path = cfg.state.socket_path();
+    match SocketBus::connect(&path).await {
+        Ok(b) => Ok(Bus::Socket(b)),
+        Err(_) => bail!(
+            "no bus: nothing is serving {} — start one with `xo up` in this directory, or pass --nats URL (or set XO_NATS_URL)",
+            path.display()
+        ),
+    }
+}

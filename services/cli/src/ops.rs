@@ -1,0 +1,306 @@
+//! Operator commands.
+
+use std::io::{BufRead, Read};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use xo_bus::{Message, typed};
+use xo_proto::codec::{self, CONTENT_TYPE, Format};
+use xo_proto::control::{ListUnits, ShowUnit, SteerUnit, UnitSummary};
+use xo_proto::{Health, SaluteReport, Severity, Steering};
+use xo_radio::Radio;
+use xo_runtime::XoConfig;
+
+use crate::connect::client_bus;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn read_input(file: &str) -> anyhow::Result<Vec<u8>> {
+    if file == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading stdin")?;
+        Ok(buf)
+    } else {
+        std::fs::read(file).with_context(|| format!("reading {file}"))
+    }
+}
+
+pub async fn report(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
+    let bytes = read_input(file)?;
+    let report: SaluteReport = codec::decode(&bytes, Some(codec::JSON), cfg.wire.max_payload)
+        .with_context(|| format!("{file} is not a valid SALUTE report"))?;
+    let bus = client_bus(cfg).await?;
+    let subjects = cfg.subjects();
+    typed::publish(
+        &bus,
+        &subjects.salute(&report.unit.unit),
+        &report,
+        cfg.wire.format,
+    )
+    .await?;
+    bus.flush().await?;
+    println!(
+        "published report of {} (turn {}, seq {})",
+        report.unit.unit, report.time.turn, report.time.seq
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A payload as JSON: JSON as is, MessagePack decoded, anything else as text.
+fn payload_json(m: &Message) -> serde_json::Value {
+    match Format::detect(&m.payload, m.headers.get(CONTENT_TYPE)) {
+        Format::Json => serde_json::from_slice(&m.payload).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&m.payload).into())
+        }),
+        Format::Msgpack => rmp_value(&m.payload).unwrap_or_else(|| {
+            serde_json::Value::String(String::from_utf8_lossy(&m.payload).into())
+        }),
+    }
+}
+
+fn rmp_value(bytes: &[u8]) -> Option<serde_json::Value> {
+    codec::decode_plain::<serde_json::Value>(bytes, Some(codec::MSGPACK), usize::MAX).ok()
+}
+
+fn summarize(cfg: &XoConfig, m: &Message) -> String {
+    let p = cfg.org.prefix.as_str();
+    let kind = m
+        .subject
+        .strip_prefix(p)
+        .and_then(|r| r.strip_prefix('.'))
+        .and_then(|r| r.split('.').next())
+        .unwrap_or("");
+    match kind {
+        "salute" => match typed::decode::<SaluteReport>(m, usize::MAX) {
+            Ok(r) => format!(
+                "report {} turn={} seq={} health={} ctx={:.0}% stalled={} recent={} task={}",
+                r.unit.unit,
+                r.time.turn,
+                r.time.seq,
+                health(r.status.health),
+                r.size.fill() * 100.0,
+                r.activity.turns_since_progress,
+                r.activity.recent.len(),
+                r.activity.task_id.as_deref().unwrap_or("-")
+            ),
+            Err(e) => format!("undecodable report: {e}"),
+        },
+        "steer" => match typed::decode::<Steering>(m, usize::MAX) {
+            Ok(s) => format!("steer {} [{}/{}] {}", s.unit, s.kind, s.severity, s.message),
+            Err(e) => format!("undecodable steering: {e}"),
+        },
+        "dlq" => format!(
+            "dead letter ({}) {}",
+            m.headers.get(typed::DLQ_REASON).unwrap_or("?"),
+            m.headers.get(typed::DLQ_ERROR).unwrap_or("")
+        ),
+        _ => {
+            let v = payload_json(m);
+            let mut s = v.to_string();
+            if s.len() > 200 {
+                s.truncate(200);
+                s.push('…');
+            }
+            s
+        }
+    }
+}
+
+pub async fn tap(
+    cfg: &XoConfig,
+    subject: Option<String>,
+    json: bool,
+    count: Option<u64>,
+) -> anyhow::Result<ExitCode> {
+    let bus = client_bus(cfg).await?;
+    let pattern = subject.unwrap_or_else(|| cfg.subjects().all());
+    let mut sub = bus.subscribe(&pattern).await?;
+    bus.flush().await?;
+    eprintln!("tapping {pattern} on {} (ctrl-c stops)", bus.kind());
+    let mut seen = 0u64;
+    while let Some(m) = sub.next().await {
+        if json {
+            let headers: serde_json::Map<String, serde_json::Value> = m
+                .headers
+                .0
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect();
+            let line = serde_json::json!({
+                "subject": m.subject,
+                "reply": m.reply,
+                "headers": headers,
+                "payload": payload_json(&m),
+            });
+            println!("{line}");
+        } else {
+            println!("{:<32} {}", m.subject, summarize(cfg, &m));
+        }
+        seen += 1;
+        if count.is_some_and(|c| seen >= c) {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn health(h: Health) -> &'static str {
+    match h {
+        Health::Green => "green",
+        Health::Amber => "amber",
+        Health::Red => "red",
+    }
+}
+
+fn age(last_seen: u64) -> String {
+    let secs = xo_proto::now_ms().saturating_sub(last_seen) / 1000;
+    format!("{secs}s ago")
+}
+
+fn table(units: &[UnitSummary]) -> String {
+    let mut out = format!(
+        "{:<20} {:<12} {:<7} {:<7} {:<6} {:>6} {:>5} {:>6} {:<10} {}\n",
+        "UNIT", "ROLE", "HEALTH", "SELF", "STALE", "TURN", "CTX", "STEER", "TASK", "SEEN"
+    );
+    for u in units {
+        out.push_str(&format!(
+            "{:<20} {:<12} {:<7} {:<7} {:<6} {:>6} {:>4}% {:>6} {:<10} {}\n",
+            u.unit,
+            u.role,
+            health(u.health),
+            health(u.self_health),
+            if u.stale { "yes" } else { "no" },
+            u.turn,
+            (u.context_fill * 100.0).round(),
+            u.steering_sent,
+            u.task_id.as_deref().unwrap_or("-"),
+            age(u.last_seen)
+        ));
+    }
+    out
+}
+
+pub async fn units(cfg: &XoConfig, unit: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    let bus = client_bus(cfg).await?;
+    let subjects = cfg.subjects();
+    match unit {
+        None => {
+            let list = typed::call(&bus, &subjects, &ListUnits {}, TIMEOUT)
+                .await
+                .context("asking the supervisor (is `xo up` or `xo serve supervisor` running?)")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if list.is_empty() {
+                println!("no units have reported yet");
+            } else {
+                print!("{}", table(&list));
+            }
+        }
+        Some(unit) => {
+            let d = typed::call(&bus, &subjects, &ShowUnit { unit }, TIMEOUT).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                print!("{}", table(std::slice::from_ref(&d.summary)));
+                if let Some(r) = &d.report {
+                    println!(
+                        "\nlatest report: turn {} seq {} pace {} step {} — {}",
+                        r.time.turn,
+                        r.time.seq,
+                        serde_json::to_value(r.unit.pace)?.as_str().unwrap_or("?"),
+                        r.activity.step.as_deref().unwrap_or("-"),
+                        r.activity.summary.as_deref().unwrap_or("-")
+                    );
+                }
+                if !d.recent_steering.is_empty() {
+                    println!("\nrecent steering:");
+                    for s in &d.recent_steering {
+                        println!(
+                            "  turn {:>5} {:<11} {:<8} {}",
+                            s.turn, s.kind, s.severity, s.message
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn steer(
+    cfg: &XoConfig,
+    unit: String,
+    text: String,
+    severity: &str,
+) -> anyhow::Result<ExitCode> {
+    let severity: Severity = serde_json::from_value(serde_json::Value::String(severity.into()))
+        .map_err(|_| {
+            anyhow::anyhow!("--severity {severity:?}: use info, warning, urgent or critical")
+        })?;
+    let bus = client_bus(cfg).await?;
+    let s = typed::call(
+        &bus,
+        &cfg.subjects(),
+        &SteerUnit {
+            unit,
+            message: text,
+            severity,
+        },
+        TIMEOUT,
+    )
+    .await?;
+    println!("sent {} to {}: {}", s.id, s.unit, s.message);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Replays recorded reports (JSON lines) through the detector.
+pub fn replay(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
+    let reader: Box<dyn BufRead> = if file == "-" {
+        Box::new(std::io::BufReader::new(std::io::stdin()))
+    } else {
+        Box::new(std::io::BufReader::new(
+            std::fs::File::open(file).with_context(|| format!("opening {file}"))?,
+        ))
+    };
+    let mut radio = Radio::new(cfg.roles());
+    let (mut reports, mut rejected, mut decisions) = (0u64, 0u64, 0u64);
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("{file}: reading line {}", i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let report: SaluteReport =
+            match codec::decode(line.as_bytes(), Some(codec::JSON), cfg.wire.max_payload) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("{file}:{}: {e}", i + 1);
+                    rejected += 1;
+                    continue;
+                }
+            };
+        reports += 1;
+        let a = radio.check(&report);
+        for s in a.steering {
+            decisions += 1;
+            let line = serde_json::json!({
+                "unit": s.unit,
+                "turn": s.turn,
+                "seq": report.time.seq,
+                "kind": s.kind,
+                "severity": s.severity,
+                "message": s.message,
+                "evidence": s.evidence,
+                "health": a.health,
+            });
+            println!("{line}");
+        }
+    }
+    eprintln!("{reports} reports, {decisions} steering decisions, {rejected} lines rejected");
+    if rejected > 0 {
+        bail!("{rejected} lines of {file} were not valid reports");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,107 @@
+//! `xo up` and `xo serve`: services with their shutdown signal.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use tracing::info;
+use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store};
+use xo_runtime::XoConfig;
+
+use crate::connect::nats_options;
+
+/// Resolves on ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    info!("shutdown requested");
+}
+
+async fn nats(cfg: &XoConfig, name: &str) -> anyhow::Result<(Bus, Store)> {
+    let bus = NatsBus::connect(&cfg.nats.url, nats_options(cfg, name, true))
+        .await
+        .with_context(|| format!("connecting to {}", cfg.nats.url))?;
+    let store = Store::Nats(NatsStore::new(bus.client().clone(), &cfg.org.prefix));
+    Ok((Bus::Nats(bus), store))
+}
+
+/// Every service in one process: the embedded bus and file store (served to
+/// local `xo` commands over `./.xo/bus.sock`), or NATS when configured.
+pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
+    let mut telemetry =
+        xo_runtime::telemetry::init(&cfg.telemetry, "xo").map_err(|e| anyhow::anyhow!(e))?;
+    let (bus, store, socket) = if cfg.nats.url.is_empty() {
+        let local = LocalBus::new();
+        let store_dir = cfg.state.store_dir();
+        let store = FileStore::open(&store_dir)
+            .with_context(|| format!("opening the store in {}", store_dir.display()))?;
+        let sock = cfg.state.socket_path();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = xo_bus::socket::serve(local.clone(), &sock, async move {
+            let _ = stop_rx.await;
+        })
+        .await
+        .context("serving the local bus socket")?;
+        eprintln!("xo up: embedded bus, no server needed");
+        eprintln!("  state:  {}", store_dir.display());
+        eprintln!(
+            "  socket: {} (other `xo` commands here use it)",
+            sock.display()
+        );
+        (
+            Bus::Local(local),
+            Store::File(store),
+            Some((stop_tx, server)),
+        )
+    } else {
+        let (bus, store) = nats(&cfg, "xo-up").await?;
+        eprintln!(
+            "xo up: on NATS {}; state in JetStream buckets",
+            cfg.nats.url
+        );
+        (bus, store, None)
+    };
+    if let Some(v) = (!cfg.supervisor.volume.is_empty()).then_some(&cfg.supervisor.volume) {
+        eprintln!("  volume: {v} (reports/, steering/)");
+    }
+    eprintln!(
+        "  prefix: {} — try `xo tap` and `xo units` in another terminal; ctrl-c stops",
+        cfg.org.prefix
+    );
+    let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    if let Some((stop, server)) = socket {
+        let _ = stop.send(());
+        let _ = server.await;
+    }
+    telemetry.shutdown();
+    res?;
+    eprintln!("xo up: stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn serve_supervisor(cfg: XoConfig) -> anyhow::Result<ExitCode> {
+    if cfg.nats.url.is_empty() {
+        anyhow::bail!(
+            "serve supervisor needs NATS: pass --nats URL (or set XO_NATS_URL); for one process with no server use `xo up`"
+        );
+    }
+    let mut telemetry = xo_runtime::telemetry::init(&cfg.telemetry, "xo-supervisor")
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let (bus, store) = nats(&cfg, "xo-supervisor").await?;
+    let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    telemetry.shutdown();
+    res?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,556 @@
+//! The XO radio check end to end over a real nats-server: the eight testing
+//! criteria of seed 000, liveness, restarts, bad input, file mode, control API.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use xo_bus::{Headers, typed};
+use xo_proto::control::{ListUnits, SteerUnit, SupervisorStats};
+use xo_proto::{Action, AnomalyKind, Format, Health, Heartbeat, Outcome, Pace, Severity};
+use xo_radio::{Microcosm, RoleProfile};
+
+fn kinds(s: &[xo_proto::Steering]) -> Vec<(AnomalyKind, Severity)> {
+    s.iter().map(|s| (s.kind, s.severity)).collect()
+}
+
+/// Test 1: with supervision off there is no work at all.
+#[tokio::test]
+async fn no_org_passthrough_subscribes_to_nothing() {
+    let sb = Sandbox::start(&[("supervisor.enabled", "false")]).await;
+    let connz = sb.nats.monitor("/connz?subs=1");
+    let conns = connz["connections"].as_array().unwrap();
+    let sup = conns
+        .iter()
+        .find(|c| c["name"] == "xo-supervisor")
+        .expect("supervisor connection");
+    assert_eq!(sup["subscriptions"], 0, "{sup}");
+    assert_eq!(sup["out_msgs"], 0, "the supervisor sent nothing: {sup}");
+    let err = typed::call(&sb.client, &sb.subjects, &ListUnits {}, T)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no responders"), "{err}");
+    // Same on the embedded bus.
+    let local = xo_bus::LocalBus::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = xo_bus::Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
+    let h = xo_supervisor::start(
+        config(&[("supervisor.enabled", "false")]),
+        xo_bus::Bus::Local(local.clone()),
+        store,
+        xo_supervisor::Clock::System,
+    )
+    .await
+    .unwrap();
+    assert_eq!(local.subscription_count(), 0);
+    assert!(h.root().is_none(), "no actors");
+    h.stop().await.unwrap();
+}
+
+/// Test 2: a healthy run is checked every report and steered never.
+#[tokio::test]
+async fn normal_operation_injects_nothing() {
+    let sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    for turn in 1..=20 {
+        let mut r = report("u1", turn);
+        r.activity.turns_since_progress = (turn % 4) as u32;
+        r.size.context_fill = 0.3 + turn as f64 / 100.0;
+        r.activity.recent = vec![
+            Action::tool("read_file", &format!("a{turn}"), Outcome::Ok, turn)
+                .with_output(&format!("o{turn}")),
+        ];
+        assert!(sb.exchange(&mut sub, &r).await.is_empty(), "turn {turn}");
+    }
+    let d = sb.show("u1").await.unwrap();
+    assert_eq!(d.summary.health, Health::Green);
+    assert_eq!(d.summary.steering_sent, 0);
+    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        (stats.reports, stats.evaluated, stats.steering),
+        (20, 20, 0)
+    );
+}
+
+/// Test 3 and 7: a stall is steered, held for the cooldown, then steered again.
+#[tokio::test]
+async fn stall_and_cooldown() {
+    let sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    let stalled = |turn: u64, n: u32| {
+        let mut r = report("u1", turn);
+        r.activity.turns_since_progress = n;
+        r.activity.task_id = Some("T-42".into());
+        r.activity.step = Some("parse config".into());
+        r
+    };
+    assert!(
+        sb.exchange(&mut sub, &stalled(10, 5)).await.is_empty(),
+        "at the maximum"
+    );
+    let s = sb.exchange(&mut sub, &stalled(11, 6)).await;
+    assert_eq!(kinds(&s), [(AnomalyKind::Stall, Severity::Warning)]);
+    assert!(s[0].message.starts_with("[SUPERVISOR]") && s[0].message.contains("T-42"));
+    assert_eq!(s[0].unit, "u1");
+    assert!(
+        sb.exchange(&mut sub, &stalled(12, 7)).await.is_empty(),
+        "cooldown"
+    );
+    assert!(
+        sb.exchange(&mut sub, &stalled(13, 8)).await.is_empty(),
+        "cooldown"
+    );
+    let s = sb.exchange(&mut sub, &stalled(14, 9)).await;
+    assert_eq!(
+        kinds(&s),
+        [(AnomalyKind::Stall, Severity::Warning)],
+        "after 3 turns"
+    );
+    assert_eq!(sb.show("u1").await.unwrap().summary.health, Health::Amber);
+}
+
+/// Test 4: a loop is named as a loop (not per-tool advice).
+#[tokio::test]
+async fn loop_detection() {
+    let sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    let fail = |t| Action::tool("shell", "cargo-build", Outcome::Error, t).with_error("exit_101");
+    let mut r = report("u1", 3);
+    r.activity.recent = vec![fail(1), fail(2)];
+    assert!(sb.exchange(&mut sub, &r).await.is_empty());
+    let mut r = report("u1", 4);
+    r.activity.recent = vec![fail(1), fail(2), fail(3)];
+    let s = sb.exchange(&mut sub, &r).await;
+    assert_eq!(kinds(&s), [(AnomalyKind::Loop, Severity::Warning)]);
+    assert!(s[0].message.contains("shell") && s[0].message.contains("different approach"));
+    assert_eq!(s[0].evidence.turns, [1, 2, 3]);
+}
+
+/// Test 5: context warning above 80%, urgent above 90%.
+#[tokio::test]
+async fn context_exhaustion() {
+    let sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    let at = |turn, fill| {
+        let mut r = report("u1", turn);
+        r.size.context_fill = fill;
+        r
+    };
+    assert!(sb.exchange(&mut sub, &at(1, 0.80)).await.is_empty());
+    assert_eq!(
+        kinds(&sb.exchange(&mut sub, &at(2, 0.82)).await),
+        [(AnomalyKind::Context, Severity::Warning)]
+    );
+    let s = sb.exchange(&mut sub, &at(3, 0.93)).await;
+    assert_eq!(
+        kinds(&s),
+        [(AnomalyKind::Context, Severity::Urgent)],
+        "escalation passes cooldown"
+    );
+    assert_eq!(sb.show("u1").await.unwrap().summary.health, Health::Red);
+}
+
+/// Test 6: PACE contingent quotes the role's plan; emergency is never held.
+#[tokio::test]
+async fn pace_response() {
+    let sb = Sandbox::start(&[(
+        "roles.coder.pace_plan.contingent.description",
+        "write a failing test first",
+    )])
+    .await;
+    let mut sub = sb.steering("u1").await;
+    let mut r = report("u1", 1);
+    r.unit.pace = Pace::Contingent;
+    let s = sb.exchange(&mut sub, &r).await;
+    assert_eq!(kinds(&s), [(AnomalyKind::Pace, Severity::Warning)]);
+    assert!(
+        s[0].message.contains("write a failing test first"),
+        "{}",
+        s[0].message
+    );
+    for turn in 2..=4 {
+        let mut r = report("u1", turn);
+        r.unit.pace = Pace::Emergency;
+        let s = sb.exchange(&mut sub, &r).await;
+        assert_eq!(
+            kinds(&s),
+            [(AnomalyKind::Pace, Severity::Critical)],
+            "turn {turn}"
+        );
+    }
+}
+
+/// Test 8: three different tools failing within five actions.
+#[tokio::test]
+async fn cascade_detection() {
+    let sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    let mut r = report("u1", 5);
+    r.activity.recent = vec![
+        Action::tool("read_file", "a", Outcome::Error, 1).with_error("enoent"),
+        Action::tool("shell", "b", Outcome::Error, 2).with_error("exit_1"),
+        Action::tool("write_file", "c", Outcome::Error, 3).with_error("eacces"),
+    ];
+    let s = sb.exchange(&mut sub, &r).await;
+    assert_eq!(kinds(&s), [(AnomalyKind::Cascade, Severity::Warning)]);
+    assert!(s[0].message.contains("working directory"));
+}
+
+/// Stale after `stale_after` of silence, on the supervisor's clock (no sleeping).
+#[tokio::test]
+async fn stale_detection_with_owned_time() {
+    let sb = Sandbox::start(&[("supervisor.stale_after_ms", "30000")]).await;
+    let mut sub = sb.steering("u1").await;
+    sb.exchange(&mut sub, &report("u1", 1)).await;
+    sb.clock.advance(Duration::from_millis(29_999));
+    sb.sup().tick().await;
+    sb.client.flush().await.unwrap();
+    let d = sb.show("u1").await.unwrap();
+    assert!(!d.summary.stale, "29.999 s is not stale");
+    assert!(drain(&mut sub).is_empty());
+    sb.clock.advance(Duration::from_millis(1));
+    sb.sup().tick().await;
+    let d = sb.show("u1").await.unwrap();
+    assert!(d.summary.stale && d.summary.health == Health::Red);
+    let s = drain(&mut sub);
+    assert_eq!(kinds(&s), [(AnomalyKind::Stale, Severity::Urgent)]);
+    // Another tick does not repeat it; a heartbeat revives the unit.
+    sb.clock.advance(Duration::from_secs(10));
+    sb.sup().tick().await;
+    sb.show("u1").await.unwrap();
+    assert!(drain(&mut sub).is_empty());
+    let hb = Heartbeat::new("u1", "coder", 1);
+    typed::publish(&sb.client, &sb.subjects.heartbeat("u1"), &hb, Format::Json)
+        .await
+        .unwrap();
+    for _ in 0..3000 {
+        if !sb.show("u1").await.unwrap().summary.stale {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("heartbeat did not revive the unit");
+}
+
+/// A restarted supervisor resumes from the store: units, health and cooldowns.
+#[tokio::test]
+async fn supervisor_restart_resumes_from_the_store() {
+    let mut sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    let stalled = |turn| {
+        let mut r = report("u1", turn);
+        r.activity.turns_since_progress = 9;
+        r
+    };
+    assert_eq!(sb.exchange(&mut sub, &stalled(10)).await.len(), 1);
+    sb.stop_supervisor().await.unwrap();
+    sb.start_supervisor().await;
+    let list = typed::call(&sb.client, &sb.subjects, &ListUnits {}, T)
+        .await
+        .unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(
+        (list[0].unit.as_str(), list[0].health, list[0].turn),
+        ("u1", Health::Amber, 10)
+    );
+    assert_eq!(list[0].steering_sent, 1);
+    assert!(
+        sb.exchange(&mut sub, &stalled(11)).await.is_empty(),
+        "cooldown survived the restart"
+    );
+    let old = stalled(10);
+    sb.send(&old).await;
+    assert!(
+        sb.exchange(&mut sub, &stalled(13)).await.len() == 1,
+        "cooldown over"
+    );
+    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.duplicates, 1,
+        "a replayed seq is a duplicate after the restart too"
+    );
+}
+
+/// A watcher that dies is restarted with its state; too many deaths escalate.
+#[tokio::test]
+async fn watcher_restart_and_intensity_limit() {
+    let mut sb = Sandbox::start(&[
+        ("supervisor.max_restarts", "2"),
+        ("supervisor.restart_window_ms", "60000"),
+    ])
+    .await;
+    let mut sub = sb.steering("u1").await;
+    let mut r = report("u1", 1);
+    r.size.context_fill = 0.85;
+    assert_eq!(sb.exchange(&mut sub, &r).await.len(), 1);
+    let root = sb.sup().root().unwrap().clone();
+    let watcher = |root: ractor::ActorRef<xo_supervisor::RootMsg>| async move {
+        root.call(|p| xo_supervisor::RootMsg::Watcher("u1".into(), p), None)
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("watcher exists")
+    };
+    for n in 1..=2u32 {
+        let w = watcher(root.clone()).await;
+        w.kill();
+        let mut replaced = false;
+        for _ in 0..3000 {
+            if watcher(root.clone()).await.get_id() != w.get_id() {
+                replaced = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(replaced, "watcher restarted");
+        let d = sb.show("u1").await.unwrap();
+        assert_eq!(d.summary.restarts, n);
+        assert_eq!(d.summary.steering_sent, 1, "state kept across the restart");
+    }
+    // Cooldown state survived too: turn 2 context is still held.
+    let mut r = report("u1", 2);
+    r.size.context_fill = 0.85;
+    assert!(sb.exchange(&mut sub, &r).await.is_empty());
+    watcher(root.clone()).await.kill();
+    for _ in 0..3000 {
+        if root.get_status() == ractor::ActorStatus::Stopped {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        root.get_status(),
+        ractor::ActorStatus::Stopped,
+        "tree escalated"
+    );
+    let err = sb.stop_supervisor().await.unwrap_err().to_string();
+    assert!(
+        err.contains("escalated") && err.contains("u1") && err.contains("3 times"),
+        "{err}"
+    );
+}
+
+/// Bad input is counted, logged, dead-lettered, and other units keep being served.
+#[tokio::test]
+async fn bad_input_goes_to_the_dead_letter_subject() {
+    let sb = Sandbox::start(&[("wire.max_payload", "4096")]).await;
+    let mut dlq = sb.client.subscribe(&sb.subjects.dlq_all()).await.unwrap();
+    let mut sub = sb.steering("good").await;
+    sb.client.flush().await.unwrap();
+    let subject = sb.subjects.salute("bad");
+    let mut json = Headers::new();
+    json.insert("Content-Type", "application/json");
+    let cases: Vec<(Headers, Bytes, &str)> = vec![
+        (
+            Headers::new(),
+            Bytes::from_static(&[0x93, 0xc1, 0xff]),
+            "undecodable",
+        ),
+        (
+            json.clone(),
+            Bytes::from_static(br#"{"v":1,"unit":{"unit":"bad","role":"coder"}}"#),
+            "undecodable",
+        ),
+        (
+            json.clone(),
+            Bytes::from_static(
+                br#"{"v":9,"unit":{"unit":"bad","role":"coder"},"time":{"turn":1,"seq":1}}"#,
+            ),
+            "unsupported_version",
+        ),
+        (json.clone(), Bytes::from(vec![b' '; 5000]), "too_large"),
+        (
+            json.clone(),
+            Bytes::from_static(
+                br#"{"v":1,"unit":{"unit":"other","role":"coder"},"time":{"turn":1,"seq":1}}"#,
+            ),
+            "invalid",
+        ),
+    ];
+    for (h, p, _) in &cases {
+        sb.client
+            .publish(&subject, h.clone(), p.clone())
+            .await
+            .unwrap();
+    }
+    for (_, payload, reason) in &cases {
+        let m = tokio::time::timeout(T, dlq.next()).await.unwrap().unwrap();
+        assert_eq!(m.subject, format!("xo.dlq.{subject}"));
+        assert_eq!(m.headers.get(typed::DLQ_REASON), Some(*reason));
+        assert!(
+            m.headers
+                .get(typed::DLQ_ERROR)
+                .is_some_and(|e| !e.is_empty())
+        );
+        assert_eq!(&m.payload, payload, "the original payload is kept");
+    }
+    let mut r = report("good", 1);
+    r.size.context_fill = 0.95;
+    assert_eq!(
+        sb.exchange(&mut sub, &r).await.len(),
+        1,
+        "other units still served"
+    );
+    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+        .await
+        .unwrap();
+    assert_eq!(stats.dead_letters, 5);
+    assert_eq!(stats.units, 1, "no unit was created from bad input");
+}
+
+/// Microcosm and macrocosm give the same steering for the same reports.
+#[tokio::test]
+async fn microcosm_and_supervisor_agree() {
+    let sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    let mut micro = Microcosm::new(RoleProfile::default());
+    let fail = |tool: &str, t| Action::tool(tool, "x", Outcome::Error, t).with_error("e");
+    let mut seq = Vec::new();
+    for turn in 1..=16u64 {
+        let mut r = report("u1", turn);
+        r.activity.turns_since_progress = (turn / 2) as u32;
+        r.size.context_fill = turn as f64 / 17.0;
+        r.activity.recent = match turn % 4 {
+            0 => vec![fail("a", turn), fail("b", turn), fail("c", turn)],
+            1 => vec![fail("a", turn), fail("a", turn), fail("a", turn)],
+            2 => (0..3)
+                .map(|_| Action::message(None, Outcome::Empty, turn))
+                .collect(),
+            _ => vec![],
+        };
+        if turn == 9 {
+            r.unit.pace = Pace::Contingent;
+        }
+        if turn == 15 {
+            r.unit.pace = Pace::Emergency;
+        }
+        seq.push(r);
+    }
+    let (mut from_micro, mut from_bus) = (Vec::new(), Vec::new());
+    for r in &seq {
+        let mut own = r.clone();
+        from_micro.extend(micro.turn(&mut own));
+        from_bus.extend(sb.exchange(&mut sub, r).await);
+    }
+    assert!(
+        from_micro.len() >= 8,
+        "the sequence exercises the rules: {}",
+        from_micro.len()
+    );
+    assert_eq!(from_micro, from_bus);
+}
+
+/// File mode: a unit that can only write files is supervised too.
+#[tokio::test]
+async fn macrocosm_file_mode() {
+    let vol = tempfile::tempdir().unwrap();
+    let v = vol.path().display().to_string();
+    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let mut sub = sb.steering("filer").await;
+    std::fs::create_dir_all(vol.path().join("reports")).unwrap();
+    let write = |r: &xo_proto::SaluteReport| {
+        let tmp = vol.path().join("reports/.filer.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(r).unwrap()).unwrap();
+        std::fs::rename(&tmp, vol.path().join("reports/filer_latest.json")).unwrap();
+    };
+    let mut r = report("filer", 1);
+    r.activity.turns_since_progress = 7;
+    write(&r);
+    std::fs::write(vol.path().join("reports/broken_latest.json"), b"{not json").unwrap();
+    let d = sb.wait_seq("filer", 1).await;
+    assert_eq!(d.summary.health, Health::Amber);
+    let lines = std::fs::read_to_string(vol.path().join("steering/filer.jsonl")).unwrap();
+    let steer: Vec<xo_proto::Steering> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(kinds(&steer), [(AnomalyKind::Stall, Severity::Warning)]);
+    assert_eq!(drain(&mut sub), steer, "the bus gets the same steering");
+    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.dead_letters, 1,
+        "the broken file is rejected, not fatal"
+    );
+}
+
+/// The control API is a NATS micro service; operators can steer by hand.
+#[tokio::test]
+async fn control_api_and_operator_steering() {
+    let sb = Sandbox::start(&[]).await;
+    let ping = sb
+        .client
+        .request("$SRV.PING.xo-supervisor", Headers::new(), Bytes::new(), T)
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&ping.payload).unwrap();
+    assert_eq!(v["name"], "xo-supervisor");
+    let info = sb
+        .client
+        .request("$SRV.INFO.xo-supervisor", Headers::new(), Bytes::new(), T)
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&info.payload).unwrap();
+    let subjects: Vec<&str> = v["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap())
+        .collect();
+    assert!(
+        subjects.contains(&"xo.ctl.supervisor.units")
+            && subjects.contains(&"xo.ctl.supervisor.steer"),
+        "{subjects:?}"
+    );
+
+    let err = typed::call(
+        &sb.client,
+        &sb.subjects,
+        &SteerUnit {
+            unit: "ghost".into(),
+            message: "hi".into(),
+            severity: Severity::Info,
+        },
+        T,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.to_string(), "not found: unit not found: ghost");
+    let mut sub = sb.steering("u1").await;
+    sb.exchange(&mut sub, &report("u1", 1)).await;
+    let s = typed::call(
+        &sb.client,
+        &sb.subjects,
+        &SteerUnit {
+            unit: "u1".into(),
+            message: "rebase on main first".into(),
+            severity: Severity::Urgent,
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.message, "[SUPERVISOR] rebase on main first");
+    let got = drain(&mut sub);
+    assert_eq!(got, vec![s]);
+    let err = typed::call(
+        &sb.client,
+        &sb.subjects,
+        &SteerUnit {
+            unit: "u1".into(),
+            message: "  ".into(),
+            severity: Severity::Info,
+        },
+        T,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("empty"), "{err}");
+}
