@@ -360,6 +360,7 @@ impl Subscription {
 
 /// One store, two backends.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // a handle, created once and cloned
 pub enum Store {
     File(FileStore),
     Nats(NatsStore),

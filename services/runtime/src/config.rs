@@ -244,12 +244,8 @@ impl XoConfig {
                 return Err(invalid(key, "must be greater than 0".into()));
             }
         }
-        if !self.nats.url.is_empty()
-            && !(self.nats.url.starts_with("nats://")
-                || self.nats.url.starts_with("tls://")
-                || self.nats.url.starts_with("ws://")
-                || self.nats.url.starts_with("wss://"))
-        {
+        let schemes = ["nats://", "tls://", "ws://", "wss://"];
+        if !self.nats.url.is_empty() && !schemes.iter().any(|s| self.nats.url.starts_with(s)) {
             return Err(invalid(
                 "nats.url",
                 format!(
