@@ -37,9 +37,16 @@ async fn report_and_its_steering_share_one_trace() {
     assert_ne!(trace_id, opentelemetry::trace::TraceId::INVALID);
     sb.wait_seq("u1", 1).await;
     let m = sub.try_next().expect("steering arrived");
-    let tp = m.headers.get("traceparent").expect("steering carries traceparent");
+    let tp = m
+        .headers
+        .get("traceparent")
+        .expect("steering carries traceparent");
     let parts: Vec<&str> = tp.split('-').collect();
-    assert_eq!(parts[1], trace_id.to_string(), "steering is in the report's trace");
+    assert_eq!(
+        parts[1],
+        trace_id.to_string(),
+        "steering is in the report's trace"
+    );
 
     let _ = provider.force_flush();
     let spans = exporter.get_finished_spans().unwrap();
@@ -48,6 +55,13 @@ async fn report_and_its_steering_share_one_trace() {
         .find(|s| s.name == "radio.check")
         .expect("radio.check span exported");
     assert_eq!(check.span_context.trace_id(), trace_id);
-    assert_eq!(check.parent_span_id, agent_span_id, "radio.check is a child of the agent's span");
-    assert_eq!(parts[2], check.span_context.span_id().to_string(), "steering sent from radio.check");
+    assert_eq!(
+        check.parent_span_id, agent_span_id,
+        "radio.check is a child of the agent's span"
+    );
+    assert_eq!(
+        parts[2],
+        check.span_context.span_id().to_string(),
+        "steering sent from radio.check"
+    );
 }

@@ -1,0 +1,313 @@
+//! The `xo` binary as a user runs it.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use xo_tests::NatsServer;
+
+fn xo(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+    c.current_dir(dir)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
+    c
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    xo(dir).args(args).output().expect("xo runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const REPORT: &str = r#"{"v":1,"unit":{"unit":"coder-1","role":"coder"},"time":{"turn":12,"seq":12},"size":{"context_fill":0.93},"activity":{"task_id":"T-1","turns_since_progress":9}}"#;
+
+/// Waits (bounded) until `f` holds; the bound is a hang guard, not a timing assertion.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("never happened: {what}");
+}
+
+fn start_up(dir: &Path) -> Child {
+    let child = xo(dir)
+        .arg("up")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("xo up starts");
+    eventually("xo up serves its socket", || {
+        run(dir, &["units", "--json"]).status.success()
+    });
+    child
+}
+
+fn interrupt(child: Child) -> Output {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn up_serves_every_command_over_its_socket_and_keeps_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("r.json"), REPORT).unwrap();
+    let up = start_up(d);
+    let tap = xo(d)
+        .args(["tap", "xo.steer.*", "--json", "--count", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The tap subscribes before it says so on stderr; give it a turn.
+    eventually("tap subscribed", || {
+        let out = run(d, &["units", "--json"]);
+        out.status.success()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let out = run(d, &["report", "r.json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("published report of coder-1"));
+    eventually("unit listed", || {
+        text(&run(d, &["units", "--json"]).stdout).contains("coder-1")
+    });
+    let list: serde_json::Value =
+        serde_json::from_slice(&run(d, &["units", "--json"]).stdout).unwrap();
+    assert_eq!(list[0]["unit"], "coder-1");
+    assert_eq!(list[0]["health"], "red");
+    assert_eq!(list[0]["self_health"], "green");
+    let table = text(&run(d, &["units"]).stdout);
+    assert!(
+        table.starts_with("UNIT") && table.contains("coder-1") && table.contains("red"),
+        "{table}"
+    );
+    let one = text(&run(d, &["units", "coder-1"]).stdout);
+    assert!(
+        one.contains("recent steering") && one.contains("stall") && one.contains("context"),
+        "{one}"
+    );
+
+    let tapped = tap.wait_with_output().unwrap();
+    let lines: Vec<serde_json::Value> = text(&tapped.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["subject"], "xo.steer.coder-1");
+    assert_eq!(
+        lines[0]["payload"]["kind"], "stall",
+        "msgpack decoded for the tap"
+    );
+    assert_eq!(lines[0]["headers"]["Content-Type"], "application/msgpack");
+
+    let out = run(d, &["steer", "coder-1", "check the build log first"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("[SUPERVISOR] check the build log first"));
+    let out = run(d, &["steer", "ghost", "hello"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("unit not found: ghost"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let done = interrupt(up);
+    assert!(
+        done.status.success(),
+        "clean ctrl-c: {}",
+        text(&done.stderr)
+    );
+    let err = text(&done.stderr);
+    assert!(
+        err.contains(".xo/state") && err.contains("stopped cleanly"),
+        "{err}"
+    );
+    assert!(
+        !d.join(".xo/bus.sock").exists(),
+        "socket removed at shutdown"
+    );
+
+    // State survives: a new `xo up` knows the unit.
+    let up = start_up(d);
+    let list: serde_json::Value =
+        serde_json::from_slice(&run(d, &["units", "--json"]).stdout).unwrap();
+    assert_eq!(list[0]["unit"], "coder-1");
+    assert_eq!(list[0]["steering_sent"], 3);
+    interrupt(up);
+}
+
+#[test]
+fn without_a_bus_commands_say_how_to_start_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["units"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("start one with `xo up`") && err.contains("--nats"),
+        "{err}"
+    );
+    let out = run(dir.path(), &["units", "--nats", "nats://127.0.0.1:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("nats://127.0.0.1:1"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn radio_replay_prints_one_line_per_decision_and_names_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut lines = Vec::new();
+    for turn in 1..=8 {
+        lines.push(format!(
+            r#"{{"v":1,"unit":{{"unit":"u1","role":"coder"}},"time":{{"turn":{turn},"seq":{turn}}},"activity":{{"turns_since_progress":{turn}}}}}"#
+        ));
+    }
+    std::fs::write(d.join("run.jsonl"), lines.join("\n")).unwrap();
+    let out = run(d, &["radio", "replay", "run.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let decisions: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Stall above 5 turns at turn 6, then held by the 3-turn cooldown.
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    for key in ["unit", "turn", "kind", "severity", "message"] {
+        assert!(!decisions[0][key].is_null(), "{key}");
+    }
+    assert_eq!(
+        (decisions[0]["turn"].as_u64(), decisions[0]["kind"].as_str()),
+        (Some(6), Some("stall"))
+    );
+    // A config with a shorter cooldown changes the decisions: thresholds are tunable.
+    std::fs::write(
+        d.join("xo.toml"),
+        "[roles.coder.doctrine]\ncooldown_turns = 1\nmax_turns_without_progress = 3\n",
+    )
+    .unwrap();
+    let out = run(d, &["radio", "replay", "run.jsonl"]);
+    assert_eq!(text(&out.stdout).lines().count(), 5, "turns 4..=8");
+
+    std::fs::write(d.join("bad.jsonl"), format!("{}\n{{\"v\":1}}\n", lines[0])).unwrap();
+    let out = run(d, &["radio", "replay", "bad.jsonl"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad.jsonl:2") && err.contains("missing field"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_layers_and_names_bad_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = |c: &mut Command| -> serde_json::Value {
+        let out = c.arg("config").output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(cfg(&mut xo(d))["supervisor"]["stale_after_ms"], 30000);
+    std::fs::write(d.join("xo.toml"), "[supervisor]\nstale_after_ms = 5000\n").unwrap();
+    assert_eq!(cfg(&mut xo(d))["supervisor"]["stale_after_ms"], 5000);
+    let v = cfg(xo(d).env("XO__SUPERVISOR__STALE_AFTER_MS", "7000"));
+    assert_eq!(
+        v["supervisor"]["stale_after_ms"], 7000,
+        "environment over file"
+    );
+    let v = cfg(xo(d)
+        .env("XO_NATS_URL", "nats://h:4222")
+        .args(["--prefix", "acme"]));
+    assert_eq!(
+        (v["nats"]["url"].as_str(), v["org"]["prefix"].as_str()),
+        (Some("nats://h:4222"), Some("acme"))
+    );
+    let out = xo(d)
+        .env("XO__SUPERVISOR__STALE_AFTER_MS", "soon")
+        .arg("config")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("supervisor.stale_after_ms"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = xo(d)
+        .args(["--prefix", "bad prefix", "config"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stderr).contains("org.prefix"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn serve_supervisor_on_nats_and_operate_it() {
+    let nats = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = nats.url();
+    let sup = xo(d)
+        .args([
+            "serve",
+            "supervisor",
+            "--nats",
+            &url,
+            "--log-format",
+            "json",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("supervisor answers", || {
+        run(d, &["units", "--nats", &url]).status.success()
+    });
+    std::fs::write(d.join("r.json"), REPORT).unwrap();
+    let out = xo(d)
+        .args(["report"])
+        .env("XO_NATS_URL", &url)
+        .stdin(std::fs::File::open(d.join("r.json")).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    eventually("unit on NATS", || {
+        text(&run(d, &["units", "--nats", &url]).stdout).contains("coder-1")
+    });
+    let done = interrupt(sup);
+    assert!(done.status.success());
+    let logs = text(&done.stderr);
+    let line = logs
+        .lines()
+        .find(|l| l.contains("steering sent"))
+        .expect("a JSON log line for the steering");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["fields"]["unit"], "coder-1");
+    assert_eq!(
+        v["span"]["name"], "radio.check",
+        "logs carry the unit's span"
+    );
+    let out = run(d, &["serve", "supervisor"]);
+    assert!(
+        text(&out.stderr).contains("needs NATS"),
+        "{}",
+        text(&out.stderr)
+    );
+}
