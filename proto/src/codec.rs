@@ -163,18 +163,31 @@ pub fn decode<T: Message>(
         });
     }
     let format = Format::detect(payload, content_type);
-    let probe: VersionProbe = decode_raw(ty, payload, format)?;
-    if let Some(found) = probe.v
-        && !(MIN_SUPPORTED_VERSION..=PROTOCOL_VERSION).contains(&found)
-    {
-        return Err(CodecError::UnsupportedVersion {
-            ty,
-            found,
-            min: MIN_SUPPORTED_VERSION,
-            max: PROTOCOL_VERSION,
-        });
+    let version_error = |found: u16| CodecError::UnsupportedVersion {
+        ty,
+        found,
+        min: MIN_SUPPORTED_VERSION,
+        max: PROTOCOL_VERSION,
+    };
+    let supported = |v: u16| (MIN_SUPPORTED_VERSION..=PROTOCOL_VERSION).contains(&v);
+    // One pass in the common case; the version probe runs only when the
+    // payload does not decode, so that a message of another major version
+    // is named as such rather than as undecodable.
+    let msg: T = match decode_raw(ty, payload, format) {
+        Ok(m) => m,
+        Err(e) => {
+            if let Ok(VersionProbe { v: Some(found) }) =
+                decode_raw::<VersionProbe>(ty, payload, format)
+                && !supported(found)
+            {
+                return Err(version_error(found));
+            }
+            return Err(e);
+        }
+    };
+    if !supported(msg.version()) {
+        return Err(version_error(msg.version()));
     }
-    let msg: T = decode_raw(ty, payload, format)?;
     msg.validate()
         .map_err(|reason| CodecError::Invalid { ty, reason })?;
     Ok(msg)

@@ -14,6 +14,7 @@
 
 pub mod profile;
 pub mod rules;
+pub mod sample;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -52,18 +53,42 @@ pub struct UnitState {
     pub condensations_at_progress: u32,
 }
 
+/// FNV-1a: unit ids are short, trusted-format keys; SipHash's DoS
+/// resistance costs more than the rest of a radio check.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+
 /// The detector for many units.
 #[derive(Debug, Clone, Default)]
 pub struct Radio {
     roles: Roles,
-    units: HashMap<String, UnitState>,
+    units: FnvMap<String, UnitState>,
 }
 
 impl Radio {
     pub fn new(roles: Roles) -> Self {
         Self {
             roles,
-            units: HashMap::new(),
+            units: FnvMap::default(),
         }
     }
 
@@ -83,8 +108,11 @@ impl Radio {
 
     /// Runs every rule on a report and applies cooldowns.
     pub fn check(&mut self, report: &SaluteReport) -> Assessment {
-        let state = self.units.entry(report.unit.unit.clone()).or_default();
         let profile = self.roles.get(&report.unit.role);
+        let state = match self.units.get_mut(&report.unit.unit) {
+            Some(s) => s,
+            None => self.units.entry(report.unit.unit.clone()).or_default(),
+        };
         check_unit(state, profile, report)
     }
 

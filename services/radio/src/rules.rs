@@ -26,16 +26,23 @@ pub fn evaluate(
 ) -> Vec<Finding> {
     let d = &profile.doctrine;
     let recent = window(&report.activity.recent);
-    let tools: Vec<&Action> = recent
+    // The window's tool actions, on the stack: no allocation per report.
+    let mut buf: [&Action; WINDOW] = [&PLACEHOLDER; WINDOW];
+    let mut n = 0;
+    for a in recent
         .iter()
         .filter(|a| a.kind == ActionKind::Tool && !exempt(d, a))
-        .collect();
+    {
+        buf[n] = a;
+        n += 1;
+    }
+    let tools = &buf[..n];
     [
         pace(report, profile),
         stall(report, d),
-        repeat_loop(&tools, d),
-        oscillation(&tools),
-        cascade(&tools, d),
+        repeat_loop(tools, d),
+        oscillation(tools),
+        cascade(tools, d),
         monologue(recent, d),
         empty(recent, d),
         context(report, d, condensations_at_progress),
@@ -48,6 +55,16 @@ pub fn evaluate(
     })
     .collect()
 }
+
+static PLACEHOLDER: Action = Action {
+    kind: ActionKind::Tool,
+    tool: None,
+    args_hash: None,
+    outcome: Outcome::Ok,
+    error_type: None,
+    output_hash: None,
+    turn: 0,
+};
 
 fn window(recent: &[Action]) -> &[Action] {
     &recent[recent.len().saturating_sub(WINDOW)..]
@@ -155,18 +172,11 @@ pub fn stall(report: &SaluteReport, d: &Doctrine) -> Option<Finding> {
 /// progress (polling), not a loop.
 pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     let last = *tools.last()?;
-    let run: Vec<&Action> = tools
-        .iter()
-        .rev()
-        .take_while(|a| same_action(a, last))
-        .copied()
-        .collect();
-    let errors = run
-        .iter()
+    let run = || tools.iter().rev().take_while(|a| same_action(a, last));
+    let errors = run()
         .take_while(|a| a.outcome == Outcome::Error && a.error_type == last.error_type)
         .count();
-    let outputs = run
-        .iter()
+    let outputs = run()
         .take_while(|a| a.output_hash.is_some() && a.output_hash == last.output_hash)
         .count();
     let tool = tool_name(last);
@@ -187,15 +197,14 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
         } else {
             return None;
         };
-    let mut matched: Vec<&Action> = run[..n].to_vec();
-    matched.reverse();
+    let matched = &tools[tools.len() - n..];
     Some(finding(
         AnomalyKind::Loop,
         Severity::Warning,
         format!(
             "Loop: you ran {tool} with the same arguments {n} times and got {what}. Stop repeating it and try a different approach."
         ),
-        evidence(&matched, rule, n.to_string()),
+        evidence(matched, rule, n.to_string()),
     ))
 }
 
@@ -241,6 +250,19 @@ pub fn oscillation(tools: &[&Action]) -> Option<Finding> {
 /// `cascade_window` actions.
 pub fn cascade(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     let w = &tools[tools.len().saturating_sub(d.cascade_window as usize)..];
+    let distinct = w
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| {
+            a.outcome == Outcome::Error
+                && !w[..*i]
+                    .iter()
+                    .any(|b| b.outcome == Outcome::Error && b.tool == a.tool)
+        })
+        .count();
+    if distinct < d.cascade_tools as usize {
+        return None;
+    }
     let failing: Vec<&Action> = w
         .iter()
         .filter(|a| a.outcome == Outcome::Error)
@@ -249,9 +271,6 @@ pub fn cascade(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     let mut names: Vec<String> = failing.iter().map(|a| tool_name(a)).collect();
     names.sort();
     names.dedup();
-    if names.len() < d.cascade_tools as usize {
-        return None;
-    }
     Some(finding(
         AnomalyKind::Cascade,
         Severity::Warning,
@@ -273,32 +292,31 @@ pub fn cascade(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
 }
 
 /// The messages at the end of the window, with no tool action between.
-fn trailing_messages(recent: &[Action]) -> Vec<&Action> {
-    let mut run: Vec<&Action> = recent
+fn trailing_messages(recent: &[Action]) -> &[Action] {
+    let n = recent
         .iter()
         .rev()
         .take_while(|a| a.kind == ActionKind::Message)
-        .collect();
-    run.reverse();
-    run
+        .count();
+    &recent[recent.len() - n..]
 }
 
 /// Monologue: identical agent messages in a row with no action between.
 pub fn monologue(recent: &[Action], d: &Doctrine) -> Option<Finding> {
     let run = trailing_messages(recent);
-    let last = *run.last()?;
+    let last = run.last()?;
     if last.outcome == Outcome::Empty || last.output_hash.is_none() {
         return None;
     }
-    let same: Vec<&Action> = run
+    let n = run
         .iter()
         .rev()
         .take_while(|a| a.outcome != Outcome::Empty && a.output_hash == last.output_hash)
-        .copied()
-        .collect();
-    if same.len() < d.monologue_repeats as usize {
+        .count();
+    if n < d.monologue_repeats as usize {
         return None;
     }
+    let same: Vec<&Action> = run[run.len() - n..].iter().collect();
     Some(finding(
         AnomalyKind::Monologue,
         Severity::Warning,
@@ -317,15 +335,15 @@ pub fn monologue(recent: &[Action], d: &Doctrine) -> Option<Finding> {
 /// Empty replies: empty messages in a row.
 pub fn empty(recent: &[Action], d: &Doctrine) -> Option<Finding> {
     let run = trailing_messages(recent);
-    let empties: Vec<&Action> = run
+    let n = run
         .iter()
         .rev()
         .take_while(|a| a.outcome == Outcome::Empty)
-        .copied()
-        .collect();
-    if empties.len() < d.empty_repeats as usize {
+        .count();
+    if n < d.empty_repeats as usize {
         return None;
     }
+    let empties: Vec<&Action> = run[run.len() - n..].iter().collect();
     Some(finding(
         AnomalyKind::Empty,
         Severity::Warning,

@@ -274,30 +274,65 @@ impl SupervisorHandle {
     }
 }
 
+/// Reads reports and decodes them on several workers (decoding is most of
+/// the cost of ingest). A unit's reports always go to the same worker, so
+/// their order is kept.
 async fn pump_reports(
     ctx: &Arc<Ctx>,
     root: &ActorRef<RootMsg>,
 ) -> SupervisorResult<JoinHandle<()>> {
     let mut sub = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
-    let (ctx, root) = (ctx.clone(), root.clone());
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    let mut queues = Vec::with_capacity(workers);
+    let mut handles = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<xo_bus::Message>();
+        queues.push(tx);
+        let (ctx, root) = (ctx.clone(), root.clone());
+        handles.push(tokio::spawn(async move {
+            while let Some(msg) = rx.recv().await {
+                match typed::decode::<SaluteReport>(&msg, ctx.cfg.wire.max_payload).and_then(|r| {
+                    check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r)
+                }) {
+                    Ok(report) => {
+                        if root
+                            .cast(RootMsg::Report(Box::new(report), msg.headers))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Err(e) => reject(&ctx, &msg, &e).await,
+                }
+            }
+        }));
+    }
+    let ctx = ctx.clone();
     Ok(tokio::spawn(async move {
+        let _workers = AbortOnDrop(handles);
         while let Some(msg) = sub.next().await {
             ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-            match typed::decode::<SaluteReport>(&msg, ctx.cfg.wire.max_payload).and_then(|r| {
-                check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r)
-            }) {
-                Ok(report) => {
-                    if root
-                        .cast(RootMsg::Report(Box::new(report), msg.headers))
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-                Err(e) => reject(&ctx, &msg, &e).await,
+            let mut h = xo_radio::Fnv::default();
+            std::hash::Hasher::write(&mut h, msg.subject.as_bytes());
+            let k = (std::hash::Hasher::finish(&h) % queues.len() as u64) as usize;
+            if queues[k].send(msg).is_err() {
+                break;
             }
         }
     }))
+}
+
+/// Aborts the tasks it holds when dropped (or when its owner is aborted).
+struct AbortOnDrop(Vec<JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
 }
 
 async fn pump_heartbeats(

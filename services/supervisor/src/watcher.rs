@@ -37,9 +37,32 @@ pub struct WatcherArgs {
 pub struct WatcherState {
     ctx: Arc<Ctx>,
     rec: UnitRecord,
+    /// Changed since it was last handed to the persister.
+    dirty: bool,
+    last_saved: u64,
 }
 
 impl WatcherState {
+    /// Hands the record to the persister at most once per flush interval;
+    /// a change in between is saved on the next tick or at stop. Encoding
+    /// therefore costs once per interval per unit, not once per report.
+    fn changed(&mut self) {
+        let now = self.ctx.clock.now_ms();
+        if now.saturating_sub(self.last_saved) >= self.ctx.cfg.supervisor.flush_interval_ms
+            || self.last_saved == 0
+        {
+            self.save(now);
+        } else {
+            self.dirty = true;
+        }
+    }
+
+    fn save(&mut self, now: u64) {
+        self.ctx.persist.save(&self.rec);
+        self.dirty = false;
+        self.last_saved = now.max(1);
+    }
+
     fn summary(&self) -> UnitSummary {
         let r = &self.rec;
         UnitSummary {
@@ -102,7 +125,7 @@ impl WatcherState {
         for s in a.steering {
             self.send(s).await;
         }
-        ctx.persist.save(&self.rec);
+        self.changed();
     }
 }
 
@@ -123,7 +146,23 @@ impl Actor for Watcher {
         // A resumed unit gets a full stale window from now.
         rec.last_seen = now;
         rec.restarts = rec.restarts.max(args.restarts);
-        Ok(WatcherState { ctx: args.ctx, rec })
+        Ok(WatcherState {
+            ctx: args.ctx,
+            rec,
+            dirty: false,
+            last_saved: 0,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<WatcherMsg>,
+        state: &mut WatcherState,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.dirty {
+            state.save(state.ctx.clock.now_ms());
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -153,7 +192,7 @@ impl Actor for Watcher {
                 if state.rec.role.is_empty() {
                     state.rec.role = hb.role;
                 }
-                state.ctx.persist.save(&state.rec);
+                state.changed();
             }
             WatcherMsg::Tick(now, port) => {
                 let stale_after = state.ctx.cfg.supervisor.stale_after_ms;
@@ -165,7 +204,10 @@ impl Actor for Watcher {
                     let turn = state.rec.report.as_ref().map_or(0, |r| r.time.turn);
                     let s = Radio::stale(&state.rec.unit, silent, stale_after, turn, now);
                     state.send(s).await;
-                    state.ctx.persist.save(&state.rec);
+                    state.changed();
+                }
+                if state.dirty {
+                    state.save(now);
                 }
                 if let Some(p) = port {
                     let _ = p.send(());
@@ -206,7 +248,7 @@ impl Actor for Watcher {
                     source: SteeringSource::Operator,
                 };
                 state.send(s.clone()).await;
-                state.ctx.persist.save(&state.rec);
+                state.changed();
                 let _ = port.send(s);
             }
         }

@@ -1,0 +1,75 @@
+//! Realistic synthetic reports for benchmarks: a full 20-action window with a
+//! mix of tools, outcomes and messages. About 5% of reports carry an anomaly
+//! (stall 2%, context over 80% 2%, PACE contingent 1%, the odd cascade), as a
+//! mostly healthy fleet does; [`anomalous`] gives the worst case.
+
+use xo_proto::{Action, Outcome, Pace, SaluteReport};
+
+const TOOLS: [&str; 6] = [
+    "read_file",
+    "write_file",
+    "shell",
+    "list_dir",
+    "search",
+    "run_tests",
+];
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x
+}
+
+/// The report of `unit` (an index) at `turn`, deterministic.
+pub fn realistic(unit: u64, turn: u64) -> SaluteReport {
+    let mut r = SaluteReport::new(format!("unit-{unit}"), "coder", turn, turn);
+    r.time.at = 1_767_225_600_000 + turn * 1000;
+    let h = mix(unit.wrapping_mul(1_000_003) ^ turn);
+    r.size.context_limit = 128_000;
+    r.size.context_tokens = if h % 50 == 1 {
+        110_000
+    } else {
+        20_000 + (h % 70_000)
+    };
+    r.size.history_len = 40 + (turn % 60) as u32;
+    r.size.condensations = (turn / 50) as u32;
+    r.activity.task_id = Some(format!("T-{}", unit % 97));
+    r.activity.step = Some("implement".into());
+    r.activity.turns_since_progress = if h % 50 == 2 { 8 } else { (h % 5) as u32 };
+    r.unit.pace = if h % 101 == 0 {
+        Pace::Contingent
+    } else {
+        Pace::Primary
+    };
+    r.equipment.model = Some("local/test".into());
+    r.equipment.tokens_in = 1000 * turn;
+    r.equipment.tokens_out = 200 * turn;
+    r.activity.recent = (0..20u64)
+        .map(|i| {
+            let t = turn.saturating_sub(20 - i);
+            let k = mix(h ^ i);
+            if k % 5 == 0 {
+                Action::message(Some(&format!("{:x}", k % 1000)), Outcome::Ok, t)
+            } else {
+                let tool = TOOLS[(k % TOOLS.len() as u64) as usize];
+                let a = Action::tool(tool, &format!("{:x}", k % 64), Outcome::Ok, t);
+                if k % 11 == 0 {
+                    a.with_error("exit_1")
+                } else {
+                    a.with_output(&format!("{:x}", k % 4096))
+                }
+            }
+        })
+        .collect();
+    r
+}
+
+/// A report that trips stall, context and PACE at once: the slowest path.
+pub fn anomalous(unit: u64, turn: u64) -> SaluteReport {
+    let mut r = realistic(unit, turn);
+    r.activity.turns_since_progress = 9;
+    r.size.context_fill = 0.95;
+    r.unit.pace = Pace::Emergency;
+    r
+}
