@@ -18,6 +18,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// glibc's allocator spent ~40% of the supervisor's CPU on cross-thread
+/// frees under fleet load (see docs/performance.md); mimalloc does not.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use xo_runtime::XoConfig;
 
 #[derive(Debug, Parser)]

@@ -37,7 +37,7 @@ pub fn realistic(unit: u64, turn: u64) -> SaluteReport {
     r.activity.task_id = Some(format!("T-{}", unit % 97));
     r.activity.step = Some("implement".into());
     r.activity.turns_since_progress = if h % 50 == 2 { 8 } else { (h % 5) as u32 };
-    r.unit.pace = if h % 101 == 0 {
+    r.unit.pace = if h.is_multiple_of(101) {
         Pace::Contingent
     } else {
         Pace::Primary
@@ -49,12 +49,12 @@ pub fn realistic(unit: u64, turn: u64) -> SaluteReport {
         .map(|i| {
             let t = turn.saturating_sub(20 - i);
             let k = mix(h ^ i);
-            if k % 5 == 0 {
+            if k.is_multiple_of(5) {
                 Action::message(Some(&format!("{:x}", k % 1000)), Outcome::Ok, t)
             } else {
                 let tool = TOOLS[(k % TOOLS.len() as u64) as usize];
                 let a = Action::tool(tool, &format!("{:x}", k % 64), Outcome::Ok, t);
-                if k % 11 == 0 {
+                if k.is_multiple_of(11) {
                     a.with_error("exit_1")
                 } else {
                     a.with_output(&format!("{:x}", k % 4096))

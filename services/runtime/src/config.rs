@@ -148,8 +148,11 @@ pub struct SupervisorConfig {
     pub stale_after_ms: u64,
     /// How often liveness is checked.
     pub tick_ms: u64,
-    /// How often unit state is written to the store (writes are coalesced).
+    /// How often pending unit state is written to the store.
     pub flush_interval_ms: u64,
+    /// A unit's state is handed for writing at most this often (plus at
+    /// stop, on stale and on operator steering): a crash loses at most this much.
+    pub persist_interval_ms: u64,
     /// Watcher restarts allowed within `restart_window_ms` before escalating.
     pub max_restarts: u32,
     pub restart_window_ms: u64,
@@ -168,6 +171,7 @@ impl Default for SupervisorConfig {
             stale_after_ms: 30_000,
             tick_ms: 1_000,
             flush_interval_ms: 200,
+            persist_interval_ms: 2_000,
             max_restarts: 5,
             restart_window_ms: 10_000,
             volume: String::new(),
@@ -237,6 +241,7 @@ impl XoConfig {
             ("supervisor.stale_after_ms", s.stale_after_ms),
             ("supervisor.tick_ms", s.tick_ms),
             ("supervisor.flush_interval_ms", s.flush_interval_ms),
+            ("supervisor.persist_interval_ms", s.persist_interval_ms),
             ("supervisor.restart_window_ms", s.restart_window_ms),
             ("supervisor.file_poll_ms", s.file_poll_ms),
         ] {

@@ -107,9 +107,13 @@ async fn poll_once(
             Err(e) => Err(e.to_string()),
         };
         match report {
-            Ok(r) => root
-                .cast(RootMsg::Report(Box::new(r), Headers::new()))
-                .map_err(|_| ())?,
+            Ok(r) => {
+                let unit = r.unit.unit.clone();
+                let m = crate::watcher::WatcherMsg::Report(Box::new(r), Headers::new());
+                if !ctx.route(root, &unit, m) {
+                    return Err(());
+                }
+            }
             Err(reason) => {
                 ctx.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
                 warn!(path = %path.display(), reason = %reason, "report file rejected");

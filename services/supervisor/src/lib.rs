@@ -121,6 +121,26 @@ pub struct Ctx {
     pub persist: persist::Persister,
     /// Macrocosm volume, if file mode is on.
     pub volume: Option<PathBuf>,
+    /// Direct routes to watchers, so a decoded report skips the root.
+    pub routes: std::sync::RwLock<std::collections::HashMap<String, ActorRef<watcher::WatcherMsg>>>,
+}
+
+impl Ctx {
+    /// Sends a message to a unit's watcher directly if it has one, else
+    /// through the root (which spawns it). The root publishes a route only
+    /// after forwarding the message that created it, so order is kept.
+    pub fn route(&self, root: &ActorRef<RootMsg>, unit: &str, msg: watcher::WatcherMsg) -> bool {
+        let direct = self.routes.read().ok().and_then(|r| r.get(unit).cloned());
+        let msg = match direct {
+            Some(w) => match w.cast(msg) {
+                Ok(()) => return true,
+                Err(ractor::MessagingErr::SendErr(m)) => m,
+                Err(_) => return false,
+            },
+            None => msg,
+        };
+        root.cast(RootMsg::Route(unit.to_string(), msg)).is_ok()
+    }
 }
 
 /// A running supervisor.
@@ -154,6 +174,7 @@ pub async fn start(
         counters: Counters::default(),
         volume,
         cfg,
+        routes: Default::default(),
     });
     let escalation = Arc::new(std::sync::Mutex::new(None));
     let mut handle = SupervisorHandle {
@@ -297,10 +318,9 @@ async fn pump_reports(
                     check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r)
                 }) {
                     Ok(report) => {
-                        if root
-                            .cast(RootMsg::Report(Box::new(report), msg.headers))
-                            .is_err()
-                        {
+                        let unit = report.unit.unit.clone();
+                        let m = watcher::WatcherMsg::Report(Box::new(report), msg.headers);
+                        if !ctx.route(&root, &unit, m) {
                             break;
                         }
                     }
@@ -354,7 +374,8 @@ async fn pump_heartbeats(
                     .map(|_| h)
             }) {
                 Ok(hb) => {
-                    if root.cast(RootMsg::Heartbeat(hb)).is_err() {
+                    let unit = hb.unit.clone();
+                    if !ctx.route(&root, &unit, watcher::WatcherMsg::Heartbeat(hb)) {
                         break;
                     }
                 }

@@ -106,14 +106,17 @@ impl Persister {
             Ok(mut d) => d.drain().collect(),
             Err(_) => return,
         };
-        for (unit, bytes) in batch {
-            if let Err(e) = self.store.put(BUCKET, &unit, bytes.clone()).await {
-                warn!(unit = %unit, error = %e, "unit state write failed; will retry");
-                if let Ok(mut d) = self.dirty.lock() {
-                    d.entry(unit).or_insert(bytes);
+        use futures::StreamExt;
+        futures::stream::iter(batch)
+            .for_each_concurrent(64, |(unit, bytes)| async move {
+                if let Err(e) = self.store.put(BUCKET, &unit, bytes.clone()).await {
+                    warn!(unit = %unit, error = %e, "unit state write failed; will retry");
+                    if let Ok(mut d) = self.dirty.lock() {
+                        d.entry(unit).or_insert(bytes);
+                    }
                 }
-            }
-        }
+            })
+            .await;
     }
 
     pub fn spawn_flusher(&self, every: Duration) -> tokio::task::JoinHandle<()> {

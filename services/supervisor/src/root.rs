@@ -3,21 +3,20 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tracing::{error, info, warn};
-use xo_bus::Headers;
+use xo_proto::Steering;
 use xo_proto::control::{ErrorCode, ServiceError, StatsReply, SteerUnit, UnitDetail, UnitSummary};
-use xo_proto::{Heartbeat, SaluteReport, Steering};
 
 use crate::Ctx;
 use crate::persist::UnitRecord;
 use crate::watcher::{Watcher, WatcherArgs, WatcherMsg};
 
 pub enum RootMsg {
-    Report(Box<SaluteReport>, Headers),
-    Heartbeat(Heartbeat),
+    /// A message for a unit's watcher, spawning it if needed.
+    Route(String, WatcherMsg),
     /// Liveness check at `now` (ms); the port, if any, is answered when done.
     Tick(u64, Option<RpcReplyPort<()>>),
     List(RpcReplyPort<Vec<UnitSummary>>),
@@ -39,10 +38,22 @@ pub struct RootArgs {
 struct Child {
     actor: ActorRef<WatcherMsg>,
     restarts: VecDeque<u64>,
+    live: Arc<Liveness>,
+}
+
+/// What the root reads of a watcher without messaging it: liveness checks
+/// and persistence sweeps touch only the units that need them.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    pub last_seen: AtomicU64,
+    pub stale: AtomicBool,
+    /// Changed since last handed to the persister.
+    pub dirty: AtomicBool,
 }
 
 pub struct RootState {
     ctx: Arc<Ctx>,
+    last_sweep: u64,
     units: HashMap<String, Child>,
     by_id: HashMap<ractor::ActorId, String>,
     escalation: Arc<std::sync::Mutex<Option<String>>>,
@@ -56,6 +67,7 @@ impl RootState {
         record: Option<UnitRecord>,
         restarts: VecDeque<u64>,
     ) -> Result<ActorRef<WatcherMsg>, ActorProcessingErr> {
+        let live = Arc::new(Liveness::default());
         let (actor, _) = myself
             .get_cell()
             .spawn_linked(
@@ -66,6 +78,7 @@ impl RootState {
                     unit: unit.to_string(),
                     record,
                     restarts: restarts.len() as u32,
+                    live: live.clone(),
                 },
             )
             .await?;
@@ -75,9 +88,23 @@ impl RootState {
             Child {
                 actor: actor.clone(),
                 restarts,
+                live,
             },
         );
         Ok(actor)
+    }
+
+    /// Lets decode workers reach a watcher directly.
+    fn publish_route(&self, unit: &str, actor: &ActorRef<WatcherMsg>) {
+        if let Ok(mut r) = self.ctx.routes.write() {
+            r.insert(unit.to_string(), actor.clone());
+        }
+    }
+
+    fn withdraw_route(&self, unit: &str) {
+        if let Ok(mut r) = self.ctx.routes.write() {
+            r.remove(unit);
+        }
     }
 
     async fn watcher_for(
@@ -107,6 +134,7 @@ impl Actor for Root {
     ) -> Result<RootState, ActorProcessingErr> {
         let mut state = RootState {
             ctx: args.ctx,
+            last_sweep: 0,
             units: HashMap::new(),
             by_id: HashMap::new(),
             escalation: args.escalation,
@@ -114,9 +142,10 @@ impl Actor for Root {
         let n = args.restored.len();
         for record in args.restored {
             let unit = record.unit.clone();
-            state
+            let actor = state
                 .spawn_watcher(&myself, &unit, Some(record), VecDeque::new())
                 .await?;
+            state.publish_route(&unit, &actor);
         }
         if n > 0 {
             info!(units = n, "unit state restored from the store");
@@ -131,17 +160,31 @@ impl Actor for Root {
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            RootMsg::Report(report, headers) => {
-                let w = state.watcher_for(&myself, &report.unit.unit).await?;
-                let _ = w.cast(WatcherMsg::Report(report, headers));
-            }
-            RootMsg::Heartbeat(hb) => {
-                let w = state.watcher_for(&myself, &hb.unit).await?;
-                let _ = w.cast(WatcherMsg::Heartbeat(hb));
+            RootMsg::Route(unit, msg) => {
+                let w = state.watcher_for(&myself, &unit).await?;
+                let _ = w.cast(msg);
+                // Published after forwarding: later messages may go direct.
+                state.publish_route(&unit, &w);
             }
             RootMsg::Tick(now, port) => {
+                let cfg = &state.ctx.cfg.supervisor;
+                let sweep = now.saturating_sub(state.last_sweep) >= cfg.persist_interval_ms;
+                if sweep {
+                    state.last_sweep = now;
+                }
                 for c in state.units.values() {
-                    let _ = c.actor.call(|p| WatcherMsg::Tick(now, Some(p)), None).await;
+                    let silent = now.saturating_sub(c.live.last_seen.load(Ordering::Relaxed));
+                    let due = !c.live.stale.load(Ordering::Relaxed) && silent >= cfg.stale_after_ms
+                        || sweep && c.live.dirty.load(Ordering::Relaxed);
+                    if !due {
+                        continue;
+                    }
+                    if port.is_some() {
+                        // A caller waiting for the check (tests): wait for each unit.
+                        let _ = c.actor.call(|p| WatcherMsg::Tick(now, Some(p)), None).await;
+                    } else {
+                        let _ = c.actor.cast(WatcherMsg::Tick(now, None));
+                    }
                 }
                 if let Some(p) = port {
                     let _ = p.send(());
@@ -214,6 +257,7 @@ impl Actor for Root {
         let Some(child) = state.units.remove(&unit) else {
             return Ok(());
         };
+        state.withdraw_route(&unit);
         let now = state.ctx.clock.now_ms();
         let cfg = &state.ctx.cfg.supervisor;
         let mut restarts = child.restarts;

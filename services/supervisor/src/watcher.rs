@@ -14,6 +14,7 @@ use xo_radio::Radio;
 
 use crate::Ctx;
 use crate::persist::UnitRecord;
+use crate::root::Liveness;
 
 pub enum WatcherMsg {
     Report(Box<SaluteReport>, Headers),
@@ -32,35 +33,50 @@ pub struct WatcherArgs {
     /// State to resume from (after a supervisor or watcher restart).
     pub record: Option<UnitRecord>,
     pub restarts: u32,
+    pub live: Arc<Liveness>,
 }
 
 pub struct WatcherState {
     ctx: Arc<Ctx>,
     rec: UnitRecord,
+    live: Arc<Liveness>,
     /// Changed since it was last handed to the persister.
     dirty: bool,
     last_saved: u64,
 }
 
 impl WatcherState {
-    /// Hands the record to the persister at most once per flush interval;
-    /// a change in between is saved on the next tick or at stop. Encoding
-    /// therefore costs once per interval per unit, not once per report.
+    /// Hands the record to the persister at most once per persist interval;
+    /// a change in between is saved on a later tick or at stop. Encoding and
+    /// writing therefore cost once per interval per unit, not once per report.
     fn changed(&mut self) {
         let now = self.ctx.clock.now_ms();
-        if now.saturating_sub(self.last_saved) >= self.ctx.cfg.supervisor.flush_interval_ms
+        if now.saturating_sub(self.last_saved) >= self.ctx.cfg.supervisor.persist_interval_ms
             || self.last_saved == 0
         {
             self.save(now);
         } else {
             self.dirty = true;
+            self.live.dirty.store(true, Ordering::Relaxed);
         }
     }
 
     fn save(&mut self, now: u64) {
         self.ctx.persist.save(&self.rec);
         self.dirty = false;
+        self.live.dirty.store(false, Ordering::Relaxed);
         self.last_saved = now.max(1);
+    }
+
+    /// Something arrived from the unit.
+    fn seen(&mut self, now: u64) {
+        self.rec.last_seen = now;
+        self.live.last_seen.store(now, Ordering::Relaxed);
+        if self.rec.stale {
+            info!(unit = %self.rec.unit, "unit alive again");
+            self.rec.stale = false;
+            self.live.stale.store(false, Ordering::Relaxed);
+        }
     }
 
     fn summary(&self) -> UnitSummary {
@@ -101,9 +117,7 @@ impl WatcherState {
 
     async fn on_report(&mut self, report: SaluteReport) {
         let ctx = self.ctx.clone();
-        let now = ctx.clock.now_ms();
-        self.rec.last_seen = now;
-        self.rec.stale = false;
+        self.seen(ctx.clock.now_ms());
         self.rec.role = report.unit.role.clone();
         let profile = ctx.roles.get(&report.unit.role);
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
@@ -146,9 +160,12 @@ impl Actor for Watcher {
         // A resumed unit gets a full stale window from now.
         rec.last_seen = now;
         rec.restarts = rec.restarts.max(args.restarts);
+        args.live.last_seen.store(now, Ordering::Relaxed);
+        args.live.stale.store(rec.stale, Ordering::Relaxed);
         Ok(WatcherState {
             ctx: args.ctx,
             rec,
+            live: args.live,
             dirty: false,
             last_saved: 0,
         })
@@ -184,11 +201,7 @@ impl Actor for Watcher {
                 state.on_report(*report).instrument(span).await;
             }
             WatcherMsg::Heartbeat(hb) => {
-                state.rec.last_seen = state.ctx.clock.now_ms();
-                if state.rec.stale {
-                    info!(unit = %hb.unit, "unit alive again");
-                    state.rec.stale = false;
-                }
+                state.seen(state.ctx.clock.now_ms());
                 if state.rec.role.is_empty() {
                     state.rec.role = hb.role;
                 }
@@ -199,14 +212,18 @@ impl Actor for Watcher {
                 let silent = now.saturating_sub(state.rec.last_seen);
                 if !state.rec.stale && silent >= stale_after {
                     state.rec.stale = true;
+                    state.live.stale.store(true, Ordering::Relaxed);
                     state.rec.health = Health::Red;
                     warn!(unit = %state.rec.unit, silent_ms = silent, "unit is stale");
                     let turn = state.rec.report.as_ref().map_or(0, |r| r.time.turn);
                     let s = Radio::stale(&state.rec.unit, silent, stale_after, turn, now);
                     state.send(s).await;
-                    state.changed();
+                    state.save(now);
                 }
-                if state.dirty {
+                if state.dirty
+                    && now.saturating_sub(state.last_saved)
+                        >= state.ctx.cfg.supervisor.persist_interval_ms
+                {
                     state.save(now);
                 }
                 if let Some(p) = port {
@@ -248,7 +265,7 @@ impl Actor for Watcher {
                     source: SteeringSource::Operator,
                 };
                 state.send(s.clone()).await;
-                state.changed();
+                state.save(now);
                 let _ = port.send(s);
             }
         }
