@@ -171,7 +171,7 @@ impl Default for SupervisorConfig {
             stale_after_ms: 30_000,
             tick_ms: 1_000,
             flush_interval_ms: 200,
-            persist_interval_ms: 2_000,
+            persist_interval_ms: 5_000,
             max_restarts: 5,
             restart_window_ms: 10_000,
             volume: String::new(),

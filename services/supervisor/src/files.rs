@@ -87,6 +87,7 @@ async fn poll_once(
         }
         seen.insert(path.clone(), stamp);
         ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+        let mut raw = bytes::Bytes::new();
         let report = match tokio::fs::read(&path).await {
             Ok(bytes) => xo_proto::codec::decode::<SaluteReport>(
                 &bytes,
@@ -95,6 +96,7 @@ async fn poll_once(
             )
             .map_err(|e| e.to_string())
             .and_then(|r| {
+                raw = bytes::Bytes::from(bytes);
                 if r.unit.unit == unit {
                     Ok(r)
                 } else {
@@ -109,7 +111,7 @@ async fn poll_once(
         match report {
             Ok(r) => {
                 let unit = r.unit.unit.clone();
-                let m = crate::watcher::WatcherMsg::Report(Box::new(r), Headers::new());
+                let m = crate::watcher::WatcherMsg::Report(Box::new(r), Headers::new(), raw);
                 if !ctx.route(root, &unit, m) {
                     return Err(());
                 }

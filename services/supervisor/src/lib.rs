@@ -309,22 +309,30 @@ async fn pump_reports(
     let mut queues = Vec::with_capacity(workers);
     let mut handles = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<xo_bus::Message>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<xo_bus::Message>>();
         queues.push(tx);
         let (ctx, root) = (ctx.clone(), root.clone());
         handles.push(tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                match typed::decode::<SaluteReport>(&msg, ctx.cfg.wire.max_payload).and_then(|r| {
-                    check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r)
-                }) {
-                    Ok(report) => {
-                        let unit = report.unit.unit.clone();
-                        let m = watcher::WatcherMsg::Report(Box::new(report), msg.headers);
-                        if !ctx.route(&root, &unit, m) {
-                            break;
+            while let Some(batch) = rx.recv().await {
+                for msg in batch {
+                    match typed::decode::<SaluteReport>(&msg, ctx.cfg.wire.max_payload).and_then(
+                        |r| {
+                            check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r)
+                        },
+                    ) {
+                        Ok(report) => {
+                            let unit = report.unit.unit.clone();
+                            let m = watcher::WatcherMsg::Report(
+                                Box::new(report),
+                                msg.headers,
+                                msg.payload,
+                            );
+                            if !ctx.route(&root, &unit, m) {
+                                return;
+                            }
                         }
+                        Err(e) => reject(&ctx, &msg, &e).await,
                     }
-                    Err(e) => reject(&ctx, &msg, &e).await,
                 }
             }
         }));
@@ -332,13 +340,25 @@ async fn pump_reports(
     let ctx = ctx.clone();
     Ok(tokio::spawn(async move {
         let _workers = AbortOnDrop(handles);
-        while let Some(msg) = sub.next().await {
-            ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-            let mut h = xo_radio::Fnv::default();
-            std::hash::Hasher::write(&mut h, msg.subject.as_bytes());
-            let k = (std::hash::Hasher::finish(&h) % queues.len() as u64) as usize;
-            if queues[k].send(msg).is_err() {
-                break;
+        // Whatever has arrived is handed over in one batch per worker: one
+        // wake-up per batch rather than per report when the fleet is busy.
+        let mut batches: Vec<Vec<xo_bus::Message>> = vec![Vec::new(); queues.len()];
+        while let Some(first) = sub.next().await {
+            let mut next = Some(first);
+            let mut taken = 0;
+            while let Some(msg) = next {
+                ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+                let mut h = xo_radio::Fnv::default();
+                std::hash::Hasher::write(&mut h, msg.subject.as_bytes());
+                let k = (std::hash::Hasher::finish(&h) % queues.len() as u64) as usize;
+                batches[k].push(msg);
+                taken += 1;
+                next = if taken < 512 { sub.try_next() } else { None };
+            }
+            for (k, b) in batches.iter_mut().enumerate() {
+                if !b.is_empty() && queues[k].send(std::mem::take(b)).is_err() {
+                    return;
+                }
             }
         }
     }))

@@ -27,7 +27,16 @@ pub struct UnitRecord {
     pub self_health: Health,
     pub stale: bool,
     pub last_seen: u64,
-    pub report: Option<SaluteReport>,
+    /// Of the latest report: what `xo units` shows without decoding it again.
+    pub turn: u64,
+    pub seq: u64,
+    pub task_id: Option<String>,
+    pub context_fill: f64,
+    /// The latest report as received (MessagePack or JSON): keeping and
+    /// persisting it costs a copy, not an encoding, and a fraction of the
+    /// memory of the decoded form. Decoded again only for `xo units UNIT`.
+    #[serde(default, with = "raw_bytes")]
+    pub report_raw: Option<Bytes>,
     pub radio: UnitState,
     pub steering: VecDeque<Steering>,
     pub steering_sent: u64,
@@ -35,6 +44,14 @@ pub struct UnitRecord {
 }
 
 impl UnitRecord {
+    /// The latest report, decoded from what was received.
+    pub fn report(&self) -> Option<SaluteReport> {
+        let raw = self.report_raw.as_ref()?;
+        xo_proto::codec::decode::<SaluteReport>(raw, None, usize::MAX)
+            .map_err(|e| warn!(unit = %self.unit, error = %e, "stored report undecodable"))
+            .ok()
+    }
+
     pub fn new(unit: &str, role: &str, now: u64) -> Self {
         Self {
             unit: unit.to_string(),
@@ -43,7 +60,11 @@ impl UnitRecord {
             self_health: Health::Green,
             stale: false,
             last_seen: now,
-            report: None,
+            turn: 0,
+            seq: 0,
+            task_id: None,
+            context_fill: 0.0,
+            report_raw: None,
             radio: UnitState::default(),
             steering: VecDeque::new(),
             steering_sent: 0,
@@ -141,6 +162,23 @@ fn rmp_serde_encode(record: &UnitRecord) -> Result<Bytes, String> {
 fn decode(unit: &str, bytes: &[u8]) -> Result<UnitRecord, String> {
     xo_proto::codec::decode_plain::<UnitRecord>(bytes, None, usize::MAX)
         .map_err(|e| format!("{BUCKET}/{unit}: {e}"))
+}
+
+/// `Option<Bytes>` as MessagePack binary.
+mod raw_bytes {
+    use bytes::Bytes;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(b) => s.serialize_some(&serde_bytes::Bytes::new(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
+        Ok(Option::<serde_bytes::ByteBuf>::deserialize(d)?.map(|b| Bytes::from(b.into_vec())))
+    }
 }
 
 /// Loads every stored unit. A corrupt record is logged with its key and

@@ -17,7 +17,9 @@ use crate::persist::UnitRecord;
 use crate::root::Liveness;
 
 pub enum WatcherMsg {
-    Report(Box<SaluteReport>, Headers),
+    /// A decoded report, its headers, and its payload as received (what is
+    /// persisted, so the report is never encoded again).
+    Report(Box<SaluteReport>, Headers, bytes::Bytes),
     Heartbeat(Heartbeat),
     Tick(u64, Option<RpcReplyPort<()>>),
     Summary(RpcReplyPort<UnitSummary>),
@@ -87,11 +89,11 @@ impl WatcherState {
             health: r.health,
             self_health: r.self_health,
             stale: r.stale,
-            turn: r.report.as_ref().map_or(0, |x| x.time.turn),
-            seq: r.report.as_ref().map_or(0, |x| x.time.seq),
+            turn: r.turn,
+            seq: r.seq,
             last_seen: r.last_seen,
-            task_id: r.report.as_ref().and_then(|x| x.activity.task_id.clone()),
-            context_fill: r.report.as_ref().map_or(0.0, |x| x.size.fill()),
+            task_id: r.task_id.clone(),
+            context_fill: r.context_fill,
             steering_sent: r.steering_sent,
             restarts: r.restarts,
         }
@@ -115,10 +117,12 @@ impl WatcherState {
         }
     }
 
-    async fn on_report(&mut self, report: SaluteReport) {
+    async fn on_report(&mut self, report: SaluteReport, raw: bytes::Bytes) {
         let ctx = self.ctx.clone();
         self.seen(ctx.clock.now_ms());
-        self.rec.role = report.unit.role.clone();
+        if self.rec.role != report.unit.role {
+            self.rec.role = report.unit.role.clone();
+        }
         let profile = ctx.roles.get(&report.unit.role);
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
         if a.duplicate {
@@ -135,7 +139,13 @@ impl WatcherState {
         if a.corrected {
             debug!(unit = %report.unit.unit, reported = ?report.status.health, assessed = ?a.health, "health corrected");
         }
-        self.rec.report = Some(report);
+        self.rec.turn = report.time.turn;
+        self.rec.seq = report.time.seq;
+        self.rec.context_fill = report.size.fill();
+        if self.rec.task_id != report.activity.task_id {
+            self.rec.task_id = report.activity.task_id.clone();
+        }
+        self.rec.report_raw = Some(raw);
         for s in a.steering {
             self.send(s).await;
         }
@@ -189,7 +199,7 @@ impl Actor for Watcher {
         state: &mut WatcherState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            WatcherMsg::Report(report, headers) => {
+            WatcherMsg::Report(report, headers, raw) => {
                 let span = info_span!(
                     "radio.check",
                     unit = %report.unit.unit,
@@ -198,7 +208,7 @@ impl Actor for Watcher {
                     seq = report.time.seq,
                 );
                 xo_bus::trace::link(&span, &headers);
-                state.on_report(*report).instrument(span).await;
+                state.on_report(*report, raw).instrument(span).await;
             }
             WatcherMsg::Heartbeat(hb) => {
                 state.seen(state.ctx.clock.now_ms());
@@ -215,7 +225,7 @@ impl Actor for Watcher {
                     state.live.stale.store(true, Ordering::Relaxed);
                     state.rec.health = Health::Red;
                     warn!(unit = %state.rec.unit, silent_ms = silent, "unit is stale");
-                    let turn = state.rec.report.as_ref().map_or(0, |r| r.time.turn);
+                    let turn = state.rec.turn;
                     let s = Radio::stale(&state.rec.unit, silent, stale_after, turn, now);
                     state.send(s).await;
                     state.save(now);
@@ -236,7 +246,7 @@ impl Actor for Watcher {
             WatcherMsg::Detail(port) => {
                 let _ = port.send(UnitDetail {
                     summary: state.summary(),
-                    report: state.rec.report.clone(),
+                    report: state.rec.report(),
                     recent_steering: state.rec.steering.iter().cloned().collect(),
                 });
             }
@@ -248,7 +258,7 @@ impl Actor for Watcher {
                 } else {
                     format!("{STEERING_TAG} {text}")
                 };
-                let turn = state.rec.report.as_ref().map_or(0, |r| r.time.turn);
+                let turn = state.rec.turn;
                 let s = Steering {
                     v: xo_proto::PROTOCOL_VERSION,
                     unit: state.rec.unit.clone(),
