@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use compact_str::CompactString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -73,22 +74,28 @@ pub struct Activity {
     pub recent: Vec<Action>,
 }
 
+// The strings of an action are short (names and hashes) and stored inline:
+// decoding a 20-action window allocates nothing for them.
 /// One thing the unit did in a turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Action {
     pub kind: ActionKind,
     /// Tool name (kind `tool`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub tool: Option<CompactString>,
     /// Hash of the tool arguments; equal arguments give equal hashes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args_hash: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub args_hash: Option<CompactString>,
     pub outcome: Outcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_type: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub error_type: Option<CompactString>,
     /// Hash of the tool output, or of the message text (kind `message`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_hash: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub output_hash: Option<CompactString>,
     #[serde(default)]
     pub turn: u64,
 }

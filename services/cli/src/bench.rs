@@ -512,7 +512,7 @@ async fn soak(
     Ok(vec![
         ("soak_cpu_pct".into(), cpu_pct.into()),
         ("soak_rss_mib".into(), mib(rss).into()),
-        ("soak_peak_rss_mib".into(), mib(hwm).into()),
+        ("soak_peak_rss_mib".into(), mib(peak).into()),
         ("soak_published".into(), published.into()),
         ("soak_dropped".into(), dropped.into()),
     ])

@@ -81,7 +81,7 @@ fn same_action(a: &Action, b: &Action) -> bool {
 }
 
 fn tool_name(a: &Action) -> String {
-    a.tool.clone().unwrap_or_else(|| "unnamed tool".into())
+    a.tool.as_deref().unwrap_or("unnamed tool").to_string()
 }
 
 fn finding(kind: AnomalyKind, severity: Severity, message: String, evidence: Evidence) -> Finding {
@@ -94,7 +94,10 @@ fn finding(kind: AnomalyKind, severity: Severity, message: String, evidence: Evi
 }
 
 fn evidence(actions: &[&Action], rule: String, observed: String) -> Evidence {
-    let mut tools: Vec<String> = actions.iter().filter_map(|a| a.tool.clone()).collect();
+    let mut tools: Vec<String> = actions
+        .iter()
+        .filter_map(|a| a.tool.as_deref().map(str::to_string))
+        .collect();
     tools.dedup();
     tools.sort();
     tools.dedup();
@@ -182,7 +185,7 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     let tool = tool_name(last);
     let (n, rule, what) =
         if last.outcome == Outcome::Error && errors >= d.loop_error_repeats as usize {
-            let et = last.error_type.clone().unwrap_or_else(|| "error".into());
+            let et = last.error_type.as_deref().unwrap_or("error");
             (
                 errors,
                 format!("same action and error type >= {}", d.loop_error_repeats),
