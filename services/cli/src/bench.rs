@@ -489,6 +489,7 @@ async fn soak(
     let dropped = published.saturating_sub(last.evaluated + last.duplicates);
     let cpu_pct = 100.0 * cpu / wall;
     let mib = |k: u64| k as f64 / 1024.0;
+    let peak = hwm.max(peak_rss);
     println!(
         "== soak ({units} units x 1 report/s x {secs} s = {published} reports, supervisor in its own process)"
     );
@@ -497,10 +498,10 @@ async fn soak(
         verdict(cpu_pct < 25.0)
     );
     println!(
-        "   resident memory    {:>8.1} MiB now, {:.1} MiB peak   target < 256 MiB: {}",
-        mib(rss.max(peak_rss)),
-        mib(hwm),
-        verdict(hwm < 256 * 1024)
+        "   resident memory    {:>8.1} MiB at the end, {:.1} MiB peak   target < 256 MiB: {}",
+        mib(rss),
+        mib(peak),
+        verdict(peak < 256 * 1024)
     );
     println!(
         "   dropped reports    {dropped:>12}   (evaluated {}, duplicates {}, dead letters {})   target 0: {}",
