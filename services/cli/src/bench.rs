@@ -37,6 +37,11 @@ pub struct RadioArgs {
     /// Reports for the ingest figure.
     #[arg(long, default_value_t = 100_000)]
     ingest_reports: u64,
+    /// Ingest flow control: publish this many, wait until all arrived, repeat
+    /// (the same for the raw baseline). Below the client's 65,536-message
+    /// subscription buffer, so neither side can drop.
+    #[arg(long, default_value_t = 10_000)]
+    window: usize,
     /// Round trips for the latency figures.
     #[arg(long, default_value_t = 2_000)]
     latency_samples: usize,
@@ -187,7 +192,7 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
 
     // 2. ingest: raw pub/sub vs the supervisor, same payloads, same windows.
     let n = args.ingest_reports as usize;
-    let window = 2_000usize;
+    let window = args.window.max(1);
     let payloads: Vec<(String, Bytes)> = (0..n)
         .map(|i| {
             let r = sample::realistic(i as u64 % units, 1 + i as u64 / units);

@@ -208,7 +208,9 @@ impl Actor for Watcher {
                     seq = report.time.seq,
                 );
                 xo_bus::trace::link(&span, &headers);
-                state.on_report(*report, raw).instrument(span).await;
+                // Boxed: the actor's task would otherwise hold room for this
+                // future (and the publish inside it) for as long as it lives.
+                Box::pin(state.on_report(*report, raw).instrument(span)).await;
             }
             WatcherMsg::Heartbeat(hb) => {
                 state.seen(state.ctx.clock.now_ms());
@@ -227,7 +229,7 @@ impl Actor for Watcher {
                     warn!(unit = %state.rec.unit, silent_ms = silent, "unit is stale");
                     let turn = state.rec.turn;
                     let s = Radio::stale(&state.rec.unit, silent, stale_after, turn, now);
-                    state.send(s).await;
+                    Box::pin(state.send(s)).await;
                     state.save(now);
                 }
                 if state.dirty
@@ -274,7 +276,7 @@ impl Actor for Watcher {
                     },
                     source: SteeringSource::Operator,
                 };
-                state.send(s.clone()).await;
+                Box::pin(state.send(s.clone())).await;
                 state.save(now);
                 let _ = port.send(s);
             }
