@@ -320,6 +320,28 @@ impl ServiceRequest {
     }
 }
 
+/// Waits for the reply to a request on its inbox subscription (the local
+/// transports; NATS has its own). A `Status: 503` reply means nobody listened.
+pub(crate) async fn await_reply(
+    sub: &mut Subscription,
+    subject: &str,
+    timeout: Duration,
+) -> BusResult<Message> {
+    match tokio::time::timeout(timeout, sub.next()).await {
+        Ok(Some(m)) if m.headers.get(local::STATUS_HEADER) == Some(local::NO_RESPONDERS) => {
+            Err(BusError::NoResponders {
+                subject: subject.to_string(),
+            })
+        }
+        Ok(Some(m)) => Ok(m),
+        Ok(None) => Err(BusError::Closed),
+        Err(_) => Err(BusError::Timeout {
+            subject: subject.to_string(),
+            timeout,
+        }),
+    }
+}
+
 /// A live subscription; dropping it unsubscribes.
 pub enum Subscription {
     Channel(local::ChannelSub),

@@ -152,13 +152,6 @@ impl LocalBus {
                 subject: subject.to_string(),
             });
         }
-        match tokio::time::timeout(timeout, sub.next()).await {
-            Ok(Some(m)) => Ok(m),
-            Ok(None) => Err(BusError::Closed),
-            Err(_) => Err(BusError::Timeout {
-                subject: subject.to_string(),
-                timeout,
-            }),
-        }
+        crate::await_reply(&mut sub, subject, timeout).await
     }
 }

@@ -348,19 +348,7 @@ impl SocketBus {
         let mut sub = self.subscribe(&inbox).await?;
         self.publish_with_reply(subject, Some(&inbox), headers, payload)
             .await?;
-        match tokio::time::timeout(timeout, sub.next()).await {
-            Ok(Some(m)) if m.headers.get(STATUS_HEADER) == Some(NO_RESPONDERS) => {
-                Err(BusError::NoResponders {
-                    subject: subject.to_string(),
-                })
-            }
-            Ok(Some(m)) => Ok(m),
-            Ok(None) => Err(BusError::Closed),
-            Err(_) => Err(BusError::Timeout {
-                subject: subject.to_string(),
-                timeout,
-            }),
-        }
+        crate::await_reply(&mut sub, subject, timeout).await
     }
 
     /// A round trip to the server: everything sent before has been handled.
