@@ -70,6 +70,14 @@ impl Subjects {
     pub fn heartbeat_all(&self) -> String {
         format!("{}.heartbeat.*", self.prefix)
     }
+    /// `xo.event.task.<task>`
+    pub fn task_event(&self, task: &str) -> String {
+        format!("{}.event.task.{task}", self.prefix)
+    }
+    /// `xo.audit.<project>`
+    pub fn audit(&self, project: &str) -> String {
+        format!("{}.audit.{project}", self.prefix)
+    }
     /// `xo.dlq.<subject>`: where undecodable messages go.
     pub fn dlq(&self, subject: &str) -> String {
         format!("{}.dlq.{subject}", self.prefix)

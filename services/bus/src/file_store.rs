@@ -325,6 +325,37 @@ impl FileStore {
         .await
     }
 
+    pub async fn put_many(&self, bucket: &str, items: Vec<(String, Bytes)>) -> StoreResult<Vec<u64>> {
+        for (k, _) in &items {
+            validate_key(k)?;
+        }
+        let bucket = bucket.to_string();
+        self.with(move |dir, st| {
+            let b = Self::bucket(dir, st, &bucket)?;
+            items.into_iter().map(|(k, v)| b.write(&k, Some(v))).collect()
+        })
+        .await
+    }
+
+    pub async fn append_many(&self, log: &str, records: Vec<Bytes>) -> StoreResult<u64> {
+        let log = log.to_string();
+        self.with(move |dir, st| {
+            let l = Self::log(dir, st, &log)?;
+            let mut offset = l.file.metadata().map(|m| m.len()).map_err(|e| io_err(&l.path, e))?;
+            let mut buf = Vec::new();
+            for r in &records {
+                let f = frame(r);
+                l.offsets.push(offset + buf.len() as u64);
+                buf.extend_from_slice(&f);
+            }
+            l.file.write_all(&buf).map_err(|e| io_err(&l.path, e))?;
+            offset += buf.len() as u64;
+            let _ = offset;
+            Ok(l.offsets.len() as u64)
+        })
+        .await
+    }
+
     pub async fn delete(&self, bucket: &str, key: &str) -> StoreResult<()> {
         validate_key(key)?;
         let (bucket, key) = (bucket.to_string(), key.to_string());

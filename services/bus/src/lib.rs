@@ -442,6 +442,21 @@ impl Store {
             Store::Nats(s) => s.keys(bucket).await,
         }
     }
+    /// Writes several keys at once (one blocking call on files, concurrent
+    /// puts on NATS); returns the new revisions in order.
+    pub async fn put_many(&self, bucket: &str, items: Vec<(String, Bytes)>) -> StoreResult<Vec<u64>> {
+        match self {
+            Store::File(s) => s.put_many(bucket, items).await,
+            Store::Nats(s) => s.put_many(bucket, items).await,
+        }
+    }
+    /// Appends several records in order; returns the last sequence.
+    pub async fn append_many(&self, log: &str, records: Vec<Bytes>) -> StoreResult<u64> {
+        match self {
+            Store::File(s) => s.append_many(log, records).await,
+            Store::Nats(s) => s.append_many(log, records).await,
+        }
+    }
     /// Appends to a log; returns the record's sequence (from 1).
     pub async fn append(&self, log: &str, record: Bytes) -> StoreResult<u64> {
         match self {

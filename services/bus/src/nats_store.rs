@@ -17,6 +17,7 @@ pub struct NatsStore {
     js: jetstream::Context,
     prefix: String,
     buckets: Arc<Mutex<HashMap<String, kv::Store>>>,
+    streams: Arc<Mutex<HashMap<String, jetstream::stream::Stream>>>,
 }
 
 impl std::fmt::Debug for NatsStore {
@@ -37,6 +38,7 @@ impl NatsStore {
             js: jetstream::new(client),
             prefix: prefix.to_string(),
             buckets: Arc::default(),
+            streams: Arc::default(),
         }
     }
 
@@ -107,6 +109,36 @@ impl NatsStore {
         }
     }
 
+    pub async fn put_many(&self, bucket: &str, items: Vec<(String, Bytes)>) -> StoreResult<Vec<u64>> {
+        let b = self.bucket(bucket).await?;
+        for (k, _) in &items {
+            validate_key(k)?;
+        }
+        futures::future::try_join_all(items.into_iter().map(|(k, v)| {
+            let b = b.clone();
+            async move { b.put(k, v).await.map_err(backend) }
+        }))
+        .await
+    }
+
+    pub async fn append_many(&self, log: &str, records: Vec<Bytes>) -> StoreResult<u64> {
+        self.stream(log).await?;
+        let mut acks = Vec::with_capacity(records.len());
+        for r in records {
+            acks.push(
+                self.js
+                    .publish(self.log_subject(log), r)
+                    .await
+                    .map_err(backend)?,
+            );
+        }
+        let mut last = 0;
+        for a in acks {
+            last = a.await.map_err(backend)?.sequence;
+        }
+        Ok(last)
+    }
+
     pub async fn delete(&self, bucket: &str, key: &str) -> StoreResult<()> {
         validate_key(key)?;
         let b = self.bucket(bucket).await?;
@@ -131,14 +163,21 @@ impl NatsStore {
     }
 
     async fn stream(&self, log: &str) -> StoreResult<jetstream::stream::Stream> {
-        self.js
+        let mut cache = self.streams.lock().await;
+        if let Some(s) = cache.get(log) {
+            return Ok(s.clone());
+        }
+        let s = self
+            .js
             .get_or_create_stream(jetstream::stream::Config {
                 name: self.name(&format!("LOG_{log}")),
                 subjects: vec![self.log_subject(log)],
                 ..Default::default()
             })
             .await
-            .map_err(backend)
+            .map_err(backend)?;
+        cache.insert(log.to_string(), s.clone());
+        Ok(s)
     }
 
     pub async fn append(&self, log: &str, record: Bytes) -> StoreResult<u64> {

@@ -1,0 +1,469 @@
+//! The durable queue's contract: tasks, their records, the queue status,
+//! events, audit records, and every control request with its reply.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::control::Request;
+
+/// The queue's control service name.
+pub const QUEUE: &str = "queue";
+
+/// A unit of work (seed 003's task schema plus project, role, timeout
+/// profile, lane and dependencies). Unknown fields are errors in task files,
+/// so a typo never passes silently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    pub task_id: String,
+    /// Brief description.
+    pub intent: String,
+    /// Detailed instructions for the agent.
+    pub instructions: String,
+    /// All must be met.
+    #[serde(default)]
+    pub acceptance_criteria: Vec<String>,
+    #[serde(default)]
+    pub retry_policy: RetryPolicy,
+    /// Relative to the project sandbox; must stay inside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    /// Paths relative to the project sandbox.
+    #[serde(default)]
+    pub required_artifacts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_command: Option<String>,
+    #[serde(default)]
+    pub tests_required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_json_schema: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Which specialist runs it (seed 002: from the task header).
+    pub role: String,
+    #[serde(default)]
+    pub timeout_profile: TimeoutProfile,
+    #[serde(default)]
+    pub lane: Lane,
+    /// Task ids that must complete first.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_retries: 3 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutProfile {
+    #[default]
+    Standard,
+    Long,
+    Extended,
+}
+
+/// Priority lanes (seed 001): critical first and interrupting, functional
+/// before planned work, cleanup after.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    Critical,
+    Functional,
+    #[default]
+    Planned,
+    Cleanup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Pending,
+    Running,
+    Completed,
+    Blocked,
+    Failed,
+    AwaitingResponse,
+    Cancelled,
+}
+
+impl TaskState {
+    pub const ALL: [TaskState; 7] = [
+        Self::Pending,
+        Self::Running,
+        Self::Completed,
+        Self::Blocked,
+        Self::Failed,
+        Self::AwaitingResponse,
+        Self::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Blocked => "blocked",
+            Self::Failed => "failed",
+            Self::AwaitingResponse => "awaiting_response",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// No more work will happen on it without an operator.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Completed | Self::Blocked | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// What a runner should do with a task offered again after a stale lease
+/// (SUP-6): resume if the previous attempt reached a checkpoint, else roll
+/// the sandbox back and replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayMark {
+    Resume,
+    RollbackReplay,
+}
+
+/// One criterion's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CriterionResult {
+    pub criterion: String,
+    pub passed: bool,
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// The runner's validation of a task's output.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ValidationReport {
+    pub passed: bool,
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default)]
+    pub criteria: Vec<CriterionResult>,
+    /// 0..1, if the validator rated it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// Where the prompt and the response were logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_ref: Option<String>,
+}
+
+/// A lease on a running task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Lease {
+    pub claimant: String,
+    /// Proves the holder; a complete with another token is refused.
+    pub token: String,
+    /// Milliseconds since the Unix epoch.
+    pub renewed_at: u64,
+    /// The holder reported its work is checkpointed (artifacts written).
+    #[serde(default)]
+    pub checkpoint: bool,
+}
+
+/// A task as the queue keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskRecord {
+    pub task: Task,
+    pub state: TaskState,
+    /// 1 on the first claim; + 1 on every offer after a stale lease or retry.
+    pub attempt: u32,
+    /// Validation failures so far (bounded by `retry_policy.max_retries`).
+    pub retries: u32,
+    /// Order of enqueueing.
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<ReplayMark>,
+    /// Served before new work (a retry, an answered question, a replay).
+    #[serde(default)]
+    pub priority: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ValidationReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// For Manager tasks: the task whose completion it reconciles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciles: Option<String>,
+    pub updated_at: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RunStatus {
+    #[default]
+    Halted,
+    Running,
+    Completed,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ExecutionMode {
+    #[default]
+    Auto,
+    Manual,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Goal {
+    pub description: String,
+    #[serde(default)]
+    pub project_id: Option<String>,
+    #[serde(default)]
+    pub completed: bool,
+}
+
+/// Halt reason when the queue ran dry before the goal was met.
+pub const TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE: &str = "TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE";
+
+/// Seed 003's status fields, plus counts and errors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueStatus {
+    pub status: RunStatus,
+    #[serde(default)]
+    pub halt_reason: Option<String>,
+    pub iteration: u64,
+    pub goal: Goal,
+    pub mode: ExecutionMode,
+    /// Manager reconciliation after every completed task (seed 002).
+    pub manager: bool,
+    #[serde(default)]
+    pub last_task_id: Option<String>,
+    #[serde(default)]
+    pub last_validation_report: Option<ValidationReport>,
+    /// No pending or running task is left.
+    pub exhausted: bool,
+    /// Tasks by state.
+    pub counts: BTreeMap<String, u64>,
+    /// MANUAL mode: tasks the operator allowed with `step` and not yet claimed.
+    pub steps: u64,
+    /// Completed tasks since start, for cleanup-directive aging.
+    pub completed_total: u64,
+    /// Store keys that could not be read; kept untouched for the operator.
+    #[serde(default)]
+    pub corrupt: Vec<String>,
+    pub initialised: bool,
+}
+
+/// Published on `xo.event.task.<task>` at every transition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskEvent {
+    pub v: u16,
+    pub task_id: String,
+    pub event: String,
+    pub state: TaskState,
+    pub attempt: u32,
+    pub at: u64,
+}
+
+impl crate::Message for TaskEvent {
+    const NAME: &'static str = "TaskEvent";
+    fn version(&self) -> u16 {
+        self.v
+    }
+}
+
+/// One line of the audit log. `prev` is the hash of the line before it, so
+/// `xo audit verify` finds the first line where the chain breaks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditEvent {
+    pub v: u16,
+    pub seq: u64,
+    /// `INIT`, `GOAL_SET`, `ENQUEUE`, `TASK_START`, `TASK_COMPLETE`, `TASK_RETRY`,
+    /// `TASK_BLOCKED`, `TASK_AWAITING_RESPONSE`, `TASK_ANSWERED`, `LEASE_EXPIRED`,
+    /// `TASK_CANCELLED`, `HALT`, `RESUME`, `START`, `STEP`, `COMPLETED`, `MANAGER_RECONCILED`.
+    pub event: String,
+    #[serde(default)]
+    pub task_id: Option<String>,
+    pub at: u64,
+    pub state_before: serde_json::Value,
+    pub state_after: serde_json::Value,
+    #[serde(default)]
+    pub validation_report: Option<ValidationReport>,
+    #[serde(default)]
+    pub prompt_ref: Option<String>,
+    #[serde(default)]
+    pub response_ref: Option<String>,
+    /// Hex SHA-256 of the previous line ("" for the first).
+    pub prev: String,
+}
+
+/// The reply a Manager task completes with (seed 002).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ManagerReply {
+    pub status: String,
+    pub message: String,
+    /// The task to serve next; `null` when the workflow is complete.
+    #[serde(default)]
+    pub next_task: Option<String>,
+    /// The reconciled list of tasks still to do (pending ones absent from it
+    /// are cancelled, new ones enqueued).
+    #[serde(default)]
+    pub tasks: Vec<Task>,
+}
+
+/// The statuses any agent reply may carry.
+pub const REPLY_STATUSES: [&str; 4] = ["ok", "blocked", "error", "escalate"];
+
+// ---- control requests ----
+
+macro_rules! request {
+    ($ty:ident, $verb:literal, $resp:ty) => {
+        impl Request for $ty {
+            const SERVICE: &'static str = QUEUE;
+            const VERB: &'static str = $verb;
+            type Response = $resp;
+        }
+    };
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Init {
+    #[serde(default)]
+    pub mode: ExecutionMode,
+    #[serde(default)]
+    pub manager: bool,
+    /// Re-initialise a queue that has state (drops every task).
+    #[serde(default)]
+    pub force: bool,
+}
+request!(Init, "init", QueueStatus);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SetGoal {
+    pub description: String,
+    #[serde(default)]
+    pub project_id: Option<String>,
+    #[serde(default)]
+    pub completed: bool,
+}
+request!(SetGoal, "goal", QueueStatus);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Enqueue {
+    pub tasks: Vec<Task>,
+}
+// Replies with the ids newly enqueued (identical ones already present are skipped).
+request!(Enqueue, "enqueue", Vec<String>);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    pub role: String,
+    pub claimant: String,
+    /// Long-poll: wait up to this long for a task (ms).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+request!(Claim, "claim", Option<Claimed>);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claimed {
+    pub record: TaskRecord,
+    pub token: String,
+    /// Renew the lease at least this often (ms).
+    pub lease_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub task_id: String,
+    pub token: String,
+    #[serde(default)]
+    pub checkpoint: bool,
+}
+request!(Heartbeat, "heartbeat", TaskRecord);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Complete {
+    pub task_id: String,
+    pub token: String,
+    pub report: ValidationReport,
+    /// Manager tasks: the reconciliation reply.
+    #[serde(default)]
+    pub manager_reply: Option<serde_json::Value>,
+}
+request!(Complete, "complete", TaskRecord);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Block {
+    pub task_id: String,
+    pub token: String,
+    pub reason: String,
+    /// A question for the operator: the task waits for `answer` instead of blocking.
+    #[serde(default)]
+    pub question: Option<String>,
+}
+request!(Block, "block", TaskRecord);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub task_id: String,
+    pub text: String,
+}
+request!(Answer, "answer", TaskRecord);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Halt {
+    pub reason: String,
+}
+request!(Halt, "halt", QueueStatus);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resume {}
+request!(Resume, "resume", QueueStatus);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Start {}
+request!(Start, "start", QueueStatus);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Step {}
+request!(Step, "step", QueueStatus);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GetStatus {}
+request!(GetStatus, "status", QueueStatus);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ListTasks {
+    #[serde(default)]
+    pub state: Option<TaskState>,
+}
+request!(ListTasks, "tasks", Vec<TaskRecord>);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetryTask {
+    pub task_id: String,
+}
+request!(RetryTask, "retry", TaskRecord);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cancel {
+    pub task_id: String,
+}
+request!(Cancel, "cancel", TaskRecord);
