@@ -78,7 +78,18 @@ pub enum TimeoutProfile {
 /// Priority lanes (seed 001): critical first and interrupting, functional
 /// before planned work, cleanup after.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Lane {
@@ -89,7 +100,9 @@ pub enum Lane {
     Cleanup,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
     Pending,
@@ -126,7 +139,10 @@ impl TaskState {
 
     /// No more work will happen on it without an operator.
     pub fn is_final(self) -> bool {
-        matches!(self, Self::Completed | Self::Blocked | Self::Failed | Self::Cancelled)
+        matches!(
+            self,
+            Self::Completed | Self::Blocked | Self::Failed | Self::Cancelled
+        )
     }
 }
 
@@ -206,6 +222,10 @@ pub struct TaskRecord {
     pub question: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// Tasks completed in the queue when this one was enqueued (cleanup
+    /// directives age out `CLEANUP_AGE` completions later).
+    #[serde(default)]
+    pub born_completed: u64,
     /// For Manager tasks: the task whose completion it reconciles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciles: Option<String>,

@@ -325,14 +325,21 @@ impl FileStore {
         .await
     }
 
-    pub async fn put_many(&self, bucket: &str, items: Vec<(String, Bytes)>) -> StoreResult<Vec<u64>> {
+    pub async fn put_many(
+        &self,
+        bucket: &str,
+        items: Vec<(String, Bytes)>,
+    ) -> StoreResult<Vec<u64>> {
         for (k, _) in &items {
             validate_key(k)?;
         }
         let bucket = bucket.to_string();
         self.with(move |dir, st| {
             let b = Self::bucket(dir, st, &bucket)?;
-            items.into_iter().map(|(k, v)| b.write(&k, Some(v))).collect()
+            items
+                .into_iter()
+                .map(|(k, v)| b.write(&k, Some(v)))
+                .collect()
         })
         .await
     }
@@ -341,7 +348,11 @@ impl FileStore {
         let log = log.to_string();
         self.with(move |dir, st| {
             let l = Self::log(dir, st, &log)?;
-            let mut offset = l.file.metadata().map(|m| m.len()).map_err(|e| io_err(&l.path, e))?;
+            let mut offset = l
+                .file
+                .metadata()
+                .map(|m| m.len())
+                .map_err(|e| io_err(&l.path, e))?;
             let mut buf = Vec::new();
             for r in &records {
                 let f = frame(r);

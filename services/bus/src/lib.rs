@@ -444,7 +444,11 @@ impl Store {
     }
     /// Writes several keys at once (one blocking call on files, concurrent
     /// puts on NATS); returns the new revisions in order.
-    pub async fn put_many(&self, bucket: &str, items: Vec<(String, Bytes)>) -> StoreResult<Vec<u64>> {
+    pub async fn put_many(
+        &self,
+        bucket: &str,
+        items: Vec<(String, Bytes)>,
+    ) -> StoreResult<Vec<u64>> {
         match self {
             Store::File(s) => s.put_many(bucket, items).await,
             Store::Nats(s) => s.put_many(bucket, items).await,

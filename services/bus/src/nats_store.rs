@@ -109,7 +109,11 @@ impl NatsStore {
         }
     }
 
-    pub async fn put_many(&self, bucket: &str, items: Vec<(String, Bytes)>) -> StoreResult<Vec<u64>> {
+    pub async fn put_many(
+        &self,
+        bucket: &str,
+        items: Vec<(String, Bytes)>,
+    ) -> StoreResult<Vec<u64>> {
         let b = self.bucket(bucket).await?;
         for (k, _) in &items {
             validate_key(k)?;

@@ -25,6 +25,7 @@ pub struct XoConfig {
     pub wire: WireConfig,
     pub telemetry: TelemetryConfig,
     pub supervisor: SupervisorConfig,
+    pub queue: QueueConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
 }
@@ -32,7 +33,9 @@ pub struct XoConfig {
 impl Default for XoConfig {
     fn default() -> Self {
         let mut roles = BTreeMap::new();
-        roles.insert("default".to_string(), RoleProfile::default());
+        for role in ["default", "coder", "architect", "reviewer", "manager"] {
+            roles.insert(role.to_string(), RoleProfile::default());
+        }
         Self {
             org: OrgConfig::default(),
             nats: NatsConfig::default(),
@@ -40,6 +43,7 @@ impl Default for XoConfig {
             wire: WireConfig::default(),
             telemetry: TelemetryConfig::default(),
             supervisor: SupervisorConfig::default(),
+            queue: QueueConfig::default(),
             roles,
         }
     }
@@ -181,7 +185,46 @@ impl Default for SupervisorConfig {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueConfig {
+    /// A lease not renewed by a heartbeat for this long is stale (SUP-6).
+    pub lease_ms: u64,
+    /// How often leases and long-polling claims are checked.
+    pub tick_ms: u64,
+    /// Audit logs go to `<data_dir>/<project>/audit.log.jsonl`; empty: `<state.dir>/data`.
+    pub data_dir: String,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            lease_ms: 30_000,
+            tick_ms: 100,
+            data_dir: String::new(),
+        }
+    }
+}
+
 impl XoConfig {
+    /// Where audit logs live.
+    pub fn data_dir(&self) -> PathBuf {
+        if self.queue.data_dir.is_empty() {
+            self.state.dir.join("data")
+        } else {
+            PathBuf::from(&self.queue.data_dir)
+        }
+    }
+
+    /// Roles tasks may name: every configured role but `default`.
+    pub fn task_roles(&self) -> std::collections::BTreeSet<String> {
+        self.roles
+            .keys()
+            .filter(|r| *r != "default")
+            .cloned()
+            .collect()
+    }
+
     /// Loads defaults → `file` (or `./xo.toml` if present) → `XO__SECTION__KEY`
     /// environment → `overrides` (`section.key`, value), then validates.
     pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
@@ -244,6 +287,8 @@ impl XoConfig {
             ("supervisor.persist_interval_ms", s.persist_interval_ms),
             ("supervisor.restart_window_ms", s.restart_window_ms),
             ("supervisor.file_poll_ms", s.file_poll_ms),
+            ("queue.lease_ms", self.queue.lease_ms),
+            ("queue.tick_ms", self.queue.tick_ms),
         ] {
             if v == 0 {
                 return Err(invalid(key, "must be greater than 0".into()));

@@ -8,7 +8,9 @@
 //! - [`telemetry`]: `tracing` logs (pretty or JSON), optional OTLP export,
 //!   and the W3C trace-context propagator.
 
+pub mod clock;
 pub mod config;
 pub mod telemetry;
 
+pub use clock::Clock;
 pub use config::{ConfigError, XoConfig};

@@ -1,0 +1,146 @@
+//! Group commit. The actor applies a change in memory and hands the commit
+//! here; the committer takes every commit waiting, writes all their keys at
+//! once, appends their audit records in order, publishes task events, and
+//! only then runs their replies. A reply therefore always means "durable".
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::warn;
+use xo_bus::typed;
+use xo_proto::queue::TaskEvent;
+
+use crate::audit::Chains;
+use crate::machine::AuditDraft;
+use crate::{AUDIT_LOG, BUCKET, Ctx};
+
+/// One operation's durable effects and its reply.
+pub struct Commit {
+    pub writes: Vec<(String, Bytes)>,
+    pub audit: Vec<AuditDraft>,
+    pub project: String,
+    pub events: Vec<TaskEvent>,
+    pub reply: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for Commit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Commit")
+            .field("writes", &self.writes.len())
+            .field("audit", &self.audit.len())
+            .finish()
+    }
+}
+
+pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Commit>();
+    let task = tokio::spawn(async move {
+        let mut chains = Chains::new(ctx.cfg.data_dir());
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < 4096 {
+                match rx.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            apply(&ctx, &mut chains, batch).await;
+        }
+    });
+    (tx, task)
+}
+
+/// Retries a store write until it succeeds: the replies wait for it.
+async fn retrying<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = xo_bus::StoreResult<T>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) => {
+                warn!(error = %e, what, "queue write failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+struct Effects {
+    writes: Vec<(String, Bytes)>,
+    audit: Vec<AuditDraft>,
+    project: String,
+    events: Vec<TaskEvent>,
+}
+
+async fn apply(ctx: &Ctx, chains: &mut Chains, commits: Vec<Commit>) {
+    // Replies run last, after every await: split off first.
+    let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+    let mut batch = Vec::with_capacity(commits.len());
+    for c in commits {
+        replies.extend(c.reply);
+        batch.push(Effects {
+            writes: c.writes,
+            audit: c.audit,
+            project: c.project,
+            events: c.events,
+        });
+    }
+    // Last write of a key wins: the actor's snapshot at that point is newest.
+    let mut writes: BTreeMap<String, Bytes> = BTreeMap::new();
+    for c in &batch {
+        for (k, v) in &c.writes {
+            writes.insert(k.clone(), v.clone());
+        }
+    }
+    if !writes.is_empty() {
+        let items: Vec<(String, Bytes)> = writes.into_iter().collect();
+        retrying("state", || ctx.store.put_many(BUCKET, items.clone())).await;
+    }
+    let now = ctx.clock.now_ms();
+    let mut lines: Vec<(String, Vec<u8>)> = Vec::new();
+    for c in &batch {
+        for d in &c.audit {
+            lines.push((c.project.clone(), chains.next(&c.project, d, now)));
+        }
+    }
+    if !lines.is_empty() {
+        let records: Vec<Bytes> = lines.iter().map(|(_, l)| Bytes::from(l.clone())).collect();
+        retrying("audit log", || {
+            ctx.store.append_many(AUDIT_LOG, records.clone())
+        })
+        .await;
+        if let Err(e) = chains.write_files(&lines).await {
+            warn!(error = %e, "audit file append failed");
+        }
+        for (project, line) in &lines {
+            let mut h = xo_bus::Headers::new();
+            h.insert(xo_proto::codec::CONTENT_TYPE, xo_proto::codec::JSON);
+            let _ = ctx
+                .bus
+                .publish(&ctx.subjects.audit(project), h, Bytes::from(line.clone()))
+                .await;
+        }
+    }
+    for c in &batch {
+        for e in &c.events {
+            let _ = typed::publish(
+                &ctx.bus,
+                &ctx.subjects.task_event(&e.task_id),
+                e,
+                ctx.cfg.wire.format,
+            )
+            .await;
+        }
+    }
+    for reply in replies {
+        reply();
+    }
+}
