@@ -899,3 +899,32 @@ pub fn parse_manager_reply(
     }
     Ok(reply)
 }
+
+/// Reads a task file: one task object or an array. Errors name the task
+/// (position and id) and the field.
+pub fn tasks_from_json(bytes: &[u8]) -> Result<Vec<Task>, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let items = match v {
+        serde_json::Value::Array(items) => items,
+        obj @ serde_json::Value::Object(_) => vec![obj],
+        _ => return Err("expected a task object or an array of tasks".into()),
+    };
+    let mut tasks = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let name = match item.get("task_id").and_then(|t| t.as_str()) {
+            Some(id) => format!("task #{} ({id})", i + 1),
+            None => format!("task #{}", i + 1),
+        };
+        let task: Task = serde_path_to_error::deserialize(item).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." || path.is_empty() {
+                format!("{name}: {}", e.inner())
+            } else {
+                format!("{name}: field {path}: {}", e.inner())
+            }
+        })?;
+        tasks.push(task);
+    }
+    Ok(tasks)
+}
