@@ -7,11 +7,13 @@
 //!   running `xo up`, or a clear error saying how to start one).
 //! - [`services`]: `xo up` and `xo serve`.
 //! - [`ops`]: operator commands (`report`, `tap`, `units`, `steer`, `radio replay`).
+//! - [`queue_ops`]: the control plane (`init`, `goal`, `enqueue`, `start`, `status`, `audit`…).
 //! - [`bench`]: `xo bench radio`.
 
 mod bench;
 mod connect;
 mod ops;
+mod queue_ops;
 mod services;
 
 use std::path::PathBuf;
@@ -102,12 +104,100 @@ enum Cmd {
     },
     /// Print the effective configuration (after file, environment and flags).
     Config,
+    /// Initialise the queue (status HALTED).
+    Init {
+        /// auto or manual.
+        #[arg(long, default_value = "auto")]
+        mode: String,
+        /// Reconcile the task list with a Manager task after every completed task.
+        #[arg(long)]
+        manager: bool,
+        /// Start over: drops every task.
+        #[arg(long)]
+        force: bool,
+    },
+    /// The goal.
+    Goal {
+        #[command(subcommand)]
+        cmd: GoalCmd,
+    },
+    /// Enqueue tasks from a JSON file (one task or an array; `-` for stdin).
+    Enqueue { file: String },
+    /// Set the queue RUNNING and start handing out work.
+    Start,
+    /// MANUAL mode: allow one more task to be handed out.
+    Step,
+    /// Halt the queue: no task is handed out until `xo resume`.
+    Halt {
+        #[arg(long)]
+        reason: String,
+    },
+    /// Set the queue RUNNING again.
+    Resume,
+    /// Status, iteration, goal, queue, task counts, last validation report, mode.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// List tasks.
+    Tasks {
+        /// Only tasks in this state (pending, running, completed, blocked, …).
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer a task awaiting an operator's response.
+    Answer { task: String, text: String },
+    /// Retry a blocked task.
+    Retry { task: String },
+    /// Cancel a task.
+    Cancel { task: String },
+    /// The audit log.
+    Audit {
+        #[command(subcommand)]
+        cmd: AuditCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GoalCmd {
+    /// Set the goal.
+    Set {
+        description: String,
+        #[arg(long)]
+        project: Option<String>,
+        /// The goal is met: an exhausted queue then completes instead of halting.
+        #[arg(long)]
+        completed: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCmd {
+    /// Check the hash chain; report the first line where it breaks.
+    Verify {
+        #[arg(long, default_value = "default")]
+        project: String,
+    },
+    /// Print the log; with --follow, keep printing new lines.
+    Tail {
+        #[arg(long, default_value = "default")]
+        project: String,
+        #[arg(long)]
+        follow: bool,
+        /// Only the last N lines first.
+        #[arg(short = 'n', long)]
+        lines: Option<usize>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 enum ServeCmd {
     /// The XO supervisor (radio checks, steering, liveness).
     Supervisor,
+    /// The durable queue (tasks, leases, audit).
+    Queue,
 }
 
 #[derive(Debug, Subcommand)]
@@ -171,6 +261,56 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Serve {
             service: ServeCmd::Supervisor,
         } => services::serve_supervisor(cfg).await,
+        Cmd::Serve {
+            service: ServeCmd::Queue,
+        } => services::serve_queue(cfg).await,
+        Cmd::Init {
+            mode,
+            manager,
+            force,
+        } => queue_ops::init(&cfg, &mode, manager, force).await,
+        Cmd::Goal {
+            cmd:
+                GoalCmd::Set {
+                    description,
+                    project,
+                    completed,
+                },
+        } => queue_ops::goal(&cfg, description, project, completed).await,
+        Cmd::Enqueue { file } => queue_ops::enqueue(&cfg, &file).await,
+        Cmd::Start => queue_ops::simple(&cfg, xo_proto::queue::Start {}).await,
+        Cmd::Step => queue_ops::simple(&cfg, xo_proto::queue::Step {}).await,
+        Cmd::Resume => queue_ops::simple(&cfg, xo_proto::queue::Resume {}).await,
+        Cmd::Halt { reason } => queue_ops::simple(&cfg, xo_proto::queue::Halt { reason }).await,
+        Cmd::Status { json } => queue_ops::status(&cfg, json).await,
+        Cmd::Tasks { state, json } => queue_ops::tasks(&cfg, state, json).await,
+        Cmd::Answer { task, text } => {
+            queue_ops::task_op(
+                &cfg,
+                xo_proto::queue::Answer {
+                    task_id: task,
+                    text,
+                },
+            )
+            .await
+        }
+        Cmd::Retry { task } => {
+            queue_ops::task_op(&cfg, xo_proto::queue::RetryTask { task_id: task }).await
+        }
+        Cmd::Cancel { task } => {
+            queue_ops::task_op(&cfg, xo_proto::queue::Cancel { task_id: task }).await
+        }
+        Cmd::Audit {
+            cmd: AuditCmd::Verify { project },
+        } => queue_ops::audit_verify(&cfg, &project),
+        Cmd::Audit {
+            cmd:
+                AuditCmd::Tail {
+                    project,
+                    follow,
+                    lines,
+                },
+        } => queue_ops::audit_tail(&cfg, &project, follow, lines).await,
         Cmd::Report { file } => ops::report(&cfg, &file).await,
         Cmd::Tap {
             subject,

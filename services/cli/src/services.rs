@@ -80,7 +80,17 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
         "  prefix: {} — try `xo tap` and `xo units` in another terminal; ctrl-c stops",
         cfg.org.prefix
     );
+    eprintln!("  audit:  {}", cfg.data_dir().display());
+    let queue = xo_queue::start(
+        cfg.clone(),
+        bus.clone(),
+        store.clone(),
+        xo_runtime::Clock::System,
+    )
+    .await
+    .context("starting the queue")?;
     let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    queue.stop().await;
     if let Some((stop, server)) = socket {
         let _ = stop.send(());
         let _ = server.await;
@@ -101,6 +111,21 @@ pub async fn serve_supervisor(cfg: XoConfig) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!(e))?;
     let (bus, store) = nats(&cfg, "xo-supervisor").await?;
     let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    telemetry.shutdown();
+    res?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn serve_queue(cfg: XoConfig) -> anyhow::Result<ExitCode> {
+    if cfg.nats.url.is_empty() {
+        anyhow::bail!(
+            "serve queue needs NATS: pass --nats URL (or set XO_NATS_URL); for one process with no server use `xo up`"
+        );
+    }
+    let mut telemetry =
+        xo_runtime::telemetry::init(&cfg.telemetry, "xo-queue").map_err(|e| anyhow::anyhow!(e))?;
+    let (bus, store) = nats(&cfg, "xo-queue").await?;
+    let res = xo_queue::run(cfg, bus, store, shutdown_signal()).await;
     telemetry.shutdown();
     res?;
     Ok(ExitCode::SUCCESS)

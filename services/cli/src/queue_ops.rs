@@ -1,0 +1,292 @@
+//! The operator's control plane over the queue's API.
+
+use std::io::Read;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use xo_bus::typed;
+use xo_proto::Request;
+use xo_proto::queue::*;
+use xo_queue::audit::{self, Verdict};
+use xo_runtime::XoConfig;
+
+use crate::connect::client_bus;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn call<R: Request>(cfg: &XoConfig, req: &R) -> anyhow::Result<R::Response>
+where
+    R::Response: serde::de::DeserializeOwned,
+{
+    let bus = client_bus(cfg).await?;
+    typed::call(&bus, &cfg.subjects(), req, TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
+                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
+            ),
+            other => other.into(),
+        })
+}
+
+fn print_status(s: &QueueStatus) {
+    let word = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
+    println!(
+        "status     {}{}",
+        word(&serde_json::json!(s.status)),
+        s.halt_reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    println!("iteration  {}", s.iteration);
+    println!(
+        "mode       {}{}",
+        word(&serde_json::json!(s.mode)),
+        if s.manager {
+            ", Manager reconciliation on"
+        } else {
+            ""
+        }
+    );
+    if s.mode == ExecutionMode::Manual {
+        println!("steps      {} allowed, not yet claimed", s.steps);
+    }
+    println!(
+        "goal       {}{}{}",
+        if s.goal.description.is_empty() {
+            "(none)"
+        } else {
+            &s.goal.description
+        },
+        s.goal
+            .project_id
+            .as_ref()
+            .map(|p| format!(" [project {p}]"))
+            .unwrap_or_default(),
+        if s.goal.completed {
+            " — complete"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "queue      {}",
+        if s.exhausted { "exhausted" } else { "has work" }
+    );
+    let counts: Vec<String> = s
+        .counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!(
+        "tasks      {}",
+        if counts.is_empty() {
+            "none".into()
+        } else {
+            counts.join(", ")
+        }
+    );
+    match &s.last_validation_report {
+        Some(r) => println!(
+            "last       {} — {} ({})",
+            s.last_task_id.as_deref().unwrap_or("?"),
+            if r.passed { "passed" } else { "failed" },
+            r.summary
+        ),
+        None => println!("last       (no task completed yet)"),
+    }
+    for c in &s.corrupt {
+        println!("CORRUPT    {c}");
+    }
+}
+
+fn parse_mode(mode: &str) -> anyhow::Result<ExecutionMode> {
+    match mode.to_ascii_lowercase().as_str() {
+        "auto" => Ok(ExecutionMode::Auto),
+        "manual" => Ok(ExecutionMode::Manual),
+        other => bail!("--mode {other:?}: use auto or manual"),
+    }
+}
+
+pub async fn init(
+    cfg: &XoConfig,
+    mode: &str,
+    manager: bool,
+    force: bool,
+) -> anyhow::Result<ExitCode> {
+    let s = call(
+        cfg,
+        &Init {
+            mode: parse_mode(mode)?,
+            manager,
+            force,
+        },
+    )
+    .await?;
+    print_status(&s);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn goal(
+    cfg: &XoConfig,
+    description: String,
+    project_id: Option<String>,
+    completed: bool,
+) -> anyhow::Result<ExitCode> {
+    let s = call(
+        cfg,
+        &SetGoal {
+            description,
+            project_id,
+            completed,
+        },
+    )
+    .await?;
+    print_status(&s);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
+    let bytes = if file == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut b)
+            .context("reading stdin")?;
+        b
+    } else {
+        std::fs::read(file).with_context(|| format!("reading {file}"))?
+    };
+    let tasks =
+        xo_queue::machine::tasks_from_json(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let n = tasks.len();
+    let added = call(cfg, &Enqueue { tasks }).await?;
+    println!(
+        "enqueued {} of {n} tasks{}",
+        added.len(),
+        if added.len() < n {
+            " (the rest were already queued)"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn simple<R: Request<Response = QueueStatus>>(
+    cfg: &XoConfig,
+    req: R,
+) -> anyhow::Result<ExitCode> {
+    let s = call(cfg, &req).await?;
+    print_status(&s);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn status(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let s = call(cfg, &GetStatus {}).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        print_status(&s);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    let state = match state {
+        Some(s) => Some(
+            serde_json::from_value::<TaskState>(serde_json::Value::String(s.clone()))
+                .map_err(|_| anyhow::anyhow!("--state {s:?}: use pending, running, completed, blocked, failed, awaiting_response or cancelled"))?,
+        ),
+        None => None,
+    };
+    let list = call(cfg, &ListTasks { state }).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<20} {:<10} {:<18} {:<8} {:>7} {:>7}  {}",
+        "TASK", "ROLE", "STATE", "LANE", "ATTEMPT", "RETRIES", "INTENT / REASON"
+    );
+    for t in &list {
+        let lane = serde_json::json!(t.task.lane);
+        let note = t
+            .reason
+            .as_ref()
+            .or(t.question.as_ref())
+            .map(|r| format!(" — {r}"))
+            .unwrap_or_default();
+        println!(
+            "{:<20} {:<10} {:<18} {:<8} {:>7} {:>7}  {}{note}",
+            t.task.task_id,
+            t.task.role,
+            t.state.as_str(),
+            lane.as_str().unwrap_or("?"),
+            t.attempt,
+            t.retries,
+            t.task.intent
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn task_op<R: Request<Response = TaskRecord>>(
+    cfg: &XoConfig,
+    req: R,
+) -> anyhow::Result<ExitCode> {
+    let r = call(cfg, &req).await?;
+    println!("{}: {}", r.task.task_id, r.state.as_str());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitCode> {
+    let path = audit::file_for(&cfg.data_dir(), project);
+    match audit::verify(&path).with_context(|| format!("reading {}", path.display()))? {
+        Verdict::Intact { lines } => {
+            println!("{}: chain intact, {lines} lines", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Verdict::Broken { line, reason } => {
+            println!("{}: chain broken at line {line}: {reason}", path.display());
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+pub async fn audit_tail(
+    cfg: &XoConfig,
+    project: &str,
+    follow: bool,
+    lines: Option<usize>,
+) -> anyhow::Result<ExitCode> {
+    let path = audit::file_for(&cfg.data_dir(), project);
+    let mut offset = 0usize;
+    let mut first = true;
+    loop {
+        let data = match tokio::fs::read(&path).await {
+            Ok(d) => d,
+            Err(e) if follow && e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        if data.len() > offset {
+            let text = String::from_utf8_lossy(&data[offset..]);
+            let complete = text.rfind('\n').map_or(0, |i| i + 1);
+            let mut new: Vec<&str> = text[..complete].lines().collect();
+            if first && let Some(n) = lines {
+                new = new.split_off(new.len().saturating_sub(n));
+            }
+            for l in new {
+                println!("{l}");
+            }
+            offset += complete;
+        }
+        first = false;
+        if !follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,481 @@
+//! The durable queue over a real nats-server: claims, leases, restarts,
+//! concurrency, corruption, bad input, audit.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{EPOCH, config, connect};
+use xo_bus::{Bus, NatsStore, Store, typed};
+use xo_proto::Subjects;
+use xo_proto::queue::*;
+use xo_queue::QueueHandle;
+use xo_runtime::{Clock, XoConfig};
+use xo_tests::NatsServer;
+
+const T: Duration = Duration::from_secs(30);
+
+struct Q {
+    nats: NatsServer,
+    client: Bus,
+    subjects: Subjects,
+    cfg: XoConfig,
+    clock: Clock,
+    handle: Option<QueueHandle>,
+    data: tempfile::TempDir,
+}
+
+impl Q {
+    async fn start(overrides: &[(&str, &str)]) -> Self {
+        let nats = NatsServer::start();
+        let data = tempfile::tempdir().unwrap();
+        let d = data.path().display().to_string();
+        let mut o: Vec<(&str, &str)> = vec![("queue.data_dir", &d)];
+        o.extend_from_slice(overrides);
+        let cfg = config(&o);
+        let mut q = Self {
+            client: connect(&nats, "test-client").await,
+            subjects: cfg.subjects(),
+            nats,
+            cfg,
+            clock: Clock::manual(EPOCH),
+            handle: None,
+            data,
+        };
+        q.start_queue().await;
+        q
+    }
+
+    async fn store(&self) -> Store {
+        let Bus::Nats(b) = connect(&self.nats, "xo-queue-store").await else {
+            unreachable!()
+        };
+        Store::Nats(NatsStore::new(b.client().clone(), &self.cfg.org.prefix))
+    }
+
+    async fn start_queue(&mut self) {
+        let bus = connect(&self.nats, "xo-queue").await;
+        let Bus::Nats(nb) = &bus else { unreachable!() };
+        let store = Store::Nats(NatsStore::new(nb.client().clone(), &self.cfg.org.prefix));
+        self.handle = Some(
+            xo_queue::start(self.cfg.clone(), bus, store, self.clock.clone())
+                .await
+                .unwrap(),
+        );
+    }
+
+    async fn stop_queue(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.stop().await;
+        }
+    }
+
+    async fn call<R: xo_proto::Request>(&self, r: &R) -> Result<R::Response, typed::CallError>
+    where
+        R::Response: serde::de::DeserializeOwned,
+    {
+        typed::call(&self.client, &self.subjects, r, T).await
+    }
+
+    async fn ready(&self, n: usize, manager: bool) -> Vec<String> {
+        self.call(&Init {
+            mode: ExecutionMode::Auto,
+            manager,
+            force: false,
+        })
+        .await
+        .unwrap();
+        self.call(&SetGoal {
+            description: "g".into(),
+            project_id: Some("p1".into()),
+            completed: true,
+        })
+        .await
+        .unwrap();
+        let tasks: Vec<Task> = (0..n).map(|i| task(&format!("t{i:03}"))).collect();
+        let ids = self.call(&Enqueue { tasks }).await.unwrap();
+        self.call(&Start {}).await.unwrap();
+        ids
+    }
+}
+
+fn task(id: &str) -> Task {
+    xo_queue::machine::tasks_from_json(
+        format!(r#"{{"task_id":"{id}","intent":"do {id}","instructions":"do it","role":"coder"}}"#)
+            .as_bytes(),
+    )
+    .unwrap()
+    .remove(0)
+}
+
+fn ok() -> ValidationReport {
+    ValidationReport {
+        passed: true,
+        summary: "ok".into(),
+        ..Default::default()
+    }
+}
+
+async fn claim(q: &Q, who: &str) -> Option<Claimed> {
+    q.call(&Claim {
+        role: "coder".into(),
+        claimant: who.into(),
+        wait_ms: 0,
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_goal_runs_to_completed_with_an_intact_audit() {
+    let q = Q::start(&[]).await;
+    let ids = q.ready(20, false).await;
+    assert_eq!(ids.len(), 20);
+    let mut events = q
+        .client
+        .subscribe(&q.subjects.task_event("*"))
+        .await
+        .unwrap();
+    q.client.flush().await.unwrap();
+    while let Some(c) = claim(&q, "r1").await {
+        let r = q
+            .call(&Complete {
+                task_id: c.record.task.task_id.clone(),
+                token: c.token,
+                report: ok(),
+                manager_reply: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(r.state, TaskState::Completed);
+    }
+    let s = q.call(&GetStatus {}).await.unwrap();
+    assert_eq!(
+        (s.status, s.iteration, s.counts["completed"]),
+        (RunStatus::Completed, 20, 20)
+    );
+    let e = tokio::time::timeout(T, events.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let e: TaskEvent = typed::decode(&e, usize::MAX).unwrap();
+    assert_eq!(
+        (e.event.as_str(), e.state),
+        ("TASK_START", TaskState::Running)
+    );
+
+    let file = xo_queue::audit::file_for(q.data.path(), "p1");
+    assert_eq!(
+        xo_queue::audit::verify(&file).unwrap(),
+        xo_queue::audit::Verdict::Intact { lines: 63 }
+    );
+    // 1 goal + 20 enqueue + 1 start + 20 start + 20 complete + 1 completed = 63
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(text.matches("\"TASK_COMPLETE\"").count(), 20);
+    // The same records are in the JetStream log.
+    let log = q
+        .store()
+        .await
+        .read(xo_queue::AUDIT_LOG, 1, 1000)
+        .await
+        .unwrap();
+    assert!(log.len() >= 63, "{}", log.len());
+    // Tampering with a line breaks the chain there.
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    assert!(lines[9].contains("\"seq\":10,"));
+    lines[9] = lines[9].replace("\"seq\":10,", "\"seq\":99,");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    match xo_queue::audit::verify(&file).unwrap() {
+        xo_queue::audit::Verdict::Broken { line, .. } => {
+            assert_eq!(line, 11, "the line after the edited one")
+        }
+        v => panic!("{v:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_silent_claimant_loses_its_lease_to_the_next() {
+    let q = Q::start(&[("queue.lease_ms", "30000")]).await;
+    q.ready(1, false).await;
+    let first = claim(&q, "r1").await.unwrap();
+    assert_eq!(first.record.attempt, 1);
+    assert!(claim(&q, "r2").await.is_none(), "leased");
+    q.clock.advance(Duration::from_millis(29_999));
+    q.handle.as_ref().unwrap().tick().await;
+    assert!(claim(&q, "r2").await.is_none(), "29.999 s is not stale");
+    q.clock.advance(Duration::from_millis(1));
+    q.handle.as_ref().unwrap().tick().await;
+    let second = claim(&q, "r2").await.expect("offered again");
+    assert_eq!(
+        (second.record.attempt, second.record.mark),
+        (2, Some(ReplayMark::RollbackReplay))
+    );
+    let err = q
+        .call(&Complete {
+            task_id: "t000".into(),
+            token: first.token,
+            report: ok(),
+            manager_reply: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("lease lost"), "{err}");
+    q.call(&Complete {
+        task_id: "t000".into(),
+        token: second.token,
+        report: ok(),
+        manager_reply: None,
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
+    let q = Q::start(&[("queue.lease_ms", "30000")]).await;
+    q.ready(1, false).await;
+    let c = claim(&q, "r1").await.unwrap();
+    for _ in 0..3 {
+        q.clock.advance(Duration::from_secs(20));
+        q.call(&Heartbeat {
+            task_id: "t000".into(),
+            token: c.token.clone(),
+            checkpoint: false,
+        })
+        .await
+        .unwrap();
+        q.handle.as_ref().unwrap().tick().await;
+    }
+    assert!(claim(&q, "r2").await.is_none(), "renewed for 60 s");
+    // A long-polling claimant gets work enqueued after it asked.
+    let (client, subjects) = (q.client.clone(), q.subjects.clone());
+    let waiting = tokio::spawn(async move {
+        typed::call(
+            &client,
+            &subjects,
+            &Claim {
+                role: "coder".into(),
+                claimant: "r3".into(),
+                wait_ms: 3_600_000,
+            },
+            T * 2,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    q.call(&Enqueue {
+        tasks: vec![task("late")],
+    })
+    .await
+    .unwrap();
+    let got = waiting.await.unwrap().unwrap().expect("a task");
+    assert_eq!(got.record.task.task_id, "late");
+}
+
+#[tokio::test]
+async fn thirty_two_concurrent_claimants_never_share_a_task() {
+    let q = Q::start(&[]).await;
+    q.ready(400, false).await;
+    let mut all = Vec::new();
+    let mut joins = Vec::new();
+    for i in 0..32 {
+        let (client, subjects) = (connect(&q.nats, &format!("r{i}")).await, q.subjects.clone());
+        joins.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let c = typed::call(
+                    &client,
+                    &subjects,
+                    &Claim {
+                        role: "coder".into(),
+                        claimant: format!("r{i}"),
+                        wait_ms: 0,
+                    },
+                    T,
+                )
+                .await
+                .unwrap();
+                let Some(c) = c else { break };
+                mine.push(c.record.task.task_id.clone());
+                typed::call(
+                    &client,
+                    &subjects,
+                    &Complete {
+                        task_id: c.record.task.task_id,
+                        token: c.token,
+                        report: ok(),
+                        manager_reply: None,
+                    },
+                    T,
+                )
+                .await
+                .unwrap();
+            }
+            mine
+        }));
+    }
+    for j in joins {
+        all.extend(j.await.unwrap());
+    }
+    let unique: BTreeSet<&String> = all.iter().collect();
+    assert_eq!(
+        (all.len(), unique.len()),
+        (400, 400),
+        "every task claimed exactly once"
+    );
+}
+
+#[tokio::test]
+async fn the_queue_survives_a_nats_server_restart() {
+    let mut q = Q::start(&[]).await;
+    q.ready(10, false).await;
+    let c = claim(&q, "r1").await.unwrap();
+    q.nats.restart();
+    // Both sides reconnect by themselves; keep asking until they have.
+    let mut done = None;
+    for _ in 0..300 {
+        match q
+            .call(&Complete {
+                task_id: c.record.task.task_id.clone(),
+                token: c.token.clone(),
+                report: ok(),
+                manager_reply: None,
+            })
+            .await
+        {
+            Ok(r) => {
+                done = Some(r);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(done.expect("reconnected").state, TaskState::Completed);
+    let mut n = 1;
+    while let Some(c) = claim(&q, "r1").await {
+        q.call(&Complete {
+            task_id: c.record.task.task_id,
+            token: c.token,
+            report: ok(),
+            manager_reply: None,
+        })
+        .await
+        .unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 10);
+    // State written before the restart is in JetStream: a new queue sees it all.
+    q.stop_queue().await;
+    q.start_queue().await;
+    let s = q.call(&GetStatus {}).await.unwrap();
+    assert_eq!(
+        (s.status, s.counts["completed"]),
+        (RunStatus::Completed, 10)
+    );
+}
+
+#[tokio::test]
+async fn corrupt_records_are_named_and_the_rest_is_served() {
+    let mut q = Q::start(&[]).await;
+    q.ready(3, false).await;
+    q.stop_queue().await;
+    q.store()
+        .await
+        .put(
+            xo_queue::BUCKET,
+            "task.t001",
+            Bytes::from_static(b"\x00garbage"),
+        )
+        .await
+        .unwrap();
+    q.start_queue().await;
+    let s = q.call(&GetStatus {}).await.unwrap();
+    assert_eq!(s.corrupt.len(), 1);
+    assert!(
+        s.corrupt[0].starts_with("queue/task.t001:"),
+        "{:?}",
+        s.corrupt
+    );
+    assert_eq!(s.counts["pending"], 2);
+    let raw = q
+        .store()
+        .await
+        .get(xo_queue::BUCKET, "task.t001")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        &raw.value[..],
+        b"\x00garbage",
+        "left untouched for the operator"
+    );
+}
+
+#[tokio::test]
+async fn bad_tasks_over_the_wire_enqueue_nothing() {
+    let q = Q::start(&[]).await;
+    q.ready(0, false).await;
+    let bad = Task {
+        role: "wizard".into(),
+        ..task("w1")
+    };
+    let err = q
+        .call(&Enqueue {
+            tasks: vec![task("fine"), bad],
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("task w1") && err.contains("role \"wizard\""),
+        "{err}"
+    );
+    let abs = Task {
+        required_artifacts: vec!["/etc/passwd".into()],
+        ..task("w2")
+    };
+    let err = q
+        .call(&Enqueue { tasks: vec![abs] })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("task w2: required_artifacts \"/etc/passwd\" is absolute"),
+        "{err}"
+    );
+    assert!(q.call(&ListTasks { state: None }).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_question_survives_a_restart_and_is_answered() {
+    let mut q = Q::start(&[]).await;
+    q.ready(1, false).await;
+    let c = claim(&q, "r1").await.unwrap();
+    q.call(&Block {
+        task_id: "t000".into(),
+        token: c.token,
+        reason: "ambiguous".into(),
+        question: Some("which db?".into()),
+    })
+    .await
+    .unwrap();
+    q.stop_queue().await;
+    q.start_queue().await;
+    let list = q
+        .call(&ListTasks {
+            state: Some(TaskState::AwaitingResponse),
+        })
+        .await
+        .unwrap();
+    assert_eq!(list[0].question.as_deref(), Some("which db?"));
+    q.call(&Answer {
+        task_id: "t000".into(),
+        text: "postgres".into(),
+    })
+    .await
+    .unwrap();
+    let again = claim(&q, "r2").await.unwrap();
+    assert_eq!(again.record.answer.as_deref(), Some("postgres"));
+}
