@@ -336,15 +336,14 @@ async fn the_queue_survives_a_nats_server_restart() {
     // Both sides reconnect by themselves; keep asking until they have.
     let mut done = None;
     for _ in 0..300 {
-        match q
-            .call(&Complete {
-                task_id: c.record.task.task_id.clone(),
-                token: c.token.clone(),
-                report: ok(),
-                manager_reply: None,
-            })
-            .await
-        {
+        let req = Complete {
+            task_id: c.record.task.task_id.clone(),
+            token: c.token.clone(),
+            report: ok(),
+            manager_reply: None,
+        };
+        // A request sent while the client reconnects is lost: ask again soon.
+        match typed::call(&q.client, &q.subjects, &req, Duration::from_secs(1)).await {
             Ok(r) => {
                 done = Some(r);
                 break;

@@ -34,8 +34,12 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 
 impl NatsStore {
     pub fn new(client: async_nats::Client, prefix: &str) -> Self {
+        let mut js = jetstream::new(client);
+        // An acknowledgement lost across a server restart is retried after
+        // this, not after the default 30 s.
+        js.set_timeout(std::time::Duration::from_secs(3));
         Self {
-            js: jetstream::new(client),
+            js,
             prefix: prefix.to_string(),
             buckets: Arc::default(),
             streams: Arc::default(),
