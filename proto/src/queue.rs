@@ -226,6 +226,10 @@ pub struct TaskRecord {
     /// directives age out `CLEANUP_AGE` completions later).
     #[serde(default)]
     pub born_completed: u64,
+    /// The lease token that completed it: the same completion sent again
+    /// (a reply lost in a crash) is answered with the record, not refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_token: Option<String>,
     /// For Manager tasks: the task whose completion it reconciles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciles: Option<String>,

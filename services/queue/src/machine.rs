@@ -267,6 +267,7 @@ impl Machine {
                 question: None,
                 answer: None,
                 born_completed: born,
+                completed_token: None,
                 reconciles,
                 updated_at: now,
             },
@@ -438,6 +439,12 @@ impl Machine {
         manager_reply: Option<serde_json::Value>,
         now: u64,
     ) -> OpResult<(TaskRecord, Changes)> {
+        if let Some(r) = self.tasks.get(id)
+            && r.state == TaskState::Completed
+            && r.completed_token.as_deref() == Some(token)
+        {
+            return Ok((r.clone(), Changes::default()));
+        }
         let rec = self.holder(id, token)?.clone();
         let mut c = Changes::default();
         let manager = rec.task.role == MANAGER_ROLE;
