@@ -27,6 +27,20 @@ use xo_runtime::XoConfig;
 pub enum BenchCmd {
     /// Detector throughput, ingest over NATS, steering latency, fleet soak.
     Radio(RadioArgs),
+    /// Claim + complete cycles per second, on NATS and embedded, beside raw key-value put/get.
+    Queue(QueueArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct QueueArgs {
+    /// Tasks per measurement.
+    #[arg(long, default_value_t = 4_000)]
+    pub tasks: usize,
+    /// The nats-server binary to start when no --nats URL is given.
+    #[arg(long, default_value = "nats-server")]
+    pub nats_server: String,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -59,9 +73,9 @@ pub struct RadioArgs {
     json: bool,
 }
 
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     _dir: tempfile_dir::Dir,
 }
 
@@ -89,7 +103,7 @@ mod tempfile_dir {
     }
 }
 
-fn start_nats(bin: &str) -> anyhow::Result<Server> {
+pub(crate) fn start_nats(bin: &str) -> anyhow::Result<Server> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -133,7 +147,10 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
-    let BenchCmd::Radio(args) = what;
+    let args = match what {
+        BenchCmd::Radio(a) => a,
+        BenchCmd::Queue(a) => return crate::bench_queue::run(cfg, a).await,
+    };
     let mut out = serde_json::Map::new();
 
     // 1. detector

@@ -38,6 +38,21 @@ impl std::fmt::Debug for Commit {
 
 pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Commit>();
+    // The store's copy of the audit log is shipped in order by its own task,
+    // so replies wait for the state and the local file, not for its acks.
+    let (ship, mut shipped) = mpsc::unbounded_channel::<Vec<Bytes>>();
+    let shipper_ctx = ctx.clone();
+    let shipper = tokio::spawn(async move {
+        while let Some(mut records) = shipped.recv().await {
+            while let Ok(more) = shipped.try_recv() {
+                records.extend(more);
+            }
+            retrying("audit log", || {
+                shipper_ctx.store.append_many(AUDIT_LOG, records.clone())
+            })
+            .await;
+        }
+    });
     let task = tokio::spawn(async move {
         let mut chains = Chains::new(ctx.cfg.data_dir());
         while let Some(first) = rx.recv().await {
@@ -48,8 +63,10 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
                     Err(_) => break,
                 }
             }
-            apply(&ctx, &mut chains, batch).await;
+            apply(&ctx, &mut chains, batch, &ship).await;
         }
+        drop(ship);
+        let _ = shipper.await;
     });
     (tx, task)
 }
@@ -80,7 +97,12 @@ struct Effects {
     events: Vec<TaskEvent>,
 }
 
-async fn apply(ctx: &Ctx, chains: &mut Chains, commits: Vec<Commit>) {
+async fn apply(
+    ctx: &Ctx,
+    chains: &mut Chains,
+    commits: Vec<Commit>,
+    ship: &mpsc::UnboundedSender<Vec<Bytes>>,
+) {
     // Replies run last, after every await: split off first.
     let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
     let mut batch = Vec::with_capacity(commits.len());
@@ -111,35 +133,46 @@ async fn apply(ctx: &Ctx, chains: &mut Chains, commits: Vec<Commit>) {
             lines.push((c.project.clone(), chains.next(&c.project, d, now)));
         }
     }
-    if !lines.is_empty() {
+    // The state is durable; the audit copies and the events go out together.
+    let audit = async {
+        if lines.is_empty() {
+            return;
+        }
         let records: Vec<Bytes> = lines.iter().map(|(_, l)| Bytes::from(l.clone())).collect();
-        retrying("audit log", || {
-            ctx.store.append_many(AUDIT_LOG, records.clone())
-        })
-        .await;
-        if let Err(e) = chains.write_files(&lines).await {
-            warn!(error = %e, "audit file append failed");
+        if ship.send(records).is_err() {
+            warn!("audit shipper gone");
         }
-        for (project, line) in &lines {
-            let mut h = xo_bus::Headers::new();
-            h.insert(xo_proto::codec::CONTENT_TYPE, xo_proto::codec::JSON);
-            let _ = ctx
-                .bus
-                .publish(&ctx.subjects.audit(project), h, Bytes::from(line.clone()))
+        let file = async {
+            if let Err(e) = chains.write_files(&lines).await {
+                warn!(error = %e, "audit file append failed");
+            }
+        };
+        let live = async {
+            for (project, line) in &lines {
+                let mut h = xo_bus::Headers::new();
+                h.insert(xo_proto::codec::CONTENT_TYPE, xo_proto::codec::JSON);
+                let _ = ctx
+                    .bus
+                    .publish(&ctx.subjects.audit(project), h, Bytes::from(line.clone()))
+                    .await;
+            }
+        };
+        tokio::join!(file, live);
+    };
+    let events = async {
+        for c in &batch {
+            for e in &c.events {
+                let _ = typed::publish(
+                    &ctx.bus,
+                    &ctx.subjects.task_event(&e.task_id),
+                    e,
+                    ctx.cfg.wire.format,
+                )
                 .await;
+            }
         }
-    }
-    for c in &batch {
-        for e in &c.events {
-            let _ = typed::publish(
-                &ctx.bus,
-                &ctx.subjects.task_event(&e.task_id),
-                e,
-                ctx.cfg.wire.format,
-            )
-            .await;
-        }
-    }
+    };
+    tokio::join!(audit, events);
     for reply in replies {
         reply();
     }

@@ -65,6 +65,25 @@ pub struct Machine {
     pub roles: BTreeSet<String>,
     next_seq: u64,
     next_token: u64,
+    /// Pending tasks by role, in serving order: claims do not scan the queue.
+    ready: BTreeMap<String, BTreeSet<ReadyKey>>,
+    /// Pending, running and awaiting tasks.
+    open: usize,
+}
+
+/// Serving order: priority (retries, replays, answers, Manager) first, then
+/// lane, then enqueue order.
+type ReadyKey = (bool, Lane, u64, String);
+
+fn ready_key(r: &TaskRecord) -> ReadyKey {
+    (!r.priority, r.task.lane, r.seq, r.task.task_id.clone())
+}
+
+fn is_open(s: TaskState) -> bool {
+    matches!(
+        s,
+        TaskState::Pending | TaskState::Running | TaskState::AwaitingResponse
+    )
 }
 
 fn task_snapshot(r: Option<&TaskRecord>) -> serde_json::Value {
@@ -90,8 +109,40 @@ impl Machine {
         }
         self.next_seq = tasks.iter().map(|t| t.seq).max().unwrap_or(0);
         for t in tasks {
-            self.tasks.insert(t.task.task_id.clone(), t);
+            let id = t.task.task_id.clone();
+            self.tasks.insert(id.clone(), t);
+            self.index(&id, true);
         }
+    }
+
+    /// Adds (`on`) or removes a task's entries in the indexes.
+    fn index(&mut self, id: &str, on: bool) {
+        let Some(r) = self.tasks.get(id) else { return };
+        if is_open(r.state) {
+            if on {
+                self.open += 1;
+            } else {
+                self.open -= 1;
+            }
+        }
+        if r.state == TaskState::Pending {
+            let key = ready_key(r);
+            let set = self.ready.entry(r.task.role.clone()).or_default();
+            if on {
+                set.insert(key);
+            } else {
+                set.remove(&key);
+            }
+        }
+    }
+
+    /// Changes a task, keeping the indexes right.
+    fn mutate(&mut self, id: &str, f: impl FnOnce(&mut TaskRecord)) {
+        self.index(id, false);
+        if let Some(r) = self.tasks.get_mut(id) {
+            f(r);
+        }
+        self.index(id, true);
     }
 
     fn status_snapshot(&self) -> serde_json::Value {
@@ -113,12 +164,7 @@ impl Machine {
     }
 
     fn has_open_work(&self) -> bool {
-        self.tasks.values().any(|t| {
-            matches!(
-                t.state,
-                TaskState::Pending | TaskState::Running | TaskState::AwaitingResponse
-            )
-        })
+        self.open > 0
     }
 
     fn require_init(&self) -> OpResult<()> {
@@ -153,9 +199,7 @@ impl Machine {
         f: impl FnOnce(&mut TaskRecord),
     ) -> Changes {
         let before = task_snapshot(self.tasks.get(id));
-        if let Some(r) = self.tasks.get_mut(id) {
-            f(r);
-        }
+        self.mutate(id, f);
         Changes {
             tasks: [id.to_string()].into(),
             status: false,
@@ -178,6 +222,8 @@ impl Machine {
         let mut c = Changes::default();
         c.tasks.extend(self.tasks.keys().cloned());
         self.tasks.clear();
+        self.ready.clear();
+        self.open = 0;
         c.merge(self.status_change("INIT", |s| {
             *s = QueueStatus {
                 status: RunStatus::Halted,
@@ -272,6 +318,7 @@ impl Machine {
                 updated_at: now,
             },
         );
+        self.index(&id, true);
         Changes {
             tasks: [id.clone()].into(),
             status: false,
@@ -285,12 +332,22 @@ impl Machine {
         }
     }
 
+    /// Pending cleanup tasks, found by range in the ready index (not a scan).
+    fn pending_cleanup(&self) -> impl Iterator<Item = &TaskRecord> + '_ {
+        self.ready.values().flat_map(move |set| {
+            [false, true].into_iter().flat_map(move |p| {
+                let lo = (p, Lane::Cleanup, 0, String::new());
+                set.range(lo..)
+                    .take_while(move |k| k.0 == p && k.1 == Lane::Cleanup)
+                    .filter_map(|k| self.tasks.get(&k.3))
+            })
+        })
+    }
+
     /// Keeps at most `CLEANUP_CAP` cleanup tasks waiting: the oldest go.
     fn cap_cleanup(&mut self) -> Changes {
         let mut waiting: Vec<(u64, String)> = self
-            .tasks
-            .values()
-            .filter(|t| t.state == TaskState::Pending && t.task.lane == Lane::Cleanup)
+            .pending_cleanup()
             .map(|t| (t.seq, t.task.task_id.clone()))
             .collect();
         waiting.sort();
@@ -309,13 +366,8 @@ impl Machine {
     fn age_cleanup(&mut self, now: u64) -> Changes {
         let total = self.status.completed_total;
         let old: Vec<String> = self
-            .tasks
-            .values()
-            .filter(|t| {
-                t.state == TaskState::Pending
-                    && t.task.lane == Lane::Cleanup
-                    && total.saturating_sub(t.born_completed) >= CLEANUP_AGE
-            })
+            .pending_cleanup()
+            .filter(|t| total.saturating_sub(t.born_completed) >= CLEANUP_AGE)
             .map(|t| t.task.task_id.clone())
             .collect();
         let mut c = Changes::default();
@@ -343,11 +395,12 @@ impl Machine {
     /// first, then by lane (critical, functional, planned, cleanup), then in
     /// enqueue order.
     pub fn next_for(&self, role: &str) -> Option<String> {
-        self.tasks
-            .values()
-            .filter(|t| t.state == TaskState::Pending && t.task.role == role && self.deps_done(t))
-            .min_by_key(|t| (!t.priority, t.task.lane, t.seq))
-            .map(|t| t.task.task_id.clone())
+        self.ready
+            .get(role)?
+            .iter()
+            .map(|k| &k.3)
+            .find(|id| self.tasks.get(*id).is_some_and(|t| self.deps_done(t)))
+            .cloned()
     }
 
     /// Hands out a task, or `None` (and maybe halts or completes when no
@@ -606,10 +659,12 @@ impl Machine {
         }
         match reply.next_task {
             Some(next) => {
-                if let Some(r) = self.tasks.get_mut(&next)
-                    && r.state == TaskState::Pending
+                if self
+                    .tasks
+                    .get(&next)
+                    .is_some_and(|r| r.state == TaskState::Pending)
                 {
-                    r.priority = true;
+                    self.mutate(&next, |r| r.priority = true);
                     c.tasks.insert(next);
                 }
             }

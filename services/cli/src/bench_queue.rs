@@ -1,0 +1,266 @@
+//! `xo bench queue`: claim + complete cycles per second with 1 and 32
+//! concurrent clients, on NATS and on the embedded store, beside raw
+//! key-value put + get measured in the same run with the same concurrency.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store, typed};
+use xo_proto::queue::*;
+use xo_runtime::{Clock, XoConfig};
+
+use crate::bench::QueueArgs;
+
+const T: Duration = Duration::from_secs(30);
+
+fn tasks(n: usize, tag: &str) -> Vec<Task> {
+    (0..n)
+        .map(|i| Task {
+            task_id: format!("{tag}{i}"),
+            intent: "bench".into(),
+            instructions: "bench".into(),
+            acceptance_criteria: vec![],
+            retry_policy: Default::default(),
+            working_directory: None,
+            required_artifacts: vec![],
+            test_command: None,
+            tests_required: false,
+            expected_json_schema: None,
+            agent_mode: None,
+            project: None,
+            role: "coder".into(),
+            timeout_profile: Default::default(),
+            lane: Default::default(),
+            depends_on: vec![],
+        })
+        .collect()
+}
+
+/// Runs `n` claim + complete cycles with `clients` concurrent clients.
+async fn cycles(
+    clients: Vec<Bus>,
+    subjects: &xo_proto::Subjects,
+    n: usize,
+    tag: &str,
+) -> anyhow::Result<f64> {
+    let first = clients[0].clone();
+    typed::call(
+        &first,
+        subjects,
+        &Init {
+            mode: ExecutionMode::Auto,
+            manager: false,
+            force: true,
+        },
+        T,
+    )
+    .await?;
+    typed::call(
+        &first,
+        subjects,
+        &SetGoal {
+            description: "bench".into(),
+            project_id: Some("bench".into()),
+            completed: true,
+        },
+        T,
+    )
+    .await?;
+    for chunk in tasks(n, tag).chunks(1000) {
+        typed::call(
+            &first,
+            subjects,
+            &Enqueue {
+                tasks: chunk.to_vec(),
+            },
+            T,
+        )
+        .await?;
+    }
+    typed::call(&first, subjects, &Start {}, T).await?;
+    let begun = Instant::now();
+    let mut joins = Vec::new();
+    for (i, bus) in clients.into_iter().enumerate() {
+        let subjects = subjects.clone();
+        joins.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            loop {
+                let c = typed::call(
+                    &bus,
+                    &subjects,
+                    &Claim {
+                        role: "coder".into(),
+                        claimant: format!("b{i}"),
+                        wait_ms: 0,
+                    },
+                    T,
+                )
+                .await?;
+                let Some(c) = c else { break };
+                let report = ValidationReport {
+                    passed: true,
+                    ..Default::default()
+                };
+                typed::call(
+                    &bus,
+                    &subjects,
+                    &Complete {
+                        task_id: c.record.task.task_id,
+                        token: c.token,
+                        report,
+                        manager_reply: None,
+                    },
+                    T,
+                )
+                .await?;
+                done += 1;
+            }
+            anyhow::Ok(done)
+        }));
+    }
+    let mut total = 0;
+    for j in joins {
+        total += j.await??;
+    }
+    if total != n as u64 {
+        anyhow::bail!("{total} of {n} cycles completed");
+    }
+    Ok(n as f64 / begun.elapsed().as_secs_f64())
+}
+
+/// Raw key-value put + get of a task-sized value, same concurrency.
+async fn raw_kv(store: &Store, clients: usize, n: usize) -> anyhow::Result<f64> {
+    let value = Bytes::from(vec![b'x'; 600]);
+    let per = n / clients;
+    let begun = Instant::now();
+    let mut joins = Vec::new();
+    for c in 0..clients {
+        let (store, value) = (store.clone(), value.clone());
+        joins.push(tokio::spawn(async move {
+            for i in 0..per {
+                let key = format!("k{c}-{i}");
+                store.put("benchraw", &key, value.clone()).await?;
+                store.get("benchraw", &key).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for j in joins {
+        j.await??;
+    }
+    Ok((per * clients) as f64 / begun.elapsed().as_secs_f64())
+}
+
+pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
+    let n = args.tasks;
+    let mut out = serde_json::Map::new();
+    let tmp = tempfile_dir(&format!("xo-bench-queue-{}", std::process::id()))?;
+    let mut qcfg = cfg.clone();
+    qcfg.queue.data_dir = tmp.join("data").display().to_string();
+
+    // NATS
+    let server = if cfg.nats.url.is_empty() {
+        Some(crate::bench::start_nats(&args.nats_server)?)
+    } else {
+        None
+    };
+    let url = server
+        .as_ref()
+        .map_or(cfg.nats.url.clone(), |s| s.url.clone());
+    let connect = |name: String| {
+        let url = url.clone();
+        async move {
+            NatsBus::connect(
+                &url,
+                xo_bus::nats::ConnectOptions {
+                    name,
+                    ..Default::default()
+                },
+            )
+            .await
+        }
+    };
+    let qbus = connect("bench-queue".into()).await?;
+    let qstore = Store::Nats(NatsStore::new(qbus.client().clone(), &cfg.org.prefix));
+    let queue =
+        xo_queue::start(qcfg.clone(), Bus::Nats(qbus), qstore.clone(), Clock::System).await?;
+    let subjects = cfg.subjects();
+    println!("== queue on NATS ({n} tasks per run; task records and audit in JetStream)");
+    for clients in [1usize, 32] {
+        let mut buses = Vec::new();
+        for i in 0..clients {
+            buses.push(Bus::Nats(connect(format!("bench-client-{i}")).await?));
+        }
+        let rate = cycles(buses, &subjects, n, &format!("n{clients}-")).await?;
+        let raw = raw_kv(&qstore, clients, n).await?;
+        let target = if clients == 32 {
+            format!(
+                "   target >= 5,000: {}",
+                if rate >= 5000.0 {
+                    "meets target"
+                } else {
+                    "BELOW TARGET"
+                }
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{target}",
+            rate / raw
+        );
+        out.insert(format!("nats_{clients}_cycles_per_s"), rate.into());
+        out.insert(format!("nats_{clients}_raw_kv_per_s"), raw.into());
+    }
+    queue.stop().await;
+
+    // Embedded
+    let local = LocalBus::new();
+    let fstore = Store::File(FileStore::open(tmp.join("state"))?);
+    let queue = xo_queue::start(
+        qcfg,
+        Bus::Local(local.clone()),
+        fstore.clone(),
+        Clock::System,
+    )
+    .await?;
+    println!("== queue embedded (in-process bus, file store)");
+    for clients in [1usize, 32] {
+        let buses = vec![Bus::Local(local.clone()); clients];
+        let rate = cycles(buses, &subjects, n, &format!("e{clients}-")).await?;
+        let raw = raw_kv(&fstore, clients, n).await?;
+        let target = if clients == 32 {
+            format!(
+                "   target >= 20,000: {}",
+                if rate >= 20000.0 {
+                    "meets target"
+                } else {
+                    "BELOW TARGET"
+                }
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{target}",
+            rate / raw
+        );
+        out.insert(format!("embedded_{clients}_cycles_per_s"), rate.into());
+        out.insert(format!("embedded_{clients}_raw_kv_per_s"), raw.into());
+    }
+    queue.stop().await;
+    let _ = std::fs::remove_dir_all(&tmp);
+    if args.json {
+        println!("{}", serde_json::Value::Object(out));
+    }
+    let _ = Arc::new(());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tempfile_dir(name: &str) -> std::io::Result<std::path::PathBuf> {
+    let p = std::env::temp_dir().join(name);
+    std::fs::create_dir_all(&p)?;
+    Ok(p)
+}
