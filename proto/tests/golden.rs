@@ -126,6 +126,15 @@ fn schemas_match_the_types() {
         ("salute_report", schemars::schema_for!(SaluteReport)),
         ("steering", schemars::schema_for!(Steering)),
         ("heartbeat", schemars::schema_for!(Heartbeat)),
+        ("task", schemars::schema_for!(xo_proto::queue::Task)),
+        (
+            "audit_event",
+            schemars::schema_for!(xo_proto::queue::AuditEvent),
+        ),
+        (
+            "manager_reply",
+            schemars::schema_for!(xo_proto::queue::ManagerReply),
+        ),
     ] {
         let mut text = serde_json::to_string_pretty(&schema).unwrap();
         text.push('\n');

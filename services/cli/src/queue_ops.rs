@@ -208,8 +208,8 @@ pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow:
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<20} {:<10} {:<18} {:<8} {:>7} {:>7}  {}",
-        "TASK", "ROLE", "STATE", "LANE", "ATTEMPT", "RETRIES", "INTENT / REASON"
+        "{:<20} {:<10} {:<18} {:<8} {:>7} {:>7}  INTENT / REASON",
+        "TASK", "ROLE", "STATE", "LANE", "ATTEMPT", "RETRIES"
     );
     for t in &list {
         let lane = serde_json::json!(t.task.lane);

@@ -311,3 +311,104 @@ fn serve_supervisor_on_nats_and_operate_it() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_control_plane_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let up = start_up(d);
+    let ok = |args: &[&str]| {
+        let out = run(d, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let status = |d: &Path| -> serde_json::Value {
+        serde_json::from_slice(&run(d, &["status", "--json"]).stdout).unwrap()
+    };
+    assert!(ok(&["init"]).contains("status     HALTED"));
+    let again = run(d, &["init"]);
+    assert!(!again.status.success() && text(&again.stderr).contains("--force"));
+    ok(&["goal", "set", "ship the parser", "--project", "parser"]);
+    std::fs::write(
+        d.join("tasks.json"),
+        r#"[{"task_id":"T-1","intent":"write","instructions":"write it","role":"coder"},
+            {"task_id":"T-2","intent":"review","instructions":"review it","role":"reviewer","lane":"functional"}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("bad.json"),
+        r#"[{"task_id":"T-3","intent":"x","instructions":"y","role":"coder"},
+            {"task_id":"T-4","intent":"x","instructions":"y","role":"coder","required_artifacts":["../../etc/passwd"]}]"#,
+    )
+    .unwrap();
+    assert!(ok(&["enqueue", "tasks.json"]).contains("enqueued 2 of 2"));
+    let bad = run(d, &["enqueue", "bad.json"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = text(&bad.stderr);
+    assert!(
+        err.contains("task T-4")
+            && err.contains("required_artifacts")
+            && err.contains("leaves the sandbox"),
+        "{err}"
+    );
+    assert!(
+        ok(&["enqueue", "tasks.json"]).contains("enqueued 0 of 2"),
+        "idempotent"
+    );
+    let step = run(d, &["step"]);
+    assert!(
+        text(&step.stderr).contains("MANUAL"),
+        "{}",
+        text(&step.stderr)
+    );
+    ok(&["start"]);
+    let s = status(d);
+    assert_eq!(
+        (s["status"].as_str(), s["counts"]["pending"].as_u64()),
+        (Some("RUNNING"), Some(2))
+    );
+    assert_eq!(s["goal"]["project_id"], "parser");
+    let tasks = ok(&["tasks"]);
+    assert!(
+        tasks.starts_with("TASK") && tasks.contains("T-1") && tasks.contains("functional"),
+        "{tasks}"
+    );
+    let halted = ok(&["halt", "--reason", "lunch"]);
+    assert!(halted.contains("HALTED (lunch)"), "{halted}");
+    ok(&["resume"]);
+    assert!(ok(&["cancel", "T-2"]).contains("T-2: cancelled"));
+    let pending: serde_json::Value =
+        serde_json::from_slice(&run(d, &["tasks", "--state", "pending", "--json"]).stdout).unwrap();
+    assert_eq!(pending.as_array().unwrap().len(), 1);
+    let answer = run(d, &["answer", "T-1", "postgres"]);
+    assert!(
+        text(&answer.stderr).contains("not awaiting a response"),
+        "{}",
+        text(&answer.stderr)
+    );
+
+    let verified = ok(&["audit", "verify", "--project", "parser"]);
+    assert!(verified.contains("chain intact"), "{verified}");
+    let tail = ok(&["audit", "tail", "--project", "parser", "-n", "2"]);
+    let last: Vec<serde_json::Value> = tail
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(last.len(), 2);
+    assert_eq!(last[1]["event"], "TASK_CANCELLED");
+    let path = d.join(".xo/data/parser/audit.log.jsonl");
+    let log = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, log.replacen("\"GOAL_SET\"", "\"GOAL_SET \"", 1)).unwrap();
+    let broken = run(d, &["audit", "verify", "--project", "parser"]);
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(
+        text(&broken.stdout).contains("chain broken at line 2"),
+        "{}",
+        text(&broken.stdout)
+    );
+    interrupt(up);
+    // The queue's state survived the stop.
+    let up = start_up(d);
+    assert_eq!(status(d)["counts"]["cancelled"], 1);
+    interrupt(up);
+}

@@ -298,7 +298,7 @@ impl Actor for QueueActor {
                 st.with_status(r, reply);
             }
             QueueMsg::Enqueue(tasks, reply) => {
-                let r = st.m.enqueue(tasks, now).map(|(ids, c)| (ids, c));
+                let r = st.m.enqueue(tasks, now);
                 st.result(r, reply);
             }
             QueueMsg::Claim {

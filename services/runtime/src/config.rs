@@ -166,6 +166,8 @@ pub struct SupervisorConfig {
     pub file_poll_ms: u64,
     /// Steering messages kept per unit for `xo units UNIT`.
     pub steering_history: usize,
+    /// Tasks decoding reports; 0: one per core.
+    pub decode_workers: usize,
 }
 
 impl Default for SupervisorConfig {
@@ -181,6 +183,7 @@ impl Default for SupervisorConfig {
             volume: String::new(),
             file_poll_ms: 500,
             steering_history: 20,
+            decode_workers: 0,
         }
     }
 }
