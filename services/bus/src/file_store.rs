@@ -182,28 +182,46 @@ impl Bucket {
     }
 
     fn write(&mut self, key: &str, value: Option<Bytes>) -> StoreResult<u64> {
-        let rev = self.rev + 1;
-        let rec = KvRecord {
-            key: key.to_string(),
-            rev,
-            value: value
-                .as_ref()
-                .map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
-        };
-        let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut revs = self.write_many(vec![(key.to_string(), value)])?;
+        revs.pop()
+            .ok_or_else(|| StoreError::Backend("no revision".into()))
+    }
+
+    /// Appends every record with one write call. Compaction, when due, is
+    /// left to the caller (it may take long; it runs on the blocking pool).
+    fn write_many(&mut self, items: Vec<(String, Option<Bytes>)>) -> StoreResult<Vec<u64>> {
+        let mut buf = Vec::new();
+        let mut revs = Vec::with_capacity(items.len());
+        let mut rev = self.rev;
+        for (key, value) in &items {
+            rev += 1;
+            let rec = KvRecord {
+                key: key.clone(),
+                rev,
+                value: value
+                    .as_ref()
+                    .map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
+            };
+            let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+            buf.extend_from_slice(&frame(&body));
+            revs.push(rev);
+        }
         self.file
-            .write_all(&frame(&body))
+            .write_all(&buf)
             .map_err(|e| io_err(&self.path, e))?;
         self.rev = rev;
-        self.records += 1;
-        match value {
-            Some(v) => self.live.insert(key.to_string(), (rev, v)),
-            None => self.live.remove(key),
-        };
-        if self.records > 1024 && self.records > 2 * self.live.len() as u64 {
-            self.compact()?;
+        self.records += items.len() as u64;
+        for ((key, value), r) in items.into_iter().zip(&revs) {
+            match value {
+                Some(v) => self.live.insert(key, (*r, v)),
+                None => self.live.remove(&key),
+            };
         }
-        Ok(rev)
+        Ok(revs)
+    }
+
+    fn needs_compaction(&self) -> bool {
+        self.records > 1024 && self.records > 2 * self.live.len() as u64
     }
 
     fn compact(&mut self) -> StoreResult<()> {
@@ -241,7 +259,54 @@ impl FileStore {
         &self.dir
     }
 
+    /// Runs `f` on the store's state. Appends to the page cache take
+    /// microseconds, so they run inline (a blocking-pool hop costs more than
+    /// the write); a bucket due for compaction is compacted on the blocking
+    /// pool afterwards.
     async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Path, &mut State) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let (res, due) = {
+            let mut guard = self
+                .state
+                .lock()
+                .map_err(|_| StoreError::Backend("store lock poisoned".into()))?;
+            let res = f(&self.dir, &mut guard);
+            let due: Vec<String> = guard
+                .buckets
+                .iter()
+                .filter(|(_, b)| b.needs_compaction())
+                .map(|(n, _)| n.clone())
+                .collect();
+            (res, due)
+        };
+        if !due.is_empty() {
+            let state = self.state.clone();
+            let compacted = tokio::task::spawn_blocking(move || -> StoreResult<()> {
+                let mut guard = state
+                    .lock()
+                    .map_err(|_| StoreError::Backend("store lock poisoned".into()))?;
+                for name in due {
+                    if let Some(b) = guard.buckets.get_mut(&name)
+                        && b.needs_compaction()
+                    {
+                        b.compact()?;
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+            if let Err(e) = compacted {
+                tracing::warn!(error = %e, "store compaction failed; will retry");
+            }
+        }
+        res
+    }
+
+    /// Like `with`, on the blocking pool, for work that reads whole files.
+    async fn with_blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Path, &mut State) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
@@ -336,10 +401,7 @@ impl FileStore {
         let bucket = bucket.to_string();
         self.with(move |dir, st| {
             let b = Self::bucket(dir, st, &bucket)?;
-            items
-                .into_iter()
-                .map(|(k, v)| b.write(&k, Some(v)))
-                .collect()
+            b.write_many(items.into_iter().map(|(k, v)| (k, Some(v))).collect())
         })
         .await
     }
@@ -413,7 +475,7 @@ impl FileStore {
 
     pub async fn read(&self, log: &str, from: u64, max: usize) -> StoreResult<Vec<(u64, Bytes)>> {
         let log = log.to_string();
-        self.with(move |dir, st| {
+        self.with_blocking(move |dir, st| {
             let l = Self::log(dir, st, &log)?;
             let from = from.max(1);
             if from > l.offsets.len() as u64 {

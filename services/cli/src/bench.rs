@@ -41,6 +41,9 @@ pub struct QueueArgs {
     pub nats_server: String,
     #[arg(long)]
     pub json: bool,
+    /// Only `nats` or only `embedded`.
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -3,7 +3,6 @@
 //! key-value put + get measured in the same run with the same concurrency.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -160,7 +159,28 @@ pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
     let mut qcfg = cfg.clone();
     qcfg.queue.data_dir = tmp.join("data").display().to_string();
 
-    // NATS
+    let nats = args.only.as_deref() != Some("embedded");
+    let embedded = args.only.as_deref() != Some("nats");
+    if nats {
+        bench_nats(cfg, &args, &qcfg, &mut out).await?;
+    }
+    if embedded {
+        bench_embedded(cfg, &tmp, qcfg, n, &mut out).await?;
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    if args.json {
+        println!("{}", serde_json::Value::Object(out));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench_nats(
+    cfg: &XoConfig,
+    args: &QueueArgs,
+    qcfg: &XoConfig,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let n = args.tasks;
     let server = if cfg.nats.url.is_empty() {
         Some(crate::bench::start_nats(&args.nats_server)?)
     } else {
@@ -215,8 +235,17 @@ pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
         out.insert(format!("nats_{clients}_raw_kv_per_s"), raw.into());
     }
     queue.stop().await;
+    Ok(())
+}
 
-    // Embedded
+async fn bench_embedded(
+    cfg: &XoConfig,
+    tmp: &std::path::Path,
+    qcfg: XoConfig,
+    n: usize,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let subjects = cfg.subjects();
     let local = LocalBus::new();
     let fstore = Store::File(FileStore::open(tmp.join("state"))?);
     let queue = xo_queue::start(
@@ -251,12 +280,7 @@ pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
         out.insert(format!("embedded_{clients}_raw_kv_per_s"), raw.into());
     }
     queue.stop().await;
-    let _ = std::fs::remove_dir_all(&tmp);
-    if args.json {
-        println!("{}", serde_json::Value::Object(out));
-    }
-    let _ = Arc::new(());
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn tempfile_dir(name: &str) -> std::io::Result<std::path::PathBuf> {

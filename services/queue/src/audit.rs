@@ -74,11 +74,12 @@ impl Chains {
         line
     }
 
-    /// Appends lines to their projects' files (one blocking call).
+    /// Appends lines to their projects' files: one small append per project
+    /// to the page cache, done inline (a blocking-pool hop costs more).
     pub async fn write_files(&self, lines: &[(String, Vec<u8>)]) -> std::io::Result<()> {
         let data_dir = self.data_dir.clone();
         let lines = lines.to_vec();
-        tokio::task::spawn_blocking(move || {
+        (move || {
             let mut by_project: HashMap<String, Vec<u8>> = HashMap::new();
             for (p, l) in lines {
                 let buf = by_project.entry(p).or_default();
@@ -97,9 +98,7 @@ impl Chains {
                     .write_all(&buf)?;
             }
             Ok(())
-        })
-        .await
-        .map_err(std::io::Error::other)?
+        })()
     }
 }
 
