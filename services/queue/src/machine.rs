@@ -295,6 +295,13 @@ impl Machine {
         reconciles: Option<String>,
     ) -> Changes {
         self.next_seq += 1;
+        // A critical task interrupts: its event tells runners holding other
+        // work to yield (the runner decides how to stop safely).
+        let event = if task.lane == Lane::Critical {
+            "ENQUEUE_CRITICAL"
+        } else {
+            "ENQUEUE"
+        };
         let id = task.task_id.clone();
         let born = self.status.completed_total;
         self.tasks.insert(
@@ -323,7 +330,7 @@ impl Machine {
             tasks: [id.clone()].into(),
             status: false,
             audit: vec![AuditDraft {
-                event: "ENQUEUE",
+                event,
                 task_id: Some(id.clone()),
                 before: serde_json::Value::Null,
                 after: task_snapshot(self.tasks.get(&id)),

@@ -490,10 +490,23 @@ fn every_transition_is_audited_with_before_and_after() {
     let mut m = running(ExecutionMode::Auto, false);
     let (_, c) = m.enqueue(vec![task("a")], 0).unwrap();
     assert_eq!(c.audit[0].event, "ENQUEUE");
+    let (_, c) = m
+        .enqueue(
+            vec![Task {
+                lane: Lane::Critical,
+                ..task("hot")
+            }],
+            0,
+        )
+        .unwrap();
+    assert_eq!(
+        c.audit[0].event, "ENQUEUE_CRITICAL",
+        "critical work announces itself"
+    );
     m.resume("START").unwrap();
     let (_, c) = m.claim("coder", "r1", 1).unwrap();
     let d = &c.audit[0];
-    assert_eq!((d.event, d.task_id.as_deref()), ("TASK_START", Some("a")));
+    assert_eq!((d.event, d.task_id.as_deref()), ("TASK_START", Some("hot")));
     assert_eq!(d.before["state"], "pending");
     assert_eq!(d.after["state"], "running");
 }
