@@ -54,6 +54,35 @@ pub struct Task {
     pub depends_on: Vec<String>,
 }
 
+impl Task {
+    /// A task with every optional field at its default.
+    pub fn new(
+        task_id: impl Into<String>,
+        intent: impl Into<String>,
+        instructions: impl Into<String>,
+        role: impl Into<String>,
+    ) -> Self {
+        Self {
+            task_id: task_id.into(),
+            intent: intent.into(),
+            instructions: instructions.into(),
+            acceptance_criteria: Vec::new(),
+            retry_policy: RetryPolicy::default(),
+            working_directory: None,
+            required_artifacts: Vec::new(),
+            test_command: None,
+            tests_required: false,
+            expected_json_schema: None,
+            agent_mode: None,
+            project: None,
+            role: role.into(),
+            timeout_profile: TimeoutProfile::default(),
+            lane: Lane::default(),
+            depends_on: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {

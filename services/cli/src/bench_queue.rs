@@ -16,24 +16,7 @@ const T: Duration = Duration::from_secs(30);
 
 fn tasks(n: usize, tag: &str) -> Vec<Task> {
     (0..n)
-        .map(|i| Task {
-            task_id: format!("{tag}{i}"),
-            intent: "bench".into(),
-            instructions: "bench".into(),
-            acceptance_criteria: vec![],
-            retry_policy: Default::default(),
-            working_directory: None,
-            required_artifacts: vec![],
-            test_command: None,
-            tests_required: false,
-            expected_json_schema: None,
-            agent_mode: None,
-            project: None,
-            role: "coder".into(),
-            timeout_profile: Default::default(),
-            lane: Default::default(),
-            depends_on: vec![],
-        })
+        .map(|i| Task::new(format!("{tag}{i}"), "bench", "bench", "coder"))
         .collect()
 }
 
@@ -213,26 +196,7 @@ async fn bench_nats(
         for i in 0..clients {
             buses.push(Bus::Nats(connect(format!("bench-client-{i}")).await?));
         }
-        let rate = cycles(buses, &subjects, n, &format!("n{clients}-")).await?;
-        let raw = raw_kv(&qstore, clients, n).await?;
-        let target = if clients == 32 {
-            format!(
-                "   target >= 5,000: {}",
-                if rate >= 5000.0 {
-                    "meets target"
-                } else {
-                    "BELOW TARGET"
-                }
-            )
-        } else {
-            String::new()
-        };
-        println!(
-            "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{target}",
-            rate / raw
-        );
-        out.insert(format!("nats_{clients}_cycles_per_s"), rate.into());
-        out.insert(format!("nats_{clients}_raw_kv_per_s"), raw.into());
+        row("nats", buses, &qstore, &subjects, n, 5_000.0, out).await?;
     }
     queue.stop().await;
     Ok(())
@@ -258,28 +222,41 @@ async fn bench_embedded(
     println!("== queue embedded (in-process bus, file store)");
     for clients in [1usize, 32] {
         let buses = vec![Bus::Local(local.clone()); clients];
-        let rate = cycles(buses, &subjects, n, &format!("e{clients}-")).await?;
-        let raw = raw_kv(&fstore, clients, n).await?;
-        let target = if clients == 32 {
-            format!(
-                "   target >= 20,000: {}",
-                if rate >= 20000.0 {
-                    "meets target"
-                } else {
-                    "BELOW TARGET"
-                }
-            )
-        } else {
-            String::new()
-        };
-        println!(
-            "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{target}",
-            rate / raw
-        );
-        out.insert(format!("embedded_{clients}_cycles_per_s"), rate.into());
-        out.insert(format!("embedded_{clients}_raw_kv_per_s"), raw.into());
+        row("embedded", buses, &fstore, &subjects, n, 20_000.0, out).await?;
     }
     queue.stop().await;
+    Ok(())
+}
+
+/// Measures one row (cycles and the raw baseline) and prints it.
+async fn row(
+    label: &str,
+    buses: Vec<Bus>,
+    store: &Store,
+    subjects: &xo_proto::Subjects,
+    n: usize,
+    target: f64,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let clients = buses.len();
+    let rate = cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
+    let raw = raw_kv(store, clients, n).await?;
+    let verdict = if clients == 32 {
+        let v = if rate >= target {
+            "meets target"
+        } else {
+            "BELOW TARGET"
+        };
+        format!("   target >= {target:.0}: {v}")
+    } else {
+        String::new()
+    };
+    println!(
+        "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}",
+        rate / raw
+    );
+    out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());
+    out.insert(format!("{label}_{clients}_raw_kv_per_s"), raw.into());
     Ok(())
 }
 

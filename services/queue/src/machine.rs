@@ -560,24 +560,16 @@ impl Machine {
             let mid = format!("manager-{id}");
             if !self.tasks.contains_key(&mid) {
                 let task = Task {
-                    task_id: mid.clone(),
-                    intent: format!("reconcile the task list after {id}"),
-                    instructions: format!(
-                        "Task {id} is done. Reconcile the task list: reply with status, message, next_task and the tasks still to do."
-                    ),
-                    acceptance_criteria: vec![],
-                    retry_policy: Default::default(),
-                    working_directory: None,
-                    required_artifacts: vec![],
-                    test_command: None,
-                    tests_required: false,
-                    expected_json_schema: None,
-                    agent_mode: None,
                     project: rec.task.project.clone(),
-                    role: MANAGER_ROLE.into(),
-                    timeout_profile: Default::default(),
                     lane: Lane::Functional,
-                    depends_on: vec![],
+                    ..Task::new(
+                        mid.clone(),
+                        format!("reconcile the task list after {id}"),
+                        format!(
+                            "Task {id} is done. Reconcile the task list: reply with status, message, next_task and the tasks still to do."
+                        ),
+                        MANAGER_ROLE,
+                    )
                 };
                 c.merge(self.insert(task, now, true, Some(id.to_string())));
             }
