@@ -554,3 +554,19 @@ async fn control_api_and_operator_steering() {
     .unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
 }
+
+/// With `supervisor.decode_workers = 1` every report goes through one decode
+/// worker: decisions are the same as with one per core.
+#[tokio::test]
+async fn one_decode_worker_keeps_the_same_decisions() {
+    let sb = Sandbox::start(&[("supervisor.decode_workers", "1")]).await;
+    let mut sub = sb.steering("u1").await;
+    let mut steered = Vec::new();
+    for turn in 1..=8u64 {
+        let mut r = report("u1", turn);
+        r.activity.turns_since_progress = turn as u32;
+        steered.extend(sb.exchange(&mut sub, &r).await.into_iter().map(|s| s.turn));
+    }
+    assert_eq!(steered, [6], "stall above 5, then held by the cooldown");
+    assert_eq!(sb.sup().ctx.cfg.supervisor.decode_workers, 1);
+}

@@ -280,9 +280,12 @@ async fn pump_reports(
     root: &ActorRef<RootMsg>,
 ) -> SupervisorResult<JoinHandle<()>> {
     let mut sub = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8);
+    let workers = match ctx.cfg.supervisor.decode_workers {
+        0 => std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8),
+        n => n.min(64),
+    };
     let mut queues = Vec::with_capacity(workers);
     let mut handles = Vec::with_capacity(workers);
     for _ in 0..workers {
