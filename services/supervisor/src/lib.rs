@@ -295,23 +295,8 @@ async fn pump_reports(
         handles.push(tokio::spawn(async move {
             while let Some(batch) = rx.recv().await {
                 for msg in batch {
-                    match typed::decode::<SaluteReport>(&msg, ctx.cfg.wire.max_payload).and_then(
-                        |r| {
-                            check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r)
-                        },
-                    ) {
-                        Ok(report) => {
-                            let unit = report.unit.unit.clone();
-                            let m = watcher::WatcherMsg::Report(
-                                Box::new(report),
-                                msg.headers,
-                                msg.payload,
-                            );
-                            if !ctx.route(&root, &unit, m) {
-                                return;
-                            }
-                        }
-                        Err(e) => reject(&ctx, &msg, &e).await,
+                    if !ingest(&ctx, &root, msg).await {
+                        return;
                     }
                 }
             }
@@ -342,6 +327,24 @@ async fn pump_reports(
             }
         }
     }))
+}
+
+/// Decodes a report and hands it to its watcher, or dead-letters it.
+/// Returns false once the actor tree is gone.
+async fn ingest(ctx: &Ctx, root: &ActorRef<RootMsg>, msg: xo_bus::Message) -> bool {
+    let decoded = typed::decode::<SaluteReport>(&msg, ctx.cfg.wire.max_payload)
+        .and_then(|r| check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r));
+    match decoded {
+        Ok(report) => {
+            let unit = report.unit.unit.clone();
+            let m = watcher::WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
+            ctx.route(root, &unit, m)
+        }
+        Err(e) => {
+            reject(ctx, &msg, &e).await;
+            true
+        }
+    }
 }
 
 /// Aborts the tasks it holds when dropped (or when its owner is aborted).
