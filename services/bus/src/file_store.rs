@@ -410,20 +410,17 @@ impl FileStore {
         let log = log.to_string();
         self.with(move |dir, st| {
             let l = Self::log(dir, st, &log)?;
-            let mut offset = l
+            let end = l
                 .file
                 .metadata()
                 .map(|m| m.len())
                 .map_err(|e| io_err(&l.path, e))?;
             let mut buf = Vec::new();
             for r in &records {
-                let f = frame(r);
-                l.offsets.push(offset + buf.len() as u64);
-                buf.extend_from_slice(&f);
+                l.offsets.push(end + buf.len() as u64);
+                buf.extend_from_slice(&frame(r));
             }
             l.file.write_all(&buf).map_err(|e| io_err(&l.path, e))?;
-            offset += buf.len() as u64;
-            let _ = offset;
             Ok(l.offsets.len() as u64)
         })
         .await
@@ -455,22 +452,7 @@ impl FileStore {
     }
 
     pub async fn append(&self, log: &str, record: Bytes) -> StoreResult<u64> {
-        let log = log.to_string();
-        self.with(move |dir, st| {
-            let l = Self::log(dir, st, &log)?;
-            let offset = l.offsets.last().map_or(Ok(0), |_| {
-                l.file
-                    .metadata()
-                    .map(|m| m.len())
-                    .map_err(|e| io_err(&l.path, e))
-            })?;
-            l.file
-                .write_all(&frame(&record))
-                .map_err(|e| io_err(&l.path, e))?;
-            l.offsets.push(offset);
-            Ok(l.offsets.len() as u64)
-        })
-        .await
+        self.append_many(log, vec![record]).await
     }
 
     pub async fn read(&self, log: &str, from: u64, max: usize) -> StoreResult<Vec<(u64, Bytes)>> {
