@@ -189,15 +189,7 @@ impl NatsStore {
     }
 
     pub async fn append(&self, log: &str, record: Bytes) -> StoreResult<u64> {
-        self.stream(log).await?;
-        let ack = self
-            .js
-            .publish(self.log_subject(log), record)
-            .await
-            .map_err(backend)?
-            .await
-            .map_err(backend)?;
-        Ok(ack.sequence)
+        self.append_many(log, vec![record]).await
     }
 
     pub async fn read(&self, log: &str, from: u64, max: usize) -> StoreResult<Vec<(u64, Bytes)>> {
