@@ -64,18 +64,20 @@ fn up_serves_every_command_over_its_socket_and_keeps_state() {
     let d = dir.path();
     std::fs::write(d.join("r.json"), REPORT).unwrap();
     let up = start_up(d);
-    let tap = xo(d)
+    let mut tap = xo(d)
         .args(["tap", "xo.steer.*", "--json", "--count", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The tap subscribes before it says so on stderr; give it a turn.
-    eventually("tap subscribed", || {
-        let out = run(d, &["units", "--json"]);
-        out.status.success()
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    // The tap says "tapping …" on stderr once its subscription is live.
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(tap.stderr.take().unwrap()),
+        &mut said,
+    )
+    .unwrap();
+    assert!(said.starts_with("tapping xo.steer.*"), "{said}");
     let out = run(d, &["report", "r.json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("published report of coder-1"));
