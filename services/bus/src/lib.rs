@@ -306,6 +306,19 @@ impl ServiceRequest {
         self.message.subject.rsplit('.').next().unwrap_or_default()
     }
 
+    /// Answers with a control reply (`{"ok": …}` or `{"err": …}`); a reply
+    /// that cannot be sent is logged, since the caller has nobody to tell.
+    pub async fn reply<T: serde::Serialize>(
+        self,
+        result: Result<T, xo_proto::control::ServiceError>,
+    ) {
+        let subject = self.message.subject.clone();
+        let (h, body) = typed::encode_reply(&xo_proto::control::Reply::from(result));
+        if let Err(e) = self.respond(h, body).await {
+            tracing::warn!(subject = %subject, error = %e, "control reply could not be sent");
+        }
+    }
+
     pub async fn respond(self, headers: Headers, payload: Bytes) -> BusResult<()> {
         match self.responder {
             Responder::Bus(bus) => match &self.message.reply {

@@ -8,10 +8,10 @@ use ractor::rpc::CallResult;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
-use tracing::warn;
+
 use xo_bus::{ServiceRequest, ServiceSpec, typed};
 use xo_proto::Request;
-use xo_proto::control::{ErrorCode, Reply, ServiceError};
+use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::*;
 
 use crate::{Ctx, QueueMsg, QueueResult};
@@ -54,13 +54,6 @@ pub async fn serve(ctx: Arc<Ctx>, actor: ActorRef<QueueMsg>) -> QueueResult<Join
     }))
 }
 
-async fn respond<T: Serialize>(req: ServiceRequest, r: Result<T, ServiceError>) {
-    let (h, body) = typed::encode_reply(&Reply::from(r));
-    if let Err(e) = req.respond(h, body).await {
-        warn!(error = %e, "queue reply could not be sent");
-    }
-}
-
 type Port<T> = ractor::RpcReplyPort<Result<T, ServiceError>>;
 
 async fn ask<T: Send + 'static>(
@@ -92,7 +85,7 @@ async fn run<R: Request + DeserializeOwned, T: Serialize + Send + 'static>(
         }
         Err(e) => Err(e),
     };
-    respond(req, r).await;
+    req.reply(r).await;
 }
 
 const T: Duration = Duration::from_secs(30);
@@ -191,7 +184,7 @@ async fn handle(req: ServiceRequest, a: ActorRef<QueueMsg>) {
                 ErrorCode::NotFound,
                 format!("unknown verb: {other}"),
             ));
-            respond(req, r).await;
+            req.reply(r).await;
         }
     }
 }

@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
-use serde::Serialize;
 use tokio::task::JoinHandle;
-use tracing::warn;
+
 use xo_bus::{ServiceRequest, ServiceSpec, typed};
 use xo_proto::Request;
 use xo_proto::control::{
-    ErrorCode, ListUnits, Reply, SUPERVISOR, ServiceError, ShowUnit, SteerUnit, SupervisorStats,
+    ErrorCode, ListUnits, SUPERVISOR, ServiceError, ShowUnit, SteerUnit, SupervisorStats,
 };
 
 use crate::{Ctx, RootMsg, SupervisorResult};
@@ -55,19 +54,12 @@ fn unavailable<T>(r: Result<CallResult<T>, impl std::fmt::Display>) -> Result<T,
     }
 }
 
-async fn respond<T: Serialize>(req: ServiceRequest, r: Result<T, ServiceError>) {
-    let (h, body) = typed::encode_reply(&Reply::from(r));
-    if let Err(e) = req.respond(h, body).await {
-        warn!(error = %e, "control reply could not be sent");
-    }
-}
-
 async fn handle(req: ServiceRequest, root: ActorRef<RootMsg>) {
     let t = Some(CALL_TIMEOUT);
     match req.verb().to_string().as_str() {
         ListUnits::VERB => {
             let r = unavailable(root.call(RootMsg::List, t).await);
-            respond(req, r).await;
+            req.reply(r).await;
         }
         ShowUnit::VERB => {
             let r = match typed::decode_request::<ShowUnit>(&req.message) {
@@ -84,7 +76,7 @@ async fn handle(req: ServiceRequest, root: ActorRef<RootMsg>) {
                 }
                 Err(e) => Err(e),
             };
-            respond(req, r).await;
+            req.reply(r).await;
         }
         SteerUnit::VERB => {
             let r = match typed::decode_request::<SteerUnit>(&req.message) {
@@ -95,18 +87,18 @@ async fn handle(req: ServiceRequest, root: ActorRef<RootMsg>) {
                 Ok(q) => unavailable(root.call(|p| RootMsg::Steer(q, p), t).await).and_then(|x| x),
                 Err(e) => Err(e),
             };
-            respond(req, r).await;
+            req.reply(r).await;
         }
         SupervisorStats::VERB => {
             let r = unavailable(root.call(RootMsg::Stats, t).await);
-            respond(req, r).await;
+            req.reply(r).await;
         }
         other => {
             let r: Result<(), _> = Err(ServiceError::new(
                 ErrorCode::NotFound,
                 format!("unknown verb: {other}"),
             ));
-            respond(req, r).await;
+            req.reply(r).await;
         }
     }
 }
