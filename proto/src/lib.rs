@@ -43,22 +43,28 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A unit id must be one NATS subject token: non-empty, at most 128 bytes,
-/// ASCII letters, digits, `-` and `_` only.
-pub fn validate_unit_id(unit: &str) -> Result<(), String> {
-    if unit.is_empty() {
-        return Err("unit id is empty".into());
+/// An id that is one NATS subject token and one store key: non-empty, at
+/// most 128 bytes, ASCII letters, digits, `-` and `_` only. `what` names it
+/// in the error (`unit id`, `task_id`…).
+pub fn validate_token(what: &str, id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err(format!("{what} is empty"));
     }
-    if unit.len() > 128 {
-        return Err(format!("unit id is {} bytes, at most 128", unit.len()));
+    if id.len() > 128 {
+        return Err(format!("{what} is {} bytes, at most 128", id.len()));
     }
-    if let Some(c) = unit
+    if let Some(c) = id
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
     {
         return Err(format!(
-            "unit id {unit:?} has {c:?}; use letters, digits, '-' and '_'"
+            "{what} {id:?} has {c:?}; use letters, digits, '-' and '_'"
         ));
     }
     Ok(())
+}
+
+/// A unit id: see [`validate_token`].
+pub fn validate_unit_id(unit: &str) -> Result<(), String> {
+    validate_token("unit id", unit)
 }

@@ -861,17 +861,7 @@ impl Machine {
 
 /// Task ids and project ids: one store key and subject token.
 pub fn check_id(field: &str, id: &str) -> OpResult<()> {
-    if id.is_empty()
-        || id.len() > 128
-        || !id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(invalid(format!(
-            "{field} {id:?}: use 1 to 128 letters, digits, '-' and '_'"
-        )));
-    }
-    Ok(())
+    xo_proto::validate_token(field, id).map_err(invalid)
 }
 
 /// A path inside the project sandbox: relative, no `..`.
