@@ -90,7 +90,7 @@ impl Drop for Server {
 }
 
 /// A temporary directory, removed on drop (no dependency for one folder).
-mod tempfile_dir {
+pub(crate) mod tempfile_dir {
     pub struct Dir(pub std::path::PathBuf);
     impl Dir {
         pub fn new(tag: &str) -> std::io::Result<Self> {

@@ -138,7 +138,9 @@ async fn raw_kv(store: &Store, clients: usize, n: usize) -> anyhow::Result<f64> 
 pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
     let n = args.tasks;
     let mut out = serde_json::Map::new();
-    let tmp = tempfile_dir(&format!("xo-bench-queue-{}", std::process::id()))?;
+    // Removed when the bench ends, whichever way it ends.
+    let dir = crate::bench::tempfile_dir::Dir::new("queue")?;
+    let tmp = dir.0.clone();
     let mut qcfg = cfg.clone();
     qcfg.queue.data_dir = tmp.join("data").display().to_string();
 
@@ -150,7 +152,6 @@ pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
     if embedded {
         bench_embedded(cfg, &tmp, qcfg, n, &mut out).await?;
     }
-    let _ = std::fs::remove_dir_all(&tmp);
     if args.json {
         println!("{}", serde_json::Value::Object(out));
     }
@@ -258,10 +259,4 @@ async fn row(
     out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());
     out.insert(format!("{label}_{clients}_raw_kv_per_s"), raw.into());
     Ok(())
-}
-
-fn tempfile_dir(name: &str) -> std::io::Result<std::path::PathBuf> {
-    let p = std::env::temp_dir().join(name);
-    std::fs::create_dir_all(&p)?;
-    Ok(p)
 }
