@@ -211,20 +211,19 @@ pub async fn run(
     store: Store,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> SupervisorResult<()> {
-    let handle = start(cfg, bus, store, Clock::System).await?;
-    let root_done = async {
-        match &handle.root {
-            Some(r) => {
-                while r.get_status() != ractor::ActorStatus::Stopped {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut handle = start(cfg, bus, store, Clock::System).await?;
+    // The tree ends on its own only when it escalates: wait for that or for
+    // the shutdown signal, whichever comes first (no polling).
+    match handle.root_task.as_mut() {
+        Some(root_task) => {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = root_task => {
+                    handle.root_task = None;
                 }
             }
-            None => std::future::pending::<()>().await,
         }
-    };
-    tokio::select! {
-        _ = shutdown => {}
-        _ = root_done => {}
+        None => shutdown.await,
     }
     handle.stop().await
 }
