@@ -192,6 +192,9 @@ pub struct CriterionResult {
     pub passed: bool,
     #[serde(default)]
     pub detail: String,
+    /// Seed 003's match quality: `EXACT`, `HIGH`, `MEDIUM`, `LOW` or `NONE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<String>,
 }
 
 /// The runner's validation of a task's output.
@@ -210,6 +213,12 @@ pub struct ValidationReport {
     pub prompt_ref: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_ref: Option<String>,
+    /// The reply after the output template (SUP-3); the raw output is in
+    /// the prompt log at `response_ref`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formatted: Option<String>,
+    #[serde(default)]
+    pub template_applied: bool,
 }
 
 /// A lease on a running task.

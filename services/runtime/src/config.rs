@@ -26,6 +26,7 @@ pub struct XoConfig {
     pub telemetry: TelemetryConfig,
     pub supervisor: SupervisorConfig,
     pub queue: QueueConfig,
+    pub runner: RunnerConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
 }
@@ -44,6 +45,7 @@ impl Default for XoConfig {
             telemetry: TelemetryConfig::default(),
             supervisor: SupervisorConfig::default(),
             queue: QueueConfig::default(),
+            runner: RunnerConfig::default(),
             roles,
         }
     }
@@ -209,7 +211,154 @@ impl Default for QueueConfig {
     }
 }
 
+/// The runner: sandbox, templates, retries, timeouts and the agent driver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnerConfig {
+    /// Projects live in `<sandbox>/<project>`; empty: `<state.dir>/sandbox`.
+    pub sandbox: String,
+    /// Project of tasks that name none.
+    pub default_project: String,
+    /// Global input template (SUP-5), first in every prompt.
+    pub global_template: String,
+    /// Read the global template from this file instead (a missing file is an error).
+    pub global_template_file: String,
+    /// Global output template (SUP-3); `{status}`, `{message}`, `{task_id}`, `{output}`.
+    pub output_template: String,
+    /// Role templates by role name, third in every prompt.
+    pub role_templates: BTreeMap<String, String>,
+    /// Format retries, fix retries and clarifications per task (seed 002: 3).
+    pub max_retries: u32,
+    /// Liveness heartbeat on `xo.heartbeat.<unit>`.
+    pub heartbeat_ms: u64,
+    /// Long-poll of a claim.
+    pub claim_wait_ms: u64,
+    /// stdout and stderr are each kept up to this many bytes.
+    pub max_output_bytes: usize,
+    /// Environment variables an agent process inherits; all others are dropped.
+    pub env_allow: Vec<String>,
+    pub timeouts: TimeoutConfig,
+    /// Run the radio check in-process every turn too (self-supervision).
+    pub microcosm: bool,
+    /// Context window assumed for SALUTE fill when the driver does not know it.
+    pub context_limit: u64,
+    pub driver: DriverConfig,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            sandbox: String::new(),
+            default_project: "default".into(),
+            global_template: String::new(),
+            global_template_file: String::new(),
+            output_template: String::new(),
+            role_templates: BTreeMap::new(),
+            max_retries: 3,
+            heartbeat_ms: 5_000,
+            claim_wait_ms: 5_000,
+            max_output_bytes: 1 << 20,
+            env_allow: ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER"]
+                .map(String::from)
+                .to_vec(),
+            timeouts: TimeoutConfig::default(),
+            microcosm: true,
+            context_limit: 128_000,
+            driver: DriverConfig::default(),
+        }
+    }
+}
+
+/// Agent timeout per task timeout profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutConfig {
+    pub standard_ms: u64,
+    pub long_ms: u64,
+    pub extended_ms: u64,
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        Self {
+            standard_ms: 30 * 60_000,
+            long_ms: 2 * 60 * 60_000,
+            extended_ms: 6 * 60 * 60_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverKind {
+    /// Any CLI agent.
+    Command,
+    /// Any OpenAI-compatible chat-completions endpoint.
+    Openai,
+    /// A deterministic scripted agent.
+    #[default]
+    Script,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DriverConfig {
+    pub kind: DriverKind,
+    /// `command`: argv; `{prompt}` and `{prompt_file}` are replaced, and
+    /// with neither the prompt goes to stdin.
+    pub command: Vec<String>,
+    /// `script`: a script file (TOML, `[tasks.<id>]` and `[default]`); a
+    /// fenced `xo-script` block in the task's instructions wins.
+    pub script: String,
+    pub openai: OpenAiConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpenAiConfig {
+    /// e.g. `https://openrouter.ai/api/v1`, `http://localhost:11434/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// The environment variable holding the API key (never logged).
+    pub api_key_env: String,
+    /// Model calls per task before the run ends.
+    pub max_turns: u32,
+    /// Attempts on 429, 5xx and unreadable replies.
+    pub max_attempts: u32,
+    /// First backoff; doubles each attempt (a `Retry-After` header wins).
+    pub backoff_ms: u64,
+    pub request_timeout_ms: u64,
+    /// USD per million tokens, for the SALUTE cost field.
+    pub price_in_per_mtok: f64,
+    pub price_out_per_mtok: f64,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "http://localhost:11434/v1".into(),
+            model: String::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            max_turns: 30,
+            max_attempts: 5,
+            backoff_ms: 500,
+            request_timeout_ms: 120_000,
+            price_in_per_mtok: 0.0,
+            price_out_per_mtok: 0.0,
+        }
+    }
+}
+
 impl XoConfig {
+    /// Where projects' working trees live.
+    pub fn sandbox_dir(&self) -> PathBuf {
+        if self.runner.sandbox.is_empty() {
+            self.state.dir.join("sandbox")
+        } else {
+            PathBuf::from(&self.runner.sandbox)
+        }
+    }
+
     /// Where audit logs live.
     pub fn data_dir(&self) -> PathBuf {
         if self.queue.data_dir.is_empty() {
@@ -292,6 +441,24 @@ impl XoConfig {
             ("supervisor.file_poll_ms", s.file_poll_ms),
             ("queue.lease_ms", self.queue.lease_ms),
             ("queue.tick_ms", self.queue.tick_ms),
+            ("runner.heartbeat_ms", self.runner.heartbeat_ms),
+            (
+                "runner.timeouts.standard_ms",
+                self.runner.timeouts.standard_ms,
+            ),
+            ("runner.timeouts.long_ms", self.runner.timeouts.long_ms),
+            (
+                "runner.timeouts.extended_ms",
+                self.runner.timeouts.extended_ms,
+            ),
+            (
+                "runner.driver.openai.max_attempts",
+                u64::from(self.runner.driver.openai.max_attempts),
+            ),
+            (
+                "runner.driver.openai.max_turns",
+                u64::from(self.runner.driver.openai.max_turns),
+            ),
         ] {
             if v == 0 {
                 return Err(invalid(key, "must be greater than 0".into()));
@@ -305,6 +472,30 @@ impl XoConfig {
                     "{:?} is not a nats://, tls://, ws:// or wss:// URL",
                     self.nats.url
                 ),
+            ));
+        }
+        if self.runner.max_output_bytes < 1024 {
+            return Err(invalid(
+                "runner.max_output_bytes",
+                format!(
+                    "{} is too small (at least 1024)",
+                    self.runner.max_output_bytes
+                ),
+            ));
+        }
+        xo_proto::validate_token("runner.default_project", &self.runner.default_project)
+            .map_err(|r| invalid("runner.default_project", r))?;
+        let d = &self.runner.driver;
+        if d.kind == DriverKind::Command && d.command.is_empty() {
+            return Err(invalid(
+                "runner.driver.command",
+                "the command driver needs an argv, e.g. [\"my-agent\", \"--prompt-file\", \"{prompt_file}\"]".into(),
+            ));
+        }
+        if d.kind == DriverKind::Openai && d.openai.model.is_empty() {
+            return Err(invalid(
+                "runner.driver.openai.model",
+                "the openai driver needs a model name".into(),
             ));
         }
         for (name, profile) in &self.roles {

@@ -1,0 +1,179 @@
+//! Project configuration (SUP-4): `<project>/.xo/project.toml`, read when a
+//! task starts, so an edit applies from the next task. Missing → empty
+//! templates; invalid → an error naming the file, line and key.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use xo_proto::queue::TimeoutProfile;
+
+use crate::sandbox::Sandbox;
+
+pub const PROJECT_FILE: &str = ".xo/project.toml";
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// Second in every prompt of this project.
+    pub input_template: String,
+    /// Read the input template from this file (relative to the project).
+    pub input_template_file: String,
+    /// Applied to every validated reply; overrides the global one.
+    pub output_template: String,
+    pub output_template_file: String,
+    /// Role templates for this project; override the global ones.
+    pub role_templates: BTreeMap<String, String>,
+    /// Headings every reply's message must contain; a reply without them is
+    /// a major violation (SUP-7).
+    pub required_sections: Vec<String>,
+    pub supervisor_rules: SupervisorRules,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupervisorRules {
+    /// Overrides the task's timeout profile.
+    pub timeout_profile: Option<TimeoutProfile>,
+    /// Overrides the runner's `max_retries`.
+    pub max_retries: Option<u32>,
+    /// With `false` a reply without the JSON status object is taken as `ok`
+    /// with the output's last line as its message.
+    pub require_format_validation: bool,
+}
+
+impl Default for SupervisorRules {
+    fn default() -> Self {
+        Self {
+            timeout_profile: None,
+            max_retries: None,
+            require_format_validation: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("project config {path}: {reason}")]
+pub struct ProjectError {
+    pub path: String,
+    pub reason: String,
+}
+
+impl ProjectConfig {
+    /// Reads `<project_dir>/.xo/project.toml` and any template files it names.
+    pub fn load(sandbox: &Sandbox, project_dir: &Path) -> Result<Self, ProjectError> {
+        let path = project_dir.join(PROJECT_FILE);
+        let shown = path.display().to_string();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(e) => {
+                return Err(ProjectError {
+                    path: shown,
+                    reason: e.to_string(),
+                });
+            }
+        };
+        let mut cfg: ProjectConfig = toml::from_str(&text).map_err(|e| ProjectError {
+            path: shown.clone(),
+            reason: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        for (key, file, target) in [
+            (
+                "input_template_file",
+                cfg.input_template_file.clone(),
+                &mut cfg.input_template,
+            ),
+            (
+                "output_template_file",
+                cfg.output_template_file.clone(),
+                &mut cfg.output_template,
+            ),
+        ] {
+            if file.is_empty() {
+                continue;
+            }
+            let p = sandbox
+                .resolve(project_dir, &file)
+                .map_err(|e| ProjectError {
+                    path: shown.clone(),
+                    reason: format!("{key}: {e}"),
+                })?;
+            *target = std::fs::read_to_string(&p).map_err(|e| ProjectError {
+                path: shown.clone(),
+                reason: format!("{key} {}: {e}", p.display()),
+            })?;
+        }
+        if cfg.supervisor_rules.max_retries == Some(0) {
+            return Err(ProjectError {
+                path: shown,
+                reason: "supervisor_rules.max_retries must be at least 1".into(),
+            });
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, Sandbox, std::path::PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let sb = Sandbox::open(tmp.path()).unwrap();
+        let p = sb.project_dir("p").unwrap();
+        std::fs::create_dir_all(p.join(".xo")).unwrap();
+        (tmp, sb, p)
+    }
+
+    #[test]
+    fn missing_is_empty_and_files_are_read() {
+        let (_t, sb, p) = setup();
+        std::fs::remove_dir(p.join(".xo")).unwrap();
+        assert_eq!(
+            ProjectConfig::load(&sb, &p).unwrap(),
+            ProjectConfig::default()
+        );
+        std::fs::create_dir_all(p.join(".xo")).unwrap();
+        std::fs::write(p.join("tmpl.md"), "PROJECT RULES").unwrap();
+        std::fs::write(
+            p.join(PROJECT_FILE),
+            "input_template_file = \"tmpl.md\"\n[supervisor_rules]\ntimeout_profile = \"long\"\n",
+        )
+        .unwrap();
+        let c = ProjectConfig::load(&sb, &p).unwrap();
+        assert_eq!(c.input_template, "PROJECT RULES");
+        assert_eq!(
+            c.supervisor_rules.timeout_profile,
+            Some(TimeoutProfile::Long)
+        );
+        assert!(c.supervisor_rules.require_format_validation);
+    }
+
+    #[test]
+    fn errors_name_file_key_and_line() {
+        let (_t, sb, p) = setup();
+        std::fs::write(p.join(PROJECT_FILE), "input_templat = \"x\"\n").unwrap();
+        let e = ProjectConfig::load(&sb, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("project.toml") && e.contains("input_templat"),
+            "{e}"
+        );
+        std::fs::write(p.join(PROJECT_FILE), "a = \n").unwrap();
+        let e = ProjectConfig::load(&sb, &p).unwrap_err().to_string();
+        assert!(e.contains("line 1"), "{e}");
+        std::fs::write(p.join(PROJECT_FILE), "input_template_file = \"gone.md\"\n").unwrap();
+        let e = ProjectConfig::load(&sb, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("input_template_file") && e.contains("gone.md"),
+            "{e}"
+        );
+        std::fs::write(
+            p.join(PROJECT_FILE),
+            "output_template_file = \"../../etc/passwd\"\n",
+        )
+        .unwrap();
+        let e = ProjectConfig::load(&sb, &p).unwrap_err().to_string();
+        assert!(e.contains("escapes the sandbox"), "{e}");
+    }
+}

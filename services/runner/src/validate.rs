@@ -1,0 +1,700 @@
+//! Deterministic, rule-based validation (seed 003): required artifacts,
+//! acceptance criteria, test command, expected JSON schema and exit code,
+//! with a match quality per criterion and an overall confidence. No model
+//! is called here; free-text criteria are rated and left uncertain for the
+//! interrogator.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+use xo_proto::queue::{CriterionResult, Task, ValidationReport};
+
+use crate::driver::AgentOutput;
+use crate::halt::AgentReply;
+use crate::sandbox::Sandbox;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MatchQuality {
+    Exact,
+    High,
+    Medium,
+    Low,
+    None,
+}
+
+impl MatchQuality {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Exact => "EXACT",
+            Self::High => "HIGH",
+            Self::Medium => "MEDIUM",
+            Self::Low => "LOW",
+            Self::None => "NONE",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confidence {
+    High,
+    Medium,
+    Low,
+    Uncertain,
+}
+
+impl Confidence {
+    pub fn score(self) -> f64 {
+        match self {
+            Self::High => 0.95,
+            Self::Medium => 0.7,
+            Self::Low => 0.4,
+            Self::Uncertain => 0.2,
+        }
+    }
+}
+
+/// The deterministic kinds of criterion; anything else is free text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Criterion {
+    FileExists(String),
+    FileContains(String, String),
+    CommandSucceeds(String),
+    OutputContains(String),
+    FreeText(String),
+}
+
+impl Criterion {
+    /// `file exists: PATH`, `file contains: PATH :: TEXT`,
+    /// `command succeeds: CMD`, `output contains: TEXT`; else free text.
+    pub fn parse(text: &str) -> Self {
+        let t = text.trim();
+        let lower = t.to_ascii_lowercase();
+        let after = |p: &str| t[p.len()..].trim().to_string();
+        if lower.starts_with("file exists:") {
+            Self::FileExists(after("file exists:"))
+        } else if lower.starts_with("file contains:") {
+            let rest = after("file contains:");
+            match rest.split_once("::") {
+                Some((p, x)) => Self::FileContains(p.trim().into(), x.trim().into()),
+                None => Self::FreeText(t.into()),
+            }
+        } else if lower.starts_with("command succeeds:") {
+            Self::CommandSucceeds(after("command succeeds:"))
+        } else if lower.starts_with("output contains:") {
+            Self::OutputContains(after("output contains:"))
+        } else {
+            Self::FreeText(t.into())
+        }
+    }
+}
+
+/// One criterion's verdict; `passed: None` is uncertain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub criterion: String,
+    pub passed: Option<bool>,
+    pub quality: MatchQuality,
+    pub detail: String,
+    /// Files the pre-analysis found relevant (for interrogation).
+    pub hints: Vec<String>,
+}
+
+/// The validator's report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub checks: Vec<Check>,
+    /// Non-critical findings (a non-zero exit code, optional tests failing).
+    pub notes: Vec<String>,
+}
+
+impl Validation {
+    pub fn failed(&self) -> Vec<&Check> {
+        self.checks
+            .iter()
+            .filter(|c| c.passed == Some(false))
+            .collect()
+    }
+    pub fn uncertain(&self) -> Vec<&Check> {
+        self.checks.iter().filter(|c| c.passed.is_none()).collect()
+    }
+    pub fn valid(&self) -> bool {
+        self.checks.iter().all(|c| c.passed == Some(true))
+    }
+
+    pub fn confidence(&self) -> Confidence {
+        if !self.uncertain().is_empty() || !self.failed().is_empty() {
+            return Confidence::Uncertain;
+        }
+        let worst = self
+            .checks
+            .iter()
+            .map(|c| c.quality)
+            .max()
+            .unwrap_or(MatchQuality::Exact);
+        let mut c = match worst {
+            MatchQuality::Exact | MatchQuality::High => Confidence::High,
+            MatchQuality::Medium => Confidence::Medium,
+            _ => Confidence::Low,
+        };
+        if !self.notes.is_empty() && c == Confidence::High {
+            c = Confidence::Medium;
+        }
+        c
+    }
+
+    /// Failures as the fix prompt lists them.
+    pub fn failure_lines(&self) -> Vec<String> {
+        self.failed()
+            .iter()
+            .map(|c| format!("{}: {}", c.criterion, c.detail))
+            .collect()
+    }
+
+    pub fn report(&self) -> ValidationReport {
+        let failed = self.failed().len();
+        let uncertain = self.uncertain().len();
+        let summary = if self.valid() {
+            format!("{} check(s) passed", self.checks.len())
+        } else {
+            format!(
+                "{failed} failed, {uncertain} uncertain of {} check(s): {}",
+                self.checks.len(),
+                self.failure_lines().join("; ")
+            )
+        };
+        ValidationReport {
+            passed: self.valid(),
+            summary,
+            criteria: self
+                .checks
+                .iter()
+                .map(|c| CriterionResult {
+                    criterion: c.criterion.clone(),
+                    passed: c.passed == Some(true),
+                    detail: c.detail.clone(),
+                    quality: Some(c.quality.as_str().into()),
+                })
+                .collect(),
+            confidence: Some(self.confidence().score()),
+            ..Default::default()
+        }
+    }
+
+    /// A passing validation becomes a [`Validated`] output; nothing else does.
+    pub fn accept(self, reply: AgentReply) -> Result<Validated, Validation> {
+        if self.valid() {
+            Ok(Validated {
+                validation: self,
+                reply,
+            })
+        } else {
+            Err(self)
+        }
+    }
+}
+
+/// A reply that passed validation. Its fields are private and
+/// [`Validation::accept`] is its only constructor.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    validation: Validation,
+    reply: AgentReply,
+}
+
+impl Validated {
+    pub fn validation(&self) -> &Validation {
+        &self.validation
+    }
+    pub fn reply(&self) -> &AgentReply {
+        &self.reply
+    }
+}
+
+/// What validation needs besides the output.
+#[derive(Debug, Clone)]
+pub struct Checker<'a> {
+    pub sandbox: &'a Sandbox,
+    pub cwd: &'a Path,
+    pub env: &'a [(String, String)],
+    pub timeout: Duration,
+    pub max_output: usize,
+}
+
+impl Checker<'_> {
+    /// Validates one run. Runs commands (test command, `command succeeds`)
+    /// for real in the working directory.
+    pub async fn validate(&self, task: &Task, out: &AgentOutput, reply: &AgentReply) -> Validation {
+        let mut checks = Vec::new();
+        let mut notes = Vec::new();
+        for a in &task.required_artifacts {
+            let (passed, detail) = match self.sandbox.resolve(self.cwd, a) {
+                Ok(p) if p.exists() => (true, "exists".to_string()),
+                Ok(_) => (false, "missing".to_string()),
+                Err(e) => (false, e.to_string()),
+            };
+            checks.push(exact(format!("required artifact: {a}"), passed, detail));
+        }
+        for c in &task.acceptance_criteria {
+            checks.push(self.criterion(c, out).await);
+        }
+        if let Some(cmd) = &task.test_command {
+            match crate::proc::shell(cmd, self.cwd, self.env, self.timeout, self.max_output).await {
+                Ok(o) if o.exit_code == Some(0) => {
+                    checks.push(exact(format!("test command: {cmd}"), true, "exit 0".into()))
+                }
+                Ok(o) => {
+                    let detail = format!(
+                        "exit {}{}",
+                        o.exit_code
+                            .map(|c| c.to_string())
+                            .unwrap_or_else(|| "by signal".into()),
+                        last_line(&o.stdout, &o.stderr)
+                    );
+                    if task.tests_required {
+                        checks.push(exact(format!("test command: {cmd}"), false, detail));
+                    } else {
+                        notes.push(format!(
+                            "test command {cmd} failed ({detail}); tests not required"
+                        ));
+                    }
+                }
+                Err(e) => checks.push(exact(format!("test command: {cmd}"), false, e)),
+            }
+        }
+        if let Some(schema) = &task.expected_json_schema {
+            let (passed, detail) = match check_schema(schema, reply.object.get("output")) {
+                Ok(()) => (true, "output matches".to_string()),
+                Err(e) => (false, e),
+            };
+            checks.push(exact("expected JSON schema".into(), passed, detail));
+        }
+        if let Some(code) = out.exit_code.filter(|c| *c != 0) {
+            notes.push(format!("the agent exited with code {code}"));
+        }
+        if out.truncated {
+            notes.push("the agent's output was longer than the bound and was cut".into());
+        }
+        Validation { checks, notes }
+    }
+
+    async fn criterion(&self, text: &str, out: &AgentOutput) -> Check {
+        let file = |p: &str| self.sandbox.resolve(self.cwd, p);
+        match Criterion::parse(text) {
+            Criterion::FileExists(p) => {
+                let (ok, d) = match file(&p) {
+                    Ok(f) if f.exists() => (true, "exists".into()),
+                    Ok(_) => (false, format!("{p} does not exist")),
+                    Err(e) => (false, e.to_string()),
+                };
+                exact(text.into(), ok, d)
+            }
+            Criterion::FileContains(p, needle) => {
+                let (ok, d) = match file(&p).map(std::fs::read_to_string) {
+                    Ok(Ok(body)) if body.contains(&needle) => (true, "found".into()),
+                    Ok(Ok(_)) => (false, format!("{p} does not contain {needle:?}")),
+                    Ok(Err(e)) => (false, format!("{p}: {e}")),
+                    Err(e) => (false, e.to_string()),
+                };
+                exact(text.into(), ok, d)
+            }
+            Criterion::CommandSucceeds(cmd) => {
+                let (ok, d) = match crate::proc::shell(
+                    &cmd,
+                    self.cwd,
+                    self.env,
+                    self.timeout,
+                    self.max_output,
+                )
+                .await
+                {
+                    Ok(o) if o.exit_code == Some(0) => (true, "exit 0".into()),
+                    Ok(o) => (
+                        false,
+                        format!("exit {:?}{}", o.exit_code, last_line(&o.stdout, &o.stderr)),
+                    ),
+                    Err(e) => (false, e),
+                };
+                exact(text.into(), ok, d)
+            }
+            Criterion::OutputContains(needle) => {
+                let ok = out.stdout.contains(&needle);
+                let d = if ok {
+                    "found".into()
+                } else {
+                    format!("output does not contain {needle:?}")
+                };
+                exact(text.into(), ok, d)
+            }
+            Criterion::FreeText(t) => {
+                let (quality, hints, found, total) = pre_analysis(self.cwd, &t);
+                Check {
+                    criterion: t,
+                    passed: None,
+                    quality,
+                    detail: format!("free text; {found}/{total} keywords found in the sandbox"),
+                    hints,
+                }
+            }
+        }
+    }
+}
+
+fn exact(criterion: String, passed: bool, detail: String) -> Check {
+    Check {
+        criterion,
+        passed: Some(passed),
+        quality: if passed {
+            MatchQuality::Exact
+        } else {
+            MatchQuality::None
+        },
+        detail,
+        hints: Vec::new(),
+    }
+}
+
+fn last_line(stdout: &str, stderr: &str) -> String {
+    let l = stderr
+        .lines()
+        .rev()
+        .chain(stdout.lines().rev())
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    if l.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", l.chars().take(200).collect::<String>())
+    }
+}
+
+/// Seed 003's JSON schema rule: a map of field → type name; every field
+/// present with its type, and no other field.
+pub fn check_schema(schema: &Value, output: Option<&Value>) -> Result<(), String> {
+    let Some(fields) = schema.as_object() else {
+        return Err("expected_json_schema is not an object of field: type".into());
+    };
+    let Some(obj) = output.and_then(Value::as_object) else {
+        return Err("the reply has no \"output\" object".into());
+    };
+    for (name, ty) in fields {
+        let ty = ty.as_str().unwrap_or("any");
+        let Some(v) = obj.get(name) else {
+            return Err(format!("output.{name} is missing"));
+        };
+        let ok = match ty {
+            "string" => v.is_string(),
+            "number" => v.is_number(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "boolean" => v.is_boolean(),
+            "array" => v.is_array(),
+            "object" => v.is_object(),
+            "null" => v.is_null(),
+            _ => true,
+        };
+        if !ok {
+            return Err(format!("output.{name} is not a {ty} (it is {v})"));
+        }
+    }
+    if let Some(extra) = obj.keys().find(|k| !fields.contains_key(*k)) {
+        return Err(format!("output.{extra} is not in the schema"));
+    }
+    Ok(())
+}
+
+const STOP: [&str; 24] = [
+    "this", "that", "with", "from", "have", "should", "must", "will", "when", "there", "their",
+    "which", "into", "each", "every", "been", "they", "them", "also", "than", "then", "only",
+    "some", "such",
+];
+
+/// Seed 003's pre-analysis: the criterion's keywords searched in the
+/// sandbox's file names and contents (bounded), giving a match quality and
+/// the most relevant files.
+pub fn pre_analysis(cwd: &Path, text: &str) -> (MatchQuality, Vec<String>, usize, usize) {
+    let mut words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.len() >= 4)
+        .map(|w| w.to_lowercase())
+        .filter(|w| !STOP.contains(&w.as_str()))
+        .collect();
+    words.sort();
+    words.dedup();
+    if words.is_empty() {
+        return (MatchQuality::Low, Vec::new(), 0, 0);
+    }
+    let mut found = vec![false; words.len()];
+    let mut scored: Vec<(usize, String)> = Vec::new();
+    let mut stack = vec![cwd.to_path_buf()];
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == ".git" || name == ".xo" {
+                continue;
+            }
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(e.path());
+                continue;
+            }
+            if !ft.is_file() {
+                continue;
+            }
+            seen += 1;
+            if seen > 500 {
+                break;
+            }
+            let body = match e.metadata() {
+                Ok(m) if m.len() <= 256 * 1024 => {
+                    std::fs::read_to_string(e.path()).unwrap_or_default()
+                }
+                _ => String::new(),
+            }
+            .to_lowercase();
+            let lname = name.to_lowercase();
+            let mut score = 0;
+            for (i, w) in words.iter().enumerate() {
+                if lname.contains(w.as_str()) || body.contains(w.as_str()) {
+                    found[i] = true;
+                    score += 1;
+                }
+            }
+            if score > 0 {
+                let rel = e
+                    .path()
+                    .strip_prefix(cwd)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or(name);
+                scored.push((score, rel));
+            }
+        }
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let hits = found.iter().filter(|f| **f).count();
+    let ratio = hits as f64 / words.len() as f64;
+    let q = if ratio >= 0.99 {
+        MatchQuality::High
+    } else if ratio >= 0.5 {
+        MatchQuality::Medium
+    } else {
+        MatchQuality::Low
+    };
+    (
+        q,
+        scored.into_iter().take(3).map(|(_, p)| p).collect(),
+        hits,
+        words.len(),
+    )
+}
+
+/// SUP-3: the output template applied to a validated reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FormattedOutput {
+    pub raw: String,
+    pub formatted: String,
+    pub template_applied: bool,
+}
+
+/// `{status}`, `{message}`, `{task_id}` and `{output}` (the raw output) are
+/// replaced; an empty template gives the message unchanged.
+pub fn format_output(template: &str, v: &Validated, task_id: &str, raw: &str) -> FormattedOutput {
+    let r = v.reply();
+    if template.trim().is_empty() {
+        return FormattedOutput {
+            raw: raw.to_string(),
+            formatted: r.message.clone(),
+            template_applied: false,
+        };
+    }
+    let formatted = template
+        .replace("{status}", r.status.as_str())
+        .replace("{message}", &r.message)
+        .replace("{task_id}", task_id)
+        .replace("{output}", raw);
+    FormattedOutput {
+        raw: raw.to_string(),
+        formatted,
+        template_applied: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::halt::parse_reply;
+
+    fn reply(s: &str) -> AgentReply {
+        parse_reply(s, false).unwrap().0
+    }
+
+    #[test]
+    fn criteria_parse() {
+        assert_eq!(
+            Criterion::parse("File exists: a/b.txt"),
+            Criterion::FileExists("a/b.txt".into())
+        );
+        assert_eq!(
+            Criterion::parse("file contains: a.txt :: hello world"),
+            Criterion::FileContains("a.txt".into(), "hello world".into())
+        );
+        assert_eq!(
+            Criterion::parse("command succeeds: true"),
+            Criterion::CommandSucceeds("true".into())
+        );
+        assert_eq!(
+            Criterion::parse("output contains: 42"),
+            Criterion::OutputContains("42".into())
+        );
+        assert!(matches!(
+            Criterion::parse("the code is tidy"),
+            Criterion::FreeText(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn every_rule_with_quality_and_confidence() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sb = Sandbox::open(tmp.path()).unwrap();
+        let p = sb.project_dir("p").unwrap();
+        std::fs::write(p.join("greeting.txt"), "hello world").unwrap();
+        let env = crate::proc::allowed_env(&["PATH".into()], &[]);
+        let ck = Checker {
+            sandbox: &sb,
+            cwd: &p,
+            env: &env,
+            timeout: Duration::from_secs(60),
+            max_output: 1 << 16,
+        };
+        let mut task = Task::new("t", "greet", "write greeting.txt", "coder");
+        task.required_artifacts = vec!["greeting.txt".into()];
+        task.acceptance_criteria = vec![
+            "file exists: greeting.txt".into(),
+            "file contains: greeting.txt :: hello".into(),
+            "command succeeds: test -s greeting.txt".into(),
+            "output contains: wrote".into(),
+        ];
+        task.test_command = Some("grep -q world greeting.txt".into());
+        task.tests_required = true;
+        let out = AgentOutput {
+            stdout: "wrote greeting.txt".into(),
+            exit_code: Some(0),
+            ..Default::default()
+        };
+        let r = reply("{\"status\":\"ok\",\"message\":\"done\"}");
+        let v = ck.validate(&task, &out, &r).await;
+        assert!(v.valid(), "{v:?}");
+        assert_eq!(v.confidence(), Confidence::High);
+        assert_eq!(v.checks.len(), 6);
+        assert!(v.checks.iter().all(|c| c.quality == MatchQuality::Exact));
+
+        // Each deterministic rule failing.
+        task.acceptance_criteria = vec![
+            "file exists: nope.txt".into(),
+            "file contains: greeting.txt :: goodbye".into(),
+            "command succeeds: false".into(),
+            "output contains: 42".into(),
+            "file exists: ../escape.txt".into(),
+        ];
+        task.test_command = Some("exit 1".into());
+        let v = ck.validate(&task, &out, &r).await;
+        assert!(!v.valid());
+        assert_eq!(v.failed().len(), 6, "{:?}", v.failure_lines());
+        assert!(
+            v.failure_lines()
+                .iter()
+                .any(|l| l.contains("escapes the sandbox"))
+        );
+        let rep = v.report();
+        assert!(!rep.passed && rep.criteria.len() == 7);
+        assert_eq!(rep.criteria[1].quality.as_deref(), Some("NONE"));
+
+        // Optional tests failing are a note, not a failure; exit code too.
+        task.acceptance_criteria.clear();
+        task.tests_required = false;
+        let out2 = AgentOutput {
+            exit_code: Some(1),
+            ..out.clone()
+        };
+        let v = ck.validate(&task, &out2, &r).await;
+        assert!(v.valid());
+        assert_eq!(v.notes.len(), 2, "{:?}", v.notes);
+        assert_eq!(v.confidence(), Confidence::Medium);
+
+        // Free text is uncertain, with a quality from the pre-analysis.
+        task.test_command = None;
+        task.acceptance_criteria = vec!["greeting: hello world!".into()];
+        let v = ck.validate(&task, &out, &r).await;
+        assert_eq!(v.uncertain().len(), 1);
+        assert_eq!(v.checks[1].quality, MatchQuality::High);
+        assert_eq!(v.checks[1].hints, vec!["greeting.txt".to_string()]);
+        assert_eq!(v.confidence(), Confidence::Uncertain);
+        let v = ck
+            .validate(
+                &{
+                    let mut t = task.clone();
+                    t.acceptance_criteria = vec!["database migrations are reversible".into()];
+                    t
+                },
+                &out,
+                &r,
+            )
+            .await;
+        assert_eq!(v.checks[1].quality, MatchQuality::Low);
+    }
+
+    #[test]
+    fn schema_rule() {
+        let s = serde_json::json!({"count": "integer", "name": "string"});
+        assert!(check_schema(&s, Some(&serde_json::json!({"count": 2, "name": "x"}))).is_ok());
+        assert!(
+            check_schema(&s, Some(&serde_json::json!({"count": "2", "name": "x"})))
+                .unwrap_err()
+                .contains("output.count")
+        );
+        assert!(
+            check_schema(&s, Some(&serde_json::json!({"count": 2})))
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert!(
+            check_schema(
+                &s,
+                Some(&serde_json::json!({"count": 2, "name": "x", "z": 1}))
+            )
+            .unwrap_err()
+            .contains("output.z")
+        );
+        assert!(check_schema(&s, None).is_err());
+    }
+
+    #[test]
+    fn output_template() {
+        let r = reply("{\"status\":\"ok\",\"message\":\"built it\"}");
+        let v = Validation {
+            checks: vec![],
+            notes: vec![],
+        }
+        .accept(r)
+        .unwrap();
+        let f = format_output("## {task_id}\n{status}: {message}", &v, "t9", "RAW");
+        assert_eq!(f.formatted, "## t9\nok: built it");
+        assert!(f.template_applied);
+        assert_eq!(f.raw, "RAW");
+        let f = format_output("", &v, "t9", "RAW");
+        assert!(!f.template_applied);
+        assert_eq!(f.formatted, "built it");
+        let failing = Validation {
+            checks: vec![exact("x".into(), false, "no".into())],
+            notes: vec![],
+        };
+        assert!(
+            failing
+                .accept(reply("{\"status\":\"ok\",\"message\":\"m\"}"))
+                .is_err()
+        );
+    }
+}
