@@ -13,6 +13,7 @@
 mod bench;
 mod bench_queue;
 mod connect;
+mod demo;
 mod ops;
 mod queue_ops;
 mod services;
@@ -57,7 +58,11 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run every service in one process on the embedded bus (or NATS with --nats).
-    Up,
+    Up {
+        /// Three scripted runners work a small goal; one stalls, one loops, the XO steers them.
+        #[arg(long)]
+        demo: bool,
+    },
     /// Run one service (for containers).
     Serve {
         #[command(subcommand)]
@@ -199,6 +204,24 @@ enum ServeCmd {
     Supervisor,
     /// The durable queue (tasks, leases, audit).
     Queue,
+    /// A specialist: claims tasks of its role and runs them through the supervised pipeline.
+    Runner {
+        /// The role whose tasks it claims (coder, architect, reviewer, manager, …).
+        #[arg(long)]
+        role: String,
+        /// Unit id, stable across restarts (default `<role>-<hostname>`).
+        #[arg(long, env = "XO_UNIT")]
+        unit: Option<String>,
+        /// Agent driver: command, openai or script (config runner.driver.kind).
+        #[arg(long)]
+        driver: Option<String>,
+        /// Script file for the script driver (config runner.driver.script).
+        #[arg(long)]
+        script: Option<String>,
+        /// Sandbox root (config runner.sandbox).
+        #[arg(long)]
+        sandbox: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -256,15 +279,59 @@ fn main() -> ExitCode {
     }
 }
 
+/// The configuration again with more overrides (flags of one subcommand).
+fn reload(cfg: &XoConfig, extra: Vec<(String, String)>) -> anyhow::Result<XoConfig> {
+    let mut cfg = cfg.clone();
+    for (k, v) in extra {
+        match k.as_str() {
+            "runner.driver.kind" => {
+                cfg.runner.driver.kind =
+                    serde_json::from_value(serde_json::Value::String(v.clone())).map_err(|_| {
+                        anyhow::anyhow!("--driver {v:?}: use command, openai or script")
+                    })?
+            }
+            "runner.driver.script" => cfg.runner.driver.script = v,
+            "runner.sandbox" => cfg.runner.sandbox = v,
+            _ => {}
+        }
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
 async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Up => services::up(cfg).await,
+        Cmd::Up { demo: true } => demo::demo(cfg).await,
+        Cmd::Up { demo: false } => services::up(cfg).await,
         Cmd::Serve {
             service: ServeCmd::Supervisor,
         } => services::serve_supervisor(cfg).await,
         Cmd::Serve {
             service: ServeCmd::Queue,
         } => services::serve_queue(cfg).await,
+        Cmd::Serve {
+            service:
+                ServeCmd::Runner {
+                    role,
+                    unit,
+                    driver,
+                    script,
+                    sandbox,
+                },
+        } => {
+            let mut o = Vec::new();
+            if let Some(d) = driver {
+                o.push(("runner.driver.kind".to_string(), d));
+            }
+            if let Some(s) = script {
+                o.push(("runner.driver.script".to_string(), s));
+            }
+            if let Some(s) = sandbox {
+                o.push(("runner.sandbox".to_string(), s));
+            }
+            let cfg = if o.is_empty() { cfg } else { reload(&cfg, o)? };
+            services::serve_runner(cfg, role, unit).await
+        }
         Cmd::Init {
             mode,
             manager,

@@ -130,3 +130,30 @@ pub async fn serve_queue(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     res?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// `xo serve runner --role ROLE`: a specialist on NATS (or, with no NATS
+/// URL, on the socket of a running `xo up`).
+pub async fn serve_runner(
+    cfg: XoConfig,
+    role: String,
+    unit: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let unit = unit.unwrap_or_else(|| xo_runner::service::default_unit(&role));
+    let mut telemetry =
+        xo_runtime::telemetry::init(&cfg.telemetry, "xo-runner").map_err(|e| anyhow::anyhow!(e))?;
+    let bus = if cfg.nats.url.is_empty() {
+        crate::connect::client_bus(&cfg).await?
+    } else {
+        nats(&cfg, &format!("xo-runner-{unit}")).await?.0
+    };
+    let res = xo_runner::service::run(
+        cfg,
+        bus,
+        xo_runner::service::RunnerOptions { role, unit },
+        shutdown_signal(),
+    )
+    .await;
+    telemetry.shutdown();
+    res?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -21,6 +21,7 @@ pub mod pipeline;
 pub mod proc;
 pub mod project;
 pub mod sandbox;
+pub mod service;
 pub mod validate;
 
 pub use pipeline::{Job, Outcome, Pipeline, TaskResult};

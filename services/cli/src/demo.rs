@@ -1,0 +1,330 @@
+//! `xo up --demo`: the embedded fabric with three scripted runners working a
+//! small goal. One runner stalls and one loops; the XO steers them, they
+//! recover, the goal completes, and a timeline and final status are printed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use xo_bus::typed;
+use xo_bus::{Bus, FileStore, LocalBus, Store};
+use xo_proto::queue::{self as q, RunStatus, Task, TaskEvent};
+use xo_proto::{SaluteReport, Steering};
+use xo_runtime::XoConfig;
+use xo_runtime::config::{DriverConfig, DriverKind};
+
+const PROJECT: &str = "demo";
+const RUNNERS: [&str; 3] = ["coder-1", "coder-2", "coder-3"];
+
+fn script(body: &str) -> String {
+    format!("Follow the task.\n\n```xo-script\nturn_ms = 120\n{body}\n```\n")
+}
+
+/// The demo's goal: six tasks, each with the scripted agent's behaviour inline.
+pub fn demo_tasks() -> Vec<Task> {
+    let ok = |m: &str| format!("{{ reply = '{{\"status\": \"ok\", \"message\": \"{m}\"}}' }}");
+    let mut t1 = Task::new(
+        "greet",
+        "write the greeting",
+        script(&format!(
+            "[[run]]\nsteps = [\n  {{ say = \"reading the task\" }},\n  {{ write = \"hello.txt\", content = \"hello, world\\n\" }},\n  {}\n]",
+            ok("wrote hello.txt")
+        )),
+        "coder",
+    );
+    t1.acceptance_criteria = vec!["file contains: hello.txt :: hello".into()];
+    let mut t2 = Task::new(
+        "farewell",
+        "write the farewell (this agent stalls until steered)",
+        script(&format!(
+            "[[run]]\nsteps = [\n  {{ stall = 60, until_steered = true }},\n  {{ write = \"farewell.txt\", content = \"goodbye\\n\" }},\n  {}\n]",
+            ok("wrote farewell.txt after the nudge")
+        )),
+        "coder",
+    );
+    t2.acceptance_criteria = vec!["file exists: farewell.txt".into()];
+    let mut t3 = Task::new(
+        "build",
+        "make the build pass (this agent loops on a failing build until steered)",
+        script(&format!(
+            "[[run]]\nsteps = [\n  {{ repeat = 60, tool = \"cargo_build\", args = \"--release\", fail = \"compile_error\", until_steered = true }},\n  {{ write = \"build.ok\", content = \"built with a different approach\\n\" }},\n  {}\n]",
+            ok("changed approach; build.ok written")
+        )),
+        "coder",
+    );
+    t3.required_artifacts = vec!["build.ok".into()];
+    let mut t4 = Task::new(
+        "notes",
+        "write release notes (the first reply is in the wrong format)",
+        script(&format!(
+            "[[run]]\nsteps = [\n  {{ write = \"NOTES.md\", content = \"# Notes\\n\" }},\n  {{ reply = \"All done, notes written.\" }},\n]\n[[run]]\nsteps = [ {} ]",
+            ok("wrote NOTES.md")
+        )),
+        "coder",
+    );
+    t4.acceptance_criteria = vec!["file exists: NOTES.md".into()];
+    let mut t5 = Task::new(
+        "shout",
+        "derive the loud greeting from hello.txt",
+        script(&format!(
+            "[[run]]\nsteps = [\n  {{ run = \"tr a-z A-Z < hello.txt > LOUD.txt\" }},\n  {}\n]",
+            ok("LOUD.txt derived")
+        )),
+        "coder",
+    );
+    t5.depends_on = vec!["greet".into()];
+    t5.acceptance_criteria = vec!["command succeeds: grep -q 'HELLO, WORLD' LOUD.txt".into()];
+    let mut t6 = Task::new(
+        "readme",
+        "document the toolkit (a free-text criterion, settled by interrogation)",
+        script(&format!(
+            "[[run]]\nsteps = [\n  {{ write = \"README.md\", content = \"# Greeting toolkit\\nhello.txt greets, farewell.txt says goodbye.\\n\" }},\n  {}\n]\n[[run]]\nsteps = [ {} ]",
+            ok("README.md written"),
+            ok("YES: README.md explains the greeting toolkit")
+        )),
+        "coder",
+    );
+    t6.acceptance_criteria = vec!["the README explains the greeting toolkit".into()];
+    let mut all = vec![t1, t2, t3, t4, t5, t6];
+    for t in &mut all {
+        t.project = Some(PROJECT.into());
+    }
+    all
+}
+
+pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
+    let dir = cfg.state.dir.join("demo");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    cfg.state.dir = dir.clone();
+    cfg.queue.data_dir = String::new();
+    cfg.runner.sandbox = String::new();
+    cfg.runner.default_project = PROJECT.into();
+    cfg.runner.driver = DriverConfig {
+        kind: DriverKind::Script,
+        ..Default::default()
+    };
+    // The XO does the steering here, over the bus, not the runners themselves.
+    cfg.runner.microcosm = false;
+    cfg.runner.claim_wait_ms = 300;
+    cfg.runner.heartbeat_ms = 1_000;
+    if std::env::var("RUST_LOG").is_err() {
+        cfg.telemetry.log_level = "error".into();
+    }
+    let mut telemetry =
+        xo_runtime::telemetry::init(&cfg.telemetry, "xo-demo").map_err(|e| anyhow::anyhow!(e))?;
+    let local = LocalBus::new();
+    let bus = Bus::Local(local);
+    let store =
+        Store::File(FileStore::open(&cfg.state.store_dir()).context("opening the demo store")?);
+    let subjects = cfg.subjects();
+    let mut tap = bus.subscribe(&subjects.all()).await?;
+
+    let queue = xo_queue::start(
+        cfg.clone(),
+        bus.clone(),
+        store.clone(),
+        xo_runtime::Clock::System,
+    )
+    .await
+    .context("starting the queue")?;
+    let (sup_stop, sup_rx) = tokio::sync::oneshot::channel::<()>();
+    let supervisor = tokio::spawn(xo_supervisor::run(
+        cfg.clone(),
+        bus.clone(),
+        store.clone(),
+        async move {
+            let _ = sup_rx.await;
+        },
+    ));
+    let call_t = Duration::from_secs(10);
+    typed::call(
+        &bus,
+        &subjects,
+        &q::Init {
+            force: true,
+            ..Default::default()
+        },
+        call_t,
+    )
+    .await?;
+    typed::call(
+        &bus,
+        &subjects,
+        &q::SetGoal {
+            description: "a tiny greeting toolkit".into(),
+            project_id: Some(PROJECT.into()),
+            completed: true,
+        },
+        call_t,
+    )
+    .await?;
+    let tasks = demo_tasks();
+    let n_tasks = tasks.len();
+    typed::call(&bus, &subjects, &q::Enqueue { tasks }, call_t).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut runners = Vec::new();
+    for unit in RUNNERS {
+        let mut rx = stop_rx.clone();
+        runners.push(tokio::spawn(xo_runner::service::run(
+            cfg.clone(),
+            bus.clone(),
+            xo_runner::service::RunnerOptions {
+                role: "coder".into(),
+                unit: unit.into(),
+            },
+            async move {
+                let _ = rx.wait_for(|v| *v).await;
+            },
+        )));
+    }
+    println!(
+        "xo demo: {n_tasks} tasks, {} scripted runners, the XO watching (state in {})",
+        RUNNERS.len(),
+        dir.display()
+    );
+    println!();
+    typed::call(&bus, &subjects, &q::Start {}, call_t).await?;
+
+    let started = Instant::now();
+    let mut unit_task: HashMap<String, String> = HashMap::new();
+    let mut steered: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut steer_count: BTreeMap<String, u32> = BTreeMap::new();
+    let mut poll = tokio::time::interval(Duration::from_millis(250));
+    let limit = Duration::from_secs(180);
+    let final_status = loop {
+        tokio::select! {
+            m = tap.next() => {
+                let Some(m) = m else { break None };
+                let t = started.elapsed().as_secs_f64();
+                if m.subject.starts_with(&format!("{}.steer.", subjects.prefix())) {
+                    if let Ok(s) = typed::decode::<Steering>(&m, cfg.wire.max_payload) {
+                        *steer_count.entry(s.kind.as_str().to_string()).or_default() += 1;
+                        if let Some(task) = unit_task.get(&s.unit) {
+                            steered.entry(task.clone()).or_default().push(s.kind.as_str().to_string());
+                        }
+                        println!("{t:6.1}s  XO → {:<8} {:<6} {}", s.unit, s.kind.as_str(), s.message);
+                    }
+                } else if m.subject.starts_with(&format!("{}.salute.", subjects.prefix())) {
+                    if let Ok(r) = typed::decode::<SaluteReport>(&m, cfg.wire.max_payload)
+                        && let Some(task) = r.activity.task_id
+                    {
+                        unit_task.insert(r.unit.unit, task);
+                    }
+                } else if m.subject.starts_with(&format!("{}.event.task.", subjects.prefix()))
+                    && let Ok(e) = typed::decode::<TaskEvent>(&m, cfg.wire.max_payload)
+                {
+                    let note = match e.event.as_str() {
+                        "TASK_COMPLETE" => match steered.get(&e.task_id) {
+                            Some(k) => format!("recovered after {} steering", k.join(", ")),
+                            None => String::new(),
+                        },
+                        "TASK_START" => format!("attempt {}", e.attempt),
+                        _ => String::new(),
+                    };
+                    println!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
+                }
+            }
+            _ = poll.tick() => {
+                if let Ok(s) = typed::call(&bus, &subjects, &q::GetStatus {}, call_t).await
+                    && (s.status == RunStatus::Completed
+                        || (s.status == RunStatus::Halted && s.halt_reason.is_some()))
+                {
+                    break Some(s);
+                }
+                if started.elapsed() > limit {
+                    break None;
+                }
+            }
+        }
+    };
+    let _ = stop_tx.send(true);
+    for r in runners {
+        let _ = r.await;
+    }
+    let records = typed::call(&bus, &subjects, &q::ListTasks::default(), call_t)
+        .await
+        .unwrap_or_default();
+    let _ = sup_stop.send(());
+    let _ = supervisor.await;
+    queue.stop().await;
+    telemetry.shutdown();
+
+    println!();
+    let sandbox = cfg.sandbox_dir().join(PROJECT);
+    println!(
+        "{:<10} {:<10} {:>7}  supervisor log",
+        "task", "state", "attempt"
+    );
+    for r in &records {
+        let log =
+            std::fs::read_to_string(sandbox.join("tasks").join(format!("{}.md", r.task.task_id)))
+                .unwrap_or_default();
+        let mut notes = Vec::new();
+        for (needle, label) in [
+            ("Retry Event", "format retry"),
+            ("Fix prompt", "fix prompt"),
+            ("] Interrogation", "interrogation"),
+            ("Violation auto-corrected", "auto-corrected"),
+        ] {
+            let n = log.matches(needle).count();
+            if n > 0 {
+                notes.push(format!("{n} {label}"));
+            }
+        }
+        if let Some(k) = steered.get(&r.task.task_id) {
+            notes.push(format!("steered: {}", k.join(", ")));
+        }
+        println!(
+            "{:<10} {:<10} {:>7}  {}",
+            r.task.task_id,
+            r.state.as_str(),
+            r.attempt,
+            notes.join("; ")
+        );
+    }
+    println!();
+    let kinds: Vec<String> = steer_count
+        .iter()
+        .map(|(k, n)| format!("{k} ×{n}"))
+        .collect();
+    println!(
+        "steering: {}",
+        if kinds.is_empty() {
+            "none".into()
+        } else {
+            kinds.join(", ")
+        }
+    );
+    println!(
+        "logs:     {} (work logs), {} (prompts), {} (audit)",
+        sandbox.join("tasks").display(),
+        cfg.data_dir()
+            .join(PROJECT)
+            .join("prompts.log.jsonl")
+            .display(),
+        cfg.data_dir()
+            .join(PROJECT)
+            .join("audit.log.jsonl")
+            .display()
+    );
+    match final_status {
+        Some(s) if s.status == RunStatus::Completed => {
+            println!(
+                "status:   COMPLETED in {:.1}s — goal \"{}\"",
+                started.elapsed().as_secs_f64(),
+                s.goal.description
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(s) => {
+            println!("status:   HALTED: {}", s.halt_reason.unwrap_or_default());
+            Ok(ExitCode::FAILURE)
+        }
+        None => {
+            println!("status:   did not finish within {}s", limit.as_secs());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
