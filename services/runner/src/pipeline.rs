@@ -501,20 +501,27 @@ impl TaskRun<'_> {
                             .unwrap_or(0);
                         t[start..].to_string()
                     };
-                    let _ = self.work.retry_event(
-                        &task.role,
-                        id,
-                        format_retries.min(self.max),
-                        self.max,
-                        &format!("Invalid output format ({e})"),
-                        &tail,
-                    );
                     if format_retries > self.max {
+                        let _ = self.work.event(
+                            "Out of format retries",
+                            &format!(
+                                "Invalid output format ({e}) after {} retries; the task is blocked",
+                                self.max
+                            ),
+                        );
                         return Outcome::Blocked(format!(
                             "OUTPUT_FORMAT_INVALID: {e} after {} retries",
                             self.max
                         ));
                     }
+                    let _ = self.work.retry_event(
+                        &task.role,
+                        id,
+                        format_retries,
+                        self.max,
+                        &format!("Invalid output format ({e})"),
+                        &tail,
+                    );
                     info!(task_id = %id, retry = format_retries, error = %e, "reply in the wrong format; same inputs again");
                     // Seed 002: exactly the same prompt again.
                     continue;
