@@ -68,7 +68,10 @@ impl OpenAiStub {
     }
 
     pub fn requests(&self) -> Vec<StubRequest> {
-        self.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -110,7 +113,8 @@ fn serve(
         Some(StubReply::Status(c, b, ra)) => (
             c,
             b,
-            ra.map(|s| format!("Retry-After: {s}\r\n")).unwrap_or_default(),
+            ra.map(|s| format!("Retry-After: {s}\r\n"))
+                .unwrap_or_default(),
         ),
         Some(StubReply::Malformed(b)) => (200, b, String::new()),
         Some(StubReply::EchoAuth(c)) => (c, format!("bad gateway; you sent {auth}"), String::new()),

@@ -104,11 +104,19 @@ async fn tool_loop_backoff_malformed_replies_and_steering() {
     let r = rig();
     let stub = OpenAiStub::start(vec![
         StubReply::Status(429, "{\"error\":\"slow down\"}".into(), Some(0)),
-        tool_call("c1", "write_file", r#"{"path": "src/hello.txt", "content": "hi there"}"#),
+        tool_call(
+            "c1",
+            "write_file",
+            r#"{"path": "src/hello.txt", "content": "hi there"}"#,
+        ),
         StubReply::Malformed("{\"choices\": [oops".into()),
         tool_call("c2", "read_file", "{not json"),
         tool_call("c3", "list_dir", r#"{"path": "src"}"#),
-        tool_call("c4", "write_file", r#"{"path": "../../escape.txt", "content": "x"}"#),
+        tool_call(
+            "c4",
+            "write_file",
+            r#"{"path": "../../escape.txt", "content": "x"}"#,
+        ),
         text("All done.\n{\"status\": \"ok\", \"message\": \"wrote src/hello.txt\"}"),
     ]);
     let mut d = driver(&stub, 3);
@@ -146,9 +154,15 @@ async fn tool_loop_backoff_malformed_replies_and_steering() {
     assert_eq!(reqs[0].body["model"], "test-model");
     assert_eq!(reqs[0].body["tools"].as_array().unwrap().len(), 5);
     for q in &reqs {
-        assert_eq!(q.header("authorization"), Some(format!("Bearer {}", key()).as_str()));
+        assert_eq!(
+            q.header("authorization"),
+            Some(format!("Bearer {}", key()).as_str())
+        );
     }
-    let last = reqs.last().unwrap().body["messages"].as_array().unwrap().clone();
+    let last = reqs.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
     let contents: Vec<String> = last
         .iter()
         .map(|m| m["content"].as_str().unwrap_or("").to_string())
@@ -158,7 +172,10 @@ async fn tool_loop_backoff_malformed_replies_and_steering() {
         .position(|c| c.starts_with("[SUPERVISOR] Loop"))
         .expect("steering reached the conversation");
     assert!(steer >= 2, "after the prompt and the first step");
-    assert!(contents.iter().any(|c| c.contains("not valid JSON")), "{contents:?}");
+    assert!(
+        contents.iter().any(|c| c.contains("not valid JSON")),
+        "{contents:?}"
+    );
     assert!(contents.iter().any(|c| c == "hello.txt"), "list_dir result");
     assert!(contents.iter().any(|c| c.contains("escapes the sandbox")));
 
@@ -170,7 +187,10 @@ async fn tool_loop_backoff_malformed_replies_and_steering() {
     assert!(evs.iter().all(|e| e.model.as_deref() == Some("test-model")));
     let cost: f64 = evs.iter().map(|e| e.cost_usd).sum();
     assert!((cost - (520.0 + 2.0 * 60.0) / 1e6).abs() < 1e-12, "{cost}");
-    assert!(!everything_written(&r).contains(&key()), "the key is in no log");
+    assert!(
+        !everything_written(&r).contains(&key()),
+        "the key is in no log"
+    );
 }
 
 #[tokio::test]
@@ -180,12 +200,20 @@ async fn an_endpoint_that_keeps_failing_blocks_without_leaking_the_key() {
     let mut d = driver(&stub, 2);
     let out = r
         .pipeline
-        .run(&mut d, &job(Task::new("o2", "x", "y", "coder")), Turns::default(), None)
+        .run(
+            &mut d,
+            &job(Task::new("o2", "x", "y", "coder")),
+            Turns::default(),
+            None,
+        )
         .await;
     let Outcome::Blocked(why) = out else {
         panic!("{out:?}")
     };
-    assert!(why.starts_with("EXEC_FAILURE") && why.contains("gave up after 2 attempts"), "{why}");
+    assert!(
+        why.starts_with("EXEC_FAILURE") && why.contains("gave up after 2 attempts"),
+        "{why}"
+    );
     assert!(why.contains("502") && why.contains("***"), "{why}");
     assert!(!why.contains(&key()), "{why}");
     assert!(!everything_written(&r).contains(&key()));
@@ -194,8 +222,16 @@ async fn an_endpoint_that_keeps_failing_blocks_without_leaking_the_key() {
     let mut d = driver(&stub, 5);
     let out = r
         .pipeline
-        .run(&mut d, &job(Task::new("o3", "x", "y", "coder")), Turns::default(), None)
+        .run(
+            &mut d,
+            &job(Task::new("o3", "x", "y", "coder")),
+            Turns::default(),
+            None,
+        )
         .await;
-    assert!(matches!(&out, Outcome::Blocked(w) if w.contains("401")), "{out:?}");
+    assert!(
+        matches!(&out, Outcome::Blocked(w) if w.contains("401")),
+        "{out:?}"
+    );
     assert_eq!(stub.requests().len(), 1);
 }

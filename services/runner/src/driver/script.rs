@@ -335,12 +335,19 @@ impl Agent<'_> {
             self.turn(action, format!("context {:.0}% full", f * 100.0), false)
                 .await;
         } else if let Some(line) = &st.run {
-            let o = crate::proc::shell(
-                line,
-                &self.ctx.cwd,
-                &self.ctx.env,
-                self.ctx.timeout,
-                self.ctx.max_output,
+            // Like any agent's subprocess: its own group, recorded, killed on halt.
+            let argv = ["sh".to_string(), "-c".to_string(), line.clone()];
+            let o = crate::proc::run(
+                crate::proc::Spawn {
+                    argv: &argv,
+                    cwd: &self.ctx.cwd,
+                    env: &self.ctx.env,
+                    stdin: None,
+                    timeout: self.ctx.timeout,
+                    max_output: self.ctx.max_output,
+                },
+                self.ctx.cancel.clone(),
+                self.ctx.groups.as_ref(),
             )
             .await;
             let (outcome, text) = match o {

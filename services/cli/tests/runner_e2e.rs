@@ -1,0 +1,378 @@
+//! End to end over a real nats-server, every service its own `xo` process:
+//! supervisor, queue and three runners complete a ten-task goal in which
+//! one reply needs a format retry, one task ends blocked, one runner is
+//! steered out of a loop by the XO, and a runner SIGKILLed mid-task has its
+//! task finished by another after rollback; restarted, it kills the agent
+//! process its earlier incarnation left behind.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use xo_bus::{Bus, NatsBus, typed};
+use xo_proto::queue::*;
+use xo_proto::{Steering, Subjects};
+use xo_tests::NatsServer;
+
+struct Fleet {
+    url: String,
+    root: PathBuf,
+    children: BTreeMap<String, Child>,
+}
+
+impl Fleet {
+    fn env(&self, c: &mut Command) {
+        let r = &self.root;
+        c.env("XO__STATE__DIR", r.join("state"))
+            .env("XO__QUEUE__DATA_DIR", r.join("data"))
+            .env("XO__QUEUE__LEASE_MS", "1500")
+            .env("XO__RUNNER__SANDBOX", r.join("sandbox"))
+            .env("XO__RUNNER__DEFAULT_PROJECT", "e2e")
+            .env("XO__RUNNER__CLAIM_WAIT_MS", "300")
+            .env("XO__RUNNER__HEARTBEAT_MS", "500")
+            .env("XO__RUNNER__MICROCOSM", "false")
+            .env("RUST_LOG", "info");
+    }
+
+    fn spawn(&mut self, name: &str, args: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.join(format!("{name}.log")))
+            .unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        c.args(["--nats", &self.url, "--log-format", "json"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.env(&mut c);
+        self.children
+            .insert(name.to_string(), c.spawn().expect("spawn xo"));
+    }
+
+    fn runner(&mut self, unit: &str) {
+        self.spawn(
+            unit,
+            &["serve", "runner", "--role", "coder", "--unit", unit],
+        );
+    }
+
+    fn kill(&mut self, name: &str) {
+        if let Some(mut c) = self.children.remove(name) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for name in self.children.keys() {
+            let text =
+                std::fs::read_to_string(self.root.join(format!("{name}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            s.push_str(&format!(
+                "--- {name}\n{}\n",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ));
+        }
+        s
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (_, mut c) in std::mem::take(&mut self.children) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn script(body: &str) -> String {
+    format!("```xo-script\nturn_ms = 20\n{body}\n```\n")
+}
+
+const OK: &str = r#"{ reply = '{"status": "ok", "message": "done"}' }"#;
+
+fn t(id: &str, body: &str) -> Task {
+    let mut t = Task::new(id, format!("task {id}"), script(body), "coder");
+    t.project = Some("e2e".into());
+    t
+}
+
+fn writes(id: &str, file: &str) -> Task {
+    let mut x = t(
+        id,
+        &format!("[[run]]\nsteps = [{{ write = \"{file}\", content = \"{id}\" }}, {OK}]"),
+    );
+    x.acceptance_criteria = vec![format!("file contains: {file} :: {id}")];
+    x
+}
+
+fn goal() -> Vec<Task> {
+    let mut v = vec![writes("t01", "a.txt"), writes("t02", "b.txt")];
+    let mut x = t(
+        "t03",
+        &format!(
+            "[[run]]\nsteps = [{{ write = \"c.txt\", content = \"c\" }}, {{ reply = \"finished!\" }}]\n[[run]]\nsteps = [{OK}]"
+        ),
+    );
+    x.acceptance_criteria = vec!["file exists: c.txt".into()];
+    v.push(x);
+    v.push(t(
+        "t04",
+        r#"[[run]]
+steps = [{ reply = '{"status": "blocked", "message": "needs a database password"}' }]"#,
+    ));
+    let mut x = t(
+        "t05",
+        &format!(
+            "[[run]]\nsteps = [{{ repeat = 1000, tool = \"build\", args = \"--all\", fail = \"compile_error\", until_steered = true }}, {{ write = \"built.txt\", content = \"x\" }}, {OK}]"
+        ),
+    );
+    // Fails validation unless the XO's loop steering reached the agent.
+    x.acceptance_criteria = vec![
+        "output contains: [steering received] [SUPERVISOR] Loop".into(),
+        "file exists: built.txt".into(),
+    ];
+    v.push(x);
+    let mut x = t(
+        "t06",
+        &format!(
+            "[[run]]\nattempt = 1\nsteps = [{{ write = \"partial.txt\", content = \"half\" }}, {{ run = \"echo $$ > sleeper.pid; exec sleep 600\" }}, {OK}]\n[[run]]\nattempt = 2\nsteps = [{{ write = \"final.txt\", content = \"whole\" }}, {OK}]"
+        ),
+    );
+    x.working_directory = Some("slow".into());
+    x.acceptance_criteria = vec![
+        "command succeeds: test ! -e partial.txt".into(),
+        "command succeeds: test ! -e sleeper.pid".into(),
+        "file exists: final.txt".into(),
+    ];
+    v.push(x);
+    let mut x = t(
+        "t07",
+        &format!("[[run]]\nsteps = [{{ run = \"cat a.txt > a2.txt\" }}, {OK}]"),
+    );
+    x.depends_on = vec!["t01".into()];
+    x.acceptance_criteria = vec!["command succeeds: grep -q t01 a2.txt".into()];
+    v.push(x);
+    let mut x = t(
+        "t08",
+        &format!(
+            "[[run]]\nsteps = [{{ write = \"check.sh\", content = \"test -s b.txt\" }}, {OK}]"
+        ),
+    );
+    x.depends_on = vec!["t02".into()];
+    x.test_command = Some("sh check.sh".into());
+    x.tests_required = true;
+    v.push(x);
+    let mut x = t(
+        "t09",
+        &format!(
+            "[[run]]\nsteps = [{OK}]\n[[run]]\nsteps = [{{ write = \"fixed.txt\", content = \"f\" }}, {OK}]"
+        ),
+    );
+    x.acceptance_criteria = vec!["file exists: fixed.txt".into()];
+    v.push(x);
+    v.push(writes("t10", "d.txt"));
+    v
+}
+
+async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response>
+where
+    R::Response: serde::de::DeserializeOwned,
+{
+    typed::call(bus, &Subjects::default(), r, Duration::from_secs(3))
+        .await
+        .ok()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty() && !stat.contains(") Z ")
+}
+
+fn work_log(root: &Path, task: &str) -> String {
+    std::fs::read_to_string(root.join(format!("sandbox/e2e/tasks/{task}.md"))).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_runners_complete_a_ten_task_goal_through_failures() {
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    std::fs::create_dir_all(root.join("sandbox/e2e/slow")).unwrap();
+    let mut fleet = Fleet {
+        url: nats.url(),
+        root: root.clone(),
+        children: BTreeMap::new(),
+    };
+    fleet.spawn("queue", &["serve", "queue"]);
+    fleet.spawn("supervisor", &["serve", "supervisor"]);
+    let bus = Bus::Nats(
+        NatsBus::connect(&nats.url(), Default::default())
+            .await
+            .unwrap(),
+    );
+    let mut steer = bus.subscribe("xo.steer.>").await.unwrap();
+    let mut init = None;
+    for _ in 0..400 {
+        init = call(
+            &bus,
+            &Init {
+                force: true,
+                ..Default::default()
+            },
+        )
+        .await;
+        if init.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(init.is_some(), "the queue never answered\n{}", fleet.logs());
+    call(
+        &bus,
+        &SetGoal {
+            description: "ten tasks".into(),
+            project_id: Some("e2e".into()),
+            completed: true,
+        },
+    )
+    .await
+    .unwrap();
+    let ids = call(&bus, &Enqueue { tasks: goal() }).await.unwrap();
+    assert_eq!(ids.len(), 10);
+    for u in ["r1", "r2", "r3"] {
+        fleet.runner(u);
+    }
+    call(&bus, &Start {}).await.unwrap();
+
+    let mut killed: Option<(String, i32)> = None;
+    let mut restarted = false;
+    let mut resumed = 0;
+    let mut final_status = None;
+    for _ in 0..3000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(tasks) = call(&bus, &ListTasks::default()).await else {
+            continue;
+        };
+        let by_id: BTreeMap<String, TaskRecord> = tasks
+            .into_iter()
+            .map(|r| (r.task.task_id.clone(), r))
+            .collect();
+        // Kill whichever runner holds t06 once its agent is mid-task.
+        let slow = &by_id["t06"];
+        let pidfile = root.join("sandbox/e2e/slow/sleeper.pid");
+        if killed.is_none()
+            && slow.state == TaskState::Running
+            && slow.attempt == 1
+            && let Some(l) = &slow.lease
+            && let Ok(pid) =
+                std::fs::read_to_string(&pidfile).map(|s| s.trim().parse::<i32>().unwrap_or(0))
+            && pid > 0
+        {
+            fleet.kill(&l.claimant);
+            killed = Some((l.claimant.clone(), pid));
+        }
+        // Once another runner finished it, restart the killed one.
+        if let Some((unit, pid)) = &killed
+            && !restarted
+            && slow.state == TaskState::Completed
+        {
+            assert!(
+                pid_alive(*pid),
+                "the orphaned agent outlived its SIGKILLed runner"
+            );
+            fleet.runner(unit);
+            for _ in 0..200 {
+                if !pid_alive(*pid) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(
+                !pid_alive(*pid),
+                "the restarted runner killed its predecessor's agent\n{}",
+                fleet.logs()
+            );
+            restarted = true;
+        }
+        let Some(s) = call(&bus, &GetStatus {}).await else {
+            continue;
+        };
+        match s.status {
+            RunStatus::Halted => {
+                let why = s.halt_reason.clone().unwrap_or_default();
+                assert!(
+                    why.starts_with("TASK_BLOCKED: t04"),
+                    "unexpected halt: {why}\n{}",
+                    fleet.logs()
+                );
+                // The operator acknowledges the blocked task and resumes.
+                call(&bus, &Resume {}).await.unwrap();
+                resumed += 1;
+            }
+            RunStatus::Completed if restarted => {
+                final_status = Some(s);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let status =
+        final_status.unwrap_or_else(|| panic!("the goal did not complete\n{}", fleet.logs()));
+    assert_eq!(resumed, 1);
+    assert_eq!(
+        status.counts.get("completed"),
+        Some(&9),
+        "{:?}",
+        status.counts
+    );
+    assert_eq!(status.counts.get("blocked"), Some(&1));
+    let tasks = call(&bus, &ListTasks::default()).await.unwrap();
+    let by_id: BTreeMap<String, TaskRecord> = tasks
+        .into_iter()
+        .map(|r| (r.task.task_id.clone(), r))
+        .collect();
+    assert_eq!(
+        by_id["t04"].reason.as_deref(),
+        Some("BLOCKED: needs a database password")
+    );
+    // The format retry, written as seed 002's retry event.
+    assert_eq!(work_log(&root, "t03").matches("Retry Event").count(), 1);
+    // The fix prompt.
+    assert!(work_log(&root, "t09").contains("Fix prompt"));
+    // The loop: the XO steered the unit running t05 and it recovered.
+    let mut kinds = Vec::new();
+    while let Some(m) = steer.try_next() {
+        if let Ok(s) = typed::decode::<Steering>(&m, 1 << 20) {
+            kinds.push(s.kind.as_str().to_string());
+        }
+    }
+    assert!(kinds.iter().any(|k| k == "loop"), "{kinds:?}");
+    assert!(by_id["t05"].report.as_ref().is_some_and(|r| r.passed));
+    // The killed runner's task: replayed with a rollback by another runner.
+    let (victim, _) = killed.unwrap();
+    let slow = &by_id["t06"];
+    assert_eq!(slow.attempt, 2);
+    assert!(
+        slow.report.as_ref().is_some_and(|r| r.passed),
+        "{:?}",
+        slow.report
+    );
+    assert!(work_log(&root, "t06").contains("Rollback"));
+    let prompts = std::fs::read_to_string(root.join("data/e2e/prompts.log.jsonl")).unwrap();
+    let finisher: Vec<String> = prompts
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["task_id"] == "t06" && v["type"] == "PROMPT" && v["metadata"]["attempt"] == 2)
+        .map(|v| v["metadata"]["unit"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(finisher.len(), 1);
+    assert_ne!(finisher[0], victim, "another runner finished it");
+    // The audit chain is intact.
+    let audit = root.join("data/e2e/audit.log.jsonl");
+    assert!(audit.exists());
+}
