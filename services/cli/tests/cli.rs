@@ -414,3 +414,63 @@ fn the_control_plane_from_the_command_line() {
     assert_eq!(status(d)["counts"]["cancelled"], 1);
     interrupt(up);
 }
+
+#[test]
+fn the_demo_steers_a_stall_and_a_loop_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["up", "--demo"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    for part in [
+        "XO → ",
+        "stall  [SUPERVISOR] Stall",
+        "loop   [SUPERVISOR] Loop",
+        "recovered after stall steering",
+        "recovered after loop steering",
+        "1 format retry",
+        "1 interrogation",
+        "status:   COMPLETED",
+    ] {
+        assert!(stdout.contains(part), "{part:?} missing:\n{stdout}");
+    }
+    assert_eq!(stdout.matches(" completed ").count(), 6, "{stdout}");
+    let logs = dir.path().join(".xo/demo/sandbox/demo/tasks");
+    assert!(std::fs::read_to_string(logs.join("notes.md")).unwrap().contains("Retry Event"));
+}
+
+#[test]
+fn a_runner_works_on_the_embedded_bus_of_xo_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = start_up(dir.path());
+    let task = r#"{"task_id": "hello", "intent": "greet", "role": "coder",
+        "instructions": "```xo-script\nturn_ms = 0\n[[run]]\nsteps = [{ write = \"hi.txt\", content = \"hi\" }, { reply = '{\"status\": \"ok\", \"message\": \"wrote hi.txt\"}' }]\n```",
+        "acceptance_criteria": ["file contains: hi.txt :: hi"]}"#;
+    std::fs::write(dir.path().join("task.json"), task).unwrap();
+    for args in [
+        &["init"][..],
+        &["goal", "set", "say hello", "--completed"],
+        &["enqueue", "task.json"],
+        &["start"],
+    ] {
+        let o = run(dir.path(), args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    }
+    let runner = xo(dir.path())
+        .args(["serve", "runner", "--role", "coder", "--unit", "coder-a"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the goal completes", || {
+        text(&run(dir.path(), &["status", "--json"]).stdout).contains("\"COMPLETED\"")
+    });
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".xo/sandbox/default/hi.txt")).unwrap(),
+        "hi"
+    );
+    let prompts = std::fs::read_to_string(dir.path().join(".xo/data/default/prompts.log.jsonl")).unwrap();
+    assert!(prompts.contains("\"unit\":\"coder-a\""));
+    let r = interrupt(runner);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    interrupt(up);
+}

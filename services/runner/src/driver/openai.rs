@@ -379,15 +379,17 @@ async fn tool(name: &str, args: &Value, ctx: &RunCtx) -> (String, Option<&'stati
             }
         }
         "run_command" => {
-            match crate::proc::shell(
-                arg("command"),
-                &ctx.cwd,
-                &ctx.env,
-                ctx.timeout,
-                ctx.max_output,
-            )
-            .await
-            {
+            let argv = ["sh".to_string(), "-c".to_string(), arg("command").to_string()];
+            let spawn = crate::proc::Spawn {
+                argv: &argv,
+                cwd: &ctx.cwd,
+                env: &ctx.env,
+                stdin: None,
+                timeout: ctx.timeout,
+                max_output: ctx.max_output,
+            };
+            // Its own group, recorded, killed on halt like any agent process.
+            match crate::proc::run(spawn, ctx.cancel.clone(), ctx.groups.as_ref()).await {
                 Ok(o) if o.exit_code == Some(0) => {
                     (format!("exit 0\n{}{}", o.stdout, o.stderr), None)
                 }

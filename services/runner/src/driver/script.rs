@@ -218,6 +218,10 @@ impl ScriptDriver {
             }
             a.step(st, &mut reply).await;
         }
+        if a.cancelled() {
+            // Stopped mid-run (halt, shutdown): never a reply.
+            a.out.cancelled = true;
+        }
         a.out.stdout.push_str(
             reply
                 .as_deref()

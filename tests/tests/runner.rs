@@ -1,0 +1,208 @@
+//! The runner service on the bus (embedded bus and file store, the queue
+//! in-process): SALUTE every `salute_interval_turns` turns, heartbeats,
+//! microcosm self-steering, and an operator halt killing the agent.
+
+mod common;
+
+use std::time::Duration;
+
+use common::config;
+use xo_bus::{Bus, FileStore, LocalBus, Store, typed};
+use xo_proto::queue::*;
+use xo_proto::{Heartbeat, SaluteReport, Subjects};
+use xo_runner::service::{RunnerOptions, run};
+use xo_runtime::{Clock, XoConfig};
+
+const T: Duration = Duration::from_secs(10);
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    bus: Bus,
+    subjects: Subjects,
+    cfg: XoConfig,
+    queue: Option<xo_queue::QueueHandle>,
+    stop: tokio::sync::watch::Sender<bool>,
+    runner: Option<tokio::task::JoinHandle<Result<(), xo_runner::service::RunnerError>>>,
+}
+
+impl Rig {
+    async fn start(extra: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state").display().to_string();
+        let mut o = vec![("state.dir", state.as_str()), ("runner.claim_wait_ms", "200")];
+        o.extend_from_slice(extra);
+        let cfg = config(&o);
+        let bus = Bus::Local(LocalBus::new());
+        let store = Store::File(FileStore::open(&cfg.state.store_dir()).unwrap());
+        let queue = xo_queue::start(cfg.clone(), bus.clone(), store, Clock::System)
+            .await
+            .unwrap();
+        let (stop, _) = tokio::sync::watch::channel(false);
+        Self {
+            _dir: dir,
+            subjects: cfg.subjects(),
+            bus,
+            cfg,
+            queue: Some(queue),
+            stop,
+            runner: None,
+        }
+    }
+
+    async fn call<R: xo_proto::Request>(&self, r: &R) -> R::Response
+    where
+        R::Response: serde::de::DeserializeOwned,
+    {
+        typed::call(&self.bus, &self.subjects, r, T).await.unwrap()
+    }
+
+    async fn go(&mut self, tasks: Vec<Task>) {
+        self.call(&Init::default()).await;
+        self.call(&SetGoal {
+            description: "g".into(),
+            project_id: None,
+            completed: true,
+        })
+        .await;
+        self.call(&Enqueue { tasks }).await;
+        self.call(&Start {}).await;
+        let mut rx = self.stop.subscribe();
+        self.runner = Some(tokio::spawn(run(
+            self.cfg.clone(),
+            self.bus.clone(),
+            RunnerOptions {
+                role: "coder".into(),
+                unit: "u1".into(),
+            },
+            async move {
+                let _ = rx.wait_for(|v| *v).await;
+            },
+        )));
+    }
+
+    async fn wait_task(&self, id: &str, state: TaskState) -> TaskRecord {
+        self.wait_for(id, state.as_str(), |r| r.state == state).await
+    }
+
+    async fn wait_for(&self, id: &str, what: &str, f: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
+        for _ in 0..2000 {
+            let all = self.call(&ListTasks::default()).await;
+            if let Some(r) = all.into_iter().find(|r| r.task.task_id == id && f(r)) {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let all = self.call(&ListTasks::default()).await;
+        let st = self.call(&GetStatus {}).await;
+        panic!("task {id} never reached {what}: {all:?} {st:?}");
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(r) = self.runner.take() {
+            r.await.unwrap().unwrap();
+        }
+        if let Some(q) = self.queue.take() {
+            q.stop().await;
+        }
+    }
+}
+
+fn scripted(id: &str, body: &str) -> Task {
+    Task::new(id, "x", format!("```xo-script\nturn_ms = 5\n{body}\n```"), "coder")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn salute_every_interval_and_heartbeats() {
+    let mut rig = Rig::start(&[("runner.heartbeat_ms", "20"), ("runner.microcosm", "false")]).await;
+    let mut salutes = rig.bus.subscribe(&rig.subjects.salute("u1")).await.unwrap();
+    let mut beats = rig.bus.subscribe(&rig.subjects.heartbeat("u1")).await.unwrap();
+    let steps: Vec<String> = (1..=7)
+        .map(|i| format!("{{ tool = \"grep\", args = \"a{i}\", output = \"o{i}\" }}"))
+        .collect();
+    rig.go(vec![scripted("s1", &format!("[[run]]\nsteps = [{}]", steps.join(", ")))])
+        .await;
+    rig.wait_task("s1", TaskState::Completed).await;
+    let mut reports = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), salutes.next()).await {
+        reports.push(typed::decode::<SaluteReport>(&m, 1 << 20).unwrap());
+    }
+    // The task's first turn, then every 3rd turn (salute_interval_turns).
+    let turns: Vec<u64> = reports.iter().map(|r| r.time.turn).collect();
+    assert_eq!(turns, [1, 3, 6], "{turns:?}");
+    let last = reports.last().unwrap();
+    assert_eq!(last.activity.task_id.as_deref(), Some("s1"));
+    assert_eq!(last.activity.recent.len(), 6);
+    assert_eq!(last.activity.recent[5].turn, 6);
+    assert_eq!(last.equipment.model.as_deref(), Some("script"));
+    assert_eq!(last.equipment.tokens_in, 6 * 200);
+    assert!(last.size.context_fill > 0.0);
+    let mut n = 0;
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), beats.next()).await {
+        let hb = typed::decode::<Heartbeat>(&m, 1 << 20).unwrap();
+        assert_eq!(hb.unit, "u1");
+        n += 1;
+        if n >= 3 {
+            break;
+        }
+    }
+    assert!(n >= 3, "heartbeats keep coming between tasks");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microcosm_steers_the_agent_out_of_a_loop_with_no_supervisor() {
+    let mut rig = Rig::start(&[("runner.microcosm", "true")]).await;
+    let mut t = scripted(
+        "m1",
+        "[[run]]\nsteps = [{ repeat = 500, tool = \"build\", args = \"x\", fail = \"compile_error\", until_steered = true }, { reply = '{\"status\": \"ok\", \"message\": \"changed approach\"}' }]",
+    );
+    t.acceptance_criteria = vec!["output contains: [steering received] [SUPERVISOR] Loop".into()];
+    rig.go(vec![t]).await;
+    let r = rig.wait_task("m1", TaskState::Completed).await;
+    assert!(r.report.unwrap().passed);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_halt_kills_the_agents_process_group() {
+    let mut rig = Rig::start(&[("queue.lease_ms", "600")]).await;
+    let sandbox = rig.cfg.sandbox_dir().join("default");
+    rig.go(vec![scripted("h1", "[[run]]\nsteps = [{ run = \"echo $$ > agent.pid; exec sleep 600\" }]")])
+        .await;
+    rig.wait_task("h1", TaskState::Running).await;
+    let pidfile = sandbox.join("agent.pid");
+    let mut pid = 0;
+    for _ in 0..2000 {
+        if let Ok(s) = std::fs::read_to_string(&pidfile)
+            && let Ok(p) = s.trim().parse::<i32>()
+        {
+            pid = p;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(pid > 0);
+    rig.call(&Halt {
+        reason: "operator intervention".into(),
+    })
+    .await;
+    let alive = |pid: i32| {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        !s.is_empty() && !s.contains(") Z ")
+    };
+    for _ in 0..2000 {
+        if !alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!alive(pid), "the agent outlived the halt");
+    // The stopped task is replayed (rolled back) once the operator resumes.
+    rig.call(&Resume {}).await;
+    let r = rig
+        .wait_for("h1", "a second attempt", |r| r.state == TaskState::Running && r.attempt == 2)
+        .await;
+    assert_eq!(r.mark, Some(ReplayMark::RollbackReplay));
+    rig.stop().await;
+}
