@@ -29,7 +29,10 @@ impl Rig {
     async fn start(extra: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state").display().to_string();
-        let mut o = vec![("state.dir", state.as_str()), ("runner.claim_wait_ms", "200")];
+        let mut o = vec![
+            ("state.dir", state.as_str()),
+            ("runner.claim_wait_ms", "200"),
+        ];
         o.extend_from_slice(extra);
         let cfg = config(&o);
         let bus = Bus::Local(LocalBus::new());
@@ -81,7 +84,8 @@ impl Rig {
     }
 
     async fn wait_task(&self, id: &str, state: TaskState) -> TaskRecord {
-        self.wait_for(id, state.as_str(), |r| r.state == state).await
+        self.wait_for(id, state.as_str(), |r| r.state == state)
+            .await
     }
 
     async fn wait_for(&self, id: &str, what: &str, f: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
@@ -109,19 +113,31 @@ impl Rig {
 }
 
 fn scripted(id: &str, body: &str) -> Task {
-    Task::new(id, "x", format!("```xo-script\nturn_ms = 5\n{body}\n```"), "coder")
+    Task::new(
+        id,
+        "x",
+        format!("```xo-script\nturn_ms = 5\n{body}\n```"),
+        "coder",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn salute_every_interval_and_heartbeats() {
     let mut rig = Rig::start(&[("runner.heartbeat_ms", "20"), ("runner.microcosm", "false")]).await;
     let mut salutes = rig.bus.subscribe(&rig.subjects.salute("u1")).await.unwrap();
-    let mut beats = rig.bus.subscribe(&rig.subjects.heartbeat("u1")).await.unwrap();
+    let mut beats = rig
+        .bus
+        .subscribe(&rig.subjects.heartbeat("u1"))
+        .await
+        .unwrap();
     let steps: Vec<String> = (1..=7)
         .map(|i| format!("{{ tool = \"grep\", args = \"a{i}\", output = \"o{i}\" }}"))
         .collect();
-    rig.go(vec![scripted("s1", &format!("[[run]]\nsteps = [{}]", steps.join(", ")))])
-        .await;
+    rig.go(vec![scripted(
+        "s1",
+        &format!("[[run]]\nsteps = [{}]", steps.join(", ")),
+    )])
+    .await;
     rig.wait_task("s1", TaskState::Completed).await;
     let mut reports = Vec::new();
     while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), salutes.next()).await {
@@ -168,8 +184,11 @@ async fn microcosm_steers_the_agent_out_of_a_loop_with_no_supervisor() {
 async fn an_operator_halt_kills_the_agents_process_group() {
     let mut rig = Rig::start(&[("queue.lease_ms", "600")]).await;
     let sandbox = rig.cfg.sandbox_dir().join("default");
-    rig.go(vec![scripted("h1", "[[run]]\nsteps = [{ run = \"echo $$ > agent.pid; exec sleep 600\" }]")])
-        .await;
+    rig.go(vec![scripted(
+        "h1",
+        "[[run]]\nsteps = [{ run = \"echo $$ > agent.pid; exec sleep 600\" }]",
+    )])
+    .await;
     rig.wait_task("h1", TaskState::Running).await;
     let pidfile = sandbox.join("agent.pid");
     let mut pid = 0;
@@ -201,7 +220,9 @@ async fn an_operator_halt_kills_the_agents_process_group() {
     // The stopped task is replayed (rolled back) once the operator resumes.
     rig.call(&Resume {}).await;
     let r = rig
-        .wait_for("h1", "a second attempt", |r| r.state == TaskState::Running && r.attempt == 2)
+        .wait_for("h1", "a second attempt", |r| {
+            r.state == TaskState::Running && r.attempt == 2
+        })
         .await;
     assert_eq!(r.mark, Some(ReplayMark::RollbackReplay));
     rig.stop().await;

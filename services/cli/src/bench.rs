@@ -29,6 +29,8 @@ pub enum BenchCmd {
     Radio(RadioArgs),
     /// Claim + complete cycles per second, on NATS and embedded, beside raw key-value put/get.
     Queue(QueueArgs),
+    /// The supervised pipeline's cost per task without the agent (compose, validate 20 criteria, format).
+    Pipeline(crate::bench_pipeline::PipelineArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,6 +155,7 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
     let args = match what {
         BenchCmd::Radio(a) => a,
         BenchCmd::Queue(a) => return crate::bench_queue::run(cfg, a).await,
+        BenchCmd::Pipeline(a) => return crate::bench_pipeline::run(cfg, a).await,
     };
     let mut out = serde_json::Map::new();
 

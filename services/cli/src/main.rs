@@ -11,6 +11,7 @@
 //! - [`bench`]: `xo bench radio`.
 
 mod bench;
+mod bench_pipeline;
 mod bench_queue;
 mod connect;
 mod demo;

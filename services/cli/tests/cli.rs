@@ -435,7 +435,11 @@ fn the_demo_steers_a_stall_and_a_loop_and_completes() {
     }
     assert_eq!(stdout.matches(" completed ").count(), 6, "{stdout}");
     let logs = dir.path().join(".xo/demo/sandbox/demo/tasks");
-    assert!(std::fs::read_to_string(logs.join("notes.md")).unwrap().contains("Retry Event"));
+    assert!(
+        std::fs::read_to_string(logs.join("notes.md"))
+            .unwrap()
+            .contains("Retry Event")
+    );
 }
 
 #[test]
@@ -468,7 +472,8 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
         std::fs::read_to_string(dir.path().join(".xo/sandbox/default/hi.txt")).unwrap(),
         "hi"
     );
-    let prompts = std::fs::read_to_string(dir.path().join(".xo/data/default/prompts.log.jsonl")).unwrap();
+    let prompts =
+        std::fs::read_to_string(dir.path().join(".xo/data/default/prompts.log.jsonl")).unwrap();
     assert!(prompts.contains("\"unit\":\"coder-a\""));
     let r = interrupt(runner);
     assert!(r.status.success(), "{}", text(&r.stderr));

@@ -379,7 +379,11 @@ async fn tool(name: &str, args: &Value, ctx: &RunCtx) -> (String, Option<&'stati
             }
         }
         "run_command" => {
-            let argv = ["sh".to_string(), "-c".to_string(), arg("command").to_string()];
+            let argv = [
+                "sh".to_string(),
+                "-c".to_string(),
+                arg("command").to_string(),
+            ];
             let spawn = crate::proc::Spawn {
                 argv: &argv,
                 cwd: &ctx.cwd,
