@@ -36,7 +36,7 @@ impl Rig {
         o.extend_from_slice(extra);
         let cfg = config(&o);
         let bus = Bus::Local(LocalBus::new());
-        let store = Store::File(FileStore::open(&cfg.state.store_dir()).unwrap());
+        let store = Store::File(FileStore::open(cfg.state.store_dir()).unwrap());
         let queue = xo_queue::start(cfg.clone(), bus.clone(), store, Clock::System)
             .await
             .unwrap();

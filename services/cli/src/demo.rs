@@ -117,7 +117,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     let local = LocalBus::new();
     let bus = Bus::Local(local);
     let store =
-        Store::File(FileStore::open(&cfg.state.store_dir()).context("opening the demo store")?);
+        Store::File(FileStore::open(cfg.state.store_dir()).context("opening the demo store")?);
     let subjects = cfg.subjects();
     let mut tap = bus.subscribe(&subjects.all()).await?;
 

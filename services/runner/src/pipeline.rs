@@ -542,10 +542,11 @@ impl TaskRun<'_> {
                 );
             }
             let mut v = self.checker().validate(task, &out, &reply).await;
-            if v.failed().is_empty() && !v.uncertain().is_empty() {
-                if let Some(o) = self.interrogate(project, &mut v).await {
-                    return o;
-                }
+            if v.failed().is_empty()
+                && !v.uncertain().is_empty()
+                && let Some(o) = self.interrogate(project, &mut v).await
+            {
+                return o;
             }
             match v.accept(reply) {
                 Ok(ok) => {

@@ -404,12 +404,11 @@ async fn reporter(
                 turns.push_steering(st.message);
             }
         }
-        if new_task || report.time.turn % interval == 0 {
-            if let Err(e) =
+        if (new_task || report.time.turn.is_multiple_of(interval))
+            && let Err(e) =
                 typed::publish(&bus, &subjects.salute(&opts.unit), &report, cfg.wire.format).await
-            {
-                warn!(error = %e, "salute not published");
-            }
+        {
+            warn!(error = %e, "salute not published");
         }
     }
 }
