@@ -15,6 +15,7 @@
 pub mod codec;
 pub mod control;
 pub mod heartbeat;
+pub mod knowledge;
 pub mod queue;
 pub mod salute;
 pub mod steering;

@@ -52,6 +52,12 @@ pub struct Task {
     /// Task ids that must complete first.
     #[serde(default)]
     pub depends_on: Vec<String>,
+    /// The milestone it belongs to (reviewers run when one completes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub milestone: Option<String>,
+    /// The directive it carries out (consumption is tracked through it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directive: Option<String>,
 }
 
 impl Task {
@@ -79,6 +85,8 @@ impl Task {
             timeout_profile: TimeoutProfile::default(),
             lane: Lane::default(),
             depends_on: Vec::new(),
+            milestone: None,
+            directive: None,
         }
     }
 }

@@ -74,6 +74,22 @@ impl Subjects {
     pub fn task_event(&self, task: &str) -> String {
         format!("{}.event.task.{task}", self.prefix)
     }
+    /// `xo.knowledge.changed.<category>`
+    pub fn knowledge_changed(&self, category: &str) -> String {
+        format!("{}.knowledge.changed.{category}", self.prefix)
+    }
+    /// `xo.directive.<source>`
+    pub fn directive(&self, source: &str) -> String {
+        format!("{}.directive.{source}", self.prefix)
+    }
+    /// `xo.event.review.<reviewer>`
+    pub fn review_event(&self, reviewer: &str) -> String {
+        format!("{}.event.review.{reviewer}", self.prefix)
+    }
+    /// `xo.event.runner.<unit>`: the pipeline's events (retries, validation failures).
+    pub fn runner_event(&self, unit: &str) -> String {
+        format!("{}.event.runner.{unit}", self.prefix)
+    }
     /// `xo.audit.<project>`
     pub fn audit(&self, project: &str) -> String {
         format!("{}.audit.{project}", self.prefix)

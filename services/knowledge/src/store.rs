@@ -1,0 +1,639 @@
+//! The knowledge folder: `conventions/`, `design/`, `lessons/`, `domain/`
+//! and `_index.md`. Writes are checked for ownership and format, written
+//! atomically, logged in each document's changelog, and the index is
+//! rewritten on every change.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use xo_proto::knowledge::{
+    Author, Category, ChangeEntry, DocList, DocStatus, DocSummary, InvalidDoc, KnowledgeDoc,
+    Selection,
+};
+
+use crate::doc::{self, DocError};
+
+/// Default knowledge budget of a prompt (seed 001: ~2k tokens).
+pub const DEFAULT_BUDGET: usize = 2_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("document {0} not found")]
+    NotFound(String),
+    #[error(transparent)]
+    Invalid(#[from] DocError),
+    #[error("{0}")]
+    Refused(String),
+    #[error("knowledge store {path}: {reason}")]
+    Io { path: String, reason: String },
+}
+
+fn io(p: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Io {
+        path: p.display().to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// Tokens as a model counts them (cl100k_base), not characters / 4.
+pub fn count_tokens(text: &str) -> usize {
+    static BPE: OnceLock<Option<tiktoken_rs::CoreBPE>> = OnceLock::new();
+    match BPE.get_or_init(|| tiktoken_rs::cl100k_base().ok()) {
+        Some(b) => b.encode_ordinary(text).len(),
+        // The tokenizer's tables are built in; this cannot fail in practice.
+        None => text.len().div_ceil(4),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct KnowledgeStore {
+    root: PathBuf,
+}
+
+/// Splits `<category>/<name>`.
+pub fn parse_id(id: &str) -> Result<(Category, String), StoreError> {
+    let (c, n) = id.split_once('/').ok_or_else(|| {
+        StoreError::Refused(format!("document id {id:?} is not <category>/<name>"))
+    })?;
+    let c = Category::parse(c).map_err(StoreError::Refused)?;
+    xo_proto::validate_token("document name", n).map_err(StoreError::Refused)?;
+    Ok((c, n.to_string()))
+}
+
+fn now_rfc3339() -> String {
+    xo_runner::logs::rfc3339(xo_proto::now_ms())
+}
+
+impl KnowledgeStore {
+    pub fn open(root: &Path) -> Result<Self, StoreError> {
+        for c in Category::ALL {
+            let d = root.join(c.as_str());
+            std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+        }
+        let s = Self {
+            root: root.to_path_buf(),
+        };
+        if !root.join("_index.md").exists() {
+            s.write_index()?;
+        }
+        Ok(s)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, c: Category, name: &str) -> PathBuf {
+        self.root.join(c.as_str()).join(format!("{name}.md"))
+    }
+
+    /// Every document that parses, and every file that does not.
+    pub fn load_all(&self) -> (Vec<KnowledgeDoc>, Vec<InvalidDoc>) {
+        let mut docs = Vec::new();
+        let mut invalid = Vec::new();
+        for c in Category::ALL {
+            let dir = self.root.join(c.as_str());
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            entries.sort();
+            for p in entries {
+                if p.extension().and_then(|e| e.to_str()) != Some("md") {
+                    continue;
+                }
+                let name = p
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or("")
+                    .to_string();
+                let shown = format!("{}/{}.md", c.as_str(), name);
+                let res = std::fs::read_to_string(&p)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| doc::parse(&t, c, &name, &shown).map_err(|e| e.to_string()))
+                    .and_then(|d| {
+                        xo_proto::validate_token("document name", &name)?;
+                        Ok(d)
+                    });
+                match res {
+                    Ok(d) => docs.push(d),
+                    Err(error) => invalid.push(InvalidDoc { path: shown, error }),
+                }
+            }
+        }
+        (docs, invalid)
+    }
+
+    pub fn list(&self, category: Option<Category>) -> DocList {
+        let (docs, invalid) = self.load_all();
+        DocList {
+            docs: docs
+                .iter()
+                .filter(|d| category.is_none_or(|c| c == d.category))
+                .map(|d| DocSummary {
+                    id: d.id(),
+                    title: d.title.clone(),
+                    status: d.status,
+                    uses: d.uses,
+                    updated_by: d.updated_by.clone(),
+                    tokens: count_tokens(&injection(d)),
+                })
+                .collect(),
+            invalid,
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Result<KnowledgeDoc, StoreError> {
+        let (c, name) = parse_id(id)?;
+        let p = self.path(c, &name);
+        let text = match std::fs::read_to_string(&p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound(id.to_string()));
+            }
+            Err(e) => return Err(io(&p, e)),
+        };
+        Ok(doc::parse(&text, c, &name, &format!("{id}.md"))?)
+    }
+
+    fn write(&self, d: &KnowledgeDoc) -> Result<(), StoreError> {
+        let p = self.path(d.category, &d.name);
+        let tmp = p.with_extension("md.tmp");
+        std::fs::write(&tmp, doc::render(d)).map_err(|e| io(&tmp, e))?;
+        std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))?;
+        self.write_index()
+    }
+
+    /// Writes a document. Ownership is enforced; a new document is
+    /// provisional unless the operator seeds it with another status; an
+    /// update keeps the lifecycle (status, uses) and extends the changelog.
+    pub fn put(
+        &self,
+        mut d: KnowledgeDoc,
+        author: Author,
+        task: Option<&str>,
+    ) -> Result<KnowledgeDoc, StoreError> {
+        if !author.may_write(d.category) {
+            return Err(StoreError::Refused(format!(
+                "{} may not write {}/ (code_style owns conventions/, design owns design/, internaliser owns lessons/ and domain/)",
+                author.as_str(),
+                d.category.as_str()
+            )));
+        }
+        doc::check(&d).map_err(StoreError::Refused)?;
+        let id = d.id();
+        let existing = match self.get(&id) {
+            Ok(e) => Some(e),
+            Err(StoreError::NotFound(_)) => None,
+            // A broken file on disk is replaced by a valid document.
+            Err(StoreError::Invalid(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let what = match &existing {
+            Some(e) => {
+                if author != Author::Operator {
+                    d.status = if e.status == DocStatus::Deprecated {
+                        DocStatus::Provisional
+                    } else {
+                        e.status
+                    };
+                    d.uses = e.uses;
+                }
+                d.changelog = e.changelog.clone();
+                "updated"
+            }
+            None => {
+                if author != Author::Operator {
+                    d.status = DocStatus::Provisional;
+                    d.uses = 0;
+                }
+                d.changelog.clear();
+                "created"
+            }
+        };
+        d.updated_by = author.as_str().to_string();
+        d.after_task = task.map(String::from);
+        d.changelog.push(ChangeEntry {
+            at: now_rfc3339(),
+            by: author.as_str().to_string(),
+            task: task.map(String::from),
+            what: what.to_string(),
+        });
+        self.write(&d)?;
+        Ok(d)
+    }
+
+    pub fn deprecate(
+        &self,
+        id: &str,
+        author: Author,
+        reason: &str,
+    ) -> Result<KnowledgeDoc, StoreError> {
+        let mut d = self.get(id)?;
+        if !author.may_write(d.category) {
+            return Err(StoreError::Refused(format!(
+                "{} may not deprecate {id}",
+                author.as_str()
+            )));
+        }
+        d.status = DocStatus::Deprecated;
+        d.changelog.push(ChangeEntry {
+            at: now_rfc3339(),
+            by: author.as_str().to_string(),
+            task: None,
+            what: format!("deprecated: {reason}"),
+        });
+        self.write(&d)?;
+        Ok(d)
+    }
+
+    /// Counts an injection into a task; after `threshold` clean tasks a
+    /// provisional document becomes established. Returns the promoted ids.
+    pub fn record_uses(
+        &self,
+        ids: &[String],
+        clean: bool,
+        threshold: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut promoted = Vec::new();
+        if !clean {
+            return Ok(promoted);
+        }
+        for id in ids {
+            let mut d = match self.get(id) {
+                Ok(d) => d,
+                Err(StoreError::NotFound(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            d.uses += 1;
+            if d.status == DocStatus::Provisional && d.uses >= threshold {
+                d.status = DocStatus::Established;
+                d.changelog.push(ChangeEntry {
+                    at: now_rfc3339(),
+                    by: "xo".into(),
+                    task: None,
+                    what: format!("established after {} clean tasks", d.uses),
+                });
+                promoted.push(id.clone());
+            }
+            self.write(&d)?;
+        }
+        Ok(promoted)
+    }
+
+    /// The `## PROJECT KNOWLEDGE` section under a token budget: established
+    /// conventions always, design documents of the milestone, lessons of the
+    /// milestone, then provisional conventions, marked as such. Deprecated
+    /// documents never.
+    pub fn select(&self, milestone: Option<&str>, budget: usize) -> Selection {
+        let (docs, _) = self.load_all();
+        let live = |d: &&KnowledgeDoc| d.status != DocStatus::Deprecated;
+        let of_milestone =
+            |d: &&KnowledgeDoc| milestone.is_some() && d.milestone.as_deref() == milestone;
+        let mut order: Vec<&KnowledgeDoc> = Vec::new();
+        order.extend(
+            docs.iter().filter(live).filter(|d| {
+                d.category == Category::Conventions && d.status == DocStatus::Established
+            }),
+        );
+        order.extend(
+            docs.iter()
+                .filter(live)
+                .filter(|d| d.category == Category::Design)
+                .filter(of_milestone),
+        );
+        order.extend(
+            docs.iter()
+                .filter(live)
+                .filter(|d| d.category == Category::Lessons)
+                .filter(of_milestone),
+        );
+        order.extend(
+            docs.iter().filter(live).filter(|d| {
+                d.category == Category::Conventions && d.status == DocStatus::Provisional
+            }),
+        );
+        let header = "## PROJECT KNOWLEDGE\nFollow these project rules.\n";
+        let mut section = String::new();
+        let mut ids = Vec::new();
+        let mut tokens = count_tokens(header);
+        for d in order {
+            let block = injection(d);
+            let t = count_tokens(&block);
+            if tokens + t > budget {
+                continue;
+            }
+            tokens += t;
+            section.push_str(&block);
+            ids.push(d.id());
+        }
+        if ids.is_empty() {
+            return Selection::default();
+        }
+        Selection {
+            section: format!("{header}{section}"),
+            docs: ids,
+            tokens,
+        }
+    }
+
+    /// Rewrites `_index.md`.
+    pub fn write_index(&self) -> Result<(), StoreError> {
+        let (docs, invalid) = self.load_all();
+        let mut by: BTreeMap<Category, Vec<&KnowledgeDoc>> = BTreeMap::new();
+        for d in &docs {
+            by.entry(d.category).or_default().push(d);
+        }
+        let mut s = String::from(
+            "# Knowledge index\n\n_Maintained by XO; edit the documents, not this file._\n",
+        );
+        for c in Category::ALL {
+            s.push_str(&format!("\n## {}\n\n", c.as_str()));
+            match by.get(&c) {
+                None => s.push_str("(none)\n"),
+                Some(ds) => {
+                    for d in ds {
+                        s.push_str(&format!(
+                            "- [{}]({}/{}.md): {}, {} use(s), by {}\n",
+                            d.title,
+                            c.as_str(),
+                            d.name,
+                            d.status.as_str(),
+                            d.uses,
+                            d.updated_by
+                        ));
+                    }
+                }
+            }
+        }
+        if !invalid.is_empty() {
+            s.push_str("\n## invalid (not used until fixed)\n\n");
+            for i in &invalid {
+                s.push_str(&format!("- {}\n", i.error));
+            }
+        }
+        let p = self.root.join("_index.md");
+        let tmp = self.root.join("_index.md.tmp");
+        std::fs::write(&tmp, s).map_err(|e| io(&tmp, e))?;
+        std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))
+    }
+
+    /// A fingerprint of every document file (for noticing edits by hand).
+    pub fn fingerprint(&self) -> BTreeMap<String, (u64, u128)> {
+        let mut m = BTreeMap::new();
+        for c in Category::ALL {
+            let Ok(rd) = std::fs::read_dir(self.root.join(c.as_str())) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.extension().and_then(|x| x.to_str()) != Some("md") {
+                    continue;
+                }
+                if let Ok(md) = e.metadata() {
+                    let mtime = md
+                        .modified()
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map(|d| d.as_nanos())
+                        .unwrap_or(0);
+                    let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+                    m.insert(format!("{}/{stem}", c.as_str()), (md.len(), mtime));
+                }
+            }
+        }
+        m
+    }
+
+    /// Copies a folder of user documents in (seeding), as the operator.
+    pub fn seed(&self, dir: &Path) -> Result<Vec<String>, StoreError> {
+        let mut done = Vec::new();
+        for c in Category::ALL {
+            let src = dir.join(c.as_str());
+            let Ok(rd) = std::fs::read_dir(&src) else {
+                continue;
+            };
+            let mut files: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+            files.sort();
+            for p in files {
+                if p.extension().and_then(|e| e.to_str()) != Some("md") {
+                    continue;
+                }
+                let name = p
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or("")
+                    .to_string();
+                let text = std::fs::read_to_string(&p).map_err(|e| io(&p, e))?;
+                let d = doc::parse(&text, c, &name, &p.display().to_string())?;
+                let d = self.put(d, Author::Operator, None)?;
+                done.push(d.id());
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// How one document appears in a prompt.
+pub fn injection(d: &KnowledgeDoc) -> String {
+    let mark = if d.status == DocStatus::Provisional {
+        " (provisional)"
+    } else {
+        ""
+    };
+    let mut s = format!("### {}{mark}\n", d.title);
+    for r in &d.rules {
+        s.push_str("- ");
+        s.push_str(r);
+        s.push('\n');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(c: Category, name: &str, rules: &[&str]) -> KnowledgeDoc {
+        KnowledgeDoc {
+            category: c,
+            name: name.into(),
+            title: format!("{name} rules"),
+            status: DocStatus::Provisional,
+            updated_by: String::new(),
+            after_task: None,
+            milestone: None,
+            uses: 0,
+            rules: rules.iter().map(|r| r.to_string()).collect(),
+            examples: String::new(),
+            rationale: String::new(),
+            changelog: vec![],
+        }
+    }
+
+    #[test]
+    fn ownership_lifecycle_changelog_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = KnowledgeStore::open(tmp.path()).unwrap();
+        let d = doc(Category::Conventions, "errors", &["raise ToolError"]);
+        let e = s
+            .put(d.clone(), Author::Design, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("design may not write conventions/"), "{e}");
+        assert!(
+            s.put(doc(Category::Lessons, "l", &["x"]), Author::CodeStyle, None)
+                .is_err()
+        );
+        let mut seeded = d.clone();
+        seeded.status = DocStatus::Established;
+        let put = s.put(seeded, Author::CodeStyle, Some("t1")).unwrap();
+        assert_eq!(
+            put.status,
+            DocStatus::Provisional,
+            "new documents are provisional"
+        );
+        assert_eq!(put.after_task.as_deref(), Some("t1"));
+        assert_eq!(put.changelog.len(), 1);
+        let again = s.put(d.clone(), Author::CodeStyle, Some("t2")).unwrap();
+        assert_eq!(again.changelog.len(), 2);
+        assert_eq!(again.changelog[1].what, "updated");
+        for i in 0..4 {
+            assert!(
+                s.record_uses(&[again.id()], true, 5).unwrap().is_empty(),
+                "use {i}"
+            );
+        }
+        assert!(
+            s.record_uses(&[again.id()], false, 5).unwrap().is_empty(),
+            "unclean tasks do not count"
+        );
+        assert_eq!(
+            s.record_uses(&[again.id()], true, 5).unwrap(),
+            vec!["conventions/errors".to_string()]
+        );
+        let got = s.get("conventions/errors").unwrap();
+        assert_eq!(got.status, DocStatus::Established);
+        assert_eq!(got.uses, 5);
+        assert!(
+            got.changelog
+                .last()
+                .unwrap()
+                .what
+                .contains("established after 5")
+        );
+        let index = std::fs::read_to_string(tmp.path().join("_index.md")).unwrap();
+        assert!(
+            index.contains("[errors rules](conventions/errors.md): established, 5 use(s)"),
+            "{index}"
+        );
+        let dep = s
+            .deprecate("conventions/errors", Author::CodeStyle, "superseded")
+            .unwrap();
+        assert_eq!(dep.status, DocStatus::Deprecated);
+        assert!(
+            s.deprecate("conventions/errors", Author::Internaliser, "x")
+                .is_err()
+        );
+        // The operator may write anywhere and keeps the status it gives.
+        let mut op = doc(Category::Design, "arch", &["one service per container"]);
+        op.status = DocStatus::Established;
+        assert_eq!(
+            s.put(op, Author::Operator, None).unwrap().status,
+            DocStatus::Established
+        );
+    }
+
+    #[test]
+    fn selection_order_budget_and_marks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = KnowledgeStore::open(tmp.path()).unwrap();
+        let mut est = doc(Category::Conventions, "style", &["use snake_case"]);
+        est.status = DocStatus::Established;
+        s.put(est, Author::Operator, None).unwrap();
+        s.put(
+            doc(
+                Category::Conventions,
+                "tests",
+                &["one assert per behaviour"],
+            ),
+            Author::CodeStyle,
+            None,
+        )
+        .unwrap();
+        let mut des = doc(Category::Design, "store", &["state in one actor"]);
+        des.milestone = Some("m1".into());
+        s.put(des, Author::Design, None).unwrap();
+        let mut other = doc(Category::Design, "ui", &["server-rendered"]);
+        other.milestone = Some("m2".into());
+        s.put(other, Author::Design, None).unwrap();
+        let mut lesson = doc(Category::Lessons, "kv", &["kv create needs 2.10"]);
+        lesson.milestone = Some("m1".into());
+        s.put(lesson, Author::Internaliser, None).unwrap();
+        let mut gone = doc(Category::Conventions, "old", &["tabs"]);
+        gone.status = DocStatus::Deprecated;
+        s.put(gone, Author::Operator, None).unwrap();
+
+        let sel = s.select(Some("m1"), DEFAULT_BUDGET);
+        assert_eq!(
+            sel.docs,
+            [
+                "conventions/style",
+                "design/store",
+                "lessons/kv",
+                "conventions/tests"
+            ]
+        );
+        assert!(sel.section.starts_with("## PROJECT KNOWLEDGE"));
+        assert!(sel.section.contains("### tests rules (provisional)"));
+        assert!(!sel.section.contains("### style rules (provisional)"));
+        assert!(!sel.section.contains("tabs") && !sel.section.contains("server-rendered"));
+        assert_eq!(sel.tokens, count_tokens(&sel.section));
+        // A tight budget keeps what fits, in order.
+        let small = s.select(Some("m1"), count_tokens(&sel.section) - 3);
+        assert!(
+            small.docs.len() < sel.docs.len() && small.tokens <= count_tokens(&sel.section) - 3
+        );
+        assert_eq!(small.docs[0], "conventions/style");
+        assert_eq!(
+            s.select(None, DEFAULT_BUDGET).docs,
+            ["conventions/style", "conventions/tests"]
+        );
+    }
+
+    #[test]
+    fn real_tokenizer_counts() {
+        assert_eq!(count_tokens("hello world"), 2);
+        assert_ne!(
+            count_tokens("antidisestablishmentarianism"),
+            "antidisestablishmentarianism".len() / 4
+        );
+    }
+
+    #[test]
+    fn broken_files_are_listed_not_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = KnowledgeStore::open(tmp.path()).unwrap();
+        std::fs::write(
+            tmp.path().join("lessons/bad.md"),
+            "# Bad\n_Status: sure_\n## Rules\n1. x\n",
+        )
+        .unwrap();
+        let l = s.list(None);
+        assert!(l.docs.is_empty());
+        assert_eq!(l.invalid.len(), 1);
+        assert!(
+            l.invalid[0].error.contains("lessons/bad.md line 2"),
+            "{:?}",
+            l.invalid
+        );
+        s.write_index().unwrap();
+        assert!(
+            std::fs::read_to_string(tmp.path().join("_index.md"))
+                .unwrap()
+                .contains("lessons/bad.md line 2")
+        );
+        assert!(matches!(s.get("lessons/bad"), Err(StoreError::Invalid(_))));
+    }
+}
