@@ -537,3 +537,31 @@ pub struct Cancel {
     pub task_id: String,
 }
 request!(Cancel, "cancel", TaskRecord);
+
+/// Published by a runner on `xo.event.runner.<unit>` when a task ends on
+/// it: how it ended and what it took (the review supervisors weigh
+/// validation failures).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunnerEvent {
+    pub v: u16,
+    pub unit: String,
+    pub task_id: String,
+    /// `completed`, `blocked`, `awaiting_response`, `violation` or `cancelled`.
+    pub outcome: String,
+    pub attempt: u32,
+    pub agent_runs: u32,
+    pub format_retries: u32,
+    pub validation_failures: u32,
+    pub clarifications: u32,
+    /// Knowledge documents injected into its prompt.
+    #[serde(default)]
+    pub knowledge: Vec<String>,
+    pub at: u64,
+}
+
+impl crate::Message for RunnerEvent {
+    const NAME: &'static str = "RunnerEvent";
+    fn version(&self) -> u16 {
+        self.v
+    }
+}

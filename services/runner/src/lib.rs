@@ -24,4 +24,4 @@ pub mod sandbox;
 pub mod service;
 pub mod validate;
 
-pub use pipeline::{Job, Outcome, Pipeline, TaskResult};
+pub use pipeline::{Job, Outcome, Pipeline, RunStats, TaskResult};

@@ -30,6 +30,17 @@ pub const MAX_QUESTIONS: u32 = 4;
 pub struct TaskResult {
     report: ValidationReport,
     reply: serde_json::Map<String, serde_json::Value>,
+    clean: bool,
+}
+
+/// What happened on the way to an outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    pub agent_runs: u32,
+    pub format_retries: u32,
+    /// Validation failures answered with a fix prompt (or out of retries).
+    pub validation_failures: u32,
+    pub clarifications: u32,
 }
 
 impl TaskResult {
@@ -49,7 +60,12 @@ impl TaskResult {
         Self {
             report,
             reply: v.reply().object.clone(),
+            clean: false,
         }
+    }
+    /// Completed without a validation failure, format retry or clarification.
+    pub fn clean(&self) -> bool {
+        self.clean
     }
     pub fn report(&self) -> &ValidationReport {
         &self.report
@@ -150,6 +166,17 @@ impl Pipeline {
         turns: Turns,
         cancel: Option<tokio::sync::watch::Receiver<bool>>,
     ) -> Outcome {
+        self.run_counted(driver, job, turns, cancel).await.0
+    }
+
+    /// Runs one task to its outcome, with what it took.
+    pub async fn run_counted(
+        &self,
+        driver: &mut Driver,
+        job: &Job,
+        turns: Turns,
+        cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> (Outcome, RunStats) {
         let task = &job.record.task;
         let project = task
             .project
@@ -157,27 +184,45 @@ impl Pipeline {
             .unwrap_or_else(|| self.cfg.default_project.clone());
         let project_dir = match self.sandbox.project_dir(&project) {
             Ok(d) => d,
-            Err(e) => return Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+            Err(e) => {
+                return (
+                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+                    RunStats::default(),
+                );
+            }
         };
         // SUP-4: read at task start, so an edit applies from the next task.
         let pcfg = match ProjectConfig::load(&self.sandbox, &project_dir) {
             Ok(c) => c,
-            Err(e) => return Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+            Err(e) => {
+                return (
+                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+                    RunStats::default(),
+                );
+            }
         };
         let cwd = match self
             .sandbox
             .working_dir(&project_dir, task.working_directory.as_deref())
         {
             Ok(d) => d,
-            Err(e) => return Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+            Err(e) => {
+                return (
+                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+                    RunStats::default(),
+                );
+            }
         };
         let log = match PromptLog::open(&self.data_dir, &project) {
             Ok(l) => l,
             Err(e) => {
-                return Outcome::Blocked(format!(
-                    "EXEC_FAILURE: prompt log in {}: {e}",
-                    self.data_dir.display()
-                ));
+                return (
+                    Outcome::Blocked(format!(
+                        "EXEC_FAILURE: prompt log in {}: {e}",
+                        self.data_dir.display()
+                    )),
+                    RunStats::default(),
+                );
             }
         };
         let env = crate::proc::allowed_env(
@@ -212,6 +257,7 @@ impl Pipeline {
             log: &log,
             work: WorkLog::new(&project_dir, &task.task_id),
             iteration: 0,
+            stats: RunStats::default(),
             last_refs: (String::new(), String::new()),
             max: pcfg
                 .supervisor_rules
@@ -219,7 +265,14 @@ impl Pipeline {
                 .unwrap_or(self.cfg.max_retries)
                 .min(task.retry_policy.max_retries.max(1)),
         };
-        let out = run.go(&project, &project_dir).await;
+        let mut out = run.go(&project, &project_dir).await;
+        let mut stats = run.stats;
+        stats.agent_runs = run.iteration;
+        if let Outcome::Completed(r) = &mut out {
+            r.clean = stats.format_retries == 0
+                && stats.validation_failures == 0
+                && stats.clarifications == 0;
+        }
         if matches!(out, Outcome::Completed(_)) {
             crate::git::forget(&project_dir, &task.task_id);
         }
@@ -233,7 +286,7 @@ impl Pipeline {
                 Outcome::Cancelled => "cancelled (halt or shutdown)".into(),
             },
         );
-        out
+        (out, stats)
     }
 }
 
@@ -247,6 +300,7 @@ struct TaskRun<'a> {
     log: &'a PromptLog,
     work: WorkLog,
     iteration: u32,
+    stats: RunStats,
     last_refs: (String, String),
     max: u32,
 }
@@ -468,6 +522,7 @@ impl TaskRun<'_> {
                     return Outcome::Question(h.detail().to_string());
                 }
                 retries += 1;
+                self.stats.clarifications += 1;
                 if retries > self.max {
                     return Outcome::Blocked(format!("{} (out of retries)", h.reason()));
                 }
@@ -493,6 +548,7 @@ impl TaskRun<'_> {
                 Ok(r) => r,
                 Err(e) => {
                     format_retries += 1;
+                    self.stats.format_retries += 1;
                     let tail: String = {
                         let t = out.stdout.trim();
                         let start = t.len().saturating_sub(2000);
@@ -560,6 +616,7 @@ impl TaskRun<'_> {
                 }
                 Err(mut v) => {
                     retries += 1;
+                    self.stats.validation_failures += 1;
                     let failures = v.failure_lines();
                     if retries > self.max {
                         // Out of retries: one last interrogation, then blocked.

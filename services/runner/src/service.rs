@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 use xo_bus::typed::{self, CallError};
 use xo_bus::{Bus, Subscription};
 use xo_proto::queue::{self as q, Claimed, ExecutionMode, RunStatus};
@@ -138,6 +138,8 @@ pub async fn run(
             let stop = work_task(
                 &bus,
                 &subjects,
+                &opts.unit,
+                cfg.wire.format,
                 &pipeline,
                 &mut driver,
                 &turns,
@@ -166,6 +168,8 @@ pub async fn run(
 async fn work_task(
     bus: &Bus,
     subjects: &Subjects,
+    unit: &str,
+    format: xo_proto::Format,
     pipeline: &Pipeline,
     driver: &mut Driver,
     turns: &Turns,
@@ -179,6 +183,21 @@ async fn work_task(
     let status = typed::call(bus, subjects, &q::GetStatus {}, Duration::from_secs(5))
         .await
         .ok();
+    // Knowledge under its token budget (empty when no knowledge store answers).
+    let selection = typed::call(
+        bus,
+        subjects,
+        &xo_proto::knowledge::Select {
+            milestone: rec.task.milestone.clone(),
+            budget_tokens: None,
+        },
+        Duration::from_secs(3),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        debug!(error = %e, "no knowledge store answered; composing without knowledge");
+        Default::default()
+    });
     let job = Job {
         goal: status
             .as_ref()
@@ -187,8 +206,8 @@ async fn work_task(
         manual: status
             .as_ref()
             .is_some_and(|s| s.mode == ExecutionMode::Manual),
-        knowledge: String::new(),
-        directives: Vec::new(),
+        knowledge: selection.section.clone(),
+        directives: active_directives(bus, subjects).await,
         record: rec,
     };
     *current.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
@@ -207,8 +226,8 @@ async fn work_task(
         .in_current_span(),
     );
     let mut stopping = false;
-    let outcome = {
-        let fut = pipeline.run(driver, &job, turns.clone(), Some(cancel_rx));
+    let (outcome, stats) = {
+        let fut = pipeline.run_counted(driver, &job, turns.clone(), Some(cancel_rx));
         let mut fut = std::pin::pin!(fut);
         tokio::select! {
             o = &mut fut => o,
@@ -221,8 +240,78 @@ async fn work_task(
     };
     keeper.abort();
     *current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    let ended = match &outcome {
+        Outcome::Completed(_) => "completed",
+        Outcome::Blocked(_) => "blocked",
+        Outcome::Question(_) => "awaiting_response",
+        Outcome::Violation(_) => "violation",
+        Outcome::Cancelled => "cancelled",
+    };
+    if let Outcome::Completed(r) = &outcome
+        && !selection.docs.is_empty()
+    {
+        // The knowledge lifecycle: clean tasks establish the documents they carried.
+        let uses = xo_proto::knowledge::RecordUses {
+            docs: selection.docs.clone(),
+            clean: r.clean(),
+            task: Some(id.clone()),
+        };
+        if let Err(e) = typed::call(bus, subjects, &uses, Duration::from_secs(3)).await {
+            warn!(error = %e, "knowledge uses not recorded");
+        }
+    }
+    let ev = q::RunnerEvent {
+        v: xo_proto::PROTOCOL_VERSION,
+        unit: unit.to_string(),
+        task_id: id.clone(),
+        outcome: ended.into(),
+        attempt: job.record.attempt,
+        agent_runs: stats.agent_runs,
+        format_retries: stats.format_retries,
+        validation_failures: stats.validation_failures,
+        clarifications: stats.clarifications,
+        knowledge: selection.docs.clone(),
+        at: xo_proto::now_ms(),
+    };
+    if let Err(e) = typed::publish(bus, &subjects.runner_event(unit), &ev, format).await {
+        warn!(error = %e, "runner event not published");
+    }
     report(bus, subjects, &id, &claimed.token, outcome).await;
     stopping
+}
+
+/// The directives waiting or being worked on, most urgent first, as the
+/// prompt lists them.
+async fn active_directives(bus: &Bus, subjects: &Subjects) -> Vec<String> {
+    let Ok(tasks) = typed::call(
+        bus,
+        subjects,
+        &q::ListTasks::default(),
+        Duration::from_secs(3),
+    )
+    .await
+    else {
+        return Vec::new();
+    };
+    let mut active: Vec<&q::TaskRecord> = tasks
+        .iter()
+        .filter(|r| r.task.directive.is_some())
+        .filter(|r| matches!(r.state, q::TaskState::Pending | q::TaskState::Running))
+        .collect();
+    active.sort_by_key(|r| (r.task.lane, r.seq));
+    active
+        .iter()
+        .map(|r| format!("[{}] {}", lane_name(r.task.lane), r.task.intent))
+        .collect()
+}
+
+fn lane_name(l: q::Lane) -> &'static str {
+    match l {
+        q::Lane::Critical => "critical",
+        q::Lane::Functional => "functional",
+        q::Lane::Planned => "planned",
+        q::Lane::Cleanup => "cleanup",
+    }
 }
 
 /// Sends the outcome to the queue, retrying while the queue is unreachable.

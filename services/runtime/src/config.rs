@@ -27,6 +27,8 @@ pub struct XoConfig {
     pub supervisor: SupervisorConfig,
     pub queue: QueueConfig,
     pub runner: RunnerConfig,
+    pub knowledge: KnowledgeConfig,
+    pub review: ReviewConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
 }
@@ -46,6 +48,8 @@ impl Default for XoConfig {
             supervisor: SupervisorConfig::default(),
             queue: QueueConfig::default(),
             runner: RunnerConfig::default(),
+            knowledge: KnowledgeConfig::default(),
+            review: ReviewConfig::default(),
             roles,
         }
     }
@@ -349,7 +353,94 @@ impl Default for OpenAiConfig {
     }
 }
 
+/// The knowledge store (seed 001).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KnowledgeConfig {
+    /// Serve the store in `xo up` (and let runners inject it).
+    pub enabled: bool,
+    /// The folder; empty: `<state.dir>/knowledge`.
+    pub dir: String,
+    /// How often the folder is checked for edits by hand.
+    pub poll_ms: u64,
+    /// Token budget of the `## PROJECT KNOWLEDGE` section.
+    pub budget_tokens: usize,
+    /// Clean tasks after which a provisional document is established.
+    pub establish_after: u32,
+}
+
+impl Default for KnowledgeConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: String::new(),
+            poll_ms: 1_000,
+            budget_tokens: 2_000,
+            establish_after: 5,
+        }
+    }
+}
+
+/// The review supervisors (seed 001) on their own model route.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReviewConfig {
+    pub enabled: bool,
+    /// The project the reviewers read (its sandbox) and write directives for.
+    pub project: String,
+    /// Code style runs every N completed tasks (and on milestone).
+    pub code_style_every: u32,
+    /// The internaliser runs every N completed tasks (and on milestone).
+    pub internaliser_every: u32,
+    /// The assessor runs every N completed tasks (and on milestone).
+    pub assessor_every: u32,
+    /// Role of the tasks directives become.
+    pub directive_role: String,
+    /// Polish phase: cleanup tasks processed after the goal is functionally complete.
+    pub polish_max_tasks: u32,
+    /// USD per UTC day across reviewers; 0: no limit.
+    pub daily_budget_usd: f64,
+    /// USD per project; 0: no limit.
+    pub project_budget_usd: f64,
+    /// Findings at least this similar to the previous run's mean "converging".
+    pub convergence_similarity: f64,
+    /// The `supervisor` model route (any OpenAI-compatible endpoint); an empty model skips reviews.
+    pub model: OpenAiConfig,
+}
+
+impl Default for ReviewConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            project: "default".into(),
+            code_style_every: 5,
+            internaliser_every: 3,
+            assessor_every: 10,
+            directive_role: "coder".into(),
+            polish_max_tasks: 10,
+            daily_budget_usd: 5.0,
+            project_budget_usd: 20.0,
+            convergence_similarity: 0.8,
+            model: OpenAiConfig {
+                base_url: "https://openrouter.ai/api/v1".into(),
+                api_key_env: "OPENROUTER_API_KEY".into(),
+                max_turns: 8,
+                ..OpenAiConfig::default()
+            },
+        }
+    }
+}
+
 impl XoConfig {
+    /// Where the knowledge folder lives.
+    pub fn knowledge_dir(&self) -> PathBuf {
+        if self.knowledge.dir.is_empty() {
+            self.state.dir.join("knowledge")
+        } else {
+            PathBuf::from(&self.knowledge.dir)
+        }
+    }
+
     /// Where projects' working trees live.
     pub fn sandbox_dir(&self) -> PathBuf {
         if self.runner.sandbox.is_empty() {
@@ -442,6 +533,23 @@ impl XoConfig {
             ("queue.lease_ms", self.queue.lease_ms),
             ("queue.tick_ms", self.queue.tick_ms),
             ("runner.heartbeat_ms", self.runner.heartbeat_ms),
+            ("knowledge.poll_ms", self.knowledge.poll_ms),
+            (
+                "knowledge.establish_after",
+                u64::from(self.knowledge.establish_after),
+            ),
+            (
+                "review.code_style_every",
+                u64::from(self.review.code_style_every),
+            ),
+            (
+                "review.internaliser_every",
+                u64::from(self.review.internaliser_every),
+            ),
+            (
+                "review.assessor_every",
+                u64::from(self.review.assessor_every),
+            ),
             (
                 "runner.timeouts.standard_ms",
                 self.runner.timeouts.standard_ms,
@@ -485,6 +593,22 @@ impl XoConfig {
         }
         xo_proto::validate_token("runner.default_project", &self.runner.default_project)
             .map_err(|r| invalid("runner.default_project", r))?;
+        xo_proto::validate_token("review.project", &self.review.project)
+            .map_err(|r| invalid("review.project", r))?;
+        if !(0.0..=1.0).contains(&self.review.convergence_similarity) {
+            return Err(invalid(
+                "review.convergence_similarity",
+                format!("{} is not within 0..1", self.review.convergence_similarity),
+            ));
+        }
+        for (k, v) in [
+            ("review.daily_budget_usd", self.review.daily_budget_usd),
+            ("review.project_budget_usd", self.review.project_budget_usd),
+        ] {
+            if v < 0.0 || !v.is_finite() {
+                return Err(invalid(k, format!("{v} must be 0 (no limit) or more")));
+            }
+        }
         let d = &self.runner.driver;
         if d.kind == DriverKind::Command && d.command.is_empty() {
             return Err(invalid(
