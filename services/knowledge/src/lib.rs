@@ -6,6 +6,7 @@
 //! - [`review`]: the review supervisors (code style, design, internaliser, assessor).
 
 pub mod doc;
+pub mod review;
 pub mod service;
 pub mod store;
 
