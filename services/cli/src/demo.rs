@@ -129,6 +129,38 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     )
     .await
     .context("starting the queue")?;
+    // The knowledge store, seeded with one convention the runners' prompts carry.
+    let knowledge = xo_knowledge::service::start(&cfg, bus.clone())
+        .await
+        .context("starting the knowledge store")?;
+    let convention = xo_proto::knowledge::KnowledgeDoc {
+        category: xo_proto::knowledge::Category::Conventions,
+        name: "text-files".into(),
+        title: "Text files".into(),
+        status: xo_proto::knowledge::DocStatus::Established,
+        updated_by: String::new(),
+        after_task: None,
+        milestone: None,
+        uses: 0,
+        rules: vec![
+            "End every text file with a newline".into(),
+            "Write lowercase greetings".into(),
+        ],
+        examples: String::new(),
+        rationale: "Tools that read line by line lose an unterminated last line.".into(),
+        changelog: Vec::new(),
+    };
+    typed::call(
+        &bus,
+        &subjects,
+        &xo_proto::knowledge::PutDoc {
+            doc: convention,
+            author: xo_proto::knowledge::Author::Operator,
+            task: None,
+        },
+        Duration::from_secs(10),
+    )
+    .await?;
     let (sup_stop, sup_rx) = tokio::sync::oneshot::channel::<()>();
     let supervisor = tokio::spawn(xo_supervisor::run(
         cfg.clone(),
@@ -249,6 +281,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     let _ = sup_stop.send(());
     let _ = supervisor.await;
     queue.stop().await;
+    knowledge.stop().await;
     telemetry.shutdown();
 
     println!();

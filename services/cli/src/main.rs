@@ -15,6 +15,7 @@ mod bench_pipeline;
 mod bench_queue;
 mod connect;
 mod demo;
+mod knowledge_ops;
 mod ops;
 mod queue_ops;
 mod services;
@@ -165,6 +166,56 @@ enum Cmd {
         #[command(subcommand)]
         cmd: AuditCmd,
     },
+    /// The knowledge store.
+    Knowledge {
+        #[command(subcommand)]
+        cmd: KnowledgeCmd,
+    },
+    /// Directives of the review supervisors and whether they were consumed.
+    Directives {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The review supervisors.
+    Review {
+        #[command(subcommand)]
+        cmd: ReviewCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KnowledgeCmd {
+    /// List documents (and files that do not parse).
+    Ls {
+        /// conventions, design, lessons or domain.
+        category: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One document, with its changelog.
+    Show {
+        /// `<category>/<name>`
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Seed documents from DIR/<category>/*.md (as the operator).
+    Seed { dir: PathBuf },
+    /// Deprecate a document: it is never injected again.
+    Deprecate {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ReviewCmd {
+    /// Every review run: reviewer, outcome, task count, summary, tokens, cost.
+    Log {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -205,6 +256,8 @@ enum ServeCmd {
     Supervisor,
     /// The durable queue (tasks, leases, audit).
     Queue,
+    /// The knowledge store (documents, ownership, selection).
+    Knowledge,
     /// A specialist: claims tasks of its role and runs them through the supervised pipeline.
     Runner {
         /// The role whose tasks it claims (coder, architect, reviewer, manager, …).
@@ -380,6 +433,25 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                     lines,
                 },
         } => queue_ops::audit_tail(&cfg, &project, follow, lines).await,
+        Cmd::Knowledge {
+            cmd: KnowledgeCmd::Ls { category, json },
+        } => knowledge_ops::ls(&cfg, category, json).await,
+        Cmd::Knowledge {
+            cmd: KnowledgeCmd::Show { id, json },
+        } => knowledge_ops::show(&cfg, id, json).await,
+        Cmd::Knowledge {
+            cmd: KnowledgeCmd::Seed { dir },
+        } => knowledge_ops::seed(&cfg, &dir).await,
+        Cmd::Knowledge {
+            cmd: KnowledgeCmd::Deprecate { id, reason },
+        } => knowledge_ops::deprecate(&cfg, id, reason).await,
+        Cmd::Directives { json } => knowledge_ops::directives(&cfg, json).await,
+        Cmd::Review {
+            cmd: ReviewCmd::Log { json },
+        } => knowledge_ops::review_log(&cfg, json),
+        Cmd::Serve {
+            service: ServeCmd::Knowledge,
+        } => services::serve_knowledge(cfg).await,
         Cmd::Report { file } => ops::report(&cfg, &file).await,
         Cmd::Tap {
             subject,

@@ -89,7 +89,24 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     )
     .await
     .context("starting the queue")?;
+    let knowledge = if cfg.knowledge.enabled {
+        eprintln!("  knowledge: {}", cfg.knowledge_dir().display());
+        Some(
+            xo_knowledge::service::start(&cfg, bus.clone())
+                .await
+                .context("starting the knowledge store")?,
+        )
+    } else {
+        None
+    };
+    let review = start_review(&cfg, &bus).await?;
     let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    if let Some(r) = review {
+        r.abort();
+    }
+    if let Some(k) = knowledge {
+        k.stop().await;
+    }
     queue.stop().await;
     if let Some((stop, server)) = socket {
         let _ = stop.send(());
@@ -110,7 +127,11 @@ pub async fn serve_supervisor(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     let mut telemetry = xo_runtime::telemetry::init(&cfg.telemetry, "xo-supervisor")
         .map_err(|e| anyhow::anyhow!(e))?;
     let (bus, store) = nats(&cfg, "xo-supervisor").await?;
+    let review = start_review(&cfg, &bus).await?;
     let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    if let Some(r) = review {
+        r.abort();
+    }
     telemetry.shutdown();
     res?;
     Ok(ExitCode::SUCCESS)
@@ -155,5 +176,42 @@ pub async fn serve_runner(
     .await;
     telemetry.shutdown();
     res?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The review supervisors run in the XO's process (when enabled).
+async fn start_review(
+    cfg: &XoConfig,
+    bus: &Bus,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if !(cfg.review.enabled && cfg.supervisor.enabled) {
+        return Ok(None);
+    }
+    if cfg.review.model.model.is_empty() {
+        tracing::warn!(
+            "no review model configured (review.model.model): review supervisors will skip their runs"
+        );
+    }
+    Ok(Some(
+        xo_knowledge::review::start(cfg.clone(), bus.clone())
+            .await
+            .context("starting the review supervisors")?,
+    ))
+}
+
+/// `xo serve knowledge`: the knowledge store alone, for containers.
+pub async fn serve_knowledge(cfg: XoConfig) -> anyhow::Result<ExitCode> {
+    if cfg.nats.url.is_empty() {
+        anyhow::bail!(
+            "serve knowledge needs NATS: pass --nats URL (or set XO_NATS_URL); for one process with no server use `xo up`"
+        );
+    }
+    let mut telemetry = xo_runtime::telemetry::init(&cfg.telemetry, "xo-knowledge")
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let (bus, _) = nats(&cfg, "xo-knowledge").await?;
+    let k = xo_knowledge::service::start(&cfg, bus).await?;
+    shutdown_signal().await;
+    k.stop().await;
+    telemetry.shutdown();
     Ok(ExitCode::SUCCESS)
 }

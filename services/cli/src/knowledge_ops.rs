@@ -1,0 +1,219 @@
+//! `xo knowledge ls|show|seed|deprecate`, `xo directives`, `xo review log`.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use xo_bus::typed;
+use xo_proto::Request;
+use xo_proto::knowledge::*;
+use xo_proto::queue::{ListTasks, TaskState};
+use xo_runtime::XoConfig;
+
+use crate::connect::client_bus;
+
+async fn call<R: Request>(cfg: &XoConfig, req: &R) -> anyhow::Result<R::Response>
+where
+    R::Response: serde::de::DeserializeOwned,
+{
+    let bus = client_bus(cfg).await?;
+    typed::call(&bus, &cfg.subjects(), req, Duration::from_secs(30))
+        .await
+        .map_err(|e| match e {
+            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
+                "no {} service is running: start `xo up` (or `xo serve {} --nats URL`)",
+                R::SERVICE,
+                R::SERVICE
+            ),
+            other => other.into(),
+        })
+}
+
+pub async fn ls(cfg: &XoConfig, category: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    let category = category
+        .map(|c| Category::parse(&c))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let list = call(cfg, &ListDocs { category }).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"docs": list.docs, "invalid": list.invalid})
+            )?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<32} {:<12} {:>4} {:>6}  {:<13} title",
+        "id", "status", "uses", "tokens", "by"
+    );
+    for d in &list.docs {
+        println!(
+            "{:<32} {:<12} {:>4} {:>6}  {:<13} {}",
+            d.id,
+            d.status.as_str(),
+            d.uses,
+            d.tokens,
+            d.updated_by,
+            d.title
+        );
+    }
+    for i in &list.invalid {
+        println!("INVALID  {}", i.error);
+    }
+    Ok(if list.invalid.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+pub async fn show(cfg: &XoConfig, id: String, json: bool) -> anyhow::Result<ExitCode> {
+    let d = call(cfg, &GetDoc { id }).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&d)?);
+    } else {
+        print!("{}", xo_knowledge::doc::render(&d));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Seeds documents from `DIR/<category>/*.md` as the operator; every file
+/// is checked before anything is written.
+pub async fn seed(cfg: &XoConfig, dir: &Path) -> anyhow::Result<ExitCode> {
+    let mut docs = Vec::new();
+    for c in Category::ALL {
+        let src = dir.join(c.as_str());
+        let Ok(rd) = std::fs::read_dir(&src) else {
+            continue;
+        };
+        let mut files: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        files.sort();
+        for p in files
+            .into_iter()
+            .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("md"))
+        {
+            let name = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("")
+                .to_string();
+            let text =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            let d = xo_knowledge::doc::parse(&text, c, &name, &p.display().to_string())?;
+            xo_knowledge::doc::check(&d).map_err(anyhow::Error::msg)?;
+            docs.push(d);
+        }
+    }
+    if docs.is_empty() {
+        bail!(
+            "{} has no documents: expected conventions/, design/, lessons/ or domain/ with .md files",
+            dir.display()
+        );
+    }
+    for d in docs {
+        let id = d.id();
+        let put = call(
+            cfg,
+            &PutDoc {
+                doc: d,
+                author: Author::Operator,
+                task: None,
+            },
+        )
+        .await?;
+        println!("seeded {id} ({})", put.status.as_str());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn deprecate(cfg: &XoConfig, id: String, reason: String) -> anyhow::Result<ExitCode> {
+    let d = call(
+        cfg,
+        &DeprecateDoc {
+            id,
+            author: Author::Operator,
+            reason,
+        },
+    )
+    .await?;
+    println!("{} is {}", d.id(), d.status.as_str());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let bus = client_bus(cfg).await?;
+    let tasks = typed::call(
+        &bus,
+        &cfg.subjects(),
+        &ListTasks::default(),
+        Duration::from_secs(30),
+    )
+    .await?;
+    let mut rows: Vec<_> = tasks
+        .iter()
+        .filter(|t| t.task.directive.is_some())
+        .collect();
+    rows.sort_by_key(|t| (t.task.lane, t.seq));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<28} {:<11} {:<18} directive", "id", "lane", "state");
+    for t in rows {
+        let state = match t.state {
+            TaskState::Completed => "consumed".to_string(),
+            TaskState::Cancelled => "dropped".to_string(),
+            s => s.as_str().to_string(),
+        };
+        println!(
+            "{:<28} {:<11} {:<18} {}",
+            t.task.task_id,
+            serde_json::to_value(t.task.lane)?.as_str().unwrap_or("?"),
+            state,
+            t.task.intent
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let path = xo_knowledge::review::run_log_path(cfg);
+    let log = xo_knowledge::review::read_run_log(&path);
+    if json {
+        for r in &log {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if log.is_empty() {
+        println!("no review runs yet ({})", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<24} {:<13} {:<10} {:>5} {:>9} {:>9}  summary",
+        "at", "reviewer", "outcome", "tasks", "tokens", "cost"
+    );
+    let mut total = 0.0;
+    for r in &log {
+        total += r.cost_usd;
+        println!(
+            "{:<24} {:<13} {:<10} {:>5} {:>9} {:>9.4}  {}{}",
+            xo_runner::logs::rfc3339(r.at),
+            r.reviewer,
+            r.outcome,
+            r.task_count,
+            r.tokens_in + r.tokens_out,
+            r.cost_usd,
+            r.summary,
+            r.verdict
+                .as_ref()
+                .map(|v| format!(" [{v}]"))
+                .unwrap_or_default()
+        );
+    }
+    println!("total cost ${total:.4}");
+    Ok(ExitCode::SUCCESS)
+}
