@@ -227,3 +227,90 @@ async fn an_operator_halt_kills_the_agents_process_group() {
     assert_eq!(r.mark, Some(ReplayMark::RollbackReplay));
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_documents() {
+    let mut rig = Rig::start(&[
+        ("knowledge.establish_after", "2"),
+        ("runner.microcosm", "false"),
+    ])
+    .await;
+    let k = xo_knowledge::service::start(&rig.cfg, rig.bus.clone())
+        .await
+        .unwrap();
+    let doc = xo_proto::knowledge::KnowledgeDoc {
+        category: xo_proto::knowledge::Category::Conventions,
+        name: "naming".into(),
+        title: "Naming".into(),
+        status: xo_proto::knowledge::DocStatus::Provisional,
+        updated_by: String::new(),
+        after_task: None,
+        milestone: None,
+        uses: 0,
+        rules: vec!["Use snake_case file names".into()],
+        examples: String::new(),
+        rationale: String::new(),
+        changelog: vec![],
+    };
+    rig.call(&xo_proto::knowledge::PutDoc {
+        doc,
+        author: xo_proto::knowledge::Author::CodeStyle,
+        task: None,
+    })
+    .await;
+    let ok = "[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]";
+    let mut directive = scripted("dir-1", ok);
+    directive.intent = "Rename Foo.txt to foo.txt (why: convention naming)".into();
+    directive.lane = Lane::Functional;
+    directive.directive = Some("dir-1".into());
+    let mut retried = scripted(
+        "r1",
+        "[[run]]\nsteps = [{ reply = 'not json' }]\n[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]",
+    );
+    retried.depends_on = vec!["dir-1".into()];
+    let mut last = scripted("p2", ok);
+    last.depends_on = vec!["r1".into()];
+    rig.go(vec![directive, retried, last]).await;
+    rig.wait_task("p2", TaskState::Completed).await;
+    let prompts =
+        std::fs::read_to_string(rig.cfg.data_dir().join("default/prompts.log.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(prompts.lines().next().unwrap()).unwrap();
+    let text = first["content"].as_str().unwrap();
+    assert!(
+        text.contains("## PROJECT KNOWLEDGE")
+            && text.contains("### Naming (provisional)\n- Use snake_case file names"),
+        "{text}"
+    );
+    assert!(
+        text.contains("## ACTIVE DIRECTIVES") && text.contains("[functional] Rename Foo.txt"),
+        "{text}"
+    );
+    assert!(
+        text.find("## PROJECT KNOWLEDGE").unwrap() < text.find("## ACTIVE DIRECTIVES").unwrap()
+    );
+    // dir-1 and p2 were clean, r1 needed a format retry: two clean uses establish it.
+    let d = rig
+        .call(&xo_proto::knowledge::GetDoc {
+            id: "conventions/naming".into(),
+        })
+        .await;
+    assert_eq!(d.uses, 2);
+    assert_eq!(d.status, xo_proto::knowledge::DocStatus::Established);
+    // The directive was consumed: its task completed, and it is no longer active.
+    let last_prompt: serde_json::Value = serde_json::from_str(
+        prompts
+            .lines()
+            .filter(|l| l.contains("\"type\":\"PROMPT\""))
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !last_prompt["content"]
+            .as_str()
+            .unwrap()
+            .contains("## ACTIVE DIRECTIVES")
+    );
+    k.stop().await;
+    rig.stop().await;
+}

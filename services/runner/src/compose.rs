@@ -273,7 +273,7 @@ fn directives_section(directives: &[String]) -> String {
         return String::new();
     }
     let mut s = String::from(
-        "## ACTIVE DIRECTIVES\nEach directive below must be addressed in this task or explicitly noted as not applicable in your reply.\n",
+        "## ACTIVE DIRECTIVES\nCheck each directive below. Each directive MUST be addressed: do it, explain in your reply why it is already handled, or escalate.\n",
     );
     for d in directives {
         s.push_str("- ");

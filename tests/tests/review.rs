@@ -1,0 +1,430 @@
+//! The review supervisors end to end on the embedded bus: the queue, the
+//! knowledge service and the reviewers in-process, the model a local
+//! OpenAI-compatible test server, the test acting as the runner.
+
+mod common;
+
+use std::time::Duration;
+
+use common::config;
+use xo_bus::{Bus, FileStore, LocalBus, Store, Subscription, typed};
+use xo_proto::Subjects;
+use xo_proto::knowledge::*;
+use xo_proto::queue::*;
+use xo_runtime::{Clock, XoConfig};
+use xo_tests::openai::{OpenAiStub, StubRequest, text};
+
+const T: Duration = Duration::from_secs(10);
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    bus: Bus,
+    s: Subjects,
+    cfg: XoConfig,
+    runs: Subscription,
+    directives: Subscription,
+    queue: xo_queue::QueueHandle,
+    knowledge: xo_knowledge::service::KnowledgeHandle,
+    review: tokio::task::JoinHandle<()>,
+}
+
+impl Rig {
+    async fn start(stub: Option<&OpenAiStub>, extra: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state").display().to_string();
+        let url = stub.map(|s| s.base_url()).unwrap_or_default();
+        let model = if stub.is_some() { "review-model" } else { "" };
+        let mut o = vec![
+            ("state.dir", state.as_str()),
+            ("review.model.base_url", url.as_str()),
+            ("review.model.model", model),
+            ("review.model.api_key_env", "CARGO_PKG_DESCRIPTION"),
+            ("review.model.backoff_ms", "1"),
+            ("review.model.max_attempts", "1"),
+            ("review.model.price_in_per_mtok", "3"),
+            ("review.model.price_out_per_mtok", "15"),
+        ];
+        o.extend_from_slice(extra);
+        let cfg = config(&o);
+        let bus = Bus::Local(LocalBus::new());
+        let store = Store::File(FileStore::open(cfg.state.store_dir()).unwrap());
+        let queue = xo_queue::start(cfg.clone(), bus.clone(), store, Clock::System)
+            .await
+            .unwrap();
+        let knowledge = xo_knowledge::service::start(&cfg, bus.clone())
+            .await
+            .unwrap();
+        let runs = bus.subscribe("xo.event.review.*").await.unwrap();
+        let directives = bus.subscribe("xo.directive.*").await.unwrap();
+        let review = xo_knowledge::review::start(cfg.clone(), bus.clone())
+            .await
+            .unwrap();
+        let s = cfg.subjects();
+        let rig = Self {
+            _dir: dir,
+            bus,
+            s,
+            cfg,
+            runs,
+            directives,
+            queue,
+            knowledge,
+            review,
+        };
+        rig.call(&Init::default()).await;
+        rig.call(&SetGoal {
+            description: "a parser".into(),
+            project_id: None,
+            completed: true,
+        })
+        .await;
+        let tasks = (1..=8)
+            .map(|i| Task::new(format!("t{i}"), format!("step {i}"), "x", "coder"))
+            .collect();
+        rig.call(&Enqueue { tasks }).await;
+        rig.call(&Start {}).await;
+        rig
+    }
+
+    async fn call<R: xo_proto::Request>(&self, r: &R) -> R::Response
+    where
+        R::Response: serde::de::DeserializeOwned,
+    {
+        typed::call(&self.bus, &self.s, r, T).await.unwrap()
+    }
+
+    /// Plays the runner: claims the next task and completes it.
+    async fn complete_one(&self) -> String {
+        let c = self
+            .call(&Claim {
+                role: "coder".into(),
+                claimant: "test".into(),
+                wait_ms: 0,
+            })
+            .await
+            .expect("a task to claim");
+        let id = c.record.task.task_id.clone();
+        self.call(&Complete {
+            task_id: id.clone(),
+            token: c.token,
+            report: ValidationReport {
+                passed: true,
+                summary: "ok".into(),
+                ..Default::default()
+            },
+            manager_reply: None,
+        })
+        .await;
+        id
+    }
+
+    async fn next_run(&mut self) -> ReviewRun {
+        let m = tokio::time::timeout(T, self.runs.next())
+            .await
+            .expect("a review run")
+            .unwrap();
+        typed::decode(&m, 1 << 20).unwrap()
+    }
+
+    async fn stop(self) {
+        self.review.abort();
+        self.knowledge.stop().await;
+        self.queue.stop().await;
+    }
+}
+
+fn reply(output: serde_json::Value) -> xo_tests::openai::StubReply {
+    let r = serde_json::json!({"status": "ok", "message": "reviewed", "output": output});
+    text(&format!("Review done.\n{r}"))
+}
+
+fn prompt_of(r: &StubRequest) -> String {
+    r.body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn code_style() -> serde_json::Value {
+    serde_json::json!({
+        "conventions_updated": ["errors"],
+        "documents": [{"name": "errors", "title": "Error handling", "rules": ["Return typed errors, never strings"], "rationale": "callers match on kinds"}],
+        "directives": [
+            {"type": "cleanup", "description": "Replace string errors in src/parse.rs with ParseError", "rationale": "convention errors", "priority": "low", "files": ["src/parse.rs"]},
+            {"type": "functional", "description": "Stop the lexer from panicking on empty input", "rationale": "crashes the runner", "priority": "critical"}
+        ],
+        "summary": "1 convention, 2 directives"
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviewers_write_knowledge_and_directives_and_converge() {
+    let internaliser = serde_json::json!({
+        "knowledge_items": [{"category": "lesson", "content": "The lexer must handle empty input", "source_task": "t2", "confidence": "high", "needs_user_review": false}],
+        "summary": "1 lesson"
+    });
+    let stub = OpenAiStub::start(vec![
+        reply(code_style()),
+        reply(internaliser),
+        reply(code_style()),
+    ]);
+    let mut rig = Rig::start(
+        Some(&stub),
+        &[
+            ("review.code_style_every", "2"),
+            ("review.internaliser_every", "3"),
+            ("review.assessor_every", "100"),
+        ],
+    )
+    .await;
+    rig.complete_one().await;
+    rig.complete_one().await;
+    let r1 = rig.next_run().await;
+    assert_eq!(
+        (
+            r1.reviewer.as_str(),
+            r1.outcome.as_str(),
+            r1.trigger.as_str()
+        ),
+        ("code_style", "ran", "interval")
+    );
+    assert!(r1.bootstrap, "the store was empty");
+    assert_eq!((r1.documents, r1.directives), (1, 2));
+    assert_eq!((r1.tokens_in, r1.tokens_out), (120, 20));
+    assert!((r1.cost_usd - (120.0 * 3.0 + 20.0 * 15.0) / 1e6).abs() < 1e-12);
+    assert!(prompt_of(&stub.requests()[0]).contains("BOOTSTRAP"));
+    assert!(prompt_of(&stub.requests()[0]).contains("Done (most recent last):\n- t1: step 1"));
+
+    // The directives: announced, and in the queue's lanes.
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let m = tokio::time::timeout(T, rig.directives.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.subject, "xo.directive.code_style");
+        seen.push(typed::decode::<Directive>(&m, 1 << 20).unwrap());
+    }
+    assert_eq!(seen[1].priority, DirectivePriority::Critical);
+    let tasks = rig.call(&ListTasks::default()).await;
+    let lanes: Vec<(Lane, String)> = tasks
+        .iter()
+        .filter(|t| t.task.directive.is_some())
+        .map(|t| (t.task.lane, t.task.intent.clone()))
+        .collect();
+    assert_eq!(lanes.len(), 2);
+    assert!(
+        lanes
+            .iter()
+            .any(|(l, i)| *l == Lane::Cleanup && i.starts_with("Replace string errors"))
+    );
+    assert!(
+        lanes
+            .iter()
+            .any(|(l, i)| *l == Lane::Critical && i.contains("(why: crashes the runner)"))
+    );
+    let doc = rig
+        .call(&GetDoc {
+            id: "conventions/errors".into(),
+        })
+        .await;
+    assert_eq!(
+        (doc.status, doc.updated_by.as_str()),
+        (DocStatus::Provisional, "code_style")
+    );
+
+    // The critical directive is served first.
+    let third = rig.complete_one().await;
+    assert!(third.starts_with("dir-code-style-"), "{third}");
+    let r2 = rig.next_run().await;
+    assert_eq!(r2.reviewer, "internaliser");
+    assert!(!r2.bootstrap);
+    let lesson = rig
+        .call(&GetDoc {
+            id: "lessons/the-lexer-must-handle-empty-input".into(),
+        })
+        .await;
+    assert_eq!(lesson.updated_by, "internaliser");
+    assert!(lesson.rationale.contains("from task t2"));
+
+    // Code style again with the same findings: converging, interval doubled.
+    rig.complete_one().await;
+    let r3 = rig.next_run().await;
+    assert_eq!(r3.reviewer, "code_style");
+    assert!(r3.converging);
+    // Three more: the internaliser's turn comes (at 6; the stub has no
+    // more replies, so it is skipped), code style's does not (next at 8).
+    for _ in 0..3 {
+        rig.complete_one().await;
+    }
+    let r4 = rig.next_run().await;
+    assert_eq!((r4.reviewer.as_str(), r4.task_count), ("internaliser", 6));
+    assert_eq!(
+        r4.outcome, "skipped",
+        "an unreachable model skips the review"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), rig.runs.next())
+            .await
+            .is_err(),
+        "no code style run at 7: its interval is now 4"
+    );
+    rig.complete_one().await;
+    let r5 = rig.next_run().await;
+    assert_eq!((r5.reviewer.as_str(), r5.task_count), ("code_style", 8));
+    let log = xo_knowledge::review::read_run_log(&xo_knowledge::review::run_log_path(&rig.cfg));
+    assert_eq!(log.len(), 5);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_model_malformed_replies_and_budgets_skip_reviews() {
+    // No model configured: skipped with a reason, work continues.
+    let mut rig = Rig::start(None, &[("review.code_style_every", "1")]).await;
+    rig.complete_one().await;
+    let r = rig.next_run().await;
+    assert_eq!(r.outcome, "skipped");
+    assert!(r.summary.contains("review.model.model"), "{}", r.summary);
+    rig.complete_one().await;
+    rig.stop().await;
+
+    // A reply that breaks the schema is discarded: nothing is written.
+    let mut bad = code_style();
+    bad["directives"][0]["priority"] = serde_json::json!("asap");
+    let stub = OpenAiStub::start(vec![reply(bad), reply(code_style())]);
+    let mut rig = Rig::start(
+        Some(&stub),
+        &[
+            ("review.code_style_every", "1"),
+            ("review.daily_budget_usd", "0.001"),
+        ],
+    )
+    .await;
+    rig.complete_one().await;
+    let r = rig.next_run().await;
+    assert_eq!(r.outcome, "discarded");
+    assert!(r.summary.contains("asap"), "{}", r.summary);
+    assert!(rig.call(&ListDocs::default()).await.docs.is_empty());
+    // The discarded call was paid for (0.00066); the next run spends past
+    // the daily budget (0.001); the one after is skipped.
+    rig.complete_one().await;
+    assert_eq!(rig.next_run().await.outcome, "ran");
+    rig.complete_one().await;
+    let r = rig.next_run().await;
+    assert_eq!(r.outcome, "skipped");
+    assert!(r.summary.contains("daily budget spent"), "{}", r.summary);
+    assert_eq!(
+        stub.requests().len(),
+        2,
+        "no model call once the budget is spent"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_assessor_halts_on_major_drift_after_the_reviewers() {
+    let stub = OpenAiStub::start(vec![
+        reply(code_style()),
+        reply(
+            serde_json::json!({"verdict": "major_drift", "summary": "building a GUI, the goal is a parser", "evidence": ["t1"]}),
+        ),
+    ]);
+    let mut rig = Rig::start(
+        Some(&stub),
+        &[
+            ("review.code_style_every", "1"),
+            ("review.internaliser_every", "100"),
+            ("review.assessor_every", "1"),
+        ],
+    )
+    .await;
+    rig.complete_one().await;
+    let first = rig.next_run().await;
+    let second = rig.next_run().await;
+    assert_eq!(
+        (first.reviewer.as_str(), second.reviewer.as_str()),
+        ("code_style", "assessor")
+    );
+    assert_eq!(second.verdict.as_deref(), Some("major_drift"));
+    // The assessor read the reviewers' run log.
+    assert!(
+        prompt_of(&stub.requests()[1])
+            .contains("code_style after 1 tasks: 1 convention, 2 directives")
+    );
+    let status = rig.call(&GetStatus {}).await;
+    assert_eq!(status.status, RunStatus::Halted);
+    assert!(
+        status
+            .halt_reason
+            .unwrap()
+            .starts_with("assessor: major drift: building a GUI")
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polish_phase_is_bounded_to_cleanup_directives() {
+    let mut rig = Rig::start(
+        None,
+        &[
+            ("review.code_style_every", "1"),
+            ("review.polish_max_tasks", "2"),
+        ],
+    )
+    .await;
+    // Only cleanup directives left after the planned work.
+    let ids: Vec<String> = rig
+        .call(&ListTasks::default())
+        .await
+        .into_iter()
+        .map(|r| r.task.task_id)
+        .collect();
+    for id in ids.iter().skip(1) {
+        rig.call(&Cancel {
+            task_id: id.clone(),
+        })
+        .await;
+    }
+    let cleanup = (1..=4)
+        .map(|i| {
+            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
+            t.lane = Lane::Cleanup;
+            t.directive = Some(format!("dir-c{i}"));
+            t
+        })
+        .collect();
+    rig.call(&Enqueue { tasks: cleanup }).await;
+    // The operator's cancellations were churn: one review run from urgency (skipped, no model).
+    while tokio::time::timeout(Duration::from_millis(200), rig.runs.next())
+        .await
+        .is_ok()
+    {}
+    assert_eq!(rig.complete_one().await, "t1");
+    assert!(rig.complete_one().await.starts_with("dir-c"));
+    assert!(rig.complete_one().await.starts_with("dir-c"));
+    for _ in 0..100 {
+        if rig.call(&GetStatus {}).await.status == RunStatus::Completed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let st = rig.call(&GetStatus {}).await;
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    assert_eq!(st.counts.get("completed"), Some(&3));
+    let dropped = rig
+        .call(&ListTasks {
+            state: Some(TaskState::Cancelled),
+        })
+        .await
+        .iter()
+        .filter(|r| r.task.lane == Lane::Cleanup)
+        .count();
+    assert_eq!(dropped, 2, "cleanup beyond polish_max_tasks is dropped");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), rig.runs.next())
+            .await
+            .is_err(),
+        "no reviews in the polish phase"
+    );
+    rig.stop().await;
+}
