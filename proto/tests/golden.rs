@@ -135,6 +135,26 @@ fn schemas_match_the_types() {
             "manager_reply",
             schemars::schema_for!(xo_proto::queue::ManagerReply),
         ),
+        (
+            "runner_event",
+            schemars::schema_for!(xo_proto::queue::RunnerEvent),
+        ),
+        (
+            "knowledge_doc",
+            schemars::schema_for!(xo_proto::knowledge::KnowledgeDoc),
+        ),
+        (
+            "knowledge_changed",
+            schemars::schema_for!(xo_proto::knowledge::KnowledgeChanged),
+        ),
+        (
+            "directive",
+            schemars::schema_for!(xo_proto::knowledge::Directive),
+        ),
+        (
+            "review_run",
+            schemars::schema_for!(xo_proto::knowledge::ReviewRun),
+        ),
     ] {
         let mut text = serde_json::to_string_pretty(&schema).unwrap();
         text.push('\n');
