@@ -479,3 +479,72 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
     assert!(r.status.success(), "{}", text(&r.stderr));
     interrupt(up);
 }
+
+#[test]
+fn knowledge_commands_against_xo_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = start_up(dir.path());
+    let seed = dir.path().join("seed");
+    std::fs::create_dir_all(seed.join("conventions")).unwrap();
+    std::fs::create_dir_all(seed.join("design")).unwrap();
+    std::fs::write(
+        seed.join("conventions/naming.md"),
+        "# Naming\n\n_Status: established_\n\n## Rules\n\n1. snake_case files\n",
+    )
+    .unwrap();
+    std::fs::write(
+        seed.join("design/actors.md"),
+        "# Actors\n\n_Status: firm_\n\n## Rules\n\n1. one actor per unit\n",
+    )
+    .unwrap();
+    // A bad file stops the whole seed, naming the file and the line.
+    let o = run(dir.path(), &["knowledge", "seed", "seed"]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("design/actors.md line 3") && err.contains("\"firm\""),
+        "{err}"
+    );
+    let o = run(dir.path(), &["knowledge", "ls", "--json"]);
+    assert!(
+        text(&o.stdout).contains("\"docs\": []"),
+        "nothing was written"
+    );
+    std::fs::write(
+        seed.join("design/actors.md"),
+        "# Actors\n\n_Status: provisional_\n\n## Rules\n\n1. one actor per unit\n",
+    )
+    .unwrap();
+    let o = run(dir.path(), &["knowledge", "seed", "seed"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("seeded conventions/naming (established)"));
+    let ls = text(&run(dir.path(), &["knowledge", "ls"]).stdout);
+    assert!(
+        ls.contains("conventions/naming") && ls.contains("design/actors"),
+        "{ls}"
+    );
+    let show = text(&run(dir.path(), &["knowledge", "show", "conventions/naming"]).stdout);
+    assert!(
+        show.contains("1. snake_case files") && show.contains("operator: created"),
+        "{show}"
+    );
+    let o = run(
+        dir.path(),
+        &[
+            "knowledge",
+            "deprecate",
+            "design/actors",
+            "--reason",
+            "gone",
+        ],
+    );
+    assert!(text(&o.stdout).contains("design/actors is deprecated"));
+    let o = run(dir.path(), &["knowledge", "show", "recipes/x"]);
+    assert!(!o.status.success() && text(&o.stderr).contains("\"recipes\""));
+    // The index is on disk for people and agents to read.
+    let index = std::fs::read_to_string(dir.path().join(".xo/knowledge/_index.md")).unwrap();
+    assert!(index.contains("[Naming](conventions/naming.md): established"));
+    assert!(text(&run(dir.path(), &["review", "log"]).stdout).contains("no review runs yet"));
+    assert!(text(&run(dir.path(), &["directives"]).stdout).starts_with("id"));
+    interrupt(up);
+}
