@@ -300,8 +300,7 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
     let last_prompt: serde_json::Value = serde_json::from_str(
         prompts
             .lines()
-            .filter(|l| l.contains("\"type\":\"PROMPT\""))
-            .last()
+            .rfind(|l| l.contains("\"type\":\"PROMPT\""))
             .unwrap(),
     )
     .unwrap();
