@@ -21,6 +21,7 @@ pub struct NatsServer {
     monitor_port: u16,
     store: tempfile::TempDir,
     config: Option<PathBuf>,
+    env: Vec<(String, String)>,
 }
 
 fn binary() -> String {
@@ -48,6 +49,12 @@ impl NatsServer {
     /// Starts with a config file (accounts, permissions); port and store
     /// still come from the guard.
     pub fn start_with(config: Option<PathBuf>) -> Self {
+        Self::start_with_env(config, &[])
+    }
+
+    /// Starts with a config file and environment for the server process
+    /// (a config names its passwords as `$VARIABLES`).
+    pub fn start_with_env(config: Option<PathBuf>, env: &[(&str, &str)]) -> Self {
         let [port, monitor_port] = free_ports::<2>();
         let mut s = Self {
             child: None,
@@ -55,6 +62,10 @@ impl NatsServer {
             monitor_port,
             store: tempfile::tempdir().expect("temp dir for the nats store"),
             config,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         s.spawn();
         s
@@ -62,6 +73,7 @@ impl NatsServer {
 
     fn spawn(&mut self) {
         let mut cmd = Command::new(binary());
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(c) = &self.config {
             cmd.arg("-c").arg(c);
         }

@@ -23,6 +23,9 @@ pub struct ConnectOptions {
     pub retry_initial: bool,
     pub user: Option<String>,
     pub password: Option<String>,
+    /// Replies arrive under this prefix instead of `_INBOX` (a runner's
+    /// credentials may subscribe to its own inbox only).
+    pub inbox_prefix: Option<String>,
 }
 
 impl Default for ConnectOptions {
@@ -32,6 +35,7 @@ impl Default for ConnectOptions {
             retry_initial: false,
             user: None,
             password: None,
+            inbox_prefix: None,
         }
     }
 }
@@ -47,6 +51,9 @@ impl NatsBus {
         }
         if let (Some(u), Some(p)) = (opts.user, opts.password) {
             o = o.user_and_password(u, p);
+        }
+        if let Some(prefix) = opts.inbox_prefix {
+            o = o.custom_inbox_prefix(prefix);
         }
         let client = o.connect(url).await.map_err(|e| BusError::Connect {
             target: url.to_string(),

@@ -12,6 +12,7 @@ pub fn nats_options(cfg: &XoConfig, name: &str, retry: bool) -> ConnectOptions {
         retry_initial: retry,
         user: (!cfg.nats.user.is_empty()).then(|| cfg.nats.user.clone()),
         password: (!cfg.nats.password.is_empty()).then(|| cfg.nats.password.clone()),
+        inbox_prefix: (!cfg.nats.inbox_prefix.is_empty()).then(|| cfg.nats.inbox_prefix.clone()),
     }
 }
 

@@ -16,6 +16,7 @@ mod bench_queue;
 mod connect;
 mod demo;
 mod knowledge_ops;
+mod nats_config;
 mod ops;
 mod queue_ops;
 mod services;
@@ -112,6 +113,18 @@ enum Cmd {
     },
     /// Print the effective configuration (after file, environment and flags).
     Config,
+    /// Print a nats-server configuration: a user per service and per runner
+    /// unit, each runner confined to its own reports, heartbeats and steering.
+    NatsConfig {
+        /// A runner unit id (repeat for each).
+        #[arg(long = "runner")]
+        runners: Vec<String>,
+        #[arg(long, default_value_t = 4222)]
+        port: u16,
+        /// JetStream store directory (default: nats-server's).
+        #[arg(long, default_value = "")]
+        store_dir: String,
+    },
     /// Initialise the queue (status HALTED).
     Init {
         /// auto or manual.
@@ -468,6 +481,16 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             cmd: RadioCmd::Replay { file },
         } => ops::replay(&cfg, &file),
         Cmd::Bench { what } => bench::run(&cfg, what).await,
+        Cmd::NatsConfig {
+            runners,
+            port,
+            store_dir,
+        } => {
+            let text = nats_config::render(&cfg.org.prefix, &runners, port, &store_dir)
+                .map_err(anyhow::Error::msg)?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Config => {
             println!("{}", serde_json::to_string_pretty(&cfg)?);
             Ok(ExitCode::SUCCESS)

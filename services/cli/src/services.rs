@@ -155,11 +155,16 @@ pub async fn serve_queue(cfg: XoConfig) -> anyhow::Result<ExitCode> {
 /// `xo serve runner --role ROLE`: a specialist on NATS (or, with no NATS
 /// URL, on the socket of a running `xo up`).
 pub async fn serve_runner(
-    cfg: XoConfig,
+    mut cfg: XoConfig,
     role: String,
     unit: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let unit = unit.unwrap_or_else(|| xo_runner::service::default_unit(&role));
+    // With credentials, a runner's replies come to its own inbox (the only
+    // one its NATS user may subscribe to).
+    if !cfg.nats.user.is_empty() && cfg.nats.inbox_prefix.is_empty() {
+        cfg.nats.inbox_prefix = crate::nats_config::runner_inbox(&unit);
+    }
     let mut telemetry =
         xo_runtime::telemetry::init(&cfg.telemetry, "xo-runner").map_err(|e| anyhow::anyhow!(e))?;
     let bus = if cfg.nats.url.is_empty() {

@@ -77,6 +77,9 @@ pub struct NatsConfig {
     pub url: String,
     pub user: String,
     pub password: String,
+    /// Replies arrive under this prefix (default `_INBOX`; a runner with
+    /// credentials uses `_INBOX_<unit>`, see `xo nats-config`).
+    pub inbox_prefix: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,255 @@
+//! NATS security: the configuration `xo nats-config` generates, enforced by
+//! a real nats-server. A runner's credentials can publish only its own
+//! reports and heartbeats and subscribe only to its own steering; with them
+//! the runner still works end to end (queue, steering, replies in its own inbox).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use xo_bus::{Bus, NatsBus, nats::ConnectOptions, typed};
+use xo_proto::Subjects;
+use xo_proto::queue::*;
+use xo_tests::NatsServer;
+
+const PASSWORDS: [(&str, &str); 6] = [
+    ("XO_NATS_PASSWORD_SUPERVISOR", "sup-secret"),
+    ("XO_NATS_PASSWORD_QUEUE", "queue-secret"),
+    ("XO_NATS_PASSWORD_KNOWLEDGE", "know-secret"),
+    ("XO_NATS_PASSWORD_OPERATOR", "op-secret"),
+    ("XO_NATS_PASSWORD_CODER_1", "c1-secret"),
+    ("XO_NATS_PASSWORD_CODER_2", "c2-secret"),
+];
+
+fn secured() -> (NatsServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(["nats-config", "--runner", "coder-1", "--runner", "coder-2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let conf = dir.path().join("nats.conf");
+    std::fs::write(&conf, &out.stdout).unwrap();
+    (NatsServer::start_with_env(Some(conf), &PASSWORDS), dir)
+}
+
+/// A raw NATS protocol session in verbose mode: every command is answered
+/// with `+OK` or `-ERR '…'`, exactly as the server decided.
+struct Raw {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Raw {
+    fn connect(port: u16, user: &str, pass: &str) -> (Self, String) {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut info = String::new();
+        r.read_line(&mut info).unwrap();
+        assert!(info.starts_with("INFO"));
+        let mut raw = Self { w: s, r };
+        let first = raw.send(&format!(
+            "CONNECT {{\"user\":\"{user}\",\"pass\":\"{pass}\",\"verbose\":true,\"pedantic\":false}}\r\n"
+        ));
+        (raw, first)
+    }
+
+    fn send(&mut self, cmd: &str) -> String {
+        self.w.write_all(cmd.as_bytes()).unwrap();
+        let mut line = String::new();
+        self.r.read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    }
+
+    fn publish(&mut self, subject: &str) -> String {
+        self.send(&format!("PUB {subject} 2\r\nhi\r\n"))
+    }
+
+    fn subscribe(&mut self, subject: &str, sid: u32) -> String {
+        self.send(&format!("SUB {subject} {sid}\r\n"))
+    }
+}
+
+#[test]
+fn a_runner_cannot_steer_or_read_another_unit() {
+    let (nats, _dir) = secured();
+    let (_, bad) = Raw::connect(nats.port(), "coder-1", "wrong");
+    assert!(bad.contains("Authorization Violation"), "{bad}");
+    let (mut c1, ok) = Raw::connect(nats.port(), "coder-1", "c1-secret");
+    assert_eq!(ok, "+OK");
+    // Its own reports, heartbeats and steering.
+    assert_eq!(c1.publish("xo.salute.coder-1"), "+OK");
+    assert_eq!(c1.publish("xo.heartbeat.coder-1"), "+OK");
+    assert_eq!(c1.subscribe("xo.steer.coder-1", 1), "+OK");
+    // Nobody else's.
+    for subject in [
+        "xo.steer.coder-2",
+        "xo.salute.coder-2",
+        "xo.ctl.supervisor.steer",
+        "xo.ctl.queue.halt",
+        "xo.ctl.knowledge.put",
+    ] {
+        let r = c1.publish(subject);
+        assert!(
+            r.contains("Permissions Violation for Publish"),
+            "{subject}: {r}"
+        );
+    }
+    for (i, subject) in ["xo.steer.coder-2", "xo.steer.>", "xo.salute.>", "_INBOX.>"]
+        .iter()
+        .enumerate()
+    {
+        let r = c1.subscribe(subject, 10 + i as u32);
+        assert!(
+            r.contains("Permissions Violation for Subscription"),
+            "{subject}: {r}"
+        );
+    }
+    // The operator may do anything.
+    let (mut op, ok) = Raw::connect(nats.port(), "operator", "op-secret");
+    assert_eq!(ok, "+OK");
+    assert_eq!(op.publish("xo.steer.coder-2"), "+OK");
+}
+
+fn serve(
+    nats: &NatsServer,
+    root: &std::path::Path,
+    user: &str,
+    pass: &str,
+    args: &[&str],
+) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(["--nats", &nats.url()])
+        .args(args)
+        .env("XO__NATS__USER", user)
+        .env("XO__NATS__PASSWORD", pass)
+        .env("XO__STATE__DIR", root.join("state"))
+        .env("XO__QUEUE__DATA_DIR", root.join("data"))
+        .env("XO__RUNNER__SANDBOX", root.join("sandbox"))
+        .env("XO__RUNNER__CLAIM_WAIT_MS", "300")
+        .env("XO__RUNNER__MICROCOSM", "false")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_its_credentials_a_runner_still_works_and_is_steered() {
+    let (nats, dir) = secured();
+    let root = dir.path();
+    let mut children = vec![
+        serve(&nats, root, "queue", "queue-secret", &["serve", "queue"]),
+        serve(
+            &nats,
+            root,
+            "supervisor",
+            "sup-secret",
+            &["serve", "supervisor"],
+        ),
+        serve(
+            &nats,
+            root,
+            "coder-1",
+            "c1-secret",
+            &["serve", "runner", "--role", "coder", "--unit", "coder-1"],
+        ),
+    ];
+    let opts = ConnectOptions {
+        name: "operator".into(),
+        user: Some("operator".into()),
+        password: Some("op-secret".into()),
+        ..Default::default()
+    };
+    let bus = Bus::Nats(NatsBus::connect(&nats.url(), opts).await.unwrap());
+    let s = Subjects::default();
+    let call_t = Duration::from_secs(3);
+    let mut ready = false;
+    for _ in 0..400 {
+        if typed::call(&bus, &s, &Init::default(), call_t)
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the queue never answered");
+    typed::call(
+        &bus,
+        &s,
+        &SetGoal {
+            description: "g".into(),
+            project_id: None,
+            completed: true,
+        },
+        call_t,
+    )
+    .await
+    .unwrap();
+    let mut t = Task::new(
+        "loop",
+        "build",
+        "```xo-script\nturn_ms = 20\n[[run]]\nsteps = [{ repeat = 1000, tool = \"build\", args = \"x\", fail = \"compile_error\", until_steered = true }, { reply = '{\"status\": \"ok\", \"message\": \"changed approach\"}' }]\n```",
+        "coder",
+    );
+    // Completes only if the XO's steering reached the runner through its permissions.
+    t.acceptance_criteria = vec!["output contains: [steering received] [SUPERVISOR] Loop".into()];
+    typed::call(&bus, &s, &Enqueue { tasks: vec![t] }, call_t)
+        .await
+        .unwrap();
+    typed::call(&bus, &s, &Start {}, call_t).await.unwrap();
+    let mut done = None;
+    for _ in 0..1000 {
+        if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, call_t).await
+            && st.status != RunStatus::Running
+        {
+            done = Some(st);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let st = done.expect("the goal finished");
+    assert_eq!(st.status, RunStatus::Completed, "{st:?}");
+    assert_eq!(st.counts.get("completed"), Some(&1));
+}
+
+#[test]
+fn the_shipped_config_is_what_the_generator_prints() {
+    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args([
+            "nats-config",
+            "--runner",
+            "runner-1",
+            "--runner",
+            "runner-2",
+            "--runner",
+            "runner-3",
+            "--store-dir",
+            "/data/jetstream",
+        ])
+        .output()
+        .unwrap();
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/nats/nats.conf"
+    ))
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        shipped,
+        "regenerate deploy/nats/nats.conf with the command in docs/security.md"
+    );
+}
