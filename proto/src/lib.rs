@@ -14,6 +14,7 @@
 
 pub mod codec;
 pub mod control;
+pub mod fleet;
 pub mod heartbeat;
 pub mod knowledge;
 pub mod queue;

@@ -90,6 +90,10 @@ impl Subjects {
     pub fn runner_event(&self, unit: &str) -> String {
         format!("{}.event.runner.{unit}", self.prefix)
     }
+    /// `xo.event.fleet.<role>`
+    pub fn fleet_event(&self, role: &str) -> String {
+        format!("{}.event.fleet.{role}", self.prefix)
+    }
     /// `xo.audit.<project>`
     pub fn audit(&self, project: &str) -> String {
         format!("{}.audit.{project}", self.prefix)

@@ -194,6 +194,24 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ReviewCmd,
     },
+    /// Runner containers managed by the XO (`fleet.backend = "docker"`).
+    Fleet {
+        #[command(subcommand)]
+        cmd: FleetCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum FleetCmd {
+    /// Desired runners per role, their containers, failed roles.
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a role's desired runners (clears a failed role).
+    Scale { role: String, replicas: u32 },
+    /// Restart one unit's container.
+    Restart { unit: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -458,6 +476,65 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Knowledge {
             cmd: KnowledgeCmd::Deprecate { id, reason },
         } => knowledge_ops::deprecate(&cfg, id, reason).await,
+        Cmd::Fleet { cmd } => {
+            let bus = connect::client_bus(&cfg).await?;
+            let t = std::time::Duration::from_secs(60);
+            let s = cfg.subjects();
+            let (st, json) = match cmd {
+                FleetCmd::Ls { json } => (
+                    xo_bus::typed::call(&bus, &s, &xo_proto::fleet::FleetLs {}, t).await,
+                    json,
+                ),
+                FleetCmd::Scale { role, replicas } => (
+                    xo_bus::typed::call(
+                        &bus,
+                        &s,
+                        &xo_proto::fleet::FleetScale { role, replicas },
+                        t,
+                    )
+                    .await,
+                    false,
+                ),
+                FleetCmd::Restart { unit } => (
+                    xo_bus::typed::call(&bus, &s, &xo_proto::fleet::FleetRestart { unit }, t).await,
+                    false,
+                ),
+            };
+            let st = st.map_err(|e| match e {
+                xo_bus::typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
+                    "no fleet manager is running: set fleet.backend = \"docker\" for the supervisor"
+                ),
+                other => other.into(),
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&st)?);
+            } else {
+                println!(
+                    "desired: {}",
+                    st.desired
+                        .iter()
+                        .map(|(r, n)| format!("{r}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                if !st.failed.is_empty() {
+                    println!(
+                        "FAILED roles (past their restart intensity): {}",
+                        st.failed.join(", ")
+                    );
+                }
+                for u in &st.units {
+                    println!(
+                        "{:<20} {:<12} {:<8} {}",
+                        u.unit,
+                        u.role,
+                        if u.running { "running" } else { "exited" },
+                        u.container
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Directives { json } => knowledge_ops::directives(&cfg, json).await,
         Cmd::Review {
             cmd: ReviewCmd::Log { json },

@@ -100,7 +100,11 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
         None
     };
     let review = start_review(&cfg, &bus).await?;
+    let fleet = start_fleet(&cfg, &bus).await?;
     let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    for h in fleet {
+        h.abort();
+    }
     if let Some(r) = review {
         r.abort();
     }
@@ -128,7 +132,11 @@ pub async fn serve_supervisor(cfg: XoConfig) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!(e))?;
     let (bus, store) = nats(&cfg, "xo-supervisor").await?;
     let review = start_review(&cfg, &bus).await?;
+    let fleet = start_fleet(&cfg, &bus).await?;
     let res = xo_supervisor::run(cfg, bus, store, shutdown_signal()).await;
+    for h in fleet {
+        h.abort();
+    }
     if let Some(r) = review {
         r.abort();
     }
@@ -219,4 +227,17 @@ pub async fn serve_knowledge(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     k.stop().await;
     telemetry.shutdown();
     Ok(ExitCode::SUCCESS)
+}
+
+/// The fleet manager runs in the XO's process when `fleet.backend = "docker"`.
+async fn start_fleet(
+    cfg: &XoConfig,
+    bus: &Bus,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    if cfg.fleet.backend != xo_runtime::config::FleetBackend::Docker {
+        return Ok(Vec::new());
+    }
+    xo_fleet::service::start(cfg, bus.clone())
+        .await
+        .context("starting the fleet manager (fleet.backend = \"docker\")")
 }

@@ -6,6 +6,7 @@
 
 pub mod docker;
 pub mod plan;
+pub mod service;
 
 use std::collections::{BTreeMap, BTreeSet};
 

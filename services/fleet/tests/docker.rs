@@ -194,3 +194,110 @@ async fn reconcile_creates_restarts_fails_scales_and_removes_orphans() {
     fleet.reconcile(&none, 7_000).await.unwrap();
     assert!(ours(&org).is_empty());
 }
+
+async fn next(events: &mut xo_bus::Subscription, kind: &str) -> xo_proto::fleet::FleetEvent {
+    loop {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(30), events.next())
+            .await
+            .expect("a fleet event")
+            .unwrap();
+        let e: xo_proto::fleet::FleetEvent = xo_bus::typed::decode(&m, 1 << 20).unwrap();
+        if e.kind == kind {
+            return e;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_api_lists_scales_restarts_and_the_loop_heals() {
+    use xo_bus::{Bus, LocalBus, typed};
+    use xo_proto::fleet::*;
+    let image = test_image();
+    let org = format!("s{}", std::process::id());
+    let _cleanup = Cleanup(org.clone());
+    let mut cfg = xo_runtime::XoConfig::default();
+    cfg.org.prefix = org.clone();
+    cfg.fleet.backend = xo_runtime::config::FleetBackend::Docker;
+    cfg.fleet.image = image;
+    cfg.fleet.command = vec!["-p".into(), "-1".into(), "-n".into(), "{unit}".into()];
+    cfg.fleet.runners = BTreeMap::from([("coder".to_string(), 1)]);
+    cfg.fleet.reconcile_ms = 100;
+    let dir = tempfile::tempdir().unwrap();
+    cfg.queue.data_dir = dir.path().display().to_string();
+    let bus = Bus::Local(LocalBus::new());
+    let s = cfg.subjects();
+    let mut events = bus
+        .subscribe(&format!("{org}.event.fleet.>"))
+        .await
+        .unwrap();
+    let tasks = xo_fleet::service::start(&cfg, bus.clone()).await.unwrap();
+    let t = std::time::Duration::from_secs(30);
+    assert_eq!(
+        next(&mut events, "created").await.unit.as_deref(),
+        Some("coder-1")
+    );
+    let st = typed::call(&bus, &s, &FleetLs {}, t).await.unwrap();
+    assert_eq!(st.units.len(), 1);
+    assert!(st.units[0].running);
+    assert_eq!(st.units[0].container, format!("xo-{org}-coder-1"));
+    // Scale up through the API.
+    let st = typed::call(
+        &bus,
+        &s,
+        &FleetScale {
+            role: "coder".into(),
+            replicas: 2,
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.desired.get("coder"), Some(&2));
+    assert_eq!(st.units.len(), 2);
+    // A killed runner is restarted by the loop.
+    docker(&["kill", &format!("xo-{org}-coder-2")]);
+    let e = next(&mut events, "restarted").await;
+    assert_eq!(
+        (e.unit.as_deref(), e.detail.as_str()),
+        (Some("coder-2"), "exited")
+    );
+    // The operator restarts one; an unknown unit is an error naming it.
+    typed::call(
+        &bus,
+        &s,
+        &FleetRestart {
+            unit: "coder-1".into(),
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    let err = typed::call(
+        &bus,
+        &s,
+        &FleetRestart {
+            unit: "coder-7".into(),
+        },
+        t,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("coder-7"), "{err}");
+    let audit = std::fs::read_to_string(dir.path().join("fleet/audit.log.jsonl")).unwrap();
+    assert!(audit.contains("\"kind\":\"created\"") && audit.contains("\"detail\":\"operator\""));
+    typed::call(
+        &bus,
+        &s,
+        &FleetScale {
+            role: "coder".into(),
+            replicas: 0,
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    assert!(ours(&org).is_empty());
+    for h in tasks {
+        h.abort();
+    }
+}

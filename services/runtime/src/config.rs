@@ -29,6 +29,7 @@ pub struct XoConfig {
     pub runner: RunnerConfig,
     pub knowledge: KnowledgeConfig,
     pub review: ReviewConfig,
+    pub fleet: FleetConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
 }
@@ -50,6 +51,7 @@ impl Default for XoConfig {
             runner: RunnerConfig::default(),
             knowledge: KnowledgeConfig::default(),
             review: ReviewConfig::default(),
+            fleet: FleetConfig::default(),
             roles,
         }
     }
@@ -434,6 +436,59 @@ impl Default for ReviewConfig {
     }
 }
 
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FleetBackend {
+    /// No fleet management (Kubernetes keeps the replicas).
+    #[default]
+    None,
+    /// Runner containers on the local Docker engine.
+    Docker,
+}
+
+/// Runner containers managed by the XO through the Docker API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    pub backend: FleetBackend,
+    /// The runner image.
+    pub image: String,
+    /// Desired runners per role.
+    pub runners: BTreeMap<String, u32>,
+    /// Container arguments; `{role}` and `{unit}` are replaced.
+    pub command: Vec<String>,
+    /// `KEY=value` for every runner container.
+    pub env: Vec<String>,
+    /// Binds and volume mounts (`shared:/data`).
+    pub binds: Vec<String>,
+    /// A Docker network to attach runners to (compose's, for example).
+    pub network: String,
+    /// Restarts of one unit allowed within `restart_window_ms` before its role is failed.
+    pub max_restarts: u32,
+    pub restart_window_ms: u64,
+    /// How often the fleet is reconciled.
+    pub reconcile_ms: u64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        Self {
+            backend: FleetBackend::None,
+            image: "xo:latest".into(),
+            runners: BTreeMap::new(),
+            command: ["serve", "runner", "--role", "{role}", "--unit", "{unit}"]
+                .map(String::from)
+                .to_vec(),
+            env: Vec::new(),
+            binds: Vec::new(),
+            network: String::new(),
+            max_restarts: 5,
+            restart_window_ms: 60_000,
+            reconcile_ms: 2_000,
+        }
+    }
+}
+
 impl XoConfig {
     /// Where the knowledge folder lives.
     pub fn knowledge_dir(&self) -> PathBuf {
@@ -537,6 +592,9 @@ impl XoConfig {
             ("queue.tick_ms", self.queue.tick_ms),
             ("runner.heartbeat_ms", self.runner.heartbeat_ms),
             ("knowledge.poll_ms", self.knowledge.poll_ms),
+            ("fleet.reconcile_ms", self.fleet.reconcile_ms),
+            ("fleet.restart_window_ms", self.fleet.restart_window_ms),
+            ("fleet.max_restarts", u64::from(self.fleet.max_restarts)),
             (
                 "knowledge.establish_after",
                 u64::from(self.knowledge.establish_after),
