@@ -46,6 +46,10 @@ pub fn unit_name(role: &str, n: u32) -> String {
 pub struct Planner {
     max_restarts: usize,
     window_ms: u64,
+    /// A unit restarted this recently is not restarted again for being
+    /// stale: it needs time to report (the supervisor's `stale_after`).
+    stale_grace_ms: u64,
+    last_restart: HashMap<String, u64>,
     restarts: HashMap<String, VecDeque<u64>>,
     failed: BTreeSet<String>,
 }
@@ -55,9 +59,17 @@ impl Planner {
         Self {
             max_restarts,
             window_ms,
+            stale_grace_ms: 0,
+            last_restart: HashMap::new(),
             restarts: HashMap::new(),
             failed: BTreeSet::new(),
         }
+    }
+
+    /// Sets the grace after a restart before staleness counts again.
+    pub fn with_stale_grace(mut self, ms: u64) -> Self {
+        self.stale_grace_ms = ms;
+        self
     }
 
     pub fn failed_roles(&self) -> &BTreeSet<String> {
@@ -120,15 +132,20 @@ impl Planner {
             if self.failed.contains(&o.role) {
                 continue;
             }
+            let recently = self
+                .last_restart
+                .get(&o.unit)
+                .is_some_and(|t| now.saturating_sub(*t) < self.stale_grace_ms);
             let why = if !o.running {
                 Some("exited")
-            } else if stale.contains(&o.unit) {
+            } else if stale.contains(&o.unit) && !recently {
                 Some("stale")
             } else {
                 None
             };
             if let Some(why) = why {
                 if self.allow_restart(&o.role, &o.unit, now) {
+                    self.last_restart.insert(o.unit.clone(), now);
                     actions.push(Action::Restart {
                         unit: o.unit.clone(),
                         id: o.id.clone(),
@@ -240,6 +257,21 @@ mod tests {
                 .is_empty()
         );
         assert!(p.failed_roles().contains("coder"));
+        // Stale again right after a stale restart: it gets a grace to report.
+        let mut g = Planner::new(5, 60_000).with_stale_grace(3_000);
+        let stale1: BTreeSet<String> = ["coder-1".to_string()].into();
+        assert_eq!(
+            g.plan(&d, &[obs("coder-1", true)], &stale1, 10_000).len(),
+            1
+        );
+        assert!(
+            g.plan(&d, &[obs("coder-1", true)], &stale1, 11_000)
+                .is_empty()
+        );
+        assert_eq!(
+            g.plan(&d, &[obs("coder-1", true)], &stale1, 13_500).len(),
+            1
+        );
         // Outside the window, after an operator reset, it restarts again.
         p.reset_role("coder");
         let a = p.plan(&d, &[obs("coder-1", false)], &BTreeSet::new(), 30_000);
