@@ -1,0 +1,145 @@
+//! `docker-compose up` from the local images: every service healthy, a goal
+//! worked by two runner containers, `down -v` leaves nothing behind.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use xo_bus::{Bus, NatsBus, typed};
+use xo_proto::Subjects;
+use xo_proto::queue::*;
+
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().expect("runs");
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+struct Down {
+    root: std::path::PathBuf,
+    project: String,
+    port: String,
+}
+
+impl Down {
+    fn compose(&self) -> Command {
+        let mut c = Command::new("docker-compose");
+        c.current_dir(&self.root)
+            .args(["-p", &self.project, "-f", "compose.yaml"])
+            .env("XO_NATS_PORT", &self.port);
+        c
+    }
+}
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = self
+            .compose()
+            .args(["down", "-v", "--remove-orphans"])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    run(Command::new(root.join("deploy/docker/build"))
+        .args(["--binary", env!("CARGO_BIN_EXE_xo")])
+        .current_dir(&root));
+    let project = format!("xoc{}", std::process::id());
+    let port = xo_tests::free_port().to_string();
+    let down = Down {
+        root: root.clone(),
+        project: project.clone(),
+        port: port.clone(),
+    };
+    run(down.compose().args(["up", "-d", "--scale", "runner=2"]));
+    let mut healthy = false;
+    for _ in 0..300 {
+        let ps = run(down.compose().args(["ps"]));
+        if ps.matches("(healthy)").count() >= 4 && ps.matches(" Up").count() >= 6 {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(healthy, "{}", run(down.compose().args(["ps"])));
+    let bus = Bus::Nats(
+        NatsBus::connect(&format!("nats://127.0.0.1:{port}"), Default::default())
+            .await
+            .unwrap(),
+    );
+    let s = Subjects::default();
+    let t = Duration::from_secs(10);
+    typed::call(&bus, &s, &Init::default(), t).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &SetGoal {
+            description: "compose".into(),
+            project_id: None,
+            completed: true,
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    let tasks: Vec<Task> = (1..=4)
+        .map(|i| {
+            let mut task = Task::new(
+                format!("c{i}"),
+                "write",
+                format!("```xo-script\nturn_ms = 0\n[[run]]\nsteps = [{{ write = \"c{i}.txt\", content = \"c\" }}, {{ reply = '{{\"status\": \"ok\", \"message\": \"done\"}}' }}]\n```"),
+                "coder",
+            );
+            task.acceptance_criteria = vec![format!("file exists: c{i}.txt")];
+            task
+        })
+        .collect();
+    typed::call(&bus, &s, &Enqueue { tasks }, t).await.unwrap();
+    typed::call(&bus, &s, &Start {}, t).await.unwrap();
+    let mut done = None;
+    for _ in 0..600 {
+        if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, t).await
+            && st.status == RunStatus::Completed
+        {
+            done = Some(st);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let st = done.expect("the goal completes");
+    assert_eq!(st.counts.get("completed"), Some(&4));
+    // Two runners shared the work through the shared volume.
+    let units = run(Command::new(env!("CARGO_BIN_EXE_xo")).args([
+        "--nats",
+        &format!("nats://127.0.0.1:{port}"),
+        "units",
+        "--json",
+    ]));
+    assert!(
+        units.matches("\"role\": \"coder\"").count() >= 2
+            || units.matches("\"role\":\"coder\"").count() >= 2,
+        "{units}"
+    );
+    drop(bus);
+    drop(down);
+    let label = format!("label=com.docker.compose.project={project}");
+    assert!(
+        run(Command::new("docker").args(["ps", "-aq", "--filter", &label]))
+            .trim()
+            .is_empty()
+    );
+    assert!(
+        !run(Command::new("docker").args(["network", "ls", "--format", "{{.Name}}"]))
+            .contains(&project)
+    );
+    assert!(
+        !run(Command::new("docker").args(["volume", "ls", "--format", "{{.Name}}"]))
+            .contains(&project)
+    );
+}
