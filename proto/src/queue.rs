@@ -282,6 +282,31 @@ pub struct TaskRecord {
     pub updated_at: u64,
 }
 
+impl TaskRecord {
+    /// A record of `task` as a runner holds it: running, this attempt, no
+    /// lease details (for work outside the queue: reviews, tests).
+    pub fn running(task: Task, attempt: u32) -> Self {
+        Self {
+            task,
+            state: TaskState::Running,
+            attempt,
+            retries: 0,
+            seq: 0,
+            lease: None,
+            mark: None,
+            priority: false,
+            report: None,
+            reason: None,
+            question: None,
+            answer: None,
+            born_completed: 0,
+            completed_token: None,
+            reconciles: None,
+            updated_at: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum RunStatus {

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use xo_proto::queue::{Task, TaskRecord, TaskState};
+use xo_proto::queue::{Task, TaskRecord};
 use xo_runner::driver::{Driver, OpenAiDriver, Turns};
 use xo_runner::sandbox::Sandbox;
 use xo_runner::{Job, Outcome, Pipeline};
@@ -59,24 +59,7 @@ fn driver(stub: &OpenAiStub, attempts: u32) -> Driver {
 
 fn job(task: Task) -> Job {
     Job {
-        record: TaskRecord {
-            task,
-            state: TaskState::Running,
-            attempt: 1,
-            retries: 0,
-            seq: 1,
-            lease: None,
-            mark: None,
-            priority: false,
-            report: None,
-            reason: None,
-            question: None,
-            answer: None,
-            born_completed: 0,
-            completed_token: None,
-            reconciles: None,
-            updated_at: 0,
-        },
+        record: TaskRecord::running(task, 1),
         goal: None,
         manual: false,
         knowledge: String::new(),

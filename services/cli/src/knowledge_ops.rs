@@ -84,28 +84,12 @@ pub async fn show(cfg: &XoConfig, id: String, json: bool) -> anyhow::Result<Exit
 /// is checked before anything is written.
 pub async fn seed(cfg: &XoConfig, dir: &Path) -> anyhow::Result<ExitCode> {
     let mut docs = Vec::new();
-    for c in Category::ALL {
-        let src = dir.join(c.as_str());
-        let Ok(rd) = std::fs::read_dir(&src) else {
-            continue;
-        };
-        let mut files: Vec<_> = rd.flatten().map(|e| e.path()).collect();
-        files.sort();
-        for p in files
-            .into_iter()
-            .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("md"))
-        {
-            let name = p
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("")
-                .to_string();
-            let text =
-                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-            let d = xo_knowledge::doc::parse(&text, c, &name, &p.display().to_string())?;
-            xo_knowledge::doc::check(&d).map_err(anyhow::Error::msg)?;
-            docs.push(d);
-        }
+    for (c, name, p) in xo_knowledge::store::md_files(dir) {
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        let d = xo_knowledge::doc::parse(&text, c, &name, &p.display().to_string())?;
+        xo_knowledge::doc::check(&d).map_err(anyhow::Error::msg)?;
+        docs.push(d);
     }
     if docs.is_empty() {
         bail!(

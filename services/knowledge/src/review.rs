@@ -801,24 +801,7 @@ impl Reviews {
         task.project = Some(self.cfg.review.project.clone());
         task.expected_json_schema = Some(flat_schema(r));
         let job = Job {
-            record: TaskRecord {
-                task,
-                state: TaskState::Running,
-                attempt: 1,
-                retries: 0,
-                seq: 0,
-                lease: None,
-                mark: None,
-                priority: false,
-                report: None,
-                reason: None,
-                question: None,
-                answer: None,
-                born_completed: 0,
-                completed_token: None,
-                reconciles: None,
-                updated_at: 0,
-            },
+            record: TaskRecord::running(task, 1),
             goal: Some(status.goal.description.clone()),
             manual: false,
             knowledge: knowledge.section,

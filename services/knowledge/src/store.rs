@@ -61,6 +61,31 @@ pub fn parse_id(id: &str) -> Result<(Category, String), StoreError> {
     Ok((c, n.to_string()))
 }
 
+/// The `.md` files of `<dir>/<category>/`, sorted: (category, file stem, path).
+pub fn md_files(dir: &Path) -> Vec<(Category, String, PathBuf)> {
+    let mut out = Vec::new();
+    for c in Category::ALL {
+        let Ok(rd) = std::fs::read_dir(dir.join(c.as_str())) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("md"))
+            .collect();
+        files.sort();
+        for p in files {
+            let name = p
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("")
+                .to_string();
+            out.push((c, name, p));
+        }
+    }
+    out
+}
+
 fn now_rfc3339() -> String {
     xo_runner::logs::rfc3339(xo_proto::now_ms())
 }
@@ -92,34 +117,18 @@ impl KnowledgeStore {
     pub fn load_all(&self) -> (Vec<KnowledgeDoc>, Vec<InvalidDoc>) {
         let mut docs = Vec::new();
         let mut invalid = Vec::new();
-        for c in Category::ALL {
-            let dir = self.root.join(c.as_str());
-            let Ok(rd) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-            entries.sort();
-            for p in entries {
-                if p.extension().and_then(|e| e.to_str()) != Some("md") {
-                    continue;
-                }
-                let name = p
-                    .file_stem()
-                    .and_then(|s| s.to_str())
-                    .unwrap_or("")
-                    .to_string();
-                let shown = format!("{}/{}.md", c.as_str(), name);
-                let res = std::fs::read_to_string(&p)
-                    .map_err(|e| e.to_string())
-                    .and_then(|t| doc::parse(&t, c, &name, &shown).map_err(|e| e.to_string()))
-                    .and_then(|d| {
-                        xo_proto::validate_token("document name", &name)?;
-                        Ok(d)
-                    });
-                match res {
-                    Ok(d) => docs.push(d),
-                    Err(error) => invalid.push(InvalidDoc { path: shown, error }),
-                }
+        for (c, name, p) in md_files(&self.root) {
+            let shown = format!("{}/{}.md", c.as_str(), name);
+            let res = std::fs::read_to_string(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|t| doc::parse(&t, c, &name, &shown).map_err(|e| e.to_string()))
+                .and_then(|d| {
+                    xo_proto::validate_token("document name", &name)?;
+                    Ok(d)
+                });
+            match res {
+                Ok(d) => docs.push(d),
+                Err(error) => invalid.push(InvalidDoc { path: shown, error }),
             }
         }
         (docs, invalid)
@@ -382,56 +391,18 @@ impl KnowledgeStore {
     /// A fingerprint of every document file (for noticing edits by hand).
     pub fn fingerprint(&self) -> BTreeMap<String, (u64, u128)> {
         let mut m = BTreeMap::new();
-        for c in Category::ALL {
-            let Ok(rd) = std::fs::read_dir(self.root.join(c.as_str())) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.extension().and_then(|x| x.to_str()) != Some("md") {
-                    continue;
-                }
-                if let Ok(md) = e.metadata() {
-                    let mtime = md
-                        .modified()
-                        .ok()
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map(|d| d.as_nanos())
-                        .unwrap_or(0);
-                    let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-                    m.insert(format!("{}/{stem}", c.as_str()), (md.len(), mtime));
-                }
+        for (c, name, p) in md_files(&self.root) {
+            if let Ok(md) = p.metadata() {
+                let mtime = md
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                m.insert(format!("{}/{name}", c.as_str()), (md.len(), mtime));
             }
         }
         m
-    }
-
-    /// Copies a folder of user documents in (seeding), as the operator.
-    pub fn seed(&self, dir: &Path) -> Result<Vec<String>, StoreError> {
-        let mut done = Vec::new();
-        for c in Category::ALL {
-            let src = dir.join(c.as_str());
-            let Ok(rd) = std::fs::read_dir(&src) else {
-                continue;
-            };
-            let mut files: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-            files.sort();
-            for p in files {
-                if p.extension().and_then(|e| e.to_str()) != Some("md") {
-                    continue;
-                }
-                let name = p
-                    .file_stem()
-                    .and_then(|s| s.to_str())
-                    .unwrap_or("")
-                    .to_string();
-                let text = std::fs::read_to_string(&p).map_err(|e| io(&p, e))?;
-                let d = doc::parse(&text, c, &name, &p.display().to_string())?;
-                let d = self.put(d, Author::Operator, None)?;
-                done.push(d.id());
-            }
-        }
-        Ok(done)
     }
 }
 

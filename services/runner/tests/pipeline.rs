@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use xo_proto::queue::{ReplayMark, Task, TaskRecord, TaskState};
+use xo_proto::queue::{ReplayMark, Task, TaskRecord};
 use xo_runner::driver::{CommandDriver, Driver, ScriptDriver, Turns};
 use xo_runner::sandbox::Sandbox;
 use xo_runner::{Job, Outcome, Pipeline};
@@ -46,24 +46,7 @@ fn task(id: &str, script: &str) -> Task {
 
 fn job(task: Task) -> Job {
     Job {
-        record: TaskRecord {
-            task,
-            state: TaskState::Running,
-            attempt: 1,
-            retries: 0,
-            seq: 1,
-            lease: None,
-            mark: None,
-            priority: false,
-            report: None,
-            reason: None,
-            question: None,
-            answer: None,
-            born_completed: 0,
-            completed_token: None,
-            reconciles: None,
-            updated_at: 0,
-        },
+        record: TaskRecord::running(task, 1),
         goal: Some("the goal".into()),
         manual: false,
         knowledge: String::new(),
