@@ -41,6 +41,8 @@ struct Env {
 impl Drop for Env {
     fn drop(&mut self) {
         let n = &self.name;
+        // The supervisor first: its fleet manager would recreate runners.
+        docker_ok(&["rm", "-f", &format!("{n}-supervisor")]);
         let ids = Command::new("docker")
             .args(["ps", "-aq", "--filter", &format!("label=xo.org={n}")])
             .output()
