@@ -548,3 +548,28 @@ fn knowledge_commands_against_xo_up() {
     assert!(text(&run(dir.path(), &["directives"]).stdout).starts_with("id"));
     interrupt(up);
 }
+
+#[test]
+fn fleet_and_nats_config_commands_say_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = start_up(dir.path());
+    // `xo up` without fleet.backend = "docker" runs no fleet manager.
+    let o = run(dir.path(), &["fleet", "ls"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("fleet.backend = \"docker\""),
+        "{}",
+        text(&o.stderr)
+    );
+    interrupt(up);
+    let o = run(dir.path(), &["nats-config", "--runner", "queue"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("clashes with a service user"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(dir.path(), &["nats-config", "--runner", "bad unit"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("bad unit"), "{}", text(&o.stderr));
+}
