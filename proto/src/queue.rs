@@ -137,6 +137,18 @@ pub enum Lane {
     Cleanup,
 }
 
+impl Lane {
+    /// The wire name (`critical`, `functional`, `planned`, `cleanup`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Critical => "critical",
+            Self::Functional => "functional",
+            Self::Planned => "planned",
+            Self::Cleanup => "cleanup",
+        }
+    }
+}
+
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]
@@ -588,5 +600,22 @@ impl crate::Message for RunnerEvent {
     const NAME: &'static str = "RunnerEvent";
     fn version(&self) -> u16 {
         self.v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_names_are_the_wire_names() {
+        for l in [
+            Lane::Critical,
+            Lane::Functional,
+            Lane::Planned,
+            Lane::Cleanup,
+        ] {
+            assert_eq!(serde_json::to_value(l).unwrap(), l.as_str());
+        }
     }
 }

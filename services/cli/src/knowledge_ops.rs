@@ -155,7 +155,7 @@ pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> 
         println!(
             "{:<28} {:<11} {:<18} {}",
             t.task.task_id,
-            serde_json::to_value(t.task.lane)?.as_str().unwrap_or("?"),
+            t.task.lane.as_str(),
             state,
             t.task.intent
         );

@@ -212,7 +212,6 @@ pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow:
         "TASK", "ROLE", "STATE", "LANE", "ATTEMPT", "RETRIES"
     );
     for t in &list {
-        let lane = serde_json::json!(t.task.lane);
         let note = t
             .reason
             .as_ref()
@@ -224,7 +223,7 @@ pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow:
             t.task.task_id,
             t.task.role,
             t.state.as_str(),
-            lane.as_str().unwrap_or("?"),
+            t.task.lane.as_str(),
             t.attempt,
             t.retries,
             t.task.intent

@@ -301,17 +301,8 @@ async fn active_directives(bus: &Bus, subjects: &Subjects) -> Vec<String> {
     active.sort_by_key(|r| (r.task.lane, r.seq));
     active
         .iter()
-        .map(|r| format!("[{}] {}", lane_name(r.task.lane), r.task.intent))
+        .map(|r| format!("[{}] {}", r.task.lane.as_str(), r.task.intent))
         .collect()
-}
-
-fn lane_name(l: q::Lane) -> &'static str {
-    match l {
-        q::Lane::Critical => "critical",
-        q::Lane::Functional => "functional",
-        q::Lane::Planned => "planned",
-        q::Lane::Cleanup => "cleanup",
-    }
 }
 
 /// Sends the outcome to the queue, retrying while the queue is unreachable.
