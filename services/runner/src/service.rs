@@ -305,6 +305,25 @@ async fn active_directives(bus: &Bus, subjects: &Subjects) -> Vec<String> {
         .collect()
 }
 
+/// Blocks the task, or (with a question) leaves it awaiting the operator.
+async fn block(
+    bus: &Bus,
+    subjects: &Subjects,
+    id: &str,
+    token: &str,
+    reason: String,
+    question: Option<String>,
+    timeout: Duration,
+) -> Result<(), CallError> {
+    let req = q::Block {
+        task_id: id.into(),
+        token: token.into(),
+        reason,
+        question,
+    };
+    typed::call(bus, subjects, &req, timeout).await.map(|_| ())
+}
+
 /// Sends the outcome to the queue, retrying while the queue is unreachable.
 async fn report(bus: &Bus, subjects: &Subjects, id: &str, token: &str, outcome: Outcome) {
     let timeout = Duration::from_secs(10);
@@ -328,35 +347,20 @@ async fn report(bus: &Bus, subjects: &Subjects, id: &str, token: &str, outcome: 
             }
             Outcome::Blocked(reason) | Outcome::Violation(reason) => {
                 warn!(reason = %reason, "task blocked");
-                typed::call(
-                    bus,
-                    subjects,
-                    &q::Block {
-                        task_id: id.into(),
-                        token: token.into(),
-                        reason: reason.clone(),
-                        question: None,
-                    },
-                    timeout,
-                )
-                .await
-                .map(|_| ())
+                block(bus, subjects, id, token, reason.clone(), None, timeout).await
             }
-            Outcome::Question(question) => {
-                info!(question = %question, "task awaits the operator's answer");
-                typed::call(
+            Outcome::Question(q) => {
+                info!(question = %q, "task awaits the operator's answer");
+                block(
                     bus,
                     subjects,
-                    &q::Block {
-                        task_id: id.into(),
-                        token: token.into(),
-                        reason: "ASKED_QUESTION".into(),
-                        question: Some(question.clone()),
-                    },
+                    id,
+                    token,
+                    "ASKED_QUESTION".into(),
+                    Some(q.clone()),
                     timeout,
                 )
                 .await
-                .map(|_| ())
             }
             Outcome::Cancelled => {
                 info!("task stopped; the queue replays it when the lease lapses");
