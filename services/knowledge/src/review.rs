@@ -317,6 +317,21 @@ fn slug(text: &str) -> String {
     if s.is_empty() { "item".into() } else { s }
 }
 
+/// The findings of a reviewer that writes documents into its own folder.
+fn documents_and_directives(
+    c: Category,
+    documents: Vec<DocOut>,
+    directives: Vec<DirectiveOut>,
+    summary: String,
+) -> Findings {
+    Findings {
+        documents: documents.into_iter().map(|d| (c, d)).collect(),
+        directives,
+        verdict: None,
+        summary,
+    }
+}
+
 /// Validates a reviewer's `output` against its schema; any error discards
 /// the whole reply.
 pub fn parse_findings(r: Reviewer, output: &serde_json::Value) -> Result<Findings, String> {
@@ -335,30 +350,12 @@ pub fn parse_findings(r: Reviewer, output: &serde_json::Value) -> Result<Finding
         Reviewer::CodeStyle => {
             let o: CodeStyleOut = serde_json::from_value(output.clone()).map_err(de)?;
             check_dirs(&o.directives)?;
-            Findings {
-                documents: o
-                    .documents
-                    .into_iter()
-                    .map(|d| (Category::Conventions, d))
-                    .collect(),
-                directives: o.directives,
-                verdict: None,
-                summary: o.summary,
-            }
+            documents_and_directives(Category::Conventions, o.documents, o.directives, o.summary)
         }
         Reviewer::Design => {
             let o: DesignOut = serde_json::from_value(output.clone()).map_err(de)?;
             check_dirs(&o.directives)?;
-            Findings {
-                documents: o
-                    .documents
-                    .into_iter()
-                    .map(|d| (Category::Design, d))
-                    .collect(),
-                directives: o.directives,
-                verdict: None,
-                summary: o.summary,
-            }
+            documents_and_directives(Category::Design, o.documents, o.directives, o.summary)
         }
         Reviewer::Internaliser => {
             let o: InternaliserOut = serde_json::from_value(output.clone()).map_err(de)?;
@@ -1206,6 +1203,14 @@ mod tests {
         );
         let bad_prio = serde_json::json!({"design_updates": [], "documents": [], "directives": [{"type": "functional", "description": "x", "priority": "asap"}], "summary": ""});
         assert!(parse_findings(Reviewer::Design, &bad_prio).is_err());
+        let design = serde_json::json!({"design_updates": ["store"], "documents": [{"name": "store", "title": "Store", "rules": ["one actor owns state"], "milestone": "m1"}],
+            "directives": [{"type": "functional", "description": "move state into one actor", "priority": "normal"}], "summary": "1 update"});
+        let f = parse_findings(Reviewer::Design, &design).unwrap();
+        assert_eq!(
+            (f.documents[0].0, f.documents[0].1.milestone.as_deref()),
+            (Category::Design, Some("m1"))
+        );
+        assert_eq!(f.directives[0].kind, DirectiveType::Functional);
         let items = serde_json::json!({"knowledge_items": [{"category": "lesson", "content": "JetStream KV needs nats-server 2.10", "source_task": "t3", "confidence": "high", "needs_user_review": false}], "summary": "s"});
         let f = parse_findings(Reviewer::Internaliser, &items).unwrap();
         assert_eq!(f.documents[0].0, Category::Lessons);
