@@ -22,6 +22,11 @@ pub trait Message: Serialize + DeserializeOwned {
     fn validate(&self) -> Result<(), String> {
         Ok(())
     }
+    /// A faster MessagePack reader for the common shape of this message, or
+    /// `None` to decode with serde (which names any error).
+    fn read_msgpack(_payload: &[u8]) -> Option<Self> {
+        None
+    }
 }
 
 impl Message for crate::SaluteReport {
@@ -31,6 +36,9 @@ impl Message for crate::SaluteReport {
     }
     fn validate(&self) -> Result<(), String> {
         crate::SaluteReport::validate(self)
+    }
+    fn read_msgpack(payload: &[u8]) -> Option<Self> {
+        crate::salute_reader::read(payload)
     }
 }
 
@@ -173,7 +181,11 @@ pub fn decode<T: Message>(
     // One pass in the common case; the version probe runs only when the
     // payload does not decode, so that a message of another major version
     // is named as such rather than as undecodable.
-    let msg: T = match decode_raw(ty, payload, format) {
+    let fast = match format {
+        Format::Msgpack => T::read_msgpack(payload),
+        Format::Json => None,
+    };
+    let msg: T = match fast.map_or_else(|| decode_raw(ty, payload, format), Ok) {
         Ok(m) => m,
         Err(e) => {
             if let Ok(VersionProbe { v: Some(found) }) =

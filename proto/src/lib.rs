@@ -19,6 +19,7 @@ pub mod heartbeat;
 pub mod knowledge;
 pub mod queue;
 pub mod salute;
+mod salute_reader;
 pub mod steering;
 pub mod subject;
 
