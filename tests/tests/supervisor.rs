@@ -339,10 +339,27 @@ async fn watcher_restart_and_intensity_limit() {
 /// Bad input is counted, logged, dead-lettered, and other units keep being served.
 #[tokio::test]
 async fn bad_input_goes_to_the_dead_letter_subject() {
+    bad_input_is_dead_lettered(false).await;
+}
+
+/// A watched unit's reports are decoded by its watcher: bad input there is
+/// dead-lettered the same way, and the unit keeps being served.
+#[tokio::test]
+async fn bad_input_for_a_watched_unit_is_dead_lettered_by_its_watcher() {
+    bad_input_is_dead_lettered(true).await;
+}
+
+async fn bad_input_is_dead_lettered(watched: bool) {
     let sb = Sandbox::start(&[("wire.max_payload", "4096")]).await;
     let mut dlq = sb.client.subscribe(&sb.subjects.dlq_all()).await.unwrap();
     let mut sub = sb.steering("good").await;
+    let mut bad_sub = sb.steering("bad").await;
     sb.client.flush().await.unwrap();
+    if watched {
+        let mut r = report("bad", 1);
+        r.size.context_fill = 0.95;
+        assert_eq!(sb.exchange(&mut bad_sub, &r).await.len(), 1);
+    }
     let subject = sb.subjects.salute("bad");
     let mut json = Headers::new();
     json.insert("Content-Type", "application/json");
@@ -397,11 +414,25 @@ async fn bad_input_goes_to_the_dead_letter_subject() {
         1,
         "other units still served"
     );
+    if watched {
+        let mut r = report("bad", 2);
+        r.unit.pace = xo_proto::Pace::Emergency;
+        assert_eq!(
+            sb.exchange(&mut bad_sub, &r).await.len(),
+            1,
+            "the unit is still served after its bad reports"
+        );
+    }
     let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
         .await
         .unwrap();
     assert_eq!(stats.dead_letters, 5);
-    assert_eq!(stats.units, 1, "no unit was created from bad input");
+    if watched {
+        assert_eq!(stats.units, 2);
+        assert_eq!(stats.evaluated, 3, "bad reports are never evaluated");
+    } else {
+        assert_eq!(stats.units, 1, "no unit was created from bad input");
+    }
 }
 
 /// Microcosm and macrocosm give the same steering for the same reports.
@@ -553,19 +584,4 @@ async fn control_api_and_operator_steering() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
-}
-
-/// With `supervisor.decode_workers = 1` every report goes through one decode
-/// worker: decisions are the same as with one per core.
-#[tokio::test]
-async fn one_decode_worker_keeps_the_same_decisions() {
-    let sb = Sandbox::start(&[("supervisor.decode_workers", "1")]).await;
-    let mut sub = sb.steering("u1").await;
-    let mut steered = Vec::new();
-    for turn in 1..=8u64 {
-        let mut r = report("u1", turn);
-        r.activity.turns_since_progress = turn as u32;
-        steered.extend(sb.exchange(&mut sub, &r).await.into_iter().map(|s| s.turn));
-    }
-    assert_eq!(steered, [6], "stall above 5, then held by the cooldown");
 }

@@ -23,45 +23,48 @@ async fn report_and_its_steering_share_one_trace() {
 
     let sb = Sandbox::start(&[]).await;
     let mut sub = sb.steering("u1").await;
-    let agent = tracing::info_span!("agent.turn");
-    let (trace_id, agent_span_id) = async {
-        let mut r = report("u1", 1);
-        r.size.context_fill = 0.95;
-        sb.send(&r).await;
-        let cx = tracing::Span::current().context();
-        let sc = cx.span().span_context().clone();
-        (sc.trace_id(), sc.span_id())
-    }
-    .instrument(agent)
-    .await;
-    assert_ne!(trace_id, opentelemetry::trace::TraceId::INVALID);
-    sb.wait_seq("u1", 1).await;
-    let m = sub.try_next().expect("steering arrived");
-    let tp = m
-        .headers
-        .get("traceparent")
-        .expect("steering carries traceparent");
-    let parts: Vec<&str> = tp.split('-').collect();
-    assert_eq!(
-        parts[1],
-        trace_id.to_string(),
-        "steering is in the report's trace"
-    );
+    // The first report reaches its watcher through the root (which spawns
+    // it), the second directly: both paths keep the trace.
+    for turn in 1..=2u64 {
+        let agent = tracing::info_span!("agent.turn");
+        let (trace_id, agent_span_id) = async {
+            let mut r = report("u1", turn);
+            r.unit.pace = xo_proto::Pace::Emergency;
+            sb.send(&r).await;
+            let cx = tracing::Span::current().context();
+            let sc = cx.span().span_context().clone();
+            (sc.trace_id(), sc.span_id())
+        }
+        .instrument(agent)
+        .await;
+        assert_ne!(trace_id, opentelemetry::trace::TraceId::INVALID);
+        sb.wait_seq("u1", turn).await;
+        let m = sub.try_next().expect("steering arrived");
+        let tp = m
+            .headers
+            .get("traceparent")
+            .expect("steering carries traceparent");
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!(
+            parts[1],
+            trace_id.to_string(),
+            "turn {turn}: steering is in the report's trace"
+        );
 
-    let _ = provider.force_flush();
-    let spans = exporter.get_finished_spans().unwrap();
-    let check = spans
-        .iter()
-        .find(|s| s.name == "radio.check")
-        .expect("radio.check span exported");
-    assert_eq!(check.span_context.trace_id(), trace_id);
-    assert_eq!(
-        check.parent_span_id, agent_span_id,
-        "radio.check is a child of the agent's span"
-    );
-    assert_eq!(
-        parts[2],
-        check.span_context.span_id().to_string(),
-        "steering sent from radio.check"
-    );
+        let _ = provider.force_flush();
+        let spans = exporter.get_finished_spans().unwrap();
+        let check = spans
+            .iter()
+            .find(|s| s.name == "radio.check" && s.span_context.trace_id() == trace_id)
+            .expect("radio.check span exported in the report's trace");
+        assert_eq!(
+            check.parent_span_id, agent_span_id,
+            "turn {turn}: radio.check is a child of the agent's span"
+        );
+        assert_eq!(
+            parts[2],
+            check.span_context.span_id().to_string(),
+            "turn {turn}: steering sent from radio.check"
+        );
+    }
 }

@@ -188,14 +188,17 @@ pub(crate) fn from_nats(m: async_nats::Message) -> Message {
     let mut headers = Headers::new();
     if let Some(h) = &m.headers {
         for (k, vs) in h.iter() {
+            let k: &str = k.as_ref();
             for v in vs {
-                headers.0.push((k.to_string(), v.to_string()));
+                headers.0.push((k.to_owned(), v.as_str().to_owned()));
             }
         }
     }
+    // Copied as strings, not formatted (`to_string` would run the
+    // formatting machinery on every message).
     Message {
-        subject: m.subject.to_string(),
-        reply: m.reply.map(|r| r.to_string()),
+        subject: m.subject.as_str().to_owned(),
+        reply: m.reply.map(|r| r.as_str().to_owned()),
         headers,
         payload: m.payload,
     }

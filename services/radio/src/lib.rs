@@ -75,7 +75,8 @@ impl std::hash::Hasher for Fnv {
     }
 }
 
-type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+/// A map keyed by unit ids.
+pub type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
 
 /// The detector for many units.
 #[derive(Debug, Clone, Default)]

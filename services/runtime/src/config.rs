@@ -177,8 +177,6 @@ pub struct SupervisorConfig {
     pub file_poll_ms: u64,
     /// Steering messages kept per unit for `xo units UNIT`.
     pub steering_history: usize,
-    /// Tasks decoding reports; 0: one per core.
-    pub decode_workers: usize,
 }
 
 impl Default for SupervisorConfig {
@@ -194,7 +192,6 @@ impl Default for SupervisorConfig {
             volume: String::new(),
             file_poll_ms: 500,
             steering_history: 20,
-            decode_workers: 0,
         }
     }
 }

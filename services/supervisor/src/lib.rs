@@ -99,7 +99,7 @@ pub struct Ctx {
     /// Macrocosm volume, if file mode is on.
     pub volume: Option<PathBuf>,
     /// Direct routes to watchers, so a decoded report skips the root.
-    pub routes: std::sync::RwLock<std::collections::HashMap<String, ActorRef<watcher::WatcherMsg>>>,
+    pub routes: std::sync::RwLock<xo_radio::FnvMap<String, ActorRef<watcher::WatcherMsg>>>,
 }
 
 impl Ctx {
@@ -271,69 +271,54 @@ impl SupervisorHandle {
     }
 }
 
-/// Reads reports and decodes them on several workers (decoding is most of
-/// the cost of ingest). A unit's reports always go to the same worker, so
-/// their order is kept.
+/// Reads reports and hands each, undecoded, to its unit's watcher, which
+/// decodes and checks it: decoding (most of the cost of ingest) runs on
+/// every core, and a report crosses one task boundary between the NATS
+/// client and its check. A unit's reports keep their order: they reach its
+/// watcher through one mailbox. A report of a unit without a watcher yet
+/// is decoded here and sent through the root, which spawns the watcher
+/// (so that malformed messages never spawn one).
 async fn pump_reports(
     ctx: &Arc<Ctx>,
     root: &ActorRef<RootMsg>,
 ) -> SupervisorResult<JoinHandle<()>> {
     let mut sub = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
-    let workers = match ctx.cfg.supervisor.decode_workers {
-        0 => std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, 8),
-        n => n.min(64),
-    };
-    let mut queues = Vec::with_capacity(workers);
-    let mut handles = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<xo_bus::Message>>();
-        queues.push(tx);
-        let (ctx, root) = (ctx.clone(), root.clone());
-        handles.push(tokio::spawn(async move {
-            while let Some(batch) = rx.recv().await {
-                for msg in batch {
-                    if !ingest(&ctx, &root, msg).await {
-                        return;
-                    }
-                }
-            }
-        }));
-    }
-    let ctx = ctx.clone();
+    let (ctx, root) = (ctx.clone(), root.clone());
     Ok(tokio::spawn(async move {
-        let _workers = AbortOnDrop(handles);
-        // Whatever has arrived is handed over in one batch per worker: one
-        // wake-up per batch rather than per report when the fleet is busy.
-        let mut batches: Vec<Vec<xo_bus::Message>> = vec![Vec::new(); queues.len()];
-        while let Some(first) = sub.next().await {
-            let mut next = Some(first);
-            let mut taken = 0;
-            while let Some(msg) = next {
-                ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-                let mut h = xo_radio::Fnv::default();
-                std::hash::Hasher::write(&mut h, msg.subject.as_bytes());
-                let k = (std::hash::Hasher::finish(&h) % queues.len() as u64) as usize;
-                batches[k].push(msg);
-                taken += 1;
-                next = if taken < 512 { sub.try_next() } else { None };
-            }
-            for (k, b) in batches.iter_mut().enumerate() {
-                if !b.is_empty() && queues[k].send(std::mem::take(b)).is_err() {
-                    return;
-                }
+        while let Some(msg) = sub.next().await {
+            ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+            let direct = ctx
+                .subjects
+                .unit_of(&msg.subject)
+                .and_then(|unit| ctx.routes.read().ok()?.get(unit).cloned());
+            let msg = match direct {
+                Some(w) => match w.cast(watcher::WatcherMsg::Received(msg)) {
+                    Ok(()) => continue,
+                    Err(ractor::MessagingErr::SendErr(watcher::WatcherMsg::Received(m))) => m,
+                    Err(_) => continue,
+                },
+                None => msg,
+            };
+            if !ingest(&ctx, &root, msg).await {
+                return;
             }
         }
     }))
 }
 
-/// Decodes a report and hands it to its watcher, or dead-letters it.
-/// Returns false once the actor tree is gone.
+/// Decodes a report and checks that its unit is the subject's.
+pub(crate) fn decode_report(
+    ctx: &Ctx,
+    msg: &xo_bus::Message,
+) -> Result<SaluteReport, xo_proto::CodecError> {
+    typed::decode::<SaluteReport>(msg, ctx.cfg.wire.max_payload)
+        .and_then(|r| check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r))
+}
+
+/// Decodes a report and hands it to its watcher through the root, or
+/// dead-letters it. Returns false once the actor tree is gone.
 async fn ingest(ctx: &Ctx, root: &ActorRef<RootMsg>, msg: xo_bus::Message) -> bool {
-    let decoded = typed::decode::<SaluteReport>(&msg, ctx.cfg.wire.max_payload)
-        .and_then(|r| check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r));
-    match decoded {
+    match decode_report(ctx, &msg) {
         Ok(report) => {
             let unit = report.unit.unit.clone();
             let m = watcher::WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
@@ -342,17 +327,6 @@ async fn ingest(ctx: &Ctx, root: &ActorRef<RootMsg>, msg: xo_bus::Message) -> bo
         Err(e) => {
             reject(ctx, &msg, &e).await;
             true
-        }
-    }
-}
-
-/// Aborts the tasks it holds when dropped (or when its owner is aborted).
-struct AbortOnDrop(Vec<JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.abort();
         }
     }
 }
@@ -406,7 +380,7 @@ fn check_subject_unit(
 }
 
 /// Counts, logs and dead-letters a message that could not be used.
-async fn reject(ctx: &Ctx, msg: &xo_bus::Message, err: &xo_proto::CodecError) {
+pub(crate) async fn reject(ctx: &Ctx, msg: &xo_bus::Message, err: &xo_proto::CodecError) {
     ctx.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
     warn!(subject = %msg.subject, reason = err.code(), error = %err, "message dead-lettered");
     typed::dead_letter(&ctx.bus, &ctx.subjects, msg, err).await;

@@ -94,7 +94,7 @@ impl RootState {
         Ok(actor)
     }
 
-    /// Lets decode workers reach a watcher directly.
+    /// Lets the report pump reach a watcher directly.
     fn publish_route(&self, unit: &str, actor: &ActorRef<WatcherMsg>) {
         if let Ok(mut r) = self.ctx.routes.write() {
             r.insert(unit.to_string(), actor.clone());

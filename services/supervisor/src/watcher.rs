@@ -20,6 +20,8 @@ pub enum WatcherMsg {
     /// A decoded report, its headers, and its payload as received (what is
     /// persisted, so the report is never encoded again).
     Report(Box<SaluteReport>, Headers, bytes::Bytes),
+    /// A report as it arrived on the bus, decoded by the watcher.
+    Received(xo_bus::Message),
     Heartbeat(Heartbeat),
     Tick(u64, Option<RpcReplyPort<()>>),
     Summary(RpcReplyPort<UnitSummary>),
@@ -117,6 +119,22 @@ impl WatcherState {
         }
     }
 
+    /// Runs the radio check on a decoded report in a span that carries the
+    /// unit, task, turn and seq, linked to the trace of the report.
+    async fn checked(&mut self, report: SaluteReport, headers: &Headers, raw: bytes::Bytes) {
+        let span = info_span!(
+            "radio.check",
+            unit = %report.unit.unit,
+            task = report.activity.task_id.as_deref().unwrap_or(""),
+            turn = report.time.turn,
+            seq = report.time.seq,
+        );
+        xo_bus::trace::link(&span, headers);
+        // Boxed: the actor's task would otherwise hold room for this
+        // future (and the publish inside it) for as long as it lives.
+        Box::pin(self.on_report(report, raw).instrument(span)).await;
+    }
+
     async fn on_report(&mut self, report: SaluteReport, raw: bytes::Bytes) {
         let ctx = self.ctx.clone();
         self.seen(ctx.clock.now_ms());
@@ -200,18 +218,12 @@ impl Actor for Watcher {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             WatcherMsg::Report(report, headers, raw) => {
-                let span = info_span!(
-                    "radio.check",
-                    unit = %report.unit.unit,
-                    task = report.activity.task_id.as_deref().unwrap_or(""),
-                    turn = report.time.turn,
-                    seq = report.time.seq,
-                );
-                xo_bus::trace::link(&span, &headers);
-                // Boxed: the actor's task would otherwise hold room for this
-                // future (and the publish inside it) for as long as it lives.
-                Box::pin(state.on_report(*report, raw).instrument(span)).await;
+                state.checked(*report, &headers, raw).await;
             }
+            WatcherMsg::Received(msg) => match crate::decode_report(&state.ctx, &msg) {
+                Ok(report) => state.checked(report, &msg.headers, msg.payload).await,
+                Err(e) => crate::reject(&state.ctx, &msg, &e).await,
+            },
             WatcherMsg::Heartbeat(hb) => {
                 state.seen(state.ctx.clock.now_ms());
                 if state.rec.role.is_empty() {
