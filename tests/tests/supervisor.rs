@@ -585,3 +585,40 @@ async fn control_api_and_operator_steering() {
     .unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
 }
+
+/// A burst of reports from units the supervisor has never seen: every report
+/// is evaluated in its unit's order, none taken for a duplicate (a unit's
+/// first reports and its later ones reach its watcher by one path).
+#[tokio::test]
+async fn a_burst_from_new_units_is_evaluated_in_order() {
+    let sb = Sandbox::start(&[]).await;
+    // Each unit's reports back to back: while the root spawns a unit's
+    // watcher, its next reports are already arriving.
+    let (units, turns) = (100u64, 30u64);
+    for u in 0..units {
+        for turn in 1..=turns {
+            sb.send(&report(&format!("burst-{u}"), turn)).await;
+        }
+    }
+    sb.client.flush().await.unwrap();
+    let mut stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+        .await
+        .unwrap();
+    for _ in 0..3000 {
+        if stats.evaluated + stats.duplicates >= units * turns {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+            .await
+            .unwrap();
+    }
+    assert_eq!(stats.duplicates, 0, "reports overtook each other");
+    assert_eq!(stats.evaluated, units * turns);
+    for u in 0..units {
+        assert_eq!(
+            sb.show(&format!("burst-{u}")).await.unwrap().summary.seq,
+            turns
+        );
+    }
+}

@@ -56,6 +56,10 @@ pub struct RadioArgs {
     /// Reports for the ingest figure.
     #[arg(long, default_value_t = 100_000)]
     ingest_reports: u64,
+    /// Ingest rounds: each measures raw NATS, then the supervisor; the
+    /// medians are reported (alternating keeps both on the same machine).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
     /// Ingest flow control: publish this many, wait until all arrived, repeat
     /// (the same for the raw baseline). Below the client's 65,536-message
     /// subscription buffer, so neither side can drop.
@@ -143,6 +147,16 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -213,16 +227,24 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
         async move { NatsBus::connect(&url, opts).await }
     };
 
-    // 2. ingest: raw pub/sub vs the supervisor, same payloads, same windows.
+    // 2. ingest: raw pub/sub vs the supervisor, same payloads, same windows,
+    // in alternating rounds so that both see the same machine.
     let n = args.ingest_reports as usize;
     let window = args.window.max(1);
-    let payloads: Vec<(String, Bytes)> = (0..n)
-        .map(|i| {
-            let r = sample::realistic(i as u64 % units, 1 + i as u64 / units);
-            let b = codec::encode(&r, Format::Msgpack).map(Bytes::from);
-            b.map(|b| (cfg.subjects().salute(&r.unit.unit), b))
-        })
-        .collect::<Result<_, _>>()?;
+    let rounds = args.rounds.max(1);
+    // Round r carries turns after round r-1's: the supervisor sees new
+    // reports, never duplicates.
+    let per_unit = (n as u64).div_ceil(units);
+    let round_payloads = |round: u64| -> anyhow::Result<Vec<(String, Bytes)>> {
+        (0..n)
+            .map(|i| {
+                let turn = 1 + round * per_unit + i as u64 / units;
+                let r = sample::realistic(i as u64 % units, turn);
+                let b = codec::encode(&r, Format::Msgpack).map(Bytes::from)?;
+                Ok((cfg.subjects().salute(&r.unit.unit), b))
+            })
+            .collect()
+    };
     let mut msgpack = Headers::new();
     msgpack.insert(CONTENT_TYPE, codec::MSGPACK);
 
@@ -237,17 +259,6 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
             g.fetch_add(1, Ordering::Relaxed);
         }
     });
-    let raw_rate = paced(
-        &publisher,
-        &payloads,
-        window,
-        &msgpack,
-        |_| "bench.raw.x".into(),
-        || got.load(Ordering::Relaxed),
-    )
-    .await?;
-    counter.abort();
-
     let sup_bus = Bus::Nats(connect("bench-supervisor").await?);
     let Bus::Nats(nb) = &sup_bus else {
         unreachable!()
@@ -260,32 +271,61 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
     sup_cfg.supervisor.volume.clear();
     let sup = xo_supervisor::start(sup_cfg, sup_bus, store, xo_supervisor::Clock::System).await?;
     let ctx = sup.ctx.clone();
-    let sup_rate = paced(
-        &publisher,
-        &payloads,
-        window,
-        &msgpack,
-        |s| s.to_string(),
-        || {
-            ctx.counters.evaluated.load(Ordering::Relaxed)
-                + ctx.counters.duplicates.load(Ordering::Relaxed)
-        },
-    )
-    .await?;
-    let ratio = sup_rate / raw_rate;
+    let (mut raw_rates, mut sup_rates) = (Vec::new(), Vec::new());
+    let mut payloads = Vec::new();
+    for round in 0..rounds as u64 {
+        payloads = round_payloads(round)?;
+        raw_rates.push(
+            paced(
+                &publisher,
+                &payloads,
+                window,
+                &msgpack,
+                |_| "bench.raw.x".into(),
+                || got.load(Ordering::Relaxed),
+            )
+            .await?,
+        );
+        sup_rates.push(
+            paced(
+                &publisher,
+                &payloads,
+                window,
+                &msgpack,
+                |s| s.to_string(),
+                || ctx.counters.evaluated.load() + ctx.counters.duplicates.load(Ordering::Relaxed),
+            )
+            .await?,
+        );
+    }
+    counter.abort();
+    let ratios: Vec<f64> = sup_rates
+        .iter()
+        .zip(&raw_rates)
+        .map(|(s, r)| s / r)
+        .collect();
+    let (sup_rate, raw_rate, ratio) = (median(&sup_rates), median(&raw_rates), median(&ratios));
+    let duplicates = ctx.counters.duplicates.load(Ordering::Relaxed);
     println!(
-        "== ingest over NATS ({n} reports of ~{size} bytes, {} units, windows of {window})",
-        units
+        "== ingest over NATS ({n} reports of ~{size} bytes, {units} units, windows of {window}, {rounds} rounds alternating raw and supervisor; medians)"
     );
-    println!("   supervisor         {sup_rate:>12.0} reports/s evaluated");
+    println!(
+        "   supervisor         {sup_rate:>12.0} reports/s evaluated ({duplicates} duplicates)"
+    );
     println!("   baseline: raw NATS {raw_rate:>12.0} msgs/s pub/sub");
     println!(
-        "   ratio              {ratio:>12.2}   target >= 0.5: {}",
-        verdict(ratio >= 0.5)
+        "   ratio              {ratio:>12.2}   target >= 0.5: {}   (rounds: {})",
+        verdict(ratio >= 0.5),
+        ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     out.insert("ingest_reports_per_s".into(), sup_rate.into());
     out.insert("raw_nats_msgs_per_s".into(), raw_rate.into());
     out.insert("ingest_ratio".into(), ratio.into());
+    out.insert("ingest_round_ratios".into(), ratios.into());
 
     // 3. latency: raw request/reply vs report → steering.
     let responder = Bus::Nats(connect("bench-echo").await?);

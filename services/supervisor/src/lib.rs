@@ -57,12 +57,38 @@ pub type SupervisorResult<T> = Result<T, SupervisorError>;
 
 pub use xo_runtime::Clock;
 
+/// A counter bumped by watchers on every core: one cache line per shard,
+/// so that cores do not take turns owning one line on every report.
+#[derive(Debug, Default)]
+pub struct Sharded([Padded; 8]);
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+impl Sharded {
+    pub fn incr(&self) {
+        thread_local! {
+            static SHARD: usize = {
+                static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            };
+        }
+        let i = SHARD.with(|s| *s) % self.0.len();
+        self.0[i].0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn load(&self) -> u64 {
+        self.0.iter().map(|p| p.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
 /// Counters, shared by every part of the service.
 #[derive(Debug, Default)]
 pub struct Counters {
     pub reports: AtomicU64,
     pub heartbeats: AtomicU64,
-    pub evaluated: AtomicU64,
+    pub evaluated: Sharded,
     pub duplicates: AtomicU64,
     pub dead_letters: AtomicU64,
     pub steering: AtomicU64,
@@ -75,7 +101,7 @@ impl Counters {
         StatsReply {
             reports: g(&self.reports),
             heartbeats: g(&self.heartbeats),
-            evaluated: g(&self.evaluated),
+            evaluated: self.evaluated.load(),
             duplicates: g(&self.duplicates),
             dead_letters: g(&self.dead_letters),
             steering: g(&self.steering),
@@ -274,10 +300,10 @@ impl SupervisorHandle {
 /// Reads reports and hands each, undecoded, to its unit's watcher, which
 /// decodes and checks it: decoding (most of the cost of ingest) runs on
 /// every core, and a report crosses one task boundary between the NATS
-/// client and its check. A unit's reports keep their order: they reach its
-/// watcher through one mailbox. A report of a unit without a watcher yet
-/// is decoded here and sent through the root, which spawns the watcher
-/// (so that malformed messages never spawn one).
+/// client and its check. The pump is the only sender of a unit's reports,
+/// straight into its watcher's mailbox, so their order is kept. The first
+/// report of a unit is decoded here, before the root is asked for its
+/// watcher, so that malformed messages never spawn one.
 async fn pump_reports(
     ctx: &Arc<Ctx>,
     root: &ActorRef<RootMsg>,
@@ -285,22 +311,48 @@ async fn pump_reports(
     let mut sub = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
     let (ctx, root) = (ctx.clone(), root.clone());
     Ok(tokio::spawn(async move {
+        // The pump's own routes: no shared lock per report.
+        let mut routes: xo_radio::FnvMap<String, ActorRef<watcher::WatcherMsg>> =
+            Default::default();
         while let Some(msg) = sub.next().await {
             ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-            let direct = ctx
+            // A subject without a unit fails decoding below (the report's
+            // unit must be the subject's), so it is dead-lettered too.
+            let unit = ctx
                 .subjects
                 .unit_of(&msg.subject)
-                .and_then(|unit| ctx.routes.read().ok()?.get(unit).cloned());
-            let msg = match direct {
+                .unwrap_or_default()
+                .to_owned();
+            let msg = match routes.get(&unit) {
                 Some(w) => match w.cast(watcher::WatcherMsg::Received(msg)) {
                     Ok(()) => continue,
-                    Err(ractor::MessagingErr::SendErr(watcher::WatcherMsg::Received(m))) => m,
+                    // Its watcher stopped (and is being restarted): ask again.
+                    Err(ractor::MessagingErr::SendErr(watcher::WatcherMsg::Received(m))) => {
+                        routes.remove(&unit);
+                        m
+                    }
                     Err(_) => continue,
                 },
                 None => msg,
             };
-            if !ingest(&ctx, &root, msg).await {
-                return;
+            let report = match decode_report(&ctx, &msg) {
+                Ok(r) => r,
+                Err(e) => {
+                    reject(&ctx, &msg, &e).await;
+                    continue;
+                }
+            };
+            let Ok(ractor::rpc::CallResult::Success(w)) = root
+                .call(|port| RootMsg::Spawn(unit.clone(), port), None)
+                .await
+            else {
+                return; // the tree is gone
+            };
+            let m = watcher::WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
+            if w.cast(m).is_ok() {
+                routes.insert(unit, w);
+            } else {
+                warn!(unit = %unit, "a new watcher stopped before its first report");
             }
         }
     }))
@@ -313,22 +365,6 @@ pub(crate) fn decode_report(
 ) -> Result<SaluteReport, xo_proto::CodecError> {
     typed::decode::<SaluteReport>(msg, ctx.cfg.wire.max_payload)
         .and_then(|r| check_subject_unit(&ctx.subjects, &msg.subject, &r.unit.unit).map(|_| r))
-}
-
-/// Decodes a report and hands it to its watcher through the root, or
-/// dead-letters it. Returns false once the actor tree is gone.
-async fn ingest(ctx: &Ctx, root: &ActorRef<RootMsg>, msg: xo_bus::Message) -> bool {
-    match decode_report(ctx, &msg) {
-        Ok(report) => {
-            let unit = report.unit.unit.clone();
-            let m = watcher::WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
-            ctx.route(root, &unit, m)
-        }
-        Err(e) => {
-            reject(ctx, &msg, &e).await;
-            true
-        }
-    }
 }
 
 async fn pump_heartbeats(

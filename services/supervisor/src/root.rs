@@ -25,6 +25,9 @@ pub enum RootMsg {
     Stats(RpcReplyPort<StatsReply>),
     /// The watcher actor of a unit (tests and diagnostics).
     Watcher(String, RpcReplyPort<Option<ActorRef<WatcherMsg>>>),
+    /// The watcher of a unit, spawned if needed: the report pump asks once
+    /// per unit (and after a restart), then sends to it directly.
+    Spawn(String, RpcReplyPort<ActorRef<WatcherMsg>>),
 }
 
 pub struct Root;
@@ -233,6 +236,11 @@ impl Actor for Root {
             }
             RootMsg::Watcher(unit, port) => {
                 let _ = port.send(state.units.get(&unit).map(|c| c.actor.clone()));
+            }
+            RootMsg::Spawn(unit, port) => {
+                let w = state.watcher_for(&myself, &unit).await?;
+                state.publish_route(&unit, &w);
+                let _ = port.send(w);
             }
         }
         Ok(())

@@ -130,25 +130,42 @@ impl WatcherState {
             seq = report.time.seq,
         );
         xo_bus::trace::link(&span, headers);
-        // Boxed: the actor's task would otherwise hold room for this
-        // future (and the publish inside it) for as long as it lives.
-        Box::pin(self.on_report(report, raw).instrument(span)).await;
+        // The check is synchronous; only steering (rare) awaits, boxed: the
+        // actor's task would otherwise hold room for the publish future for
+        // as long as it lives.
+        let Some(steering) = span.in_scope(|| self.evaluate(report, raw)) else {
+            return;
+        };
+        if !steering.is_empty() {
+            Box::pin(self.send_all(steering).instrument(span)).await;
+        }
+        self.changed();
     }
 
-    async fn on_report(&mut self, report: SaluteReport, raw: bytes::Bytes) {
-        let ctx = self.ctx.clone();
-        self.seen(ctx.clock.now_ms());
+    async fn send_all(&mut self, steering: Vec<Steering>) {
+        for s in steering {
+            self.send(s).await;
+        }
+    }
+
+    /// Runs the radio check and updates the unit's record; returns the
+    /// steering to send, or `None` for a duplicate.
+    fn evaluate(&mut self, report: SaluteReport, raw: bytes::Bytes) -> Option<Vec<Steering>> {
+        self.seen(self.ctx.clock.now_ms());
         if self.rec.role != report.unit.role {
             self.rec.role = report.unit.role.clone();
         }
+        // Borrowed, not cloned: an `Arc` clone per report would make every
+        // core write the same reference count.
+        let ctx = &*self.ctx;
         let profile = ctx.roles.get(&report.unit.role);
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
         if a.duplicate {
             ctx.counters.duplicates.fetch_add(1, Ordering::Relaxed);
             debug!(unit = %report.unit.unit, seq = report.time.seq, "duplicate report ignored");
-            return;
+            return None;
         }
-        ctx.counters.evaluated.fetch_add(1, Ordering::Relaxed);
+        ctx.counters.evaluated.incr();
         if !a.suppressed.is_empty() {
             debug!(unit = %report.unit.unit, turn = report.time.turn, suppressed = ?a.suppressed, "steering suppressed by cooldown");
         }
@@ -164,10 +181,7 @@ impl WatcherState {
             self.rec.task_id = report.activity.task_id.clone();
         }
         self.rec.report_raw = Some(raw);
-        for s in a.steering {
-            self.send(s).await;
-        }
-        self.changed();
+        Some(a.steering)
     }
 }
 
