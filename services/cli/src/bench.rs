@@ -3,7 +3,8 @@
 //! 1. detector: reports/s through `Radio::check` on one core (realistic
 //!    20-action reports), next to MessagePack decoding of the same reports;
 //! 2. ingest over NATS: reports/s evaluated by the supervisor divided by raw
-//!    NATS pub/sub of same-size payloads, both with the same flow control;
+//!    NATS pub/sub of the same payloads on as many subjects, both with the
+//!    same flow control, in alternating rounds (medians);
 //! 3. steering latency (report published → steering received) against raw
 //!    NATS request/reply, p50 and p99;
 //! 4. soak: N simulated units at 1 report/s for S seconds against a
@@ -241,7 +242,7 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
                 let turn = 1 + round * per_unit + i as u64 / units;
                 let r = sample::realistic(i as u64 % units, turn);
                 let b = codec::encode(&r, Format::Msgpack).map(Bytes::from)?;
-                Ok((cfg.subjects().salute(&r.unit.unit), b))
+                Ok((r.unit.unit, b))
             })
             .collect()
     };
@@ -272,6 +273,10 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
     let sup = xo_supervisor::start(sup_cfg, sup_bus, store, xo_supervisor::Clock::System).await?;
     let ctx = sup.ctx.clone();
     let (mut raw_rates, mut sup_rates) = (Vec::new(), Vec::new());
+    // The baseline carries the same traffic: one subject per unit, of the
+    // same length as the unit's report subject (`bench.raw.<unit>` beside
+    // `xo.salute.<unit>`), so the only difference is the supervisor's work.
+    let subjects = cfg.subjects();
     let mut payloads = Vec::new();
     for round in 0..rounds as u64 {
         payloads = round_payloads(round)?;
@@ -281,7 +286,7 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
                 &payloads,
                 window,
                 &msgpack,
-                |_| "bench.raw.x".into(),
+                |unit| format!("bench.raw.{unit}"),
                 || got.load(Ordering::Relaxed),
             )
             .await?,
@@ -292,7 +297,7 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
                 &payloads,
                 window,
                 &msgpack,
-                |s| s.to_string(),
+                |unit| subjects.salute(unit),
                 || ctx.counters.evaluated.load() + ctx.counters.duplicates.load(Ordering::Relaxed),
             )
             .await?,
@@ -426,6 +431,7 @@ async fn paced(
     payloads: &[(String, Bytes)],
     window: usize,
     headers: &Headers,
+    // From a payload's unit to the subject it is published on.
     subject: impl Fn(&str) -> String,
     done: impl Fn() -> u64,
 ) -> anyhow::Result<f64> {
@@ -433,8 +439,9 @@ async fn paced(
     let begun = Instant::now();
     let mut sent = 0u64;
     for chunk in payloads.chunks(window) {
-        for (s, p) in chunk {
-            bus.publish(&subject(s), headers.clone(), p.clone()).await?;
+        for (unit, p) in chunk {
+            bus.publish(&subject(unit), headers.clone(), p.clone())
+                .await?;
         }
         sent += chunk.len() as u64;
         bus.flush().await?;
