@@ -120,8 +120,18 @@ impl WatcherState {
     }
 
     /// Runs the radio check on a decoded report in a span that carries the
-    /// unit, task, turn and seq, linked to the trace of the report.
-    async fn checked(&mut self, report: SaluteReport, headers: &Headers, raw: bytes::Bytes) {
+    /// unit, task, turn and seq, linked to the trace of the report. Returns
+    /// the steering to send in that span, or `None` for a duplicate.
+    ///
+    /// Synchronous, and the sending apart: an actor's task reserves room
+    /// for the largest future its handler awaits, for as long as it lives,
+    /// so the report (and the publish future) must not live in one.
+    fn check(
+        &mut self,
+        report: SaluteReport,
+        headers: &Headers,
+        raw: bytes::Bytes,
+    ) -> Option<(tracing::Span, Vec<Steering>)> {
         let span = info_span!(
             "radio.check",
             unit = %report.unit.unit,
@@ -130,10 +140,14 @@ impl WatcherState {
             seq = report.time.seq,
         );
         xo_bus::trace::link(&span, headers);
-        // The check is synchronous; only steering (rare) awaits, boxed: the
-        // actor's task would otherwise hold room for the publish future for
-        // as long as it lives.
-        let Some(steering) = span.in_scope(|| self.evaluate(report, raw)) else {
+        let steering = span.in_scope(|| self.evaluate(report, raw))?;
+        Some((span, steering))
+    }
+
+    /// Sends what a check decided (boxed: steering is rare) and hands the
+    /// record to the persister.
+    async fn steer(&mut self, checked: Option<(tracing::Span, Vec<Steering>)>) {
+        let Some((span, steering)) = checked else {
             return;
         };
         if !steering.is_empty() {
@@ -232,12 +246,19 @@ impl Actor for Watcher {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             WatcherMsg::Report(report, headers, raw) => {
-                state.checked(*report, &headers, raw).await;
+                let checked = state.check(*report, &headers, raw);
+                state.steer(checked).await;
             }
-            WatcherMsg::Received(msg) => match crate::decode_report(&state.ctx, &msg) {
-                Ok(report) => state.checked(report, &msg.headers, msg.payload).await,
-                Err(e) => crate::reject(&state.ctx, &msg, &e).await,
-            },
+            WatcherMsg::Received(msg) => {
+                let checked = match crate::decode_report(&state.ctx, &msg) {
+                    Ok(report) => state.check(report, &msg.headers, msg.payload),
+                    Err(e) => {
+                        Box::pin(crate::reject(&state.ctx, &msg, &e)).await;
+                        None
+                    }
+                };
+                state.steer(checked).await;
+            }
             WatcherMsg::Heartbeat(hb) => {
                 state.seen(state.ctx.clock.now_ms());
                 if state.rec.role.is_empty() {
