@@ -316,25 +316,31 @@ async fn pump_reports(
             Default::default();
         while let Some(msg) = sub.next().await {
             ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-            // A subject without a unit fails decoding below (the report's
-            // unit must be the subject's), so it is dead-lettered too.
-            let unit = ctx
+            let route = ctx
                 .subjects
                 .unit_of(&msg.subject)
-                .unwrap_or_default()
-                .to_owned();
-            let msg = match routes.get(&unit) {
-                Some(w) => match w.cast(watcher::WatcherMsg::Received(msg)) {
+                .and_then(|unit| routes.get_key_value(unit));
+            let msg = match route {
+                Some((unit, w)) => match w.cast(watcher::WatcherMsg::Received(msg)) {
                     Ok(()) => continue,
-                    // Its watcher stopped (and is being restarted): ask again.
+                    // Its watcher stopped (and is being restarted): ask the
+                    // root again, below.
                     Err(ractor::MessagingErr::SendErr(watcher::WatcherMsg::Received(m))) => {
+                        let unit = unit.clone();
                         routes.remove(&unit);
                         m
                     }
-                    Err(_) => continue,
+                    Err(e) => {
+                        let unit = unit.clone();
+                        routes.remove(&unit);
+                        warn!(unit = %unit, error = %e, "report lost: its watcher is gone");
+                        continue;
+                    }
                 },
                 None => msg,
             };
+            // A unit's first report (or a subject without a unit, which
+            // fails here: the report's unit must be the subject's).
             let report = match decode_report(&ctx, &msg) {
                 Ok(r) => r,
                 Err(e) => {
@@ -342,6 +348,7 @@ async fn pump_reports(
                     continue;
                 }
             };
+            let unit = report.unit.unit.clone();
             let Ok(ractor::rpc::CallResult::Success(w)) = root
                 .call(|port| RootMsg::Spawn(unit.clone(), port), None)
                 .await
@@ -352,7 +359,7 @@ async fn pump_reports(
             if w.cast(m).is_ok() {
                 routes.insert(unit, w);
             } else {
-                warn!(unit = %unit, "a new watcher stopped before its first report");
+                warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
             }
         }
     }))
