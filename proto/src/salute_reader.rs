@@ -277,9 +277,11 @@ impl<'a> Reader<'a> {
                 b"recent" => {
                     first(&mut seen, 4)?;
                     let n = self.array_len()?;
-                    // Never trust a length for an allocation: each action
-                    // takes at least a few bytes of what is left.
-                    let mut recent = Vec::with_capacity(n.min(self.buf.len() - self.pos));
+                    // Never trust a length for an allocation: room for at
+                    // most what validation accepts (64 actions), and never
+                    // more than the bytes left (an action takes at least one).
+                    let room = n.min(64).min(self.buf.len() - self.pos);
+                    let mut recent = Vec::with_capacity(room);
                     for _ in 0..n {
                         recent.push(self.action()?);
                     }
