@@ -319,7 +319,7 @@ async fn pump_reports(
             let route = ctx
                 .subjects
                 .unit_of(&msg.subject)
-                .and_then(|unit| routes.get_key_value(unit));
+                .and_then(|unit| route_to(&ctx, &mut routes, unit));
             let msg = match route {
                 Some((unit, w)) => match w.cast(watcher::WatcherMsg::Received(msg)) {
                     Ok(()) => continue,
@@ -363,6 +363,22 @@ async fn pump_reports(
             }
         }
     }))
+}
+
+/// The pump's route to a unit's watcher: its own, else one the root
+/// published (a watcher restored from the store, or spawned for a heartbeat
+/// or a file report), which is safe to take over since no report of the
+/// unit is queued at the root: the pump never sends reports through it.
+fn route_to<'a>(
+    ctx: &Ctx,
+    routes: &'a mut xo_radio::FnvMap<String, ActorRef<watcher::WatcherMsg>>,
+    unit: &str,
+) -> Option<(&'a String, &'a ActorRef<watcher::WatcherMsg>)> {
+    if !routes.contains_key(unit) {
+        let shared = ctx.routes.read().ok()?.get(unit).cloned()?;
+        routes.insert(unit.to_owned(), shared);
+    }
+    routes.get_key_value(unit)
 }
 
 /// Decodes a report and checks that its unit is the subject's.
