@@ -23,8 +23,8 @@ async fn report_and_its_steering_share_one_trace() {
 
     let sb = Sandbox::start(&[]).await;
     let mut sub = sb.steering("u1").await;
-    // The first report reaches its watcher through the root (which spawns
-    // it), the second directly: both paths keep the trace.
+    // The first report is decoded by the report pump (which then asks the
+    // root for the watcher), the second by the watcher: both keep the trace.
     for turn in 1..=2u64 {
         let agent = tracing::info_span!("agent.turn");
         let (trace_id, agent_span_id) = async {
