@@ -124,14 +124,17 @@ pub struct Ctx {
     pub persist: persist::Persister,
     /// Macrocosm volume, if file mode is on.
     pub volume: Option<PathBuf>,
-    /// Direct routes to watchers, so a decoded report skips the root.
+    /// Routes to watchers the root has spawned, so that messages skip it.
     pub routes: std::sync::RwLock<xo_radio::FnvMap<String, ActorRef<watcher::WatcherMsg>>>,
 }
 
 impl Ctx {
     /// Sends a message to a unit's watcher directly if it has one, else
-    /// through the root (which spawns it). The root publishes a route only
-    /// after forwarding the message that created it, so order is kept.
+    /// through the root (which spawns it). For heartbeats (which only mark
+    /// the unit seen) and file reports (one per poll): a message still
+    /// queued at the root can be overtaken by a later one sent directly once
+    /// the route appears.
+    /// Bus reports do not come this way (see `pump_reports`).
     pub fn route(&self, root: &ActorRef<RootMsg>, unit: &str, msg: watcher::WatcherMsg) -> bool {
         let direct = self.routes.read().ok().and_then(|r| r.get(unit).cloned());
         let msg = match direct {
