@@ -211,7 +211,7 @@ async fn control_service(kind: &str) {
         })
         .await
         .unwrap();
-    tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         while let Some(req) = ep.next().await {
             let body = Bytes::from(req.verb().to_string());
             req.respond(Headers::new(), body).await.unwrap();
@@ -249,6 +249,25 @@ async fn control_service(kind: &str) {
             .map(|e| e["num_requests"].as_u64().unwrap())
             .sum();
         assert_eq!(requests, 2);
+    }
+    // A service whose task is aborted (as services stop theirs) is gone:
+    // its verbs and, on NATS, its `$SRV` answers too.
+    server.abort();
+    let _ = server.await;
+    bus.flush().await.unwrap();
+    let mut gone = vec!["xo.ctl.test.a"];
+    if kind == "nats" {
+        gone.push("$SRV.PING.xo-test");
+    }
+    for subject in gone {
+        let err = client
+            .request(subject, Headers::new(), Bytes::new(), T)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, xo_bus::BusError::NoResponders { .. }),
+            "{subject}: {err}"
+        );
     }
 }
 

@@ -241,7 +241,7 @@ pub enum ServiceEndpoint {
         stream: std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>>,
     },
     Nats {
-        service: Box<async_nats::service::Service>,
+        service: nats::RunningService,
         stream: std::pin::Pin<Box<dyn futures::Stream<Item = async_nats::service::Request> + Send>>,
     },
 }
@@ -273,10 +273,11 @@ impl ServiceEndpoint {
         }
     }
 
-    /// Stops the service (on NATS it deregisters from `$SRV`).
+    /// Stops the service (on NATS it deregisters from `$SRV`). Dropping the
+    /// endpoint (its task aborted) does the same.
     pub async fn stop(self) {
-        if let ServiceEndpoint::Nats { service, .. } = self {
-            let _ = service.stop().await;
+        if let ServiceEndpoint::Nats { mut service, .. } = self {
+            service.stop();
         }
     }
 }

@@ -170,9 +170,32 @@ impl NatsBus {
             endpoints.push(group.endpoint(verb.as_str()).await.map_err(err)?);
         }
         Ok(ServiceEndpoint::Nats {
-            service: Box::new(service),
+            service: RunningService(Some(Box::new(service))),
             stream: Box::pin(futures::stream::select_all(endpoints).map(|r| r)),
         })
+    }
+}
+
+/// A NATS micro service, stopped when dropped: async-nats leaves its
+/// `$SRV.PING/INFO/STATS` task (and the connection it holds) running until
+/// `stop` is called, so an endpoint whose task was aborted would otherwise
+/// keep answering for a service that is gone.
+pub struct RunningService(Option<Box<async_nats::service::Service>>);
+
+impl RunningService {
+    pub(crate) fn stop(&mut self) {
+        use futures::FutureExt;
+        if let Some(s) = self.0.take() {
+            // `Service::stop` only signals and aborts: it completes when
+            // first polled.
+            let _ = s.stop().now_or_never();
+        }
+    }
+}
+
+impl Drop for RunningService {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
