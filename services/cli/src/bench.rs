@@ -57,8 +57,9 @@ pub struct RadioArgs {
     /// Reports for the ingest figure.
     #[arg(long, default_value_t = 100_000)]
     ingest_reports: u64,
-    /// Ingest rounds: each measures raw NATS, then the supervisor; the
-    /// medians are reported (alternating keeps both on the same machine).
+    /// Ingest rounds: each measures raw NATS, then a supervisor started for
+    /// the round; the medians are reported (alternating keeps both on the
+    /// same machine).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Ingest flow control: publish this many, wait until all arrived, repeat
@@ -233,18 +234,22 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
     let n = args.ingest_reports as usize;
     let window = args.window.max(1);
     let rounds = args.rounds.max(1);
-    // Round r carries turns after round r-1's: the supervisor sees new
+    // Round r: one warm-up report per unit (untimed), then its timed
+    // reports, all with turns after round r-1's: the supervisor sees new
     // reports, never duplicates.
-    let per_unit = (n as u64).div_ceil(units);
+    let stride = (n as u64).div_ceil(units) + 1;
+    let encode = |unit: u64, turn: u64| -> anyhow::Result<(String, Bytes)> {
+        let r = sample::realistic(unit, turn);
+        let b = codec::encode(&r, Format::Msgpack).map(Bytes::from)?;
+        Ok((r.unit.unit, b))
+    };
     let round_payloads = |round: u64| -> anyhow::Result<Vec<(String, Bytes)>> {
-        (0..n)
-            .map(|i| {
-                let turn = 1 + round * per_unit + i as u64 / units;
-                let r = sample::realistic(i as u64 % units, turn);
-                let b = codec::encode(&r, Format::Msgpack).map(Bytes::from)?;
-                Ok((r.unit.unit, b))
-            })
+        (0..n as u64)
+            .map(|i| encode(i % units, 2 + round * stride + i / units))
             .collect()
+    };
+    let warm_up = |round: u64| -> anyhow::Result<Vec<(String, Bytes)>> {
+        (0..units).map(|u| encode(u, 1 + round * stride)).collect()
     };
     let mut msgpack = Headers::new();
     msgpack.insert(CONTENT_TYPE, codec::MSGPACK);
@@ -260,24 +265,35 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
             g.fetch_add(1, Ordering::Relaxed);
         }
     });
-    let sup_bus = Bus::Nats(connect("bench-supervisor").await?);
-    let Bus::Nats(nb) = &sup_bus else {
-        unreachable!()
+    // A supervisor of its own per round, started after the raw run, warmed
+    // up, timed, and stopped (its state flushed) before the next raw run:
+    // nothing of it runs while raw NATS is measured.
+    let start_supervisor = |round: u64| {
+        let connect = &connect;
+        async move {
+            let sup_bus = Bus::Nats(connect("bench-supervisor").await?);
+            let Bus::Nats(nb) = &sup_bus else {
+                unreachable!()
+            };
+            let store = Store::Nats(NatsStore::new(
+                nb.client().clone(),
+                &format!("{}bench{round}", cfg.org.prefix),
+            ));
+            let mut sup_cfg = cfg.clone();
+            sup_cfg.supervisor.volume.clear();
+            anyhow::Ok(
+                xo_supervisor::start(sup_cfg, sup_bus, store, xo_supervisor::Clock::System).await?,
+            )
+        }
     };
-    let store = Store::Nats(NatsStore::new(
-        nb.client().clone(),
-        &format!("{}bench", cfg.org.prefix),
-    ));
-    let mut sup_cfg = cfg.clone();
-    sup_cfg.supervisor.volume.clear();
-    let sup = xo_supervisor::start(sup_cfg, sup_bus, store, xo_supervisor::Clock::System).await?;
-    let ctx = sup.ctx.clone();
     let (mut raw_rates, mut sup_rates) = (Vec::new(), Vec::new());
     // The baseline carries the same traffic: one subject per unit, of the
     // same length as the unit's report subject (`bench.raw.<unit>` beside
     // `xo.salute.<unit>`), so the only difference is the supervisor's work.
     let subjects = cfg.subjects();
     let mut payloads = Vec::new();
+    let mut duplicates = 0;
+    let mut sup = None;
     for round in 0..rounds as u64 {
         payloads = round_payloads(round)?;
         raw_rates.push(
@@ -291,6 +307,21 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
             )
             .await?,
         );
+        let s = start_supervisor(round).await?;
+        let ctx = s.ctx.clone();
+        let evaluated =
+            || ctx.counters.evaluated.load() + ctx.counters.duplicates.load(Ordering::Relaxed);
+        // Every unit's watcher spawned before the clock starts, as in a
+        // supervisor that has been running.
+        paced(
+            &publisher,
+            &warm_up(round)?,
+            window,
+            &msgpack,
+            |unit| subjects.salute(unit),
+            evaluated,
+        )
+        .await?;
         sup_rates.push(
             paced(
                 &publisher,
@@ -298,11 +329,18 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
                 window,
                 &msgpack,
                 |unit| subjects.salute(unit),
-                || ctx.counters.evaluated.load() + ctx.counters.duplicates.load(Ordering::Relaxed),
+                evaluated,
             )
             .await?,
         );
+        duplicates += ctx.counters.duplicates.load(Ordering::Relaxed);
+        if round + 1 < rounds as u64 {
+            s.stop().await?;
+        } else {
+            sup = Some(s);
+        }
     }
+    let sup = sup.context("no ingest round ran")?;
     counter.abort();
     let ratios: Vec<f64> = sup_rates
         .iter()
@@ -310,7 +348,6 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
         .map(|(s, r)| s / r)
         .collect();
     let (sup_rate, raw_rate, ratio) = (median(&sup_rates), median(&raw_rates), median(&ratios));
-    let duplicates = ctx.counters.duplicates.load(Ordering::Relaxed);
     println!(
         "== ingest over NATS ({n} reports of ~{size} bytes, {units} units, windows of {window}, {rounds} rounds alternating raw and supervisor; medians)"
     );
@@ -331,6 +368,8 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
     out.insert("raw_nats_msgs_per_s".into(), raw_rate.into());
     out.insert("ingest_ratio".into(), ratio.into());
     out.insert("ingest_round_ratios".into(), ratios.into());
+    out.insert("ingest_round_supervisor".into(), sup_rates.into());
+    out.insert("ingest_round_raw".into(), raw_rates.into());
 
     // 3. latency: raw request/reply vs report → steering.
     let responder = Bus::Nats(connect("bench-echo").await?);
