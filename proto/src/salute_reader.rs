@@ -9,7 +9,7 @@
 //! invalid UTF-8, trailing bytes — it answers `None` and the caller decodes with
 //! serde, which either accepts the message the same way or names the error.
 //! It never accepts what serde would reject, and when both accept, both give
-//! the same report (a differential test in `tests/salute_reader.rs` holds it
+//! the same report (the differential tests at the end of this file hold it
 //! to that).
 
 use std::collections::BTreeMap;
