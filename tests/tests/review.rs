@@ -6,12 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::config;
-use xo_bus::{Bus, FileStore, LocalBus, Store, Subscription, typed};
+use common::LocalQueue;
+use xo_bus::{Bus, Subscription, typed};
 use xo_proto::Subjects;
 use xo_proto::knowledge::*;
 use xo_proto::queue::*;
-use xo_runtime::{Clock, XoConfig};
+use xo_runtime::XoConfig;
 use xo_tests::openai::{OpenAiStub, StubRequest, text};
 
 const T: Duration = Duration::from_secs(10);
@@ -30,12 +30,9 @@ struct Rig {
 
 impl Rig {
     async fn start(stub: Option<&OpenAiStub>, extra: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("state").display().to_string();
         let url = stub.map(|s| s.base_url()).unwrap_or_default();
         let model = if stub.is_some() { "review-model" } else { "" };
         let mut o = vec![
-            ("state.dir", state.as_str()),
             ("review.model.base_url", url.as_str()),
             ("review.model.model", model),
             ("review.model.api_key_env", "CARGO_PKG_DESCRIPTION"),
@@ -45,12 +42,12 @@ impl Rig {
             ("review.model.price_out_per_mtok", "15"),
         ];
         o.extend_from_slice(extra);
-        let cfg = config(&o);
-        let bus = Bus::Local(LocalBus::new());
-        let store = Store::File(FileStore::open(cfg.state.store_dir()).unwrap());
-        let queue = xo_queue::start(cfg.clone(), bus.clone(), store, Clock::System)
-            .await
-            .unwrap();
+        let LocalQueue {
+            dir,
+            cfg,
+            bus,
+            queue,
+        } = LocalQueue::start(&o).await;
         let knowledge = xo_knowledge::service::start(&cfg, bus.clone())
             .await
             .unwrap();

@@ -6,12 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::config;
-use xo_bus::{Bus, FileStore, LocalBus, Store, typed};
+use common::LocalQueue;
+use xo_bus::{Bus, typed};
 use xo_proto::queue::*;
 use xo_proto::{Heartbeat, SaluteReport, Subjects};
 use xo_runner::service::{RunnerOptions, run};
-use xo_runtime::{Clock, XoConfig};
+use xo_runtime::XoConfig;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -27,19 +27,14 @@ struct Rig {
 
 impl Rig {
     async fn start(extra: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("state").display().to_string();
-        let mut o = vec![
-            ("state.dir", state.as_str()),
-            ("runner.claim_wait_ms", "200"),
-        ];
+        let mut o = vec![("runner.claim_wait_ms", "200")];
         o.extend_from_slice(extra);
-        let cfg = config(&o);
-        let bus = Bus::Local(LocalBus::new());
-        let store = Store::File(FileStore::open(cfg.state.store_dir()).unwrap());
-        let queue = xo_queue::start(cfg.clone(), bus.clone(), store, Clock::System)
-            .await
-            .unwrap();
+        let LocalQueue {
+            dir,
+            cfg,
+            bus,
+            queue,
+        } = LocalQueue::start(&o).await;
         let (stop, _) = tokio::sync::watch::channel(false);
         Self {
             _dir: dir,

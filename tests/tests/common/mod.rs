@@ -147,3 +147,34 @@ pub fn report(unit: &str, turn: u64) -> SaluteReport {
     r.time.at = EPOCH + turn * 1000;
     r
 }
+
+/// The embedded setup the runner and review tests share: state in a
+/// temporary directory, an in-process bus, and a queue on a file store.
+pub struct LocalQueue {
+    pub dir: tempfile::TempDir,
+    pub cfg: XoConfig,
+    pub bus: Bus,
+    pub queue: xo_queue::QueueHandle,
+}
+
+impl LocalQueue {
+    /// `overrides` come after `state.dir`, which points into the directory.
+    pub async fn start(overrides: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state").display().to_string();
+        let mut o = vec![("state.dir", state.as_str())];
+        o.extend_from_slice(overrides);
+        let cfg = config(&o);
+        let bus = Bus::Local(xo_bus::LocalBus::new());
+        let store = Store::File(xo_bus::FileStore::open(cfg.state.store_dir()).unwrap());
+        let queue = xo_queue::start(cfg.clone(), bus.clone(), store, Clock::System)
+            .await
+            .unwrap();
+        Self {
+            dir,
+            cfg,
+            bus,
+            queue,
+        }
+    }
+}
