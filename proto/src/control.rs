@@ -1,20 +1,156 @@
 //! Control APIs: each request names its service, verb and reply type, so the
 //! subject is `xo.ctl.<service>.<verb>` and no caller spells it.
+//!
+//! A service's API is declared once with [`api!`](crate::api): one line a
+//! request (type, verb, reply). That line makes the [`Request`] impl and a
+//! variant of the service's API enum, which carries the request and the
+//! port its answer goes back through, so a service's actor matches on the
+//! proto request itself. [`Api::route`] decodes a request by its verb; the
+//! one serve loop (`xo_bus::api`) does the rest for every service.
+
+use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::{Health, SaluteReport, Severity, Steering, Subjects};
 
-/// A control request and its reply type.
-pub trait Request: Serialize + DeserializeOwned + Send {
+/// A control request and its reply type. Implemented only by [`api!`](crate::api).
+pub trait Request: Serialize + DeserializeOwned + Send + 'static {
     const SERVICE: &'static str;
     const VERB: &'static str;
-    type Response: Serialize + DeserializeOwned + Send;
+    type Response: Serialize + DeserializeOwned + Send + 'static;
 
     fn subject(subjects: &Subjects) -> String {
         subjects.ctl(Self::SERVICE, Self::VERB)
     }
+
+    /// How much longer than a service's usual answer time this request may
+    /// take (a long-poll's wait).
+    fn wait(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// A family of reply ports: how a service's actor answers a request.
+/// (`xo_bus::api::ActorPorts` is ractor's `RpcReplyPort`.)
+pub trait Ports {
+    type Port<T: Send + 'static>: Send + 'static;
+}
+
+/// A service's whole control API: an enum with one variant a request, each
+/// holding the request and the port for its answer.
+pub trait Api<P: Ports>: Sized + Send + 'static {
+    /// The service name: the subject group is `xo.ctl.<SERVICE>`.
+    const SERVICE: &'static str;
+    /// One a request, in declaration order.
+    const VERBS: &'static [&'static str];
+
+    /// Decodes the request `verb` names and hands it to `to` with the
+    /// variant that carries it. An unknown verb is `not_found`, a body that
+    /// does not decode `invalid`, each naming what was wrong.
+    fn route<T: Route<Self, P>>(
+        verb: &str,
+        payload: &[u8],
+        content_type: Option<&str>,
+        to: T,
+    ) -> Result<T::Out, ServiceError>;
+}
+
+/// What [`Api::route`] hands a decoded request to.
+pub trait Route<A, P: Ports> {
+    type Out;
+    fn route<R: Request>(self, req: R, variant: fn(R, P::Port<R::Response>) -> A) -> Self::Out;
+}
+
+/// Decodes a control request body (JSON or MessagePack) into `R`.
+pub fn decode_request<R: Request>(
+    payload: &[u8],
+    content_type: Option<&str>,
+) -> Result<R, ServiceError> {
+    crate::codec::decode_plain(payload, content_type, crate::codec::DEFAULT_MAX_PAYLOAD).map_err(
+        |e| {
+            ServiceError::new(
+                ErrorCode::Invalid,
+                format!("{}.{}: {e}", R::SERVICE, R::VERB),
+            )
+        },
+    )
+}
+
+/// Declares a service's control API, one line a request:
+///
+/// ```ignore
+/// xo_proto::api! {
+///     /// The queue's control API.
+///     pub enum QueueApi for QUEUE {
+///         Claim(Claim) => "claim" -> Option<Claimed>, wait: |q| Duration::from_millis(q.wait_ms);
+///         Halt(Halt) => "halt" -> QueueStatus;
+///     }
+/// }
+/// ```
+///
+/// makes `impl Request` for each request type and
+/// `pub enum QueueApi<P: Ports> { Claim(Claim, P::Port<Option<Claimed>>), … }`
+/// with its [`Api`] impl.
+#[macro_export]
+macro_rules! api {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $api:ident for $service:path {
+            $(
+                $(#[$vmeta:meta])*
+                $variant:ident($req:ty) => $verb:literal -> $resp:ty $(, wait: |$q:ident| $wait:expr)?;
+            )*
+        }
+    ) => {
+        $(
+            impl $crate::control::Request for $req {
+                const SERVICE: &'static str = $service;
+                const VERB: &'static str = $verb;
+                type Response = $resp;
+                $(
+                    fn wait(&self) -> ::std::time::Duration {
+                        let $q = self;
+                        $wait
+                    }
+                )?
+            }
+        )*
+
+        $(#[$meta])*
+        $vis enum $api<P: $crate::control::Ports> {
+            $(
+                $(#[$vmeta])*
+                $variant($req, P::Port<$resp>),
+            )*
+        }
+
+        impl<P: $crate::control::Ports + 'static> $crate::control::Api<P> for $api<P> {
+            const SERVICE: &'static str = $service;
+            const VERBS: &'static [&'static str] = &[$($verb),*];
+
+            fn route<T: $crate::control::Route<Self, P>>(
+                verb: &str,
+                payload: &[u8],
+                content_type: Option<&str>,
+                to: T,
+            ) -> Result<T::Out, $crate::control::ServiceError> {
+                match verb {
+                    $(
+                        $verb => Ok(to.route(
+                            $crate::control::decode_request::<$req>(payload, content_type)?,
+                            $api::$variant,
+                        )),
+                    )*
+                    other => Err($crate::control::ServiceError::new(
+                        $crate::control::ErrorCode::NotFound,
+                        format!("unknown verb {other:?} on {}; known: {}", $service, [$($verb),*].join(", ")),
+                    )),
+                }
+            }
+        }
+    };
 }
 
 /// Error codes shared by every service's replies.
@@ -90,22 +226,10 @@ pub const SUPERVISOR: &str = "supervisor";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ListUnits {}
 
-impl Request for ListUnits {
-    const SERVICE: &'static str = SUPERVISOR;
-    const VERB: &'static str = "units";
-    type Response = Vec<UnitSummary>;
-}
-
 /// Show one unit with its latest report and recent steering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShowUnit {
     pub unit: String,
-}
-
-impl Request for ShowUnit {
-    const SERVICE: &'static str = SUPERVISOR;
-    const VERB: &'static str = "unit";
-    type Response = UnitDetail;
 }
 
 /// Send an operator's steering to a unit.
@@ -119,12 +243,6 @@ pub struct SteerUnit {
 
 fn default_operator_severity() -> Severity {
     Severity::Warning
-}
-
-impl Request for SteerUnit {
-    const SERVICE: &'static str = SUPERVISOR;
-    const VERB: &'static str = "steer";
-    type Response = Steering;
 }
 
 /// One row of `xo units`.
@@ -160,12 +278,6 @@ pub struct UnitDetail {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SupervisorStats {}
 
-impl Request for SupervisorStats {
-    const SERVICE: &'static str = SUPERVISOR;
-    const VERB: &'static str = "stats";
-    type Response = StatsReply;
-}
-
 /// Counters since the supervisor started.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatsReply {
@@ -181,4 +293,15 @@ pub struct StatsReply {
     pub steering: u64,
     pub units: u64,
     pub watcher_restarts: u64,
+}
+
+crate::api! {
+    /// The supervisor's control API (`xo.ctl.supervisor.<verb>`, NATS micro
+    /// service `xo-supervisor`).
+    pub enum SupervisorApi for SUPERVISOR {
+        Units(ListUnits) => "units" -> Vec<UnitSummary>;
+        Unit(ShowUnit) => "unit" -> UnitDetail;
+        Steer(SteerUnit) => "steer" -> Steering;
+        Stats(SupervisorStats) => "stats" -> StatsReply;
+    }
 }

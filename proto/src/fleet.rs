@@ -5,8 +5,6 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::control::Request;
-
 pub const FLEET: &str = "fleet";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -46,29 +44,26 @@ impl crate::Message for FleetEvent {
     }
 }
 
-macro_rules! request {
-    ($ty:ident, $verb:literal, $resp:ty) => {
-        impl Request for $ty {
-            const SERVICE: &'static str = FLEET;
-            const VERB: &'static str = $verb;
-            type Response = $resp;
-        }
-    };
-}
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FleetLs {}
-request!(FleetLs, "ls", FleetStatus);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FleetScale {
     pub role: String,
     pub replicas: u32,
 }
-request!(FleetScale, "scale", FleetStatus);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FleetRestart {
     pub unit: String,
 }
-request!(FleetRestart, "restart", FleetStatus);
+
+crate::api! {
+    /// The fleet manager's control API (`xo.ctl.fleet.<verb>`, NATS micro
+    /// service `xo-fleet`).
+    pub enum FleetApi for FLEET {
+        Ls(FleetLs) => "ls" -> FleetStatus;
+        Scale(FleetScale) => "scale" -> FleetStatus;
+        Restart(FleetRestart) => "restart" -> FleetStatus;
+    }
+}

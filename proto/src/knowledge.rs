@@ -4,8 +4,6 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::control::Request;
-
 /// The knowledge service's control service name.
 pub const KNOWLEDGE: &str = "knowledge";
 
@@ -279,16 +277,6 @@ impl crate::Message for ReviewRun {
 
 // ---- control requests ----
 
-macro_rules! request {
-    ($ty:ident, $verb:literal, $resp:ty) => {
-        impl Request for $ty {
-            const SERVICE: &'static str = KNOWLEDGE;
-            const VERB: &'static str = $verb;
-            type Response = $resp;
-        }
-    };
-}
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ListDocs {
     #[serde(default)]
@@ -300,14 +288,12 @@ pub struct DocList {
     pub docs: Vec<DocSummary>,
     pub invalid: Vec<InvalidDoc>,
 }
-request!(ListDocs, "list", DocList);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GetDoc {
     /// `<category>/<name>`
     pub id: String,
 }
-request!(GetDoc, "get", KnowledgeDoc);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PutDoc {
@@ -316,7 +302,6 @@ pub struct PutDoc {
     #[serde(default)]
     pub task: Option<String>,
 }
-request!(PutDoc, "put", KnowledgeDoc);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeprecateDoc {
@@ -324,7 +309,6 @@ pub struct DeprecateDoc {
     pub author: Author,
     pub reason: String,
 }
-request!(DeprecateDoc, "deprecate", KnowledgeDoc);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Select {
@@ -343,7 +327,6 @@ pub struct Selection {
     pub docs: Vec<String>,
     pub tokens: usize,
 }
-request!(Select, "select", Selection);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecordUses {
@@ -353,5 +336,17 @@ pub struct RecordUses {
     #[serde(default)]
     pub task: Option<String>,
 }
-// Replies with the ids promoted to established.
-request!(RecordUses, "uses", Vec<String>);
+
+crate::api! {
+    /// The knowledge store's control API (`xo.ctl.knowledge.<verb>`, NATS
+    /// micro service `xo-knowledge`).
+    pub enum KnowledgeApi for KNOWLEDGE {
+        List(ListDocs) => "list" -> DocList;
+        Get(GetDoc) => "get" -> KnowledgeDoc;
+        Put(PutDoc) => "put" -> KnowledgeDoc;
+        Deprecate(DeprecateDoc) => "deprecate" -> KnowledgeDoc;
+        Select(Select) => "select" -> Selection;
+        /// Replies with the ids promoted to established.
+        Uses(RecordUses) => "uses" -> Vec<String>;
+    }
+}

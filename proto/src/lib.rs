@@ -4,13 +4,24 @@
 //! # Layout
 //!
 //! - [`salute`]: the SALUTE status report a unit sends (`xo.salute.<unit>`).
+//! - `salute_reader` (private): the direct MessagePack reader behind
+//!   [`codec::decode`] for reports of the usual shape; serde decides the rest.
 //! - [`steering`]: corrective messages the XO sends (`xo.steer.<unit>`).
 //! - [`heartbeat`]: liveness pings (`xo.heartbeat.<unit>`).
-//! - [`control`]: control-API requests, each naming its subject and reply type.
+//! - [`control`]: the control-API machinery — [`Request`], the [`api!`]
+//!   declaration (one line a request), error codes, the reply envelope — and
+//!   the supervisor's API (`units`, `unit`, `steer`, `stats`).
+//! - [`queue`]: tasks, records, status, task events and audit records, event
+//!   names, the Manager role, and the queue's API.
+//! - [`knowledge`]: knowledge documents, directives, review runs, and the
+//!   knowledge store's API.
+//! - [`fleet`]: runner containers per role, fleet events, and the fleet's API.
+//! - [`settings`]: operator settings layered over `xo.toml` (served by the queue).
 //! - [`subject`]: the only place subject strings are spelled.
 //! - [`codec`]: MessagePack (named fields) or JSON, size limit, version checks.
 //!
-//! Start with [`SaluteReport`] and [`codec::decode`].
+//! Start with [`SaluteReport`] and [`codec::decode`]; for a service's API,
+//! with [`control`].
 
 pub mod codec;
 pub mod control;
@@ -20,6 +31,7 @@ pub mod knowledge;
 pub mod queue;
 pub mod salute;
 mod salute_reader;
+pub mod settings;
 pub mod steering;
 pub mod subject;
 
@@ -31,7 +43,7 @@ pub use salute::{
     SaluteReport, Size, Status, Time, UnitInfo,
 };
 pub use steering::{AnomalyKind, Evidence, Severity, Steering, SteeringSource};
-pub use subject::Subjects;
+pub use subject::{SubjectKind, Subjects};
 
 /// Major version of the wire schema this build writes.
 pub const PROTOCOL_VERSION: u16 = 1;

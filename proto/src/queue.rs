@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::control::Request;
-
 /// The queue's control service name.
 pub const QUEUE: &str = "queue";
 
@@ -345,6 +343,131 @@ pub struct Goal {
     pub completed: bool,
 }
 
+/// The role of the Manager task (seed 002): reconciles the task list after
+/// every completed task when the queue runs with a Manager.
+pub const MANAGER_ROLE: &str = "manager";
+
+/// The halt reason a blocked task gives (`TASK_BLOCKED: <task>: <reason>`);
+/// such a halt lets running tasks finish.
+pub const HALT_TASK_BLOCKED: &str = "TASK_BLOCKED";
+
+/// The block reason of a task that waits for the operator's answer.
+pub const ASKED_QUESTION: &str = "ASKED_QUESTION";
+
+/// The names of audit records and task events (seed 003's log), in one
+/// place. On the wire they are strings (`TaskEvent::event`,
+/// `AuditEvent::event`), so a peer that knows a newer name still decodes
+/// the message; [`EventName::parse`] reads them back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventName {
+    Init,
+    GoalSet,
+    Enqueue,
+    /// A critical-lane task was enqueued (it interrupts planned work).
+    EnqueueCritical,
+    TaskStart,
+    TaskComplete,
+    TaskRetry,
+    TaskBlocked,
+    TaskAwaitingResponse,
+    TaskAnswered,
+    /// The Manager changed a pending task.
+    TaskUpdated,
+    TaskCancelled,
+    LeaseExpired,
+    Halt,
+    Resume,
+    Start,
+    Step,
+    Completed,
+    ManagerReconciled,
+    /// An operator changed the settings (before/after: the keys changed).
+    SettingsChanged,
+}
+
+impl EventName {
+    pub const ALL: [EventName; 20] = [
+        Self::Init,
+        Self::GoalSet,
+        Self::Enqueue,
+        Self::EnqueueCritical,
+        Self::TaskStart,
+        Self::TaskComplete,
+        Self::TaskRetry,
+        Self::TaskBlocked,
+        Self::TaskAwaitingResponse,
+        Self::TaskAnswered,
+        Self::TaskUpdated,
+        Self::TaskCancelled,
+        Self::LeaseExpired,
+        Self::Halt,
+        Self::Resume,
+        Self::Start,
+        Self::Step,
+        Self::Completed,
+        Self::ManagerReconciled,
+        Self::SettingsChanged,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Init => "INIT",
+            Self::GoalSet => "GOAL_SET",
+            Self::Enqueue => "ENQUEUE",
+            Self::EnqueueCritical => "ENQUEUE_CRITICAL",
+            Self::TaskStart => "TASK_START",
+            Self::TaskComplete => "TASK_COMPLETE",
+            Self::TaskRetry => "TASK_RETRY",
+            Self::TaskBlocked => "TASK_BLOCKED",
+            Self::TaskAwaitingResponse => "TASK_AWAITING_RESPONSE",
+            Self::TaskAnswered => "TASK_ANSWERED",
+            Self::TaskUpdated => "TASK_UPDATED",
+            Self::TaskCancelled => "TASK_CANCELLED",
+            Self::LeaseExpired => "LEASE_EXPIRED",
+            Self::Halt => "HALT",
+            Self::Resume => "RESUME",
+            Self::Start => "START",
+            Self::Step => "STEP",
+            Self::Completed => "COMPLETED",
+            Self::ManagerReconciled => "MANAGER_RECONCILED",
+            Self::SettingsChanged => "SETTINGS_CHANGED",
+        }
+    }
+
+    /// The name a wire string spells, if this build knows it.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for EventName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a task ended on a runner (`RunnerEvent::outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerOutcome {
+    Completed,
+    Blocked,
+    AwaitingResponse,
+    Violation,
+    Cancelled,
+}
+
+impl RunnerOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Blocked => "blocked",
+            Self::AwaitingResponse => "awaiting_response",
+            Self::Violation => "violation",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// Halt reason when the queue ran dry before the goal was met.
 pub const TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE: &str = "TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE";
 
@@ -439,16 +562,6 @@ pub const REPLY_STATUSES: [&str; 4] = ["ok", "blocked", "error", "escalate"];
 
 // ---- control requests ----
 
-macro_rules! request {
-    ($ty:ident, $verb:literal, $resp:ty) => {
-        impl Request for $ty {
-            const SERVICE: &'static str = QUEUE;
-            const VERB: &'static str = $verb;
-            type Response = $resp;
-        }
-    };
-}
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Init {
     #[serde(default)]
@@ -459,7 +572,6 @@ pub struct Init {
     #[serde(default)]
     pub force: bool,
 }
-request!(Init, "init", QueueStatus);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SetGoal {
@@ -469,14 +581,11 @@ pub struct SetGoal {
     #[serde(default)]
     pub completed: bool,
 }
-request!(SetGoal, "goal", QueueStatus);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Enqueue {
     pub tasks: Vec<Task>,
 }
-// Replies with the ids newly enqueued (identical ones already present are skipped).
-request!(Enqueue, "enqueue", Vec<String>);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Claim {
@@ -486,7 +595,6 @@ pub struct Claim {
     #[serde(default)]
     pub wait_ms: u64,
 }
-request!(Claim, "claim", Option<Claimed>);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Claimed {
@@ -494,6 +602,31 @@ pub struct Claimed {
     pub token: String,
     /// Renew the lease at least this often (ms).
     pub lease_ms: u64,
+    /// What the runner composes the prompt from, so it asks nothing else.
+    #[serde(default)]
+    pub goal: Goal,
+    #[serde(default)]
+    pub mode: ExecutionMode,
+    /// The directives pending or running, most urgent first, as the
+    /// prompt lists them (`[critical] intent`).
+    #[serde(default)]
+    pub directives: Vec<String>,
+    /// The operator settings in force (`xo_proto::settings`): applied to
+    /// this task over the runner's `xo.toml`.
+    #[serde(default)]
+    pub settings: crate::settings::Settings,
+}
+
+/// The reply to a lease renewal: the task as the queue holds it, and
+/// whether the queue is halted (a runner stops its agent on an operator's
+/// halt without asking for the status).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Renewed {
+    pub record: TaskRecord,
+    #[serde(default)]
+    pub status: RunStatus,
+    #[serde(default)]
+    pub halt_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -503,7 +636,6 @@ pub struct Heartbeat {
     #[serde(default)]
     pub checkpoint: bool,
 }
-request!(Heartbeat, "heartbeat", TaskRecord);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Complete {
@@ -514,7 +646,6 @@ pub struct Complete {
     #[serde(default)]
     pub manager_reply: Option<serde_json::Value>,
 }
-request!(Complete, "complete", TaskRecord);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Block {
@@ -525,55 +656,106 @@ pub struct Block {
     #[serde(default)]
     pub question: Option<String>,
 }
-request!(Block, "block", TaskRecord);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
     pub task_id: String,
     pub text: String,
 }
-request!(Answer, "answer", TaskRecord);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Halt {
     pub reason: String,
 }
-request!(Halt, "halt", QueueStatus);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Resume {}
-request!(Resume, "resume", QueueStatus);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Start {}
-request!(Start, "start", QueueStatus);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Step {}
-request!(Step, "step", QueueStatus);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GetStatus {}
-request!(GetStatus, "status", QueueStatus);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ListTasks {
     #[serde(default)]
     pub state: Option<TaskState>,
 }
-request!(ListTasks, "tasks", Vec<TaskRecord>);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetryTask {
     pub task_id: String,
 }
-request!(RetryTask, "retry", TaskRecord);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cancel {
     pub task_id: String,
 }
-request!(Cancel, "cancel", TaskRecord);
+
+/// The last lines of a project's audit log (the goal's project if none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditTail {
+    #[serde(default)]
+    pub project: Option<String>,
+    /// How many of the last lines (default 100, at most 10,000).
+    #[serde(default)]
+    pub lines: Option<usize>,
+}
+
+/// Check a project's audit chain.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditVerify {
+    #[serde(default)]
+    pub project: Option<String>,
+}
+
+/// Whether a project's audit chain is intact, and where it breaks if not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditCheck {
+    pub project: String,
+    pub intact: bool,
+    /// Lines checked.
+    pub lines: u64,
+    /// The first line (1-based) that does not follow from the one before.
+    #[serde(default)]
+    pub broken_at: Option<u64>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+crate::api! {
+    /// The queue's control API (`xo.ctl.queue.<verb>`, NATS micro service `xo-queue`).
+    pub enum QueueApi for QUEUE {
+        Init(Init) => "init" -> QueueStatus;
+        SetGoal(SetGoal) => "goal" -> QueueStatus;
+        /// Replies with the ids newly enqueued (identical ones already present are skipped).
+        Enqueue(Enqueue) => "enqueue" -> Vec<String>;
+        Claim(Claim) => "claim" -> Option<Claimed>, wait: |q| std::time::Duration::from_millis(q.wait_ms);
+        Heartbeat(Heartbeat) => "heartbeat" -> Renewed;
+        Complete(Complete) => "complete" -> TaskRecord;
+        Block(Block) => "block" -> TaskRecord;
+        Answer(Answer) => "answer" -> TaskRecord;
+        Halt(Halt) => "halt" -> QueueStatus;
+        Resume(Resume) => "resume" -> QueueStatus;
+        Start(Start) => "start" -> QueueStatus;
+        Step(Step) => "step" -> QueueStatus;
+        Status(GetStatus) => "status" -> QueueStatus;
+        Tasks(ListTasks) => "tasks" -> Vec<TaskRecord>;
+        Retry(RetryTask) => "retry" -> TaskRecord;
+        Cancel(Cancel) => "cancel" -> TaskRecord;
+        AuditTail(AuditTail) => "audit_tail" -> Vec<AuditEvent>;
+        AuditVerify(AuditVerify) => "audit_verify" -> AuditCheck;
+        /// The operator settings, their `xo.toml` defaults and the keys that may be set.
+        Settings(crate::settings::GetSettings) => "settings" -> crate::settings::SettingsView;
+        PutSettings(crate::settings::PutSettings) => "settings_put" -> crate::settings::SettingsView;
+    }
+}
 
 /// Published by a runner on `xo.event.runner.<unit>` when a task ends on
 /// it: how it ended and what it took (the review supervisors weigh
@@ -606,6 +788,14 @@ impl crate::Message for RunnerEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_names_read_back() {
+        for e in EventName::ALL {
+            assert_eq!(EventName::parse(e.as_str()), Some(e));
+        }
+        assert_eq!(EventName::parse("TASK_FROM_THE_FUTURE"), None);
+    }
 
     #[test]
     fn lane_names_are_the_wire_names() {

@@ -70,10 +70,13 @@ pub enum AnomalyKind {
     Stale,
     /// Steering an operator sent by hand.
     Operator,
+    /// The model provider is failing (rate limits, overload, 5xx): an
+    /// outage to wait out, not the agent's behaviour.
+    Provider,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 10] = [
+    pub const ALL: [AnomalyKind; 11] = [
         Self::Stall,
         Self::Loop,
         Self::Oscillation,
@@ -84,6 +87,7 @@ impl AnomalyKind {
         Self::Pace,
         Self::Stale,
         Self::Operator,
+        Self::Provider,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,6 +102,7 @@ impl AnomalyKind {
             Self::Pace => "pace",
             Self::Stale => "stale",
             Self::Operator => "operator",
+            Self::Provider => "provider",
         }
     }
 }

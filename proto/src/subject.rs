@@ -74,6 +74,10 @@ impl Subjects {
     pub fn task_event(&self, task: &str) -> String {
         format!("{}.event.task.{task}", self.prefix)
     }
+    /// `xo.event.task.*`
+    pub fn task_event_all(&self) -> String {
+        format!("{}.event.task.*", self.prefix)
+    }
     /// `xo.knowledge.changed.<category>`
     pub fn knowledge_changed(&self, category: &str) -> String {
         format!("{}.knowledge.changed.{category}", self.prefix)
@@ -90,13 +94,30 @@ impl Subjects {
     pub fn runner_event(&self, unit: &str) -> String {
         format!("{}.event.runner.{unit}", self.prefix)
     }
+    /// `xo.event.runner.*`
+    pub fn runner_event_all(&self) -> String {
+        format!("{}.event.runner.*", self.prefix)
+    }
     /// `xo.event.fleet.<role>`
     pub fn fleet_event(&self, role: &str) -> String {
         format!("{}.event.fleet.{role}", self.prefix)
     }
+    /// `xo.event.settings`: every change of the operator settings.
+    pub fn settings_event(&self) -> String {
+        format!("{}.event.settings", self.prefix)
+    }
+    /// `xo.event.>`: every event (tasks, runners, reviews, fleet, settings).
+    pub fn event_all(&self) -> String {
+        format!("{}.event.>", self.prefix)
+    }
     /// `xo.audit.<project>`
     pub fn audit(&self, project: &str) -> String {
         format!("{}.audit.{project}", self.prefix)
+    }
+    /// `xo.log.<log>`: the subject of a store log's JetStream stream (the
+    /// audit's copy: `xo.log.audit`).
+    pub fn store_log(&self, log: &str) -> String {
+        format!("{}.log.{log}", self.prefix)
     }
     /// `xo.dlq.<subject>`: where undecodable messages go.
     pub fn dlq(&self, subject: &str) -> String {
@@ -118,12 +139,53 @@ impl Subjects {
     pub fn all(&self) -> String {
         format!("{}.>", self.prefix)
     }
+    /// What a subject of this organisation carries (`None`: not under the prefix).
+    pub fn kind(&self, subject: &str) -> Option<SubjectKind> {
+        let rest = subject.strip_prefix(&self.prefix)?.strip_prefix('.')?;
+        let mut t = rest.split('.');
+        Some(match (t.next()?, t.next()) {
+            ("salute", _) => SubjectKind::Salute,
+            ("steer", _) => SubjectKind::Steer,
+            ("heartbeat", _) => SubjectKind::Heartbeat,
+            ("event", Some("task")) => SubjectKind::TaskEvent,
+            ("event", Some("runner")) => SubjectKind::RunnerEvent,
+            ("event", Some("review")) => SubjectKind::ReviewEvent,
+            ("event", Some("fleet")) => SubjectKind::FleetEvent,
+            ("event", Some("settings")) => SubjectKind::SettingsEvent,
+            ("directive", _) => SubjectKind::Directive,
+            ("knowledge", Some("changed")) => SubjectKind::KnowledgeChanged,
+            ("audit", _) => SubjectKind::Audit,
+            ("dlq", _) => SubjectKind::DeadLetter,
+            ("ctl", _) => SubjectKind::Control,
+            _ => SubjectKind::Other,
+        })
+    }
+
     /// The unit a `xo.<kind>.<unit>` subject names, if it has that shape.
     pub fn unit_of<'a>(&self, subject: &'a str) -> Option<&'a str> {
         let rest = subject.strip_prefix(&self.prefix)?.strip_prefix('.')?;
         let (_, unit) = rest.split_once('.')?;
         (!unit.is_empty() && !unit.contains('.')).then_some(unit)
     }
+}
+
+/// What a subject carries, by its shape (see [`Subjects::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectKind {
+    Salute,
+    Steer,
+    Heartbeat,
+    TaskEvent,
+    RunnerEvent,
+    ReviewEvent,
+    FleetEvent,
+    SettingsEvent,
+    Directive,
+    KnowledgeChanged,
+    Audit,
+    DeadLetter,
+    Control,
+    Other,
 }
 
 #[cfg(test)]
@@ -139,6 +201,19 @@ mod tests {
         assert_eq!(s.ctl("supervisor", "units"), "acme.xo.ctl.supervisor.units");
         assert_eq!(s.unit_of("acme.xo.salute.u1"), Some("u1"));
         assert_eq!(s.unit_of("other.salute.u1"), None);
+        assert_eq!(s.kind(&s.steer("u1")), Some(SubjectKind::Steer));
+        assert_eq!(s.kind(&s.task_event("T-1")), Some(SubjectKind::TaskEvent));
+        assert_eq!(
+            s.kind(&s.runner_event("u1")),
+            Some(SubjectKind::RunnerEvent)
+        );
+        assert_eq!(
+            s.kind(&s.dlq(&s.salute("u1"))),
+            Some(SubjectKind::DeadLetter)
+        );
+        assert_eq!(s.kind(&s.ctl("queue", "claim")), Some(SubjectKind::Control));
+        assert_eq!(s.kind("acme.xo.weird"), Some(SubjectKind::Other));
+        assert_eq!(s.kind("xo.steer.u1"), None);
     }
 
     #[test]

@@ -203,5 +203,5 @@ async fn api_ownership_lifecycle_and_hand_edits() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("\"recipes\""), "{e}");
-    svc.stop().await;
+    svc.stop().await.unwrap();
 }

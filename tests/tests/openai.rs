@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 
+use xo_pipeline::driver::{Driver, OpenAiDriver, Turns};
+use xo_pipeline::sandbox::Sandbox;
+use xo_pipeline::{Job, Outcome, Pipeline};
 use xo_proto::queue::{Task, TaskRecord};
-use xo_runner::driver::{Driver, OpenAiDriver, Turns};
-use xo_runner::sandbox::Sandbox;
-use xo_runner::{Job, Outcome, Pipeline};
 use xo_runtime::config::{OpenAiConfig, RunnerConfig};
 use xo_tests::openai::{OpenAiStub, StubReply, text, tool_call};
 
@@ -64,6 +64,7 @@ fn job(task: Task) -> Job {
         manual: false,
         knowledge: String::new(),
         directives: Vec::new(),
+        settings: Default::default(),
     }
 }
 

@@ -68,7 +68,7 @@ impl Q {
 
     async fn stop_queue(&mut self) {
         if let Some(h) = self.handle.take() {
-            h.stop().await;
+            h.stop().await.unwrap();
         }
     }
 

@@ -25,7 +25,7 @@ struct Rig {
     directives: Subscription,
     queue: xo_queue::QueueHandle,
     knowledge: xo_knowledge::service::KnowledgeHandle,
-    review: tokio::task::JoinHandle<()>,
+    review: xo_review::service::ReviewHandle,
 }
 
 impl Rig {
@@ -53,9 +53,7 @@ impl Rig {
             .unwrap();
         let runs = bus.subscribe("xo.event.review.*").await.unwrap();
         let directives = bus.subscribe("xo.directive.*").await.unwrap();
-        let review = xo_knowledge::review::start(cfg.clone(), bus.clone())
-            .await
-            .unwrap();
+        let review = xo_review::start(cfg.clone(), bus.clone()).await.unwrap();
         let s = cfg.subjects();
         let rig = Self {
             _dir: dir,
@@ -124,9 +122,9 @@ impl Rig {
     }
 
     async fn stop(self) {
-        self.review.abort();
-        self.knowledge.stop().await;
-        self.queue.stop().await;
+        self.review.stop().await.unwrap();
+        self.knowledge.stop().await.unwrap();
+        self.queue.stop().await.unwrap();
     }
 }
 
@@ -269,7 +267,7 @@ async fn reviewers_write_knowledge_and_directives_and_converge() {
     rig.complete_one().await;
     let r5 = rig.next_run().await;
     assert_eq!((r5.reviewer.as_str(), r5.task_count), ("code_style", 8));
-    let log = xo_knowledge::review::read_run_log(&xo_knowledge::review::run_log_path(&rig.cfg));
+    let log = xo_review::runlog::read_run_log(&xo_review::runlog::run_log_path(&rig.cfg)).await;
     assert_eq!(log.len(), 5);
     rig.stop().await;
 }

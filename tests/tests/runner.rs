@@ -10,7 +10,7 @@ use common::LocalQueue;
 use xo_bus::{Bus, typed};
 use xo_proto::queue::*;
 use xo_proto::{Heartbeat, SaluteReport, Subjects};
-use xo_runner::service::{RunnerOptions, run};
+use xo_runner::{RunnerOptions, run};
 use xo_runtime::XoConfig;
 
 const T: Duration = Duration::from_secs(10);
@@ -22,7 +22,7 @@ struct Rig {
     cfg: XoConfig,
     queue: Option<xo_queue::QueueHandle>,
     stop: tokio::sync::watch::Sender<bool>,
-    runner: Option<tokio::task::JoinHandle<Result<(), xo_runner::service::RunnerError>>>,
+    runner: Option<tokio::task::JoinHandle<Result<(), xo_runner::RunnerError>>>,
 }
 
 impl Rig {
@@ -102,7 +102,7 @@ impl Rig {
             r.await.unwrap().unwrap();
         }
         if let Some(q) = self.queue.take() {
-            q.stop().await;
+            q.stop().await.unwrap();
         }
     }
 }
@@ -305,6 +305,6 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
             .unwrap()
             .contains("## ACTIVE DIRECTIVES")
     );
-    k.stop().await;
+    k.stop().await.unwrap();
     rig.stop().await;
 }

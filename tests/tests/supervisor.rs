@@ -331,7 +331,7 @@ async fn watcher_restart_and_intensity_limit() {
     );
     let err = sb.stop_supervisor().await.unwrap_err().to_string();
     assert!(
-        err.contains("escalated") && err.contains("u1") && err.contains("3 times"),
+        err.contains("escalated") && err.contains("u1") && err.contains("3 restarts within"),
         "{err}"
     );
 }
@@ -484,6 +484,8 @@ async fn macrocosm_file_mode() {
     let v = vol.path().display().to_string();
     let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
     let mut sub = sb.steering("filer").await;
+    let mut dlq = sb.client.subscribe("xo.dlq.>").await.unwrap();
+    sb.client.flush().await.unwrap();
     std::fs::create_dir_all(vol.path().join("reports")).unwrap();
     let write = |r: &xo_proto::SaluteReport| {
         let tmp = vol.path().join("reports/.filer.tmp");
@@ -510,6 +512,45 @@ async fn macrocosm_file_mode() {
         stats.dead_letters, 1,
         "the broken file is rejected, not fatal"
     );
+    // Dead-lettered like bus input: under the unit's report subject, with
+    // the reason and the file named, and the bytes as they were.
+    let m = tokio::time::timeout(T, dlq.next())
+        .await
+        .expect("a dead letter for the broken file")
+        .unwrap();
+    assert_eq!(m.subject, "xo.dlq.xo.salute.broken");
+    assert_eq!(
+        m.headers.get(xo_bus::typed::DLQ_REASON),
+        Some("undecodable")
+    );
+    assert!(
+        m.headers
+            .get(xo_supervisor::decode::DLQ_FILE)
+            .is_some_and(|f| f.ends_with("reports/broken_latest.json")),
+        "{:?}",
+        m.headers
+    );
+    assert_eq!(&m.payload[..], b"{not json");
+}
+
+/// Seed 000's own report files: `context_fill_pct`, a percentage.
+#[tokio::test]
+async fn file_mode_reads_seed_context_fill_pct() {
+    let vol = tempfile::tempdir().unwrap();
+    let v = vol.path().display().to_string();
+    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let mut sub = sb.steering("researcher").await;
+    std::fs::create_dir_all(vol.path().join("reports")).unwrap();
+    let report = r#"{"v":1,"unit":{"unit":"researcher","role":"researcher"},"time":{"turn":4,"seq":4},"size":{"context_fill_pct":91.5}}"#;
+    std::fs::write(vol.path().join("reports/researcher_latest.json"), report).unwrap();
+    let d = sb.wait_seq("researcher", 4).await;
+    assert!(
+        (d.summary.context_fill - 0.915).abs() < 1e-9,
+        "{}",
+        d.summary.context_fill
+    );
+    let steer = drain(&mut sub);
+    assert_eq!(kinds(&steer), [(AnomalyKind::Context, Severity::Urgent)]);
 }
 
 /// The control API is a NATS micro service; operators can steer by hand.

@@ -11,11 +11,16 @@
 //! - [`Store`]: [`nats_store`] (JetStream key-value buckets and streams) or
 //!   [`file_store`] (records with checksums under `./.xo/state`).
 //! - [`trace`]: W3C trace context in message headers.
+//! - [`subject_match`]: subject and wildcard validation and matching (the
+//!   local transports' routing).
 //! - [`typed`]: versioned messages with `Content-Type`, control calls, and the
 //!   dead-letter path for undecodable input.
+//! - [`api`]: the one serve loop of every control API: requests decoded by
+//!   verb, handed to the service's actor, answered.
 //!
 //! Every transport passes the same conformance suite (`tests/tests/conformance.rs`).
 
+pub mod api;
 pub mod file_store;
 pub mod local;
 pub mod nats;

@@ -167,7 +167,7 @@ impl NatsStore {
     }
 
     fn log_subject(&self, log: &str) -> String {
-        format!("{}.log.{log}", self.prefix)
+        xo_proto::Subjects::new(self.prefix.as_str()).store_log(log)
     }
 
     async fn stream(&self, log: &str) -> StoreResult<jetstream::stream::Stream> {

@@ -88,16 +88,6 @@ where
     Ok(reply.into_result()?)
 }
 
-/// Decodes a control request, or gives the error reply to send back.
-pub fn decode_request<R: Request>(msg: &Message) -> Result<R, ServiceError> {
-    codec::decode_plain(
-        &msg.payload,
-        msg.headers.get(CONTENT_TYPE),
-        codec::DEFAULT_MAX_PAYLOAD,
-    )
-    .map_err(|e| ServiceError::new(ErrorCode::Invalid, e.to_string()))
-}
-
 /// Encodes a control reply as JSON (readable with `nats req`).
 pub fn encode_reply<T: Serialize>(reply: &Reply<T>) -> (Headers, Bytes) {
     match encode(reply, Format::Json) {

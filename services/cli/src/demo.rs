@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use xo_bus::typed;
-use xo_bus::{Bus, FileStore, LocalBus, Store};
-use xo_proto::queue::{self as q, RunStatus, Task, TaskEvent};
-use xo_proto::{SaluteReport, Steering};
+use xo_proto::queue::{self as q, EventName, RunStatus, Task, TaskEvent};
+use xo_proto::{SaluteReport, Steering, SubjectKind};
+use xo_runner::RunnerOptions;
 use xo_runtime::XoConfig;
 use xo_runtime::config::{DriverConfig, DriverKind};
+
+use crate::fabric::{Fabric, Plan, Transport};
 
 const PROJECT: &str = "demo";
 const RUNNERS: [&str; 3] = ["coder-1", "coder-2", "coder-3"];
@@ -112,27 +114,17 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     if std::env::var("RUST_LOG").is_err() {
         cfg.telemetry.log_level = "error".into();
     }
-    let mut telemetry =
-        xo_runtime::telemetry::init(&cfg.telemetry, "xo-demo").map_err(|e| anyhow::anyhow!(e))?;
-    let local = LocalBus::new();
-    let bus = Bus::Local(local);
-    let store =
-        Store::File(FileStore::open(cfg.state.store_dir()).context("opening the demo store")?);
+    let plan = Plan {
+        queue: true,
+        knowledge: true,
+        supervisor: true,
+        ..Plan::default()
+    };
+    let fabric = Fabric::start(&cfg, plan, Transport::Private, "xo-demo", "xo-demo").await?;
+    let bus = fabric.bus.clone();
     let subjects = cfg.subjects();
     let mut tap = bus.subscribe(&subjects.all()).await?;
-
-    let queue = xo_queue::start(
-        cfg.clone(),
-        bus.clone(),
-        store.clone(),
-        xo_runtime::Clock::System,
-    )
-    .await
-    .context("starting the queue")?;
     // The knowledge store, seeded with one convention the runners' prompts carry.
-    let knowledge = xo_knowledge::service::start(&cfg, bus.clone())
-        .await
-        .context("starting the knowledge store")?;
     let convention = xo_proto::knowledge::KnowledgeDoc {
         category: xo_proto::knowledge::Category::Conventions,
         name: "text-files".into(),
@@ -161,15 +153,6 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Duration::from_secs(10),
     )
     .await?;
-    let (sup_stop, sup_rx) = tokio::sync::oneshot::channel::<()>();
-    let supervisor = tokio::spawn(xo_supervisor::run(
-        cfg.clone(),
-        bus.clone(),
-        store.clone(),
-        async move {
-            let _ = sup_rx.await;
-        },
-    ));
     let call_t = Duration::from_secs(10);
     typed::call(
         &bus,
@@ -195,22 +178,15 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     let tasks = demo_tasks();
     let n_tasks = tasks.len();
     typed::call(&bus, &subjects, &q::Enqueue { tasks }, call_t).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut runners = Vec::new();
-    for unit in RUNNERS {
-        let mut rx = stop_rx.clone();
-        runners.push(tokio::spawn(xo_runner::service::run(
-            cfg.clone(),
-            bus.clone(),
-            xo_runner::service::RunnerOptions {
-                role: "coder".into(),
-                unit: unit.into(),
-            },
-            async move {
-                let _ = rx.wait_for(|v| *v).await;
-            },
-        )));
-    }
+    // The runners join once the goal and the tasks are in place.
+    let runners: Vec<RunnerOptions> = RUNNERS
+        .iter()
+        .map(|unit| RunnerOptions {
+            role: "coder".into(),
+            unit: (*unit).into(),
+        })
+        .collect();
+    let fabric = fabric.with_runners(&cfg, runners);
     println!(
         "xo demo: {n_tasks} tasks, {} scripted runners, the XO watching (state in {})",
         RUNNERS.len(),
@@ -230,7 +206,8 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
             m = tap.next() => {
                 let Some(m) = m else { break None };
                 let t = started.elapsed().as_secs_f64();
-                if m.subject.starts_with(&format!("{}.steer.", subjects.prefix())) {
+                let kind = subjects.kind(&m.subject);
+                if kind == Some(SubjectKind::Steer) {
                     if let Ok(s) = typed::decode::<Steering>(&m, cfg.wire.max_payload) {
                         *steer_count.entry(s.kind.as_str().to_string()).or_default() += 1;
                         if let Some(task) = unit_task.get(&s.unit) {
@@ -238,21 +215,21 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
                         }
                         println!("{t:6.1}s  XO → {:<8} {:<6} {}", s.unit, s.kind.as_str(), s.message);
                     }
-                } else if m.subject.starts_with(&format!("{}.salute.", subjects.prefix())) {
+                } else if kind == Some(SubjectKind::Salute) {
                     if let Ok(r) = typed::decode::<SaluteReport>(&m, cfg.wire.max_payload)
                         && let Some(task) = r.activity.task_id
                     {
                         unit_task.insert(r.unit.unit, task);
                     }
-                } else if m.subject.starts_with(&format!("{}.event.task.", subjects.prefix()))
+                } else if kind == Some(SubjectKind::TaskEvent)
                     && let Ok(e) = typed::decode::<TaskEvent>(&m, cfg.wire.max_payload)
                 {
-                    let note = match e.event.as_str() {
-                        "TASK_COMPLETE" => match steered.get(&e.task_id) {
+                    let note = match EventName::parse(&e.event) {
+                        Some(EventName::TaskComplete) => match steered.get(&e.task_id) {
                             Some(k) => format!("recovered after {} steering", k.join(", ")),
                             None => String::new(),
                         },
-                        "TASK_START" => format!("attempt {}", e.attempt),
+                        Some(EventName::TaskStart) => format!("attempt {}", e.attempt),
                         _ => String::new(),
                     };
                     println!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
@@ -271,18 +248,10 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let _ = stop_tx.send(true);
-    for r in runners {
-        let _ = r.await;
-    }
     let records = typed::call(&bus, &subjects, &q::ListTasks::default(), call_t)
         .await
         .unwrap_or_default();
-    let _ = sup_stop.send(());
-    let _ = supervisor.await;
-    queue.stop().await;
-    knowledge.stop().await;
-    telemetry.shutdown();
+    fabric.stop().await?;
 
     println!();
     let sandbox = cfg.sandbox_dir().join(PROJECT);

@@ -164,8 +164,13 @@ pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> 
 }
 
 pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
-    let path = xo_knowledge::review::run_log_path(cfg);
-    let log = xo_knowledge::review::read_run_log(&path);
+    let path = xo_review::runlog::run_log_path(cfg);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => anyhow::bail!("cannot read the review run log {}: {e}", path.display()),
+    };
+    let log = xo_review::runlog::parse_run_log(&path, &text);
     if json {
         for r in &log {
             println!("{}", serde_json::to_string(r)?);
@@ -185,7 +190,7 @@ pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
         total += r.cost_usd;
         println!(
             "{:<24} {:<13} {:<10} {:>5} {:>9} {:>9.4}  {}{}",
-            xo_runner::logs::rfc3339(r.at),
+            xo_runtime::clock::rfc3339(r.at),
             r.reviewer,
             r.outcome,
             r.task_count,

@@ -5,21 +5,31 @@
 //! - `main.rs`: the command line (clap) and dispatch.
 //! - [`connect`]: which bus a command talks to (NATS, the local socket of a
 //!   running `xo up`, or a clear error saying how to start one).
-//! - [`services`]: `xo up` and `xo serve`.
+//! - [`fabric`]: the one place that starts the services of a process (a
+//!   [`fabric::Plan`]) and stops them in order.
+//! - [`services`]: `xo up` and `xo serve …`, each a plan run by the fabric.
+//! - [`demo`]: `xo up --demo` (a plan with three scripted runners, and a timeline).
+//! - [`hook`]: `xo hook claude`, Claude Code's hook that delivers steering to a running agent.
+//! - [`watch`]: `xo watch FORMAT DIR…` (live transcripts of agents outside XO → SALUTE, steering via the hook).
+//! - [`import`]: `xo import FORMAT FILE…` (agent logs → SALUTE lines, via `xo-sensor`).
 //! - [`ops`]: operator commands (`report`, `tap`, `units`, `steer`, `radio replay`).
 //! - [`queue_ops`]: the control plane (`init`, `goal`, `enqueue`, `start`, `status`, `audit`…).
-//! - [`bench`]: `xo bench radio`.
+//! - [`knowledge_ops`]: `knowledge ls|show|seed|deprecate`, `directives`, `review log`.
+//! - [`nats_config`]: `xo nats-config` (NATS users and permissions per service and runner).
+//! - [`bench`]: `xo bench radio|queue|pipeline`.
 
 mod bench;
-mod bench_pipeline;
-mod bench_queue;
 mod connect;
 mod demo;
+mod fabric;
+mod hook;
+mod import;
 mod knowledge_ops;
 mod nats_config;
 mod ops;
 mod queue_ops;
 mod services;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -100,6 +110,42 @@ enum Cmd {
         /// info, warning, urgent or critical.
         #[arg(long, default_value = "warning")]
         severity: String,
+    },
+    /// Recorded agent runs (claude, cursor, codex, openhands, swe-agent) as
+    /// SALUTE JSON lines on stdout, one report a turn.
+    Import {
+        /// claude, cursor, codex, openhands or swe-agent.
+        format: String,
+        /// Transcripts, stream logs, rollouts, event files or trajectories; one run each.
+        #[arg(required = true)]
+        files: Vec<String>,
+        /// The role the runs are checked as (its doctrine thresholds).
+        #[arg(long, default_value = "default")]
+        role: String,
+        /// The runs' outcome, when the logs do not tell it: succeeded or failed.
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// Supervise agents running outside XO from their live transcripts:
+    /// every session file in the directories is a unit.
+    Watch {
+        /// claude, cursor, codex or openhands.
+        format: String,
+        /// Directories of live transcripts (e.g. ~/.claude/projects, ~/.codex/sessions).
+        #[arg(required = true)]
+        dirs: Vec<String>,
+        /// The role the sessions are checked as.
+        #[arg(long, default_value = "default")]
+        role: String,
+        /// How often the files are looked at (ms).
+        #[arg(long, default_value_t = 500)]
+        poll_ms: u64,
+    },
+    /// Agent hooks: `xo hook claude` is Claude Code's PostToolUse hook that
+    /// hands the XO's pending steering to a running agent.
+    Hook {
+        /// The agent: claude.
+        agent: String,
     },
     /// The radio check offline.
     Radio {
@@ -313,7 +359,17 @@ enum ServeCmd {
 enum RadioCmd {
     /// Run recorded SALUTE reports (JSON lines) through the detector; print
     /// one JSON line per steering decision.
-    Replay { file: String },
+    Replay {
+        file: String,
+        /// One line per run instead: turns, steering by kind, the first
+        /// detection and what the run spent after it; steered and unsteered
+        /// runs by outcome.
+        #[arg(long)]
+        summary: bool,
+        /// With --summary: JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl Cli {
@@ -390,10 +446,16 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Up { demo: false } => services::up(cfg).await,
         Cmd::Serve {
             service: ServeCmd::Supervisor,
-        } => services::serve_supervisor(cfg).await,
+        } => services::serve(cfg, services::supervisor_plan(), "xo-supervisor").await,
         Cmd::Serve {
             service: ServeCmd::Queue,
-        } => services::serve_queue(cfg).await,
+        } => {
+            let plan = fabric::Plan {
+                queue: true,
+                ..Default::default()
+            };
+            services::serve(cfg, plan, "xo-queue").await
+        }
         Cmd::Serve {
             service:
                 ServeCmd::Runner {
@@ -541,7 +603,13 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         } => knowledge_ops::review_log(&cfg, json),
         Cmd::Serve {
             service: ServeCmd::Knowledge,
-        } => services::serve_knowledge(cfg).await,
+        } => {
+            let plan = fabric::Plan {
+                knowledge: true,
+                ..Default::default()
+            };
+            services::serve(cfg, plan, "xo-knowledge").await
+        }
         Cmd::Report { file } => ops::report(&cfg, &file).await,
         Cmd::Tap {
             subject,
@@ -555,8 +623,43 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             severity,
         } => ops::steer(&cfg, unit, text, &severity).await,
         Cmd::Radio {
-            cmd: RadioCmd::Replay { file },
-        } => ops::replay(&cfg, &file),
+            cmd:
+                RadioCmd::Replay {
+                    file,
+                    summary,
+                    json,
+                },
+        } => ops::replay(&cfg, &file, summary, json),
+        Cmd::Watch {
+            format,
+            dirs,
+            role,
+            poll_ms,
+        } => {
+            let args = watch::WatchArgs {
+                format,
+                dirs,
+                role,
+                poll_ms,
+            };
+            watch::watch(&cfg, args, services::shutdown_signal()).await
+        }
+        Cmd::Hook { agent } => match agent.as_str() {
+            "claude" => hook::claude(),
+            other => anyhow::bail!("no hook for agent {other:?}; the hooks are: claude"),
+        },
+        Cmd::Import {
+            format,
+            files,
+            role,
+            label,
+        } => import::import(&import::ImportArgs {
+            format,
+            files,
+            role,
+            label,
+            context_limit: cfg.runner.context_limit,
+        }),
         Cmd::Bench { what } => bench::run(&cfg, what).await,
         Cmd::NatsConfig {
             runners,

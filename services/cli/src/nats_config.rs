@@ -7,6 +7,10 @@
 
 use std::fmt::Write;
 
+use xo_proto::knowledge as k;
+use xo_proto::queue as q;
+use xo_proto::{Request, Subjects};
+
 /// The environment variable holding a user's password.
 pub fn password_var(user: &str) -> String {
     let up: String = user
@@ -68,22 +72,22 @@ pub fn render(
             password_var(svc)
         );
     }
+    let subjects = Subjects::new(prefix);
     for u in runners {
-        let p = prefix;
+        // Exactly what a runner sends: its own reports, heartbeats and
+        // events, and the verbs of its claim path.
         let publish = [
-            format!("{p}.salute.{u}"),
-            format!("{p}.heartbeat.{u}"),
-            format!("{p}.event.runner.{u}"),
-            format!("{p}.ctl.queue.claim"),
-            format!("{p}.ctl.queue.heartbeat"),
-            format!("{p}.ctl.queue.complete"),
-            format!("{p}.ctl.queue.block"),
-            format!("{p}.ctl.queue.status"),
-            format!("{p}.ctl.queue.tasks"),
-            format!("{p}.ctl.knowledge.select"),
-            format!("{p}.ctl.knowledge.uses"),
+            subjects.salute(u),
+            subjects.heartbeat(u),
+            subjects.runner_event(u),
+            q::Claim::subject(&subjects),
+            q::Heartbeat::subject(&subjects),
+            q::Complete::subject(&subjects),
+            q::Block::subject(&subjects),
+            k::Select::subject(&subjects),
+            k::RecordUses::subject(&subjects),
         ];
-        let subscribe = [format!("{p}.steer.{u}"), format!("{}.>", runner_inbox(u))];
+        let subscribe = [subjects.steer(u), format!("{}.>", runner_inbox(u))];
         let list = |v: &[String]| {
             v.iter()
                 .map(|x| format!("\"{x}\""))
@@ -112,6 +116,9 @@ mod tests {
         assert!(c.contains("\"xo.salute.coder-1\"") && c.contains("\"xo.steer.coder-1\""));
         assert!(c.contains("\"_INBOX_coder-1.>\""));
         assert!(!c.contains("xo.steer.>") && !c.contains("xo.ctl.supervisor"));
+        // The claim path and nothing more of the queue: no status or task list.
+        assert!(c.contains("\"xo.ctl.queue.claim\"") && c.contains("\"xo.ctl.queue.heartbeat\""));
+        assert!(!c.contains("xo.ctl.queue.tasks") && !c.contains("xo.ctl.queue.status"));
         assert!(c.contains("password: $XO_NATS_PASSWORD_CODER_1"));
         assert!(render("xo", &["queue".into()], 4222, "").is_err());
         assert!(render("xo", &["a b".into()], 4222, "").is_err());

@@ -256,8 +256,47 @@ pub async fn steer(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Replays recorded reports (JSON lines) through the detector.
-pub fn replay(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
+/// What a replay learned of one unit's run.
+#[derive(Debug, Default)]
+struct RunSummary {
+    reports: u64,
+    last_turn: u64,
+    steering: std::collections::BTreeMap<String, u64>,
+    /// The turn, tokens (in + out) and cost at the first steering.
+    first: Option<(u64, u64, f64)>,
+    tokens: u64,
+    cost: f64,
+    outcome: Option<String>,
+}
+
+impl RunSummary {
+    fn json(&self, unit: &str) -> serde_json::Value {
+        let after = self.first.map(|(turn, tokens, cost)| {
+            serde_json::json!({
+                "turns": self.last_turn.saturating_sub(turn),
+                "tokens": self.tokens.saturating_sub(tokens),
+                "cost_usd": (self.cost - cost).max(0.0),
+            })
+        });
+        serde_json::json!({
+            "unit": unit,
+            "turns": self.last_turn,
+            "reports": self.reports,
+            "steering": self.steering,
+            "first_detection_turn": self.first.map(|f| f.0),
+            "after_first_detection": after,
+            "tokens": self.tokens,
+            "cost_usd": self.cost,
+            "outcome": self.outcome,
+        })
+    }
+}
+
+/// Replays recorded reports (JSON lines) through the detector: one JSON
+/// line per steering decision, or with `summary` one line per unit (what
+/// steering would have said, when, and what the run spent after it) and
+/// the counts of steered and unsteered runs by outcome.
+pub fn replay(cfg: &XoConfig, file: &str, summary: bool, json: bool) -> anyhow::Result<ExitCode> {
     let reader: Box<dyn BufRead> = if file == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
@@ -267,6 +306,7 @@ pub fn replay(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
     };
     let mut radio = Radio::new(cfg.roles());
     let (mut reports, mut rejected, mut decisions) = (0u64, 0u64, 0u64);
+    let mut runs: std::collections::BTreeMap<String, RunSummary> = Default::default();
     for (i, line) in reader.lines().enumerate() {
         let line = line.with_context(|| format!("{file}: reading line {}", i + 1))?;
         if line.trim().is_empty() {
@@ -283,8 +323,28 @@ pub fn replay(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
             };
         reports += 1;
         let a = radio.check(&report);
+        let run = runs.entry(report.unit.unit.clone()).or_default();
+        run.reports += 1;
+        run.last_turn = run.last_turn.max(report.time.turn);
+        run.tokens = report.equipment.tokens_in + report.equipment.tokens_out;
+        run.cost = report.equipment.cost_usd;
+        if let Some(o) = report
+            .status
+            .note
+            .as_deref()
+            .and_then(|n| n.strip_prefix("outcome="))
+        {
+            run.outcome = Some(o.split(';').next().unwrap_or(o).trim().to_string());
+        }
+        if !a.steering.is_empty() && run.first.is_none() {
+            run.first = Some((report.time.turn, run.tokens, run.cost));
+        }
         for s in a.steering {
             decisions += 1;
+            *run.steering.entry(s.kind.as_str().to_string()).or_default() += 1;
+            if summary {
+                continue;
+            }
             let line = serde_json::json!({
                 "unit": s.unit,
                 "turn": s.turn,
@@ -298,9 +358,65 @@ pub fn replay(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
             println!("{line}");
         }
     }
+    if summary {
+        print_summary(&runs, json);
+    }
     eprintln!("{reports} reports, {decisions} steering decisions, {rejected} lines rejected");
     if rejected > 0 {
         bail!("{rejected} lines of {file} were not valid reports");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(runs: &std::collections::BTreeMap<String, RunSummary>, json: bool) {
+    // steered / unsteered by outcome
+    let mut table: std::collections::BTreeMap<(&str, bool), u64> = Default::default();
+    for r in runs.values() {
+        let outcome = r.outcome.as_deref().unwrap_or("unknown");
+        *table.entry((outcome, r.first.is_some())).or_default() += 1;
+    }
+    if json {
+        for (unit, r) in runs {
+            println!("{}", r.json(unit));
+        }
+        let totals: Vec<serde_json::Value> = table
+            .iter()
+            .map(|((o, s), n)| serde_json::json!({"outcome": o, "steered": s, "runs": n}))
+            .collect();
+        println!("{}", serde_json::json!({ "totals": totals }));
+        return;
+    }
+    println!(
+        "{:<28} {:>6} {:>6} {:>8} {:>8} {:>9}  {:<10} steering",
+        "run", "turns", "first", "after", "tok.after", "cost.after", "outcome"
+    );
+    for (unit, r) in runs {
+        let (first, after, tok, cost) = match r.first {
+            Some((t, tokens, c)) => (
+                t.to_string(),
+                r.last_turn.saturating_sub(t).to_string(),
+                r.tokens.saturating_sub(tokens).to_string(),
+                format!("{:.4}", (r.cost - c).max(0.0)),
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let kinds: Vec<String> = r.steering.iter().map(|(k, n)| format!("{k}×{n}")).collect();
+        println!(
+            "{unit:<28} {:>6} {first:>6} {after:>8} {tok:>8} {cost:>9}  {:<10} {}",
+            r.last_turn,
+            r.outcome.as_deref().unwrap_or("unknown"),
+            kinds.join(", ")
+        );
+    }
+    println!();
+    for ((outcome, steered), n) in &table {
+        println!(
+            "{n:>5} {outcome} runs {}",
+            if *steered {
+                "the XO would have steered"
+            } else {
+                "with no steering"
+            }
+        );
+    }
 }

@@ -3,6 +3,9 @@
 //!
 //! - [`plan`]: the pure reconcile plan (create, restart, remove, role failed).
 //! - [`docker`]: the engine side (bollard): observe labelled containers, apply actions.
+//! - [`service`]: the fleet actor under its root, the `fleet` control API
+//!   (`xo fleet ls|scale|restart`) and the reconcile ticker.
+//! - [`Fleet`] (here): desired counts, the planner and the engine, one pass at a time.
 
 pub mod docker;
 pub mod plan;

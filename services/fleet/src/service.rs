@@ -1,33 +1,88 @@
 //! The fleet manager in the XO's process: a reconcile loop (desired runners
 //! per role from config; stale units, from the supervisor, restarted) and
 //! the `fleet` control API behind `xo fleet ls|scale|restart`.
+//!
+//! The tree: a one-for-one root over one actor that owns the [`Fleet`]; a
+//! restarted actor reconnects to the engine and keeps the desired counts an
+//! operator set. Inputs: the control API and the reconcile ticker.
+//! Shutdown: inputs stop, the actor drains (a pass in progress finishes),
+//! the bus is flushed.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Mutex;
-use tokio::task::JoinHandle;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{error, info, warn};
-use xo_bus::{Bus, ServiceRequest, ServiceSpec, typed};
-use xo_proto::Request;
+use xo_bus::api::ActorPorts;
+use xo_bus::{Bus, typed};
 use xo_proto::control::{ErrorCode, ListUnits, ServiceError};
 use xo_proto::fleet::*;
 use xo_proto::{Format, Subjects};
 use xo_runtime::XoConfig;
+use xo_runtime::tree::{Factory, Intensity, Running};
 
 use crate::{Action, ContainerSpec, DockerFleet, Fleet, FleetError};
 
-struct Ctx {
+/// The fleet actor's messages: its control API and the reconcile tick.
+pub enum FleetMsg {
+    Api(FleetApi<ActorPorts>),
+    Reconcile,
+}
+
+impl From<FleetApi<ActorPorts>> for FleetMsg {
+    fn from(a: FleetApi<ActorPorts>) -> Self {
+        FleetMsg::Api(a)
+    }
+}
+
+/// The actor (configuration only; the fleet is its state).
+#[derive(Debug, Clone)]
+pub struct FleetActor {
     bus: Bus,
     subjects: Subjects,
     format: Format,
     audit: std::path::PathBuf,
-    fleet: Mutex<Fleet>,
+}
+
+/// What a (re)started actor is built from.
+pub struct FleetArgs {
+    fleet: Fleet,
+    desired: Arc<Mutex<BTreeMap<String, u32>>>,
+}
+
+pub struct State {
+    fleet: Fleet,
+    /// The desired counts, shared with the factory so a restart keeps them.
+    desired: Arc<Mutex<BTreeMap<String, u32>>>,
+}
+
+/// A running fleet manager.
+#[derive(Debug)]
+pub struct FleetHandle {
+    running: Running<FleetMsg>,
+    bus: Bus,
+}
+
+impl FleetHandle {
+    /// Waits for `shutdown`, or for the tree to give up.
+    pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        self.running.until(shutdown).await
+    }
+
+    /// Stops in order: inputs, the actor (drained), the bus flushed.
+    pub async fn stop(self) -> Result<(), FleetError> {
+        let escalated = self.running.stop().await;
+        let _ = self.bus.flush().await;
+        escalated.map_err(|reason| FleetError {
+            what: "fleet manager".into(),
+            reason,
+        })
+    }
 }
 
 /// Starts the fleet manager; fails at once if the engine cannot be reached.
-pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<Vec<JoinHandle<()>>, FleetError> {
+pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<FleetHandle, FleetError> {
     let f = &cfg.fleet;
     let spec = ContainerSpec {
         org: cfg.org.prefix.clone(),
@@ -37,116 +92,197 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<Vec<JoinHandle<()>>, Flee
         binds: f.binds.clone(),
         network: (!f.network.is_empty()).then(|| f.network.clone()),
     };
-    let docker = DockerFleet::connect(spec).await?;
-    let fleet = Fleet::new(
-        docker,
-        f.runners.clone(),
-        f.max_restarts as usize,
-        f.restart_window_ms,
-    );
-    let ctx = Arc::new(Ctx {
+    // Connected once here so an unreachable engine fails the start.
+    DockerFleet::connect(spec.clone()).await?;
+    let desired = Arc::new(Mutex::new(f.runners.clone()));
+    let (max_restarts, window) = (f.max_restarts as usize, f.restart_window_ms);
+    let factory: Factory<FleetActor> = {
+        let desired = desired.clone();
+        Arc::new(move || {
+            let (spec, desired) = (spec.clone(), desired.clone());
+            Box::pin(async move {
+                let docker = DockerFleet::connect(spec).await?;
+                let counts = desired.lock().map(|d| d.clone()).unwrap_or_default();
+                Ok(FleetArgs {
+                    fleet: Fleet::new(docker, counts, max_restarts, window),
+                    desired,
+                })
+            })
+        })
+    };
+    let actor = FleetActor {
         bus: bus.clone(),
         subjects: cfg.subjects(),
         format: cfg.wire.format,
         audit: cfg.data_dir().join("fleet").join("audit.log.jsonl"),
-        fleet: Mutex::new(fleet),
-    });
-    let mut ep = bus
-        .serve(ServiceSpec {
-            name: "xo-fleet".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            description: "XO fleet manager: runner containers per role".into(),
-            group: ctx.subjects.ctl_group(FLEET),
-            verbs: vec![
-                FleetLs::VERB.into(),
-                FleetScale::VERB.into(),
-                FleetRestart::VERB.into(),
-            ],
-        })
+    };
+    let err = |what: &str, e: String| FleetError {
+        what: what.into(),
+        reason: e,
+    };
+    let mut running = Running::one_for_one("fleet", actor, Intensity::of(cfg), factory)
         .await
-        .map_err(|e| FleetError {
-            what: "serving the fleet API".into(),
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| err("starting the fleet actor", e.to_string()))?;
+    running.input(
+        xo_bus::api::serve::<FleetApi<ActorPorts>, _>(
+            &bus,
+            &cfg.subjects(),
+            "XO fleet manager: runner containers per role",
+            running.current.clone(),
+            running.signal(),
+        )
+        .await
+        .map_err(|e| err("serving the fleet API", e.to_string()))?,
+    );
+    running.every(Duration::from_millis(f.reconcile_ms), || {
+        FleetMsg::Reconcile
+    });
     info!(runners = ?f.runners, image = %f.image, "fleet manager started");
-    let c = ctx.clone();
-    let api = tokio::spawn(async move {
-        while let Some(req) = ep.next().await {
-            handle(&c, req).await;
-        }
-        ep.stop().await;
-    });
-    let c = ctx.clone();
-    let every = Duration::from_millis(f.reconcile_ms);
-    let lp = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tick.tick().await;
-            pass(&c).await;
-        }
-    });
-    Ok(vec![api, lp])
+    Ok(FleetHandle { running, bus })
 }
 
-async fn stale_units(ctx: &Ctx) -> BTreeSet<String> {
-    match typed::call(
-        &ctx.bus,
-        &ctx.subjects,
-        &ListUnits {},
-        Duration::from_secs(2),
-    )
-    .await
-    {
-        Ok(units) => units
-            .into_iter()
-            .filter(|u| u.stale)
-            .map(|u| u.unit)
-            .collect(),
-        Err(_) => BTreeSet::new(),
+impl Actor for FleetActor {
+    type Msg = FleetMsg;
+    type State = State;
+    type Arguments = FleetArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<FleetMsg>,
+        args: FleetArgs,
+    ) -> Result<State, ActorProcessingErr> {
+        Ok(State {
+            fleet: args.fleet,
+            desired: args.desired,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<FleetMsg>,
+        msg: FleetMsg,
+        st: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            FleetMsg::Reconcile => self.pass(st).await,
+            FleetMsg::Api(FleetApi::Ls(_, port)) => {
+                let _ = port.send(status(&st.fleet).await);
+            }
+            FleetMsg::Api(FleetApi::Scale(s, port)) => {
+                if let Err(e) = xo_proto::validate_token("role", &s.role) {
+                    let _ = port.send(Err(ServiceError::new(ErrorCode::Invalid, e)));
+                    return Ok(());
+                }
+                st.fleet.scale(&s.role, s.replicas);
+                if let Ok(mut d) = st.desired.lock() {
+                    *d = st.fleet.desired.clone();
+                }
+                info!(role = %s.role, replicas = s.replicas, "fleet scaled");
+                self.pass(st).await;
+                let _ = port.send(status(&st.fleet).await);
+            }
+            FleetMsg::Api(FleetApi::Restart(s, port)) => {
+                let r = self.restart(st, &s.unit).await;
+                let _ = port.send(match r {
+                    Ok(()) => status(&st.fleet).await,
+                    Err(e) => Err(e),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
-async fn pass(ctx: &Ctx) {
-    let stale = stale_units(ctx).await;
-    let done = {
-        let mut f = ctx.fleet.lock().await;
-        match f.reconcile(&stale, xo_proto::now_ms()).await {
+impl FleetActor {
+    async fn stale_units(&self) -> BTreeSet<String> {
+        match typed::call(
+            &self.bus,
+            &self.subjects,
+            &ListUnits {},
+            Duration::from_secs(2),
+        )
+        .await
+        {
+            Ok(units) => units
+                .into_iter()
+                .filter(|u| u.stale)
+                .map(|u| u.unit)
+                .collect(),
+            Err(_) => BTreeSet::new(),
+        }
+    }
+
+    async fn pass(&self, st: &mut State) {
+        let stale = self.stale_units().await;
+        let done = match st.fleet.reconcile(&stale, xo_proto::now_ms()).await {
             Ok(d) => d,
             Err(e) => {
                 warn!(error = %e, "fleet reconcile failed; will retry");
                 return;
             }
+        };
+        for (a, r) in done {
+            let (kind, role, unit, detail) = match &a {
+                Action::Create { unit, role } => {
+                    ("created", role.clone(), Some(unit.clone()), String::new())
+                }
+                Action::Restart { unit, reason, .. } => (
+                    "restarted",
+                    role_of(unit),
+                    Some(unit.clone()),
+                    reason.clone(),
+                ),
+                Action::Remove { unit, reason, .. } => {
+                    ("removed", role_of(unit), Some(unit.clone()), reason.clone())
+                }
+                Action::RoleFailed { role, restarts } => {
+                    error!(role = %role, restarts, "runner role failed: past its restart intensity");
+                    (
+                        "role_failed",
+                        role.clone(),
+                        None,
+                        format!("{restarts} restarts within the window"),
+                    )
+                }
+            };
+            let (kind, detail) = match r {
+                Ok(()) => (kind, detail),
+                Err(e) => ("error", format!("{kind}: {e}")),
+            };
+            self.event(kind, &role, unit, detail).await;
         }
-    };
-    for (a, r) in done {
-        let (kind, role, unit, detail) = match &a {
-            Action::Create { unit, role } => {
-                ("created", role.clone(), Some(unit.clone()), String::new())
-            }
-            Action::Restart { unit, reason, .. } => (
-                "restarted",
-                role_of(unit),
-                Some(unit.clone()),
-                reason.clone(),
-            ),
-            Action::Remove { unit, reason, .. } => {
-                ("removed", role_of(unit), Some(unit.clone()), reason.clone())
-            }
-            Action::RoleFailed { role, restarts } => {
-                error!(role = %role, restarts, "runner role failed: past its restart intensity");
-                (
-                    "role_failed",
-                    role.clone(),
-                    None,
-                    format!("{restarts} restarts within the window"),
+    }
+
+    /// Restarts one runner's container (`xo fleet restart UNIT`).
+    async fn restart(&self, st: &mut State, unit: &str) -> Result<(), ServiceError> {
+        let unavailable = |e: FleetError| ServiceError::new(ErrorCode::Unavailable, e.to_string());
+        let observed = st.fleet.docker.observe().await.map_err(unavailable)?;
+        let o = observed
+            .into_iter()
+            .find(|o| o.unit == unit)
+            .ok_or_else(|| {
+                ServiceError::new(
+                    ErrorCode::NotFound,
+                    format!("no runner container for unit {unit:?}"),
                 )
-            }
-        };
-        let (kind, detail) = match r {
-            Ok(()) => (kind, detail),
-            Err(e) => ("error", format!("{kind}: {e}")),
-        };
-        event(ctx, kind, &role, unit, detail).await;
+            })?;
+        st.fleet
+            .docker
+            .apply(&Action::Restart {
+                unit: o.unit,
+                id: o.id,
+                reason: "operator".into(),
+            })
+            .await
+            .map_err(unavailable)?;
+        self.event(
+            "restarted",
+            &role_of(unit),
+            Some(unit.to_string()),
+            "operator".into(),
+        )
+        .await;
+        Ok(())
     }
 }
 
@@ -156,35 +292,35 @@ fn role_of(unit: &str) -> String {
         .unwrap_or_else(|| unit.to_string())
 }
 
-async fn event(ctx: &Ctx, kind: &str, role: &str, unit: Option<String>, detail: String) {
-    let ev = FleetEvent {
-        v: xo_proto::PROTOCOL_VERSION,
-        kind: kind.into(),
-        role: role.into(),
-        unit,
-        detail,
-        at: xo_proto::now_ms(),
-    };
-    // The fleet's audit trail, one JSON line per change.
-    if let Some(d) = ctx.audit.parent() {
-        let _ = std::fs::create_dir_all(d);
-    }
-    if let Ok(line) = serde_json::to_string(&ev) {
-        use std::io::Write;
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&ctx.audit)
-            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
-    }
-    if let Err(e) = typed::publish(&ctx.bus, &ctx.subjects.fleet_event(role), &ev, ctx.format).await
-    {
-        warn!(error = %e, "fleet event not published");
+impl FleetActor {
+    /// Records a fleet change (one JSON line in the fleet's audit file) and
+    /// publishes it on `xo.event.fleet.<role>`.
+    async fn event(&self, kind: &str, role: &str, unit: Option<String>, detail: String) {
+        let ev = FleetEvent {
+            v: xo_proto::PROTOCOL_VERSION,
+            kind: kind.into(),
+            role: role.into(),
+            unit,
+            detail,
+            at: xo_proto::now_ms(),
+        };
+        if let Err(e) = xo_runtime::jsonl::append(&self.audit, &ev).await {
+            warn!(path = %self.audit.display(), error = %e, "fleet audit line not written");
+        }
+        if let Err(e) = typed::publish(
+            &self.bus,
+            &self.subjects.fleet_event(role),
+            &ev,
+            self.format,
+        )
+        .await
+        {
+            warn!(error = %e, "fleet event not published");
+        }
     }
 }
 
-async fn status(ctx: &Ctx) -> Result<FleetStatus, ServiceError> {
-    let f = ctx.fleet.lock().await;
+async fn status(f: &Fleet) -> Result<FleetStatus, ServiceError> {
     let observed = f
         .docker
         .observe()
@@ -206,73 +342,4 @@ async fn status(ctx: &Ctx) -> Result<FleetStatus, ServiceError> {
         units,
         failed: f.planner.failed_roles().iter().cloned().collect(),
     })
-}
-
-async fn handle(ctx: &Ctx, req: ServiceRequest) {
-    match req.verb() {
-        v if v == FleetLs::VERB => {
-            let r = status(ctx).await;
-            req.reply(r).await
-        }
-        v if v == FleetScale::VERB => {
-            let s = match typed::decode_request::<FleetScale>(&req.message) {
-                Ok(s) => s,
-                Err(e) => return req.reply::<()>(Err(e)).await,
-            };
-            if let Err(e) = xo_proto::validate_token("role", &s.role) {
-                return req
-                    .reply::<()>(Err(ServiceError::new(ErrorCode::Invalid, e)))
-                    .await;
-            }
-            ctx.fleet.lock().await.scale(&s.role, s.replicas);
-            info!(role = %s.role, replicas = s.replicas, "fleet scaled");
-            pass(ctx).await;
-            let r = status(ctx).await;
-            req.reply(r).await
-        }
-        v if v == FleetRestart::VERB => {
-            let s = match typed::decode_request::<FleetRestart>(&req.message) {
-                Ok(s) => s,
-                Err(e) => return req.reply::<()>(Err(e)).await,
-            };
-            let res = {
-                let f = ctx.fleet.lock().await;
-                match f.docker.observe().await {
-                    Err(e) => Err(ServiceError::new(ErrorCode::Unavailable, e.to_string())),
-                    Ok(obs) => match obs.into_iter().find(|o| o.unit == s.unit) {
-                        None => Err(ServiceError::new(
-                            ErrorCode::NotFound,
-                            format!("no runner container for unit {:?}", s.unit),
-                        )),
-                        Some(o) => f
-                            .docker
-                            .apply(&Action::Restart {
-                                unit: o.unit,
-                                id: o.id,
-                                reason: "operator".into(),
-                            })
-                            .await
-                            .map_err(|e| ServiceError::new(ErrorCode::Unavailable, e.to_string())),
-                    },
-                }
-            };
-            if let Err(e) = res {
-                return req.reply::<()>(Err(e)).await;
-            }
-            event(
-                ctx,
-                "restarted",
-                &role_of(&s.unit),
-                Some(s.unit.clone()),
-                "operator".into(),
-            )
-            .await;
-            let r = status(ctx).await;
-            req.reply(r).await
-        }
-        other => {
-            let e = ServiceError::new(ErrorCode::NotFound, format!("unknown verb {other:?}"));
-            req.reply::<()>(Err(e)).await
-        }
-    }
 }

@@ -266,7 +266,5 @@ async fn the_fleet_api_lists_scales_restarts_and_the_loop_heals() {
     .await
     .unwrap();
     assert!(ours(&org).is_empty());
-    for h in tasks {
-        h.abort();
-    }
+    tasks.stop().await.unwrap();
 }

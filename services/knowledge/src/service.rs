@@ -1,49 +1,76 @@
 //! The knowledge service: the `knowledge` control API (NATS micro service
 //! `xo-knowledge`: list, get, put, deprecate, select, uses) and a watcher
 //! that announces documents edited by hand on `xo.knowledge.changed.<category>`.
+//!
+//! The tree: a one-for-one root over one actor that owns the store (the
+//! folder is the state, so a restarted actor reopens it and resumes); the
+//! inputs are the control API and the watch ticker. Shutdown: inputs stop,
+//! the actor drains, the bus is flushed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
-use tokio::task::JoinHandle;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info, warn};
-use xo_bus::{Bus, ServiceRequest, ServiceSpec, typed};
-use xo_proto::Request;
+use xo_bus::api::{ActorPorts, Port};
+use xo_bus::{Bus, typed};
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::knowledge::*;
 use xo_proto::{Format, Subjects};
 use xo_runtime::XoConfig;
+use xo_runtime::tree::{Factory, Intensity, Running};
 
 use crate::store::{KnowledgeStore, StoreError};
 
-struct State {
-    store: KnowledgeStore,
-    /// The folder as last seen, so our own writes are not announced as edits.
-    seen: BTreeMap<String, (u64, u128)>,
+/// The knowledge actor's messages: its control API and the watch tick.
+#[allow(clippy::large_enum_variant)] // few and rare: a box buys nothing
+pub enum KnowledgeMsg {
+    Api(KnowledgeApi<ActorPorts>),
+    /// Look for documents edited by hand since the last look.
+    Watch,
 }
 
-struct Ctx {
+impl From<KnowledgeApi<ActorPorts>> for KnowledgeMsg {
+    fn from(a: KnowledgeApi<ActorPorts>) -> Self {
+        KnowledgeMsg::Api(a)
+    }
+}
+
+/// The actor (configuration only; the store is its state).
+#[derive(Debug, Clone)]
+pub struct KnowledgeActor {
     bus: Bus,
     subjects: Subjects,
     format: Format,
     budget: usize,
     establish_after: u32,
-    state: Mutex<State>,
 }
 
+pub struct State {
+    store: KnowledgeStore,
+    /// The folder as last seen, so our own writes are not announced as edits.
+    seen: BTreeMap<String, (u64, u128)>,
+}
+
+/// A running knowledge service.
 #[derive(Debug)]
 pub struct KnowledgeHandle {
-    tasks: Vec<JoinHandle<()>>,
+    running: Running<KnowledgeMsg>,
+    bus: Bus,
 }
 
 impl KnowledgeHandle {
-    pub async fn stop(self) {
-        for t in self.tasks {
-            t.abort();
-            let _ = t.await;
-        }
+    /// Waits for `shutdown`, or for the tree to give up.
+    pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        self.running.until(shutdown).await
+    }
+
+    /// Stops in order: inputs, the actor (drained), the bus flushed.
+    pub async fn stop(self) -> Result<(), KnowledgeError> {
+        let escalated = self.running.stop().await;
+        let _ = self.bus.flush().await;
+        escalated.map_err(KnowledgeError::Escalated)
     }
 }
 
@@ -53,6 +80,10 @@ pub enum KnowledgeError {
     Store(#[from] StoreError),
     #[error("bus: {0}")]
     Bus(#[from] xo_bus::BusError),
+    #[error("actor: {0}")]
+    Actor(String),
+    #[error("escalated: {0}")]
+    Escalated(String),
 }
 
 fn service_error(e: StoreError) -> ServiceError {
@@ -64,194 +95,182 @@ fn service_error(e: StoreError) -> ServiceError {
     ServiceError::new(code, e.to_string())
 }
 
-const VERBS: [&str; 6] = [
-    ListDocs::VERB,
-    GetDoc::VERB,
-    PutDoc::VERB,
-    DeprecateDoc::VERB,
-    Select::VERB,
-    RecordUses::VERB,
-];
-
+/// Opens the store, starts the tree, serves the API and watches the folder.
 pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<KnowledgeHandle, KnowledgeError> {
-    let store = KnowledgeStore::open(&cfg.knowledge_dir())?;
-    let (_, invalid) = store.load_all();
-    for i in &invalid {
-        warn!(path = %i.path, error = %i.error, "knowledge document does not parse; not used until fixed");
-    }
-    let seen = store.fingerprint();
-    let ctx = Arc::new(Ctx {
+    let dir = cfg.knowledge_dir();
+    // Opened once here so a bad folder fails the start, not a restart loop.
+    KnowledgeStore::open(&dir)?;
+    let actor = KnowledgeActor {
         bus: bus.clone(),
         subjects: cfg.subjects(),
         format: cfg.wire.format,
         budget: cfg.knowledge.budget_tokens,
         establish_after: cfg.knowledge.establish_after,
-        state: Mutex::new(State { store, seen }),
-    });
-    let mut ep = bus
-        .serve(ServiceSpec {
-            name: "xo-knowledge".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            description: "XO knowledge store: documents, ownership, selection".into(),
-            group: ctx.subjects.ctl_group(KNOWLEDGE),
-            verbs: VERBS.map(String::from).to_vec(),
-        })
-        .await?;
-    info!(dir = %cfg.knowledge_dir().display(), "knowledge service started");
-    let c = ctx.clone();
-    let api = tokio::spawn(async move {
-        while let Some(req) = ep.next().await {
-            handle(&c, req).await;
-        }
-        ep.stop().await;
-    });
-    let c = ctx.clone();
-    let every = Duration::from_millis(cfg.knowledge.poll_ms);
-    let watcher = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tick.tick().await;
-            watch(&c).await;
-        }
-    });
-    Ok(KnowledgeHandle {
-        tasks: vec![api, watcher],
-    })
-}
-
-async fn announce(ctx: &Ctx, id: &str, change: &str, by: &str) {
-    let category = id.split('/').next().unwrap_or("unknown");
-    let ev = KnowledgeChanged {
-        v: xo_proto::PROTOCOL_VERSION,
-        id: id.to_string(),
-        change: change.to_string(),
-        by: by.to_string(),
-        at: xo_proto::now_ms(),
     };
-    if let Err(e) = typed::publish(
-        &ctx.bus,
-        &ctx.subjects.knowledge_changed(category),
-        &ev,
-        ctx.format,
-    )
-    .await
-    {
-        warn!(error = %e, "knowledge change not announced");
+    let factory: Factory<KnowledgeActor> = {
+        let dir = dir.clone();
+        Arc::new(move || {
+            let dir = dir.clone();
+            Box::pin(async move { Ok(dir) })
+        })
+    };
+    let mut running = Running::one_for_one("knowledge", actor, Intensity::of(cfg), factory)
+        .await
+        .map_err(|e| KnowledgeError::Actor(e.to_string()))?;
+    running.input(
+        xo_bus::api::serve::<KnowledgeApi<ActorPorts>, _>(
+            &bus,
+            &cfg.subjects(),
+            "XO knowledge store: documents, ownership, selection",
+            running.current.clone(),
+            running.signal(),
+        )
+        .await?,
+    );
+    running.every(Duration::from_millis(cfg.knowledge.poll_ms), || {
+        KnowledgeMsg::Watch
+    });
+    info!(dir = %dir.display(), "knowledge service started");
+    Ok(KnowledgeHandle { running, bus })
+}
+
+impl Actor for KnowledgeActor {
+    type Msg = KnowledgeMsg;
+    type State = State;
+    /// The knowledge folder.
+    type Arguments = std::path::PathBuf;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<KnowledgeMsg>,
+        dir: std::path::PathBuf,
+    ) -> Result<State, ActorProcessingErr> {
+        let store = KnowledgeStore::open(&dir)?;
+        let (_, invalid) = store.load_all();
+        for i in &invalid {
+            warn!(path = %i.path, error = %i.error, "knowledge document does not parse; not used until fixed");
+        }
+        let seen = store.fingerprint();
+        Ok(State { store, seen })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<KnowledgeMsg>,
+        msg: KnowledgeMsg,
+        st: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            KnowledgeMsg::Watch => self.watch(st).await,
+            KnowledgeMsg::Api(api) => self.api(st, api).await,
+        }
+        Ok(())
     }
 }
 
-/// Finds documents edited, added or removed by hand since the last look.
-async fn watch(ctx: &Ctx) {
-    let mut st = ctx.state.lock().await;
-    let now = st.store.fingerprint();
-    if now == st.seen {
-        return;
-    }
-    let mut changed = Vec::new();
-    for (id, fp) in &now {
-        if st.seen.get(id) != Some(fp) {
-            changed.push((id.clone(), "disk"));
-        }
-    }
-    for id in st.seen.keys() {
-        if !now.contains_key(id) {
-            changed.push((id.clone(), "removed"));
-        }
-    }
-    st.seen = now;
-    let _ = st.store.write_index();
-    let mut out = Vec::new();
-    for (id, change) in changed {
-        if change == "disk"
-            && let Err(StoreError::Invalid(e)) = st.store.get(&id)
-        {
-            warn!(file = %e.path, line = e.line, error = %e.reason, "knowledge document edited by hand does not parse; not used until fixed");
-            out.push((id, "invalid"));
-            continue;
-        }
-        info!(id = %id, change, "knowledge document changed on disk");
-        out.push((id, change));
-    }
-    drop(st);
-    for (id, change) in out {
-        announce(ctx, &id, change, "disk").await;
-    }
+fn answer<T: Send + 'static>(port: Port<T>, r: Result<T, StoreError>) {
+    let _ = port.send(r.map_err(service_error));
 }
 
-async fn handle(ctx: &Ctx, req: ServiceRequest) {
-    macro_rules! decode {
-        ($t:ty) => {
-            match typed::decode_request::<$t>(&req.message) {
-                Ok(r) => r,
-                Err(e) => return req.reply::<()>(Err(e)).await,
-            }
+impl KnowledgeActor {
+    async fn announce(&self, id: &str, change: &str, by: &str) {
+        let category = id.split('/').next().unwrap_or("unknown");
+        let ev = KnowledgeChanged {
+            v: xo_proto::PROTOCOL_VERSION,
+            id: id.to_string(),
+            change: change.to_string(),
+            by: by.to_string(),
+            at: xo_proto::now_ms(),
         };
+        if let Err(e) = typed::publish(
+            &self.bus,
+            &self.subjects.knowledge_changed(category),
+            &ev,
+            self.format,
+        )
+        .await
+        {
+            warn!(error = %e, "knowledge change not announced");
+        }
     }
-    match req.verb() {
-        v if v == ListDocs::VERB => {
-            let r = decode!(ListDocs);
-            let st = ctx.state.lock().await;
-            let list = st.store.list(r.category);
-            drop(st);
-            req.reply(Ok(list)).await
+
+    /// Finds documents edited, added or removed by hand since the last look.
+    async fn watch(&self, st: &mut State) {
+        let now = st.store.fingerprint();
+        if now == st.seen {
+            return;
         }
-        v if v == GetDoc::VERB => {
-            let r = decode!(GetDoc);
-            let st = ctx.state.lock().await;
-            let res = st.store.get(&r.id).map_err(service_error);
-            drop(st);
-            req.reply(res).await
-        }
-        v if v == PutDoc::VERB => {
-            let r = decode!(PutDoc);
-            let mut st = ctx.state.lock().await;
-            let res = st.store.put(r.doc, r.author, r.task.as_deref());
-            st.seen = st.store.fingerprint();
-            drop(st);
-            if let Ok(d) = &res {
-                info!(id = %d.id(), by = r.author.as_str(), "knowledge document written");
-                announce(ctx, &d.id(), "put", r.author.as_str()).await;
+        let mut changed = Vec::new();
+        for (id, fp) in &now {
+            if st.seen.get(id) != Some(fp) {
+                changed.push((id.clone(), "disk"));
             }
-            req.reply(res.map_err(service_error)).await
         }
-        v if v == DeprecateDoc::VERB => {
-            let r = decode!(DeprecateDoc);
-            let mut st = ctx.state.lock().await;
-            let res = st.store.deprecate(&r.id, r.author, &r.reason);
-            st.seen = st.store.fingerprint();
-            drop(st);
-            if res.is_ok() {
-                announce(ctx, &r.id, "deprecate", r.author.as_str()).await;
+        for id in st.seen.keys() {
+            if !now.contains_key(id) {
+                changed.push((id.clone(), "removed"));
             }
-            req.reply(res.map_err(service_error)).await
         }
-        v if v == Select::VERB => {
-            let r = decode!(Select);
-            let st = ctx.state.lock().await;
-            let sel = st.store.select(
-                r.milestone.as_deref(),
-                r.budget_tokens.unwrap_or(ctx.budget),
-            );
-            drop(st);
-            req.reply(Ok(sel)).await
+        st.seen = now;
+        let _ = st.store.write_index();
+        let mut out = Vec::new();
+        for (id, change) in changed {
+            if change == "disk"
+                && let Err(StoreError::Invalid(e)) = st.store.get(&id)
+            {
+                warn!(file = %e.path, line = e.line, error = %e.reason, "knowledge document edited by hand does not parse; not used until fixed");
+                out.push((id, "invalid"));
+                continue;
+            }
+            info!(id = %id, change, "knowledge document changed on disk");
+            out.push((id, change));
         }
-        v if v == RecordUses::VERB => {
-            let r = decode!(RecordUses);
-            let mut st = ctx.state.lock().await;
-            let res = st.store.record_uses(&r.docs, r.clean, ctx.establish_after);
-            st.seen = st.store.fingerprint();
-            drop(st);
-            if let Ok(p) = &res {
-                for id in p {
-                    info!(id = %id, "knowledge document established");
-                    announce(ctx, id, "promote", "xo").await;
+        for (id, change) in out {
+            self.announce(&id, change, "disk").await;
+        }
+    }
+
+    async fn api(&self, st: &mut State, api: KnowledgeApi<ActorPorts>) {
+        match api {
+            KnowledgeApi::List(r, port) => {
+                let _ = port.send(Ok(st.store.list(r.category)));
+            }
+            KnowledgeApi::Get(r, port) => answer(port, st.store.get(&r.id)),
+            KnowledgeApi::Put(r, port) => {
+                let res = st.store.put(r.doc, r.author, r.task.as_deref());
+                st.seen = st.store.fingerprint();
+                if let Ok(d) = &res {
+                    info!(id = %d.id(), by = r.author.as_str(), "knowledge document written");
+                    self.announce(&d.id(), "put", r.author.as_str()).await;
                 }
+                answer(port, res)
             }
-            req.reply(res.map_err(service_error)).await
-        }
-        other => {
-            let e = ServiceError::new(ErrorCode::NotFound, format!("unknown verb {other:?}"));
-            req.reply::<()>(Err(e)).await
+            KnowledgeApi::Deprecate(r, port) => {
+                let res = st.store.deprecate(&r.id, r.author, &r.reason);
+                st.seen = st.store.fingerprint();
+                if res.is_ok() {
+                    self.announce(&r.id, "deprecate", r.author.as_str()).await;
+                }
+                answer(port, res)
+            }
+            KnowledgeApi::Select(r, port) => {
+                let sel = st.store.select(
+                    r.milestone.as_deref(),
+                    r.budget_tokens.unwrap_or(self.budget),
+                );
+                let _ = port.send(Ok(sel));
+            }
+            KnowledgeApi::Uses(r, port) => {
+                let res = st.store.record_uses(&r.docs, r.clean, self.establish_after);
+                st.seen = st.store.fingerprint();
+                if let Ok(p) = &res {
+                    for id in p {
+                        info!(id = %id, "knowledge document established");
+                        self.announce(id, "promote", "xo").await;
+                    }
+                }
+                answer(port, res)
+            }
         }
     }
 }

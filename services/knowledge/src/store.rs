@@ -87,7 +87,7 @@ pub fn md_files(dir: &Path) -> Vec<(Category, String, PathBuf)> {
 }
 
 fn now_rfc3339() -> String {
-    xo_runner::logs::rfc3339(xo_proto::now_ms())
+    xo_runtime::clock::rfc3339(xo_proto::now_ms())
 }
 
 impl KnowledgeStore {

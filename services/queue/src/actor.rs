@@ -9,70 +9,38 @@ use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
-use xo_proto::control::ServiceError;
+use xo_bus::api::{ActorPorts, Port};
+use xo_bus::typed;
+use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
-    Claimed, ExecutionMode, Goal, QueueStatus, Task, TaskEvent, TaskRecord, TaskState,
-    ValidationReport,
+    AuditCheck, Claimed, EventName, QueueApi, QueueStatus, Renewed, TaskEvent, TaskRecord,
+    TaskState,
 };
+use xo_proto::settings::{PutSettings, Settings, SettingsChanged, SettingsView};
 
+use crate::audit::{self, Verdict};
 use crate::commit::Commit;
-use crate::machine::{Changes, Machine};
+use crate::machine::{AuditDraft, Changes, Machine};
 use crate::{BUCKET, Ctx, QueueResult};
 
-type Reply<T> = RpcReplyPort<Result<T, ServiceError>>;
+type Reply<T> = Port<T>;
 
+/// The queue actor's messages: its control API (each variant carries the
+/// proto request and its reply port) and the clock.
 pub enum QueueMsg {
-    Init {
-        mode: ExecutionMode,
-        manager: bool,
-        force: bool,
-        reply: Reply<QueueStatus>,
-    },
-    SetGoal(Goal, Reply<QueueStatus>),
-    Enqueue(Vec<Task>, Reply<Vec<String>>),
-    Claim {
-        role: String,
-        claimant: String,
-        wait_ms: u64,
-        reply: Reply<Option<Claimed>>,
-    },
-    Heartbeat {
-        task_id: String,
-        token: String,
-        checkpoint: bool,
-        reply: Reply<TaskRecord>,
-    },
-    Complete {
-        task_id: String,
-        token: String,
-        report: ValidationReport,
-        manager_reply: Option<serde_json::Value>,
-        reply: Reply<TaskRecord>,
-    },
-    Block {
-        task_id: String,
-        token: String,
-        reason: String,
-        question: Option<String>,
-        reply: Reply<TaskRecord>,
-    },
-    Answer {
-        task_id: String,
-        text: String,
-        reply: Reply<TaskRecord>,
-    },
-    Halt(String, Reply<QueueStatus>),
-    Resume(Reply<QueueStatus>),
-    Start(Reply<QueueStatus>),
-    Step(Reply<QueueStatus>),
-    Status(Reply<QueueStatus>),
-    List(Option<TaskState>, Reply<Vec<TaskRecord>>),
-    Retry(String, Reply<TaskRecord>),
-    Cancel(String, Reply<TaskRecord>),
+    /// Boxed: a completion carries its whole validation report.
+    Api(Box<QueueApi<ActorPorts>>),
     /// Expire leases and waiting claims at `now`; answered when done.
     Tick(u64, Option<RpcReplyPort<()>>),
 }
 
+impl From<QueueApi<ActorPorts>> for QueueMsg {
+    fn from(a: QueueApi<ActorPorts>) -> Self {
+        QueueMsg::Api(Box::new(a))
+    }
+}
+
+#[derive(Debug, Clone)]
 pub struct QueueActor;
 
 pub struct Args {
@@ -93,12 +61,19 @@ pub struct State {
     m: Machine,
     commits: mpsc::UnboundedSender<Commit>,
     waiters: VecDeque<Waiter>,
+    /// The active directives as claims carry them; `None` after a change
+    /// to a directive's task (rebuilt on the next claim, not per claim).
+    directives: std::sync::OnceLock<Vec<String>>,
 }
 
 fn task_key(id: &str) -> String {
     format!("task.{id}")
 }
 const STATUS_KEY: &str = "status";
+/// The operator settings' key in the queue's bucket.
+const SETTINGS_KEY: &str = "settings";
+/// Most audit lines one `audit_tail` returns.
+const MAX_TAIL: usize = 10_000;
 
 /// Loads the machine from the store. An unreadable record is reported (by
 /// key) in the status and left untouched; it never stops the queue.
@@ -106,6 +81,7 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
     let mut m = Machine::new(ctx.cfg.queue.lease_ms, ctx.cfg.task_roles());
     let keys = ctx.store.keys(BUCKET).await?;
     let mut status = None;
+    let mut settings = None;
     let mut tasks = Vec::new();
     let mut corrupt = Vec::new();
     for key in keys {
@@ -114,6 +90,8 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
         };
         let res = if key == STATUS_KEY {
             serde_json::from_slice::<QueueStatus>(&entry.value).map(|s| status = Some(s))
+        } else if key == SETTINGS_KEY {
+            serde_json::from_slice::<Settings>(&entry.value).map(|s| settings = Some(s))
         } else {
             serde_json::from_slice::<TaskRecord>(&entry.value).map(|t| tasks.push(t))
         };
@@ -124,6 +102,7 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
     }
     let n = tasks.len();
     m.restore(status, tasks);
+    m.settings = settings.unwrap_or_default();
     m.status.corrupt = corrupt;
     if n > 0 {
         info!(tasks = n, "queue state restored from the store");
@@ -142,12 +121,21 @@ impl State {
     }
 
     /// Hands a change and its reply to the committer.
-    fn commit(&self, changes: Changes, reply: Option<Box<dyn FnOnce() + Send>>) {
+    fn commit(&mut self, changes: Changes, reply: Option<Box<dyn FnOnce() + Send>>) {
         let mut writes = Vec::new();
         for id in &changes.tasks {
             let value = match self.m.tasks.get(id) {
-                Some(r) => serde_json::to_vec(r).unwrap_or_default(),
-                None => continue,
+                Some(r) => {
+                    if r.task.directive.is_some() {
+                        self.directives.take();
+                    }
+                    serde_json::to_vec(r).unwrap_or_default()
+                }
+                None => {
+                    // Dropped (a forced init): it may have been a directive.
+                    self.directives.take();
+                    continue;
+                }
             };
             writes.push((task_key(id), Bytes::from(value)));
         }
@@ -157,6 +145,12 @@ impl State {
             writes.push((
                 STATUS_KEY.to_string(),
                 Bytes::from(serde_json::to_vec(&s).unwrap_or_default()),
+            ));
+        }
+        if changes.settings {
+            writes.push((
+                SETTINGS_KEY.to_string(),
+                Bytes::from(serde_json::to_vec(&self.m.settings).unwrap_or_default()),
             ));
         }
         let now = self.ctx.clock.now_ms();
@@ -189,7 +183,7 @@ impl State {
     }
 
     fn answer<T: Send + 'static>(
-        &self,
+        &mut self,
         changes: Changes,
         reply: Reply<T>,
         value: Result<T, ServiceError>,
@@ -202,14 +196,18 @@ impl State {
         );
     }
 
-    fn result<T: Send + 'static>(&self, r: Result<(T, Changes), ServiceError>, reply: Reply<T>) {
+    fn result<T: Send + 'static>(
+        &mut self,
+        r: Result<(T, Changes), ServiceError>,
+        reply: Reply<T>,
+    ) {
         match r {
             Ok((v, c)) => self.answer(c, reply, Ok(v)),
             Err(e) => self.answer(Changes::default(), reply, Err(e)),
         }
     }
 
-    fn with_status(&self, r: Result<Changes, ServiceError>, reply: Reply<QueueStatus>) {
+    fn with_status(&mut self, r: Result<Changes, ServiceError>, reply: Reply<QueueStatus>) {
         match r {
             Ok(c) => {
                 let s = self.m.status();
@@ -219,12 +217,332 @@ impl State {
         }
     }
 
+    /// A claim's answer carries what the runner composes the prompt from
+    /// (goal, mode, active directives), so it asks the queue nothing else.
     fn claimed(&self, rec: TaskRecord, token: String) -> Claimed {
         Claimed {
             record: rec,
             token,
             lease_ms: self.ctx.cfg.queue.lease_ms,
+            goal: self.m.status.goal.clone(),
+            mode: self.m.status.mode,
+            directives: self
+                .directives
+                .get_or_init(|| self.active_directives())
+                .clone(),
+            settings: self.m.settings.clone(),
         }
+    }
+
+    /// Directives pending or running, most urgent first, as the prompt lists them.
+    fn active_directives(&self) -> Vec<String> {
+        let mut active: Vec<&TaskRecord> = self
+            .m
+            .tasks
+            .values()
+            .filter(|r| r.task.directive.is_some())
+            .filter(|r| matches!(r.state, TaskState::Pending | TaskState::Running))
+            .collect();
+        active.sort_by_key(|r| (r.task.lane, r.seq));
+        active
+            .iter()
+            .map(|r| format!("[{}] {}", r.task.lane.as_str(), r.task.intent))
+            .collect()
+    }
+
+    /// Applies one control request; true if it may have made work
+    /// available to waiting claimants.
+    fn api(&mut self, api: QueueApi<ActorPorts>, now: u64) -> bool {
+        match api {
+            QueueApi::Init(q, reply) => {
+                let r = self.m.init(q.mode, q.manager, q.force);
+                self.with_status(r, reply);
+            }
+            QueueApi::SetGoal(q, reply) => {
+                let r = self.m.set_goal(xo_proto::queue::Goal {
+                    description: q.description,
+                    project_id: q.project_id,
+                    completed: q.completed,
+                });
+                self.with_status(r, reply);
+            }
+            QueueApi::Enqueue(q, reply) => {
+                let r = self.m.enqueue(q.tasks, now);
+                self.result(r, reply);
+            }
+            QueueApi::Claim(q, reply) => match self.m.claim(&q.role, &q.claimant, now) {
+                Ok((Some((rec, token)), c)) => {
+                    let v = self.claimed(rec, token);
+                    self.answer(c, reply, Ok(Some(v)));
+                }
+                Ok((None, c)) if q.wait_ms > 0 => {
+                    if !c.is_empty() {
+                        self.commit(c, None);
+                    }
+                    self.waiters.push_back(Waiter {
+                        deadline: now + q.wait_ms,
+                        role: q.role,
+                        claimant: q.claimant,
+                        reply,
+                    });
+                    return false;
+                }
+                Ok((None, c)) => self.answer(c, reply, Ok(None)),
+                Err(e) => self.answer(Changes::default(), reply, Err(e)),
+            },
+            QueueApi::Heartbeat(q, reply) => {
+                let r = self
+                    .m
+                    .heartbeat(&q.task_id, &q.token, q.checkpoint, now)
+                    .map(|(record, c)| {
+                        let renewed = Renewed {
+                            record,
+                            status: self.m.status.status,
+                            halt_reason: self.m.status.halt_reason.clone(),
+                        };
+                        (renewed, c)
+                    });
+                self.result(r, reply);
+                return false;
+            }
+            QueueApi::Complete(q, reply) => {
+                let r = self
+                    .m
+                    .complete(&q.task_id, &q.token, q.report, q.manager_reply, now);
+                if let Err(e) = &r {
+                    warn!(task = %q.task_id, error = %e, "completion refused");
+                }
+                self.result(r, reply);
+            }
+            QueueApi::Block(q, reply) => {
+                let r = self
+                    .m
+                    .block(&q.task_id, &q.token, q.reason, q.question, now);
+                self.result(r, reply);
+            }
+            QueueApi::Answer(q, reply) => {
+                let r = self.m.answer(&q.task_id, q.text, now);
+                self.result(r, reply);
+            }
+            QueueApi::Halt(q, reply) => {
+                let r = self.m.halt(q.reason);
+                self.with_status(r, reply);
+            }
+            QueueApi::Resume(_, reply) => {
+                let r = self.m.resume(EventName::Resume);
+                self.with_status(r, reply);
+            }
+            QueueApi::Start(_, reply) => {
+                let r = self.m.resume(EventName::Start);
+                self.with_status(r, reply);
+            }
+            QueueApi::Step(_, reply) => {
+                let r = self.m.step();
+                self.with_status(r, reply);
+            }
+            QueueApi::Status(_, reply) => {
+                let s = self.m.status();
+                self.answer(Changes::default(), reply, Ok(s));
+                return false;
+            }
+            QueueApi::Tasks(q, reply) => {
+                let mut list: Vec<TaskRecord> = self
+                    .m
+                    .tasks
+                    .values()
+                    .filter(|t| q.state.is_none_or(|f| t.state == f))
+                    .cloned()
+                    .collect();
+                list.sort_by_key(|t| t.seq);
+                self.answer(Changes::default(), reply, Ok(list));
+                return false;
+            }
+            QueueApi::Retry(q, reply) => {
+                let r = self.m.retry(&q.task_id, now);
+                self.result(r, reply);
+            }
+            QueueApi::Cancel(q, reply) => {
+                let r = self.m.cancel(&q.task_id, now);
+                self.result(r, reply);
+            }
+            QueueApi::AuditTail(q, reply) => {
+                let project = q.project.unwrap_or_else(|| self.project());
+                let lines = q.lines.unwrap_or(100).min(MAX_TAIL);
+                let path = self.audit_file(&project);
+                // Read off the actor: after the commits handed over so far.
+                self.after_commits(move || {
+                    tokio::task::spawn_blocking(move || {
+                        let _ = reply.send(audit::tail(&path, lines).map_err(|e| {
+                            ServiceError::new(
+                                ErrorCode::Internal,
+                                format!("reading {}: {e}", path.display()),
+                            )
+                        }));
+                    });
+                });
+                return false;
+            }
+            QueueApi::AuditVerify(q, reply) => {
+                let project = q.project.unwrap_or_else(|| self.project());
+                let path = self.audit_file(&project);
+                self.after_commits(move || {
+                    tokio::task::spawn_blocking(move || {
+                        let r = match audit::verify(&path) {
+                            Ok(Verdict::Intact { lines }) => Ok(AuditCheck {
+                                project,
+                                intact: true,
+                                lines,
+                                broken_at: None,
+                                reason: None,
+                            }),
+                            Ok(Verdict::Broken { line, reason }) => Ok(AuditCheck {
+                                project,
+                                intact: false,
+                                lines: line,
+                                broken_at: Some(line),
+                                reason: Some(reason),
+                            }),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(AuditCheck {
+                                project,
+                                intact: true,
+                                lines: 0,
+                                broken_at: None,
+                                reason: None,
+                            }),
+                            Err(e) => Err(ServiceError::new(
+                                ErrorCode::Internal,
+                                format!("reading {}: {e}", path.display()),
+                            )),
+                        };
+                        let _ = reply.send(r);
+                    });
+                });
+                return false;
+            }
+            QueueApi::Settings(_, reply) => {
+                let v = self.settings_view();
+                self.answer(Changes::default(), reply, Ok(v));
+                return false;
+            }
+            QueueApi::PutSettings(q, reply) => {
+                match self.put_settings(q, now) {
+                    Ok((c, event)) => {
+                        let v = self.settings_view();
+                        let (bus, subject, format) = (
+                            self.ctx.bus.clone(),
+                            self.ctx.subjects.settings_event(),
+                            self.ctx.cfg.wire.format,
+                        );
+                        self.commit(
+                            c,
+                            Some(Box::new(move || {
+                                let _ = reply.send(Ok(v));
+                                // Durable now: tell the services.
+                                tokio::spawn(async move {
+                                    if let Err(e) = typed::publish(&bus, &subject, &event, format).await {
+                                        warn!(error = %e, "settings change not published; services see it at their next claim or start");
+                                    }
+                                });
+                            })),
+                        );
+                    }
+                    Err(e) => self.answer(Changes::default(), reply, Err(e)),
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    fn audit_file(&self, project: &str) -> std::path::PathBuf {
+        audit::file_for(&self.ctx.cfg.data_dir(), project)
+    }
+
+    /// Runs `f` once every change handed to the committer so far is durable.
+    fn after_commits(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.commit(Changes::default(), Some(Box::new(f)));
+    }
+
+    fn settings_view(&self) -> SettingsView {
+        SettingsView {
+            settings: self.m.settings.clone(),
+            defaults: xo_runtime::settings::defaults(&self.ctx.cfg),
+            keys: xo_runtime::settings::keys(),
+        }
+    }
+
+    /// Checks and applies an operator's settings change: a new version,
+    /// an audit line with the keys' values before and after.
+    fn put_settings(
+        &mut self,
+        q: PutSettings,
+        now: u64,
+    ) -> Result<(Changes, SettingsChanged), ServiceError> {
+        let cur = self.m.settings.clone();
+        if let Some(base) = q.base_version
+            && base != cur.version
+        {
+            return Err(ServiceError::new(
+                ErrorCode::Invalid,
+                format!(
+                    "settings changed since version {base} (now {}): reload them and apply your change again",
+                    cur.version
+                ),
+            ));
+        }
+        if q.set.is_empty() && q.unset.is_empty() {
+            return Err(ServiceError::new(
+                ErrorCode::Invalid,
+                "settings_put: nothing to change (give `set` or `unset`)",
+            ));
+        }
+        let values = xo_runtime::settings::change(&self.ctx.cfg, &cur, &q.set, &q.unset)
+            .map_err(|e| ServiceError::new(ErrorCode::Invalid, format!("settings: {e}")))?;
+        let changed: Vec<String> = q.set.keys().chain(q.unset.iter()).cloned().collect();
+        let pick = |v: &std::collections::BTreeMap<String, serde_json::Value>| {
+            serde_json::Value::Object(
+                changed
+                    .iter()
+                    .map(|k| {
+                        (
+                            k.clone(),
+                            v.get(k).cloned().unwrap_or(serde_json::Value::Null),
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        let before = pick(&cur.values);
+        let after = pick(&values);
+        let by = if q.by.is_empty() {
+            "operator".to_string()
+        } else {
+            q.by
+        };
+        self.m.settings = Settings {
+            version: cur.version + 1,
+            values,
+            updated_at: now,
+            updated_by: by.clone(),
+        };
+        info!(version = self.m.settings.version, by = %by, keys = ?changed, "operator settings changed");
+        let c = Changes {
+            settings: true,
+            audit: vec![AuditDraft {
+                event: EventName::SettingsChanged,
+                task_id: None,
+                before: serde_json::json!({"version": cur.version, "values": before}),
+                after: serde_json::json!({"version": self.m.settings.version, "values": after, "by": by}),
+                report: None,
+            }],
+            ..Changes::default()
+        };
+        let event = SettingsChanged {
+            v: xo_proto::PROTOCOL_VERSION,
+            settings: self.m.settings.clone(),
+            changed,
+        };
+        Ok((c, event))
     }
 
     /// Gives waiting claimants whatever became available; answers the
@@ -272,6 +590,7 @@ impl Actor for QueueActor {
             m: args.machine,
             commits: args.commits,
             waiters: VecDeque::new(),
+            directives: std::sync::OnceLock::new(),
         })
     }
 
@@ -282,131 +601,9 @@ impl Actor for QueueActor {
         st: &mut State,
     ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.clock.now_ms();
-        let mut wake = true;
+        let mut wake = false;
         match msg {
-            QueueMsg::Init {
-                mode,
-                manager,
-                force,
-                reply,
-            } => {
-                let r = st.m.init(mode, manager, force);
-                st.with_status(r, reply);
-            }
-            QueueMsg::SetGoal(goal, reply) => {
-                let r = st.m.set_goal(goal);
-                st.with_status(r, reply);
-            }
-            QueueMsg::Enqueue(tasks, reply) => {
-                let r = st.m.enqueue(tasks, now);
-                st.result(r, reply);
-            }
-            QueueMsg::Claim {
-                role,
-                claimant,
-                wait_ms,
-                reply,
-            } => match st.m.claim(&role, &claimant, now) {
-                Ok((Some((rec, token)), c)) => {
-                    let v = st.claimed(rec, token);
-                    st.answer(c, reply, Ok(Some(v)));
-                }
-                Ok((None, c)) if wait_ms > 0 => {
-                    if !c.is_empty() {
-                        st.commit(c, None);
-                    }
-                    st.waiters.push_back(Waiter {
-                        role,
-                        claimant,
-                        deadline: now + wait_ms,
-                        reply,
-                    });
-                    wake = false;
-                }
-                Ok((None, c)) => st.answer(c, reply, Ok(None)),
-                Err(e) => st.answer(Changes::default(), reply, Err(e)),
-            },
-            QueueMsg::Heartbeat {
-                task_id,
-                token,
-                checkpoint,
-                reply,
-            } => {
-                let r = st.m.heartbeat(&task_id, &token, checkpoint, now);
-                st.result(r, reply);
-                wake = false;
-            }
-            QueueMsg::Complete {
-                task_id,
-                token,
-                report,
-                manager_reply,
-                reply,
-            } => {
-                let r = st.m.complete(&task_id, &token, report, manager_reply, now);
-                if let Err(e) = &r {
-                    warn!(task = %task_id, error = %e, "completion refused");
-                }
-                st.result(r, reply);
-            }
-            QueueMsg::Block {
-                task_id,
-                token,
-                reason,
-                question,
-                reply,
-            } => {
-                let r = st.m.block(&task_id, &token, reason, question, now);
-                st.result(r, reply);
-            }
-            QueueMsg::Answer {
-                task_id,
-                text,
-                reply,
-            } => {
-                let r = st.m.answer(&task_id, text, now);
-                st.result(r, reply);
-            }
-            QueueMsg::Halt(reason, reply) => {
-                let r = st.m.halt(reason);
-                st.with_status(r, reply);
-            }
-            QueueMsg::Resume(reply) => {
-                let r = st.m.resume("RESUME");
-                st.with_status(r, reply);
-            }
-            QueueMsg::Start(reply) => {
-                let r = st.m.resume("START");
-                st.with_status(r, reply);
-            }
-            QueueMsg::Step(reply) => {
-                let r = st.m.step();
-                st.with_status(r, reply);
-            }
-            QueueMsg::Status(reply) => {
-                let s = st.m.status();
-                st.answer(Changes::default(), reply, Ok(s));
-                wake = false;
-            }
-            QueueMsg::List(filter, reply) => {
-                let mut list: Vec<TaskRecord> =
-                    st.m.tasks
-                        .values()
-                        .filter(|t| filter.is_none_or(|f| t.state == f))
-                        .cloned()
-                        .collect();
-                list.sort_by_key(|t| t.seq);
-                st.answer(Changes::default(), reply, Ok(list));
-                wake = false;
-            }
-            QueueMsg::Retry(id, reply) => {
-                let r = st.m.retry(&id, now);
-                st.result(r, reply);
-            }
-            QueueMsg::Cancel(id, reply) => {
-                let r = st.m.cancel(&id, now);
-                st.result(r, reply);
-            }
+            QueueMsg::Api(api) => wake = st.api(*api, now),
             QueueMsg::Tick(at, port) => {
                 let c = st.m.expire_leases(at);
                 if !c.is_empty() {
@@ -419,7 +616,6 @@ impl Actor for QueueActor {
                     st.commit(c, None);
                 }
                 st.serve_waiters(at);
-                wake = false;
                 if let Some(p) = port {
                     st.commit(
                         Changes::default(),

@@ -102,6 +102,31 @@ impl Chains {
     }
 }
 
+/// The last `n` records of an audit file (none if it does not exist yet).
+/// A line that is not a record is skipped with a warning: `verify` names it.
+pub fn tail(path: &Path, n: usize) -> std::io::Result<Vec<AuditEvent>> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let lines: Vec<&[u8]> = data
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let from = lines.len().saturating_sub(n);
+    Ok(lines[from..]
+        .iter()
+        .filter_map(|l| match serde_json::from_slice(l) {
+            Ok(ev) => Some(ev),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "audit line is not a record (xo audit verify names it)");
+                None
+            }
+        })
+        .collect())
+}
+
 /// The result of checking a chain.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {

@@ -36,6 +36,24 @@ impl std::fmt::Debug for Commit {
     }
 }
 
+/// Resolves once every commit handed over before it is durable (a restarted
+/// actor loads the machine after this, so it sees every change).
+pub async fn barrier(commits: &mpsc::UnboundedSender<Commit>) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let c = Commit {
+        writes: Vec::new(),
+        audit: Vec::new(),
+        project: String::new(),
+        events: Vec::new(),
+        reply: Some(Box::new(move || {
+            let _ = tx.send(());
+        })),
+    };
+    if commits.send(c).is_ok() {
+        let _ = rx.await;
+    }
+}
+
 pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Commit>();
     // The store's copy of the audit log is shipped in order by its own task,

@@ -8,22 +8,26 @@
 //! - [`commit`]: group commit — every change is written to the store (and
 //!   the audit log) before the request that caused it is answered.
 //! - [`audit`]: the audit record chain, `verify` and reading back.
-//! - [`control`]: the control API (`xo.ctl.queue.*`, a NATS micro service `xo-queue`).
+//! - [`start`]: the tree (a one-for-one root over the actor), the control
+//!   API (`xo.ctl.queue.*`, NATS micro service `xo-queue`, served by
+//!   `xo_bus::api`), the lease ticker, and the shutdown order.
 
 pub mod actor;
 pub mod audit;
 pub mod commit;
-pub mod control;
 pub mod machine;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorRef};
+use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tracing::info;
+use xo_bus::api::ActorPorts;
 use xo_bus::{Bus, Store};
 use xo_proto::Subjects;
+use xo_proto::queue::QueueApi;
+use xo_runtime::tree::{Factory, Intensity, Running};
 use xo_runtime::{Clock, XoConfig};
 
 pub use actor::QueueMsg;
@@ -41,6 +45,8 @@ pub enum QueueError {
     Store(#[from] xo_bus::StoreError),
     #[error("actor: {0}")]
     Actor(String),
+    #[error("escalated: {0}")]
+    Escalated(String),
 }
 
 pub type QueueResult<T> = Result<T, QueueError>;
@@ -55,16 +61,24 @@ pub struct Ctx {
     pub clock: Clock,
 }
 
+/// A running queue.
 #[derive(Debug)]
 pub struct QueueHandle {
     pub ctx: Arc<Ctx>,
+    /// The root of the queue's tree: send it the queue's messages.
     pub actor: ActorRef<QueueMsg>,
-    actor_task: JoinHandle<()>,
-    inputs: Vec<JoinHandle<()>>,
+    running: Running<QueueMsg>,
     committer: JoinHandle<()>,
 }
 
 /// Loads the queue from the store and serves its control API.
+///
+/// The tree: a one-for-one root over the queue actor. A failed actor is
+/// restarted (at most `supervisor.max_restarts` within
+/// `supervisor.restart_window_ms`) after every change it handed to the
+/// committer is durable, and reloads the machine from the store, so it
+/// resumes exactly where the store is; claims waiting in it are answered
+/// with an error and retried by runners.
 pub async fn start(
     cfg: XoConfig,
     bus: Bus,
@@ -78,53 +92,61 @@ pub async fn start(
         clock,
         cfg,
     });
-    let machine = actor::load(&ctx).await?;
     let (commits, committer) = commit::spawn(ctx.clone());
-    let (actor, actor_task) = Actor::spawn(
-        None,
-        actor::QueueActor,
-        actor::Args {
-            ctx: ctx.clone(),
-            machine,
-            commits,
-        },
-    )
-    .await
-    .map_err(|e| QueueError::Actor(e.to_string()))?;
-    let mut inputs = vec![control::serve(ctx.clone(), actor.clone()).await?];
-    let (a, c) = (actor.clone(), ctx.clone());
-    inputs.push(tokio::spawn(async move {
-        let mut t = tokio::time::interval(Duration::from_millis(c.cfg.queue.tick_ms));
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            t.tick().await;
-            if a.cast(QueueMsg::Tick(c.clock.now_ms(), None)).is_err() {
-                break;
-            }
-        }
-    }));
+    let factory: Factory<actor::QueueActor> = {
+        let (ctx, commits) = (ctx.clone(), commits.clone());
+        Arc::new(move || {
+            let (ctx, commits) = (ctx.clone(), commits.clone());
+            Box::pin(async move {
+                commit::barrier(&commits).await;
+                let machine = actor::load(&ctx).await?;
+                Ok(actor::Args {
+                    ctx,
+                    machine,
+                    commits,
+                })
+            })
+        })
+    };
+    drop(commits);
+    let mut running =
+        Running::one_for_one("queue", actor::QueueActor, Intensity::of(&ctx.cfg), factory)
+            .await
+            .map_err(|e| QueueError::Actor(e.to_string()))?;
+    running.input(
+        xo_bus::api::serve::<QueueApi<ActorPorts>, _>(
+            &ctx.bus,
+            &ctx.subjects,
+            "XO durable queue: tasks, leases, halts, audit",
+            running.current.clone(),
+            running.signal(),
+        )
+        .await?,
+    );
+    let clock = ctx.clock.clone();
+    running.every(Duration::from_millis(ctx.cfg.queue.tick_ms), move || {
+        QueueMsg::Tick(clock.now_ms(), None)
+    });
     ctx.bus.flush().await?;
     info!(bus = ctx.bus.kind(), "queue started");
     Ok(QueueHandle {
         ctx,
-        actor,
-        actor_task,
-        inputs,
+        actor: running.root.clone(),
+        running,
         committer,
     })
 }
 
-/// Runs the queue until `shutdown` resolves.
+/// Runs the queue until `shutdown` resolves (or its tree escalates).
 pub async fn run(
     cfg: XoConfig,
     bus: Bus,
     store: Store,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> QueueResult<()> {
-    let handle = start(cfg, bus, store, Clock::System).await?;
-    shutdown.await;
-    handle.stop().await;
-    Ok(())
+    let mut handle = start(cfg, bus, store, Clock::System).await?;
+    handle.until(shutdown).await;
+    handle.stop().await
 }
 
 impl QueueHandle {
@@ -137,15 +159,26 @@ impl QueueHandle {
             .await;
     }
 
-    /// Stops taking requests, lets the actor finish, writes what is pending.
-    pub async fn stop(self) {
-        for t in &self.inputs {
-            t.abort();
-        }
-        self.actor.stop(None);
-        let _ = self.actor_task.await;
-        // The actor dropped its sender: the committer drains and ends.
-        let _ = self.committer.await;
-        let _ = self.ctx.bus.flush().await;
+    /// Waits for `shutdown`, or for the tree to give up (escalation).
+    pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        self.running.until(shutdown).await
+    }
+
+    /// Stops in order: inputs (control API, ticker) stop taking requests,
+    /// the actor drains what it was given, the committer writes what is
+    /// pending and ends, the bus is flushed.
+    pub async fn stop(self) -> QueueResult<()> {
+        let QueueHandle {
+            ctx,
+            actor,
+            running,
+            committer,
+        } = self;
+        drop(actor);
+        let escalated = running.stop().await;
+        // The root's state held the last sender: the committer drains and ends.
+        let _ = committer.await;
+        let _ = ctx.bus.flush().await;
+        escalated.map_err(QueueError::Escalated)
     }
 }

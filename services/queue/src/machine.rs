@@ -7,12 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::json;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
-    ExecutionMode, Goal, Lane, Lease, ManagerReply, QueueStatus, REPLY_STATUSES, ReplayMark,
-    RunStatus, TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE, Task, TaskRecord, TaskState, ValidationReport,
+    EventName, ExecutionMode, Goal, HALT_TASK_BLOCKED, Lane, Lease, ManagerReply, QueueStatus,
+    REPLY_STATUSES, ReplayMark, RunStatus, TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE, Task, TaskRecord,
+    TaskState, ValidationReport,
 };
 
 /// The role whose tasks reconcile the task list (seed 002).
-pub const MANAGER_ROLE: &str = "manager";
+pub use xo_proto::queue::MANAGER_ROLE;
 /// Cleanup directives age out after this many completed tasks...
 pub const CLEANUP_AGE: u64 = 15;
 /// ...and at most this many wait at once.
@@ -30,7 +31,7 @@ fn not_found(task: &str) -> ServiceError {
 /// An audit record before the committer numbers and chains it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditDraft {
-    pub event: &'static str,
+    pub event: EventName,
     pub task_id: Option<String>,
     pub before: serde_json::Value,
     pub after: serde_json::Value,
@@ -42,6 +43,8 @@ pub struct AuditDraft {
 pub struct Changes {
     pub tasks: BTreeSet<String>,
     pub status: bool,
+    /// The operator settings changed.
+    pub settings: bool,
     pub audit: Vec<AuditDraft>,
 }
 
@@ -49,10 +52,11 @@ impl Changes {
     pub fn merge(&mut self, other: Changes) {
         self.tasks.extend(other.tasks);
         self.status |= other.status;
+        self.settings |= other.settings;
         self.audit.extend(other.audit);
     }
     pub fn is_empty(&self) -> bool {
-        self.tasks.is_empty() && !self.status && self.audit.is_empty()
+        self.tasks.is_empty() && !self.status && !self.settings && self.audit.is_empty()
     }
 }
 
@@ -61,6 +65,8 @@ impl Changes {
 pub struct Machine {
     pub status: QueueStatus,
     pub tasks: BTreeMap<String, TaskRecord>,
+    /// The operator settings (seed 004), handed to every claim.
+    pub settings: xo_proto::settings::Settings,
     pub lease_ms: u64,
     pub roles: BTreeSet<String>,
     next_seq: u64,
@@ -175,7 +181,7 @@ impl Machine {
         }
     }
 
-    fn status_change(&mut self, event: &'static str, f: impl FnOnce(&mut QueueStatus)) -> Changes {
+    fn status_change(&mut self, event: EventName, f: impl FnOnce(&mut QueueStatus)) -> Changes {
         let before = self.status_snapshot();
         f(&mut self.status);
         Changes {
@@ -193,7 +199,7 @@ impl Machine {
 
     fn task_change(
         &mut self,
-        event: &'static str,
+        event: EventName,
         id: &str,
         report: Option<ValidationReport>,
         f: impl FnOnce(&mut TaskRecord),
@@ -203,6 +209,7 @@ impl Machine {
         Changes {
             tasks: [id.to_string()].into(),
             status: false,
+            settings: false,
             audit: vec![AuditDraft {
                 event,
                 task_id: Some(id.to_string()),
@@ -224,7 +231,7 @@ impl Machine {
         self.tasks.clear();
         self.ready.clear();
         self.open = 0;
-        c.merge(self.status_change("INIT", |s| {
+        c.merge(self.status_change(EventName::Init, |s| {
             *s = QueueStatus {
                 status: RunStatus::Halted,
                 mode,
@@ -244,7 +251,7 @@ impl Machine {
         if let Some(p) = &goal.project_id {
             check_id("goal.project_id", p)?;
         }
-        Ok(self.status_change("GOAL_SET", |s| s.goal = goal))
+        Ok(self.status_change(EventName::GoalSet, |s| s.goal = goal))
     }
 
     /// Validates every task before any is enqueued.
@@ -298,9 +305,9 @@ impl Machine {
         // A critical task interrupts: its event tells runners holding other
         // work to yield (the runner decides how to stop safely).
         let event = if task.lane == Lane::Critical {
-            "ENQUEUE_CRITICAL"
+            EventName::EnqueueCritical
         } else {
-            "ENQUEUE"
+            EventName::Enqueue
         };
         let id = task.task_id.clone();
         let born = self.status.completed_total;
@@ -329,6 +336,7 @@ impl Machine {
         Changes {
             tasks: [id.clone()].into(),
             status: false,
+            settings: false,
             audit: vec![AuditDraft {
                 event,
                 task_id: Some(id.clone()),
@@ -361,7 +369,7 @@ impl Machine {
         let mut c = Changes::default();
         let excess = waiting.len().saturating_sub(CLEANUP_CAP);
         for (_, id) in waiting.into_iter().take(excess) {
-            c.merge(self.task_change("TASK_CANCELLED", &id, None, |r| {
+            c.merge(self.task_change(EventName::TaskCancelled, &id, None, |r| {
                 r.state = TaskState::Cancelled;
                 r.reason = Some(format!("cleanup cap of {CLEANUP_CAP} exceeded"));
             }));
@@ -379,7 +387,7 @@ impl Machine {
             .collect();
         let mut c = Changes::default();
         for id in old {
-            c.merge(self.task_change("TASK_CANCELLED", &id, None, |r| {
+            c.merge(self.task_change(EventName::TaskCancelled, &id, None, |r| {
                 r.state = TaskState::Cancelled;
                 r.reason = Some(format!(
                     "cleanup aged out after {CLEANUP_AGE} completed tasks"
@@ -436,7 +444,7 @@ impl Machine {
             renewed_at: now,
             checkpoint: false,
         };
-        let mut c = self.task_change("TASK_START", &id, None, |r| {
+        let mut c = self.task_change(EventName::TaskStart, &id, None, |r| {
             r.state = TaskState::Running;
             r.attempt += 1;
             r.lease = Some(lease);
@@ -540,7 +548,7 @@ impl Machine {
             return Ok((r, c));
         }
         c.merge(
-            self.task_change("TASK_COMPLETE", id, Some(report.clone()), |r| {
+            self.task_change(EventName::TaskComplete, id, Some(report.clone()), |r| {
                 r.state = TaskState::Completed;
                 r.lease = None;
                 r.mark = None;
@@ -594,7 +602,7 @@ impl Machine {
         let max = r.task.retry_policy.max_retries;
         if r.retries + 1 > max {
             let reason = format!("{why} (after {max} retries)");
-            let mut c = self.task_change("TASK_BLOCKED", id, Some(report.clone()), |r| {
+            let mut c = self.task_change(EventName::TaskBlocked, id, Some(report.clone()), |r| {
                 r.state = TaskState::Blocked;
                 r.retries += 1;
                 r.lease = None;
@@ -602,13 +610,13 @@ impl Machine {
                 r.reason = Some(reason.clone());
                 r.updated_at = now;
             });
-            c.merge(self.status_change("HALT", |s| {
+            c.merge(self.status_change(EventName::Halt, |s| {
                 s.status = RunStatus::Halted;
-                s.halt_reason = Some(format!("TASK_BLOCKED: {id}: {reason}"));
+                s.halt_reason = Some(format!("{HALT_TASK_BLOCKED}: {id}: {reason}"));
             }));
             c
         } else {
-            self.task_change("TASK_RETRY", id, Some(report.clone()), |r| {
+            self.task_change(EventName::TaskRetry, id, Some(report.clone()), |r| {
                 r.state = TaskState::Pending;
                 r.retries += 1;
                 r.lease = None;
@@ -637,7 +645,7 @@ impl Machine {
             .map(|t| t.task.task_id.clone())
             .collect();
         for id in stale {
-            c.merge(self.task_change("TASK_CANCELLED", &id, None, |r| {
+            c.merge(self.task_change(EventName::TaskCancelled, &id, None, |r| {
                 r.state = TaskState::Cancelled;
                 r.reason = Some("dropped by the Manager's reconciliation".into());
                 r.updated_at = now;
@@ -648,7 +656,7 @@ impl Machine {
                 None => c.merge(self.insert(t, now, false, None)),
                 Some(TaskState::Pending) => {
                     let id = t.task_id.clone();
-                    c.merge(self.task_change("TASK_UPDATED", &id, None, |r| {
+                    c.merge(self.task_change(EventName::TaskUpdated, &id, None, |r| {
                         r.task = t;
                         r.updated_at = now;
                     }));
@@ -673,7 +681,7 @@ impl Machine {
             }
         }
         c.audit.push(AuditDraft {
-            event: "MANAGER_RECONCILED",
+            event: EventName::ManagerReconciled,
             task_id: None,
             before: serde_json::Value::Null,
             after: json!({"message": reply.message, "status": reply.status}),
@@ -689,12 +697,12 @@ impl Machine {
             return Changes::default();
         }
         if self.status.goal.completed {
-            self.status_change("COMPLETED", |s| {
+            self.status_change(EventName::Completed, |s| {
                 s.status = RunStatus::Completed;
                 s.halt_reason = None;
             })
         } else {
-            self.status_change("HALT", |s| {
+            self.status_change(EventName::Halt, |s| {
                 s.status = RunStatus::Halted;
                 s.halt_reason = Some(TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE.into());
             })
@@ -712,7 +720,7 @@ impl Machine {
         self.holder(id, token)?;
         let mut c;
         if let Some(q) = question {
-            c = self.task_change("TASK_AWAITING_RESPONSE", id, None, |r| {
+            c = self.task_change(EventName::TaskAwaitingResponse, id, None, |r| {
                 r.state = TaskState::AwaitingResponse;
                 r.lease = None;
                 r.question = Some(q);
@@ -720,15 +728,15 @@ impl Machine {
                 r.updated_at = now;
             });
         } else {
-            c = self.task_change("TASK_BLOCKED", id, None, |r| {
+            c = self.task_change(EventName::TaskBlocked, id, None, |r| {
                 r.state = TaskState::Blocked;
                 r.lease = None;
                 r.reason = Some(reason.clone());
                 r.updated_at = now;
             });
-            c.merge(self.status_change("HALT", |s| {
+            c.merge(self.status_change(EventName::Halt, |s| {
                 s.status = RunStatus::Halted;
-                s.halt_reason = Some(format!("TASK_BLOCKED: {id}: {reason}"));
+                s.halt_reason = Some(format!("{HALT_TASK_BLOCKED}: {id}: {reason}"));
             }));
         }
         let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
@@ -746,7 +754,7 @@ impl Machine {
         if text.trim().is_empty() {
             return Err(invalid("answer is empty"));
         }
-        let c = self.task_change("TASK_ANSWERED", id, None, |r| {
+        let c = self.task_change(EventName::TaskAnswered, id, None, |r| {
             r.state = TaskState::Pending;
             r.answer = Some(text);
             r.priority = true;
@@ -761,14 +769,14 @@ impl Machine {
         if reason.trim().is_empty() {
             return Err(invalid("halt needs a reason"));
         }
-        Ok(self.status_change("HALT", |s| {
+        Ok(self.status_change(EventName::Halt, |s| {
             s.status = RunStatus::Halted;
             s.halt_reason = Some(reason);
         }))
     }
 
     /// RUNNING again (seed 003: resume sets the status; `start` also begins work).
-    pub fn resume(&mut self, event: &'static str) -> OpResult<Changes> {
+    pub fn resume(&mut self, event: EventName) -> OpResult<Changes> {
         self.require_init()?;
         let mut c = self.status_change(event, |s| {
             s.status = RunStatus::Running;
@@ -788,7 +796,7 @@ impl Machine {
         if self.status.status != RunStatus::Running {
             return Err(invalid("queue is HALTED: `xo resume` first"));
         }
-        Ok(self.status_change("STEP", |s| s.steps += 1))
+        Ok(self.status_change(EventName::Step, |s| s.steps += 1))
     }
 
     pub fn retry(&mut self, id: &str, now: u64) -> OpResult<(TaskRecord, Changes)> {
@@ -799,7 +807,7 @@ impl Machine {
                 r.state.as_str()
             )));
         }
-        let c = self.task_change("TASK_RETRY", id, None, |r| {
+        let c = self.task_change(EventName::TaskRetry, id, None, |r| {
             r.state = TaskState::Pending;
             r.retries = 0;
             r.priority = true;
@@ -814,7 +822,7 @@ impl Machine {
         if matches!(r.state, TaskState::Completed | TaskState::Cancelled) {
             return Err(invalid(format!("task {id}: already {}", r.state.as_str())));
         }
-        let mut c = self.task_change("TASK_CANCELLED", id, None, |r| {
+        let mut c = self.task_change(EventName::TaskCancelled, id, None, |r| {
             r.state = TaskState::Cancelled;
             r.lease = None;
             r.reason = Some("cancelled by the operator".into());
@@ -843,7 +851,7 @@ impl Machine {
             .collect();
         let mut c = Changes::default();
         for (id, checkpoint) in stale {
-            c.merge(self.task_change("LEASE_EXPIRED", &id, None, |r| {
+            c.merge(self.task_change(EventName::LeaseExpired, &id, None, |r| {
                 r.state = TaskState::Pending;
                 r.lease = None;
                 r.priority = true;

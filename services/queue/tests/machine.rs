@@ -188,7 +188,7 @@ fn nothing_is_served_while_halted() {
     let mut m = running(ExecutionMode::Auto, false);
     m.enqueue(vec![task("a")], 0).unwrap();
     assert!(claim(&mut m, 1).is_none());
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     assert_eq!(claim(&mut m, 1).unwrap().0.task.task_id, "a");
 }
 
@@ -220,7 +220,7 @@ fn order_is_retries_then_lanes_then_fifo_and_deps_wait() {
         0,
     )
     .unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     let mut order = Vec::new();
     while let Some((r, tok)) = claim(&mut m, 1) {
         let id = r.task.task_id.clone();
@@ -251,7 +251,7 @@ fn order_is_retries_then_lanes_then_fifo_and_deps_wait() {
 fn exhausted_queue_halts_unless_the_goal_is_met() {
     let mut m = running(ExecutionMode::Auto, false);
     m.enqueue(vec![task("a")], 0).unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     let (r, tok) = claim(&mut m, 1).unwrap();
     m.complete(&r.task.task_id, &tok, ok(), None, 2).unwrap();
     let s = m.status();
@@ -267,7 +267,7 @@ fn exhausted_queue_halts_unless_the_goal_is_met() {
         completed: true,
     })
     .unwrap();
-    m.resume("RESUME").unwrap();
+    m.resume(EventName::Resume).unwrap();
     assert_eq!(m.status().status, RunStatus::Completed);
 }
 
@@ -285,7 +285,7 @@ fn retries_are_counted_then_the_task_blocks_and_halts() {
         0,
     )
     .unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     for attempt in 1..=3u32 {
         let (r, tok) = claim(&mut m, 1).unwrap();
         assert_eq!((r.task.task_id.as_str(), r.attempt), ("a", attempt));
@@ -302,7 +302,7 @@ fn retries_are_counted_then_the_task_blocks_and_halts() {
     assert_eq!(s.status, RunStatus::Halted);
     assert!(s.halt_reason.unwrap().starts_with("TASK_BLOCKED: a"));
     m.retry("a", 2).unwrap();
-    m.resume("RESUME").unwrap();
+    m.resume(EventName::Resume).unwrap();
     assert_eq!(
         claim(&mut m, 3).unwrap().0.task.task_id,
         "a",
@@ -314,7 +314,7 @@ fn retries_are_counted_then_the_task_blocks_and_halts() {
 fn a_stale_lease_is_offered_again_with_a_mark() {
     let mut m = running(ExecutionMode::Auto, false);
     m.enqueue(vec![task("a"), task("b")], 0).unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     let (_, tok_a) = claim(&mut m, 1_000).unwrap();
     let (_, tok_b) = claim(&mut m, 1_000).unwrap();
     m.heartbeat("b", &tok_b, true, 20_000).unwrap();
@@ -348,7 +348,7 @@ fn a_stale_lease_is_offered_again_with_a_mark() {
 fn questions_wait_for_an_answer() {
     let mut m = running(ExecutionMode::Manual, false);
     m.enqueue(vec![task("a")], 0).unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     assert!(claim(&mut m, 1).is_none(), "MANUAL: nothing until a step");
     m.step().unwrap();
     let (_, tok) = claim(&mut m, 1).unwrap();
@@ -378,7 +378,7 @@ fn questions_wait_for_an_answer() {
 fn manager_reconciles_after_each_task_and_bad_replies_change_nothing() {
     let mut m = running(ExecutionMode::Auto, true);
     m.enqueue(vec![task("a"), task("b"), task("c")], 0).unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     let (_, tok) = claim(&mut m, 1).unwrap();
     m.complete("a", &tok, ok(), None, 1).unwrap();
     assert_eq!(m.next_for("manager").as_deref(), Some("manager-a"));
@@ -443,7 +443,7 @@ fn cleanup_directives_are_capped_and_age_out() {
     assert_eq!(m.tasks["c0"].state, TaskState::Cancelled, "the oldest go");
     let work: Vec<Task> = (0..CLEANUP_AGE).map(|i| task(&format!("w{i}"))).collect();
     m.enqueue(work, 0).unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     for i in 0..CLEANUP_AGE {
         let (r, tok) = claim(&mut m, 1).unwrap();
         assert_eq!(r.task.task_id, format!("w{i}"));
@@ -468,7 +468,7 @@ fn cleanup_directives_are_capped_and_age_out() {
 fn cancel_frees_and_exhausts() {
     let mut m = running(ExecutionMode::Auto, false);
     m.enqueue(vec![task("a")], 0).unwrap();
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     let (_, tok) = claim(&mut m, 1).unwrap();
     m.cancel("a", 2).unwrap();
     assert!(m.complete("a", &tok, ok(), None, 3).is_err());
@@ -489,7 +489,7 @@ fn cancel_frees_and_exhausts() {
 fn every_transition_is_audited_with_before_and_after() {
     let mut m = running(ExecutionMode::Auto, false);
     let (_, c) = m.enqueue(vec![task("a")], 0).unwrap();
-    assert_eq!(c.audit[0].event, "ENQUEUE");
+    assert_eq!(c.audit[0].event.as_str(), "ENQUEUE");
     let (_, c) = m
         .enqueue(
             vec![Task {
@@ -500,13 +500,17 @@ fn every_transition_is_audited_with_before_and_after() {
         )
         .unwrap();
     assert_eq!(
-        c.audit[0].event, "ENQUEUE_CRITICAL",
+        c.audit[0].event.as_str(),
+        "ENQUEUE_CRITICAL",
         "critical work announces itself"
     );
-    m.resume("START").unwrap();
+    m.resume(EventName::Start).unwrap();
     let (_, c) = m.claim("coder", "r1", 1).unwrap();
     let d = &c.audit[0];
-    assert_eq!((d.event, d.task_id.as_deref()), ("TASK_START", Some("hot")));
+    assert_eq!(
+        (d.event.as_str(), d.task_id.as_deref()),
+        ("TASK_START", Some("hot"))
+    );
     assert_eq!(d.before["state"], "pending");
     assert_eq!(d.after["state"], "running");
 }

@@ -11,6 +11,7 @@
 //! - [`profile`]: role profiles — doctrine thresholds and the PACE plan.
 //! - [`rules`]: one function a rule, each returning a [`Finding`].
 //! - [`Radio`]: per-unit state (cooldowns, seq de-duplication) around the rules.
+//! - [`sample`]: synthetic reports for benchmarks (a mostly healthy fleet, or the worst case).
 
 pub mod profile;
 pub mod rules;
@@ -170,6 +171,9 @@ pub fn check_unit(
     let mut suppressed = Vec::new();
     let mut health = Health::Green;
     for f in findings {
+        if profile.doctrine.disabled_rules.contains(&f.kind) {
+            continue;
+        }
         health = health.max(match f.severity {
             Severity::Info => Health::Green,
             Severity::Warning => Health::Amber,

@@ -34,6 +34,8 @@ pub struct Doctrine {
     pub monologue_repeats: u32,
     /// Empty replies in a row.
     pub empty_repeats: u32,
+    /// Rules switched off for this role (their findings are dropped).
+    pub disabled_rules: Vec<xo_proto::AnomalyKind>,
 }
 
 impl Default for Doctrine {
@@ -52,6 +54,7 @@ impl Default for Doctrine {
             cascade_window: 5,
             monologue_repeats: 3,
             empty_repeats: 3,
+            disabled_rules: Vec::new(),
         }
     }
 }

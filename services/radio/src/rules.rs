@@ -29,9 +29,11 @@ pub fn evaluate(
     // The window's tool actions, on the stack: no allocation per report.
     let mut buf: [&Action; WINDOW] = [&PLACEHOLDER; WINDOW];
     let mut n = 0;
+    // Provider outages (rate limits, overload, 5xx) are not the agent's
+    // behaviour: they count toward no loop, oscillation or cascade.
     for a in recent
         .iter()
-        .filter(|a| a.kind == ActionKind::Tool && !exempt(d, a))
+        .filter(|a| a.kind == ActionKind::Tool && !exempt(d, a) && !provider(a))
     {
         buf[n] = a;
         n += 1;
@@ -40,6 +42,7 @@ pub fn evaluate(
     [
         pace(report, profile),
         stall(report, d),
+        provider_outage(recent),
         repeat_loop(tools, d),
         oscillation(tools),
         cascade(tools, d),
@@ -74,6 +77,16 @@ fn exempt(d: &Doctrine, a: &Action) -> bool {
     a.tool
         .as_deref()
         .is_some_and(|t| d.exempt_tools.iter().any(|e| e == t))
+}
+
+/// The prefix of the error types sensors give provider outages.
+pub const PROVIDER_ERROR: &str = "provider_";
+
+fn provider(a: &Action) -> bool {
+    a.outcome == Outcome::Error
+        && a.error_type
+            .as_deref()
+            .is_some_and(|e| e.starts_with(PROVIDER_ERROR))
 }
 
 fn same_action(a: &Action, b: &Action) -> bool {
@@ -182,7 +195,35 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     let outputs = run()
         .take_while(|a| a.output_hash.is_some() && a.output_hash == last.output_hash)
         .count();
+    // Seed 000: the same tool failing with the same error type, whatever
+    // its arguments (`make a`, `make b`, `make c` all `build_failed`).
+    let same_tool_errors = tools
+        .iter()
+        .rev()
+        .take_while(|a| {
+            a.tool == last.tool && a.outcome == Outcome::Error && a.error_type == last.error_type
+        })
+        .count();
     let tool = tool_name(last);
+    if last.outcome == Outcome::Error
+        && errors < d.loop_error_repeats as usize
+        && same_tool_errors >= d.loop_error_repeats as usize
+    {
+        let et = last.error_type.as_deref().unwrap_or("error");
+        let n = same_tool_errors;
+        return Some(finding(
+            AnomalyKind::Loop,
+            Severity::Warning,
+            format!(
+                "Loop: {tool} failed {n} times in a row with the same error ({et}), with different arguments. Find the cause of the error before trying {tool} again."
+            ),
+            evidence(
+                &tools[tools.len() - n..],
+                format!("same tool and error type >= {}", d.loop_error_repeats),
+                n.to_string(),
+            ),
+        ));
+    }
     let (n, rule, what) =
         if last.outcome == Outcome::Error && errors >= d.loop_error_repeats as usize {
             let et = last.error_type.as_deref().unwrap_or("error");
@@ -208,6 +249,30 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
             "Loop: you ran {tool} with the same arguments {n} times and got {what}. Stop repeating it and try a different approach."
         ),
         evidence(matched, rule, n.to_string()),
+    ))
+}
+
+/// Provider outage: the last two actions of the window failed with a
+/// provider error (rate limit, overload, 5xx). The advice is to wait and
+/// retry the same step, not to change approach.
+pub fn provider_outage(recent: &[Action]) -> Option<Finding> {
+    let tail: Vec<&Action> = recent.iter().rev().take(2).collect();
+    if tail.len() < 2 || !tail.iter().all(|a| provider(a)) {
+        return None;
+    }
+    let class = tail[0].error_type.as_deref().unwrap_or(PROVIDER_ERROR);
+    let matched: Vec<&Action> = tail.into_iter().rev().collect();
+    Some(finding(
+        AnomalyKind::Provider,
+        Severity::Warning,
+        format!(
+            "Provider: the model provider is failing ({class}), not your approach. Wait with backoff and retry the same step; do not change a plan that was working."
+        ),
+        evidence(
+            &matched,
+            "provider errors at the end of the window >= 2".into(),
+            "2".into(),
+        ),
     ))
 }
 

@@ -106,16 +106,45 @@ fn loop_same_error_three_times_but_not_two() {
 }
 
 #[test]
-fn loop_needs_the_same_arguments_and_error_type() {
+fn loop_is_the_same_tool_and_error_type_whatever_the_arguments() {
+    // Seed 000: `make a`, `make b`, `make c` all failing with build_failed.
     let args = with_actions(
         4,
         vec![
-            err("sh", "a", "e", 2),
-            err("sh", "b", "e", 3),
-            err("sh", "a", "e", 4),
+            err("make", "a", "build_failed", 2),
+            err("make", "b", "build_failed", 3),
+            err("make", "c", "build_failed", 4),
         ],
     );
-    assert!(!fresh(&args).contains(&AnomalyKind::Loop));
+    let a = Radio::default().check(&args);
+    assert_eq!(a.steering.len(), 1, "{:?}", a.steering);
+    assert_eq!(a.steering[0].kind, AnomalyKind::Loop);
+    assert!(
+        a.steering[0].message.contains("make failed 3 times")
+            && a.steering[0].message.contains("build_failed"),
+        "{}",
+        a.steering[0].message
+    );
+    assert_eq!(a.steering[0].evidence.turns, [2, 3, 4]);
+    // Two are not yet a loop; another tool between breaks the run.
+    let two = with_actions(
+        4,
+        vec![
+            err("make", "b", "build_failed", 3),
+            err("make", "c", "build_failed", 4),
+        ],
+    );
+    assert!(!fresh(&two).contains(&AnomalyKind::Loop));
+    let broken = with_actions(
+        5,
+        vec![
+            err("make", "a", "build_failed", 2),
+            err("make", "b", "build_failed", 3),
+            ok("read", "x", "o", 4),
+            err("make", "c", "build_failed", 5),
+        ],
+    );
+    assert!(!fresh(&broken).contains(&AnomalyKind::Loop));
     let types = with_actions(
         4,
         vec![
@@ -504,4 +533,42 @@ fn stale_steering_names_the_silence() {
     assert_eq!(s.kind, AnomalyKind::Stale);
     assert!(s.message.starts_with("[SUPERVISOR]") && s.message.contains("31 s"));
     assert!(count_sentences(&s.message) <= 3);
+}
+
+#[test]
+fn provider_outages_are_not_loops_and_get_their_own_advice() {
+    // A rate-limited agent retrying the same call: no loop, no cascade.
+    let limited = with_actions(
+        5,
+        vec![
+            err("bash", "a", "provider_rate_limit", 2),
+            err("edit", "b", "provider_overloaded", 3),
+            err("read", "c", "provider_error", 4),
+            err("bash", "a", "provider_rate_limit", 5),
+        ],
+    );
+    let a = Radio::default().check(&limited);
+    let k: Vec<AnomalyKind> = a.steering.iter().map(|s| s.kind).collect();
+    assert_eq!(k, [AnomalyKind::Provider]);
+    assert!(a.steering[0].message.contains("provider_rate_limit"));
+    assert!(a.steering[0].message.contains("retry the same step"));
+    // One provider error at the end is not yet an outage; the same calls
+    // failing on their own are a loop as before.
+    let once = with_actions(
+        3,
+        vec![
+            ok("bash", "a", "o", 2),
+            err("bash", "a", "provider_error", 3),
+        ],
+    );
+    assert!(fresh(&once).is_empty());
+    let own = with_actions(
+        4,
+        vec![
+            err("bash", "a", "exit_1", 2),
+            err("bash", "a", "exit_1", 3),
+            err("bash", "a", "exit_1", 4),
+        ],
+    );
+    assert_eq!(fresh(&own), [AnomalyKind::Loop]);
 }

@@ -1,27 +1,114 @@
-//! The XO runner: claims tasks for its role and runs each through the
-//! supervised pipeline with an agent driver, reporting SALUTE and
-//! heartbeats and applying the XO's steering.
+//! The XO runner service: claims tasks for its role, keeps their leases,
+//! runs each through the supervised pipeline ([`xo_pipeline`]) and reports
+//! the outcome; emits SALUTE reports and heartbeats; applies the XO's
+//! steering before the agent's next step; in microcosm mode runs the radio
+//! check itself.
 //!
 //! # Layout
 //!
-//! - [`compose`]: the only constructor of a [`compose::ComposedPrompt`] (SUP-1, SUP-2).
-//! - [`driver`]: `command`, `openai` and `script` agents.
-//! - [`halt`]: the reply format (seed 002) and halt detection (seed 003).
-//! - [`validate`]: deterministic validation, match quality, confidence, output template.
-//! - [`pipeline`]: compose → execute → halts → validate → format → complete | retry | interrogate | block.
-//! - [`service`]: the runner service on the bus.
-//! - [`sandbox`], [`project`], [`proc`], [`git`], [`logs`]: the pieces around them.
+//! - [`run`]: the tree — a one-for-one root over the [`worker`] — and the
+//!   shutdown order.
+//! - [`worker`]: the claim loop: claim (long-poll) → work the task through
+//!   the pipeline → deliver the outcome, one task at a time.
+//! - [`lease`]: the lease keeper; its renewal also says whether the queue
+//!   is halted.
+//! - [`report`]: SALUTE reports from the agent's turns, heartbeats, steering intake.
+//!
+//! Shutdown order: no new claim; the task in flight is stopped (its agent's
+//! process group killed) and left to the queue to replay; the worker drains
+//! and stops its reporting tasks; the bus is flushed.
 
-pub mod compose;
-pub mod driver;
-pub mod git;
-pub mod halt;
-pub mod logs;
-pub mod pipeline;
-pub mod proc;
-pub mod project;
-pub mod sandbox;
-pub mod service;
-pub mod validate;
+pub mod lease;
+pub mod report;
+pub mod worker;
 
-pub use pipeline::{Job, Outcome, Pipeline, RunStats, TaskResult};
+use std::future::Future;
+
+use tracing::{Instrument, info, info_span};
+use xo_bus::Bus;
+use xo_runtime::XoConfig;
+use xo_runtime::tree::{self, Intensity, Running, Shutdown};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("runner {what}: {reason}")]
+    Setup { what: String, reason: String },
+    #[error("bus: {0}")]
+    Bus(#[from] xo_bus::BusError),
+    #[error("escalated: {0}")]
+    Escalated(String),
+}
+
+fn setup(what: &str, reason: impl ToString) -> RunnerError {
+    RunnerError::Setup {
+        what: what.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Who this runner is.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    pub role: String,
+    /// Stable across restarts (orphaned agents are found by it).
+    pub unit: String,
+}
+
+/// `<role>-<hostname>`: stable for a container or a machine.
+pub fn default_unit(role: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .unwrap_or_else(|| "local".into());
+    let host: String = host
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{role}-{host}")
+}
+
+/// Runs until `shutdown`; a task in flight is stopped (its agent's process
+/// group killed) and left to the queue to replay.
+pub async fn run(
+    cfg: XoConfig,
+    bus: Bus,
+    opts: RunnerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunnerError> {
+    xo_proto::validate_unit_id(&opts.unit).map_err(|e| setup("unit", e))?;
+    xo_proto::validate_token("role", &opts.role).map_err(|e| setup("role", e))?;
+    let span = info_span!("runner", unit = %opts.unit, role = %opts.role);
+    async move {
+        let stop = Shutdown::new();
+        let worker = worker::Worker {
+            cfg: cfg.clone(),
+            bus: bus.clone(),
+            opts,
+            shutdown: stop.clone(),
+        };
+        let mut running = Running::one_for_one(
+            "runner",
+            worker,
+            Intensity::of(&cfg),
+            tree::no_args::<worker::Worker>(),
+        )
+        .await
+        .map_err(|e| setup("worker", e))?;
+        running.until(shutdown).await;
+        // Stop taking work first: no new claim, the task in flight stopped.
+        stop.trigger();
+        let escalated = running.stop().await;
+        let _ = bus.flush().await;
+        info!("runner stopped");
+        escalated.map_err(RunnerError::Escalated)
+    }
+    .instrument(span)
+    .await
+}

@@ -37,7 +37,13 @@ pub struct XoConfig {
 impl Default for XoConfig {
     fn default() -> Self {
         let mut roles = BTreeMap::new();
-        for role in ["default", "coder", "architect", "reviewer", "manager"] {
+        for role in [
+            "default",
+            "coder",
+            "architect",
+            "reviewer",
+            xo_proto::queue::MANAGER_ROLE,
+        ] {
             roles.insert(role.to_string(), RoleProfile::default());
         }
         Self {
@@ -177,6 +183,32 @@ pub struct SupervisorConfig {
     pub file_poll_ms: u64,
     /// Steering messages kept per unit for `xo units UNIT`.
     pub steering_history: usize,
+    /// Directories of live agent transcripts the XO's process watches
+    /// (`[[supervisor.watch]]`, as `xo watch` does), for containers.
+    pub watch: Vec<WatchConfig>,
+}
+
+/// One `[[supervisor.watch]]`: a format and the directories of its sessions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchConfig {
+    /// `claude`, `cursor`, `codex` or `openhands`.
+    pub format: String,
+    pub dirs: Vec<String>,
+    /// The role the sessions are checked as.
+    pub role: String,
+    pub poll_ms: u64,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            format: String::new(),
+            dirs: Vec::new(),
+            role: "default".into(),
+            poll_ms: 500,
+        }
+    }
 }
 
 impl Default for SupervisorConfig {
@@ -192,6 +224,7 @@ impl Default for SupervisorConfig {
             volume: String::new(),
             file_poll_ms: 500,
             steering_history: 20,
+            watch: Vec::new(),
         }
     }
 }
@@ -248,7 +281,21 @@ pub struct RunnerConfig {
     pub microcosm: bool,
     /// Context window assumed for SALUTE fill when the driver does not know it.
     pub context_limit: u64,
+    /// A task offered again after its runner died (SUP-6).
+    pub restart_mode: RestartMode,
     pub driver: DriverConfig,
+}
+
+/// What a runner does with a task offered again after a stale lease.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    /// Resume from the previous attempt's checkpoint when it reached one,
+    /// else roll the sandbox back and replay.
+    #[default]
+    Resume,
+    /// Always roll the sandbox back and replay from the start.
+    Rollback,
 }
 
 impl Default for RunnerConfig {
@@ -270,6 +317,7 @@ impl Default for RunnerConfig {
             timeouts: TimeoutConfig::default(),
             microcosm: true,
             context_limit: 128_000,
+            restart_mode: RestartMode::Resume,
             driver: DriverConfig::default(),
         }
     }
@@ -317,7 +365,22 @@ pub struct DriverConfig {
     /// fenced `xo-script` block in the task's instructions wins.
     pub script: String,
     pub openai: OpenAiConfig,
+    /// `command`: the agent's stdout event format, read live so that every
+    /// agent turn is a SALUTE turn: `none` (one turn a run), `claude`,
+    /// `cursor`, `codex` or `openhands` (see docs/sensors.md).
+    pub stream: String,
+    /// `command`: how steering reaches a running agent: `""` (at the next
+    /// prompt only) or `claude` (a PostToolUse hook, `xo hook claude`,
+    /// installed into the task's `.claude/settings.local.json`).
+    pub hook: String,
+    /// `command`: argv that resumes the agent's session with the steering
+    /// as the next prompt (`{session}`, `{prompt}`), used for critical
+    /// steering (PACE emergency, a loop steered twice); empty: no resume.
+    pub resume: Vec<String>,
 }
+
+/// The live stream formats of `runner.driver.stream`.
+pub const STREAM_FORMATS: [&str; 5] = ["none", "claude", "cursor", "codex", "openhands"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -672,6 +735,49 @@ impl XoConfig {
             return Err(invalid(
                 "runner.driver.command",
                 "the command driver needs an argv, e.g. [\"my-agent\", \"--prompt-file\", \"{prompt_file}\"]".into(),
+            ));
+        }
+        for (i, w) in self.supervisor.watch.iter().enumerate() {
+            let key = format!("supervisor.watch[{i}]");
+            if !STREAM_FORMATS.contains(&w.format.as_str()) || w.format == "none" {
+                return Err(invalid(
+                    &format!("{key}.format"),
+                    format!(
+                        "{:?} is no live format; use claude, cursor, codex or openhands",
+                        w.format
+                    ),
+                ));
+            }
+            if w.dirs.is_empty() {
+                return Err(invalid(
+                    &format!("{key}.dirs"),
+                    "name at least one directory to watch".into(),
+                ));
+            }
+        }
+        if !d.stream.is_empty() && !STREAM_FORMATS.contains(&d.stream.as_str()) {
+            return Err(invalid(
+                "runner.driver.stream",
+                format!(
+                    "{:?} is no stream format; use one of {}",
+                    d.stream,
+                    STREAM_FORMATS.join(", ")
+                ),
+            ));
+        }
+        if !matches!(d.hook.as_str(), "" | "claude") {
+            return Err(invalid(
+                "runner.driver.hook",
+                format!(
+                    "{:?}: the only hook is \"claude\" (or empty for none)",
+                    d.hook
+                ),
+            ));
+        }
+        if !d.resume.is_empty() && !d.resume.iter().any(|a| a.contains("{prompt}")) {
+            return Err(invalid(
+                "runner.driver.resume",
+                "the resume argv must pass the steering as {prompt}".into(),
             ));
         }
         if d.kind == DriverKind::Openai && d.openai.model.is_empty() {

@@ -7,10 +7,18 @@
 //!   `validate()` with errors that name the key.
 //! - [`telemetry`]: `tracing` logs (pretty or JSON), optional OTLP export,
 //!   and the W3C trace-context propagator.
+//! - [`tree`]: actor trees — one-for-one restarts with an intensity limit,
+//!   escalation, and the shutdown signal every service's `run` takes.
+//! - [`clock`]: the services' notion of now (tests own time), RFC 3339 stamps.
+//! - [`jsonl`]: appending whole JSON lines to a file.
+//! - [`settings`]: operator settings laid over `xo.toml` (which keys, how checked).
 
 pub mod clock;
 pub mod config;
+pub mod jsonl;
+pub mod settings;
 pub mod telemetry;
+pub mod tree;
 
 pub use clock::Clock;
 pub use config::{ConfigError, XoConfig};

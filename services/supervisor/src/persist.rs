@@ -140,13 +140,23 @@ impl Persister {
             .await;
     }
 
-    pub fn spawn_flusher(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+    /// Writes pending records every `every` until `shutdown` (never in the
+    /// middle of a flush: a flush begun is finished).
+    pub fn spawn_flusher(
+        &self,
+        every: Duration,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
             let mut t = tokio::time::interval(every);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut shutdown = std::pin::pin!(shutdown);
             loop {
-                t.tick().await;
+                tokio::select! {
+                    _ = t.tick() => {}
+                    _ = &mut shutdown => break,
+                }
                 me.flush().await;
             }
         })

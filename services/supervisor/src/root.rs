@@ -1,28 +1,51 @@
 //! The root actor: one watcher per unit, restarted one-for-one with an
 //! intensity limit (N restarts in T, then the tree escalates and stops).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tracing::{error, info, warn};
-use xo_proto::Steering;
-use xo_proto::control::{ErrorCode, ServiceError, StatsReply, SteerUnit, UnitDetail, UnitSummary};
+use xo_bus::api::ActorPorts;
+use xo_proto::control::{ErrorCode, ServiceError, SupervisorApi};
+use xo_radio::FnvMap;
+use xo_runtime::tree::{Escalation, Intensity};
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::persist::UnitRecord;
-use crate::watcher::{Watcher, WatcherArgs, WatcherMsg};
+use crate::watcher::{Liveness, Watcher, WatcherArgs, WatcherMsg};
+
+/// Routes to the watchers the root has spawned. The root alone writes it
+/// (on spawn, restart and stop); the ingest pumps read it, so that a
+/// unit's messages skip the root once its watcher exists.
+#[derive(Debug, Default)]
+pub struct Routes(RwLock<FnvMap<String, ActorRef<WatcherMsg>>>);
+
+impl Routes {
+    pub fn get(&self, unit: &str) -> Option<ActorRef<WatcherMsg>> {
+        self.0.read().ok().and_then(|r| r.get(unit).cloned())
+    }
+    fn insert(&self, unit: &str, actor: &ActorRef<WatcherMsg>) {
+        if let Ok(mut r) = self.0.write() {
+            r.insert(unit.to_string(), actor.clone());
+        }
+    }
+    fn remove(&self, unit: &str) {
+        if let Ok(mut r) = self.0.write() {
+            r.remove(unit);
+        }
+    }
+}
 
 pub enum RootMsg {
     /// A message for a unit's watcher, spawning it if needed.
     Route(String, WatcherMsg),
     /// Liveness check at `now` (ms); the port, if any, is answered when done.
     Tick(u64, Option<RpcReplyPort<()>>),
-    List(RpcReplyPort<Vec<UnitSummary>>),
-    Show(String, RpcReplyPort<Option<UnitDetail>>),
-    Steer(SteerUnit, RpcReplyPort<Result<Steering, ServiceError>>),
-    Stats(RpcReplyPort<StatsReply>),
+    /// The control API (`xo.ctl.supervisor.*`).
+    Api(SupervisorApi<ActorPorts>),
     /// The watcher actor of a unit (tests and diagnostics).
     Watcher(String, RpcReplyPort<Option<ActorRef<WatcherMsg>>>),
     /// The watcher of a unit, spawned if needed: the report pump asks once
@@ -30,28 +53,25 @@ pub enum RootMsg {
     Spawn(String, RpcReplyPort<ActorRef<WatcherMsg>>),
 }
 
+impl From<SupervisorApi<ActorPorts>> for RootMsg {
+    fn from(a: SupervisorApi<ActorPorts>) -> Self {
+        RootMsg::Api(a)
+    }
+}
+
 pub struct Root;
 
 pub struct RootArgs {
     pub ctx: Arc<Ctx>,
+    pub routes: Arc<Routes>,
     pub restored: Vec<UnitRecord>,
-    pub escalation: Arc<std::sync::Mutex<Option<String>>>,
+    pub escalation: Escalation,
 }
 
 struct Child {
     actor: ActorRef<WatcherMsg>,
-    restarts: VecDeque<u64>,
+    restarts: Intensity,
     live: Arc<Liveness>,
-}
-
-/// What the root reads of a watcher without messaging it: liveness checks
-/// and persistence sweeps touch only the units that need them.
-#[derive(Debug, Default)]
-pub struct Liveness {
-    pub last_seen: AtomicU64,
-    pub stale: AtomicBool,
-    /// Changed since last handed to the persister.
-    pub dirty: AtomicBool,
 }
 
 pub struct RootState {
@@ -59,7 +79,8 @@ pub struct RootState {
     last_sweep: u64,
     units: HashMap<String, Child>,
     by_id: HashMap<ractor::ActorId, String>,
-    escalation: Arc<std::sync::Mutex<Option<String>>>,
+    routes: Arc<Routes>,
+    escalation: Escalation,
 }
 
 impl RootState {
@@ -68,7 +89,7 @@ impl RootState {
         myself: &ActorRef<RootMsg>,
         unit: &str,
         record: Option<UnitRecord>,
-        restarts: VecDeque<u64>,
+        restarts: Intensity,
     ) -> Result<ActorRef<WatcherMsg>, ActorProcessingErr> {
         let live = Arc::new(Liveness::default());
         let (actor, _) = myself
@@ -80,7 +101,7 @@ impl RootState {
                     ctx: self.ctx.clone(),
                     unit: unit.to_string(),
                     record,
-                    restarts: restarts.len() as u32,
+                    restarts: restarts.count(),
                     live: live.clone(),
                 },
             )
@@ -97,16 +118,71 @@ impl RootState {
         Ok(actor)
     }
 
-    /// Lets the report pump reach a watcher directly.
+    /// Lets the pumps reach a watcher directly.
     fn publish_route(&self, unit: &str, actor: &ActorRef<WatcherMsg>) {
-        if let Ok(mut r) = self.ctx.routes.write() {
-            r.insert(unit.to_string(), actor.clone());
-        }
+        self.routes.insert(unit, actor);
     }
 
     fn withdraw_route(&self, unit: &str) {
-        if let Ok(mut r) = self.ctx.routes.write() {
-            r.remove(unit);
+        self.routes.remove(unit);
+    }
+
+    fn intensity(&self) -> Intensity {
+        let cfg = &self.ctx.cfg.supervisor;
+        Intensity::new(
+            cfg.max_restarts,
+            Duration::from_millis(cfg.restart_window_ms),
+        )
+    }
+
+    /// Answers a control request.
+    async fn api(&mut self, api: SupervisorApi<ActorPorts>) {
+        match api {
+            SupervisorApi::Units(_, port) => {
+                let mut out = Vec::with_capacity(self.units.len());
+                for c in self.units.values() {
+                    if let Ok(ractor::rpc::CallResult::Success(s)) =
+                        c.actor.call(WatcherMsg::Summary, None).await
+                    {
+                        out.push(s);
+                    }
+                }
+                out.sort_by(|a, b| a.unit.cmp(&b.unit));
+                let _ = port.send(Ok(out));
+            }
+            SupervisorApi::Unit(q, port) => {
+                let detail = match self.units.get(&q.unit) {
+                    None => Err(not_found(&q.unit)),
+                    Some(c) => match c.actor.call(WatcherMsg::Detail, None).await {
+                        Ok(ractor::rpc::CallResult::Success(d)) => Ok(d),
+                        _ => Err(not_found(&q.unit)),
+                    },
+                };
+                let _ = port.send(detail);
+            }
+            SupervisorApi::Steer(q, port) => {
+                let reply = if q.message.trim().is_empty() {
+                    Err(ServiceError::new(
+                        ErrorCode::Invalid,
+                        "steering message is empty",
+                    ))
+                } else {
+                    match self.units.get(&q.unit) {
+                        None => Err(not_found(&q.unit)),
+                        Some(c) => match c.actor.call(|p| WatcherMsg::Operator(q, p), None).await {
+                            Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
+                            _ => Err(ServiceError::new(
+                                ErrorCode::Unavailable,
+                                "watcher did not answer",
+                            )),
+                        },
+                    }
+                };
+                let _ = port.send(reply);
+            }
+            SupervisorApi::Stats(_, port) => {
+                let _ = port.send(Ok(self.ctx.counters.snapshot(self.units.len() as u64)));
+            }
         }
     }
 
@@ -118,11 +194,15 @@ impl RootState {
         match self.units.get(unit) {
             Some(c) => Ok(c.actor.clone()),
             None => {
-                self.spawn_watcher(myself, unit, None, VecDeque::new())
-                    .await
+                let fresh = self.intensity();
+                self.spawn_watcher(myself, unit, None, fresh).await
             }
         }
     }
+}
+
+fn not_found(unit: &str) -> ServiceError {
+    ServiceError::new(ErrorCode::NotFound, format!("unit not found: {unit}"))
 }
 
 impl Actor for Root {
@@ -140,13 +220,15 @@ impl Actor for Root {
             last_sweep: 0,
             units: HashMap::new(),
             by_id: HashMap::new(),
+            routes: args.routes,
             escalation: args.escalation,
         };
         let n = args.restored.len();
         for record in args.restored {
             let unit = record.unit.clone();
+            let fresh = state.intensity();
             let actor = state
-                .spawn_watcher(&myself, &unit, Some(record), VecDeque::new())
+                .spawn_watcher(&myself, &unit, Some(record), fresh)
                 .await?;
             state.publish_route(&unit, &actor);
         }
@@ -193,47 +275,7 @@ impl Actor for Root {
                     let _ = p.send(());
                 }
             }
-            RootMsg::List(port) => {
-                let mut out = Vec::with_capacity(state.units.len());
-                for c in state.units.values() {
-                    if let Ok(ractor::rpc::CallResult::Success(s)) =
-                        c.actor.call(WatcherMsg::Summary, None).await
-                    {
-                        out.push(s);
-                    }
-                }
-                out.sort_by(|a, b| a.unit.cmp(&b.unit));
-                let _ = port.send(out);
-            }
-            RootMsg::Show(unit, port) => {
-                let detail = match state.units.get(&unit) {
-                    Some(c) => match c.actor.call(WatcherMsg::Detail, None).await {
-                        Ok(ractor::rpc::CallResult::Success(d)) => Some(d),
-                        _ => None,
-                    },
-                    None => None,
-                };
-                let _ = port.send(detail);
-            }
-            RootMsg::Steer(req, port) => {
-                let reply = match state.units.get(&req.unit) {
-                    None => Err(ServiceError::new(
-                        ErrorCode::NotFound,
-                        format!("unit not found: {}", req.unit),
-                    )),
-                    Some(c) => match c.actor.call(|p| WatcherMsg::Operator(req, p), None).await {
-                        Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
-                        _ => Err(ServiceError::new(
-                            ErrorCode::Unavailable,
-                            "watcher did not answer",
-                        )),
-                    },
-                };
-                let _ = port.send(reply);
-            }
-            RootMsg::Stats(port) => {
-                let _ = port.send(state.ctx.counters.snapshot(state.units.len() as u64));
-            }
+            RootMsg::Api(api) => state.api(api).await,
             RootMsg::Watcher(unit, port) => {
                 let _ = port.send(state.units.get(&unit).map(|c| c.actor.clone()));
             }
@@ -266,22 +308,11 @@ impl Actor for Root {
             return Ok(());
         };
         state.withdraw_route(&unit);
-        let now = state.ctx.clock.now_ms();
-        let cfg = &state.ctx.cfg.supervisor;
         let mut restarts = child.restarts;
-        restarts.retain(|t| now.saturating_sub(*t) < cfg.restart_window_ms);
-        restarts.push_back(now);
-        if restarts.len() as u32 > cfg.max_restarts {
-            let why = format!(
-                "watcher of unit {unit} failed {} times within {} ms (limit {}): {reason}",
-                restarts.len(),
-                cfg.restart_window_ms,
-                cfg.max_restarts
-            );
-            error!(unit = %unit, restarts = restarts.len(), "restart intensity exceeded; escalating");
-            if let Ok(mut e) = state.escalation.lock() {
-                *e = Some(why.clone());
-            }
+        if let Err(limit) = restarts.restart(state.ctx.clock.now_ms()) {
+            let why = format!("watcher of unit {unit}: {limit}: {reason}");
+            error!(unit = %unit, "restart intensity exceeded; escalating");
+            state.escalation.set(why.clone());
             myself.stop(Some(why));
             return Ok(());
         }
@@ -290,7 +321,7 @@ impl Actor for Root {
             .counters
             .watcher_restarts
             .fetch_add(1, Ordering::Relaxed);
-        warn!(unit = %unit, reason = %reason, restarts = restarts.len(), "watcher stopped; restarting it");
+        warn!(unit = %unit, reason = %reason, restarts = restarts.count(), "watcher stopped; restarting it");
         let record = state.ctx.persist.latest(&unit).await;
         state
             .spawn_watcher(&myself, &unit, record, restarts)

@@ -2,19 +2,19 @@
 //! steering, tracks liveness, and hands its state to the persister.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::{Instrument, debug, info, info_span, warn};
-use xo_bus::{Headers, typed};
+use xo_bus::Headers;
 use xo_proto::control::{SteerUnit, UnitDetail, UnitSummary};
 use xo_proto::steering::STEERING_TAG;
 use xo_proto::{AnomalyKind, Evidence, Health, Heartbeat, SaluteReport, Steering, SteeringSource};
 use xo_radio::Radio;
 
-use crate::Ctx;
+use crate::ctx::Ctx;
 use crate::persist::UnitRecord;
-use crate::root::Liveness;
+use crate::{decode, outbox};
 
 pub enum WatcherMsg {
     /// A decoded report, its headers, and its payload as received (what is
@@ -30,6 +30,16 @@ pub enum WatcherMsg {
 }
 
 pub struct Watcher;
+
+/// What the root reads of a watcher without messaging it: liveness checks
+/// and persistence sweeps touch only the units that need them.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    pub last_seen: AtomicU64,
+    pub stale: AtomicBool,
+    /// Changed since last handed to the persister.
+    pub dirty: AtomicBool,
+}
 
 pub struct WatcherArgs {
     pub ctx: Arc<Ctx>,
@@ -47,6 +57,8 @@ pub struct WatcherState {
     /// Changed since it was last handed to the persister.
     dirty: bool,
     last_saved: u64,
+    /// The role profiles of the settings version last seen.
+    roles: (u64, Arc<xo_radio::Roles>),
 }
 
 impl WatcherState {
@@ -103,14 +115,7 @@ impl WatcherState {
 
     async fn send(&mut self, s: Steering) {
         let ctx = &self.ctx;
-        let subject = ctx.subjects.steer(&s.unit);
-        info!(unit = %s.unit, kind = %s.kind, severity = %s.severity, turn = s.turn, "steering sent");
-        if let Err(e) = typed::publish(&ctx.bus, &subject, &s, ctx.cfg.wire.format).await {
-            warn!(unit = %s.unit, error = %e, "steering could not be published");
-        }
-        if let Some(volume) = &ctx.volume {
-            crate::files::append_steering(volume, &s).await;
-        }
+        outbox::send(ctx, &s).await;
         ctx.counters.steering.fetch_add(1, Ordering::Relaxed);
         self.rec.steering_sent += 1;
         self.rec.steering.push_back(s);
@@ -172,7 +177,11 @@ impl WatcherState {
         // Borrowed, not cloned: an `Arc` clone per report would make every
         // core write the same reference count.
         let ctx = &*self.ctx;
-        let profile = ctx.roles.get(&report.unit.role);
+        let version = ctx.live.version();
+        if version != self.roles.0 {
+            self.roles = (version, ctx.live.roles());
+        }
+        let profile = self.roles.1.get(&report.unit.role);
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
         if a.duplicate {
             ctx.counters.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -195,6 +204,10 @@ impl WatcherState {
             self.rec.task_id = report.activity.task_id.clone();
         }
         self.rec.report_raw = Some(raw);
+        if !ctx.live.steering() && !a.steering.is_empty() {
+            debug!(unit = %report.unit.unit, held = a.steering.len(), "supervision switched off in the settings: steering not sent");
+            return Some(Vec::new());
+        }
         Some(a.steering)
     }
 }
@@ -219,6 +232,7 @@ impl Actor for Watcher {
         args.live.last_seen.store(now, Ordering::Relaxed);
         args.live.stale.store(rec.stale, Ordering::Relaxed);
         Ok(WatcherState {
+            roles: (args.ctx.live.version(), args.ctx.live.roles()),
             ctx: args.ctx,
             rec,
             live: args.live,
@@ -250,10 +264,10 @@ impl Actor for Watcher {
                 state.steer(checked).await;
             }
             WatcherMsg::Received(msg) => {
-                let checked = match crate::decode_report(&state.ctx, &msg) {
+                let checked = match decode::decode_report(&state.ctx, &msg) {
                     Ok(report) => state.check(report, &msg.headers, msg.payload),
                     Err(e) => {
-                        Box::pin(crate::reject(&state.ctx, &msg, &e)).await;
+                        Box::pin(decode::reject(&state.ctx, &msg, &e)).await;
                         None
                     }
                 };

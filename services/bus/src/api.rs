@@ -1,0 +1,163 @@
+//! The one serve loop of every control API. A service declares its API in
+//! `proto` ([`xo_proto::api!`]) and hands its actor to [`serve`]: each
+//! request is decoded by its verb, wrapped in the API's variant with a reply
+//! port, sent to the actor, and the actor's answer (or the failure of the
+//! call, mapped once by [`call_result`]) goes back as a control reply.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ractor::rpc::CallResult;
+use ractor::{ActorRef, MessagingErr, RpcReplyPort};
+use tokio::task::JoinHandle;
+use tracing::warn;
+use xo_proto::Subjects;
+use xo_proto::codec::CONTENT_TYPE;
+use xo_proto::control::{Api, ErrorCode, Ports, Reply, Request, Route, ServiceError};
+
+use crate::{Bus, BusResult, Headers, ServiceSpec, typed};
+
+/// ractor's reply ports: `QueueApi<ActorPorts>` is the queue actor's API message.
+#[derive(Debug)]
+pub struct ActorPorts;
+
+impl Ports for ActorPorts {
+    type Port<T: Send + 'static> = RpcReplyPort<Result<T, ServiceError>>;
+}
+
+/// The reply port of a request answering `T`.
+pub type Port<T> = RpcReplyPort<Result<T, ServiceError>>;
+
+/// How long a service may take to answer, beyond a request's own
+/// [`Request::wait`].
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+/// The one mapping from an actor call's failure to the wire error.
+pub fn call_result<T, E: std::fmt::Display>(
+    service: &str,
+    timeout: Duration,
+    r: Result<CallResult<Result<T, ServiceError>>, E>,
+) -> Result<T, ServiceError> {
+    match r {
+        Ok(CallResult::Success(answer)) => answer,
+        Ok(CallResult::Timeout) => Err(ServiceError::new(
+            ErrorCode::Timeout,
+            format!("{service} did not answer within {timeout:?}"),
+        )),
+        Ok(CallResult::SenderError) => Err(ServiceError::new(
+            ErrorCode::Internal,
+            format!("{service} dropped the request without answering"),
+        )),
+        Err(e) => Err(ServiceError::new(
+            ErrorCode::Unavailable,
+            format!("{service} is not running: {e}"),
+        )),
+    }
+}
+
+/// Where a service's requests go: an actor, or the actor a root currently
+/// keeps (so requests do not pass through the root; see `xo_runtime::tree`).
+pub trait Target<M: ractor::Message>: Send + Sync + 'static {
+    /// The actor to ask now; `None` while it is being restarted.
+    fn actor(&self) -> Option<ActorRef<M>>;
+}
+
+impl<M: ractor::Message> Target<M> for ActorRef<M> {
+    fn actor(&self) -> Option<ActorRef<M>> {
+        Some(self.clone())
+    }
+}
+
+/// Serves API `A` on `xo.ctl.<service>.<verb>` (on NATS a micro service
+/// `xo-<service>`, so `nats micro ls` and `$SRV.PING` see it) until
+/// `shutdown` resolves; each request is answered by `actor`, one task a
+/// request (a long-poll does not hold up the others).
+pub async fn serve<A, M>(
+    bus: &Bus,
+    subjects: &Subjects,
+    description: &str,
+    target: impl Target<M>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> BusResult<JoinHandle<()>>
+where
+    A: Api<ActorPorts>,
+    M: From<A> + ractor::Message,
+{
+    let mut ep = bus
+        .serve(ServiceSpec {
+            name: format!("xo-{}", A::SERVICE),
+            version: env!("CARGO_PKG_VERSION").into(),
+            description: description.into(),
+            group: subjects.ctl_group(A::SERVICE),
+            verbs: A::VERBS.iter().map(|v| v.to_string()).collect(),
+        })
+        .await?;
+    Ok(tokio::spawn(async move {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let req = tokio::select! {
+                r = ep.next() => r,
+                _ = &mut shutdown => None,
+            };
+            let Some(req) = req else { break };
+            let routed = A::route(
+                req.verb(),
+                &req.message.payload,
+                req.message.headers.get(CONTENT_TYPE),
+                ToActor::<M> {
+                    actor: target.actor(),
+                },
+            );
+            tokio::spawn(async move {
+                let (h, body) = match routed {
+                    Ok(answer) => answer.await,
+                    Err(e) => typed::encode_reply::<()>(&Reply::Err(e)),
+                };
+                let subject = req.message.subject.clone();
+                if let Err(e) = req.respond(h, body).await {
+                    warn!(subject = %subject, error = %e, "control reply could not be sent");
+                }
+            });
+        }
+        ep.stop().await;
+    }))
+}
+
+type Answer = Pin<Box<dyn Future<Output = (Headers, Bytes)> + Send>>;
+
+struct ToActor<M: ractor::Message> {
+    actor: Option<ActorRef<M>>,
+}
+
+impl<A, M> Route<A, ActorPorts> for ToActor<M>
+where
+    A: Api<ActorPorts>,
+    M: From<A> + ractor::Message,
+{
+    type Out = Answer;
+
+    fn route<R: Request>(self, req: R, variant: fn(R, Port<R::Response>) -> A) -> Answer {
+        let timeout = ANSWER_WITHIN + req.wait();
+        Box::pin(async move {
+            let r = match self.actor {
+                Some(actor) => {
+                    let r = actor
+                        .call(|port| M::from(variant(req, port)), Some(timeout))
+                        .await;
+                    call_result(
+                        A::SERVICE,
+                        timeout,
+                        r.map_err(|e: MessagingErr<M>| e.to_string()),
+                    )
+                }
+                None => Err(ServiceError::new(
+                    ErrorCode::Unavailable,
+                    format!("{} is restarting; try again", A::SERVICE),
+                )),
+            };
+            typed::encode_reply(&Reply::from(r))
+        })
+    }
+}

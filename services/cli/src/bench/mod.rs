@@ -1,0 +1,43 @@
+//! `xo bench …`: every figure next to a baseline measured in the same run.
+//!
+//! - [`radio`]: detector, ingest over NATS, steering latency, fleet soak.
+//! - [`queue`]: claim + complete cycles beside raw key-value put + get.
+//! - [`pipeline`]: the supervised pipeline's cost per task without the agent.
+//! - [`watch`]: the CPU of `xo watch` over many live transcripts.
+//! - [`sensor`]: agent event lines read per second, beside generic JSON parsing.
+//! - [`util`]: a nats-server of the bench's own, percentiles, verdicts.
+
+mod pipeline;
+mod queue;
+mod radio;
+mod sensor;
+mod util;
+mod watch;
+
+use std::process::ExitCode;
+
+use xo_runtime::XoConfig;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCmd {
+    /// Detector throughput, ingest over NATS, steering latency, fleet soak.
+    Radio(radio::RadioArgs),
+    /// Claim + complete cycles per second, on NATS and embedded, beside raw key-value put/get.
+    Queue(queue::QueueArgs),
+    /// Agent event lines read per second by each format's sensor, beside generic JSON parsing.
+    Sensor(sensor::SensorArgs),
+    /// The CPU of `xo watch` following live transcripts (1 line/s each).
+    Watch(watch::WatchArgs),
+    /// The supervised pipeline's cost per task without the agent (compose, validate 20 criteria, format).
+    Pipeline(pipeline::PipelineArgs),
+}
+
+pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
+    match what {
+        BenchCmd::Radio(a) => radio::run(cfg, a).await,
+        BenchCmd::Queue(a) => queue::run(cfg, a).await,
+        BenchCmd::Pipeline(a) => pipeline::run(cfg, a).await,
+        BenchCmd::Sensor(a) => sensor::run(a).await,
+        BenchCmd::Watch(a) => watch::run(a).await,
+    }
+}

@@ -1,0 +1,277 @@
+//! `xo bench queue`: claim + complete cycles per second with 1 and 32
+//! concurrent clients, on NATS and on the embedded store, beside raw
+//! key-value put + get measured in the same run with the same concurrency.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store, typed};
+use xo_proto::queue::*;
+use xo_runtime::{Clock, XoConfig};
+
+use super::util::{start_nats, tempfile_dir};
+
+#[derive(Debug, clap::Args)]
+pub struct QueueArgs {
+    /// Tasks per measurement.
+    #[arg(long, default_value_t = 4_000)]
+    pub tasks: usize,
+    /// The nats-server binary to start when no --nats URL is given.
+    #[arg(long, default_value = "nats-server")]
+    pub nats_server: String,
+    #[arg(long)]
+    pub json: bool,
+    /// Only `nats` or only `embedded`.
+    #[arg(long)]
+    pub only: Option<String>,
+}
+
+const T: Duration = Duration::from_secs(30);
+
+fn tasks(n: usize, tag: &str) -> Vec<Task> {
+    (0..n)
+        .map(|i| Task::new(format!("{tag}{i}"), "bench", "bench", "coder"))
+        .collect()
+}
+
+/// Runs `n` claim + complete cycles with `clients` concurrent clients.
+async fn cycles(
+    clients: Vec<Bus>,
+    subjects: &xo_proto::Subjects,
+    n: usize,
+    tag: &str,
+) -> anyhow::Result<f64> {
+    let first = clients[0].clone();
+    typed::call(
+        &first,
+        subjects,
+        &Init {
+            mode: ExecutionMode::Auto,
+            manager: false,
+            force: true,
+        },
+        T,
+    )
+    .await?;
+    typed::call(
+        &first,
+        subjects,
+        &SetGoal {
+            description: "bench".into(),
+            project_id: Some("bench".into()),
+            completed: true,
+        },
+        T,
+    )
+    .await?;
+    for chunk in tasks(n, tag).chunks(1000) {
+        typed::call(
+            &first,
+            subjects,
+            &Enqueue {
+                tasks: chunk.to_vec(),
+            },
+            T,
+        )
+        .await?;
+    }
+    typed::call(&first, subjects, &Start {}, T).await?;
+    let begun = Instant::now();
+    let mut joins = Vec::new();
+    for (i, bus) in clients.into_iter().enumerate() {
+        let subjects = subjects.clone();
+        joins.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            loop {
+                let c = typed::call(
+                    &bus,
+                    &subjects,
+                    &Claim {
+                        role: "coder".into(),
+                        claimant: format!("b{i}"),
+                        wait_ms: 0,
+                    },
+                    T,
+                )
+                .await?;
+                let Some(c) = c else { break };
+                let report = ValidationReport {
+                    passed: true,
+                    ..Default::default()
+                };
+                typed::call(
+                    &bus,
+                    &subjects,
+                    &Complete {
+                        task_id: c.record.task.task_id,
+                        token: c.token,
+                        report,
+                        manager_reply: None,
+                    },
+                    T,
+                )
+                .await?;
+                done += 1;
+            }
+            anyhow::Ok(done)
+        }));
+    }
+    let mut total = 0;
+    for j in joins {
+        total += j.await??;
+    }
+    if total != n as u64 {
+        anyhow::bail!("{total} of {n} cycles completed");
+    }
+    Ok(n as f64 / begun.elapsed().as_secs_f64())
+}
+
+/// Raw key-value put + get of a task-sized value, same concurrency.
+async fn raw_kv(store: &Store, clients: usize, n: usize) -> anyhow::Result<f64> {
+    let value = Bytes::from(vec![b'x'; 600]);
+    let per = n / clients;
+    let begun = Instant::now();
+    let mut joins = Vec::new();
+    for c in 0..clients {
+        let (store, value) = (store.clone(), value.clone());
+        joins.push(tokio::spawn(async move {
+            for i in 0..per {
+                let key = format!("k{c}-{i}");
+                store.put("benchraw", &key, value.clone()).await?;
+                store.get("benchraw", &key).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for j in joins {
+        j.await??;
+    }
+    Ok((per * clients) as f64 / begun.elapsed().as_secs_f64())
+}
+
+pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
+    let n = args.tasks;
+    let mut out = serde_json::Map::new();
+    // Removed when the bench ends, whichever way it ends.
+    let dir = tempfile_dir::Dir::new("queue")?;
+    let tmp = dir.0.clone();
+    let mut qcfg = cfg.clone();
+    qcfg.queue.data_dir = tmp.join("data").display().to_string();
+
+    let nats = args.only.as_deref() != Some("embedded");
+    let embedded = args.only.as_deref() != Some("nats");
+    if nats {
+        bench_nats(cfg, &args, &qcfg, &mut out).await?;
+    }
+    if embedded {
+        bench_embedded(cfg, &tmp, qcfg, n, &mut out).await?;
+    }
+    if args.json {
+        println!("{}", serde_json::Value::Object(out));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench_nats(
+    cfg: &XoConfig,
+    args: &QueueArgs,
+    qcfg: &XoConfig,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let n = args.tasks;
+    let server = if cfg.nats.url.is_empty() {
+        Some(start_nats(&args.nats_server)?)
+    } else {
+        None
+    };
+    let url = server
+        .as_ref()
+        .map_or(cfg.nats.url.clone(), |s| s.url.clone());
+    let connect = |name: String| {
+        let url = url.clone();
+        async move {
+            NatsBus::connect(
+                &url,
+                xo_bus::nats::ConnectOptions {
+                    name,
+                    ..Default::default()
+                },
+            )
+            .await
+        }
+    };
+    let qbus = connect("bench-queue".into()).await?;
+    let qstore = Store::Nats(NatsStore::new(qbus.client().clone(), &cfg.org.prefix));
+    let queue =
+        xo_queue::start(qcfg.clone(), Bus::Nats(qbus), qstore.clone(), Clock::System).await?;
+    let subjects = cfg.subjects();
+    println!("== queue on NATS ({n} tasks per run; task records and audit in JetStream)");
+    for clients in [1usize, 32] {
+        let mut buses = Vec::new();
+        for i in 0..clients {
+            buses.push(Bus::Nats(connect(format!("bench-client-{i}")).await?));
+        }
+        row("nats", buses, &qstore, &subjects, n, 5_000.0, out).await?;
+    }
+    queue.stop().await?;
+    Ok(())
+}
+
+async fn bench_embedded(
+    cfg: &XoConfig,
+    tmp: &std::path::Path,
+    qcfg: XoConfig,
+    n: usize,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let subjects = cfg.subjects();
+    let local = LocalBus::new();
+    let fstore = Store::File(FileStore::open(tmp.join("state"))?);
+    let queue = xo_queue::start(
+        qcfg,
+        Bus::Local(local.clone()),
+        fstore.clone(),
+        Clock::System,
+    )
+    .await?;
+    println!("== queue embedded (in-process bus, file store)");
+    for clients in [1usize, 32] {
+        let buses = vec![Bus::Local(local.clone()); clients];
+        row("embedded", buses, &fstore, &subjects, n, 20_000.0, out).await?;
+    }
+    queue.stop().await?;
+    Ok(())
+}
+
+/// Measures one row (cycles and the raw baseline) and prints it.
+async fn row(
+    label: &str,
+    buses: Vec<Bus>,
+    store: &Store,
+    subjects: &xo_proto::Subjects,
+    n: usize,
+    target: f64,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let clients = buses.len();
+    let rate = cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
+    let raw = raw_kv(store, clients, n).await?;
+    let verdict = if clients == 32 {
+        let v = if rate >= target {
+            "meets target"
+        } else {
+            "BELOW TARGET"
+        };
+        format!("   target >= {target:.0}: {v}")
+    } else {
+        String::new()
+    };
+    println!(
+        "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}",
+        rate / raw
+    );
+    out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());
+    out.insert(format!("{label}_{clients}_raw_kv_per_s"), raw.into());
+    Ok(())
+}

@@ -1,0 +1,497 @@
+//! `xo bench radio`: every figure next to a baseline measured in the same run.
+//!
+//! 1. detector: reports/s through `Radio::check` on one core (realistic
+//!    20-action reports), next to MessagePack decoding of the same reports;
+//! 2. ingest over NATS: reports/s evaluated by the supervisor divided by raw
+//!    NATS pub/sub of the same payloads on as many subjects, both with the
+//!    same flow control, in alternating rounds (medians);
+//! 3. steering latency (report published → steering received) against raw
+//!    NATS request/reply, p50 and p99;
+//! 4. soak: N simulated units at 1 report/s for S seconds against a
+//!    supervisor in its own process: its CPU, resident memory, dropped reports.
+
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use xo_bus::{Bus, Headers, NatsBus, NatsStore, Store, typed};
+use xo_proto::codec::{self, CONTENT_TYPE, Format};
+use xo_proto::control::SupervisorStats;
+use xo_proto::{Pace, SaluteReport, Steering};
+use xo_radio::{Radio, sample};
+use xo_runtime::XoConfig;
+
+use super::util::{
+    clock_ticks, median, pct, proc_cpu_ticks, proc_status_kib, start_nats, us, verdict,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct RadioArgs {
+    /// Reports for the detector figure.
+    #[arg(long, default_value_t = 500_000)]
+    detector_reports: u64,
+    /// Reports for the ingest figure.
+    #[arg(long, default_value_t = 100_000)]
+    ingest_reports: u64,
+    /// Ingest rounds: each measures raw NATS, then a supervisor started for
+    /// the round; the medians are reported (alternating keeps both on the
+    /// same machine).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Ingest flow control: publish this many, wait until all arrived, repeat
+    /// (the same for the raw baseline). Below the client's 65,536-message
+    /// subscription buffer, so neither side can drop.
+    #[arg(long, default_value_t = 10_000)]
+    window: usize,
+    /// Round trips for the latency figures.
+    #[arg(long, default_value_t = 2_000)]
+    latency_samples: usize,
+    /// Simulated units in the soak.
+    #[arg(long, default_value_t = 10_000)]
+    soak_units: u64,
+    /// Soak length in seconds (0 skips the soak).
+    #[arg(long, default_value_t = 60)]
+    soak_secs: u64,
+    /// The nats-server binary to start when no --nats URL is given.
+    #[arg(long, default_value = "nats-server")]
+    nats_server: String,
+    /// Print the figures as one JSON object too.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
+    let mut out = serde_json::Map::new();
+
+    // 1. detector
+    let units = 1000u64;
+    let per_unit = (args.detector_reports / units).max(1);
+    let reports: Vec<SaluteReport> = (0..units)
+        .flat_map(|u| (1..=per_unit).map(move |t| sample::realistic(u, t)))
+        .collect();
+    let mut radio = Radio::new(cfg.roles());
+    let begun = Instant::now();
+    let mut steering = 0usize;
+    for r in &reports {
+        steering += std::hint::black_box(radio.check(r)).steering.len();
+    }
+    let check_rate = reports.len() as f64 / begun.elapsed().as_secs_f64();
+    let encoded: Vec<Vec<u8>> = reports
+        .iter()
+        .map(|r| codec::encode(r, Format::Msgpack))
+        .collect::<Result<_, _>>()?;
+    let begun = Instant::now();
+    for e in &encoded {
+        std::hint::black_box(codec::decode::<SaluteReport>(e, None, usize::MAX)?);
+    }
+    let decode_rate = encoded.len() as f64 / begun.elapsed().as_secs_f64();
+    let size = encoded.iter().map(Vec::len).sum::<usize>() / encoded.len();
+    println!(
+        "== detector (one core, {} realistic reports, {size} bytes each encoded, {steering} steering decisions)",
+        reports.len()
+    );
+    println!(
+        "   radio check        {check_rate:>12.0} reports/s   target >= 1,000,000: {}",
+        verdict(check_rate >= 1e6)
+    );
+    println!(
+        "   baseline: decode   {decode_rate:>12.0} reports/s   check/decode = {:.2}",
+        check_rate / decode_rate
+    );
+    out.insert("detector_reports_per_s".into(), check_rate.into());
+    out.insert("decode_reports_per_s".into(), decode_rate.into());
+    drop(reports);
+
+    // NATS for the rest.
+    let server = if cfg.nats.url.is_empty() {
+        Some(start_nats(&args.nats_server)?)
+    } else {
+        None
+    };
+    let url = server
+        .as_ref()
+        .map_or(cfg.nats.url.clone(), |s| s.url.clone());
+    let connect = |name: &str| {
+        let opts = crate::connect::nats_options(cfg, name, false);
+        let url = url.clone();
+        async move { NatsBus::connect(&url, opts).await }
+    };
+
+    // 2. ingest: raw pub/sub vs the supervisor, same payloads, same windows,
+    // in alternating rounds so that both see the same machine.
+    let n = args.ingest_reports as usize;
+    let window = args.window.max(1);
+    let rounds = args.rounds.max(1);
+    // Round r: one warm-up report per unit (untimed), then its timed
+    // reports, all with turns after round r-1's: the supervisor sees new
+    // reports, never duplicates.
+    let stride = (n as u64).div_ceil(units) + 1;
+    let encode = |unit: u64, turn: u64| -> anyhow::Result<(String, Bytes)> {
+        let r = sample::realistic(unit, turn);
+        let b = codec::encode(&r, Format::Msgpack).map(Bytes::from)?;
+        Ok((r.unit.unit, b))
+    };
+    let round_payloads = |round: u64| -> anyhow::Result<Vec<(String, Bytes)>> {
+        (0..n as u64)
+            .map(|i| encode(i % units, 2 + round * stride + i / units))
+            .collect()
+    };
+    let warm_up = |round: u64| -> anyhow::Result<Vec<(String, Bytes)>> {
+        (0..units).map(|u| encode(u, 1 + round * stride)).collect()
+    };
+    let mut msgpack = Headers::new();
+    msgpack.insert(CONTENT_TYPE, codec::MSGPACK);
+
+    let publisher = Bus::Nats(connect("bench-pub").await?);
+    let raw_sub = Bus::Nats(connect("bench-sub").await?);
+    let got = Arc::new(AtomicU64::new(0));
+    let mut sub = raw_sub.subscribe("bench.raw.*").await?;
+    raw_sub.flush().await?;
+    let g = got.clone();
+    let counter = tokio::spawn(async move {
+        while sub.next().await.is_some() {
+            g.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    // A supervisor of its own per round, started after the raw run, warmed
+    // up, timed, and stopped (its state flushed) before the next raw run:
+    // nothing of it runs while raw NATS is measured.
+    let start_supervisor = |round: u64| {
+        let connect = &connect;
+        async move {
+            let sup_bus = Bus::Nats(connect("bench-supervisor").await?);
+            let Bus::Nats(nb) = &sup_bus else {
+                unreachable!()
+            };
+            let store = Store::Nats(NatsStore::new(
+                nb.client().clone(),
+                &format!("{}bench{round}", cfg.org.prefix),
+            ));
+            let mut sup_cfg = cfg.clone();
+            sup_cfg.supervisor.volume.clear();
+            anyhow::Ok(
+                xo_supervisor::start(sup_cfg, sup_bus, store, xo_supervisor::Clock::System).await?,
+            )
+        }
+    };
+    let (mut raw_rates, mut sup_rates) = (Vec::new(), Vec::new());
+    // The baseline carries the same traffic: one subject per unit, of the
+    // same length as the unit's report subject (`bench.raw.<unit>` beside
+    // `xo.salute.<unit>`), so the only difference is the supervisor's work.
+    let subjects = cfg.subjects();
+    let mut payloads = Vec::new();
+    let mut duplicates = 0;
+    let mut sup = None;
+    for round in 0..rounds as u64 {
+        payloads = round_payloads(round)?;
+        raw_rates.push(
+            paced(
+                &publisher,
+                &payloads,
+                window,
+                &msgpack,
+                |unit| format!("bench.raw.{unit}"),
+                || got.load(Ordering::Relaxed),
+            )
+            .await?,
+        );
+        let s = start_supervisor(round).await?;
+        let ctx = s.ctx.clone();
+        let evaluated =
+            || ctx.counters.evaluated.load() + ctx.counters.duplicates.load(Ordering::Relaxed);
+        // Every unit's watcher spawned before the clock starts, as in a
+        // supervisor that has been running.
+        paced(
+            &publisher,
+            &warm_up(round)?,
+            window,
+            &msgpack,
+            |unit| subjects.salute(unit),
+            evaluated,
+        )
+        .await?;
+        sup_rates.push(
+            paced(
+                &publisher,
+                &payloads,
+                window,
+                &msgpack,
+                |unit| subjects.salute(unit),
+                evaluated,
+            )
+            .await?,
+        );
+        duplicates += ctx.counters.duplicates.load(Ordering::Relaxed);
+        if round + 1 < rounds as u64 {
+            s.stop().await?;
+        } else {
+            sup = Some(s);
+        }
+    }
+    let sup = sup.context("no ingest round ran")?;
+    counter.abort();
+    let ratios: Vec<f64> = sup_rates
+        .iter()
+        .zip(&raw_rates)
+        .map(|(s, r)| s / r)
+        .collect();
+    let (sup_rate, raw_rate, ratio) = (median(&sup_rates), median(&raw_rates), median(&ratios));
+    println!(
+        "== ingest over NATS ({n} reports of ~{size} bytes, {units} units, windows of {window}, {rounds} rounds alternating raw and supervisor; medians)"
+    );
+    println!(
+        "   supervisor         {sup_rate:>12.0} reports/s evaluated ({duplicates} duplicates)"
+    );
+    println!("   baseline: raw NATS {raw_rate:>12.0} msgs/s pub/sub");
+    println!(
+        "   ratio              {ratio:>12.2}   target >= 0.5: {}   (rounds: {})",
+        verdict(ratio >= 0.5),
+        ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    out.insert("ingest_reports_per_s".into(), sup_rate.into());
+    out.insert("raw_nats_msgs_per_s".into(), raw_rate.into());
+    out.insert("ingest_ratio".into(), ratio.into());
+    out.insert("ingest_round_ratios".into(), ratios.into());
+    out.insert("ingest_round_supervisor".into(), sup_rates.into());
+    out.insert("ingest_round_raw".into(), raw_rates.into());
+
+    // 3. latency: raw request/reply vs report → steering.
+    let responder = Bus::Nats(connect("bench-echo").await?);
+    let mut echo = responder.subscribe("bench.echo").await?;
+    responder.flush().await?;
+    let r2 = responder.clone();
+    let echo_task = tokio::spawn(async move {
+        while let Some(m) = echo.next().await {
+            if let Some(reply) = m.reply {
+                let _ = r2.publish(&reply, m.headers, m.payload).await;
+            }
+        }
+    });
+    let sample_payload = payloads[0].1.clone();
+    let mut raw_lat = Vec::with_capacity(args.latency_samples);
+    for _ in 0..args.latency_samples {
+        let t = Instant::now();
+        publisher
+            .request(
+                "bench.echo",
+                msgpack.clone(),
+                sample_payload.clone(),
+                Duration::from_secs(5),
+            )
+            .await?;
+        raw_lat.push(t.elapsed());
+    }
+    echo_task.abort();
+    let unit = "bench-latency";
+    let mut steer_sub = publisher.subscribe(&cfg.subjects().steer(unit)).await?;
+    publisher.flush().await?;
+    let mut steer_lat = Vec::with_capacity(args.latency_samples);
+    for i in 0..args.latency_samples as u64 {
+        let mut r = sample::realistic(7, i + 1);
+        r.unit.unit = unit.into();
+        r.unit.pace = Pace::Emergency;
+        let (h, body) = typed::encode(&r, Format::Msgpack)?;
+        let t = Instant::now();
+        publisher
+            .publish(&cfg.subjects().salute(unit), h, body)
+            .await?;
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(5), steer_sub.next())
+                .await
+                .context("no steering within 5 s")?
+                .context("steering subscription closed")?;
+            let s: Steering = typed::decode(&m, usize::MAX)?;
+            if s.turn == i + 1 {
+                break;
+            }
+        }
+        steer_lat.push(t.elapsed());
+    }
+    raw_lat.sort();
+    steer_lat.sort();
+    let p99_ratio = us(pct(&steer_lat, 0.99)) / us(pct(&raw_lat, 0.99));
+    println!(
+        "== steering latency ({} round trips each)",
+        args.latency_samples
+    );
+    println!(
+        "   report -> steering p50 {:>8.0} us   p99 {:>8.0} us",
+        us(pct(&steer_lat, 0.5)),
+        us(pct(&steer_lat, 0.99))
+    );
+    println!(
+        "   baseline: req/reply p50 {:>7.0} us   p99 {:>8.0} us",
+        us(pct(&raw_lat, 0.5)),
+        us(pct(&raw_lat, 0.99))
+    );
+    println!(
+        "   p99 ratio          {p99_ratio:>12.2}   target <= 2: {}",
+        verdict(p99_ratio <= 2.0)
+    );
+    out.insert("steering_p50_us".into(), us(pct(&steer_lat, 0.5)).into());
+    out.insert("steering_p99_us".into(), us(pct(&steer_lat, 0.99)).into());
+    out.insert("reqreply_p50_us".into(), us(pct(&raw_lat, 0.5)).into());
+    out.insert("reqreply_p99_us".into(), us(pct(&raw_lat, 0.99)).into());
+    sup.stop().await?;
+
+    // 4. soak against a supervisor in its own process.
+    if args.soak_secs > 0 {
+        let soak = soak(cfg, &url, &publisher, args.soak_units, args.soak_secs).await?;
+        for (k, v) in soak {
+            out.insert(k, v);
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::Value::Object(out));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Publishes every payload in windows, waiting after each window until
+/// `done()` has caught up; returns messages per second.
+async fn paced(
+    bus: &Bus,
+    payloads: &[(String, Bytes)],
+    window: usize,
+    headers: &Headers,
+    // From a payload's unit to the subject it is published on.
+    subject: impl Fn(&str) -> String,
+    done: impl Fn() -> u64,
+) -> anyhow::Result<f64> {
+    let base = done();
+    let begun = Instant::now();
+    let mut sent = 0u64;
+    for chunk in payloads.chunks(window) {
+        for (unit, p) in chunk {
+            bus.publish(&subject(unit), headers.clone(), p.clone())
+                .await?;
+        }
+        sent += chunk.len() as u64;
+        bus.flush().await?;
+        let mut idle = Instant::now();
+        let mut last = done();
+        while done() - base < sent {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+            let now = done();
+            if now != last {
+                last = now;
+                idle = Instant::now();
+            } else if idle.elapsed() > Duration::from_secs(10) {
+                bail!("stalled: {} of {sent} messages arrived", now - base);
+            }
+        }
+    }
+    Ok(sent as f64 / begun.elapsed().as_secs_f64())
+}
+
+async fn soak(
+    cfg: &XoConfig,
+    url: &str,
+    publisher: &Bus,
+    units: u64,
+    secs: u64,
+) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let exe = std::env::current_exe()?;
+    let prefix = format!("{}soak", cfg.org.prefix);
+    let mut child = Command::new(exe)
+        .args(["serve", "supervisor", "--nats", url, "--prefix", &prefix])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let pid = child.id();
+    let subjects = xo_proto::Subjects::new(&prefix);
+    let stats = || {
+        typed::call(
+            publisher,
+            &subjects,
+            &SupervisorStats {},
+            Duration::from_secs(10),
+        )
+    };
+    let begun = Instant::now();
+    while stats().await.is_err() {
+        if begun.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            bail!("the soak supervisor did not start");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ticks = clock_ticks() as f64;
+    let cpu0 = proc_cpu_ticks(pid)?;
+    let t0 = Instant::now();
+    let slices = 100u64;
+    let per_slice = units.div_ceil(slices);
+    let mut published = 0u64;
+    let mut peak_rss = 0u64;
+    for second in 0..secs {
+        for slice in 0..slices {
+            let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
+            tokio::time::sleep_until(due.into()).await;
+            for u in (slice * per_slice)..((slice + 1) * per_slice).min(units) {
+                let mut r = sample::realistic(u, second + 1);
+                r.time.seq = second + 1;
+                let (h, body) = typed::encode(&r, Format::Msgpack)?;
+                publisher
+                    .publish(&subjects.salute(&r.unit.unit), h, body)
+                    .await?;
+                published += 1;
+            }
+        }
+        peak_rss = peak_rss.max(proc_status_kib(pid, "VmRSS:")?);
+    }
+    publisher.flush().await?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = (proc_cpu_ticks(pid)? - cpu0) as f64 / ticks;
+    let mut last = stats().await?;
+    let settle = Instant::now();
+    while last.evaluated + last.duplicates < published && settle.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        last = stats().await?;
+    }
+    let rss = proc_status_kib(pid, "VmRSS:")?;
+    let hwm = proc_status_kib(pid, "VmHWM:")?;
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = child.wait();
+    let dropped = published.saturating_sub(last.evaluated + last.duplicates);
+    let cpu_pct = 100.0 * cpu / wall;
+    let mib = |k: u64| k as f64 / 1024.0;
+    let peak = hwm.max(peak_rss);
+    println!(
+        "== soak ({units} units x 1 report/s x {secs} s = {published} reports, supervisor in its own process)"
+    );
+    println!(
+        "   supervisor cpu     {cpu_pct:>11.1}% of one core   target < 25%: {}",
+        verdict(cpu_pct < 25.0)
+    );
+    println!(
+        "   resident memory    {:>8.1} MiB at the end, {:.1} MiB peak   target < 256 MiB: {}",
+        mib(rss),
+        mib(peak),
+        verdict(peak < 256 * 1024)
+    );
+    println!(
+        "   dropped reports    {dropped:>12}   (evaluated {}, duplicates {}, dead letters {})   target 0: {}",
+        last.evaluated,
+        last.duplicates,
+        last.dead_letters,
+        verdict(dropped == 0)
+    );
+    Ok(vec![
+        ("soak_cpu_pct".into(), cpu_pct.into()),
+        ("soak_rss_mib".into(), mib(rss).into()),
+        ("soak_peak_rss_mib".into(), mib(peak).into()),
+        ("soak_published".into(), published.into()),
+        ("soak_dropped".into(), dropped.into()),
+    ])
+}

@@ -1,0 +1,147 @@
+//! `xo bench sensor`: agent event lines read per second by each format's
+//! sensor, against a baseline measured in the same run: parsing the same
+//! lines into `serde_json::Value` (what any generic reader does).
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use xo_sensor::{Format, Sensor};
+
+use super::util::verdict;
+
+#[derive(Debug, clap::Args)]
+pub struct SensorArgs {
+    /// Lines per format (each of the 7 rounds reads them all, twice).
+    #[arg(long, default_value_t = 50_000)]
+    lines: usize,
+}
+
+/// A realistic stream of `n` lines: tool calls and results (a third
+/// failing), messages, usage.
+fn stream(format: Format, n: usize) -> Vec<String> {
+    let mut out = Vec::with_capacity(n);
+    let mut i = 0usize;
+    while out.len() < n {
+        let fail = i.is_multiple_of(3);
+        let lines: Vec<String> = match format {
+            Format::Claude => vec![
+                format!(
+                    r#"{{"type":"assistant","message":{{"id":"msg_{i}","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{{"type":"text","text":"Let me check the build output for step {i}."}},{{"type":"tool_use","id":"toolu_{i}","name":"Bash","input":{{"command":"cargo build -p crate{}","description":"build"}}}}],"usage":{{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":45000,"output_tokens":90}}}},"session_id":"5f0c2a7e-1b2c-4d3e-9f00-aa11bb22cc33"}}"#,
+                    i % 7
+                ),
+                format!(
+                    r#"{{"type":"user","message":{{"role":"user","content":[{{"tool_use_id":"toolu_{i}","type":"tool_result","content":"{}","is_error":{fail}}}]}},"session_id":"5f0c2a7e-1b2c-4d3e-9f00-aa11bb22cc33"}}"#,
+                    if fail {
+                        "error[E0425]: cannot find value `x` in this scope\\n --> src/lib.rs:10:5"
+                    } else {
+                        "   Compiling crate v0.1.0\\n    Finished dev profile in 2.1s"
+                    }
+                ),
+            ],
+            Format::Cursor => vec![
+                format!(
+                    r#"{{"type":"tool_call","subtype":"started","call_id":"call_{i}","tool_call":{{"shellToolCall":{{"args":{{"command":"npm test -- --grep case{}"}}}}}},"session_id":"c-1"}}"#,
+                    i % 5
+                ),
+                format!(
+                    r#"{{"type":"tool_call","subtype":"completed","call_id":"call_{i}","tool_call":{{"shellToolCall":{{"args":{{"command":"npm test"}},"result":{{"{}":{{"exitCode":{},"stdout":"3 passing\n1 failing","stderr":""}}}}}}}},"session_id":"c-1"}}"#,
+                    if fail { "error" } else { "success" },
+                    u8::from(fail)
+                ),
+            ],
+            Format::Codex => vec![
+                format!(
+                    r#"{{"type":"item.completed","item":{{"id":"item_{i}","type":"command_execution","command":"bash -lc 'pytest -q tests/test_{}.py'","aggregated_output":"{}","exit_code":{},"status":"{}"}}}}"#,
+                    i % 9,
+                    if fail {
+                        "1 failed, 12 passed in 0.31s\\n"
+                    } else {
+                        "13 passed in 0.29s\\n"
+                    },
+                    u8::from(fail),
+                    if fail { "failed" } else { "completed" }
+                ),
+                format!(
+                    r#"{{"type":"item.completed","item":{{"id":"msg_{i}","type":"agent_message","text":"The tests in batch {i} ran; looking at the failures next."}}}}"#
+                ),
+            ],
+            Format::OpenHands => vec![
+                format!(
+                    r#"{{"id":{},"timestamp":"2026-11-20T10:00:00","source":"agent","message":"Running command","action":"run","args":{{"command":"pytest -x tests/test_{}.py","is_input":false,"thought":"run step {i}","blocking":false,"hidden":false,"confirmation_state":"confirmed"}},"llm_metrics":{{"accumulated_cost":{},"accumulated_token_usage":{{"prompt_tokens":{},"completion_tokens":{},"context_window":128000}}}}}}"#,
+                    2 * i,
+                    i % 9,
+                    i as f64 * 0.001,
+                    i * 100,
+                    i * 10
+                ),
+                format!(
+                    r#"{{"id":{},"timestamp":"2026-11-20T10:00:01","source":"agent","cause":{},"observation":"run","content":"{}","extras":{{"command":"pytest","metadata":{{"exit_code":{}}}}}}}"#,
+                    2 * i + 1,
+                    2 * i,
+                    if fail {
+                        "E   AssertionError\\n1 failed"
+                    } else {
+                        "5 passed"
+                    },
+                    u8::from(fail)
+                ),
+            ],
+            Format::SweAgent => unreachable!("a document format"),
+        };
+        out.extend(lines);
+        i += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub async fn run(args: SensorArgs) -> anyhow::Result<ExitCode> {
+    const ROUNDS: usize = 7;
+    println!(
+        "== sensor: {} lines per format, {ROUNDS} alternating rounds (medians); baseline: the same lines into serde_json::Value",
+        args.lines
+    );
+    let mut worst = f64::MAX;
+    for format in [
+        Format::Claude,
+        Format::Cursor,
+        Format::Codex,
+        Format::OpenHands,
+    ] {
+        let lines = stream(format, args.lines);
+        let bytes: usize = lines.iter().map(String::len).sum();
+        let (mut bases, mut rates, mut turns) = (Vec::new(), Vec::new(), 0usize);
+        for _ in 0..ROUNDS {
+            let begun = Instant::now();
+            for l in &lines {
+                std::hint::black_box(serde_json::from_str::<serde_json::Value>(l)?);
+            }
+            bases.push(lines.len() as f64 / begun.elapsed().as_secs_f64());
+            let mut s = Sensor::new(format);
+            turns = 0;
+            let begun = Instant::now();
+            for l in &lines {
+                turns += std::hint::black_box(s.line(l).map_err(|e| anyhow::anyhow!("{e}"))?).len();
+            }
+            rates.push(lines.len() as f64 / begun.elapsed().as_secs_f64());
+        }
+        let (base, rate) = (median(bases), median(rates));
+        let ratio = rate / base;
+        worst = worst.min(ratio);
+        println!(
+            "   {:<10} {rate:>10.0} lines/s ({:>6.1} MB/s, {turns} turns)   baseline {base:>10.0}/s   ratio {ratio:.2}",
+            format.as_str(),
+            rate * (bytes as f64 / lines.len() as f64) / 1e6,
+        );
+    }
+    println!(
+        "   worst ratio {worst:.2}   target >= 1.0: {}",
+        verdict(worst >= 1.0)
+    );
+    Ok(ExitCode::SUCCESS)
+}

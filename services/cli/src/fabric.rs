@@ -1,0 +1,400 @@
+//! The one place that starts and stops services: `xo up`, `xo up --demo`
+//! and every `xo serve …` describe what they run as a [`Plan`]; [`Fabric`]
+//! starts it in order and stops it in one documented order.
+//!
+//! Start order: the bus (and the store), then queue → knowledge → review →
+//! fleet → supervisor → runners, so that each finds what it calls already
+//! serving.
+//!
+//! Stop order ([`Fabric::stop`]), each service itself stopping its inputs,
+//! draining its actors and flushing what it writes:
+//!
+//! 1. stop taking work: runners stop claiming, their task in flight is
+//!    stopped and left to the queue; transcript watches stop;
+//! 2. review supervisors and the fleet manager (no new runs or containers);
+//! 3. the supervisor (unit state flushed to the store);
+//! 4. knowledge, then the queue last (outcomes delivered before it stops are
+//!    durable; its committer writes what is pending);
+//! 5. close: the bus socket of `xo up` is closed, telemetry flushed.
+
+use std::future::Future;
+
+use anyhow::{Context, anyhow};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store};
+use xo_runner::{RunnerError, RunnerOptions};
+use xo_runtime::XoConfig;
+use xo_runtime::config::FleetBackend;
+use xo_runtime::telemetry::TelemetryGuard;
+use xo_runtime::tree::Shutdown;
+
+use crate::connect::nats_options;
+
+/// Which services a process runs.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub queue: bool,
+    pub knowledge: bool,
+    /// Review supervisors (skipped unless `review.enabled` and supervision is on).
+    pub review: bool,
+    /// The fleet manager (only with `fleet.backend = "docker"`).
+    pub fleet: bool,
+    pub supervisor: bool,
+    pub runners: Vec<RunnerOptions>,
+}
+
+impl Plan {
+    /// Everything of `xo up`.
+    pub fn all() -> Self {
+        Self {
+            queue: true,
+            knowledge: true,
+            review: true,
+            fleet: true,
+            supervisor: true,
+            runners: Vec::new(),
+        }
+    }
+}
+
+/// Where the services' bus and store come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// NATS at `nats.url` if set, else the embedded bus and file store,
+    /// served to local `xo` commands over `./.xo/bus.sock` (`xo up`).
+    UpDefault,
+    /// The embedded bus and file store, not served (the demo).
+    Private,
+    /// NATS, required (`xo serve` of a stateful service).
+    Nats,
+    /// NATS if set, else the socket of a running `xo up` (`xo serve runner`).
+    Client,
+}
+
+/// A started set of services.
+pub struct Fabric {
+    pub bus: Bus,
+    pub store: Option<Store>,
+    socket: Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
+    queue: Option<xo_queue::QueueHandle>,
+    knowledge: Option<xo_knowledge::service::KnowledgeHandle>,
+    review: Option<xo_review::service::ReviewHandle>,
+    fleet: Option<xo_fleet::service::FleetHandle>,
+    supervisor: Option<xo_supervisor::SupervisorHandle>,
+    runners_stop: Shutdown,
+    runners: Vec<Runner>,
+    /// `[[supervisor.watch]]`: transcripts watched in this process.
+    watches: Vec<JoinHandle<()>>,
+    telemetry: Option<TelemetryGuard>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("bus", &self.bus.kind())
+            .field("runners", &self.runners.len())
+            .finish()
+    }
+}
+
+/// A runner of this process: its task, and how it ended once it did.
+struct Runner {
+    unit: String,
+    task: Option<JoinHandle<Result<(), RunnerError>>>,
+    ended: Option<anyhow::Result<()>>,
+}
+
+impl Runner {
+    /// Waits for the runner's end and keeps it (a task is awaited once).
+    async fn wait(&mut self) {
+        if let Some(t) = self.task.as_mut() {
+            let r = match t.await {
+                Ok(r) => r.with_context(|| format!("runner {}", self.unit)),
+                Err(e) => Err(anyhow!("runner {}: {e}", self.unit)),
+            };
+            self.task = None;
+            self.ended = Some(r);
+        }
+    }
+}
+
+/// What the transport gave: the bus, the store, and the socket server.
+type Connected = (
+    Bus,
+    Option<Store>,
+    Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
+);
+
+async fn nats(cfg: &XoConfig, name: &str) -> anyhow::Result<(Bus, Store)> {
+    let bus = NatsBus::connect(&cfg.nats.url, nats_options(cfg, name, true))
+        .await
+        .with_context(|| format!("connecting to {}", cfg.nats.url))?;
+    let store = Store::Nats(NatsStore::new(bus.client().clone(), &cfg.org.prefix));
+    Ok((Bus::Nats(bus), store))
+}
+
+fn embedded_store(cfg: &XoConfig) -> anyhow::Result<Store> {
+    let dir = cfg.state.store_dir();
+    let store =
+        FileStore::open(&dir).with_context(|| format!("opening the store in {}", dir.display()))?;
+    Ok(Store::File(store))
+}
+
+async fn connect(cfg: &XoConfig, transport: Transport, name: &str) -> anyhow::Result<Connected> {
+    match transport {
+        Transport::Nats | Transport::UpDefault | Transport::Client if !cfg.nats.url.is_empty() => {
+            let (bus, store) = nats(cfg, name).await?;
+            Ok((bus, Some(store), None))
+        }
+        Transport::Nats => anyhow::bail!(
+            "{name} needs NATS: pass --nats URL (or set XO_NATS_URL); for one process with no server use `xo up`"
+        ),
+        Transport::Client => Ok((crate::connect::client_bus(cfg).await?, None, None)),
+        Transport::Private => Ok((
+            Bus::Local(LocalBus::new()),
+            Some(embedded_store(cfg)?),
+            None,
+        )),
+        Transport::UpDefault => {
+            let local = LocalBus::new();
+            let store = embedded_store(cfg)?;
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let server =
+                xo_bus::socket::serve(local.clone(), &cfg.state.socket_path(), async move {
+                    let _ = stop_rx.await;
+                })
+                .await
+                .context("serving the local bus socket")?;
+            Ok((Bus::Local(local), Some(store), Some((stop_tx, server))))
+        }
+    }
+}
+
+impl Fabric {
+    /// Connects and starts what `plan` names, in the start order above.
+    /// `service` names the process in telemetry (`xo`, `xo-queue`…), `name`
+    /// its NATS connection.
+    pub async fn start(
+        cfg: &XoConfig,
+        plan: Plan,
+        transport: Transport,
+        service: &'static str,
+        name: &str,
+    ) -> anyhow::Result<Fabric> {
+        let telemetry =
+            xo_runtime::telemetry::init(&cfg.telemetry, service).map_err(|e| anyhow!(e))?;
+        let (bus, store, socket) = connect(cfg, transport, name).await?;
+        let mut f = Fabric {
+            bus,
+            store,
+            socket,
+            queue: None,
+            knowledge: None,
+            review: None,
+            fleet: None,
+            supervisor: None,
+            runners_stop: Shutdown::new(),
+            runners: Vec::new(),
+            watches: Vec::new(),
+            telemetry: Some(telemetry),
+        };
+        if let Err(e) = f.start_services(cfg, plan).await {
+            // Whatever did start is stopped in order before the error is told.
+            let _ = f.stop().await;
+            return Err(e);
+        }
+        Ok(f)
+    }
+
+    fn store(&self) -> anyhow::Result<Store> {
+        self.store
+            .clone()
+            .ok_or_else(|| anyhow!("this transport has no store"))
+    }
+
+    async fn start_services(&mut self, cfg: &XoConfig, plan: Plan) -> anyhow::Result<()> {
+        if plan.queue {
+            self.queue = Some(
+                xo_queue::start(
+                    cfg.clone(),
+                    self.bus.clone(),
+                    self.store()?,
+                    xo_runtime::Clock::System,
+                )
+                .await
+                .context("starting the queue")?,
+            );
+        }
+        if plan.knowledge && cfg.knowledge.enabled {
+            self.knowledge = Some(
+                xo_knowledge::service::start(cfg, self.bus.clone())
+                    .await
+                    .context("starting the knowledge store")?,
+            );
+        }
+        if plan.review && cfg.review.enabled && cfg.supervisor.enabled {
+            if cfg.review.model.model.is_empty() {
+                warn!(
+                    "no review model configured (review.model.model): review supervisors will skip their runs"
+                );
+            }
+            self.review = Some(
+                xo_review::start(cfg.clone(), self.bus.clone())
+                    .await
+                    .context("starting the review supervisors")?,
+            );
+        }
+        if plan.fleet && cfg.fleet.backend == FleetBackend::Docker {
+            self.fleet = Some(
+                xo_fleet::service::start(cfg, self.bus.clone())
+                    .await
+                    .context("starting the fleet manager (fleet.backend = \"docker\")")?,
+            );
+        }
+        if plan.supervisor {
+            self.supervisor = Some(
+                xo_supervisor::start(
+                    cfg.clone(),
+                    self.bus.clone(),
+                    self.store()?,
+                    xo_runtime::Clock::System,
+                )
+                .await
+                .context("starting the supervisor")?,
+            );
+        }
+        if plan.supervisor && cfg.supervisor.enabled {
+            for w in &cfg.supervisor.watch {
+                let args = crate::watch::WatchArgs::from(w);
+                crate::watch::check(&args).context("supervisor.watch")?;
+                let (bus, cfg, stop) = (self.bus.clone(), cfg.clone(), self.runners_stop.signal());
+                self.watches.push(tokio::spawn(async move {
+                    if let Err(e) = crate::watch::run(bus, &cfg, args, stop).await {
+                        warn!(error = %e, "transcript watch stopped");
+                    }
+                }));
+            }
+        }
+        for opts in plan.runners {
+            self.spawn_runner(cfg, opts);
+        }
+        Ok(())
+    }
+
+    fn spawn_runner(&mut self, cfg: &XoConfig, opts: RunnerOptions) {
+        let unit = opts.unit.clone();
+        let run = xo_runner::run(
+            cfg.clone(),
+            self.bus.clone(),
+            opts,
+            self.runners_stop.signal(),
+        );
+        self.runners.push(Runner {
+            unit,
+            task: Some(tokio::spawn(run)),
+            ended: None,
+        });
+    }
+
+    /// Adds runners to a started fabric (the demo starts them once its goal
+    /// and tasks are in place); they stop first, as every runner does.
+    pub fn with_runners(mut self, cfg: &XoConfig, runners: Vec<RunnerOptions>) -> Self {
+        for opts in runners {
+            self.spawn_runner(cfg, opts);
+        }
+        self
+    }
+
+    /// Runs until `shutdown` resolves, or until a service's actor tree
+    /// gives up (escalates); then stops everything in order.
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        use futures::FutureExt;
+        let never = || std::future::pending::<()>();
+        // Each service's tree ends on its own only when it gives up.
+        let mut ended: Vec<futures::future::BoxFuture<'_, &str>> = Vec::new();
+        if let Some(s) = self.supervisor.as_mut() {
+            ended.push(s.until(never()).map(|_| "supervisor").boxed());
+        }
+        if let Some(q) = self.queue.as_mut() {
+            ended.push(q.until(never()).map(|_| "queue").boxed());
+        }
+        if let Some(k) = self.knowledge.as_mut() {
+            ended.push(k.until(never()).map(|_| "knowledge").boxed());
+        }
+        if let Some(r) = self.review.as_mut() {
+            ended.push(r.until(never()).map(|_| "review").boxed());
+        }
+        if let Some(f) = self.fleet.as_mut() {
+            ended.push(f.until(never()).map(|_| "fleet").boxed());
+        }
+        for r in self.runners.iter_mut() {
+            ended.push(
+                async move {
+                    r.wait().await;
+                    r.unit.as_str()
+                }
+                .boxed(),
+            );
+        }
+        ended.push(never().map(|_| "").boxed());
+        tokio::select! {
+            _ = shutdown => {}
+            (which, _, _) = futures::future::select_all(ended) => {
+                warn!(service = which, "a service stopped on its own; stopping the rest")
+            }
+        }
+        self.stop().await
+    }
+
+    /// Stops everything in the stop order above; the first error is
+    /// returned after every service has been stopped.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let mut first: Option<anyhow::Error> = None;
+        let mut keep = |r: anyhow::Result<()>| {
+            if let Err(e) = r
+                && first.is_none()
+            {
+                first = Some(e);
+            }
+        };
+        self.runners_stop.trigger();
+        for mut r in self.runners.drain(..) {
+            r.wait().await;
+            keep(r.ended.unwrap_or(Ok(())));
+        }
+        for w in self.watches.drain(..) {
+            let _ = w.await;
+        }
+        if let Some(r) = self.review.take() {
+            keep(r.stop().await.context("review supervisors"));
+        }
+        if let Some(f) = self.fleet.take() {
+            keep(f.stop().await.context("fleet manager"));
+        }
+        if let Some(s) = self.supervisor.take() {
+            keep(s.stop().await.context("supervisor"));
+        }
+        if let Some(k) = self.knowledge.take() {
+            keep(k.stop().await.context("knowledge"));
+        }
+        if let Some(q) = self.queue.take() {
+            keep(q.stop().await.context("queue"));
+        }
+        if let Err(e) = self.bus.flush().await {
+            warn!(error = %e, "bus flush at shutdown failed");
+        }
+        if let Some((stop, server)) = self.socket.take() {
+            let _ = stop.send(());
+            let _ = server.await;
+        }
+        info!("stopped");
+        if let Some(mut t) = self.telemetry.take() {
+            t.shutdown();
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

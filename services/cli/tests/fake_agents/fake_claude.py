@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""A Claude-Code-shaped agent for tests: speaks `--output-format stream-json`
+and, after every tool call, runs the PostToolUse hooks of the project's
+`.claude/settings.local.json` with the JSON payload Claude Code gives them,
+showing a `{"decision": "block", "reason": ...}` answer to "the model".
+
+It loops on a failing `make build` until a hook hands it steering; then it
+changes course: writes fixed.txt and ends with the reply format."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+SESSION = "fake-claude-session"
+
+
+def emit(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def hooks():
+    try:
+        with open(".claude/settings.local.json") as f:
+            settings = json.load(f)
+    except FileNotFoundError:
+        return []
+    return [
+        h["command"]
+        for m in settings.get("hooks", {}).get("PostToolUse", [])
+        for h in m.get("hooks", [])
+    ]
+
+
+def post_tool_use(tool, tool_input, response):
+    payload = {
+        "session_id": SESSION,
+        "hook_event_name": "PostToolUse",
+        "tool_name": tool,
+        "tool_input": tool_input,
+        "tool_response": response,
+        "cwd": os.getcwd(),
+    }
+    env = dict(os.environ, CLAUDE_PROJECT_DIR=os.getcwd())
+    for cmd in hooks():
+        p = subprocess.run(cmd, shell=True, input=json.dumps(payload), capture_output=True, text=True, env=env)
+        out = p.stdout.strip()
+        if p.returncode == 0 and out:
+            answer = json.loads(out)
+            if answer.get("decision") == "block":
+                return answer["reason"]
+    return None
+
+
+def tool(i, name, tool_input, result, is_error):
+    tid = f"toolu_{i}"
+    emit({"type": "assistant", "session_id": SESSION, "message": {"id": f"msg_{i}", "model": "claude-sonnet-4-5",
+          "content": [{"type": "tool_use", "id": tid, "name": name, "input": tool_input}],
+          "usage": {"input_tokens": 1000 + i, "output_tokens": 20}}})
+    emit({"type": "user", "session_id": SESSION, "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": tid, "content": result, "is_error": is_error}]}})
+    return post_tool_use(name, tool_input, {"output": result})
+
+
+emit({"type": "system", "subtype": "init", "session_id": SESSION, "model": "claude-sonnet-4-5", "tools": ["Bash", "Write"]})
+steering = None
+for i in range(200):
+    steering = tool(i, "Bash", {"command": "make build"}, "make: *** [build] Error 2", True)
+    if steering:
+        break
+    time.sleep(0.1)
+if steering and "[SUPERVISOR]" in steering:
+    with open("fixed.txt", "w") as f:
+        f.write("changed course after: " + steering.splitlines()[0] + "\n")
+    tool(999, "Write", {"file_path": "fixed.txt"}, "File created successfully", False)
+    reply = json.dumps({"status": "ok", "message": "changed course after the supervisor's steering"})
+    emit({"type": "result", "subtype": "success", "is_error": False, "session_id": SESSION,
+          "result": "Fixed.\n" + reply, "total_cost_usd": 0.02})
+else:
+    emit({"type": "result", "subtype": "error_max_turns", "is_error": True, "session_id": SESSION, "result": "gave up"})
+    sys.exit(1)

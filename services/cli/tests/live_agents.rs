@@ -1,0 +1,278 @@
+//! CLI agents supervised turn by turn, live: fake agents that speak the
+//! real agents' stream formats (Claude Code stream-json with its
+//! PostToolUse hooks; Codex `exec --json` with `exec resume`) run under a
+//! real runner, with the XO and the queue as their own `xo` processes on a
+//! real nats-server. The XO sees the loop from the runner's live SALUTE
+//! reports and steers; the steering reaches the running agent (the hook,
+//! or a stop and a resume of its session); the agent changes course; the
+//! task completes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use xo_bus::{Bus, NatsBus, typed};
+use xo_proto::Subjects;
+use xo_proto::queue::*;
+use xo_tests::NatsServer;
+
+struct Rig {
+    _nats: Option<NatsServer>,
+    /// Empty: everything on the socket of an `xo up`.
+    url: String,
+    root: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Rig {
+    fn start() -> Self {
+        let nats = NatsServer::start();
+        let root = tempfile::tempdir().unwrap().keep();
+        Self {
+            url: nats.url(),
+            _nats: Some(nats),
+            root,
+            children: Vec::new(),
+        }
+    }
+
+    /// No server: `xo up` serves its embedded bus on a socket.
+    fn embedded() -> Self {
+        Self {
+            url: String::new(),
+            _nats: None,
+            root: tempfile::tempdir().unwrap().keep(),
+            children: Vec::new(),
+        }
+    }
+
+    fn spawn(&mut self, name: &str, config: Option<&Path>, args: &[&str]) {
+        let log = std::fs::File::create(self.root.join(format!("{name}.log"))).unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        c.current_dir(&self.root).args(["--log-format", "json"]);
+        if !self.url.is_empty() {
+            c.args(["--nats", &self.url]);
+        }
+        if let Some(cfg) = config {
+            c.arg("--config").arg(cfg);
+        }
+        let r = &self.root;
+        c.args(args)
+            .env("XO__STATE__DIR", r.join("state"))
+            .env("XO__QUEUE__DATA_DIR", r.join("data"))
+            .env("XO__RUNNER__SANDBOX", r.join("sandbox"))
+            .env("XO__RUNNER__DEFAULT_PROJECT", "live")
+            .env("XO__RUNNER__CLAIM_WAIT_MS", "300")
+            .env("XO__RUNNER__MICROCOSM", "false")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.children.push(c.spawn().expect("xo starts"));
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.root.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    fn project(&self) -> PathBuf {
+        self.root.join("sandbox").join("live")
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn agent(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fake_agents")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn toml_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
+    let cfg = rig.root.join("runner.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let bus = if rig.url.is_empty() {
+        rig.spawn("supervisor", None, &["up"]);
+        let sock = rig.root.join("state").join("bus.sock");
+        let mut bus = None;
+        for _ in 0..400 {
+            if let Ok(b) = xo_bus::SocketBus::connect(&sock).await {
+                bus = Some(Bus::Socket(b));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bus.expect("xo up serves its socket")
+    } else {
+        rig.spawn("supervisor", None, &["serve", "supervisor"]);
+        rig.spawn("queue", None, &["serve", "queue"]);
+        Bus::Nats(
+            NatsBus::connect(&rig.url, Default::default())
+                .await
+                .unwrap(),
+        )
+    };
+    rig.spawn(
+        "runner",
+        Some(&cfg),
+        &["serve", "runner", "--role", "coder", "--unit", "live-1"],
+    );
+    let s = Subjects::default();
+    let t = Duration::from_secs(10);
+    // The queue may still be starting.
+    let mut ready = false;
+    for _ in 0..200 {
+        if typed::call(&bus, &s, &Init::default(), t).await.is_ok() {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the queue answers");
+    // Reports are core NATS: the XO listens before any agent runs.
+    let mut listening = false;
+    for _ in 0..200 {
+        if typed::call(&bus, &s, &xo_proto::control::ListUnits {}, t)
+            .await
+            .is_ok()
+        {
+            listening = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listening, "the supervisor answers");
+    typed::call(
+        &bus,
+        &s,
+        &SetGoal {
+            description: "live supervision".into(),
+            project_id: Some("live".into()),
+            completed: true,
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    let id = task.task_id.clone();
+    typed::call(&bus, &s, &Enqueue { tasks: vec![task] }, t)
+        .await
+        .unwrap();
+    typed::call(&bus, &s, &Start {}, t).await.unwrap();
+    for _ in 0..1200 {
+        let tasks = typed::call(&bus, &s, &ListTasks::default(), t)
+            .await
+            .unwrap();
+        let rec = tasks.into_iter().find(|r| r.task.task_id == id).unwrap();
+        if rec.state.is_final() {
+            return rec;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the task never ended\n--- runner\n{}\n--- supervisor\n{}",
+        rig.log("runner"),
+        rig.log("supervisor")
+    );
+}
+
+#[tokio::test]
+async fn a_claude_code_agent_is_steered_mid_run_through_its_hook() {
+    claude_steered_through_its_hook(Rig::start()).await;
+}
+
+/// The same with no server at all: the runner on the socket of `xo up`.
+#[tokio::test]
+async fn a_claude_code_agent_is_steered_on_the_embedded_bus() {
+    claude_steered_through_its_hook(Rig::embedded()).await;
+}
+
+async fn claude_steered_through_its_hook(mut rig: Rig) {
+    let config = format!(
+        "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"claude\"\nhook = \"claude\"\n",
+        toml_list(&["python3".into(), agent("fake_claude.py")])
+    );
+    let mut task = Task::new("c1", "fix the build", "make build fails; fix it", "coder");
+    task.project = Some("live".into());
+    task.acceptance_criteria = vec!["file contains: fixed.txt :: [SUPERVISOR] Loop".into()];
+    let rec = run_goal(&mut rig, &config, task).await;
+    assert_eq!(
+        rec.state,
+        TaskState::Completed,
+        "{rec:?}\n--- runner\n{}",
+        rig.log("runner")
+    );
+    let project = rig.project();
+    // The steering reached the agent during its run, through the hook.
+    let delivered = std::fs::read_to_string(project.join(".xo/steering.delivered")).unwrap();
+    assert!(delivered.contains("[SUPERVISOR] Loop"), "{delivered}");
+    assert!(
+        !project.join(".xo/steering.pending").exists(),
+        "nothing left undelivered"
+    );
+    // The hook sits beside whatever the project's settings held.
+    let settings = std::fs::read_to_string(project.join(".claude/settings.local.json")).unwrap();
+    assert!(settings.contains("hook claude"), "{settings}");
+    // The XO saw the agent's own turns: many SALUTE turns in one agent run.
+    let sup = rig.log("supervisor");
+    assert!(
+        sup.contains("steering sent") && sup.contains("\"kind\":\"loop\""),
+        "{sup}"
+    );
+    let runner = rig.log("runner");
+    assert!(runner.contains("agent run read live"), "{runner}");
+}
+
+#[tokio::test]
+async fn a_codex_agent_steered_twice_is_stopped_and_resumed_with_the_steering() {
+    let mut rig = Rig::start();
+    let fake = agent("fake_codex.py");
+    let config = format!(
+        "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nresume = {}\n",
+        toml_list(&[
+            "python3".into(),
+            fake.clone(),
+            "exec".into(),
+            "--json".into(),
+            "{prompt}".into()
+        ]),
+        toml_list(&[
+            "python3".into(),
+            fake,
+            "exec".into(),
+            "resume".into(),
+            "{session}".into(),
+            "{prompt}".into()
+        ])
+    );
+    let mut task = Task::new("x1", "fix the build", "make build fails; fix it", "coder");
+    task.project = Some("live".into());
+    task.acceptance_criteria = vec!["file contains: resumed.txt :: fake-thread-7".into()];
+    let rec = run_goal(&mut rig, &config, task).await;
+    assert_eq!(
+        rec.state,
+        TaskState::Completed,
+        "{rec:?}\n--- runner\n{}",
+        rig.log("runner")
+    );
+    // Resumed in its own thread, with the XO's steering as the prompt.
+    let resumed = std::fs::read_to_string(rig.project().join("resumed.txt")).unwrap();
+    assert!(resumed.starts_with("fake-thread-7\n"), "{resumed}");
+    assert!(resumed.contains("[SUPERVISOR] Loop"), "{resumed}");
+    let runner = rig.log("runner");
+    assert!(runner.contains("critical steering"), "{runner}");
+}

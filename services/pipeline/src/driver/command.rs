@@ -1,0 +1,361 @@
+//! The `command` driver: any CLI agent, one process per prompt.
+//!
+//! With a stream format (`runner.driver.stream`), the agent's stdout is read
+//! as it runs: every agent turn becomes a SALUTE turn (so every radio rule
+//! fires during the run), and steering reaches the running agent — through
+//! Claude Code's PostToolUse hook (`runner.driver.hook = "claude"`), and for
+//! critical steering (PACE emergency, a loop steered twice) by stopping the
+//! run and resuming the agent's own session with the steering as the next
+//! prompt (`runner.driver.resume`). The reply is the agent's last words (its
+//! result, else its last message).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+use xo_proto::{Action, Outcome};
+use xo_runtime::config::DriverConfig;
+use xo_sensor::{Format, Sensor};
+
+use super::{AgentOutput, DriverError, RunCtx, TurnEvent, short_hash};
+use crate::compose::ComposedPrompt;
+use crate::proc::{Live, Spawn, run, run_live};
+
+/// At most this many resumes of one run (critical steering each time).
+const MAX_RESUMES: u32 = 3;
+
+/// The file a PostToolUse hook reads pending steering from (in the task's
+/// working directory), and where delivered steering is kept.
+pub const PENDING: &str = ".xo/steering.pending";
+pub const DELIVERED: &str = ".xo/steering.delivered";
+
+/// Runs `argv` in the task's working directory. `{prompt}` in an argument
+/// becomes the prompt text, `{prompt_file}` the path of a file holding it;
+/// with neither the prompt is written to stdin.
+#[derive(Debug, Clone)]
+pub struct CommandDriver {
+    argv: Vec<String>,
+    stream: Option<Format>,
+    hook: bool,
+    resume: Vec<String>,
+}
+
+impl CommandDriver {
+    pub fn new(argv: Vec<String>) -> Result<Self, DriverError> {
+        if argv.is_empty() || argv[0].trim().is_empty() {
+            return Err(DriverError::Spawn(
+                "command driver: runner.driver.command is empty".into(),
+            ));
+        }
+        Ok(Self {
+            argv,
+            stream: None,
+            hook: false,
+            resume: Vec::new(),
+        })
+    }
+
+    /// The driver `runner.driver` describes (stream, hook, resume included).
+    pub fn from_config(d: &DriverConfig) -> Result<Self, DriverError> {
+        let mut c = Self::new(d.command.clone())?;
+        c.stream = match d.stream.as_str() {
+            "" | "none" => None,
+            s => Some(Format::parse(s).map_err(DriverError::Spawn)?),
+        };
+        c.hook = d.hook == "claude";
+        c.resume = d.resume.clone();
+        Ok(c)
+    }
+
+    pub async fn run(
+        &mut self,
+        prompt: &ComposedPrompt,
+        ctx: &RunCtx,
+    ) -> Result<AgentOutput, DriverError> {
+        // Steering goes in front of the next prompt and into a file the
+        // agent can re-read.
+        let steering = ctx.turns.take_steering();
+        let prompt = prompt.with_steering(&steering);
+        let xo_dir = ctx.cwd.join(".xo");
+        let io = |what: &str, e: std::io::Error| {
+            DriverError::Spawn(format!("{what} in {}: {e}", xo_dir.display()))
+        };
+        if !steering.is_empty() {
+            tokio::fs::create_dir_all(&xo_dir)
+                .await
+                .map_err(|e| io("creating .xo", e))?;
+            tokio::fs::write(
+                xo_dir.join("steering.md"),
+                crate::compose::steering_section(&steering),
+            )
+            .await
+            .map_err(|e| io("writing steering.md", e))?;
+        }
+        let uses_file = self.argv.iter().any(|a| a.contains("{prompt_file}"));
+        let uses_text = self.argv.iter().any(|a| a.contains("{prompt}"));
+        let prompt_file = xo_dir.join(format!("prompt-{}.md", prompt.task_id()));
+        if uses_file {
+            tokio::fs::create_dir_all(&xo_dir)
+                .await
+                .map_err(|e| io("creating .xo", e))?;
+            tokio::fs::write(&prompt_file, prompt.text())
+                .await
+                .map_err(|e| io("writing the prompt", e))?;
+        }
+        let file_str = prompt_file.display().to_string();
+        let argv: Vec<String> = self
+            .argv
+            .iter()
+            .map(|a| {
+                a.replace("{prompt_file}", &file_str)
+                    .replace("{prompt}", prompt.text())
+            })
+            .collect();
+        let stdin = (!uses_file && !uses_text).then(|| prompt.text().as_bytes());
+        if let Some(format) = self.stream {
+            if self.hook {
+                install_claude_hook(&ctx.cwd).await?;
+            }
+            return self.run_streamed(format, argv, stdin, ctx).await;
+        }
+        let out = run(
+            Spawn {
+                argv: &argv,
+                cwd: &ctx.cwd,
+                env: &ctx.env,
+                stdin,
+                timeout: ctx.timeout,
+                max_output: ctx.max_output,
+            },
+            ctx.cancel.clone(),
+            ctx.groups.as_ref(),
+        )
+        .await
+        .map_err(DriverError::Spawn)?;
+        let ok = out.exit_code == Some(0);
+        let outcome = if !ok {
+            Outcome::Error
+        } else if out.stdout.trim().is_empty() {
+            Outcome::Empty
+        } else {
+            Outcome::Ok
+        };
+        let mut action = Action::tool(&self.argv[0], &short_hash(prompt.text()), outcome, 0)
+            .with_output(&short_hash(&out.stdout));
+        if !ok {
+            action = action.with_error(if out.timed_out { "timeout" } else { "exit" });
+        }
+        ctx.turns.turn(TurnEvent {
+            action: Some(action),
+            summary: Some(format!("{} ran ({} ms)", self.argv[0], out.elapsed_ms)),
+            progress: ok,
+            ..Default::default()
+        });
+        Ok(AgentOutput { turns: 1, ..out })
+    }
+
+    /// A run read live: turns as they happen, steering delivered while the
+    /// agent works, resumed with critical steering.
+    async fn run_streamed(
+        &self,
+        format: Format,
+        mut argv: Vec<String>,
+        stdin: Option<&[u8]>,
+        ctx: &RunCtx,
+    ) -> Result<AgentOutput, DriverError> {
+        let mut sensor = Sensor::new(format);
+        let mut stdin = stdin.map(<[u8]>::to_vec);
+        let mut resumes = 0;
+        let started = std::time::Instant::now();
+        loop {
+            let (lines_tx, mut lines) = mpsc::unbounded_channel::<String>();
+            let (stop, interrupt) = watch::channel(false);
+            let spawn = Spawn {
+                argv: &argv,
+                cwd: &ctx.cwd,
+                env: &ctx.env,
+                stdin: stdin.as_deref(),
+                timeout: ctx.timeout.saturating_sub(started.elapsed()),
+                max_output: ctx.max_output,
+            };
+            let live = Live {
+                lines: Some(lines_tx),
+                interrupt: Some(interrupt),
+            };
+            let mut taken: Vec<String> = Vec::new();
+            let mut critical = false;
+            let read = async {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        line = lines.recv() => {
+                            let Some(line) = line else { break };
+                            match sensor.line(&line) {
+                                Ok(turns) => {
+                                    for t in turns {
+                                        ctx.turns.turn(t);
+                                    }
+                                }
+                                Err(e) => warn!(agent = %self.argv[0], line = e.line, reason = %e.reason, "agent stream line not used"),
+                            }
+                        }
+                        _ = tick.tick() => {}
+                    }
+                    // Steering that arrived while the agent works.
+                    if ctx.turns.has_steering() {
+                        let new = ctx.turns.take_steering();
+                        if self.hook {
+                            deliver(&ctx.cwd, &new).await;
+                        }
+                        taken.extend(new);
+                    }
+                    if !critical
+                        && !self.resume.is_empty()
+                        && sensor.session().is_some()
+                        && ctx.turns.take_critical()
+                    {
+                        critical = true;
+                        info!(agent = %self.argv[0], "critical steering: stopping the agent to resume its session with it");
+                        let _ = stop.send(true);
+                    }
+                }
+            };
+            let (out, ()) = tokio::join!(
+                run_live(spawn, ctx.cancel.clone(), ctx.groups.as_ref(), live),
+                read
+            );
+            let out = out.map_err(DriverError::Spawn)?;
+            if out.interrupted && resumes < MAX_RESUMES && !out.cancelled {
+                resumes += 1;
+                let session = sensor.session().unwrap_or_default().to_string();
+                let next = taken.join("\n\n");
+                argv = self
+                    .resume
+                    .iter()
+                    .map(|a| a.replace("{session}", &session).replace("{prompt}", &next))
+                    .collect();
+                stdin = None;
+                continue;
+            }
+            if !taken.is_empty() && !self.hook {
+                // Not delivered during the run: it goes with the next prompt.
+                for s in taken {
+                    ctx.turns.push_steering(s);
+                }
+            }
+            let raw = out.stdout.clone();
+            let reply = sensor.final_text().map(str::to_string).unwrap_or(raw);
+            let st = sensor.stats();
+            info!(
+                agent = %self.argv[0],
+                format = format.as_str(),
+                turns = st.turns,
+                unknown = st.unknown,
+                rejected = st.malformed,
+                resumes,
+                "agent run read live"
+            );
+            return Ok(AgentOutput {
+                stdout: reply,
+                turns: st.turns as u32,
+                elapsed_ms: started.elapsed().as_millis() as u64,
+                ..out
+            });
+        }
+    }
+}
+
+/// Appends steering for the hook to hand to the agent at its next tool call
+/// (`<cwd>/.xo/steering.pending`, read by `xo hook claude`).
+pub async fn deliver(cwd: &Path, steering: &[String]) {
+    use tokio::io::AsyncWriteExt;
+    let path = cwd.join(PENDING);
+    let res = async {
+        if let Some(d) = path.parent() {
+            tokio::fs::create_dir_all(d).await?;
+        }
+        let mut f = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .await?;
+        for s in steering {
+            f.write_all(s.as_bytes()).await?;
+            f.write_all(b"\n").await?;
+        }
+        f.flush().await
+    }
+    .await;
+    if let Err(e) = res {
+        warn!(path = %path.display(), error = %e, "steering not handed to the hook");
+    }
+}
+
+/// The hook command: this very binary's `hook claude`.
+fn hook_command() -> String {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("xo"));
+    format!("{} hook claude", shell_quote(&exe.display().to_string()))
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Adds XO's PostToolUse hook to `<cwd>/.claude/settings.local.json`,
+/// keeping whatever else is there; a file that is not JSON is an error
+/// (never overwritten).
+pub async fn install_claude_hook(cwd: &Path) -> Result<(), DriverError> {
+    let dir = cwd.join(".claude");
+    let path = dir.join("settings.local.json");
+    let err = |what: &str, e: String| DriverError::Spawn(format!("{what} {}: {e}", path.display()));
+    let mut settings: serde_json::Value = match tokio::fs::read_to_string(&path).await {
+        Ok(t) => serde_json::from_str(&t).map_err(|e| {
+            err(
+                "the Claude settings are not JSON; fix or remove",
+                e.to_string(),
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
+        Err(e) => return Err(err("reading", e.to_string())),
+    };
+    let command = hook_command();
+    let entry =
+        serde_json::json!({"matcher": "*", "hooks": [{"type": "command", "command": command}]});
+    let obj = settings
+        .as_object_mut()
+        .ok_or_else(|| err("the Claude settings are not a JSON object:", String::new()))?;
+    let hooks = obj
+        .entry("hooks")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()
+        .ok_or_else(|| err("\"hooks\" is not an object in", String::new()))?;
+    let post = hooks
+        .entry("PostToolUse")
+        .or_insert_with(|| serde_json::json!([]))
+        .as_array_mut()
+        .ok_or_else(|| err("\"hooks.PostToolUse\" is not an array in", String::new()))?;
+    let present = post.iter().any(|m| {
+        m.get("hooks").and_then(|h| h.as_array()).is_some_and(|h| {
+            h.iter()
+                .any(|x| x.get("command").and_then(|c| c.as_str()) == Some(command.as_str()))
+        })
+    });
+    if !present {
+        post.push(entry);
+    }
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|e| err("creating the folder of", e.to_string()))?;
+    let text =
+        serde_json::to_string_pretty(&settings).map_err(|e| err("encoding", e.to_string()))?;
+    tokio::fs::write(&path, text)
+        .await
+        .map_err(|e| err("writing", e.to_string()))
+}

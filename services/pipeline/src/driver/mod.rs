@@ -1,0 +1,215 @@
+//! Agent drivers. Each accepts only a [`ComposedPrompt`] (SUP-1) and returns
+//! what the agent did, verbatim; none interprets, retries or validates.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use xo_runtime::config::{DriverConfig, DriverKind, RunnerConfig};
+
+use crate::compose::ComposedPrompt;
+pub use crate::proc::AgentOutput;
+use crate::proc::Groups;
+use crate::sandbox::Sandbox;
+pub use xo_sensor::{TurnEvent, short_hash};
+
+pub mod command;
+pub mod openai;
+pub mod script;
+
+pub use command::CommandDriver;
+pub use openai::OpenAiDriver;
+pub use script::ScriptDriver;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("{0}")]
+    Spawn(String),
+    #[error("model endpoint: {0}")]
+    Endpoint(String),
+    #[error("script: {0}")]
+    Script(String),
+}
+
+/// The runner side of a run: turn events out, steering in.
+#[derive(Debug, Clone, Default)]
+pub struct Turns {
+    tx: Option<mpsc::UnboundedSender<TurnEvent>>,
+    steering: Arc<Mutex<Vec<String>>>,
+    urgency: Arc<Urgency>,
+}
+
+impl Turns {
+    pub fn new(tx: mpsc::UnboundedSender<TurnEvent>) -> Self {
+        Self {
+            tx: Some(tx),
+            steering: Default::default(),
+            urgency: Default::default(),
+        }
+    }
+
+    /// Records one turn.
+    pub fn turn(&self, ev: TurnEvent) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(ev);
+        }
+    }
+
+    /// Queues a steering message for the agent's next step.
+    pub fn push_steering(&self, message: String) {
+        self.steering
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(message);
+    }
+
+    pub fn has_steering(&self) -> bool {
+        !self
+            .steering
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// Steering received since the last call.
+    pub fn take_steering(&self) -> Vec<String> {
+        std::mem::take(&mut *self.steering.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Queues a steering decision and weighs it: critical steering (PACE
+    /// emergency, or a loop steered a second time in this task) is what
+    /// stops a running agent and resumes its session with the steering.
+    pub fn push(&self, s: &xo_proto::Steering) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.push_steering(s.message.clone());
+        let loops = if s.kind == xo_proto::AnomalyKind::Loop {
+            self.urgency.loops.fetch_add(1, Relaxed) + 1
+        } else {
+            self.urgency.loops.load(Relaxed)
+        };
+        if s.severity == xo_proto::Severity::Critical || loops >= 2 {
+            self.urgency.critical.store(true, Relaxed);
+        }
+    }
+
+    /// Whether critical steering came since the last call.
+    pub fn take_critical(&self) -> bool {
+        self.urgency
+            .critical
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A new task: no steering, no critical flag, no loops counted.
+    pub fn reset(&self) {
+        let _ = self.take_steering();
+        self.urgency
+            .critical
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.urgency
+            .loops
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How urgent the steering of the current task is.
+#[derive(Debug, Default)]
+struct Urgency {
+    critical: std::sync::atomic::AtomicBool,
+    loops: std::sync::atomic::AtomicU32,
+}
+
+/// Where and how a run happens.
+#[derive(Debug, Clone)]
+pub struct RunCtx {
+    pub sandbox: Sandbox,
+    /// The checked working directory (inside the sandbox).
+    pub cwd: PathBuf,
+    pub timeout: Duration,
+    pub env: Vec<(String, String)>,
+    pub max_output: usize,
+    pub turns: Turns,
+    pub cancel: Option<watch::Receiver<bool>>,
+    pub groups: Option<Groups>,
+}
+
+/// The configured agent.
+#[derive(Debug)]
+pub enum Driver {
+    Command(CommandDriver),
+    OpenAi(OpenAiDriver),
+    Script(ScriptDriver),
+}
+
+impl Driver {
+    pub fn from_config(d: &DriverConfig, runner: &RunnerConfig) -> Result<Self, DriverError> {
+        Ok(match d.kind {
+            DriverKind::Command => Self::Command(CommandDriver::from_config(d)?),
+            DriverKind::Openai => Self::OpenAi(OpenAiDriver::new(&d.openai, runner.context_limit)?),
+            DriverKind::Script => Self::Script(ScriptDriver::from_file(
+                (!d.script.is_empty()).then(|| std::path::Path::new(&d.script)),
+            )?),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Command(_) => "command",
+            Self::OpenAi(_) => "openai",
+            Self::Script(_) => "script",
+        }
+    }
+
+    pub async fn run(
+        &mut self,
+        prompt: &ComposedPrompt,
+        ctx: &RunCtx,
+    ) -> Result<AgentOutput, DriverError> {
+        match self {
+            Self::Command(d) => d.run(prompt, ctx).await,
+            Self::OpenAi(d) => d.run(prompt, ctx).await,
+            Self::Script(d) => d.run(prompt, ctx).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use xo_proto::{AnomalyKind, Evidence, Severity, Steering, SteeringSource};
+
+    use super::Turns;
+
+    fn steering(kind: AnomalyKind, severity: Severity) -> Steering {
+        Steering {
+            v: 1,
+            unit: "u".into(),
+            id: "s".into(),
+            kind,
+            severity,
+            message: format!("[SUPERVISOR] {}", kind.as_str()),
+            turn: 1,
+            at: 0,
+            evidence: Evidence::default(),
+            source: SteeringSource::Xo,
+        }
+    }
+
+    #[test]
+    fn critical_steering_is_a_pace_emergency_or_a_second_loop() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let t = Turns::new(tx);
+        t.push(&steering(AnomalyKind::Stall, Severity::Warning));
+        t.push(&steering(AnomalyKind::Loop, Severity::Warning));
+        assert!(!t.take_critical(), "one loop and a stall are not critical");
+        t.push(&steering(AnomalyKind::Loop, Severity::Warning));
+        assert!(t.take_critical(), "a loop steered twice is");
+        assert!(!t.take_critical(), "taken once");
+        t.reset();
+        assert!(!t.has_steering());
+        t.push(&steering(AnomalyKind::Loop, Severity::Warning));
+        assert!(!t.take_critical(), "a new task counts loops afresh");
+        t.push(&steering(AnomalyKind::Pace, Severity::Critical));
+        assert!(t.take_critical(), "a PACE emergency is");
+        assert_eq!(t.take_steering().len(), 2);
+    }
+}

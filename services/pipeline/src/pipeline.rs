@@ -1,0 +1,782 @@
+//! The supervised pipeline (DESIGN §5):
+//!
+//! compose → execute → detect halts → validate → format → complete | retry | interrogate | block
+//!
+//! A task ends as [`Outcome::Completed`] only with a [`TaskResult`], which
+//! only a [`Validated`] output makes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+use tracing::{info, warn};
+use xo_proto::queue::{ReplayMark, Task, TaskRecord, TimeoutProfile, ValidationReport};
+use xo_runtime::config::{RestartMode, RunnerConfig};
+
+use crate::compose::{ComposedPrompt, Context, Feedback, PromptKind, Snapshot, Templates, compose};
+use crate::driver::{AgentOutput, Driver, RunCtx, Turns};
+use crate::halt::{AgentReply, FormatError, ReplyStatus, detect, parse_reply};
+use crate::logs::{PromptEntry, PromptLog, WorkLog};
+use crate::proc::Groups;
+use crate::project::ProjectConfig;
+use crate::sandbox::Sandbox;
+use crate::validate::{Check, Checker, Validated, Validation, format_output};
+
+/// At most this many questions per uncertain criterion (seed 003).
+pub const MAX_QUESTIONS: u32 = 4;
+
+/// A completed task's result; made only from a [`Validated`] output.
+#[derive(Debug, Clone)]
+pub struct TaskResult {
+    report: ValidationReport,
+    reply: serde_json::Map<String, serde_json::Value>,
+    clean: bool,
+}
+
+/// What happened on the way to an outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    pub agent_runs: u32,
+    pub format_retries: u32,
+    /// Validation failures answered with a fix prompt (or out of retries).
+    pub validation_failures: u32,
+    pub clarifications: u32,
+}
+
+impl TaskResult {
+    fn from_validated(
+        v: Validated,
+        template: &str,
+        task_id: &str,
+        raw: &str,
+        refs: (String, String),
+    ) -> Self {
+        let f = format_output(template, &v, task_id, raw);
+        let mut report = v.validation().report();
+        report.formatted = Some(f.formatted.chars().take(64 * 1024).collect());
+        report.template_applied = f.template_applied;
+        report.prompt_ref = Some(refs.0);
+        report.response_ref = Some(refs.1);
+        Self {
+            report,
+            reply: v.reply().object.clone(),
+            clean: false,
+        }
+    }
+    /// Completed without a validation failure, format retry or clarification.
+    pub fn clean(&self) -> bool {
+        self.clean
+    }
+    pub fn report(&self) -> &ValidationReport {
+        &self.report
+    }
+    /// The whole reply object (a Manager's reconciliation).
+    pub fn reply(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.reply
+    }
+}
+
+/// How a task ended on this runner.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Completed(TaskResult),
+    /// A critical halt or out of retries: `CODE: detail`.
+    Blocked(String),
+    /// A question for the operator (MANUAL mode): the task awaits a response.
+    Question(String),
+    /// A major SUP-7 violation: `supervisor violation: <type>`.
+    Violation(String),
+    /// Stopped by a halt or shutdown; the lease lapses and the queue replays it.
+    Cancelled,
+}
+
+/// One task as the runner got it.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub record: TaskRecord,
+    pub goal: Option<String>,
+    /// MANUAL mode: questions wait for the operator instead of a clarification.
+    pub manual: bool,
+    pub knowledge: String,
+    pub directives: Vec<String>,
+    /// The operator settings the claim carried: project templates set
+    /// there win over the project's `project.toml`.
+    pub settings: xo_proto::settings::Settings,
+}
+
+/// The pipeline of one runner.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    cfg: RunnerConfig,
+    sandbox: Sandbox,
+    data_dir: PathBuf,
+    global_template: String,
+    unit: String,
+    groups: Option<Groups>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("runner.global_template_file {path}: {reason}")]
+pub struct TemplateError {
+    pub path: String,
+    pub reason: String,
+}
+
+impl Pipeline {
+    pub fn new(
+        cfg: RunnerConfig,
+        sandbox: Sandbox,
+        data_dir: PathBuf,
+        unit: &str,
+        groups: Option<Groups>,
+    ) -> Result<Self, TemplateError> {
+        let global_template = if cfg.global_template_file.is_empty() {
+            cfg.global_template.clone()
+        } else {
+            std::fs::read_to_string(&cfg.global_template_file).map_err(|e| TemplateError {
+                path: cfg.global_template_file.clone(),
+                reason: e.to_string(),
+            })?
+        };
+        Ok(Self {
+            cfg,
+            sandbox,
+            data_dir,
+            global_template,
+            unit: unit.to_string(),
+            groups,
+        })
+    }
+
+    /// The same pipeline under another runner configuration (the operator
+    /// settings of a claim laid over `xo.toml`); a global template set
+    /// there wins over `runner.global_template_file`.
+    pub fn reconfigured(&self, cfg: RunnerConfig, global_template: Option<String>) -> Self {
+        Self {
+            global_template: global_template.unwrap_or_else(|| self.global_template.clone()),
+            cfg,
+            ..self.clone()
+        }
+    }
+
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    fn timeout(&self, p: TimeoutProfile) -> Duration {
+        let t = &self.cfg.timeouts;
+        Duration::from_millis(match p {
+            TimeoutProfile::Standard => t.standard_ms,
+            TimeoutProfile::Long => t.long_ms,
+            TimeoutProfile::Extended => t.extended_ms,
+        })
+    }
+
+    /// Runs one task to its outcome.
+    pub async fn run(
+        &self,
+        driver: &mut Driver,
+        job: &Job,
+        turns: Turns,
+        cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> Outcome {
+        self.run_counted(driver, job, turns, cancel).await.0
+    }
+
+    /// Runs one task to its outcome, with what it took.
+    pub async fn run_counted(
+        &self,
+        driver: &mut Driver,
+        job: &Job,
+        turns: Turns,
+        cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> (Outcome, RunStats) {
+        let task = &job.record.task;
+        let project = task
+            .project
+            .clone()
+            .unwrap_or_else(|| self.cfg.default_project.clone());
+        let project_dir = match self.sandbox.project_dir(&project) {
+            Ok(d) => d,
+            Err(e) => {
+                return (
+                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+                    RunStats::default(),
+                );
+            }
+        };
+        // SUP-4: read at task start, so an edit applies from the next task.
+        let pcfg = match ProjectConfig::load(&self.sandbox, &project_dir) {
+            Ok(mut c) => {
+                if let Some(t) = job.settings.project_template(&project, "input_template") {
+                    c.input_template = t.to_string();
+                }
+                if let Some(t) = job.settings.project_template(&project, "output_template") {
+                    c.output_template = t.to_string();
+                }
+                c
+            }
+            Err(e) => {
+                return (
+                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+                    RunStats::default(),
+                );
+            }
+        };
+        let cwd = match self
+            .sandbox
+            .working_dir(&project_dir, task.working_directory.as_deref())
+        {
+            Ok(d) => d,
+            Err(e) => {
+                return (
+                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+                    RunStats::default(),
+                );
+            }
+        };
+        let log = match PromptLog::open(&self.data_dir, &project) {
+            Ok(l) => l,
+            Err(e) => {
+                return (
+                    Outcome::Blocked(format!(
+                        "EXEC_FAILURE: prompt log in {}: {e}",
+                        self.data_dir.display()
+                    )),
+                    RunStats::default(),
+                );
+            }
+        };
+        let env = crate::proc::allowed_env(
+            &self.cfg.env_allow,
+            &[
+                ("XO_UNIT", &self.unit),
+                ("XO_TASK_ID", &task.task_id),
+                ("XO_PROJECT", &project),
+            ],
+        );
+        let profile = pcfg
+            .supervisor_rules
+            .timeout_profile
+            .unwrap_or(task.timeout_profile);
+        let ctx = RunCtx {
+            sandbox: self.sandbox.clone(),
+            cwd: cwd.clone(),
+            timeout: self.timeout(profile),
+            env,
+            max_output: self.cfg.max_output_bytes,
+            turns,
+            cancel,
+            groups: self.groups.clone(),
+        };
+        let mut run = TaskRun {
+            p: self,
+            driver,
+            job,
+            task,
+            pcfg: &pcfg,
+            ctx: &ctx,
+            log: &log,
+            work: WorkLog::new(&project_dir, &task.task_id),
+            iteration: 0,
+            stats: RunStats::default(),
+            last_refs: (String::new(), String::new()),
+            max: pcfg
+                .supervisor_rules
+                .max_retries
+                .unwrap_or(self.cfg.max_retries)
+                .min(task.retry_policy.max_retries.max(1)),
+        };
+        let mut out = run.go(&project, &project_dir).await;
+        let mut stats = run.stats;
+        stats.agent_runs = run.iteration;
+        if let Outcome::Completed(r) = &mut out {
+            r.clean = stats.format_retries == 0
+                && stats.validation_failures == 0
+                && stats.clarifications == 0;
+        }
+        if matches!(out, Outcome::Completed(_)) {
+            crate::git::forget(&project_dir, &task.task_id).await;
+        }
+        run.work
+            .event(
+                "Result",
+                &match &out {
+                    Outcome::Completed(r) => format!("completed: {}", r.report().summary),
+                    Outcome::Blocked(r) => format!("blocked: {r}"),
+                    Outcome::Question(q) => format!("awaiting response: {q}"),
+                    Outcome::Violation(v) => v.clone(),
+                    Outcome::Cancelled => "cancelled (halt or shutdown)".into(),
+                },
+            )
+            .await;
+        (out, stats)
+    }
+}
+
+struct TaskRun<'a> {
+    p: &'a Pipeline,
+    driver: &'a mut Driver,
+    job: &'a Job,
+    task: &'a Task,
+    pcfg: &'a ProjectConfig,
+    ctx: &'a RunCtx,
+    log: &'a PromptLog,
+    work: WorkLog,
+    iteration: u32,
+    stats: RunStats,
+    last_refs: (String, String),
+    max: u32,
+}
+
+impl TaskRun<'_> {
+    fn checker(&self) -> Checker<'_> {
+        Checker {
+            sandbox: &self.p.sandbox,
+            cwd: &self.ctx.cwd,
+            env: &self.ctx.env,
+            timeout: self.ctx.timeout,
+            max_output: self.ctx.max_output,
+        }
+    }
+
+    fn compose(
+        &self,
+        project_id: &str,
+        kind: PromptKind,
+        feedback: Option<&Feedback>,
+    ) -> ComposedPrompt {
+        let rec = &self.job.record;
+        let role_t = self
+            .pcfg
+            .role_templates
+            .get(&self.task.role)
+            .or_else(|| self.p.cfg.role_templates.get(&self.task.role))
+            .map(String::as_str)
+            .unwrap_or("");
+        let templates = Templates {
+            global: &self.p.global_template,
+            project: &self.pcfg.input_template,
+            role: role_t,
+        };
+        let ctx = Context {
+            knowledge: &self.job.knowledge,
+            directives: &self.job.directives,
+            snapshot: Snapshot {
+                project_id: project_id.to_string(),
+                sandbox_root: self.ctx.cwd.display().to_string(),
+                // Smart context: a plain fix does not need the goal.
+                goal: self.job.goal.clone().filter(|_| {
+                    crate::compose::TaskType::detect(self.task) != crate::compose::TaskType::Fix
+                }),
+                attempt: rec.attempt,
+                replay: rec.mark,
+                question: rec.question.clone().filter(|_| rec.answer.is_some()),
+                answer: rec.answer.clone(),
+            },
+            required_sections: &self.pcfg.required_sections,
+        };
+        compose(kind, &templates, self.task, &ctx, feedback)
+    }
+
+    /// One agent run, logged both ways.
+    async fn execute(&mut self, prompt: &ComposedPrompt) -> Result<AgentOutput, String> {
+        self.iteration += 1;
+        let meta = json!({
+            "unit": self.p.unit,
+            "attempt": self.job.record.attempt,
+            "working_directory": self.ctx.cwd.display().to_string(),
+            "prompt_length": prompt.text().len(),
+            "at": xo_proto::now_ms(),
+        });
+        let pref = self
+            .log
+            .append(&PromptEntry {
+                task_id: &self.task.task_id,
+                iteration: self.iteration,
+                kind: prompt.kind().as_str(),
+                content: prompt.text(),
+                metadata: meta,
+            })
+            .await
+            .unwrap_or_else(|e| {
+                warn!(task_id = %self.task.task_id, error = %e, "prompt log not written");
+                String::new()
+            });
+        let out = self
+            .driver
+            .run(prompt, self.ctx)
+            .await
+            .map_err(|e| e.to_string())?;
+        let meta = json!({
+            "unit": self.p.unit,
+            "exit_code": out.exit_code,
+            "timed_out": out.timed_out,
+            "cancelled": out.cancelled,
+            "truncated": out.truncated,
+            "elapsed_ms": out.elapsed_ms,
+            "turns": out.turns,
+            "tokens_in": out.tokens_in,
+            "tokens_out": out.tokens_out,
+            "stderr": out.stderr.chars().take(4000).collect::<String>(),
+            "at": xo_proto::now_ms(),
+        });
+        let rref = self
+            .log
+            .append(&PromptEntry {
+                task_id: &self.task.task_id,
+                iteration: self.iteration,
+                kind: "RESPONSE",
+                content: &out.stdout,
+                metadata: meta,
+            })
+            .await
+            .unwrap_or_else(|e| {
+                warn!(task_id = %self.task.task_id, error = %e, "prompt log not written (response)");
+                String::new()
+            });
+        self.last_refs = (pref, rref);
+        Ok(out)
+    }
+}
+
+impl TaskRun<'_> {
+    async fn parse(&self, out: &AgentOutput) -> Result<AgentReply, FormatError> {
+        let manager = self.task.role == xo_proto::queue::MANAGER_ROLE;
+        match parse_reply(&out.stdout, manager) {
+            Ok((r, fixes)) => {
+                for f in fixes {
+                    // SUP-7: a minor violation, auto-corrected and revalidated.
+                    info!(task_id = %self.task.task_id, correction = %f.0, "reply auto-corrected");
+                    self.work.event("Violation auto-corrected", &f.0).await;
+                }
+                Ok(r)
+            }
+            Err(_) if !self.pcfg.supervisor_rules.require_format_validation => {
+                let last = out
+                    .stdout
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                Ok(AgentReply {
+                    status: ReplyStatus::Ok,
+                    message: last.to_string(),
+                    object: serde_json::Map::new(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl TaskRun<'_> {
+    async fn go(&mut self, project: &str, project_dir: &Path) -> Outcome {
+        let task = self.task;
+        let id = task.task_id.as_str();
+        // SUP-6: a resumed task is validated before anything runs; a
+        // replayed one starts from its starting commit.
+        // `runner.restart_mode = "rollback"`: never resume, always replay.
+        let mark = match self.job.record.mark {
+            Some(ReplayMark::Resume) if self.p.cfg.restart_mode == RestartMode::Rollback => {
+                Some(ReplayMark::RollbackReplay)
+            }
+            m => m,
+        };
+        match mark {
+            Some(ReplayMark::Resume) => {
+                let reply = AgentReply {
+                    status: ReplyStatus::Ok,
+                    message: "resumed: the previous attempt's artifacts were validated".into(),
+                    object: json!({"status": "ok", "message": "resumed"})
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                };
+                let v = self
+                    .checker()
+                    .validate(task, &AgentOutput::default(), &reply)
+                    .await;
+                self.work
+                    .event(
+                        "Resume",
+                        &format!("existing artifacts: {}", v.report().summary),
+                    )
+                    .await;
+                if v.uncertain().is_empty() && task.role != xo_proto::queue::MANAGER_ROLE {
+                    match v.accept(reply) {
+                        Ok(ok) => {
+                            info!(task_id = %id, "resumed task validated without running the agent");
+                            return Outcome::Completed(TaskResult::from_validated(
+                                ok,
+                                &self.output_template(),
+                                id,
+                                "",
+                                ("resume".into(), "resume".into()),
+                            ));
+                        }
+                        Err(_) => info!(task_id = %id, "resumed task incomplete; running it again"),
+                    }
+                }
+            }
+            Some(ReplayMark::RollbackReplay) => {
+                match crate::git::rollback(project_dir, &self.ctx.cwd, id).await {
+                    Ok(Some(c)) => {
+                        info!(task_id = %id, commit = %c, "rolled back to the task's starting commit");
+                        self.work
+                            .event("Rollback", &format!("working directory reset to {c}"))
+                            .await;
+                    }
+                    Ok(None) => {
+                        warn!(task_id = %id, "no starting commit recorded; replaying without rollback")
+                    }
+                    Err(e) => warn!(task_id = %id, error = %e, "rollback failed; replaying as is"),
+                }
+            }
+            None => {
+                if let Err(e) = crate::git::record_start(project_dir, &self.ctx.cwd, id).await {
+                    warn!(task_id = %id, error = %e, "starting commit not recorded; a replay cannot roll back");
+                }
+            }
+        }
+        let mut prompt = self.compose(project, PromptKind::Prompt, None);
+        let mut format_retries = 0u32;
+        let mut retries = 0u32;
+        let mut last_failures: Option<Vec<String>> = None;
+        loop {
+            let out = match self.execute(&prompt).await {
+                Ok(o) => o,
+                Err(e) => return Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
+            };
+            if out.cancelled {
+                return Outcome::Cancelled;
+            }
+            let parsed = self.parse(&out).await;
+            if let Some(h) = detect(&out, parsed.as_ref().ok()) {
+                if h.critical() {
+                    return Outcome::Blocked(h.reason());
+                }
+                if self.job.manual {
+                    return Outcome::Question(h.detail().to_string());
+                }
+                retries += 1;
+                self.stats.clarifications += 1;
+                if retries > self.max {
+                    return Outcome::Blocked(format!("{} (out of retries)", h.reason()));
+                }
+                self.work
+                    .event(
+                        "Clarification",
+                        &format!(
+                            "{}: {} — retry {retries}/{}",
+                            h.code(),
+                            h.detail(),
+                            self.max
+                        ),
+                    )
+                    .await;
+                prompt = self.compose(
+                    project,
+                    PromptKind::ClarificationPrompt,
+                    Some(&Feedback::Clarify {
+                        question: h.detail().to_string(),
+                    }),
+                );
+                continue;
+            }
+            let reply = match parsed {
+                Ok(r) => r,
+                Err(e) => {
+                    format_retries += 1;
+                    self.stats.format_retries += 1;
+                    let tail: String = {
+                        let t = out.stdout.trim();
+                        let start = t.len().saturating_sub(2000);
+                        let start = (start..=t.len())
+                            .find(|i| t.is_char_boundary(*i))
+                            .unwrap_or(0);
+                        t[start..].to_string()
+                    };
+                    if format_retries > self.max {
+                        self.work.event(
+                            "Out of format retries",
+                            &format!(
+                                "Invalid output format ({e}) after {} retries; the task is blocked",
+                                self.max
+                            ),
+                        ).await;
+                        return Outcome::Blocked(format!(
+                            "OUTPUT_FORMAT_INVALID: {e} after {} retries",
+                            self.max
+                        ));
+                    }
+                    self.work
+                        .retry_event(
+                            &task.role,
+                            id,
+                            format_retries,
+                            self.max,
+                            &format!("Invalid output format ({e})"),
+                            &tail,
+                        )
+                        .await;
+                    info!(task_id = %id, retry = format_retries, error = %e, "reply in the wrong format; same inputs again");
+                    // Seed 002: exactly the same prompt again.
+                    continue;
+                }
+            };
+            if let Some(missing) = self
+                .pcfg
+                .required_sections
+                .iter()
+                .find(|s| !reply.message.contains(s.as_str()))
+            {
+                self.work
+                    .event(
+                        "Violation",
+                        &format!("missing required section {missing:?}: the task ends"),
+                    )
+                    .await;
+                return Outcome::Violation(
+                    "supervisor violation: missing_required_sections".into(),
+                );
+            }
+            let mut v = self.checker().validate(task, &out, &reply).await;
+            if v.failed().is_empty()
+                && !v.uncertain().is_empty()
+                && let Some(o) = self.interrogate(project, &mut v).await
+            {
+                return o;
+            }
+            match v.accept(reply) {
+                Ok(ok) => {
+                    return Outcome::Completed(TaskResult::from_validated(
+                        ok,
+                        &self.output_template(),
+                        id,
+                        &out.stdout,
+                        self.last_refs.clone(),
+                    ));
+                }
+                Err(mut v) => {
+                    retries += 1;
+                    self.stats.validation_failures += 1;
+                    let failures = v.failure_lines();
+                    if retries > self.max {
+                        // Out of retries: one last interrogation, then blocked.
+                        for c in v.checks.iter_mut().filter(|c| {
+                            c.passed == Some(false)
+                                && c.quality != crate::validate::MatchQuality::None
+                        }) {
+                            c.passed = None;
+                        }
+                        if !v.uncertain().is_empty()
+                            && let Some(o) = self.interrogate(project, &mut v).await
+                        {
+                            return o;
+                        }
+                        if v.valid() {
+                            continue;
+                        }
+                        return Outcome::Blocked(format!(
+                            "validation failed after {} retries: {}",
+                            self.max,
+                            v.failure_lines().join("; ")
+                        ));
+                    }
+                    let strict = last_failures.as_ref() == Some(&failures);
+                    self.work
+                        .event(
+                            if strict {
+                                "Fix prompt (strict mode)"
+                            } else {
+                                "Fix prompt"
+                            },
+                            &format!("retry {retries}/{}:\n- {}", self.max, failures.join("\n- ")),
+                        )
+                        .await;
+                    prompt = self.compose(
+                        project,
+                        PromptKind::FixPrompt,
+                        Some(&Feedback::Fix {
+                            failures: failures.clone(),
+                            strict,
+                        }),
+                    );
+                    last_failures = Some(failures);
+                }
+            }
+        }
+    }
+
+    fn output_template(&self) -> String {
+        if self.pcfg.output_template.is_empty() {
+            self.p.cfg.output_template.clone()
+        } else {
+            self.pcfg.output_template.clone()
+        }
+    }
+
+    /// Asks about each uncertain criterion, at most [`MAX_QUESTIONS`] times;
+    /// YES passes it, NO fails it, anything else asks again.
+    async fn interrogate(&mut self, project: &str, v: &mut Validation) -> Option<Outcome> {
+        let pending: Vec<usize> = (0..v.checks.len())
+            .filter(|i| v.checks[*i].passed.is_none())
+            .collect();
+        for i in pending {
+            let check: Check = v.checks[i].clone();
+            let mut verdict = None;
+            for n in 1..=MAX_QUESTIONS {
+                let prompt = self.compose(
+                    project,
+                    PromptKind::InterrogationPrompt,
+                    Some(&Feedback::Interrogate {
+                        criterion: check.criterion.clone(),
+                        number: n,
+                        hints: check.hints.clone(),
+                    }),
+                );
+                let out = match self.execute(&prompt).await {
+                    Ok(o) => o,
+                    Err(e) => return Some(Outcome::Blocked(format!("EXEC_FAILURE: {e}"))),
+                };
+                if out.cancelled {
+                    return Some(Outcome::Cancelled);
+                }
+                let answer = parse_reply(&out.stdout, false).ok().map(|(r, _)| r.message);
+                let a = answer
+                    .as_deref()
+                    .unwrap_or("")
+                    .trim_start()
+                    .to_ascii_lowercase();
+                if a.starts_with("yes") {
+                    verdict = Some((true, answer.unwrap_or_default()));
+                    break;
+                }
+                if a.starts_with("no") {
+                    verdict = Some((false, answer.unwrap_or_default()));
+                    break;
+                }
+            }
+            let c = &mut v.checks[i];
+            match verdict {
+                Some((yes, msg)) => {
+                    c.passed = Some(yes);
+                    c.detail = format!(
+                        "{} by interrogation: {}",
+                        if yes { "confirmed" } else { "denied" },
+                        msg.chars().take(300).collect::<String>()
+                    );
+                }
+                None => {
+                    c.passed = Some(false);
+                    c.detail = format!("no clear answer after {MAX_QUESTIONS} questions");
+                }
+            }
+            self.work
+                .event("Interrogation", &format!("{}: {}", c.criterion, c.detail))
+                .await;
+        }
+        None
+    }
+}

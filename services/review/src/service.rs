@@ -1,0 +1,748 @@
+//! The review supervisors' loop: hears task and runner events, asks the
+//! [`Schedule`] who is due, and runs each due reviewer: gate → run → apply.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::task::JoinHandle;
+use xo_runtime::tree::{self, Intensity, Running};
+
+use tokio::sync::mpsc;
+use tracing::{Instrument, info, warn};
+use xo_bus::{Bus, typed};
+use xo_pipeline::driver::{Driver, OpenAiDriver, TurnEvent, Turns};
+use xo_pipeline::sandbox::Sandbox;
+use xo_pipeline::{Job, Outcome, Pipeline};
+use xo_proto::knowledge::*;
+use xo_proto::queue::{self as q, EventName, Lane, Task, TaskEvent, TaskRecord, TaskState};
+use xo_proto::{Format, Subjects};
+use xo_runtime::XoConfig;
+
+use crate::findings::{DirectiveOut, Findings, Verdict, flat_schema, parse_findings, remit};
+use crate::runlog::{self, run_log_path};
+use crate::schedule::{Reviewer, Schedule, Signal, similarity};
+
+pub struct Reviews {
+    /// `xo.toml` laid under the operator settings of `settings_version`.
+    cfg: XoConfig,
+    base: XoConfig,
+    settings_version: u64,
+    bus: Bus,
+    subjects: Subjects,
+    format: Format,
+    pipeline: Option<Pipeline>,
+    driver: Option<Driver>,
+    sched: Schedule,
+    last: BTreeMap<Reviewer, BTreeSet<String>>,
+    feedback: VecDeque<String>,
+    /// Cleanup tasks done in the polish phase (None: not in it).
+    polish: Option<u32>,
+    /// Cancellations this service made (not churn).
+    ours: BTreeSet<String>,
+    runs: u64,
+}
+
+/// What the reviewers hear: the queue's task events and the runners' events.
+pub enum Input {
+    Task(TaskEvent),
+    Runner(q::RunnerEvent),
+}
+
+/// The review actor (configuration only; [`Reviews`] is its state, built
+/// afresh on a restart: counters start over, the run log and budgets stay).
+#[derive(Debug, Clone)]
+pub struct ReviewActor {
+    cfg: XoConfig,
+    bus: Bus,
+}
+
+impl Actor for ReviewActor {
+    type Msg = Input;
+    type State = Reviews;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Input>,
+        _: (),
+    ) -> Result<Reviews, ActorProcessingErr> {
+        Ok(Reviews::new(self.cfg.clone(), self.bus.clone()))
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Input>,
+        input: Input,
+        st: &mut Reviews,
+    ) -> Result<(), ActorProcessingErr> {
+        st.take(input)
+            .instrument(tracing::info_span!("review"))
+            .await;
+        Ok(())
+    }
+}
+
+/// Running review supervisors.
+#[derive(Debug)]
+pub struct ReviewHandle {
+    running: Running<Input>,
+}
+
+impl ReviewHandle {
+    /// Waits for `shutdown`, or for the tree to give up.
+    pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        self.running.until(shutdown).await
+    }
+
+    /// Stops in order: the event pumps, then the actor (a review in
+    /// progress finishes and is logged). `Err` if the tree had given up.
+    pub async fn stop(self) -> Result<(), ReviewError> {
+        self.running.stop().await.map_err(ReviewError::Escalated)
+    }
+}
+
+/// Feeds decoded events of one subject to the actor until `shutdown`; an
+/// event that does not decode is logged and left out.
+fn pump<T: xo_proto::Message + 'static>(
+    mut sub: xo_bus::Subscription,
+    root: ActorRef<Input>,
+    limit: usize,
+    wrap: fn(T) -> Input,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let m = tokio::select! {
+                m = sub.next() => m,
+                _ = &mut shutdown => None,
+            };
+            let Some(m) = m else { break };
+            match typed::decode::<T>(&m, limit) {
+                Ok(e) => {
+                    if root.cast(wrap(e)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    warn!(subject = %m.subject, error = %e, "review: event not decoded; ignored")
+                }
+            }
+        }
+    })
+}
+
+/// Starts the review supervisors (when `review.enabled`): a one-for-one
+/// root over the review actor, fed by the task and runner events.
+pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError> {
+    let subjects = cfg.subjects();
+    let tasks = bus.subscribe(&subjects.task_event_all()).await?;
+    let runners = bus.subscribe(&subjects.runner_event_all()).await?;
+    let limit = cfg.wire.max_payload;
+    let intensity = Intensity::of(&cfg);
+    let model = cfg.review.model.model.clone();
+    let actor = ReviewActor { cfg, bus };
+    let mut running =
+        Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>())
+            .await
+            .map_err(|e| ReviewError::Actor(e.to_string()))?;
+    let root = running.root.clone();
+    running.input(pump(
+        tasks,
+        root.clone(),
+        limit,
+        Input::Task,
+        running.signal(),
+    ));
+    running.input(pump(runners, root, limit, Input::Runner, running.signal()));
+    info!(model = %model, "review supervisors started");
+    Ok(ReviewHandle { running })
+}
+
+/// Errors of starting the review supervisors.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("bus: {0}")]
+    Bus(#[from] xo_bus::BusError),
+    #[error("actor: {0}")]
+    Actor(String),
+    #[error("escalated: {0}")]
+    Escalated(String),
+}
+
+/// The review model's driver (none without a model).
+fn review_driver(cfg: &XoConfig) -> Option<Driver> {
+    if cfg.review.model.model.is_empty() {
+        return None;
+    }
+    OpenAiDriver::new(&cfg.review.model, cfg.runner.context_limit)
+        .ok()
+        .map(Driver::OpenAi)
+}
+
+impl Reviews {
+    /// The reviewers' state: the pipeline on the sandbox, the review model.
+    pub(crate) fn new(cfg: XoConfig, bus: Bus) -> Self {
+        let sandbox = Sandbox::open(&cfg.sandbox_dir()).ok();
+        let pipeline = sandbox.and_then(|s| {
+            Pipeline::new(cfg.runner.clone(), s, cfg.data_dir(), "xo-review", None).ok()
+        });
+        let driver = review_driver(&cfg);
+        Self {
+            base: cfg.clone(),
+            settings_version: 0,
+            sched: Schedule::new(&cfg.review),
+            format: cfg.wire.format,
+            subjects: cfg.subjects(),
+            bus,
+            pipeline,
+            driver,
+            last: BTreeMap::new(),
+            feedback: VecDeque::new(),
+            polish: None,
+            ours: BTreeSet::new(),
+            runs: 0,
+            cfg,
+        }
+    }
+}
+
+impl Reviews {
+    async fn call<R: xo_proto::Request>(&self, req: &R) -> Option<R::Response>
+    where
+        R::Response: serde::de::DeserializeOwned,
+    {
+        match typed::call(&self.bus, &self.subjects, req, Duration::from_secs(5)).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                warn!(verb = R::VERB, error = %e, "review: call failed");
+                None
+            }
+        }
+    }
+
+    pub(crate) async fn take(&mut self, input: Input) {
+        let signal = match input {
+            Input::Runner(e) => {
+                if e.validation_failures > 0 {
+                    self.note(format!(
+                        "task {}: {} validation failure(s)",
+                        e.task_id, e.validation_failures
+                    ));
+                    Some(Signal::ValidationFailure)
+                } else {
+                    None
+                }
+            }
+            Input::Task(e) => match EventName::parse(&e.event) {
+                Some(EventName::TaskComplete) => self.completed(&e.task_id).await,
+                Some(EventName::TaskRetry) => {
+                    self.note(format!(
+                        "task {}: retried after a failed attempt",
+                        e.task_id
+                    ));
+                    Some(Signal::ValidationFailure)
+                }
+                Some(EventName::TaskBlocked) => {
+                    self.note(format!("task {}: blocked", e.task_id));
+                    Some(Signal::Abort)
+                }
+                Some(EventName::TaskCancelled) if !self.ours.contains(&e.task_id) => {
+                    Some(Signal::Churn)
+                }
+                _ => None,
+            },
+        };
+        let Some(signal) = signal else { return };
+        if self.polish.is_some() {
+            return;
+        }
+        let due = self.sched.signal(signal);
+        for (r, why) in due {
+            self.run(r, why).await;
+        }
+    }
+
+    fn note(&mut self, s: String) {
+        self.feedback.push_back(s);
+        while self.feedback.len() > 10 {
+            self.feedback.pop_front();
+        }
+    }
+
+    /// A completion: milestone and replan detection, and the polish phase.
+    async fn completed(&mut self, id: &str) -> Option<Signal> {
+        let tasks = self.call(&q::ListTasks::default()).await?;
+        let rec = tasks.iter().find(|r| r.task.task_id == id)?;
+        let milestone_done = rec.task.milestone.clone().filter(|m| {
+            tasks
+                .iter()
+                .filter(|r| r.task.milestone.as_deref() == Some(m))
+                .all(|r| matches!(r.state, TaskState::Completed | TaskState::Cancelled))
+        });
+        let open = |r: &&TaskRecord| matches!(r.state, TaskState::Pending | TaskState::Running);
+        let functional_left = tasks
+            .iter()
+            .filter(open)
+            .any(|r| r.task.lane != Lane::Cleanup);
+        let cleanup_left: Vec<&TaskRecord> = tasks
+            .iter()
+            .filter(open)
+            .filter(|r| r.task.lane == Lane::Cleanup)
+            .collect();
+        match self.polish.as_mut() {
+            Some(done) => {
+                if rec.task.lane == Lane::Cleanup {
+                    *done += 1;
+                }
+                if *done >= self.cfg.review.polish_max_tasks {
+                    let done = *done;
+                    for r in cleanup_left
+                        .iter()
+                        .filter(|r| r.state == TaskState::Pending)
+                    {
+                        self.ours.insert(r.task.task_id.clone());
+                        let _ = self
+                            .call(&q::Cancel {
+                                task_id: r.task.task_id.clone(),
+                            })
+                            .await;
+                    }
+                    info!(
+                        done,
+                        "polish phase over: remaining cleanup directives dropped"
+                    );
+                }
+                return None;
+            }
+            None if !functional_left && !cleanup_left.is_empty() => {
+                info!(
+                    cleanup = cleanup_left.len(),
+                    max = self.cfg.review.polish_max_tasks,
+                    "goal functionally complete: polish phase (cleanup directives only, no reviews)"
+                );
+                self.polish = Some(0);
+            }
+            None => {}
+        }
+        Some(Signal::Completed {
+            milestone_done,
+            manager: rec.task.role == q::MANAGER_ROLE,
+        })
+    }
+
+    /// Appends the run to the run log and announces it.
+    async fn record(&mut self, mut run: ReviewRun) {
+        run.v = xo_proto::PROTOCOL_VERSION;
+        run.at = xo_proto::now_ms();
+        let path = run_log_path(&self.cfg);
+        if let Err(e) = runlog::append(&path, &run).await {
+            warn!(path = %path.display(), error = %e, "review run log not written");
+        }
+        if let Err(e) = typed::publish(
+            &self.bus,
+            &self.subjects.review_event(&run.reviewer),
+            &run,
+            self.format,
+        )
+        .await
+        {
+            warn!(error = %e, "review event not published");
+        }
+    }
+
+    fn base(&self, r: Reviewer, why: &str, outcome: &str, summary: String) -> ReviewRun {
+        ReviewRun {
+            v: 0,
+            reviewer: r.name().into(),
+            project: self.cfg.review.project.clone(),
+            task_count: self.sched.completed(),
+            trigger: why.into(),
+            outcome: outcome.into(),
+            summary,
+            directives: 0,
+            documents: 0,
+            verdict: None,
+            converging: false,
+            bootstrap: false,
+            tokens_in: 0,
+            tokens_out: 0,
+            cost_usd: 0.0,
+            at: 0,
+        }
+    }
+
+    /// One review: gate (budgets, model, sandbox) → run (the supervised
+    /// pipeline on the review model) → apply (documents, directives,
+    /// verdict, convergence); every path ends in one run-log line.
+    async fn run(&mut self, r: Reviewer, why: &'static str) {
+        let run = match self.gate().await {
+            Err(reason) => {
+                warn!(reviewer = r.name(), reason = %reason, "review skipped; work continues");
+                self.base(r, why, "skipped", reason)
+            }
+            Ok((pipeline, log)) => match self.execute(r, why, pipeline, &log).await {
+                Err(run) => run,
+                Ok((findings, run, tasks)) => self.apply(r, findings, run, &tasks).await,
+            },
+        };
+        self.record(run).await;
+    }
+
+    /// Whether a reviewer may run now: budgets left, a model, a sandbox.
+    /// `Err` is the reason it is skipped.
+    async fn gate(&mut self) -> Result<(Pipeline, Vec<ReviewRun>), String> {
+        self.refresh_settings().await;
+        if !self.cfg.review.enabled {
+            return Err(
+                "review supervisors switched off in the operator settings (review.enabled)".into(),
+            );
+        }
+        let log = runlog::read_run_log(&run_log_path(&self.cfg)).await;
+        runlog::within_budget(&self.cfg.review, &log, xo_proto::now_ms())?;
+        if self.driver.is_none() {
+            return Err("no model configured (review.model.model)".into());
+        }
+        let pipeline = self
+            .pipeline
+            .clone()
+            .ok_or_else(|| "the sandbox could not be opened".to_string())?;
+        Ok((pipeline, log))
+    }
+
+    /// Reads the operator settings before a run: the model, its endpoint,
+    /// budgets and on/off apply from the next run (none answering: as before).
+    async fn refresh_settings(&mut self) {
+        let Ok(view) = typed::call(
+            &self.bus,
+            &self.subjects,
+            &xo_proto::settings::GetSettings {},
+            Duration::from_secs(3),
+        )
+        .await
+        else {
+            return;
+        };
+        if view.settings.version == self.settings_version {
+            return;
+        }
+        match xo_runtime::settings::apply(&self.base, &view.settings) {
+            Ok(cfg) => {
+                if cfg.review.model != self.cfg.review.model {
+                    self.driver = review_driver(&cfg);
+                }
+                self.cfg = cfg;
+                self.settings_version = view.settings.version;
+                info!(
+                    version = self.settings_version,
+                    "review: operator settings applied"
+                );
+            }
+            Err(e) => warn!(error = %e, "review: operator settings not applied"),
+        }
+    }
+
+    /// Runs the reviewer through the pipeline and parses its findings
+    /// strictly. `Err` is a finished run (skipped or discarded).
+    async fn execute(
+        &mut self,
+        r: Reviewer,
+        why: &'static str,
+        pipeline: Pipeline,
+        log: &[ReviewRun],
+    ) -> Result<(Findings, ReviewRun, Vec<TaskRecord>), ReviewRun> {
+        let status = self.call(&q::GetStatus {}).await.unwrap_or_default();
+        let tasks = self
+            .call(&q::ListTasks::default())
+            .await
+            .unwrap_or_default();
+        let docs = self.call(&ListDocs::default()).await.unwrap_or_default();
+        let bootstrap = docs.docs.is_empty();
+        let knowledge = self
+            .call(&Select {
+                milestone: None,
+                budget_tokens: None,
+            })
+            .await
+            .unwrap_or_default();
+        let instructions = self.inputs(r, &status, &tasks, &docs, log, bootstrap);
+        self.runs += 1;
+        let mut task = Task::new(
+            format!("review-{}-{}", r.name().replace('_', "-"), self.runs),
+            format!("{} review", r.name()),
+            instructions,
+            r.name(),
+        );
+        task.project = Some(self.cfg.review.project.clone());
+        task.expected_json_schema = Some(flat_schema(r));
+        let job = Job {
+            record: TaskRecord::running(task, 1),
+            goal: Some(status.goal.description.clone()),
+            manual: false,
+            knowledge: knowledge.section,
+            directives: Vec::new(),
+            settings: Default::default(),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<TurnEvent>();
+        let turns = Turns::new(tx);
+        let mut run = self.base(r, why, "ran", String::new());
+        run.bootstrap = bootstrap;
+        let Some(mut driver) = self.driver.take() else {
+            run.outcome = "skipped".into();
+            run.summary = "no model configured (review.model.model)".into();
+            return Err(run);
+        };
+        info!(
+            reviewer = r.name(),
+            trigger = why,
+            bootstrap,
+            "review running"
+        );
+        let outcome = pipeline.run(&mut driver, &job, turns, None).await;
+        self.driver = Some(driver);
+        while let Ok(ev) = rx.try_recv() {
+            run.tokens_in += ev.tokens_in;
+            run.tokens_out += ev.tokens_out;
+            run.cost_usd += ev.cost_usd;
+        }
+        let result = match outcome {
+            Outcome::Completed(res) => res
+                .reply()
+                .get("output")
+                .cloned()
+                .ok_or_else(|| "the reply has no output".to_string())
+                .and_then(|o| parse_findings(r, &o)),
+            Outcome::Blocked(reason) | Outcome::Violation(reason) => {
+                run.outcome = "skipped".into();
+                run.summary = format!("model unreachable or reply unusable: {reason}");
+                warn!(reviewer = r.name(), reason = %run.summary, "review skipped; work continues");
+                return Err(run);
+            }
+            Outcome::Question(_) | Outcome::Cancelled => {
+                Err("the reviewer asked instead of reviewing".into())
+            }
+        };
+        match result {
+            Ok(f) => {
+                run.summary = f.summary.clone();
+                Ok((f, run, tasks))
+            }
+            Err(e) => {
+                warn!(reviewer = r.name(), error = %e, "malformed review reply discarded");
+                run.outcome = "discarded".into();
+                run.summary = e;
+                Err(run)
+            }
+        }
+    }
+
+    /// Applies validated findings: knowledge documents under the reviewer's
+    /// authorship, directives in their lanes, the assessor's verdict, and
+    /// convergence. Returns the finished run.
+    async fn apply(
+        &mut self,
+        r: Reviewer,
+        findings: Findings,
+        mut run: ReviewRun,
+        tasks: &[TaskRecord],
+    ) -> ReviewRun {
+        let last_done = tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Completed)
+            .max_by_key(|t| t.updated_at)
+            .map(|t| t.task.task_id.clone());
+        for (c, d) in &findings.documents {
+            let put = PutDoc {
+                doc: d.to_doc(*c),
+                author: r.author(),
+                task: last_done.clone(),
+            };
+            match typed::call(&self.bus, &self.subjects, &put, Duration::from_secs(5)).await {
+                Ok(_) => run.documents += 1,
+                Err(e) => {
+                    warn!(reviewer = r.name(), doc = %d.name, error = %e, "review document refused")
+                }
+            }
+        }
+        for d in &findings.directives {
+            if self.directive(r, d, &mut run).await {
+                run.directives += 1;
+            }
+        }
+        if let Some(v) = findings.verdict {
+            run.verdict = Some(v.as_str().into());
+            match v {
+                Verdict::MajorDrift => {
+                    warn!(summary = %findings.summary, "assessor: major drift; halting for the operator");
+                    let _ = self
+                        .call(&q::Halt {
+                            reason: format!("assessor: major drift: {}", findings.summary),
+                        })
+                        .await;
+                }
+                Verdict::MinorDrift => {
+                    for (r2, why2) in self.sched.signal(Signal::MinorDrift) {
+                        if r2 != Reviewer::Assessor {
+                            Box::pin(self.run(r2, why2)).await;
+                        }
+                    }
+                }
+                Verdict::Aligned => {}
+            }
+        }
+        // Convergence: findings barely changed since the last run.
+        let keys = findings.keys();
+        if let Some(prev) = self.last.get(&r)
+            && r != Reviewer::Assessor
+            && self.sched.interval(r) > 0
+            && similarity(prev, &keys) >= self.cfg.review.convergence_similarity
+        {
+            self.sched.converging(r);
+            run.converging = true;
+            info!(
+                reviewer = r.name(),
+                interval = self.sched.interval(r),
+                "reviewer converging; its interval doubles"
+            );
+        }
+        self.last.insert(r, keys);
+        info!(
+            reviewer = r.name(),
+            directives = run.directives,
+            documents = run.documents,
+            cost_usd = run.cost_usd,
+            "review done"
+        );
+        run
+    }
+
+    /// Announces a directive and enqueues it in the lane it belongs to;
+    /// true once enqueued.
+    async fn directive(&mut self, r: Reviewer, d: &DirectiveOut, run: &mut ReviewRun) -> bool {
+        let id = format!(
+            "dir-{}-{}-{}",
+            r.name().replace('_', "-"),
+            self.runs,
+            run.directives + 1
+        );
+        let directive = Directive {
+            v: xo_proto::PROTOCOL_VERSION,
+            id: id.clone(),
+            kind: d.kind,
+            source: r.name().into(),
+            description: d.description.clone(),
+            rationale: d.rationale.clone(),
+            priority: d.priority,
+            files: d.files.clone(),
+            at: xo_proto::now_ms(),
+        };
+        if let Err(e) = typed::publish(
+            &self.bus,
+            &self.subjects.directive(r.name()),
+            &directive,
+            self.format,
+        )
+        .await
+        {
+            warn!(error = %e, "directive not announced");
+        }
+        let mut t = Task::new(
+            id.clone(),
+            if d.rationale.is_empty() {
+                d.description.clone()
+            } else {
+                format!("{} (why: {})", d.description, d.rationale)
+            },
+            format!(
+                "Directive from the {} supervisor ({:?}, {:?}): {}\nRationale: {}\nFiles: {}",
+                r.name(),
+                d.kind,
+                d.priority,
+                d.description,
+                d.rationale,
+                d.files.join(", ")
+            ),
+            self.cfg.review.directive_role.clone(),
+        );
+        t.lane = directive.lane();
+        t.directive = Some(id);
+        t.project = Some(self.cfg.review.project.clone());
+        self.call(&q::Enqueue { tasks: vec![t] }).await.is_some()
+    }
+
+    /// Compressed inputs (seed 001: summarised state, not the full context).
+    fn inputs(
+        &self,
+        r: Reviewer,
+        status: &q::QueueStatus,
+        tasks: &[TaskRecord],
+        docs: &DocList,
+        log: &[ReviewRun],
+        bootstrap: bool,
+    ) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(s, "{}\n", remit(r));
+        if bootstrap {
+            s.push_str("BOOTSTRAP: the knowledge store is empty. Establish baselines (initial documents describing what exists) instead of comparing against documents.\n\n");
+        }
+        let _ = writeln!(s, "Goal: {}", status.goal.description);
+        let mut milestones: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for t in tasks {
+            if let Some(m) = &t.task.milestone {
+                let e = milestones.entry(m).or_default();
+                e.1 += 1;
+                if t.state == TaskState::Completed {
+                    e.0 += 1;
+                }
+            }
+        }
+        if !milestones.is_empty() {
+            let ms: Vec<String> = milestones
+                .iter()
+                .map(|(m, (d, n))| format!("{m} ({d}/{n} done)"))
+                .collect();
+            let _ = writeln!(s, "Milestones: {}", ms.join(", "));
+        }
+        let mut done: Vec<&TaskRecord> = tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Completed)
+            .collect();
+        done.sort_by_key(|t| t.updated_at);
+        s.push_str("\nDone (most recent last):\n");
+        for t in done.iter().rev().take(20).rev() {
+            let summary = t.report.as_ref().map(|r| r.summary.as_str()).unwrap_or("");
+            let _ = writeln!(s, "- {}: {} — {}", t.task.task_id, t.task.intent, summary);
+        }
+        s.push_str("\nPlanned:\n");
+        for t in tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Pending)
+            .take(20)
+        {
+            let _ = writeln!(s, "- {}: {}", t.task.task_id, t.task.intent);
+        }
+        if !self.feedback.is_empty() {
+            s.push_str("\nRecent validation feedback:\n");
+            for f in &self.feedback {
+                let _ = writeln!(s, "- {f}");
+            }
+        }
+        s.push_str("\nKnowledge store:\n");
+        for d in &docs.docs {
+            let _ = writeln!(s, "- {} ({}): {}", d.id, d.status.as_str(), d.title);
+        }
+        if r == Reviewer::Assessor {
+            s.push_str("\nReviewers' run log (most recent last):\n");
+            for l in log.iter().rev().take(10).rev() {
+                let _ = writeln!(
+                    s,
+                    "- {} after {} tasks: {} ({} directives)",
+                    l.reviewer, l.task_count, l.summary, l.directives
+                );
+            }
+        }
+        s
+    }
+}

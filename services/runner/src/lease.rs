@@ -1,0 +1,58 @@
+//! The lease on a claimed task: renewed every third of its length; the
+//! renewal's answer also says whether the queue is halted, so the runner
+//! stops its agent on an operator's halt without asking for the status.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::warn;
+use xo_bus::Bus;
+use xo_bus::typed::{self, CallError};
+use xo_proto::Subjects;
+use xo_proto::queue::{self as q, Renewed, RunStatus};
+
+/// A halt that stops running agents: any but one caused by a blocked task
+/// (which lets running tasks finish).
+pub fn operator_halt(r: &Renewed) -> bool {
+    r.status == RunStatus::Halted
+        && !r
+            .halt_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(q::HALT_TASK_BLOCKED))
+}
+
+/// Renews the lease; cancels the run when the lease is lost or the
+/// operator halts the queue (a halt caused by a blocked task lets running
+/// tasks finish).
+pub async fn keep(
+    bus: Bus,
+    subjects: Subjects,
+    task_id: String,
+    token: String,
+    lease_ms: u64,
+    cancel: watch::Sender<bool>,
+) {
+    let every = Duration::from_millis((lease_ms / 3).max(50));
+    loop {
+        tokio::time::sleep(every).await;
+        let hb = q::Heartbeat {
+            task_id: task_id.clone(),
+            token: token.clone(),
+            checkpoint: false,
+        };
+        match typed::call(&bus, &subjects, &hb, every.max(Duration::from_secs(2))).await {
+            Ok(r) if operator_halt(&r) => {
+                warn!(reason = ?r.halt_reason, "queue halted by the operator; stopping the agent");
+                let _ = cancel.send(true);
+                return;
+            }
+            Ok(_) => {}
+            Err(CallError::Service(e)) => {
+                warn!(error = %e, "lease lost; stopping the agent");
+                let _ = cancel.send(true);
+                return;
+            }
+            Err(e) => warn!(error = %e, "lease renewal failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Reporting to the XO and hearing from it: SALUTE reports built from the
+//! agent's turns ([`SaluteState`]), heartbeats, and the steering intake.
+//! Each runs as a task of the worker and ends on its shutdown signal.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, info, warn};
+use xo_bus::{Bus, Subscription, typed};
+use xo_pipeline::driver::{TurnEvent, Turns};
+use xo_proto::{Steering, SteeringSource};
+use xo_radio::Microcosm;
+use xo_runtime::XoConfig;
+use xo_sensor::salute::SaluteState;
+
+use crate::RunnerOptions;
+
+/// The task the runner is working on, shared with the reporters.
+pub type Current = Arc<Mutex<Option<String>>>;
+
+/// Starts the three reporting tasks; each ends on `shutdown`.
+pub async fn spawn(
+    bus: &Bus,
+    cfg: &XoConfig,
+    opts: &RunnerOptions,
+    rx: mpsc::UnboundedReceiver<TurnEvent>,
+    turns: &Turns,
+    current: &Current,
+    shutdown: &xo_runtime::tree::Shutdown,
+) -> Result<Vec<JoinHandle<()>>, xo_bus::BusError> {
+    let steer_sub = bus.subscribe(&cfg.subjects().steer(&opts.unit)).await?;
+    Ok(vec![
+        tokio::spawn(
+            until(
+                shutdown.signal(),
+                steering_loop(steer_sub, turns.clone(), cfg.wire.max_payload),
+            )
+            .in_current_span(),
+        ),
+        tokio::spawn(
+            until(
+                shutdown.signal(),
+                reporter(
+                    bus.clone(),
+                    cfg.clone(),
+                    opts.clone(),
+                    rx,
+                    turns.clone(),
+                    current.clone(),
+                ),
+            )
+            .in_current_span(),
+        ),
+        tokio::spawn(
+            until(
+                shutdown.signal(),
+                heartbeats(bus.clone(), cfg.clone(), opts.clone(), current.clone()),
+            )
+            .in_current_span(),
+        ),
+    ])
+}
+
+/// Runs `work` until `shutdown` resolves.
+async fn until(shutdown: impl Future<Output = ()>, work: impl Future<Output = ()>) {
+    tokio::select! {
+        _ = shutdown => {}
+        _ = work => {}
+    }
+}
+
+async fn steering_loop(mut sub: Subscription, turns: Turns, limit: usize) {
+    while let Some(msg) = sub.next().await {
+        match typed::decode::<Steering>(&msg, limit) {
+            Ok(s) => {
+                info!(kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source, "steering received");
+                turns.push(&s);
+            }
+            Err(e) => warn!(subject = %msg.subject, error = %e, "undecodable steering dropped"),
+        }
+    }
+}
+
+async fn heartbeats(
+    bus: Bus,
+    cfg: XoConfig,
+    opts: RunnerOptions,
+    current: Arc<Mutex<Option<String>>>,
+) {
+    let subjects = cfg.subjects();
+    let mut seq = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(cfg.runner.heartbeat_ms));
+    loop {
+        tick.tick().await;
+        seq += 1;
+        let mut hb = xo_proto::Heartbeat::new(&opts.unit, &opts.role, seq);
+        hb.task_id = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Err(e) =
+            typed::publish(&bus, &subjects.heartbeat(&opts.unit), &hb, cfg.wire.format).await
+        {
+            warn!(error = %e, "heartbeat not published");
+        }
+    }
+}
+
+/// Builds SALUTE reports from the agent's turns; publishes one every
+/// `salute_interval_turns` turns and at each new task; runs the radio
+/// in-process in microcosm mode.
+async fn reporter(
+    bus: Bus,
+    cfg: XoConfig,
+    opts: RunnerOptions,
+    mut rx: mpsc::UnboundedReceiver<TurnEvent>,
+    turns: Turns,
+    current: Arc<Mutex<Option<String>>>,
+) {
+    let subjects = cfg.subjects();
+    let profile = cfg.roles().get(&opts.role).clone();
+    let interval = u64::from(profile.doctrine.salute_interval_turns.max(1));
+    let mut micro = cfg.runner.microcosm.then(|| Microcosm::new(profile));
+    let host = std::env::var("HOSTNAME").ok();
+    let mut s = SaluteState::new(&opts.unit, &opts.role, host, cfg.runner.context_limit);
+    while let Some(ev) = rx.recv().await {
+        let task = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let new_task = s.task() != task.as_deref();
+        if new_task {
+            s.start_task(task);
+        }
+        let mut report = s.turn(ev);
+        if let Some(m) = micro.as_mut() {
+            for st in m.turn(&mut report) {
+                info!(kind = %st.kind.as_str(), source = ?SteeringSource::SelfCheck, "microcosm steering");
+                turns.push(&st);
+            }
+        }
+        if (new_task || report.time.turn.is_multiple_of(interval))
+            && let Err(e) =
+                typed::publish(&bus, &subjects.salute(&opts.unit), &report, cfg.wire.format).await
+        {
+            warn!(error = %e, "salute not published");
+        }
+    }
+}

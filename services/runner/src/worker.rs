@@ -1,0 +1,392 @@
+//! The worker: one actor that claims a task of its role (long-poll), works
+//! it through the pipeline while the lease is kept, and delivers the
+//! outcome; then claims the next. A restarted worker kills the agents its
+//! predecessor left (their process groups) before it claims again.
+
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+use xo_bus::Bus;
+use xo_bus::typed::{self, CallError};
+use xo_pipeline::driver::{Driver, Turns};
+use xo_pipeline::proc::Groups;
+use xo_pipeline::sandbox::Sandbox;
+use xo_pipeline::{Job, Outcome, Pipeline};
+use xo_proto::Subjects;
+use xo_proto::queue::{self as q, Claimed, ExecutionMode};
+use xo_proto::settings::Settings;
+use xo_runtime::XoConfig;
+use xo_runtime::tree::Shutdown;
+
+use crate::report::{self, Current};
+use crate::{RunnerOptions, lease};
+
+/// The worker's one message: claim and work the next task.
+#[derive(Debug)]
+pub struct Next;
+
+/// The worker (configuration only).
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub cfg: XoConfig,
+    pub bus: Bus,
+    pub opts: RunnerOptions,
+    /// Triggered at shutdown: no new claim; the task in flight is stopped
+    /// (its agent's process group killed) and left to the queue to replay.
+    pub shutdown: Shutdown,
+}
+
+/// What the worker holds while it lives.
+pub struct WorkerState {
+    pipeline: Pipeline,
+    /// The pipeline under the operator settings last seen (by version).
+    applied: Option<(u64, Pipeline)>,
+    driver: Driver,
+    turns: Turns,
+    current: Current,
+    subjects: Subjects,
+    /// Stops the reporting tasks when the worker stops.
+    reporting: Shutdown,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn setup(what: &str, reason: impl std::fmt::Display) -> ActorProcessingErr {
+    format!("runner {what}: {reason}").into()
+}
+
+impl Actor for Worker {
+    type Msg = Next;
+    type State = WorkerState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Next>,
+        _: (),
+    ) -> Result<WorkerState, ActorProcessingErr> {
+        let (cfg, opts) = (&self.cfg, &self.opts);
+        let data = cfg.data_dir();
+        let (dir, unit) = (data.join("runner"), opts.unit.clone());
+        let groups = tokio::task::spawn_blocking(move || {
+            let groups = Groups::new(&dir, &unit)?;
+            let killed = groups.kill_orphans();
+            Ok::<_, std::io::Error>((groups, killed))
+        })
+        .await?;
+        let (groups, killed) =
+            groups.map_err(|e| setup("process group file", format!("{}: {e}", data.display())))?;
+        if !killed.is_empty() {
+            warn!(
+                count = killed.len(),
+                "killed agents left by an earlier incarnation"
+            );
+        }
+        let sandbox = Sandbox::open(&cfg.sandbox_dir()).map_err(|e| setup("sandbox", e))?;
+        let pipeline = Pipeline::new(cfg.runner.clone(), sandbox, data, &opts.unit, Some(groups))
+            .map_err(|e| setup("templates", e))?;
+        let driver =
+            Driver::from_config(&cfg.runner.driver, &cfg.runner).map_err(|e| setup("driver", e))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let turns = Turns::new(tx);
+        let current: Current = Default::default();
+        let reporting = Shutdown::new();
+        let tasks = report::spawn(&self.bus, cfg, opts, rx, &turns, &current, &reporting).await?;
+        info!(driver = driver.name(), sandbox = %pipeline.sandbox().root().display(), "runner started");
+        myself.cast(Next)?;
+        Ok(WorkerState {
+            pipeline,
+            applied: None,
+            driver,
+            turns,
+            current,
+            subjects: cfg.subjects(),
+            reporting,
+            tasks,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Next>,
+        st: &mut WorkerState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.reporting.trigger();
+        for t in st.tasks.drain(..) {
+            let _ = t.await;
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Next>,
+        _: Next,
+        st: &mut WorkerState,
+    ) -> Result<(), ActorProcessingErr> {
+        if self.shutdown.is_triggered() {
+            return Ok(());
+        }
+        if let Some(claimed) = self.claim(st).await {
+            let task_id = claimed.record.task.task_id.clone();
+            self.work(st, claimed)
+                .instrument(info_span!("task", task_id = %task_id))
+                .await;
+        }
+        if !self.shutdown.is_triggered() {
+            myself.cast(Next)?;
+        }
+        Ok(())
+    }
+}
+
+impl Worker {
+    /// One long-poll claim; `None` when nothing came, the queue did not
+    /// answer (after a pause), or shutdown began.
+    async fn claim(&self, st: &WorkerState) -> Option<Claimed> {
+        let cfg = &self.cfg;
+        let claim = q::Claim {
+            role: self.opts.role.clone(),
+            claimant: self.opts.unit.clone(),
+            wait_ms: cfg.runner.claim_wait_ms,
+        };
+        let wait = Duration::from_millis(cfg.runner.claim_wait_ms + 5_000);
+        let got = tokio::select! {
+            _ = self.shutdown.signal() => return None,
+            r = typed::call(&self.bus, &st.subjects, &claim, wait) => r,
+        };
+        match got {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "claim failed; retrying");
+                tokio::select! {
+                    _ = self.shutdown.signal() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                None
+            }
+        }
+    }
+
+    /// The pipeline under the operator settings a claim carried, laid over
+    /// this runner's `xo.toml` (kept until the settings' version changes).
+    /// Settings that do not apply here are logged and the task runs on
+    /// `xo.toml` alone.
+    fn pipeline_for(&self, st: &mut WorkerState, settings: &Settings) -> Pipeline {
+        if settings.version == 0 {
+            return st.pipeline.clone();
+        }
+        if let Some((v, p)) = &st.applied
+            && *v == settings.version
+        {
+            return p.clone();
+        }
+        let p = match xo_runtime::settings::apply(&self.cfg, settings) {
+            Ok(cfg) => {
+                let global = settings
+                    .values
+                    .contains_key("runner.global_template")
+                    .then(|| cfg.runner.global_template.clone());
+                info!(version = settings.version, "operator settings applied");
+                st.pipeline.reconfigured(cfg.runner, global)
+            }
+            Err(e) => {
+                warn!(version = settings.version, error = %e, "operator settings not applied; tasks run on xo.toml");
+                st.pipeline.clone()
+            }
+        };
+        st.applied = Some((settings.version, p.clone()));
+        p
+    }
+
+    /// Works one claimed task: knowledge under its budget, the lease kept
+    /// alive, the pipeline run (stopped on shutdown, a lost lease or an
+    /// operator's halt), the outcome delivered.
+    async fn work(&self, st: &mut WorkerState, claimed: Claimed) {
+        let pipeline = self.pipeline_for(st, &claimed.settings);
+        let (bus, subjects) = (&self.bus, &st.subjects);
+        let rec = claimed.record;
+        let id = rec.task.task_id.clone();
+        info!(attempt = rec.attempt, mark = ?rec.mark, "task claimed");
+        // Knowledge under its token budget (empty when no knowledge store answers).
+        let selection = typed::call(
+            bus,
+            subjects,
+            &xo_proto::knowledge::Select {
+                milestone: rec.task.milestone.clone(),
+                budget_tokens: None,
+            },
+            Duration::from_secs(3),
+        )
+        .await
+        .unwrap_or_else(|e| {
+            debug!(error = %e, "no knowledge store answered; composing without knowledge");
+            Default::default()
+        });
+        let job = Job {
+            goal: Some(claimed.goal.description.clone()).filter(|d| !d.is_empty()),
+            manual: claimed.mode == ExecutionMode::Manual,
+            knowledge: selection.section.clone(),
+            directives: claimed.directives.clone(),
+            settings: claimed.settings.clone(),
+            record: rec,
+        };
+        *st.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
+        // Steering meant for the previous task does not carry over.
+        st.turns.reset();
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let keeper = tokio::spawn(
+            lease::keep(
+                bus.clone(),
+                subjects.clone(),
+                id.clone(),
+                claimed.token.clone(),
+                claimed.lease_ms,
+                cancel_tx.clone(),
+            )
+            .in_current_span(),
+        );
+        let (outcome, stats) = {
+            let fut = pipeline.run_counted(&mut st.driver, &job, st.turns.clone(), Some(cancel_rx));
+            let mut fut = std::pin::pin!(fut);
+            tokio::select! {
+                o = &mut fut => o,
+                _ = self.shutdown.signal() => {
+                    let _ = cancel_tx.send(true);
+                    fut.await
+                }
+            }
+        };
+        keeper.abort();
+        let _ = keeper.await;
+        *st.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        if let Outcome::Completed(r) = &outcome
+            && !selection.docs.is_empty()
+        {
+            // The knowledge lifecycle: clean tasks establish the documents they carried.
+            let uses = xo_proto::knowledge::RecordUses {
+                docs: selection.docs.clone(),
+                clean: r.clean(),
+                task: Some(id.clone()),
+            };
+            if let Err(e) = typed::call(bus, subjects, &uses, Duration::from_secs(3)).await {
+                warn!(error = %e, "knowledge uses not recorded");
+            }
+        }
+        let ev = q::RunnerEvent {
+            v: xo_proto::PROTOCOL_VERSION,
+            unit: self.opts.unit.clone(),
+            task_id: id.clone(),
+            outcome: ended(&outcome).as_str().into(),
+            attempt: job.record.attempt,
+            agent_runs: stats.agent_runs,
+            format_retries: stats.format_retries,
+            validation_failures: stats.validation_failures,
+            clarifications: stats.clarifications,
+            knowledge: selection.docs.clone(),
+            at: xo_proto::now_ms(),
+        };
+        if let Err(e) = typed::publish(
+            bus,
+            &subjects.runner_event(&self.opts.unit),
+            &ev,
+            self.cfg.wire.format,
+        )
+        .await
+        {
+            warn!(error = %e, "runner event not published");
+        }
+        deliver(bus, subjects, &id, &claimed.token, outcome).await;
+    }
+}
+
+/// Blocks the task, or (with a question) leaves it awaiting the operator.
+async fn block(
+    bus: &Bus,
+    subjects: &Subjects,
+    id: &str,
+    token: &str,
+    reason: String,
+    question: Option<String>,
+    timeout: Duration,
+) -> Result<(), CallError> {
+    let req = q::Block {
+        task_id: id.into(),
+        token: token.into(),
+        reason,
+        question,
+    };
+    typed::call(bus, subjects, &req, timeout).await.map(|_| ())
+}
+
+/// Sends the outcome to the queue, retrying while the queue is unreachable.
+async fn deliver(bus: &Bus, subjects: &Subjects, id: &str, token: &str, outcome: Outcome) {
+    let timeout = Duration::from_secs(10);
+    for attempt in 1..=5u32 {
+        let res: Result<(), CallError> = match &outcome {
+            Outcome::Completed(r) => {
+                info!(summary = %r.report().summary, "task completed");
+                typed::call(
+                    bus,
+                    subjects,
+                    &q::Complete {
+                        task_id: id.into(),
+                        token: token.into(),
+                        report: r.report().clone(),
+                        manager_reply: Some(serde_json::Value::Object(r.reply().clone())),
+                    },
+                    timeout,
+                )
+                .await
+                .map(|_| ())
+            }
+            Outcome::Blocked(reason) | Outcome::Violation(reason) => {
+                warn!(reason = %reason, "task blocked");
+                block(bus, subjects, id, token, reason.clone(), None, timeout).await
+            }
+            Outcome::Question(q) => {
+                info!(question = %q, "task awaits the operator's answer");
+                block(
+                    bus,
+                    subjects,
+                    id,
+                    token,
+                    q::ASKED_QUESTION.into(),
+                    Some(q.clone()),
+                    timeout,
+                )
+                .await
+            }
+            Outcome::Cancelled => {
+                info!("task stopped; the queue replays it when the lease lapses");
+                return;
+            }
+        };
+        match res {
+            Ok(()) => return,
+            // The queue refused (lease lost, task cancelled): nothing to retry.
+            Err(CallError::Service(e)) => {
+                warn!(error = %e, "the queue refused the outcome");
+                return;
+            }
+            Err(e) => {
+                warn!(attempt, error = %e, "outcome not delivered; retrying");
+                tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+            }
+        }
+    }
+    error!("outcome not delivered after 5 attempts; the lease will lapse and the task be replayed");
+}
+
+/// The runner event's name for an outcome.
+fn ended(o: &Outcome) -> q::RunnerOutcome {
+    match o {
+        Outcome::Completed(_) => q::RunnerOutcome::Completed,
+        Outcome::Blocked(_) => q::RunnerOutcome::Blocked,
+        Outcome::Question(_) => q::RunnerOutcome::AwaitingResponse,
+        Outcome::Violation(_) => q::RunnerOutcome::Violation,
+        Outcome::Cancelled => q::RunnerOutcome::Cancelled,
+    }
+}

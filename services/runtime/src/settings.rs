@@ -1,0 +1,422 @@
+//! Operator settings over `xo.toml` (seed 004): which keys an operator may
+//! change at run time, how a change is checked, and how the settings in
+//! force are laid over a service's own configuration.
+//!
+//! A key is the dotted path of an [`XoConfig`] field. Applying settings
+//! writes each value into the configuration's JSON form and reads it back,
+//! so a value of the wrong type, an unknown field or a value `validate()`
+//! refuses is an error naming the key. Only keys a running service reads
+//! again per task or per report are settable: the bus, the store and the
+//! listeners need a restart and are not here. Secrets never are (model keys
+//! are named by environment variable, and those names are not settable).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use xo_proto::AnomalyKind;
+use xo_proto::settings::{SettingKey, Settings};
+
+use crate::{ConfigError, XoConfig};
+
+/// Doctrine thresholds an operator may tune per role.
+const DOCTRINE_NUMBERS: &[(&str, &str, &str)] = &[
+    (
+        "max_turns_without_progress",
+        "integer",
+        "stall: turns without progress before steering",
+    ),
+    (
+        "loop_error_repeats",
+        "integer",
+        "loop: the same action failing the same way this many times",
+    ),
+    (
+        "loop_output_repeats",
+        "integer",
+        "loop: the same action with the same output this many times",
+    ),
+    (
+        "cooldown_turns",
+        "integer",
+        "turns before the same anomaly may be steered again",
+    ),
+    (
+        "context_warning",
+        "number",
+        "context warning above this fill (0..1)",
+    ),
+    (
+        "context_urgent",
+        "number",
+        "context urgent above this fill (0..1)",
+    ),
+    (
+        "cascade_tools",
+        "integer",
+        "cascade: this many different failing tools…",
+    ),
+    (
+        "cascade_window",
+        "integer",
+        "…within this many last actions",
+    ),
+];
+
+/// Every key an operator may set, `<role>` and `<project>` standing for a name.
+pub fn keys() -> Vec<SettingKey> {
+    let k = |key: &str, kind: &str, help: &str| SettingKey {
+        key: key.into(),
+        kind: kind.into(),
+        help: help.into(),
+        choices: Vec::new(),
+    };
+    let mut v = vec![
+        k(
+            "supervisor.enabled",
+            "bool",
+            "supervision on/off: with off, reports are recorded but no rule runs and no steering is sent",
+        ),
+        k(
+            "runner.global_template",
+            "template",
+            "global input template, first in every prompt (SUP-5)",
+        ),
+        k(
+            "runner.output_template",
+            "template",
+            "global output template: {status}, {message}, {task_id}, {output} (SUP-3)",
+        ),
+        k(
+            "runner.role_templates.<role>",
+            "template",
+            "role template, third in every prompt of that role",
+        ),
+        k(
+            "projects.<project>.input_template",
+            "template",
+            "project input template, second in every prompt of that project (SUP-4; over project.toml)",
+        ),
+        k(
+            "projects.<project>.output_template",
+            "template",
+            "project output template (over project.toml and the global one)",
+        ),
+        k(
+            "runner.max_retries",
+            "integer",
+            "format retries, fix retries and clarifications per task",
+        ),
+        k(
+            "runner.timeouts.standard_ms",
+            "integer",
+            "agent timeout of the standard profile",
+        ),
+        k(
+            "runner.timeouts.long_ms",
+            "integer",
+            "agent timeout of the long profile",
+        ),
+        k(
+            "runner.timeouts.extended_ms",
+            "integer",
+            "agent timeout of the extended profile",
+        ),
+        SettingKey {
+            choices: vec!["resume".into(), "rollback".into()],
+            ..k(
+                "runner.restart_mode",
+                "choice",
+                "a task offered again after its runner died: resume from its checkpoint when it has one, or always roll back and replay",
+            )
+        },
+        SettingKey {
+            choices: AnomalyKind::ALL
+                .iter()
+                .filter(|a| !matches!(a, AnomalyKind::Operator | AnomalyKind::Stale))
+                .map(|a| a.to_string())
+                .collect(),
+            ..k(
+                "roles.<role>.doctrine.disabled_rules",
+                "list",
+                "radio rules switched off for this role",
+            )
+        },
+        k(
+            "review.enabled",
+            "bool",
+            "review supervisors on/off (read at each run)",
+        ),
+        k(
+            "review.model.model",
+            "string",
+            "the reviewers' model (empty: reviews skipped)",
+        ),
+        k(
+            "review.model.base_url",
+            "string",
+            "the reviewers' OpenAI-compatible endpoint",
+        ),
+        k(
+            "review.daily_budget_usd",
+            "number",
+            "USD per UTC day across reviewers (0: no limit)",
+        ),
+        k(
+            "review.project_budget_usd",
+            "number",
+            "USD per project across reviewers (0: no limit)",
+        ),
+    ];
+    for (name, kind, help) in DOCTRINE_NUMBERS {
+        v.push(k(&format!("roles.<role>.doctrine.{name}"), kind, help));
+    }
+    v
+}
+
+/// Whether `key` names a settable key; an error says which keys are.
+pub fn check_key(key: &str) -> Result<(), String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    let named = |s: &str| xo_proto::validate_token("name", s).is_ok();
+    let ok = match parts.as_slice() {
+        ["projects", p, "input_template" | "output_template"] => named(p),
+        ["runner", "role_templates", r] => named(r),
+        ["roles", r, "doctrine", field] => {
+            named(r)
+                && (*field == "disabled_rules"
+                    || DOCTRINE_NUMBERS.iter().any(|(n, _, _)| n == field))
+        }
+        _ => keys().iter().any(|k| k.key == key),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{key:?} is not a setting an operator may change at run time; settable: {}",
+            keys()
+                .iter()
+                .map(|k| k.key.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+/// Writes `value` at the dotted `key` of a JSON object, making the objects
+/// on the way (a new role starts from the default role's profile).
+fn set_path(root: &mut Value, key: &str, value: Value) {
+    let mut parts = key.split('.').peekable();
+    let mut cur = root;
+    while let Some(p) = parts.next() {
+        let Some(obj) = cur.as_object_mut() else {
+            return;
+        };
+        if parts.peek().is_none() {
+            obj.insert(p.to_string(), value);
+            return;
+        }
+        cur = obj
+            .entry(p.to_string())
+            .or_insert_with(|| Value::Object(Default::default()));
+    }
+}
+
+fn get_path<'a>(root: &'a Value, key: &str) -> Option<&'a Value> {
+    key.split('.').try_fold(root, |cur, p| cur.get(p))
+}
+
+/// `base` with `settings` laid over it. Project template keys are not part
+/// of [`XoConfig`] (the runner reads them from the settings per task).
+pub fn apply(base: &XoConfig, settings: &Settings) -> Result<XoConfig, ConfigError> {
+    apply_values(base, &settings.values)
+}
+
+fn apply_values(
+    base: &XoConfig,
+    values: &BTreeMap<String, Value>,
+) -> Result<XoConfig, ConfigError> {
+    let invalid = |key: &str, reason: String| ConfigError::Invalid {
+        key: key.to_string(),
+        reason,
+    };
+    let mut json = serde_json::to_value(base).map_err(|e| invalid("settings", e.to_string()))?;
+    for (key, value) in values {
+        check_key(key).map_err(|r| invalid(key, r))?;
+        if key.starts_with("projects.") {
+            if !value.is_string() {
+                return Err(invalid(key, format!("must be a string, got {value}")));
+            }
+            continue;
+        }
+        // A role not in xo.toml starts from the default role's profile.
+        if let ["roles", role, ..] = key.split('.').collect::<Vec<_>>().as_slice()
+            && get_path(&json, &format!("roles.{role}")).is_none()
+        {
+            let default = get_path(&json, "roles.default")
+                .cloned()
+                .unwrap_or_default();
+            set_path(&mut json, &format!("roles.{role}"), default);
+        }
+        set_path(&mut json, key, value.clone());
+    }
+    let cfg: XoConfig = serde_path_to_error::deserialize(json).map_err(|e| {
+        let path = e.path().to_string();
+        invalid(&path, e.into_inner().to_string())
+    })?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Checks a change (`set`, `unset`) against `base` and the settings in
+/// force; the values the change leaves.
+pub fn change(
+    base: &XoConfig,
+    current: &Settings,
+    set: &BTreeMap<String, Value>,
+    unset: &[String],
+) -> Result<BTreeMap<String, Value>, ConfigError> {
+    let mut values = current.values.clone();
+    for key in unset {
+        check_key(key).map_err(|reason| ConfigError::Invalid {
+            key: key.clone(),
+            reason,
+        })?;
+        values.remove(key);
+    }
+    for (k, v) in set {
+        values.insert(k.clone(), v.clone());
+    }
+    apply_values(base, &values)?;
+    Ok(values)
+}
+
+/// The `xo.toml` value of every settable key that has one in `base` (role
+/// keys for the roles `base` lists).
+pub fn defaults(base: &XoConfig) -> BTreeMap<String, Value> {
+    let json = serde_json::to_value(base).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for k in keys() {
+        let expanded: Vec<String> = if k.key.contains("<role>") {
+            let roles: Vec<String> = if k.key.starts_with("runner.role_templates") {
+                base.runner.role_templates.keys().cloned().collect()
+            } else {
+                base.roles.keys().cloned().collect()
+            };
+            roles.iter().map(|r| k.key.replace("<role>", r)).collect()
+        } else if k.key.contains('<') {
+            Vec::new()
+        } else {
+            vec![k.key.clone()]
+        };
+        for key in expanded {
+            if let Some(v) = get_path(&json, &key) {
+                out.insert(key, v.clone());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(pairs: &[(&str, Value)]) -> Settings {
+        Settings {
+            version: 1,
+            values: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn values_land_in_the_config() {
+        let base = XoConfig::default();
+        let s = settings(&[
+            ("runner.global_template", Value::from("G")),
+            ("supervisor.enabled", Value::from(false)),
+            ("roles.coder.doctrine.loop_error_repeats", Value::from(7)),
+            (
+                "roles.tester.doctrine.disabled_rules",
+                serde_json::json!(["stall"]),
+            ),
+            ("runner.restart_mode", Value::from("rollback")),
+        ]);
+        let cfg = apply(&base, &s).unwrap();
+        assert_eq!(cfg.runner.global_template, "G");
+        assert!(!cfg.supervisor.enabled);
+        assert_eq!(cfg.roles["coder"].doctrine.loop_error_repeats, 7);
+        // A role xo.toml does not list starts from the default profile.
+        assert_eq!(
+            cfg.roles["tester"].doctrine.disabled_rules,
+            vec![AnomalyKind::Stall]
+        );
+        assert_eq!(
+            cfg.roles["tester"].doctrine.max_turns_without_progress,
+            base.roles["default"].doctrine.max_turns_without_progress
+        );
+        assert_eq!(
+            cfg.runner.restart_mode,
+            crate::config::RestartMode::Rollback
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let base = XoConfig::default();
+        let cases = [
+            (
+                "supervisor.enabled",
+                Value::from("yes"),
+                "supervisor.enabled",
+            ),
+            ("nats.url", Value::from("nats://x"), "nats.url"),
+            (
+                "roles.coder.doctrine.context_warning",
+                Value::from(1.5),
+                "context_warning",
+            ),
+            (
+                "runner.restart_mode",
+                Value::from("sometimes"),
+                "restart_mode",
+            ),
+            ("projects.p.input_template", Value::from(3), "projects.p"),
+            ("projects.../x.input_template", Value::from("t"), "projects"),
+        ];
+        for (key, v, named) in cases {
+            let err = apply(&base, &settings(&[(key, v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{key}: {err}");
+        }
+    }
+
+    #[test]
+    fn change_unsets_and_keeps_the_rest() {
+        let base = XoConfig::default();
+        let cur = settings(&[
+            ("runner.global_template", Value::from("G")),
+            ("runner.max_retries", Value::from(1)),
+        ]);
+        let mut set = BTreeMap::new();
+        set.insert("runner.output_template".to_string(), Value::from("O"));
+        let v = change(&base, &cur, &set, &["runner.max_retries".into()]).unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v["runner.global_template"], "G");
+        assert!(!v.contains_key("runner.max_retries"));
+    }
+
+    #[test]
+    fn defaults_list_roles_and_plain_keys() {
+        let d = defaults(&XoConfig::default());
+        assert_eq!(d["supervisor.enabled"], Value::from(true));
+        assert_eq!(d["roles.coder.doctrine.loop_error_repeats"], Value::from(3));
+        assert!(d.keys().all(|k| !k.contains('<')));
+        for k in d.keys() {
+            check_key(k).unwrap();
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Claude Code: `claude -p --output-format stream-json --verbose` and the
+//! session transcripts (`~/.claude/projects/<dir>/<session>.jsonl`), which
+//! carry the same `assistant` / `user` messages.
+//!
+//! - `system` `init`: `session_id`, `model`; `compact_boundary`: a condensation.
+//! - `assistant`: `message.content[]` of `text`, `thinking`, `tool_use`
+//!   (`id`, `name`, `input`); `message.usage` (input, cache creation, cache
+//!   read, output tokens) counted once per `message.id`.
+//! - `user`: `message.content[]` of `tool_result` (`tool_use_id`, `content`,
+//!   `is_error`) — a completed action; a transcript's `isCompactSummary`
+//!   user message is a condensation.
+//! - `result`: the run's end (`subtype`, `is_error`, `result`, `total_cost_usd`).
+//!
+//! Lines are read into borrowing types that name only these fields (the
+//! rest is skipped unread), and arguments are hashed as the agent wrote them.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::{Common, Pending, TurnEvent};
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    subtype: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(rename = "sessionId", borrow)]
+    session_id_camel: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    message: Option<Message<'a>>,
+    #[serde(rename = "isCompactSummary")]
+    compact: Option<bool>,
+    total_cost_usd: Option<f64>,
+    is_error: Option<bool>,
+    #[serde(borrow)]
+    result: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Blocks<'a>,
+    usage: Option<Usage>,
+}
+
+/// A message's content: its blocks, or none when it is a plain string.
+#[derive(Default)]
+struct Blocks<'a>(Vec<Block<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Blocks<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or an array of content blocks")
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Blocks(Vec::new()))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Blocks(Vec::new()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(b) = s.next_element()? {
+                    v.push(b);
+                }
+                Ok(Blocks(v))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A tool result's text: a string, or its text blocks joined.
+#[derive(Default)]
+struct ResultText<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for ResultText<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = ResultText<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or an array of text blocks")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(ResultText(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(ResultText(Cow::Owned(s.to_string())))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(ResultText::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut parts: Vec<Cow<'a, str>> = Vec::new();
+                while let Some(t) = s.next_element::<Text<'a>>()? {
+                    parts.extend(t.text);
+                }
+                Ok(ResultText(if parts.len() == 1 {
+                    parts.pop().unwrap_or_default()
+                } else {
+                    Cow::Owned(parts.join("\n"))
+                }))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_use_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: ResultText<'a>,
+    is_error: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Command<'a> {
+    #[serde(borrow)]
+    command: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Text<'a> {
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
+/// `Ok(None)` for an event type this sensor does not know.
+pub(crate) fn event(
+    c: &mut Common,
+    last_message: &mut String,
+    text: &str,
+) -> Result<Option<Vec<TurnEvent>>, String> {
+    let v: Line<'_> = crate::parse_object(text)?;
+    let Some(kind) = v.kind.as_deref() else {
+        return Err("no \"type\"".into());
+    };
+    if let Some(s) = v.session_id.as_deref().or(v.session_id_camel.as_deref())
+        && c.session.is_none()
+    {
+        c.session = Some(s.to_string());
+    }
+    let mut out = Vec::new();
+    match kind {
+        "system" => match v.subtype.as_deref() {
+            Some("init") => {
+                if let Some(m) = v.model {
+                    c.model = Some(m.into_owned());
+                }
+            }
+            Some("compact_boundary") => c.condensed = true,
+            _ => {}
+        },
+        "assistant" => {
+            let msg = v.message.ok_or("assistant event without \"message\"")?;
+            if let Some(m) = msg.model.as_deref()
+                && c.model.as_deref() != Some(m)
+            {
+                c.model = Some(m.to_string());
+            }
+            let id = msg.id.as_deref().unwrap_or_default();
+            // A message comes once a content block, one after the other.
+            if let Some(u) = &msg.usage
+                && (id.is_empty() || id != last_message.as_str())
+            {
+                last_message.clear();
+                last_message.push_str(id);
+                let context = u.input_tokens.unwrap_or(0)
+                    + u.cache_creation_input_tokens.unwrap_or(0)
+                    + u.cache_read_input_tokens.unwrap_or(0);
+                c.tokens_in += context;
+                c.tokens_out += u.output_tokens.unwrap_or(0);
+                c.context_tokens = Some(context);
+            }
+            let blocks = msg.content.0;
+            let mut tools = 0;
+            let mut text: Vec<&str> = Vec::new();
+            let mut thinking = false;
+            for b in &blocks {
+                match b.kind.as_deref() {
+                    Some("tool_use") => {
+                        let call = b.id.as_deref().ok_or("tool_use without \"id\"")?;
+                        let input = b.input.map(RawValue::get).unwrap_or("null");
+                        let command = input
+                            .contains("\"command\"")
+                            .then(|| serde_json::from_str::<Command<'_>>(input).ok())
+                            .flatten()
+                            .and_then(|c| c.command.map(Cow::into_owned));
+                        c.pending.insert(
+                            call.to_string(),
+                            Pending {
+                                tool: b.name.as_deref().unwrap_or("tool").into(),
+                                args_hash: crate::hex_hash(input).as_str().into(),
+                                command,
+                            },
+                        );
+                        tools += 1;
+                    }
+                    Some("text") => text.extend(b.text.as_deref()),
+                    Some("thinking" | "redacted_thinking") => thinking = true,
+                    _ => {}
+                }
+            }
+            if tools == 0 && (!text.is_empty() || !thinking) {
+                out.push(c.message(&text.join("\n")));
+            }
+        }
+        "user" => {
+            if v.compact == Some(true) {
+                c.condensed = true;
+            }
+            let blocks = v.message.map(|m| m.content.0).unwrap_or_default();
+            for b in blocks
+                .iter()
+                .filter(|b| b.kind.as_deref() == Some("tool_result"))
+            {
+                let call = b
+                    .tool_use_id
+                    .as_deref()
+                    .ok_or("tool_result without \"tool_use_id\"")?;
+                let text = &b.content.0;
+                let exit = exit_code(text);
+                if let Some(t) = c.complete(call, b.is_error != Some(true), text, exit) {
+                    out.push(t);
+                }
+            }
+        }
+        "result" => {
+            if let Some(cost) = v.total_cost_usd {
+                c.cumulative(Some(cost), None, None);
+            }
+            let subtype = v.subtype.as_deref().unwrap_or("done");
+            let text = v.result.as_deref().unwrap_or_default();
+            if !text.is_empty() {
+                c.final_text = Some(text.to_string());
+            }
+            let failed = v.is_error == Some(true) || subtype.starts_with("error");
+            let summary = format!("{subtype}: {}", text.chars().take(200).collect::<String>());
+            out.push(c.end(
+                summary,
+                failed.then_some(if text.is_empty() { subtype } else { text }),
+            ));
+        }
+        // Transcript lines that carry no agent step.
+        "summary" | "file-history-snapshot" | "queue-operation" => {}
+        _ => return Ok(None),
+    }
+    Ok(Some(out))
+}
+
+/// `Exit code N` as Claude Code's Bash tool writes it on failure.
+fn exit_code(text: &str) -> Option<i64> {
+    let at = text.find("Exit code ")?;
+    text[at + 10..]
+        .split(|ch: char| !ch.is_ascii_digit() && ch != '-')
+        .next()?
+        .parse()
+        .ok()
+}

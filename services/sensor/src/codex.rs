@@ -1,0 +1,301 @@
+//! Codex CLI: `codex exec --json` events and rollout files
+//! (`~/.codex/sessions/**/rollout-*.jsonl`), told apart by their `type`.
+//!
+//! `exec --json`:
+//! - `thread.started` (`thread_id`), `turn.started`.
+//! - `item.completed` with `item.type` (older builds: `item_type`):
+//!   `command_execution` (`command`, `aggregated_output`, `exit_code`,
+//!   `status`), `file_change` (`changes`, `status`), `mcp_tool_call`
+//!   (`server`, `tool`, `status`), `web_search`, `agent_message` (`text`),
+//!   `error` (`message`); `reasoning` and `todo_list` carry no step.
+//! - `turn.completed` (`usage`: input, cached input, output tokens) ends a
+//!   run; `turn.failed` (`error.message`) ends it failed; `error` (`message`)
+//!   is a stream error.
+//!
+//! Rollouts (`{timestamp, type, payload}`):
+//! - `session_meta` (`payload.id`), `turn_context` (`payload.model`).
+//! - `response_item`: `function_call` / `custom_tool_call` / `local_shell_call`
+//!   (`call_id`) and `function_call_output` / `custom_tool_call_output`
+//!   (`call_id`, `output`: JSON with `metadata.exit_code`, or text with
+//!   `Exit code: N`); assistant `message` (`content[].text`).
+//! - `event_msg` `token_count` (`info.total_token_usage`,
+//!   `info.last_token_usage`, `info.model_context_window`).
+//! - `compacted`: a condensation.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use crate::{Common, Pending, TurnEvent, str_of, text_of, u64_of, value_hash};
+
+/// The lines most of a stream is made of (`item.completed` of a command or
+/// a message), read into borrowing types; anything else goes to [`event`].
+#[derive(serde::Deserialize)]
+struct Fast<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    item: Option<FastItem<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct FastItem<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    item_type: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    command: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    aggregated_output: Option<Cow<'a, str>>,
+    exit_code: Option<i64>,
+    #[serde(borrow)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
+/// Reads one line: the common lines typed, the rest through [`event`].
+pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>, String> {
+    if text.contains("\"item.completed\"")
+        && let Ok(f) = serde_json::from_str::<Fast<'_>>(text)
+        && f.kind.as_deref() == Some("item.completed")
+        && let Some(item) = f.item
+    {
+        let kind = item.kind.as_deref().or(item.item_type.as_deref());
+        let status_ok = !matches!(item.status.as_deref(), Some("failed" | "declined"));
+        match kind {
+            Some("command_execution") => {
+                let command = item.command.as_deref().unwrap_or_default();
+                let p = Pending {
+                    tool: "shell".into(),
+                    args_hash: crate::hex_hash(command).as_str().into(),
+                    command: Some(command.to_string()),
+                };
+                let output = item.aggregated_output.as_deref().unwrap_or_default();
+                return Ok(Some(vec![c.tool_turn(
+                    &p,
+                    status_ok,
+                    output,
+                    item.exit_code,
+                )]));
+            }
+            Some("agent_message") => {
+                return Ok(Some(vec![
+                    c.message(item.text.as_deref().unwrap_or_default()),
+                ]));
+            }
+            _ => {}
+        }
+    }
+    let v: Value = crate::parse_object(text)?;
+    event(c, &v)
+}
+
+pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+    let Some(kind) = str_of(v, "type") else {
+        return Err("no \"type\"".into());
+    };
+    let mut out = Vec::new();
+    match kind {
+        "thread.started" => {
+            if let Some(t) = str_of(v, "thread_id") {
+                c.session.get_or_insert_with(|| t.to_string());
+            }
+        }
+        "turn.started" | "item.started" | "item.updated" => {}
+        "item.completed" => {
+            let item = v.get("item").ok_or("item.completed without \"item\"")?;
+            out.extend(item_completed(c, item)?);
+        }
+        "turn.completed" => {
+            if let Some(u) = v.get("usage") {
+                c.tokens_in += u64_of(u, "input_tokens");
+                c.tokens_out += u64_of(u, "output_tokens");
+                c.context_tokens = Some(u64_of(u, "input_tokens"));
+            }
+            out.push(c.end("turn completed".into(), None));
+        }
+        "turn.failed" => {
+            let msg = v
+                .get("error")
+                .and_then(|e| str_of(e, "message"))
+                .unwrap_or("turn failed");
+            out.push(c.end(format!("turn failed: {msg}"), Some(msg)));
+        }
+        "error" => {
+            let msg = str_of(v, "message").unwrap_or("error");
+            out.push(c.error_message(msg));
+        }
+        // Rollout files.
+        "session_meta" => {
+            if let Some(id) = v.get("payload").and_then(|p| str_of(p, "id")) {
+                c.session.get_or_insert_with(|| id.to_string());
+            }
+        }
+        "turn_context" => {
+            if let Some(m) = v.get("payload").and_then(|p| str_of(p, "model")) {
+                c.model = Some(m.to_string());
+            }
+        }
+        "compacted" => c.condensed = true,
+        "response_item" => {
+            let p = v
+                .get("payload")
+                .ok_or("response_item without \"payload\"")?;
+            out.extend(response_item(c, p)?);
+        }
+        "event_msg" => {
+            let p = v.get("payload").ok_or("event_msg without \"payload\"")?;
+            if str_of(p, "type") == Some("token_count")
+                && let Some(info) = p.get("info").filter(|i| !i.is_null())
+            {
+                if let Some(t) = info.get("total_token_usage") {
+                    c.cumulative(
+                        None,
+                        Some(u64_of(t, "input_tokens")),
+                        Some(u64_of(t, "output_tokens")),
+                    );
+                }
+                if let Some(l) = info.get("last_token_usage") {
+                    c.context_tokens = Some(u64_of(l, "input_tokens"));
+                }
+                if let Some(w) = info.get("model_context_window").and_then(Value::as_u64) {
+                    c.context_limit = Some(w);
+                }
+            }
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(out))
+}
+
+fn item_completed(c: &mut Common, item: &Value) -> Result<Vec<TurnEvent>, String> {
+    let kind = str_of(item, "type")
+        .or_else(|| str_of(item, "item_type"))
+        .ok_or("item without \"type\"")?;
+    let status_ok = !matches!(str_of(item, "status"), Some("failed" | "declined"));
+    let tool = |tool: &str, args: String, command: Option<String>| Pending {
+        tool: tool.into(),
+        args_hash: crate::hex_hash(&args).as_str().into(),
+        command,
+    };
+    Ok(match kind {
+        "command_execution" => {
+            let command = str_of(item, "command").unwrap_or_default().to_string();
+            let p = tool("shell", command.clone(), Some(command));
+            let output = str_of(item, "aggregated_output").unwrap_or_default();
+            let exit = item.get("exit_code").and_then(Value::as_i64);
+            vec![c.tool_turn(&p, status_ok, output, exit)]
+        }
+        "file_change" => {
+            let changes = item.get("changes").cloned().unwrap_or(Value::Null);
+            let p = tool("apply_patch", changes.to_string(), None);
+            vec![c.tool_turn(&p, status_ok, &changes.to_string(), None)]
+        }
+        "mcp_tool_call" => {
+            let name = format!(
+                "{}.{}",
+                str_of(item, "server").unwrap_or("mcp"),
+                str_of(item, "tool").unwrap_or("tool")
+            );
+            let args = item.get("arguments").cloned().unwrap_or(Value::Null);
+            let p = tool(&name, args.to_string(), None);
+            let result = item
+                .get("error")
+                .filter(|e| !e.is_null())
+                .or_else(|| item.get("result"))
+                .map(|r| r.to_string())
+                .unwrap_or_default();
+            vec![c.tool_turn(&p, status_ok, &result, None)]
+        }
+        "web_search" => {
+            let q = str_of(item, "query").unwrap_or_default();
+            let p = tool("web_search", q.to_string(), None);
+            vec![c.tool_turn(&p, true, q, None)]
+        }
+        "agent_message" => vec![c.message(str_of(item, "text").unwrap_or_default())],
+        "error" => vec![c.error_message(str_of(item, "message").unwrap_or("error"))],
+        "reasoning" | "todo_list" => Vec::new(),
+        other => return Err(format!("item of unknown type {other:?}")),
+    })
+}
+
+fn response_item(c: &mut Common, p: &Value) -> Result<Vec<TurnEvent>, String> {
+    let kind = str_of(p, "type").ok_or("payload without \"type\"")?;
+    let call = || str_of(p, "call_id").map(String::from);
+    match kind {
+        "function_call" | "custom_tool_call" | "local_shell_call" => {
+            let id = call().ok_or_else(|| format!("{kind} without \"call_id\""))?;
+            let (tool, args) = match kind {
+                "local_shell_call" => (
+                    "shell".to_string(),
+                    p.get("action").cloned().unwrap_or(Value::Null),
+                ),
+                "custom_tool_call" => (
+                    str_of(p, "name").unwrap_or("tool").to_string(),
+                    p.get("input").cloned().unwrap_or(Value::Null),
+                ),
+                _ => (
+                    str_of(p, "name").unwrap_or("tool").to_string(),
+                    // Arguments come as a JSON string.
+                    str_of(p, "arguments")
+                        .and_then(|a| serde_json::from_str(a).ok())
+                        .unwrap_or(Value::Null),
+                ),
+            };
+            let command = args.get("command").map(|c| match c {
+                Value::Array(parts) => parts.iter().map(text_of).collect::<Vec<_>>().join(" "),
+                other => text_of(other),
+            });
+            c.pending.insert(
+                id,
+                Pending {
+                    tool: tool.into(),
+                    args_hash: value_hash(&args).into(),
+                    command,
+                },
+            );
+            Ok(Vec::new())
+        }
+        "function_call_output" | "custom_tool_call_output" => {
+            let id = call().ok_or_else(|| format!("{kind} without \"call_id\""))?;
+            let raw = p.get("output").map(text_of).unwrap_or_default();
+            let (text, exit) = tool_output(&raw);
+            let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);
+            Ok(c.complete(&id, ok, &text, exit).into_iter().collect())
+        }
+        "message" if str_of(p, "role") == Some("assistant") => {
+            Ok(vec![c.message(&text_of(
+                p.get("content").unwrap_or(&Value::Null),
+            ))])
+        }
+        "message" | "reasoning" => Ok(Vec::new()),
+        other => Err(format!("response_item of unknown type {other:?}")),
+    }
+}
+
+/// A tool output as rollouts write it: JSON `{output, metadata: {exit_code}}`,
+/// or text with an `Exit code: N` line.
+fn tool_output(raw: &str) -> (String, Option<i64>) {
+    if let Ok(v) = serde_json::from_str::<Value>(raw)
+        && let Some(out) = v.get("output")
+    {
+        let exit = v
+            .get("metadata")
+            .and_then(|m| m.get("exit_code"))
+            .and_then(Value::as_i64);
+        return (text_of(out), exit);
+    }
+    let exit = raw
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Exit code:"))
+        .and_then(|n| n.trim().parse().ok());
+    (raw.to_string(), exit)
+}
+
+/// Outputs with no exit code that still report a failure (apply_patch).
+fn looks_failed(text: &str) -> bool {
+    let t = text.trim_start().to_ascii_lowercase();
+    t.starts_with("error") || t.starts_with("failed to")
+}

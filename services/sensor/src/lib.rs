@@ -1,0 +1,551 @@
+//! Sensors: the event streams of the agents teams already run, read
+//! incrementally (line by line, from a pipe or a growing file) into the
+//! turns of the SALUTE contract. Pure: no I/O, no clock.
+//!
+//! # Layout
+//!
+//! - [`Sensor`] (here): one stream of one [`Format`]; feed it lines, get
+//!   [`TurnEvent`]s; unknown events are skipped and counted, a malformed line
+//!   is a [`LineError`] naming its line, and the stream goes on.
+//! - [`classify`]: error classes from exit codes, `is_error`, tracebacks,
+//!   test failures, timeouts — and provider errors (rate limits, overload,
+//!   5xx), their own class so the XO does not call an outage a loop.
+//! - [`claude`]: Claude Code `stream-json` events and session transcripts.
+//! - [`cursor`]: Cursor CLI `stream-json`.
+//! - [`codex`]: Codex CLI `exec --json` events and rollout files.
+//! - [`openhands`]: OpenHands V0 event streams and V1 SDK events.
+//! - [`swe`]: SWE-agent `.traj` and mini-swe-agent trajectories (whole documents).
+//! - [`salute`]: turns → SALUTE reports (the runner, `xo import`).
+//!
+//! Start with [`Sensor::line`]; docs/sensors.md maps every field.
+
+pub mod classify;
+pub mod claude;
+pub mod codex;
+pub mod cursor;
+pub mod openhands;
+pub mod salute;
+pub mod swe;
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use xo_proto::{Action, Outcome};
+
+/// One step of an agent, as the SALUTE report and the radio see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnEvent {
+    pub action: Option<Action>,
+    pub summary: Option<String>,
+    /// The step moved the task forward (a file written, a check passing).
+    pub progress: bool,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+    /// The conversation's size now, when the stream tells it.
+    pub context_tokens: Option<u64>,
+    pub context_limit: Option<u64>,
+    pub condensed: bool,
+    pub model: Option<String>,
+}
+
+/// A short stable hash of some text, for SALUTE action fields: 12 hex
+/// digits (48 bits) of a fast 64-bit hash, eight bytes a step. Equal text
+/// gives an equal hash on every machine and in every version; it is no
+/// digest (nothing relies on it being hard to forge).
+pub fn short_hash(text: &str) -> String {
+    hex_hash(text).as_str().to_string()
+}
+
+/// [`short_hash`] on the stack, for the fields of every turn.
+pub(crate) struct Hex([u8; 12]);
+
+impl Hex {
+    pub(crate) fn as_str(&self) -> &str {
+        // Only ASCII hex digits are ever written.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+pub(crate) fn hex_hash(text: &str) -> Hex {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let b = text.as_bytes();
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ b.len() as u64;
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        h = (h.rotate_left(5) ^ v).wrapping_mul(K);
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    // Final mix (a 64-bit avalanche), so that near texts differ everywhere.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    let v = h >> 16;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 12];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = HEX[((v >> ((11 - i) * 4)) & 0xf) as usize];
+    }
+    Hex(out)
+}
+
+/// A JSON value's hash: its compact text (objects keep their key order).
+pub fn value_hash(v: &Value) -> String {
+    short_hash(&v.to_string())
+}
+
+/// The formats a sensor reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// `claude -p --output-format stream-json --verbose`, and transcripts
+    /// (`~/.claude/projects/<dir>/<session>.jsonl`).
+    Claude,
+    /// `cursor-agent -p --output-format stream-json`.
+    Cursor,
+    /// `codex exec --json`, and rollout files (`~/.codex/sessions/**/rollout-*.jsonl`).
+    Codex,
+    /// OpenHands V0 event streams and V1 SDK events.
+    OpenHands,
+    /// SWE-agent `.traj` and mini-swe-agent trajectories: whole JSON
+    /// documents, read with [`swe::parse_document`].
+    SweAgent,
+}
+
+impl Format {
+    pub const ALL: [Format; 5] = [
+        Self::Claude,
+        Self::Cursor,
+        Self::Codex,
+        Self::OpenHands,
+        Self::SweAgent,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claude => "claude",
+            Self::Cursor => "cursor",
+            Self::Codex => "codex",
+            Self::OpenHands => "openhands",
+            Self::SweAgent => "swe-agent",
+        }
+    }
+
+    /// Reads a format name; the error lists the known ones.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Self::ALL.iter().map(|f| f.as_str()).collect();
+                format!("unknown agent format {s:?}; known: {}", known.join(", "))
+            })
+    }
+
+    /// Line formats are read line by line; a document format as a whole.
+    pub fn is_lines(self) -> bool {
+        self != Self::SweAgent
+    }
+}
+
+/// A line that could not be used: which, and why. The stream goes on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineError {
+    pub line: u64,
+    pub reason: String,
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line, self.reason)
+    }
+}
+
+/// What a sensor has read so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub lines: u64,
+    /// Events of a known type used.
+    pub events: u64,
+    /// Events of a type this sensor does not know: skipped.
+    pub unknown: u64,
+    /// Lines that were not JSON objects, or had the wrong shape.
+    pub malformed: u64,
+    /// Results that named no call seen (out of order, or the call's line lost).
+    pub orphan_results: u64,
+    pub turns: u64,
+}
+
+/// Lines longer than this are malformed (a runaway tool output is not an event).
+pub const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// A tool call waiting for its result.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub tool: compact_str::CompactString,
+    pub args_hash: compact_str::CompactString,
+    /// A command line, for error classes that depend on it (tests).
+    pub command: Option<String>,
+}
+
+/// What every line parser shares: pending calls, the session, usage
+/// waiting for the next turn, counters.
+#[derive(Debug, Default)]
+pub(crate) struct Common {
+    pub pending: HashMap<String, Pending>,
+    pub session: Option<String>,
+    pub model: Option<String>,
+    pub context_limit: Option<u64>,
+    /// Usage seen since the last turn, carried by the next one.
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+    pub context_tokens: Option<u64>,
+    pub condensed: bool,
+    pub stats: Stats,
+    /// The agent's last words: a run's result, else its last message.
+    pub final_text: Option<String>,
+    /// The model the last turn told.
+    model_told: Option<String>,
+    /// OpenHands: the stream is of V1 SDK events.
+    pub openhands_v1: bool,
+    /// Cumulative usage last seen (streams that report totals, not deltas).
+    last_cost: f64,
+    last_in: u64,
+    last_out: u64,
+}
+
+impl Common {
+    /// Takes cumulative totals; adds what grew since the last ones.
+    pub fn cumulative(
+        &mut self,
+        cost: Option<f64>,
+        tokens_in: Option<u64>,
+        tokens_out: Option<u64>,
+    ) {
+        if let Some(c) = cost {
+            if c > self.last_cost {
+                self.cost_usd += c - self.last_cost;
+            }
+            self.last_cost = c;
+        }
+        if let Some(t) = tokens_in {
+            self.tokens_in += t.saturating_sub(self.last_in);
+            self.last_in = t;
+        }
+        if let Some(t) = tokens_out {
+            self.tokens_out += t.saturating_sub(self.last_out);
+            self.last_out = t;
+        }
+    }
+
+    /// An error the agent met that is no tool's result (a failed turn, a
+    /// stream error): a message turn with its error class.
+    pub fn error_message(&mut self, text: &str) -> TurnEvent {
+        let class = match classify::error_class(false, None, text, None).as_deref() {
+            None | Some("tool_error") => "agent_error".to_string(),
+            Some(c) => c.to_string(),
+        };
+        let a = Action::message(Some(&short_hash(text)), Outcome::Error, 0).with_error(&class);
+        self.turn(Some(a), false)
+    }
+    /// A turn carrying the usage accumulated since the last one.
+    pub fn turn(&mut self, action: Option<Action>, progress: bool) -> TurnEvent {
+        self.stats.turns += 1;
+        let context_limit = self
+            .context_limit
+            .or_else(|| self.model.as_deref().and_then(classify::context_window));
+        TurnEvent {
+            action,
+            summary: None,
+            progress,
+            tokens_in: std::mem::take(&mut self.tokens_in),
+            tokens_out: std::mem::take(&mut self.tokens_out),
+            cost_usd: std::mem::take(&mut self.cost_usd),
+            context_tokens: self.context_tokens.take(),
+            context_limit,
+            condensed: std::mem::take(&mut self.condensed),
+            // Told once a change: the report keeps the model it last heard.
+            model: (self.model != self.model_told)
+                .then(|| {
+                    self.model_told = self.model.clone();
+                    self.model.clone()
+                })
+                .flatten(),
+        }
+    }
+
+    /// A tool call's result: the completed action as a turn, or `None`
+    /// (counted) when no call of that id was seen.
+    pub fn complete(
+        &mut self,
+        id: &str,
+        ok: bool,
+        output: &str,
+        exit_code: Option<i64>,
+    ) -> Option<TurnEvent> {
+        let Some(p) = self.pending.remove(id) else {
+            self.stats.orphan_results += 1;
+            return None;
+        };
+        Some(self.tool_turn(&p, ok, output, exit_code))
+    }
+
+    /// A completed tool action as a turn.
+    pub fn tool_turn(
+        &mut self,
+        p: &Pending,
+        ok: bool,
+        output: &str,
+        exit_code: Option<i64>,
+    ) -> TurnEvent {
+        self.tool_turn_with(
+            &p.tool,
+            &p.args_hash,
+            p.command.as_deref(),
+            ok,
+            output,
+            exit_code,
+        )
+    }
+
+    /// [`Common::tool_turn`] from borrowed parts (no pending call made).
+    pub fn tool_turn_with(
+        &mut self,
+        tool: &str,
+        args_hash: &str,
+        command: Option<&str>,
+        ok: bool,
+        output: &str,
+        exit_code: Option<i64>,
+    ) -> TurnEvent {
+        let class = classify::error_class(ok, exit_code, output, command);
+        let outcome = match (&class, output.trim().is_empty()) {
+            (Some(_), _) => Outcome::Error,
+            (None, true) => Outcome::Empty,
+            (None, false) => Outcome::Ok,
+        };
+        let mut a =
+            Action::tool(tool, args_hash, outcome, 0).with_output(hex_hash(output).as_str());
+        if let Some(c) = &class {
+            a = a.with_error(c);
+        }
+        let progress = class.is_none() && classify::is_progress(tool, command);
+        self.turn(Some(a), progress)
+    }
+
+    /// An agent message: empty replies and repeated text are what the
+    /// radio's monologue and empty rules look at.
+    pub fn message(&mut self, text: &str) -> TurnEvent {
+        if !text.trim().is_empty() {
+            // The buffer is reused: no allocation a message.
+            let last = self.final_text.get_or_insert_with(String::new);
+            last.clear();
+            last.push_str(text);
+        }
+        let a = if text.trim().is_empty() {
+            Action::message(None, Outcome::Empty, 0)
+        } else {
+            Action::message(Some(hex_hash(text.trim()).as_str()), Outcome::Ok, 0)
+        };
+        self.turn(Some(a), false)
+    }
+
+    /// The end of a run: what is left of the usage, and a summary.
+    pub fn end(&mut self, summary: String, failed: Option<&str>) -> TurnEvent {
+        let action = failed.map(|text| {
+            let class = match classify::error_class(false, None, text, None).as_deref() {
+                None | Some("tool_error") => "run_failed".to_string(),
+                Some(c) => c.to_string(),
+            };
+            Action::message(Some(&short_hash(text)), Outcome::Error, 0).with_error(&class)
+        });
+        let mut t = self.turn(action, failed.is_none());
+        t.summary = Some(summary);
+        t
+    }
+}
+
+/// One event stream of one format, read line by line.
+#[derive(Debug)]
+pub struct Sensor {
+    format: Format,
+    line: u64,
+    common: Common,
+    /// Claude: the assistant message whose usage was counted last (a
+    /// message comes once a content block, in a row).
+    last_message: String,
+}
+
+impl Sensor {
+    pub fn new(format: Format) -> Self {
+        Self {
+            format,
+            line: 0,
+            common: Common::default(),
+            last_message: String::new(),
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Feeds one line (without its newline); returns the turns it ends.
+    /// Blank lines are skipped; anything else that is not a JSON object of
+    /// the format is a [`LineError`] and the stream goes on.
+    pub fn line(&mut self, text: &str) -> Result<Vec<TurnEvent>, LineError> {
+        self.line += 1;
+        self.common.stats.lines += 1;
+        let text = text.trim_end_matches('\r');
+        if text.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let bad = |line, reason: String| LineError { line, reason };
+        if text.len() > MAX_LINE {
+            self.common.stats.malformed += 1;
+            return Err(bad(
+                self.line,
+                format!("line of {} bytes, longer than {MAX_LINE}", text.len()),
+            ));
+        }
+        let out = match self.format {
+            Format::Claude => claude::event(&mut self.common, &mut self.last_message, text),
+            Format::Cursor => cursor::line(&mut self.common, text),
+            Format::Codex => codex::line(&mut self.common, text),
+            Format::OpenHands => openhands::line(&mut self.common, text),
+            Format::SweAgent => Err(format!(
+                "{} is a whole-document format; read it with swe::parse_document",
+                self.format.as_str()
+            )),
+        };
+        match out {
+            Ok(Some(turns)) => {
+                self.common.stats.events += 1;
+                Ok(turns)
+            }
+            Ok(None) => {
+                self.common.stats.unknown += 1;
+                Ok(Vec::new())
+            }
+            Err(reason) => {
+                self.common.stats.malformed += 1;
+                Err(bad(self.line, reason))
+            }
+        }
+    }
+
+    /// Calls still waiting for their result when the stream ended.
+    pub fn unfinished(&self) -> usize {
+        self.common.pending.len()
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.common.stats
+    }
+
+    /// The agent's session id, once the stream named it.
+    pub fn session(&self) -> Option<&str> {
+        self.common.session.as_deref()
+    }
+
+    pub fn model(&self) -> Option<&str> {
+        self.common.model.as_deref()
+    }
+
+    /// The agent's last words so far: its run's result, else its last
+    /// message (where a live run's reply is).
+    pub fn final_text(&self) -> Option<&str> {
+        self.common.final_text.as_deref()
+    }
+}
+
+/// A line as a JSON object of type `T`; the error says whether it was no
+/// JSON, no object, or an object of another shape.
+pub(crate) fn parse_object<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Result<T, String> {
+    if !text.trim_start().starts_with('{') {
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            Ok(_) => "not a JSON object".into(),
+            Err(e) => format!("not JSON: {e}"),
+        });
+    }
+    serde_json::from_str(text).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => format!("unexpected shape: {e}"),
+        _ => format!("not JSON: {e}"),
+    })
+}
+
+/// The text of a raw JSON value: a string unescaped, anything else as written.
+pub(crate) fn raw_text(raw: &serde_json::value::RawValue) -> std::borrow::Cow<'_, str> {
+    let t = raw.get();
+    if t.starts_with('"') {
+        serde_json::from_str::<std::borrow::Cow<'_, str>>(t)
+            .unwrap_or(std::borrow::Cow::Borrowed(t))
+    } else {
+        std::borrow::Cow::Borrowed(t)
+    }
+}
+
+/// The `command` of a call's arguments, if they have one.
+pub(crate) fn command_of(args: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Command<'a> {
+        #[serde(borrow)]
+        command: Option<std::borrow::Cow<'a, str>>,
+    }
+    if !args.contains("\"command\"") {
+        return None;
+    }
+    serde_json::from_str::<Command<'_>>(args)
+        .ok()
+        .and_then(|c| c.command.map(std::borrow::Cow::into_owned))
+}
+
+/// The text of a string or of an array of `{type: text, text}` blocks.
+pub(crate) fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|i| match i {
+                Value::String(s) => Some(s.as_str()),
+                _ => i.get("text").and_then(Value::as_str),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+pub(crate) fn u64_of(v: &Value, key: &str) -> u64 {
+    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_hash;
+
+    #[test]
+    fn hashes_are_stable_and_tell_texts_apart() {
+        // Pinned: reports recorded by one version compare with the next.
+        assert_eq!(short_hash(""), short_hash(""));
+        assert_eq!(short_hash("make build").len(), 12);
+        let pinned = short_hash("{\"command\":\"make build\"}");
+        assert_eq!(pinned, "a3ed2a365b10");
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..100_000 {
+            assert!(seen.insert(short_hash(&format!("{{\"file_path\":\"src/f{i}.rs\"}}"))));
+        }
+        assert_ne!(short_hash("abcdefgh1"), short_hash("abcdefgh2"));
+        assert_ne!(short_hash("a"), short_hash("a\0"));
+    }
+}

@@ -1,0 +1,425 @@
+//! OpenHands: the V0 event stream (events with `action` or `observation`)
+//! and the V1 SDK events (events with `kind`), told apart per line.
+//!
+//! V0:
+//! - an action (`id`, `source`, `action`, `args`): `run`, `run_ipython`,
+//!   `read`, `write`, `edit`, `browse`, `call_tool_mcp`… wait for their
+//!   observation; `message` from the agent is a message; `finish` ends the
+//!   run; `condensation` is a condensation.
+//! - an observation (`observation`, `cause` = the action's id, `content`,
+//!   `extras.metadata.exit_code` for `run`): `error` fails the action.
+//! - `llm_metrics` on events: `accumulated_cost`,
+//!   `accumulated_token_usage.prompt_tokens` / `completion_tokens` /
+//!   `context_window` (cumulative; deltas are counted).
+//!
+//! V1:
+//! - `ActionEvent` (`tool_call_id`, `tool_name`, `action`) and
+//!   `ObservationEvent` (`tool_call_id`, `observation` with `exit_code`,
+//!   `is_error`, `content`) paired by `tool_call_id`; `AgentErrorEvent`
+//!   (`tool_call_id`, `error`) fails the call; `UserRejectObservation`
+//!   rejects it; `MessageEvent` from the agent is a message; `Condensation`
+//!   is a condensation.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::{Common, Pending, TurnEvent, str_of, text_of, u64_of, value_hash};
+
+/// Argument keys that change between equal calls (thoughts, approvals).
+const VOLATILE: [&str; 6] = [
+    "thought",
+    "confirmation_state",
+    "security_risk",
+    "is_confirmed",
+    "hidden",
+    "kind",
+];
+
+fn stable_args(args: &Value) -> Value {
+    match args {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .filter(|(k, _)| !VOLATILE.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn id_of(v: &Value, key: &str) -> Option<String> {
+    match v.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct V0<'a> {
+    #[serde(borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    source: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    action: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    observation: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    cause: Option<&'a RawValue>,
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    message: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    args: Option<Args<'a>>,
+    extras: Option<Extras>,
+    llm_metrics: Option<Metrics>,
+}
+
+#[derive(serde::Deserialize)]
+struct Extras {
+    metadata: Option<Meta>,
+    exit_code: Option<i64>,
+}
+
+#[derive(serde::Deserialize)]
+struct Meta {
+    exit_code: Option<i64>,
+}
+
+#[derive(serde::Deserialize)]
+struct Metrics {
+    accumulated_cost: Option<f64>,
+    accumulated_token_usage: Option<Usage>,
+    token_usages: Option<Vec<Usage>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Usage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    context_window: Option<u64>,
+}
+
+/// An action's arguments, as written, sorted by key.
+struct Args<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Args<'a> {
+    fn get(&self, k: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(key, _)| key == k).map(|(_, v)| *v)
+    }
+    fn iter(&self) -> impl Iterator<Item = (&Cow<'a, str>, &'a RawValue)> {
+        self.0.iter().map(|(k, v)| (k, *v))
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Args<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Args<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of arguments")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut v: Vec<(Cow<'a, str>, &'a RawValue)> = Vec::with_capacity(8);
+                while let Some(e) = m.next_entry()? {
+                    v.push(e);
+                }
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                Ok(Args(v))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// An id as written: a number, or a string's text.
+fn raw_id(r: &RawValue) -> String {
+    r.get().trim_matches('"').to_string()
+}
+
+/// Reads one line: V0 events typed (arguments hashed as written, without
+/// the keys that change between equal calls), V1 events through [`event`].
+pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>, String> {
+    // V1 events carry a `kind` (and an `action` object): the Value path.
+    // Once a stream showed V1, its lines go there without a typed try.
+    if c.openhands_v1 {
+        return event(c, &crate::parse_object(text)?);
+    }
+    let v: V0<'_> = match crate::parse_object::<V0<'_>>(text) {
+        Ok(v) if v.kind.is_none() => v,
+        Ok(_) => {
+            c.openhands_v1 = true;
+            return event(c, &crate::parse_object(text)?);
+        }
+        Err(e) if e.starts_with("unexpected shape") => {
+            let v: Value = crate::parse_object(text)?;
+            c.openhands_v1 = v.get("kind").is_some_and(Value::is_string);
+            return event(c, &v);
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(m) = &v.llm_metrics {
+        let usage = m.accumulated_token_usage.as_ref();
+        c.cumulative(
+            m.accumulated_cost,
+            usage.and_then(|u| u.prompt_tokens),
+            usage.and_then(|u| u.completion_tokens),
+        );
+        if let Some(w) = usage.and_then(|u| u.context_window).filter(|w| *w > 0) {
+            c.context_limit = Some(w);
+        }
+        if let Some(p) = m
+            .token_usages
+            .as_ref()
+            .and_then(|t| t.last())
+            .and_then(|u| u.prompt_tokens)
+        {
+            c.context_tokens = Some(p);
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(action) = v.action.as_deref() {
+        let agent = v.source.as_deref() != Some("user");
+        let arg = |k: &str| {
+            v.args
+                .as_ref()
+                .and_then(|a| a.get(k))
+                .map(|r| crate::raw_text(r))
+        };
+        match action {
+            "message" if agent => {
+                let text = arg("content")
+                    .map(Cow::into_owned)
+                    .or(v.message.map(Cow::into_owned))
+                    .unwrap_or_default();
+                out.push(c.message(&text));
+            }
+            "message" | "system" | "think" | "recall" | "change_agent_state" | "null" => {}
+            "condensation" => c.condensed = true,
+            "finish" => {
+                let text = arg("final_thought")
+                    .or_else(|| arg("message"))
+                    .map(Cow::into_owned)
+                    .unwrap_or_else(|| "finished".into());
+                c.final_text = Some(text.clone());
+                out.push(c.end(
+                    format!("finish: {}", text.chars().take(200).collect::<String>()),
+                    None,
+                ));
+            }
+            tool => {
+                let id = v.id.map(raw_id).ok_or("action without \"id\"")?;
+                // The arguments that make the call: sorted, volatile keys left out.
+                let mut stable = String::new();
+                if let Some(a) = &v.args {
+                    for (k, val) in a.iter().filter(|(k, _)| !VOLATILE.contains(&k.as_ref())) {
+                        stable.push_str(k);
+                        stable.push('=');
+                        stable.push_str(val.get());
+                        stable.push(';');
+                    }
+                }
+                c.pending.insert(
+                    id,
+                    Pending {
+                        tool: tool.into(),
+                        args_hash: crate::hex_hash(&stable).as_str().into(),
+                        command: arg("command").map(Cow::into_owned),
+                    },
+                );
+            }
+        }
+        return Ok(Some(out));
+    }
+    if let Some(obs) = v.observation.as_deref() {
+        let Some(cause) = v.cause.map(raw_id) else {
+            return Ok(Some(out));
+        };
+        if matches!(
+            obs,
+            "agent_state_changed" | "null" | "recall" | "agent_condensation"
+        ) {
+            return Ok(Some(out));
+        }
+        let content = v.content.as_deref().unwrap_or_default();
+        let exit = v
+            .extras
+            .as_ref()
+            .and_then(|e| {
+                e.metadata
+                    .as_ref()
+                    .and_then(|m| m.exit_code)
+                    .or(e.exit_code)
+            })
+            .filter(|e| *e >= 0);
+        let ok = obs != "error" && !content.trim_start().starts_with("ERROR:");
+        out.extend(c.complete(&cause, ok, content, exit));
+        return Ok(Some(out));
+    }
+    Ok(None)
+}
+
+pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+    if let Some(m) = v.get("llm_metrics").filter(|m| !m.is_null()) {
+        let usage = m.get("accumulated_token_usage");
+        c.cumulative(
+            m.get("accumulated_cost").and_then(Value::as_f64),
+            usage.map(|u| u64_of(u, "prompt_tokens")),
+            usage.map(|u| u64_of(u, "completion_tokens")),
+        );
+        if let Some(w) = usage
+            .and_then(|u| u.get("context_window"))
+            .and_then(Value::as_u64)
+            .filter(|w| *w > 0)
+        {
+            c.context_limit = Some(w);
+        }
+        if let Some(last) = m
+            .get("token_usages")
+            .and_then(Value::as_array)
+            .and_then(|t| t.last())
+        {
+            c.context_tokens = Some(u64_of(last, "prompt_tokens"));
+        }
+    }
+    if let Some(kind) = str_of(v, "kind") {
+        return v1(c, kind, v);
+    }
+    let mut out = Vec::new();
+    if let Some(action) = str_of(v, "action") {
+        let agent = str_of(v, "source") != Some("user");
+        let args = v.get("args").cloned().unwrap_or(Value::Null);
+        match action {
+            "message" if agent => {
+                let text = str_of(&args, "content")
+                    .or_else(|| str_of(v, "message"))
+                    .unwrap_or_default();
+                out.push(c.message(text));
+            }
+            "message" | "system" | "think" | "recall" | "change_agent_state" | "null" => {}
+            "condensation" => c.condensed = true,
+            "finish" => {
+                let text = str_of(&args, "final_thought")
+                    .or_else(|| str_of(&args, "message"))
+                    .unwrap_or("finished");
+                out.push(c.end(
+                    format!("finish: {}", text.chars().take(200).collect::<String>()),
+                    None,
+                ));
+            }
+            tool => {
+                let id = id_of(v, "id").ok_or("action without \"id\"")?;
+                c.pending.insert(
+                    id,
+                    Pending {
+                        tool: tool.into(),
+                        args_hash: value_hash(&stable_args(&args)).into(),
+                        command: str_of(&args, "command").map(String::from),
+                    },
+                );
+            }
+        }
+        return Ok(Some(out));
+    }
+    if let Some(obs) = str_of(v, "observation") {
+        let Some(cause) = id_of(v, "cause") else {
+            // Observations no action caused (agent state, recalls).
+            return Ok(Some(out));
+        };
+        if matches!(
+            obs,
+            "agent_state_changed" | "null" | "recall" | "agent_condensation"
+        ) {
+            return Ok(Some(out));
+        }
+        let content = str_of(v, "content").unwrap_or_default();
+        let extras = v.get("extras").unwrap_or(&Value::Null);
+        let exit = extras
+            .get("metadata")
+            .and_then(|m| m.get("exit_code"))
+            .or_else(|| extras.get("exit_code"))
+            .and_then(Value::as_i64)
+            .filter(|e| *e >= 0);
+        let ok = obs != "error" && !content.trim_start().starts_with("ERROR:");
+        out.extend(c.complete(&cause, ok, content, exit));
+        return Ok(Some(out));
+    }
+    Ok(None)
+}
+
+fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+    let mut out = Vec::new();
+    let call = || str_of(v, "tool_call_id").map(String::from);
+    match kind {
+        "ActionEvent" => {
+            let id = call().ok_or("ActionEvent without \"tool_call_id\"")?;
+            let action = v.get("action").cloned().unwrap_or(Value::Null);
+            c.pending.insert(
+                id,
+                Pending {
+                    tool: str_of(v, "tool_name").unwrap_or("tool").into(),
+                    args_hash: value_hash(&stable_args(&action)).into(),
+                    command: str_of(&action, "command").map(String::from),
+                },
+            );
+        }
+        "ObservationEvent" => {
+            let id = call().ok_or("ObservationEvent without \"tool_call_id\"")?;
+            let o = v.get("observation").unwrap_or(&Value::Null);
+            let text = ["content", "output", "error"]
+                .iter()
+                .filter_map(|k| o.get(*k).filter(|x| !x.is_null()))
+                .map(text_of)
+                .collect::<Vec<_>>()
+                .join("\n");
+            let exit = o
+                .get("exit_code")
+                .and_then(Value::as_i64)
+                .filter(|e| *e >= 0);
+            let ok = o.get("is_error").and_then(Value::as_bool) != Some(true)
+                && o.get("error").is_none_or(Value::is_null);
+            out.extend(c.complete(&id, ok, &text, exit));
+        }
+        "AgentErrorEvent" => {
+            let error = str_of(v, "error").unwrap_or("agent error");
+            match call() {
+                Some(id) if c.pending.contains_key(&id) => {
+                    out.extend(c.complete(&id, false, error, None))
+                }
+                _ => out.push(c.error_message(error)),
+            }
+        }
+        "UserRejectObservation" => {
+            let id = call().ok_or("UserRejectObservation without \"tool_call_id\"")?;
+            let reason = str_of(v, "rejection_reason").unwrap_or("rejected by the user");
+            out.extend(c.complete(&id, false, reason, None));
+        }
+        "MessageEvent" => {
+            if str_of(v, "source") == Some("agent") {
+                let text = v
+                    .get("llm_message")
+                    .and_then(|m| m.get("content"))
+                    .map(text_of)
+                    .unwrap_or_default();
+                out.push(c.message(&text));
+            }
+        }
+        "Condensation" | "CondensationSummaryEvent" => c.condensed = true,
+        "SystemPromptEvent"
+        | "ConversationStateUpdateEvent"
+        | "PauseEvent"
+        | "CondensationRequest" => {}
+        _ => return Ok(None),
+    }
+    Ok(Some(out))
+}

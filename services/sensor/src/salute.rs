@@ -1,0 +1,143 @@
+//! From turns to SALUTE reports: a unit's state across turns (progress,
+//! the last 20 actions, context, tokens, cost, tool failures), one report
+//! a turn. The runner, `xo import` and `xo watch` build reports here.
+
+use std::collections::VecDeque;
+
+use xo_proto::{Outcome as ActOutcome, SaluteReport};
+
+use crate::TurnEvent;
+
+/// A unit's SALUTE state across turns: what each report says.
+pub struct SaluteState {
+    unit: String,
+    role: String,
+    host: Option<String>,
+    limit: u64,
+    task: Option<String>,
+    turn: u64,
+    seq: u64,
+    since_progress: u32,
+    history: u32,
+    recent: VecDeque<xo_proto::Action>,
+    context: u64,
+    context_limit: u64,
+    condensations: u32,
+    tokens_in: u64,
+    tokens_out: u64,
+    cost: f64,
+    model: Option<String>,
+    failures: std::collections::BTreeMap<String, u32>,
+    summary: Option<String>,
+}
+
+impl SaluteState {
+    /// A unit's state before its first turn; `context_limit` is used
+    /// until a turn tells the window.
+    pub fn new(unit: &str, role: &str, host: Option<String>, context_limit: u64) -> Self {
+        Self {
+            unit: unit.to_string(),
+            role: role.to_string(),
+            host,
+            limit: context_limit,
+            task: None,
+            turn: 0,
+            seq: 0,
+            since_progress: 0,
+            history: 0,
+            recent: VecDeque::new(),
+            context: 0,
+            context_limit,
+            condensations: 0,
+            tokens_in: 0,
+            tokens_out: 0,
+            cost: 0.0,
+            model: None,
+            failures: Default::default(),
+            summary: None,
+        }
+    }
+
+    /// The task the reports are about.
+    pub fn task(&self) -> Option<&str> {
+        self.task.as_deref()
+    }
+
+    /// A new task: progress, history and context start over.
+    pub fn start_task(&mut self, task: Option<String>) {
+        self.task = task;
+        self.since_progress = 0;
+        self.history = 0;
+        self.recent.clear();
+        self.context = 0;
+        self.condensations = 0;
+    }
+
+    /// One agent turn: the report it makes.
+    pub fn turn(&mut self, ev: TurnEvent) -> SaluteReport {
+        self.turn += 1;
+        self.seq += 1;
+        self.history += 1;
+        if ev.progress {
+            self.since_progress = 0;
+        } else {
+            self.since_progress += 1;
+        }
+        if let Some(mut a) = ev.action {
+            a.turn = self.turn;
+            if a.outcome == ActOutcome::Error
+                && let Some(t) = &a.tool
+            {
+                *self.failures.entry(t.to_string()).or_default() += 1;
+            }
+            self.recent.push_back(a);
+            while self.recent.len() > 20 {
+                self.recent.pop_front();
+            }
+        }
+        if let Some(c) = ev.context_tokens {
+            self.context = c;
+        }
+        if let Some(l) = ev.context_limit {
+            self.context_limit = l;
+        }
+        if ev.condensed {
+            self.condensations += 1;
+        }
+        self.tokens_in += ev.tokens_in;
+        self.tokens_out += ev.tokens_out;
+        self.cost += ev.cost_usd;
+        if ev.model.is_some() {
+            self.model = ev.model;
+        }
+        if ev.summary.is_some() {
+            self.summary = ev.summary;
+        }
+        let mut r = SaluteReport::new(&self.unit, &self.role, self.turn, self.seq);
+        let limit = if self.context_limit > 0 {
+            self.context_limit
+        } else {
+            self.limit
+        };
+        r.size.context_tokens = self.context;
+        r.size.context_limit = limit;
+        r.size.context_fill = if limit > 0 {
+            (self.context as f64 / limit as f64).min(1.0)
+        } else {
+            0.0
+        };
+        r.size.history_len = self.history;
+        r.size.condensations = self.condensations;
+        r.activity.task_id = self.task.clone();
+        r.activity.summary = self.summary.clone();
+        r.activity.turns_since_progress = self.since_progress;
+        r.activity.recent = self.recent.iter().cloned().collect();
+        r.location.host = self.host.clone();
+        r.equipment.model = self.model.clone();
+        r.equipment.tokens_in = self.tokens_in;
+        r.equipment.tokens_out = self.tokens_out;
+        r.equipment.cost_usd = self.cost;
+        r.equipment.tool_failures = self.failures.clone();
+        r
+    }
+}

@@ -1,0 +1,275 @@
+//! Everything that comes in: the report pump, the heartbeat pump and the
+//! macrocosm file poller. Each ends on the shutdown signal.
+//!
+//! Reports go undecoded from the pump to their unit's watcher, which decodes
+//! and checks them: decoding (most of the cost of ingest) runs on every
+//! core, and a report crosses one task boundary between the NATS client and
+//! its check.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use ractor::ActorRef;
+use tokio::task::JoinHandle;
+use tracing::warn;
+use xo_bus::Headers;
+use xo_proto::{CodecError, SaluteReport};
+use xo_radio::FnvMap;
+
+use crate::SupervisorResult;
+use crate::ctx::Ctx;
+use crate::decode;
+use crate::root::{RootMsg, Routes};
+use crate::watcher::WatcherMsg;
+
+const SUFFIX: &str = "_latest.json";
+
+/// Sends a message to a unit's watcher directly if it has one, else
+/// through the root (which spawns it). For heartbeats (which only mark
+/// the unit seen) and file reports (one per poll): a message still queued
+/// at the root can be overtaken by a later one sent directly once the
+/// route appears. Bus reports do not come this way (see [`pump_reports`]).
+fn route(routes: &Routes, root: &ActorRef<RootMsg>, unit: &str, msg: WatcherMsg) -> bool {
+    let msg = match routes.get(unit) {
+        Some(w) => match w.cast(msg) {
+            Ok(()) => return true,
+            Err(ractor::MessagingErr::SendErr(m)) => m,
+            Err(_) => return false,
+        },
+        None => msg,
+    };
+    root.cast(RootMsg::Route(unit.to_string(), msg)).is_ok()
+}
+
+/// Reads reports and hands each, undecoded, to its unit's watcher, which
+/// decodes and checks it: decoding (most of the cost of ingest) runs on
+/// every core, and a report crosses one task boundary between the NATS
+/// client and its check. The pump is the only sender of a unit's reports,
+/// straight into its watcher's mailbox, so their order is kept. The first
+/// report of a unit is decoded here, before the root is asked for its
+/// watcher, so that malformed messages never spawn one.
+pub async fn pump_reports(
+    ctx: &Arc<Ctx>,
+    root: &ActorRef<RootMsg>,
+    shared: &Arc<Routes>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> SupervisorResult<JoinHandle<()>> {
+    let mut sub = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
+    let (ctx, root, shared) = (ctx.clone(), root.clone(), shared.clone());
+    Ok(tokio::spawn(async move {
+        // The pump's own routes: no shared lock per report.
+        let mut routes: FnvMap<String, ActorRef<WatcherMsg>> = Default::default();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let msg = tokio::select! {
+                biased;
+                m = sub.next() => m,
+                _ = &mut shutdown => None,
+            };
+            let Some(msg) = msg else { break };
+            ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+            let route = ctx
+                .subjects
+                .unit_of(&msg.subject)
+                .and_then(|unit| route_to(&shared, &mut routes, unit));
+            let msg = match route {
+                Some((unit, w)) => match w.cast(WatcherMsg::Received(msg)) {
+                    Ok(()) => continue,
+                    // Its watcher stopped (and is being restarted): ask the
+                    // root again, below.
+                    Err(ractor::MessagingErr::SendErr(WatcherMsg::Received(m))) => {
+                        let unit = unit.clone();
+                        routes.remove(&unit);
+                        m
+                    }
+                    Err(e) => {
+                        let unit = unit.clone();
+                        routes.remove(&unit);
+                        warn!(unit = %unit, error = %e, "report lost: its watcher is gone");
+                        continue;
+                    }
+                },
+                None => msg,
+            };
+            // A unit's first report (or a subject without a unit, which
+            // fails here: the report's unit must be the subject's).
+            let report = match decode::decode_report(&ctx, &msg) {
+                Ok(r) => r,
+                Err(e) => {
+                    decode::reject(&ctx, &msg, &e).await;
+                    continue;
+                }
+            };
+            let unit = report.unit.unit.clone();
+            let Ok(ractor::rpc::CallResult::Success(w)) = root
+                .call(|port| RootMsg::Spawn(unit.clone(), port), None)
+                .await
+            else {
+                return; // the tree is gone
+            };
+            let m = WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
+            if w.cast(m).is_ok() {
+                routes.insert(unit, w);
+            } else {
+                warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
+            }
+        }
+    }))
+}
+
+/// The pump's route to a unit's watcher: its own, else one the root
+/// published (a watcher restored from the store, or spawned for a heartbeat
+/// or a file report), which is safe to take over since no report of the
+/// unit is queued at the root: the pump never sends reports through it.
+fn route_to<'a>(
+    shared: &Routes,
+    routes: &'a mut FnvMap<String, ActorRef<WatcherMsg>>,
+    unit: &str,
+) -> Option<(&'a String, &'a ActorRef<WatcherMsg>)> {
+    if !routes.contains_key(unit) {
+        routes.insert(unit.to_owned(), shared.get(unit)?);
+    }
+    routes.get_key_value(unit)
+}
+
+/// Reads heartbeats: each marks its unit seen (through the root for a
+/// unit with no watcher yet).
+pub async fn pump_heartbeats(
+    ctx: &Arc<Ctx>,
+    root: &ActorRef<RootMsg>,
+    routes: &Arc<Routes>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> SupervisorResult<JoinHandle<()>> {
+    let mut sub = ctx.bus.subscribe(&ctx.subjects.heartbeat_all()).await?;
+    let (ctx, root, routes) = (ctx.clone(), root.clone(), routes.clone());
+    Ok(tokio::spawn(async move {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let msg = tokio::select! {
+                m = sub.next() => m,
+                _ = &mut shutdown => None,
+            };
+            let Some(msg) = msg else { break };
+            ctx.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
+            match decode::decode_heartbeat(&ctx, &msg) {
+                Ok(hb) => {
+                    let unit = hb.unit.clone();
+                    if !route(&routes, &root, &unit, WatcherMsg::Heartbeat(hb)) {
+                        break;
+                    }
+                }
+                Err(e) => decode::reject(&ctx, &msg, &e).await,
+            }
+        }
+    }))
+}
+
+/// Polls `<volume>/reports/` for changed `<unit>_latest.json` files.
+/// (Macrocosm file mode: a unit replaces `<volume>/reports/<unit>_latest.json`
+/// atomically; a file that cannot be used is dead-lettered like bus input.)
+pub fn spawn_poller(
+    ctx: Arc<Ctx>,
+    root: ActorRef<RootMsg>,
+    routes: Arc<Routes>,
+    volume: PathBuf,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let dir = volume.join("reports");
+        let mut seen: HashMap<PathBuf, (SystemTime, u64)> = HashMap::new();
+        let mut every =
+            tokio::time::interval(Duration::from_millis(ctx.cfg.supervisor.file_poll_ms));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = &mut shutdown => break,
+            }
+            if poll_once(&ctx, &root, &routes, &dir, &mut seen)
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    })
+}
+
+async fn poll_once(
+    ctx: &Ctx,
+    root: &ActorRef<RootMsg>,
+    routes: &Routes,
+    dir: &Path,
+    seen: &mut HashMap<PathBuf, (SystemTime, u64)>,
+) -> Result<(), ()> {
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+        return Ok(());
+    };
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(unit) = name.strip_suffix(SUFFIX) else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata().await else {
+            continue;
+        };
+        let stamp = (
+            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            meta.len(),
+        );
+        if seen.get(&path) == Some(&stamp) {
+            continue;
+        }
+        seen.insert(path.clone(), stamp);
+        ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+        let bytes = match tokio::fs::read(&path).await {
+            Ok(b) => b,
+            Err(e) => {
+                let err = CodecError::Invalid {
+                    ty: "SaluteReport",
+                    reason: format!("report file unreadable: {e}"),
+                };
+                decode::reject_file(ctx, &path, unit, Vec::new(), &err).await;
+                continue;
+            }
+        };
+        let report = xo_proto::codec::decode::<SaluteReport>(
+            &bytes,
+            Some(xo_proto::codec::JSON),
+            ctx.cfg.wire.max_payload,
+        )
+        .and_then(|r| {
+            if r.unit.unit == unit {
+                Ok(r)
+            } else {
+                Err(CodecError::Invalid {
+                    ty: "SaluteReport",
+                    reason: format!(
+                        "report names unit {:?} but the file is for {unit:?}",
+                        r.unit.unit
+                    ),
+                })
+            }
+        });
+        match report {
+            Ok(mut r) => {
+                decode::fill_from_pct(&mut r, &bytes);
+                let unit = r.unit.unit.clone();
+                let m = WatcherMsg::Report(Box::new(r), Headers::new(), bytes.into());
+                if !route(routes, root, &unit, m) {
+                    return Err(());
+                }
+            }
+            Err(e) => decode::reject_file(ctx, &path, unit, bytes, &e).await,
+        }
+    }
+    Ok(())
+}
