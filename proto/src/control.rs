@@ -264,6 +264,16 @@ pub struct UnitSummary {
     pub context_fill: f64,
     pub steering_sent: u64,
     pub restarts: u32,
+    /// Of the latest report: PACE level, turns since progress, cost so far.
+    #[serde(default)]
+    pub pace: crate::Pace,
+    #[serde(default)]
+    pub turns_since_progress: u32,
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// The last steering sent: its kind and when (ms since the epoch).
+    #[serde(default)]
+    pub last_steering: Option<(crate::AnomalyKind, u64)>,
 }
 
 /// `xo units UNIT`: a summary, the latest report and the last steering.

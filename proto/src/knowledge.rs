@@ -350,3 +350,22 @@ crate::api! {
         Uses(RecordUses) => "uses" -> Vec<String>;
     }
 }
+
+/// The review supervisors' control service name.
+pub const REVIEW: &str = "review";
+
+/// The review run log, newest last.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListReviewRuns {
+    /// Only the last N runs (default all).
+    #[serde(default)]
+    pub last: Option<usize>,
+}
+
+crate::api! {
+    /// The review supervisors' control API (`xo.ctl.review.<verb>`).
+    pub enum ReviewApi for REVIEW {
+        Runs(ListReviewRuns) => "runs" -> Vec<ReviewRun>;
+    }
+}

@@ -3,13 +3,13 @@
 //! starts it in order and stops it in one documented order.
 //!
 //! Start order: the bus (and the store), then queue → knowledge → review →
-//! fleet → supervisor → runners, so that each finds what it calls already
+//! fleet → supervisor → console → runners, so that each finds what it calls already
 //! serving.
 //!
 //! Stop order ([`Fabric::stop`]), each service itself stopping its inputs,
 //! draining its actors and flushing what it writes:
 //!
-//! 1. stop taking work: runners stop claiming, their task in flight is
+//! 1. the console (its event streams end), then stop taking work: runners stop claiming, their task in flight is
 //!    stopped and left to the queue; transcript watches stop;
 //! 2. review supervisors and the fleet manager (no new runs or containers);
 //! 3. the supervisor (unit state flushed to the store);
@@ -41,7 +41,20 @@ pub struct Plan {
     /// The fleet manager (only with `fleet.backend = "docker"`).
     pub fleet: bool,
     pub supervisor: bool,
+    /// The web console (only with `console.enabled`).
+    pub console: ConsoleMode,
     pub runners: Vec<RunnerOptions>,
+}
+
+/// Whether a process serves the console.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConsoleMode {
+    #[default]
+    Off,
+    /// `xo up`: a port in use is a warning, the rest runs.
+    IfFree,
+    /// `xo serve console`: a port in use is an error.
+    Required,
 }
 
 impl Plan {
@@ -53,6 +66,7 @@ impl Plan {
             review: true,
             fleet: true,
             supervisor: true,
+            console: ConsoleMode::IfFree,
             runners: Vec::new(),
         }
     }
@@ -82,6 +96,7 @@ pub struct Fabric {
     review: Option<xo_review::service::ReviewHandle>,
     fleet: Option<xo_fleet::service::FleetHandle>,
     supervisor: Option<xo_supervisor::SupervisorHandle>,
+    console: Option<xo_console::ConsoleHandle>,
     runners_stop: Shutdown,
     runners: Vec<Runner>,
     /// `[[supervisor.watch]]`: transcripts watched in this process.
@@ -194,6 +209,7 @@ impl Fabric {
             review: None,
             fleet: None,
             supervisor: None,
+            console: None,
             runners_stop: Shutdown::new(),
             runners: Vec::new(),
             watches: Vec::new(),
@@ -205,6 +221,11 @@ impl Fabric {
             return Err(e);
         }
         Ok(f)
+    }
+
+    /// The console, if this process serves one.
+    pub fn console(&self) -> Option<&xo_console::ConsoleHandle> {
+        self.console.as_ref()
     }
 
     fn store(&self) -> anyhow::Result<Store> {
@@ -263,6 +284,15 @@ impl Fabric {
                 .await
                 .context("starting the supervisor")?,
             );
+        }
+        if plan.console != ConsoleMode::Off && cfg.console.enabled {
+            match xo_console::start(cfg, self.bus.clone()).await {
+                Ok(c) => self.console = Some(c),
+                Err(e) if plan.console == ConsoleMode::IfFree => {
+                    warn!(error = %e, "console not started; everything else runs")
+                }
+                Err(e) => return Err(anyhow!(e).context("starting the console")),
+            }
         }
         if plan.supervisor && cfg.supervisor.enabled {
             for w in &cfg.supervisor.watch {
@@ -358,6 +388,9 @@ impl Fabric {
                 first = Some(e);
             }
         };
+        if let Some(c) = self.console.take() {
+            c.stop().await;
+        }
         self.runners_stop.trigger();
         for mut r in self.runners.drain(..) {
             r.wait().await;

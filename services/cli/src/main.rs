@@ -335,6 +335,16 @@ enum ServeCmd {
     Queue,
     /// The knowledge store (documents, ownership, selection).
     Knowledge,
+    /// The web console: pages, JSON API, live events, /metrics (a bus client;
+    /// on NATS, or beside a running `xo up` through its socket).
+    Console {
+        /// Address to listen on (config console.listen, default 127.0.0.1:7878).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Hide and refuse every action (config console.read_only).
+        #[arg(long)]
+        read_only: bool,
+    },
     /// A specialist: claims tasks of its role and runs them through the supervised pipeline.
     Runner {
         /// The role whose tasks it claims (coder, architect, reviewer, manager, …).
@@ -601,6 +611,22 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Review {
             cmd: ReviewCmd::Log { json },
         } => knowledge_ops::review_log(&cfg, json),
+        Cmd::Serve {
+            service: ServeCmd::Console { listen, read_only },
+        } => {
+            let mut cfg = cfg;
+            if let Some(l) = listen {
+                cfg.console.listen = l;
+            }
+            cfg.console.read_only |= read_only;
+            cfg.console.enabled = true;
+            cfg.validate()?;
+            let plan = fabric::Plan {
+                console: fabric::ConsoleMode::Required,
+                ..Default::default()
+            };
+            services::serve(cfg, plan, "xo-console").await
+        }
         Cmd::Serve {
             service: ServeCmd::Knowledge,
         } => {

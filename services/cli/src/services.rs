@@ -57,6 +57,17 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     if cfg.knowledge.enabled {
         eprintln!("  knowledge: {}", cfg.knowledge_dir().display());
     }
+    match fabric.console() {
+        Some(c) => {
+            eprintln!("  console: {} (reads open on loopback)", c.url);
+            eprintln!("           log in for actions: {}", c.login_url());
+        }
+        None if cfg.console.enabled => eprintln!(
+            "  console: not started ({} in use? see the log; set console.listen)",
+            cfg.console.listen
+        ),
+        None => {}
+    }
     fabric.run_until(shutdown_signal()).await?;
     eprintln!("xo up: stopped cleanly");
     Ok(ExitCode::SUCCESS)
@@ -65,16 +76,26 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
 /// `xo serve <service>`: one service (or, for the supervisor, the XO with
 /// its review supervisors and fleet manager) in this process.
 pub async fn serve(cfg: XoConfig, plan: Plan, service: &'static str) -> anyhow::Result<ExitCode> {
-    let transport = if plan.runners.is_empty() {
-        Transport::Nats
-    } else {
+    // Runners and the console are clients: NATS, or a running `xo up`'s socket.
+    let client_only =
+        !(plan.queue || plan.knowledge || plan.review || plan.fleet || plan.supervisor);
+    let transport = if client_only {
         Transport::Client
+    } else {
+        Transport::Nats
     };
     let name = match plan.runners.first() {
         Some(r) => format!("xo-runner-{}", r.unit),
         None => service.to_string(),
     };
     let fabric = Fabric::start(&cfg, plan, transport, service, &name).await?;
+    if let Some(c) = fabric.console() {
+        eprintln!(
+            "xo serve console: {} — log in for actions: {}",
+            c.url,
+            c.login_url()
+        );
+    }
     fabric.run_until(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@ use xo_runtime::tree::{self, Intensity, Running};
 
 use tokio::sync::mpsc;
 use tracing::{Instrument, info, warn};
+use xo_bus::api::ActorPorts;
 use xo_bus::{Bus, typed};
 use xo_pipeline::driver::{Driver, OpenAiDriver, TurnEvent, Turns};
 use xo_pipeline::sandbox::Sandbox;
@@ -142,6 +143,8 @@ pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError>
     let limit = cfg.wire.max_payload;
     let intensity = Intensity::of(&cfg);
     let model = cfg.review.model.model.clone();
+    let runs_actor = crate::runs::RunsActor { cfg: cfg.clone() };
+    let api_bus = bus.clone();
     let actor = ReviewActor { cfg, bus };
     let mut running =
         Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>())
@@ -156,6 +159,26 @@ pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError>
         running.signal(),
     ));
     running.input(pump(runners, root, limit, Input::Runner, running.signal()));
+    // The run log is read by an actor of its own (a review may take minutes).
+    let (runs, runs_task) = Actor::spawn(None, runs_actor, ())
+        .await
+        .map_err(|e| ReviewError::Actor(e.to_string()))?;
+    running.input(
+        xo_bus::api::serve::<ReviewApi<ActorPorts>, crate::runs::RunsMsg>(
+            &api_bus,
+            &subjects,
+            "XO review supervisors: run log",
+            runs.clone(),
+            running.signal(),
+        )
+        .await?,
+    );
+    let stop = running.signal();
+    running.input(tokio::spawn(async move {
+        stop.await;
+        runs.stop(None);
+        let _ = runs_task.await;
+    }));
     info!(model = %model, "review supervisors started");
     Ok(ReviewHandle { running })
 }

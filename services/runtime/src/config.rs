@@ -30,6 +30,7 @@ pub struct XoConfig {
     pub knowledge: KnowledgeConfig,
     pub review: ReviewConfig,
     pub fleet: FleetConfig,
+    pub console: ConsoleConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
 }
@@ -58,6 +59,7 @@ impl Default for XoConfig {
             knowledge: KnowledgeConfig::default(),
             review: ReviewConfig::default(),
             fleet: FleetConfig::default(),
+            console: ConsoleConfig::default(),
             roles,
         }
     }
@@ -108,6 +110,10 @@ impl Default for StateConfig {
 impl StateConfig {
     pub fn socket_path(&self) -> PathBuf {
         self.dir.join("bus.sock")
+    }
+    /// The console's bearer token when `console.token_file` names none.
+    pub fn console_token_path(&self) -> PathBuf {
+        self.dir.join("console.token")
     }
     pub fn store_dir(&self) -> PathBuf {
         self.dir.join("state")
@@ -246,6 +252,33 @@ impl Default for QueueConfig {
             lease_ms: 30_000,
             tick_ms: 100,
             data_dir: String::new(),
+        }
+    }
+}
+
+/// The web console (`xo up` serves it; `xo serve console` alone).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console in `xo up`.
+    pub enabled: bool,
+    /// The address to listen on. Loopback by default; on any other address
+    /// every request needs the token, not only the writes.
+    pub listen: String,
+    /// The bearer token's file; empty: `<state.dir>/console.token`, made
+    /// (mode 0600) on first start. `XO_CONSOLE_TOKEN` wins over both.
+    pub token_file: String,
+    /// Read-only: every action is hidden and refused.
+    pub read_only: bool,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: "127.0.0.1:7878".into(),
+            token_file: String::new(),
+            read_only: false,
         }
     }
 }
@@ -637,6 +670,15 @@ impl XoConfig {
                 format!(
                     "{} bytes is too small (at least 1024)",
                     self.wire.max_payload
+                ),
+            ));
+        }
+        if self.console.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "console.listen",
+                format!(
+                    "{:?} is not an address and port (like 127.0.0.1:7878)",
+                    self.console.listen
                 ),
             ));
         }

@@ -224,6 +224,46 @@ fn get_path<'a>(root: &'a Value, key: &str) -> Option<&'a Value> {
     key.split('.').try_fold(root, |cur, p| cur.get(p))
 }
 
+/// The placeholders an output template may use (SUP-3).
+pub const OUTPUT_PLACEHOLDERS: &[&str] = &["status", "message", "task_id", "output"];
+
+/// Checks a template before it is saved: text, at most 64 KiB, and for an
+/// output template only the placeholders the formatter fills.
+pub fn check_template(key: &str, text: &str) -> Result<(), String> {
+    if text.len() > 64 * 1024 {
+        return Err(format!(
+            "{key}: {} bytes; a template may have at most 65536",
+            text.len()
+        ));
+    }
+    if key.ends_with("output_template") {
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            let after = &rest[open + 1..];
+            let Some(close) = after.find('}') else { break };
+            let name = &after[..close];
+            let is_word =
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if is_word && !OUTPUT_PLACEHOLDERS.contains(&name) {
+                return Err(format!(
+                    "{key}: unknown placeholder {{{name}}}; an output template may use {}",
+                    OUTPUT_PLACEHOLDERS
+                        .iter()
+                        .map(|p| format!("{{{p}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            rest = &after[close + 1..];
+        }
+    }
+    Ok(())
+}
+
+fn is_template(key: &str) -> bool {
+    key.ends_with("_template") || key.starts_with("runner.role_templates.")
+}
+
 /// `base` with `settings` laid over it. Project template keys are not part
 /// of [`XoConfig`] (the runner reads them from the settings per task).
 pub fn apply(base: &XoConfig, settings: &Settings) -> Result<XoConfig, ConfigError> {
@@ -241,6 +281,11 @@ fn apply_values(
     let mut json = serde_json::to_value(base).map_err(|e| invalid("settings", e.to_string()))?;
     for (key, value) in values {
         check_key(key).map_err(|r| invalid(key, r))?;
+        if is_template(key)
+            && let Some(text) = value.as_str()
+        {
+            check_template(key, text).map_err(|r| invalid(key, r))?;
+        }
         if key.starts_with("projects.") {
             if !value.is_string() {
                 return Err(invalid(key, format!("must be a string, got {value}")));
@@ -392,6 +437,28 @@ mod tests {
                 .to_string();
             assert!(err.contains(named), "{key}: {err}");
         }
+    }
+
+    #[test]
+    fn output_templates_may_use_only_the_known_placeholders() {
+        let base = XoConfig::default();
+        let ok = settings(&[(
+            "projects.p.output_template",
+            Value::from("{status}: {message} ({task_id}) {output} {not a placeholder}"),
+        )]);
+        apply(&base, &ok).unwrap();
+        let bad = settings(&[("runner.output_template", Value::from("{stauts}: {message}"))]);
+        let err = apply(&base, &bad).unwrap_err().to_string();
+        assert!(
+            err.contains("{stauts}") && err.contains("{status}"),
+            "{err}"
+        );
+        // Input templates are free text.
+        apply(
+            &base,
+            &settings(&[("runner.global_template", Value::from("{anything}"))]),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -32,6 +32,12 @@ pub struct UnitRecord {
     pub seq: u64,
     pub task_id: Option<String>,
     pub context_fill: f64,
+    #[serde(default)]
+    pub pace: xo_proto::Pace,
+    #[serde(default)]
+    pub turns_since_progress: u32,
+    #[serde(default)]
+    pub cost_usd: f64,
     /// The latest report as received (MessagePack or JSON): keeping and
     /// persisting it costs a copy, not an encoding, and a fraction of the
     /// memory of the decoded form. Decoded again only for `xo units UNIT`.
@@ -64,6 +70,9 @@ impl UnitRecord {
             seq: 0,
             task_id: None,
             context_fill: 0.0,
+            pace: xo_proto::Pace::default(),
+            turns_since_progress: 0,
+            cost_usd: 0.0,
             report_raw: None,
             radio: UnitState::default(),
             steering: VecDeque::new(),

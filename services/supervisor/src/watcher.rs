@@ -110,6 +110,10 @@ impl WatcherState {
             context_fill: r.context_fill,
             steering_sent: r.steering_sent,
             restarts: r.restarts,
+            pace: r.pace,
+            turns_since_progress: r.turns_since_progress,
+            cost_usd: r.cost_usd,
+            last_steering: r.steering.back().map(|s| (s.kind, s.at)),
         }
     }
 
@@ -200,6 +204,9 @@ impl WatcherState {
         self.rec.turn = report.time.turn;
         self.rec.seq = report.time.seq;
         self.rec.context_fill = report.size.fill();
+        self.rec.pace = report.unit.pace;
+        self.rec.turns_since_progress = report.activity.turns_since_progress;
+        self.rec.cost_usd = report.equipment.cost_usd;
         if self.rec.task_id != report.activity.task_id {
             self.rec.task_id = report.activity.task_id.clone();
         }

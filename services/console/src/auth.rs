@@ -1,0 +1,296 @@
+//! Who may do what.
+//!
+//! - One bearer token: `XO_CONSOLE_TOKEN`, else `console.token_file`, else
+//!   `<state.dir>/console.token`, made with mode 0600 on first start.
+//! - Writes (any method but GET/HEAD) always need it; on an address other
+//!   than loopback every request does.
+//! - A browser logs in once (`/login?token=…` or the login form): the token
+//!   goes into an HttpOnly, SameSite=Strict cookie. A write carried by that
+//!   cookie must also carry the CSRF value (form field `csrf` or header
+//!   `X-XO-CSRF`), derived from the token, so another site cannot forge it.
+//!   A write with `Authorization: Bearer` needs no CSRF value.
+//! - Read-only mode refuses every write and the pages hide the actions.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use xo_runtime::XoConfig;
+
+use crate::{ConsoleError, Shared};
+
+/// The cookie a logged-in browser carries.
+pub const COOKIE: &str = "xo_console";
+/// The header a script sends the CSRF value in.
+pub const CSRF_HEADER: &str = "x-xo-csrf";
+
+/// The token and the rules in force.
+pub struct Auth {
+    token: String,
+    csrf: String,
+    /// Loopback: reads need no token.
+    open_reads: bool,
+    read_only: bool,
+    /// Where the token came from (for the log, never the token itself).
+    pub source: String,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("source", &self.source)
+            .field("open_reads", &self.open_reads)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_token() -> Result<String, std::io::Error> {
+    use std::io::Read;
+    let mut buf = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(hex(&buf))
+}
+
+/// Compares without stopping at the first differing byte.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+impl Auth {
+    /// The token from the environment, the configured file, or a new one
+    /// written to `<state.dir>/console.token` (0600).
+    pub fn load(cfg: &XoConfig, bound: SocketAddr) -> Result<Self, ConsoleError> {
+        let err = |path: &PathBuf, reason: String| ConsoleError::Token {
+            path: path.display().to_string(),
+            reason,
+        };
+        let (token, source) = match std::env::var("XO_CONSOLE_TOKEN") {
+            Ok(t) if !t.trim().is_empty() => (t.trim().to_string(), "XO_CONSOLE_TOKEN".to_string()),
+            _ => {
+                let path = if cfg.console.token_file.is_empty() {
+                    cfg.state.console_token_path()
+                } else {
+                    PathBuf::from(&cfg.console.token_file)
+                };
+                match std::fs::read_to_string(&path) {
+                    Ok(t) if !t.trim().is_empty() => {
+                        (t.trim().to_string(), path.display().to_string())
+                    }
+                    Ok(_) => {
+                        return Err(err(
+                            &path,
+                            "is empty; delete it to have a new token made, or write one".into(),
+                        ));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        let t = random_token()
+                            .map_err(|e| err(&path, format!("no randomness: {e}")))?;
+                        write_private(&path, &t).map_err(|e| err(&path, e.to_string()))?;
+                        (t, path.display().to_string())
+                    }
+                    Err(e) => return Err(err(&path, e.to_string())),
+                }
+            }
+        };
+        if token.len() < 16 {
+            return Err(ConsoleError::Token {
+                path: source,
+                reason: format!("is {} characters; use at least 16", token.len()),
+            });
+        }
+        let csrf = hex(&Sha256::digest(
+            format!("xo-console-csrf:{token}").as_bytes(),
+        ));
+        Ok(Self {
+            token,
+            csrf,
+            open_reads: bound.ip().is_loopback(),
+            read_only: cfg.console.read_only,
+            source,
+        })
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The value forms carry in `csrf`.
+    pub fn csrf(&self) -> &str {
+        &self.csrf
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn open_reads(&self) -> bool {
+        self.open_reads
+    }
+
+    /// How a request proves itself.
+    pub fn credential(&self, headers: &HeaderMap) -> Credential {
+        if let Some(v) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        {
+            return match v.strip_prefix("Bearer ") {
+                Some(t) if same(t.trim(), &self.token) => Credential::Bearer,
+                _ => Credential::Wrong,
+            };
+        }
+        let cookie = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|c| c.trim().split_once('='))
+            .find(|(k, _)| *k == COOKIE)
+            .map(|(_, v)| v.to_string());
+        match cookie {
+            Some(c) if same(&c, &self.token) => Credential::Cookie,
+            Some(_) => Credential::Wrong,
+            None => Credential::None,
+        }
+    }
+
+    /// Whether a login token is the console's.
+    pub fn matches(&self, token: &str) -> bool {
+        same(token.trim(), &self.token)
+    }
+
+    pub fn csrf_ok(&self, value: &str) -> bool {
+        same(value, &self.csrf)
+    }
+
+    /// The `Set-Cookie` value of a login.
+    pub fn cookie(&self) -> String {
+        format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", self.token)
+    }
+}
+
+fn write_private(path: &PathBuf, token: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(token.as_bytes())?;
+    f.write_all(b"\n")
+}
+
+/// How a request authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    None,
+    /// A token that is not the console's.
+    Wrong,
+    Bearer,
+    Cookie,
+}
+
+impl Credential {
+    pub fn valid(self) -> bool {
+        matches!(self, Credential::Bearer | Credential::Cookie)
+    }
+}
+
+/// A refusal, as JSON for the API and as a page for a browser.
+pub fn refuse(api: bool, status: StatusCode, code: &str, message: &str) -> Response {
+    if api {
+        (
+            status,
+            axum::Json(serde_json::json!({"code": code, "message": message})),
+        )
+            .into_response()
+    } else {
+        let body = crate::html::page_plain(
+            "Not allowed",
+            &format!(
+                "<p class=\"flash error\">{}</p><p><a href=\"/login\">Log in with the console token</a></p>",
+                crate::html::esc(message)
+            ),
+        );
+        (status, axum::response::Html(body)).into_response()
+    }
+}
+
+fn is_write(m: &Method) -> bool {
+    !matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Applies the rules to every request. Form actions check their CSRF
+/// field themselves (the body is theirs to read); API writes carried by
+/// the cookie must send the header.
+pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    let api = path.starts_with("/api/") || path == "/metrics";
+    if path == "/login" || path.starts_with("/assets/") {
+        return next.run(req).await;
+    }
+    let cred = c.auth.credential(req.headers());
+    if cred == Credential::Wrong {
+        return refuse(
+            api,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "wrong token: send `Authorization: Bearer <token>` with the token of console.token (or XO_CONSOLE_TOKEN)",
+        );
+    }
+    let write = is_write(req.method());
+    if write && c.auth.read_only() {
+        return refuse(
+            api,
+            StatusCode::FORBIDDEN,
+            "read_only",
+            "the console is read-only (console.read_only = true): no action is allowed",
+        );
+    }
+    if (write || !c.auth.open_reads()) && !cred.valid() {
+        return refuse(
+            api,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            if write {
+                "this action needs the console token: `Authorization: Bearer <token>` (the token is in console.token), or log in at /login"
+            } else {
+                "this console listens beyond loopback: every request needs the token (`Authorization: Bearer <token>`, or log in at /login)"
+            },
+        );
+    }
+    if write && api && cred == Credential::Cookie {
+        let ok = req
+            .headers()
+            .get(CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| c.auth.csrf_ok(v));
+        if !ok {
+            return refuse(
+                true,
+                StatusCode::FORBIDDEN,
+                "csrf",
+                "missing or wrong X-XO-CSRF header: a browser write needs the page's CSRF value",
+            );
+        }
+    }
+    next.run(req).await
+}

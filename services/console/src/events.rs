@@ -1,0 +1,263 @@
+//! The live feed: bus subscriptions (SALUTE reports, steering, task,
+//! runner, review, fleet and settings events, directives) decoded once and
+//! fanned out to every `/api/v1/events` client as Server-Sent Events. A
+//! client too slow to keep up is told (`lagged`) and reloads; it never
+//! holds up the bus or the other clients.
+//!
+//! The hub also counts what it sees for `/metrics` (steering by kind,
+//! claims, lease expiries since the console started).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde_json::Value;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tracing::debug;
+use xo_bus::{Bus, Message, typed};
+use xo_proto::queue::{RunnerEvent, TaskEvent};
+use xo_proto::{SaluteReport, Steering, SubjectKind, Subjects};
+use xo_runtime::XoConfig;
+
+use crate::Shared;
+
+/// One event as clients receive it: its SSE name and JSON data.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub name: &'static str,
+    pub data: std::sync::Arc<str>,
+}
+
+/// Counters of what went by since the console started.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub reports: AtomicU64,
+    pub claims: AtomicU64,
+    pub lease_expiries: AtomicU64,
+    pub steering_by_kind: Mutex<BTreeMap<String, u64>>,
+}
+
+/// The fan-out.
+#[derive(Debug)]
+pub struct Hub {
+    tx: broadcast::Sender<Live>,
+    pub seen: Seen,
+}
+
+/// Clients may fall this many events behind before they are told to reload.
+const BACKLOG: usize = 8192;
+
+fn name_of(kind: SubjectKind) -> Option<&'static str> {
+    Some(match kind {
+        SubjectKind::Salute => "salute",
+        SubjectKind::Steer => "steer",
+        SubjectKind::TaskEvent => "task",
+        SubjectKind::RunnerEvent => "runner",
+        SubjectKind::ReviewEvent => "review",
+        SubjectKind::FleetEvent => "fleet",
+        SubjectKind::SettingsEvent => "settings",
+        SubjectKind::Directive => "directive",
+        _ => return None,
+    })
+}
+
+/// The JSON of a bus message: the typed message where the console knows
+/// it (so MessagePack reports arrive as JSON), else the payload as it is.
+fn json_of(kind: SubjectKind, msg: &Message, limit: usize) -> Option<Value> {
+    fn typed_json<T: xo_proto::Message + serde::Serialize>(
+        m: &Message,
+        limit: usize,
+    ) -> Option<Value> {
+        match typed::decode::<T>(m, limit) {
+            Ok(v) => serde_json::to_value(v).ok(),
+            Err(e) => {
+                debug!(subject = %m.subject, error = %e, "console: event not decoded; not shown");
+                None
+            }
+        }
+    }
+    match kind {
+        SubjectKind::Salute => typed_json::<SaluteReport>(msg, limit),
+        SubjectKind::Steer => typed_json::<Steering>(msg, limit),
+        SubjectKind::TaskEvent => typed_json::<TaskEvent>(msg, limit),
+        SubjectKind::RunnerEvent => typed_json::<RunnerEvent>(msg, limit),
+        SubjectKind::SettingsEvent => typed_json::<xo_proto::settings::SettingsChanged>(msg, limit),
+        _ => xo_proto::codec::decode_plain::<Value>(
+            &msg.payload,
+            msg.headers.get(xo_proto::codec::CONTENT_TYPE),
+            limit,
+        )
+        .ok(),
+    }
+}
+
+impl Hub {
+    /// Subscribes and starts fanning out until `shutdown`.
+    pub async fn start(
+        bus: &Bus,
+        cfg: &XoConfig,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(Hub, JoinHandle<()>), xo_bus::BusError> {
+        let subjects = cfg.subjects();
+        let (tx, _) = broadcast::channel(BACKLOG);
+        let hub = Hub {
+            tx: tx.clone(),
+            seen: Seen::default(),
+        };
+        let mut subs = Vec::new();
+        for pattern in patterns(&subjects) {
+            subs.push(bus.subscribe(&pattern).await?);
+        }
+        let merged = futures::stream::select_all(subs.into_iter().map(|s| s.into_stream()));
+        let limit = cfg.wire.max_payload;
+        let (in_tx, mut in_rx) = tokio::sync::mpsc::channel::<Message>(BACKLOG);
+        // The pump only moves messages; decoding happens in the feeder.
+        let pump = tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut merged = merged;
+            while let Some(m) = merged.next().await {
+                if in_tx.send(m).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let feeder = tokio::spawn(async move {
+            let mut shutdown = std::pin::pin!(shutdown);
+            loop {
+                let m = tokio::select! {
+                    m = in_rx.recv() => m,
+                    _ = &mut shutdown => None,
+                };
+                let Some(m) = m else { break };
+                let Some(kind) = subjects.kind(&m.subject) else {
+                    continue;
+                };
+                let Some(name) = name_of(kind) else { continue };
+                let Some(data) = json_of(kind, &m, limit) else {
+                    continue;
+                };
+                let _ = tx.send(Live {
+                    name,
+                    data: data.to_string().into(),
+                });
+            }
+            pump.abort();
+        });
+        Ok((hub, feeder))
+    }
+
+    /// A new client's receiver.
+    pub fn subscribe(&self) -> broadcast::Receiver<Live> {
+        self.tx.subscribe()
+    }
+
+    /// Counts an event for `/metrics`.
+    pub fn count(&self, ev: &Live) {
+        match ev.name {
+            "salute" => {
+                self.seen.reports.fetch_add(1, Ordering::Relaxed);
+            }
+            "steer" => {
+                if let Ok(v) = serde_json::from_str::<Value>(&ev.data)
+                    && let Some(kind) = v.get("kind").and_then(Value::as_str)
+                {
+                    let mut m = self
+                        .seen
+                        .steering_by_kind
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    *m.entry(kind.to_string()).or_default() += 1;
+                }
+            }
+            "task" => {
+                if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
+                    match v.get("event").and_then(Value::as_str) {
+                        Some("TASK_START") => {
+                            self.seen.claims.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Some("LEASE_EXPIRED") => {
+                            self.seen.lease_expiries.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Starts the counting task: one more subscriber that only counts.
+pub fn spawn_counter(console: Shared) -> JoinHandle<()> {
+    let mut rx = console.hub.subscribe();
+    let stop = console.stop.signal();
+    tokio::spawn(async move {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let r = tokio::select! {
+                r = rx.recv() => r,
+                _ = &mut stop => break,
+            };
+            match r {
+                Ok(ev) => console.hub.count(&ev),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    })
+}
+
+/// `GET /api/v1/events`: the live feed as Server-Sent Events. `?only=`
+/// takes a comma-separated list of event names.
+pub async fn sse(
+    State(c): State<Shared>,
+    axum::extract::Query(q): axum::extract::Query<BTreeMap<String, String>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let only: Option<Vec<String>> = q
+        .get("only")
+        .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let rx = c.hub.subscribe();
+    let stream = futures::stream::unfold((rx, only), |(mut rx, only)| async move {
+        loop {
+            match rx.recv().await {
+                Ok(ev) => {
+                    if only
+                        .as_ref()
+                        .is_some_and(|o| !o.iter().any(|n| n == ev.name))
+                    {
+                        continue;
+                    }
+                    let e = Event::default().event(ev.name).data(ev.data.as_ref());
+                    return Some((Ok(e), (rx, only)));
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    let e = Event::default()
+                        .event("lagged")
+                        .data(format!("{{\"missed\":{n}}}"));
+                    return Some((Ok(e), (rx, only)));
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    // Open streams end when the console stops (graceful shutdown waits for them).
+    use futures::StreamExt;
+    let stop = c.stop.clone();
+    let stream = stream.take_until(async move { stop.signal().await });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// The subjects the hub listens on (for the docs and the tests).
+pub fn patterns(subjects: &Subjects) -> Vec<String> {
+    vec![
+        subjects.salute_all(),
+        subjects.steer_all(),
+        subjects.event_all(),
+        format!("{}.directive.*", subjects.prefix()),
+    ]
+}

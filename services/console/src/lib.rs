@@ -1,0 +1,226 @@
+//! The XO console: a web dashboard and JSON API that is one more client of
+//! the bus. It talks to the supervisor, queue, knowledge, review and fleet
+//! services only through their control requests and subscriptions, like
+//! `xo` does, so it runs inside `xo up` or as its own process
+//! (`xo serve console`).
+//!
+//! # Layout
+//!
+//! - this file: [`start`] binds the listener and builds the router;
+//!   [`ConsoleHandle`] stops it.
+//! - [`auth`]: the bearer token, the browser's cookie, CSRF, read-only mode.
+//! - [`api`]: `/api/v1/...`, one route per control request, errors as
+//!   `{code, message}`.
+//! - [`events`]: the bus subscriptions fanned out to `/api/v1/events` (SSE).
+//! - [`metrics`]: `/metrics` in the Prometheus text format.
+//! - [`pages`]: the server-rendered pages and their form actions; [`html`]
+//!   the escaping and the layout. `assets/` holds the CSS and the script,
+//!   embedded at build time (no npm, no CDN).
+
+pub mod api;
+pub mod auth;
+pub mod events;
+pub mod html;
+pub mod metrics;
+pub mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::task::JoinHandle;
+use tracing::info;
+use xo_bus::Bus;
+use xo_bus::typed::{self, CallError};
+use xo_proto::Request;
+use xo_proto::Subjects;
+use xo_proto::control::{ErrorCode, ServiceError};
+use xo_runtime::XoConfig;
+use xo_runtime::tree::Shutdown;
+
+/// How long a control request from the console may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct Console {
+    pub bus: Bus,
+    pub subjects: Subjects,
+    pub cfg: XoConfig,
+    pub auth: auth::Auth,
+    pub hub: events::Hub,
+    /// Triggered at stop: open event streams end.
+    pub stop: Shutdown,
+}
+
+pub type Shared = Arc<Console>;
+
+impl Console {
+    /// Calls a service's control API; a failure says which service and
+    /// what to do.
+    pub async fn call<R: Request>(&self, req: &R) -> Result<R::Response, ServiceError> {
+        typed::call(&self.bus, &self.subjects, req, CALL_TIMEOUT + req.wait())
+            .await
+            .map_err(|e| call_error::<R>(e))
+    }
+}
+
+/// The service a request goes to, as an operator knows it.
+pub fn service_name(service: &str) -> &'static str {
+    match service {
+        "supervisor" => "the supervisor",
+        "queue" => "the queue",
+        "knowledge" => "the knowledge store",
+        "review" => "the review supervisors",
+        "fleet" => "the fleet manager",
+        _ => "a service",
+    }
+}
+
+fn call_error<R: Request>(e: CallError) -> ServiceError {
+    let who = service_name(R::SERVICE);
+    match e {
+        CallError::Service(s) => s,
+        CallError::Bus(xo_bus::BusError::NoResponders { .. }) => ServiceError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "{who} is not running (no service answers xo.ctl.{}.{}); start it with `xo up` or `xo serve {}`",
+                R::SERVICE,
+                R::VERB,
+                R::SERVICE
+            ),
+        ),
+        CallError::Bus(xo_bus::BusError::Timeout { timeout, .. }) => ServiceError::new(
+            ErrorCode::Timeout,
+            format!(
+                "{who} did not answer {}.{} within {timeout:?}",
+                R::SERVICE,
+                R::VERB
+            ),
+        ),
+        CallError::Bus(b) => ServiceError::new(
+            ErrorCode::Unavailable,
+            format!("{who} cannot be reached: {b}"),
+        ),
+        CallError::Codec(c) => ServiceError::new(
+            ErrorCode::Internal,
+            format!(
+                "{who} answered {}.{} with a reply this console cannot read: {c}",
+                R::SERVICE,
+                R::VERB
+            ),
+        ),
+    }
+}
+
+/// Errors of starting the console.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    #[error(
+        "console.listen {addr}: {source} (another process may hold the port: set console.listen, or console.enabled = false)"
+    )]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("console token {path}: {reason}")]
+    Token { path: String, reason: String },
+    #[error("bus: {0}")]
+    Bus(#[from] xo_bus::BusError),
+}
+
+/// A running console.
+#[derive(Debug)]
+pub struct ConsoleHandle {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// `http://addr` (what `xo up` prints).
+    pub url: String,
+    pub console: Shared,
+    stop: Shutdown,
+    server: JoinHandle<()>,
+    hub: JoinHandle<()>,
+    counter: JoinHandle<()>,
+}
+
+impl ConsoleHandle {
+    /// The URL that logs a browser in (sets the token cookie).
+    pub fn login_url(&self) -> String {
+        format!("{}/login?token={}", self.url, self.console.auth.token())
+    }
+
+    /// Stops serving: open event streams end, then the listener.
+    pub async fn stop(self) {
+        self.stop.trigger();
+        let _ = self.server.await;
+        let _ = self.hub.await;
+        let _ = self.counter.await;
+    }
+}
+
+/// The router for `console` (also used by the bench and the tests).
+pub fn router(console: Shared) -> Router {
+    let assets = Router::new()
+        .route("/assets/console.css", axum::routing::get(html::css))
+        .route("/assets/console.js", axum::routing::get(html::js));
+    Router::new()
+        .merge(pages::routes())
+        .nest("/api/v1", api::routes())
+        .route("/metrics", axum::routing::get(metrics::handler))
+        .merge(assets)
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            auth::guard,
+        ))
+        .with_state(console)
+}
+
+/// Binds `console.listen`, subscribes to the bus for the live events, and
+/// serves until [`ConsoleHandle::stop`].
+pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleError> {
+    let addr = cfg.console.listen.clone();
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|source| ConsoleError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| ConsoleError::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
+    let auth = auth::Auth::load(cfg, local)?;
+    let stop = Shutdown::new();
+    let (hub, hub_task) = events::Hub::start(&bus, cfg, stop.signal()).await?;
+    let console = Arc::new(Console {
+        subjects: cfg.subjects(),
+        cfg: cfg.clone(),
+        bus,
+        auth,
+        hub,
+        stop: stop.clone(),
+    });
+    let counter = events::spawn_counter(console.clone());
+    let app = router(console.clone());
+    let signal = stop.signal();
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(signal)
+            .await
+        {
+            tracing::error!(error = %e, "console server ended");
+        }
+    });
+    let url = format!("http://{local}");
+    info!(url = %url, read_only = cfg.console.read_only, open = console.auth.open_reads(), "console serving");
+    Ok(ConsoleHandle {
+        addr: local,
+        url,
+        console,
+        stop,
+        server,
+        hub: hub_task,
+        counter,
+    })
+}

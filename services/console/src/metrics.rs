@@ -1,0 +1,222 @@
+//! `/metrics` in the Prometheus text format (0.0.4), gathered from the
+//! services' control APIs at scrape time plus the counters of the live
+//! feed. A service that does not answer is `xo_service_up{service} 0` and
+//! its metrics are left out (never reported as zero).
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use xo_proto::control::{ListUnits, SupervisorStats};
+use xo_proto::knowledge::ListReviewRuns;
+use xo_proto::queue::GetStatus;
+
+use crate::Shared;
+
+/// Writes one metric family's header.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Escapes a label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The whole exposition.
+pub async fn render(c: &Shared) -> String {
+    let (units, stats, status, runs) = tokio::join!(
+        c.call(&ListUnits {}),
+        c.call(&SupervisorStats {}),
+        c.call(&GetStatus {}),
+        c.call(&ListReviewRuns { last: None }),
+    );
+    let mut out = String::with_capacity(4096);
+    family(
+        &mut out,
+        "xo_service_up",
+        "gauge",
+        "Whether a service answered this scrape.",
+    );
+    for (svc, up) in [
+        ("supervisor", units.is_ok() && stats.is_ok()),
+        ("queue", status.is_ok()),
+        ("review", runs.is_ok()),
+    ] {
+        let _ = writeln!(out, "xo_service_up{{service=\"{svc}\"}} {}", u8::from(up));
+    }
+    if let Ok(units) = &units {
+        family(&mut out, "xo_units", "gauge", "Units by assessed health.");
+        for h in ["green", "amber", "red", "black"] {
+            let n = units
+                .iter()
+                .filter(|u| {
+                    serde_json::to_value(u.health)
+                        .ok()
+                        .and_then(|v| v.as_str().map(|s| s.eq_ignore_ascii_case(h)))
+                        .unwrap_or(false)
+                })
+                .count();
+            let _ = writeln!(out, "xo_units{{health=\"{h}\"}} {n}");
+        }
+        family(
+            &mut out,
+            "xo_units_stale",
+            "gauge",
+            "Units with no report or heartbeat within stale_after.",
+        );
+        let _ = writeln!(
+            out,
+            "xo_units_stale {}",
+            units.iter().filter(|u| u.stale).count()
+        );
+    }
+    if let Ok(s) = &stats {
+        for (name, help, v) in [
+            (
+                "xo_reports_received_total",
+                "SALUTE reports received by the supervisor.",
+                s.reports,
+            ),
+            (
+                "xo_reports_evaluated_total",
+                "Reports run through the radio check.",
+                s.evaluated,
+            ),
+            (
+                "xo_reports_duplicate_total",
+                "Reports ignored as duplicates or out of order.",
+                s.duplicates,
+            ),
+            (
+                "xo_dead_letters_total",
+                "Messages sent to the dead-letter subjects.",
+                s.dead_letters,
+            ),
+            (
+                "xo_steering_sent_total",
+                "Steering messages the supervisor sent.",
+                s.steering,
+            ),
+            ("xo_heartbeats_total", "Heartbeats received.", s.heartbeats),
+        ] {
+            family(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
+    {
+        let by_kind = c
+            .hub
+            .seen
+            .steering_by_kind
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        family(
+            &mut out,
+            "xo_steering_total",
+            "counter",
+            "Steering seen on the bus since the console started, by anomaly kind.",
+        );
+        for (kind, n) in by_kind {
+            let _ = writeln!(out, "xo_steering_total{{kind=\"{}\"}} {n}", label(&kind));
+        }
+        let seen = &c.hub.seen;
+        for (name, help, v) in [
+            (
+                "xo_claims_total",
+                "Tasks claimed (TASK_START) since the console started.",
+                seen.claims.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_lease_expiries_total",
+                "Leases that expired since the console started.",
+                seen.lease_expiries.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_reports_seen_total",
+                "SALUTE reports the console's live feed saw.",
+                seen.reports.load(Ordering::Relaxed),
+            ),
+        ] {
+            family(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
+    if let Ok(st) = &status {
+        family(&mut out, "xo_tasks", "gauge", "Tasks by state.");
+        for (state, n) in &st.counts {
+            let _ = writeln!(out, "xo_tasks{{state=\"{}\"}} {n}", label(state));
+        }
+        family(
+            &mut out,
+            "xo_queue_iteration",
+            "gauge",
+            "The queue's iteration counter.",
+        );
+        let _ = writeln!(out, "xo_queue_iteration {}", st.iteration);
+        family(
+            &mut out,
+            "xo_queue_running",
+            "gauge",
+            "1 while the queue is RUNNING.",
+        );
+        let running = serde_json::to_value(st.status)
+            .ok()
+            .and_then(|v| v.as_str().map(|s| s.eq_ignore_ascii_case("running")))
+            .unwrap_or(false);
+        let _ = writeln!(out, "xo_queue_running {}", u8::from(running));
+    }
+    if let Ok(runs) = &runs {
+        family(
+            &mut out,
+            "xo_review_runs_total",
+            "counter",
+            "Review runs by reviewer and outcome.",
+        );
+        let mut by: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        let mut cost: std::collections::BTreeMap<String, f64> = Default::default();
+        for r in runs {
+            *by.entry((r.reviewer.clone(), r.outcome.clone()))
+                .or_default() += 1;
+            *cost.entry(r.reviewer.clone()).or_default() += r.cost_usd;
+        }
+        for ((reviewer, outcome), n) in by {
+            let _ = writeln!(
+                out,
+                "xo_review_runs_total{{reviewer=\"{}\",outcome=\"{}\"}} {n}",
+                label(&reviewer),
+                label(&outcome)
+            );
+        }
+        family(
+            &mut out,
+            "xo_review_cost_usd_total",
+            "counter",
+            "USD spent by the review supervisors.",
+        );
+        for (reviewer, usd) in cost {
+            let _ = writeln!(
+                out,
+                "xo_review_cost_usd_total{{reviewer=\"{}\"}} {usd}",
+                label(&reviewer)
+            );
+        }
+    }
+    out
+}
+
+pub async fn handler(State(c): State<Shared>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(&c).await,
+    )
+}

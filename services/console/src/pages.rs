@@ -1,0 +1,1464 @@
+//! The pages: server-rendered HTML that reads without JavaScript, and form
+//! actions (`POST /ui/...`) that redirect back with a message. The script
+//! (`assets/console.js`) adds live updates from `/api/v1/events`.
+//!
+//! A service that does not answer gives a page that says which service and
+//! how to start it (status 503), never a 500.
+
+use std::collections::BTreeMap;
+
+use axum::Form;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde_json::Value;
+use xo_proto::control::{ListUnits, ServiceError, ShowUnit, SteerUnit, UnitSummary};
+use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
+use xo_proto::knowledge::{Author, DeprecateDoc, ListDocs, ListReviewRuns};
+use xo_proto::queue::{
+    Answer, AuditTail, AuditVerify, Cancel, GetStatus, Halt, ListTasks, Resume, RetryTask, Start,
+    Step, TaskRecord, TaskState,
+};
+use xo_proto::settings::{GetSettings, PutSettings, SettingsView};
+use xo_proto::{Health, Severity};
+
+use crate::Shared;
+use crate::html::{Frame, action, age, esc, page};
+
+type Q = Query<BTreeMap<String, String>>;
+
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/", get(fleet))
+        .route("/units/{unit}", get(unit))
+        .route("/queue", get(queue))
+        .route("/audit", get(audit))
+        .route("/knowledge", get(knowledge))
+        .route("/directives", get(directives))
+        .route("/reviews", get(reviews))
+        .route("/containers", get(containers))
+        .route("/settings", get(settings))
+        .route("/login", get(login_page).post(login))
+        .route("/ui/units/{unit}/steer", post(ui_steer))
+        .route("/ui/queue/{verb}", post(ui_queue))
+        .route("/ui/tasks/{id}/{verb}", post(ui_task))
+        .route(
+            "/ui/knowledge/{category}/{name}/deprecate",
+            post(ui_deprecate),
+        )
+        .route("/ui/fleet/{role}/scale", post(ui_scale))
+        .route("/ui/fleet/units/{unit}/restart", post(ui_restart))
+        .route("/ui/settings", post(ui_settings))
+}
+
+fn flash(q: &BTreeMap<String, String>) -> Option<(bool, String)> {
+    q.get("error")
+        .map(|e| (false, e.clone()))
+        .or_else(|| q.get("ok").map(|m| (true, m.clone())))
+}
+
+fn frame<'a>(
+    c: &'a Shared,
+    title: &'a str,
+    active: &'a str,
+    q: &BTreeMap<String, String>,
+) -> Frame<'a> {
+    Frame {
+        title,
+        active,
+        csrf: c.auth.csrf(),
+        read_only: c.auth.read_only(),
+        flash: flash(q),
+    }
+}
+
+fn ok_page(f: &Frame<'_>, body: &str) -> Response {
+    Html(page(f, body)).into_response()
+}
+
+/// The page of a service that did not answer: which, and how to start it.
+fn down(f: &Frame<'_>, e: &ServiceError) -> Response {
+    let body = format!(
+        "<div class=\"down\" role=\"alert\"><h2>Not available</h2><p>{}</p></div>",
+        esc(&e.message)
+    );
+    let status = crate::api::status_of(e.code);
+    let status = if status == StatusCode::INTERNAL_SERVER_ERROR {
+        StatusCode::BAD_GATEWAY
+    } else {
+        status
+    };
+    (status, Html(page(f, &body))).into_response()
+}
+
+fn now() -> u64 {
+    xo_proto::now_ms()
+}
+
+fn health_name(h: Health) -> String {
+    serde_json::to_value(h)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_lowercase))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn wire<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// One row of the fleet table (the script renders the same cells).
+pub fn unit_row(u: &UnitSummary, now: u64) -> String {
+    let h = health_name(u.health);
+    let (last, last_age) = match u.last_steering {
+        Some((k, at)) => (k.to_string(), age(now, at)),
+        None => ("—".into(), String::new()),
+    };
+    format!(
+        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\">\
+<td><a href=\"/units/{id}\">{id}</a></td><td>{role}</td>\
+<td><span class=\"health {h}\">{h}</span>{stale}</td><td class=\"pace\">{pace}</td>\
+<td class=\"num fill\">{fill:.0}%</td><td class=\"num tsp\">{tsp}</td><td class=\"num cost\">${cost:.4}</td>\
+<td class=\"steer\">{last} <small>{last_age}</small></td><td class=\"seen\">{seen}</td></tr>",
+        id = esc(&u.unit),
+        role = esc(&u.role),
+        stale = if u.stale {
+            " <span class=\"badge\">stale</span>"
+        } else {
+            ""
+        },
+        pace = esc(&wire(&u.pace)),
+        fill = u.context_fill * 100.0,
+        tsp = u.turns_since_progress,
+        cost = u.cost_usd,
+        seen = age(now, u.last_seen),
+    )
+}
+
+/// The fleet table for `units` with the filters of `q`.
+pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
+    let role = q.get("role").filter(|s| !s.is_empty());
+    let health = q.get("health").filter(|s| !s.is_empty());
+    let find = q.get("q").filter(|s| !s.is_empty());
+    let mut roles: Vec<&str> = units.iter().map(|u| u.role.as_str()).collect();
+    roles.sort_unstable();
+    roles.dedup();
+    let mut rows = String::with_capacity(units.len() * 400);
+    let mut shown = 0usize;
+    for u in units {
+        if role.is_some_and(|r| *r != u.role)
+            || health.is_some_and(|h| *h != health_name(u.health))
+            || find.is_some_and(|f| !u.unit.contains(f.as_str()))
+        {
+            continue;
+        }
+        shown += 1;
+        rows.push_str(&unit_row(u, now));
+    }
+    let opt = |v: &str, sel: Option<&String>| {
+        format!(
+            "<option value=\"{v}\"{}>{v}</option>",
+            if sel.is_some_and(|s| s == v) {
+                " selected"
+            } else {
+                ""
+            },
+            v = esc(v)
+        )
+    };
+    let role_opts: String = roles.iter().map(|r| opt(r, role)).collect();
+    let health_opts: String = ["green", "amber", "red", "black"]
+        .iter()
+        .map(|h| opt(h, health))
+        .collect();
+    let count = |h: &str| units.iter().filter(|u| health_name(u.health) == h).count();
+    format!(
+        "<p class=\"summary\"><span id=\"unit-count\">{n}</span> units · \
+<span class=\"health green\">{g}</span> <span class=\"health amber\">{a}</span> <span class=\"health red\">{r}</span></p>\
+<form method=\"get\" class=\"filters\"><label>Role <select name=\"role\"><option value=\"\">all</option>{role_opts}</select></label>\
+<label>Health <select name=\"health\"><option value=\"\">all</option>{health_opts}</select></label>\
+<label>Unit <input name=\"q\" value=\"{f}\" placeholder=\"name contains\"></label><button type=\"submit\">Filter</button></form>\
+<div class=\"scroll\"><table id=\"units\" data-live=\"fleet\"><thead><tr><th>Unit</th><th>Role</th><th>Health</th><th>PACE</th>\
+<th>Context</th><th>Turns w/o progress</th><th>Cost</th><th>Last steering</th><th>Seen</th></tr></thead>\
+<tbody>{rows}</tbody></table></div>{empty}",
+        n = units.len(),
+        g = count("green"),
+        a = count("amber"),
+        r = count("red"),
+        f = esc(find.map(String::as_str).unwrap_or("")),
+        empty = if shown == 0 {
+            "<p class=\"empty\" id=\"no-units\">No units match. Units appear here when they send their first SALUTE report (`xo report FILE`, or a runner).</p>"
+        } else {
+            ""
+        },
+    )
+}
+
+async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Fleet", "/", &q);
+    match c.call(&ListUnits {}).await {
+        Ok(units) => ok_page(&f, &fleet_body(&units, &q, now())),
+        Err(e) => down(&f, &e),
+    }
+}
+
+fn steering_item(s: &xo_proto::Steering, now: u64) -> String {
+    format!(
+        "<li class=\"steer {sev}\"><span class=\"when\">turn {turn} · {age}</span> <b>{kind}</b> <span class=\"sev\">{sev}</span> <span class=\"src\">{src}</span><p>{msg}</p></li>",
+        sev = esc(&s.severity.to_string()),
+        turn = s.turn,
+        age = age(now, s.at),
+        kind = esc(&s.kind.to_string()),
+        src = esc(&wire(&s.source)),
+        msg = esc(&s.message),
+    )
+}
+
+async fn unit(State(c): State<Shared>, Path(unit): Path<String>, Query(q): Q) -> Response {
+    let title = format!("Unit {unit}");
+    let f = frame(&c, &title, "/", &q);
+    if let Err(e) = xo_proto::validate_token("unit", &unit) {
+        return (
+            StatusCode::BAD_REQUEST,
+            Html(page(
+                &f,
+                &format!("<p class=\"flash error\">{}</p>", esc(&e)),
+            )),
+        )
+            .into_response();
+    }
+    let d = match c.call(&ShowUnit { unit: unit.clone() }).await {
+        Ok(d) => d,
+        Err(e) => return down(&f, &e),
+    };
+    let n = now();
+    let mut body = format!(
+        "<div class=\"scroll\"><table id=\"units\" data-live=\"unit\" data-unit=\"{u}\"><thead><tr><th>Unit</th><th>Role</th><th>Health</th><th>PACE</th>\
+<th>Context</th><th>Turns w/o progress</th><th>Cost</th><th>Last steering</th><th>Seen</th></tr></thead><tbody>{row}</tbody></table></div>",
+        u = esc(&unit),
+        row = unit_row(&d.summary, n)
+    );
+    if let Some(r) = &d.report {
+        body.push_str(&format!(
+            "<section class=\"report\"><h2>Latest report</h2><p>turn {} · seq {} · step <b>{}</b> — {}</p><p>tokens {} in / {} out · {} recent actions</p></section>",
+            r.time.turn,
+            r.time.seq,
+            esc(r.activity.step.as_deref().unwrap_or("—")),
+            esc(r.activity.summary.as_deref().unwrap_or("")),
+            r.equipment.tokens_in,
+            r.equipment.tokens_out,
+            r.activity.recent.len(),
+        ));
+    }
+    body.push_str("<section><h2>Timeline</h2><ol id=\"timeline\" class=\"timeline\" reversed>");
+    for s in d.recent_steering.iter().rev() {
+        body.push_str(&steering_item(s, n));
+    }
+    body.push_str("</ol>");
+    if d.recent_steering.is_empty() {
+        body.push_str("<p class=\"empty\">No steering yet.</p>");
+    }
+    body.push_str("</section>");
+    if !f.read_only {
+        body.push_str(&format!(
+            "<section><h2>Steer</h2><form method=\"post\" action=\"/ui/units/{u}/steer\" id=\"steer-form\" class=\"stack\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+<label>Message (sent as <code>[SUPERVISOR]</code> steering on <code>xo.steer.{u}</code>)<textarea name=\"message\" rows=\"3\" required></textarea></label>\
+<label>Severity <select name=\"severity\"><option>info</option><option selected>warning</option><option>urgent</option><option>critical</option></select></label>\
+<button type=\"submit\">Send steering</button></form></section>",
+            u = esc(&unit),
+            csrf = esc(f.csrf)
+        ));
+    }
+    ok_page(&f, &body)
+}
+
+fn task_actions(f: &Frame<'_>, t: &TaskRecord) -> String {
+    let id = esc(&t.task.task_id);
+    let mut a = String::new();
+    match t.state {
+        TaskState::AwaitingResponse | TaskState::Blocked => {
+            if t.state == TaskState::AwaitingResponse || t.question.is_some() {
+                a.push_str(&action(
+                    f,
+                    &format!("/ui/tasks/{}/answer", t.task.task_id),
+                    "<input name=\"text\" placeholder=\"answer\" required>",
+                    "Answer",
+                    "",
+                ));
+            }
+            if t.state == TaskState::Blocked {
+                a.push_str(&action(
+                    f,
+                    &format!("/ui/tasks/{}/retry", t.task.task_id),
+                    "",
+                    "Retry",
+                    "",
+                ));
+            }
+            a.push_str(&action(
+                f,
+                &format!("/ui/tasks/{}/cancel", t.task.task_id),
+                "",
+                "Cancel",
+                "danger",
+            ));
+        }
+        TaskState::Pending | TaskState::Running => {
+            a.push_str(&action(
+                f,
+                &format!("/ui/tasks/{}/cancel", t.task.task_id),
+                "",
+                "Cancel",
+                "danger",
+            ));
+        }
+        _ => {}
+    }
+    let _ = id;
+    a
+}
+
+async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Queue", "/queue", &q);
+    let list = ListTasks::default();
+    let (status, tasks) = tokio::join!(c.call(&GetStatus {}), c.call(&list));
+    let (status, tasks) = match (status, tasks) {
+        (Ok(s), Ok(t)) => (s, t),
+        (Err(e), _) | (_, Err(e)) => return down(&f, &e),
+    };
+    let run = wire(&status.status);
+    let mut body = format!(
+        "<section class=\"status\"><p>Status <b id=\"queue-status\">{run}</b>{reason} · mode <b>{mode}</b> · iteration {it}</p><p>Goal: {goal}</p><div class=\"actions\">{start}{step}{halt}{resume}</div></section>",
+        reason = status
+            .halt_reason
+            .as_ref()
+            .map(|r| format!(" <span class=\"reason\">({})</span>", esc(r)))
+            .unwrap_or_default(),
+        mode = esc(&wire(&status.mode)),
+        it = status.iteration,
+        goal = if status.goal.description.is_empty() {
+            "<i>none set</i>".to_string()
+        } else {
+            esc(&status.goal.description)
+        },
+        start = action(&f, "/ui/queue/start", "", "Start", ""),
+        step = action(&f, "/ui/queue/step", "", "Step", ""),
+        halt = action(
+            &f,
+            "/ui/queue/halt",
+            "<input name=\"reason\" placeholder=\"reason\">",
+            "Halt",
+            "danger"
+        ),
+        resume = action(&f, "/ui/queue/resume", "", "Resume", ""),
+    );
+    for (state, title) in [
+        (TaskState::AwaitingResponse, "Awaiting an answer"),
+        (TaskState::Blocked, "Blocked"),
+        (TaskState::Running, "Running"),
+        (TaskState::Pending, "Pending"),
+        (TaskState::Completed, "Completed"),
+        (TaskState::Cancelled, "Cancelled"),
+    ] {
+        let rows: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == state).collect();
+        body.push_str(&format!(
+            "<section class=\"tasks\" id=\"tasks-{s}\"><h2>{title} <small>{n}</small></h2>",
+            s = state.as_str(),
+            n = rows.len()
+        ));
+        if rows.is_empty() {
+            body.push_str("</section>");
+            continue;
+        }
+        body.push_str("<div class=\"scroll\"><table><thead><tr><th>Task</th><th>Role</th><th>Intent</th><th>Attempt</th><th>Detail</th><th></th></tr></thead><tbody>");
+        for t in rows {
+            let detail = t
+                .question
+                .as_ref()
+                .map(|q| format!("asks: {q}"))
+                .or_else(|| t.reason.clone())
+                .or_else(|| t.answer.as_ref().map(|a| format!("answered: {a}")))
+                .unwrap_or_default();
+            body.push_str(&format!(
+                "<tr id=\"task-{id}\"><td><code>{id}</code></td><td>{role}</td><td>{intent}</td><td class=\"num\">{att}</td><td>{detail}</td><td class=\"actions\">{acts}</td></tr>",
+                id = esc(&t.task.task_id),
+                role = esc(&t.task.role),
+                intent = esc(&t.task.intent),
+                att = t.attempt,
+                detail = esc(&detail),
+                acts = task_actions(&f, t),
+            ));
+        }
+        body.push_str("</tbody></table></div></section>");
+    }
+    ok_page(&f, &body)
+}
+
+fn compact(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 240 {
+        format!(
+            "{}…",
+            &s[..s
+                .char_indices()
+                .take_while(|(i, _)| *i < 240)
+                .last()
+                .map_or(0, |(i, ch)| i + ch.len_utf8())]
+        )
+    } else {
+        s
+    }
+}
+
+async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Audit", "/audit", &q);
+    let project = q.get("project").filter(|p| !p.is_empty()).cloned();
+    if let Some(p) = &project
+        && let Err(e) = xo_proto::validate_token("project", p)
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            Html(page(
+                &f,
+                &format!("<p class=\"flash error\">{}</p>", esc(&e)),
+            )),
+        )
+            .into_response();
+    }
+    let lines = q.get("lines").and_then(|l| l.parse().ok()).unwrap_or(200);
+    let events = match c
+        .call(&AuditTail {
+            project: project.clone(),
+            lines: Some(lines),
+        })
+        .await
+    {
+        Ok(e) => e,
+        Err(e) => return down(&f, &e),
+    };
+    let mut body = format!(
+        "<form method=\"get\" class=\"filters\"><label>Project <input name=\"project\" value=\"{p}\" placeholder=\"the goal's\"></label>\
+<label>Lines <input name=\"lines\" type=\"number\" min=\"1\" max=\"10000\" value=\"{lines}\"></label>\
+<button type=\"submit\">Show</button> <button type=\"submit\" name=\"verify\" value=\"1\" id=\"verify\">Verify the chain</button></form>",
+        p = esc(project.as_deref().unwrap_or("")),
+    );
+    let mut broken_at = None;
+    if q.contains_key("verify") {
+        match c
+            .call(&AuditVerify {
+                project: project.clone(),
+            })
+            .await
+        {
+            Ok(v) if v.intact => body.push_str(&format!(
+                "<p class=\"flash ok\" id=\"verdict\">Chain intact: {} lines of project {}.</p>",
+                v.lines,
+                esc(&v.project)
+            )),
+            Ok(v) => {
+                broken_at = v.broken_at;
+                body.push_str(&format!(
+                    "<p class=\"flash error\" id=\"verdict\">Chain broken at line {}: {}</p>",
+                    v.broken_at.unwrap_or(0),
+                    esc(v.reason.as_deref().unwrap_or(""))
+                ))
+            }
+            Err(e) => body.push_str(&format!(
+                "<p class=\"flash error\" id=\"verdict\">{}</p>",
+                esc(&e.message)
+            )),
+        }
+    }
+    body.push_str("<div class=\"scroll\"><table id=\"audit\"><thead><tr><th>#</th><th>At</th><th>Event</th><th>Task</th><th>Before</th><th>After</th></tr></thead><tbody>");
+    for e in events.iter().rev() {
+        let cls = if broken_at == Some(e.seq) {
+            " class=\"broken\""
+        } else {
+            ""
+        };
+        body.push_str(&format!(
+            "<tr{cls}><td class=\"num\">{seq}</td><td>{at}</td><td><b>{ev}</b></td><td><code>{task}</code></td><td><code>{b}</code></td><td><code>{a}</code></td></tr>",
+            seq = e.seq,
+            at = esc(&xo_runtime::clock::rfc3339(e.at)),
+            ev = esc(&e.event),
+            task = esc(e.task_id.as_deref().unwrap_or("")),
+            b = esc(&compact(&e.state_before)),
+            a = esc(&compact(&e.state_after)),
+        ));
+    }
+    body.push_str("</tbody></table></div>");
+    if events.is_empty() {
+        body.push_str("<p class=\"empty\">No audit lines yet for this project.</p>");
+    }
+    ok_page(&f, &body)
+}
+
+async fn knowledge(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Knowledge", "/knowledge", &q);
+    let list = match c.call(&ListDocs::default()).await {
+        Ok(l) => l,
+        Err(e) => return down(&f, &e),
+    };
+    let mut body = String::from(
+        "<div class=\"scroll\"><table><thead><tr><th>Document</th><th>Title</th><th>Status</th><th>Uses</th><th></th></tr></thead><tbody>",
+    );
+    for d in &list.docs {
+        let v = serde_json::to_value(d).unwrap_or_default();
+        let id = v
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let (cat, name) = id.split_once('/').unwrap_or(("", &id));
+        body.push_str(&format!(
+            "<tr><td><code>{id}</code></td><td>{title}</td><td>{status}</td><td class=\"num\">{uses}</td><td>{act}</td></tr>",
+            id = esc(&id),
+            title = esc(v.get("title").and_then(Value::as_str).unwrap_or("")),
+            status = esc(v.get("status").and_then(Value::as_str).unwrap_or("")),
+            uses = v.get("uses").map(|u| u.to_string()).unwrap_or_default(),
+            act = action(
+                &f,
+                &format!("/ui/knowledge/{cat}/{name}/deprecate"),
+                "<input name=\"reason\" placeholder=\"why\" required>",
+                "Deprecate",
+                "danger"
+            ),
+        ));
+    }
+    body.push_str("</tbody></table></div>");
+    if list.docs.is_empty() {
+        body.push_str("<p class=\"empty\">No documents yet (`xo knowledge seed`, or the review supervisors write them).</p>");
+    }
+    for bad in &list.invalid {
+        body.push_str(&format!(
+            "<p class=\"flash error\">{}</p>",
+            esc(&serde_json::to_string(bad).unwrap_or_default())
+        ));
+    }
+    ok_page(&f, &body)
+}
+
+async fn directives(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Directives", "/directives", &q);
+    let rows = match crate::api::directive_tasks(&c).await {
+        Ok(r) => r,
+        Err(e) => {
+            return down(
+                &f,
+                &ServiceError::new(xo_proto::control::ErrorCode::Unavailable, e.2),
+            );
+        }
+    };
+    let mut body = String::from(
+        "<div class=\"scroll\"><table><thead><tr><th>Task</th><th>Lane</th><th>State</th><th>Directive</th></tr></thead><tbody>",
+    );
+    for t in &rows {
+        let state = match t.state {
+            TaskState::Completed => "consumed",
+            TaskState::Cancelled => "dropped",
+            s => s.as_str(),
+        };
+        body.push_str(&format!(
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&t.task.task_id),
+            esc(t.task.lane.as_str()),
+            esc(state),
+            esc(&t.task.intent)
+        ));
+    }
+    body.push_str("</tbody></table></div>");
+    if rows.is_empty() {
+        body.push_str("<p class=\"empty\">No directives.</p>");
+    }
+    ok_page(&f, &body)
+}
+
+async fn reviews(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Review runs", "/reviews", &q);
+    let runs = match c.call(&ListReviewRuns { last: Some(500) }).await {
+        Ok(r) => r,
+        Err(e) => return down(&f, &e),
+    };
+    let total: f64 = runs.iter().map(|r| r.cost_usd).sum();
+    let tokens: u64 = runs.iter().map(|r| r.tokens_in + r.tokens_out).sum();
+    let mut body = format!(
+        "<p class=\"summary\">{} runs · {tokens} tokens · <b>${total:.4}</b></p><div class=\"scroll\"><table id=\"reviews\"><thead><tr><th>At</th><th>Reviewer</th><th>Outcome</th><th>Trigger</th><th>Tasks</th><th>Tokens</th><th>Cost</th><th>Summary</th></tr></thead><tbody>",
+        runs.len()
+    );
+    for r in runs.iter().rev() {
+        body.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">${:.4}</td><td>{}</td></tr>",
+            esc(&xo_runtime::clock::rfc3339(r.at)),
+            esc(&r.reviewer),
+            esc(&r.outcome),
+            esc(&r.trigger),
+            r.task_count,
+            r.tokens_in + r.tokens_out,
+            r.cost_usd,
+            esc(&r.summary)
+        ));
+    }
+    body.push_str("</tbody></table></div>");
+    ok_page(&f, &body)
+}
+
+async fn containers(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Containers", "/containers", &q);
+    let st = match c.call(&FleetLs {}).await {
+        Ok(s) => s,
+        Err(e) => return down(&f, &e),
+    };
+    let mut body = format!(
+        "<p>Backend <b>{}</b></p><h2>Roles</h2><div class=\"scroll\"><table><thead><tr><th>Role</th><th>Desired</th><th>Running</th><th></th></tr></thead><tbody>",
+        esc(&st.backend)
+    );
+    for (role, n) in &st.desired {
+        let running = st
+            .units
+            .iter()
+            .filter(|u| &u.role == role && u.running)
+            .count();
+        let failed = if st.failed.contains(role) {
+            " <span class=\"badge red\">failed</span>"
+        } else {
+            ""
+        };
+        body.push_str(&format!(
+            "<tr><td>{r}{failed}</td><td class=\"num\">{n}</td><td class=\"num\">{running}</td><td>{act}</td></tr>",
+            r = esc(role),
+            act = action(
+                &f,
+                &format!("/ui/fleet/{role}/scale"),
+                &format!("<input name=\"replicas\" type=\"number\" min=\"0\" max=\"100\" value=\"{n}\">"),
+                "Scale",
+                ""
+            ),
+        ));
+    }
+    body.push_str("</tbody></table></div><h2>Containers</h2><div class=\"scroll\"><table><thead><tr><th>Unit</th><th>Role</th><th>Running</th><th>Container</th><th></th></tr></thead><tbody>");
+    for u in &st.units {
+        body.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            esc(&u.unit),
+            esc(&u.role),
+            if u.running { "yes" } else { "no" },
+            esc(&u.container),
+            action(
+                &f,
+                &format!("/ui/fleet/units/{}/restart", u.unit),
+                "",
+                "Restart",
+                ""
+            )
+        ));
+    }
+    body.push_str("</tbody></table></div>");
+    ok_page(&f, &body)
+}
+
+/// A settings key's editor, with where its value comes from.
+fn setting_row(
+    f: &Frame<'_>,
+    v: &SettingsView,
+    key: &str,
+    kind: &str,
+    help: &str,
+    choices: &[String],
+) -> String {
+    let set = v.settings.values.get(key);
+    let value = set
+        .or_else(|| v.defaults.get(key))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let source = if set.is_some() {
+        format!(
+            "<span class=\"src set\">settings v{}</span>",
+            v.settings.version
+        )
+    } else if v.defaults.contains_key(key) {
+        "<span class=\"src\">xo.toml</span>".to_string()
+    } else {
+        "<span class=\"src\">not set</span>".to_string()
+    };
+    let name = format!("set:{key}");
+    let disabled = if f.read_only { " disabled" } else { "" };
+    let editor = match kind {
+        "bool" => format!(
+            "<input type=\"hidden\" name=\"{n}\" value=\"false\"><input type=\"checkbox\" name=\"{n}\" value=\"true\"{c}{disabled}>",
+            n = esc(&name),
+            c = if value.as_bool().unwrap_or(false) {
+                " checked"
+            } else {
+                ""
+            }
+        ),
+        "template" => format!(
+            "<textarea name=\"{n}\" rows=\"4\" data-key=\"{k}\"{disabled}>{t}</textarea>",
+            n = esc(&name),
+            k = esc(key),
+            t = esc(value.as_str().unwrap_or(""))
+        ),
+        "choice" => {
+            let opts: String = choices
+                .iter()
+                .map(|ch| {
+                    format!(
+                        "<option{}>{}</option>",
+                        if value.as_str() == Some(ch) {
+                            " selected"
+                        } else {
+                            ""
+                        },
+                        esc(ch)
+                    )
+                })
+                .collect();
+            format!("<select name=\"{}\"{disabled}>{opts}</select>", esc(&name))
+        }
+        "list" => {
+            let on: Vec<String> = value
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut s = format!(
+                "<input type=\"hidden\" name=\"list:{}\" value=\"\">",
+                esc(key)
+            );
+            for ch in choices {
+                s.push_str(&format!(
+                    "<label class=\"check\"><input type=\"checkbox\" name=\"list:{k}\" value=\"{c}\"{on}{disabled}> {c}</label>",
+                    k = esc(key),
+                    c = esc(ch),
+                    on = if on.contains(ch) { " checked" } else { "" }
+                ));
+            }
+            s
+        }
+        _ => format!(
+            "<input name=\"{n}\" value=\"{val}\" data-kind=\"{kind}\"{disabled}>",
+            n = esc(&name),
+            val = esc(&match &value {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            })
+        ),
+    };
+    let reset = if set.is_some() && !f.read_only {
+        format!(
+            "<label class=\"check\"><input type=\"checkbox\" name=\"unset\" value=\"{}\"> back to xo.toml</label>",
+            esc(key)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "<div class=\"setting\" data-setting=\"{k}\"><div class=\"key\"><code>{k}</code> {source}<small>{help}</small></div><div class=\"editor\">{editor}{reset}</div></div>",
+        k = esc(key),
+        help = esc(help),
+    )
+}
+
+/// The sample task of the preview.
+fn sample_task() -> xo_proto::queue::Task {
+    let mut t = xo_proto::queue::Task::new(
+        "sample-1",
+        "Add a health endpoint",
+        "Add GET /health returning {\"ok\": true}.",
+        "coder",
+    );
+    t.acceptance_criteria = vec!["GET /health answers 200".into()];
+    t
+}
+
+/// The composed prompt of the sample task under `v` (and the edits in `form`).
+fn preview(c: &Shared, values: &BTreeMap<String, Value>, project: &str) -> Result<String, String> {
+    let settings = xo_proto::settings::Settings {
+        version: 1,
+        values: values.clone(),
+        ..Default::default()
+    };
+    let cfg = xo_runtime::settings::apply(&c.cfg, &settings).map_err(|e| e.to_string())?;
+    let mut task = sample_task();
+    task.project = Some(project.to_string());
+    let role = cfg
+        .runner
+        .role_templates
+        .get(&task.role)
+        .cloned()
+        .unwrap_or_default();
+    let project_t = settings
+        .project_template(project, "input_template")
+        .unwrap_or("")
+        .to_string();
+    let templates = xo_pipeline::compose::Templates {
+        global: &cfg.runner.global_template,
+        project: &project_t,
+        role: &role,
+    };
+    let ctx = xo_pipeline::compose::Context::default();
+    let p = xo_pipeline::compose::compose(
+        xo_pipeline::compose::PromptKind::Prompt,
+        &templates,
+        &task,
+        &ctx,
+        None,
+    );
+    Ok(p.text().to_string())
+}
+
+fn settings_body(
+    f: &Frame<'_>,
+    v: &SettingsView,
+    project: &str,
+    roles: &[String],
+    extra: &str,
+) -> String {
+    let key_of = |k: &str| v.keys.iter().find(|x| x.key == k);
+    let row = |key: &str, pattern: &str| {
+        key_of(pattern)
+            .map(|k| setting_row(f, v, key, &k.kind, &k.help, &k.choices))
+            .unwrap_or_default()
+    };
+    let mut body = format!(
+        "<p class=\"summary\">Settings version <b id=\"settings-version\">{ver}</b>{by}. Values set here win over <code>xo.toml</code> and apply from the next task and the next report, without a restart; every change is a <code>SETTINGS_CHANGED</code> line in the audit.</p>{extra}\
+<form method=\"post\" action=\"/ui/settings\" id=\"settings-form\" class=\"settings\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"base_version\" value=\"{ver}\">\
+<input type=\"hidden\" name=\"project\" value=\"{p}\">",
+        ver = v.settings.version,
+        by = if v.settings.updated_by.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (by {}, {})",
+                esc(&v.settings.updated_by),
+                age(now(), v.settings.updated_at)
+            )
+        },
+        csrf = esc(f.csrf),
+        p = esc(project),
+    );
+    body.push_str("<fieldset><legend>Prompt templates</legend>");
+    body.push_str(&row("runner.global_template", "runner.global_template"));
+    body.push_str(&row(
+        &format!("projects.{project}.input_template"),
+        "projects.<project>.input_template",
+    ));
+    body.push_str(&row("runner.output_template", "runner.output_template"));
+    body.push_str(&row(
+        &format!("projects.{project}.output_template"),
+        "projects.<project>.output_template",
+    ));
+    for r in roles {
+        body.push_str(&row(
+            &format!("runner.role_templates.{r}"),
+            "runner.role_templates.<role>",
+        ));
+    }
+    body.push_str("</fieldset><fieldset><legend>Supervision</legend>");
+    body.push_str(&row("supervisor.enabled", "supervisor.enabled"));
+    for r in roles {
+        body.push_str(&format!(
+            "<details><summary>Role <b>{}</b>: radio rules and thresholds</summary>",
+            esc(r)
+        ));
+        for k in v.keys.iter().filter(|k| k.key.starts_with("roles.<role>.")) {
+            body.push_str(&setting_row(
+                f,
+                v,
+                &k.key.replace("<role>", r),
+                &k.kind,
+                &k.help,
+                &k.choices,
+            ));
+        }
+        body.push_str("</details>");
+    }
+    body.push_str("</fieldset><fieldset><legend>Timeouts and restarts</legend>");
+    for k in [
+        "runner.timeouts.standard_ms",
+        "runner.timeouts.long_ms",
+        "runner.timeouts.extended_ms",
+        "runner.max_retries",
+        "runner.restart_mode",
+    ] {
+        body.push_str(&row(k, k));
+    }
+    body.push_str("</fieldset><fieldset><legend>Review supervisors</legend>");
+    for k in [
+        "review.enabled",
+        "review.model.model",
+        "review.model.base_url",
+        "review.daily_budget_usd",
+        "review.project_budget_usd",
+    ] {
+        body.push_str(&row(k, k));
+    }
+    body.push_str("</fieldset>");
+    if !f.read_only {
+        body.push_str("<div class=\"actions sticky\"><button type=\"submit\" name=\"do\" value=\"preview\" id=\"preview\">Check and preview</button> <button type=\"submit\" name=\"do\" value=\"save\" id=\"save\" class=\"primary\">Save</button></div>");
+    }
+    body.push_str("</form>");
+    body.push_str(&format!(
+        "<form method=\"get\" class=\"filters\"><label>Project for its templates <input name=\"project\" value=\"{}\"></label><button type=\"submit\">Switch</button></form>",
+        esc(project)
+    ));
+    body
+}
+
+fn roles_of(c: &Shared, v: &SettingsView) -> Vec<String> {
+    let mut roles: Vec<String> = c.cfg.roles.keys().cloned().collect();
+    for k in v.settings.values.keys().chain(v.defaults.keys()) {
+        let parts: Vec<&str> = k.split('.').collect();
+        if let ["roles", r, ..] | ["runner", "role_templates", r] = parts.as_slice()
+            && !roles.iter().any(|x| x == r)
+        {
+            roles.push(r.to_string());
+        }
+    }
+    roles.sort();
+    roles
+}
+
+fn default_project(c: &Shared) -> String {
+    c.cfg.runner.default_project.clone()
+}
+
+async fn settings(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Settings", "/settings", &q);
+    let v = match c.call(&GetSettings {}).await {
+        Ok(v) => v,
+        Err(e) => return down(&f, &e),
+    };
+    let project = q
+        .get("project")
+        .filter(|p| xo_proto::validate_token("project", p).is_ok())
+        .cloned()
+        .unwrap_or_else(|| default_project(&c));
+    let roles = roles_of(&c, &v);
+    ok_page(&f, &settings_body(&f, &v, &project, &roles, ""))
+}
+
+/// Reads the settings form: `set:<key>` fields (typed by the key's kind),
+/// `list:<key>` checkboxes, `unset` keys. Only values that differ from
+/// what is in force are sent.
+fn form_change(
+    v: &SettingsView,
+    form: &[(String, String)],
+) -> Result<(BTreeMap<String, Value>, Vec<String>), String> {
+    let kind_of = |key: &str| -> Option<String> {
+        v.keys.iter().find_map(|k| {
+            let pat: Vec<&str> = k.key.split('.').collect();
+            let parts: Vec<&str> = key.split('.').collect();
+            (pat.len() == parts.len()
+                && pat
+                    .iter()
+                    .zip(&parts)
+                    .all(|(p, x)| p.starts_with('<') || p == x))
+            .then(|| k.kind.clone())
+        })
+    };
+    let unset: Vec<String> = form
+        .iter()
+        .filter(|(k, _)| k == "unset")
+        .map(|(_, v)| v.clone())
+        .collect();
+    // The last value of a field wins (a checked box after its hidden "false").
+    let mut fields: BTreeMap<String, String> = BTreeMap::new();
+    let mut lists: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, val) in form {
+        if let Some(key) = k.strip_prefix("set:") {
+            fields.insert(key.to_string(), val.clone());
+        } else if let Some(key) = k.strip_prefix("list:") {
+            let l = lists.entry(key.to_string()).or_default();
+            if !val.is_empty() {
+                l.push(val.clone());
+            }
+        }
+    }
+    let mut set = BTreeMap::new();
+    for (key, raw) in fields {
+        if unset.contains(&key) {
+            continue;
+        }
+        let kind = kind_of(&key).ok_or_else(|| format!("{key:?} is not a setting"))?;
+        let value = match kind.as_str() {
+            "bool" => Value::Bool(raw == "true"),
+            "integer" => Value::from(
+                raw.trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("{key}: {raw:?} is not a whole number"))?,
+            ),
+            "number" => Value::from(
+                raw.trim()
+                    .parse::<f64>()
+                    .map_err(|_| format!("{key}: {raw:?} is not a number"))?,
+            ),
+            _ => Value::String(raw.replace("\r\n", "\n")),
+        };
+        set.insert(key, value);
+    }
+    for (key, items) in lists {
+        if !unset.contains(&key) {
+            set.insert(key, Value::from(items));
+        }
+    }
+    // Only what changes: a value equal to the one in force is not a change.
+    set.retain(|k, val| {
+        let current = v.settings.values.get(k).or_else(|| v.defaults.get(k));
+        match current {
+            Some(cur) => cur != val,
+            None => {
+                !(val.is_null()
+                    || val.as_str() == Some("")
+                    || val.as_array().is_some_and(|a| a.is_empty()))
+            }
+        }
+    });
+    Ok((set, unset))
+}
+
+fn csrf_ok(c: &Shared, form: &[(String, String)]) -> bool {
+    form.iter()
+        .find(|(k, _)| k == "csrf")
+        .is_some_and(|(_, v)| c.auth.csrf_ok(v))
+}
+
+/// Percent-encodes a query value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+fn back(to: &str, r: Result<String, String>) -> Response {
+    let sep = if to.contains('?') { '&' } else { '?' };
+    let url = match r {
+        Ok(m) => format!("{to}{sep}ok={}", enc(&m)),
+        Err(e) => format!("{to}{sep}error={}", enc(&e)),
+    };
+    Redirect::to(&url).into_response()
+}
+
+fn refused_csrf() -> Response {
+    crate::auth::refuse(
+        false,
+        StatusCode::FORBIDDEN,
+        "csrf",
+        "this form's CSRF value is missing or wrong: reload the page and try again",
+    )
+}
+
+async fn ui_settings(State(c): State<Shared>, Form(form): Form<Vec<(String, String)>>) -> Response {
+    if !csrf_ok(&c, &form) {
+        return refused_csrf();
+    }
+    let get = |k: &str| form.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
+    let project = get("project")
+        .filter(|p| xo_proto::validate_token("project", p).is_ok())
+        .unwrap_or_else(|| default_project(&c));
+    let to = format!("/settings?project={}", enc(&project));
+    let v = match c.call(&GetSettings {}).await {
+        Ok(v) => v,
+        Err(e) => return back(&to, Err(e.message)),
+    };
+    let (set, unset) = match form_change(&v, &form) {
+        Ok(x) => x,
+        Err(e) => return back(&to, Err(e)),
+    };
+    if get("do").as_deref() == Some("preview") {
+        // Check the edits against the settings in force, and show the
+        // composed prompt of a sample task, without saving.
+        let mut values = v.settings.values.clone();
+        for k in &unset {
+            values.remove(k);
+        }
+        values.extend(set.clone());
+        let f = Frame {
+            title: "Settings",
+            active: "/settings",
+            csrf: c.auth.csrf(),
+            read_only: c.auth.read_only(),
+            flash: None,
+        };
+        let extra = match preview(&c, &values, &project) {
+            Ok(text) => format!(
+                "<section class=\"preview\"><p class=\"flash ok\" id=\"check\">The templates check out ({} changed, not saved yet).</p><h2>Composed prompt of a sample task</h2><pre id=\"preview-text\">{}</pre></section>",
+                set.len() + unset.len(),
+                esc(&text)
+            ),
+            Err(e) => format!("<p class=\"flash error\" id=\"check\">{}</p>", esc(&e)),
+        };
+        // The page shows the edited values, so Save sends them.
+        let mut shown = v.clone();
+        shown.settings.values = values;
+        let roles = roles_of(&c, &shown);
+        return Html(page(
+            &f,
+            &settings_body(&f, &shown, &project, &roles, &extra),
+        ))
+        .into_response();
+    }
+    if set.is_empty() && unset.is_empty() {
+        return back(&to, Ok("nothing changed".into()));
+    }
+    let base_version = get("base_version").and_then(|b| b.parse().ok());
+    let n = set.len() + unset.len();
+    let r = c
+        .call(&PutSettings {
+            set,
+            unset,
+            base_version,
+            by: "console".into(),
+        })
+        .await
+        .map(|v| {
+            format!(
+                "saved settings version {} ({n} changed)",
+                v.settings.version
+            )
+        })
+        .map_err(|e| e.message);
+    back(&to, r)
+}
+
+async fn ui_steer(
+    State(c): State<Shared>,
+    Path(unit): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if !csrf_ok(&c, &form) {
+        return refused_csrf();
+    }
+    let to = format!("/units/{}", enc(&unit));
+    let get = |k: &str| {
+        form.iter()
+            .find(|(x, _)| x == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let message = get("message");
+    if message.trim().is_empty() {
+        return back(
+            &to,
+            Err("the steering message is empty: say what the unit should do".into()),
+        );
+    }
+    let severity: Severity = match serde_json::from_value(Value::String(get("severity"))) {
+        Ok(s) => s,
+        Err(_) => {
+            return back(
+                &to,
+                Err("severity: use info, warning, urgent or critical".into()),
+            );
+        }
+    };
+    let r = c
+        .call(&SteerUnit {
+            unit,
+            message,
+            severity,
+        })
+        .await
+        .map(|s| format!("sent {} to {}", s.id, s.unit))
+        .map_err(|e| e.message);
+    back(&to, r)
+}
+
+async fn ui_queue(
+    State(c): State<Shared>,
+    Path(verb): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if !csrf_ok(&c, &form) {
+        return refused_csrf();
+    }
+    let reason = form
+        .iter()
+        .find(|(k, _)| k == "reason")
+        .map(|(_, v)| v.clone())
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| "halted from the console".into());
+    let r = match verb.as_str() {
+        "start" => c.call(&Start {}).await,
+        "step" => c.call(&Step {}).await,
+        "resume" => c.call(&Resume {}).await,
+        "halt" => c.call(&Halt { reason }).await,
+        other => return back("/queue", Err(format!("no queue action {other:?}"))),
+    };
+    back(
+        "/queue",
+        r.map(|s| format!("{verb}: queue is {}", wire(&s.status)))
+            .map_err(|e| e.message),
+    )
+}
+
+async fn ui_task(
+    State(c): State<Shared>,
+    Path((task_id, verb)): Path<(String, String)>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if !csrf_ok(&c, &form) {
+        return refused_csrf();
+    }
+    let text = form
+        .iter()
+        .find(|(k, _)| k == "text")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let r = match verb.as_str() {
+        "answer" if text.trim().is_empty() => Err(ServiceError::new(
+            xo_proto::control::ErrorCode::Invalid,
+            "the answer is empty",
+        )),
+        "answer" => {
+            c.call(&Answer {
+                task_id: task_id.clone(),
+                text,
+            })
+            .await
+        }
+        "retry" => {
+            c.call(&RetryTask {
+                task_id: task_id.clone(),
+            })
+            .await
+        }
+        "cancel" => {
+            c.call(&Cancel {
+                task_id: task_id.clone(),
+            })
+            .await
+        }
+        other => return back("/queue", Err(format!("no task action {other:?}"))),
+    };
+    back(
+        "/queue",
+        r.map(|t| format!("{verb}: {} is {}", t.task.task_id, t.state.as_str()))
+            .map_err(|e| e.message),
+    )
+}
+
+async fn ui_deprecate(
+    State(c): State<Shared>,
+    Path((category, name)): Path<(String, String)>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if !csrf_ok(&c, &form) {
+        return refused_csrf();
+    }
+    let reason = form
+        .iter()
+        .find(|(k, _)| k == "reason")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let r = c
+        .call(&DeprecateDoc {
+            id: format!("{category}/{name}"),
+            author: Author::Operator,
+            reason,
+        })
+        .await
+        .map(|_| format!("deprecated {category}/{name}"))
+        .map_err(|e| e.message);
+    back("/knowledge", r)
+}
+
+async fn ui_scale(
+    State(c): State<Shared>,
+    Path(role): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if !csrf_ok(&c, &form) {
+        return refused_csrf();
+    }
+    let replicas = form
+        .iter()
+        .find(|(k, _)| k == "replicas")
+        .and_then(|(_, v)| v.parse::<u32>().ok());
+    let Some(replicas) = replicas else {
+        return back("/containers", Err("replicas: a whole number".into()));
+    };
+    let r = c
+        .call(&FleetScale {
+            role: role.clone(),
+            replicas,
+        })
+        .await
+        .map(|_| format!("{role} scaled to {replicas}"))
+        .map_err(|e| e.message);
+    back("/containers", r)
+}
+
+async fn ui_restart(
+    State(c): State<Shared>,
+    Path(unit): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if !csrf_ok(&c, &form) {
+        return refused_csrf();
+    }
+    let r = c
+        .call(&FleetRestart { unit: unit.clone() })
+        .await
+        .map(|_| format!("{unit} restarted"))
+        .map_err(|e| e.message);
+    back("/containers", r)
+}
+
+async fn login_page(State(c): State<Shared>, Query(q): Q) -> Response {
+    if let Some(t) = q.get("token") {
+        return login_with(&c, t);
+    }
+    let body = "<form method=\"post\" action=\"/login\" class=\"stack\"><label>Console token (in <code>.xo/console.token</code>, or the chart's Secret)<input name=\"token\" type=\"password\" autocomplete=\"off\" required></label><button type=\"submit\">Log in</button></form>";
+    Html(crate::html::page_plain("Log in", body)).into_response()
+}
+
+fn login_with(c: &Shared, token: &str) -> Response {
+    if !c.auth.matches(token) {
+        return crate::auth::refuse(
+            false,
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "that is not this console's token",
+        );
+    }
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = c.auth.cookie().parse() {
+        headers.insert(header::SET_COOKIE, v);
+    }
+    (headers, Redirect::to("/")).into_response()
+}
+
+async fn login(State(c): State<Shared>, Form(form): Form<BTreeMap<String, String>>) -> Response {
+    login_with(&c, form.get("token").map(String::as_str).unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xo_proto::settings::{SettingKey, Settings};
+
+    fn view() -> SettingsView {
+        let mut defaults = BTreeMap::new();
+        defaults.insert("supervisor.enabled".to_string(), Value::Bool(true));
+        defaults.insert("runner.max_retries".to_string(), Value::from(3));
+        defaults.insert("runner.global_template".to_string(), Value::from(""));
+        SettingsView {
+            settings: Settings::default(),
+            defaults,
+            keys: xo_runtime::settings::keys()
+                .into_iter()
+                .chain([SettingKey {
+                    key: "x".into(),
+                    kind: "string".into(),
+                    help: String::new(),
+                    choices: vec![],
+                }])
+                .collect(),
+        }
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_form_sends_only_what_changed_typed_by_kind() {
+        let v = view();
+        let (set, unset) = form_change(
+            &v,
+            &pairs(&[
+                ("set:supervisor.enabled", "false"),
+                ("set:runner.max_retries", "3"),
+                ("set:runner.global_template", "Be brief.\r\nAlways."),
+                ("list:roles.coder.doctrine.disabled_rules", ""),
+                ("list:roles.coder.doctrine.disabled_rules", "stall"),
+                ("set:roles.coder.doctrine.loop_error_repeats", "5"),
+            ]),
+        )
+        .unwrap();
+        assert!(unset.is_empty());
+        assert_eq!(set["supervisor.enabled"], Value::Bool(false));
+        assert!(
+            !set.contains_key("runner.max_retries"),
+            "unchanged values are not sent"
+        );
+        assert_eq!(set["runner.global_template"], "Be brief.\nAlways.");
+        assert_eq!(
+            set["roles.coder.doctrine.disabled_rules"],
+            serde_json::json!(["stall"])
+        );
+        assert_eq!(
+            set["roles.coder.doctrine.loop_error_repeats"],
+            Value::from(5)
+        );
+        // A checked box comes after its hidden "false": the last value wins.
+        let (set, _) = form_change(
+            &v,
+            &pairs(&[
+                ("set:supervisor.enabled", "false"),
+                ("set:supervisor.enabled", "true"),
+            ]),
+        )
+        .unwrap();
+        assert!(set.is_empty());
+        let e = form_change(&v, &pairs(&[("set:runner.max_retries", "many")])).unwrap_err();
+        assert!(e.contains("runner.max_retries"), "{e}");
+    }
+
+    #[test]
+    fn the_fleet_table_filters_and_escapes() {
+        let u = |name: &str, role: &str, h: Health| UnitSummary {
+            unit: name.into(),
+            role: role.into(),
+            health: h,
+            self_health: h,
+            stale: false,
+            turn: 1,
+            seq: 1,
+            last_seen: 0,
+            task_id: None,
+            context_fill: 0.5,
+            steering_sent: 0,
+            restarts: 0,
+            pace: Default::default(),
+            turns_since_progress: 2,
+            cost_usd: 0.25,
+            last_steering: None,
+        };
+        let units = vec![
+            u("a-1", "coder", Health::Green),
+            u("b-1", "<tester>", Health::Red),
+        ];
+        let mut q = BTreeMap::new();
+        let all = fleet_body(&units, &q, 0);
+        assert!(all.contains("id=\"unit-a-1\"") && all.contains("id=\"unit-b-1\""));
+        assert!(all.contains("&lt;tester&gt;") && !all.contains("<tester>"));
+        q.insert("health".into(), "red".into());
+        let red = fleet_body(&units, &q, 0);
+        assert!(!red.contains("id=\"unit-a-1\"") && red.contains("id=\"unit-b-1\""));
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(enc("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+    }
+}
