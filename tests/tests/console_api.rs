@@ -1,0 +1,752 @@
+//! The console's HTTP API against real services on a real nats-server:
+//! every route with the bus's own types, bad bodies and unknown ids named,
+//! the token, CSRF and read-only rules, a down service named, `/metrics`
+//! parsed by a Prometheus parser, the live feed over SSE, and settings
+//! changed through the API applied by the running supervisor.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{config, connect};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use xo_bus::{NatsStore, Store, typed};
+use xo_console::ConsoleHandle;
+use xo_proto::{Format, SaluteReport};
+use xo_runtime::{Clock, XoConfig};
+use xo_tests::NatsServer;
+
+struct Rig {
+    nats: NatsServer,
+    _dir: tempfile::TempDir,
+    cfg: XoConfig,
+    console: Option<ConsoleHandle>,
+    queue: Option<xo_queue::QueueHandle>,
+    sup: Option<xo_supervisor::SupervisorHandle>,
+    knowledge: Option<xo_knowledge::service::KnowledgeHandle>,
+    review: Option<xo_review::service::ReviewHandle>,
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+async fn store(nats: &NatsServer, name: &str, cfg: &XoConfig) -> (xo_bus::Bus, Store) {
+    let bus = connect(nats, name).await;
+    let xo_bus::Bus::Nats(nb) = &bus else {
+        unreachable!()
+    };
+    let s = Store::Nats(NatsStore::new(nb.client().clone(), &cfg.org.prefix));
+    (bus, s)
+}
+
+impl Rig {
+    async fn start(extra: &[(&str, &str)]) -> Self {
+        let nats = NatsServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state").display().to_string();
+        let mut o = vec![
+            ("state.dir", state.as_str()),
+            ("console.listen", "127.0.0.1:0"),
+            ("supervisor.tick_ms", "100"),
+        ];
+        o.extend_from_slice(extra);
+        let cfg = config(&o);
+        let (qbus, qstore) = store(&nats, "xo-queue", &cfg).await;
+        let queue = xo_queue::start(cfg.clone(), qbus, qstore, Clock::System)
+            .await
+            .unwrap();
+        let kbus = connect(&nats, "xo-knowledge").await;
+        let knowledge = xo_knowledge::service::start(&cfg, kbus).await.unwrap();
+        let rbus = connect(&nats, "xo-review").await;
+        let review = xo_review::start(cfg.clone(), rbus).await.unwrap();
+        let (sbus, sstore) = store(&nats, "xo-supervisor", &cfg).await;
+        let sup = xo_supervisor::start(cfg.clone(), sbus, sstore, Clock::System)
+            .await
+            .unwrap();
+        let cbus = connect(&nats, "xo-console").await;
+        let console = xo_console::start(&cfg, cbus).await.unwrap();
+        let token = std::fs::read_to_string(cfg.state.console_token_path())
+            .unwrap()
+            .trim()
+            .to_string();
+        Self {
+            url: console.url.clone(),
+            nats,
+            _dir: dir,
+            cfg,
+            console: Some(console),
+            queue: Some(queue),
+            sup: Some(sup),
+            knowledge: Some(knowledge),
+            review: Some(review),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            token,
+        }
+    }
+
+    fn u(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let r = self.http.get(self.u(path)).send().await.unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A write with the bearer token.
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .request(method, self.u(path))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.send(reqwest::Method::POST, path, body).await
+    }
+
+    async fn stop(mut self) {
+        if let Some(c) = self.console.take() {
+            c.stop().await;
+        }
+        if let Some(s) = self.sup.take() {
+            s.stop().await.unwrap();
+        }
+        if let Some(r) = self.review.take() {
+            r.stop().await.unwrap();
+        }
+        if let Some(k) = self.knowledge.take() {
+            k.stop().await.unwrap();
+        }
+        if let Some(q) = self.queue.take() {
+            q.stop().await.unwrap();
+        }
+    }
+}
+
+fn task(id: &str) -> Value {
+    json!({"task_id": id, "intent": format!("do {id}"), "instructions": "x", "role": "coder"})
+}
+
+#[tokio::test]
+async fn every_route_answers_with_the_bus_types() {
+    let rig = Rig::start(&[]).await;
+    let (s, v) = rig.get("/api/v1/units").await;
+    assert_eq!((s, v), (StatusCode::OK, json!([])));
+
+    // Queue: init, goal, enqueue, list, one task, start/halt/resume/step.
+    let (s, v) = rig
+        .post("/api/v1/queue/init", json!({"mode": "MANUAL"}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["mode"], "MANUAL");
+    let (s, _) = rig
+        .post("/api/v1/queue/goal", json!({"description": "ship it"}))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = rig
+        .post("/api/v1/tasks", json!({"tasks": [task("t1"), task("t2")]}))
+        .await;
+    assert_eq!((s, v), (StatusCode::OK, json!(["t1", "t2"])));
+    let (_, v) = rig.get("/api/v1/tasks?state=pending").await;
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let (s, v) = rig.get("/api/v1/tasks/t2").await;
+    assert_eq!(
+        (s, v["task"]["intent"].clone()),
+        (StatusCode::OK, json!("do t2"))
+    );
+    for (verb, status) in [
+        ("start", "RUNNING"),
+        ("halt", "HALTED"),
+        ("resume", "RUNNING"),
+    ] {
+        let (s, v) = rig.post(&format!("/api/v1/queue/{verb}"), json!({})).await;
+        assert_eq!(
+            (s, v["status"].clone()),
+            (StatusCode::OK, json!(status)),
+            "{verb}"
+        );
+    }
+    let (_, v) = rig.get("/api/v1/queue").await;
+    assert_eq!(v["goal"]["description"], "ship it");
+    let (s, v) = rig.post("/api/v1/queue/step", json!({})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = rig.post("/api/v1/tasks/t1/cancel", json!({})).await;
+    assert_eq!(
+        (s, v["state"].clone()),
+        (StatusCode::OK, json!("cancelled"))
+    );
+    // The queue's own refusal comes through with its code and message.
+    let (s, v) = rig
+        .post("/api/v1/tasks/t2/answer", json!({"text": "42"}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["code"], "invalid");
+    assert!(
+        v["message"].as_str().unwrap().contains("not awaiting"),
+        "{v}"
+    );
+
+    // Audit tail and verify (the queue reads its own files).
+    let (s, v) = rig.get("/api/v1/audit?lines=3").await;
+    assert_eq!(s, StatusCode::OK);
+    let events: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events.len(), 3, "{v}");
+    assert_eq!(*events.last().unwrap(), "TASK_CANCELLED");
+    let (s, v) = rig.get("/api/v1/audit/verify").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["intact"], true);
+    assert!(v["lines"].as_u64().unwrap() >= 8, "{v}");
+
+    // Steering from the API reaches the unit's subject (once the unit is known).
+    let client = connect(&rig.nats, "test").await;
+    let r = SaluteReport::new("u-1", "coder", 1, 1);
+    typed::publish(
+        &client,
+        &rig.cfg.subjects().salute("u-1"),
+        &r,
+        Format::Msgpack,
+    )
+    .await
+    .unwrap();
+    for _ in 0..400 {
+        if rig.get("/api/v1/units/u-1").await.0 == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (s, v) = rig.get("/api/v1/units/u-1").await;
+    assert_eq!(
+        (s, v["summary"]["role"].clone()),
+        (StatusCode::OK, json!("coder"))
+    );
+    let mut sub = client
+        .subscribe(&rig.cfg.subjects().steer("u-1"))
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let (s, v) = rig
+        .post(
+            "/api/v1/units/u-1/steer",
+            json!({"message": "use the cache", "severity": "urgent"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let m = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let st: xo_proto::Steering = typed::decode(&m, usize::MAX).unwrap();
+    assert!(st.message.contains("use the cache"));
+    assert_eq!(st.severity, xo_proto::Severity::Urgent);
+
+    // Knowledge, directives, review runs, settings.
+    let (s, v) = rig.get("/api/v1/knowledge").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["docs"].is_array());
+    let (s, v) = rig.get("/api/v1/knowledge/lessons/none-such").await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, v) = rig.get("/api/v1/directives").await;
+    assert_eq!((s, v), (StatusCode::OK, json!([])));
+    let (s, v) = rig.get("/api/v1/reviews").await;
+    assert_eq!((s, v), (StatusCode::OK, json!([])));
+    let (s, v) = rig.get("/api/v1/settings").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["settings"]["version"], 0);
+    assert_eq!(v["defaults"]["supervisor.enabled"], true);
+    assert!(v["keys"].as_array().unwrap().len() > 10);
+    let (s, v) = rig
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/settings",
+            json!({"set": {"runner.global_template": "ALWAYS TEST"}, "base_version": 0}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["settings"]["version"], 1);
+    assert_eq!(v["settings"]["updated_by"], "console");
+    // A change against an old version is refused; so is a key that is not settable.
+    let (s, v) = rig
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/settings",
+            json!({"set": {"runner.max_retries": 1}, "base_version": 0}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(
+        v["message"].as_str().unwrap().contains("since version 0"),
+        "{v}"
+    );
+    let (s, v) = rig
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/settings",
+            json!({"set": {"nats.url": "nats://elsewhere:4222"}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v["message"].as_str().unwrap().contains("nats.url"), "{v}");
+    // The change is in the audit with before and after.
+    let (_, v) = rig.get("/api/v1/audit?lines=1").await;
+    assert_eq!(v[0]["event"], "SETTINGS_CHANGED");
+    assert_eq!(
+        v[0]["state_after"]["values"]["runner.global_template"],
+        "ALWAYS TEST"
+    );
+    assert_eq!(
+        v[0]["state_before"]["values"]["runner.global_template"],
+        Value::Null
+    );
+
+    // No fleet manager runs here: the answer names it.
+    let (s, v) = rig.get("/api/v1/fleet").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(v["code"], "unavailable");
+    assert!(
+        v["message"].as_str().unwrap().contains("fleet manager"),
+        "{v}"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_naming_what_was_wrong() {
+    let rig = Rig::start(&[]).await;
+    let (s, v) = rig.post("/api/v1/tasks", json!({"tasks": "t1"})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v["message"].as_str().unwrap().contains("`tasks`"), "{v}");
+    let (s, v) = rig
+        .post("/api/v1/tasks", json!({"tasks": [{"task_id": "x"}]}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v["message"].as_str().unwrap().contains("tasks[0]"), "{v}");
+    let r = rig
+        .http
+        .post(rig.u("/api/v1/units/u-1/steer"))
+        .bearer_auth(&rig.token)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let (s, v) = rig
+        .post(
+            "/api/v1/units/u-1/steer",
+            json!({"message": "x", "severity": "loud"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v["message"].as_str().unwrap().contains("`severity`"), "{v}");
+    let (s, v) = rig
+        .post("/api/v1/units/u-1/steer", json!({"message": "  "}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (s, v) = rig.get("/api/v1/units/a.b").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v["message"].as_str().unwrap().contains("unit"), "{v}");
+    let (s, v) = rig.get("/api/v1/units/nobody").await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, _) = rig.get("/api/v1/tasks/ghost").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, v) = rig.get("/api/v1/tasks?state=sleeping").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v["message"].as_str().unwrap().contains("sleeping"), "{v}");
+    let (s, v) = rig.get("/api/v1/no/such/route").await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (StatusCode::NOT_FOUND, json!("not_found"))
+    );
+    let (s, v) = rig.post("/api/v1/queue/explode", json!({})).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, v) = rig
+        .post("/api/v1/tasks/t1/answer", json!({"txt": "typo"}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(v["message"].as_str().unwrap().contains("txt"), "{v}");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn the_token_csrf_and_read_only_rules_hold() {
+    let rig = Rig::start(&[]).await;
+    let post = |path: &str| rig.http.post(rig.u(path)).json(&json!({"reason": "r"}));
+    // No token, a wrong token.
+    let r = post("/api/v1/queue/halt").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "unauthorized");
+    let r = post("/api/v1/queue/halt")
+        .bearer_auth("not-the-token-at-all")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // A wrong token is refused even for a read.
+    let r = rig
+        .http
+        .get(rig.u("/api/v1/units"))
+        .bearer_auth("nope-nope-nope-nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The cookie of a logged-in browser needs the CSRF value for a write.
+    let login = rig
+        .http
+        .get(rig.u(&format!("/login?token={}", rig.token)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_string();
+    rig.post("/api/v1/queue/init", json!({})).await;
+    let r = post("/api/v1/queue/halt")
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["code"], "csrf");
+    let page = rig
+        .http
+        .get(rig.u("/queue"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let csrf = page
+        .split("name=\"xo-csrf\" content=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    let r = post("/api/v1/queue/halt")
+        .header("cookie", &pair)
+        .header("x-xo-csrf", &csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // A form without its CSRF field is refused; with it, it redirects back.
+    let r = rig
+        .http
+        .post(rig.u("/ui/queue/resume"))
+        .header("cookie", &pair)
+        .form(&[("x", "y")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = rig
+        .http
+        .post(rig.u("/ui/queue/resume"))
+        .header("cookie", &pair)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(
+        r.headers()["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/queue?ok=")
+    );
+    // A wrong login token.
+    let r = rig
+        .http
+        .get(rig.u("/login?token=guess-guess-guess"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    rig.stop().await;
+
+    // Read-only: actions hidden and refused, even with the token.
+    let ro = Rig::start(&[("console.read_only", "true")]).await;
+    let (s, v) = ro.post("/api/v1/queue/init", json!({})).await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (StatusCode::FORBIDDEN, json!("read_only"))
+    );
+    let page = ro
+        .http
+        .get(ro.u("/queue"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("read-only") && !page.contains("<form method=\"post\""),
+        "{page}"
+    );
+    let (s, _) = ro.get("/api/v1/queue").await;
+    assert_eq!(s, StatusCode::OK);
+    ro.stop().await;
+
+    // Beyond loopback every request needs the token.
+    let open = Rig::start(&[("console.listen", "0.0.0.0:0")]).await;
+    let port = open.console.as_ref().unwrap().addr.port();
+    let url = format!("http://127.0.0.1:{port}/api/v1/units");
+    let r = open.http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = open
+        .http
+        .get(&url)
+        .bearer_auth(&open.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = open
+        .http
+        .get(format!("http://127.0.0.1:{port}/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    open.stop().await;
+}
+
+#[tokio::test]
+async fn a_service_that_is_down_is_named_not_a_500() {
+    let mut rig = Rig::start(&[]).await;
+    rig.queue.take().unwrap().stop().await.unwrap();
+    let r = rig.http.get(rig.u("/queue")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let page = r.text().await.unwrap();
+    assert!(
+        page.contains("the queue is not running") && page.contains("xo serve queue"),
+        "{page}"
+    );
+    let (s, v) = rig.get("/api/v1/tasks").await;
+    assert_eq!(
+        (s, v["code"].clone()),
+        (StatusCode::SERVICE_UNAVAILABLE, json!("unavailable"))
+    );
+    // The fleet page still works: another service.
+    let r = rig.http.get(rig.u("/")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_parse_as_prometheus_text() {
+    let rig = Rig::start(&[]).await;
+    rig.post("/api/v1/queue/init", json!({})).await;
+    rig.post(
+        "/api/v1/tasks",
+        json!({"tasks": [task("m1"), task("m2"), task("m3")]}),
+    )
+    .await;
+    rig.post("/api/v1/tasks/m3/cancel", json!({})).await;
+    let client = connect(&rig.nats, "test").await;
+    let r = SaluteReport::new("metric-unit", "coder", 1, 1);
+    typed::publish(
+        &client,
+        &rig.cfg.subjects().salute("metric-unit"),
+        &r,
+        Format::Msgpack,
+    )
+    .await
+    .unwrap();
+    // Wait until the supervisor has it (the metric then must say so).
+    for _ in 0..400 {
+        let (_, v) = rig.get("/api/v1/units").await;
+        if v.as_array().is_some_and(|a| !a.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let text = rig
+        .http
+        .get(rig.u("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition");
+    let value = |name: &str, label: Option<(&str, &str)>| -> f64 {
+        let s = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+            .unwrap_or_else(|| panic!("{name} {label:?} missing in\n{text}"));
+        match s.value {
+            prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("{name}: {other:?}"),
+        }
+    };
+    assert_eq!(value("xo_tasks", Some(("state", "pending"))), 2.0);
+    assert_eq!(value("xo_tasks", Some(("state", "cancelled"))), 1.0);
+    assert_eq!(value("xo_service_up", Some(("service", "queue"))), 1.0);
+    assert_eq!(value("xo_units", Some(("health", "green"))), 1.0);
+    assert_eq!(value("xo_reports_received_total", None), 1.0);
+    assert_eq!(value("xo_queue_running", None), 0.0);
+    assert!(scrape.docs.contains_key("xo_tasks"), "HELP lines are read");
+    rig.stop().await;
+}
+
+/// Reads SSE frames until one of `event` arrives; returns its data.
+async fn next_event(resp: &mut reqwest::Response, buf: &mut String, event: &str) -> Value {
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let mut name = "";
+            let mut data = String::new();
+            for l in frame.lines() {
+                if let Some(n) = l.strip_prefix("event: ") {
+                    name = n;
+                } else if let Some(d) = l.strip_prefix("data: ") {
+                    data.push_str(d);
+                }
+            }
+            if name == event {
+                return serde_json::from_str(&data).unwrap();
+            }
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
+            .await
+            .expect("an event within the hang guard")
+            .unwrap()
+            .expect("stream open");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn live_events_and_settings_that_apply_without_a_restart() {
+    let rig = Rig::start(&[]).await;
+    let mut resp = rig.http.get(rig.u("/api/v1/events")).send().await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut buf = String::new();
+    let client = connect(&rig.nats, "test").await;
+    let subjects = rig.cfg.subjects();
+    // The hub subscribes before the console answers; a report goes out as JSON
+    // even when it was sent as MessagePack.
+    let mut stalled = SaluteReport::new("sse-unit", "coder", 10, 1);
+    stalled.activity.turns_since_progress = 9;
+    typed::publish(
+        &client,
+        &subjects.salute("sse-unit"),
+        &stalled,
+        Format::Msgpack,
+    )
+    .await
+    .unwrap();
+    let ev = next_event(&mut resp, &mut buf, "salute").await;
+    assert_eq!(ev["unit"]["unit"], "sse-unit");
+    // The supervisor steers the stall; the steering is on the feed too.
+    let ev = next_event(&mut resp, &mut buf, "steer").await;
+    assert_eq!(
+        (ev["unit"].clone(), ev["kind"].clone()),
+        (json!("sse-unit"), json!("stall"))
+    );
+
+    // Supervision switched off in the settings: the next stall is not steered.
+    let (s, v) = rig
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/settings",
+            json!({"set": {"supervisor.enabled": false}}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ev = next_event(&mut resp, &mut buf, "settings").await;
+    assert_eq!(ev["settings"]["version"], 1);
+    let mut steer = client.subscribe(&subjects.steer("sse-unit")).await.unwrap();
+    client.flush().await.unwrap();
+    // The supervisor applies the change from the event; wait until it has.
+    let sup_version = || rig.sup.as_ref().unwrap().ctx.live.version();
+    for _ in 0..400 {
+        if sup_version() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(sup_version(), 1);
+    for turn in 20..23u64 {
+        let mut r = SaluteReport::new("sse-unit", "coder", turn, turn);
+        r.activity.turns_since_progress = 20;
+        typed::publish(&client, &subjects.salute("sse-unit"), &r, Format::Msgpack)
+            .await
+            .unwrap();
+        let ev = next_event(&mut resp, &mut buf, "salute").await;
+        assert_eq!(ev["time"]["seq"], turn);
+    }
+    // Evaluated (the seq moved) and nothing steered.
+    for _ in 0..400 {
+        let (_, v) = rig.get("/api/v1/units/sse-unit").await;
+        if v["summary"]["seq"] == 22 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        steer.try_next().is_none(),
+        "supervision is off: no steering"
+    );
+    // Back on: the same stall is steered again.
+    let (s, _) = rig
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/settings",
+            json!({"unset": ["supervisor.enabled"]}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    for _ in 0..400 {
+        if sup_version() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut r = SaluteReport::new("sse-unit", "coder", 40, 40);
+    r.activity.turns_since_progress = 30;
+    typed::publish(&client, &subjects.salute("sse-unit"), &r, Format::Msgpack)
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(20), steer.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let st: xo_proto::Steering = typed::decode(&m, usize::MAX).unwrap();
+    assert_eq!(st.kind, xo_proto::AnomalyKind::Stall);
+    drop(resp);
+    rig.stop().await;
+}
