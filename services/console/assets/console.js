@@ -73,6 +73,10 @@
           if (n) n.textContent = String(Number(n.textContent) + 1);
         }
         tr.classList.add("flash-row");
+        for (const h of ["green", "amber", "red"]) {
+          const c = document.getElementById("count-" + h);
+          if (c) c.textContent = String(tbody.querySelectorAll('tr[data-health="' + h + '"]').length);
+        }
       } catch (e) { /* the next event tries again */ }
     }, 500));
   }
@@ -111,6 +115,9 @@
   if (!window.EventSource) return;
   const page = location.pathname;
   const es = new EventSource("/api/v1/events");
+  // Browsers allow six connections per host: a stream left open by each
+  // page visited would starve the seventh page. Close it when leaving.
+  window.addEventListener("pagehide", () => es.close());
   es.onopen = () => { if (live) { live.textContent = "live"; live.classList.add("on"); } };
   es.onerror = () => { if (live) { live.textContent = "reconnecting"; live.classList.remove("on"); } };
   es.addEventListener("lagged", () => { if (mode) location.reload(); });

@@ -178,7 +178,7 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
     let count = |h: &str| units.iter().filter(|u| health_name(u.health) == h).count();
     format!(
         "<p class=\"summary\"><span id=\"unit-count\">{n}</span> units · \
-<span class=\"health green\">{g}</span> <span class=\"health amber\">{a}</span> <span class=\"health red\">{r}</span></p>\
+<span class=\"health green\" id=\"count-green\">{g}</span> <span class=\"health amber\" id=\"count-amber\">{a}</span> <span class=\"health red\" id=\"count-red\">{r}</span></p>\
 <form method=\"get\" class=\"filters\"><label>Role <select name=\"role\"><option value=\"\">all</option>{role_opts}</select></label>\
 <label>Health <select name=\"health\"><option value=\"\">all</option>{health_opts}</select></label>\
 <label>Unit <input name=\"q\" value=\"{f}\" placeholder=\"name contains\"></label><button type=\"submit\">Filter</button></form>\
@@ -831,8 +831,7 @@ fn settings_body(
     };
     let mut body = format!(
         "<p class=\"summary\">Settings version <b id=\"settings-version\">{ver}</b>{by}. Values set here win over <code>xo.toml</code> and apply from the next task and the next report, without a restart; every change is a <code>SETTINGS_CHANGED</code> line in the audit.</p>{extra}\
-<form method=\"post\" action=\"/ui/settings\" id=\"settings-form\" class=\"settings\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><input type=\"hidden\" name=\"base_version\" value=\"{ver}\">\
-<input type=\"hidden\" name=\"project\" value=\"{p}\">",
+{open}",
         ver = v.settings.version,
         by = if v.settings.updated_by.is_empty() {
             String::new()
@@ -843,8 +842,17 @@ fn settings_body(
                 age(now(), v.settings.updated_at)
             )
         },
-        csrf = esc(f.csrf),
-        p = esc(project),
+        // Read-only: the values, and no form to send.
+        open = if f.read_only {
+            "<div class=\"settings\" id=\"settings-form\">".to_string()
+        } else {
+            format!(
+                "<form method=\"post\" action=\"/ui/settings\" id=\"settings-form\" class=\"settings\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"base_version\" value=\"{}\"><input type=\"hidden\" name=\"project\" value=\"{}\">",
+                esc(f.csrf),
+                v.settings.version,
+                esc(project)
+            )
+        },
     );
     body.push_str("<fieldset><legend>Prompt templates</legend>");
     body.push_str(&row("runner.global_template", "runner.global_template"));
@@ -906,7 +914,7 @@ fn settings_body(
     if !f.read_only {
         body.push_str("<div class=\"actions sticky\"><button type=\"submit\" name=\"do\" value=\"preview\" id=\"preview\">Check and preview</button> <button type=\"submit\" name=\"do\" value=\"save\" id=\"save\" class=\"primary\">Save</button></div>");
     }
-    body.push_str("</form>");
+    body.push_str(if f.read_only { "</div>" } else { "</form>" });
     body.push_str(&format!(
         "<form method=\"get\" class=\"filters\"><label>Project for its templates <input name=\"project\" value=\"{}\"></label><button type=\"submit\">Switch</button></form>",
         esc(project)

@@ -1,0 +1,543 @@
+//! The console in a real headless Chromium (Debian's `chromium` and
+//! `chromium-driver`), driven through WebDriver, against `xo up` on the
+//! embedded bus and a real runner process: a report sent with `xo report`
+//! appears on the fleet page without a reload; steering typed on the unit
+//! page is received on `xo.steer.<unit>`; a template edited in Settings is
+//! in the next task's prompt log; halt and resume from the queue page; a
+//! question answered from the page completes; read-only hides every action.
+//! Screenshots go to `target/console-screenshots/`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn xo(root: &Path, port: u16, extra_env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+    c.current_dir(root)
+        .env("XO__STATE__DIR", root.join("state"))
+        .env("XO__CONSOLE__LISTEN", format!("127.0.0.1:{port}"))
+        .env("XO__RUNNER__CLAIM_WAIT_MS", "300")
+        .env("RUST_LOG", "info");
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    c
+}
+
+fn spawn_logged(mut c: Command, root: &Path, name: &str) -> Child {
+    let log = std::fs::File::create(root.join(format!("{name}.log"))).unwrap();
+    c.stdout(Stdio::null()).stderr(log).spawn().unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_http(url: &str, root: &Path) {
+    for _ in 0..600 {
+        if reqwest::get(url).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::read_to_string(root.join("up.log")).unwrap_or_default();
+    panic!("{url} never answered\n{log}");
+}
+
+/// chromedriver on a free port, and a headless Chromium session at 1280×800.
+async fn browser(procs: &mut Procs) -> Client {
+    let driver = ["chromedriver", "/usr/bin/chromedriver"]
+        .into_iter()
+        .find(|d| Command::new(d).arg("--version").output().is_ok())
+        .expect(
+            "chromedriver not found: install Debian's `chromium chromium-driver` (.ci/run does)",
+        );
+    let port = free_port();
+    procs.0.push(
+        Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    for _ in 0..400 {
+        if reqwest::get(format!("{url}/status")).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut caps = serde_json::Map::new();
+    let binary = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|b| Path::new(b).exists())
+        .expect("chromium not found: install Debian's `chromium chromium-driver` (.ci/run does)");
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": binary,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,800"]
+        }),
+    );
+    // Plain HTTP to the local driver: no TLS stack needed.
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&url)
+        .await
+        .expect("a WebDriver session")
+}
+
+struct Up {
+    root: tempfile::TempDir,
+    url: String,
+    token: String,
+    http: reqwest::Client,
+    procs: Procs,
+}
+
+impl Up {
+    async fn start(extra_env: &[(&str, &str)]) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut up = xo(root.path(), port, extra_env);
+        up.arg("up");
+        let child = spawn_logged(up, root.path(), "up");
+        let url = format!("http://127.0.0.1:{port}");
+        wait_http(&format!("{url}/assets/console.css"), root.path()).await;
+        let token = std::fs::read_to_string(root.path().join("state/console.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Self {
+            url,
+            token,
+            http: reqwest::Client::new(),
+            procs: Procs(vec![child]),
+            root,
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> Command {
+        let port: u16 = self.url.rsplit(':').next().unwrap().parse().unwrap();
+        let mut c = xo(self.root.path(), port, &[]);
+        c.args(args);
+        c
+    }
+
+    async fn api(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let r = self
+            .http
+            .request(method, format!("{}/api/v1{path}", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let s = r.status();
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert!(s.is_success(), "{path}: {s} {v}");
+        v
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        self.api(reqwest::Method::POST, path, body).await
+    }
+
+    async fn task_state(&self, id: &str) -> String {
+        let v = self
+            .api(reqwest::Method::GET, &format!("/tasks/{id}"), Value::Null)
+            .await;
+        v["state"].as_str().unwrap_or_default().to_string()
+    }
+
+    async fn wait_state(&self, id: &str, state: &str) {
+        for _ in 0..1200 {
+            if self.task_state(id).await == state {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let log = |n: &str| {
+            std::fs::read_to_string(self.root.path().join(format!("{n}.log"))).unwrap_or_default()
+        };
+        panic!(
+            "task {id} never reached {state} (is {})\n--- up\n{}\n--- runner\n{}",
+            self.task_state(id).await,
+            log("up"),
+            log("runner")
+        );
+    }
+}
+
+async fn login(b: &Client, up: &Up) {
+    b.goto(&format!("{}/login?token={}", up.url, up.token))
+        .await
+        .unwrap();
+}
+
+fn shots_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+async fn shot(b: &Client, name: &str) {
+    let png = b.screenshot().await.unwrap();
+    std::fs::write(shots_dir().join(format!("{name}.png")), png).unwrap();
+}
+
+async fn text_of(b: &Client, css: &str) -> String {
+    b.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Waits (bounded; a hang guard) until the page's text contains `what`.
+async fn wait_text(b: &Client, css: &str, what: &str) {
+    for _ in 0..400 {
+        if let Ok(e) = b.find(Locator::Css(css)).await
+            && e.text().await.unwrap_or_default().contains(what)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let src = b.source().await.unwrap_or_default();
+    panic!("{css} never showed {what:?}\n{src}");
+}
+
+fn write(root: &Path, name: &str, v: &Value) -> PathBuf {
+    let p = root.join(name);
+    std::fs::write(&p, serde_json::to_vec(v).unwrap()).unwrap();
+    p
+}
+
+#[tokio::test]
+async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
+    let mut up = Up::start(&[]).await;
+    let b = browser(&mut up.procs).await;
+    login(&b, &up).await;
+    b.goto(&format!("{}/", up.url)).await.unwrap();
+    wait_text(&b, "main", "No units match").await;
+    // The live feed is connected before the report goes out.
+    wait_text(&b, "#live", "live").await;
+    b.execute("window.__stayed = 'same page';", vec![])
+        .await
+        .unwrap();
+
+    let report = json!({
+        "v": 1,
+        "unit": {"unit": "web-1", "role": "coder", "pace": "primary"},
+        "status": {"health": "green"},
+        "activity": {"step": "writing tests", "turns_since_progress": 2},
+        "size": {"context_tokens": 50000, "context_limit": 100000},
+        "equipment": {"cost_usd": 0.42},
+        "time": {"turn": 4, "seq": 1, "at": 1}
+    });
+    let file = write(up.root.path(), "report.json", &report);
+    let out = up
+        .cli(&["report", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    b.wait()
+        .for_element(Locator::Id("unit-web-1"))
+        .await
+        .expect("the unit's row appears");
+    let stayed = b.execute("return window.__stayed;", vec![]).await.unwrap();
+    assert_eq!(stayed, json!("same page"), "no reload");
+    wait_text(&b, "#unit-web-1", "50%").await;
+    let row = text_of(&b, "#unit-web-1").await;
+    assert!(
+        row.contains("coder") && row.contains("$0.4200") && row.contains("primary"),
+        "{row}"
+    );
+    wait_text(&b, "#count-green", "1").await;
+    shot(&b, "fleet").await;
+    // Readable at phone width too.
+    b.set_window_size(390, 844).await.unwrap();
+    shot(&b, "fleet-phone").await;
+    b.set_window_size(1280, 800).await.unwrap();
+
+    // Steering typed on the unit page arrives on xo.steer.web-1.
+    let mut tap = up
+        .cli(&["tap", "xo.steer.web-1", "--json", "--count", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    b.find(Locator::Css("#unit-web-1 a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "h1", "Unit web-1").await;
+    // `xo tap` listens before the steering is sent.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let area = b.find(Locator::Css("#steer-form textarea")).await.unwrap();
+    area.send_keys("Stop rewriting the tests; run them first.")
+        .await
+        .unwrap();
+    b.find(Locator::Css("#steer-form button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, ".flash.ok", "sent").await;
+    let mut line = String::new();
+    BufReader::new(tap.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = tap.wait();
+    assert!(line.contains("Stop rewriting the tests"), "{line}");
+    wait_text(&b, "#timeline", "Stop rewriting the tests").await;
+    shot(&b, "unit").await;
+    b.close().await.unwrap();
+}
+
+fn scripted(id: &str, runs: &str) -> Value {
+    json!({
+        "task_id": id,
+        "intent": format!("task {id}"),
+        "instructions": format!("```xo-script\nturn_ms = 5\n{runs}\n```"),
+        "role": "coder"
+    })
+}
+
+/// Every file under `dir` whose text contains `what`.
+fn files_containing(dir: &Path, what: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if std::fs::read(&p).is_ok_and(|b| String::from_utf8_lossy(&b).contains(what)) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn settings_queue_actions_and_answers_from_the_pages() {
+    let mut up = Up::start(&[]).await;
+    let runner = spawn_logged(
+        up.cli(&["serve", "runner", "--role", "coder", "--unit", "r-1"]),
+        up.root.path(),
+        "runner",
+    );
+    up.procs.0.push(runner);
+    // MANUAL mode: a task runs when stepped; `hold` is never stepped, so
+    // the queue does not run out of work and halt between the steps.
+    let ok = "[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]";
+    let ask = "[[run]]\nattempt = 1\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"Which port should the server use?\"}' }]\n[[run]]\nattempt = 2\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"served on the port given\"}' }]";
+    up.post("/queue/init", json!({"mode": "MANUAL"})).await;
+    up.post("/queue/goal", json!({"description": "console e2e"}))
+        .await;
+    up.post(
+        "/tasks",
+        json!({"tasks": [scripted("s1", ok), scripted("q1", ask), scripted("hold", ok)]}),
+    )
+    .await;
+    up.post("/queue/start", json!({})).await;
+    let b = browser(&mut up.procs).await;
+    login(&b, &up).await;
+
+    // Settings: a bad output template is refused by the check; a global
+    // template is previewed, then saved.
+    b.goto(&format!("{}/settings", up.url)).await.unwrap();
+    let out = b
+        .find(Locator::Css("textarea[data-key='runner.output_template']"))
+        .await
+        .unwrap();
+    out.send_keys("{stauts}: {message}").await.unwrap();
+    b.find(Locator::Id("preview"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "#check", "unknown placeholder {stauts}").await;
+    let out = b
+        .find(Locator::Css("textarea[data-key='runner.output_template']"))
+        .await
+        .unwrap();
+    out.clear().await.unwrap();
+    let global = b
+        .find(Locator::Css("textarea[data-key='runner.global_template']"))
+        .await
+        .unwrap();
+    global
+        .send_keys("GLOBAL-MARKER-7: keep changes small.")
+        .await
+        .unwrap();
+    b.find(Locator::Id("preview"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "#preview-text", "GLOBAL-MARKER-7").await;
+    shot(&b, "settings-preview").await;
+    b.find(Locator::Id("save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, ".flash.ok", "saved settings version 1").await;
+    wait_text(&b, "[data-setting='runner.global_template']", "settings v1").await;
+    shot(&b, "settings").await;
+
+    // The next task's prompt carries the template (the runner read no file).
+    up.post("/queue/step", json!({})).await;
+    up.wait_state("s1", "completed").await;
+    let found = files_containing(&up.root.path().join("state"), "GLOBAL-MARKER-7");
+    assert!(
+        found.iter().any(|p| p.to_string_lossy().contains("prompt")),
+        "the prompt log has the template: {found:?}"
+    );
+
+    // Halt and resume from the queue page.
+    b.goto(&format!("{}/queue", up.url)).await.unwrap();
+    wait_text(&b, "#queue-status", "RUNNING").await;
+    b.find(Locator::Css(
+        "form[action='/ui/queue/halt'] input[name='reason']",
+    ))
+    .await
+    .unwrap()
+    .send_keys("lunch")
+    .await
+    .unwrap();
+    b.find(Locator::Css("form[action='/ui/queue/halt'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "#queue-status", "HALTED").await;
+    wait_text(&b, ".status", "lunch").await;
+    b.find(Locator::Css("form[action='/ui/queue/resume'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "#queue-status", "RUNNING").await;
+
+    // A question the agent asks (MANUAL mode) is answered from the page; the
+    // task then completes.
+    up.post("/queue/step", json!({})).await;
+    up.wait_state("q1", "awaiting_response").await;
+    b.goto(&format!("{}/queue", up.url)).await.unwrap();
+    wait_text(&b, "#tasks-awaiting_response", "Which port").await;
+    shot(&b, "queue").await;
+    let answer = b
+        .find(Locator::Css("#task-q1 input[name='text']"))
+        .await
+        .unwrap();
+    answer.send_keys("8080").await.unwrap();
+    b.find(Locator::Css(
+        "#task-q1 form[action='/ui/tasks/q1/answer'] button",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    wait_text(&b, ".flash.ok", "answer").await;
+    up.post("/queue/step", json!({})).await;
+    up.wait_state("q1", "completed").await;
+
+    // The audit page verifies the chain, SETTINGS_CHANGED among its lines.
+    b.goto(&format!("{}/audit?lines=500", up.url))
+        .await
+        .unwrap();
+    wait_text(&b, "#audit", "SETTINGS_CHANGED").await;
+    b.find(Locator::Id("verify"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "#verdict", "Chain intact").await;
+    shot(&b, "audit").await;
+    b.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn read_only_hides_and_refuses_every_action() {
+    let mut up = Up::start(&[("XO__CONSOLE__READ_ONLY", "true")]).await;
+    let b = browser(&mut up.procs).await;
+    login(&b, &up).await;
+    for page in [
+        "/",
+        "/queue",
+        "/audit",
+        "/knowledge",
+        "/directives",
+        "/reviews",
+        "/settings",
+    ] {
+        b.goto(&format!("{}{page}", up.url)).await.unwrap();
+        wait_text(&b, "header", "read-only").await;
+        let forms = b
+            .find_all(Locator::Css("form[method='post']"))
+            .await
+            .unwrap();
+        assert!(
+            forms.is_empty(),
+            "{page} shows {} action forms",
+            forms.len()
+        );
+        let buttons = b.find_all(Locator::Css("#save, #preview")).await.unwrap();
+        assert!(buttons.is_empty(), "{page}");
+    }
+    // The browser's own POST is refused too (a forged form).
+    b.goto(&format!("{}/queue", up.url)).await.unwrap();
+    let status = b
+        .execute_async(
+            "const done = arguments[0]; fetch('/ui/queue/halt', {method: 'POST', headers: {'content-type': 'application/x-www-form-urlencoded'}, body: 'csrf=' + document.querySelector('meta[name=xo-csrf]').content}).then(r => done(r.status));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, json!(403));
+    shot(&b, "read-only").await;
+    b.close().await.unwrap();
+}
