@@ -40,6 +40,7 @@ BAD = {
     "negative replicas": "image:\n  repository: xo\n  tag: '1'\norg:\n  prefix: xo\nnats:\n  bundled: true\nrunners:\n  - role: coder\n    replicas: -1\npersistence:\n  size: 1Gi\n",
     "unknown driver": "image:\n  repository: xo\n  tag: '1'\norg:\n  prefix: xo\nnats:\n  bundled: true\nrunners:\n  - role: coder\n    replicas: 1\n    driver: gpt\npersistence:\n  size: 1Gi\n",
     "external NATS without a URL": "image:\n  repository: xo\n  tag: '1'\norg:\n  prefix: xo\nnats:\n  bundled: false\nrunners: []\npersistence:\n  size: 1Gi\n",
+    "console port out of range": "image:\n  repository: xo\n  tag: '1'\norg:\n  prefix: xo\nnats:\n  bundled: true\nrunners: []\npersistence:\n  size: 1Gi\nconsole:\n  service:\n    port: 70000\n",
     "bad volume size": "image:\n  repository: xo\n  tag: '1'\norg:\n  prefix: xo\nnats:\n  bundled: true\nrunners: []\npersistence:\n  size: lots\n",
 }
 

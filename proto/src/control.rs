@@ -222,9 +222,32 @@ impl<T> Reply<T> {
 /// The supervisor's control service name.
 pub const SUPERVISOR: &str = "supervisor";
 
-/// List every unit the supervisor knows.
+/// List the units the supervisor knows, sorted by id: all of them, or a
+/// page (`limit` units after `after`). A large fleet's whole list can
+/// exceed the bus's message size: page it ([`ListUnits::PAGE`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ListUnits {}
+pub struct ListUnits {
+    /// Only units whose id sorts after this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// At most this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+impl ListUnits {
+    /// A page that stays far below the default message size limit
+    /// (a unit's summary is about 300 bytes of JSON).
+    pub const PAGE: usize = 500;
+
+    /// The page after `after`.
+    pub fn page(after: Option<String>) -> Self {
+        Self {
+            after,
+            limit: Some(Self::PAGE),
+        }
+    }
+}
 
 /// Show one unit with its latest report and recent steering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

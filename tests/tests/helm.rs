@@ -24,6 +24,7 @@ fn chart_lints_clean_and_its_schema_rejects_bad_values() {
         "unknown driver",
         "external NATS without a URL",
         "bad volume size",
+        "console port out of range",
     ] {
         assert!(
             text.contains(&format!("rejected ({case})")),

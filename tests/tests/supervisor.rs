@@ -28,7 +28,7 @@ async fn no_org_passthrough_subscribes_to_nothing() {
         .expect("supervisor connection");
     assert_eq!(sup["subscriptions"], 0, "{sup}");
     assert_eq!(sup["out_msgs"], 0, "the supervisor sent nothing: {sup}");
-    let err = typed::call(&sb.client, &sb.subjects, &ListUnits {}, T)
+    let err = typed::call(&sb.client, &sb.subjects, &ListUnits::default(), T)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no responders"), "{err}");
@@ -249,7 +249,7 @@ async fn supervisor_restart_resumes_from_the_store() {
     assert_eq!(sb.exchange(&mut sub, &stalled(10)).await.len(), 1);
     sb.stop_supervisor().await.unwrap();
     sb.start_supervisor().await;
-    let list = typed::call(&sb.client, &sb.subjects, &ListUnits {}, T)
+    let list = typed::call(&sb.client, &sb.subjects, &ListUnits::default(), T)
         .await
         .unwrap();
     assert_eq!(list.len(), 1);
@@ -662,4 +662,44 @@ async fn a_burst_from_new_units_is_evaluated_in_order() {
             turns
         );
     }
+}
+
+/// A fleet whose whole list would not fit one bus message is listed in
+/// pages; every unit comes back once, in order.
+#[tokio::test]
+async fn a_large_fleet_is_listed_in_pages() {
+    let sb = Sandbox::start(&[]).await;
+    let n = 1_200u64;
+    for i in 0..n {
+        let r = report(&format!("big-{i:05}"), 1);
+        sb.send(&r).await;
+    }
+    sb.client.flush().await.unwrap();
+    sb.wait_seq(&format!("big-{:05}", n - 1), 1).await;
+    let mut all = Vec::new();
+    for _ in 0..400 {
+        all = typed::all_units(&sb.client, &sb.subjects, T).await.unwrap();
+        if all.len() as u64 >= n {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(all.len() as u64, n);
+    assert!(
+        all.windows(2).all(|w| w[0].unit < w[1].unit),
+        "sorted, no repeats"
+    );
+    let first = typed::call(&sb.client, &sb.subjects, &ListUnits::page(None), T)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), ListUnits::PAGE);
+    let next = typed::call(
+        &sb.client,
+        &sb.subjects,
+        &ListUnits::page(first.last().map(|u| u.unit.clone())),
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(next[0].unit, all[ListUnits::PAGE].unit);
 }

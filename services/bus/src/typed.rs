@@ -104,3 +104,25 @@ pub fn encode_reply<T: Serialize>(reply: &Reply<T>) -> (Headers, Bytes) {
         }
     }
 }
+
+/// Every unit the supervisor knows, fetched a page at a time
+/// ([`ListUnits::PAGE`](xo_proto::control::ListUnits::PAGE)), so a fleet
+/// of any size fits the bus's message limit.
+pub async fn all_units(
+    bus: &Bus,
+    subjects: &Subjects,
+    timeout: Duration,
+) -> Result<Vec<xo_proto::control::UnitSummary>, CallError> {
+    use xo_proto::control::ListUnits;
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = call(bus, subjects, &ListUnits::page(after.take()), timeout).await?;
+        let n = page.len();
+        after = page.last().map(|u| u.unit.clone());
+        all.extend(page);
+        if n < ListUnits::PAGE {
+            return Ok(all);
+        }
+    }
+}

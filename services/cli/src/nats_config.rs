@@ -43,7 +43,7 @@ pub fn render(
     xo_proto::Subjects::validate_prefix(prefix)?;
     for u in runners {
         xo_proto::validate_unit_id(u)?;
-        if ["supervisor", "queue", "knowledge", "operator"].contains(&u.as_str()) {
+        if ["supervisor", "queue", "knowledge", "operator", "console"].contains(&u.as_str()) {
             return Err(format!("runner unit {u:?} clashes with a service user"));
         }
     }
@@ -73,6 +73,19 @@ pub fn render(
         );
     }
     let subjects = Subjects::new(prefix);
+    // The console: control requests to every service, the live subjects it
+    // shows, and replies on its own inbox (`nats.inbox_prefix = "_INBOX_console"`).
+    let _ = writeln!(
+        s,
+        "    {{ user: \"console\", password: ${}, permissions: {{ publish: {{ allow: [\"{}\"] }}, subscribe: {{ allow: [\"{}\", \"{}\", \"{}\", \"{}\", \"{}.>\"] }} }} }}",
+        password_var("console"),
+        subjects.ctl_group(">"),
+        subjects.salute_all(),
+        subjects.steer_all(),
+        subjects.event_all(),
+        subjects.directive("*"),
+        runner_inbox("console"),
+    );
     for u in runners {
         // Exactly what a runner sends: its own reports, heartbeats and
         // events, and the verbs of its claim path.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use xo_bus::{Message, typed};
 use xo_proto::codec::{self, CONTENT_TYPE, Format};
-use xo_proto::control::{ListUnits, ShowUnit, SteerUnit, UnitSummary};
+use xo_proto::control::{ShowUnit, SteerUnit, UnitSummary};
 use xo_proto::{Health, SaluteReport, Severity, Steering};
 use xo_radio::Radio;
 use xo_runtime::XoConfig;
@@ -188,7 +188,7 @@ pub async fn units(cfg: &XoConfig, unit: Option<String>, json: bool) -> anyhow::
     let subjects = cfg.subjects();
     match unit {
         None => {
-            let list = typed::call(&bus, &subjects, &ListUnits {}, TIMEOUT)
+            let list = typed::all_units(&bus, &subjects, TIMEOUT)
                 .await
                 .context("asking the supervisor (is `xo up` or `xo serve supervisor` running?)")?;
             if json {

@@ -23,6 +23,7 @@ struct Down {
     root: std::path::PathBuf,
     project: String,
     port: String,
+    console_port: String,
 }
 
 impl Down {
@@ -30,7 +31,8 @@ impl Down {
         let mut c = Command::new("docker-compose");
         c.current_dir(&self.root)
             .args(["-p", &self.project, "-f", "compose.yaml"])
-            .env("XO_NATS_PORT", &self.port);
+            .env("XO_NATS_PORT", &self.port)
+            .env("XO_CONSOLE_PORT", &self.console_port);
         c
     }
 }
@@ -52,16 +54,18 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         .current_dir(&root));
     let project = format!("xoc{}", std::process::id());
     let port = xo_tests::free_port().to_string();
+    let console_port = xo_tests::free_port().to_string();
     let down = Down {
         root: root.clone(),
         project: project.clone(),
         port: port.clone(),
+        console_port: console_port.clone(),
     };
     run(down.compose().args(["up", "-d", "--scale", "runner=2"]));
     let mut healthy = false;
     for _ in 0..300 {
         let ps = run(down.compose().args(["ps"]));
-        if ps.matches("(healthy)").count() >= 4 && ps.matches(" Up").count() >= 6 {
+        if ps.matches("(healthy)").count() >= 5 && ps.matches(" Up").count() >= 7 {
             healthy = true;
             break;
         }
@@ -126,6 +130,25 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
             || units.matches("\"role\":\"coder\"").count() >= 2,
         "{units}"
     );
+    // The console container: published on the host's loopback, and since it
+    // listens on all addresses in its container, even reads need the token.
+    let api = format!("http://127.0.0.1:{console_port}/api/v1/queue");
+    let http = reqwest::Client::new();
+    let r = http.get(&api).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let token =
+        run(down
+            .compose()
+            .args(["exec", "-T", "console", "cat", "/data/state/console.token"]));
+    let r = http
+        .get(&api)
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["status"], "COMPLETED", "{v}");
     drop(bus);
     drop(down);
     let label = format!("label=com.docker.compose.project={project}");

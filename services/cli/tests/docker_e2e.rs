@@ -228,7 +228,7 @@ coder = 3
     .unwrap();
     // Three runners from the fleet manager, reporting to the XO.
     wait("three runners report", async || {
-        let u = call(&bus, &s, &ListUnits {}).await?;
+        let u = call(&bus, &s, &ListUnits::default()).await?;
         (u.iter().filter(|x| !x.stale).count() >= 3).then_some(())
     })
     .await;
@@ -295,7 +295,7 @@ coder = 3
     let cut_at = Instant::now();
     docker(&["network", "disconnect", &net, &format!("xo-{n}-{cut}")]);
     wait("the XO marks the cut runner stale", async || {
-        let u = call(&bus, &s, &ListUnits {}).await?;
+        let u = call(&bus, &s, &ListUnits::default()).await?;
         u.iter().any(|x| x.unit == cut && x.stale).then_some(())
     })
     .await;

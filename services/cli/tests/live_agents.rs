@@ -146,7 +146,7 @@ async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
     // Reports are core NATS: the XO listens before any agent runs.
     let mut listening = false;
     for _ in 0..200 {
-        if typed::call(&bus, &s, &xo_proto::control::ListUnits {}, t)
+        if typed::call(&bus, &s, &xo_proto::control::ListUnits::default(), t)
             .await
             .is_ok()
         {

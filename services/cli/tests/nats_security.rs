@@ -13,11 +13,12 @@ use xo_proto::Subjects;
 use xo_proto::queue::*;
 use xo_tests::NatsServer;
 
-const PASSWORDS: [(&str, &str); 6] = [
+const PASSWORDS: [(&str, &str); 7] = [
     ("XO_NATS_PASSWORD_SUPERVISOR", "sup-secret"),
     ("XO_NATS_PASSWORD_QUEUE", "queue-secret"),
     ("XO_NATS_PASSWORD_KNOWLEDGE", "know-secret"),
     ("XO_NATS_PASSWORD_OPERATOR", "op-secret"),
+    ("XO_NATS_PASSWORD_CONSOLE", "console-secret"),
     ("XO_NATS_PASSWORD_CODER_1", "c1-secret"),
     ("XO_NATS_PASSWORD_CODER_2", "c2-secret"),
 ];
@@ -111,6 +112,31 @@ fn a_runner_cannot_steer_or_read_another_unit() {
             "{subject}: {r}"
         );
     }
+    // The console asks the services and reads the live subjects; it cannot
+    // speak as a unit, steer around the supervisor, or read others' replies.
+    let (mut con, ok) = Raw::connect(nats.port(), "console", "console-secret");
+    assert_eq!(ok, "+OK");
+    assert_eq!(con.publish("xo.ctl.queue.status"), "+OK");
+    for (i, subject) in [
+        "xo.salute.*",
+        "xo.steer.*",
+        "xo.event.>",
+        "_INBOX_console.>",
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_eq!(con.subscribe(subject, 30 + i as u32), "+OK", "{subject}");
+    }
+    for subject in ["xo.salute.coder-1", "xo.steer.coder-1", "xo.event.task.t1"] {
+        let r = con.publish(subject);
+        assert!(
+            r.contains("Permissions Violation for Publish"),
+            "{subject}: {r}"
+        );
+    }
+    let r = con.subscribe("_INBOX.>", 40);
+    assert!(r.contains("Permissions Violation for Subscription"), "{r}");
     // The operator may do anything.
     let (mut op, ok) = Raw::connect(nats.port(), "operator", "op-secret");
     assert_eq!(ok, "+OK");

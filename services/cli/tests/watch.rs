@@ -50,7 +50,7 @@ async fn units(bus: &Bus) -> Vec<xo_proto::control::UnitSummary> {
     typed::call(
         bus,
         &Subjects::default(),
-        &ListUnits {},
+        &ListUnits::default(),
         Duration::from_secs(5),
     )
     .await
@@ -83,7 +83,7 @@ async fn supervisor_answers(bus: &Bus, root: &Path) {
         typed::call(
             bus,
             &Subjects::default(),
-            &ListUnits {},
+            &ListUnits::default(),
             Duration::from_secs(1),
         )
         .await

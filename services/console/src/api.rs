@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use xo_proto::Request;
-use xo_proto::control::{ErrorCode, ListUnits, ServiceError, ShowUnit, SteerUnit, SupervisorStats};
+use xo_proto::control::{ErrorCode, ServiceError, ShowUnit, SteerUnit, SupervisorStats};
 use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
 use xo_proto::knowledge::{Author, DeprecateDoc, GetDoc, ListDocs, ListReviewRuns};
 use xo_proto::queue::{
@@ -130,7 +130,7 @@ pub fn routes() -> Router<Shared> {
 }
 
 async fn units(State(c): State<Shared>) -> ApiResult<Vec<xo_proto::control::UnitSummary>> {
-    call(&c, ListUnits {}).await
+    Ok(Json(c.units().await?))
 }
 
 async fn unit(

@@ -244,7 +244,7 @@ fn is_write(m: &Method) -> bool {
 pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let api = path.starts_with("/api/") || path == "/metrics";
-    if path == "/login" || path.starts_with("/assets/") {
+    if path == "/login" || path == "/healthz" || path.starts_with("/assets/") {
         return next.run(req).await;
     }
     let cred = c.auth.credential(req.headers());

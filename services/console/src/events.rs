@@ -12,9 +12,13 @@ use std::convert::Infallible;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::time::Duration;
+
+use axum::body::Body;
 use axum::extract::State;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::Stream;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -26,11 +30,42 @@ use xo_runtime::XoConfig;
 
 use crate::Shared;
 
-/// One event as clients receive it: its SSE name and JSON data.
+/// One event as clients receive it: its SSE name, and the whole SSE frame
+/// (`event: …\ndata: …\n\n`) formatted once for every client.
 #[derive(Debug, Clone)]
 pub struct Live {
     pub name: &'static str,
-    pub data: std::sync::Arc<str>,
+    pub frame: Bytes,
+}
+
+impl Live {
+    pub fn new(name: &'static str, json: &str) -> Self {
+        let mut f = BytesMut::with_capacity(json.len() + name.len() + 16);
+        f.extend_from_slice(b"event: ");
+        f.extend_from_slice(name.as_bytes());
+        f.extend_from_slice(b"\ndata: ");
+        // JSON from serde has no raw newlines; a payload that does is split
+        // into data lines as SSE requires.
+        for (i, line) in json.split('\n').enumerate() {
+            if i > 0 {
+                f.extend_from_slice(b"\ndata: ");
+            }
+            f.extend_from_slice(line.as_bytes());
+        }
+        f.extend_from_slice(b"\n\n");
+        Self {
+            name,
+            frame: f.freeze(),
+        }
+    }
+
+    /// The JSON data of the frame.
+    pub fn data(&self) -> &str {
+        let s = std::str::from_utf8(&self.frame).unwrap_or("");
+        s.split_once("\ndata: ")
+            .map(|(_, d)| d.trim_end_matches('\n'))
+            .unwrap_or("")
+    }
 }
 
 /// Counters of what went by since the console started.
@@ -141,10 +176,7 @@ impl Hub {
                 let Some(data) = json_of(kind, &m, limit) else {
                     continue;
                 };
-                let _ = tx.send(Live {
-                    name,
-                    data: data.to_string().into(),
-                });
+                let _ = tx.send(Live::new(name, &data.to_string()));
             }
             pump.abort();
         });
@@ -163,7 +195,7 @@ impl Hub {
                 self.seen.reports.fetch_add(1, Ordering::Relaxed);
             }
             "steer" => {
-                if let Ok(v) = serde_json::from_str::<Value>(&ev.data)
+                if let Ok(v) = serde_json::from_str::<Value>(ev.data())
                     && let Some(kind) = v.get("kind").and_then(Value::as_str)
                 {
                     let mut m = self
@@ -175,7 +207,7 @@ impl Hub {
                 }
             }
             "task" => {
-                if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
+                if let Ok(v) = serde_json::from_str::<Value>(ev.data()) {
                     match v.get("event").and_then(Value::as_str) {
                         Some("TASK_START") => {
                             self.seen.claims.fetch_add(1, Ordering::Relaxed);
@@ -212,44 +244,78 @@ pub fn spawn_counter(console: Shared) -> JoinHandle<()> {
     })
 }
 
+/// How often an idle stream sends a comment, so proxies keep it open.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Frames a client that fell behind gets in one write.
+const BATCH: usize = 64;
+
 /// `GET /api/v1/events`: the live feed as Server-Sent Events. `?only=`
-/// takes a comma-separated list of event names.
+/// takes a comma-separated list of event names. Frames are formatted once
+/// in the hub and shared; a client with several waiting gets them in one
+/// write.
 pub async fn sse(
     State(c): State<Shared>,
     axum::extract::Query(q): axum::extract::Query<BTreeMap<String, String>>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+) -> Response {
     let only: Option<Vec<String>> = q
         .get("only")
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let wanted = move |ev: &Live| only.as_ref().is_none_or(|o| o.iter().any(|n| n == ev.name));
     let rx = c.hub.subscribe();
-    let stream = futures::stream::unfold((rx, only), |(mut rx, only)| async move {
+    let stream = futures::stream::unfold((rx, wanted), |(mut rx, wanted)| async move {
         loop {
-            match rx.recv().await {
-                Ok(ev) => {
-                    if only
-                        .as_ref()
-                        .is_some_and(|o| !o.iter().any(|n| n == ev.name))
-                    {
-                        continue;
+            let first = match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
+                Err(_) => {
+                    return Some((
+                        Ok::<_, Infallible>(Bytes::from_static(b": keep-alive\n\n")),
+                        (rx, wanted),
+                    ));
+                }
+                Ok(Ok(ev)) => ev,
+                Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
+                    let frame = Live::new("lagged", &format!("{{\"missed\":{n}}}")).frame;
+                    return Some((Ok(frame), (rx, wanted)));
+                }
+                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+            };
+            let mut out: Option<BytesMut> = None;
+            let mut single: Option<Bytes> = wanted(&first).then_some(first.frame);
+            for _ in 1..BATCH {
+                match rx.try_recv() {
+                    Ok(ev) if wanted(&ev) => {
+                        let buf = out.get_or_insert_with(|| {
+                            let mut b = BytesMut::new();
+                            if let Some(s) = single.take() {
+                                b.extend_from_slice(&s);
+                            }
+                            b
+                        });
+                        buf.extend_from_slice(&ev.frame);
                     }
-                    let e = Event::default().event(ev.name).data(ev.data.as_ref());
-                    return Some((Ok(e), (rx, only)));
+                    Ok(_) => {}
+                    Err(_) => break,
                 }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    let e = Event::default()
-                        .event("lagged")
-                        .data(format!("{{\"missed\":{n}}}"));
-                    return Some((Ok(e), (rx, only)));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
             }
+            let chunk = match (out, single) {
+                (Some(b), _) => b.freeze(),
+                (None, Some(s)) => s,
+                (None, None) => continue,
+            };
+            return Some((Ok(chunk), (rx, wanted)));
         }
     });
     // Open streams end when the console stops (graceful shutdown waits for them).
     use futures::StreamExt;
     let stop = c.stop.clone();
     let stream = stream.take_until(async move { stop.signal().await });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 /// The subjects the hub listens on (for the docs and the tests).

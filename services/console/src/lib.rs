@@ -66,6 +66,15 @@ impl Console {
     }
 }
 
+impl Console {
+    /// Every unit, a page at a time (a large fleet's list exceeds one message).
+    pub async fn units(&self) -> Result<Vec<xo_proto::control::UnitSummary>, ServiceError> {
+        typed::all_units(&self.bus, &self.subjects, CALL_TIMEOUT)
+            .await
+            .map_err(call_error::<xo_proto::control::ListUnits>)
+    }
+}
+
 /// The service a request goes to, as an operator knows it.
 pub fn service_name(service: &str) -> &'static str {
     match service {
@@ -168,6 +177,8 @@ pub fn router(console: Shared) -> Router {
         .merge(pages::routes())
         .nest("/api/v1", api::routes())
         .route("/metrics", axum::routing::get(metrics::handler))
+        // Liveness for probes: says nothing but that the listener serves.
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .merge(assets)
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),

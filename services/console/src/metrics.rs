@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use xo_proto::control::{ListUnits, SupervisorStats};
+use xo_proto::control::SupervisorStats;
 use xo_proto::knowledge::ListReviewRuns;
 use xo_proto::queue::GetStatus;
 
@@ -31,7 +31,7 @@ fn label(v: &str) -> String {
 /// The whole exposition.
 pub async fn render(c: &Shared) -> String {
     let (units, stats, status, runs) = tokio::join!(
-        c.call(&ListUnits {}),
+        c.units(),
         c.call(&SupervisorStats {}),
         c.call(&GetStatus {}),
         c.call(&ListReviewRuns { last: None }),

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde_json::Value;
-use xo_proto::control::{ListUnits, ServiceError, ShowUnit, SteerUnit, UnitSummary};
+use xo_proto::control::{ServiceError, ShowUnit, SteerUnit, UnitSummary};
 use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
 use xo_proto::knowledge::{Author, DeprecateDoc, ListDocs, ListReviewRuns};
 use xo_proto::queue::{
@@ -200,7 +200,7 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
 
 async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Fleet", "/", &q);
-    match c.call(&ListUnits {}).await {
+    match c.units().await {
         Ok(units) => ok_page(&f, &fleet_body(&units, &q, now())),
         Err(e) => down(&f, &e),
     }

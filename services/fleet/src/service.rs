@@ -16,7 +16,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{error, info, warn};
 use xo_bus::api::ActorPorts;
 use xo_bus::{Bus, typed};
-use xo_proto::control::{ErrorCode, ListUnits, ServiceError};
+use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::fleet::*;
 use xo_proto::{Format, Subjects};
 use xo_runtime::XoConfig;
@@ -195,14 +195,7 @@ impl Actor for FleetActor {
 
 impl FleetActor {
     async fn stale_units(&self) -> BTreeSet<String> {
-        match typed::call(
-            &self.bus,
-            &self.subjects,
-            &ListUnits {},
-            Duration::from_secs(2),
-        )
-        .await
-        {
+        match typed::all_units(&self.bus, &self.subjects, Duration::from_secs(2)).await {
             Ok(units) => units
                 .into_iter()
                 .filter(|u| u.stale)

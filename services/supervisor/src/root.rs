@@ -138,16 +138,27 @@ impl RootState {
     /// Answers a control request.
     async fn api(&mut self, api: SupervisorApi<ActorPorts>) {
         match api {
-            SupervisorApi::Units(_, port) => {
-                let mut out = Vec::with_capacity(self.units.len());
-                for c in self.units.values() {
+            SupervisorApi::Units(q, port) => {
+                let mut names: Vec<&String> = self
+                    .units
+                    .keys()
+                    .filter(|u| q.after.as_ref().is_none_or(|a| *u > a))
+                    .collect();
+                names.sort();
+                if let Some(limit) = q.limit {
+                    names.truncate(limit);
+                }
+                let mut out = Vec::with_capacity(names.len());
+                for name in names {
+                    let Some(c) = self.units.get(name) else {
+                        continue;
+                    };
                     if let Ok(ractor::rpc::CallResult::Success(s)) =
                         c.actor.call(WatcherMsg::Summary, None).await
                     {
                         out.push(s);
                     }
                 }
-                out.sort_by(|a, b| a.unit.cmp(&b.unit));
                 let _ = port.send(Ok(out));
             }
             SupervisorApi::Unit(q, port) => {

@@ -5,8 +5,10 @@
 //! - [`pipeline`]: the supervised pipeline's cost per task without the agent.
 //! - [`watch`]: the CPU of `xo watch` over many live transcripts.
 //! - [`sensor`]: agent event lines read per second, beside generic JSON parsing.
+//! - [`console`]: SSE fan-out beside a raw bus subscription; pages with many units.
 //! - [`util`]: a nats-server of the bench's own, percentiles, verdicts.
 
+mod console;
 mod pipeline;
 mod queue;
 mod radio;
@@ -28,6 +30,8 @@ pub enum BenchCmd {
     Sensor(sensor::SensorArgs),
     /// The CPU of `xo watch` following live transcripts (1 line/s each).
     Watch(watch::WatchArgs),
+    /// SSE fan-out to many clients beside a raw bus subscription; fleet page and unit list with many units.
+    Console(console::ConsoleArgs),
     /// The supervised pipeline's cost per task without the agent (compose, validate 20 criteria, format).
     Pipeline(pipeline::PipelineArgs),
 }
@@ -39,5 +43,6 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Pipeline(a) => pipeline::run(cfg, a).await,
         BenchCmd::Sensor(a) => sensor::run(a).await,
         BenchCmd::Watch(a) => watch::run(a).await,
+        BenchCmd::Console(a) => console::run(cfg, a).await,
     }
 }

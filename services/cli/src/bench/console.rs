@@ -1,0 +1,280 @@
+//! `xo bench console`: the console's live feed and pages under a fleet.
+//!
+//! - SSE fan-out: SALUTE reports published at a fixed rate reach every one
+//!   of N connected `/api/v1/events` clients; the p99 delivery latency is
+//!   set beside the p99 of a raw bus subscription to the same subject,
+//!   measured in the same run (target: ≤ 2×).
+//! - Pages: with U units known to the supervisor, the fleet page and the
+//!   API's unit list are fetched repeatedly (targets: p50 under 100 ms and
+//!   50 ms), beside the raw `units` control call they are built from.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use xo_bus::{Bus, NatsBus, NatsStore, Store, typed};
+use xo_proto::{Format, SaluteReport};
+use xo_runtime::{Clock, XoConfig};
+
+use super::util::{pct, start_nats, us, verdict};
+
+#[derive(Debug, clap::Args)]
+pub struct ConsoleArgs {
+    /// Connected SSE clients.
+    #[arg(long, default_value_t = 50)]
+    clients: usize,
+    /// Reports published per second.
+    #[arg(long, default_value_t = 1_000)]
+    rate: u64,
+    /// Seconds of publishing.
+    #[arg(long, default_value_t = 5)]
+    secs: u64,
+    /// Units known to the supervisor for the page figures.
+    #[arg(long, default_value_t = 10_000)]
+    units: u64,
+    /// Fetches of each page.
+    #[arg(long, default_value_t = 30)]
+    fetches: usize,
+    /// The nats-server binary to start.
+    #[arg(long, default_value = "nats-server")]
+    nats_server: String,
+}
+
+/// The marker a report carries: nanoseconds since the bench began.
+fn marked(seq: u64, t0: Instant) -> SaluteReport {
+    let unit = format!("sse-{}", seq % 10);
+    let mut r = SaluteReport::new(&unit, "coder", seq, seq);
+    r.activity.summary = Some(format!("t={}", t0.elapsed().as_nanos()));
+    r
+}
+
+fn latency_of(line: &str, t0: Instant) -> Option<Duration> {
+    let at = line.find("t=")?;
+    let digits: String = line[at + 2..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    let sent = Duration::from_nanos(digits.parse().ok()?);
+    Some(t0.elapsed().saturating_sub(sent))
+}
+
+/// One SSE client: raw HTTP/1.1 on a socket, latencies of `salute` events.
+async fn sse_client(
+    addr: std::net::SocketAddr,
+    t0: Instant,
+    want: usize,
+    ready: Arc<tokio::sync::Barrier>,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(b"GET /api/v1/events?only=salute HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n").await?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    // Headers.
+    loop {
+        line.clear();
+        r.read_line(&mut line).await?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    ready.wait().await;
+    let mut out = Vec::with_capacity(want);
+    while out.len() < want {
+        line.clear();
+        if r.read_line(&mut line).await? == 0 {
+            break;
+        }
+        if line.starts_with("data:")
+            && let Some(l) = latency_of(&line, t0)
+        {
+            out.push(l);
+        }
+    }
+    Ok(out)
+}
+
+pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
+    let server = start_nats(&a.nats_server)?;
+    let dir = super::util::tempfile_dir::Dir::new("console")?;
+    let mut cfg = cfg.clone();
+    cfg.state.dir = dir.0.clone();
+    cfg.console.listen = "127.0.0.1:0".into();
+    cfg.supervisor.persist_interval_ms = 60_000;
+    let connect = |name: &str| {
+        let url = server.url.clone();
+        let name = name.to_string();
+        async move {
+            let opts = xo_bus::nats::ConnectOptions {
+                name,
+                ..Default::default()
+            };
+            NatsBus::connect(&url, opts).await.map(Bus::Nats)
+        }
+    };
+    let sbus = connect("xo-supervisor").await?;
+    let Bus::Nats(nb) = &sbus else { unreachable!() };
+    let store = Store::Nats(NatsStore::new(nb.client().clone(), &cfg.org.prefix));
+    let sup = xo_supervisor::start(cfg.clone(), sbus, store, Clock::System).await?;
+    let console = xo_console::start(&cfg, connect("xo-console").await?).await?;
+    let client = connect("bench").await?;
+    let subjects = cfg.subjects();
+    println!(
+        "xo bench console: {} SSE clients, {} reports/s for {} s; pages with {} units",
+        a.clients, a.rate, a.secs, a.units
+    );
+
+    // SSE fan-out beside a raw bus subscription.
+    let total = (a.rate * a.secs) as usize;
+    let t0 = Instant::now();
+    let ready = Arc::new(tokio::sync::Barrier::new(a.clients + 2));
+    let mut clients = Vec::new();
+    for _ in 0..a.clients {
+        clients.push(tokio::spawn(sse_client(
+            console.addr,
+            t0,
+            total,
+            ready.clone(),
+        )));
+    }
+    let mut raw = client.subscribe(&subjects.salute_all()).await?;
+    client.flush().await?;
+    let raw_ready = ready.clone();
+    let raw_task = tokio::spawn(async move {
+        raw_ready.wait().await;
+        let mut out = Vec::with_capacity(total);
+        while out.len() < total {
+            let Some(m) = raw.next().await else { break };
+            if let Ok(r) = typed::decode::<SaluteReport>(&m, usize::MAX)
+                && let Some(s) = r.activity.summary.as_deref()
+                && let Some(l) = latency_of(s, t0)
+            {
+                out.push(l);
+            }
+        }
+        out
+    });
+    ready.wait().await;
+    let period = Duration::from_nanos(1_000_000_000 / a.rate.max(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for seq in 1..=total as u64 {
+        tick.tick().await;
+        let r = marked(seq, t0);
+        typed::publish(&client, &subjects.salute(&r.unit.unit), &r, Format::Msgpack).await?;
+    }
+    client.flush().await?;
+    let wait = Duration::from_secs(a.secs + 30);
+    let mut raw_lat = tokio::time::timeout(wait, raw_task)
+        .await
+        .context("raw subscriber")??;
+    let mut sse_lat = Vec::new();
+    let mut short = 0usize;
+    for c in clients {
+        match tokio::time::timeout(wait, c).await {
+            Ok(Ok(Ok(v))) => {
+                short += total - v.len().min(total);
+                sse_lat.extend(v);
+            }
+            _ => short += total,
+        }
+    }
+    raw_lat.sort();
+    sse_lat.sort();
+    let (rp99, sp99) = (pct(&raw_lat, 0.99), pct(&sse_lat, 0.99));
+    let ratio = us(sp99) / us(rp99).max(1.0);
+    println!(
+        "  raw bus subscription: {} events, p50 {:.0} µs, p99 {:.0} µs",
+        raw_lat.len(),
+        us(pct(&raw_lat, 0.5)),
+        us(rp99)
+    );
+    println!(
+        "  SSE, {} clients:       {} events ({} missing), p50 {:.0} µs, p99 {:.0} µs",
+        a.clients,
+        sse_lat.len(),
+        short,
+        us(pct(&sse_lat, 0.5)),
+        us(sp99)
+    );
+    println!(
+        "  SSE p99 / raw p99: {ratio:.2} (target ≤ 2) {}",
+        verdict(ratio <= 2.0 && short == 0)
+    );
+
+    // Pages with many units.
+    for i in 0..a.units {
+        let r = SaluteReport::new(
+            format!("u-{i}"),
+            if i % 3 == 0 { "architect" } else { "coder" },
+            1,
+            1,
+        );
+        typed::publish(&client, &subjects.salute(&r.unit.unit), &r, Format::Msgpack).await?;
+    }
+    client.flush().await?;
+    let want = a.units as usize + 10;
+    let mut known = 0;
+    for _ in 0..600 {
+        known = typed::all_units(&client, &subjects, Duration::from_secs(30))
+            .await
+            .map(|l| l.len())
+            .unwrap_or(0);
+        if known >= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("  units known to the supervisor: {known}");
+    let http = reqwest::Client::new();
+    let mut figures = Vec::new();
+    for (name, path) in [
+        ("raw `units` calls", ""),
+        ("API /api/v1/units", "/api/v1/units"),
+        ("fleet page /", "/"),
+    ] {
+        let mut d = Vec::with_capacity(a.fetches);
+        let mut bytes = 0usize;
+        for _ in 0..a.fetches {
+            let t = Instant::now();
+            if path.is_empty() {
+                let l = typed::all_units(&client, &subjects, Duration::from_secs(30)).await?;
+                bytes = l.len();
+            } else {
+                let body = http
+                    .get(format!("{}{path}", console.url))
+                    .send()
+                    .await?
+                    .bytes()
+                    .await?;
+                bytes = body.len();
+            }
+            d.push(t.elapsed());
+        }
+        d.sort();
+        figures.push((name, pct(&d, 0.5), pct(&d, 0.99), bytes));
+    }
+    let base = figures[0].1;
+    for (name, p50, p99, bytes) in &figures {
+        println!(
+            "  {name:<20} p50 {:>7.1} ms  p99 {:>7.1} ms  ({:.2}× the raw call; {bytes} {})",
+            us(*p50) / 1000.0,
+            us(*p99) / 1000.0,
+            us(*p50) / us(base).max(1.0),
+            if name.starts_with("raw") {
+                "units"
+            } else {
+                "bytes"
+            }
+        );
+    }
+    let api_ok = us(figures[1].1) / 1000.0 < 50.0;
+    let page_ok = us(figures[2].1) / 1000.0 < 100.0;
+    println!("  API unit list p50 under 50 ms {}", verdict(api_ok));
+    println!("  fleet page p50 under 100 ms {}", verdict(page_ok));
+    console.stop().await;
+    sup.stop().await?;
+    drop(server);
+    Ok(ExitCode::SUCCESS)
+}
