@@ -214,6 +214,12 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleErr
     });
     let counter = events::spawn_counter(console.clone());
     let app = router(console.clone());
+    // Small SSE frames must not wait for the previous one's ACK (Nagle with
+    // delayed ACKs held events back by tens of milliseconds).
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let signal = stop.signal();
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)

@@ -1,7 +1,7 @@
 //! The root actor: one watcher per unit, restarted one-for-one with an
 //! intensity limit (N restarts in T, then the tree escalates and stops).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -77,7 +77,8 @@ struct Child {
 pub struct RootState {
     ctx: Arc<Ctx>,
     last_sweep: u64,
-    units: HashMap<String, Child>,
+    /// By unit id, in order: the unit list pages through a range.
+    units: BTreeMap<String, Child>,
     by_id: HashMap<ractor::ActorId, String>,
     routes: Arc<Routes>,
     escalation: Escalation,
@@ -139,20 +140,19 @@ impl RootState {
     async fn api(&mut self, api: SupervisorApi<ActorPorts>) {
         match api {
             SupervisorApi::Units(q, port) => {
-                let mut names: Vec<&String> = self
+                use std::ops::Bound;
+                let from = match &q.after {
+                    Some(a) => Bound::Excluded(a.clone()),
+                    None => Bound::Unbounded,
+                };
+                let limit = q.limit.unwrap_or(usize::MAX);
+                let mut out = Vec::with_capacity(limit.min(self.units.len()));
+                for c in self
                     .units
-                    .keys()
-                    .filter(|u| q.after.as_ref().is_none_or(|a| *u > a))
-                    .collect();
-                names.sort();
-                if let Some(limit) = q.limit {
-                    names.truncate(limit);
-                }
-                let mut out = Vec::with_capacity(names.len());
-                for name in names {
-                    let Some(c) = self.units.get(name) else {
-                        continue;
-                    };
+                    .range((from, Bound::Unbounded))
+                    .take(limit)
+                    .map(|(_, c)| c)
+                {
                     if let Ok(ractor::rpc::CallResult::Success(s)) =
                         c.actor.call(WatcherMsg::Summary, None).await
                     {
@@ -229,7 +229,7 @@ impl Actor for Root {
         let mut state = RootState {
             ctx: args.ctx,
             last_sweep: 0,
-            units: HashMap::new(),
+            units: BTreeMap::new(),
             by_id: HashMap::new(),
             routes: args.routes,
             escalation: args.escalation,

@@ -128,7 +128,7 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     // SSE fan-out beside a raw bus subscription.
     let total = (a.rate * a.secs) as usize;
     let t0 = Instant::now();
-    let ready = Arc::new(tokio::sync::Barrier::new(a.clients + 2));
+    let ready = Arc::new(tokio::sync::Barrier::new(2 * a.clients + 2));
     let mut clients = Vec::new();
     for _ in 0..a.clients {
         clients.push(tokio::spawn(sse_client(
@@ -138,23 +138,35 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
             ready.clone(),
         )));
     }
-    let mut raw = client.subscribe(&subjects.salute_all()).await?;
-    client.flush().await?;
-    let raw_ready = ready.clone();
-    let raw_task = tokio::spawn(async move {
-        raw_ready.wait().await;
-        let mut out = Vec::with_capacity(total);
-        while out.len() < total {
-            let Some(m) = raw.next().await else { break };
-            if let Ok(r) = typed::decode::<SaluteReport>(&m, usize::MAX)
-                && let Some(s) = r.activity.summary.as_deref()
-                && let Some(l) = latency_of(s, t0)
-            {
-                out.push(l);
+    // Baselines: one raw subscriber, and as many raw subscribers (each on a
+    // connection of its own) as there are SSE clients: the same fan-out
+    // done by the bus alone.
+    let mut raw_tasks = Vec::new();
+    for i in 0..=a.clients {
+        let conn = if i == 0 {
+            client.clone()
+        } else {
+            connect("bench-raw").await?
+        };
+        let mut raw = conn.subscribe(&subjects.salute_all()).await?;
+        conn.flush().await?;
+        let raw_ready = ready.clone();
+        raw_tasks.push(tokio::spawn(async move {
+            let _conn = conn;
+            raw_ready.wait().await;
+            let mut out = Vec::with_capacity(total);
+            while out.len() < total {
+                let Some(m) = raw.next().await else { break };
+                if let Ok(r) = typed::decode::<SaluteReport>(&m, usize::MAX)
+                    && let Some(s) = r.activity.summary.as_deref()
+                    && let Some(l) = latency_of(s, t0)
+                {
+                    out.push(l);
+                }
             }
-        }
-        out
-    });
+            out
+        }));
+    }
     ready.wait().await;
     let period = Duration::from_nanos(1_000_000_000 / a.rate.max(1));
     let mut tick = tokio::time::interval(period);
@@ -166,9 +178,19 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     }
     client.flush().await?;
     let wait = Duration::from_secs(a.secs + 30);
-    let mut raw_lat = tokio::time::timeout(wait, raw_task)
-        .await
-        .context("raw subscriber")??;
+    let mut raw_lat = Vec::new();
+    let mut fan_lat = Vec::new();
+    for (i, t) in raw_tasks.into_iter().enumerate() {
+        let v = tokio::time::timeout(wait, t)
+            .await
+            .context("raw subscriber")??;
+        if i == 0 {
+            raw_lat = v
+        } else {
+            fan_lat.extend(v)
+        }
+    }
+    fan_lat.sort();
     let mut sse_lat = Vec::new();
     let mut short = 0usize;
     for c in clients {
@@ -198,9 +220,22 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
         us(pct(&sse_lat, 0.5)),
         us(sp99)
     );
+    let fp99 = pct(&fan_lat, 0.99);
     println!(
-        "  SSE p99 / raw p99: {ratio:.2} (target ≤ 2) {}",
+        "  raw bus, {} subscribers: {} events, p50 {:.0} µs, p99 {:.0} µs",
+        a.clients,
+        fan_lat.len(),
+        us(pct(&fan_lat, 0.5)),
+        us(fp99)
+    );
+    println!(
+        "  SSE p99 / one raw subscriber's p99: {ratio:.2} (target ≤ 2) {}",
         verdict(ratio <= 2.0 && short == 0)
+    );
+    let fan_ratio = us(sp99) / us(fp99).max(1.0);
+    println!(
+        "  SSE p99 / raw p99 at the same fan-out: {fan_ratio:.2} (≤ 2) {}",
+        verdict(fan_ratio <= 2.0 && short == 0)
     );
 
     // Pages with many units.
