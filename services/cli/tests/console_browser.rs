@@ -541,3 +541,49 @@ async fn read_only_hides_and_refuses_every_action() {
     shot(&b, "read-only").await;
     b.close().await.unwrap();
 }
+
+/// A short bounded run of `xo bench console`: every figure is printed and
+/// every report reaches every client (no timing is asserted here).
+#[test]
+fn the_console_bench_runs_and_prints_its_figures() {
+    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args([
+            "bench",
+            "console",
+            "--clients",
+            "3",
+            "--rate",
+            "200",
+            "--secs",
+            "1",
+            "--units",
+            "600",
+            "--fetches",
+            "2",
+        ])
+        .args(["--nats-server", &xo_tests::nats_server_binary()])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("SSE, 3 clients:       600 events (0 missing)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("units known to the supervisor: 610"),
+        "{text}"
+    );
+    for figure in [
+        "raw bus, 3 subscribers",
+        "API /api/v1/units",
+        "fleet page /",
+    ] {
+        assert!(text.contains(figure), "{figure}: {text}");
+    }
+}

@@ -129,8 +129,13 @@ pub fn routes() -> Router<Shared> {
         .fallback(|| async { ApiError::not_found("no such API route; see docs/console.md") })
 }
 
-async fn units(State(c): State<Shared>) -> ApiResult<Vec<xo_proto::control::UnitSummary>> {
-    Ok(Json(c.units().await?))
+async fn units(State(c): State<Shared>) -> Result<Response, ApiError> {
+    let json = c.units_json().await?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json,
+    )
+        .into_response())
 }
 
 async fn unit(

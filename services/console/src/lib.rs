@@ -67,6 +67,65 @@ impl Console {
 }
 
 impl Console {
+    /// Every unit as one JSON array, the supervisor's pages spliced
+    /// together without decoding each summary (only the last unit id of a
+    /// page is read, to ask for the next).
+    pub async fn units_json(&self) -> Result<String, ServiceError> {
+        use serde_json::value::RawValue;
+        use xo_proto::control::{ListUnits, Reply};
+        #[derive(serde::Deserialize)]
+        struct Id {
+            unit: String,
+        }
+        let mut out = String::from("[");
+        let mut after = None;
+        loop {
+            let req = ListUnits::page(after.take());
+            let (h, payload) = typed::encode(&req, xo_proto::Format::Json)
+                .map_err(|e| ServiceError::new(ErrorCode::Internal, e.to_string()))?;
+            let reply = self
+                .bus
+                .request(
+                    &ListUnits::subject(&self.subjects),
+                    h,
+                    payload,
+                    CALL_TIMEOUT,
+                )
+                .await
+                .map_err(|e| call_error::<ListUnits>(CallError::Bus(e)))?;
+            let page: Reply<Vec<Box<RawValue>>> =
+                serde_json::from_slice(&reply.payload).map_err(|e| {
+                    ServiceError::new(
+                        ErrorCode::Internal,
+                        format!("the supervisor's unit list is not readable JSON: {e}"),
+                    )
+                })?;
+            let page = page.into_result()?;
+            for (i, u) in page.iter().enumerate() {
+                if out.len() > 1 || i > 0 {
+                    out.push(',');
+                }
+                out.push_str(u.get());
+            }
+            if page.len() < ListUnits::PAGE {
+                out.push(']');
+                return Ok(out);
+            }
+            let last: Id = page
+                .last()
+                .map(|u| serde_json::from_str(u.get()))
+                .transpose()
+                .map_err(|e| {
+                    ServiceError::new(
+                        ErrorCode::Internal,
+                        format!("a unit summary without its id: {e}"),
+                    )
+                })?
+                .ok_or_else(|| ServiceError::new(ErrorCode::Internal, "empty page"))?;
+            after = Some(last.unit);
+        }
+    }
+
     /// Every unit, a page at a time (a large fleet's list exceeds one message).
     pub async fn units(&self) -> Result<Vec<xo_proto::control::UnitSummary>, ServiceError> {
         typed::all_units(&self.bus, &self.subjects, CALL_TIMEOUT)
