@@ -458,6 +458,49 @@ async fn resume_validates_existing_artifacts_first() {
     assert_eq!(types(&r.data), ["PROMPT", "RESPONSE"]);
 }
 
+/// `runner.restart_mode = "rollback"` (an operator setting): a task marked
+/// for resume is run again instead of being accepted from its artifacts.
+#[tokio::test]
+async fn restart_mode_rollback_never_resumes() {
+    let r = rig(|c| c.restart_mode = xo_runtime::config::RestartMode::Rollback);
+    std::fs::write(r.project.join("done.txt"), "x").unwrap();
+    let mut t = task("t18r", &format!("[[run]]\nsteps = [{OK}]"));
+    t.required_artifacts = vec!["done.txt".into()];
+    let mut j = job(t);
+    j.record.mark = Some(ReplayMark::Resume);
+    j.record.attempt = 2;
+    completed(run(&r, &mut script_driver(), &j).await);
+    assert_eq!(
+        types(&r.data),
+        ["PROMPT", "RESPONSE"],
+        "the agent ran again"
+    );
+}
+
+/// Project templates set in the operator settings win over project.toml.
+#[tokio::test]
+async fn settings_project_templates_win_over_project_toml() {
+    let r = rig(|_| {});
+    std::fs::create_dir_all(r.project.join(".xo")).unwrap();
+    std::fs::write(
+        r.project.join(".xo/project.toml"),
+        "input_template = \"FROM-FILE\"\n",
+    )
+    .unwrap();
+    let mut j = job(task("t18s", &format!("[[run]]\nsteps = [{OK}]")));
+    j.settings.version = 3;
+    j.settings.values.insert(
+        "projects.p.input_template".into(),
+        serde_json::Value::from("FROM-SETTINGS"),
+    );
+    completed(run(&r, &mut script_driver(), &j).await);
+    let log = std::fs::read_to_string(r.data.join("p/prompts.log.jsonl")).unwrap();
+    assert!(
+        log.contains("FROM-SETTINGS") && !log.contains("FROM-FILE"),
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn rollback_replay_resets_to_the_starting_commit() {
     let r = rig(|_| {});

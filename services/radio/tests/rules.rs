@@ -572,3 +572,22 @@ fn provider_outages_are_not_loops_and_get_their_own_advice() {
     );
     assert_eq!(fresh(&own), [AnomalyKind::Loop]);
 }
+
+#[test]
+fn a_rule_switched_off_for_a_role_steers_nothing() {
+    let mut r = report(10);
+    r.activity.turns_since_progress = 20;
+    let on = RoleProfile::default();
+    let mut off = RoleProfile::default();
+    off.doctrine.disabled_rules = vec![AnomalyKind::Stall];
+    let a = xo_radio::check_unit(&mut Default::default(), &on, &r);
+    assert!(a.steering.iter().any(|s| s.kind == AnomalyKind::Stall));
+    assert_ne!(a.health, Health::Green);
+    let b = xo_radio::check_unit(&mut Default::default(), &off, &r);
+    assert!(
+        b.steering.iter().all(|s| s.kind != AnomalyKind::Stall),
+        "{:?}",
+        b.steering
+    );
+    assert_eq!(b.health, Health::Green);
+}
