@@ -1034,10 +1034,16 @@ fn form_change(
     Ok((set, unset))
 }
 
-fn csrf_ok(c: &Shared, form: &[(String, String)]) -> bool {
+/// A form field's value (the last one wins, like a checkbox after its hidden default).
+fn field(form: &[(String, String)], name: &str) -> Option<String> {
     form.iter()
-        .find(|(k, _)| k == "csrf")
-        .is_some_and(|(_, v)| c.auth.csrf_ok(v))
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+fn csrf_ok(c: &Shared, form: &[(String, String)]) -> bool {
+    field(form, "csrf").is_some_and(|v| c.auth.csrf_ok(&v))
 }
 
 /// Percent-encodes a query value.
@@ -1076,7 +1082,7 @@ async fn ui_settings(State(c): State<Shared>, Form(form): Form<Vec<(String, Stri
     if !csrf_ok(&c, &form) {
         return refused_csrf();
     }
-    let get = |k: &str| form.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone());
+    let get = |k: &str| field(&form, k);
     let project = get("project")
         .filter(|p| xo_proto::validate_token("project", p).is_ok())
         .unwrap_or_else(|| default_project(&c));
@@ -1154,12 +1160,7 @@ async fn ui_steer(
         return refused_csrf();
     }
     let to = format!("/units/{}", enc(&unit));
-    let get = |k: &str| {
-        form.iter()
-            .find(|(x, _)| x == k)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
+    let get = |k: &str| field(&form, k).unwrap_or_default();
     let message = get("message");
     if message.trim().is_empty() {
         return back(
@@ -1196,10 +1197,7 @@ async fn ui_queue(
     if !csrf_ok(&c, &form) {
         return refused_csrf();
     }
-    let reason = form
-        .iter()
-        .find(|(k, _)| k == "reason")
-        .map(|(_, v)| v.clone())
+    let reason = field(&form, "reason")
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "halted from the console".into());
     let r = match verb.as_str() {
@@ -1224,11 +1222,7 @@ async fn ui_task(
     if !csrf_ok(&c, &form) {
         return refused_csrf();
     }
-    let text = form
-        .iter()
-        .find(|(k, _)| k == "text")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let text = field(&form, "text").unwrap_or_default();
     let r = match verb.as_str() {
         "answer" if text.trim().is_empty() => Err(ServiceError::new(
             xo_proto::control::ErrorCode::Invalid,
@@ -1270,11 +1264,7 @@ async fn ui_deprecate(
     if !csrf_ok(&c, &form) {
         return refused_csrf();
     }
-    let reason = form
-        .iter()
-        .find(|(k, _)| k == "reason")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let reason = field(&form, "reason").unwrap_or_default();
     let r = c
         .call(&DeprecateDoc {
             id: format!("{category}/{name}"),
@@ -1295,10 +1285,7 @@ async fn ui_scale(
     if !csrf_ok(&c, &form) {
         return refused_csrf();
     }
-    let replicas = form
-        .iter()
-        .find(|(k, _)| k == "replicas")
-        .and_then(|(_, v)| v.parse::<u32>().ok());
+    let replicas = field(&form, "replicas").and_then(|v| v.parse::<u32>().ok());
     let Some(replicas) = replicas else {
         return back("/containers", Err("replicas: a whole number".into()));
     };
