@@ -15,8 +15,9 @@ use std::time::{Duration, SystemTime};
 
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
-use tracing::warn;
-use xo_bus::Headers;
+use tracing::{info, warn};
+use xo_bus::{Headers, typed};
+use xo_proto::settings::{GetSettings, SettingsChanged};
 use xo_proto::{CodecError, SaluteReport};
 use xo_radio::FnvMap;
 
@@ -272,4 +273,45 @@ async fn poll_once(
         }
     }
     Ok(())
+}
+
+/// Follows the settings: subscribes to `xo.event.settings`, then asks the
+/// queue for the settings in force (none answering: `xo.toml` alone).
+pub async fn follow_settings(
+    ctx: &Arc<Ctx>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> SupervisorResult<JoinHandle<()>> {
+    let mut sub = ctx.bus.subscribe(&ctx.subjects.settings_event()).await?;
+    let ctx = ctx.clone();
+    Ok(tokio::spawn(async move {
+        let first = typed::call(
+            &ctx.bus,
+            &ctx.subjects,
+            &GetSettings {},
+            Duration::from_secs(3),
+        );
+        let mut shutdown = std::pin::pin!(shutdown);
+        tokio::select! {
+            r = first => match r {
+                Ok(view) => {
+                    ctx.live.apply(&ctx.cfg, &view.settings);
+                }
+                Err(e) => info!(error = %e, "no queue answered for settings; xo.toml in force until a change arrives"),
+            },
+            _ = &mut shutdown => return,
+        }
+        loop {
+            let msg = tokio::select! {
+                m = sub.next() => m,
+                _ = &mut shutdown => None,
+            };
+            let Some(msg) = msg else { break };
+            match typed::decode::<SettingsChanged>(&msg, ctx.cfg.wire.max_payload) {
+                Ok(ev) => {
+                    ctx.live.apply(&ctx.cfg, &ev.settings);
+                }
+                Err(e) => decode::reject(&ctx, &msg, &e).await,
+            }
+        }
+    }))
 }

@@ -7,15 +7,14 @@
 //!   [`run`] takes the shutdown signal, [`SupervisorHandle::stop`] stops in order.
 //! - [`ctx`]: what every part shares (configuration, handles, counters).
 //! - [`ingest`]: the inputs — the report pump, the heartbeat pump, the
-//!   macrocosm file poller (`<volume>/reports`).
+//!   macrocosm file poller (`<volume>/reports`), the settings follower.
 //! - [`decode`]: decoding, the subject's unit against the message's, dead
 //!   letters (bus input and rejected report files alike).
 //! - [`root`]: the root actor — owns the route table and one [`watcher`] per
 //!   unit, spawned on the unit's first report, restarted one-for-one with an
 //!   intensity limit; answers the control API (`xo.ctl.supervisor.*`).
 //! - [`watcher`]: a unit's radio state, latest report, health and steering.
-//! - [`live`]: operator settings in force (role profiles, steering on/off),
-//!   followed on `xo.event.settings`.
+//! - [`live`]: operator settings in force (role profiles, steering on/off).
 //! - [`outbox`]: where steering goes (the bus, and the volume's steering files).
 //! - [`persist`]: coalesced writes of unit state to the store, and the
 //!   rebuild after a restart.
@@ -127,7 +126,7 @@ pub async fn start(
     );
     running.input(ingest::pump_reports(&ctx, &root, &routes, running.signal()).await?);
     running.input(ingest::pump_heartbeats(&ctx, &root, &routes, running.signal()).await?);
-    running.input(live::follow(&ctx, running.signal()).await?);
+    running.input(ingest::follow_settings(&ctx, running.signal()).await?);
     running.input(
         xo_bus::api::serve::<SupervisorApi<ActorPorts>, _>(
             &ctx.bus,

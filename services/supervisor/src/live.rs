@@ -1,23 +1,16 @@
 //! Operator settings in force (seed 004): the role profiles the radio check
-//! uses and whether steering is sent, changed at run time from
-//! `xo.event.settings` (and read once at start from the queue) without
-//! restarting anything. A watcher re-reads the profiles only when the
+//! uses and whether steering is sent, changed at run time without a restart
+//! (`ingest::follow_settings` feeds it from `xo.event.settings`, and from the
+//! queue once at start). A watcher re-reads the profiles only when the
 //! version moves (one shared atomic load a report, no lock).
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xo_bus::typed;
-use xo_proto::settings::{GetSettings, Settings, SettingsChanged};
+use xo_proto::settings::Settings;
 use xo_radio::Roles;
 use xo_runtime::XoConfig;
-
-use crate::SupervisorResult;
-use crate::ctx::Ctx;
 
 /// The settings the supervisor applies now.
 #[derive(Debug)]
@@ -75,45 +68,4 @@ impl Live {
             }
         }
     }
-}
-
-/// Follows the settings: subscribes to `xo.event.settings`, then asks the
-/// queue for the settings in force (none answering: `xo.toml` alone).
-pub async fn follow(
-    ctx: &Arc<Ctx>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> SupervisorResult<JoinHandle<()>> {
-    let mut sub = ctx.bus.subscribe(&ctx.subjects.settings_event()).await?;
-    let ctx = ctx.clone();
-    Ok(tokio::spawn(async move {
-        let first = typed::call(
-            &ctx.bus,
-            &ctx.subjects,
-            &GetSettings {},
-            Duration::from_secs(3),
-        );
-        let mut shutdown = std::pin::pin!(shutdown);
-        tokio::select! {
-            r = first => match r {
-                Ok(view) => {
-                    ctx.live.apply(&ctx.cfg, &view.settings);
-                }
-                Err(e) => info!(error = %e, "no queue answered for settings; xo.toml in force until a change arrives"),
-            },
-            _ = &mut shutdown => return,
-        }
-        loop {
-            let msg = tokio::select! {
-                m = sub.next() => m,
-                _ = &mut shutdown => None,
-            };
-            let Some(msg) = msg else { break };
-            match typed::decode::<SettingsChanged>(&msg, ctx.cfg.wire.max_payload) {
-                Ok(ev) => {
-                    ctx.live.apply(&ctx.cfg, &ev.settings);
-                }
-                Err(e) => crate::decode::reject(&ctx, &msg, &e).await,
-            }
-        }
-    }))
 }
