@@ -718,6 +718,7 @@ impl TaskRun<'_> {
     }
 
     /// Asks about each uncertain criterion, at most [`MAX_QUESTIONS`] times;
+    /// (strictly: see [`yes_or_no`])
     /// YES passes it, NO fails it, anything else asks again.
     async fn interrogate(&mut self, project: &str, v: &mut Validation) -> Option<Outcome> {
         let pending: Vec<usize> = (0..v.checks.len())
@@ -744,17 +745,8 @@ impl TaskRun<'_> {
                     return Some(Outcome::Cancelled);
                 }
                 let answer = parse_reply(&out.stdout, false).ok().map(|(r, _)| r.message);
-                let a = answer
-                    .as_deref()
-                    .unwrap_or("")
-                    .trim_start()
-                    .to_ascii_lowercase();
-                if a.starts_with("yes") {
-                    verdict = Some((true, answer.unwrap_or_default()));
-                    break;
-                }
-                if a.starts_with("no") {
-                    verdict = Some((false, answer.unwrap_or_default()));
+                if let Some(yes) = answer.as_deref().and_then(yes_or_no) {
+                    verdict = Some((yes, answer.unwrap_or_default()));
                     break;
                 }
             }
@@ -778,5 +770,45 @@ impl TaskRun<'_> {
                 .await;
         }
         None
+    }
+}
+
+/// An interrogation answer's verdict: its first word is exactly YES or NO
+/// (any case, then punctuation, space or the end). "Not sure", "None",
+/// "Nope" or "Yesterday…" are no answer, and the question is asked again.
+pub fn yes_or_no(answer: &str) -> Option<bool> {
+    let word: String = answer
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    match word.to_ascii_lowercase().as_str() {
+        "yes" => Some(true),
+        "no" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod yes_or_no_tests {
+    use super::yes_or_no;
+
+    #[test]
+    fn only_a_plain_yes_or_no_is_an_answer() {
+        for (a, v) in [
+            ("YES: greet.txt says hello", Some(true)),
+            ("yes", Some(true)),
+            ("  Yes. The file exists.", Some(true)),
+            ("NO - the test fails", Some(false)),
+            ("No, it is missing", Some(false)),
+            ("Not sure", None),
+            ("None of the files match", None),
+            ("Nope", None),
+            ("Yesterday it passed", None),
+            ("", None),
+            ("I think YES", None),
+        ] {
+            assert_eq!(yes_or_no(a), v, "{a:?}");
+        }
     }
 }
