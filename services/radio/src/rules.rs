@@ -501,19 +501,41 @@ pub fn count_sentences(text: &str) -> usize {
         .count()
 }
 
-/// Keeps at most `max` sentences.
+/// Keeps at most `max` sentences, the last one always: a message ends with
+/// its advice, and text quoted from a report (a step with full stops of its
+/// own) must never push the advice out. Over the limit, the first `max - 1`
+/// sentences are kept, then the last.
 pub fn limit_sentences(text: &str, max: usize) -> String {
     let b = text.as_bytes();
-    let mut seen = 0;
-    for i in 0..b.len() {
-        if matches!(b[i], b'.' | b'!' | b'?')
-            && b.get(i + 1).is_none_or(|c| c.is_ascii_whitespace())
-        {
-            seen += 1;
-            if seen == max {
-                return text[..=i].to_string();
-            }
-        }
+    let ends: Vec<usize> = (0..b.len())
+        .filter(|&i| {
+            matches!(b[i], b'.' | b'!' | b'?')
+                && b.get(i + 1).is_none_or(|c| c.is_ascii_whitespace())
+        })
+        .collect();
+    // The text after the last terminator counts as a sentence too.
+    let tail_open = ends
+        .last()
+        .is_none_or(|&e| !text[e + 1..].trim().is_empty());
+    let total = ends.len() + usize::from(tail_open);
+    if total <= max || max == 0 {
+        return text.to_string();
     }
-    text.to_string()
+    let last_start = if tail_open {
+        ends.last().map_or(0, |&e| e + 1)
+    } else {
+        ends.len().checked_sub(2).map_or(0, |k| ends[k] + 1)
+    };
+    let head_end = ends.get(max.saturating_sub(2)).map_or(0, |&e| e + 1);
+    let head = if max >= 2 {
+        text[..head_end].trim_end()
+    } else {
+        ""
+    };
+    let last = text[last_start..].trim();
+    if head.is_empty() {
+        last.to_string()
+    } else {
+        format!("{head} {last}")
+    }
 }

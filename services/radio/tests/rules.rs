@@ -591,3 +591,46 @@ fn a_rule_switched_off_for_a_role_steers_nothing() {
     );
     assert_eq!(b.health, Health::Green);
 }
+
+/// A step quoted from the report with full stops of its own never pushes
+/// the stall's advice out of the message.
+#[test]
+fn steering_keeps_its_advice_whatever_the_step_says() {
+    let mut r = report(10);
+    r.activity.turns_since_progress = 20;
+    r.activity.task_id = Some("T-1".into());
+    r.activity.step = Some("Run the tests. Fix the parser. Run them again. Commit.".into());
+    let mut radio = Radio::new(Roles::default());
+    let a = radio.check(&r);
+    let stall = a
+        .steering
+        .iter()
+        .find(|s| s.kind == AnomalyKind::Stall)
+        .expect("a stall");
+    assert!(
+        stall
+            .message
+            .contains("Reassess: take a different approach"),
+        "{}",
+        stall.message
+    );
+    assert!(
+        stall.message.starts_with("[SUPERVISOR] Stall")
+            || stall.message.contains("Stall: no progress"),
+        "{}",
+        stall.message
+    );
+}
+
+#[test]
+fn the_limiter_keeps_the_first_sentences_and_the_last() {
+    use xo_radio::rules::limit_sentences;
+    assert_eq!(limit_sentences("A. B. C. D. Advice.", 3), "A. B. Advice.");
+    assert_eq!(limit_sentences("A. B. Advice", 3), "A. B. Advice");
+    assert_eq!(
+        limit_sentences("A. B. C. Advice without a stop", 3),
+        "A. B. Advice without a stop"
+    );
+    assert_eq!(limit_sentences("Only advice.", 1), "Only advice.");
+    assert_eq!(limit_sentences("A. B. Advice.", 1), "Advice.");
+}
