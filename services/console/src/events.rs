@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
@@ -58,14 +58,6 @@ impl Live {
             frame: f.freeze(),
         }
     }
-
-    /// The JSON data of the frame.
-    pub fn data(&self) -> &str {
-        let s = std::str::from_utf8(&self.frame).unwrap_or("");
-        s.split_once("\ndata: ")
-            .map(|(_, d)| d.trim_end_matches('\n'))
-            .unwrap_or("")
-    }
 }
 
 /// Counters of what went by since the console started.
@@ -81,7 +73,8 @@ pub struct Seen {
 #[derive(Debug)]
 pub struct Hub {
     tx: broadcast::Sender<Live>,
-    pub seen: Seen,
+    /// Counted by the feeder from the values it decoded anyway.
+    pub seen: Arc<Seen>,
 }
 
 /// Clients may fall this many events behind before they are told to reload.
@@ -140,9 +133,10 @@ impl Hub {
     ) -> Result<(Hub, JoinHandle<()>), xo_bus::BusError> {
         let subjects = cfg.subjects();
         let (tx, _) = broadcast::channel(BACKLOG);
+        let seen = Arc::new(Seen::default());
         let hub = Hub {
             tx: tx.clone(),
-            seen: Seen::default(),
+            seen: seen.clone(),
         };
         let mut subs = Vec::new();
         for pattern in patterns(&subjects) {
@@ -176,6 +170,7 @@ impl Hub {
                 let Some(data) = json_of(kind, &m, limit) else {
                     continue;
                 };
+                seen.count(name, &data);
                 let _ = tx.send(Live::new(name, &data.to_string()));
             }
             pump.abort();
@@ -187,61 +182,36 @@ impl Hub {
     pub fn subscribe(&self) -> broadcast::Receiver<Live> {
         self.tx.subscribe()
     }
+}
 
-    /// Counts an event for `/metrics`.
-    pub fn count(&self, ev: &Live) {
-        match ev.name {
+impl Seen {
+    /// Counts an event for `/metrics` from its decoded value.
+    fn count(&self, name: &str, v: &Value) {
+        match name {
             "salute" => {
-                self.seen.reports.fetch_add(1, Ordering::Relaxed);
+                self.reports.fetch_add(1, Ordering::Relaxed);
             }
             "steer" => {
-                if let Ok(v) = serde_json::from_str::<Value>(ev.data())
-                    && let Some(kind) = v.get("kind").and_then(Value::as_str)
-                {
+                if let Some(kind) = v.get("kind").and_then(Value::as_str) {
                     let mut m = self
-                        .seen
                         .steering_by_kind
                         .lock()
                         .unwrap_or_else(|p| p.into_inner());
                     *m.entry(kind.to_string()).or_default() += 1;
                 }
             }
-            "task" => {
-                if let Ok(v) = serde_json::from_str::<Value>(ev.data()) {
-                    match v.get("event").and_then(Value::as_str) {
-                        Some("TASK_START") => {
-                            self.seen.claims.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Some("LEASE_EXPIRED") => {
-                            self.seen.lease_expiries.fetch_add(1, Ordering::Relaxed);
-                        }
-                        _ => {}
-                    }
+            "task" => match v.get("event").and_then(Value::as_str) {
+                Some("TASK_START") => {
+                    self.claims.fetch_add(1, Ordering::Relaxed);
                 }
-            }
+                Some("LEASE_EXPIRED") => {
+                    self.lease_expiries.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            },
             _ => {}
         }
     }
-}
-
-/// Starts the counting task: one more subscriber that only counts.
-pub fn spawn_counter(console: Shared) -> JoinHandle<()> {
-    let mut rx = console.hub.subscribe();
-    let stop = console.stop.signal();
-    tokio::spawn(async move {
-        let mut stop = std::pin::pin!(stop);
-        loop {
-            let r = tokio::select! {
-                r = rx.recv() => r,
-                _ = &mut stop => break,
-            };
-            match r {
-                Ok(ev) => console.hub.count(&ev),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => break,
-            }
-        }
-    })
 }
 
 /// How often an idle stream sends a comment, so proxies keep it open.
@@ -278,28 +248,21 @@ pub async fn sse(
                 }
                 Ok(Err(broadcast::error::RecvError::Closed)) => return None,
             };
-            let mut out: Option<BytesMut> = None;
-            let mut single: Option<Bytes> = wanted(&first).then_some(first.frame);
-            for _ in 1..BATCH {
-                match rx.try_recv() {
-                    Ok(ev) if wanted(&ev) => {
-                        let buf = out.get_or_insert_with(|| {
-                            let mut b = BytesMut::new();
-                            if let Some(s) = single.take() {
-                                b.extend_from_slice(&s);
-                            }
-                            b
-                        });
-                        buf.extend_from_slice(&ev.frame);
-                    }
-                    Ok(_) => {}
-                    Err(_) => break,
+            // The waiting frames this client wants, in one write.
+            let mut frames: Vec<Bytes> = Vec::new();
+            let mut next = Some(first);
+            while let Some(ev) = next.take() {
+                if wanted(&ev) {
+                    frames.push(ev.frame);
+                }
+                if frames.len() < BATCH {
+                    next = rx.try_recv().ok();
                 }
             }
-            let chunk = match (out, single) {
-                (Some(b), _) => b.freeze(),
-                (None, Some(s)) => s,
-                (None, None) => continue,
+            let chunk = match frames.len() {
+                0 => continue,
+                1 => frames.swap_remove(0),
+                _ => Bytes::from(frames.concat()),
             };
             return Some((Ok(chunk), (rx, wanted)));
         }

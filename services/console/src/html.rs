@@ -43,6 +43,22 @@ pub async fn js() -> impl IntoResponse {
     )
 }
 
+/// A health as its lower-case wire name (`green`…).
+pub fn health_name(h: xo_proto::Health) -> String {
+    serde_json::to_value(h)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_lowercase))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A value's wire name (`primary`, `RUNNING`…).
+pub fn wire<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 /// The pages of the navigation bar: path and label.
 pub const NAV: &[(&str, &str)] = &[
     ("/", "Fleet"),

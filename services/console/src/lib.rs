@@ -209,7 +209,6 @@ pub struct ConsoleHandle {
     stop: Shutdown,
     server: JoinHandle<()>,
     hub: JoinHandle<()>,
-    counter: JoinHandle<()>,
 }
 
 impl ConsoleHandle {
@@ -223,7 +222,6 @@ impl ConsoleHandle {
         self.stop.trigger();
         let _ = self.server.await;
         let _ = self.hub.await;
-        let _ = self.counter.await;
     }
 }
 
@@ -271,7 +269,6 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleErr
         hub,
         stop: stop.clone(),
     });
-    let counter = events::spawn_counter(console.clone());
     let app = router(console.clone());
     // Small SSE frames must not wait for the previous one's ACK (Nagle with
     // delayed ACKs held events back by tens of milliseconds).
@@ -297,6 +294,5 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleErr
         stop,
         server,
         hub: hub_task,
-        counter,
     })
 }

@@ -55,12 +55,7 @@ pub async fn render(c: &Shared) -> String {
         for h in ["green", "amber", "red", "black"] {
             let n = units
                 .iter()
-                .filter(|u| {
-                    serde_json::to_value(u.health)
-                        .ok()
-                        .and_then(|v| v.as_str().map(|s| s.eq_ignore_ascii_case(h)))
-                        .unwrap_or(false)
-                })
+                .filter(|u| crate::html::health_name(u.health) == h)
                 .count();
             let _ = writeln!(out, "xo_units{{health=\"{h}\"}} {n}");
         }
@@ -166,10 +161,7 @@ pub async fn render(c: &Shared) -> String {
             "gauge",
             "1 while the queue is RUNNING.",
         );
-        let running = serde_json::to_value(st.status)
-            .ok()
-            .and_then(|v| v.as_str().map(|s| s.eq_ignore_ascii_case("running")))
-            .unwrap_or(false);
+        let running = st.status == xo_proto::queue::RunStatus::Running;
         let _ = writeln!(out, "xo_queue_running {}", u8::from(running));
     }
     if let Ok(runs) = &runs {

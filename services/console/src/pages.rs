@@ -22,10 +22,10 @@ use xo_proto::queue::{
     Step, TaskRecord, TaskState,
 };
 use xo_proto::settings::{GetSettings, PutSettings, SettingsView};
-use xo_proto::{Health, Severity};
+use xo_proto::Severity;
 
 use crate::Shared;
-use crate::html::{Frame, action, age, esc, page};
+use crate::html::{Frame, action, age, esc, health_name, page, wire};
 
 type Q = Query<BTreeMap<String, String>>;
 
@@ -95,20 +95,6 @@ fn down(f: &Frame<'_>, e: &ServiceError) -> Response {
 
 fn now() -> u64 {
     xo_proto::now_ms()
-}
-
-fn health_name(h: Health) -> String {
-    serde_json::to_value(h)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_lowercase))
-        .unwrap_or_else(|| "unknown".into())
-}
-
-fn wire<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 /// One row of the fleet table (the script renders the same cells).
@@ -278,7 +264,6 @@ async fn unit(State(c): State<Shared>, Path(unit): Path<String>, Query(q): Q) ->
 }
 
 fn task_actions(f: &Frame<'_>, t: &TaskRecord) -> String {
-    let id = esc(&t.task.task_id);
     let mut a = String::new();
     match t.state {
         TaskState::AwaitingResponse | TaskState::Blocked => {
@@ -319,7 +304,6 @@ fn task_actions(f: &Frame<'_>, t: &TaskRecord) -> String {
         }
         _ => {}
     }
-    let _ = id;
     a
 }
 
@@ -1034,6 +1018,24 @@ fn form_change(
     Ok((set, unset))
 }
 
+/// A form action's fields, once its CSRF value checked out (every
+/// `POST /ui/...` takes this instead of checking for itself).
+struct UiForm(Vec<(String, String)>);
+
+impl axum::extract::FromRequest<Shared> for UiForm {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, c: &Shared) -> Result<Self, Response> {
+        let Form(form) = Form::<Vec<(String, String)>>::from_request(req, c)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if !csrf_ok(c, &form) {
+            return Err(refused_csrf());
+        }
+        Ok(UiForm(form))
+    }
+}
+
 /// A form field's value (the last one wins, like a checkbox after its hidden default).
 fn field(form: &[(String, String)], name: &str) -> Option<String> {
     form.iter()
@@ -1078,10 +1080,7 @@ fn refused_csrf() -> Response {
     )
 }
 
-async fn ui_settings(State(c): State<Shared>, Form(form): Form<Vec<(String, String)>>) -> Response {
-    if !csrf_ok(&c, &form) {
-        return refused_csrf();
-    }
+async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -> Response {
     let get = |k: &str| field(&form, k);
     let project = get("project")
         .filter(|p| xo_proto::validate_token("project", p).is_ok())
@@ -1154,11 +1153,8 @@ async fn ui_settings(State(c): State<Shared>, Form(form): Form<Vec<(String, Stri
 async fn ui_steer(
     State(c): State<Shared>,
     Path(unit): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    UiForm(form): UiForm,
 ) -> Response {
-    if !csrf_ok(&c, &form) {
-        return refused_csrf();
-    }
     let to = format!("/units/{}", enc(&unit));
     let get = |k: &str| field(&form, k).unwrap_or_default();
     let message = get("message");
@@ -1192,11 +1188,8 @@ async fn ui_steer(
 async fn ui_queue(
     State(c): State<Shared>,
     Path(verb): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    UiForm(form): UiForm,
 ) -> Response {
-    if !csrf_ok(&c, &form) {
-        return refused_csrf();
-    }
     let reason = field(&form, "reason")
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "halted from the console".into());
@@ -1217,11 +1210,8 @@ async fn ui_queue(
 async fn ui_task(
     State(c): State<Shared>,
     Path((task_id, verb)): Path<(String, String)>,
-    Form(form): Form<Vec<(String, String)>>,
+    UiForm(form): UiForm,
 ) -> Response {
-    if !csrf_ok(&c, &form) {
-        return refused_csrf();
-    }
     let text = field(&form, "text").unwrap_or_default();
     let r = match verb.as_str() {
         "answer" if text.trim().is_empty() => Err(ServiceError::new(
@@ -1259,11 +1249,8 @@ async fn ui_task(
 async fn ui_deprecate(
     State(c): State<Shared>,
     Path((category, name)): Path<(String, String)>,
-    Form(form): Form<Vec<(String, String)>>,
+    UiForm(form): UiForm,
 ) -> Response {
-    if !csrf_ok(&c, &form) {
-        return refused_csrf();
-    }
     let reason = field(&form, "reason").unwrap_or_default();
     let r = c
         .call(&DeprecateDoc {
@@ -1280,11 +1267,8 @@ async fn ui_deprecate(
 async fn ui_scale(
     State(c): State<Shared>,
     Path(role): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    UiForm(form): UiForm,
 ) -> Response {
-    if !csrf_ok(&c, &form) {
-        return refused_csrf();
-    }
     let replicas = field(&form, "replicas").and_then(|v| v.parse::<u32>().ok());
     let Some(replicas) = replicas else {
         return back("/containers", Err("replicas: a whole number".into()));
@@ -1300,14 +1284,7 @@ async fn ui_scale(
     back("/containers", r)
 }
 
-async fn ui_restart(
-    State(c): State<Shared>,
-    Path(unit): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
-) -> Response {
-    if !csrf_ok(&c, &form) {
-        return refused_csrf();
-    }
+async fn ui_restart(State(c): State<Shared>, Path(unit): Path<String>, _: UiForm) -> Response {
     let r = c
         .call(&FleetRestart { unit: unit.clone() })
         .await
@@ -1347,6 +1324,7 @@ async fn login(State(c): State<Shared>, Form(form): Form<BTreeMap<String, String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xo_proto::Health;
     use xo_proto::settings::{SettingKey, Settings};
 
     fn view() -> SettingsView {
