@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde_json::Value;
+use xo_proto::Severity;
 use xo_proto::control::{ServiceError, ShowUnit, SteerUnit, UnitSummary};
 use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
 use xo_proto::knowledge::{Author, DeprecateDoc, ListDocs, ListReviewRuns};
@@ -22,7 +23,6 @@ use xo_proto::queue::{
     Step, TaskRecord, TaskState,
 };
 use xo_proto::settings::{GetSettings, PutSettings, SettingsView};
-use xo_proto::Severity;
 
 use crate::Shared;
 use crate::html::{Frame, action, age, esc, health_name, page, wire};
