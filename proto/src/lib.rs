@@ -23,6 +23,7 @@
 //! Start with [`SaluteReport`] and [`codec::decode`]; for a service's API,
 //! with [`control`].
 
+pub mod alert;
 pub mod codec;
 pub mod control;
 pub mod fleet;

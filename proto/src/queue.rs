@@ -41,8 +41,18 @@ pub struct Task {
     pub agent_mode: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
-    /// Which specialist runs it (seed 002: from the task header).
+    /// Which specialist runs it (seed 002: from the task header). Empty:
+    /// the queue picks it from `phase` (seed 002's phase → role table) or
+    /// its default role.
+    #[serde(default)]
     pub role: String,
+    /// Seed 002's workflow phase; decides the role when the task names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Limits on this task's work, across its retries and attempts; unset
+    /// limits come from the runner's `runner.task_budget`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<TaskBudget>,
     #[serde(default)]
     pub timeout_profile: TimeoutProfile,
     #[serde(default)]
@@ -80,6 +90,8 @@ impl Task {
             agent_mode: None,
             project: None,
             role: role.into(),
+            phase: None,
+            budget: None,
             timeout_profile: TimeoutProfile::default(),
             lane: Lane::default(),
             depends_on: Vec::new(),
@@ -289,6 +301,15 @@ pub struct TaskRecord {
     /// For Manager tasks: the task whose completion it reconciles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciles: Option<String>,
+    /// Why it was blocked or failed (decides whether the queue halted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<BlockCause>,
+    /// Work spent on finished attempts (the budget counts all of them).
+    #[serde(default)]
+    pub spent: Usage,
+    /// Work the running attempt reported so far (heartbeats).
+    #[serde(default)]
+    pub attempt_spent: Usage,
     pub updated_at: u64,
 }
 
@@ -312,8 +333,193 @@ impl TaskRecord {
             born_completed: 0,
             completed_token: None,
             reconciles: None,
+            cause: None,
+            spent: Usage::default(),
+            attempt_spent: Usage::default(),
             updated_at: 0,
         }
+    }
+}
+
+/// Seed 002's workflow phases.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Design,
+    Plan,
+    Execute,
+    /// `phase="execute", sub_phase="review"`.
+    Review,
+    Validate,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 5] = [
+        Self::Design,
+        Self::Plan,
+        Self::Execute,
+        Self::Review,
+        Self::Validate,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Design => "design",
+            Self::Plan => "plan",
+            Self::Execute => "execute",
+            Self::Review => "review",
+            Self::Validate => "validate",
+        }
+    }
+}
+
+/// Why a task stopped without completing. `queue.halt_on` lists the causes
+/// that halt the queue; the others leave the task for the operator and the
+/// queue goes on with the next task (seed 003, scenario 3).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockCause {
+    /// The agent did not run, crashed, timed out or reported `error`.
+    ExecFailure,
+    /// The agent itself reported `blocked` or `escalate`.
+    AgentBlocked,
+    /// Out of validation, format or clarification retries.
+    Validation,
+    /// A major SUP-7 violation: the task ends as failed (seed 004's ERROR).
+    Violation,
+    /// The task's budget (turns, tokens, cost or wall time) ran out.
+    Budget,
+}
+
+impl BlockCause {
+    pub const ALL: [BlockCause; 5] = [
+        Self::ExecFailure,
+        Self::AgentBlocked,
+        Self::Validation,
+        Self::Violation,
+        Self::Budget,
+    ];
+    /// The seed's halt policy: execution failures, an agent's own BLOCKED
+    /// and violations halt; a task out of retries or budget does not.
+    pub const DEFAULT_HALT_ON: [BlockCause; 3] =
+        [Self::ExecFailure, Self::AgentBlocked, Self::Violation];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ExecFailure => "exec_failure",
+            Self::AgentBlocked => "agent_blocked",
+            Self::Validation => "validation",
+            Self::Violation => "violation",
+            Self::Budget => "budget",
+        }
+    }
+
+    /// The cause a runner's block reason spells (`CODE: detail`), for
+    /// requests from runners that do not send one.
+    pub fn of_reason(reason: &str) -> Self {
+        let code = reason.split(':').next().unwrap_or("").trim();
+        match code {
+            "EXEC_FAILURE" | "CURSOR_EXEC_FAILURE" => Self::ExecFailure,
+            "BLOCKED" if !reason.contains("(out of retries)") => Self::AgentBlocked,
+            "BUDGET_EXHAUSTED" => Self::Budget,
+            _ if reason.starts_with("supervisor violation") => Self::Violation,
+            _ => Self::Validation,
+        }
+    }
+}
+
+impl std::fmt::Display for BlockCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Work an agent did, from its SALUTE usage and the runner's clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Usage {
+    #[serde(default)]
+    pub turns: u64,
+    #[serde(default)]
+    pub tokens: u64,
+    #[serde(default)]
+    pub cost_usd: f64,
+    #[serde(default)]
+    pub wall_ms: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, o: &Usage) {
+        self.turns += o.turns;
+        self.tokens += o.tokens;
+        self.cost_usd += o.cost_usd;
+        self.wall_ms += o.wall_ms;
+    }
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+}
+
+/// Per-task limits (0 or absent: no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskBudget {
+    #[serde(default)]
+    pub max_turns: u64,
+    #[serde(default)]
+    pub max_tokens: u64,
+    #[serde(default)]
+    pub max_cost_usd: f64,
+    #[serde(default)]
+    pub max_wall_ms: u64,
+}
+
+impl TaskBudget {
+    /// Each limit of `self`, else of `fallback`.
+    pub fn or(self, fallback: TaskBudget) -> TaskBudget {
+        TaskBudget {
+            max_turns: if self.max_turns > 0 {
+                self.max_turns
+            } else {
+                fallback.max_turns
+            },
+            max_tokens: if self.max_tokens > 0 {
+                self.max_tokens
+            } else {
+                fallback.max_tokens
+            },
+            max_cost_usd: if self.max_cost_usd > 0.0 {
+                self.max_cost_usd
+            } else {
+                fallback.max_cost_usd
+            },
+            max_wall_ms: if self.max_wall_ms > 0 {
+                self.max_wall_ms
+            } else {
+                fallback.max_wall_ms
+            },
+        }
+    }
+    /// The first limit `used` reaches, as `BUDGET_EXHAUSTED: ...`.
+    pub fn exceeded(&self, used: &Usage) -> Option<String> {
+        let hit = if self.max_turns > 0 && used.turns >= self.max_turns {
+            format!("{} turns of {}", used.turns, self.max_turns)
+        } else if self.max_tokens > 0 && used.tokens >= self.max_tokens {
+            format!("{} tokens of {}", used.tokens, self.max_tokens)
+        } else if self.max_cost_usd > 0.0 && used.cost_usd >= self.max_cost_usd {
+            format!("${:.4} of ${:.4}", used.cost_usd, self.max_cost_usd)
+        } else if self.max_wall_ms > 0 && used.wall_ms >= self.max_wall_ms {
+            format!(
+                "{} s of {} s wall time",
+                used.wall_ms / 1000,
+                self.max_wall_ms / 1000
+            )
+        } else {
+            return None;
+        };
+        Some(format!("{HALT_BUDGET_EXHAUSTED}: {hit}"))
     }
 }
 
@@ -341,6 +547,10 @@ pub struct Goal {
     pub project_id: Option<String>,
     #[serde(default)]
     pub completed: bool,
+    /// The goal's cost budget in USD (0: none); spent past it, the queue
+    /// halts with `BUDGET_EXHAUSTED`.
+    #[serde(default)]
+    pub budget_usd: f64,
 }
 
 /// The role of the Manager task (seed 002): reconciles the task list after
@@ -350,6 +560,12 @@ pub const MANAGER_ROLE: &str = "manager";
 /// The halt reason a blocked task gives (`TASK_BLOCKED: <task>: <reason>`);
 /// such a halt lets running tasks finish.
 pub const HALT_TASK_BLOCKED: &str = "TASK_BLOCKED";
+
+/// The halt reason (and task block code) when a budget runs out.
+pub const HALT_BUDGET_EXHAUSTED: &str = "BUDGET_EXHAUSTED";
+
+/// The reason pending work cannot go on (`QUEUE_STUCK: <why>`).
+pub const QUEUE_STUCK: &str = "QUEUE_STUCK";
 
 /// The block reason of a task that waits for the operator's answer.
 pub const ASKED_QUESTION: &str = "ASKED_QUESTION";
@@ -383,10 +599,16 @@ pub enum EventName {
     ManagerReconciled,
     /// An operator changed the settings (before/after: the keys changed).
     SettingsChanged,
+    /// Pending work that no runner can claim (after: the reason).
+    QueueStuck,
+    /// The stuck queue can go on again.
+    QueueUnstuck,
+    /// A violation ended the task as failed (seed 004's ERROR).
+    TaskFailed,
 }
 
 impl EventName {
-    pub const ALL: [EventName; 20] = [
+    pub const ALL: [EventName; 23] = [
         Self::Init,
         Self::GoalSet,
         Self::Enqueue,
@@ -407,6 +629,9 @@ impl EventName {
         Self::Completed,
         Self::ManagerReconciled,
         Self::SettingsChanged,
+        Self::QueueStuck,
+        Self::QueueUnstuck,
+        Self::TaskFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -431,6 +656,9 @@ impl EventName {
             Self::Completed => "COMPLETED",
             Self::ManagerReconciled => "MANAGER_RECONCILED",
             Self::SettingsChanged => "SETTINGS_CHANGED",
+            Self::QueueStuck => "QUEUE_STUCK",
+            Self::QueueUnstuck => "QUEUE_UNSTUCK",
+            Self::TaskFailed => "TASK_FAILED",
         }
     }
 
@@ -498,6 +726,12 @@ pub struct QueueStatus {
     #[serde(default)]
     pub corrupt: Vec<String>,
     pub initialised: bool,
+    /// `QUEUE_STUCK: <why>` while pending work cannot be claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<String>,
+    /// Cost spent on the goal so far (every attempt of every task).
+    #[serde(default)]
+    pub spent_usd: f64,
 }
 
 /// Published on `xo.event.task.<task>` at every transition.
@@ -509,6 +743,13 @@ pub struct TaskEvent {
     pub state: TaskState,
     pub attempt: u32,
     pub at: u64,
+}
+
+impl crate::Message for QueueStatus {
+    const NAME: &'static str = "QueueStatus";
+    fn version(&self) -> u16 {
+        crate::PROTOCOL_VERSION
+    }
 }
 
 impl crate::Message for TaskEvent {
@@ -580,6 +821,9 @@ pub struct SetGoal {
     pub project_id: Option<String>,
     #[serde(default)]
     pub completed: bool,
+    /// The goal's cost budget in USD (0: the queue's `goal_budget_usd`).
+    #[serde(default)]
+    pub budget_usd: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -635,6 +879,9 @@ pub struct Heartbeat {
     pub token: String,
     #[serde(default)]
     pub checkpoint: bool,
+    /// This attempt's work so far.
+    #[serde(default)]
+    pub usage: Usage,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -645,6 +892,9 @@ pub struct Complete {
     /// Manager tasks: the reconciliation reply.
     #[serde(default)]
     pub manager_reply: Option<serde_json::Value>,
+    /// This attempt's work.
+    #[serde(default)]
+    pub usage: Usage,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -655,6 +905,12 @@ pub struct Block {
     /// A question for the operator: the task waits for `answer` instead of blocking.
     #[serde(default)]
     pub question: Option<String>,
+    /// Why; absent: read from the reason's code.
+    #[serde(default)]
+    pub cause: Option<BlockCause>,
+    /// This attempt's work.
+    #[serde(default)]
+    pub usage: Usage,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -102,6 +102,18 @@ impl Subjects {
     pub fn fleet_event(&self, role: &str) -> String {
         format!("{}.event.fleet.{role}", self.prefix)
     }
+    /// `xo.event.alert.<kind>`: what needs a human.
+    pub fn alert(&self, kind: crate::alert::AlertKind) -> String {
+        format!("{}.event.alert.{}", self.prefix, kind.as_str())
+    }
+    /// `xo.event.alert.*`
+    pub fn alert_all(&self) -> String {
+        format!("{}.event.alert.*", self.prefix)
+    }
+    /// `xo.event.queue.stuck`: pending work no runner can claim (and when it can again).
+    pub fn queue_stuck(&self) -> String {
+        format!("{}.event.queue.stuck", self.prefix)
+    }
     /// `xo.event.settings`: every change of the operator settings.
     pub fn settings_event(&self) -> String {
         format!("{}.event.settings", self.prefix)

@@ -88,6 +88,7 @@ impl Q {
         .await
         .unwrap();
         self.call(&SetGoal {
+            budget_usd: 0.0,
             description: "g".into(),
             project_id: Some("p1".into()),
             completed: true,
@@ -142,6 +143,7 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
     while let Some(c) = claim(&q, "r1").await {
         let r = q
             .call(&Complete {
+                usage: Default::default(),
                 task_id: c.record.task.task_id.clone(),
                 token: c.token,
                 report: ok(),
@@ -214,6 +216,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
     );
     let err = q
         .call(&Complete {
+            usage: Default::default(),
             task_id: "t000".into(),
             token: first.token,
             report: ok(),
@@ -223,6 +226,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
         .unwrap_err();
     assert!(err.to_string().contains("lease lost"), "{err}");
     q.call(&Complete {
+        usage: Default::default(),
         task_id: "t000".into(),
         token: second.token,
         report: ok(),
@@ -240,6 +244,7 @@ async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
     for _ in 0..3 {
         q.clock.advance(Duration::from_secs(20));
         q.call(&Heartbeat {
+            usage: Default::default(),
             task_id: "t000".into(),
             token: c.token.clone(),
             checkpoint: false,
@@ -303,6 +308,7 @@ async fn thirty_two_concurrent_claimants_never_share_a_task() {
                     &client,
                     &subjects,
                     &Complete {
+                        usage: Default::default(),
                         task_id: c.record.task.task_id,
                         token: c.token,
                         report: ok(),
@@ -337,6 +343,7 @@ async fn the_queue_survives_a_nats_server_restart() {
     let mut done = None;
     for _ in 0..300 {
         let req = Complete {
+            usage: Default::default(),
             task_id: c.record.task.task_id.clone(),
             token: c.token.clone(),
             report: ok(),
@@ -355,6 +362,7 @@ async fn the_queue_survives_a_nats_server_restart() {
     let mut n = 1;
     while let Some(c) = claim(&q, "r1").await {
         q.call(&Complete {
+            usage: Default::default(),
             task_id: c.record.task.task_id,
             token: c.token,
             report: ok(),
@@ -453,6 +461,8 @@ async fn a_question_survives_a_restart_and_is_answered() {
     q.ready(1, false).await;
     let c = claim(&q, "r1").await.unwrap();
     q.call(&Block {
+        cause: None,
+        usage: Default::default(),
         task_id: "t000".into(),
         token: c.token,
         reason: "ambiguous".into(),

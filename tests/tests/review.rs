@@ -68,6 +68,7 @@ impl Rig {
         };
         rig.call(&Init::default()).await;
         rig.call(&SetGoal {
+            budget_usd: 0.0,
             description: "a parser".into(),
             project_id: None,
             completed: true,
@@ -100,6 +101,7 @@ impl Rig {
             .expect("a task to claim");
         let id = c.record.task.task_id.clone();
         self.call(&Complete {
+            usage: Default::default(),
             task_id: id.clone(),
             token: c.token,
             report: ValidationReport {

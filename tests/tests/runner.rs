@@ -57,6 +57,7 @@ impl Rig {
     async fn go(&mut self, tasks: Vec<Task>) {
         self.call(&Init::default()).await;
         self.call(&SetGoal {
+            budget_usd: 0.0,
             description: "g".into(),
             project_id: None,
             completed: true,

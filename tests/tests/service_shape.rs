@@ -159,6 +159,7 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
     // The lease taken before the restart is still honoured.
     let done = rig
         .call(&Complete {
+            usage: Default::default(),
             task_id: c.record.task.task_id.clone(),
             token: c.token,
             report: ValidationReport {
@@ -212,6 +213,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     .await
     .unwrap();
     rig.call(&SetGoal {
+        budget_usd: 0.0,
         description: "ship the parser".into(),
         project_id: None,
         completed: false,
@@ -262,6 +264,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
         .unwrap();
     assert_eq!(d.record.task.task_id, "d2", "the critical directive first");
     rig.call(&Complete {
+        usage: Default::default(),
         task_id: "d2".into(),
         token: d.token,
         report: ValidationReport {
@@ -288,6 +291,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
         .unwrap();
     assert_eq!(c2.directives, ["[cleanup] fix the error type"]);
     let hb = Heartbeat {
+        usage: Default::default(),
         task_id: "w1".into(),
         token: c.token.clone(),
         checkpoint: false,

@@ -168,6 +168,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         &bus,
         &subjects,
         &q::SetGoal {
+            budget_usd: 0.0,
             description: "a tiny greeting toolkit".into(),
             project_id: Some(PROJECT.into()),
             completed: true,

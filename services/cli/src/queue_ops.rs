@@ -139,6 +139,7 @@ pub async fn goal(
     let s = call(
         cfg,
         &SetGoal {
+            budget_usd: 0.0,
             description,
             project_id,
             completed,

@@ -84,6 +84,7 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         &bus,
         &s,
         &SetGoal {
+            budget_usd: 0.0,
             description: "compose".into(),
             project_id: None,
             completed: true,

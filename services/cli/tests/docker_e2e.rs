@@ -219,6 +219,7 @@ coder = 3
         &bus,
         &s,
         &SetGoal {
+            budget_usd: 0.0,
             description: "containers".into(),
             project_id: None,
             completed: true,

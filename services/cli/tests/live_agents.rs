@@ -160,6 +160,7 @@ async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
         &bus,
         &s,
         &SetGoal {
+            budget_usd: 0.0,
             description: "live supervision".into(),
             project_id: Some("live".into()),
             completed: true,

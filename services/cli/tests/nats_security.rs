@@ -213,6 +213,7 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
         &bus,
         &s,
         &SetGoal {
+            budget_usd: 0.0,
             description: "g".into(),
             project_id: None,
             completed: true,

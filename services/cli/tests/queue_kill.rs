@@ -67,6 +67,7 @@ async fn sigkill_mid_run_loses_nothing_and_completes_nothing_twice() {
     must(
         &bus,
         &SetGoal {
+            budget_usd: 0.0,
             description: "g".into(),
             project_id: None,
             completed: true,
@@ -123,6 +124,7 @@ async fn sigkill_mid_run_loses_nothing_and_completes_nothing_twice() {
             queue = serve_queue(&url, data.path());
         }
         let req = Complete {
+            usage: Default::default(),
             task_id: id.clone(),
             token: c.token,
             report: ValidationReport {

@@ -235,6 +235,7 @@ async fn three_runners_complete_a_ten_task_goal_through_failures() {
     call(
         &bus,
         &SetGoal {
+            budget_usd: 0.0,
             description: "ten tasks".into(),
             project_id: Some("e2e".into()),
             completed: true,

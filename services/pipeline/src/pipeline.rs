@@ -159,11 +159,18 @@ impl Pipeline {
         }
     }
 
+    /// The runner configuration this pipeline runs under.
+    pub fn cfg(&self) -> &RunnerConfig {
+        &self.cfg
+    }
+
     pub fn sandbox(&self) -> &Sandbox {
         &self.sandbox
     }
 
-    fn timeout(&self, p: TimeoutProfile) -> Duration {
+    /// The agent timeout of a timeout profile (also the whole task's wall
+    /// time when its budget sets none).
+    pub fn timeout(&self, p: TimeoutProfile) -> Duration {
         let t = &self.cfg.timeouts;
         Duration::from_millis(match p {
             TimeoutProfile::Standard => t.standard_ms,

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 use xo_bus::api::{ActorPorts, Port};
 use xo_bus::typed;
+use xo_proto::alert::Alert;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
     AuditCheck, Claimed, EventName, QueueApi, QueueStatus, Renewed, TaskEvent, TaskRecord,
@@ -64,6 +65,8 @@ pub struct State {
     /// The active directives as claims carry them; `None` after a change
     /// to a directive's task (rebuilt on the next claim, not per claim).
     directives: std::sync::OnceLock<Vec<String>>,
+    /// When the queue last looked for stuck work (once a second at most).
+    stuck_checked: u64,
 }
 
 fn task_key(id: &str) -> String {
@@ -78,7 +81,15 @@ const MAX_TAIL: usize = 10_000;
 /// Loads the machine from the store. An unreadable record is reported (by
 /// key) in the status and left untouched; it never stops the queue.
 pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
-    let mut m = Machine::new(ctx.cfg.queue.lease_ms, ctx.cfg.task_roles());
+    let q = &ctx.cfg.queue;
+    let mut m =
+        Machine::new(q.lease_ms, ctx.cfg.task_roles()).with_policy(crate::machine::Policy {
+            halt_on: q.halt_on.iter().copied().collect(),
+            default_role: q.default_role.clone(),
+            phase_roles: q.phase_roles.clone(),
+            stale_after_ms: ctx.cfg.supervisor.stale_after_ms,
+            goal_budget_usd: q.goal_budget_usd,
+        });
     let keys = ctx.store.keys(BUCKET).await?;
     let mut status = None;
     let mut settings = None;
@@ -170,11 +181,33 @@ impl State {
                 })
             })
             .collect();
+        let project = self.project();
+        let alerts = changes
+            .alerts
+            .into_iter()
+            .map(|a| Alert {
+                v: xo_proto::PROTOCOL_VERSION,
+                kind: a.kind,
+                title: a.title,
+                detail: a.detail,
+                task_id: a.task_id,
+                project: Some(project.clone()),
+                source: xo_proto::queue::QUEUE.into(),
+                at: now,
+            })
+            .collect();
+        let stuck = changes
+            .audit
+            .iter()
+            .any(|d| matches!(d.event, EventName::QueueStuck | EventName::QueueUnstuck))
+            .then(|| self.m.status());
         let c = Commit {
             writes,
             audit: changes.audit,
-            project: self.project(),
+            project,
             events,
+            alerts,
+            stuck,
             reply,
         };
         if self.commits.send(c).is_err() {
@@ -263,6 +296,7 @@ impl State {
                     description: q.description,
                     project_id: q.project_id,
                     completed: q.completed,
+                    budget_usd: q.budget_usd,
                 });
                 self.with_status(r, reply);
             }
@@ -291,10 +325,12 @@ impl State {
                 Err(e) => self.answer(Changes::default(), reply, Err(e)),
             },
             QueueApi::Heartbeat(q, reply) => {
+                let spent = self.m.spend(&q.task_id, &q.token, q.usage, false);
                 let r = self
                     .m
                     .heartbeat(&q.task_id, &q.token, q.checkpoint, now)
-                    .map(|(record, c)| {
+                    .map(|(record, mut c)| {
+                        c.merge(spent);
                         let renewed = Renewed {
                             record,
                             status: self.m.status.status,
@@ -306,18 +342,28 @@ impl State {
                 return false;
             }
             QueueApi::Complete(q, reply) => {
+                let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
                 let r = self
                     .m
-                    .complete(&q.task_id, &q.token, q.report, q.manager_reply, now);
+                    .complete(&q.task_id, &q.token, q.report, q.manager_reply, now)
+                    .map(|(rec, mut c)| {
+                        c.merge(spent);
+                        (rec, c)
+                    });
                 if let Err(e) = &r {
                     warn!(task = %q.task_id, error = %e, "completion refused");
                 }
                 self.result(r, reply);
             }
             QueueApi::Block(q, reply) => {
+                let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
                 let r = self
                     .m
-                    .block(&q.task_id, &q.token, q.reason, q.question, now);
+                    .block_for(&q.task_id, &q.token, q.reason, q.question, q.cause, now)
+                    .map(|(rec, mut c)| {
+                        c.merge(spent);
+                        (rec, c)
+                    });
                 self.result(r, reply);
             }
             QueueApi::Answer(q, reply) => {
@@ -591,6 +637,7 @@ impl Actor for QueueActor {
             commits: args.commits,
             waiters: VecDeque::new(),
             directives: std::sync::OnceLock::new(),
+            stuck_checked: 0,
         })
     }
 
@@ -616,6 +663,17 @@ impl Actor for QueueActor {
                     st.commit(c, None);
                 }
                 st.serve_waiters(at);
+                if at.saturating_sub(st.stuck_checked) >= 1000 || port.is_some() {
+                    st.stuck_checked = at;
+                    let c = st.m.check_stuck(at);
+                    if let Some(why) = c.status.then(|| st.m.status.stuck.clone()) {
+                        match why {
+                            Some(why) => warn!(reason = %why, "queue stuck"),
+                            None => info!("queue no longer stuck"),
+                        }
+                        st.commit(c, None);
+                    }
+                }
                 if let Some(p) = port {
                     st.commit(
                         Changes::default(),

@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::warn;
 use xo_bus::typed;
-use xo_proto::queue::TaskEvent;
+use xo_proto::alert::Alert;
+use xo_proto::queue::{QueueStatus, TaskEvent};
 
 use crate::audit::Chains;
 use crate::machine::AuditDraft;
@@ -24,6 +25,10 @@ pub struct Commit {
     pub audit: Vec<AuditDraft>,
     pub project: String,
     pub events: Vec<TaskEvent>,
+    /// Published once durable, on `xo.event.alert.<kind>`.
+    pub alerts: Vec<Alert>,
+    /// The status after the stuck state changed (`xo.event.queue.stuck`).
+    pub stuck: Option<QueueStatus>,
     pub reply: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -45,6 +50,8 @@ pub async fn barrier(commits: &mpsc::UnboundedSender<Commit>) {
         audit: Vec::new(),
         project: String::new(),
         events: Vec::new(),
+        alerts: Vec::new(),
+        stuck: None,
         reply: Some(Box::new(move || {
             let _ = tx.send(());
         })),
@@ -113,6 +120,8 @@ struct Effects {
     audit: Vec<AuditDraft>,
     project: String,
     events: Vec<TaskEvent>,
+    alerts: Vec<Alert>,
+    stuck: Option<QueueStatus>,
 }
 
 async fn apply(
@@ -131,6 +140,8 @@ async fn apply(
             audit: c.audit,
             project: c.project,
             events: c.events,
+            alerts: c.alerts,
+            stuck: c.stuck,
         });
     }
     // Last write of a key wins: the actor's snapshot at that point is newest.
@@ -187,6 +198,29 @@ async fn apply(
                     ctx.cfg.wire.format,
                 )
                 .await;
+            }
+            for a in &c.alerts {
+                if let Err(e) = typed::publish(
+                    &ctx.bus,
+                    &ctx.subjects.alert(a.kind),
+                    a,
+                    ctx.cfg.wire.format,
+                )
+                .await
+                {
+                    warn!(error = %e, kind = %a.kind, "alert not published");
+                }
+            }
+            if let Some(s) = &c.stuck
+                && let Err(e) = typed::publish(
+                    &ctx.bus,
+                    &ctx.subjects.queue_stuck(),
+                    s,
+                    ctx.cfg.wire.format,
+                )
+                .await
+            {
+                warn!(error = %e, "stuck status not published");
             }
         }
     };

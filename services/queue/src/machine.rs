@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
+use xo_proto::alert::AlertKind;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
-    EventName, ExecutionMode, Goal, HALT_TASK_BLOCKED, Lane, Lease, ManagerReply, QueueStatus,
-    REPLY_STATUSES, ReplayMark, RunStatus, TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE, Task, TaskRecord,
-    TaskState, ValidationReport,
+    BlockCause, EventName, ExecutionMode, Goal, HALT_BUDGET_EXHAUSTED, HALT_TASK_BLOCKED, Lane,
+    Lease, ManagerReply, Phase, QUEUE_STUCK, QueueStatus, REPLY_STATUSES, ReplayMark, RunStatus,
+    TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE, Task, TaskRecord, TaskState, Usage, ValidationReport,
 };
 
 /// The role whose tasks reconcile the task list (seed 002).
@@ -38,6 +39,15 @@ pub struct AuditDraft {
     pub report: Option<ValidationReport>,
 }
 
+/// An alert before the actor stamps and publishes it (once durable).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertDraft {
+    pub kind: AlertKind,
+    pub title: String,
+    pub detail: String,
+    pub task_id: Option<String>,
+}
+
 /// What an operation changed.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Changes {
@@ -46,6 +56,7 @@ pub struct Changes {
     /// The operator settings changed.
     pub settings: bool,
     pub audit: Vec<AuditDraft>,
+    pub alerts: Vec<AlertDraft>,
 }
 
 impl Changes {
@@ -54,10 +65,66 @@ impl Changes {
         self.status |= other.status;
         self.settings |= other.settings;
         self.audit.extend(other.audit);
+        self.alerts.extend(other.alerts);
     }
     pub fn is_empty(&self) -> bool {
-        self.tasks.is_empty() && !self.status && !self.settings && self.audit.is_empty()
+        self.tasks.is_empty()
+            && !self.status
+            && !self.settings
+            && self.audit.is_empty()
+            && self.alerts.is_empty()
     }
+    fn alert(&mut self, kind: AlertKind, task_id: Option<&str>, title: String, detail: String) {
+        self.alerts.push(AlertDraft {
+            kind,
+            title,
+            detail,
+            task_id: task_id.map(str::to_string),
+        });
+    }
+}
+
+/// How the queue treats what goes wrong (`[queue]` in the config).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Block causes that halt the whole queue; the others leave the task
+    /// for the operator and the queue goes on.
+    pub halt_on: BTreeSet<BlockCause>,
+    /// The role of a task that names none and no phase.
+    pub default_role: String,
+    /// Seed 002's phase → role table.
+    pub phase_roles: BTreeMap<Phase, String>,
+    /// A role with no claim for this long has no runner (`QUEUE_STUCK`).
+    pub stale_after_ms: u64,
+    /// The goal's cost budget when `set_goal` gives none (0: none).
+    pub goal_budget_usd: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            halt_on: BlockCause::DEFAULT_HALT_ON.into_iter().collect(),
+            default_role: "coder".into(),
+            phase_roles: default_phase_roles(),
+            stale_after_ms: 30_000,
+            goal_budget_usd: 0.0,
+        }
+    }
+}
+
+/// Seed 002's table: design, review and validate are the architect's,
+/// plan is the Manager's, execute the implementor's (`coder`).
+pub fn default_phase_roles() -> BTreeMap<Phase, String> {
+    [
+        (Phase::Design, "architect"),
+        (Phase::Plan, MANAGER_ROLE),
+        (Phase::Execute, "coder"),
+        (Phase::Review, "architect"),
+        (Phase::Validate, "architect"),
+    ]
+    .into_iter()
+    .map(|(p, r)| (p, r.to_string()))
+    .collect()
 }
 
 /// The whole queue state.
@@ -69,6 +136,14 @@ pub struct Machine {
     pub settings: xo_proto::settings::Settings,
     pub lease_ms: u64,
     pub roles: BTreeSet<String>,
+    pub policy: Policy,
+    /// When a claimant of each role last asked for work (not persisted: a
+    /// restarted queue waits `stale_after_ms` before it calls a role absent).
+    role_seen: BTreeMap<String, u64>,
+    /// When this process first saw the queue RUNNING.
+    running_since: Option<u64>,
+    /// Running tasks (no stuck check while work is in flight).
+    running: usize,
     next_seq: u64,
     next_token: u64,
     /// Pending tasks by role, in serving order: claims do not scan the queue.
@@ -121,9 +196,21 @@ impl Machine {
         }
     }
 
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
     /// Adds (`on`) or removes a task's entries in the indexes.
     fn index(&mut self, id: &str, on: bool) {
         let Some(r) = self.tasks.get(id) else { return };
+        if r.state == TaskState::Running {
+            if on {
+                self.running += 1;
+            } else {
+                self.running -= 1;
+            }
+        }
         if is_open(r.state) {
             if on {
                 self.open += 1;
@@ -208,8 +295,6 @@ impl Machine {
         self.mutate(id, f);
         Changes {
             tasks: [id.to_string()].into(),
-            status: false,
-            settings: false,
             audit: vec![AuditDraft {
                 event,
                 task_id: Some(id.to_string()),
@@ -217,6 +302,7 @@ impl Machine {
                 after: task_snapshot(self.tasks.get(id)),
                 report,
             }],
+            ..Default::default()
         }
     }
 
@@ -251,7 +337,107 @@ impl Machine {
         if let Some(p) = &goal.project_id {
             check_id("goal.project_id", p)?;
         }
-        Ok(self.status_change(EventName::GoalSet, |s| s.goal = goal))
+        if !goal.budget_usd.is_finite() || goal.budget_usd < 0.0 {
+            return Err(invalid(format!(
+                "goal budget_usd {} is not a cost: give 0 (none) or a positive amount",
+                goal.budget_usd
+            )));
+        }
+        let mut goal = goal;
+        if goal.budget_usd == 0.0 {
+            goal.budget_usd = self.policy.goal_budget_usd;
+        }
+        Ok(self.status_change(EventName::GoalSet, |s| {
+            s.goal = goal;
+            s.spent_usd = 0.0;
+        }))
+    }
+
+    /// A task that names no role gets one from its phase (seed 002's
+    /// table) or the default role.
+    pub fn assign_role(&self, t: &mut Task) {
+        if t.role.trim().is_empty() {
+            t.role = t
+                .phase
+                .and_then(|p| self.policy.phase_roles.get(&p).cloned())
+                .unwrap_or_else(|| self.policy.default_role.clone());
+        }
+    }
+
+    /// Refuses dependencies that can never be met: an id neither in the
+    /// queue nor in the batch, a cancelled task, and cycles (named in order).
+    pub fn check_dependencies(&self, tasks: &[Task]) -> OpResult<()> {
+        let batch: BTreeMap<&str, &Task> = tasks.iter().map(|t| (t.task_id.as_str(), t)).collect();
+        for t in tasks {
+            for d in &t.depends_on {
+                if batch.contains_key(d.as_str()) {
+                    continue;
+                }
+                match self.tasks.get(d).map(|r| r.state) {
+                    None => {
+                        return Err(invalid(format!(
+                            "task {}: depends_on names {d}, which is neither enqueued nor in this batch: enqueue {d} first or remove it from depends_on",
+                            t.task_id
+                        )));
+                    }
+                    Some(TaskState::Cancelled) => {
+                        return Err(invalid(format!(
+                            "task {}: depends_on names {d}, which is cancelled and will never complete",
+                            t.task_id
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        // Cycles: only edges among the batch can close one (a queued task's
+        // dependencies were checked when it was enqueued, and they cannot
+        // point at tasks that did not exist then).
+        let deps = |id: &str| -> Vec<String> {
+            match batch.get(id) {
+                Some(t) => t.depends_on.clone(),
+                None => self
+                    .tasks
+                    .get(id)
+                    .map(|r| r.task.depends_on.clone())
+                    .unwrap_or_default(),
+            }
+        };
+        // 0 new, 1 on the path, 2 done.
+        let mut mark: BTreeMap<String, u8> = BTreeMap::new();
+        for start in batch.keys() {
+            if mark.contains_key(*start) {
+                continue;
+            }
+            let mut path: Vec<(String, Vec<String>)> = vec![(start.to_string(), deps(start))];
+            mark.insert(start.to_string(), 1);
+            while let Some((node, rest)) = path.last_mut() {
+                let Some(next) = rest.pop() else {
+                    mark.insert(node.clone(), 2);
+                    path.pop();
+                    continue;
+                };
+                match mark.get(&next).copied() {
+                    Some(1) => {
+                        let from = path.iter().position(|(n, _)| *n == next).unwrap_or(0);
+                        let mut cycle: Vec<String> =
+                            path[from..].iter().map(|(n, _)| n.clone()).collect();
+                        cycle.push(next);
+                        return Err(invalid(format!(
+                            "dependency cycle: {} (no task of it could ever start); remove one of these depends_on entries",
+                            cycle.join(" -> ")
+                        )));
+                    }
+                    Some(_) => {}
+                    None => {
+                        mark.insert(next.clone(), 1);
+                        let d = deps(&next);
+                        path.push((next, d));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Validates every task before any is enqueued.
@@ -277,9 +463,13 @@ impl Machine {
         Ok(())
     }
 
-    pub fn enqueue(&mut self, tasks: Vec<Task>, now: u64) -> OpResult<(Vec<String>, Changes)> {
+    pub fn enqueue(&mut self, mut tasks: Vec<Task>, now: u64) -> OpResult<(Vec<String>, Changes)> {
         self.require_init()?;
+        for t in &mut tasks {
+            self.assign_role(t);
+        }
         self.validate(&tasks)?;
+        self.check_dependencies(&tasks)?;
         let mut added = Vec::new();
         let mut c = Changes::default();
         for t in tasks {
@@ -329,14 +519,15 @@ impl Machine {
                 born_completed: born,
                 completed_token: None,
                 reconciles,
+                cause: None,
+                spent: Usage::default(),
+                attempt_spent: Usage::default(),
                 updated_at: now,
             },
         );
         self.index(&id, true);
         Changes {
             tasks: [id.clone()].into(),
-            status: false,
-            settings: false,
             audit: vec![AuditDraft {
                 event,
                 task_id: Some(id.clone()),
@@ -344,6 +535,7 @@ impl Machine {
                 after: task_snapshot(self.tasks.get(&id)),
                 report: None,
             }],
+            ..Default::default()
         }
     }
 
@@ -427,6 +619,7 @@ impl Machine {
         now: u64,
     ) -> OpResult<(Option<(TaskRecord, String)>, Changes)> {
         self.require_init()?;
+        self.role_seen.insert(role.to_string(), now);
         if self.status.status != RunStatus::Running {
             return Ok((None, Changes::default()));
         }
@@ -517,7 +710,8 @@ impl Machine {
         let mut c = Changes::default();
         let manager = rec.task.role == MANAGER_ROLE;
         let reply = if manager {
-            match parse_manager_reply(manager_reply.as_ref(), &self.roles) {
+            match parse_manager_reply(manager_reply.as_ref(), &self.roles, |t| self.assign_role(t))
+            {
                 Ok(r) => Some(r),
                 Err(why) => {
                     // Seed 002: a reply in the wrong format changes nothing;
@@ -608,12 +802,10 @@ impl Machine {
                 r.lease = None;
                 r.report = Some(report);
                 r.reason = Some(reason.clone());
+                r.cause = Some(BlockCause::Validation);
                 r.updated_at = now;
             });
-            c.merge(self.status_change(EventName::Halt, |s| {
-                s.status = RunStatus::Halted;
-                s.halt_reason = Some(format!("{HALT_TASK_BLOCKED}: {id}: {reason}"));
-            }));
+            c.merge(self.stopped(id, BlockCause::Validation, &reason));
             c
         } else {
             self.task_change(EventName::TaskRetry, id, Some(report.clone()), |r| {
@@ -702,10 +894,31 @@ impl Machine {
                 s.halt_reason = None;
             })
         } else {
-            self.status_change(EventName::Halt, |s| {
+            let waiting: Vec<String> = self
+                .tasks
+                .values()
+                .filter(|t| matches!(t.state, TaskState::Blocked | TaskState::Failed))
+                .map(|t| t.task.task_id.clone())
+                .take(10)
+                .collect();
+            let mut c = self.status_change(EventName::Halt, |s| {
                 s.status = RunStatus::Halted;
                 s.halt_reason = Some(TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE.into());
-            })
+            });
+            c.alert(
+                AlertKind::QueueHalted,
+                None,
+                "the task list is done but the goal is not".into(),
+                if waiting.is_empty() {
+                    format!("{TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE}: enqueue more tasks, or mark the goal complete with `xo goal --completed`.")
+                } else {
+                    format!(
+                        "{TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE}: blocked or failed tasks wait for you: {}. `xo retry ID` and `xo resume`, or enqueue more.",
+                        waiting.join(", ")
+                    )
+                },
+            );
+            c
         }
     }
 
@@ -717,30 +930,139 @@ impl Machine {
         question: Option<String>,
         now: u64,
     ) -> OpResult<(TaskRecord, Changes)> {
+        self.block_for(id, token, reason, question, None, now)
+    }
+
+    /// Blocks (or fails, for a violation) the task, or leaves it awaiting
+    /// the operator's answer to `question`.
+    pub fn block_for(
+        &mut self,
+        id: &str,
+        token: &str,
+        reason: String,
+        question: Option<String>,
+        cause: Option<BlockCause>,
+        now: u64,
+    ) -> OpResult<(TaskRecord, Changes)> {
         self.holder(id, token)?;
         let mut c;
         if let Some(q) = question {
             c = self.task_change(EventName::TaskAwaitingResponse, id, None, |r| {
                 r.state = TaskState::AwaitingResponse;
                 r.lease = None;
-                r.question = Some(q);
+                r.question = Some(q.clone());
                 r.reason = Some(reason);
                 r.updated_at = now;
             });
+            c.alert(
+                AlertKind::Question,
+                Some(id),
+                format!("task {id} asks a question"),
+                format!("{q}\nAnswer it with `xo answer {id} \"...\"` (or on the console's queue page); the task waits until then."),
+            );
         } else {
-            c = self.task_change(EventName::TaskBlocked, id, None, |r| {
-                r.state = TaskState::Blocked;
+            let cause = cause.unwrap_or_else(|| BlockCause::of_reason(&reason));
+            // Seed 004 (SUP-7): a major violation ends the task in ERROR.
+            let (event, state) = if cause == BlockCause::Violation {
+                (EventName::TaskFailed, TaskState::Failed)
+            } else {
+                (EventName::TaskBlocked, TaskState::Blocked)
+            };
+            c = self.task_change(event, id, None, |r| {
+                r.state = state;
                 r.lease = None;
                 r.reason = Some(reason.clone());
+                r.cause = Some(cause);
                 r.updated_at = now;
             });
+            c.merge(self.stopped(id, cause, &reason));
+        }
+        let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
+        Ok((r, c))
+    }
+
+    /// A task blocked or failed: the operator is told; the queue halts if
+    /// the policy lists the cause, else goes on with the next task.
+    fn stopped(&mut self, id: &str, cause: BlockCause, reason: &str) -> Changes {
+        let mut c = Changes::default();
+        let halts = self.policy.halt_on.contains(&cause);
+        let kind = if cause == BlockCause::Budget {
+            AlertKind::BudgetExhausted
+        } else {
+            AlertKind::TaskBlocked
+        };
+        let state = self.tasks.get(id).map_or("blocked", |r| r.state.as_str());
+        c.alert(
+            kind,
+            Some(id),
+            format!("task {id} {state} ({cause})"),
+            format!(
+                "{reason}. {} Look at it with `xo tasks --state {state}`, then `xo retry {id}` or `xo cancel {id}`.",
+                if halts {
+                    format!("The queue halted (queue.halt_on lists {cause}); `xo resume` after.")
+                } else {
+                    "The queue goes on with the next task.".to_string()
+                }
+            ),
+        );
+        if halts {
             c.merge(self.status_change(EventName::Halt, |s| {
                 s.status = RunStatus::Halted;
                 s.halt_reason = Some(format!("{HALT_TASK_BLOCKED}: {id}: {reason}"));
             }));
+        } else {
+            c.merge(self.check_exhausted());
         }
-        let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
-        Ok((r, c))
+        c
+    }
+
+    /// Records the work a runner reports for the task it holds: the
+    /// attempt's total so far (`done`: the attempt ended, so it moves into
+    /// the task's spent total). The goal's cost grows by the difference;
+    /// past the goal's budget the queue halts with `BUDGET_EXHAUSTED`.
+    pub fn spend(&mut self, id: &str, token: &str, usage: Usage, done: bool) -> Changes {
+        if self.holder(id, token).is_err() {
+            return Changes::default();
+        }
+        let mut c = Changes::default();
+        let mut delta = 0.0;
+        self.mutate(id, |r| {
+            delta = (usage.cost_usd - r.attempt_spent.cost_usd).max(0.0);
+            if done {
+                r.spent.add(&usage);
+                r.attempt_spent = Usage::default();
+            } else {
+                r.attempt_spent = usage;
+            }
+        });
+        c.tasks.insert(id.to_string());
+        if delta > 0.0 {
+            self.status.spent_usd += delta;
+            c.status = true;
+            c.merge(self.check_goal_budget());
+        }
+        c
+    }
+
+    fn check_goal_budget(&mut self) -> Changes {
+        let (budget, spent) = (self.status.goal.budget_usd, self.status.spent_usd);
+        if budget <= 0.0 || spent < budget || self.status.status != RunStatus::Running {
+            return Changes::default();
+        }
+        let reason = format!(
+            "{HALT_BUDGET_EXHAUSTED}: the goal spent ${spent:.4} of its ${budget:.4} budget"
+        );
+        let mut c = self.status_change(EventName::Halt, |s| {
+            s.status = RunStatus::Halted;
+            s.halt_reason = Some(reason.clone());
+        });
+        c.alert(
+            AlertKind::BudgetExhausted,
+            None,
+            "the goal's budget is spent; the queue halted".into(),
+            format!("{reason}. Running agents are stopped (their tasks are offered again after `xo resume`); raise the budget with `xo goal --budget-usd` first, or stop here."),
+        );
+        c
     }
 
     pub fn answer(&mut self, id: &str, text: String, now: u64) -> OpResult<(TaskRecord, Changes)> {
@@ -807,10 +1129,13 @@ impl Machine {
                 r.state.as_str()
             )));
         }
+        // The operator's retry starts the task afresh: retries and budget.
         let c = self.task_change(EventName::TaskRetry, id, None, |r| {
             r.state = TaskState::Pending;
             r.retries = 0;
             r.priority = true;
+            r.cause = None;
+            r.spent = Usage::default();
             r.updated_at = now;
         });
         let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
@@ -860,10 +1185,118 @@ impl Machine {
                 } else {
                     ReplayMark::RollbackReplay
                 });
+                let spent = std::mem::take(&mut r.attempt_spent);
+                r.spent.add(&spent);
                 r.updated_at = now;
             }));
         }
         c
+    }
+
+    /// Pending work no runner can claim: nothing is running and no pending
+    /// task both has its dependencies done and a role whose runners asked
+    /// for work within `stale_after_ms`. Raises `QUEUE_STUCK` (status,
+    /// audit, alert) with the reasons; clears it once work can go on.
+    pub fn check_stuck(&mut self, now: u64) -> Changes {
+        let why = if self.status.status == RunStatus::Running {
+            let since = *self.running_since.get_or_insert(now);
+            self.stuck_reason(now, since)
+        } else {
+            self.running_since = None;
+            None
+        };
+        if why == self.status.stuck {
+            return Changes::default();
+        }
+        match why {
+            Some(reason) => {
+                let mut c = self.status_change(EventName::QueueStuck, |s| {
+                    s.stuck = Some(reason.clone());
+                });
+                c.alert(
+                    AlertKind::QueueStuck,
+                    None,
+                    "the queue is stuck: pending work no runner can claim".into(),
+                    format!("{reason}. Cancel or retry the tasks named, or start a runner of the role named (`xo serve runner --role ROLE`)."),
+                );
+                c
+            }
+            None => self.status_change(EventName::QueueUnstuck, |s| s.stuck = None),
+        }
+    }
+
+    fn stuck_reason(&self, now: u64, running_since: u64) -> Option<String> {
+        let pending: Vec<&TaskRecord> = self
+            .ready
+            .values()
+            .flatten()
+            .filter_map(|k| self.tasks.get(&k.3))
+            .collect();
+        if self.running > 0 || pending.is_empty() {
+            return None;
+        }
+        let grace = now.saturating_sub(running_since) < self.policy.stale_after_ms;
+        let live = |role: &str| {
+            grace
+                || self
+                    .role_seen
+                    .get(role)
+                    .is_some_and(|t| now.saturating_sub(*t) < self.policy.stale_after_ms)
+        };
+        let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for t in &pending {
+            let mut waits = None;
+            for d in &t.task.depends_on {
+                match self.tasks.get(d).map(|r| r.state) {
+                    Some(TaskState::Completed) => {}
+                    // Waits on work that may still happen.
+                    Some(TaskState::Pending) => waits = waits.or(Some(None)),
+                    Some(st) => {
+                        waits = Some(Some(format!("waits on {d} ({})", st.as_str())));
+                        break;
+                    }
+                    None => {
+                        waits = Some(Some(format!("waits on {d} (not in the queue)")));
+                        break;
+                    }
+                }
+            }
+            match waits {
+                Some(Some(why)) => reasons.entry(why).or_default().push(t.task.task_id.clone()),
+                Some(None) => {}
+                None if live(&t.task.role) => return None,
+                None => reasons
+                    .entry(format!(
+                        "no runner of role {:?} asked for work in {} s",
+                        t.task.role,
+                        self.policy.stale_after_ms / 1000
+                    ))
+                    .or_default()
+                    .push(t.task.task_id.clone()),
+            }
+        }
+        if reasons.is_empty() {
+            // Only chains of pending tasks: each waits on another pending
+            // task that waits in turn; the roots are named above, so this
+            // is a cycle that came in through a Manager's reply.
+            return Some(format!(
+                "{QUEUE_STUCK}: {} pending tasks wait on each other",
+                pending.len()
+            ));
+        }
+        let parts: Vec<String> = reasons
+            .into_iter()
+            .map(|(why, ids)| {
+                let shown: Vec<&str> = ids.iter().take(5).map(String::as_str).collect();
+                let more = ids.len().saturating_sub(5);
+                if more > 0 {
+                    format!("{} and {more} more {why}", shown.join(", "))
+                } else {
+                    format!("{} {why}", shown.join(", "))
+                }
+            })
+            .collect();
+        Some(format!("{QUEUE_STUCK}: {}", parts.join("; ")))
     }
 }
 
@@ -936,9 +1369,13 @@ pub fn validate_task(t: &Task, roles: &BTreeSet<String>) -> OpResult<()> {
 pub fn parse_manager_reply(
     v: Option<&serde_json::Value>,
     roles: &BTreeSet<String>,
+    assign_role: impl Fn(&mut Task),
 ) -> Result<ManagerReply, String> {
     let v = v.ok_or("no manager_reply")?;
-    let reply: ManagerReply = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+    let mut reply: ManagerReply = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+    for t in &mut reply.tasks {
+        assign_role(t);
+    }
     if !REPLY_STATUSES.contains(&reply.status.as_str()) {
         return Err(format!(
             "status {:?} is not one of {}",

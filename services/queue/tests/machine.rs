@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use xo_proto::queue::*;
-use xo_queue::machine::{CLEANUP_AGE, CLEANUP_CAP, Machine, tasks_from_json};
+use xo_queue::machine::{CLEANUP_AGE, CLEANUP_CAP, Machine, Policy, tasks_from_json};
 
 fn roles() -> BTreeSet<String> {
     ["coder", "reviewer", "manager"].map(String::from).into()
@@ -22,6 +22,7 @@ fn running(mode: ExecutionMode, manager: bool) -> Machine {
     let mut m = Machine::new(30_000, roles());
     m.init(mode, manager, false).unwrap();
     m.set_goal(Goal {
+        budget_usd: 0.0,
         description: "ship it".into(),
         project_id: Some("p1".into()),
         completed: false,
@@ -262,6 +263,7 @@ fn exhausted_queue_halts_unless_the_goal_is_met() {
     assert_eq!((s.iteration, s.last_task_id.as_deref()), (1, Some("a")));
     assert!(s.last_validation_report.unwrap().passed);
     m.set_goal(Goal {
+        budget_usd: 0.0,
         description: "ship it".into(),
         project_id: None,
         completed: true,
@@ -271,9 +273,8 @@ fn exhausted_queue_halts_unless_the_goal_is_met() {
     assert_eq!(m.status().status, RunStatus::Completed);
 }
 
-#[test]
-fn retries_are_counted_then_the_task_blocks_and_halts() {
-    let mut m = running(ExecutionMode::Auto, false);
+/// Runs task `a` out of its two retries (validation fails three times).
+fn exhaust_retries(m: &mut Machine) {
     m.enqueue(
         vec![
             Task {
@@ -287,17 +288,55 @@ fn retries_are_counted_then_the_task_blocks_and_halts() {
     .unwrap();
     m.resume(EventName::Start).unwrap();
     for attempt in 1..=3u32 {
-        let (r, tok) = claim(&mut m, 1).unwrap();
+        let (r, tok) = claim(m, 1).unwrap();
         assert_eq!((r.task.task_id.as_str(), r.attempt), ("a", attempt));
         let r = m.complete("a", &tok, failed(), None, 1).unwrap().0;
         assert_eq!(r.retries, attempt);
     }
     let a = &m.tasks["a"];
     assert_eq!(a.state, TaskState::Blocked);
+    assert_eq!(a.cause, Some(BlockCause::Validation));
     assert!(
         a.report.as_ref().is_some_and(|r| !r.passed),
         "kept with its report"
     );
+}
+
+#[test]
+fn a_task_out_of_retries_is_blocked_and_the_queue_goes_on() {
+    // Seed 003, scenario 3: the blocked list grows, the next task runs.
+    let mut m = running(ExecutionMode::Auto, false);
+    exhaust_retries(&mut m);
+    let s = m.status();
+    assert_eq!(s.status, RunStatus::Running, "{:?}", s.halt_reason);
+    let (b, tok) = claim(&mut m, 2).unwrap();
+    assert_eq!(b.task.task_id, "b");
+    let c = m.complete("b", &tok, ok(), None, 3).unwrap().1;
+    // Only the blocked task is left: the list is exhausted, not the goal
+    // met, and the operator is told which task waits.
+    assert_eq!(c.alerts.len(), 1);
+    assert_eq!(c.alerts[0].kind, xo_proto::alert::AlertKind::QueueHalted);
+    assert!(
+        c.alerts[0].detail.contains(": a."),
+        "{}",
+        c.alerts[0].detail
+    );
+    let s = m.status();
+    assert_eq!(
+        (s.status, s.halt_reason.as_deref()),
+        (RunStatus::Halted, Some(TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE))
+    );
+}
+
+#[test]
+fn the_halt_policy_is_per_cause() {
+    let policy = |causes: &[BlockCause]| Policy {
+        halt_on: causes.iter().copied().collect(),
+        ..Policy::default()
+    };
+    // Validation listed: the block halts the queue.
+    let mut m = running(ExecutionMode::Auto, false).with_policy(policy(&[BlockCause::Validation]));
+    exhaust_retries(&mut m);
     let s = m.status();
     assert_eq!(s.status, RunStatus::Halted);
     assert!(s.halt_reason.unwrap().starts_with("TASK_BLOCKED: a"));
@@ -308,6 +347,63 @@ fn retries_are_counted_then_the_task_blocks_and_halts() {
         "a",
         "a retried task goes first"
     );
+
+    // By default an agent's own BLOCKED halts, and says so in the alert.
+    let mut m = running(ExecutionMode::Auto, false);
+    m.enqueue(vec![task("x"), task("y")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    let c = m
+        .block_for("x", &tok, "BLOCKED: no credentials".into(), None, None, 2)
+        .unwrap()
+        .1;
+    assert_eq!(m.tasks["x"].cause, Some(BlockCause::AgentBlocked));
+    assert_eq!(m.status().status, RunStatus::Halted);
+    assert_eq!(c.alerts.len(), 1);
+    assert_eq!(c.alerts[0].kind, xo_proto::alert::AlertKind::TaskBlocked);
+    assert!(
+        c.alerts[0].detail.contains("The queue halted"),
+        "{}",
+        c.alerts[0].detail
+    );
+
+    // Not listed: the same block leaves the queue running.
+    let mut m = running(ExecutionMode::Auto, false).with_policy(policy(&[]));
+    m.enqueue(vec![task("x"), task("y")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    m.block_for("x", &tok, "BLOCKED: no credentials".into(), None, None, 2)
+        .unwrap();
+    assert_eq!(m.status().status, RunStatus::Running);
+    assert_eq!(claim(&mut m, 3).unwrap().0.task.task_id, "y");
+}
+
+#[test]
+fn a_violation_fails_the_task_as_seed_004_errors_it() {
+    let mut m = running(ExecutionMode::Auto, false);
+    m.enqueue(vec![task("x")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    let c = m
+        .block_for(
+            "x",
+            &tok,
+            "supervisor violation: missing_required_sections".into(),
+            None,
+            None,
+            2,
+        )
+        .unwrap()
+        .1;
+    let x = &m.tasks["x"];
+    assert_eq!(
+        (x.state, x.cause),
+        (TaskState::Failed, Some(BlockCause::Violation))
+    );
+    assert_eq!(c.audit[0].event, EventName::TaskFailed);
+    assert_eq!(m.status().status, RunStatus::Halted);
+    m.retry("x", 3).unwrap();
+    assert_eq!(m.tasks["x"].state, TaskState::Pending);
 }
 
 #[test]
@@ -513,4 +609,170 @@ fn every_transition_is_audited_with_before_and_after() {
     );
     assert_eq!(d.before["state"], "pending");
     assert_eq!(d.after["state"], "running");
+}
+
+fn dep(id: &str, on: &[&str]) -> Task {
+    Task {
+        depends_on: on.iter().map(|s| s.to_string()).collect(),
+        ..task(id)
+    }
+}
+
+#[test]
+fn dependencies_that_can_never_be_met_are_refused_at_enqueue() {
+    let mut m = running(ExecutionMode::Auto, false);
+    let e = m
+        .enqueue(vec![dep("C-1", &["C-2"]), dep("C-2", &["C-1"])], 0)
+        .unwrap_err()
+        .message;
+    assert!(e.contains("dependency cycle"), "{e}");
+    assert!(
+        e.contains("C-1 -> C-2 -> C-1") || e.contains("C-2 -> C-1 -> C-2"),
+        "{e}"
+    );
+    let e = m
+        .enqueue(
+            vec![
+                task("a"),
+                dep("b", &["c"]),
+                dep("c", &["d"]),
+                dep("d", &["b"]),
+            ],
+            0,
+        )
+        .unwrap_err()
+        .message;
+    assert!(
+        e.contains("b -> c -> d -> b")
+            || e.contains("c -> d -> b -> c")
+            || e.contains("d -> b -> c -> d"),
+        "{e}"
+    );
+    assert!(m.tasks.is_empty(), "nothing of a refused batch is enqueued");
+    let e = m
+        .enqueue(vec![dep("b", &["ghost"])], 0)
+        .unwrap_err()
+        .message;
+    assert!(e.contains("task b") && e.contains("ghost"), "{e}");
+    m.enqueue(vec![task("a")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    m.cancel("a", 1).unwrap();
+    let e = m.enqueue(vec![dep("b", &["a"])], 2).unwrap_err().message;
+    assert!(e.contains("cancelled"), "{e}");
+    // A dependency on a queued task, or on one later in the batch, is fine.
+    m.enqueue(vec![task("x"), dep("z", &["y"]), dep("y", &["x"])], 3)
+        .unwrap();
+    assert_eq!(m.tasks.len(), 4);
+}
+
+#[test]
+fn pending_work_nobody_can_claim_raises_queue_stuck_and_clears() {
+    let mut m = running(ExecutionMode::Auto, false);
+    let r = Task {
+        role: "reviewer".into(),
+        ..task("r")
+    };
+    m.enqueue(vec![task("a"), dep("b", &["a"]), r], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    // A coder runner asks for work; no reviewer ever does.
+    let (_, tok) = claim(&mut m, 1_000).unwrap();
+    assert!(m.check_stuck(1_000).is_empty(), "a task is running");
+    m.block_for(
+        "a",
+        &tok,
+        "out of ideas".into(),
+        None,
+        Some(BlockCause::Validation),
+        2_000,
+    )
+    .unwrap();
+    // Within the grace (stale_after_ms from RUNNING) the reviewer is not missed.
+    assert!(m.check_stuck(2_000).is_empty());
+    let _ = m.claim("coder", "r1", 40_000).unwrap();
+    let c = m.check_stuck(40_000);
+    let why = m.status().stuck.expect("stuck");
+    assert!(why.starts_with("QUEUE_STUCK: "), "{why}");
+    assert!(why.contains("b waits on a (blocked)"), "{why}");
+    assert!(why.contains("r no runner of role \"reviewer\""), "{why}");
+    assert_eq!(c.audit[0].event, EventName::QueueStuck);
+    assert_eq!(c.alerts[0].kind, xo_proto::alert::AlertKind::QueueStuck);
+    assert!(m.check_stuck(41_000).is_empty(), "raised once");
+    // A reviewer appears and the operator retries a: it can go on.
+    let _ = m.claim("reviewer", "rv", 42_000).unwrap();
+    m.retry("a", 42_000).unwrap();
+    let c = m.check_stuck(42_000);
+    assert_eq!(c.audit[0].event, EventName::QueueUnstuck);
+    assert_eq!(m.status().stuck, None);
+}
+
+#[test]
+fn the_goal_budget_halts_with_budget_exhausted() {
+    let mut m = running(ExecutionMode::Auto, false);
+    m.set_goal(Goal {
+        description: "ship it".into(),
+        budget_usd: 1.0,
+        ..Default::default()
+    })
+    .unwrap();
+    m.enqueue(vec![task("a"), task("b")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    let usage = |c: f64| Usage {
+        cost_usd: c,
+        turns: 3,
+        ..Default::default()
+    };
+    // Heartbeats report the attempt so far; only the growth counts.
+    assert!(m.spend("a", &tok, usage(0.4), false).alerts.is_empty());
+    assert!(m.spend("a", &tok, usage(0.6), false).alerts.is_empty());
+    assert!((m.status().spent_usd - 0.6).abs() < 1e-9);
+    assert_eq!(m.tasks["a"].attempt_spent.turns, 3);
+    let c = m.spend("a", &tok, usage(1.2), true);
+    let s = m.status();
+    assert_eq!(s.status, RunStatus::Halted);
+    assert!(
+        s.halt_reason
+            .as_deref()
+            .unwrap()
+            .starts_with("BUDGET_EXHAUSTED"),
+        "{:?}",
+        s.halt_reason
+    );
+    assert_eq!(
+        c.alerts[0].kind,
+        xo_proto::alert::AlertKind::BudgetExhausted
+    );
+    assert!(
+        (m.tasks["a"].spent.cost_usd - 1.2).abs() < 1e-9,
+        "the attempt moves into the task's total"
+    );
+    // A stale token spends nothing.
+    assert!(m.spend("a", "not-the-token", usage(9.0), true).is_empty());
+}
+
+#[test]
+fn a_task_without_a_role_gets_one_from_its_phase_or_the_default() {
+    let mut m = Machine::new(
+        30_000,
+        ["coder", "architect", "manager"].map(String::from).into(),
+    );
+    m.init(ExecutionMode::Auto, false, false).unwrap();
+    let ts = tasks_from_json(
+        br#"[{"task_id":"d","intent":"i","instructions":"x","phase":"design"},
+            {"task_id":"e","intent":"i","instructions":"x","phase":"execute"},
+            {"task_id":"r","intent":"i","instructions":"x","phase":"review"},
+            {"task_id":"n","intent":"i","instructions":"x"}]"#,
+    )
+    .unwrap();
+    m.enqueue(ts, 0).unwrap();
+    let role = |id: &str| m.tasks[id].task.role.clone();
+    assert_eq!(
+        (role("d"), role("e"), role("r"), role("n")),
+        (
+            "architect".into(),
+            "coder".into(),
+            "architect".into(),
+            "coder".into()
+        )
+    );
 }

@@ -21,9 +21,48 @@ pub fn operator_halt(r: &Renewed) -> bool {
             .is_some_and(|r| r.starts_with(q::HALT_TASK_BLOCKED))
 }
 
+/// What the current task has used: the agent's turns, tokens and cost
+/// (from its turns) and the wall time since the claim.
+#[derive(Debug, Clone)]
+pub struct Meter {
+    pub turns: xo_pipeline::driver::Turns,
+    pub started: std::time::Instant,
+}
+
+impl Meter {
+    pub fn usage(&self) -> q::Usage {
+        let mut u = self.turns.usage();
+        u.wall_ms = self.started.elapsed().as_millis() as u64;
+        u
+    }
+}
+
+/// Stops the run when the task's budget is spent (its earlier attempts'
+/// work counted): the reason goes to `hit`, the run is cancelled, and the
+/// worker blocks the task with it.
+pub async fn watch_budget(
+    budget: q::TaskBudget,
+    before: q::Usage,
+    meter: Meter,
+    cancel: watch::Sender<bool>,
+    hit: watch::Sender<Option<String>>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let mut used = before;
+        used.add(&meter.usage());
+        if let Some(reason) = budget.exceeded(&used) {
+            let _ = hit.send(Some(reason));
+            let _ = cancel.send(true);
+            return;
+        }
+    }
+}
+
 /// Renews the lease; cancels the run when the lease is lost or the
 /// operator halts the queue (a halt caused by a blocked task lets running
-/// tasks finish).
+/// tasks finish). Each renewal carries the attempt's usage so far.
 pub async fn keep(
     bus: Bus,
     subjects: Subjects,
@@ -31,6 +70,7 @@ pub async fn keep(
     token: String,
     lease_ms: u64,
     cancel: watch::Sender<bool>,
+    meter: Meter,
 ) {
     let every = Duration::from_millis((lease_ms / 3).max(50));
     loop {
@@ -39,6 +79,7 @@ pub async fn keep(
             task_id: task_id.clone(),
             token: token.clone(),
             checkpoint: false,
+            usage: meter.usage(),
         };
         match typed::call(&bus, &subjects, &hb, every.max(Duration::from_secs(2))).await {
             Ok(r) if operator_halt(&r) => {

@@ -236,6 +236,11 @@ impl Worker {
         *st.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
         // Steering meant for the previous task does not carry over.
         st.turns.reset();
+        let started = std::time::Instant::now();
+        let meter = lease::Meter {
+            turns: st.turns.clone(),
+            started,
+        };
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let keeper = tokio::spawn(
             lease::keep(
@@ -245,9 +250,30 @@ impl Worker {
                 claimed.token.clone(),
                 claimed.lease_ms,
                 cancel_tx.clone(),
+                meter.clone(),
             )
             .in_current_span(),
         );
+        // The task's budget, across its retries and earlier attempts.
+        let mut budget = job
+            .record
+            .task
+            .budget
+            .unwrap_or_default()
+            .or(pipeline.cfg().task_budget);
+        if budget.max_wall_ms == 0 {
+            budget.max_wall_ms = pipeline
+                .timeout(job.record.task.timeout_profile)
+                .as_millis() as u64;
+        }
+        let (hit_tx, hit_rx) = watch::channel(None::<String>);
+        let watcher = tokio::spawn(lease::watch_budget(
+            budget,
+            job.record.spent,
+            meter.clone(),
+            cancel_tx.clone(),
+            hit_tx,
+        ));
         let (outcome, stats) = {
             let fut = pipeline.run_counted(&mut st.driver, &job, st.turns.clone(), Some(cancel_rx));
             let mut fut = std::pin::pin!(fut);
@@ -261,6 +287,17 @@ impl Worker {
         };
         keeper.abort();
         let _ = keeper.await;
+        watcher.abort();
+        let _ = watcher.await;
+        let usage = meter.usage();
+        let outcome = match (outcome, hit_rx.borrow().clone()) {
+            (Outcome::Completed(r), _) => Outcome::Completed(r),
+            (_, Some(reason)) => {
+                warn!(reason = %reason, "task budget exhausted; the agent was stopped");
+                Outcome::Blocked(reason)
+            }
+            (o, None) => o,
+        };
         *st.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if let Outcome::Completed(r) = &outcome
             && !selection.docs.is_empty()
@@ -298,7 +335,7 @@ impl Worker {
         {
             warn!(error = %e, "runner event not published");
         }
-        deliver(bus, subjects, &id, &claimed.token, outcome).await;
+        deliver(bus, subjects, &id, &claimed.token, outcome, usage).await;
     }
 }
 
@@ -310,19 +347,32 @@ async fn block(
     token: &str,
     reason: String,
     question: Option<String>,
+    usage: q::Usage,
     timeout: Duration,
 ) -> Result<(), CallError> {
+    let cause = question
+        .is_none()
+        .then(|| q::BlockCause::of_reason(&reason));
     let req = q::Block {
         task_id: id.into(),
         token: token.into(),
         reason,
         question,
+        cause,
+        usage,
     };
     typed::call(bus, subjects, &req, timeout).await.map(|_| ())
 }
 
 /// Sends the outcome to the queue, retrying while the queue is unreachable.
-async fn deliver(bus: &Bus, subjects: &Subjects, id: &str, token: &str, outcome: Outcome) {
+async fn deliver(
+    bus: &Bus,
+    subjects: &Subjects,
+    id: &str,
+    token: &str,
+    outcome: Outcome,
+    usage: q::Usage,
+) {
     let timeout = Duration::from_secs(10);
     for attempt in 1..=5u32 {
         let res: Result<(), CallError> = match &outcome {
@@ -336,6 +386,7 @@ async fn deliver(bus: &Bus, subjects: &Subjects, id: &str, token: &str, outcome:
                         token: token.into(),
                         report: r.report().clone(),
                         manager_reply: Some(serde_json::Value::Object(r.reply().clone())),
+                        usage,
                     },
                     timeout,
                 )
@@ -344,7 +395,17 @@ async fn deliver(bus: &Bus, subjects: &Subjects, id: &str, token: &str, outcome:
             }
             Outcome::Blocked(reason) | Outcome::Violation(reason) => {
                 warn!(reason = %reason, "task blocked");
-                block(bus, subjects, id, token, reason.clone(), None, timeout).await
+                block(
+                    bus,
+                    subjects,
+                    id,
+                    token,
+                    reason.clone(),
+                    None,
+                    usage,
+                    timeout,
+                )
+                .await
             }
             Outcome::Question(q) => {
                 info!(question = %q, "task awaits the operator's answer");
@@ -355,6 +416,7 @@ async fn deliver(bus: &Bus, subjects: &Subjects, id: &str, token: &str, outcome:
                     token,
                     q::ASKED_QUESTION.into(),
                     Some(q.clone()),
+                    usage,
                     timeout,
                 )
                 .await

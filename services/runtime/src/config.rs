@@ -244,6 +244,19 @@ pub struct QueueConfig {
     pub tick_ms: u64,
     /// Audit logs go to `<data_dir>/<project>/audit.log.jsonl`; empty: `<state.dir>/data`.
     pub data_dir: String,
+    /// Block causes that halt the whole queue (`exec_failure`,
+    /// `agent_blocked`, `validation`, `violation`, `budget`); a task blocked
+    /// for any other cause waits for the operator while the queue goes on.
+    pub halt_on: Vec<xo_proto::queue::BlockCause>,
+    /// The role of a task that names neither a role nor a phase.
+    pub default_role: String,
+    /// Seed 002's phase → role table (`design`, `plan`, `execute`, `review`, `validate`).
+    pub phase_roles: BTreeMap<xo_proto::queue::Phase, String>,
+    /// A goal's cost budget in USD when `xo goal` gives none (0: none).
+    pub goal_budget_usd: f64,
+    /// Most tasks one enqueue request carries; larger enqueues are sent in
+    /// parts of this many (each part is checked and applied whole).
+    pub enqueue_batch: usize,
 }
 
 impl Default for QueueConfig {
@@ -252,6 +265,20 @@ impl Default for QueueConfig {
             lease_ms: 30_000,
             tick_ms: 100,
             data_dir: String::new(),
+            halt_on: xo_proto::queue::BlockCause::DEFAULT_HALT_ON.to_vec(),
+            default_role: "coder".into(),
+            phase_roles: [
+                (xo_proto::queue::Phase::Design, "architect"),
+                (xo_proto::queue::Phase::Plan, xo_proto::queue::MANAGER_ROLE),
+                (xo_proto::queue::Phase::Execute, "coder"),
+                (xo_proto::queue::Phase::Review, "architect"),
+                (xo_proto::queue::Phase::Validate, "architect"),
+            ]
+            .into_iter()
+            .map(|(p, r)| (p, r.to_string()))
+            .collect(),
+            goal_budget_usd: 0.0,
+            enqueue_batch: 500,
         }
     }
 }
@@ -316,6 +343,10 @@ pub struct RunnerConfig {
     pub context_limit: u64,
     /// A task offered again after its runner died (SUP-6).
     pub restart_mode: RestartMode,
+    /// Limits on one task's work across all its retries and attempts, for
+    /// tasks that set none (0: no limit). `max_wall_ms = 0` means the task's
+    /// timeout profile bounds the whole task, not each agent run.
+    pub task_budget: xo_proto::queue::TaskBudget,
     pub driver: DriverConfig,
 }
 
@@ -351,6 +382,7 @@ impl Default for RunnerConfig {
             microcosm: true,
             context_limit: 128_000,
             restart_mode: RestartMode::Resume,
+            task_budget: xo_proto::queue::TaskBudget::default(),
             driver: DriverConfig::default(),
         }
     }
@@ -692,6 +724,7 @@ impl XoConfig {
             ("supervisor.file_poll_ms", s.file_poll_ms),
             ("queue.lease_ms", self.queue.lease_ms),
             ("queue.tick_ms", self.queue.tick_ms),
+            ("queue.enqueue_batch", self.queue.enqueue_batch as u64),
             ("runner.heartbeat_ms", self.runner.heartbeat_ms),
             ("knowledge.poll_ms", self.knowledge.poll_ms),
             ("fleet.reconcile_ms", self.fleet.reconcile_ms),
@@ -743,6 +776,32 @@ impl XoConfig {
                     "{:?} is not a nats://, tls://, ws:// or wss:// URL",
                     self.nats.url
                 ),
+            ));
+        }
+        let roles = self.task_roles();
+        let known = || roles.iter().cloned().collect::<Vec<_>>().join(", ");
+        if !roles.contains(&self.queue.default_role) {
+            return Err(invalid(
+                "queue.default_role",
+                format!(
+                    "{:?} is not a role (known: {})",
+                    self.queue.default_role,
+                    known()
+                ),
+            ));
+        }
+        for (phase, role) in &self.queue.phase_roles {
+            if !roles.contains(role) {
+                return Err(invalid(
+                    &format!("queue.phase_roles.{}", phase.as_str()),
+                    format!("{role:?} is not a role (known: {})", known()),
+                ));
+            }
+        }
+        if !self.queue.goal_budget_usd.is_finite() || self.queue.goal_budget_usd < 0.0 {
+            return Err(invalid(
+                "queue.goal_budget_usd",
+                "must be 0 (no budget) or a positive amount".into(),
             ));
         }
         if self.runner.max_output_bytes < 1024 {

@@ -58,6 +58,7 @@ async fn cycles(
         &first,
         subjects,
         &SetGoal {
+            budget_usd: 0.0,
             description: "bench".into(),
             project_id: Some("bench".into()),
             completed: true,
@@ -104,6 +105,7 @@ async fn cycles(
                     &bus,
                     &subjects,
                     &Complete {
+                        usage: Default::default(),
                         task_id: c.record.task.task_id,
                         token: c.token,
                         report,

@@ -38,6 +38,8 @@ pub struct Turns {
     tx: Option<mpsc::UnboundedSender<TurnEvent>>,
     steering: Arc<Mutex<Vec<String>>>,
     urgency: Arc<Urgency>,
+    /// Turns, tokens and cost of the current task (its budget counts them).
+    usage: Arc<Mutex<xo_proto::queue::Usage>>,
 }
 
 impl Turns {
@@ -46,11 +48,18 @@ impl Turns {
             tx: Some(tx),
             steering: Default::default(),
             urgency: Default::default(),
+            usage: Default::default(),
         }
     }
 
     /// Records one turn.
     pub fn turn(&self, ev: TurnEvent) {
+        {
+            let mut u = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            u.turns += 1;
+            u.tokens += ev.tokens_in + ev.tokens_out;
+            u.cost_usd += ev.cost_usd;
+        }
         if let Some(tx) = &self.tx {
             let _ = tx.send(ev);
         }
@@ -100,9 +109,15 @@ impl Turns {
             .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A new task: no steering, no critical flag, no loops counted.
+    /// The current task's turns, tokens and cost so far (no wall time).
+    pub fn usage(&self) -> xo_proto::queue::Usage {
+        *self.usage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new task: no steering, no critical flag, no loops counted, no usage.
     pub fn reset(&self) {
         let _ = self.take_steering();
+        *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = Default::default();
         self.urgency
             .critical
             .store(false, std::sync::atomic::Ordering::Relaxed);
