@@ -53,6 +53,7 @@ pub trait Api<P: Ports>: Sized + Send + 'static {
         verb: &str,
         payload: &[u8],
         content_type: Option<&str>,
+        limit: usize,
         to: T,
     ) -> Result<T::Out, ServiceError>;
 }
@@ -63,19 +64,19 @@ pub trait Route<A, P: Ports> {
     fn route<R: Request>(self, req: R, variant: fn(R, P::Port<R::Response>) -> A) -> Self::Out;
 }
 
-/// Decodes a control request body (JSON or MessagePack) into `R`.
+/// Decodes a control request body (JSON or MessagePack) into `R`; a body
+/// over `limit` bytes (`wire.max_payload`) is refused.
 pub fn decode_request<R: Request>(
     payload: &[u8],
     content_type: Option<&str>,
+    limit: usize,
 ) -> Result<R, ServiceError> {
-    crate::codec::decode_plain(payload, content_type, crate::codec::DEFAULT_MAX_PAYLOAD).map_err(
-        |e| {
-            ServiceError::new(
-                ErrorCode::Invalid,
-                format!("{}.{}: {e}", R::SERVICE, R::VERB),
-            )
-        },
-    )
+    crate::codec::decode_plain(payload, content_type, limit).map_err(|e| {
+        ServiceError::new(
+            ErrorCode::Invalid,
+            format!("{}.{}: {e}", R::SERVICE, R::VERB),
+        )
+    })
 }
 
 /// Declares a service's control API, one line a request:
@@ -134,12 +135,13 @@ macro_rules! api {
                 verb: &str,
                 payload: &[u8],
                 content_type: Option<&str>,
+                limit: usize,
                 to: T,
             ) -> Result<T::Out, $crate::control::ServiceError> {
                 match verb {
                     $(
                         $verb => Ok(to.route(
-                            $crate::control::decode_request::<$req>(payload, content_type)?,
+                            $crate::control::decode_request::<$req>(payload, content_type, limit)?,
                             $api::$variant,
                         )),
                     )*

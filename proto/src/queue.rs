@@ -940,6 +940,32 @@ pub struct GetStatus {}
 pub struct ListTasks {
     #[serde(default)]
     pub state: Option<TaskState>,
+    /// Paging: tasks enqueued after this sequence number (0: from the start).
+    #[serde(default)]
+    pub after_seq: u64,
+    /// Most tasks in the reply (0: [`ListTasks::PAGE`]); a page also ends
+    /// before it outgrows the bus's message limit.
+    #[serde(default)]
+    pub limit: usize,
+    /// Only this task.
+    #[serde(default)]
+    pub task_id: Option<String>,
+}
+
+impl ListTasks {
+    /// The page size when the request gives none: a page of tasks fits a
+    /// message.
+    pub const PAGE: usize = 100;
+
+    /// The first page of tasks in `state` (all states: `None`).
+    pub fn of(state: Option<TaskState>) -> Self {
+        Self {
+            state,
+            after_seq: 0,
+            limit: 0,
+            task_id: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

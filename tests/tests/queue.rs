@@ -452,7 +452,17 @@ async fn bad_tasks_over_the_wire_enqueue_nothing() {
         err.contains("task w2: required_artifacts \"/etc/passwd\" is absolute"),
         "{err}"
     );
-    assert!(q.call(&ListTasks { state: None }).await.unwrap().is_empty());
+    assert!(
+        q.call(&ListTasks {
+            after_seq: 0,
+            limit: 0,
+            task_id: None,
+            state: None
+        })
+        .await
+        .unwrap()
+        .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -474,6 +484,9 @@ async fn a_question_survives_a_restart_and_is_answered() {
     q.start_queue().await;
     let list = q
         .call(&ListTasks {
+            after_seq: 0,
+            limit: 0,
+            task_id: None,
             state: Some(TaskState::AwaitingResponse),
         })
         .await

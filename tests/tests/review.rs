@@ -410,6 +410,9 @@ async fn polish_phase_is_bounded_to_cleanup_directives() {
     assert_eq!(st.counts.get("completed"), Some(&3));
     let dropped = rig
         .call(&ListTasks {
+            after_seq: 0,
+            limit: 0,
+            task_id: None,
             state: Some(TaskState::Cancelled),
         })
         .await

@@ -77,6 +77,7 @@ impl<M: ractor::Message> Target<M> for ActorRef<M> {
 pub async fn serve<A, M>(
     bus: &Bus,
     subjects: &Subjects,
+    limit: usize,
     description: &str,
     target: impl Target<M>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -106,6 +107,7 @@ where
                 req.verb(),
                 &req.message.payload,
                 req.message.headers.get(CONTENT_TYPE),
+                limit,
                 ToActor::<M> {
                     actor: target.actor(),
                 },

@@ -105,6 +105,27 @@ pub fn encode_reply<T: Serialize>(reply: &Reply<T>) -> (Headers, Bytes) {
     }
 }
 
+/// Every task in `state` (all: `None`) in enqueue order, fetched a page at
+/// a time, so a queue of any size fits the bus's message limit.
+pub async fn all_tasks(
+    bus: &Bus,
+    subjects: &Subjects,
+    state: Option<xo_proto::queue::TaskState>,
+    timeout: Duration,
+) -> Result<Vec<xo_proto::queue::TaskRecord>, CallError> {
+    use xo_proto::queue::ListTasks;
+    let mut all = Vec::new();
+    let mut req = ListTasks::of(state);
+    loop {
+        let page = call(bus, subjects, &req, timeout).await?;
+        let Some(last) = page.last() else {
+            return Ok(all);
+        };
+        req.after_seq = last.seq;
+        all.extend(page);
+    }
+}
+
 /// Every unit the supervisor knows, fetched a page at a time
 /// ([`ListUnits::PAGE`](xo_proto::control::ListUnits::PAGE)), so a fleet
 /// of any size fits the bus's message limit.

@@ -249,7 +249,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let records = typed::call(&bus, &subjects, &q::ListTasks::default(), call_t)
+    let records = typed::all_tasks(&bus, &subjects, None, call_t)
         .await
         .unwrap_or_default();
     fabric.stop().await?;

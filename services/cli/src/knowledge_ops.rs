@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use xo_bus::typed;
 use xo_proto::Request;
 use xo_proto::knowledge::*;
-use xo_proto::queue::{ListTasks, TaskState};
+use xo_proto::queue::TaskState;
 use xo_runtime::XoConfig;
 
 use crate::connect::client_bus;
@@ -129,13 +129,7 @@ pub async fn deprecate(cfg: &XoConfig, id: String, reason: String) -> anyhow::Re
 
 pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
     let bus = client_bus(cfg).await?;
-    let tasks = typed::call(
-        &bus,
-        &cfg.subjects(),
-        &ListTasks::default(),
-        Duration::from_secs(30),
-    )
-    .await?;
+    let tasks = typed::all_tasks(&bus, &cfg.subjects(), None, Duration::from_secs(30)).await?;
     let mut rows: Vec<_> = tasks
         .iter()
         .filter(|t| t.task.directive.is_some())

@@ -305,6 +305,10 @@ enum GoalCmd {
         /// The goal is met: an exhausted queue then completes instead of halting.
         #[arg(long)]
         completed: bool,
+        /// The goal's cost budget in USD; spent, the queue halts with
+        /// BUDGET_EXHAUSTED (0: `queue.goal_budget_usd`).
+        #[arg(long, default_value_t = 0.0)]
+        budget_usd: f64,
     },
 }
 
@@ -500,8 +504,9 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                     description,
                     project,
                     completed,
+                    budget_usd,
                 },
-        } => queue_ops::goal(&cfg, description, project, completed).await,
+        } => queue_ops::goal(&cfg, description, project, completed, budget_usd).await,
         Cmd::Enqueue { file } => queue_ops::enqueue(&cfg, &file).await,
         Cmd::Start => queue_ops::simple(&cfg, xo_proto::queue::Start {}).await,
         Cmd::Step => queue_ops::simple(&cfg, xo_proto::queue::Step {}).await,

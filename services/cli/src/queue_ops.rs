@@ -98,6 +98,20 @@ fn print_status(s: &QueueStatus) {
         ),
         None => println!("last       (no task completed yet)"),
     }
+    if s.goal.budget_usd > 0.0 || s.spent_usd > 0.0 {
+        println!(
+            "spent      ${:.4}{}",
+            s.spent_usd,
+            if s.goal.budget_usd > 0.0 {
+                format!(" of ${:.4} budget", s.goal.budget_usd)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if let Some(why) = &s.stuck {
+        println!("STUCK      {why}");
+    }
     for c in &s.corrupt {
         println!("CORRUPT    {c}");
     }
@@ -135,11 +149,12 @@ pub async fn goal(
     description: String,
     project_id: Option<String>,
     completed: bool,
+    budget_usd: f64,
 ) -> anyhow::Result<ExitCode> {
     let s = call(
         cfg,
         &SetGoal {
-            budget_usd: 0.0,
+            budget_usd,
             description,
             project_id,
             completed,
@@ -163,17 +178,85 @@ pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
     let tasks =
         xo_queue::machine::tasks_from_json(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let n = tasks.len();
-    let added = call(cfg, &Enqueue { tasks }).await?;
+    let tasks =
+        xo_queue::machine::dependency_order(tasks).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let parts = enqueue_parts(tasks, cfg.queue.enqueue_batch, cfg.wire.max_payload / 2)?;
+    let bus = client_bus(cfg).await?;
+    let (mut added, mut sent) = (0usize, 0usize);
+    let count = parts.len();
+    for (i, part) in parts.into_iter().enumerate() {
+        let len = part.len();
+        let r = typed::call(&bus, &cfg.subjects(), &Enqueue { tasks: part }, TIMEOUT).await;
+        match r {
+            Ok(ids) => {
+                added += ids.len();
+                sent += len;
+            }
+            Err(e) => {
+                if sent > 0 {
+                    eprintln!(
+                        "the first {sent} tasks ({i} of {count} parts) are enqueued; enqueue the same file again once this is fixed (tasks already queued are skipped)"
+                    );
+                }
+                return Err(match e {
+                    typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => {
+                        anyhow::anyhow!(
+                            "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
+                        )
+                    }
+                    other => {
+                        anyhow::Error::from(other).context(format!("part {} of {count}", i + 1))
+                    }
+                });
+            }
+        }
+    }
     println!(
-        "enqueued {} of {n} tasks{}",
-        added.len(),
-        if added.len() < n {
+        "enqueued {added} of {n} tasks{}{}",
+        if count > 1 {
+            format!(" in {count} parts")
+        } else {
+            String::new()
+        },
+        if added < n {
             " (the rest were already queued)"
         } else {
             ""
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Splits a batch into requests of at most `max_tasks` tasks and about
+/// `max_bytes` encoded each (a task larger than that alone is refused,
+/// naming it and the limit).
+pub fn enqueue_parts(
+    tasks: Vec<Task>,
+    max_tasks: usize,
+    max_bytes: usize,
+) -> anyhow::Result<Vec<Vec<Task>>> {
+    let mut parts: Vec<Vec<Task>> = Vec::new();
+    let mut cur: Vec<Task> = Vec::new();
+    let mut bytes = 0usize;
+    for t in tasks {
+        let size = serde_json::to_vec(&t).map_or(0, |v| v.len()) + 16;
+        if size > max_bytes {
+            bail!(
+                "task {}: {size} bytes encoded, more than one request may carry ({max_bytes}, half of wire.max_payload): shorten its instructions or raise wire.max_payload (and the NATS server's max_payload)",
+                t.task_id
+            );
+        }
+        if !cur.is_empty() && (cur.len() >= max_tasks || bytes + size > max_bytes) {
+            parts.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        bytes += size;
+        cur.push(t);
+    }
+    if !cur.is_empty() {
+        parts.push(cur);
+    }
+    Ok(parts)
 }
 
 pub async fn simple<R: Request<Response = QueueStatus>>(
@@ -203,7 +286,15 @@ pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow:
         ),
         None => None,
     };
-    let list = call(cfg, &ListTasks { state }).await?;
+    let bus = client_bus(cfg).await?;
+    let list = typed::all_tasks(&bus, &cfg.subjects(), state, TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
+                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
+            ),
+            other => other.into(),
+        })?;
     if json {
         println!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);

@@ -230,6 +230,12 @@ async fn queue_verb(
 struct TasksQuery {
     #[serde(default)]
     state: Option<String>,
+    /// Paging: tasks enqueued after this sequence number.
+    #[serde(default)]
+    after_seq: u64,
+    /// Page size (default and most: the queue's page).
+    #[serde(default)]
+    limit: usize,
 }
 
 fn parse_state(s: &str) -> Result<TaskState, ApiError> {
@@ -242,14 +248,45 @@ fn parse_state(s: &str) -> Result<TaskState, ApiError> {
 
 async fn tasks(State(c): State<Shared>, Query(q): Query<TasksQuery>) -> ApiResult<Vec<TaskRecord>> {
     let state = q.state.as_deref().map(parse_state).transpose()?;
-    call(&c, ListTasks { state }).await
+    call(
+        &c,
+        ListTasks {
+            state,
+            after_seq: q.after_seq,
+            limit: q.limit,
+            task_id: None,
+        },
+    )
+    .await
 }
 
-/// One task (the queue lists; the console picks).
+/// Every task in `state` (all: `None`), page by page.
+pub async fn all_tasks(
+    c: &Shared,
+    state: Option<TaskState>,
+) -> Result<Vec<TaskRecord>, xo_proto::control::ServiceError> {
+    let mut all = Vec::new();
+    let mut req = ListTasks::of(state);
+    loop {
+        let page = c.call(&req).await?;
+        let Some(last) = page.last() else {
+            return Ok(all);
+        };
+        req.after_seq = last.seq;
+        all.extend(page);
+    }
+}
+
+/// One task.
 pub async fn find_task(c: &Shared, task_id: &str) -> Result<TaskRecord, ApiError> {
-    let all = c.call(&ListTasks::default()).await?;
-    all.into_iter()
-        .find(|t| t.task.task_id == task_id)
+    let req = ListTasks {
+        task_id: Some(task_id.to_string()),
+        ..ListTasks::of(None)
+    };
+    c.call(&req)
+        .await?
+        .into_iter()
+        .next()
         .ok_or_else(|| ApiError::not_found(format!("no task {task_id:?} in the queue")))
 }
 
@@ -392,8 +429,7 @@ async fn deprecate(
 
 /// The directives of the review supervisors: the tasks that carry one.
 pub async fn directive_tasks(c: &Shared) -> Result<Vec<TaskRecord>, ApiError> {
-    let mut rows: Vec<TaskRecord> = c
-        .call(&ListTasks::default())
+    let mut rows: Vec<TaskRecord> = all_tasks(c, None)
         .await?
         .into_iter()
         .filter(|t| t.task.directive.is_some())

@@ -19,8 +19,8 @@ use xo_proto::control::{ServiceError, ShowUnit, SteerUnit, UnitSummary};
 use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
 use xo_proto::knowledge::{Author, DeprecateDoc, ListDocs, ListReviewRuns};
 use xo_proto::queue::{
-    Answer, AuditTail, AuditVerify, Cancel, GetStatus, Halt, ListTasks, Resume, RetryTask, Start,
-    Step, TaskRecord, TaskState,
+    Answer, AuditTail, AuditVerify, Cancel, GetStatus, Halt, Resume, RetryTask, Start, Step,
+    TaskRecord, TaskState,
 };
 use xo_proto::settings::{GetSettings, PutSettings, SettingsView};
 
@@ -309,8 +309,7 @@ fn task_actions(f: &Frame<'_>, t: &TaskRecord) -> String {
 
 async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Queue", "/queue", &q);
-    let list = ListTasks::default();
-    let (status, tasks) = tokio::join!(c.call(&GetStatus {}), c.call(&list));
+    let (status, tasks) = tokio::join!(c.call(&GetStatus {}), crate::api::all_tasks(&c, None));
     let (status, tasks) = match (status, tasks) {
         (Ok(s), Ok(t)) => (s, t),
         (Err(e), _) | (_, Err(e)) => return down(&f, &e),

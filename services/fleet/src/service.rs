@@ -127,6 +127,7 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<FleetHandle, FleetError> 
         xo_bus::api::serve::<FleetApi<ActorPorts>, _>(
             &bus,
             &cfg.subjects(),
+            cfg.wire.max_payload,
             "XO fleet manager: runner containers per role",
             running.current.clone(),
             running.signal(),

@@ -121,6 +121,7 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<KnowledgeHandle, Knowledg
         xo_bus::api::serve::<KnowledgeApi<ActorPorts>, _>(
             &bus,
             &cfg.subjects(),
+            cfg.wire.max_payload,
             "XO knowledge store: documents, ownership, selection",
             running.current.clone(),
             running.signal(),

@@ -14,8 +14,8 @@ use xo_bus::typed;
 use xo_proto::alert::Alert;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
-    AuditCheck, Claimed, EventName, QueueApi, QueueStatus, Renewed, TaskEvent, TaskRecord,
-    TaskState,
+    AuditCheck, Claimed, EventName, ListTasks, QueueApi, QueueStatus, Renewed, TaskEvent,
+    TaskRecord, TaskState,
 };
 use xo_proto::settings::{PutSettings, Settings, SettingsChanged, SettingsView};
 
@@ -392,14 +392,20 @@ impl State {
                 return false;
             }
             QueueApi::Tasks(q, reply) => {
-                let mut list: Vec<TaskRecord> = self
-                    .m
-                    .tasks
-                    .values()
-                    .filter(|t| q.state.is_none_or(|f| t.state == f))
-                    .cloned()
-                    .collect();
-                list.sort_by_key(|t| t.seq);
+                let list = match &q.task_id {
+                    Some(id) => self.m.tasks.get(id).cloned().into_iter().collect(),
+                    None => {
+                        let limit = if q.limit == 0 {
+                            ListTasks::PAGE
+                        } else {
+                            q.limit
+                        };
+                        // Half the message limit: the envelope and MessagePack
+                        // vs JSON sizes leave room.
+                        let max = self.ctx.cfg.wire.max_payload / 2;
+                        self.m.page(q.state, q.after_seq, limit, max)
+                    }
+                };
                 self.answer(Changes::default(), reply, Ok(list));
                 return false;
             }

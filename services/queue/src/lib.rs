@@ -117,6 +117,7 @@ pub async fn start(
         xo_bus::api::serve::<QueueApi<ActorPorts>, _>(
             &ctx.bus,
             &ctx.subjects,
+            ctx.cfg.wire.max_payload,
             "XO durable queue: tasks, leases, halts, audit",
             running.current.clone(),
             running.signal(),

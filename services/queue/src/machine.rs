@@ -150,6 +150,8 @@ pub struct Machine {
     ready: BTreeMap<String, BTreeSet<ReadyKey>>,
     /// Pending, running and awaiting tasks.
     open: usize,
+    /// Task ids in enqueue order (listing pages).
+    by_seq: BTreeMap<u64, String>,
 }
 
 /// Serving order: priority (retries, replays, answers, Manager) first, then
@@ -191,6 +193,7 @@ impl Machine {
         self.next_seq = tasks.iter().map(|t| t.seq).max().unwrap_or(0);
         for t in tasks {
             let id = t.task.task_id.clone();
+            self.by_seq.insert(t.seq, id.clone());
             self.tasks.insert(id.clone(), t);
             self.index(&id, true);
         }
@@ -315,6 +318,7 @@ impl Machine {
         let mut c = Changes::default();
         c.tasks.extend(self.tasks.keys().cloned());
         self.tasks.clear();
+        self.by_seq.clear();
         self.ready.clear();
         self.open = 0;
         c.merge(self.status_change(EventName::Init, |s| {
@@ -351,6 +355,38 @@ impl Machine {
             s.goal = goal;
             s.spent_usd = 0.0;
         }))
+    }
+
+    /// A page of tasks in enqueue order: those in `state` (any: `None`)
+    /// enqueued after `after_seq`, at most `limit`, and no more than fit
+    /// `max_bytes` as JSON.
+    pub fn page(
+        &self,
+        state: Option<TaskState>,
+        after_seq: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Vec<TaskRecord> {
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        for id in self.by_seq.range(after_seq + 1..).map(|(_, id)| id) {
+            let Some(r) = self.tasks.get(id) else {
+                continue;
+            };
+            if state.is_some_and(|s| s != r.state) {
+                continue;
+            }
+            let size = serde_json::to_vec(r).map_or(0, |v| v.len());
+            if !out.is_empty() && bytes + size > max_bytes {
+                break;
+            }
+            bytes += size;
+            out.push(r.clone());
+            if out.len() >= limit {
+                break;
+            }
+        }
+        out
     }
 
     /// A task that names no role gets one from its phase (seed 002's
@@ -501,6 +537,7 @@ impl Machine {
         };
         let id = task.task_id.clone();
         let born = self.status.completed_total;
+        self.by_seq.insert(self.next_seq, id.clone());
         self.tasks.insert(
             id.clone(),
             TaskRecord {
@@ -1394,6 +1431,66 @@ pub fn parse_manager_reply(
         }
     }
     Ok(reply)
+}
+
+/// Orders a batch so every task comes after the tasks of the batch it
+/// depends on (otherwise in file order): a batch sent in parts then never
+/// names a task a later part brings. A cycle is an error naming it.
+pub fn dependency_order(tasks: Vec<Task>) -> Result<Vec<Task>, String> {
+    let pos: BTreeMap<String, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.task_id.clone(), i))
+        .collect();
+    let mut state = vec![0u8; tasks.len()];
+    let mut order = Vec::with_capacity(tasks.len());
+    for start in 0..tasks.len() {
+        if state[start] != 0 {
+            continue;
+        }
+        let deps_of = |i: usize| -> Vec<usize> {
+            tasks[i]
+                .depends_on
+                .iter()
+                .rev()
+                .filter_map(|d| pos.get(d).copied())
+                .collect()
+        };
+        let mut path: Vec<(usize, Vec<usize>)> = vec![(start, deps_of(start))];
+        state[start] = 1;
+        while let Some((node, rest)) = path.last_mut() {
+            let node = *node;
+            match rest.pop() {
+                None => {
+                    state[node] = 2;
+                    order.push(node);
+                    path.pop();
+                }
+                Some(next) => match state[next] {
+                    1 => {
+                        let from = path.iter().position(|(n, _)| *n == next).unwrap_or(0);
+                        let mut cycle: Vec<&str> = path[from..]
+                            .iter()
+                            .map(|(n, _)| tasks[*n].task_id.as_str())
+                            .collect();
+                        cycle.push(tasks[next].task_id.as_str());
+                        return Err(format!(
+                            "dependency cycle: {} (no task of it could ever start); remove one of these depends_on entries",
+                            cycle.join(" -> ")
+                        ));
+                    }
+                    2 => {}
+                    _ => {
+                        state[next] = 1;
+                        let d = deps_of(next);
+                        path.push((next, d));
+                    }
+                },
+            }
+        }
+    }
+    let mut slots: Vec<Option<Task>> = tasks.into_iter().map(Some).collect();
+    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
 }
 
 /// Reads a task file: one task object or an array. Errors name the task

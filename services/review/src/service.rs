@@ -167,6 +167,7 @@ pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError>
         xo_bus::api::serve::<ReviewApi<ActorPorts>, crate::runs::RunsMsg>(
             &api_bus,
             &subjects,
+            limit,
             "XO review supervisors: run log",
             runs.clone(),
             running.signal(),
@@ -232,6 +233,17 @@ impl Reviews {
 }
 
 impl Reviews {
+    /// Every task, page by page.
+    async fn all_tasks(&self) -> Option<Vec<TaskRecord>> {
+        match typed::all_tasks(&self.bus, &self.subjects, None, Duration::from_secs(5)).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                warn!(error = %e, "review: listing tasks failed");
+                None
+            }
+        }
+    }
+
     async fn call<R: xo_proto::Request>(&self, req: &R) -> Option<R::Response>
     where
         R::Response: serde::de::DeserializeOwned,
@@ -296,7 +308,7 @@ impl Reviews {
 
     /// A completion: milestone and replan detection, and the polish phase.
     async fn completed(&mut self, id: &str) -> Option<Signal> {
-        let tasks = self.call(&q::ListTasks::default()).await?;
+        let tasks = self.all_tasks().await?;
         let rec = tasks.iter().find(|r| r.task.task_id == id)?;
         let milestone_done = rec.task.milestone.clone().filter(|m| {
             tasks
@@ -476,10 +488,7 @@ impl Reviews {
         log: &[ReviewRun],
     ) -> Result<(Findings, ReviewRun, Vec<TaskRecord>), ReviewRun> {
         let status = self.call(&q::GetStatus {}).await.unwrap_or_default();
-        let tasks = self
-            .call(&q::ListTasks::default())
-            .await
-            .unwrap_or_default();
+        let tasks = self.all_tasks().await.unwrap_or_default();
         let docs = self.call(&ListDocs::default()).await.unwrap_or_default();
         let bootstrap = docs.docs.is_empty();
         let knowledge = self

@@ -131,6 +131,7 @@ pub async fn start(
         xo_bus::api::serve::<SupervisorApi<ActorPorts>, _>(
             &ctx.bus,
             &ctx.subjects,
+            ctx.cfg.wire.max_payload,
             "XO supervisor: units, steering",
             root.clone(),
             running.signal(),
