@@ -117,6 +117,9 @@ pub async fn serve_runner(
     role: String,
     unit: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    if let Some(why) = xo_pipeline::driver::idle_agent(&cfg.runner.driver) {
+        anyhow::bail!("{why}");
+    }
     let unit = unit.unwrap_or_else(|| xo_runner::default_unit(&role));
     // With credentials, a runner's replies come to its own inbox (the only
     // one its NATS user may subscribe to).

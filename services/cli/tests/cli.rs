@@ -446,13 +446,33 @@ fn the_demo_steers_a_stall_and_a_loop_and_completes() {
 fn a_runner_works_on_the_embedded_bus_of_xo_up() {
     let dir = tempfile::tempdir().unwrap();
     let up = start_up(dir.path());
+    // The README's runner line with the default (scripted) driver and no
+    // script refuses to start, naming the keys, instead of completing
+    // every task with nothing done.
+    let o = run(dir.path(), &["serve", "runner", "--role", "coder"]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    for part in [
+        "runner.driver.script",
+        "runner.driver.kind",
+        "--script inline",
+    ] {
+        assert!(err.contains(part), "{part:?} missing: {err}");
+    }
     let task = r#"{"task_id": "hello", "intent": "greet", "role": "coder",
         "instructions": "```xo-script\nturn_ms = 0\n[[run]]\nsteps = [{ write = \"hi.txt\", content = \"hi\" }, { reply = '{\"status\": \"ok\", \"message\": \"wrote hi.txt\"}' }]\n```",
         "acceptance_criteria": ["file contains: hi.txt :: hi"]}"#;
     std::fs::write(dir.path().join("task.json"), task).unwrap();
     for args in [
         &["init"][..],
-        &["goal", "set", "say hello", "--completed"],
+        &[
+            "goal",
+            "set",
+            "say hello",
+            "--completed",
+            "--project",
+            "parser",
+        ],
         &["enqueue", "task.json"],
         &["start"],
     ] {
@@ -460,7 +480,9 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
         assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
     }
     let runner = xo(dir.path())
-        .args(["serve", "runner", "--role", "coder", "--unit", "coder-a"])
+        .args([
+            "serve", "runner", "--script", "inline", "--role", "coder", "--unit", "coder-a",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -468,13 +490,16 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
     eventually("the goal completes", || {
         text(&run(dir.path(), &["status", "--json"]).stdout).contains("\"COMPLETED\"")
     });
+    // The goal's project is where the work, the prompt log and the audit go.
     assert_eq!(
-        std::fs::read_to_string(dir.path().join(".xo/sandbox/default/hi.txt")).unwrap(),
+        std::fs::read_to_string(dir.path().join(".xo/sandbox/parser/hi.txt")).unwrap(),
         "hi"
     );
+    assert!(!dir.path().join(".xo/sandbox/default/hi.txt").exists());
     let prompts =
-        std::fs::read_to_string(dir.path().join(".xo/data/default/prompts.log.jsonl")).unwrap();
+        std::fs::read_to_string(dir.path().join(".xo/data/parser/prompts.log.jsonl")).unwrap();
     assert!(prompts.contains("\"unit\":\"coder-a\""));
+    assert!(dir.path().join(".xo/data/parser/audit.log.jsonl").exists());
     let r = interrupt(runner);
     assert!(r.status.success(), "{}", text(&r.stderr));
     interrupt(up);

@@ -357,7 +357,9 @@ fn files_containing(dir: &Path, what: &str) -> Vec<PathBuf> {
 async fn settings_queue_actions_and_answers_from_the_pages() {
     let mut up = Up::start(&[]).await;
     let runner = spawn_logged(
-        up.cli(&["serve", "runner", "--role", "coder", "--unit", "r-1"]),
+        up.cli(&[
+            "serve", "runner", "--script", "inline", "--role", "coder", "--unit", "r-1",
+        ]),
         up.root.path(),
         "runner",
     );

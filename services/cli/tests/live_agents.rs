@@ -129,7 +129,9 @@ async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
     rig.spawn(
         "runner",
         Some(&cfg),
-        &["serve", "runner", "--role", "coder", "--unit", "live-1"],
+        &[
+            "serve", "runner", "--script", "inline", "--role", "coder", "--unit", "live-1",
+        ],
     );
     let s = Subjects::default();
     let t = Duration::from_secs(10);

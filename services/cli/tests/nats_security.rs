@@ -185,7 +185,9 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
             root,
             "coder-1",
             "c1-secret",
-            &["serve", "runner", "--role", "coder", "--unit", "coder-1"],
+            &[
+                "serve", "runner", "--script", "inline", "--role", "coder", "--unit", "coder-1",
+            ],
         ),
     ];
     let opts = ConnectOptions {

@@ -54,7 +54,9 @@ impl Fleet {
     fn runner(&mut self, unit: &str) {
         self.spawn(
             unit,
-            &["serve", "runner", "--role", "coder", "--unit", unit],
+            &[
+                "serve", "runner", "--script", "inline", "--role", "coder", "--unit", unit,
+            ],
         );
     }
 

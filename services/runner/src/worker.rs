@@ -207,7 +207,12 @@ impl Worker {
     async fn work(&self, st: &mut WorkerState, claimed: Claimed) {
         let pipeline = self.pipeline_for(st, &claimed.settings);
         let (bus, subjects) = (&self.bus, &st.subjects);
-        let rec = claimed.record;
+        let mut rec = claimed.record;
+        // A task that names no project is worked in the goal's project
+        // (where the queue writes its audit), else the runner's default.
+        if rec.task.project.is_none() {
+            rec.task.project = claimed.goal.project_id.clone();
+        }
         let id = rec.task.task_id.clone();
         info!(attempt = rec.attempt, mark = ?rec.mark, "task claimed");
         // Knowledge under its token budget (empty when no knowledge store answers).

@@ -32,6 +32,23 @@ pub enum DriverError {
     Script(String),
 }
 
+/// `runner.driver.script = "inline"`: the script driver reads only the
+/// fenced `xo-script` blocks in task instructions (demos and tests).
+pub const SCRIPT_INLINE: &str = "inline";
+
+/// Why a runner configured this way would do no real work, if it would:
+/// the scripted test agent with no script answers every task "done" with
+/// nothing done.
+pub fn idle_agent(d: &DriverConfig) -> Option<String> {
+    (d.kind == DriverKind::Script && d.script.trim().is_empty()).then(|| {
+        "runner.driver.kind is \"script\" (the scripted test agent) and runner.driver.script is empty, so this runner would do no work. \
+         For a real agent set runner.driver.kind = \"command\" with runner.driver.command (e.g. [\"claude\", \"-p\", \"{prompt}\", \"--output-format\", \"stream-json\", \"--verbose\"] and runner.driver.stream = \"claude\"), \
+         or \"openai\" with runner.driver.openai.base_url and model (docs/runner.md). \
+         For the scripted agent give --script FILE, or --script inline to read xo-script blocks in task instructions."
+            .to_string()
+    })
+}
+
 /// The runner side of a run: turn events out, steering in.
 #[derive(Debug, Clone, Default)]
 pub struct Turns {
@@ -162,7 +179,8 @@ impl Driver {
             DriverKind::Command => Self::Command(CommandDriver::from_config(d)?),
             DriverKind::Openai => Self::OpenAi(OpenAiDriver::new(&d.openai, runner.context_limit)?),
             DriverKind::Script => Self::Script(ScriptDriver::from_file(
-                (!d.script.is_empty()).then(|| std::path::Path::new(&d.script)),
+                (!d.script.is_empty() && d.script != SCRIPT_INLINE)
+                    .then(|| std::path::Path::new(&d.script)),
             )?),
         })
     }
