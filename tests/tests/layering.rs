@@ -21,7 +21,7 @@ fn kind(name: &str) -> Option<Kind> {
         "xo-proto" => Kind::Contract,
         "xo-bus" | "xo-radio" | "xo-runtime" | "xo-pipeline" | "xo-sensor" => Kind::Library,
         "xo-supervisor" | "xo-queue" | "xo-runner" | "xo-knowledge" | "xo-review" | "xo-fleet"
-        | "xo-console" => Kind::Service,
+        | "xo-console" | "xo-notify" => Kind::Service,
         "xo-cli" => Kind::Binary,
         "xo-tests" => Kind::Tests,
         _ => return None,

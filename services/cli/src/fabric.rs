@@ -41,6 +41,9 @@ pub struct Plan {
     /// The fleet manager (only with `fleet.backend = "docker"`).
     pub fleet: bool,
     pub supervisor: bool,
+    /// The notifier (alerts to webhooks); started first, stopped last, so
+    /// no alert of the others is missed.
+    pub notify: bool,
     /// The web console (only with `console.enabled`).
     pub console: ConsoleMode,
     pub runners: Vec<RunnerOptions>,
@@ -66,6 +69,7 @@ impl Plan {
             review: true,
             fleet: true,
             supervisor: true,
+            notify: true,
             console: ConsoleMode::IfFree,
             runners: Vec::new(),
         }
@@ -93,6 +97,7 @@ pub struct Fabric {
     socket: Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
     queue: Option<xo_queue::QueueHandle>,
     knowledge: Option<xo_knowledge::service::KnowledgeHandle>,
+    notify: Option<xo_notify::NotifyHandle>,
     review: Option<xo_review::service::ReviewHandle>,
     fleet: Option<xo_fleet::service::FleetHandle>,
     supervisor: Option<xo_supervisor::SupervisorHandle>,
@@ -206,6 +211,7 @@ impl Fabric {
             socket,
             queue: None,
             knowledge: None,
+            notify: None,
             review: None,
             fleet: None,
             supervisor: None,
@@ -235,6 +241,13 @@ impl Fabric {
     }
 
     async fn start_services(&mut self, cfg: &XoConfig, plan: Plan) -> anyhow::Result<()> {
+        if plan.notify {
+            self.notify = Some(
+                xo_notify::start(cfg, self.bus.clone())
+                    .await
+                    .context("starting the notifier")?,
+            );
+        }
         if plan.queue {
             self.queue = Some(
                 xo_queue::start(
@@ -352,6 +365,9 @@ impl Fabric {
         if let Some(k) = self.knowledge.as_mut() {
             ended.push(k.until(never()).map(|_| "knowledge").boxed());
         }
+        if let Some(n) = self.notify.as_mut() {
+            ended.push(n.until(never()).map(|_| "notify").boxed());
+        }
         if let Some(r) = self.review.as_mut() {
             ended.push(r.until(never()).map(|_| "review").boxed());
         }
@@ -413,6 +429,9 @@ impl Fabric {
         }
         if let Some(q) = self.queue.take() {
             keep(q.stop().await.context("queue"));
+        }
+        if let Some(n) = self.notify.take() {
+            keep(n.stop().await.context("notifier"));
         }
         if let Err(e) = self.bus.flush().await {
             warn!(error = %e, "bus flush at shutdown failed");

@@ -339,6 +339,9 @@ enum ServeCmd {
     Queue,
     /// The knowledge store (documents, ownership, selection).
     Knowledge,
+    /// The notifier: alerts to the webhooks of `[alerts]`, with retries and
+    /// a dead-letter file (`xo serve supervisor` and `xo up` run it too).
+    Notify,
     /// The web console: pages, JSON API, live events, /metrics (a bus client;
     /// on NATS, or beside a running `xo up` through its socket).
     Console {
@@ -640,6 +643,15 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                 ..Default::default()
             };
             services::serve(cfg, plan, "xo-knowledge").await
+        }
+        Cmd::Serve {
+            service: ServeCmd::Notify,
+        } => {
+            let plan = fabric::Plan {
+                notify: true,
+                ..Default::default()
+            };
+            services::serve(cfg, plan, "xo-notify").await
         }
         Cmd::Report { file } => ops::report(&cfg, &file).await,
         Cmd::Tap {

@@ -77,8 +77,12 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
 /// its review supervisors and fleet manager) in this process.
 pub async fn serve(cfg: XoConfig, plan: Plan, service: &'static str) -> anyhow::Result<ExitCode> {
     // Runners and the console are clients: NATS, or a running `xo up`'s socket.
-    let client_only =
-        !(plan.queue || plan.knowledge || plan.review || plan.fleet || plan.supervisor);
+    let client_only = !(plan.queue
+        || plan.knowledge
+        || plan.review
+        || plan.fleet
+        || plan.supervisor
+        || plan.notify);
     let transport = if client_only {
         Transport::Client
     } else {
@@ -106,6 +110,7 @@ pub fn supervisor_plan() -> Plan {
         supervisor: true,
         review: true,
         fleet: true,
+        notify: true,
         ..Plan::default()
     }
 }

@@ -231,6 +231,7 @@ impl FleetActor {
                 }
                 Action::RoleFailed { role, restarts } => {
                     error!(role = %role, restarts, "runner role failed: past its restart intensity");
+                    self.alert(role, *restarts).await;
                     (
                         "role_failed",
                         role.clone(),
@@ -287,6 +288,26 @@ fn role_of(unit: &str) -> String {
 }
 
 impl FleetActor {
+    /// Tells the operator a role is down for good (`xo.event.alert.role_failed`).
+    async fn alert(&self, role: &str, restarts: usize) {
+        let a = xo_proto::alert::Alert {
+            v: xo_proto::PROTOCOL_VERSION,
+            kind: xo_proto::alert::AlertKind::RoleFailed,
+            title: format!("runner role {role} failed"),
+            detail: format!(
+                "Its runners were restarted {restarts} times within the restart window and keep exiting; the fleet stopped restarting them. Look at `docker logs` of a {role} container, fix the cause, then `xo fleet scale {role} N` to start again."
+            ),
+            task_id: None,
+            project: None,
+            source: "fleet".into(),
+            at: xo_proto::now_ms(),
+        };
+        let subject = self.subjects.alert(a.kind);
+        if let Err(e) = typed::publish(&self.bus, &subject, &a, self.format).await {
+            warn!(error = %e, "role failure alert not published");
+        }
+    }
+
     /// Records a fleet change (one JSON line in the fleet's audit file) and
     /// publishes it on `xo.event.fleet.<role>`.
     async fn event(&self, kind: &str, role: &str, unit: Option<String>, detail: String) {

@@ -30,6 +30,7 @@ pub struct XoConfig {
     pub knowledge: KnowledgeConfig,
     pub review: ReviewConfig,
     pub fleet: FleetConfig,
+    pub alerts: AlertsConfig,
     pub console: ConsoleConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
@@ -59,6 +60,7 @@ impl Default for XoConfig {
             knowledge: KnowledgeConfig::default(),
             review: ReviewConfig::default(),
             fleet: FleetConfig::default(),
+            alerts: AlertsConfig::default(),
             console: ConsoleConfig::default(),
             roles,
         }
@@ -571,6 +573,60 @@ pub enum FleetBackend {
     Docker,
 }
 
+/// Alerts to the operator's webhooks (`xo serve notify`; `xo up` runs it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Where alerts go; none: they are only published on `xo.event.alert.*`.
+    pub webhooks: Vec<Webhook>,
+    /// Attempts per alert and webhook before it is dead-lettered.
+    pub attempts: u32,
+    /// The first retry's wait; each next one doubles it (at most 60 s).
+    pub backoff_ms: u64,
+    /// One POST's timeout.
+    pub timeout_ms: u64,
+    /// Alerts that could not be delivered, one JSON line each; empty:
+    /// `<data_dir>/alerts.dead.jsonl`.
+    pub dead_letter_file: String,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            webhooks: Vec::new(),
+            attempts: 5,
+            backoff_ms: 500,
+            timeout_ms: 5_000,
+            dead_letter_file: String::new(),
+        }
+    }
+}
+
+/// One webhook.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Webhook {
+    /// `http://` or `https://`.
+    pub url: String,
+    /// `json` (the alert as it is published) or `slack` (`{"text": ...}`,
+    /// for Slack, Mattermost and other incoming webhooks).
+    pub format: WebhookFormat,
+    /// Alert kinds to send (`task_blocked`, `question`, `queue_stuck`,
+    /// `role_failed`, `budget_exhausted`, `queue_halted`); empty: all.
+    pub kinds: Vec<xo_proto::alert::AlertKind>,
+    /// The value of an `Authorization` header, if the receiver wants one;
+    /// `env:NAME` reads it from the environment.
+    pub authorization: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Json,
+    Slack,
+}
+
 /// Runner containers managed by the XO through the Docker API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -802,6 +858,20 @@ impl XoConfig {
             return Err(invalid(
                 "queue.goal_budget_usd",
                 "must be 0 (no budget) or a positive amount".into(),
+            ));
+        }
+        for (i, w) in self.alerts.webhooks.iter().enumerate() {
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+                return Err(invalid(
+                    &format!("alerts.webhooks[{i}].url"),
+                    format!("{:?} is not an http:// or https:// URL", w.url),
+                ));
+            }
+        }
+        if self.alerts.attempts == 0 || self.alerts.timeout_ms == 0 {
+            return Err(invalid(
+                "alerts.attempts",
+                "attempts and timeout_ms must be greater than 0".into(),
             ));
         }
         if self.runner.max_output_bytes < 1024 {

@@ -1,0 +1,356 @@
+//! The notifier: every alert published on `xo.event.alert.*` (blocked and
+//! failed tasks, questions waiting for an answer, stuck queues, failed
+//! fleet roles, spent budgets) is POSTed to each configured webhook that
+//! wants its kind — the alert as JSON, or a Slack-compatible `{"text"}`.
+//!
+//! The tree: a one-for-one root over one actor that routes alerts to one
+//! delivery task per webhook, so a slow or dead receiver holds up only its
+//! own alerts, in order. A delivery is retried with doubling backoff
+//! (`alerts.attempts`, `alerts.backoff_ms`); one that never lands — or is
+//! still waiting at shutdown — is written to the dead-letter file (one JSON
+//! line: the alert, the webhook, the last error) and published on
+//! `xo.dlq.<subject>`. Nothing is dropped silently. Inputs: the alert
+//! subscription. Shutdown: the subscription ends, the actor stops, each
+//! delivery task finishes the attempt in flight and dead-letters the rest.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn};
+use xo_bus::{Bus, typed};
+use xo_proto::alert::Alert;
+use xo_proto::{Format, Subjects};
+use xo_runtime::XoConfig;
+use xo_runtime::config::{AlertsConfig, Webhook, WebhookFormat};
+use xo_runtime::tree::{Factory, Intensity, Running, Shutdown};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    #[error("bus: {0}")]
+    Bus(#[from] xo_bus::BusError),
+    #[error("actor: {0}")]
+    Actor(String),
+    #[error("escalated: {0}")]
+    Escalated(String),
+    #[error("http client: {0}")]
+    Client(String),
+}
+
+/// The notifier's one message: an alert to deliver.
+#[derive(Debug)]
+pub enum NotifyMsg {
+    Alert(Box<Alert>),
+}
+
+/// One dead-lettered delivery.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct DeadLetter {
+    pub alert: Alert,
+    pub url: String,
+    pub attempts: u32,
+    pub error: String,
+    pub at: u64,
+}
+
+/// What every delivery task shares.
+#[derive(Clone)]
+struct Delivery {
+    client: reqwest::Client,
+    cfg: AlertsConfig,
+    dead: PathBuf,
+    bus: Bus,
+    subjects: Subjects,
+    format: Format,
+    /// Triggered at shutdown: no more retries; what waits is dead-lettered.
+    stop: Shutdown,
+}
+
+/// The actor (configuration only).
+#[derive(Clone)]
+pub struct NotifyActor {
+    webhooks: Vec<Webhook>,
+    delivery: Delivery,
+}
+
+impl std::fmt::Debug for NotifyActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyActor")
+            .field("webhooks", &self.webhooks.len())
+            .finish()
+    }
+}
+
+pub struct State {
+    /// One queue a webhook, in `webhooks` order.
+    queues: Vec<mpsc::UnboundedSender<Alert>>,
+}
+
+/// A running notifier.
+pub struct NotifyHandle {
+    running: Running<NotifyMsg>,
+    stop: Shutdown,
+    tasks: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+    bus: Bus,
+}
+
+impl std::fmt::Debug for NotifyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyHandle").finish()
+    }
+}
+
+impl NotifyHandle {
+    /// Waits for `shutdown`, or for the tree to give up.
+    pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        self.running.until(shutdown).await
+    }
+
+    /// Stops in order: the subscription, the actor, then the deliveries
+    /// (the attempt in flight finishes; what waits is dead-lettered).
+    pub async fn stop(self) -> Result<(), NotifyError> {
+        self.stop.trigger();
+        let escalated = self.running.stop().await;
+        let tasks: Vec<_> =
+            std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in tasks {
+            let _ = t.await;
+        }
+        let _ = self.bus.flush().await;
+        escalated.map_err(NotifyError::Escalated)
+    }
+}
+
+/// The dead-letter file: `alerts.dead_letter_file`, else
+/// `<data_dir>/alerts.dead.jsonl`.
+pub fn dead_letter_file(cfg: &XoConfig) -> PathBuf {
+    if cfg.alerts.dead_letter_file.is_empty() {
+        cfg.data_dir().join("alerts.dead.jsonl")
+    } else {
+        PathBuf::from(&cfg.alerts.dead_letter_file)
+    }
+}
+
+/// Subscribes to the alerts and starts the tree.
+pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<NotifyHandle, NotifyError> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(cfg.alerts.timeout_ms))
+        .build()
+        .map_err(|e| NotifyError::Client(e.to_string()))?;
+    let stop = Shutdown::new();
+    let tasks: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>> = Default::default();
+    let actor = NotifyActor {
+        webhooks: cfg.alerts.webhooks.clone(),
+        delivery: Delivery {
+            client,
+            cfg: cfg.alerts.clone(),
+            dead: dead_letter_file(cfg),
+            bus: bus.clone(),
+            subjects: cfg.subjects(),
+            format: cfg.wire.format,
+            stop: stop.clone(),
+        },
+    };
+    let factory: Factory<NotifyActor> = {
+        let tasks = tasks.clone();
+        Arc::new(move || {
+            let tasks = tasks.clone();
+            Box::pin(async move { Ok(tasks) })
+        })
+    };
+    let mut running = Running::one_for_one("notify", actor, Intensity::of(cfg), factory)
+        .await
+        .map_err(|e| NotifyError::Actor(e.to_string()))?;
+    let mut sub = bus.subscribe(&cfg.subjects().alert_all()).await?;
+    let (current, limit, signal) = (
+        running.current.clone(),
+        cfg.wire.max_payload,
+        running.signal(),
+    );
+    running.input(tokio::spawn(async move {
+        let mut signal = std::pin::pin!(signal);
+        loop {
+            let msg = tokio::select! {
+                m = sub.next() => m,
+                _ = &mut signal => None,
+            };
+            let Some(msg) = msg else { break };
+            match typed::decode::<Alert>(&msg, limit) {
+                Ok(a) => match current.get() {
+                    Some(actor) => {
+                        if actor.cast(NotifyMsg::Alert(Box::new(a))).is_err() {
+                            warn!("notifier restarting; alert not routed");
+                        }
+                    }
+                    None => warn!("notifier restarting; alert not routed"),
+                },
+                Err(e) => warn!(subject = %msg.subject, error = %e, "undecodable alert dropped"),
+            }
+        }
+    }));
+    bus.flush().await?;
+    info!(
+        webhooks = cfg.alerts.webhooks.len(),
+        dead_letters = %dead_letter_file(cfg).display(),
+        "notifier started"
+    );
+    Ok(NotifyHandle {
+        running,
+        stop,
+        tasks,
+        bus,
+    })
+}
+
+impl Actor for NotifyActor {
+    type Msg = NotifyMsg;
+    type State = State;
+    /// Where the delivery tasks are kept for the handle to await.
+    type Arguments = Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>;
+
+    async fn pre_start(
+        &self,
+        _me: ActorRef<NotifyMsg>,
+        keep: Self::Arguments,
+    ) -> Result<State, ActorProcessingErr> {
+        let mut queues = Vec::new();
+        let mut tasks = keep.lock().unwrap_or_else(|p| p.into_inner());
+        for w in &self.webhooks {
+            let (tx, rx) = mpsc::unbounded_channel();
+            queues.push(tx);
+            // The handle awaits them at stop (a restarted actor makes new
+            // ones; the old ones finish what they hold).
+            tasks.push(tokio::spawn(deliver_all(
+                self.delivery.clone(),
+                w.clone(),
+                rx,
+            )));
+        }
+        Ok(State { queues })
+    }
+
+    async fn handle(
+        &self,
+        _me: ActorRef<NotifyMsg>,
+        msg: NotifyMsg,
+        st: &mut State,
+    ) -> Result<(), ActorProcessingErr> {
+        let NotifyMsg::Alert(a) = msg;
+        debug!(kind = %a.kind, title = %a.title, "alert");
+        for (w, q) in self.webhooks.iter().zip(&st.queues) {
+            if w.kinds.is_empty() || w.kinds.contains(&a.kind) {
+                if q.send((*a).clone()).is_err() {
+                    // The delivery task ended (shutdown): keep the alert.
+                    dead_letter(&self.delivery, &a, &w.url, 0, "notifier stopping").await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The body a webhook gets.
+pub fn body(format: WebhookFormat, a: &Alert) -> serde_json::Value {
+    match format {
+        WebhookFormat::Json => serde_json::to_value(a).unwrap_or(serde_json::Value::Null),
+        WebhookFormat::Slack => {
+            let mut text = format!("*XO: {}*\n{}", a.title, a.detail);
+            if let Some(p) = &a.project {
+                text.push_str(&format!("\nproject `{p}`"));
+            }
+            serde_json::json!({ "text": text })
+        }
+    }
+}
+
+fn authorization(w: &Webhook) -> Option<String> {
+    let v = w.authorization.trim();
+    if v.is_empty() {
+        return None;
+    }
+    match v.strip_prefix("env:") {
+        Some(name) => std::env::var(name).ok(),
+        None => Some(v.to_string()),
+    }
+}
+
+/// Delivers one webhook's alerts in order until its queue closes.
+async fn deliver_all(d: Delivery, w: Webhook, mut rx: mpsc::UnboundedReceiver<Alert>) {
+    while let Some(a) = rx.recv().await {
+        if d.stop.is_triggered() {
+            dead_letter(&d, &a, &w.url, 0, "notifier stopped before delivery").await;
+            continue;
+        }
+        deliver(&d, &w, &a).await;
+    }
+}
+
+/// One alert to one webhook: retried with doubling backoff; a 4xx other
+/// than 408/429 is not retried (the receiver refuses the request itself).
+async fn deliver(d: &Delivery, w: &Webhook, a: &Alert) {
+    let body = body(w.format, a);
+    let auth = authorization(w);
+    let mut wait = Duration::from_millis(d.cfg.backoff_ms);
+    let mut last = String::new();
+    for attempt in 1..=d.cfg.attempts {
+        let mut req = d.client.post(&w.url).json(&body);
+        if let Some(v) = &auth {
+            req = req.header("authorization", v);
+        }
+        let retry = match req.send().await {
+            Ok(r) if r.status().is_success() => {
+                debug!(url = %w.url, kind = %a.kind, attempt, "alert delivered");
+                return;
+            }
+            Ok(r) => {
+                let s = r.status();
+                last = format!("HTTP {s}");
+                s.is_server_error() || s.as_u16() == 408 || s.as_u16() == 429
+            }
+            Err(e) => {
+                last = e.to_string();
+                true
+            }
+        };
+        if !retry {
+            warn!(url = %w.url, error = %last, "webhook refused the alert; not retried");
+            dead_letter(d, a, &w.url, attempt, &last).await;
+            return;
+        }
+        if attempt == d.cfg.attempts {
+            break;
+        }
+        warn!(url = %w.url, attempt, error = %last, "alert not delivered; retrying");
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = d.stop.signal() => {
+                dead_letter(d, a, &w.url, attempt, &format!("notifier stopped while retrying: {last}")).await;
+                return;
+            }
+        }
+        wait = (wait * 2).min(Duration::from_secs(60));
+    }
+    error!(url = %w.url, attempts = d.cfg.attempts, error = %last, "alert not delivered; dead-lettered");
+    dead_letter(d, a, &w.url, d.cfg.attempts, &last).await;
+}
+
+async fn dead_letter(d: &Delivery, a: &Alert, url: &str, attempts: u32, error: &str) {
+    let rec = DeadLetter {
+        alert: a.clone(),
+        url: url.to_string(),
+        attempts,
+        error: error.to_string(),
+        at: xo_proto::now_ms(),
+    };
+    if let Err(e) = xo_runtime::jsonl::append(&d.dead, &rec).await {
+        error!(path = %d.dead.display(), error = %e, "dead letter not written");
+    }
+    let subject = d.subjects.dlq(&d.subjects.alert(a.kind));
+    if let Err(e) = typed::publish(&d.bus, &subject, a, d.format).await {
+        warn!(error = %e, "dead letter not published");
+    }
+}

@@ -1,0 +1,317 @@
+//! Operators are told: a blocked task, a question nobody answered and a
+//! stuck queue, raised by a real queue on a real nats-server, reach the
+//! webhooks of `[alerts]` through the notifier — as JSON and as a Slack
+//! body, retried through a receiver's 503s, and dead-lettered (file and
+//! `xo.dlq.*`) when a receiver refuses or is not there.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use common::{config, connect};
+use xo_bus::{Store, typed};
+use xo_proto::alert::{Alert, AlertKind};
+use xo_proto::queue::*;
+use xo_runtime::config::{Webhook, WebhookFormat};
+use xo_tests::NatsServer;
+
+const T: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct Received {
+    /// (path, body) in arrival order.
+    posts: Vec<(String, serde_json::Value)>,
+    flaky_failures: u32,
+}
+
+type Shared = Arc<Mutex<Received>>;
+
+async fn hook(
+    State(r): State<Shared>,
+    Path(path): Path<String>,
+    body: axum::Json<serde_json::Value>,
+) -> StatusCode {
+    let mut r = r.lock().unwrap();
+    r.posts.push((path.clone(), body.0));
+    match path.as_str() {
+        // Fails twice, then takes everything.
+        "flaky" if r.flaky_failures < 2 => {
+            r.flaky_failures += 1;
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        "refuse" => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+async fn receiver() -> (String, Shared) {
+    let shared: Shared = Default::default();
+    let app = Router::new()
+        .route("/{path}", post(hook))
+        .with_state(shared.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (base, shared)
+}
+
+fn task(id: &str, deps: &[&str]) -> Task {
+    Task {
+        depends_on: deps.iter().map(|s| s.to_string()).collect(),
+        ..Task::new(id, format!("do {id}"), "do it", "coder")
+    }
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
+    let nats = NatsServer::start();
+    let (base, got) = receiver().await;
+    // A port nobody listens on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/gone", l.local_addr().unwrap())
+    };
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().display().to_string();
+    let mut cfg = config(&[
+        ("queue.data_dir", &d),
+        ("alerts.backoff_ms", "20"),
+        ("alerts.attempts", "3"),
+        ("alerts.timeout_ms", "2000"),
+    ]);
+    let hook = |path: &str, format, kinds: Vec<AlertKind>| Webhook {
+        url: format!("{base}/{path}"),
+        format,
+        kinds,
+        authorization: String::new(),
+    };
+    cfg.alerts.webhooks = vec![
+        hook("flaky", WebhookFormat::Json, vec![]),
+        hook("slack", WebhookFormat::Slack, vec![AlertKind::Question]),
+        hook("refuse", WebhookFormat::Json, vec![AlertKind::TaskBlocked]),
+        Webhook {
+            url: dead.clone(),
+            kinds: vec![AlertKind::QueueStuck],
+            ..Default::default()
+        },
+    ];
+
+    let notify = xo_notify::start(&cfg, connect(&nats, "xo-notify").await)
+        .await
+        .unwrap();
+    let qbus = connect(&nats, "xo-queue").await;
+    let xo_bus::Bus::Nats(nb) = &qbus else {
+        unreachable!()
+    };
+    let store = Store::Nats(xo_bus::NatsStore::new(nb.client().clone(), "xo"));
+    let queue = xo_queue::start(cfg.clone(), qbus, store, xo_runtime::Clock::System)
+        .await
+        .unwrap();
+    let client = connect(&nats, "test").await;
+    let s = cfg.subjects();
+    let mut dlq = client.subscribe(&s.dlq(&s.alert_all())).await.unwrap();
+    typed::call(&client, &s, &Init::default(), T).await.unwrap();
+    typed::call(
+        &client,
+        &s,
+        &SetGoal {
+            description: "night".into(),
+            project_id: Some("night".into()),
+            ..Default::default()
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &client,
+        &s,
+        &Enqueue {
+            tasks: vec![task("a", &[]), task("b", &[]), task("c", &["a"])],
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(&client, &s, &Start {}, T).await.unwrap();
+    let claim = || Claim {
+        role: "coder".into(),
+        claimant: "r1".into(),
+        wait_ms: 0,
+    };
+    // a: out of validation retries (the queue goes on); b: asks a question.
+    let a = typed::call(&client, &s, &claim(), T)
+        .await
+        .unwrap()
+        .unwrap();
+    typed::call(
+        &client,
+        &s,
+        &Block {
+            task_id: "a".into(),
+            token: a.token,
+            reason: "validation failed after 3 retries: tests fail".into(),
+            question: None,
+            cause: None,
+            usage: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    let b = typed::call(&client, &s, &claim(), T)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        b.record.task.task_id, "b",
+        "the queue went on after a blocked task"
+    );
+    typed::call(
+        &client,
+        &s,
+        &Block {
+            task_id: "b".into(),
+            token: b.token,
+            reason: ASKED_QUESTION.into(),
+            question: Some("Which database: Postgres or SQLite?".into()),
+            cause: None,
+            usage: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    // c waits on a (blocked), b on its answer, nothing runs: stuck.
+    let mut status = None;
+    for _ in 0..100 {
+        let st = typed::call(&client, &s, &GetStatus {}, T).await.unwrap();
+        if st.stuck.is_some() {
+            status = Some(st);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = status.expect("the queue reports itself stuck");
+    assert_eq!(
+        status.status,
+        RunStatus::Running,
+        "stuck is reported, not a halt"
+    );
+    assert!(
+        status
+            .stuck
+            .as_deref()
+            .unwrap()
+            .contains("c waits on a (blocked)"),
+        "{:?}",
+        status.stuck
+    );
+
+    // The JSON webhook got all three (after two 503s), in order, as alerts.
+    eventually("three alerts on the flaky hook", || {
+        got.lock()
+            .unwrap()
+            .posts
+            .iter()
+            .filter(|(p, b)| p == "flaky" && b.get("kind").is_some())
+            .count()
+            >= 5
+    })
+    .await;
+    let r = got.lock().unwrap();
+    let flaky: Vec<Alert> = r
+        .posts
+        .iter()
+        .filter(|(p, _)| p == "flaky")
+        .map(|(_, b)| serde_json::from_value(b.clone()).unwrap())
+        .collect();
+    // Two failed posts of the first alert, then one of each.
+    assert_eq!(flaky.len(), 5, "{flaky:?}");
+    let kinds: Vec<AlertKind> = flaky[2..].iter().map(|a| a.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            AlertKind::TaskBlocked,
+            AlertKind::Question,
+            AlertKind::QueueStuck
+        ]
+    );
+    assert_eq!(flaky[0], flaky[2], "the same alert retried");
+    assert_eq!(flaky[2].task_id.as_deref(), Some("a"));
+    assert!(
+        flaky[2].detail.contains("goes on with the next task"),
+        "{}",
+        flaky[2].detail
+    );
+    assert_eq!(flaky[2].project.as_deref(), Some("night"));
+    // The Slack hook got only the question, as text.
+    let slack: Vec<&serde_json::Value> = r
+        .posts
+        .iter()
+        .filter(|(p, _)| p == "slack")
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(slack.len(), 1);
+    let text = slack[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("task b asks a question") && text.contains("Postgres or SQLite"),
+        "{text}"
+    );
+    assert!(text.contains("xo answer b"), "{text}");
+    // The refusing hook was tried once (a 400 is not retried).
+    assert_eq!(r.posts.iter().filter(|(p, _)| p == "refuse").count(), 1);
+    drop(r);
+
+    // Refused and unreachable deliveries are dead-lettered: file and subject.
+    let file = data.path().join("alerts.dead.jsonl");
+    let mut lines = Vec::new();
+    for _ in 0..200 {
+        lines = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<xo_notify::DeadLetter>(l).unwrap())
+            .collect::<Vec<_>>();
+        if lines.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let refused = lines.iter().find(|l| l.url.ends_with("/refuse")).unwrap();
+    assert_eq!(
+        (refused.attempts, refused.error.as_str()),
+        (1, "HTTP 400 Bad Request")
+    );
+    assert_eq!(refused.alert.kind, AlertKind::TaskBlocked);
+    let gone = lines.iter().find(|l| l.url == dead).unwrap();
+    assert_eq!((gone.attempts, gone.alert.kind), (3, AlertKind::QueueStuck));
+    let mut on_dlq = Vec::new();
+    while on_dlq.len() < 2 {
+        let m = tokio::time::timeout(T, dlq.next()).await.unwrap().unwrap();
+        on_dlq.push(typed::decode::<Alert>(&m, 1 << 20).unwrap().kind);
+    }
+    on_dlq.sort();
+    assert_eq!(on_dlq, vec![AlertKind::TaskBlocked, AlertKind::QueueStuck]);
+
+    // The stuck state is in the audit too.
+    let audit = std::fs::read_to_string(data.path().join("night/audit.log.jsonl")).unwrap();
+    assert!(audit.contains("\"QUEUE_STUCK\""));
+    queue.stop().await.unwrap();
+    notify.stop().await.unwrap();
+}
