@@ -264,7 +264,10 @@ pub async fn run_live(
     })
 }
 
-/// Reads a pipe to its end, keeping the first `max` bytes.
+/// Reads a pipe to its end, keeping its head and its tail within `max`
+/// bytes (an agent's reply comes at the end of its output): past the bound,
+/// the first half and the last half are kept with a line between them that
+/// says how much was cut.
 async fn capture<R: AsyncRead + Unpin>(
     pipe: Option<R>,
     max: usize,
@@ -274,9 +277,11 @@ async fn capture<R: AsyncRead + Unpin>(
     let Some(mut pipe) = pipe else {
         return (Vec::new(), false);
     };
-    let mut kept = Vec::new();
+    let head_max = max / 2;
+    let tail_max = max - head_max;
+    let mut head = Vec::new();
+    let mut tail = HeadTail::new(tail_max);
     let mut buf = vec![0u8; 64 * 1024];
-    let mut truncated = false;
     let mut line: Vec<u8> = Vec::new();
     let send = |line: &mut Vec<u8>| {
         if let Some(tx) = &lines {
@@ -288,13 +293,14 @@ async fn capture<R: AsyncRead + Unpin>(
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                let room = max.saturating_sub(kept.len());
+                let chunk = &buf[..n];
+                let room = head_max.saturating_sub(head.len());
+                head.extend_from_slice(&chunk[..n.min(room)]);
                 if n > room {
-                    truncated = true;
+                    tail.push(&chunk[room..]);
                 }
-                kept.extend_from_slice(&buf[..n.min(room)]);
                 if lines.is_some() {
-                    for &b in &buf[..n] {
+                    for &b in chunk {
                         if b == b'\n' {
                             send(&mut line);
                         } else if line.len() < MAX_LINE + 1 {
@@ -310,7 +316,51 @@ async fn capture<R: AsyncRead + Unpin>(
     if !line.is_empty() {
         send(&mut line);
     }
-    (kept, truncated)
+    let truncated = tail.dropped > 0;
+    if truncated {
+        head.extend_from_slice(
+            format!(
+                "\n[xo: {} bytes of output cut here; the first and last {} bytes are kept]\n",
+                tail.dropped,
+                tail_max.min(head_max)
+            )
+            .as_bytes(),
+        );
+    }
+    head.extend(tail.bytes());
+    (head, truncated)
+}
+
+/// The last `max` bytes of a stream, and how many came before them.
+struct HeadTail {
+    max: usize,
+    buf: std::collections::VecDeque<u8>,
+    dropped: u64,
+}
+
+impl HeadTail {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            buf: std::collections::VecDeque::new(),
+            dropped: 0,
+        }
+    }
+    fn push(&mut self, b: &[u8]) {
+        if b.len() >= self.max {
+            self.dropped += (self.buf.len() + b.len() - self.max) as u64;
+            self.buf.clear();
+            self.buf.extend(&b[b.len() - self.max..]);
+            return;
+        }
+        let over = (self.buf.len() + b.len()).saturating_sub(self.max);
+        self.buf.drain(..over);
+        self.dropped += over as u64;
+        self.buf.extend(b);
+    }
+    fn bytes(self) -> impl Iterator<Item = u8> {
+        self.buf.into_iter()
+    }
 }
 
 /// Runs a shell command line (validation checks, test commands).
@@ -392,8 +442,11 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(o.stdout.len(), 1 << 20);
         assert!(o.truncated);
+        // The head and the tail, with the cut named between them.
+        assert!(o.stdout.len() <= (1 << 20) + 200, "{}", o.stdout.len());
+        assert!(o.stdout.contains("bytes of output cut here"));
+        assert!(o.stdout.starts_with("aaaa") && o.stdout.ends_with("aaaa"));
         assert_eq!(
             o.exit_code,
             Some(0),

@@ -628,3 +628,22 @@ async fn an_agent_that_prints_100_mb_is_bounded() {
     let raw = std::fs::read_to_string(r.data.join("p/prompts.log.jsonl")).unwrap();
     assert!(raw.contains("\"truncated\":true"));
 }
+
+#[tokio::test]
+async fn the_reply_at_the_end_of_a_100_mb_stream_is_found() {
+    // A CLI agent that prints 100 MB of log before its reply: the bounded
+    // capture keeps the tail, where the reply is.
+    let r = rig(|_| {});
+    let mut d = Driver::Command(
+        CommandDriver::new(vec![
+            "sh".into(),
+            "-c".into(),
+            r#"cat > /dev/null; head -c 100000000 /dev/zero | tr '\0' 'x' | fold -w 100; echo '{"status": "ok", "message": "the end of a long run"}'"#.into(),
+        ])
+        .unwrap(),
+    );
+    let t = Task::new("big", "talk a lot", "say everything", "coder");
+    let done = completed(run(&r, &mut d, &job(t)).await);
+    assert!(!done.report().summary.is_empty());
+    assert_eq!(done.reply()["message"], "the end of a long run");
+}
