@@ -151,8 +151,18 @@ pub struct Time {
     #[serde(default)]
     pub at: u64,
     pub turn: u64,
-    /// Strictly increasing per unit; a report with a seq already seen is a duplicate.
+    /// Strictly increasing per unit and epoch; a report with a seq already
+    /// seen in its epoch is a duplicate.
     pub seq: u64,
+    /// The reporting process's incarnation (its start, ms since the Unix
+    /// epoch): a restarted unit starts `seq` over in a higher epoch, which
+    /// the XO tells from a duplicate. 0: not given (one epoch for ever).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -228,6 +238,7 @@ impl SaluteReport {
                 at: crate::now_ms(),
                 turn,
                 seq,
+                epoch: 0,
             },
             equipment: Equipment::default(),
             status: Status::default(),

@@ -409,7 +409,7 @@ impl<'a> Reader<'a> {
     }
 
     fn time(&mut self) -> Option<Time> {
-        let (mut at, mut turn, mut seq) = (0, None, None);
+        let (mut at, mut turn, mut seq, mut epoch) = (0, None, None, 0);
         let mut seen = 0u32;
         for _ in 0..self.map_len()? {
             match self.str_bytes()? {
@@ -425,6 +425,10 @@ impl<'a> Reader<'a> {
                     first(&mut seen, 2)?;
                     seq = Some(self.u64()?);
                 }
+                b"epoch" => {
+                    first(&mut seen, 3)?;
+                    epoch = self.u64()?;
+                }
                 _ => return None,
             }
         }
@@ -432,6 +436,7 @@ impl<'a> Reader<'a> {
             at,
             turn: turn?,
             seq: seq?,
+            epoch,
         })
     }
 

@@ -242,11 +242,10 @@ impl Actor for NotifyActor {
         let NotifyMsg::Alert(a) = msg;
         debug!(kind = %a.kind, title = %a.title, "alert");
         for (w, q) in self.webhooks.iter().zip(&st.queues) {
-            if w.kinds.is_empty() || w.kinds.contains(&a.kind) {
-                if q.send((*a).clone()).is_err() {
-                    // The delivery task ended (shutdown): keep the alert.
-                    dead_letter(&self.delivery, &a, &w.url, 0, "notifier stopping").await;
-                }
+            let wanted = w.kinds.is_empty() || w.kinds.contains(&a.kind);
+            if wanted && q.send((*a).clone()).is_err() {
+                // The delivery task ended (shutdown): keep the alert.
+                dead_letter(&self.delivery, &a, &w.url, 0, "notifier stopping").await;
             }
         }
         Ok(())

@@ -41,13 +41,23 @@ pub struct Assessment {
     pub corrected: bool,
     /// True when the report was a duplicate or out of order and was ignored.
     pub duplicate: bool,
+    /// True when the report is the first of a new incarnation of the unit
+    /// (a restarted process: its `seq` started over in a higher epoch).
+    pub restarted: bool,
 }
 
 /// Per-unit radio state. Serialisable so a supervisor can persist and resume it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UnitState {
-    /// Highest seq seen.
+    /// Highest seq seen (in `epoch`).
     pub last_seq: Option<u64>,
+    /// The unit's incarnation the seq counts in.
+    #[serde(default)]
+    pub epoch: u64,
+    /// The turn of the last report (progress between reports shows as
+    /// fewer turns since progress than turns since that report).
+    #[serde(default)]
+    pub last_turn: u64,
     /// Last turn and severity a steering of each kind was sent.
     pub cooldowns: BTreeMap<AnomalyKind, (u64, Severity)>,
     /// Condensation count when progress was last seen.
@@ -149,23 +159,40 @@ pub fn check_unit(
     profile: &RoleProfile,
     report: &SaluteReport,
 ) -> Assessment {
-    let seq = report.time.seq;
-    if state.last_seq.is_some_and(|last| seq <= last) {
+    let (seq, epoch) = (report.time.seq, report.time.epoch);
+    let restarted = epoch > state.epoch && state.last_seq.is_some();
+    if epoch < state.epoch
+        || (epoch == state.epoch && state.last_seq.is_some_and(|last| seq <= last))
+    {
         return Assessment {
             steering: vec![],
             suppressed: vec![],
             health: report.status.health,
             corrected: false,
             duplicate: true,
+            restarted: false,
+        };
+    }
+    if epoch > state.epoch {
+        // A new incarnation: its turns, seq and condensations start over,
+        // and so do the cooldowns (the restarted agent has had no steering).
+        *state = UnitState {
+            epoch,
+            ..UnitState::default()
         };
     }
     state.last_seq = Some(seq);
-    if report.activity.turns_since_progress == 0 {
+    // Progress since the last report: none since N turns, and fewer than
+    // the turns between the reports (a report every few turns misses the
+    // turn that made progress).
+    let turn = report.time.turn;
+    let since = u64::from(report.activity.turns_since_progress);
+    if since == 0 || since < turn.saturating_sub(state.last_turn) {
         state.condensations_at_progress = report.size.condensations;
     }
+    state.last_turn = turn;
 
     let findings = rules::evaluate(report, profile, state.condensations_at_progress);
-    let turn = report.time.turn;
     let cooldown = u64::from(profile.doctrine.cooldown_turns);
     let mut steering = Vec::new();
     let mut suppressed = Vec::new();
@@ -208,6 +235,7 @@ pub fn check_unit(
         health,
         corrected,
         duplicate: false,
+        restarted,
     }
 }
 

@@ -634,3 +634,54 @@ fn the_limiter_keeps_the_first_sentences_and_the_last() {
     assert_eq!(limit_sentences("Only advice.", 1), "Only advice.");
     assert_eq!(limit_sentences("A. B. Advice.", 1), "Advice.");
 }
+
+#[test]
+fn progress_between_reports_resets_the_condensation_baseline() {
+    // Reports every 3 turns; the agent made progress at turn 5, between
+    // the reports of turns 3 and 6, so turn 6 shows 1 turn since progress.
+    let mut radio = Radio::default();
+    let mut r = report(3);
+    r.activity.turns_since_progress = 0;
+    assert!(kinds(&mut radio, &r).is_empty());
+    let mut r = report(6);
+    r.size.condensations = 2;
+    r.activity.turns_since_progress = 1;
+    assert!(
+        kinds(&mut radio, &r).is_empty(),
+        "the condensations came before the progress at turn 5"
+    );
+    // No progress since: turn 9 shows 4 turns without, two more condensations.
+    let mut r = report(9);
+    r.size.condensations = 4;
+    r.activity.turns_since_progress = 4;
+    assert_eq!(kinds(&mut radio, &r), vec![AnomalyKind::Context]);
+}
+
+#[test]
+fn a_restarted_unit_is_told_from_a_duplicate_by_its_epoch() {
+    let mut radio = Radio::default();
+    let at = |turn: u64, epoch: u64| {
+        let mut r = with_actions(
+            turn,
+            vec![
+                err("build", "x", "compile_error", turn),
+                err("build", "x", "compile_error", turn),
+                err("build", "x", "compile_error", turn),
+            ],
+        );
+        r.time.epoch = epoch;
+        r
+    };
+    let first = radio.check(&at(5, 100));
+    assert!(!first.duplicate && !first.restarted);
+    assert_eq!(first.steering.len(), 1, "the loop is steered");
+    assert!(radio.check(&at(5, 100)).duplicate, "the same seq again");
+    // The process restarted: seq 2 in a higher epoch is new, and the
+    // restarted agent is steered again (its cooldowns start over).
+    let again = radio.check(&at(2, 200));
+    assert!(!again.duplicate && again.restarted);
+    assert_eq!(again.steering.len(), 1);
+    // A late report of the old life is a duplicate.
+    assert!(radio.check(&at(9, 100)).duplicate);
+    assert!(!radio.check(&at(3, 200)).duplicate);
+}

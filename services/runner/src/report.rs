@@ -106,6 +106,45 @@ async fn heartbeats(
     }
 }
 
+fn profile_cooldown(cfg: &XoConfig, role: &str) -> u32 {
+    cfg.roles().get(role).doctrine.cooldown_turns
+}
+
+/// The runner's own steering, held back for the XO: one source steers an
+/// anomaly, the XO when it is reachable.
+struct OwnSteering {
+    /// (steering, turn found, when found)
+    pending: Vec<(Steering, u64, std::time::Instant)>,
+    /// Turns to wait: a report interval and one more, for the XO to see it.
+    hold_turns: u64,
+    /// The XO's steering of a kind covers the anomaly for this many turns.
+    cooldown: u64,
+    grace: Duration,
+}
+
+impl OwnSteering {
+    /// The held steering that is now the runner's to give: the XO steered
+    /// none of its kind since (or within a cooldown before) it was found,
+    /// and both the turns and the grace have passed. Covered ones are dropped.
+    fn due(&mut self, turns: &Turns, now_turn: u64) -> Vec<Steering> {
+        let mut out = Vec::new();
+        self.pending.retain(|(st, found, at)| {
+            let covered = turns
+                .xo_steered(st.kind)
+                .is_some_and(|t| t + self.cooldown >= *found);
+            if covered {
+                return false;
+            }
+            if now_turn >= found + self.hold_turns && at.elapsed() >= self.grace {
+                out.push(st.clone());
+                return false;
+            }
+            true
+        });
+        out
+    }
+}
+
 /// Builds SALUTE reports from the agent's turns; publishes one every
 /// `salute_interval_turns` turns and at each new task; runs the radio
 /// in-process in microcosm mode.
@@ -123,16 +162,27 @@ async fn reporter(
     let mut micro = cfg.runner.microcosm.then(|| Microcosm::new(profile));
     let host = std::env::var("HOSTNAME").ok();
     let mut s = SaluteState::new(&opts.unit, &opts.role, host, cfg.runner.context_limit);
+    let mut own = OwnSteering {
+        pending: Vec::new(),
+        hold_turns: interval + 1,
+        cooldown: u64::from(profile_cooldown(&cfg, &opts.role)),
+        grace: Duration::from_millis(cfg.runner.microcosm_grace_ms),
+    };
     while let Some(ev) = rx.recv().await {
         let task = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let new_task = s.task() != task.as_deref();
         if new_task {
             s.start_task(task);
+            own.pending.clear();
         }
         let mut report = s.turn(ev);
         if let Some(m) = micro.as_mut() {
+            let turn = turns.usage().turns;
             for st in m.turn(&mut report) {
-                info!(kind = %st.kind.as_str(), source = ?SteeringSource::SelfCheck, "microcosm steering");
+                own.pending.push((st, turn, std::time::Instant::now()));
+            }
+            for st in own.due(&turns, turn) {
+                info!(kind = %st.kind.as_str(), source = ?SteeringSource::SelfCheck, "microcosm steering: the XO did not steer this");
                 turns.push(&st);
             }
         }

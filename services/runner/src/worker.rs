@@ -348,24 +348,12 @@ impl Worker {
 async fn block(
     bus: &Bus,
     subjects: &Subjects,
-    id: &str,
-    token: &str,
-    reason: String,
-    question: Option<String>,
-    usage: q::Usage,
+    mut req: q::Block,
     timeout: Duration,
 ) -> Result<(), CallError> {
-    let cause = question
-        .is_none()
-        .then(|| q::BlockCause::of_reason(&reason));
-    let req = q::Block {
-        task_id: id.into(),
-        token: token.into(),
-        reason,
-        question,
-        cause,
-        usage,
-    };
+    if req.question.is_none() {
+        req.cause = Some(q::BlockCause::of_reason(&req.reason));
+    }
     typed::call(bus, subjects, &req, timeout).await.map(|_| ())
 }
 
@@ -400,31 +388,27 @@ async fn deliver(
             }
             Outcome::Blocked(reason) | Outcome::Violation(reason) => {
                 warn!(reason = %reason, "task blocked");
-                block(
-                    bus,
-                    subjects,
-                    id,
-                    token,
-                    reason.clone(),
-                    None,
+                let req = q::Block {
+                    task_id: id.into(),
+                    token: token.into(),
+                    reason: reason.clone(),
+                    question: None,
+                    cause: None,
                     usage,
-                    timeout,
-                )
-                .await
+                };
+                block(bus, subjects, req, timeout).await
             }
             Outcome::Question(q) => {
                 info!(question = %q, "task awaits the operator's answer");
-                block(
-                    bus,
-                    subjects,
-                    id,
-                    token,
-                    q::ASKED_QUESTION.into(),
-                    Some(q.clone()),
+                let req = q::Block {
+                    task_id: id.into(),
+                    token: token.into(),
+                    reason: q::ASKED_QUESTION.into(),
+                    question: Some(q.clone()),
+                    cause: None,
                     usage,
-                    timeout,
-                )
-                .await
+                };
+                block(bus, subjects, req, timeout).await
             }
             Outcome::Cancelled => {
                 info!("task stopped; the queue replays it when the lease lapses");

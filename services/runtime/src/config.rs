@@ -340,7 +340,12 @@ pub struct RunnerConfig {
     pub env_allow: Vec<String>,
     pub timeouts: TimeoutConfig,
     /// Run the radio check in-process every turn too (self-supervision).
+    /// The XO wins: the runner's own steering of an anomaly waits
+    /// `microcosm_grace_ms` (and a report interval of turns) and is dropped
+    /// if the XO steered that anomaly meanwhile, so the agent gets one
+    /// steering per anomaly; with no XO reachable, its own check steers.
     pub microcosm: bool,
+    pub microcosm_grace_ms: u64,
     /// Context window assumed for SALUTE fill when the driver does not know it.
     pub context_limit: u64,
     /// A task offered again after its runner died (SUP-6).
@@ -382,6 +387,7 @@ impl Default for RunnerConfig {
                 .to_vec(),
             timeouts: TimeoutConfig::default(),
             microcosm: true,
+            microcosm_grace_ms: 2_000,
             context_limit: 128_000,
             restart_mode: RestartMode::Resume,
             task_budget: xo_proto::queue::TaskBudget::default(),

@@ -17,6 +17,8 @@ pub struct SaluteState {
     task: Option<String>,
     turn: u64,
     seq: u64,
+    /// This process's incarnation: a restart starts `seq` over in a higher epoch.
+    epoch: u64,
     since_progress: u32,
     history: u32,
     recent: VecDeque<xo_proto::Action>,
@@ -43,6 +45,7 @@ impl SaluteState {
             task: None,
             turn: 0,
             seq: 0,
+            epoch: xo_proto::now_ms(),
             since_progress: 0,
             history: 0,
             recent: VecDeque::new(),
@@ -114,6 +117,7 @@ impl SaluteState {
             self.summary = ev.summary;
         }
         let mut r = SaluteReport::new(&self.unit, &self.role, self.turn, self.seq);
+        r.time.epoch = self.epoch;
         let limit = if self.context_limit > 0 {
             self.context_limit
         } else {

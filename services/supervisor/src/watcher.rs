@@ -193,6 +193,9 @@ impl WatcherState {
             return None;
         }
         ctx.counters.evaluated.incr();
+        if a.restarted {
+            info!(unit = %report.unit.unit, epoch = report.time.epoch, seq = report.time.seq, "unit restarted: its reports start over");
+        }
         if !a.suppressed.is_empty() {
             debug!(unit = %report.unit.unit, turn = report.time.turn, suppressed = ?a.suppressed, "steering suppressed by cooldown");
         }

@@ -57,6 +57,9 @@ pub struct Turns {
     urgency: Arc<Urgency>,
     /// Turns, tokens and cost of the current task (its budget counts them).
     usage: Arc<Mutex<xo_proto::queue::Usage>>,
+    /// The turn (of the current task) each kind of the XO's steering last
+    /// arrived at: the runner's own check defers to it.
+    xo_steered: Arc<Mutex<std::collections::BTreeMap<xo_proto::AnomalyKind, u64>>>,
 }
 
 impl Turns {
@@ -66,6 +69,7 @@ impl Turns {
             steering: Default::default(),
             urgency: Default::default(),
             usage: Default::default(),
+            xo_steered: Default::default(),
         }
     }
 
@@ -108,6 +112,13 @@ impl Turns {
     /// stops a running agent and resumes its session with the steering.
     pub fn push(&self, s: &xo_proto::Steering) {
         use std::sync::atomic::Ordering::Relaxed;
+        if s.source == xo_proto::SteeringSource::Xo {
+            let turn = self.usage().turns;
+            self.xo_steered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(s.kind, turn);
+        }
         self.push_steering(s.message.clone());
         let loops = if s.kind == xo_proto::AnomalyKind::Loop {
             self.urgency.loops.fetch_add(1, Relaxed) + 1
@@ -126,6 +137,15 @@ impl Turns {
             .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The turn of the current task at which the XO last steered `kind`.
+    pub fn xo_steered(&self, kind: xo_proto::AnomalyKind) -> Option<u64> {
+        self.xo_steered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&kind)
+            .copied()
+    }
+
     /// The current task's turns, tokens and cost so far (no wall time).
     pub fn usage(&self) -> xo_proto::queue::Usage {
         *self.usage.lock().unwrap_or_else(|p| p.into_inner())
@@ -135,6 +155,10 @@ impl Turns {
     pub fn reset(&self) {
         let _ = self.take_steering();
         *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = Default::default();
+        self.xo_steered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.urgency
             .critical
             .store(false, std::sync::atomic::Ordering::Relaxed);

@@ -1,0 +1,201 @@
+//! With the shipped configuration (deploy/config/xo.toml: the runner's own
+//! radio check on), a looping agent supervised by the XO gets one steering
+//! per anomaly: every loop steering it reads came from the XO, none twice.
+//! A runner restarted under the same unit id (its `seq` starting over) is
+//! still supervised: the XO tells the restart from a duplicate.
+
+use std::path::Path;
+use std::time::Duration;
+
+use xo_bus::{Bus, Store, typed};
+use xo_proto::queue::*;
+use xo_proto::{AnomalyKind, Steering, SteeringSource};
+use xo_runner::{RunnerOptions, run};
+use xo_runtime::XoConfig;
+
+const T: Duration = Duration::from_secs(10);
+
+fn shipped(dir: &Path) -> XoConfig {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/xo.toml");
+    let state = dir.join("state").display().to_string();
+    let o = vec![
+        ("state.dir".to_string(), state),
+        ("runner.claim_wait_ms".to_string(), "200".to_string()),
+    ];
+    let cfg = XoConfig::load(Some(&file), &o).unwrap();
+    assert!(
+        cfg.runner.microcosm,
+        "the shipped config runs the runner's own check"
+    );
+    cfg
+}
+
+fn looping(id: &str) -> Task {
+    Task::new(
+        id,
+        "build it",
+        "```xo-script\nturn_ms = 20\n[[run]]\nsteps = [{ repeat = 60, tool = \"build\", args = \"x\", fail = \"compile_error\" }, { reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]\n```",
+        "coder",
+    )
+}
+
+struct Runner {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), xo_runner::RunnerError>>,
+}
+
+fn start_runner(cfg: &XoConfig, bus: &Bus) -> Runner {
+    let (stop, mut rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(run(
+        cfg.clone(),
+        bus.clone(),
+        RunnerOptions {
+            role: "coder".into(),
+            unit: "u1".into(),
+        },
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        },
+    ));
+    Runner { stop, task }
+}
+
+async fn wait_completed(bus: &Bus, cfg: &XoConfig, id: &str) {
+    for _ in 0..3000 {
+        let req = ListTasks {
+            task_id: Some(id.into()),
+            ..ListTasks::of(None)
+        };
+        let all = typed::call(bus, &cfg.subjects(), &req, T).await.unwrap();
+        if all.first().is_some_and(|r| r.state == TaskState::Completed) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("task {id} never completed");
+}
+
+/// Loop steering the agent read in task `id` (the script driver echoes
+/// each steering it receives into its output, kept in the prompt log).
+fn received(cfg: &XoConfig, id: &str) -> usize {
+    let log = std::fs::read_to_string(cfg.data_dir().join("default/prompts.log.jsonl")).unwrap();
+    log.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "RESPONSE" && v["task_id"] == id)
+        .map(|v| {
+            v["content"]
+                .as_str()
+                .unwrap()
+                .matches("[steering received] [SUPERVISOR] Loop")
+                .count()
+        })
+        .sum()
+}
+
+async fn drain_loops(sub: &mut xo_bus::Subscription) -> usize {
+    let mut n = 0;
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), sub.next()).await {
+        let s = typed::decode::<Steering>(&m, 1 << 20).unwrap();
+        assert_eq!(s.source, SteeringSource::Xo);
+        if s.kind == AnomalyKind::Loop {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = shipped(dir.path());
+    let bus = Bus::Local(xo_bus::LocalBus::new());
+    let store = Store::File(xo_bus::FileStore::open(cfg.state.store_dir()).unwrap());
+    let queue = xo_queue::start(
+        cfg.clone(),
+        bus.clone(),
+        store.clone(),
+        xo_runtime::Clock::System,
+    )
+    .await
+    .unwrap();
+    let sup = xo_supervisor::start(cfg.clone(), bus.clone(), store, xo_runtime::Clock::System)
+        .await
+        .unwrap();
+    let mut steer = bus.subscribe(&cfg.subjects().steer("u1")).await.unwrap();
+    let s = cfg.subjects();
+    typed::call(&bus, &s, &Init::default(), T).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &SetGoal {
+            description: "g".into(),
+            completed: true,
+            ..Default::default()
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Enqueue {
+            tasks: vec![looping("l1")],
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(&bus, &s, &Start {}, T).await.unwrap();
+
+    let r1 = start_runner(&cfg, &bus);
+    wait_completed(&bus, &cfg, "l1").await;
+    let sent = drain_loops(&mut steer).await;
+    let got = received(&cfg, "l1");
+    assert!(sent >= 1, "the XO steered the loop");
+    assert_eq!(
+        got, sent,
+        "every loop steering the agent read came from the XO, once"
+    );
+
+    // The same unit again, in a new process life: seq starts over at 1.
+    let _ = r1.stop.send(true);
+    r1.task.await.unwrap().unwrap();
+    // A claim r1 left waiting (long-poll, claim_wait_ms) would take the
+    // next task and leave it to lease expiry: let it lapse first.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r2 = start_runner(&cfg, &bus);
+    typed::call(
+        &bus,
+        &s,
+        &Enqueue {
+            tasks: vec![looping("l2")],
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(&bus, &s, &Resume {}, T).await.unwrap();
+    wait_completed(&bus, &cfg, "l2").await;
+    let sent2 = drain_loops(&mut steer).await;
+    assert!(sent2 >= 1, "the restarted runner is steered too");
+    assert_eq!(received(&cfg, "l2"), sent2);
+    let u = typed::call(
+        &bus,
+        &s,
+        &xo_proto::control::ShowUnit { unit: "u1".into() },
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        u.summary.task_id.as_deref(),
+        Some("l2"),
+        "xo units follows the new life"
+    );
+
+    let _ = r2.stop.send(true);
+    r2.task.await.unwrap().unwrap();
+    sup.stop().await.unwrap();
+    queue.stop().await.unwrap();
+}
