@@ -262,7 +262,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     );
     for r in &records {
         let log =
-            std::fs::read_to_string(sandbox.join("tasks").join(format!("{}.md", r.task.task_id)))
+            std::fs::read_to_string(xo_pipeline::logs::work_log_path(&sandbox, &r.task.task_id))
                 .unwrap_or_default();
         let mut notes = Vec::new();
         for (needle, label) in [
@@ -302,7 +302,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     );
     println!(
         "logs:     {} (work logs), {} (prompts), {} (audit)",
-        sandbox.join("tasks").display(),
+        sandbox.join(".xo/tasks").display(),
         cfg.data_dir()
             .join(PROJECT)
             .join("prompts.log.jsonl")

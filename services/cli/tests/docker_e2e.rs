@@ -156,7 +156,7 @@ backend = "docker"
 image = "xo:latest"
 network = "{net}"
 binds = ["{shared}:/data"]
-env = ["XO_NATS_URL=nats://nats:4222", "XO__ORG__PREFIX={n}", "XO__RUNNER__SANDBOX=/data/sandbox", "XO__QUEUE__DATA_DIR=/data/logs", "XO__RUNNER__MICROCOSM=false", "XO__RUNNER__HEARTBEAT_MS=500", "XO__RUNNER__CLAIM_WAIT_MS=300", "RUST_LOG=info"]
+env = ["XO_NATS_URL=nats://nats:4222", "XO__ORG__PREFIX={n}", "XO__RUNNER__SANDBOX=/data/sandbox", "XO__QUEUE__DATA_DIR=/data/logs", "XO__RUNNER__MICROCOSM=false", "XO__RUNNER__DRIVER__SCRIPT=inline", "XO__RUNNER__HEARTBEAT_MS=500", "XO__RUNNER__CLAIM_WAIT_MS=300", "RUST_LOG=info"]
 max_restarts = 5
 restart_window_ms = 60000
 reconcile_ms = 500

@@ -4,6 +4,12 @@
 //! the directory to that commit. The commit id is kept in
 //! `<project>/.xo/tasks/<task>.start`, on the shared volume, so whichever
 //! runner replays the task finds it.
+//!
+//! Tasks sharing a project do not roll back each other: a finished task
+//! leaves the paths it changed in `<project>/.xo/tasks/<task>.files`, and a
+//! rollback keeps, as they are now, the paths changed by tasks finished
+//! since its start and by the tasks still running beside it (their
+//! changes since their own start). Only what is left is reset.
 
 use std::path::{Path, PathBuf};
 
@@ -123,21 +129,151 @@ pub async fn record_start(project: &Path, cwd: &Path, task: &str) -> Result<Stri
     Ok(commit)
 }
 
+/// The working tree of `cwd` as a tree object (through a private index).
+async fn tree_now(cwd: &Path, index: &Path) -> Result<String, GitError> {
+    let _ = tokio::fs::remove_file(index).await;
+    git(cwd, Some(index), &["add", "-A", "--", "."]).await?;
+    let tree = git(cwd, Some(index), &["write-tree"]).await;
+    let _ = tokio::fs::remove_file(index).await;
+    tree
+}
+
+/// Paths (relative to `cwd`) that differ between `commit` and the tree now.
+async fn changed_since(cwd: &Path, commit: &str, index: &Path) -> Result<Vec<String>, GitError> {
+    let tree = tree_now(cwd, index).await?;
+    let out = git(
+        cwd,
+        None,
+        &[
+            "diff",
+            "--name-only",
+            "--no-renames",
+            "--relative",
+            commit,
+            &tree,
+        ],
+    )
+    .await?;
+    Ok(out
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect())
+}
+
+fn files_file(project: &Path, task: &str) -> PathBuf {
+    start_file(project, task).with_extension("files")
+}
+
 /// Resets the working directory to the task's starting commit: files it
 /// had are restored, files made since are removed (ignored files and
-/// `.xo/` are kept). `Ok(None)` when no start was recorded.
+/// `.xo/` are kept), except the paths other tasks changed meanwhile (see
+/// the module). `Ok(None)` when no start was recorded.
 pub async fn rollback(project: &Path, cwd: &Path, task: &str) -> Result<Option<String>, GitError> {
-    let Ok(commit) = tokio::fs::read_to_string(start_file(project, task)).await else {
+    let start = start_file(project, task);
+    let Ok(commit) = tokio::fs::read_to_string(&start).await else {
         return Ok(None);
     };
     let commit = commit.trim().to_string();
-    let index = start_file(project, task).with_extension("rollback-index");
+    let started = tokio::fs::metadata(&start)
+        .await
+        .and_then(|m| m.modified())
+        .ok();
+    let index = start.with_extension("rollback-index");
+    let keep = others_changes(project, cwd, task, started, &index).await;
     let _ = tokio::fs::remove_file(&index).await;
     git(cwd, Some(&index), &["read-tree", &commit]).await?;
+    if !keep.is_empty() {
+        // Their current content goes into the index, so neither the clean
+        // nor the checkout touches them.
+        let (present, gone): (Vec<&String>, Vec<&String>) =
+            keep.iter().partition(|p| cwd.join(p).exists());
+        for chunk in present.chunks(200) {
+            let mut args = vec!["add", "-f", "--"];
+            args.extend(chunk.iter().map(|s| s.as_str()));
+            git(cwd, Some(&index), &args).await?;
+        }
+        for chunk in gone.chunks(200) {
+            let mut args = vec!["rm", "-q", "--cached", "--ignore-unmatch", "--"];
+            args.extend(chunk.iter().map(|s| s.as_str()));
+            git(cwd, Some(&index), &args).await?;
+        }
+    }
     git(cwd, Some(&index), &["clean", "-fdq", "--", "."]).await?;
     git(cwd, Some(&index), &["checkout-index", "-a", "-f"]).await?;
     let _ = tokio::fs::remove_file(&index).await;
     Ok(Some(commit))
+}
+
+/// The paths other tasks changed since `task` started: those finished
+/// since (their `.files`) and those running now (since their own start).
+async fn others_changes(
+    project: &Path,
+    cwd: &Path,
+    task: &str,
+    started: Option<std::time::SystemTime>,
+    index: &Path,
+) -> std::collections::BTreeSet<String> {
+    let mut keep = std::collections::BTreeSet::new();
+    let dir = project.join(".xo").join("tasks");
+    let Ok(mut rd) = tokio::fs::read_dir(&dir).await else {
+        return keep;
+    };
+    while let Ok(Some(e)) = rd.next_entry().await {
+        let path = e.path();
+        let (Some(stem), Some(ext)) = (
+            path.file_stem().and_then(|s| s.to_str()),
+            path.extension().and_then(|s| s.to_str()),
+        ) else {
+            continue;
+        };
+        if stem == task {
+            continue;
+        }
+        match ext {
+            "files" => {
+                let newer = match (started, e.metadata().await.and_then(|m| m.modified())) {
+                    (Some(s), Ok(m)) => m >= s,
+                    _ => true,
+                };
+                if newer && let Ok(text) = tokio::fs::read_to_string(&path).await {
+                    keep.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_string));
+                }
+            }
+            "start" => {
+                if let Ok(c) = tokio::fs::read_to_string(&path).await {
+                    match changed_since(cwd, c.trim(), index).await {
+                        Ok(paths) => keep.extend(paths),
+                        Err(err) => {
+                            tracing::warn!(task = stem, error = %err, "a running task's changes could not be read; a rollback may touch them")
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    keep
+}
+
+/// A task finished: the paths it changed (for later rollbacks of other
+/// tasks to keep) replace its start record.
+pub async fn finish(project: &Path, cwd: &Path, task: &str) {
+    let start = start_file(project, task);
+    if let Ok(c) = tokio::fs::read_to_string(&start).await {
+        let index = start.with_extension("finish-index");
+        match changed_since(cwd, c.trim(), &index).await {
+            Ok(paths) => {
+                let mut text = paths.join("\n");
+                text.push('\n');
+                if let Err(e) = tokio::fs::write(files_file(project, task), text).await {
+                    tracing::warn!(task, error = %e, "changed paths not recorded");
+                }
+            }
+            Err(e) => tracing::warn!(task, error = %e, "changed paths not read"),
+        }
+    }
+    forget(project, task).await;
 }
 
 /// Forgets the start of a finished task (none recorded is fine).
@@ -191,5 +327,64 @@ mod tests {
         );
         forget(&proj, "t1").await;
         assert_eq!(rollback(&proj, &work, "t1").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn tasks_in_one_directory_do_not_roll_back_each_other() {
+        let tmp = tempfile::tempdir().unwrap();
+        let proj = tmp.path().join("p");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::write(proj.join("shared.txt"), "v0").unwrap();
+        std::fs::write(proj.join("lib.rs"), "v0").unwrap();
+        // a starts; b starts; b writes and finishes; c starts and is still
+        // running; a's runner dies mid-edit.
+        record_start(&proj, &proj, "a").await.unwrap();
+        std::fs::write(proj.join("a_partial.rs"), "half").unwrap();
+        record_start(&proj, &proj, "b").await.unwrap();
+        std::fs::write(proj.join("b_done.rs"), "b's work").unwrap();
+        std::fs::write(proj.join("shared.txt"), "b's edit").unwrap();
+        finish(&proj, &proj, "b").await;
+        assert!(
+            std::fs::read_to_string(proj.join(".xo/tasks/b.files"))
+                .unwrap()
+                .contains("b_done.rs")
+        );
+        record_start(&proj, &proj, "c").await.unwrap();
+        std::fs::write(proj.join("c_wip.rs"), "c in progress").unwrap();
+        std::fs::write(proj.join("lib.rs"), "a's half edit").unwrap();
+        // The work log of a (XO's own file) is kept too.
+        std::fs::create_dir_all(proj.join(".xo/tasks")).unwrap();
+        std::fs::write(proj.join(".xo/tasks/a.md"), "# a\nRetry Event").unwrap();
+
+        rollback(&proj, &proj, "a").await.unwrap().unwrap();
+        assert!(
+            !proj.join("a_partial.rs").exists(),
+            "a's own work is undone"
+        );
+        assert_eq!(
+            std::fs::read_to_string(proj.join("b_done.rs")).unwrap(),
+            "b's work"
+        );
+        assert_eq!(
+            std::fs::read_to_string(proj.join("shared.txt")).unwrap(),
+            "b's edit"
+        );
+        assert_eq!(
+            std::fs::read_to_string(proj.join("c_wip.rs")).unwrap(),
+            "c in progress",
+            "a running task's work is kept"
+        );
+        assert!(
+            std::fs::read_to_string(proj.join(".xo/tasks/a.md"))
+                .unwrap()
+                .contains("Retry Event")
+        );
+        // XO's files never enter the project's history.
+        let ignored = std::process::Command::new("git")
+            .args(["check-ignore", "-q", ".xo/tasks/a.md"])
+            .current_dir(&proj)
+            .status()
+            .unwrap();
+        assert!(ignored.success());
     }
 }

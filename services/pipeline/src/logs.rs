@@ -1,6 +1,6 @@
 //! The prompt log (`<data>/<project>/prompts.log.jsonl`: every prompt and
 //! response with its type and metadata) and the task work log
-//! (`<sandbox>/<project>/tasks/<task>.md`, where seed 002's retry events go).
+//! (`<sandbox>/<project>/.xo/tasks/<task>.md`, where seed 002's retry events go).
 
 use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
@@ -57,6 +57,16 @@ impl PromptLog {
     }
 }
 
+/// Where a task's work log lives: `<project>/.xo/tasks/<task>.md`, with
+/// XO's other files — excluded from git, so a rollback keeps it and it
+/// never enters the project's history.
+pub fn work_log_path(project_dir: &Path, task_id: &str) -> PathBuf {
+    project_dir
+        .join(".xo")
+        .join("tasks")
+        .join(format!("{task_id}.md"))
+}
+
 /// The task's work log.
 #[derive(Debug, Clone)]
 pub struct WorkLog {
@@ -66,7 +76,7 @@ pub struct WorkLog {
 impl WorkLog {
     pub fn new(project_dir: &Path, task_id: &str) -> Self {
         Self {
-            path: project_dir.join("tasks").join(format!("{task_id}.md")),
+            path: work_log_path(project_dir, task_id),
         }
     }
 

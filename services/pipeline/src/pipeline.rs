@@ -159,6 +159,21 @@ impl Pipeline {
         }
     }
 
+    /// Where the agent of `task` leaves its checkpoint (`None`: the task's
+    /// directory is not in the sandbox; it fails when it runs).
+    pub fn checkpoint_path(&self, task: &xo_proto::queue::Task) -> Option<PathBuf> {
+        let project = task
+            .project
+            .clone()
+            .unwrap_or_else(|| self.cfg.default_project.clone());
+        let dir = self.sandbox.project_dir(&project).ok()?;
+        let cwd = self
+            .sandbox
+            .working_dir(&dir, task.working_directory.as_deref())
+            .ok()?;
+        Some(cwd.join(crate::driver::command::CHECKPOINT))
+    }
+
     /// The runner configuration this pipeline runs under.
     pub fn cfg(&self) -> &RunnerConfig {
         &self.cfg
@@ -260,6 +275,12 @@ impl Pipeline {
                 ("XO_UNIT", &self.unit),
                 ("XO_TASK_ID", &task.task_id),
                 ("XO_PROJECT", &project),
+                (
+                    "XO_CHECKPOINT",
+                    &cwd.join(crate::driver::command::CHECKPOINT)
+                        .display()
+                        .to_string(),
+                ),
             ],
         );
         let profile = pcfg
@@ -303,7 +324,9 @@ impl Pipeline {
                 && stats.clarifications == 0;
         }
         if matches!(out, Outcome::Completed(_)) {
-            crate::git::forget(&project_dir, &task.task_id).await;
+            crate::git::finish(&project_dir, &run.ctx.cwd, &task.task_id).await;
+            let _ =
+                tokio::fs::remove_file(run.ctx.cwd.join(crate::driver::command::CHECKPOINT)).await;
         }
         run.work
             .event(
@@ -529,6 +552,11 @@ impl TaskRun<'_> {
             Some(ReplayMark::RollbackReplay) => {
                 match crate::git::rollback(project_dir, &self.ctx.cwd, id).await {
                     Ok(Some(c)) => {
+                        // The dead attempt's checkpoint is of work undone now.
+                        let _ = tokio::fs::remove_file(
+                            self.ctx.cwd.join(crate::driver::command::CHECKPOINT),
+                        )
+                        .await;
                         info!(task_id = %id, commit = %c, "rolled back to the task's starting commit");
                         self.work
                             .event("Rollback", &format!("working directory reset to {c}"))

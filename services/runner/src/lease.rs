@@ -27,6 +27,8 @@ pub fn operator_halt(r: &Renewed) -> bool {
 pub struct Meter {
     pub turns: xo_pipeline::driver::Turns,
     pub started: std::time::Instant,
+    /// The agent's checkpoint file: while it exists, heartbeats say so.
+    pub checkpoint: Option<std::path::PathBuf>,
 }
 
 impl Meter {
@@ -78,7 +80,7 @@ pub async fn keep(
         let hb = q::Heartbeat {
             task_id: task_id.clone(),
             token: token.clone(),
-            checkpoint: false,
+            checkpoint: meter.checkpoint.as_ref().is_some_and(|p| p.exists()),
             usage: meter.usage(),
         };
         match typed::call(&bus, &subjects, &hb, every.max(Duration::from_secs(2))).await {

@@ -245,6 +245,7 @@ impl Worker {
         let meter = lease::Meter {
             turns: st.turns.clone(),
             started,
+            checkpoint: pipeline.checkpoint_path(&job.record.task),
         };
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let keeper = tokio::spawn(

@@ -28,6 +28,22 @@ const MAX_RESUMES: u32 = 3;
 /// The file a PostToolUse hook reads pending steering from (in the task's
 /// working directory), and where delivered steering is kept.
 pub const PENDING: &str = ".xo/steering.pending";
+/// The agent's checkpoint in its working directory: while it exists, the
+/// runner's heartbeats say `checkpoint`, and a task offered again after its
+/// runner died is resumed, not rolled back (SUP-6). An agent writes it
+/// itself (`$XO_CHECKPOINT`), or the command driver does when the agent's
+/// stream names a session it can resume (`runner.driver.resume`).
+pub const CHECKPOINT: &str = ".xo/checkpoint";
+
+async fn write_checkpoint(cwd: &std::path::Path, text: &str) {
+    let path = cwd.join(CHECKPOINT);
+    if let Some(d) = path.parent() {
+        let _ = tokio::fs::create_dir_all(d).await;
+    }
+    if let Err(e) = tokio::fs::write(&path, text).await {
+        warn!(path = %path.display(), error = %e, "checkpoint not written; a replay rolls back");
+    }
+}
 pub const DELIVERED: &str = ".xo/steering.delivered";
 
 /// Runs `argv` in the task's working directory. `{prompt}` in an argument
@@ -185,6 +201,7 @@ impl CommandDriver {
             };
             let mut taken: Vec<String> = Vec::new();
             let mut critical = false;
+            let mut checkpointed = false;
             let read = async {
                 let mut tick = tokio::time::interval(Duration::from_millis(100));
                 loop {
@@ -195,6 +212,15 @@ impl CommandDriver {
                                 Ok(turns) => {
                                     for t in turns {
                                         ctx.turns.turn(t);
+                                    }
+                                    // A session the agent can resume is a
+                                    // checkpoint (SUP-6): a replay resumes.
+                                    if !checkpointed
+                                        && !self.resume.is_empty()
+                                        && let Some(session) = sensor.session()
+                                    {
+                                        checkpointed = true;
+                                        write_checkpoint(&ctx.cwd, &format!("session {session}\n")).await;
                                     }
                                 }
                                 Err(e) => warn!(agent = %self.argv[0], line = e.line, reason = %e.reason, "agent stream line not used"),
