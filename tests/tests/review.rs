@@ -428,3 +428,38 @@ async fn polish_phase_is_bounded_to_cleanup_directives() {
     );
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_model_stops_the_reviews_and_reviewers_cannot_write() {
+    // Every call is refused with 401: the first run is skipped naming it;
+    // the next runs are skipped without calling the model again.
+    let refused = xo_tests::openai::StubReply::Status(401, "invalid api key".into(), None);
+    let stub = OpenAiStub::start(vec![refused; 30]);
+    let mut rig = Rig::start(Some(&stub), &[("review.code_style_every", "1")]).await;
+    rig.complete_one().await;
+    let r = rig.next_run().await;
+    assert_eq!(r.outcome, "skipped");
+    assert!(r.summary.contains("401"), "{}", r.summary);
+    for _ in 0..4 {
+        rig.complete_one().await;
+        let r = rig.next_run().await;
+        assert_eq!(r.outcome, "skipped");
+        assert!(
+            r.summary.contains("the review model refused"),
+            "{}",
+            r.summary
+        );
+        assert!(r.summary.contains("review.model"), "{}", r.summary);
+    }
+    let reqs = stub.requests();
+    assert_eq!(reqs.len(), 1, "a refusal is not retried");
+    // The reviewer was offered only tools that read the sandbox (seed 001).
+    let tools: Vec<&str> = reqs[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, vec!["read_file", "list_dir", "finish"]);
+    rig.stop().await;
+}

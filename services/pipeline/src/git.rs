@@ -5,11 +5,12 @@
 //! `<project>/.xo/tasks/<task>.start`, on the shared volume, so whichever
 //! runner replays the task finds it.
 //!
-//! Tasks sharing a project do not roll back each other: a finished task
+//! A rollback does not undo other tasks' finished work: a finished task
 //! leaves the paths it changed in `<project>/.xo/tasks/<task>.files`, and a
-//! rollback keeps, as they are now, the paths changed by tasks finished
-//! since its start and by the tasks still running beside it (their
-//! changes since their own start). Only what is left is reset.
+//! rollback keeps, as they are now, the paths of tasks finished since its
+//! start. Work of a task still running in the same directory is not told
+//! apart from the dead attempt's (no per-task worktree yet): give
+//! concurrent tasks their own `working_directory`.
 
 use std::path::{Path, PathBuf};
 
@@ -180,7 +181,7 @@ pub async fn rollback(project: &Path, cwd: &Path, task: &str) -> Result<Option<S
         .and_then(|m| m.modified())
         .ok();
     let index = start.with_extension("rollback-index");
-    let keep = others_changes(project, cwd, task, started, &index).await;
+    let keep = others_changes(project, task, started).await;
     let _ = tokio::fs::remove_file(&index).await;
     git(cwd, Some(&index), &["read-tree", &commit]).await?;
     if !keep.is_empty() {
@@ -205,14 +206,12 @@ pub async fn rollback(project: &Path, cwd: &Path, task: &str) -> Result<Option<S
     Ok(Some(commit))
 }
 
-/// The paths other tasks changed since `task` started: those finished
-/// since (their `.files`) and those running now (since their own start).
+/// The paths other tasks finished since `task` started changed (their
+/// `.files`, relative to `cwd` when they ran there).
 async fn others_changes(
     project: &Path,
-    cwd: &Path,
     task: &str,
     started: Option<std::time::SystemTime>,
-    index: &Path,
 ) -> std::collections::BTreeSet<String> {
     let mut keep = std::collections::BTreeSet::new();
     let dir = project.join(".xo").join("tasks");
@@ -238,16 +237,6 @@ async fn others_changes(
                 };
                 if newer && let Ok(text) = tokio::fs::read_to_string(&path).await {
                     keep.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_string));
-                }
-            }
-            "start" => {
-                if let Ok(c) = tokio::fs::read_to_string(&path).await {
-                    match changed_since(cwd, c.trim(), index).await {
-                        Ok(paths) => keep.extend(paths),
-                        Err(err) => {
-                            tracing::warn!(task = stem, error = %err, "a running task's changes could not be read; a rollback may touch them")
-                        }
-                    }
                 }
             }
             _ => {}
@@ -336,8 +325,7 @@ mod tests {
         std::fs::create_dir_all(&proj).unwrap();
         std::fs::write(proj.join("shared.txt"), "v0").unwrap();
         std::fs::write(proj.join("lib.rs"), "v0").unwrap();
-        // a starts; b starts; b writes and finishes; c starts and is still
-        // running; a's runner dies mid-edit.
+        // a starts; b starts, writes and finishes; a's runner dies mid-edit.
         record_start(&proj, &proj, "a").await.unwrap();
         std::fs::write(proj.join("a_partial.rs"), "half").unwrap();
         record_start(&proj, &proj, "b").await.unwrap();
@@ -349,8 +337,6 @@ mod tests {
                 .unwrap()
                 .contains("b_done.rs")
         );
-        record_start(&proj, &proj, "c").await.unwrap();
-        std::fs::write(proj.join("c_wip.rs"), "c in progress").unwrap();
         std::fs::write(proj.join("lib.rs"), "a's half edit").unwrap();
         // The work log of a (XO's own file) is kept too.
         std::fs::create_dir_all(proj.join(".xo/tasks")).unwrap();
@@ -369,11 +355,7 @@ mod tests {
             std::fs::read_to_string(proj.join("shared.txt")).unwrap(),
             "b's edit"
         );
-        assert_eq!(
-            std::fs::read_to_string(proj.join("c_wip.rs")).unwrap(),
-            "c in progress",
-            "a running task's work is kept"
-        );
+        assert_eq!(std::fs::read_to_string(proj.join("lib.rs")).unwrap(), "v0");
         assert!(
             std::fs::read_to_string(proj.join(".xo/tasks/a.md"))
                 .unwrap()

@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use xo_runtime::tree::{self, Intensity, Running};
 
 use tokio::sync::mpsc;
-use tracing::{Instrument, info, warn};
+use tracing::{Instrument, error, info, warn};
 use xo_bus::api::ActorPorts;
 use xo_bus::{Bus, typed};
 use xo_pipeline::driver::{Driver, OpenAiDriver, TurnEvent, Turns};
@@ -42,6 +42,33 @@ pub struct Reviews {
     /// Cancellations this service made (not churn).
     ours: BTreeSet<String>,
     runs: u64,
+    /// The model endpoint failed: no run until then (see [`ModelDown`]).
+    down: Option<ModelDown>,
+}
+
+/// The review model's endpoint is failing. A refusal retrying cannot fix
+/// (401, 403, 404, 400: a wrong key, model or URL) stops the reviews until
+/// the operator settings change; anything else backs off, doubling from
+/// 30 s to 15 min, so a dead endpoint is not called at every task event.
+#[derive(Debug, Clone)]
+struct ModelDown {
+    until_ms: u64,
+    failures: u32,
+    permanent: bool,
+    reason: String,
+    settings_version: u64,
+}
+
+/// Whether a model error is one no retry can fix.
+fn permanent_model_error(reason: &str) -> bool {
+    [
+        "400 Bad Request",
+        "401 Unauthorized",
+        "403 Forbidden",
+        "404 Not Found",
+    ]
+    .iter()
+    .any(|s| reason.contains(s))
 }
 
 /// What the reviewers hear: the queue's task events and the runners' events.
@@ -202,7 +229,7 @@ fn review_driver(cfg: &XoConfig) -> Option<Driver> {
     }
     OpenAiDriver::new(&cfg.review.model, cfg.runner.context_limit)
         .ok()
-        .map(Driver::OpenAi)
+        .map(|d| Driver::OpenAi(d.read_only()))
 }
 
 impl Reviews {
@@ -216,6 +243,7 @@ impl Reviews {
         Self {
             base: cfg.clone(),
             settings_version: 0,
+            down: None,
             sched: Schedule::new(&cfg.review),
             format: cfg.wire.format,
             subjects: cfg.subjects(),
@@ -434,6 +462,23 @@ impl Reviews {
                 "review supervisors switched off in the operator settings (review.enabled)".into(),
             );
         }
+        if let Some(d) = &self.down {
+            let now = xo_proto::now_ms();
+            if d.permanent && d.settings_version == self.settings_version {
+                return Err(format!(
+                    "the review model refused: {}; fix review.model (URL, model, the key in its api_key_env) — reviews resume when the settings change",
+                    d.reason
+                ));
+            }
+            if !d.permanent && now < d.until_ms {
+                return Err(format!(
+                    "the review model is failing ({} times in a row: {}); next try in {} s",
+                    d.failures,
+                    d.reason,
+                    (d.until_ms - now) / 1000
+                ));
+            }
+        }
         let log = runlog::read_run_log(&run_log_path(&self.cfg)).await;
         runlog::within_budget(&self.cfg.review, &log, xo_proto::now_ms())?;
         if self.driver.is_none() {
@@ -444,6 +489,32 @@ impl Reviews {
             .clone()
             .ok_or_else(|| "the sandbox could not be opened".to_string())?;
         Ok((pipeline, log))
+    }
+
+    /// Records a failed model call: stop for good on a refusal, else back off.
+    fn model_failed(&mut self, reason: &str) {
+        let failures = self.down.as_ref().map_or(0, |d| d.failures) + 1;
+        let permanent = permanent_model_error(reason);
+        let wait_s = (30u64 << (failures - 1).min(5)).min(900);
+        let until_ms = xo_proto::now_ms() + wait_s * 1000;
+        if permanent {
+            error!(
+                reason,
+                "the review model refused; reviews stop until the settings change"
+            );
+        } else {
+            warn!(
+                reason,
+                failures, wait_s, "the review model failed; backing off"
+            );
+        }
+        self.down = Some(ModelDown {
+            until_ms,
+            failures,
+            permanent,
+            reason: reason.chars().take(300).collect(),
+            settings_version: self.settings_version,
+        });
     }
 
     /// Reads the operator settings before a run: the model, its endpoint,
@@ -538,6 +609,9 @@ impl Reviews {
             run.tokens_out += ev.tokens_out;
             run.cost_usd += ev.cost_usd;
         }
+        if matches!(outcome, Outcome::Completed(_)) && self.down.take().is_some() {
+            info!("the review model answers again");
+        }
         let result = match outcome {
             Outcome::Completed(res) => res
                 .reply()
@@ -548,6 +622,9 @@ impl Reviews {
             Outcome::Blocked(reason) | Outcome::Violation(reason) => {
                 run.outcome = "skipped".into();
                 run.summary = format!("model unreachable or reply unusable: {reason}");
+                if reason.starts_with("EXEC_FAILURE") {
+                    self.model_failed(&reason);
+                }
                 warn!(reviewer = r.name(), reason = %run.summary, "review skipped; work continues");
                 return Err(run);
             }

@@ -21,6 +21,9 @@ pub struct OpenAiDriver {
     cfg: OpenAiConfig,
     client: reqwest::Client,
     context_limit: u64,
+    /// Only read_file, list_dir and finish (reviewers: seed 001, they write
+    /// knowledge and directives through their reply, never the project).
+    read_only: bool,
 }
 
 impl OpenAiDriver {
@@ -33,7 +36,15 @@ impl OpenAiDriver {
             cfg: cfg.clone(),
             client,
             context_limit,
+            read_only: false,
         })
+    }
+
+    /// The same driver without write_file and run_command: the model may
+    /// read the sandbox, not change it.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     fn key(&self) -> Option<String> {
@@ -84,7 +95,7 @@ impl OpenAiDriver {
             let body = json!({
                 "model": self.cfg.model,
                 "messages": messages,
-                "tools": tools(),
+                "tools": tools(self.read_only),
             });
             let resp = self.call(&body).await?;
             let (tin, tout) = usage(&resp);
@@ -157,6 +168,13 @@ impl OpenAiDriver {
                                 .to_string();
                             final_text = Some(reply);
                             (String::from("finished"), None)
+                        } else if self.read_only && WRITE_TOOLS.contains(&name) {
+                            (
+                                format!(
+                                    "error: {name} is not available: this run may only read the sandbox; put what should change in your reply"
+                                ),
+                                Some("read_only"),
+                            )
                         } else {
                             tool(name, &args, ctx).await
                         }
@@ -281,13 +299,16 @@ fn usage(resp: &Value) -> (u64, u64) {
     (n("/usage/prompt_tokens"), n("/usage/completion_tokens"))
 }
 
-fn tools() -> Value {
+/// The tools that change the sandbox.
+const WRITE_TOOLS: [&str; 2] = ["write_file", "run_command"];
+
+fn tools(read_only: bool) -> Value {
     let f = |name: &str, desc: &str, props: Value, req: &[&str]| {
         json!({"type": "function", "function": {"name": name, "description": desc,
             "parameters": {"type": "object", "properties": props, "required": req}}})
     };
     let s = json!({"type": "string"});
-    json!([
+    let all = json!([
         f(
             "read_file",
             "Read a file (path relative to the working directory).",
@@ -318,7 +339,21 @@ fn tools() -> Value {
             json!({"reply": s}),
             &["reply"]
         ),
-    ])
+    ]);
+    if !read_only {
+        return all;
+    }
+    Value::Array(
+        all.as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| {
+                let name = t.pointer("/function/name").and_then(Value::as_str);
+                !name.is_some_and(|n| WRITE_TOOLS.contains(&n))
+            })
+            .cloned()
+            .collect(),
+    )
 }
 
 /// Runs one tool inside the sandbox: (result text, error type).
