@@ -229,17 +229,15 @@ async fn others_changes(
         if stem == task {
             continue;
         }
-        match ext {
-            "files" => {
-                let newer = match (started, e.metadata().await.and_then(|m| m.modified())) {
-                    (Some(s), Ok(m)) => m >= s,
-                    _ => true,
-                };
-                if newer && let Ok(text) = tokio::fs::read_to_string(&path).await {
-                    keep.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_string));
-                }
-            }
-            _ => {}
+        if ext != "files" {
+            continue;
+        }
+        let newer = match (started, e.metadata().await.and_then(|m| m.modified())) {
+            (Some(s), Ok(m)) => m >= s,
+            _ => true,
+        };
+        if newer && let Ok(text) = tokio::fs::read_to_string(&path).await {
+            keep.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_string));
         }
     }
     keep
