@@ -304,6 +304,10 @@ pub struct TaskRecord {
     /// Why it was blocked or failed (decides whether the queue halted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<BlockCause>,
+    /// Manager tasks: the pending tasks its prompt listed (only those can
+    /// be cancelled by its reply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<Vec<String>>,
     /// Work spent on finished attempts (the budget counts all of them).
     #[serde(default)]
     pub spent: Usage,
@@ -334,6 +338,7 @@ impl TaskRecord {
             completed_token: None,
             reconciles: None,
             cause: None,
+            shown: None,
             spent: Usage::default(),
             attempt_spent: Usage::default(),
             updated_at: 0,
@@ -792,10 +797,14 @@ pub struct ManagerReply {
     /// The task to serve next; `null` when the workflow is complete.
     #[serde(default)]
     pub next_task: Option<String>,
-    /// The reconciled list of tasks still to do (pending ones absent from it
-    /// are cancelled, new ones enqueued).
+    /// New tasks, and pending tasks changed (whole task objects).
     #[serde(default)]
     pub tasks: Vec<Task>,
+    /// Pending tasks to keep as they are, by id. A pending task the Manager
+    /// was shown that is neither here nor in `tasks` is cancelled; running,
+    /// waiting, blocked, failed and completed tasks are never changed.
+    #[serde(default)]
+    pub keep: Vec<String>,
 }
 
 /// The statuses any agent reply may carry.
@@ -859,6 +868,9 @@ pub struct Claimed {
     /// this task over the runner's `xo.toml`.
     #[serde(default)]
     pub settings: crate::settings::Settings,
+    /// Manager tasks: the task list to reconcile, as the prompt shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_list: Option<String>,
 }
 
 /// The reply to a lease renewal: the task as the queue holds it, and

@@ -59,6 +59,7 @@ fn driver(stub: &OpenAiStub, attempts: u32) -> Driver {
 
 fn job(task: Task) -> Job {
     Job {
+        task_list: None,
         record: TaskRecord::running(task, 1),
         goal: None,
         manual: false,

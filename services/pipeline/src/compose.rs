@@ -159,6 +159,8 @@ pub struct Context<'a> {
     pub snapshot: Snapshot,
     /// Headings the reply's message must contain (project rule).
     pub required_sections: &'a [String],
+    /// Manager tasks: the task list to reconcile (seed 002), from the queue.
+    pub task_list: Option<&'a str>,
 }
 
 /// Why a retry prompt is made.
@@ -255,7 +257,17 @@ pub fn compose(
         (Section::Role, templates.role.to_string()),
         (Section::Knowledge, ctx.knowledge.to_string()),
         (Section::Directives, directives_section(ctx.directives)),
-        (Section::Task, task_section(task, &ctx.snapshot)),
+        (Section::Task, {
+            let mut t = task_section(task, &ctx.snapshot);
+            if let Some(list) = ctx
+                .task_list
+                .filter(|_| kind != PromptKind::InterrogationPrompt)
+            {
+                t.push('\n');
+                t.push_str(list);
+            }
+            t
+        }),
         (
             Section::Feedback,
             feedback.map(feedback_section).unwrap_or_default(),
@@ -358,7 +370,7 @@ fn reply_format(task: &Task, kind: PromptKind, required: &[String]) -> String {
         "## REPLY FORMAT\nEnd your reply with exactly one JSON object, on its own:\n{\"status\": \"ok\" | \"blocked\" | \"error\" | \"escalate\", \"message\": \"<summary of what you did>\"",
     );
     if task.role == xo_proto::queue::MANAGER_ROLE && kind != PromptKind::InterrogationPrompt {
-        s.push_str(", \"next_task\": \"<task id>\" | null, \"tasks\": [<the remaining tasks>]");
+        s.push_str(", \"next_task\": \"<task id>\" | null, \"keep\": [<ids of pending tasks kept as they are>], \"tasks\": [<new and changed pending tasks>]");
     }
     if task.expected_json_schema.is_some() && kind != PromptKind::InterrogationPrompt {
         s.push_str(", \"output\": {<fields of the expected schema>}");
@@ -390,6 +402,7 @@ mod tests {
         };
         let dirs = vec!["DIRECTIVE-1".to_string()];
         let ctx = Context {
+            task_list: None,
             knowledge: "## PROJECT KNOWLEDGE\nKNOW-1",
             directives: &dirs,
             snapshot: Snapshot {

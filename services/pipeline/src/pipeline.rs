@@ -102,6 +102,8 @@ pub struct Job {
     /// The operator settings the claim carried: project templates set
     /// there win over the project's `project.toml`.
     pub settings: xo_proto::settings::Settings,
+    /// Manager tasks: the task list to reconcile, as the queue gave it.
+    pub task_list: Option<String>,
 }
 
 /// The pipeline of one runner.
@@ -405,6 +407,7 @@ impl TaskRun<'_> {
                 answer: rec.answer.clone(),
             },
             required_sections: &self.pcfg.required_sections,
+            task_list: self.job.task_list.as_deref(),
         };
         compose(kind, &templates, self.task, &ctx, feedback)
     }

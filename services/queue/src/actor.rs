@@ -254,7 +254,6 @@ impl State {
     /// (goal, mode, active directives), so it asks the queue nothing else.
     fn claimed(&self, rec: TaskRecord, token: String) -> Claimed {
         Claimed {
-            record: rec,
             token,
             lease_ms: self.ctx.cfg.queue.lease_ms,
             goal: self.m.status.goal.clone(),
@@ -264,6 +263,9 @@ impl State {
                 .get_or_init(|| self.active_directives())
                 .clone(),
             settings: self.m.settings.clone(),
+            task_list: (rec.task.role == xo_proto::queue::MANAGER_ROLE)
+                .then(|| self.m.manager_view(&rec.task.task_id).0),
+            record: rec,
         }
     }
 

@@ -13,6 +13,10 @@ use xo_proto::queue::{
     TASK_LIST_EXHAUSTED_GOAL_INCOMPLETE, Task, TaskRecord, TaskState, Usage, ValidationReport,
 };
 
+/// Most characters of the task list a Manager prompt carries (about 6,000
+/// tokens): longer lists show pending work first and count the rest.
+pub const MANAGER_LIST_BUDGET: usize = 24_000;
+
 /// The role whose tasks reconcile the task list (seed 002).
 pub use xo_proto::queue::MANAGER_ROLE;
 /// Cleanup directives age out after this many completed tasks...
@@ -357,6 +361,99 @@ impl Machine {
         }))
     }
 
+    /// The task list a Manager task reconciles, as its prompt shows it
+    /// (under [`MANAGER_LIST_BUDGET`] characters), and the pending tasks it
+    /// shows. Pending first (the Manager may change those), then what it may
+    /// not change: blocked and failed (with their reasons), running,
+    /// waiting for an answer; completed ones counted.
+    pub fn manager_view(&self, manager: &str) -> (String, Vec<String>) {
+        use std::fmt::Write;
+        let cut = |s: &str, n: usize| -> String {
+            let s = s.replace('\n', " ");
+            if s.chars().count() > n {
+                format!("{}…", s.chars().take(n).collect::<String>())
+            } else {
+                s
+            }
+        };
+        let mut by_state: BTreeMap<u8, Vec<&TaskRecord>> = BTreeMap::new();
+        for id in self.by_seq.values() {
+            let Some(r) = self.tasks.get(id) else {
+                continue;
+            };
+            if r.task.role == MANAGER_ROLE || r.task.task_id == manager {
+                continue;
+            }
+            let rank = match r.state {
+                TaskState::Pending => 0,
+                TaskState::Blocked | TaskState::Failed => 1,
+                TaskState::Running => 2,
+                TaskState::AwaitingResponse => 3,
+                TaskState::Completed => 4,
+                TaskState::Cancelled => 5,
+            };
+            by_state.entry(rank).or_default().push(r);
+        }
+        let mut s = String::from(
+            "## TASK LIST (reconcile it)\nOne line a task: id | state | role | lane | attempt/retries | intent | depends on | reason.\n",
+        );
+        let mut shown = Vec::new();
+        let mut hidden = 0usize;
+        for (rank, list) in &by_state {
+            if *rank == 4 {
+                let last: Vec<&str> = list
+                    .iter()
+                    .rev()
+                    .take(10)
+                    .map(|r| r.task.task_id.as_str())
+                    .collect();
+                let _ = writeln!(s, "completed: {} (latest: {})", list.len(), last.join(", "));
+                continue;
+            }
+            if *rank == 5 {
+                let _ = writeln!(s, "cancelled: {}", list.len());
+                continue;
+            }
+            for r in list {
+                let line = format!(
+                    "- {} | {} | {} | {} | {}/{} | {} | {} | {}\n",
+                    r.task.task_id,
+                    r.state.as_str(),
+                    r.task.role,
+                    r.task.lane.as_str(),
+                    r.attempt,
+                    r.retries,
+                    cut(&r.task.intent, 100),
+                    if r.task.depends_on.is_empty() {
+                        "-".to_string()
+                    } else {
+                        r.task.depends_on.join(",")
+                    },
+                    r.reason
+                        .as_deref()
+                        .or(r.question.as_deref())
+                        .map_or("-".to_string(), |x| cut(x, 160)),
+                );
+                if s.len() + line.len() > MANAGER_LIST_BUDGET {
+                    hidden += 1;
+                    continue;
+                }
+                s.push_str(&line);
+                if r.state == TaskState::Pending {
+                    shown.push(r.task.task_id.clone());
+                }
+            }
+        }
+        if hidden > 0 {
+            let _ = writeln!(
+                s,
+                "({hidden} more tasks not shown for length: they are kept as they are.)"
+            );
+        }
+        s.push_str("\nYou may change only pending tasks. In your reply, `keep` lists the ids of pending tasks to keep as they are; `tasks` holds new tasks and changed pending tasks as whole task objects (task_id, intent, instructions, role). A pending task listed above that is in neither is cancelled. Running, waiting, blocked, failed and completed tasks stay as they are whatever you reply. `next_task`: the id to run next, or null when the goal is met.\n");
+        (s, shown)
+    }
+
     /// A page of tasks in enqueue order: those in `state` (any: `None`)
     /// enqueued after `after_seq`, at most `limit`, and no more than fit
     /// `max_bytes` as JSON.
@@ -557,6 +654,7 @@ impl Machine {
                 completed_token: None,
                 reconciles,
                 cause: None,
+                shown: None,
                 spent: Usage::default(),
                 attempt_spent: Usage::default(),
                 updated_at: now,
@@ -674,12 +772,16 @@ impl Machine {
             renewed_at: now,
             checkpoint: false,
         };
+        let shown = (role == MANAGER_ROLE).then(|| self.manager_view(&id).1);
         let mut c = self.task_change(EventName::TaskStart, &id, None, |r| {
             r.state = TaskState::Running;
             r.attempt += 1;
             r.lease = Some(lease);
             r.priority = false;
             r.updated_at = now;
+            if shown.is_some() {
+                r.shown = shown;
+            }
         });
         if self.status.mode == ExecutionMode::Manual {
             self.status.steps -= 1;
@@ -747,8 +849,15 @@ impl Machine {
         let mut c = Changes::default();
         let manager = rec.task.role == MANAGER_ROLE;
         let reply = if manager {
-            match parse_manager_reply(manager_reply.as_ref(), &self.roles, |t| self.assign_role(t))
-            {
+            let parsed =
+                parse_manager_reply(manager_reply.as_ref(), &self.roles, |t| self.assign_role(t))
+                    .and_then(
+                        |r| match r.keep.iter().find(|k| !self.tasks.contains_key(*k)) {
+                            Some(k) => Err(format!("keep names {k}, which is not in the queue")),
+                            None => Ok(r),
+                        },
+                    );
+            match parsed {
                 Ok(r) => Some(r),
                 Err(why) => {
                     // Seed 002: a reply in the wrong format changes nothing;
@@ -794,7 +903,7 @@ impl Machine {
         self.status.last_validation_report = Some(report);
         c.status = true;
         if let Some(reply) = reply {
-            c.merge(self.reconcile(reply, now));
+            c.merge(self.reconcile(id, reply, now));
         } else if self.status.manager {
             let mid = format!("manager-{id}");
             if !self.tasks.contains_key(&mid) {
@@ -805,7 +914,7 @@ impl Machine {
                         mid.clone(),
                         format!("reconcile the task list after {id}"),
                         format!(
-                            "Task {id} is done. Reconcile the task list: reply with status, message, next_task and the tasks still to do."
+                            "Task {id} is done. Reconcile the task list below against the goal: reply with status, message, next_task, keep (pending tasks kept as they are) and tasks (new or changed pending tasks)."
                         ),
                         MANAGER_ROLE,
                     )
@@ -860,9 +969,21 @@ impl Machine {
     /// Applies a validated Manager reply: pending tasks absent from it are
     /// cancelled, new ones enqueued, changed ones replaced; `next_task` is
     /// served next; no `next_task` marks the goal complete.
-    fn reconcile(&mut self, reply: ManagerReply, now: u64) -> Changes {
+    fn reconcile(&mut self, manager: &str, reply: ManagerReply, now: u64) -> Changes {
         let mut c = Changes::default();
-        let listed: BTreeSet<String> = reply.tasks.iter().map(|t| t.task_id.clone()).collect();
+        let listed: BTreeSet<String> = reply
+            .tasks
+            .iter()
+            .map(|t| t.task_id.clone())
+            .chain(reply.keep.iter().cloned())
+            .collect();
+        // Only pending tasks the Manager was shown can be dropped by
+        // leaving them out (a list cut to the prompt budget hides none).
+        let shown: Option<BTreeSet<String>> = self
+            .tasks
+            .get(manager)
+            .and_then(|r| r.shown.clone())
+            .map(|v| v.into_iter().collect());
         let stale: Vec<String> = self
             .tasks
             .values()
@@ -870,21 +991,29 @@ impl Machine {
                 t.state == TaskState::Pending
                     && t.task.role != MANAGER_ROLE
                     && !listed.contains(&t.task.task_id)
+                    && shown.as_ref().is_none_or(|s| s.contains(&t.task.task_id))
             })
             .map(|t| t.task.task_id.clone())
             .collect();
-        for id in stale {
-            c.merge(self.task_change(EventName::TaskCancelled, &id, None, |r| {
+        for id in &stale {
+            c.merge(self.task_change(EventName::TaskCancelled, id, None, |r| {
                 r.state = TaskState::Cancelled;
-                r.reason = Some("dropped by the Manager's reconciliation".into());
+                r.reason = Some(format!(
+                    "dropped by the Manager's reconciliation ({manager})"
+                ));
                 r.updated_at = now;
             }));
         }
+        let (mut added, mut updated) = (Vec::new(), Vec::new());
         for t in reply.tasks {
             match self.tasks.get(&t.task_id).map(|r| r.state) {
-                None => c.merge(self.insert(t, now, false, None)),
+                None => {
+                    added.push(t.task_id.clone());
+                    c.merge(self.insert(t, now, false, None))
+                }
                 Some(TaskState::Pending) => {
                     let id = t.task_id.clone();
+                    updated.push(id.clone());
                     c.merge(self.task_change(EventName::TaskUpdated, &id, None, |r| {
                         r.task = t;
                         r.updated_at = now;
@@ -913,7 +1042,8 @@ impl Machine {
             event: EventName::ManagerReconciled,
             task_id: None,
             before: serde_json::Value::Null,
-            after: json!({"message": reply.message, "status": reply.status}),
+            after: json!({"message": reply.message, "status": reply.status, "manager": manager,
+                "cancelled": stale, "added": added, "updated": updated, "kept": reply.keep}),
             report: None,
         });
         c

@@ -776,3 +776,67 @@ fn a_task_without_a_role_gets_one_from_its_phase_or_the_default() {
         )
     );
 }
+
+#[test]
+fn a_manager_reply_cancels_only_pending_tasks_it_was_shown() {
+    let mut m = running(ExecutionMode::Auto, true);
+    // More pending work than the Manager's prompt budget holds.
+    let long = "x".repeat(100);
+    let tasks: Vec<Task> = (0..400)
+        .map(|i| Task {
+            intent: format!("step {i} {long}"),
+            ..task(&format!("p{i:03}"))
+        })
+        .collect();
+    m.enqueue(tasks, 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    m.complete("p000", &tok, ok(), None, 1).unwrap();
+    let (mr, mtok) = m.claim("manager", "mgr", 2).unwrap().0.unwrap();
+    let shown = mr.shown.clone().unwrap();
+    let (text, _) = m.manager_view("manager-p000");
+    assert!(text.len() <= xo_queue::machine::MANAGER_LIST_BUDGET + 2_000);
+    assert!(
+        text.contains("more tasks not shown for length: they are kept"),
+        "{text}"
+    );
+    assert!(shown.len() < 399 && !shown.is_empty(), "{}", shown.len());
+    // The reply keeps one shown task, names a bad id: refused, nothing changes.
+    let bad =
+        serde_json::json!({"status": "ok", "message": "m", "next_task": null, "keep": ["ghost"]});
+    let r = m
+        .complete("manager-p000", &mtok, ok(), Some(bad), 3)
+        .unwrap()
+        .0;
+    assert_eq!(
+        r.state,
+        TaskState::Pending,
+        "a reply naming an unknown task is retried"
+    );
+    let (_, mtok) = m.claim("manager", "mgr", 4).unwrap().0.unwrap();
+    let keep = shown[0].clone();
+    let reply =
+        serde_json::json!({"status": "ok", "message": "m", "next_task": keep, "keep": [keep]});
+    let c = m
+        .complete("manager-p000", &mtok, ok(), Some(reply), 5)
+        .unwrap()
+        .1;
+    let pending = |m: &Machine| {
+        m.tasks
+            .values()
+            .filter(|t| t.state == TaskState::Pending)
+            .count()
+    };
+    // The shown tasks but the kept one are cancelled; the unshown stay.
+    assert_eq!(pending(&m), 399 - (shown.len() - 1));
+    assert_eq!(m.tasks[&keep].state, TaskState::Pending);
+    let rec = c
+        .audit
+        .iter()
+        .find(|d| d.event == EventName::ManagerReconciled)
+        .unwrap();
+    assert_eq!(
+        rec.after["cancelled"].as_array().unwrap().len(),
+        shown.len() - 1
+    );
+}

@@ -580,6 +580,7 @@ impl Reviews {
         task.project = Some(self.cfg.review.project.clone());
         task.expected_json_schema = Some(flat_schema(r));
         let job = Job {
+            task_list: None,
             record: TaskRecord::running(task, 1),
             goal: Some(status.goal.description.clone()),
             manual: false,

@@ -236,6 +236,7 @@ impl Worker {
             knowledge: selection.section.clone(),
             directives: claimed.directives.clone(),
             settings: claimed.settings.clone(),
+            task_list: claimed.task_list.clone(),
             record: rec,
         };
         *st.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());

@@ -1,0 +1,222 @@
+//! The Manager sees what it reconciles: a real runner of role `manager`
+//! with the openai driver, against a local OpenAI-compatible model that
+//! builds its reply from the task list in the prompt it is sent. The
+//! prompt carries the goal and every task (ids, states, attempts, the
+//! blocked task's reason); a reply built from it keeps every task.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use common::LocalQueue;
+use xo_bus::typed;
+use xo_proto::queue::*;
+use xo_runner::{RunnerOptions, run};
+
+const T: Duration = Duration::from_secs(10);
+
+type Prompts = Arc<Mutex<Vec<String>>>;
+
+/// The "model": reads the task list of the prompt, keeps every pending
+/// task it lists and names the first as next.
+async fn model(
+    State(p): State<Prompts>,
+    body: axum::Json<serde_json::Value>,
+) -> axum::Json<serde_json::Value> {
+    let prompt = body["messages"][1]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    p.lock().unwrap().push(prompt.clone());
+    let pending: Vec<String> = prompt
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split(" | ").collect();
+            (cols.get(1) == Some(&"pending")).then(|| cols[0].to_string())
+        })
+        .collect();
+    let reply = serde_json::json!({
+        "status": "ok",
+        "message": format!("{} pending tasks kept", pending.len()),
+        "next_task": pending.first(),
+        "keep": pending,
+        "tasks": [],
+    });
+    axum::Json(serde_json::json!({
+        "choices": [{"message": {"role": "assistant", "content": format!("Reconciled.\n{reply}")}}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 60},
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
+    let prompts: Prompts = Default::default();
+    let app = Router::new()
+        .route("/v1/chat/completions", post(model))
+        .with_state(prompts.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+
+    let LocalQueue {
+        dir: _dir,
+        cfg,
+        bus,
+        queue,
+    } = LocalQueue::start(&[
+        ("runner.claim_wait_ms", "200"),
+        ("runner.driver.kind", "openai"),
+        ("runner.driver.openai.base_url", &base),
+        ("runner.driver.openai.model", "manager-model"),
+        ("runner.driver.openai.max_attempts", "1"),
+    ])
+    .await;
+    let s = cfg.subjects();
+    typed::call(
+        &bus,
+        &s,
+        &Init {
+            manager: true,
+            ..Default::default()
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &SetGoal {
+            description: "a markdown parser with tables".into(),
+            ..Default::default()
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    let mut tasks: Vec<Task> = (1..=5)
+        .map(|i| {
+            Task::new(
+                format!("t{i}"),
+                format!("step {i} of the parser"),
+                "x",
+                "coder",
+            )
+        })
+        .collect();
+    tasks[3].depends_on = vec!["t3".into()];
+    typed::call(&bus, &s, &Enqueue { tasks }, T).await.unwrap();
+    typed::call(&bus, &s, &Start {}, T).await.unwrap();
+    let claim = Claim {
+        role: "coder".into(),
+        claimant: "test".into(),
+        wait_ms: 0,
+    };
+    // The test plays the coder: t2 blocked out of retries, t1 completed.
+    let c1 = typed::call(&bus, &s, &claim, T).await.unwrap().unwrap();
+    let c2 = typed::call(&bus, &s, &claim, T).await.unwrap().unwrap();
+    assert_eq!(c2.record.task.task_id, "t2");
+    typed::call(
+        &bus,
+        &s,
+        &Block {
+            task_id: "t2".into(),
+            token: c2.token,
+            reason: "validation failed after 3 retries: tests fail".into(),
+            question: None,
+            cause: None,
+            usage: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Complete {
+            task_id: "t1".into(),
+            token: c1.token,
+            report: ValidationReport {
+                passed: true,
+                summary: "ok".into(),
+                ..Default::default()
+            },
+            manager_reply: None,
+            usage: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
+
+    // A real runner of role manager reconciles with the model.
+    let (stop, mut rx) = tokio::sync::watch::channel(false);
+    let runner = tokio::spawn(run(
+        cfg.clone(),
+        bus.clone(),
+        RunnerOptions {
+            role: MANAGER_ROLE.into(),
+            unit: "manager-1".into(),
+        },
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        },
+    ));
+    let mut done = None;
+    for _ in 0..1000 {
+        let req = ListTasks {
+            task_id: Some("manager-t1".into()),
+            ..ListTasks::of(None)
+        };
+        let r = typed::call(&bus, &s, &req, T).await.unwrap();
+        if r.first().is_some_and(|r| r.state.is_final()) {
+            done = r.into_iter().next();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let done = done.expect("the Manager task ended");
+    assert_eq!(done.state, TaskState::Completed, "{:?}", done.reason);
+
+    let prompt = prompts.lock().unwrap()[0].clone();
+    assert!(prompt.contains("a markdown parser with tables"), "the goal");
+    assert!(prompt.contains("## TASK LIST"));
+    for line in [
+        "- t2 | blocked | coder | planned | 1/0 | step 2 of the parser | - | validation failed after 3 retries: tests fail",
+        "- t3 | pending",
+        "- t4 | pending | coder | planned | 0/0 | step 4 of the parser | t3 | -",
+        "- t5 | pending",
+        "completed: 1 (latest: t1)",
+    ] {
+        assert!(prompt.contains(line), "{line:?} missing from:\n{prompt}");
+    }
+    assert!(
+        prompt.contains("\"keep\""),
+        "the reply format asks for keep"
+    );
+
+    // Every task is still there as it was: nothing cancelled.
+    let all = typed::all_tasks(&bus, &s, None, T).await.unwrap();
+    let state = |id: &str| all.iter().find(|r| r.task.task_id == id).unwrap().state;
+    assert_eq!(state("t2"), TaskState::Blocked);
+    for id in ["t3", "t4", "t5"] {
+        assert_eq!(state(id), TaskState::Pending, "{id}");
+    }
+    assert!(all.iter().all(|r| r.state != TaskState::Cancelled));
+    let audit = std::fs::read_to_string(cfg.data_dir().join("default/audit.log.jsonl")).unwrap();
+    let rec = audit
+        .lines()
+        .find(|l| l.contains("MANAGER_RECONCILED"))
+        .unwrap();
+    assert!(rec.contains("\"cancelled\":[]"), "{rec}");
+
+    let _ = stop.send(true);
+    runner.await.unwrap().unwrap();
+    queue.stop().await.unwrap();
+}
