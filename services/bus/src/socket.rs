@@ -206,13 +206,19 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream) {
 
 struct ClientInner {
     path: PathBuf,
-    tx: mpsc::UnboundedSender<Frame>,
-    subs: Mutex<HashMap<u64, mpsc::UnboundedSender<Message>>>,
+    /// The current connection's writer; replaced on every reconnect.
+    tx: Mutex<mpsc::UnboundedSender<Frame>>,
+    /// Subscriptions by sid, with their pattern (sent again on reconnect).
+    subs: Mutex<HashMap<u64, (String, mpsc::UnboundedSender<Message>)>>,
     pongs: Mutex<HashMap<u64, oneshot::Sender<()>>>,
     next: AtomicU64,
 }
 
-/// A client of a socket served by `xo up`.
+/// A client of a socket served by `xo up`. When `xo up` goes away the
+/// client reconnects (backing off from 100 ms to 2 s) and subscribes again,
+/// so a runner attached to it goes on once `xo up` is back; calls made
+/// while it is away fail with [`BusError::Closed`] and are retried by
+/// their callers. Messages published while it is away are not received.
 #[derive(Clone)]
 pub struct SocketBus {
     inner: Arc<ClientInner>,
@@ -226,72 +232,126 @@ impl std::fmt::Debug for SocketBus {
     }
 }
 
+fn socket_err(path: &Path, e: std::io::Error) -> BusError {
+    BusError::Socket {
+        path: path.display().to_string(),
+        source: e,
+    }
+}
+
+/// Starts the writer and the reader of one connection; when the reader
+/// ends (the server went away), reconnecting starts.
+fn attach(inner: &Arc<ClientInner>, stream: UnixStream) {
+    let (mut r, mut w) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    if let Ok(mut cur) = inner.tx.lock() {
+        *cur = tx;
+    }
+    tokio::spawn(async move {
+        while let Some(f) = rx.recv().await {
+            if write_frame(&mut w, &f).await.is_err() {
+                break;
+            }
+        }
+    });
+    let weak = Arc::downgrade(inner);
+    tokio::spawn(async move {
+        while let Ok(Some(f)) = read_frame(&mut r).await {
+            let Some(inner) = weak.upgrade() else { return };
+            match f {
+                Frame::Msg {
+                    sid,
+                    subject,
+                    reply,
+                    headers,
+                    payload,
+                } => {
+                    let tx = inner
+                        .subs
+                        .lock()
+                        .ok()
+                        .and_then(|s| s.get(&sid).map(|(_, tx)| tx.clone()));
+                    if let Some(tx) = tx {
+                        let _ = tx.send(Message {
+                            subject,
+                            reply,
+                            headers: Headers(headers),
+                            payload: Bytes::from(payload.into_vec()),
+                        });
+                    }
+                }
+                Frame::Pong { id } => {
+                    if let Some(tx) = inner.pongs.lock().ok().and_then(|mut p| p.remove(&id)) {
+                        let _ = tx.send(());
+                    }
+                }
+                _ => {}
+            }
+        }
+        reconnect(weak).await;
+    });
+}
+
+/// Connects again until it works (or nobody holds the client any more),
+/// then subscribes every live subscription again.
+async fn reconnect(weak: std::sync::Weak<ClientInner>) {
+    let mut wait = Duration::from_millis(100);
+    let mut tries = 0u32;
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if let Ok(mut p) = inner.pongs.lock() {
+            p.clear();
+        }
+        match UnixStream::connect(&inner.path).await {
+            Ok(stream) => {
+                attach(&inner, stream);
+                let subs: Vec<(u64, String)> = inner
+                    .subs
+                    .lock()
+                    .map(|s| s.iter().map(|(sid, (p, _))| (*sid, p.clone())).collect())
+                    .unwrap_or_default();
+                let tx = inner.tx.lock().ok().map(|t| t.clone());
+                for (sid, pattern) in subs {
+                    if let Some(tx) = &tx {
+                        let _ = tx.send(Frame::Sub { sid, pattern });
+                    }
+                }
+                tracing::info!(path = %inner.path.display(), tries, "reconnected to xo up");
+                return;
+            }
+            Err(e) => {
+                if tries.is_multiple_of(20) {
+                    tracing::warn!(path = %inner.path.display(), error = %e, "xo up is gone; reconnecting");
+                }
+                tries += 1;
+            }
+        }
+        drop(inner);
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(2));
+    }
+}
+
 impl SocketBus {
     pub async fn connect(path: &Path) -> BusResult<Self> {
         let stream = UnixStream::connect(path)
             .await
-            .map_err(|e| BusError::Socket {
-                path: path.display().to_string(),
-                source: e,
-            })?;
-        let (mut r, mut w) = stream.into_split();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+            .map_err(|e| socket_err(path, e))?;
+        let (tx, _) = mpsc::unbounded_channel::<Frame>();
         let inner = Arc::new(ClientInner {
             path: path.to_path_buf(),
-            tx,
+            tx: Mutex::new(tx),
             subs: Mutex::default(),
             pongs: Mutex::default(),
             next: AtomicU64::new(1),
         });
-        tokio::spawn(async move {
-            while let Some(f) = rx.recv().await {
-                if write_frame(&mut w, &f).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let weak = Arc::downgrade(&inner);
-        tokio::spawn(async move {
-            while let Ok(Some(f)) = read_frame(&mut r).await {
-                let Some(inner) = weak.upgrade() else { break };
-                match f {
-                    Frame::Msg {
-                        sid,
-                        subject,
-                        reply,
-                        headers,
-                        payload,
-                    } => {
-                        let tx = inner.subs.lock().ok().and_then(|s| s.get(&sid).cloned());
-                        if let Some(tx) = tx {
-                            let _ = tx.send(Message {
-                                subject,
-                                reply,
-                                headers: Headers(headers),
-                                payload: Bytes::from(payload.into_vec()),
-                            });
-                        }
-                    }
-                    Frame::Pong { id } => {
-                        if let Some(tx) = inner.pongs.lock().ok().and_then(|mut p| p.remove(&id)) {
-                            let _ = tx.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            // The server went away: close every subscription.
-            if let Some(inner) = weak.upgrade()
-                && let Ok(mut subs) = inner.subs.lock()
-            {
-                subs.clear();
-            }
-        });
+        attach(&inner, stream);
         Ok(Self { inner })
     }
 
     fn send(&self, f: Frame) -> BusResult<()> {
-        self.inner.tx.send(f).map_err(|_| BusError::Closed)
+        let tx = self.inner.tx.lock().map_err(|_| BusError::Closed)?.clone();
+        tx.send(f).map_err(|_| BusError::Closed)
     }
 
     pub async fn publish_with_reply(
@@ -313,12 +373,17 @@ impl SocketBus {
         let sid = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         if let Ok(mut subs) = self.inner.subs.lock() {
-            subs.insert(sid, tx);
+            subs.insert(sid, (pattern.to_string(), tx));
         }
-        self.send(Frame::Sub {
+        if let Err(e) = self.send(Frame::Sub {
             sid,
             pattern: pattern.to_string(),
-        })?;
+        }) {
+            if let Ok(mut subs) = self.inner.subs.lock() {
+                subs.remove(&sid);
+            }
+            return Err(e);
+        }
         // Make sure the server registered it before we return.
         self.flush().await?;
         let weak = Arc::downgrade(&self.inner);
@@ -327,7 +392,9 @@ impl SocketBus {
                 if let Ok(mut subs) = inner.subs.lock() {
                     subs.remove(&sid);
                 }
-                let _ = inner.tx.send(Frame::Unsub { sid });
+                if let Ok(tx) = inner.tx.lock() {
+                    let _ = tx.send(Frame::Unsub { sid });
+                }
             }
         });
         Ok(Subscription::Channel(ChannelSub::new(rx, Some(guard))))

@@ -500,8 +500,32 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
         std::fs::read_to_string(dir.path().join(".xo/data/parser/prompts.log.jsonl")).unwrap();
     assert!(prompts.contains("\"unit\":\"coder-a\""));
     assert!(dir.path().join(".xo/data/parser/audit.log.jsonl").exists());
+
+    // `xo up` restarts: the runner attached to its socket reconnects and
+    // works the next task without being restarted itself.
+    interrupt(up);
+    let up = start_up(dir.path());
+    std::fs::write(
+        dir.path().join("task2.json"),
+        task.replace("\"hello\"", "\"hello2\"")
+            .replace("hi.txt", "hi2.txt"),
+    )
+    .unwrap();
+    for args in [&["enqueue", "task2.json"][..], &["start"]] {
+        let o = run(dir.path(), args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    }
+    eventually("the runner works again after xo up restarted", || {
+        dir.path().join(".xo/sandbox/parser/hi2.txt").exists()
+            && text(&run(dir.path(), &["status", "--json"]).stdout).contains("\"COMPLETED\"")
+    });
     let r = interrupt(runner);
     assert!(r.status.success(), "{}", text(&r.stderr));
+    assert!(
+        text(&r.stderr).contains("xo up is gone; reconnecting"),
+        "{}",
+        text(&r.stderr)
+    );
     interrupt(up);
 }
 
