@@ -220,3 +220,79 @@ async fn an_endpoint_that_keeps_failing_blocks_without_leaking_the_key() {
     );
     assert_eq!(stub.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn big_tool_outputs_are_cut_and_a_full_context_is_condensed_not_fatal() {
+    let r = rig();
+    // 200 KB: far over the tool output bound (16 KiB) and the window (1,000 tokens).
+    std::fs::write(r.project.join("big.txt"), "y".repeat(200_000)).unwrap();
+    let stub = OpenAiStub::start(vec![
+        tool_call("c1", "read_file", r#"{"path": "big.txt"}"#),
+        tool_call("c2", "read_file", r#"{"path": "big.txt"}"#),
+        StubReply::Status(
+            400,
+            "{\"error\": \"This model's maximum context length is 8192 tokens\"}".into(),
+            None,
+        ),
+        tool_call("c3", "list_dir", r#"{"path": "."}"#),
+        tool_call("c4", "list_dir", r#"{"path": "."}"#),
+        text("Read it.\n{\"status\": \"ok\", \"message\": \"read big.txt\"}"),
+    ]);
+    let mut d = driver(&stub, 1);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let turns = Turns::new(tx);
+    let task = Task::new("o3", "read the big file", "read big.txt", "coder");
+    let out = r.pipeline.run(&mut d, &job(task), turns, None).await;
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    drop(d);
+    let mut condensed = 0;
+    while let Ok(ev) = rx.try_recv() {
+        condensed += usize::from(ev.condensed);
+    }
+    assert!(
+        condensed >= 1,
+        "the turns say the conversation was condensed"
+    );
+
+    let reqs = stub.requests();
+    assert_eq!(
+        reqs.len(),
+        6,
+        "the context refusal was answered by condensing once"
+    );
+    let content = |q: usize, m: usize| {
+        reqs[q].body["messages"][m]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    // The tool output reached the model cut, head and tail kept.
+    let t1 = content(1, 3);
+    assert!(t1.len() < 17_000, "{}", t1.len());
+    assert!(t1.contains("bytes cut by XO") && t1.starts_with("yyyy") && t1.ends_with("yyyy"));
+    // Refused for length, the retry carries the older output elided and the latest whole.
+    assert!(
+        content(2, 3).contains("bytes cut by XO"),
+        "the refused request had it"
+    );
+    assert!(
+        content(3, 3).starts_with("[elided by XO"),
+        "{}",
+        content(3, 3)
+    );
+    assert!(
+        content(3, 5).contains("bytes cut by XO"),
+        "the latest output stays"
+    );
+    // Past the condensing threshold, older outputs are elided before the call.
+    assert!(
+        content(5, 5).starts_with("[elided by XO"),
+        "{}",
+        content(5, 5)
+    );
+    assert_eq!(
+        content(5, 1),
+        content(0, 1),
+        "the task itself is never elided"
+    );
+}

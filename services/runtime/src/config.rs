@@ -473,6 +473,13 @@ pub struct OpenAiConfig {
     /// USD per million tokens, for the SALUTE cost field.
     pub price_in_per_mtok: f64,
     pub price_out_per_mtok: f64,
+    /// A tool's output beyond this many bytes reaches the model as its head
+    /// and tail with the cut named.
+    pub max_tool_output_bytes: usize,
+    /// At this fill of the context window the conversation is condensed:
+    /// older tool outputs are replaced by a note, the task, the latest
+    /// turns and the steering stay.
+    pub condense_at: f64,
 }
 
 impl Default for OpenAiConfig {
@@ -487,6 +494,8 @@ impl Default for OpenAiConfig {
             request_timeout_ms: 120_000,
             price_in_per_mtok: 0.0,
             price_out_per_mtok: 0.0,
+            max_tool_output_bytes: 16 * 1024,
+            condense_at: 0.75,
         }
     }
 }

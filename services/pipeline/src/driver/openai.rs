@@ -74,6 +74,9 @@ impl OpenAiDriver {
         ];
         let mut final_text: Option<String> = None;
         let mut last_content = String::new();
+        // The context the last call used (the endpoint's count), to
+        // condense before the window is full rather than fail.
+        let mut context_used = 0u64;
         for turn in 1..=u64::from(self.cfg.max_turns) {
             for s in ctx.turns.take_steering() {
                 // The XO's warning enters the conversation before the next step.
@@ -92,13 +95,47 @@ impl OpenAiDriver {
                 out.timed_out = true;
                 break;
             }
+            let estimate = context_used.max(chars(&messages) / 4);
+            let mut condensed = false;
+            if self.context_limit > 0
+                && estimate as f64 >= self.cfg.condense_at * self.context_limit as f64
+            {
+                let elided = condense(&mut messages, 4);
+                if elided > 0 {
+                    condensed = true;
+                    debug!(
+                        elided,
+                        estimate,
+                        limit = self.context_limit,
+                        "conversation condensed"
+                    );
+                }
+            }
             let body = json!({
                 "model": self.cfg.model,
                 "messages": messages,
                 "tools": tools(self.read_only),
             });
-            let resp = self.call(&body).await?;
+            let resp = match self.call(&body).await {
+                Ok(r) => r,
+                // The endpoint says the conversation is too long: condense
+                // and ask once more rather than fail the task.
+                Err(DriverError::Endpoint(e))
+                    if context_error(&e) && condense(&mut messages, 1) > 0 =>
+                {
+                    warn!(error = %e, "the model's context is full; conversation condensed, asking again");
+                    condensed = true;
+                    let body = json!({
+                        "model": self.cfg.model,
+                        "messages": messages,
+                        "tools": tools(self.read_only),
+                    });
+                    self.call(&body).await?
+                }
+                Err(e) => return Err(e),
+            };
             let (tin, tout) = usage(&resp);
+            context_used = tin + tout;
             out.tokens_in += tin;
             out.tokens_out += tout;
             let cost = (tin as f64 * self.cfg.price_in_per_mtok
@@ -126,6 +163,7 @@ impl OpenAiDriver {
                 context_tokens: Some(tin),
                 context_limit: Some(self.context_limit),
                 model: Some(self.cfg.model.clone()),
+                condensed,
                 ..Default::default()
             };
             if !content.is_empty() {
@@ -199,6 +237,7 @@ impl OpenAiDriver {
                     a = a.with_error(e);
                 }
                 last_action = Some(a);
+                let result = head_tail(&result, self.cfg.max_tool_output_bytes);
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
             }
             ev.action = last_action;
@@ -284,6 +323,68 @@ impl OpenAiDriver {
             self.scrub(&last)
         )))
     }
+}
+
+/// Whether an endpoint's refusal says the conversation is too long.
+fn context_error(e: &str) -> bool {
+    let e = e.to_ascii_lowercase();
+    [
+        "context_length",
+        "context length",
+        "maximum context",
+        "too many tokens",
+        "context window",
+    ]
+    .iter()
+    .any(|s| e.contains(s))
+}
+
+/// Characters in a conversation (for a token estimate before the
+/// endpoint has counted any).
+fn chars(messages: &[Value]) -> u64 {
+    messages.iter().map(|m| m.to_string().len() as u64).sum()
+}
+
+/// Replaces the content of older tool results (all but the last
+/// `keep_last` messages; the system prompt and the task stay) with a note;
+/// returns how many were elided.
+fn condense(messages: &mut [Value], keep_last: usize) -> usize {
+    let keep_from = messages.len().saturating_sub(keep_last);
+    let mut n = 0;
+    for m in messages.iter_mut().take(keep_from).skip(2) {
+        let is_tool = m.get("role").and_then(Value::as_str) == Some("tool");
+        let len = m.get("content").and_then(Value::as_str).map_or(0, str::len);
+        if is_tool && len > 200 {
+            m["content"] = Value::String(format!(
+                "[elided by XO to keep the conversation in the context window: {len} bytes of tool output; run the tool again if you need it]"
+            ));
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A tool output within `max` bytes: its head and its tail, with the cut
+/// named between them.
+fn head_tail(text: &str, max: usize) -> String {
+    if text.len() <= max || max < 64 {
+        return text.to_string();
+    }
+    let half = max / 2;
+    let mut head = half;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - half;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[... {} bytes cut by XO; the first and last {half} bytes are shown ...]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
 }
 
 fn snippet(t: &str) -> String {
