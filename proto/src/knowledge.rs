@@ -126,6 +126,10 @@ pub struct KnowledgeDoc {
     /// The milestone it belongs to (design documents and lessons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub milestone: Option<String>,
+    /// Words and paths it is about (`parser`, `src/lexer`, `role:coder`,
+    /// `type:fix`): documents chosen by relevance match them first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// Clean tasks it was injected into.
     #[serde(default)]
     pub uses: u32,
@@ -317,6 +321,26 @@ pub struct Select {
     /// Token budget; default 2,000.
     #[serde(default)]
     pub budget_tokens: Option<usize>,
+    /// What the task is about, for documents chosen by relevance (lessons
+    /// and design documents of no milestone, domain documents).
+    #[serde(default)]
+    pub about: About,
+}
+
+/// A task as relevance sees it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct About {
+    #[serde(default)]
+    pub role: String,
+    /// The task type (`implementation`, `fix`, `test`, …).
+    #[serde(default)]
+    pub task_type: String,
+    /// Intent, instructions and criteria.
+    #[serde(default)]
+    pub text: String,
+    /// Paths it touches: working directory, required artifacts, files named.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ const T: Duration = Duration::from_secs(10);
 
 fn doc(c: Category, name: &str, rule: &str) -> KnowledgeDoc {
     KnowledgeDoc {
+        tags: Vec::new(),
         category: c,
         name: name.into(),
         title: format!("{name} title"),

@@ -243,6 +243,44 @@ async fn reviewers_write_knowledge_and_directives_and_converge() {
         .await;
     assert_eq!(lesson.updated_by, "internaliser");
     assert!(lesson.rationale.contains("from task t2"));
+    // The lesson (of no milestone) reaches later tasks it is about, and
+    // only those: the knowledge a runner's prompt gets for a task.
+    let about = |text: &str| Select {
+        milestone: Some("m9".into()),
+        budget_tokens: None,
+        about: About {
+            role: "coder".into(),
+            task_type: "fix".into(),
+            text: text.into(),
+            paths: vec!["src/lexer.rs".into()],
+        },
+    };
+    let hit = rig
+        .call(&about("Stop the lexer from panicking on empty input"))
+        .await;
+    assert!(
+        hit.section.contains("The lexer must handle empty input"),
+        "{}",
+        hit.section
+    );
+    assert!(
+        hit.docs
+            .contains(&"lessons/the-lexer-must-handle-empty-input".to_string())
+    );
+    let miss = rig
+        .call(&Select {
+            about: About {
+                text: "Write the release notes".into(),
+                ..Default::default()
+            },
+            ..about("")
+        })
+        .await;
+    assert!(
+        !miss.docs.iter().any(|d| d.starts_with("lessons/")),
+        "{:?}",
+        miss.docs
+    );
 
     // Code style again with the same findings: converging, interval doubled.
     rig.complete_one().await;

@@ -239,6 +239,7 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
         .await
         .unwrap();
     let doc = xo_proto::knowledge::KnowledgeDoc {
+        tags: Vec::new(),
         category: xo_proto::knowledge::Category::Conventions,
         name: "naming".into(),
         title: "Naming".into(),

@@ -126,6 +126,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     let mut tap = bus.subscribe(&subjects.all()).await?;
     // The knowledge store, seeded with one convention the runners' prompts carry.
     let convention = xo_proto::knowledge::KnowledgeDoc {
+        tags: Vec::new(),
         category: xo_proto::knowledge::Category::Conventions,
         name: "text-files".into(),
         title: "Text files".into(),

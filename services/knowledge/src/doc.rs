@@ -6,6 +6,7 @@
 //! _Last updated by: code_style, task_12_
 //! _Status: established_
 //! _Milestone: m1_
+//! _Tags: parser, src/lexer_
 //! _Uses: 3_
 //!
 //! ## Rules
@@ -51,6 +52,7 @@ pub fn parse(
     let mut updated_by = String::new();
     let mut after_task = None;
     let mut milestone = None;
+    let mut tags = Vec::new();
     let mut uses = 0u32;
     let mut section: Option<&str> = None;
     let mut rules = Vec::new();
@@ -135,6 +137,13 @@ pub fn parse(
                         })
                     }
                     "Milestone" => milestone = Some(v.to_string()).filter(|m| !m.is_empty()),
+                    "Tags" => {
+                        tags = v
+                            .split(',')
+                            .map(|t| t.trim().to_string())
+                            .filter(|t| !t.is_empty())
+                            .collect()
+                    }
                     "Uses" => {
                         uses = v
                             .parse()
@@ -227,6 +236,7 @@ pub fn parse(
         updated_by,
         after_task,
         milestone,
+        tags,
         uses,
         rules,
         examples: examples.trim().to_string(),
@@ -244,6 +254,9 @@ pub fn render(d: &KnowledgeDoc) -> String {
     s.push_str(&format!("_Status: {}_\n", d.status.as_str()));
     if let Some(m) = &d.milestone {
         s.push_str(&format!("_Milestone: {m}_\n"));
+    }
+    if !d.tags.is_empty() {
+        s.push_str(&format!("_Tags: {}_\n", d.tags.join(", ")));
     }
     s.push_str(&format!("_Uses: {}_\n\n## Rules\n\n", d.uses));
     for (i, r) in d.rules.iter().enumerate() {

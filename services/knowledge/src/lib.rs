@@ -8,6 +8,7 @@
 //! - [`service`]: the `knowledge` control API on the bus and the watcher of hand edits.
 
 pub mod doc;
+pub mod relevance;
 pub mod service;
 pub mod store;
 

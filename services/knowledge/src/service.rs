@@ -255,8 +255,9 @@ impl KnowledgeActor {
                 answer(port, res)
             }
             KnowledgeApi::Select(r, port) => {
-                let sel = st.store.select(
+                let sel = st.store.select_for(
                     r.milestone.as_deref(),
+                    &r.about,
                     r.budget_tokens.unwrap_or(self.budget),
                 );
                 let _ = port.send(Ok(sel));

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use xo_proto::knowledge::{
-    Author, Category, ChangeEntry, DocList, DocStatus, DocSummary, InvalidDoc, KnowledgeDoc,
+    About, Author, Category, ChangeEntry, DocList, DocStatus, DocSummary, InvalidDoc, KnowledgeDoc,
     Selection,
 };
 
@@ -296,6 +296,15 @@ impl KnowledgeStore {
     /// milestone, then provisional conventions, marked as such. Deprecated
     /// documents never.
     pub fn select(&self, milestone: Option<&str>, budget: usize) -> Selection {
+        self.select_for(milestone, &About::default(), budget)
+    }
+
+    /// The knowledge for one task, under `budget` tokens: established
+    /// conventions; design documents and lessons of its milestone; then
+    /// lessons and design documents of no milestone and domain documents
+    /// that match what the task is about (role, type, words, paths), most
+    /// relevant first; provisional conventions last.
+    pub fn select_for(&self, milestone: Option<&str>, about: &About, budget: usize) -> Selection {
         let (docs, _) = self.load_all();
         let live = |d: &&KnowledgeDoc| d.status != DocStatus::Deprecated;
         let of_milestone =
@@ -318,6 +327,20 @@ impl KnowledgeStore {
                 .filter(|d| d.category == Category::Lessons)
                 .filter(of_milestone),
         );
+        let terms = crate::relevance::Terms::of(about);
+        let mut relevant: Vec<(u32, &KnowledgeDoc)> = docs
+            .iter()
+            .filter(live)
+            .filter(|d| match d.category {
+                Category::Domain => true,
+                Category::Design | Category::Lessons => d.milestone.is_none(),
+                Category::Conventions => false,
+            })
+            .map(|d| (terms.score(d), d))
+            .filter(|(score, _)| *score > 0)
+            .collect();
+        relevant.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.id().cmp(&b.1.id())));
+        order.extend(relevant.into_iter().map(|(_, d)| d));
         order.extend(
             docs.iter().filter(live).filter(|d| {
                 d.category == Category::Conventions && d.status == DocStatus::Provisional
@@ -428,6 +451,7 @@ mod tests {
 
     fn doc(c: Category, name: &str, rules: &[&str]) -> KnowledgeDoc {
         KnowledgeDoc {
+            tags: Vec::new(),
             category: c,
             name: name.into(),
             title: format!("{name} rules"),
@@ -606,5 +630,58 @@ mod tests {
                 .contains("lessons/bad.md line 2")
         );
         assert!(matches!(s.get("lessons/bad"), Err(StoreError::Invalid(_))));
+    }
+
+    #[test]
+    fn documents_of_no_milestone_are_chosen_by_relevance() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = KnowledgeStore::open(tmp.path()).unwrap();
+        let mut tables = doc(
+            Category::Domain,
+            "tables",
+            &["rows have the same column count"],
+        );
+        tables.tags = vec!["src/parser".into(), "role:coder".into()];
+        s.put(tables, Author::Operator, None).unwrap();
+        s.put(
+            doc(Category::Domain, "billing", &["invoices are immutable"]),
+            Author::Operator,
+            None,
+        )
+        .unwrap();
+        s.put(
+            doc(
+                Category::Lessons,
+                "escapes",
+                &["a table cell may hold an escaped pipe"],
+            ),
+            Author::Internaliser,
+            None,
+        )
+        .unwrap();
+        let mut later = doc(Category::Design, "tables-v2", &["tables stream"]);
+        later.milestone = Some("m3".into());
+        s.put(later, Author::Design, None).unwrap();
+        let about = About {
+            role: "coder".into(),
+            task_type: "implementation".into(),
+            text: "Parse markdown tables: a cell with an escaped pipe".into(),
+            paths: vec!["src/parser/table.rs".into()],
+        };
+        let sel = s.select_for(Some("m1"), &about, 2_000);
+        assert_eq!(
+            sel.docs,
+            vec!["domain/tables".to_string(), "lessons/escapes".to_string()],
+            "tags and paths first, unrelated and other milestones left out"
+        );
+        // Nothing to go on: none of them.
+        assert!(s.select_for(None, &About::default(), 2_000).docs.is_empty());
+        // Under a budget too small for both, the most relevant one.
+        let (docs, _) = s.load_all();
+        let tables = docs.iter().find(|d| d.name == "tables").unwrap();
+        let budget = count_tokens("## PROJECT KNOWLEDGE\nFollow these project rules.\n")
+            + count_tokens(&injection(tables));
+        let one = s.select_for(None, &about, budget);
+        assert_eq!(one.docs, vec!["domain/tables".to_string()]);
     }
 }

@@ -231,7 +231,7 @@ impl TaskType {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Implementation => "implementation",
             Self::Config => "config",

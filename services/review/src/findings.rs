@@ -42,6 +42,7 @@ impl DocOut {
     /// author or history yet (the store adds them).
     pub fn to_doc(&self, category: Category) -> KnowledgeDoc {
         KnowledgeDoc {
+            tags: Vec::new(),
             category,
             name: self.name.clone(),
             title: self.title.clone(),

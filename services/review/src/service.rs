@@ -564,6 +564,7 @@ impl Reviews {
         let bootstrap = docs.docs.is_empty();
         let knowledge = self
             .call(&Select {
+                about: Default::default(),
                 milestone: None,
                 budget_tokens: None,
             })

@@ -220,6 +220,7 @@ impl Worker {
             bus,
             subjects,
             &xo_proto::knowledge::Select {
+                about: about(&rec.task),
                 milestone: rec.task.milestone.clone(),
                 budget_tokens: None,
             },
@@ -343,6 +344,29 @@ impl Worker {
             warn!(error = %e, "runner event not published");
         }
         deliver(bus, subjects, &id, &claimed.token, outcome, usage).await;
+    }
+}
+
+/// What the task is about, for knowledge chosen by relevance.
+fn about(t: &q::Task) -> xo_proto::knowledge::About {
+    let mut text = format!("{}\n{}", t.intent, t.instructions);
+    text.truncate(
+        (0..=text.len().min(4000))
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0),
+    );
+    for c in &t.acceptance_criteria {
+        text.push('\n');
+        text.push_str(c);
+    }
+    let mut paths: Vec<String> = t.required_artifacts.clone();
+    paths.extend(t.working_directory.clone());
+    xo_proto::knowledge::About {
+        role: t.role.clone(),
+        task_type: xo_pipeline::compose::TaskType::detect(t).name().to_string(),
+        text,
+        paths,
     }
 }
 
