@@ -610,10 +610,12 @@ pub enum EventName {
     QueueUnstuck,
     /// A violation ended the task as failed (seed 004's ERROR).
     TaskFailed,
+    /// A cleanup directive dropped by the queue (cap or age): not churn.
+    CleanupDropped,
 }
 
 impl EventName {
-    pub const ALL: [EventName; 23] = [
+    pub const ALL: [EventName; 24] = [
         Self::Init,
         Self::GoalSet,
         Self::Enqueue,
@@ -637,6 +639,7 @@ impl EventName {
         Self::QueueStuck,
         Self::QueueUnstuck,
         Self::TaskFailed,
+        Self::CleanupDropped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -664,6 +667,7 @@ impl EventName {
             Self::QueueStuck => "QUEUE_STUCK",
             Self::QueueUnstuck => "QUEUE_UNSTUCK",
             Self::TaskFailed => "TASK_FAILED",
+            Self::CleanupDropped => "CLEANUP_DROPPED",
         }
     }
 

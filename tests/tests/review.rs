@@ -435,6 +435,8 @@ async fn polish_phase_is_bounded_to_cleanup_directives() {
         .is_ok()
     {}
     assert_eq!(rig.complete_one().await, "t1");
+    // t1's own review (the last functional work), then the polish phase.
+    assert_eq!(rig.next_run().await.reviewer, "code_style");
     assert!(rig.complete_one().await.starts_with("dir-c"));
     assert!(rig.complete_one().await.starts_with("dir-c"));
     for _ in 0..100 {
@@ -499,5 +501,109 @@ async fn a_refusing_model_stops_the_reviews_and_reviewers_cannot_write() {
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(tools, vec!["read_file", "list_dir", "finish"]);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_survives_a_restart_and_dropped_cleanup_is_not_churn() {
+    let mut rig = Rig::start(None, &[("review.code_style_every", "3")]).await;
+    // Cleanup directives past the cap are dropped by the queue: not churn
+    // (50 drops at +0.2 each would have pulled a run by urgency).
+    let cleanup: Vec<Task> = (1..=60)
+        .map(|i| {
+            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
+            t.lane = Lane::Cleanup;
+            t.directive = Some(format!("dir-c{i}"));
+            t
+        })
+        .collect();
+    rig.call(&Enqueue { tasks: cleanup }).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), rig.runs.next())
+            .await
+            .is_err(),
+        "no review run from the queue's own cleanup drops"
+    );
+    rig.complete_one().await;
+    rig.complete_one().await;
+    // The reviewers restart between the second and the third completion
+    // (once they have taken the second in).
+    let kept = xo_review::service::kept_path(&rig.cfg);
+    for _ in 0..500 {
+        let k: Option<xo_review::service::Kept> = std::fs::read(&kept)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if k.is_some_and(|k| k.sched.completed() == 2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let restarted = xo_review::start(rig.cfg.clone(), rig.bus.clone())
+        .await
+        .unwrap();
+    let old = std::mem::replace(&mut rig.review, restarted);
+    old.stop().await.unwrap();
+    rig.complete_one().await;
+    let r = rig.next_run().await;
+    assert_eq!(
+        (r.reviewer.as_str(), r.task_count, r.trigger.as_str()),
+        ("code_style", 3, "interval"),
+        "the counter went on across the restart"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_functional_work_ends_the_polish_phase() {
+    let mut rig = Rig::start(
+        None,
+        &[
+            ("review.code_style_every", "1"),
+            ("review.polish_max_tasks", "5"),
+        ],
+    )
+    .await;
+    let ids: Vec<String> = rig
+        .call(&ListTasks::default())
+        .await
+        .into_iter()
+        .map(|r| r.task.task_id)
+        .collect();
+    for id in ids.iter().skip(1) {
+        rig.call(&Cancel {
+            task_id: id.clone(),
+        })
+        .await;
+    }
+    let cleanup = (1..=3)
+        .map(|i| {
+            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
+            t.lane = Lane::Cleanup;
+            t.directive = Some(format!("dir-c{i}"));
+            t
+        })
+        .collect();
+    rig.call(&Enqueue { tasks: cleanup }).await;
+    while tokio::time::timeout(Duration::from_millis(200), rig.runs.next())
+        .await
+        .is_ok()
+    {}
+    // t1 done, only cleanup left: polish, no reviews.
+    assert_eq!(rig.complete_one().await, "t1");
+    assert_eq!(rig.next_run().await.reviewer, "code_style");
+    assert!(rig.complete_one().await.starts_with("dir-c"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), rig.runs.next())
+            .await
+            .is_err(),
+        "no reviews in the polish phase"
+    );
+    // New functional work arrives: the polish phase ends, reviews resume.
+    let mut t = Task::new("f1", "a new feature", "x", "coder");
+    t.lane = Lane::Critical;
+    rig.call(&Enqueue { tasks: vec![t] }).await;
+    assert_eq!(rig.complete_one().await, "f1");
+    let r = rig.next_run().await;
+    assert_eq!(r.reviewer, "code_style");
     rig.stop().await;
 }

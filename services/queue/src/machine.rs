@@ -696,7 +696,7 @@ impl Machine {
         let mut c = Changes::default();
         let excess = waiting.len().saturating_sub(CLEANUP_CAP);
         for (_, id) in waiting.into_iter().take(excess) {
-            c.merge(self.task_change(EventName::TaskCancelled, &id, None, |r| {
+            c.merge(self.task_change(EventName::CleanupDropped, &id, None, |r| {
                 r.state = TaskState::Cancelled;
                 r.reason = Some(format!("cleanup cap of {CLEANUP_CAP} exceeded"));
             }));
@@ -714,7 +714,7 @@ impl Machine {
             .collect();
         let mut c = Changes::default();
         for id in old {
-            c.merge(self.task_change(EventName::TaskCancelled, &id, None, |r| {
+            c.merge(self.task_change(EventName::CleanupDropped, &id, None, |r| {
                 r.state = TaskState::Cancelled;
                 r.reason = Some(format!(
                     "cleanup aged out after {CLEANUP_AGE} completed tasks"

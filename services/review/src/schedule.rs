@@ -61,8 +61,9 @@ pub enum Signal {
 }
 
 /// Seed 001's triggers: counters per reviewer, urgency that pulls runs
-/// forward, reviewers before the assessor.
-#[derive(Debug, Clone)]
+/// forward, reviewers before the assessor. Serialisable: the reviewers
+/// keep it across restarts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Schedule {
     completed: u64,
     since: [u32; 4],

@@ -232,7 +232,58 @@ fn review_driver(cfg: &XoConfig) -> Option<Driver> {
         .map(|d| Driver::OpenAi(d.read_only()))
 }
 
+/// What the reviewers keep across restarts (`<data>/<review.project>/review-state.json`):
+/// the schedule (counters, intervals, urgency), the polish phase and the
+/// cancellations they made themselves.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Kept {
+    pub sched: Schedule,
+    pub polish: Option<u32>,
+    pub ours: BTreeSet<String>,
+}
+
+pub fn kept_path(cfg: &XoConfig) -> std::path::PathBuf {
+    cfg.data_dir()
+        .join(&cfg.review.project)
+        .join("review-state.json")
+}
+
+/// The kept state, if a previous life left one that reads.
+fn load_kept(cfg: &XoConfig) -> Option<Kept> {
+    let path = kept_path(cfg);
+    let bytes = std::fs::read(&path).ok()?;
+    match serde_json::from_slice(&bytes) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "review state unreadable; starting the schedule afresh (file left as it is)");
+            None
+        }
+    }
+}
+
 impl Reviews {
+    /// Writes the kept state (atomically: a temporary file renamed).
+    async fn keep(&self) {
+        let k = Kept {
+            sched: self.sched.clone(),
+            polish: self.polish,
+            ours: self.ours.clone(),
+        };
+        let path = kept_path(&self.cfg);
+        let tmp = path.with_extension("json.tmp");
+        let res = async {
+            if let Some(d) = path.parent() {
+                tokio::fs::create_dir_all(d).await?;
+            }
+            tokio::fs::write(&tmp, serde_json::to_vec(&k).unwrap_or_default()).await?;
+            tokio::fs::rename(&tmp, &path).await
+        }
+        .await;
+        if let Err(e) = res {
+            warn!(path = %path.display(), error = %e, "review state not kept; a restart starts the schedule afresh");
+        }
+    }
+
     /// The reviewers' state: the pipeline on the sandbox, the review model.
     pub(crate) fn new(cfg: XoConfig, bus: Bus) -> Self {
         let sandbox = Sandbox::open(&cfg.sandbox_dir()).ok();
@@ -240,11 +291,19 @@ impl Reviews {
             Pipeline::new(cfg.runner.clone(), s, cfg.data_dir(), "xo-review", None).ok()
         });
         let driver = review_driver(&cfg);
+        let kept = load_kept(&cfg);
+        if let Some(k) = &kept {
+            info!(completed = k.sched.completed(), urgency = k.sched.urgency(), polish = ?k.polish, "review schedule restored");
+        }
+        let (sched, polish, ours) = match kept {
+            Some(k) => (k.sched, k.polish, k.ours),
+            None => (Schedule::new(&cfg.review), None, BTreeSet::new()),
+        };
         Self {
             base: cfg.clone(),
             settings_version: 0,
             down: None,
-            sched: Schedule::new(&cfg.review),
+            sched,
             format: cfg.wire.format,
             subjects: cfg.subjects(),
             bus,
@@ -252,8 +311,8 @@ impl Reviews {
             driver,
             last: BTreeMap::new(),
             feedback: VecDeque::new(),
-            polish: None,
-            ours: BTreeSet::new(),
+            polish,
+            ours,
             runs: 0,
             cfg,
         }
@@ -286,6 +345,9 @@ impl Reviews {
     }
 
     pub(crate) async fn take(&mut self, input: Input) {
+        // A completion that starts the polish phase still gets its reviews
+        // (it was functional work); the phase holds them from the next.
+        let in_polish = self.polish.is_some();
         let signal = match input {
             Input::Runner(e) => {
                 if e.validation_failures > 0 {
@@ -314,16 +376,41 @@ impl Reviews {
                 Some(EventName::TaskCancelled) if !self.ours.contains(&e.task_id) => {
                     Some(Signal::Churn)
                 }
+                Some(EventName::Enqueue | EventName::EnqueueCritical) if self.polish.is_some() => {
+                    self.new_work(&e.task_id).await;
+                    None
+                }
                 _ => None,
             },
         };
-        let Some(signal) = signal else { return };
-        if self.polish.is_some() {
-            return;
+        if let Some(signal) = signal
+            && !in_polish
+        {
+            let due = self.sched.signal(signal);
+            for (r, why) in due {
+                self.run(r, why).await;
+            }
         }
-        let due = self.sched.signal(signal);
-        for (r, why) in due {
-            self.run(r, why).await;
+        self.keep().await;
+    }
+
+    /// New work during the polish phase: functional work ends it (reviews
+    /// start again); more cleanup does not.
+    async fn new_work(&mut self, id: &str) {
+        let req = q::ListTasks {
+            task_id: Some(id.to_string()),
+            ..q::ListTasks::of(None)
+        };
+        let Some(rec) = self.call(&req).await.and_then(|v| v.into_iter().next()) else {
+            return;
+        };
+        if rec.task.lane != Lane::Cleanup {
+            info!(
+                task = id,
+                lane = rec.task.lane.as_str(),
+                "new functional work: polish phase over, reviews resume"
+            );
+            self.polish = None;
         }
     }
 
