@@ -600,6 +600,11 @@ impl TaskRun<'_> {
                 retries += 1;
                 self.stats.clarifications += 1;
                 if retries > self.max {
+                    // A question clarifications did not settle waits for
+                    // the operator's answer instead of blocking the task.
+                    if let crate::halt::Halt::AskedQuestion(q) = &h {
+                        return Outcome::Question(q.clone());
+                    }
                     return Outcome::Blocked(format!("{} (out of retries)", h.reason()));
                 }
                 self.work

@@ -274,6 +274,19 @@ async fn questions_get_clarification_or_wait_in_manual_mode() {
         Outcome::Question(q) => assert_eq!(q, "Should I use tabs or spaces?"),
         o => panic!("{o:?}"),
     }
+    // AUTO mode, the agent keeps asking: out of clarifications, the task
+    // waits for the operator's answer rather than blocking.
+    let r = rig(|c| c.max_retries = 1);
+    let always = format!("[[run]]\nsteps = [{ask}]");
+    match run(&r, &mut script_driver(), &job(task("t10", &always))).await {
+        Outcome::Question(q) => assert_eq!(q, "Should I use tabs or spaces?"),
+        o => panic!("{o:?}"),
+    }
+    let clarifications = types(&r.data)
+        .iter()
+        .filter(|t| *t == "CLARIFICATION_PROMPT")
+        .count();
+    assert_eq!(clarifications, 1);
 }
 
 #[tokio::test]
