@@ -106,8 +106,12 @@ pub fn parse_reply(
                 )));
             }
         }
-        if !matches!(object.get("tasks"), Some(Value::Array(_))) {
-            return Err(FormatError::Manager("no \"tasks\" list".into()));
+        let list = |k: &str| matches!(object.get(k), Some(Value::Array(_)));
+        let absent_or_list = |k: &str| object.get(k).is_none() || list(k);
+        if !(list("tasks") || list("keep")) || !absent_or_list("tasks") || !absent_or_list("keep") {
+            return Err(FormatError::Manager(
+                "no \"keep\" or \"tasks\" list (keep: ids of pending tasks kept; tasks: new or changed ones)".into(),
+            ));
         }
     }
     Ok((

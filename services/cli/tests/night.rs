@@ -1,0 +1,480 @@
+//! The night: a goal of 40 tasks with a Manager, three runners and a
+//! manager runner, every service its own `xo` process on a real
+//! nats-server, left alone. One task can never validate, one depends on a
+//! task the operator cancelled, one asks a question nobody answers, and
+//! runners are SIGKILLed twice — once on a task whose agent had written a
+//! checkpoint (resumed), once on one that had not (rolled back). In the
+//! morning every other task is completed, the blocked, waiting and stuck
+//! tasks were reported to the operator's webhook, and the audit chain is
+//! intact.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use xo_bus::{Bus, NatsBus, typed};
+use xo_proto::Subjects;
+use xo_proto::alert::{Alert, AlertKind};
+use xo_proto::queue::*;
+use xo_tests::NatsServer;
+
+struct Night {
+    url: String,
+    root: PathBuf,
+    config: PathBuf,
+    model: String,
+    children: BTreeMap<String, Child>,
+}
+
+impl Night {
+    fn spawn(&mut self, name: &str, args: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.join(format!("{name}.log")))
+            .unwrap();
+        let r = &self.root;
+        let c = Command::new(env!("CARGO_BIN_EXE_xo"))
+            .args(["--nats", &self.url, "--config"])
+            .arg(&self.config)
+            .args(["--log-format", "json"])
+            .args(args)
+            .env("XO__STATE__DIR", r.join("state"))
+            .env("XO__QUEUE__DATA_DIR", r.join("data"))
+            .env("XO__RUNNER__SANDBOX", r.join("sandbox"))
+            .env("XO__RUNNER__DRIVER__OPENAI__BASE_URL", &self.model)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn xo");
+        self.children.insert(name.to_string(), c);
+    }
+
+    fn runner(&mut self, unit: &str) {
+        self.spawn(
+            unit,
+            &[
+                "serve", "runner", "--script", "inline", "--role", "coder", "--unit", unit,
+            ],
+        );
+    }
+
+    fn kill(&mut self, name: &str) {
+        if let Some(mut c) = self.children.remove(name) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for name in self.children.keys() {
+            let text =
+                std::fs::read_to_string(self.root.join(format!("{name}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(8).collect();
+            s.push_str(&format!(
+                "--- {name}\n{}\n",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ));
+        }
+        s
+    }
+}
+
+impl Drop for Night {
+    fn drop(&mut self) {
+        for (_, mut c) in std::mem::take(&mut self.children) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+const OK: &str = r#"{ reply = '{"status": "ok", "message": "done"}' }"#;
+
+fn task(id: &str, steps: &str) -> Task {
+    let mut t = Task::new(
+        id,
+        format!("night task {id}"),
+        format!("```xo-script\nturn_ms = 10\n{steps}\n```\n"),
+        "coder",
+    );
+    t.project = Some("night".into());
+    t
+}
+
+fn goal() -> Vec<Task> {
+    let mut v = Vec::new();
+    for i in 1..=34 {
+        let id = format!("n{i:02}");
+        let mut t = task(
+            &id,
+            &format!("[[run]]\nsteps = [{{ write = \"out/{id}.txt\", content = \"{id}\" }}, {OK}]"),
+        );
+        t.acceptance_criteria = vec![format!("file contains: out/{id}.txt :: {id}")];
+        if i > 1 && i % 5 == 0 {
+            t.depends_on = vec![format!("n{:02}", i - 1)];
+        }
+        v.push(t);
+    }
+    // Never validates: the file is never written.
+    let mut t = task("never", &format!("[[run]]\nsteps = [{OK}]"));
+    t.acceptance_criteria = vec!["file exists: never.txt".into()];
+    v.push(t);
+    // Its dependency is cancelled by the operator before the night starts.
+    v.push(task("dep0", &format!("[[run]]\nsteps = [{OK}]")));
+    let mut t = task("needs-dep0", &format!("[[run]]\nsteps = [{OK}]"));
+    t.depends_on = vec!["dep0".into()];
+    v.push(t);
+    // Asks a question nobody answers.
+    v.push(task(
+        "asks",
+        r#"[[run]]
+steps = [{ reply = '{"status": "ok", "message": "Should I use Postgres or SQLite for the store?"}' }]"#,
+    ));
+    // Killed mid-task with a checkpoint written: resumed.
+    let mut t = task(
+        "ck",
+        &format!(
+            "[[run]]\nattempt = 1\nsteps = [{{ write = \".xo/checkpoint\", content = \"step 1 of 2\" }}, {{ write = \"ck-half.txt\", content = \"half\" }}, {{ run = \"exec sleep 600\" }}, {OK}]\n[[run]]\nattempt = 2\nsteps = [{{ run = \"cat .xo/checkpoint > ck-resumed-from.txt\" }}, {{ write = \"ck.txt\", content = \"whole\" }}, {OK}]"
+        ),
+    );
+    t.working_directory = Some("ck".into());
+    t.acceptance_criteria = vec![
+        "file exists: ck.txt".into(),
+        "file exists: ck-half.txt".into(),
+    ];
+    v.push(t);
+    // Killed mid-task with no checkpoint: rolled back.
+    let mut t = task(
+        "rb",
+        &format!(
+            "[[run]]\nattempt = 1\nsteps = [{{ write = \"rb-half.txt\", content = \"half\" }}, {{ run = \"exec sleep 600\" }}, {OK}]\n[[run]]\nattempt = 2\nsteps = [{{ write = \"rb.txt\", content = \"whole\" }}, {OK}]"
+        ),
+    );
+    t.working_directory = Some("rb".into());
+    t.acceptance_criteria = vec![
+        "file exists: rb.txt".into(),
+        "command succeeds: test ! -e rb-half.txt".into(),
+    ];
+    v.push(t);
+    v
+}
+
+type Alerts = Arc<Mutex<Vec<Alert>>>;
+
+async fn hook(State(a): State<Alerts>, body: axum::Json<Alert>) -> &'static str {
+    a.lock().unwrap().push(body.0);
+    "ok"
+}
+
+/// The Manager's model: keeps every pending task it is shown, names the
+/// first as next; the goal is met when none is pending.
+async fn model(body: axum::Json<serde_json::Value>) -> axum::Json<serde_json::Value> {
+    let prompt = body["messages"][1]["content"].as_str().unwrap_or("");
+    let pending: Vec<String> = prompt
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split(" | ").collect();
+            (cols.get(1) == Some(&"pending")).then(|| cols[0].to_string())
+        })
+        .collect();
+    let reply = serde_json::json!({
+        "status": "ok",
+        "message": format!("{} pending kept", pending.len()),
+        "next_task": pending.first(),
+        "keep": pending,
+    });
+    axum::Json(serde_json::json!({
+        "choices": [{"message": {"role": "assistant", "content": reply.to_string()}}],
+        "usage": {"prompt_tokens": 500, "completion_tokens": 40},
+    }))
+}
+
+async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response>
+where
+    R::Response: serde::de::DeserializeOwned,
+{
+    typed::call(bus, &Subjects::default(), r, Duration::from_secs(3))
+        .await
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_night_alone() {
+    let nats = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let alerts: Alerts = Default::default();
+    let app = Router::new()
+        .route("/alerts", post(hook))
+        .with_state(alerts.clone())
+        .route("/v1/chat/completions", post(model));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    for d in ["ck", "rb"] {
+        std::fs::create_dir_all(root.join("sandbox/night").join(d)).unwrap();
+    }
+    let config = root.join("xo.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[queue]
+lease_ms = 1500
+[supervisor]
+stale_after_ms = 3000
+[runner]
+claim_wait_ms = 300
+heartbeat_ms = 500
+microcosm = false
+max_retries = 1
+[runner.driver.openai]
+model = "night-manager"
+max_attempts = 2
+backoff_ms = 50
+[alerts]
+backoff_ms = 50
+[[alerts.webhooks]]
+url = "{base}/alerts"
+"#
+        ),
+    )
+    .unwrap();
+    let mut night = Night {
+        url: nats.url(),
+        root: root.clone(),
+        config,
+        model: format!("{base}/v1"),
+        children: BTreeMap::new(),
+    };
+    night.spawn("queue", &["serve", "queue"]);
+    night.spawn("supervisor", &["serve", "supervisor"]);
+    let bus = Bus::Nats(
+        NatsBus::connect(&nats.url(), Default::default())
+            .await
+            .unwrap(),
+    );
+    let mut init = None;
+    for _ in 0..400 {
+        init = call(
+            &bus,
+            &Init {
+                manager: true,
+                ..Default::default()
+            },
+        )
+        .await;
+        if init.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(init.is_some(), "the queue never answered\n{}", night.logs());
+    call(
+        &bus,
+        &SetGoal {
+            description: "forty tasks overnight".into(),
+            project_id: Some("night".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let ids = call(&bus, &Enqueue { tasks: goal() }).await.unwrap();
+    assert_eq!(ids.len(), 40);
+    call(
+        &bus,
+        &Cancel {
+            task_id: "dep0".into(),
+        },
+    )
+    .await
+    .unwrap();
+    for u in ["r1", "r2", "r3"] {
+        night.runner(u);
+    }
+    night.spawn(
+        "manager-1",
+        &[
+            "serve",
+            "runner",
+            "--driver",
+            "openai",
+            "--role",
+            "manager",
+            "--unit",
+            "manager-1",
+        ],
+    );
+    call(&bus, &Start {}).await.unwrap();
+
+    // The night: nobody answers, nobody resumes. The test only kills.
+    let mut kills: BTreeMap<&str, String> = BTreeMap::new();
+    let mut marks: BTreeMap<&str, ReplayMark> = BTreeMap::new();
+    let mut morning = None;
+    for _ in 0..3000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Ok(all) =
+            typed::all_tasks(&bus, &Subjects::default(), None, Duration::from_secs(3)).await
+        else {
+            continue;
+        };
+        let by: BTreeMap<String, TaskRecord> = all
+            .into_iter()
+            .map(|r| (r.task.task_id.clone(), r))
+            .collect();
+        for (id, pid) in [("ck", "ck/.xo/checkpoint"), ("rb", "rb/rb-half.txt")] {
+            let r = &by[id];
+            // Kill its runner once the agent is mid-task (for ck: once the
+            // heartbeats said checkpoint).
+            if !kills.contains_key(id)
+                && r.state == TaskState::Running
+                && r.attempt == 1
+                && let Some(l) = &r.lease
+                && root.join("sandbox/night").join(pid).exists()
+                && (id != "ck" || l.checkpoint)
+            {
+                night.kill(&l.claimant);
+                kills.insert(id, l.claimant.clone());
+                night.runner(&l.claimant.clone());
+            }
+            if r.attempt == 2
+                && let Some(m) = r.mark
+            {
+                marks.insert(id, m);
+            }
+        }
+        let Some(s) = call(&bus, &GetStatus {}).await else {
+            continue;
+        };
+        assert_eq!(
+            s.status,
+            RunStatus::Running,
+            "nothing halts the night: {:?}\n{}",
+            s.halt_reason,
+            night.logs()
+        );
+        let done = by
+            .values()
+            .filter(|r| r.task.role != MANAGER_ROLE && r.state == TaskState::Completed)
+            .count();
+        if done == 36 && s.stuck.is_some() && kills.len() == 2 {
+            morning = Some((s, by));
+            break;
+        }
+    }
+    let (status, by) =
+        morning.unwrap_or_else(|| panic!("the night did not settle\n{}", night.logs()));
+
+    // Every other task completed; the four that need a human are as said.
+    assert_eq!(by["never"].state, TaskState::Blocked);
+    assert_eq!(by["never"].cause, Some(BlockCause::Validation));
+    assert_eq!(by["asks"].state, TaskState::AwaitingResponse);
+    assert_eq!(by["dep0"].state, TaskState::Cancelled);
+    assert_eq!(by["needs-dep0"].state, TaskState::Pending);
+    assert!(
+        status
+            .stuck
+            .as_deref()
+            .unwrap()
+            .contains("needs-dep0 waits on dep0 (cancelled)"),
+        "{:?}",
+        status.stuck
+    );
+    // Both SIGKILLs: the checkpointed task resumed, the other rolled back
+    // (the replays' marks, when a poll saw them running, and their work logs).
+    let sandbox = root.join("sandbox/night");
+    let log = |id: &str| {
+        std::fs::read_to_string(sandbox.join(format!(".xo/tasks/{id}.md"))).unwrap_or_default()
+    };
+    assert!(
+        log("ck").contains("Resume") && !log("ck").contains("Rollback"),
+        "{}",
+        log("ck")
+    );
+    assert!(log("rb").contains("Rollback"), "{}", log("rb"));
+    for (id, want) in [
+        ("ck", ReplayMark::Resume),
+        ("rb", ReplayMark::RollbackReplay),
+    ] {
+        if let Some(m) = marks.get(id) {
+            assert_eq!(*m, want, "{id}");
+        }
+    }
+    assert_eq!((by["ck"].attempt, by["rb"].attempt), (2, 2));
+    assert!(
+        sandbox.join("ck/ck-half.txt").exists(),
+        "a resume keeps the work"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.join("ck/ck-resumed-from.txt")).unwrap(),
+        "step 1 of 2"
+    );
+    assert!(
+        !sandbox.join("rb/rb-half.txt").exists(),
+        "a rollback undoes it"
+    );
+    // The Manager reconciled after the completions and cancelled nothing.
+    let managers = by
+        .values()
+        .filter(|r| r.task.role == MANAGER_ROLE && r.state == TaskState::Completed)
+        .count();
+    assert!(managers >= 30, "{managers} Manager runs");
+
+    // The operator was told: the blocked task, the question, the stuck queue.
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        got = alerts.lock().unwrap().clone();
+        let has = |k: AlertKind, t: Option<&str>| {
+            got.iter()
+                .any(|a| a.kind == k && (t.is_none() || a.task_id.as_deref() == t))
+        };
+        if has(AlertKind::TaskBlocked, Some("never"))
+            && has(AlertKind::Question, Some("asks"))
+            && has(AlertKind::QueueStuck, None)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let kinds: Vec<(AlertKind, Option<String>)> =
+        got.iter().map(|a| (a.kind, a.task_id.clone())).collect();
+    assert!(
+        kinds.contains(&(AlertKind::TaskBlocked, Some("never".into()))),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&(AlertKind::Question, Some("asks".into()))),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().any(|(k, _)| *k == AlertKind::QueueStuck),
+        "{kinds:?}"
+    );
+    let q = got.iter().find(|a| a.kind == AlertKind::Question).unwrap();
+    assert!(q.detail.contains("Postgres or SQLite"), "{}", q.detail);
+    assert!(
+        !kinds.iter().any(|(k, _)| *k == AlertKind::QueueHalted),
+        "the queue never halted: {kinds:?}"
+    );
+
+    // The audit chain is intact.
+    let check = call(
+        &bus,
+        &AuditVerify {
+            project: Some("night".into()),
+        },
+    )
+    .await
+    .unwrap();
+    assert!(check.intact, "{check:?}");
+    assert!(check.lines > 100, "{}", check.lines);
+}
