@@ -9,6 +9,7 @@
 
 pub mod docker;
 pub mod openai;
+pub mod procs;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

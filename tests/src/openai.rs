@@ -145,3 +145,29 @@ pub fn text(content: &str) -> StubReply {
         "usage": {"prompt_tokens": 120, "completion_tokens": 20}
     }))
 }
+
+/// A Manager's model for tests: reads the task list in the prompt of a
+/// chat-completions request, keeps every pending task it lists and names the
+/// first as next (null when none is pending: the goal is met). Returns the
+/// chat-completions reply.
+pub fn manager_keeping_pending(request: &Value) -> Value {
+    let prompt = request["messages"][1]["content"].as_str().unwrap_or("");
+    let pending: Vec<String> = prompt
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split(" | ").collect();
+            (cols.get(1) == Some(&"pending")).then(|| cols[0].to_string())
+        })
+        .collect();
+    let reply = json!({
+        "status": "ok",
+        "message": format!("{} pending tasks kept", pending.len()),
+        "next_task": pending.first(),
+        "keep": pending,
+    });
+    json!({
+        "choices": [{"message": {"role": "assistant", "content": format!("Reconciled.\n{reply}")}}],
+        "usage": {"prompt_tokens": 500, "completion_tokens": 40},
+    })
+}

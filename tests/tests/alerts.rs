@@ -125,6 +125,7 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
     let client = connect(&nats, "test").await;
     let s = cfg.subjects();
     let mut dlq = client.subscribe(&s.dlq(&s.alert_all())).await.unwrap();
+    let mut stuck_events = client.subscribe(&s.queue_stuck()).await.unwrap();
     typed::call(&client, &s, &Init::default(), T).await.unwrap();
     typed::call(
         &client,
@@ -306,7 +307,18 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
     on_dlq.sort();
     assert_eq!(on_dlq, vec![AlertKind::TaskBlocked, AlertKind::QueueStuck]);
 
-    // The stuck state is in the audit too.
+    // The stuck state went out on xo.event.queue.stuck, and is in the audit.
+    let m = tokio::time::timeout(T, stuck_events.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let st = typed::decode::<QueueStatus>(&m, 1 << 20).unwrap();
+    assert!(
+        st.stuck
+            .as_deref()
+            .unwrap()
+            .contains("c waits on a (blocked)")
+    );
     let audit = std::fs::read_to_string(data.path().join("night/audit.log.jsonl")).unwrap();
     assert!(audit.contains("\"QUEUE_STUCK\""));
     queue.stop().await.unwrap();

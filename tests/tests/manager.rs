@@ -21,8 +21,7 @@ const T: Duration = Duration::from_secs(10);
 
 type Prompts = Arc<Mutex<Vec<String>>>;
 
-/// The "model": reads the task list of the prompt, keeps every pending
-/// task it lists and names the first as next.
+/// The "model": keeps every pending task its prompt lists.
 async fn model(
     State(p): State<Prompts>,
     body: axum::Json<serde_json::Value>,
@@ -31,26 +30,8 @@ async fn model(
         .as_str()
         .unwrap_or("")
         .to_string();
-    p.lock().unwrap().push(prompt.clone());
-    let pending: Vec<String> = prompt
-        .lines()
-        .filter_map(|l| l.strip_prefix("- "))
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split(" | ").collect();
-            (cols.get(1) == Some(&"pending")).then(|| cols[0].to_string())
-        })
-        .collect();
-    let reply = serde_json::json!({
-        "status": "ok",
-        "message": format!("{} pending tasks kept", pending.len()),
-        "next_task": pending.first(),
-        "keep": pending,
-        "tasks": [],
-    });
-    axum::Json(serde_json::json!({
-        "choices": [{"message": {"role": "assistant", "content": format!("Reconciled.\n{reply}")}}],
-        "usage": {"prompt_tokens": 900, "completion_tokens": 60},
-    }))
+    p.lock().unwrap().push(prompt);
+    axum::Json(xo_tests::openai::manager_keeping_pending(&body))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -314,3 +314,33 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
     k.stop().await.unwrap();
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_over_its_budget_is_stopped_and_blocked_and_the_queue_goes_on() {
+    // A budget of 8 turns for every task; the first task loops far past it.
+    let mut rig = Rig::start(&[
+        ("runner.microcosm", "false"),
+        ("runner.task_budget.max_turns", "8"),
+    ])
+    .await;
+    let spin = scripted(
+        "spin",
+        "[[run]]\nsteps = [{ repeat = 500, tool = \"build\", args = \"x\", output = \"same\" }, { reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]",
+    );
+    let ok = scripted(
+        "after",
+        "[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]",
+    );
+    rig.go(vec![spin, ok]).await;
+    let r = rig.wait_task("spin", TaskState::Blocked).await;
+    assert_eq!(r.cause, Some(BlockCause::Budget));
+    let reason = r.reason.unwrap();
+    assert!(reason.starts_with("BUDGET_EXHAUSTED: "), "{reason}");
+    assert!(reason.contains("turns of 8"), "{reason}");
+    // The usage reached the queue with the outcome.
+    assert!(r.spent.turns >= 8 && r.spent.turns < 100, "{:?}", r.spent);
+    // A budget stop is not in the default halt policy: the next task runs.
+    rig.wait_task("after", TaskState::Completed).await;
+    assert_eq!(rig.call(&GetStatus {}).await.status, RunStatus::Completed);
+    rig.stop().await;
+}

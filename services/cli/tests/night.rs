@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,25 +22,20 @@ use xo_proto::Subjects;
 use xo_proto::alert::{Alert, AlertKind};
 use xo_proto::queue::*;
 use xo_tests::NatsServer;
+use xo_tests::procs::Procs;
 
 struct Night {
     url: String,
-    root: PathBuf,
     config: PathBuf,
     model: String,
-    children: BTreeMap<String, Child>,
+    procs: Procs,
 }
 
 impl Night {
     fn spawn(&mut self, name: &str, args: &[&str]) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.root.join(format!("{name}.log")))
-            .unwrap();
-        let r = &self.root;
-        let c = Command::new(env!("CARGO_BIN_EXE_xo"))
-            .args(["--nats", &self.url, "--config"])
+        let r = &self.procs.root;
+        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        c.args(["--nats", &self.url, "--config"])
             .arg(&self.config)
             .args(["--log-format", "json"])
             .args(args)
@@ -48,12 +43,8 @@ impl Night {
             .env("XO__QUEUE__DATA_DIR", r.join("data"))
             .env("XO__RUNNER__SANDBOX", r.join("sandbox"))
             .env("XO__RUNNER__DRIVER__OPENAI__BASE_URL", &self.model)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn xo");
-        self.children.insert(name.to_string(), c);
+            .env("RUST_LOG", "info");
+        self.procs.start(name, c);
     }
 
     fn runner(&mut self, unit: &str) {
@@ -65,34 +56,8 @@ impl Night {
         );
     }
 
-    fn kill(&mut self, name: &str) {
-        if let Some(mut c) = self.children.remove(name) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
     fn logs(&self) -> String {
-        let mut s = String::new();
-        for name in self.children.keys() {
-            let text =
-                std::fs::read_to_string(self.root.join(format!("{name}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(8).collect();
-            s.push_str(&format!(
-                "--- {name}\n{}\n",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ));
-        }
-        s
-    }
-}
-
-impl Drop for Night {
-    fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.procs.logs(8)
     }
 }
 
@@ -174,28 +139,9 @@ async fn hook(State(a): State<Alerts>, body: axum::Json<Alert>) -> &'static str 
     "ok"
 }
 
-/// The Manager's model: keeps every pending task it is shown, names the
-/// first as next; the goal is met when none is pending.
+/// The Manager's model: keeps every pending task it is shown.
 async fn model(body: axum::Json<serde_json::Value>) -> axum::Json<serde_json::Value> {
-    let prompt = body["messages"][1]["content"].as_str().unwrap_or("");
-    let pending: Vec<String> = prompt
-        .lines()
-        .filter_map(|l| l.strip_prefix("- "))
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split(" | ").collect();
-            (cols.get(1) == Some(&"pending")).then(|| cols[0].to_string())
-        })
-        .collect();
-    let reply = serde_json::json!({
-        "status": "ok",
-        "message": format!("{} pending kept", pending.len()),
-        "next_task": pending.first(),
-        "keep": pending,
-    });
-    axum::Json(serde_json::json!({
-        "choices": [{"message": {"role": "assistant", "content": reply.to_string()}}],
-        "usage": {"prompt_tokens": 500, "completion_tokens": 40},
-    }))
+    axum::Json(xo_tests::openai::manager_keeping_pending(&body))
 }
 
 async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response>
@@ -250,10 +196,9 @@ url = "{base}/alerts"
     .unwrap();
     let mut night = Night {
         url: nats.url(),
-        root: root.clone(),
         config,
         model: format!("{base}/v1"),
-        children: BTreeMap::new(),
+        procs: Procs::new(root.clone()),
     };
     night.spawn("queue", &["serve", "queue"]);
     night.spawn("supervisor", &["serve", "supervisor"]);
@@ -342,7 +287,7 @@ url = "{base}/alerts"
                 && root.join("sandbox/night").join(pid).exists()
                 && (id != "ck" || l.checkpoint)
             {
-                night.kill(&l.claimant);
+                night.procs.kill(&l.claimant);
                 kills.insert(id, l.claimant.clone());
                 night.runner(&l.claimant.clone());
             }

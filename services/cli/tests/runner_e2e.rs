@@ -7,24 +7,28 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::queue::*;
 use xo_proto::{Steering, Subjects};
 use xo_tests::NatsServer;
+use xo_tests::procs::Procs;
 
 struct Fleet {
     url: String,
     root: PathBuf,
-    children: BTreeMap<String, Child>,
+    procs: Procs,
 }
 
 impl Fleet {
-    fn env(&self, c: &mut Command) {
+    fn spawn(&mut self, name: &str, args: &[&str]) {
         let r = &self.root;
-        c.env("XO__STATE__DIR", r.join("state"))
+        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        c.args(["--nats", &self.url, "--log-format", "json"])
+            .args(args)
+            .env("XO__STATE__DIR", r.join("state"))
             .env("XO__QUEUE__DATA_DIR", r.join("data"))
             .env("XO__QUEUE__LEASE_MS", "1500")
             .env("XO__RUNNER__SANDBOX", r.join("sandbox"))
@@ -33,22 +37,7 @@ impl Fleet {
             .env("XO__RUNNER__HEARTBEAT_MS", "500")
             .env("XO__RUNNER__MICROCOSM", "false")
             .env("RUST_LOG", "info");
-    }
-
-    fn spawn(&mut self, name: &str, args: &[&str]) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.root.join(format!("{name}.log")))
-            .unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
-        c.args(["--nats", &self.url, "--log-format", "json"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(log);
-        self.env(&mut c);
-        self.children
-            .insert(name.to_string(), c.spawn().expect("spawn xo"));
+        self.procs.start(name, c);
     }
 
     fn runner(&mut self, unit: &str) {
@@ -61,33 +50,11 @@ impl Fleet {
     }
 
     fn kill(&mut self, name: &str) {
-        if let Some(mut c) = self.children.remove(name) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.procs.kill(name);
     }
 
     fn logs(&self) -> String {
-        let mut s = String::new();
-        for name in self.children.keys() {
-            let text =
-                std::fs::read_to_string(self.root.join(format!("{name}.log"))).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(15).collect();
-            s.push_str(&format!(
-                "--- {name}\n{}\n",
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ));
-        }
-        s
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.children) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.procs.logs(15)
     }
 }
 
@@ -209,7 +176,7 @@ async fn three_runners_complete_a_ten_task_goal_through_failures() {
     let mut fleet = Fleet {
         url: nats.url(),
         root: root.clone(),
-        children: BTreeMap::new(),
+        procs: Procs::new(root.clone()),
     };
     fleet.spawn("queue", &["serve", "queue"]);
     fleet.spawn("supervisor", &["serve", "supervisor"]);
