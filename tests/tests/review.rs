@@ -115,6 +115,31 @@ impl Rig {
         id
     }
 
+    /// Cancels every planned task but t1, enqueues `n` cleanup directives
+    /// and drains the review runs that caused.
+    async fn only_cleanup_after_t1(&mut self, n: usize) {
+        let ids: Vec<String> = self
+            .call(&ListTasks::default())
+            .await
+            .into_iter()
+            .map(|r| r.task.task_id)
+            .collect();
+        for id in ids.iter().skip(1) {
+            self.call(&Cancel {
+                task_id: id.clone(),
+            })
+            .await;
+        }
+        self.call(&Enqueue {
+            tasks: cleanup_tasks(n),
+        })
+        .await;
+        while tokio::time::timeout(Duration::from_millis(200), self.runs.next())
+            .await
+            .is_ok()
+        {}
+    }
+
     async fn next_run(&mut self) -> ReviewRun {
         let m = tokio::time::timeout(T, self.runs.next())
             .await
@@ -128,6 +153,18 @@ impl Rig {
         self.knowledge.stop().await.unwrap();
         self.queue.stop().await.unwrap();
     }
+}
+
+/// `n` cleanup directives, `dir-c1`…
+fn cleanup_tasks(n: usize) -> Vec<Task> {
+    (1..=n)
+        .map(|i| {
+            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
+            t.lane = Lane::Cleanup;
+            t.directive = Some(format!("dir-c{i}"));
+            t
+        })
+        .collect()
 }
 
 fn reply(output: serde_json::Value) -> xo_tests::openai::StubReply {
@@ -408,32 +445,9 @@ async fn polish_phase_is_bounded_to_cleanup_directives() {
     )
     .await;
     // Only cleanup directives left after the planned work.
-    let ids: Vec<String> = rig
-        .call(&ListTasks::default())
-        .await
-        .into_iter()
-        .map(|r| r.task.task_id)
-        .collect();
-    for id in ids.iter().skip(1) {
-        rig.call(&Cancel {
-            task_id: id.clone(),
-        })
-        .await;
-    }
-    let cleanup = (1..=4)
-        .map(|i| {
-            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
-            t.lane = Lane::Cleanup;
-            t.directive = Some(format!("dir-c{i}"));
-            t
-        })
-        .collect();
-    rig.call(&Enqueue { tasks: cleanup }).await;
-    // The operator's cancellations were churn: one review run from urgency (skipped, no model).
-    while tokio::time::timeout(Duration::from_millis(200), rig.runs.next())
-        .await
-        .is_ok()
-    {}
+    // Only t1 and 4 cleanup directives left; the operator's cancellations
+    // were churn: a review run from urgency (skipped, no model), drained.
+    rig.only_cleanup_after_t1(4).await;
     assert_eq!(rig.complete_one().await, "t1");
     // t1's own review (the last functional work), then the polish phase.
     assert_eq!(rig.next_run().await.reviewer, "code_style");
@@ -509,15 +523,10 @@ async fn the_schedule_survives_a_restart_and_dropped_cleanup_is_not_churn() {
     let mut rig = Rig::start(None, &[("review.code_style_every", "3")]).await;
     // Cleanup directives past the cap are dropped by the queue: not churn
     // (50 drops at +0.2 each would have pulled a run by urgency).
-    let cleanup: Vec<Task> = (1..=60)
-        .map(|i| {
-            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
-            t.lane = Lane::Cleanup;
-            t.directive = Some(format!("dir-c{i}"));
-            t
-        })
-        .collect();
-    rig.call(&Enqueue { tasks: cleanup }).await;
+    rig.call(&Enqueue {
+        tasks: cleanup_tasks(60),
+    })
+    .await;
     assert!(
         tokio::time::timeout(Duration::from_millis(500), rig.runs.next())
             .await
@@ -563,31 +572,9 @@ async fn new_functional_work_ends_the_polish_phase() {
         ],
     )
     .await;
-    let ids: Vec<String> = rig
-        .call(&ListTasks::default())
-        .await
-        .into_iter()
-        .map(|r| r.task.task_id)
-        .collect();
-    for id in ids.iter().skip(1) {
-        rig.call(&Cancel {
-            task_id: id.clone(),
-        })
-        .await;
-    }
-    let cleanup = (1..=3)
-        .map(|i| {
-            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
-            t.lane = Lane::Cleanup;
-            t.directive = Some(format!("dir-c{i}"));
-            t
-        })
-        .collect();
-    rig.call(&Enqueue { tasks: cleanup }).await;
-    while tokio::time::timeout(Duration::from_millis(200), rig.runs.next())
-        .await
-        .is_ok()
-    {}
+    // Only t1 and 3 cleanup directives left; the operator's cancellations
+    // were churn: a review run from urgency (skipped, no model), drained.
+    rig.only_cleanup_after_t1(3).await;
     // t1 done, only cleanup left: polish, no reviews.
     assert_eq!(rig.complete_one().await, "t1");
     assert_eq!(rig.next_run().await.reviewer, "code_style");
