@@ -486,3 +486,34 @@ async fn nats_bus_reconnects_after_a_server_restart() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_supervisor_does_not_start_empty_on_a_damaged_unit_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
+    for u in ["u1", "u2", "u3"] {
+        s.put("units", u, Bytes::from_static(b"state"))
+            .await
+            .unwrap();
+    }
+    drop(s);
+    let path = dir.path().join("kv").join("units.kv");
+    let mut data = std::fs::read(&path).unwrap();
+    data[12] ^= 0xff;
+    std::fs::write(&path, &data).unwrap();
+    let store = Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
+    let cfg = xo_runtime::XoConfig::default();
+    let err = xo_supervisor::start(
+        cfg,
+        Bus::Local(LocalBus::new()),
+        store,
+        xo_runtime::Clock::System,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("units.kv") && err.contains("at byte 0") && err.contains("xo store repair"),
+        "{err}"
+    );
+}

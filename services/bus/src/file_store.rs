@@ -90,47 +90,157 @@ fn frame(record: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Reads every framed record of a file: (offset, body). Cuts a torn tail.
-fn read_frames(path: &Path) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+/// Whether a valid frame (length within the data, checksum matching)
+/// starts anywhere in `data[from..]`.
+fn valid_frame_after(data: &[u8], from: usize) -> Option<usize> {
+    let mut p = from;
+    while p + 8 <= data.len() {
+        let len = u32::from_le_bytes([data[p], data[p + 1], data[p + 2], data[p + 3]]) as usize;
+        if len > 0 && p + 8 + len <= data.len() {
+            let crc = u32::from_le_bytes([data[p + 4], data[p + 5], data[p + 6], data[p + 7]]);
+            if crc32fast::hash(&data[p + 8..p + 8 + len]) == crc {
+                return Some(p);
+            }
+        }
+        p += 1;
+    }
+    None
+}
+
+/// What a store file holds: its good records and the damaged byte ranges
+/// between them (for `xo store repair`).
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// (offset, body) of every record that reads.
+    pub records: Vec<(u64, Vec<u8>)>,
+    /// (offset, length, reason) of every damaged span skipped.
+    pub damaged: Vec<(u64, u64, String)>,
+    /// A torn last record: (offset, length) cut off.
+    pub torn: Option<(u64, u64)>,
+}
+
+/// Reads a whole store file, skipping damage: after a bad record it goes on
+/// at the next offset where a valid record starts.
+pub fn scan_file(path: &Path) -> StoreResult<Scan> {
     let mut data = Vec::new();
     match File::open(path) {
         Ok(mut f) => {
             f.read_to_end(&mut data).map_err(|e| io_err(path, e))?;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Scan::default()),
         Err(e) => return Err(io_err(path, e)),
     }
-    let mut out = Vec::new();
+    let mut scan = Scan::default();
     let mut pos = 0usize;
     while pos < data.len() {
-        let corrupt = |reason: String| StoreError::Corrupt {
-            path: path.display().to_string(),
-            offset: pos as u64,
-            reason,
-        };
-        if data.len() - pos < 8 {
-            truncate_tail(path, pos)?;
-            break;
-        }
-        let len =
-            u32::from_le_bytes([data[pos], data[pos + 1], data[pos + 2], data[pos + 3]]) as usize;
-        let crc = u32::from_le_bytes([data[pos + 4], data[pos + 5], data[pos + 6], data[pos + 7]]);
-        let end = pos + 8 + len;
-        if end > data.len() {
-            if len > 64 * 1024 * 1024 {
-                return Err(corrupt(format!("record length {len} is implausible")));
+        match frame_at(&data, pos) {
+            Ok(end) => {
+                scan.records.push((pos as u64, data[pos + 8..end].to_vec()));
+                pos = end;
             }
-            truncate_tail(path, pos)?;
-            break;
+            Err(FrameFault::Torn) => {
+                scan.torn = Some((pos as u64, (data.len() - pos) as u64));
+                break;
+            }
+            Err(FrameFault::Bad(reason)) => {
+                let next = valid_frame_after(&data, pos + 1).unwrap_or(data.len());
+                scan.damaged.push((pos as u64, (next - pos) as u64, reason));
+                pos = next;
+            }
         }
-        let body = &data[pos + 8..end];
-        if crc32fast::hash(body) != crc {
-            return Err(corrupt("checksum mismatch".into()));
-        }
-        out.push((pos as u64, body.to_vec()));
-        pos = end;
     }
-    Ok(out)
+    Ok(scan)
+}
+
+enum FrameFault {
+    /// The file ends inside this record and no valid record follows: a
+    /// write cut short by a crash.
+    Torn,
+    Bad(String),
+}
+
+/// The end of the record at `pos`, or why it does not read.
+fn frame_at(data: &[u8], pos: usize) -> Result<usize, FrameFault> {
+    if data.len() - pos < 8 {
+        return Err(FrameFault::Torn);
+    }
+    let len = u32::from_le_bytes([data[pos], data[pos + 1], data[pos + 2], data[pos + 3]]) as usize;
+    let crc = u32::from_le_bytes([data[pos + 4], data[pos + 5], data[pos + 6], data[pos + 7]]);
+    let end = pos + 8 + len;
+    if end > data.len() {
+        // Only the last record can be torn: its length reaches past the end
+        // and nothing valid comes after it. Anything else is damage.
+        if len <= 64 * 1024 * 1024 && valid_frame_after(data, pos + 1).is_none() {
+            return Err(FrameFault::Torn);
+        }
+        return Err(FrameFault::Bad(format!(
+            "record length {len} reaches past the end of the file ({} bytes) but valid records follow it",
+            data.len()
+        )));
+    }
+    if crc32fast::hash(&data[pos + 8..end]) != crc {
+        return Err(FrameFault::Bad("checksum mismatch".into()));
+    }
+    Ok(end)
+}
+
+/// Reads every framed record of a file: (offset, body). Cuts a torn tail
+/// (the last record, cut short by a crash); any other damage is an error
+/// naming the file and the offset, and the file is left as it is.
+fn read_frames(path: &Path) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+    let scan = scan_file(path)?;
+    if let Some((offset, len, reason)) = scan.damaged.first() {
+        return Err(StoreError::Corrupt {
+            path: path.display().to_string(),
+            offset: *offset,
+            reason: format!(
+                "{reason} ({len} bytes damaged); XO does not start on a damaged store: `xo store repair {}` keeps a backup, drops only the damaged bytes and lists what it dropped",
+                path.display()
+            ),
+        });
+    }
+    if let Some((offset, _)) = scan.torn {
+        truncate_tail(path, offset as usize)?;
+    }
+    Ok(scan.records)
+}
+
+/// `xo store repair`: what it did to one file.
+#[derive(Debug)]
+pub struct Repair {
+    pub backup: PathBuf,
+    pub kept: usize,
+    /// (offset, length, reason) of every span dropped.
+    pub dropped: Vec<(u64, u64, String)>,
+    pub torn: Option<(u64, u64)>,
+}
+
+/// Rewrites a store file with only its good records, after copying it to
+/// `<file>.bak-<ms>`. A file with nothing damaged is left alone (`None`).
+pub fn repair_file(path: &Path) -> StoreResult<Option<Repair>> {
+    let scan = scan_file(path)?;
+    if scan.damaged.is_empty() && scan.torn.is_none() {
+        return Ok(None);
+    }
+    let backup = path.with_extension(format!(
+        "{}.bak-{}",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("store"),
+        xo_proto::now_ms()
+    ));
+    std::fs::copy(path, &backup).map_err(|e| io_err(&backup, e))?;
+    let mut out = Vec::new();
+    for (_, body) in &scan.records {
+        out.extend_from_slice(&frame(body));
+    }
+    let tmp = path.with_extension("repair");
+    std::fs::write(&tmp, &out).map_err(|e| io_err(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
+    Ok(Some(Repair {
+        backup,
+        kept: scan.records.len(),
+        dropped: scan.damaged,
+        torn: scan.torn,
+    }))
 }
 
 fn truncate_tail(path: &Path, at: usize) -> StoreResult<()> {

@@ -225,6 +225,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: AuditCmd,
     },
+    /// The embedded store's files (`<state.dir>/state`).
+    Store {
+        #[command(subcommand)]
+        cmd: StoreCmd,
+    },
     /// The knowledge store.
     Knowledge {
         #[command(subcommand)]
@@ -309,6 +314,17 @@ enum GoalCmd {
         /// BUDGET_EXHAUSTED (0: `queue.goal_budget_usd`).
         #[arg(long, default_value_t = 0.0)]
         budget_usd: f64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreCmd {
+    /// Checks every store file (or those given) and rewrites a damaged one
+    /// with only its good records, after a backup; lists what was dropped.
+    /// Stop `xo up` first.
+    Repair {
+        /// Files to repair (default: every `.kv` and `.log` of the store).
+        files: Vec<String>,
     },
 }
 
@@ -536,6 +552,9 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Audit {
             cmd: AuditCmd::Verify { project },
         } => queue_ops::audit_verify(&cfg, &project),
+        Cmd::Store {
+            cmd: StoreCmd::Repair { files },
+        } => ops::store_repair(&cfg, &files),
         Cmd::Audit {
             cmd:
                 AuditCmd::Tail {

@@ -104,7 +104,7 @@ pub async fn start(
         });
     }
     let routes = Arc::new(root::Routes::default());
-    let restored = persist::load_all(&ctx.store).await;
+    let restored = persist::load_all(&ctx.store).await?;
     let escalation = Escalation::default();
     let (root, root_task) = Actor::spawn(
         None,

@@ -202,14 +202,11 @@ mod raw_bytes {
 
 /// Loads every stored unit. A corrupt record is logged with its key and
 /// skipped; it never stops the supervisor.
-pub async fn load_all(store: &Store) -> Vec<UnitRecord> {
-    let keys = match store.keys(BUCKET).await {
-        Ok(k) => k,
-        Err(e) => {
-            error!(error = %e, "unit state could not be listed; starting empty");
-            return vec![];
-        }
-    };
+/// Every unit's kept state. A store that cannot be read (a damaged file)
+/// is an error: the supervisor does not start on it rather than start empty
+/// and lose every unit's state (`xo store repair` names what it drops).
+pub async fn load_all(store: &Store) -> Result<Vec<UnitRecord>, xo_bus::StoreError> {
+    let keys = store.keys(BUCKET).await?;
     let mut out = Vec::new();
     for key in keys {
         match store.get(BUCKET, &key).await {
@@ -221,5 +218,5 @@ pub async fn load_all(store: &Store) -> Vec<UnitRecord> {
             Err(e) => error!(key = %key, error = %e, "unit state could not be read"),
         }
     }
-    out
+    Ok(out)
 }

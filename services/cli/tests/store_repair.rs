@@ -1,0 +1,143 @@
+//! A corrupt byte never deletes data silently: one high byte of a record's
+//! length set in the middle of `.xo/state/kv/queue.kv` (which used to read
+//! as a torn tail and cut half the file) stops `xo up`, naming the file and
+//! the offset; `xo store repair` keeps a backup, drops only the damaged
+//! record and says so; `xo up` then starts with every other task.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn xo(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdin(Stdio::null())
+        .output()
+        .expect("xo")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn up(dir: &Path) -> std::process::Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .arg("up")
+        .current_dir(dir)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..500 {
+        if xo(dir, &["status", "--json"]).status.success() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("xo up never answered");
+}
+
+fn stop(child: std::process::Child) -> Output {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    child.wait_with_output().unwrap()
+}
+
+fn pending(dir: &Path) -> u64 {
+    let s: serde_json::Value =
+        serde_json::from_str(&text(&xo(dir, &["status", "--json"]).stdout)).unwrap();
+    s["counts"]["pending"].as_u64().unwrap()
+}
+
+#[test]
+fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let tasks: Vec<serde_json::Value> = (0..1003)
+        .map(|i| {
+            serde_json::json!({"task_id": format!("t{i:04}"), "intent": "x",
+                "instructions": "do it", "role": "coder"})
+        })
+        .collect();
+    std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
+    let u = up(d);
+    for args in [&["init"][..], &["enqueue", "tasks.json"]] {
+        let o = xo(d, args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    }
+    assert_eq!(pending(d), 1003);
+    assert!(stop(u).status.success());
+
+    // One high byte of the length of a record in the middle.
+    let kv = d.join(".xo/state/kv/queue.kv");
+    let mut bytes = std::fs::read(&kv).unwrap();
+    let size = bytes.len();
+    let mut pos = 0usize;
+    let mut offsets = Vec::new();
+    while pos + 8 <= bytes.len() {
+        offsets.push(pos);
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += 8 + len;
+    }
+    let victim = offsets[offsets.len() / 2];
+    bytes[victim + 2] = 0x01;
+    std::fs::write(&kv, &bytes).unwrap();
+
+    // xo up refuses, naming the file, the offset and the repair.
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .arg("up")
+        .current_dir(d)
+        .env_remove("XO_NATS_URL")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("queue.kv") && err.contains(&format!("at byte {victim}")),
+        "{err}"
+    );
+    assert!(err.contains("xo store repair"), "{err}");
+    assert_eq!(
+        std::fs::read(&kv).unwrap().len(),
+        size,
+        "the file is left as it was"
+    );
+
+    // The repair keeps a backup and drops only the damaged record.
+    let o = xo(d, &["store", "repair"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("queue.kv: repaired"), "{out}");
+    assert!(out.contains(&format!("at {victim}")), "{out}");
+    let backup = std::fs::read_dir(d.join(".xo/state/kv"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains(".bak-"))
+        .expect("a backup");
+    assert_eq!(
+        std::fs::metadata(backup.path()).unwrap().len() as usize,
+        size
+    );
+    let repaired = std::fs::metadata(&kv).unwrap().len() as usize;
+    assert!(
+        repaired > size - 1000,
+        "{repaired} of {size}: only one record dropped"
+    );
+
+    // It starts, with every other task.
+    let u = up(d);
+    assert_eq!(pending(d), 1002);
+    assert!(stop(u).status.success());
+    // A second repair finds nothing to do.
+    assert!(text(&xo(d, &["store", "repair"]).stdout).contains("queue.kv: intact"));
+}
