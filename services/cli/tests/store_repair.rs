@@ -25,7 +25,7 @@ fn text(b: &[u8]) -> String {
 }
 
 fn up(dir: &Path) -> std::process::Child {
-    let child = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xo"))
         .arg("up")
         .current_dir(dir)
         .env_remove("XO_NATS_URL")
@@ -41,6 +41,8 @@ fn up(dir: &Path) -> std::process::Child {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("xo up never answered");
 }
 
