@@ -46,6 +46,53 @@ struct Log {
 struct State {
     buckets: HashMap<String, Bucket>,
     logs: HashMap<String, Log>,
+    /// Files written since their last fsync (handles of the same files).
+    dirty: Vec<(PathBuf, File)>,
+}
+
+/// When the file store makes its writes durable (`store.sync`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SyncMode {
+    /// fsync before a write returns: an acknowledged write survives a power
+    /// cut. One fsync per call, so the queue's group commit pays one per
+    /// batch.
+    #[default]
+    Always,
+    /// fsync every 100 ms in the background: a power cut loses at most the
+    /// writes of the last 100 ms (a process crash loses nothing).
+    Batch,
+    /// Never fsync: the OS writes when it likes; a power cut can lose
+    /// seconds of acknowledged writes (a process crash loses nothing).
+    Never,
+}
+
+/// How often `SyncMode::Batch` syncs.
+const BATCH_SYNC: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Makes a directory entry (a file created or renamed in it) durable.
+fn sync_dir(path: &Path) -> StoreResult<()> {
+    if let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err(dir, e))?;
+    }
+    Ok(())
+}
+
+fn mark_dirty(state: &mut State, path: &Path, file: &File) -> StoreResult<()> {
+    if state.dirty.iter().any(|(p, _)| p == path) {
+        return Ok(());
+    }
+    let f = file.try_clone().map_err(|e| io_err(path, e))?;
+    state.dirty.push((path.to_path_buf(), f));
+    Ok(())
+}
+
+fn sync_files(files: Vec<(PathBuf, File)>) -> StoreResult<()> {
+    for (p, f) in files {
+        f.sync_data().map_err(|e| io_err(&p, e))?;
+    }
+    Ok(())
 }
 
 /// The file store. Clones share state; file I/O runs on the blocking pool.
@@ -53,6 +100,7 @@ struct State {
 pub struct FileStore {
     dir: PathBuf,
     state: Arc<Mutex<State>>,
+    sync: SyncMode,
 }
 
 impl std::fmt::Debug for FileStore {
@@ -233,8 +281,11 @@ pub fn repair_file(path: &Path) -> StoreResult<Option<Repair>> {
         out.extend_from_slice(&frame(body));
     }
     let tmp = path.with_extension("repair");
-    std::fs::write(&tmp, &out).map_err(|e| io_err(&tmp, e))?;
+    let mut t = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    t.write_all(&out).map_err(|e| io_err(&tmp, e))?;
+    t.sync_data().map_err(|e| io_err(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
+    sync_dir(path)?;
     Ok(Some(Repair {
         backup,
         kept: scan.records.len(),
@@ -256,11 +307,17 @@ fn open_append(path: &Path) -> StoreResult<File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     }
-    OpenOptions::new()
+    let existed = path.exists();
+    let f = OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|e| io_err(path, e))
+        .map_err(|e| io_err(path, e))?;
+    if !existed {
+        // The new file's name must survive a power cut too.
+        sync_dir(path)?;
+    }
+    Ok(f)
 }
 
 impl Bucket {
@@ -346,8 +403,11 @@ impl Bucket {
             let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
             out.extend_from_slice(&frame(&body));
         }
-        std::fs::write(&tmp, &out).map_err(|e| io_err(&tmp, e))?;
+        let mut t = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+        t.write_all(&out).map_err(|e| io_err(&tmp, e))?;
+        t.sync_data().map_err(|e| io_err(&tmp, e))?;
         std::fs::rename(&tmp, &self.path).map_err(|e| io_err(&self.path, e))?;
+        sync_dir(&self.path)?;
         self.file = open_append(&self.path)?;
         self.records = self.live.len() as u64;
         Ok(())
@@ -355,14 +415,44 @@ impl Bucket {
 }
 
 impl FileStore {
-    /// Opens (creating) a store in `dir`. Files are opened on first use.
+    /// Opens (creating) a store in `dir` that syncs every write
+    /// ([`SyncMode::Always`]). Files are opened on first use.
     pub fn open(dir: impl Into<PathBuf>) -> StoreResult<Self> {
+        Self::open_with(dir, SyncMode::Always)
+    }
+
+    /// Opens (creating) a store in `dir` with the given durability.
+    pub fn open_with(dir: impl Into<PathBuf>, sync: SyncMode) -> StoreResult<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
-        Ok(Self {
-            dir,
-            state: Arc::new(Mutex::new(State::default())),
-        })
+        let state = Arc::new(Mutex::new(State::default()));
+        if sync == SyncMode::Batch {
+            // The batch syncer ends when the last clone of the store goes.
+            let weak = Arc::downgrade(&state);
+            std::thread::Builder::new()
+                .name("xo-store-sync".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(BATCH_SYNC);
+                        let Some(state) = weak.upgrade() else { return };
+                        let files = match state.lock() {
+                            Ok(mut g) => std::mem::take(&mut g.dirty),
+                            Err(_) => return,
+                        };
+                        drop(state);
+                        if let Err(e) = sync_files(files) {
+                            tracing::error!(error = %e, "store sync failed; writes of the last 100 ms may not survive a power cut");
+                        }
+                    }
+                })
+                .map_err(|e| io_err(&dir, e))?;
+        }
+        Ok(Self { dir, state, sync })
+    }
+
+    /// The durability this store was opened with.
+    pub fn sync_mode(&self) -> SyncMode {
+        self.sync
     }
 
     pub fn dir(&self) -> &Path {
@@ -377,7 +467,7 @@ impl FileStore {
         &self,
         f: impl FnOnce(&Path, &mut State) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
-        let (res, due) = {
+        let (res, due, to_sync) = {
             let mut guard = self
                 .state
                 .lock()
@@ -389,8 +479,22 @@ impl FileStore {
                 .filter(|(_, b)| b.needs_compaction())
                 .map(|(n, _)| n.clone())
                 .collect();
-            (res, due)
+            let to_sync = match self.sync {
+                SyncMode::Always => std::mem::take(&mut guard.dirty),
+                SyncMode::Never => {
+                    guard.dirty.clear();
+                    Vec::new()
+                }
+                SyncMode::Batch => Vec::new(),
+            };
+            (res, due, to_sync)
         };
+        if !to_sync.is_empty() {
+            // Durable before the caller hears of it; off the async threads.
+            tokio::task::spawn_blocking(move || sync_files(to_sync))
+                .await
+                .map_err(|e| StoreError::Backend(e.to_string()))??;
+        }
         if !due.is_empty() {
             let state = self.state.clone();
             let compacted = tokio::task::spawn_blocking(move || -> StoreResult<()> {
@@ -495,7 +599,13 @@ impl FileStore {
                 }
                 _ => {}
             }
-            b.write(&key, Some(value))
+            let rev = b.write(&key, Some(value))?;
+            let (path, file) = (
+                b.path.clone(),
+                b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
+            );
+            mark_dirty(st, &path, &file)?;
+            Ok(rev)
         })
         .await
     }
@@ -511,7 +621,13 @@ impl FileStore {
         let bucket = bucket.to_string();
         self.with(move |dir, st| {
             let b = Self::bucket(dir, st, &bucket)?;
-            b.write_many(items.into_iter().map(|(k, v)| (k, Some(v))).collect())
+            let revs = b.write_many(items.into_iter().map(|(k, v)| (k, Some(v))).collect())?;
+            let (path, file) = (
+                b.path.clone(),
+                b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
+            );
+            mark_dirty(st, &path, &file)?;
+            Ok(revs)
         })
         .await
     }
@@ -531,7 +647,13 @@ impl FileStore {
                 buf.extend_from_slice(&frame(r));
             }
             l.file.write_all(&buf).map_err(|e| io_err(&l.path, e))?;
-            Ok(l.offsets.len() as u64)
+            let n = l.offsets.len() as u64;
+            let (path, file) = (
+                l.path.clone(),
+                l.file.try_clone().map_err(|e| io_err(&l.path, e))?,
+            );
+            mark_dirty(st, &path, &file)?;
+            Ok(n)
         })
         .await
     }
@@ -543,6 +665,11 @@ impl FileStore {
             let b = Self::bucket(dir, st, &bucket)?;
             if b.live.contains_key(&key) {
                 b.write(&key, None)?;
+                let (path, file) = (
+                    b.path.clone(),
+                    b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
+                );
+                mark_dirty(st, &path, &file)?;
             }
             Ok(())
         })

@@ -156,8 +156,13 @@ async fn nats(cfg: &XoConfig, name: &str) -> anyhow::Result<(Bus, Store)> {
 
 fn embedded_store(cfg: &XoConfig) -> anyhow::Result<Store> {
     let dir = cfg.state.store_dir();
-    let store =
-        FileStore::open(&dir).with_context(|| format!("opening the store in {}", dir.display()))?;
+    let sync = match cfg.store.sync {
+        xo_runtime::config::StoreSync::Always => xo_bus::file_store::SyncMode::Always,
+        xo_runtime::config::StoreSync::Batch => xo_bus::file_store::SyncMode::Batch,
+        xo_runtime::config::StoreSync::Never => xo_bus::file_store::SyncMode::Never,
+    };
+    let store = FileStore::open_with(&dir, sync)
+        .with_context(|| format!("opening the store in {}", dir.display()))?;
     Ok(Store::File(store))
 }
 

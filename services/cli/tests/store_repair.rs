@@ -143,3 +143,85 @@ fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
     // A second repair finds nothing to do.
     assert!(text(&xo(d, &["store", "repair"]).stdout).contains("queue.kv: intact"));
 }
+
+/// fdatasync calls `xo up` makes while the queue is initialised, 20 tasks
+/// enqueued and started, traced (strace attached to the running process).
+fn fdatasyncs(sync: &str) -> usize {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let tasks: Vec<serde_json::Value> = (0..20)
+        .map(|i| {
+            serde_json::json!({"task_id": format!("t{i}"), "intent": "x",
+                "instructions": "do it", "role": "coder"})
+        })
+        .collect();
+    std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
+    let mut up = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .arg("up")
+        .current_dir(d)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .env("XO__STORE__SYNC", sync)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut ready = false;
+    for _ in 0..500 {
+        if xo(d, &["status", "--json"]).status.success() {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let trace = d.join("trace.txt");
+    let strace = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=fdatasync", "-o"])
+        .arg(&trace)
+        .args(["-p", &up.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut strace = match strace {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = up.kill();
+            let _ = up.wait();
+            panic!("strace is needed (apt-get install strace): {e}");
+        }
+    };
+    if !ready {
+        let _ = up.kill();
+        let _ = up.wait();
+        let _ = strace.wait();
+        panic!("xo up never answered");
+    }
+    // strace attaches to every thread before it traces.
+    std::thread::sleep(Duration::from_millis(500));
+    for args in [&["init"][..], &["enqueue", "tasks.json"], &["start"]] {
+        assert!(xo(d, args).status.success());
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &up.id().to_string()])
+        .status();
+    let _ = up.wait();
+    let _ = strace.wait();
+    std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("fdatasync("))
+        .count()
+}
+
+#[test]
+fn acknowledged_writes_are_synced_unless_told_not_to() {
+    // always: each acknowledged change (init, the enqueue, start) is synced
+    // before its reply; never: none is (the shutdown's flush included).
+    let always = fdatasyncs("always");
+    assert!(
+        always >= 3,
+        "{always} fdatasync calls with store.sync = always"
+    );
+    assert_eq!(fdatasyncs("never"), 0);
+}

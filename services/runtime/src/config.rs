@@ -31,6 +31,7 @@ pub struct XoConfig {
     pub review: ReviewConfig,
     pub fleet: FleetConfig,
     pub alerts: AlertsConfig,
+    pub store: StoreConfig,
     pub console: ConsoleConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
@@ -61,6 +62,7 @@ impl Default for XoConfig {
             review: ReviewConfig::default(),
             fleet: FleetConfig::default(),
             alerts: AlertsConfig::default(),
+            store: StoreConfig::default(),
             console: ConsoleConfig::default(),
             roles,
         }
@@ -586,6 +588,26 @@ pub enum FleetBackend {
     None,
     /// Runner containers on the local Docker engine.
     Docker,
+}
+
+/// The embedded file store (`xo up` without NATS).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `always`: fsync before a write is acknowledged (the queue's group
+    /// commit pays one per batch); `batch`: fsync every 100 ms (a power cut
+    /// loses at most that); `never`: the OS decides (a power cut can lose
+    /// seconds). A process crash loses nothing in any mode.
+    pub sync: StoreSync,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreSync {
+    #[default]
+    Always,
+    Batch,
+    Never,
 }
 
 /// Alerts to the operator's webhooks (`xo serve notify`; `xo up` runs it).

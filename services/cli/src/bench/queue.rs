@@ -227,22 +227,35 @@ async fn bench_embedded(
     n: usize,
     out: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
+    use xo_bus::file_store::SyncMode;
     let subjects = cfg.subjects();
-    let local = LocalBus::new();
-    let fstore = Store::File(FileStore::open(tmp.join("state"))?);
-    let queue = xo_queue::start(
-        qcfg,
-        Bus::Local(local.clone()),
-        fstore.clone(),
-        Clock::System,
-    )
-    .await?;
-    println!("== queue embedded (in-process bus, file store)");
-    for clients in [1usize, 32] {
-        let buses = vec![Bus::Local(local.clone()); clients];
-        row("embedded", buses, &fstore, &subjects, n, 20_000.0, out).await?;
+    for (mode, name) in [
+        (SyncMode::Always, "always"),
+        (SyncMode::Batch, "batch"),
+        (SyncMode::Never, "never"),
+    ] {
+        let local = LocalBus::new();
+        let fstore = Store::File(FileStore::open_with(
+            tmp.join(format!("state-{name}")),
+            mode,
+        )?);
+        let mut qcfg = qcfg.clone();
+        qcfg.queue.data_dir = tmp.join(format!("data-{name}")).display().to_string();
+        let queue = xo_queue::start(
+            qcfg,
+            Bus::Local(local.clone()),
+            fstore.clone(),
+            Clock::System,
+        )
+        .await?;
+        println!("== queue embedded (in-process bus, file store, store.sync = \"{name}\")");
+        for clients in [1usize, 32] {
+            let buses = vec![Bus::Local(local.clone()); clients];
+            let label = format!("embedded_{name}");
+            row(&label, buses, &fstore, &subjects, n, 20_000.0, out).await?;
+        }
+        queue.stop().await?;
     }
-    queue.stop().await?;
     Ok(())
 }
 
