@@ -734,7 +734,17 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Config => {
-            println!("{}", serde_json::to_string_pretty(&cfg)?);
+            // Secrets are never printed: set or not, that is all it says.
+            let mut shown = cfg.clone();
+            if !shown.nats.password.is_empty() {
+                shown.nats.password = "*** (set)".into();
+            }
+            for w in &mut shown.alerts.webhooks {
+                if !w.authorization.is_empty() && !w.authorization.starts_with("env:") {
+                    w.authorization = "*** (set)".into();
+                }
+            }
+            println!("{}", serde_json::to_string_pretty(&shown)?);
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -237,6 +237,16 @@ fn config_layers_and_names_bad_keys() {
         (v["nats"]["url"].as_str(), v["org"]["prefix"].as_str()),
         (Some("nats://h:4222"), Some("acme"))
     );
+    // The NATS password is never printed, only that it is set.
+    let out = xo(d)
+        .env("XO__NATS__PASSWORD", "s3cret-pw")
+        .arg("config")
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(!shown.contains("s3cret-pw"), "{shown}");
+    let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(v["nats"]["password"], "*** (set)");
     let out = xo(d)
         .env("XO__SUPERVISOR__STALE_AFTER_MS", "soon")
         .arg("config")
