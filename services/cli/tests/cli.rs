@@ -536,6 +536,11 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
         "{}",
         text(&r.stderr)
     );
+    assert!(
+        !text(&r.stderr).contains('\u{1b}'),
+        "logs to a pipe are plain text: {}",
+        text(&r.stderr)
+    );
     interrupt(up);
 }
 

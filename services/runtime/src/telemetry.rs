@@ -44,8 +44,11 @@ pub fn init(cfg: &TelemetryConfig, service: &'static str) -> Result<TelemetryGua
         .or_else(|_| EnvFilter::try_new(&cfg.log_level))
         .map_err(|e| format!("config key telemetry.log_level: {e}"))?;
     let fmt = match cfg.log_format {
+        // Colour only for a person at a terminal: a log file or a pipe gets
+        // plain text.
         LogFormat::Pretty => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
