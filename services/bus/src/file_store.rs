@@ -308,11 +308,15 @@ fn open_append(path: &Path) -> StoreResult<File> {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     }
     let existed = path.exists();
-    let f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| io_err(path, e))?;
+    let f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| io_err(path, e))?
+    };
     if !existed {
         // The new file's name must survive a power cut too.
         sync_dir(path)?;
@@ -425,6 +429,12 @@ impl FileStore {
     pub fn open_with(dir: impl Into<PathBuf>, sync: SyncMode) -> StoreResult<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        // The state is this user's alone, whatever the umask.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| io_err(&dir, e))?;
+        }
         let state = Arc::new(Mutex::new(State::default()));
         if sync == SyncMode::Batch {
             // The batch syncer ends when the last clone of the store goes.

@@ -100,6 +100,13 @@ pub async fn serve(
         std::fs::create_dir_all(dir).map_err(sock_err)?;
     }
     let listener = UnixListener::bind(path).map_err(sock_err)?;
+    // Only this user may connect: the file is 0600, and each peer's uid is
+    // checked against ours (a directory with looser rights does not open it).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(sock_err)?;
+    }
+    let me = own_uid(path);
     let path = path.to_path_buf();
     Ok(tokio::spawn(async move {
         tokio::pin!(shutdown);
@@ -108,6 +115,18 @@ pub async fn serve(
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
+                        let peer = stream.peer_cred().map(|c| c.uid());
+                        match (peer, me) {
+                            (Ok(uid), Some(me)) if uid != me => {
+                                tracing::warn!(uid, "a connection from another user was refused");
+                                continue;
+                            }
+                            (Err(e), _) => {
+                                tracing::warn!(error = %e, "a connection whose user cannot be read was refused");
+                                continue;
+                            }
+                            _ => {}
+                        }
                         tokio::spawn(serve_conn(bus.clone(), stream));
                     }
                     Err(e) => tracing::warn!(error = %e, "socket accept failed"),
@@ -116,6 +135,12 @@ pub async fn serve(
         }
         let _ = std::fs::remove_file(&path);
     }))
+}
+
+/// The uid that owns the socket just bound: this process's user.
+fn own_uid(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.uid())
 }
 
 async fn serve_conn(bus: LocalBus, stream: UnixStream) {

@@ -225,3 +225,49 @@ fn acknowledged_writes_are_synced_unless_told_not_to() {
     );
     assert_eq!(fdatasyncs("never"), 0);
 }
+
+#[test]
+fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            &format!("umask 000; exec {} up", env!("CARGO_BIN_EXE_xo")),
+        ])
+        .current_dir(d)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut ready = false;
+    for _ in 0..500 {
+        if xo(d, &["init"]).status.success() {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = |p: &str| {
+        std::fs::metadata(d.join(p))
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0)
+    };
+    let (sock, state, kv) = (
+        mode(".xo/bus.sock"),
+        mode(".xo/state"),
+        mode(".xo/state/kv/queue.kv"),
+    );
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert!(ready, "xo up never answered");
+    assert_eq!(sock, 0o600, "bus.sock {sock:o}");
+    assert_eq!(state, 0o700, "state {state:o}");
+    assert_eq!(kv, 0o600, "queue.kv {kv:o}");
+}
