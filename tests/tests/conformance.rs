@@ -73,6 +73,9 @@ async fn pubsub_with_wildcards_and_headers(kind: &str) {
     let other = second_client(&bus, &guard).await;
     let mut star = bus.subscribe("xo.salute.*").await.unwrap();
     let mut tail = bus.subscribe("xo.>").await.unwrap();
+    // The subscriptions reach the server before the other client publishes
+    // (a busy machine showed the race).
+    bus.flush().await.unwrap();
     other.flush().await.unwrap();
     let mut h = Headers::new();
     h.insert("Content-Type", "application/json");

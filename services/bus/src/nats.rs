@@ -99,12 +99,20 @@ impl NatsBus {
         res.map_err(|e| BusError::Nats(e.to_string()))
     }
 
+    /// Subscribes, and returns once the server has the subscription (a
+    /// round trip), so a message published after this returns is received —
+    /// as on the other transports.
     pub async fn subscribe(&self, pattern: &str) -> BusResult<Subscription> {
-        self.client
+        let sub = self
+            .client
             .subscribe(pattern.to_string())
             .await
-            .map(Subscription::Nats)
-            .map_err(|e| BusError::Nats(e.to_string()))
+            .map_err(|e| BusError::Nats(e.to_string()))?;
+        self.client
+            .flush()
+            .await
+            .map_err(|e| BusError::Nats(e.to_string()))?;
+        Ok(Subscription::Nats(sub))
     }
 
     pub async fn request(
