@@ -25,14 +25,20 @@ fn text(b: &[u8]) -> String {
 }
 
 fn up(dir: &Path) -> std::process::Child {
+    up_with(dir, &[])
+}
+
+/// `xo up` in `dir` (no console), once it answers.
+fn up_with(dir: &Path, env: &[(&str, &str)]) -> std::process::Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xo"))
         .arg("up")
         .current_dir(dir)
         .env_remove("XO_NATS_URL")
         .env("RUST_LOG", "warn")
         .env("XO__CONSOLE__ENABLED", "false")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     for _ in 0..500 {
@@ -156,25 +162,7 @@ fn fdatasyncs(sync: &str) -> usize {
         })
         .collect();
     std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
-    let mut up = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .arg("up")
-        .current_dir(d)
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .env("XO__STORE__SYNC", sync)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut ready = false;
-    for _ in 0..500 {
-        if xo(d, &["status", "--json"]).status.success() {
-            ready = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut up = up_with(d, &[("XO__STORE__SYNC", sync)]);
     let trace = d.join("trace.txt");
     let strace = Command::new("strace")
         .args(["-f", "-qq", "-e", "trace=fdatasync", "-o"])
@@ -191,12 +179,6 @@ fn fdatasyncs(sync: &str) -> usize {
             panic!("strace is needed (apt-get install strace): {e}");
         }
     };
-    if !ready {
-        let _ = up.kill();
-        let _ = up.wait();
-        let _ = strace.wait();
-        panic!("xo up never answered");
-    }
     // strace attaches to every thread before it traces.
     std::thread::sleep(Duration::from_millis(500));
     for args in [&["init"][..], &["enqueue", "tasks.json"], &["start"]] {

@@ -265,16 +265,9 @@ pub async fn all_tasks(
     c: &Shared,
     state: Option<TaskState>,
 ) -> Result<Vec<TaskRecord>, xo_proto::control::ServiceError> {
-    let mut all = Vec::new();
-    let mut req = ListTasks::of(state);
-    loop {
-        let page = c.call(&req).await?;
-        let Some(last) = page.last() else {
-            return Ok(all);
-        };
-        req.after_seq = last.seq;
-        all.extend(page);
-    }
+    xo_bus::typed::all_tasks(&c.bus, &c.subjects, state, crate::CALL_TIMEOUT)
+        .await
+        .map_err(crate::call_error::<ListTasks>)
 }
 
 /// One task.

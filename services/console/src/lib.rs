@@ -146,7 +146,7 @@ pub fn service_name(service: &str) -> &'static str {
     }
 }
 
-fn call_error<R: Request>(e: CallError) -> ServiceError {
+pub(crate) fn call_error<R: Request>(e: CallError) -> ServiceError {
     let who = service_name(R::SERVICE);
     match e {
         CallError::Service(s) => s,

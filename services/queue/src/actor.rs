@@ -252,7 +252,8 @@ impl State {
 
     /// A claim's answer carries what the runner composes the prompt from
     /// (goal, mode, active directives), so it asks the queue nothing else.
-    fn claimed(&self, rec: TaskRecord, token: String) -> Claimed {
+    fn claimed(&mut self, rec: TaskRecord, token: String) -> Claimed {
+        let task_list = self.m.take_manager_list();
         Claimed {
             token,
             lease_ms: self.ctx.cfg.queue.lease_ms,
@@ -263,8 +264,7 @@ impl State {
                 .get_or_init(|| self.active_directives())
                 .clone(),
             settings: self.m.settings.clone(),
-            task_list: (rec.task.role == xo_proto::queue::MANAGER_ROLE)
-                .then(|| self.m.manager_view(&rec.task.task_id).0),
+            task_list,
             record: rec,
         }
     }

@@ -156,6 +156,8 @@ pub struct Machine {
     open: usize,
     /// Task ids in enqueue order (listing pages).
     by_seq: BTreeMap<u64, String>,
+    /// The task list of the Manager task just claimed, for its claim.
+    manager_list: Option<String>,
 }
 
 /// Serving order: priority (retries, replays, answers, Manager) first, then
@@ -452,6 +454,11 @@ impl Machine {
         }
         s.push_str("\nYou may change only pending tasks. In your reply, `keep` lists the ids of pending tasks to keep as they are; `tasks` holds new tasks and changed pending tasks as whole task objects (task_id, intent, instructions, role). A pending task listed above that is in neither is cancelled. Running, waiting, blocked, failed and completed tasks stay as they are whatever you reply. `next_task`: the id to run next, or null when the goal is met.\n");
         (s, shown)
+    }
+
+    /// The task list built for the Manager task the last claim handed out.
+    pub fn take_manager_list(&mut self) -> Option<String> {
+        self.manager_list.take()
     }
 
     /// A page of tasks in enqueue order: those in `state` (any: `None`)
@@ -772,7 +779,11 @@ impl Machine {
             renewed_at: now,
             checkpoint: false,
         };
-        let shown = (role == MANAGER_ROLE).then(|| self.manager_view(&id).1);
+        // The Manager's list is built once: the pending ids it shows are kept
+        // on the task, the text goes with the claim (`take_manager_list`).
+        let view = (role == MANAGER_ROLE).then(|| self.manager_view(&id));
+        let shown = view.as_ref().map(|(_, ids)| ids.clone());
+        self.manager_list = view.map(|(text, _)| text);
         let mut c = self.task_change(EventName::TaskStart, &id, None, |r| {
             r.state = TaskState::Running;
             r.attempt += 1;
@@ -1393,13 +1404,18 @@ impl Machine {
     }
 
     fn stuck_reason(&self, now: u64, running_since: u64) -> Option<String> {
+        // Work in flight can unblock the rest: nothing to look at (checked
+        // before the pending tasks are gathered; this runs every second).
+        if self.running > 0 {
+            return None;
+        }
         let pending: Vec<&TaskRecord> = self
             .ready
             .values()
             .flatten()
             .filter_map(|k| self.tasks.get(&k.3))
             .collect();
-        if self.running > 0 || pending.is_empty() {
+        if pending.is_empty() {
             return None;
         }
         let grace = now.saturating_sub(running_since) < self.policy.stale_after_ms;
