@@ -1020,11 +1020,19 @@ pub struct AuditCheck {
     pub intact: bool,
     /// Lines checked.
     pub lines: u64,
-    /// The first line (1-based) that does not follow from the one before.
+    /// The first line (1-based) that does not follow from the one before,
+    /// or that parts from the store's copy.
     #[serde(default)]
     pub broken_at: Option<u64>,
     #[serde(default)]
     pub reason: Option<String>,
+    /// The project's records in the store's copy of the audit log (none when
+    /// the store could not be read: `reason` says why).
+    #[serde(default)]
+    pub store_lines: Option<u64>,
+    /// The file's last lines not yet in the store's copy.
+    #[serde(default)]
+    pub unshipped: u64,
 }
 
 crate::api! {

@@ -184,6 +184,13 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
         .await
         .unwrap();
     assert!(log.len() >= 63, "{}", log.len());
+    // And the file is the same as the JetStream copy, line for line.
+    let store = q.store().await;
+    let c = xo_queue::audit::check(&store, q.data.path(), "p1")
+        .await
+        .unwrap();
+    assert!(c.intact, "{c:?}");
+    assert_eq!((c.lines, c.store_lines), (63, Some(63)), "{c:?}");
     // Tampering with a line breaks the chain there.
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     assert!(lines[9].contains("\"seq\":10,"));

@@ -154,6 +154,16 @@ async fn nats(cfg: &XoConfig, name: &str) -> anyhow::Result<(Bus, Store)> {
     Ok((Bus::Nats(bus), store))
 }
 
+/// The store the configuration names (NATS when a URL is set, else the
+/// embedded files), for commands that read it beside a running fabric.
+pub async fn store_of(cfg: &XoConfig) -> anyhow::Result<Store> {
+    if cfg.nats.url.is_empty() {
+        embedded_store(cfg)
+    } else {
+        Ok(nats(cfg, "xo-cli").await?.1)
+    }
+}
+
 fn embedded_store(cfg: &XoConfig) -> anyhow::Result<Store> {
     let dir = cfg.state.store_dir();
     let sync = match cfg.store.sync {

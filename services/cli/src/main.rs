@@ -330,7 +330,8 @@ enum StoreCmd {
 
 #[derive(Debug, Subcommand)]
 enum AuditCmd {
-    /// Check the hash chain; report the first line where it breaks.
+    /// Check the hash chain, then the file line for line against the store's
+    /// copy; report the first line where either breaks.
     Verify {
         #[arg(long, default_value = "default")]
         project: String,
@@ -551,7 +552,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         }
         Cmd::Audit {
             cmd: AuditCmd::Verify { project },
-        } => queue_ops::audit_verify(&cfg, &project),
+        } => queue_ops::audit_verify(&cfg, &project).await,
         Cmd::Store {
             cmd: StoreCmd::Repair { files },
         } => ops::store_repair(&cfg, &files),

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use xo_bus::typed;
 use xo_proto::Request;
 use xo_proto::queue::*;
-use xo_queue::audit::{self, Verdict};
+use xo_queue::audit;
 use xo_runtime::XoConfig;
 
 use crate::connect::client_bus;
@@ -333,17 +333,49 @@ pub async fn task_op<R: Request<Response = TaskRecord>>(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitCode> {
+/// Checks a project's audit file: its chain, then line for line against the
+/// store's copy (exit 1 when either fails).
+pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitCode> {
     let path = audit::file_for(&cfg.data_dir(), project);
-    match audit::verify(&path).with_context(|| format!("reading {}", path.display()))? {
-        Verdict::Intact { lines } => {
-            println!("{}: chain intact, {lines} lines", path.display());
+    let store = match crate::fabric::store_of(cfg).await {
+        Ok(s) => s,
+        Err(e) => {
+            let v = audit::verify(&path).with_context(|| format!("reading {}", path.display()))?;
+            println!("{}: {v:?}", path.display());
+            println!(
+                "store's copy not compared: {e:#}; start the store's server (or unset nats.url for the embedded one) and verify again"
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let c = audit::check(&store, &cfg.data_dir(), project)
+        .await
+        .with_context(|| format!("reading {}", path.display()))?;
+    if !c.intact {
+        println!(
+            "{}: broken at line {}: {}",
+            path.display(),
+            c.broken_at.unwrap_or(c.lines),
+            c.reason.as_deref().unwrap_or("")
+        );
+        return Ok(ExitCode::from(1));
+    }
+    println!("{}: chain intact, {} lines", path.display(), c.lines);
+    match (c.store_lines, &c.reason) {
+        (Some(n), _) => {
+            let pending = if c.unshipped > 0 {
+                format!(" ({} not yet copied)", c.unshipped)
+            } else {
+                String::new()
+            };
+            println!("store's copy: {n} lines, the same{pending}");
             Ok(ExitCode::SUCCESS)
         }
-        Verdict::Broken { line, reason } => {
-            println!("{}: chain broken at line {line}: {reason}", path.display());
+        (None, Some(why)) => {
+            println!("{why}");
             Ok(ExitCode::from(1))
         }
+        (None, None) => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -253,3 +253,100 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
     assert_eq!(state, 0o700, "state {state:o}");
     assert_eq!(kv, 0o600, "queue.kv {kv:o}");
 }
+
+/// The audit file is checked against the store's copy: lines cut from its
+/// end are found (the chain alone cannot see them), and a damaged copy stops
+/// the start like any damaged store file.
+#[test]
+fn the_audit_file_is_checked_against_the_stores_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let tasks: Vec<serde_json::Value> = (0..40)
+        .map(|i| {
+            serde_json::json!({"task_id": format!("t{i:02}"), "intent": "x",
+                "instructions": "do it", "role": "coder"})
+        })
+        .collect();
+    std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
+    let u = up(d);
+    for args in [&["init"][..], &["enqueue", "tasks.json"]] {
+        let o = xo(d, args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    }
+    assert!(stop(u).status.success());
+
+    let file = d.join(".xo/data/default/audit.log.jsonl");
+    let text_before = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text_before.lines().collect();
+    assert!(lines.len() > 40, "{}", lines.len());
+    let o = xo(d, &["audit", "verify"]);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    assert!(
+        out.contains(&format!("store's copy: {} lines, the same", lines.len())),
+        "{out}"
+    );
+
+    // The last three lines cut: the chain still holds, the copy does not.
+    let cut = lines[..lines.len() - 3].join("\n") + "\n";
+    std::fs::write(&file, &cut).unwrap();
+    let o = xo(d, &["audit", "verify"]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(&format!("broken at line {}", lines.len() - 2))
+            && out.contains("3 more line(s)"),
+        "{out}"
+    );
+    // A line changed in place (its chain rewritten to match would still
+    // differ from the copy; here the chain breaks first).
+    std::fs::write(&file, &text_before).unwrap();
+    assert!(xo(d, &["audit", "verify"]).status.success());
+
+    // A damaged record in the store's copy: xo up refuses, naming it.
+    let log = d.join(".xo/state/log/audit.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let mut pos = 0usize;
+    let mut offsets = Vec::new();
+    while pos + 8 <= bytes.len() {
+        offsets.push(pos);
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += 8 + len;
+    }
+    assert_eq!(offsets.len(), lines.len());
+    let victim = offsets[offsets.len() / 2];
+    bytes[victim + 2] = 0x01;
+    std::fs::write(&log, &bytes).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .arg("up")
+        .current_dir(d)
+        .env_remove("XO_NATS_URL")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("audit.log") && err.contains(&format!("at byte {victim}")),
+        "{err}"
+    );
+    assert!(err.contains("xo store repair"), "{err}");
+    // verify says the copy could not be read, and fails.
+    let o = xo(d, &["audit", "verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stdout).contains("could not be read"),
+        "{}",
+        text(&o.stdout)
+    );
+    // Repaired, the copy lacks one line: verify says where they part.
+    assert!(xo(d, &["store", "repair"]).status.success());
+    let o = xo(d, &["audit", "verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stdout).contains(&format!("broken at line {}", offsets.len() / 2 + 1)),
+        "{}",
+        text(&o.stdout)
+    );
+}

@@ -14,12 +14,11 @@ use xo_bus::typed;
 use xo_proto::alert::Alert;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
-    AuditCheck, Claimed, EventName, ListTasks, QueueApi, QueueStatus, Renewed, TaskEvent,
-    TaskRecord, TaskState,
+    Claimed, EventName, ListTasks, QueueApi, QueueStatus, Renewed, TaskEvent, TaskRecord, TaskState,
 };
 use xo_proto::settings::{PutSettings, Settings, SettingsChanged, SettingsView};
 
-use crate::audit::{self, Verdict};
+use crate::audit;
 use crate::commit::Commit;
 use crate::machine::{AuditDraft, Changes, Machine};
 use crate::{BUCKET, Ctx, QueueResult};
@@ -438,36 +437,19 @@ impl State {
             }
             QueueApi::AuditVerify(q, reply) => {
                 let project = q.project.unwrap_or_else(|| self.project());
-                let path = self.audit_file(&project);
+                let ctx = self.ctx.clone();
                 self.after_commits(move || {
-                    tokio::task::spawn_blocking(move || {
-                        let r = match audit::verify(&path) {
-                            Ok(Verdict::Intact { lines }) => Ok(AuditCheck {
-                                project,
-                                intact: true,
-                                lines,
-                                broken_at: None,
-                                reason: None,
-                            }),
-                            Ok(Verdict::Broken { line, reason }) => Ok(AuditCheck {
-                                project,
-                                intact: false,
-                                lines: line,
-                                broken_at: Some(line),
-                                reason: Some(reason),
-                            }),
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(AuditCheck {
-                                project,
-                                intact: true,
-                                lines: 0,
-                                broken_at: None,
-                                reason: None,
-                            }),
-                            Err(e) => Err(ServiceError::new(
+                    tokio::spawn(async move {
+                        let dir = ctx.cfg.data_dir();
+                        let r = audit::check(&ctx.store, &dir, &project).await.map_err(|e| {
+                            ServiceError::new(
                                 ErrorCode::Internal,
-                                format!("reading {}: {e}", path.display()),
-                            )),
-                        };
+                                format!(
+                                    "reading {}: {e}",
+                                    audit::file_for(&dir, &project).display()
+                                ),
+                            )
+                        });
                         let _ = reply.send(r);
                     });
                 });

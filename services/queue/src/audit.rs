@@ -127,6 +127,100 @@ pub fn tail(path: &Path, n: usize) -> std::io::Result<Vec<AuditEvent>> {
         .collect())
 }
 
+/// A record of the store's copy: the project, a tab, then the line exactly as
+/// in the project's file (a JSON line has no raw tab, so the first tab ends
+/// the project).
+pub fn store_record(project: &str, line: &[u8]) -> Vec<u8> {
+    let mut r = Vec::with_capacity(project.len() + 1 + line.len());
+    r.extend_from_slice(project.as_bytes());
+    r.push(b'\t');
+    r.extend_from_slice(line);
+    r
+}
+
+/// A store record's project (none for a record written before copies named
+/// their project) and line.
+pub fn split_store_record(record: &[u8]) -> (Option<&str>, &[u8]) {
+    match record.iter().position(|b| *b == b'\t') {
+        Some(i) if !record[..i].contains(&b'{') => {
+            (std::str::from_utf8(&record[..i]).ok(), &record[i + 1..])
+        }
+        _ => (None, record),
+    }
+}
+
+/// How a project's file compares with the store's copy.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Comparison {
+    /// Lines in the file.
+    pub file_lines: u64,
+    /// The project's records in the store's copy.
+    pub store_lines: u64,
+    /// The file's last lines not yet in the store's copy (the copy is
+    /// shipped just after the file is written, and waits for a store that
+    /// is down).
+    pub unshipped: u64,
+    /// The first line (1-based) where the two part, and why.
+    pub mismatch: Option<(u64, String)>,
+}
+
+/// Compares `project`'s file with the store's copy of the audit log: the
+/// copy must hold the file's lines in the same order, and no more (a copy
+/// longer than the file means lines were cut from the file's end).
+pub fn compare<'a>(
+    path: &Path,
+    project: &str,
+    store: impl IntoIterator<Item = &'a [u8]>,
+) -> std::io::Result<Comparison> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let file: Vec<&[u8]> = data
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let in_file: std::collections::HashSet<&[u8]> = file.iter().copied().collect();
+    let copy: Vec<&[u8]> = store
+        .into_iter()
+        .filter_map(|r| match split_store_record(r) {
+            (Some(p), line) if p == project => Some(line),
+            // A copy from before records named their project: its line
+            // is this project's if the file has it.
+            (None, line) if in_file.contains(line) => Some(line),
+            _ => None,
+        })
+        .collect();
+    let mut c = Comparison {
+        file_lines: file.len() as u64,
+        store_lines: copy.len() as u64,
+        unshipped: 0,
+        mismatch: None,
+    };
+    for (i, (f, s)) in file.iter().zip(copy.iter()).enumerate() {
+        if f != s {
+            c.mismatch = Some((
+                i as u64 + 1,
+                "the line differs from the store's copy of it".into(),
+            ));
+            return Ok(c);
+        }
+    }
+    if copy.len() > file.len() {
+        c.mismatch = Some((
+            file.len() as u64 + 1,
+            format!(
+                "the store's copy has {} more line(s) after the file's last: lines were removed from the file",
+                copy.len() - file.len()
+            ),
+        ));
+    } else {
+        c.unshipped = (file.len() - copy.len()) as u64;
+    }
+    Ok(c)
+}
+
 /// The result of checking a chain.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -172,4 +266,73 @@ pub fn verify(path: &Path) -> std::io::Result<Verdict> {
         prev = hash_line(line);
     }
     Ok(Verdict::Intact { lines: n })
+}
+
+/// Checks `project`'s audit file: its chain, then against the store's copy.
+/// A store that cannot be read leaves the chain's verdict and says so.
+pub async fn check(
+    store: &xo_bus::Store,
+    data_dir: &Path,
+    project: &str,
+) -> std::io::Result<xo_proto::queue::AuditCheck> {
+    let path = file_for(data_dir, project);
+    let verdict = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || match verify(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Verdict::Intact { lines: 0 }),
+            r => r,
+        })
+        .await
+        .map_err(std::io::Error::other)??
+    };
+    let mut out = xo_proto::queue::AuditCheck {
+        project: project.to_string(),
+        intact: true,
+        lines: 0,
+        broken_at: None,
+        reason: None,
+        store_lines: None,
+        unshipped: 0,
+    };
+    match verdict {
+        Verdict::Intact { lines } => out.lines = lines,
+        Verdict::Broken { line, reason } => {
+            out.intact = false;
+            out.lines = line;
+            out.broken_at = Some(line);
+            out.reason = Some(reason);
+            return Ok(out);
+        }
+    }
+    let mut records = Vec::new();
+    let mut from = 1u64;
+    loop {
+        match store.read(crate::AUDIT_LOG, from, 4096).await {
+            Ok(batch) if batch.is_empty() => break,
+            Ok(batch) => {
+                from = batch.last().map(|(s, _)| s + 1).unwrap_or(from);
+                records.extend(batch.into_iter().map(|(_, r)| r));
+            }
+            Err(e) => {
+                out.reason = Some(format!(
+                    "the chain is intact but the store's copy could not be read to compare: {e}"
+                ));
+                return Ok(out);
+            }
+        }
+    }
+    let c = tokio::task::spawn_blocking({
+        let (path, project) = (path.clone(), project.to_string());
+        move || compare(&path, &project, records.iter().map(|r| r.as_ref()))
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    out.store_lines = Some(c.store_lines);
+    out.unshipped = c.unshipped;
+    if let Some((line, reason)) = c.mismatch {
+        out.intact = false;
+        out.broken_at = Some(line);
+        out.reason = Some(reason);
+    }
+    Ok(out)
 }

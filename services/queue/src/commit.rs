@@ -167,7 +167,10 @@ async fn apply(
         if lines.is_empty() {
             return;
         }
-        let records: Vec<Bytes> = lines.iter().map(|(_, l)| Bytes::from(l.clone())).collect();
+        let records: Vec<Bytes> = lines
+            .iter()
+            .map(|(p, l)| Bytes::from(crate::audit::store_record(p, l)))
+            .collect();
         if ship.send(records).is_err() {
             warn!("audit shipper gone");
         }

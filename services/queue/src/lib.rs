@@ -92,6 +92,9 @@ pub async fn start(
         clock,
         cfg,
     });
+    // The audit log's store copy is read once before serving: a damaged copy
+    // stops the start here, named, instead of failing every write later.
+    ctx.store.read(AUDIT_LOG, u64::MAX, 0).await?;
     let (commits, committer) = commit::spawn(ctx.clone());
     let factory: Factory<actor::QueueActor> = {
         let (ctx, commits) = (ctx.clone(), commits.clone());
