@@ -22,6 +22,7 @@
 
 pub mod api;
 pub mod file_store;
+pub mod leader;
 pub mod local;
 pub mod nats;
 pub mod nats_store;

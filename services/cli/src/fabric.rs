@@ -18,10 +18,11 @@
 //! 5. close: the bus socket of `xo up` is closed, telemetry flushed.
 
 use std::future::Future;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store};
 use xo_runner::{RunnerError, RunnerOptions};
 use xo_runtime::XoConfig;
@@ -106,6 +107,8 @@ pub struct Fabric {
     runners: Vec<Runner>,
     /// `[[supervisor.watch]]`: transcripts watched in this process.
     watches: Vec<JoinHandle<()>>,
+    /// The queue's lease, when this process is the active one of several.
+    leader: Option<xo_bus::leader::Leader>,
     telemetry: Option<TelemetryGuard>,
 }
 
@@ -234,6 +237,7 @@ impl Fabric {
             runners_stop: Shutdown::new(),
             runners: Vec::new(),
             watches: Vec::new(),
+            leader: None,
             telemetry: Some(telemetry),
         };
         if let Err(e) = f.start_services(cfg, plan).await {
@@ -264,12 +268,31 @@ impl Fabric {
             );
         }
         if plan.queue {
+            let store = self.store()?;
+            // On NATS other instances may be running: serve only while
+            // holding the queue's lease.
+            if matches!(store, Store::Nats(_)) && cfg.queue.leader_lease_ms > 0 {
+                let me = xo_bus::leader::holder_id();
+                let leader = xo_bus::leader::acquire(
+                    &store,
+                    xo_queue::BUCKET,
+                    xo_queue::LEADER_KEY,
+                    &me,
+                    Duration::from_millis(cfg.queue.leader_lease_ms),
+                    |h| info!(holder = %h.holder, "another queue instance is active; standing by"),
+                )
+                .await
+                .context("taking the queue's lease")?;
+                info!(holder = %me, "holding the queue's lease; serving");
+                self.leader = Some(leader);
+            }
             self.queue = Some(
-                xo_queue::start(
+                xo_queue::start_fenced(
                     cfg.clone(),
                     self.bus.clone(),
-                    self.store()?,
+                    store,
                     xo_runtime::Clock::System,
+                    self.leader.as_ref().map(|l| l.fence()),
                 )
                 .await
                 .context("starting the queue")?,
@@ -399,13 +422,28 @@ impl Fabric {
             );
         }
         ended.push(never().map(|_| "").boxed());
+        let lost = async {
+            match &self.leader {
+                Some(l) => l.lost().await,
+                None => std::future::pending::<String>().await,
+            }
+        };
+        let mut lease_lost = None;
         tokio::select! {
             _ = shutdown => {}
             (which, _, _) = futures::future::select_all(ended) => {
                 warn!(service = which, "a service stopped on its own; stopping the rest")
             }
+            why = lost => {
+                error!(reason = %why, "the queue's lease is lost; stopping (start again to stand by)");
+                lease_lost = Some(why);
+            }
         }
-        self.stop().await
+        let r = self.stop().await;
+        match lease_lost {
+            Some(why) => Err(anyhow!("{why}: this instance stopped serving the queue")),
+            None => r,
+        }
     }
 
     /// Stops everything in the stop order above; the first error is
@@ -444,6 +482,10 @@ impl Fabric {
         }
         if let Some(q) = self.queue.take() {
             keep(q.stop().await.context("queue"));
+        }
+        // The queue is stopped: a standby may take over at once.
+        if let Some(l) = self.leader.take() {
+            l.release().await;
         }
         if let Some(n) = self.notify.take() {
             keep(n.stop().await.context("notifier"));

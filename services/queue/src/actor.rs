@@ -98,7 +98,10 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
         let Some(entry) = ctx.store.get(BUCKET, &key).await? else {
             continue;
         };
-        let res = if key == STATUS_KEY {
+        let res = if key == crate::LEADER_KEY {
+            // The active instance's lease, not queue state.
+            continue;
+        } else if key == STATUS_KEY {
             serde_json::from_slice::<QueueStatus>(&entry.value).map(|s| status = Some(s))
         } else if key == SETTINGS_KEY {
             serde_json::from_slice::<Settings>(&entry.value).map(|s| settings = Some(s))

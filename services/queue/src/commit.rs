@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tracing::{error, warn};
 use xo_bus::typed;
 use xo_proto::alert::Alert;
 use xo_proto::queue::{QueueStatus, TaskEvent};
@@ -72,7 +72,7 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
             while let Ok(more) = shipped.try_recv() {
                 records.extend(more);
             }
-            retrying("audit log", || {
+            retrying(&shipper_ctx, "audit log", || {
                 shipper_ctx.store.append_many(AUDIT_LOG, records.clone())
             })
             .await;
@@ -96,16 +96,35 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     (tx, task)
 }
 
-/// Retries a store write until it succeeds: the replies wait for it.
-async fn retrying<T, F, Fut>(what: &str, mut f: F) -> T
+/// Whether this instance may still write (it holds the lease, or there is
+/// no other instance).
+fn may_write(ctx: &Ctx, what: &str) -> bool {
+    match &ctx.fence {
+        Some(f) if !f.valid() => {
+            error!(
+                what,
+                "the queue's lease is no longer held: nothing more is written or answered here"
+            );
+            false
+        }
+        _ => true,
+    }
+}
+
+/// Retries a store write until it succeeds (the replies wait for it), or
+/// until this instance loses the lease (`None`: nothing written).
+async fn retrying<T, F, Fut>(ctx: &Ctx, what: &str, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = xo_bus::StoreResult<T>>,
 {
     let mut backoff = Duration::from_millis(50);
     loop {
+        if !may_write(ctx, what) {
+            return None;
+        }
         match f().await {
-            Ok(v) => return v,
+            Ok(v) => return Some(v),
             Err(e) => {
                 warn!(error = %e, what, "queue write failed; retrying");
                 tokio::time::sleep(backoff).await;
@@ -151,9 +170,18 @@ async fn apply(
             writes.insert(k.clone(), v.clone());
         }
     }
+    if !may_write(ctx, "state") {
+        // Dropped unanswered: the callers time out and retry on the holder.
+        return;
+    }
     if !writes.is_empty() {
         let items: Vec<(String, Bytes)> = writes.into_iter().collect();
-        retrying("state", || ctx.store.put_many(BUCKET, items.clone())).await;
+        if retrying(ctx, "state", || ctx.store.put_many(BUCKET, items.clone()))
+            .await
+            .is_none()
+        {
+            return;
+        }
     }
     let now = ctx.clock.now_ms();
     let mut lines: Vec<(String, Vec<u8>)> = Vec::new();

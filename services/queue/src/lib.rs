@@ -36,6 +36,8 @@ pub use actor::QueueMsg;
 pub const BUCKET: &str = "queue";
 /// The store log the audit records are appended to.
 pub const AUDIT_LOG: &str = "audit";
+/// The key of the active instance's lease in [`BUCKET`] (see `queue.leader_lease_ms`).
+pub const LEADER_KEY: &str = "leader";
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -59,6 +61,9 @@ pub struct Ctx {
     pub subjects: Subjects,
     pub cfg: XoConfig,
     pub clock: Clock,
+    /// With a standby: whether this instance still holds the queue's lease
+    /// (checked before every write; none when it is the only one).
+    pub fence: Option<xo_bus::leader::Fence>,
 }
 
 /// A running queue.
@@ -85,12 +90,26 @@ pub async fn start(
     store: Store,
     clock: Clock,
 ) -> QueueResult<QueueHandle> {
+    start_fenced(cfg, bus, store, clock, None).await
+}
+
+/// [`start`] for the active one of several instances: every write is made
+/// only while `fence` says the lease is still held; after that the queue
+/// writes nothing and answers nothing (its callers retry on the new holder).
+pub async fn start_fenced(
+    cfg: XoConfig,
+    bus: Bus,
+    store: Store,
+    clock: Clock,
+    fence: Option<xo_bus::leader::Fence>,
+) -> QueueResult<QueueHandle> {
     let ctx = Arc::new(Ctx {
         subjects: cfg.subjects(),
         bus,
         store,
         clock,
         cfg,
+        fence,
     });
     // The audit log's store copy is read once before serving: a damaged copy
     // stops the start here, named, instead of failing every write later.

@@ -261,6 +261,11 @@ pub struct QueueConfig {
     /// Most tasks one enqueue request carries; larger enqueues are sent in
     /// parts of this many (each part is checked and applied whole).
     pub enqueue_batch: usize,
+    /// On NATS, one `xo serve queue` serves and the others stand by: the
+    /// active one holds a lease of this many ms in the KV store and renews
+    /// it every third of it; a standby takes over once it has not been
+    /// renewed for a whole lease. 0: no lease (only ever run one instance).
+    pub leader_lease_ms: u64,
 }
 
 impl Default for QueueConfig {
@@ -283,6 +288,7 @@ impl Default for QueueConfig {
             .collect(),
             goal_budget_usd: 0.0,
             enqueue_batch: 500,
+            leader_lease_ms: 5_000,
         }
     }
 }

@@ -1,0 +1,236 @@
+//! One active instance among several: a lease held in a key of the store,
+//! fenced by the key's revision.
+//!
+//! The holder writes the key every third of the lease with a compare-and-set
+//! on the revision it last wrote; a standby watches the key and takes it
+//! (again by compare-and-set) once its revision has not moved for a whole
+//! lease, measured on the standby's own monotonic clock, so no two clocks are
+//! compared. The holder counts its lease from the moment it *sent* each
+//! renewal, which is never later than when a standby saw it, and stops a
+//! quarter of a lease early (the margin covers a write on its way): when the holder
+//! can no longer be sure it holds the lease (a renewal refused because the
+//! revision moved, or none acknowledged for a whole lease) [`Fence::valid`]
+//! turns false before a standby may take over, and [`Leader::lost`] resolves.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::{Store, StoreError, StoreResult};
+
+/// What the lease key holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// Who holds it: `<host>:<pid>:<random>`.
+    pub holder: String,
+    /// Wall-clock ms of the last renewal (for people; never compared).
+    pub renewed_at: u64,
+}
+
+/// A name for this process as a lease holder.
+pub fn holder_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{host}:{}:{nanos:08x}", std::process::id())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn encode(holder: &str) -> Bytes {
+    Bytes::from(
+        serde_json::to_vec(&Holder {
+            holder: holder.to_string(),
+            renewed_at: now_ms(),
+        })
+        .unwrap_or_default(),
+    )
+}
+
+/// Whether the lease is still this process's: check before every write.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    until: Arc<Mutex<Instant>>,
+}
+
+impl Fence {
+    pub fn valid(&self) -> bool {
+        self.until
+            .lock()
+            .map(|u| Instant::now() < *u)
+            .unwrap_or(false)
+    }
+}
+
+/// A held lease, renewed until it is released or lost.
+#[derive(Debug)]
+pub struct Leader {
+    fence: Fence,
+    lost: watch::Receiver<Option<String>>,
+    renew: JoinHandle<()>,
+    store: Store,
+    bucket: String,
+    key: String,
+    revision: Arc<Mutex<u64>>,
+}
+
+impl Leader {
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
+    /// Resolves when the lease is lost, with why.
+    pub async fn lost(&self) -> String {
+        let mut rx = self.lost.clone();
+        loop {
+            if let Some(why) = rx.borrow().clone() {
+                return why;
+            }
+            if rx.changed().await.is_err() {
+                return "the lease's renewal stopped".into();
+            }
+        }
+    }
+
+    /// Stops renewing and deletes the key if it is still ours, so that a
+    /// standby takes over at once rather than after a lease.
+    pub async fn release(self) {
+        self.renew.abort();
+        let _ = self.renew.await;
+        let rev = self.revision.lock().map(|r| *r).unwrap_or(0);
+        if let Ok(Some(e)) = self.store.get(&self.bucket, &self.key).await
+            && e.revision == rev
+            && let Err(e) = self.store.delete(&self.bucket, &self.key).await
+        {
+            warn!(error = %e, "lease not released; a standby takes over when it expires");
+        }
+    }
+}
+
+/// Waits until this process holds the lease `bucket/key`, then keeps it.
+/// `waiting` is told who holds it each time the holder changes.
+pub async fn acquire(
+    store: &Store,
+    bucket: &str,
+    key: &str,
+    holder: &str,
+    lease: Duration,
+    mut waiting: impl FnMut(&Holder),
+) -> StoreResult<Leader> {
+    let poll = (lease / 5).max(Duration::from_millis(20));
+    // The revision last seen and when it was first seen.
+    let mut seen: Option<(u64, Instant)> = None;
+    let mut told: Option<String> = None;
+    let revision = loop {
+        let sent = Instant::now();
+        let taken = match store.get(bucket, key).await? {
+            None => store.create(bucket, key, encode(holder)).await,
+            Some(e) => {
+                let h: Holder = serde_json::from_slice(&e.value).unwrap_or(Holder {
+                    holder: String::from_utf8_lossy(&e.value).into_owned(),
+                    renewed_at: 0,
+                });
+                if told.as_deref() != Some(h.holder.as_str()) {
+                    waiting(&h);
+                    told = Some(h.holder.clone());
+                }
+                match seen {
+                    Some((rev, since)) if rev == e.revision && since.elapsed() >= lease => {
+                        info!(previous = %h.holder, "lease expired; taking it over");
+                        store.update(bucket, key, encode(holder), rev).await
+                    }
+                    Some((rev, _)) if rev == e.revision => Err(StoreError::Backend("held".into())),
+                    _ => {
+                        seen = Some((e.revision, Instant::now()));
+                        Err(StoreError::Backend("held".into()))
+                    }
+                }
+            }
+        };
+        match taken {
+            Ok(rev) => break (rev, sent),
+            Err(StoreError::Backend(h)) if h == "held" => {}
+            // Another standby won the race, or the store is briefly away.
+            Err(e) => warn!(error = %e, "lease not taken; trying again"),
+        }
+        tokio::time::sleep(poll).await;
+    };
+    let (rev, sent) = revision;
+    // The holder stops writing a quarter of a lease before a standby may
+    // take over: the margin covers a write already on its way.
+    let valid = lease - lease / 4;
+    let until = Arc::new(Mutex::new(sent + valid));
+    let revision = Arc::new(Mutex::new(rev));
+    let (lost_tx, lost) = watch::channel(None);
+    let renew = tokio::spawn({
+        let (store, bucket, key, holder) = (
+            store.clone(),
+            bucket.to_string(),
+            key.to_string(),
+            holder.to_string(),
+        );
+        let (until, revision) = (until.clone(), revision.clone());
+        async move {
+            let every = lease / 3;
+            loop {
+                tokio::time::sleep(every).await;
+                let sent = Instant::now();
+                let rev = revision.lock().map(|r| *r).unwrap_or(0);
+                match store.update(&bucket, &key, encode(&holder), rev).await {
+                    Ok(r) => {
+                        if let Ok(mut g) = revision.lock() {
+                            *g = r;
+                        }
+                        if let Ok(mut g) = until.lock() {
+                            *g = sent + valid;
+                        }
+                    }
+                    Err(StoreError::Conflict { .. }) | Err(StoreError::Exists { .. }) => {
+                        if let Ok(mut g) = until.lock() {
+                            *g = Instant::now();
+                        }
+                        let _ = lost_tx.send(Some(format!(
+                            "the lease {bucket}/{key} was taken by another instance"
+                        )));
+                        return;
+                    }
+                    Err(e) => {
+                        let expired = until.lock().map(|u| Instant::now() >= *u).unwrap_or(true);
+                        warn!(error = %e, "lease not renewed");
+                        if expired {
+                            let _ = lost_tx.send(Some(format!(
+                                "the lease {bucket}/{key} could not be renewed for {} ms: {e}",
+                                lease.as_millis()
+                            )));
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(Leader {
+        fence: Fence { until },
+        lost,
+        renew,
+        store: store.clone(),
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        revision,
+    })
+}
