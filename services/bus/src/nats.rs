@@ -26,6 +26,72 @@ pub struct ConnectOptions {
     /// Replies arrive under this prefix instead of `_INBOX` (a runner's
     /// credentials may subscribe to its own inbox only).
     pub inbox_prefix: Option<String>,
+    /// TLS: the CA that signed the server's certificate (TLS is then
+    /// required), and this client's certificate and key when the server
+    /// verifies clients.
+    pub tls_ca: Option<std::path::PathBuf>,
+    pub tls_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+/// A NATS URL with any password replaced by `***`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| match split_credentials(one) {
+            (rest, Some((user, Some(_)))) => with_user(&rest, &format!("{user}:***")),
+            _ => one.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn with_user(url_without: &str, userinfo: &str) -> String {
+    match url_without.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{userinfo}@{rest}"),
+        None => format!("{userinfo}@{url_without}"),
+    }
+}
+
+/// Splits `scheme://user:password@host:port` into the URL without its
+/// credentials and the credentials (user, password).
+pub fn split_credentials(url: &str) -> (String, Option<(String, Option<String>)>) {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let host_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..host_end].rfind('@') else {
+        return (url.to_string(), None);
+    };
+    let (info, host) = (&rest[..at], &rest[at + 1..]);
+    let plain = match scheme {
+        Some(s) => format!("{s}://{host}"),
+        None => host.to_string(),
+    };
+    let creds = match info.split_once(':') {
+        Some((u, p)) => (percent_decode(u), Some(percent_decode(p))),
+        None => (percent_decode(info), None),
+    };
+    (plain, Some(creds))
+}
+
+/// `%40` → `@` and so on (a URL's user and password are percent-encoded).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Default for ConnectOptions {
@@ -36,6 +102,8 @@ impl Default for ConnectOptions {
             user: None,
             password: None,
             inbox_prefix: None,
+            tls_ca: None,
+            tls_cert: None,
         }
     }
 }
@@ -49,16 +117,49 @@ impl NatsBus {
         if opts.retry_initial {
             o = o.retry_on_initial_connect();
         }
-        if let (Some(u), Some(p)) = (opts.user, opts.password) {
-            o = o.user_and_password(u, p);
+        // Credentials in the URL are used unless given apart, and never
+        // shown: errors name the URL with its password replaced.
+        let mut servers = Vec::new();
+        let mut from_url = None;
+        for one in url.split(',') {
+            let (plain, creds) = split_credentials(one.trim());
+            if from_url.is_none() {
+                from_url = creds;
+            }
+            servers.push(plain);
+        }
+        let shown = redact_url(url);
+        match (opts.user, opts.password, from_url) {
+            (Some(u), Some(p), _) => o = o.user_and_password(u, p),
+            (None, None, Some((u, Some(p)))) => o = o.user_and_password(u, p),
+            // A lone token in the URL (`nats://token@host`).
+            (None, None, Some((t, None))) => o = o.token(t),
+            (Some(u), None, _) => {
+                return Err(BusError::Connect {
+                    target: shown,
+                    reason: format!(
+                        "user {u:?} has no password: set nats.password (or XO__NATS__PASSWORD, or nats.password_file)"
+                    ),
+                });
+            }
+            _ => {}
         }
         if let Some(prefix) = opts.inbox_prefix {
             o = o.custom_inbox_prefix(prefix);
         }
-        let client = o.connect(url).await.map_err(|e| BusError::Connect {
-            target: url.to_string(),
-            reason: e.to_string(),
-        })?;
+        if let Some(ca) = opts.tls_ca {
+            o = o.add_root_certificates(ca).require_tls(true);
+        }
+        if let Some((cert, key)) = opts.tls_cert {
+            o = o.add_client_certificate(cert, key).require_tls(true);
+        }
+        let client = o
+            .connect(servers.join(","))
+            .await
+            .map_err(|e| BusError::Connect {
+                target: shown.clone(),
+                reason: e.to_string().replace(url, &shown),
+            })?;
         Ok(Self { client })
     }
 
@@ -232,5 +333,38 @@ pub(crate) fn from_nats(m: async_nats::Message) -> Message {
         reply: m.reply.map(|r| r.as_str().to_owned()),
         headers,
         payload: m.payload,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_split_and_hidden() {
+        assert_eq!(
+            split_credentials("nats://queue:s3cret@nats:4222"),
+            (
+                "nats://nats:4222".to_string(),
+                Some(("queue".to_string(), Some("s3cret".to_string())))
+            )
+        );
+        assert_eq!(
+            split_credentials("nats://tok@nats:4222"),
+            (
+                "nats://nats:4222".to_string(),
+                Some(("tok".to_string(), None))
+            )
+        );
+        assert_eq!(split_credentials("nats://nats:4222").1, None);
+        assert_eq!(
+            redact_url("nats://queue:s3cret@a:4222,nats://b:4222"),
+            "nats://queue:***@a:4222,nats://b:4222"
+        );
+        assert!(!redact_url("tls://u:p%40ss@h:4222").contains("p%40ss"));
+        assert_eq!(
+            split_credentials("nats://u:p%40ss@h:4222").1,
+            Some(("u".to_string(), Some("p@ss".to_string())))
+        );
     }
 }

@@ -13,6 +13,13 @@ pub fn nats_options(cfg: &XoConfig, name: &str, retry: bool) -> ConnectOptions {
         user: (!cfg.nats.user.is_empty()).then(|| cfg.nats.user.clone()),
         password: (!cfg.nats.password.is_empty()).then(|| cfg.nats.password.clone()),
         inbox_prefix: (!cfg.nats.inbox_prefix.is_empty()).then(|| cfg.nats.inbox_prefix.clone()),
+        tls_ca: (!cfg.nats.tls_ca_file.is_empty()).then(|| cfg.nats.tls_ca_file.clone().into()),
+        tls_cert: (!cfg.nats.tls_cert_file.is_empty()).then(|| {
+            (
+                cfg.nats.tls_cert_file.clone().into(),
+                cfg.nats.tls_key_file.clone().into(),
+            )
+        }),
     }
 }
 
@@ -20,7 +27,12 @@ pub async fn client_bus(cfg: &XoConfig) -> anyhow::Result<Bus> {
     if !cfg.nats.url.is_empty() {
         let bus = NatsBus::connect(&cfg.nats.url, nats_options(cfg, "xo-cli", false))
             .await
-            .with_context(|| format!("is a nats-server running at {}?", cfg.nats.url))?;
+            .with_context(|| {
+                format!(
+                    "is a nats-server running at {}?",
+                    xo_bus::nats::redact_url(&cfg.nats.url)
+                )
+            })?;
         return Ok(Bus::Nats(bus));
     }
     let path = cfg.state.socket_path();

@@ -740,6 +740,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             if !shown.nats.password.is_empty() {
                 shown.nats.password = "*** (set)".into();
             }
+            shown.nats.url = xo_bus::nats::redact_url(&shown.nats.url);
             for w in &mut shown.alerts.webhooks {
                 if !w.authorization.is_empty() && !w.authorization.starts_with("env:") {
                     w.authorization = "*** (set)".into();

@@ -43,7 +43,7 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!(
             "xo up: on NATS {}; state in JetStream buckets",
-            cfg.nats.url
+            xo_bus::nats::redact_url(&cfg.nats.url)
         );
     }
     if !cfg.supervisor.volume.is_empty() {

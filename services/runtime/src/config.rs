@@ -94,6 +94,45 @@ pub struct NatsConfig {
     /// Replies arrive under this prefix (default `_INBOX`; a runner with
     /// credentials uses `_INBOX_<unit>`, see `xo nats-config`).
     pub inbox_prefix: String,
+    /// A file holding the password (a mounted Secret), read at start when
+    /// `password` is empty. `$(NAME)` and `${NAME}` are replaced by the
+    /// environment variable (e.g. `/etc/xo-nats/${XO_UNIT}`).
+    pub password_file: String,
+    /// TLS: the CA certificate (PEM) that signed the server's; set, TLS is
+    /// required. With `tls_cert_file` and `tls_key_file` this client also
+    /// shows its own certificate (servers that verify clients).
+    pub tls_ca_file: String,
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+}
+
+/// `$(NAME)` and `${NAME}` replaced by the environment's values.
+fn expand_env(s: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + 1..];
+        let close = match tail.chars().next() {
+            Some('(') => ')',
+            Some('{') => '}',
+            _ => {
+                out.push('$');
+                rest = tail;
+                continue;
+            }
+        };
+        let Some(end) = tail.find(close) else {
+            return Err(format!("unclosed ${}", &tail[..1]));
+        };
+        let name = &tail[1..end];
+        let v =
+            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+        out.push_str(&v);
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -783,8 +822,21 @@ impl XoConfig {
         for (k, v) in overrides {
             b = b.set_override(k.as_str(), v.as_str()).map_err(load)?;
         }
-        let cfg: XoConfig = b.build().map_err(load)?.try_deserialize().map_err(load)?;
+        let mut cfg: XoConfig = b.build().map_err(load)?.try_deserialize().map_err(load)?;
         cfg.validate()?;
+        if cfg.nats.password.is_empty() && !cfg.nats.password_file.is_empty() {
+            let invalid = |reason: String| ConfigError::Invalid {
+                key: "nats.password_file".into(),
+                reason,
+            };
+            let path = expand_env(&cfg.nats.password_file).map_err(invalid)?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| invalid(format!("{path}: {e}")))?;
+            cfg.nats.password = text.trim_end_matches(['\n', '\r']).to_string();
+            if cfg.nats.password.is_empty() {
+                return Err(invalid(format!("{path} is empty")));
+            }
+        }
         Ok(cfg)
     }
 
@@ -795,6 +847,12 @@ impl XoConfig {
         };
         xo_proto::Subjects::validate_prefix(&self.org.prefix)
             .map_err(|r| invalid("org.prefix", r))?;
+        if self.nats.tls_cert_file.is_empty() != self.nats.tls_key_file.is_empty() {
+            return Err(invalid(
+                "nats.tls_cert_file",
+                "a client certificate needs its key: set both nats.tls_cert_file and nats.tls_key_file, or neither".into(),
+            ));
+        }
         if self.wire.max_payload < 1024 {
             return Err(invalid(
                 "wire.max_payload",
