@@ -8,9 +8,11 @@
 //! compared. The holder counts its lease from the moment it *sent* each
 //! renewal, which is never later than when a standby saw it, and stops a
 //! quarter of a lease early (the margin covers a write on its way): when the holder
-//! can no longer be sure it holds the lease (a renewal refused because the
-//! revision moved, or none acknowledged for a whole lease) [`Fence::valid`]
-//! turns false before a standby may take over, and [`Leader::lost`] resolves.
+//! can no longer be sure it holds the lease (no renewal acknowledged for
+//! three quarters of a lease) [`Fence::valid`]
+//! turns false before a standby may take over; writes wait until a renewal
+//! goes through again, and when one is refused because another instance
+//! took the key, [`Leader::lost`] resolves and nothing more is written.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,14 +68,25 @@ fn encode(holder: &str) -> Bytes {
 #[derive(Debug, Clone)]
 pub struct Fence {
     until: Arc<Mutex<Instant>>,
+    lost: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Fence {
+    /// Writes may be made now.
     pub fn valid(&self) -> bool {
-        self.until
-            .lock()
-            .map(|u| Instant::now() < *u)
-            .unwrap_or(false)
+        !self.is_lost()
+            && self
+                .until
+                .lock()
+                .map(|u| Instant::now() < *u)
+                .unwrap_or(false)
+    }
+
+    /// Another instance holds the lease: nothing more may be written, ever.
+    /// (Not valid but not lost: the store was unreachable for a while;
+    /// writes wait until a renewal goes through again.)
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -175,6 +188,7 @@ pub async fn acquire(
     // take over: the margin covers a write already on its way.
     let valid = lease - lease / 4;
     let until = Arc::new(Mutex::new(sent + valid));
+    let lost_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let revision = Arc::new(Mutex::new(rev));
     let (lost_tx, lost) = watch::channel(None);
     let renew = tokio::spawn({
@@ -184,7 +198,7 @@ pub async fn acquire(
             key.to_string(),
             holder.to_string(),
         );
-        let (until, revision) = (until.clone(), revision.clone());
+        let (until, revision, lost_flag) = (until.clone(), revision.clone(), lost_flag.clone());
         async move {
             let every = lease / 3;
             loop {
@@ -201,31 +215,37 @@ pub async fn acquire(
                         }
                     }
                     Err(StoreError::Conflict { .. }) | Err(StoreError::Exists { .. }) => {
-                        if let Ok(mut g) = until.lock() {
-                            *g = Instant::now();
+                        // A renewal that timed out while the server was away
+                        // may have landed on reconnection: the key then names
+                        // us at a newer revision. Only another holder is a loss.
+                        if let Ok(Some(e)) = store.get(&bucket, &key).await
+                            && serde_json::from_slice::<Holder>(&e.value)
+                                .is_ok_and(|h| h.holder == holder)
+                        {
+                            if let Ok(mut g) = revision.lock() {
+                                *g = e.revision;
+                            }
+                            continue;
                         }
+                        lost_flag.store(true, std::sync::atomic::Ordering::SeqCst);
                         let _ = lost_tx.send(Some(format!(
                             "the lease {bucket}/{key} was taken by another instance"
                         )));
                         return;
                     }
-                    Err(e) => {
-                        let expired = until.lock().map(|u| Instant::now() >= *u).unwrap_or(true);
-                        warn!(error = %e, "lease not renewed");
-                        if expired {
-                            let _ = lost_tx.send(Some(format!(
-                                "the lease {bucket}/{key} could not be renewed for {} ms: {e}",
-                                lease.as_millis()
-                            )));
-                            return;
-                        }
-                    }
+                    // The store is away: writes wait (the fence runs out) and
+                    // the renewal goes on; nobody else can take the lease
+                    // from a store nobody reaches.
+                    Err(e) => warn!(error = %e, "lease not renewed; writes wait until it is"),
                 }
             }
         }
     });
     Ok(Leader {
-        fence: Fence { until },
+        fence: Fence {
+            until,
+            lost: lost_flag,
+        },
         lost,
         renew,
         store: store.clone(),

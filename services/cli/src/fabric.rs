@@ -161,6 +161,10 @@ async fn nats(cfg: &XoConfig, name: &str) -> anyhow::Result<(Bus, Store)> {
 /// embedded files), for commands that read it beside a running fabric.
 pub async fn store_of(cfg: &XoConfig) -> anyhow::Result<Store> {
     if cfg.nats.url.is_empty() {
+        let dir = cfg.state.store_dir();
+        if !dir.is_dir() {
+            anyhow::bail!("no embedded store at {} (and no nats.url)", dir.display());
+        }
         embedded_store(cfg)
     } else {
         Ok(nats(cfg, "xo-cli").await?.1)

@@ -170,6 +170,11 @@ enum Cmd {
         /// JetStream store directory (default: nats-server's).
         #[arg(long, default_value = "")]
         store_dir: String,
+        /// One user shared by runners whose unit ids are not known in
+        /// advance (compose's `--scale`): confined to runner verbs, not to
+        /// one unit's subjects. Its inbox prefix is `_INBOX_<user>`.
+        #[arg(long)]
+        shared_runner: Option<String>,
     },
     /// Initialise the queue (status HALTED).
     Init {
@@ -728,9 +733,16 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             runners,
             port,
             store_dir,
+            shared_runner,
         } => {
-            let text = nats_config::render(&cfg.org.prefix, &runners, port, &store_dir)
-                .map_err(anyhow::Error::msg)?;
+            let text = nats_config::render(
+                &cfg.org.prefix,
+                &runners,
+                shared_runner.as_deref(),
+                port,
+                &store_dir,
+            )
+            .map_err(anyhow::Error::msg)?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }

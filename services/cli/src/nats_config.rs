@@ -37,11 +37,12 @@ pub fn runner_inbox(unit: &str) -> String {
 pub fn render(
     prefix: &str,
     runners: &[String],
+    shared_runner: Option<&str>,
     port: u16,
     jetstream_dir: &str,
 ) -> Result<String, String> {
     xo_proto::Subjects::validate_prefix(prefix)?;
-    for u in runners {
+    for u in runners.iter().chain(shared_runner.map(String::from).iter()) {
         xo_proto::validate_unit_id(u)?;
         if ["supervisor", "queue", "knowledge", "operator", "console"].contains(&u.as_str()) {
             return Err(format!("runner unit {u:?} clashes with a service user"));
@@ -86,13 +87,20 @@ pub fn render(
         subjects.directive("*"),
         runner_inbox("console"),
     );
-    for u in runners {
+    // (unit, its subjects' last token, its inbox): a unit's own; a shared
+    // user's any unit's.
+    let mut users: Vec<(String, String)> = runners.iter().map(|u| (u.clone(), u.clone())).collect();
+    if let Some(shared) = shared_runner {
+        users.push((shared.to_string(), "*".to_string()));
+    }
+    for (u, unit) in &users {
+        let u = u.as_str();
         // Exactly what a runner sends: its own reports, heartbeats and
         // events, and the verbs of its claim path.
         let publish = [
-            subjects.salute(u),
-            subjects.heartbeat(u),
-            subjects.runner_event(u),
+            subjects.salute(unit),
+            subjects.heartbeat(unit),
+            subjects.runner_event(unit),
             q::Claim::subject(&subjects),
             q::Heartbeat::subject(&subjects),
             q::Complete::subject(&subjects),
@@ -100,7 +108,7 @@ pub fn render(
             k::Select::subject(&subjects),
             k::RecordUses::subject(&subjects),
         ];
-        let subscribe = [subjects.steer(u), format!("{}.>", runner_inbox(u))];
+        let subscribe = [subjects.steer(unit), format!("{}.>", runner_inbox(u))];
         let list = |v: &[String]| {
             v.iter()
                 .map(|x| format!("\"{x}\""))
@@ -125,7 +133,7 @@ mod tests {
 
     #[test]
     fn runners_get_only_their_own_subjects() {
-        let c = render("xo", &["coder-1".into()], 4222, "").unwrap();
+        let c = render("xo", &["coder-1".into()], None, 4222, "").unwrap();
         assert!(c.contains("\"xo.salute.coder-1\"") && c.contains("\"xo.steer.coder-1\""));
         assert!(c.contains("\"_INBOX_coder-1.>\""));
         assert!(!c.contains("xo.steer.>") && !c.contains("xo.ctl.supervisor"));
@@ -133,7 +141,12 @@ mod tests {
         assert!(c.contains("\"xo.ctl.queue.claim\"") && c.contains("\"xo.ctl.queue.heartbeat\""));
         assert!(!c.contains("xo.ctl.queue.tasks") && !c.contains("xo.ctl.queue.status"));
         assert!(c.contains("password: $XO_NATS_PASSWORD_CODER_1"));
-        assert!(render("xo", &["queue".into()], 4222, "").is_err());
-        assert!(render("xo", &["a b".into()], 4222, "").is_err());
+        assert!(render("xo", &["queue".into()], None, 4222, "").is_err());
+        assert!(render("xo", &["a b".into()], None, 4222, "").is_err());
+        // A shared runner user: any unit's reports and steering, runner
+        // verbs only, its own inbox.
+        let c = render("xo", &[], Some("runner"), 4222, "").unwrap();
+        assert!(c.contains("\"xo.salute.*\"") && c.contains("\"xo.steer.*\""));
+        assert!(c.contains("\"_INBOX_runner.>\"") && !c.contains("xo.ctl.queue.status"));
     }
 }

@@ -74,7 +74,10 @@ fn the_rendered_chart_is_valid_hardened_and_locks_nats_down() {
     let file = out.path().join("nats.conf");
     std::fs::write(
         &file,
-        conf.replace("store_dir: \"/data\"", &format!("store_dir: {:?}", out.path().join("js"))),
+        conf.replace(
+            "store_dir: \"/data\"",
+            &format!("store_dir: {:?}", out.path().join("js")),
+        ),
     )
     .unwrap();
     let mut check = Command::new(xo_tests::nats_server_binary());

@@ -19,6 +19,19 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
+const USERS: [&str; 6] = [
+    "SUPERVISOR",
+    "QUEUE",
+    "KNOWLEDGE",
+    "OPERATOR",
+    "CONSOLE",
+    "RUNNER",
+];
+
+fn password(user: &str) -> String {
+    format!("{}-{}-pw", user.to_lowercase(), std::process::id())
+}
+
 struct Down {
     root: std::path::PathBuf,
     project: String,
@@ -33,6 +46,10 @@ impl Down {
             .args(["-p", &self.project, "-f", "compose.yaml"])
             .env("XO_NATS_PORT", &self.port)
             .env("XO_CONSOLE_PORT", &self.console_port);
+        // The run's own passwords (the environment wins over ./.env).
+        for user in USERS {
+            c.env(format!("XO_NATS_PASSWORD_{user}"), password(user));
+        }
         c
     }
 }
@@ -72,11 +89,20 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(healthy, "{}", run(down.compose().args(["ps"])));
-    let bus = Bus::Nats(
-        NatsBus::connect(&format!("nats://127.0.0.1:{port}"), Default::default())
-            .await
-            .unwrap(),
+    // Locked down: NATS is published on the host's loopback only, and
+    // refuses a client without a password.
+    let published = run(down.compose().args(["port", "nats", "4222"]));
+    assert!(published.trim().starts_with("127.0.0.1:"), "{published}");
+    let refused = NatsBus::connect(&format!("nats://127.0.0.1:{port}"), Default::default()).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().to_lowercase().contains("authorization")),
+        "{:?}",
+        refused.map(|_| ())
     );
+    let url = format!("nats://operator:{}@127.0.0.1:{port}", password("OPERATOR"));
+    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
     let s = Subjects::default();
     let t = Duration::from_secs(10);
     typed::call(&bus, &s, &Init::default(), t).await.unwrap();
@@ -120,12 +146,8 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
     let st = done.expect("the goal completes");
     assert_eq!(st.counts.get("completed"), Some(&4));
     // Two runners shared the work through the shared volume.
-    let units = run(Command::new(env!("CARGO_BIN_EXE_xo")).args([
-        "--nats",
-        &format!("nats://127.0.0.1:{port}"),
-        "units",
-        "--json",
-    ]));
+    let units =
+        run(Command::new(env!("CARGO_BIN_EXE_xo")).args(["--nats", &url, "units", "--json"]));
     assert!(
         units.matches("\"role\": \"coder\"").count() >= 2
             || units.matches("\"role\":\"coder\"").count() >= 2,

@@ -25,6 +25,21 @@ struct Env {
 impl Drop for Env {
     fn drop(&mut self) {
         let n = &self.name;
+        // A failed run shows what the services said last.
+        if std::thread::panicking() {
+            for c in ["queue", "supervisor", "nats"] {
+                if let Ok(o) = Command::new("docker")
+                    .args(["logs", "--tail", "30", &format!("{n}-{c}")])
+                    .output()
+                {
+                    eprintln!(
+                        "--- {c}:\n{}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            }
+        }
         // The supervisor first: its fleet manager would recreate runners.
         docker_ok(&["rm", "-f", &format!("{n}-supervisor")]);
         remove_org(n);
@@ -184,9 +199,16 @@ coder = 3
             "RUST_LOG=info".into(),
         ];
         if svc == "supervisor" {
+            // The image runs as a non-root user: the socket's group lets it
+            // manage runner containers.
+            let gid = std::fs::metadata("/var/run/docker.sock")
+                .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
+                .unwrap_or(0);
             args.extend([
                 "-v".into(),
                 "/var/run/docker.sock:/var/run/docker.sock".into(),
+                "--group-add".into(),
+                gid.to_string(),
             ]);
         }
         args.extend([
@@ -347,6 +369,10 @@ coder = 3
     let verify = docker(&[
         "run",
         "--rm",
+        "--network",
+        &net,
+        "-e",
+        "XO_NATS_URL=nats://nats:4222",
         "-v",
         &format!("{shared}:/data"),
         "-e",
@@ -358,8 +384,8 @@ coder = 3
         "verify",
     ]);
     assert!(
-        verify.contains("intact") || verify.contains("ok"),
-        "{verify}"
+        verify.contains("chain intact") && verify.contains("the same"),
+        "the file and the JetStream copy agree: {verify}"
     );
 
     for (k, v) in &figures {

@@ -96,18 +96,31 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     (tx, task)
 }
 
-/// Whether this instance may still write (it holds the lease, or there is
-/// no other instance).
-fn may_write(ctx: &Ctx, what: &str) -> bool {
-    match &ctx.fence {
-        Some(f) if !f.valid() => {
+/// Waits until this instance may write: at once without a standby; while
+/// its lease is held; `false` once the lease is lost to another instance
+/// (nothing more is written or answered here).
+async fn may_write(ctx: &Ctx, what: &str) -> bool {
+    let Some(f) = &ctx.fence else { return true };
+    let mut told = false;
+    loop {
+        if f.is_lost() {
             error!(
                 what,
-                "the queue's lease is no longer held: nothing more is written or answered here"
+                "the queue's lease is held by another instance: nothing more is written or answered here"
             );
-            false
+            return false;
         }
-        _ => true,
+        if f.valid() {
+            return true;
+        }
+        if !told {
+            warn!(
+                what,
+                "the queue's lease is not renewed (store unreachable?): writes wait"
+            );
+            told = true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -120,7 +133,7 @@ where
 {
     let mut backoff = Duration::from_millis(50);
     loop {
-        if !may_write(ctx, what) {
+        if !may_write(ctx, what).await {
             return None;
         }
         match f().await {
@@ -170,7 +183,7 @@ async fn apply(
             writes.insert(k.clone(), v.clone());
         }
     }
-    if !may_write(ctx, "state") {
+    if !may_write(ctx, "state").await {
         // Dropped unanswered: the callers time out and retry on the holder.
         return;
     }
