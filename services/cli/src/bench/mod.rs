@@ -6,8 +6,10 @@
 //! - [`watch`]: the CPU of `xo watch` over many live transcripts.
 //! - [`sensor`]: agent event lines read per second, beside generic JSON parsing.
 //! - [`console`]: SSE fan-out beside a raw bus subscription; pages with many units.
+//! - [`chaos`]: the fabric as processes, SIGKILLed at random under load; invariants checked.
 //! - [`util`]: a nats-server of the bench's own, percentiles, verdicts.
 
+mod chaos;
 mod console;
 mod pipeline;
 mod queue;
@@ -34,6 +36,8 @@ pub enum BenchCmd {
     Console(console::ConsoleArgs),
     /// The supervised pipeline's cost per task without the agent (compose, validate 20 criteria, format).
     Pipeline(pipeline::PipelineArgs),
+    /// The fabric as processes over a real nats-server, one SIGKILLed at random every few seconds; invariants checked at the end.
+    Chaos(chaos::ChaosArgs),
 }
 
 pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
@@ -44,5 +48,6 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Sensor(a) => sensor::run(a).await,
         BenchCmd::Watch(a) => watch::run(a).await,
         BenchCmd::Console(a) => console::run(cfg, a).await,
+        BenchCmd::Chaos(a) => chaos::run(cfg, a).await,
     }
 }
