@@ -18,7 +18,7 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::{Format, SaluteReport, Subjects};
-use xo_tests::NatsServer;
+use xo_tests::{NatsServer, free_port};
 
 fn rotel() -> PathBuf {
     if let Some(p) = std::env::var_os("XO_ROTEL") {
@@ -37,14 +37,6 @@ fn rotel() -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Killed(Child);

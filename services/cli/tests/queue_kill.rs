@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use xo_bus::{Bus, NatsBus, typed};
+use xo_bus::{Bus, NatsBus};
 use xo_proto::queue::*;
 use xo_tests::NatsServer;
+use xo_tests::ctl::{call, must};
 
 fn serve_queue(url: &str, data: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_xo"))
@@ -19,33 +20,6 @@ fn serve_queue(url: &str, data: &std::path::Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("xo serve queue")
-}
-
-async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Result<R::Response, typed::CallError>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(
-        bus,
-        &xo_proto::Subjects::default(),
-        r,
-        Duration::from_secs(2),
-    )
-    .await
-}
-
-/// Retries through the window when no queue is up.
-async fn must<R: xo_proto::Request>(bus: &Bus, r: &R) -> R::Response
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    for _ in 0..600 {
-        if let Ok(v) = call(bus, r).await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the queue never answered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,18 +48,7 @@ async fn sigkill_mid_run_loses_nothing_and_completes_nothing_twice() {
         },
     )
     .await;
-    let tasks: Vec<Task> = (0..60)
-        .map(|i| {
-            xo_queue::machine::tasks_from_json(
-                format!(
-                    r#"{{"task_id":"k{i:02}","intent":"x","instructions":"y","role":"coder"}}"#
-                )
-                .as_bytes(),
-            )
-            .unwrap()
-            .remove(0)
-        })
-        .collect();
+    let tasks = xo_tests::ctl::tasks("k", 60);
     must(&bus, &Enqueue { tasks }).await;
     must(&bus, &Start {}).await;
 

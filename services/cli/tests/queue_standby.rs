@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use xo_bus::{Bus, NatsBus, NatsStore, Store, typed};
+use xo_bus::{Bus, NatsBus, NatsStore, Store};
 use xo_proto::queue::*;
 use xo_tests::NatsServer;
+use xo_tests::ctl::{call, must};
 
 const LEASE_MS: u64 = 1500;
 
@@ -26,32 +27,6 @@ fn serve_queue(url: &str, data: &std::path::Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("xo serve queue")
-}
-
-async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Result<R::Response, typed::CallError>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(
-        bus,
-        &xo_proto::Subjects::default(),
-        r,
-        Duration::from_secs(2),
-    )
-    .await
-}
-
-async fn must<R: xo_proto::Request>(bus: &Bus, r: &R) -> R::Response
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    for _ in 0..600 {
-        if let Ok(v) = call(bus, r).await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the queue never answered");
 }
 
 /// The pid of the lease's holder (`host:pid:…`).
@@ -102,18 +77,7 @@ async fn the_standby_takes_over_when_the_active_queue_is_killed() {
         },
     )
     .await;
-    let tasks: Vec<Task> = (0..60)
-        .map(|i| {
-            xo_queue::machine::tasks_from_json(
-                format!(
-                    r#"{{"task_id":"s{i:02}","intent":"x","instructions":"y","role":"coder"}}"#
-                )
-                .as_bytes(),
-            )
-            .unwrap()
-            .remove(0)
-        })
-        .collect();
+    let tasks = xo_tests::ctl::tasks("s", 60);
     must(&bus, &Enqueue { tasks }).await;
     must(&bus, &Start {}).await;
 

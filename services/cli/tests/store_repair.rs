@@ -52,6 +52,32 @@ fn up_with(dir: &Path, env: &[(&str, &str)]) -> std::process::Child {
     panic!("xo up never answered");
 }
 
+/// Where each record of a store file starts (length, checksum, body).
+fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let mut pos = 0usize;
+    let mut offsets = Vec::new();
+    while pos + 8 <= bytes.len() {
+        offsets.push(pos);
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += 8 + len;
+    }
+    offsets
+}
+
+/// `xo up` in `dir`, which must refuse to start: what it said.
+fn up_refused(dir: &Path) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .arg("up")
+        .current_dir(dir)
+        .env_remove("XO_NATS_URL")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "xo up started: {}", text(&o.stderr));
+    text(&o.stderr)
+}
+
 fn stop(child: std::process::Child) -> Output {
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -88,28 +114,13 @@ fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
     let kv = d.join(".xo/state/kv/queue.kv");
     let mut bytes = std::fs::read(&kv).unwrap();
     let size = bytes.len();
-    let mut pos = 0usize;
-    let mut offsets = Vec::new();
-    while pos + 8 <= bytes.len() {
-        offsets.push(pos);
-        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-        pos += 8 + len;
-    }
+    let offsets = record_offsets(&bytes);
     let victim = offsets[offsets.len() / 2];
     bytes[victim + 2] = 0x01;
     std::fs::write(&kv, &bytes).unwrap();
 
     // xo up refuses, naming the file, the offset and the repair.
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .arg("up")
-        .current_dir(d)
-        .env_remove("XO_NATS_URL")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = text(&o.stderr);
+    let err = up_refused(d);
     assert!(
         err.contains("queue.kv") && err.contains(&format!("at byte {victim}")),
         "{err}"
@@ -306,27 +317,12 @@ fn the_audit_file_is_checked_against_the_stores_copy() {
     // A damaged record in the store's copy: xo up refuses, naming it.
     let log = d.join(".xo/state/log/audit.log");
     let mut bytes = std::fs::read(&log).unwrap();
-    let mut pos = 0usize;
-    let mut offsets = Vec::new();
-    while pos + 8 <= bytes.len() {
-        offsets.push(pos);
-        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-        pos += 8 + len;
-    }
+    let offsets = record_offsets(&bytes);
     assert_eq!(offsets.len(), lines.len());
     let victim = offsets[offsets.len() / 2];
     bytes[victim + 2] = 0x01;
     std::fs::write(&log, &bytes).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .arg("up")
-        .current_dir(d)
-        .env_remove("XO_NATS_URL")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = text(&o.stderr);
+    let err = up_refused(d);
     assert!(
         err.contains("audit.log") && err.contains(&format!("at byte {victim}")),
         "{err}"
