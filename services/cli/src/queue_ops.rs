@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use xo_bus::typed;
 use xo_proto::Request;
 use xo_proto::queue::*;
-use xo_queue::audit;
+use xo_queue::audit::{self, Verdict};
 use xo_runtime::XoConfig;
 
 use crate::connect::client_bus;
@@ -340,8 +340,14 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
     let store = match crate::fabric::store_of(cfg).await {
         Ok(s) => s,
         Err(e) => {
-            let v = audit::verify(&path).with_context(|| format!("reading {}", path.display()))?;
-            println!("{}: {v:?}", path.display());
+            match audit::verify(&path).with_context(|| format!("reading {}", path.display()))? {
+                Verdict::Intact { lines } => {
+                    println!("{}: chain intact, {lines} lines", path.display())
+                }
+                Verdict::Broken { line, reason } => {
+                    println!("{}: chain broken at line {line}: {reason}", path.display())
+                }
+            }
             println!(
                 "store's copy not compared: {e:#}; start the store's server (or unset nats.url for the embedded one) and verify again"
             );
@@ -352,10 +358,15 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
         .await
         .with_context(|| format!("reading {}", path.display()))?;
     if !c.intact {
+        let what = if c.store_lines.is_some() {
+            "broken at line {} against the store's copy"
+        } else {
+            "chain broken at line {}"
+        };
         println!(
-            "{}: broken at line {}: {}",
+            "{}: {}: {}",
             path.display(),
-            c.broken_at.unwrap_or(c.lines),
+            what.replace("{}", &c.broken_at.unwrap_or(c.lines).to_string()),
             c.reason.as_deref().unwrap_or("")
         );
         return Ok(ExitCode::from(1));
