@@ -260,12 +260,8 @@ fn the_shipped_config_is_what_the_generator_prints() {
     let out = Command::new(env!("CARGO_BIN_EXE_xo"))
         .args([
             "nats-config",
-            "--runner",
-            "runner-1",
-            "--runner",
-            "runner-2",
-            "--runner",
-            "runner-3",
+            "--shared-runner",
+            "runner",
             "--store-dir",
             "/data/jetstream",
         ])
