@@ -153,13 +153,19 @@ impl NatsBus {
         if let Some((cert, key)) = opts.tls_cert {
             o = o.add_client_certificate(cert, key).require_tls(true);
         }
-        let client = o
-            .connect(servers.join(","))
-            .await
+        // Several servers (a cluster) are tried in turn.
+        let addrs = servers
+            .iter()
+            .map(|s| s.parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BusError::Connect {
                 target: shown.clone(),
-                reason: e.to_string().replace(url, &shown),
+                reason: format!("not a NATS URL (or a comma-separated list of them): {e}"),
             })?;
+        let client = o.connect(addrs).await.map_err(|e| BusError::Connect {
+            target: shown.clone(),
+            reason: e.to_string().replace(url, &shown),
+        })?;
         Ok(Self { client })
     }
 

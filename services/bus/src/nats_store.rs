@@ -16,6 +16,9 @@ use crate::{Cas, Entry, StoreError, StoreResult, validate_key};
 pub struct NatsStore {
     js: jetstream::Context,
     prefix: String,
+    /// Replicas of the buckets and streams this store creates (3 on a
+    /// three-node cluster); an existing one with fewer is reported.
+    replicas: usize,
     buckets: Arc<Mutex<HashMap<String, kv::Store>>>,
     streams: Arc<Mutex<HashMap<String, jetstream::stream::Stream>>>,
 }
@@ -34,6 +37,13 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 
 impl NatsStore {
     pub fn new(client: async_nats::Client, prefix: &str) -> Self {
+        Self::with_replicas(client, prefix, 1)
+    }
+
+    /// A store whose new buckets and streams have `replicas` copies (JetStream
+    /// R1/R3). Existing ones are used as they are; one with fewer replicas is
+    /// reported at a warning, naming both numbers.
+    pub fn with_replicas(client: async_nats::Client, prefix: &str, replicas: usize) -> Self {
         let mut js = jetstream::new(client);
         // An acknowledgement lost across a server restart is retried after
         // this, not after the default 30 s.
@@ -41,8 +51,25 @@ impl NatsStore {
         Self {
             js,
             prefix: prefix.to_string(),
+            replicas: replicas.max(1),
             buckets: Arc::default(),
             streams: Arc::default(),
+        }
+    }
+
+    /// Says what an existing bucket or log has: fewer replicas than asked
+    /// is a warning (it is used as it is; JetStream does not change it).
+    fn found(&self, what: &str, replicas: usize) {
+        if replicas < self.replicas {
+            tracing::warn!(
+                what,
+                found = replicas,
+                configured = self.replicas,
+                "existing store has fewer replicas than nats.replicas: it is used as it is; raise it with `nats stream edit --replicas {}` (or remove it to have it created again)",
+                self.replicas
+            );
+        } else {
+            tracing::info!(what, replicas, "store found");
         }
     }
 
@@ -57,16 +84,30 @@ impl NatsStore {
         }
         let full = self.name(name);
         let store = match self.js.get_key_value(&full).await {
-            Ok(s) => s,
-            Err(_) => self
-                .js
-                .create_key_value(kv::Config {
-                    bucket: full.clone(),
-                    history: 1,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| StoreError::Backend(format!("bucket {full}: {e}")))?,
+            Ok(s) => {
+                let found = self
+                    .js
+                    .get_stream(format!("KV_{full}"))
+                    .await
+                    .map(|st| st.cached_info().config.num_replicas)
+                    .unwrap_or(0);
+                self.found(&format!("bucket {full}"), found);
+                s
+            }
+            Err(_) => {
+                let s = self
+                    .js
+                    .create_key_value(kv::Config {
+                        bucket: full.clone(),
+                        history: 1,
+                        num_replicas: self.replicas,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| StoreError::Backend(format!("bucket {full}: {e}")))?;
+                tracing::info!(bucket = %full, replicas = self.replicas, "store bucket created");
+                s
+            }
         };
         cache.insert(name.to_string(), store.clone());
         Ok(store)
@@ -175,15 +216,27 @@ impl NatsStore {
         if let Some(s) = cache.get(log) {
             return Ok(s.clone());
         }
-        let s = self
-            .js
-            .get_or_create_stream(jetstream::stream::Config {
-                name: self.name(&format!("LOG_{log}")),
-                subjects: vec![self.log_subject(log)],
-                ..Default::default()
-            })
-            .await
-            .map_err(backend)?;
+        let name = self.name(&format!("LOG_{log}"));
+        let s = match self.js.get_stream(&name).await {
+            Ok(s) => {
+                self.found(&format!("log {name}"), s.cached_info().config.num_replicas);
+                s
+            }
+            Err(_) => {
+                let s = self
+                    .js
+                    .get_or_create_stream(jetstream::stream::Config {
+                        name: name.clone(),
+                        subjects: vec![self.log_subject(log)],
+                        num_replicas: self.replicas,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| StoreError::Backend(format!("log {name}: {e}")))?;
+                tracing::info!(log = %name, replicas = self.replicas, "store log created");
+                s
+            }
+        };
         cache.insert(log.to_string(), s.clone());
         Ok(s)
     }

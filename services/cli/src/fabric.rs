@@ -153,7 +153,11 @@ async fn nats(cfg: &XoConfig, name: &str) -> anyhow::Result<(Bus, Store)> {
     let bus = NatsBus::connect(&cfg.nats.url, nats_options(cfg, name, true))
         .await
         .with_context(|| format!("connecting to {}", xo_bus::nats::redact_url(&cfg.nats.url)))?;
-    let store = Store::Nats(NatsStore::new(bus.client().clone(), &cfg.org.prefix));
+    let store = Store::Nats(NatsStore::with_replicas(
+        bus.client().clone(),
+        &cfg.org.prefix,
+        cfg.nats.replicas,
+    ));
     Ok((Bus::Nats(bus), store))
 }
 

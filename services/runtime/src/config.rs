@@ -84,7 +84,7 @@ impl Default for OrgConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
     /// Empty: the embedded in-process bus.
@@ -104,6 +104,26 @@ pub struct NatsConfig {
     pub tls_ca_file: String,
     pub tls_cert_file: String,
     pub tls_key_file: String,
+    /// Copies of each key-value bucket and stream XO creates: 1 on one
+    /// server, 3 on a three-node cluster (JetStream R3). Existing ones are
+    /// used as they are and reported when they have fewer.
+    pub replicas: usize,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            user: String::new(),
+            password: String::new(),
+            inbox_prefix: String::new(),
+            password_file: String::new(),
+            tls_ca_file: String::new(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            replicas: 1,
+        }
+    }
 }
 
 /// `$(NAME)` and `${NAME}` replaced by the environment's values.
@@ -847,6 +867,15 @@ impl XoConfig {
         };
         xo_proto::Subjects::validate_prefix(&self.org.prefix)
             .map_err(|r| invalid("org.prefix", r))?;
+        if !(1..=5).contains(&self.nats.replicas) {
+            return Err(invalid(
+                "nats.replicas",
+                format!(
+                    "{} copies: JetStream keeps 1 to 5 (3 on a three-node cluster)",
+                    self.nats.replicas
+                ),
+            ));
+        }
         if self.nats.tls_cert_file.is_empty() != self.nats.tls_key_file.is_empty() {
             return Err(invalid(
                 "nats.tls_cert_file",

