@@ -44,6 +44,9 @@ CASES = {
     "external NATS, no passwords": {
         "nats": {"bundled": False, "url": "nats://nats.example:4222"},
     },
+    "a three-node NATS cluster": {
+        "nats": {"bundled": True, "replicas": 3},
+    },
 }
 
 failures = []
@@ -151,8 +154,6 @@ def check(case, docs, values):
             fail(case, f"no PodDisruptionBudget {want}")
     services = {s["metadata"]["name"]: s for s in kinds.get("Service", [])}
     for d in kinds.get("StatefulSet", []):
-        if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") != "runner":
-            continue
         svc = services.get(d["spec"]["serviceName"])
         if not svc or svc["spec"].get("clusterIP") != "None":
             fail(case, f"StatefulSet/{d['metadata']['name']}: serviceName {d['spec']['serviceName']} is not a headless Service")
@@ -173,6 +174,23 @@ def check(case, docs, values):
                 fail(case, f"NATS: user {user} has no password variable")
     elif nats_conf:
         fail(case, "an external NATS, yet a NATS config was rendered")
+    n = values.get("nats", {}).get("replicas", 1)
+    xo_toml = next((c["data"]["xo.toml"] for c in kinds.get("ConfigMap", [])
+                    if c["metadata"]["name"].endswith("-config") and "xo.toml" in c["data"]), "")
+    if bundled:
+        if f"replicas = {n}" not in xo_toml:
+            fail(case, f"XO's config does not ask for {n} replicas of its buckets")
+        nats = [d for d, _ in pods(docs) if d["metadata"]["name"].endswith("-nats")][0]
+        if nats["spec"]["replicas"] != n:
+            fail(case, f"the NATS StatefulSet has {nats['spec']['replicas']} pods, not {n}")
+        if n > 1:
+            routes = [f"nats://t-xo-nats-{i}.t-xo-nats-headless:6222" for i in range(n)]
+            if "cluster {" not in nats_conf or not all(r in nats_conf for r in routes):
+                fail(case, f"the NATS config does not route between the {n} nodes")
+            if "t-xo-nats" not in pdbs:
+                fail(case, "no PodDisruptionBudget for the NATS cluster")
+        elif "cluster {" in nats_conf:
+            fail(case, "one NATS server, yet a cluster block")
     return nats_conf
 
 
@@ -199,6 +217,8 @@ def main():
                      for c in t["spec"]["containers"] if "--unit" in c["args"]]
             (out / "runner-units.txt").write_text("\n".join(units) + "\n")
             base = checksum(docs, "t-xo-supervisor")
+        if case == "a three-node NATS cluster":
+            (out / "nats-cluster.conf").write_text(conf)
     changed = helm_template(chart, {"queue": {"leaseMs": 45000}}, out)
     if checksum(changed, "t-xo-supervisor") == base:
         fail("checksum", "a config change leaves the pods' checksum annotation as it was")

@@ -44,6 +44,7 @@ fn the_rendered_chart_is_valid_hardened_and_locks_nats_down() {
         "tls, two roles, no console",
         "external NATS with a Secret",
         "external NATS, no passwords",
+        "a three-node NATS cluster",
     ] {
         assert!(text.contains(&format!("rendered ({case})")), "{text}");
     }
@@ -70,33 +71,45 @@ fn the_rendered_chart_is_valid_hardened_and_locks_nats_down() {
     assert_eq!(user_lines(&conf), user_lines(&generated));
     assert_eq!(user_lines(&conf).len(), 5 + units.len());
 
-    // nats-server itself accepts it, with the passwords in its environment.
-    let file = out.path().join("nats.conf");
-    std::fs::write(
-        &file,
-        conf.replace(
-            "store_dir: \"/data\"",
-            &format!("store_dir: {:?}", out.path().join("js")),
+    // nats-server itself accepts it (and the cluster's), with the passwords
+    // and the pod's name in its environment.
+    for (name, conf) in [
+        ("nats.conf", conf.clone()),
+        (
+            "nats-cluster.conf",
+            std::fs::read_to_string(out.path().join("nats-cluster.conf")).unwrap(),
         ),
-    )
-    .unwrap();
-    let mut check = Command::new(xo_tests::nats_server_binary());
-    check.args(["-t", "-c"]).arg(&file);
-    for u in ["supervisor", "queue", "knowledge", "operator", "console"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(units.iter().cloned())
-    {
-        check.env(
-            format!("XO_NATS_PASSWORD_{}", u.to_uppercase().replace('-', "_")),
-            "pw",
+    ] {
+        let file = out.path().join(name);
+        std::fs::write(
+            &file,
+            conf.replace(
+                "store_dir: \"/data\"",
+                &format!("store_dir: {:?}", out.path().join("js")),
+            ),
+        )
+        .unwrap();
+        let mut check = Command::new(xo_tests::nats_server_binary());
+        check
+            .args(["-t", "-c"])
+            .arg(&file)
+            .env("POD_NAME", "t-xo-nats-0");
+        for u in ["supervisor", "queue", "knowledge", "operator", "console"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(units.iter().cloned())
+        {
+            check.env(
+                format!("XO_NATS_PASSWORD_{}", u.to_uppercase().replace('-', "_")),
+                "pw",
+            );
+        }
+        let o = check.output().unwrap();
+        assert!(
+            o.status.success(),
+            "nats-server refuses the chart's {name}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
         );
     }
-    let o = check.output().unwrap();
-    assert!(
-        o.status.success(),
-        "nats-server refuses the chart's config: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
