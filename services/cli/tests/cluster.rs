@@ -92,6 +92,7 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
 
     let mut completed: BTreeMap<String, u32> = BTreeMap::new();
     let mut killed = false;
+    let mut killed_at: Option<std::time::Instant> = None;
     loop {
         let Ok(claimed) = call(
             &bus,
@@ -117,6 +118,7 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
             // The node leading the queue's bucket dies with this task leased.
             nats.kill(leader);
             killed = true;
+            killed_at = Some(std::time::Instant::now());
         }
         let req = Complete {
             usage: Default::default(),
@@ -132,6 +134,13 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
             && r.state == TaskState::Completed
         {
             *completed.entry(id).or_default() += 1;
+            if let Some(at) = killed_at.take() {
+                // A durable write (state on the R3 bucket) acknowledged.
+                println!(
+                    "first completion acknowledged {} ms after the bucket's leader node was killed",
+                    at.elapsed().as_millis()
+                );
+            }
         }
     }
     assert!(killed);
