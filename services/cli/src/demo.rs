@@ -198,44 +198,20 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     typed::call(&bus, &subjects, &q::Start {}, call_t).await?;
 
     let started = Instant::now();
-    let mut unit_task: HashMap<String, String> = HashMap::new();
-    let mut steered: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut steer_count: BTreeMap<String, u32> = BTreeMap::new();
+    let mut tl = Timeline {
+        started,
+        unit_task: HashMap::new(),
+        steered: BTreeMap::new(),
+        steer_count: BTreeMap::new(),
+        completed: std::collections::HashSet::new(),
+    };
     let mut poll = tokio::time::interval(Duration::from_millis(250));
     let limit = Duration::from_secs(180);
     let final_status = loop {
         tokio::select! {
             m = tap.next() => {
                 let Some(m) = m else { break None };
-                let t = started.elapsed().as_secs_f64();
-                let kind = subjects.kind(&m.subject);
-                if kind == Some(SubjectKind::Steer) {
-                    if let Ok(s) = typed::decode::<Steering>(&m, cfg.wire.max_payload) {
-                        *steer_count.entry(s.kind.as_str().to_string()).or_default() += 1;
-                        if let Some(task) = unit_task.get(&s.unit) {
-                            steered.entry(task.clone()).or_default().push(s.kind.as_str().to_string());
-                        }
-                        println!("{t:6.1}s  XO → {:<8} {:<6} {}", s.unit, s.kind.as_str(), s.message);
-                    }
-                } else if kind == Some(SubjectKind::Salute) {
-                    if let Ok(r) = typed::decode::<SaluteReport>(&m, cfg.wire.max_payload)
-                        && let Some(task) = r.activity.task_id
-                    {
-                        unit_task.insert(r.unit.unit, task);
-                    }
-                } else if kind == Some(SubjectKind::TaskEvent)
-                    && let Ok(e) = typed::decode::<TaskEvent>(&m, cfg.wire.max_payload)
-                {
-                    let note = match EventName::parse(&e.event) {
-                        Some(EventName::TaskComplete) => match steered.get(&e.task_id) {
-                            Some(k) => format!("recovered after {} steering", k.join(", ")),
-                            None => String::new(),
-                        },
-                        Some(EventName::TaskStart) => format!("attempt {}", e.attempt),
-                        _ => String::new(),
-                    };
-                    println!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
-                }
+                tl.show(&subjects, cfg.wire.max_payload, &m);
             }
             _ = poll.tick() => {
                 if let Ok(s) = typed::call(&bus, &subjects, &q::GetStatus {}, call_t).await
@@ -253,6 +229,24 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     let records = typed::all_tasks(&bus, &subjects, None, call_t)
         .await
         .unwrap_or_default();
+    // The status can be read before the last completions' events are
+    // published: the timeline waits (briefly) for each of them.
+    let drain = Instant::now() + Duration::from_secs(5);
+    while records
+        .iter()
+        .any(|r| r.state == q::TaskState::Completed && !tl.completed.contains(&r.task.task_id))
+    {
+        let left = drain.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, tap.next()).await {
+            Ok(Some(m)) => tl.show(&subjects, cfg.wire.max_payload, &m),
+            _ => break,
+        }
+    }
+    let Timeline {
+        steered,
+        steer_count,
+        ..
+    } = tl;
     fabric.stop().await?;
 
     println!();
@@ -329,6 +323,65 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         None => {
             println!("status:   did not finish within {}s", limit.as_secs());
             Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The live timeline: steering and task events as they come, and what it
+/// saw (for the summary).
+struct Timeline {
+    started: Instant,
+    unit_task: HashMap<String, String>,
+    steered: BTreeMap<String, Vec<String>>,
+    steer_count: BTreeMap<String, u32>,
+    /// Tasks whose TASK_COMPLETE was printed.
+    completed: std::collections::HashSet<String>,
+}
+
+impl Timeline {
+    fn show(&mut self, subjects: &xo_proto::Subjects, max_payload: usize, m: &xo_bus::Message) {
+        let t = self.started.elapsed().as_secs_f64();
+        let kind = subjects.kind(&m.subject);
+        if kind == Some(SubjectKind::Steer) {
+            if let Ok(s) = typed::decode::<Steering>(m, max_payload) {
+                *self
+                    .steer_count
+                    .entry(s.kind.as_str().to_string())
+                    .or_default() += 1;
+                if let Some(task) = self.unit_task.get(&s.unit) {
+                    self.steered
+                        .entry(task.clone())
+                        .or_default()
+                        .push(s.kind.as_str().to_string());
+                }
+                println!(
+                    "{t:6.1}s  XO → {:<8} {:<6} {}",
+                    s.unit,
+                    s.kind.as_str(),
+                    s.message
+                );
+            }
+        } else if kind == Some(SubjectKind::Salute) {
+            if let Ok(r) = typed::decode::<SaluteReport>(m, max_payload)
+                && let Some(task) = r.activity.task_id
+            {
+                self.unit_task.insert(r.unit.unit, task);
+            }
+        } else if kind == Some(SubjectKind::TaskEvent)
+            && let Ok(e) = typed::decode::<TaskEvent>(m, max_payload)
+        {
+            let note = match EventName::parse(&e.event) {
+                Some(EventName::TaskComplete) => {
+                    self.completed.insert(e.task_id.clone());
+                    match self.steered.get(&e.task_id) {
+                        Some(k) => format!("recovered after {} steering", k.join(", ")),
+                        None => String::new(),
+                    }
+                }
+                Some(EventName::TaskStart) => format!("attempt {}", e.attempt),
+                _ => String::new(),
+            };
+            println!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
         }
     }
 }
