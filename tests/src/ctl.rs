@@ -40,3 +40,80 @@ pub fn tasks(prefix: &str, n: usize) -> Vec<Task> {
         .map(|i| Task::new(format!("{prefix}{i:02}"), "x", "y", "coder"))
         .collect()
 }
+
+/// An AUTO queue with a goal that completes when its tasks are done, these
+/// tasks enqueued, and started.
+pub async fn begin(bus: &Bus, tasks: Vec<Task>) {
+    use xo_proto::queue::{Enqueue, ExecutionMode, Init, SetGoal, Start};
+    must(
+        bus,
+        &Init {
+            mode: ExecutionMode::Auto,
+            manager: false,
+            force: false,
+        },
+    )
+    .await;
+    must(
+        bus,
+        &SetGoal {
+            budget_usd: 0.0,
+            description: "g".into(),
+            project_id: None,
+            completed: true,
+        },
+    )
+    .await;
+    must(bus, &Enqueue { tasks }).await;
+    must(bus, &Start {}).await;
+}
+
+/// What one claim gave.
+#[derive(Debug)]
+pub enum Next {
+    /// A task, leased to this claimant.
+    Task(Box<xo_proto::queue::Claimed>),
+    /// The goal is completed.
+    Done,
+    /// Nothing now (no answer, or a lease still held): ask again.
+    Again,
+}
+
+/// One claim as role `coder`.
+pub async fn claim(bus: &Bus) -> Next {
+    use xo_proto::queue::{Claim, GetStatus, RunStatus};
+    match call(
+        bus,
+        &Claim {
+            role: "coder".into(),
+            claimant: "c1".into(),
+            wait_ms: 200,
+        },
+    )
+    .await
+    {
+        Ok(Some(c)) => Next::Task(Box::new(c)),
+        Ok(None) if must(bus, &GetStatus {}).await.status == RunStatus::Completed => Next::Done,
+        Ok(None) => Next::Again,
+        Err(_) => {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Next::Again
+        }
+    }
+}
+
+/// Completes a claimed task as passed: whether the queue acknowledged it.
+pub async fn complete(bus: &Bus, c: &xo_proto::queue::Claimed) -> bool {
+    use xo_proto::queue::{Complete, TaskState, ValidationReport};
+    let req = Complete {
+        usage: Default::default(),
+        task_id: c.record.task.task_id.clone(),
+        token: c.token.clone(),
+        report: ValidationReport {
+            passed: true,
+            ..Default::default()
+        },
+        manager_reply: None,
+    };
+    matches!(call(bus, &req).await, Ok(r) if r.state == TaskState::Completed)
+}

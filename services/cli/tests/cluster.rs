@@ -12,7 +12,7 @@ use async_nats::jetstream;
 use xo_bus::{Bus, NatsBus};
 use xo_proto::queue::*;
 use xo_tests::cluster::NatsCluster;
-use xo_tests::ctl::{call, must};
+use xo_tests::ctl::{Next, begin, claim, complete};
 
 fn serve_queue(url: &str, data: &std::path::Path, prefix: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_xo"))
@@ -54,33 +54,7 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
     let bus = Bus::Nats(NatsBus::from_client(client.clone()));
     let js = jetstream::new(client.clone());
     let mut queue = serve_queue(&url, data.path(), "xo");
-    must(
-        &bus,
-        &Init {
-            mode: ExecutionMode::Auto,
-            manager: false,
-            force: false,
-        },
-    )
-    .await;
-    must(
-        &bus,
-        &SetGoal {
-            budget_usd: 0.0,
-            description: "g".into(),
-            project_id: None,
-            completed: true,
-        },
-    )
-    .await;
-    must(
-        &bus,
-        &Enqueue {
-            tasks: xo_tests::ctl::tasks("r", 30),
-        },
-    )
-    .await;
-    must(&bus, &Start {}).await;
+    begin(&bus, xo_tests::ctl::tasks("r", 30)).await;
     let (replicas, leader) = placement(&js, "KV_XO_QUEUE").await;
     assert_eq!(replicas, 3, "the queue's bucket is R3");
     assert_eq!(
@@ -94,24 +68,10 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
     let mut killed = false;
     let mut killed_at: Option<std::time::Instant> = None;
     loop {
-        let Ok(claimed) = call(
-            &bus,
-            &Claim {
-                role: "coder".into(),
-                claimant: "c1".into(),
-                wait_ms: 200,
-            },
-        )
-        .await
-        else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let Some(c) = claimed else {
-            if must(&bus, &GetStatus {}).await.status == RunStatus::Completed {
-                break;
-            }
-            continue;
+        let c = match claim(&bus).await {
+            Next::Task(c) => c,
+            Next::Done => break,
+            Next::Again => continue,
         };
         let id = c.record.task.task_id.clone();
         if completed.len() == 10 && !killed {
@@ -120,19 +80,7 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
             killed = true;
             killed_at = Some(std::time::Instant::now());
         }
-        let req = Complete {
-            usage: Default::default(),
-            task_id: id.clone(),
-            token: c.token,
-            report: ValidationReport {
-                passed: true,
-                ..Default::default()
-            },
-            manager_reply: None,
-        };
-        if let Ok(r) = call(&bus, &req).await
-            && r.state == TaskState::Completed
-        {
+        if complete(&bus, &c).await {
             *completed.entry(id).or_default() += 1;
             if let Some(at) = killed_at.take() {
                 // A durable write (state on the R3 bucket) acknowledged.

@@ -3,12 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use xo_bus::{Bus, NatsBus};
-use xo_proto::queue::*;
 use xo_tests::NatsServer;
-use xo_tests::ctl::{call, must};
+use xo_tests::ctl::{Next, begin, claim, complete};
 
 fn serve_queue(url: &str, data: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_xo"))
@@ -29,54 +27,16 @@ async fn sigkill_mid_run_loses_nothing_and_completes_nothing_twice() {
     let url = nats.url();
     let mut queue = serve_queue(&url, data.path());
     let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
-    must(
-        &bus,
-        &Init {
-            mode: ExecutionMode::Auto,
-            manager: false,
-            force: false,
-        },
-    )
-    .await;
-    must(
-        &bus,
-        &SetGoal {
-            budget_usd: 0.0,
-            description: "g".into(),
-            project_id: None,
-            completed: true,
-        },
-    )
-    .await;
-    let tasks = xo_tests::ctl::tasks("k", 60);
-    must(&bus, &Enqueue { tasks }).await;
-    must(&bus, &Start {}).await;
+    begin(&bus, xo_tests::ctl::tasks("k", 60)).await;
 
     let mut completed: BTreeMap<String, u32> = BTreeMap::new();
     let mut kills = 0;
     loop {
-        let claimed = match call(
-            &bus,
-            &Claim {
-                role: "coder".into(),
-                claimant: "c1".into(),
-                wait_ms: 200,
-            },
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Some(c) = claimed else {
-            let s = must(&bus, &GetStatus {}).await;
-            if s.status == RunStatus::Completed {
-                break;
-            }
-            continue; // a lease held by a claim lost in a kill: wait for it to expire
+        let c = match claim(&bus).await {
+            Next::Task(c) => c,
+            Next::Done => break,
+            // No answer, or a lease held by a claim lost in a kill: again.
+            Next::Again => continue,
         };
         let id = c.record.task.task_id.clone();
         if completed.len() % 20 == 10 && kills < 2 && !completed.contains_key(&id) {
@@ -86,20 +46,9 @@ async fn sigkill_mid_run_loses_nothing_and_completes_nothing_twice() {
             kills += 1;
             queue = serve_queue(&url, data.path());
         }
-        let req = Complete {
-            usage: Default::default(),
-            task_id: id.clone(),
-            token: c.token,
-            report: ValidationReport {
-                passed: true,
-                ..Default::default()
-            },
-            manager_reply: None,
-        };
-        match call(&bus, &req).await {
-            Ok(r) if r.state == TaskState::Completed => *completed.entry(id).or_default() += 1,
-            // Refused (lease lost across the kill) or no answer: the task is offered again.
-            _ => {}
+        // Refused (lease lost across the kill) or no answer: offered again.
+        if complete(&bus, &c).await {
+            *completed.entry(id).or_default() += 1;
         }
     }
     queue.kill().unwrap();

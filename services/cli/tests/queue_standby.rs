@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use xo_bus::{Bus, NatsBus, NatsStore, Store};
 use xo_proto::queue::*;
 use xo_tests::NatsServer;
-use xo_tests::ctl::{call, must};
+use xo_tests::ctl::{Next, begin, claim, complete, must};
 
 const LEASE_MS: u64 = 1500;
 
@@ -51,61 +51,23 @@ async fn the_standby_takes_over_when_the_active_queue_is_killed() {
         unreachable!()
     };
     let store = Store::Nats(NatsStore::new(nb.client().clone(), "xo"));
-    must(
-        &bus,
-        &Init {
-            mode: ExecutionMode::Auto,
-            manager: false,
-            force: false,
-        },
-    )
-    .await;
     // The second instance starts once the first serves: it stands by.
+    must(&bus, &GetStatus {}).await;
     let mut b = serve_queue(&url, data.path());
     assert_eq!(
         holder(&store).await,
         a.id(),
         "the first one holds the lease"
     );
-    must(
-        &bus,
-        &SetGoal {
-            budget_usd: 0.0,
-            description: "g".into(),
-            project_id: None,
-            completed: true,
-        },
-    )
-    .await;
-    let tasks = xo_tests::ctl::tasks("s", 60);
-    must(&bus, &Enqueue { tasks }).await;
-    must(&bus, &Start {}).await;
+    begin(&bus, xo_tests::ctl::tasks("s", 60)).await;
 
     let mut completed: BTreeMap<String, u32> = BTreeMap::new();
     let mut failovers: Vec<Duration> = Vec::new();
     loop {
-        let claimed = match call(
-            &bus,
-            &Claim {
-                role: "coder".into(),
-                claimant: "c1".into(),
-                wait_ms: 200,
-            },
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Some(c) = claimed else {
-            let s = must(&bus, &GetStatus {}).await;
-            if s.status == RunStatus::Completed {
-                break;
-            }
-            continue;
+        let c = match claim(&bus).await {
+            Next::Task(c) => c,
+            Next::Done => break,
+            Next::Again => continue,
         };
         let id = c.record.task.task_id.clone();
         if completed.len() % 20 == 10 && failovers.len() < 2 && !completed.contains_key(&id) {
@@ -125,19 +87,8 @@ async fn the_standby_takes_over_when_the_active_queue_is_killed() {
             assert_eq!(holder(&store).await, alive.id(), "the standby took over");
             *dead = serve_queue(&url, data.path());
         }
-        let req = Complete {
-            usage: Default::default(),
-            task_id: id.clone(),
-            token: c.token,
-            report: ValidationReport {
-                passed: true,
-                ..Default::default()
-            },
-            manager_reply: None,
-        };
-        match call(&bus, &req).await {
-            Ok(r) if r.state == TaskState::Completed => *completed.entry(id).or_default() += 1,
-            _ => {}
+        if complete(&bus, &c).await {
+            *completed.entry(id).or_default() += 1;
         }
     }
     for f in &failovers {
