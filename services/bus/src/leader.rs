@@ -151,8 +151,9 @@ pub async fn acquire(
     let mut told: Option<String> = None;
     let revision = loop {
         let sent = Instant::now();
-        let taken = match store.get(bucket, key).await? {
-            None => store.create(bucket, key, encode(holder)).await,
+        // Some(attempt) when the key is free or its holder's lease ran out.
+        let attempt = match store.get(bucket, key).await? {
+            None => Some(store.create(bucket, key, encode(holder)).await),
             Some(e) => {
                 let h: Holder = serde_json::from_slice(&e.value).unwrap_or(Holder {
                     holder: String::from_utf8_lossy(&e.value).into_owned(),
@@ -165,21 +166,21 @@ pub async fn acquire(
                 match seen {
                     Some((rev, since)) if rev == e.revision && since.elapsed() >= lease => {
                         info!(previous = %h.holder, "lease expired; taking it over");
-                        store.update(bucket, key, encode(holder), rev).await
+                        Some(store.update(bucket, key, encode(holder), rev).await)
                     }
-                    Some((rev, _)) if rev == e.revision => Err(StoreError::Backend("held".into())),
+                    Some((rev, _)) if rev == e.revision => None,
                     _ => {
                         seen = Some((e.revision, Instant::now()));
-                        Err(StoreError::Backend("held".into()))
+                        None
                     }
                 }
             }
         };
-        match taken {
-            Ok(rev) => break (rev, sent),
-            Err(StoreError::Backend(h)) if h == "held" => {}
+        match attempt {
+            Some(Ok(rev)) => break (rev, sent),
             // Another standby won the race, or the store is briefly away.
-            Err(e) => warn!(error = %e, "lease not taken; trying again"),
+            Some(Err(e)) => warn!(error = %e, "lease not taken; trying again"),
+            None => {}
         }
         tokio::time::sleep(poll).await;
     };

@@ -52,6 +52,24 @@ fn up_with(dir: &Path, env: &[(&str, &str)]) -> std::process::Child {
     panic!("xo up never answered");
 }
 
+/// `xo up` in `dir` with the queue initialised and `n` tasks enqueued from
+/// a task file.
+fn seeded(dir: &Path, n: usize) -> std::process::Child {
+    let tasks: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({"task_id": format!("t{i:04}"), "intent": "x",
+                "instructions": "do it", "role": "coder"})
+        })
+        .collect();
+    std::fs::write(dir.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
+    let u = up(dir);
+    for args in [&["init"][..], &["enqueue", "tasks.json"]] {
+        let o = xo(dir, args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    }
+    u
+}
+
 /// Where each record of a store file starts (length, checksum, body).
 fn record_offsets(bytes: &[u8]) -> Vec<usize> {
     let mut pos = 0usize;
@@ -95,18 +113,7 @@ fn pending(dir: &Path) -> u64 {
 fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let tasks: Vec<serde_json::Value> = (0..1003)
-        .map(|i| {
-            serde_json::json!({"task_id": format!("t{i:04}"), "intent": "x",
-                "instructions": "do it", "role": "coder"})
-        })
-        .collect();
-    std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
-    let u = up(d);
-    for args in [&["init"][..], &["enqueue", "tasks.json"]] {
-        let o = xo(d, args);
-        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
-    }
+    let u = seeded(d, 1003);
     assert_eq!(pending(d), 1003);
     assert!(stop(u).status.success());
 
@@ -272,18 +279,7 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
 fn the_audit_file_is_checked_against_the_stores_copy() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let tasks: Vec<serde_json::Value> = (0..40)
-        .map(|i| {
-            serde_json::json!({"task_id": format!("t{i:02}"), "intent": "x",
-                "instructions": "do it", "role": "coder"})
-        })
-        .collect();
-    std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
-    let u = up(d);
-    for args in [&["init"][..], &["enqueue", "tasks.json"]] {
-        let o = xo(d, args);
-        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
-    }
+    let u = seeded(d, 40);
     assert!(stop(u).status.success());
 
     let file = d.join(".xo/data/default/audit.log.jsonl");

@@ -270,7 +270,7 @@ command = ["sh", "-c", "cat >/dev/null; sleep 1; echo '{{\"status\": \"ok\", \"m
             ],
         ));
     }
-    let result = drive(&a, &mut procs, &url, &root, &logs, &marker, &units).await;
+    let result = drive(&a, &mut procs, &url, &root, &logs, &units).await;
     for p in procs.iter_mut().rev() {
         p.stop();
     }
@@ -337,7 +337,6 @@ async fn drive(
     url: &str,
     root: &Path,
     logs: &Path,
-    marker: &str,
     units: &[String],
 ) -> anyhow::Result<String> {
     for p in procs.iter_mut() {
@@ -550,6 +549,5 @@ async fn drive(
         units.len(),
         if missing.is_empty() { "ok" } else { "FAIL" }
     );
-    let _ = marker;
     Ok(out)
 }
