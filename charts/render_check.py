@@ -46,6 +46,7 @@ CASES = {
     },
     "a three-node NATS cluster": {
         "nats": {"bundled": True, "replicas": 3},
+        "supervisor": {"replicas": 3, "partitions": 12},
     },
 }
 
@@ -219,6 +220,19 @@ def main():
             base = checksum(docs, "t-xo-supervisor")
         if case == "a three-node NATS cluster":
             (out / "nats-cluster.conf").write_text(conf)
+            want = '"xo.salute.*": "xo.salute.{{wildcard(1)}}.{{partition(12,1)}}"'
+            if want not in conf:
+                fail(case, f"the NATS config lacks the partition mapping {want}")
+            sup = [d for d in docs if d and d["kind"] == "Deployment"
+                   and d["metadata"]["name"] == "t-xo-supervisor"][0]
+            if sup["spec"]["replicas"] != 3:
+                fail(case, "supervisor.replicas=3 does not run three supervisors")
+            env = [e["name"] for c in sup["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])]
+            if "XO__SUPERVISOR__VOLUME" in env:
+                fail(case, "sharded supervisors must not be in file mode")
+            cm = [d for d in docs if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "t-xo-config"][0]
+            if "partitions = 12" not in cm["data"]["xo.toml"]:
+                fail(case, "the supervisors' config lacks partitions = 12")
     changed = helm_template(chart, {"queue": {"leaseMs": 45000}}, out)
     if checksum(changed, "t-xo-supervisor") == base:
         fail("checksum", "a config change leaves the pods' checksum annotation as it was")

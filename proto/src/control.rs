@@ -328,6 +328,11 @@ pub struct StatsReply {
     pub steering: u64,
     pub units: u64,
     pub watcher_restarts: u64,
+    /// Reports never received, counted from the gaps in each unit's
+    /// sequence numbers (lost in transit: core NATS keeps nothing for a
+    /// publisher without a connection, or a subject nobody subscribes to).
+    #[serde(default)]
+    pub missed: u64,
 }
 
 crate::api! {

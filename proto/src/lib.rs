@@ -44,7 +44,7 @@ pub use salute::{
     SaluteReport, Size, Status, Time, UnitInfo,
 };
 pub use steering::{AnomalyKind, Evidence, Severity, Steering, SteeringSource};
-pub use subject::{SubjectKind, Subjects};
+pub use subject::{SubjectKind, Subjects, partition_of};
 
 /// Major version of the wire schema this build writes.
 pub const PROTOCOL_VERSION: u16 = 1;

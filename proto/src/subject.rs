@@ -50,9 +50,15 @@ impl Subjects {
     pub fn salute(&self, unit: &str) -> String {
         format!("{}.salute.{unit}", self.prefix)
     }
-    /// `xo.salute.*`
+    /// `xo.salute.>`: every report, as published (`xo.salute.<unit>`) or
+    /// as a NATS server with XO's partition mapping delivers it
+    /// (`xo.salute.<unit>.<partition>`, see [`Subjects::partition_mappings`]).
     pub fn salute_all(&self) -> String {
-        format!("{}.salute.*", self.prefix)
+        format!("{}.salute.>", self.prefix)
+    }
+    /// `xo.salute.*.<partition>`: the reports of one partition.
+    pub fn salute_partition(&self, partition: u32) -> String {
+        format!("{}.salute.*.{partition}", self.prefix)
     }
     /// `xo.steer.<unit>`
     pub fn steer(&self, unit: &str) -> String {
@@ -66,9 +72,40 @@ impl Subjects {
     pub fn heartbeat(&self, unit: &str) -> String {
         format!("{}.heartbeat.{unit}", self.prefix)
     }
-    /// `xo.heartbeat.*`
+    /// `xo.heartbeat.>` (partitioned or not, as [`Subjects::salute_all`]).
     pub fn heartbeat_all(&self) -> String {
-        format!("{}.heartbeat.*", self.prefix)
+        format!("{}.heartbeat.>", self.prefix)
+    }
+    /// `xo.heartbeat.*.<partition>`: the heartbeats of one partition.
+    pub fn heartbeat_partition(&self, partition: u32) -> String {
+        format!("{}.heartbeat.*.{partition}", self.prefix)
+    }
+    /// `xo.partition.<probe>`: published by a sharded supervisor at start to
+    /// check that the server partitions XO's subjects as it does.
+    pub fn partition_probe(&self, probe: &str) -> String {
+        format!("{}.partition.{probe}", self.prefix)
+    }
+    /// `xo.partition.<probe>.*`: where the probe arrives, mapped.
+    pub fn partition_probe_reply(&self, probe: &str) -> String {
+        format!("{}.partition.{probe}.*", self.prefix)
+    }
+    /// The NATS subject mappings that spread reports and heartbeats over
+    /// `partitions` partitions by their unit token (`{{partition(N,1)}}`,
+    /// NATS's deterministic partitioning), and the probe a supervisor checks
+    /// them with: `(source, destination)` pairs for a server's `mappings`.
+    pub fn partition_mappings(&self, partitions: u32) -> Vec<(String, String)> {
+        ["salute", "heartbeat", "partition"]
+            .iter()
+            .map(|kind| {
+                (
+                    format!("{}.{kind}.*", self.prefix),
+                    format!(
+                        "{}.{kind}.{{{{wildcard(1)}}}}.{{{{partition({partitions},1)}}}}",
+                        self.prefix
+                    ),
+                )
+            })
+            .collect()
     }
     /// `xo.event.task.<task>`
     pub fn task_event(&self, task: &str) -> String {
@@ -118,6 +155,12 @@ impl Subjects {
     pub fn settings_event(&self) -> String {
         format!("{}.event.settings", self.prefix)
     }
+    /// `xo.event.partitions`: a sharded supervisor joined, or handed
+    /// partitions back: the others look at the leases now, not at their
+    /// next poll (the hand-over's gap shrinks from a poll to a round trip).
+    pub fn partitions_event(&self) -> String {
+        format!("{}.event.partitions", self.prefix)
+    }
     /// `xo.event.>`: every event (tasks, runners, reviews, fleet, settings).
     pub fn event_all(&self) -> String {
         format!("{}.event.>", self.prefix)
@@ -142,6 +185,11 @@ impl Subjects {
     /// `xo.ctl.<service>` (the group of a control API).
     pub fn ctl_group(&self, service: &str) -> String {
         format!("{}.ctl.{service}", self.prefix)
+    }
+    /// `xo.ctl.<service>.at.<instance>`: the control API of one instance
+    /// of a service that runs as several (sharded supervisors).
+    pub fn ctl_instance_group(&self, service: &str, instance: &str) -> String {
+        format!("{}.ctl.{service}.at.{instance}", self.prefix)
     }
     /// `xo.ctl.<service>.<verb>`
     pub fn ctl(&self, service: &str, verb: &str) -> String {
@@ -173,12 +221,37 @@ impl Subjects {
         })
     }
 
-    /// The unit a `xo.<kind>.<unit>` subject names, if it has that shape.
+    /// The unit a `xo.<kind>.<unit>` subject names, if it has that shape
+    /// (or `xo.<kind>.<unit>.<partition>`, as a partitioning server
+    /// delivers it).
     pub fn unit_of<'a>(&self, subject: &'a str) -> Option<&'a str> {
         let rest = subject.strip_prefix(&self.prefix)?.strip_prefix('.')?;
-        let (_, unit) = rest.split_once('.')?;
-        (!unit.is_empty() && !unit.contains('.')).then_some(unit)
+        let (_, rest) = rest.split_once('.')?;
+        let unit = match rest.split_once('.') {
+            None => rest,
+            Some((unit, partition)) => {
+                if partition.is_empty() || !partition.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                unit
+            }
+        };
+        (!unit.is_empty()).then_some(unit)
     }
+}
+
+/// The partition NATS's `{{partition(n,1)}}` puts a unit's subjects in:
+/// FNV-1a (32 bits) of the unit token, modulo `n`. A sharded supervisor
+/// checks at start that the server agrees (see
+/// [`Subjects::partition_probe`]) and uses it to pick the units of a
+/// partition it takes over.
+pub fn partition_of(unit: &str, partitions: u32) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in unit.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % partitions.max(1)
 }
 
 /// What a subject carries, by its shape (see [`Subjects::kind`]).
@@ -205,6 +278,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn partitions_spread_units_and_mappings_name_them() {
+        // FNV-1a's published test vectors.
+        assert_eq!(partition_of("", u32::MAX), 0x811c_9dc5);
+        assert_eq!(partition_of("a", u32::MAX), 0xe40c_292c);
+        assert_eq!(partition_of("foobar", u32::MAX), 0xbf9c_f968);
+        let mut counts = [0u32; 8];
+        for i in 0..8000 {
+            counts[partition_of(&format!("unit-{i}"), 8) as usize] += 1;
+        }
+        assert!(counts.iter().all(|c| (800..1200).contains(c)), "{counts:?}");
+        let s = Subjects::new("acme");
+        let m = s.partition_mappings(16);
+        assert_eq!(
+            m[0],
+            (
+                "acme.salute.*".to_string(),
+                "acme.salute.{{wildcard(1)}}.{{partition(16,1)}}".to_string()
+            )
+        );
+        assert_eq!(m[1].0, "acme.heartbeat.*");
+        assert_eq!(s.salute_partition(3), "acme.salute.*.3");
+    }
+
+    #[test]
     fn builds_subjects_under_the_prefix() {
         let s = Subjects::new("acme.xo");
         assert_eq!(s.salute("u1"), "acme.xo.salute.u1");
@@ -213,6 +310,12 @@ mod tests {
         assert_eq!(s.ctl("supervisor", "units"), "acme.xo.ctl.supervisor.units");
         assert_eq!(s.unit_of("acme.xo.salute.u1"), Some("u1"));
         assert_eq!(s.unit_of("other.salute.u1"), None);
+        // As a partitioning server delivers it; anything else after the
+        // unit is not a unit's subject.
+        assert_eq!(s.unit_of("acme.xo.salute.u1.7"), Some("u1"));
+        assert_eq!(s.unit_of("acme.xo.salute.u1.x"), None);
+        assert_eq!(s.unit_of("acme.xo.salute.u1."), None);
+        assert_eq!(s.unit_of("acme.xo.salute.u1.2.3"), None);
         assert_eq!(s.kind(&s.steer("u1")), Some(SubjectKind::Steer));
         assert_eq!(s.kind(&s.task_event("T-1")), Some(SubjectKind::TaskEvent));
         assert_eq!(

@@ -8,6 +8,7 @@
 //! and [`openai`] hold the Docker helpers and the local model server.
 
 pub mod cluster;
+pub mod compose;
 pub mod ctl;
 pub mod docker;
 pub mod openai;

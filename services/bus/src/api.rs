@@ -86,12 +86,31 @@ where
     A: Api<ActorPorts>,
     M: From<A> + ractor::Message,
 {
+    let group = subjects.ctl_group(A::SERVICE);
+    serve_in::<A, M>(bus, group, limit, description, target, shutdown).await
+}
+
+/// [`serve`] under another subject group (`<group>.<verb>`): one instance
+/// of a service among several, asked by name (a sharded supervisor's
+/// `xo.ctl.supervisor.at.<instance>`).
+pub async fn serve_in<A, M>(
+    bus: &Bus,
+    group: String,
+    limit: usize,
+    description: &str,
+    target: impl Target<M>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> BusResult<JoinHandle<()>>
+where
+    A: Api<ActorPorts>,
+    M: From<A> + ractor::Message,
+{
     let mut ep = bus
         .serve(ServiceSpec {
             name: format!("xo-{}", A::SERVICE),
             version: env!("CARGO_PKG_VERSION").into(),
             description: description.into(),
-            group: subjects.ctl_group(A::SERVICE),
+            group,
             verbs: A::VERBS.iter().map(|v| v.to_string()).collect(),
         })
         .await?;

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{Store, StoreError, StoreResult};
 
@@ -32,6 +32,16 @@ pub struct Holder {
     pub holder: String,
     /// Wall-clock ms of the last renewal (for people; never compared).
     pub renewed_at: u64,
+}
+
+impl Holder {
+    /// What a lease key holds (an older or foreign value: its text as the holder).
+    pub fn of(value: &[u8]) -> Self {
+        serde_json::from_slice(value).unwrap_or_else(|_| Holder {
+            holder: String::from_utf8_lossy(value).into_owned(),
+            renewed_at: 0,
+        })
+    }
 }
 
 /// A name for this process as a lease holder.
@@ -146,45 +156,116 @@ pub async fn acquire(
     mut waiting: impl FnMut(&Holder),
 ) -> StoreResult<Leader> {
     let poll = (lease / 5).max(Duration::from_millis(20));
-    // The revision last seen and when it was first seen.
-    let mut seen: Option<(u64, Instant)> = None;
-    let mut told: Option<String> = None;
-    let revision = loop {
+    let mut contender = Contender::default();
+    loop {
+        if let Some(leader) = contender
+            .attempt(store, bucket, key, holder, lease, &mut waiting)
+            .await?
+        {
+            return Ok(leader);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// One would-be holder's view of a lease key, for taking it without
+/// waiting: each [`Contender::attempt`] takes the key if it is free, or if
+/// its revision has not moved for a whole lease since this contender first
+/// saw it (on this process's monotonic clock), and otherwise returns `None`.
+#[derive(Debug, Default)]
+pub struct Contender {
+    /// The revision last seen and when it was first seen.
+    seen: Option<(u64, Instant)>,
+    /// The holder last told to `waiting`.
+    told: Option<String>,
+}
+
+impl Contender {
+    /// Who holds the key, as last seen (`None`: free, or not looked at yet).
+    pub fn holder(&self) -> Option<&str> {
+        self.told.as_deref()
+    }
+
+    /// Looks at the key without taking it: its revision starts (or goes
+    /// on) counting towards a lease, so that a later [`Contender::attempt`]
+    /// takes at once a key that stopped moving long enough ago.
+    pub async fn observe(&mut self, store: &Store, bucket: &str, key: &str) -> StoreResult<()> {
+        match store.get(bucket, key).await? {
+            None => {
+                self.seen = None;
+                self.told = None;
+            }
+            Some(e) => {
+                if self.seen.is_none_or(|(rev, _)| rev != e.revision) {
+                    self.seen = Some((e.revision, Instant::now()));
+                }
+                self.told = Some(Holder::of(&e.value).holder);
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn attempt(
+        &mut self,
+        store: &Store,
+        bucket: &str,
+        key: &str,
+        holder: &str,
+        lease: Duration,
+        mut waiting: impl FnMut(&Holder),
+    ) -> StoreResult<Option<Leader>> {
         let sent = Instant::now();
         // Some(attempt) when the key is free or its holder's lease ran out.
         let attempt = match store.get(bucket, key).await? {
-            None => Some(store.create(bucket, key, encode(holder)).await),
+            None => {
+                self.told = None;
+                Some(store.create(bucket, key, encode(holder)).await)
+            }
             Some(e) => {
-                let h: Holder = serde_json::from_slice(&e.value).unwrap_or(Holder {
-                    holder: String::from_utf8_lossy(&e.value).into_owned(),
-                    renewed_at: 0,
-                });
-                if told.as_deref() != Some(h.holder.as_str()) {
+                let h = Holder::of(&e.value);
+                if self.told.as_deref() != Some(h.holder.as_str()) {
                     waiting(&h);
-                    told = Some(h.holder.clone());
+                    self.told = Some(h.holder.clone());
                 }
-                match seen {
+                match self.seen {
                     Some((rev, since)) if rev == e.revision && since.elapsed() >= lease => {
-                        info!(previous = %h.holder, "lease expired; taking it over");
+                        info!(key, previous = %h.holder, "lease expired; taking it over");
                         Some(store.update(bucket, key, encode(holder), rev).await)
                     }
                     Some((rev, _)) if rev == e.revision => None,
                     _ => {
-                        seen = Some((e.revision, Instant::now()));
+                        self.seen = Some((e.revision, Instant::now()));
                         None
                     }
                 }
             }
         };
         match attempt {
-            Some(Ok(rev)) => break (rev, sent),
-            // Another standby won the race, or the store is briefly away.
-            Some(Err(e)) => warn!(error = %e, "lease not taken; trying again"),
-            None => {}
+            Some(Ok(rev)) => {
+                self.seen = None;
+                self.told = Some(holder.to_string());
+                Ok(Some(hold(store, bucket, key, holder, lease, rev, sent)))
+            }
+            // Another contender won the race, or the store is briefly away.
+            Some(Err(e)) => {
+                debug!(key, error = %e, "lease not taken; trying again");
+                Ok(None)
+            }
+            None => Ok(None),
         }
-        tokio::time::sleep(poll).await;
-    };
-    let (rev, sent) = revision;
+    }
+}
+
+/// Keeps a lease just taken at revision `rev` (the write sent at `sent`).
+fn hold(
+    store: &Store,
+    bucket: &str,
+    key: &str,
+    holder: &str,
+    lease: Duration,
+    rev: u64,
+    sent: Instant,
+) -> Leader {
     // The holder stops writing a quarter of a lease before a standby may
     // take over: the margin covers a write already on its way.
     let valid = lease - lease / 4;
@@ -242,7 +323,7 @@ pub async fn acquire(
             }
         }
     });
-    Ok(Leader {
+    Leader {
         fence: Fence {
             until,
             lost: lost_flag,
@@ -253,5 +334,5 @@ pub async fn acquire(
         bucket: bucket.to_string(),
         key: key.to_string(),
         revision,
-    })
+    }
 }

@@ -148,6 +148,19 @@ impl Bus {
         }
     }
 
+    /// Whether the bus is connected right now (NATS: the client's state;
+    /// the in-process and socket buses always are). A message published
+    /// while not connected waits in the client's buffer and is lost if the
+    /// buffer fills or the process ends first.
+    pub fn is_connected(&self) -> bool {
+        match self {
+            Bus::Nats(n) => {
+                n.client().connection_state() == async_nats::connection::State::Connected
+            }
+            _ => true,
+        }
+    }
+
     pub async fn publish(&self, subject: &str, headers: Headers, payload: Bytes) -> BusResult<()> {
         self.publish_with_reply(subject, None, headers, payload)
             .await
@@ -366,6 +379,8 @@ pub(crate) async fn await_reply(
 pub enum Subscription {
     Channel(local::ChannelSub),
     Nats(async_nats::Subscriber),
+    /// Messages received earlier, given first, then the subscription's.
+    Replay(std::collections::VecDeque<Message>, Box<Subscription>),
 }
 
 impl std::fmt::Debug for Subscription {
@@ -375,12 +390,21 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
+    /// `backlog` (messages received before, in order), then what `sub` receives.
+    pub fn with_backlog(backlog: std::collections::VecDeque<Message>, sub: Subscription) -> Self {
+        Subscription::Replay(backlog, Box::new(sub))
+    }
+
     /// The next message, or `None` once the transport closed.
     pub async fn next(&mut self) -> Option<Message> {
         use futures::StreamExt;
         match self {
             Subscription::Channel(s) => s.rx.recv().await,
             Subscription::Nats(s) => s.next().await.map(nats::from_nats),
+            Subscription::Replay(backlog, sub) => match backlog.pop_front() {
+                Some(m) => Some(m),
+                None => Box::pin(sub.next()).await,
+            },
         }
     }
 
@@ -390,6 +414,7 @@ impl Subscription {
         match self {
             Subscription::Channel(s) => s.rx.try_recv().ok(),
             Subscription::Nats(s) => s.next().now_or_never().flatten().map(nats::from_nats),
+            Subscription::Replay(backlog, sub) => backlog.pop_front().or_else(|| sub.try_next()),
         }
     }
 

@@ -31,6 +31,9 @@ pub struct ConnectOptions {
     /// verifies clients.
     pub tls_ca: Option<std::path::PathBuf>,
     pub tls_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// How often to ping the server (a dead link is noticed after two
+    /// unanswered pings); `None`: the client's default (a minute).
+    pub ping_interval: Option<Duration>,
 }
 
 /// A NATS URL with any password replaced by `***`, for logs and errors.
@@ -104,6 +107,7 @@ impl Default for ConnectOptions {
             inbox_prefix: None,
             tls_ca: None,
             tls_cert: None,
+            ping_interval: None,
         }
     }
 }
@@ -116,6 +120,9 @@ impl NatsBus {
             .max_reconnects(None);
         if opts.retry_initial {
             o = o.retry_on_initial_connect();
+        }
+        if let Some(every) = opts.ping_interval {
+            o = o.ping_interval(every);
         }
         // Credentials in the URL are used unless given apart, and never
         // shown: errors name the URL with its password replaced.

@@ -174,9 +174,18 @@ impl NatsStore {
         self.stream(log).await?;
         let mut acks = Vec::with_capacity(records.len());
         for r in records {
+            // A record sent again (its ack lost to a failing node, the
+            // append retried) is stored once: JetStream drops a message id
+            // it has seen within its duplicate window.
+            let id = record_id(&r);
             acks.push(
                 self.js
-                    .publish(self.log_subject(log), r)
+                    .send_publish(
+                        self.log_subject(log),
+                        jetstream::message::PublishMessage::build()
+                            .payload(r)
+                            .message_id(id),
+                    )
                     .await
                     .map_err(backend)?,
             );
@@ -260,4 +269,20 @@ impl NatsStore {
         }
         Ok(out)
     }
+}
+
+/// A log record's message id: 128 bits of FNV-1a (two seeds) over its
+/// bytes. Log records carry the hash of the record before them, so two
+/// different records never share one within the duplicate window.
+fn record_id(record: &[u8]) -> String {
+    let fnv = |seed: u64| {
+        record.iter().fold(seed, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    format!(
+        "{:016x}{:016x}",
+        fnv(0xcbf2_9ce4_8422_2325),
+        fnv(0x6c62_272e_07bb_0142)
+    )
 }

@@ -77,9 +77,22 @@ pub async fn call<R: Request>(
 where
     R::Response: serde::de::DeserializeOwned,
 {
+    call_to(bus, &R::subject(subjects), req, timeout).await
+}
+
+/// [`call`] on another subject than the request's usual one (one
+/// instance of a service, asked by name).
+pub async fn call_to<R: Request>(
+    bus: &Bus,
+    subject: &str,
+    req: &R,
+    timeout: Duration,
+) -> Result<R::Response, CallError>
+where
+    R::Response: serde::de::DeserializeOwned,
+{
     let (h, payload) = encode(req, Format::Json)?;
-    let subject = R::subject(subjects);
-    let reply = bus.request(&subject, h, payload, timeout).await?;
+    let reply = bus.request(subject, h, payload, timeout).await?;
     let reply: Reply<R::Response> = codec::decode_plain(
         &reply.payload,
         reply.headers.get(CONTENT_TYPE),

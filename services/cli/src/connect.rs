@@ -20,6 +20,7 @@ pub fn nats_options(cfg: &XoConfig, name: &str, retry: bool) -> ConnectOptions {
                 cfg.nats.tls_key_file.clone().into(),
             )
         }),
+        ping_interval: Some(std::time::Duration::from_millis(cfg.nats.ping_interval_ms)),
     }
 }
 

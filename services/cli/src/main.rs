@@ -175,6 +175,17 @@ enum Cmd {
         /// one unit's subjects. Its inbox prefix is `_INBOX_<user>`.
         #[arg(long)]
         shared_runner: Option<String>,
+        /// Sharded supervision: spread the units' reports and heartbeats
+        /// over this many partitions (the subject mapping the supervisors
+        /// need; the same as their supervisor.partitions). Default: the
+        /// configuration's supervisor.partitions.
+        #[arg(long)]
+        partitions: Option<u32>,
+        /// A node of a NATS cluster: the route URL of every node (repeat;
+        /// `nats://nats-2:6222`). Each node names itself from
+        /// $XO_NATS_SERVER_NAME, so one file serves all of them.
+        #[arg(long = "cluster-route")]
+        cluster_routes: Vec<String>,
     },
     /// Initialise the queue (status HALTED).
     Init {
@@ -734,14 +745,18 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             port,
             store_dir,
             shared_runner,
+            partitions,
+            cluster_routes,
         } => {
-            let text = nats_config::render(
-                &cfg.org.prefix,
-                &runners,
-                shared_runner.as_deref(),
+            let text = nats_config::render(&nats_config::Spec {
+                prefix: &cfg.org.prefix,
+                runners: &runners,
+                shared_runner: shared_runner.as_deref(),
                 port,
-                &store_dir,
-            )
+                jetstream_dir: &store_dir,
+                partitions: partitions.unwrap_or(cfg.supervisor.partitions),
+                cluster_routes: &cluster_routes,
+            })
             .map_err(anyhow::Error::msg)?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)

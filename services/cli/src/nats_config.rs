@@ -32,16 +32,59 @@ pub fn runner_inbox(unit: &str) -> String {
     format!("_INBOX_{unit}")
 }
 
-/// The configuration text. `runners` are unit ids; `jetstream_dir` empty
-/// leaves JetStream's default store.
-pub fn render(
-    prefix: &str,
-    runners: &[String],
-    shared_runner: Option<&str>,
-    port: u16,
-    jetstream_dir: &str,
-) -> Result<String, String> {
+/// What `xo nats-config` is asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Spec<'a> {
+    pub prefix: &'a str,
+    /// Runner unit ids, a user each.
+    pub runners: &'a [String],
+    /// One user shared by runners whose ids are not known in advance.
+    pub shared_runner: Option<&'a str>,
+    pub port: u16,
+    /// JetStream's store (empty: its default).
+    pub jetstream_dir: &'a str,
+    /// Sharded supervision: spread reports and heartbeats over this many
+    /// partitions (1: no mapping).
+    pub partitions: u32,
+    /// A node of a NATS cluster: the route URLs of every node (its own
+    /// included; NATS ignores a route to itself). Empty: a lone server.
+    pub cluster_routes: &'a [String],
+}
+
+/// The mappings block that spreads XO's subjects over `partitions`
+/// partitions (empty for 1): the same text for a lone server and each
+/// node of a cluster.
+pub fn mappings(prefix: &str, partitions: u32) -> String {
+    if partitions <= 1 {
+        return String::new();
+    }
+    let mut s = format!(
+        "# Sharded supervision: {partitions} partitions by unit (supervisor.partitions = {partitions}).\nmappings {{\n"
+    );
+    for (from, to) in Subjects::new(prefix).partition_mappings(partitions) {
+        let _ = writeln!(s, "  \"{from}\": \"{to}\"");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The configuration text.
+pub fn render(spec: &Spec) -> Result<String, String> {
+    let Spec {
+        prefix,
+        runners,
+        shared_runner,
+        port,
+        jetstream_dir,
+        partitions,
+        cluster_routes,
+    } = spec.clone();
     xo_proto::Subjects::validate_prefix(prefix)?;
+    if !(1..=1024).contains(&partitions) {
+        return Err(format!(
+            "--partitions {partitions} is out of range: 1 (one supervisor) to 1024"
+        ));
+    }
     for u in runners.iter().chain(shared_runner.map(String::from).iter()) {
         xo_proto::validate_unit_id(u)?;
         if ["supervisor", "queue", "knowledge", "operator", "console"].contains(&u.as_str()) {
@@ -59,6 +102,30 @@ pub fn render(
     );
     let _ = writeln!(s, "port: {port}");
     let _ = writeln!(s, "http_port: 8222");
+    if !cluster_routes.is_empty() {
+        for r in cluster_routes {
+            if !r.starts_with("nats://") && !r.starts_with("nats-route://") {
+                return Err(format!(
+                    "--cluster-route {r:?} is not a route URL (nats://HOST:6222)"
+                ));
+            }
+        }
+        // One file for every node: each names itself from its environment.
+        let _ = writeln!(
+            s,
+            "# A node of a three-node cluster: XO_NATS_SERVER_NAME names it (nats-1, nats-2, ...)."
+        );
+        let _ = writeln!(s, "server_name: $XO_NATS_SERVER_NAME");
+        let routes = cluster_routes
+            .iter()
+            .map(|r| format!("\"{r}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            s,
+            "cluster {{\n  name: \"xo\"\n  port: 6222\n  routes: [{routes}]\n}}"
+        );
+    }
     if jetstream_dir.is_empty() {
         let _ = writeln!(s, "jetstream: enabled");
     } else {
@@ -96,10 +163,19 @@ pub fn render(
     for (u, unit) in &users {
         let u = u.as_str();
         // Exactly what a runner sends: its own reports, heartbeats and
-        // events, and the verbs of its claim path.
-        let publish = [
-            subjects.salute(unit),
-            subjects.heartbeat(unit),
+        // events, and the verbs of its claim path. (NATS checks a publish
+        // against the subject as mapped: with partitions, a report's
+        // subject carries its partition, `xo.salute.<unit>.<k>`.)
+        let partitioned = |s: String| {
+            if partitions > 1 {
+                vec![s.clone(), format!("{s}.*")]
+            } else {
+                vec![s]
+            }
+        };
+        let mut publish = partitioned(subjects.salute(unit));
+        publish.extend(partitioned(subjects.heartbeat(unit)));
+        publish.extend([
             subjects.runner_event(unit),
             q::Claim::subject(&subjects),
             q::Heartbeat::subject(&subjects),
@@ -107,7 +183,10 @@ pub fn render(
             q::Block::subject(&subjects),
             k::Select::subject(&subjects),
             k::RecordUses::subject(&subjects),
-        ];
+            // Its own inbox: a round trip to itself confirms the server has
+            // what it sent (`Bus::flush`).
+            format!("{}.>", runner_inbox(u)),
+        ]);
         let subscribe = [subjects.steer(unit), format!("{}.>", runner_inbox(u))];
         let list = |v: &[String]| {
             v.iter()
@@ -124,12 +203,74 @@ pub fn render(
         );
     }
     s.push_str("  ]\n}\n");
+    s.push_str(&mappings(prefix, partitions));
     Ok(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn render(
+        prefix: &str,
+        runners: &[String],
+        shared: Option<&str>,
+        port: u16,
+        js: &str,
+    ) -> Result<String, String> {
+        super::render(&Spec {
+            prefix,
+            runners,
+            shared_runner: shared,
+            port,
+            jetstream_dir: js,
+            partitions: 1,
+            cluster_routes: &[],
+        })
+    }
+
+    #[test]
+    fn partitions_add_the_mappings() {
+        let spec = |partitions| Spec {
+            prefix: "xo",
+            port: 4222,
+            partitions,
+            ..Spec::default()
+        };
+        let routes = vec!["nats://a:6222".to_string(), "nats://b:6222".to_string()];
+        let c = super::render(&Spec {
+            cluster_routes: &routes,
+            ..spec(1)
+        })
+        .unwrap();
+        assert!(
+            c.contains("routes: [\"nats://a:6222\", \"nats://b:6222\"]"),
+            "{c}"
+        );
+        assert!(c.contains("server_name: $XO_NATS_SERVER_NAME"), "{c}");
+        let bad = vec!["a:6222".to_string()];
+        assert!(
+            super::render(&Spec {
+                cluster_routes: &bad,
+                ..spec(1)
+            })
+            .unwrap_err()
+            .contains("--cluster-route")
+        );
+        let c = super::render(&spec(1)).unwrap();
+        assert!(!c.contains("mappings"), "{c}");
+        let c = super::render(&spec(16)).unwrap();
+        assert!(
+            c.contains("\"xo.salute.*\": \"xo.salute.{{wildcard(1)}}.{{partition(16,1)}}\""),
+            "{c}"
+        );
+        assert!(c.contains("\"xo.heartbeat.*\""), "{c}");
+        assert!(
+            super::render(&spec(0))
+                .unwrap_err()
+                .contains("--partitions 0")
+        );
+    }
 
     #[test]
     fn runners_get_only_their_own_subjects() {

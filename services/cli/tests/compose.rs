@@ -8,60 +8,7 @@ use std::time::Duration;
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::Subjects;
 use xo_proto::queue::*;
-
-fn run(cmd: &mut Command) -> String {
-    let o = cmd.output().expect("runs");
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).to_string()
-}
-
-const USERS: [&str; 6] = [
-    "SUPERVISOR",
-    "QUEUE",
-    "KNOWLEDGE",
-    "OPERATOR",
-    "CONSOLE",
-    "RUNNER",
-];
-
-fn password(user: &str) -> String {
-    format!("{}-{}-pw", user.to_lowercase(), std::process::id())
-}
-
-struct Down {
-    root: std::path::PathBuf,
-    project: String,
-    port: String,
-    console_port: String,
-}
-
-impl Down {
-    fn compose(&self) -> Command {
-        let mut c = Command::new("docker-compose");
-        c.current_dir(&self.root)
-            .args(["-p", &self.project, "-f", "compose.yaml"])
-            .env("XO_NATS_PORT", &self.port)
-            .env("XO_CONSOLE_PORT", &self.console_port);
-        // The run's own passwords (the environment wins over ./.env).
-        for user in USERS {
-            c.env(format!("XO_NATS_PASSWORD_{user}"), password(user));
-        }
-        c
-    }
-}
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = self
-            .compose()
-            .args(["down", "-v", "--remove-orphans"])
-            .output();
-    }
-}
+use xo_tests::compose::{Project, password, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
@@ -72,12 +19,14 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
     let project = format!("xoc{}", std::process::id());
     let port = xo_tests::free_port().to_string();
     let console_port = xo_tests::free_port().to_string();
-    let down = Down {
-        root: root.clone(),
-        project: project.clone(),
-        port: port.clone(),
-        console_port: console_port.clone(),
-    };
+    let down = Project::new(
+        root.clone(),
+        project.clone(),
+        vec![
+            ("XO_NATS_PORT".into(), port.clone()),
+            ("XO_CONSOLE_PORT".into(), console_port.clone()),
+        ],
+    );
     run(down.compose().args(["up", "-d", "--scale", "runner=2"]));
     let mut healthy = false;
     for _ in 0..300 {

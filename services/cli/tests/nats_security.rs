@@ -255,26 +255,54 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
     assert_eq!(st.counts.get("completed"), Some(&1));
 }
 
-#[test]
-fn the_shipped_config_is_what_the_generator_prints() {
+/// `deploy/nats/<file>` is what `xo nats-config ARGS` prints.
+fn assert_shipped(args: &[&str], file: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .args([
-            "nats-config",
-            "--shared-runner",
-            "runner",
-            "--store-dir",
-            "/data/jetstream",
-        ])
+        .arg("nats-config")
+        .args(args)
         .output()
         .unwrap();
-    let shipped = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/nats/nats.conf"
-    ))
+    let shipped = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../deploy/nats/{file}")),
+    )
     .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         shipped,
-        "regenerate deploy/nats/nats.conf with the command in docs/security.md"
+        "regenerate deploy/nats/{file} with the command in docs/security.md and docs/scaling.md"
+    );
+}
+
+#[test]
+fn the_shipped_config_is_what_the_generator_prints() {
+    assert_shipped(
+        &[
+            "--shared-runner",
+            "runner",
+            "--store-dir",
+            "/data/jetstream",
+        ],
+        "nats.conf",
+    );
+}
+
+#[test]
+fn the_shipped_cluster_config_is_what_the_generator_prints() {
+    assert_shipped(
+        &[
+            "--shared-runner",
+            "runner",
+            "--store-dir",
+            "/data/jetstream",
+            "--partitions",
+            "12",
+            "--cluster-route",
+            "nats://nats:6222",
+            "--cluster-route",
+            "nats://nats-2:6222",
+            "--cluster-route",
+            "nats://nats-3:6222",
+        ],
+        "nats-cluster.conf",
     );
 }

@@ -76,8 +76,11 @@ async fn steering_loop(mut sub: Subscription, turns: Turns, limit: usize) {
     while let Some(msg) = sub.next().await {
         match typed::decode::<Steering>(&msg, limit) {
             Ok(s) => {
-                info!(kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source, "steering received");
-                turns.push(&s);
+                if turns.push(&s) {
+                    info!(kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source, "steering received");
+                } else {
+                    info!(id = %s.id, "steering received again (a supervisor taking over resends what may not have gone); ignored");
+                }
             }
             Err(e) => warn!(subject = %msg.subject, error = %e, "undecodable steering dropped"),
         }
@@ -158,6 +161,11 @@ async fn reporter(
 ) {
     let subjects = cfg.subjects();
     let profile = cfg.roles().get(&opts.role).clone();
+    // Reports published, and those the server did not confirm (published
+    // with no connection, or on a connection that failed before its next
+    // round trip): they may be lost, and are counted, never silent.
+    let mut published = 0u64;
+    let unconfirmed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let interval = u64::from(profile.doctrine.salute_interval_turns.max(1));
     let mut micro = cfg.runner.microcosm.then(|| Microcosm::new(profile));
     let host = std::env::var("HOSTNAME").ok();
@@ -186,11 +194,36 @@ async fn reporter(
                 turns.push(&st);
             }
         }
-        if (new_task || report.time.turn.is_multiple_of(interval))
-            && let Err(e) =
+        if new_task || report.time.turn.is_multiple_of(interval) {
+            // Numbered by publication, not by turn (a report every few
+            // turns): a gap the XO sees is a report lost on the way.
+            published += 1;
+            report.time.seq = published;
+            let connected = bus.is_connected();
+            if let Err(e) =
                 typed::publish(&bus, &subjects.salute(&opts.unit), &report, cfg.wire.format).await
-        {
-            warn!(error = %e, "salute not published");
+            {
+                warn!(error = %e, "salute not published");
+            }
+            // Core NATS keeps nothing for a publisher without a working
+            // connection: a round trip after the report confirms it reached
+            // the server (off the turn's path).
+            let (bus, unconfirmed, seq) = (bus.clone(), unconfirmed.clone(), report.time.seq);
+            tokio::spawn(async move {
+                let confirmed = connected
+                    && matches!(
+                        tokio::time::timeout(Duration::from_secs(3), bus.flush()).await,
+                        Ok(Ok(()))
+                    );
+                if !confirmed {
+                    let total = unconfirmed.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    warn!(
+                        seq,
+                        total,
+                        "report published without a confirmed connection to NATS: it may be lost"
+                    );
+                }
+            });
         }
     }
 }

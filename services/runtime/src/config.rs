@@ -108,6 +108,10 @@ pub struct NatsConfig {
     /// server, 3 on a three-node cluster (JetStream R3). Existing ones are
     /// used as they are and reported when they have fewer.
     pub replicas: usize,
+    /// How often the client pings its server: a server cut off the network
+    /// (no reset, no close) is noticed after two unanswered pings, and the
+    /// client moves to another node of the cluster.
+    pub ping_interval_ms: u64,
 }
 
 impl Default for NatsConfig {
@@ -122,6 +126,7 @@ impl Default for NatsConfig {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             replicas: 1,
+            ping_interval_ms: 5_000,
         }
     }
 }
@@ -255,6 +260,17 @@ pub struct SupervisorConfig {
     /// Directories of live agent transcripts the XO's process watches
     /// (`[[supervisor.watch]]`, as `xo watch` does), for containers.
     pub watch: Vec<WatchConfig>,
+    /// Sharded supervision: the units' reports are spread over this many
+    /// partitions by the NATS server's subject mapping (`xo nats-config
+    /// --partitions N`), and every `xo serve supervisor` with the same value
+    /// takes a share of them. 1: one supervisor sees every unit.
+    pub partitions: u32,
+    /// A partition whose holder has not renewed its lease for this long is
+    /// taken over by another supervisor (sharded supervision only).
+    pub partition_lease_ms: u64,
+    /// This supervisor's name among the sharded ones (empty: host, pid and
+    /// a random suffix). Letters, digits, '-' and '_'.
+    pub instance: String,
 }
 
 /// One `[[supervisor.watch]]`: a format and the directories of its sessions.
@@ -294,6 +310,9 @@ impl Default for SupervisorConfig {
             file_poll_ms: 500,
             steering_history: 20,
             watch: Vec::new(),
+            partitions: 1,
+            partition_lease_ms: 10_000,
+            instance: String::new(),
         }
     }
 }
@@ -901,7 +920,45 @@ impl XoConfig {
             ));
         }
         let s = &self.supervisor;
+        if !(1..=1024).contains(&s.partitions) {
+            return Err(invalid(
+                "supervisor.partitions",
+                format!(
+                    "{} is out of range: 1 (one supervisor) to 1024",
+                    s.partitions
+                ),
+            ));
+        }
+        if s.partitions > 1 && !s.volume.is_empty() {
+            return Err(invalid(
+                "supervisor.volume",
+                "file mode and sharded supervision (supervisor.partitions > 1) do not mix: every supervisor would read every report file; keep one supervisor for a volume".into(),
+            ));
+        }
+        if s.partitions > 1 && s.partition_lease_ms < 300 {
+            return Err(invalid(
+                "supervisor.partition_lease_ms",
+                format!(
+                    "{} ms is too short for a lease renewed over the network (at least 300)",
+                    s.partition_lease_ms
+                ),
+            ));
+        }
+        if !s
+            .instance
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(
+                "supervisor.instance",
+                format!(
+                    "{:?} is not a name of letters, digits, '-' and '_' (it is a subject token and a store key)",
+                    s.instance
+                ),
+            ));
+        }
         for (key, v) in [
+            ("nats.ping_interval_ms", self.nats.ping_interval_ms),
             ("supervisor.stale_after_ms", s.stale_after_ms),
             ("supervisor.tick_ms", s.tick_ms),
             ("supervisor.flush_interval_ms", s.flush_interval_ms),
@@ -1168,6 +1225,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("org.prefix"), "{e}");
+        let e = load_toml("[supervisor]\npartitions = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.partitions"), "{e}");
+        let e = load_toml("[supervisor]\npartitions = 4\npartition_lease_ms = 10\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.partition_lease_ms"), "{e}");
+        let e = load_toml("[supervisor]\ninstance = \"a.b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.instance"), "{e}");
         let e = load_toml("[roles.coder.doctrine]\ncontext_warning = 1.5\n")
             .unwrap_err()
             .to_string();

@@ -2,6 +2,7 @@
 //! ([`Ctx`]), and the counters behind `xo.ctl.supervisor.stats`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use xo_bus::{Bus, Store};
@@ -47,6 +48,7 @@ pub struct Counters {
     pub dead_letters: AtomicU64,
     pub steering: AtomicU64,
     pub watcher_restarts: AtomicU64,
+    pub missed: AtomicU64,
 }
 
 impl Counters {
@@ -61,6 +63,7 @@ impl Counters {
             steering: g(&self.steering),
             units,
             watcher_restarts: g(&self.watcher_restarts),
+            missed: g(&self.missed),
         }
     }
 }
@@ -79,4 +82,7 @@ pub struct Ctx {
     pub persist: persist::Persister,
     /// Macrocosm volume, if file mode is on.
     pub volume: Option<PathBuf>,
+    /// Sharded supervision (`supervisor.partitions` > 1): who this
+    /// supervisor is and the partitions it holds.
+    pub shard: Option<Arc<crate::shard::Shard>>,
 }

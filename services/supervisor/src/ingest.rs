@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xo_bus::{Headers, typed};
+use xo_bus::{Headers, Subscription, typed};
 use xo_proto::settings::{GetSettings, SettingsChanged};
 use xo_proto::{CodecError, SaluteReport};
 use xo_radio::FnvMap;
@@ -46,7 +46,7 @@ fn route(routes: &Routes, root: &ActorRef<RootMsg>, unit: &str, msg: WatcherMsg)
     root.cast(RootMsg::Route(unit.to_string(), msg)).is_ok()
 }
 
-/// Reads reports and hands each, undecoded, to its unit's watcher, which
+/// Reads reports from `sub` (all, or one partition's) and hands each, undecoded, to its unit's watcher, which
 /// decodes and checks it: decoding (most of the cost of ingest) runs on
 /// every core, and a report crosses one task boundary between the NATS
 /// client and its check. The pump is the only sender of a unit's reports,
@@ -57,9 +57,9 @@ pub async fn pump_reports(
     ctx: &Arc<Ctx>,
     root: &ActorRef<RootMsg>,
     shared: &Arc<Routes>,
+    mut sub: Subscription,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> SupervisorResult<JoinHandle<()>> {
-    let mut sub = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
     let (ctx, root, shared) = (ctx.clone(), root.clone(), shared.clone());
     Ok(tokio::spawn(async move {
         // The pump's own routes: no shared lock per report.
@@ -137,15 +137,15 @@ fn route_to<'a>(
     routes.get_key_value(unit)
 }
 
-/// Reads heartbeats: each marks its unit seen (through the root for a
-/// unit with no watcher yet).
+/// Reads heartbeats from `sub` (all, or one partition's): each marks its
+/// unit seen (through the root for a unit with no watcher yet).
 pub async fn pump_heartbeats(
     ctx: &Arc<Ctx>,
     root: &ActorRef<RootMsg>,
     routes: &Arc<Routes>,
+    mut sub: Subscription,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> SupervisorResult<JoinHandle<()>> {
-    let mut sub = ctx.bus.subscribe(&ctx.subjects.heartbeat_all()).await?;
     let (ctx, root, routes) = (ctx.clone(), root.clone(), routes.clone());
     Ok(tokio::spawn(async move {
         let mut shutdown = std::pin::pin!(shutdown);

@@ -26,11 +26,13 @@
 
 pub mod ctx;
 pub mod decode;
+pub mod front;
 pub mod ingest;
 pub mod live;
 pub mod outbox;
 pub mod persist;
 pub mod root;
+pub mod shard;
 pub mod watcher;
 
 use std::path::PathBuf;
@@ -61,6 +63,8 @@ pub enum SupervisorError {
     Actor(String),
     #[error("escalated: {0}")]
     Escalated(String),
+    #[error("{0}")]
+    Config(String),
 }
 
 pub type SupervisorResult<T> = Result<T, SupervisorError>;
@@ -71,6 +75,8 @@ pub struct SupervisorHandle {
     pub ctx: Arc<Ctx>,
     /// `None` with supervision disabled: nothing runs.
     running: Option<Running<RootMsg>>,
+    /// Sharded: the actor answering the shared control API.
+    front: Option<ActorRef<front::FrontMsg>>,
     flusher: Option<(Shutdown, JoinHandle<()>)>,
 }
 
@@ -84,6 +90,13 @@ pub async fn start(
     clock: Clock,
 ) -> SupervisorResult<SupervisorHandle> {
     let volume = (!cfg.supervisor.volume.is_empty()).then(|| PathBuf::from(&cfg.supervisor.volume));
+    let shard = (cfg.supervisor.enabled && cfg.supervisor.partitions > 1).then(|| {
+        Arc::new(shard::Shard::new(
+            shard::instance_name(&cfg.supervisor.instance),
+            cfg.supervisor.partitions,
+            Duration::from_millis(cfg.supervisor.partition_lease_ms),
+        ))
+    });
     let ctx = Arc::new(Ctx {
         subjects: cfg.subjects(),
         live: live::Live::new(&cfg),
@@ -93,6 +106,7 @@ pub async fn start(
         clock,
         counters: Counters::default(),
         volume,
+        shard,
         cfg,
     });
     if !ctx.cfg.supervisor.enabled {
@@ -100,11 +114,19 @@ pub async fn start(
         return Ok(SupervisorHandle {
             ctx,
             running: None,
+            front: None,
             flusher: None,
         });
     }
+    if let Some(shard) = &ctx.shard {
+        shard::check_mapping(&ctx, shard).await?;
+    }
     let routes = Arc::new(root::Routes::default());
-    let restored = persist::load_all(&ctx.store).await?;
+    // Sharded: each partition's units are read when it is taken.
+    let restored = match ctx.shard {
+        Some(_) => Vec::new(),
+        None => persist::load_all(&ctx.store).await?,
+    };
     let escalation = Escalation::default();
     let (root, root_task) = Actor::spawn(
         None,
@@ -124,20 +146,75 @@ pub async fn start(
         Duration::from_millis(ctx.cfg.supervisor.flush_interval_ms),
         flush_stop.signal(),
     );
-    running.input(ingest::pump_reports(&ctx, &root, &routes, running.signal()).await?);
-    running.input(ingest::pump_heartbeats(&ctx, &root, &routes, running.signal()).await?);
     running.input(ingest::follow_settings(&ctx, running.signal()).await?);
-    running.input(
-        xo_bus::api::serve::<SupervisorApi<ActorPorts>, _>(
-            &ctx.bus,
-            &ctx.subjects,
-            ctx.cfg.wire.max_payload,
-            "XO supervisor: units, steering",
-            root.clone(),
-            running.signal(),
-        )
-        .await?,
-    );
+    let mut front = None;
+    match ctx.shard.clone() {
+        None => {
+            let reports = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
+            let beats = ctx.bus.subscribe(&ctx.subjects.heartbeat_all()).await?;
+            let signal = running.signal();
+            running.input(ingest::pump_reports(&ctx, &root, &routes, reports, signal).await?);
+            let signal = running.signal();
+            running.input(ingest::pump_heartbeats(&ctx, &root, &routes, beats, signal).await?);
+            running.input(
+                xo_bus::api::serve::<SupervisorApi<ActorPorts>, _>(
+                    &ctx.bus,
+                    &ctx.subjects,
+                    ctx.cfg.wire.max_payload,
+                    "XO supervisor: units, steering",
+                    root.clone(),
+                    running.signal(),
+                )
+                .await?,
+            );
+        }
+        Some(shard) => {
+            // This instance's own API (what the others forward to), then
+            // the shared one, which any instance answers.
+            running.input(
+                xo_bus::api::serve_in::<SupervisorApi<ActorPorts>, _>(
+                    &ctx.bus,
+                    ctx.subjects.ctl_instance_group("supervisor", &shard.me),
+                    ctx.cfg.wire.max_payload,
+                    "XO supervisor (one instance of the sharded ones)",
+                    root.clone(),
+                    running.signal(),
+                )
+                .await?,
+            );
+            let (f, _) = Actor::spawn(
+                None,
+                front::Front,
+                front::FrontState {
+                    ctx: ctx.clone(),
+                    root: root.clone(),
+                    shard: shard.clone(),
+                },
+            )
+            .await
+            .map_err(|e| SupervisorError::Actor(e.to_string()))?;
+            running.input(
+                xo_bus::api::serve::<SupervisorApi<ActorPorts>, _>(
+                    &ctx.bus,
+                    &ctx.subjects,
+                    ctx.cfg.wire.max_payload,
+                    "XO supervisor: units, steering (sharded: any instance answers)",
+                    f.clone(),
+                    running.signal(),
+                )
+                .await?,
+            );
+            front = Some(f);
+            running.input(shard::spawn(
+                ctx.clone(),
+                root.clone(),
+                routes.clone(),
+                shard.clone(),
+                running.signal(),
+            ));
+            info!(instance = %shard.me, partitions = shard.partitions, lease_ms = shard.lease.as_millis() as u64, "sharded supervision: taking a share of the partitions");
+        }
+    }
     let clock = ctx.clock.clone();
     running.every(
         Duration::from_millis(ctx.cfg.supervisor.tick_ms),
@@ -156,6 +233,7 @@ pub async fn start(
     Ok(SupervisorHandle {
         ctx,
         running: Some(running),
+        front,
         flusher: Some((flush_stop, flusher)),
     })
 }
@@ -212,6 +290,15 @@ impl SupervisorHandle {
             let _ = f.await;
         }
         self.ctx.persist.flush().await;
+        if let Some(f) = self.front.take() {
+            let _ = f.stop_and_wait(None, None).await;
+        }
+        // Sharded: the state is written; the others may take over now.
+        if let Some(shard) = &self.ctx.shard {
+            shard
+                .leave(&self.ctx.store, &self.ctx.bus, &self.ctx.subjects)
+                .await;
+        }
         if let Err(e) = self.ctx.bus.flush().await {
             warn!(error = %e, "bus flush at shutdown failed");
         }

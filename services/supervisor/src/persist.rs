@@ -45,6 +45,12 @@ pub struct UnitRecord {
     pub report_raw: Option<Bytes>,
     pub radio: UnitState,
     pub steering: VecDeque<Steering>,
+    /// Sharded: steering decided and written before it was published, not
+    /// yet known to be published. A supervisor taking the unit over sends
+    /// these again, under the same ids (a unit ignores a steering id it has
+    /// had): at least once on the wire, once for the unit.
+    #[serde(default)]
+    pub unsent: Vec<Steering>,
     pub steering_sent: u64,
     pub restarts: u32,
 }
@@ -76,6 +82,7 @@ impl UnitRecord {
             report_raw: None,
             radio: UnitState::default(),
             steering: VecDeque::new(),
+            unsent: Vec::new(),
             steering_sent: 0,
             restarts: 0,
         }
@@ -127,6 +134,33 @@ impl Persister {
             },
         };
         decode(unit, &bytes).ok()
+    }
+
+    /// Writes a record now (not coalesced), before what it records is
+    /// acted on: a sharded supervisor writes a unit's state before sending
+    /// its steering, so that a supervisor taking the unit over after a crash
+    /// knows the steering was sent (and its cooldown) and does not send it
+    /// again.
+    pub async fn write_now(&self, record: &UnitRecord) -> Result<(), String> {
+        let bytes = rmp_serde_encode(record)?;
+        if let Ok(mut d) = self.dirty.lock() {
+            d.remove(&record.unit);
+        }
+        self.store
+            .put(BUCKET, &record.unit, bytes)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Forgets the pending records of `units` (another supervisor holds
+    /// them now: its state is the one kept).
+    pub fn discard(&self, units: &[String]) {
+        if let Ok(mut d) = self.dirty.lock() {
+            for u in units {
+                d.remove(u);
+            }
+        }
     }
 
     /// Writes every dirty record.
@@ -200,15 +234,22 @@ mod raw_bytes {
     }
 }
 
-/// Loads every stored unit. A corrupt record is logged with its key and
-/// skipped; it never stops the supervisor.
-/// Every unit's kept state. A store that cannot be read (a damaged file)
+/// Every unit's kept state (a corrupt record is logged with its key and
+/// skipped; it never stops the supervisor). A store that cannot be read (a damaged file)
 /// is an error: the supervisor does not start on it rather than start empty
 /// and lose every unit's state (`xo store repair` names what it drops).
 pub async fn load_all(store: &Store) -> Result<Vec<UnitRecord>, xo_bus::StoreError> {
+    load_where(store, |_| true).await
+}
+
+/// The kept state of the units `wanted` picks (by unit id).
+pub async fn load_where(
+    store: &Store,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<UnitRecord>, xo_bus::StoreError> {
     let keys = store.keys(BUCKET).await?;
     let mut out = Vec::new();
-    for key in keys {
+    for key in keys.into_iter().filter(|k| wanted(k)) {
         match store.get(BUCKET, &key).await {
             Ok(Some(e)) => match decode(&key, &e.value) {
                 Ok(r) => out.push(r),

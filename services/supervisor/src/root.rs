@@ -51,6 +51,14 @@ pub enum RootMsg {
     /// The watcher of a unit, spawned if needed: the report pump asks once
     /// per unit (and after a restart), then sends to it directly.
     Spawn(String, RpcReplyPort<ActorRef<WatcherMsg>>),
+    /// Sharded: watchers for the units of a partition just taken, from
+    /// their stored state (a unit already watched is left as it is);
+    /// answers how many were started.
+    Adopt(Vec<UnitRecord>, RpcReplyPort<usize>),
+    /// Sharded: forgets the watchers of a partition handed back and
+    /// answers them, for the caller to stop (their state goes to the
+    /// persister as they stop; they are not restarted).
+    Release(u32, RpcReplyPort<Vec<(String, ActorRef<WatcherMsg>)>>),
 }
 
 impl From<SupervisorApi<ActorPorts>> for RootMsg {
@@ -294,6 +302,43 @@ impl Actor for Root {
                 let w = state.watcher_for(&myself, &unit).await?;
                 state.publish_route(&unit, &w);
                 let _ = port.send(w);
+            }
+            RootMsg::Adopt(records, port) => {
+                let mut started = 0;
+                for record in records {
+                    let unit = record.unit.clone();
+                    if state.units.contains_key(&unit) {
+                        continue;
+                    }
+                    let fresh = state.intensity();
+                    let actor = state
+                        .spawn_watcher(&myself, &unit, Some(record), fresh)
+                        .await?;
+                    state.publish_route(&unit, &actor);
+                    started += 1;
+                }
+                let _ = port.send(started);
+            }
+            RootMsg::Release(partition, port) => {
+                let Some(shard) = state.ctx.shard.clone() else {
+                    let _ = port.send(Vec::new());
+                    return Ok(());
+                };
+                let units: Vec<String> = state
+                    .units
+                    .keys()
+                    .filter(|u| shard.partition(u) == partition)
+                    .cloned()
+                    .collect();
+                let mut out = Vec::with_capacity(units.len());
+                for unit in units {
+                    state.withdraw_route(&unit);
+                    if let Some(c) = state.units.remove(&unit) {
+                        state.by_id.remove(&c.actor.get_id());
+                        out.push((unit, c.actor));
+                    }
+                }
+                let _ = port.send(out);
             }
         }
         Ok(())

@@ -118,8 +118,13 @@ impl WatcherState {
     }
 
     async fn send(&mut self, s: Steering) {
+        outbox::send(&self.ctx, &s).await;
+        self.record(s);
+    }
+
+    /// Keeps a steering sent (or about to be) in the unit's record.
+    fn record(&mut self, s: Steering) {
         let ctx = &self.ctx;
-        outbox::send(ctx, &s).await;
         ctx.counters.steering.fetch_add(1, Ordering::Relaxed);
         self.rec.steering_sent += 1;
         self.rec.steering.push_back(s);
@@ -166,9 +171,37 @@ impl WatcherState {
     }
 
     async fn send_all(&mut self, steering: Vec<Steering>) {
-        for s in steering {
-            self.send(s).await;
+        if self.ctx.shard.is_none() {
+            for s in steering {
+                self.send(s).await;
+            }
+            return;
         }
+        // Sharded: the state that says the steering is going (and starts
+        // its cooldown) is written before it goes, with the steering as
+        // unsent, so that a supervisor taking the unit over after this one
+        // dies neither decides it again nor loses it: it sends the unsent
+        // ones again under the same ids, which the unit ignores if it had
+        // them already.
+        for s in &steering {
+            self.record(s.clone());
+        }
+        self.rec.unsent = steering;
+        if let Err(e) = self.ctx.persist.write_now(&self.rec).await {
+            warn!(unit = %self.rec.unit, error = %e, "unit state not written before steering; a supervisor taking over may steer again");
+        }
+        self.send_unsent().await;
+    }
+
+    /// Publishes the steering recorded as unsent; then it is sent (the
+    /// record says so at its next save).
+    async fn send_unsent(&mut self) {
+        for s in std::mem::take(&mut self.rec.unsent) {
+            outbox::send(&self.ctx, &s).await;
+        }
+        // Written at the next flush (not the next persist interval): the
+        // fewer steering a successor sends again.
+        self.save(self.ctx.clock.now_ms());
     }
 
     /// Runs the radio check and updates the unit's record; returns the
@@ -186,7 +219,15 @@ impl WatcherState {
             self.roles = (version, ctx.live.roles());
         }
         let profile = self.roles.1.get(&report.unit.role);
+        let last_seq = self.rec.seq;
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
+        // A gap in the unit's sequence (not a restart, which starts over):
+        // reports lost on the way.
+        if !a.duplicate && !a.restarted && last_seq > 0 && report.time.seq > last_seq + 1 {
+            ctx.counters
+                .missed
+                .fetch_add(report.time.seq - last_seq - 1, Ordering::Relaxed);
+        }
         if a.duplicate {
             ctx.counters.duplicates.fetch_add(1, Ordering::Relaxed);
             debug!(unit = %report.unit.unit, seq = report.time.seq, "duplicate report ignored");
@@ -241,14 +282,22 @@ impl Actor for Watcher {
         rec.restarts = rec.restarts.max(args.restarts);
         args.live.last_seen.store(now, Ordering::Relaxed);
         args.live.stale.store(rec.stale, Ordering::Relaxed);
-        Ok(WatcherState {
+        let unsent = !rec.unsent.is_empty();
+        let mut state = WatcherState {
             roles: (args.ctx.live.version(), args.ctx.live.roles()),
             ctx: args.ctx,
             rec,
             live: args.live,
             dirty: false,
             last_saved: 0,
-        })
+        };
+        if unsent {
+            // Its previous supervisor died between writing and sending.
+            info!(unit = %state.rec.unit, steering = state.rec.unsent.len(), "steering recorded but maybe not sent by the previous supervisor: sending it again under the same ids");
+            state.send_unsent().await;
+            state.changed();
+        }
+        Ok(state)
     }
 
     async fn post_stop(

