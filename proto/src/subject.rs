@@ -60,6 +60,16 @@ impl Subjects {
     pub fn salute_partition(&self, partition: u32) -> String {
         format!("{}.salute.*.{partition}", self.prefix)
     }
+    /// `xo.salute.*.*`: every partitioned report, as the server maps them
+    /// (what the reports stream of sharded supervision keeps).
+    pub fn salute_partitioned(&self) -> String {
+        format!("{}.salute.*.*", self.prefix)
+    }
+    /// The stream that keeps the partitioned reports for sharded
+    /// supervision: `XO_REPORTS` (the prefix upper-cased, '.' as '_').
+    pub fn reports_stream(&self) -> String {
+        format!("{}_REPORTS", self.prefix.replace('.', "_")).to_uppercase()
+    }
     /// `xo.steer.<unit>`
     pub fn steer(&self, unit: &str) -> String {
         format!("{}.steer.{unit}", self.prefix)
@@ -313,6 +323,8 @@ mod tests {
         // As a partitioning server delivers it; anything else after the
         // unit is not a unit's subject.
         assert_eq!(s.unit_of("acme.xo.salute.u1.7"), Some("u1"));
+        assert_eq!(s.reports_stream(), "ACME_XO_REPORTS");
+        assert_eq!(s.salute_partitioned(), "acme.xo.salute.*.*");
         assert_eq!(s.unit_of("acme.xo.salute.u1.x"), None);
         assert_eq!(s.unit_of("acme.xo.salute.u1."), None);
         assert_eq!(s.unit_of("acme.xo.salute.u1.2.3"), None);

@@ -19,6 +19,8 @@ struct Node {
 /// The cluster, killed on drop.
 pub struct NatsCluster {
     nodes: Vec<Node>,
+    /// A configuration file every node reads first (mappings…).
+    config: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for NatsCluster {
@@ -30,6 +32,12 @@ impl std::fmt::Debug for NatsCluster {
 impl NatsCluster {
     /// `n` nodes named `n1`, `n2`, … in cluster `xo`.
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, None)
+    }
+
+    /// `n` nodes that read `config` first (its subject mappings, say); the
+    /// ports, routes and stores still come from the guard.
+    pub fn start_with(n: usize, config: Option<std::path::PathBuf>) -> Self {
         let mut nodes = Vec::new();
         for i in 0..n {
             let [port, cluster_port] = free_ports::<2>();
@@ -41,7 +49,7 @@ impl NatsCluster {
                 child: None,
             });
         }
-        let mut c = Self { nodes };
+        let mut c = Self { nodes, config };
         for i in 0..n {
             c.spawn(i);
         }
@@ -56,8 +64,12 @@ impl NatsCluster {
             .filter(|(j, _)| *j != i)
             .map(|(_, n)| format!("nats://127.0.0.1:{}", n.cluster_port))
             .collect();
+        let mut cmd = Command::new(nats_server_binary());
+        if let Some(c) = &self.config {
+            cmd.arg("-c").arg(c);
+        }
         let n = &mut self.nodes[i];
-        let child = Command::new(nats_server_binary())
+        let child = cmd
             .args(["-a", "127.0.0.1", "-p", &n.port.to_string(), "-n", &n.name])
             .args(["--cluster_name", "xo", "--cluster"])
             .arg(format!("nats://127.0.0.1:{}", n.cluster_port))
@@ -89,6 +101,11 @@ impl NatsCluster {
             .map(|n| format!("nats://127.0.0.1:{}", n.port))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Node `i`'s client URL alone.
+    pub fn node_url(&self, i: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.nodes[i].port)
     }
 
     /// The index of the node named `name` (`n2` → 1).

@@ -22,6 +22,7 @@
 
 pub mod api;
 pub mod file_store;
+pub mod kept;
 pub mod leader;
 pub mod local;
 pub mod nats;
@@ -181,6 +182,31 @@ impl Bus {
             }
             Bus::Nats(b) => b.publish_with_reply(subject, reply, headers, payload).await,
             Bus::Socket(b) => b.publish_with_reply(subject, reply, headers, payload).await,
+        }
+    }
+
+    /// Publishes into a stream that keeps `subject` ([`kept`]) and waits up
+    /// to `timeout` for the stream's acknowledgement: `Ok` means the message
+    /// is stored (on as many nodes as the stream has replicas); an error
+    /// means it may not be. `id` makes a retry of the same message stored
+    /// once. The in-process and socket buses deliver while they are up: a
+    /// plain publish.
+    pub async fn publish_acked(
+        &self,
+        subject: &str,
+        headers: Headers,
+        payload: Bytes,
+        id: &str,
+        timeout: Duration,
+    ) -> BusResult<()> {
+        subject_match::validate_subject(subject)?;
+        match self {
+            Bus::Nats(b) => {
+                kept::publish_acked(b.client(), subject, &headers, payload, id, timeout)
+                    .await
+                    .map(|_| ())
+            }
+            _ => self.publish(subject, headers, payload).await,
         }
     }
 
@@ -381,6 +407,8 @@ pub enum Subscription {
     Nats(async_nats::Subscriber),
     /// Messages received earlier, given first, then the subscription's.
     Replay(std::collections::VecDeque<Message>, Box<Subscription>),
+    /// Messages read from a stream the server keeps ([`kept::follow`]).
+    Stream(std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>>),
 }
 
 impl std::fmt::Debug for Subscription {
@@ -405,6 +433,7 @@ impl Subscription {
                 Some(m) => Some(m),
                 None => Box::pin(sub.next()).await,
             },
+            Subscription::Stream(s) => s.next().await,
         }
     }
 
@@ -415,6 +444,7 @@ impl Subscription {
             Subscription::Channel(s) => s.rx.try_recv().ok(),
             Subscription::Nats(s) => s.next().now_or_never().flatten().map(nats::from_nats),
             Subscription::Replay(backlog, sub) => backlog.pop_front().or_else(|| sub.try_next()),
+            Subscription::Stream(s) => s.next().now_or_never().flatten(),
         }
     }
 

@@ -166,6 +166,15 @@ async fn reporter(
     // round trip): they may be lost, and are counted, never silent.
     let mut published = 0u64;
     let unconfirmed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Sharded supervision: the reports go into the stream the supervisors
+    // read, each acknowledged by it.
+    let acked = (cfg.supervisor.partitions > 1).then(|| {
+        Acked::spawn(
+            bus.clone(),
+            subjects.salute(&opts.unit),
+            unconfirmed.clone(),
+        )
+    });
     let interval = u64::from(profile.doctrine.salute_interval_turns.max(1));
     let mut micro = cfg.runner.microcosm.then(|| Microcosm::new(profile));
     let host = std::env::var("HOSTNAME").ok();
@@ -199,6 +208,10 @@ async fn reporter(
             // turns): a gap the XO sees is a report lost on the way.
             published += 1;
             report.time.seq = published;
+            if let Some(acked) = &acked {
+                acked.send(&opts.unit, &report, cfg.wire.format);
+                continue;
+            }
             let connected = bus.is_connected();
             if let Err(e) =
                 typed::publish(&bus, &subjects.salute(&opts.unit), &report, cfg.wire.format).await
@@ -224,6 +237,92 @@ async fn reporter(
                     );
                 }
             });
+        }
+    }
+}
+
+/// How long a report is offered to the reports stream (retried under its
+/// id, so stored once) before it is counted as not confirmed: longer than a
+/// client's move to another node (two pings, 10 s) and a stream leader's
+/// election.
+const ACKED_FOR: Duration = Duration::from_secs(20);
+
+/// Reports waiting for the stream, at most: beyond, one is counted and
+/// dropped at once (the stream has been gone for a long time).
+const ACKED_QUEUE: usize = 1024;
+
+/// Sharded supervision: reports are published into the stream the
+/// supervisors read (`XO_REPORTS`), one at a time in order, each waiting
+/// for the stream's acknowledgement and retried under its id (`unit`,
+/// `epoch`, `seq`) until [`ACKED_FOR`]; a report still not acknowledged
+/// then, or not queued, is counted and logged, never silent.
+struct Acked {
+    tx: mpsc::Sender<(u64, String, xo_bus::Headers, bytes::Bytes)>,
+    unconfirmed: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Acked {
+    fn spawn(bus: Bus, subject: String, unconfirmed: Arc<std::sync::atomic::AtomicU64>) -> Self {
+        let (tx, mut rx) =
+            mpsc::channel::<(u64, String, xo_bus::Headers, bytes::Bytes)>(ACKED_QUEUE);
+        let count = unconfirmed.clone();
+        tokio::spawn(
+            async move {
+                while let Some((seq, id, headers, payload)) = rx.recv().await {
+                    let began = std::time::Instant::now();
+                    let mut wait = Duration::from_millis(100);
+                    let mut last = None;
+                    while began.elapsed() < ACKED_FOR {
+                        match bus
+                            .publish_acked(&subject, headers.clone(), payload.clone(), &id, Duration::from_secs(2))
+                            .await
+                        {
+                            Ok(()) => {
+                                last = None;
+                                break;
+                            }
+                            Err(e) => last = Some(e),
+                        }
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(1));
+                    }
+                    if let Some(e) = last {
+                        let total = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                        warn!(
+                            seq,
+                            total,
+                            error = %e,
+                            "report published without a confirmed connection to NATS: the reports stream did not acknowledge it; it may be lost"
+                        );
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+        Self { tx, unconfirmed }
+    }
+
+    /// Queues a report for the stream (the turn does not wait).
+    fn send(&self, unit: &str, report: &xo_proto::SaluteReport, format: xo_proto::codec::Format) {
+        let seq = report.time.seq;
+        let (headers, payload) = match typed::encode(report, format) {
+            Ok(x) => x,
+            Err(e) => {
+                warn!(seq, error = %e, "salute not encoded");
+                return;
+            }
+        };
+        let id = format!("{unit}.{}.{seq}", report.time.epoch);
+        if self.tx.try_send((seq, id, headers, payload)).is_err() {
+            let total = self
+                .unconfirmed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            warn!(
+                seq,
+                total,
+                "report published without a confirmed connection to NATS: {ACKED_QUEUE} reports already wait for the reports stream; this one is dropped"
+            );
         }
     }
 }

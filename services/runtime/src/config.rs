@@ -268,6 +268,13 @@ pub struct SupervisorConfig {
     /// A partition whose holder has not renewed its lease for this long is
     /// taken over by another supervisor (sharded supervision only).
     pub partition_lease_ms: u64,
+    /// Sharded supervision: how long NATS keeps the units' reports (the
+    /// stream `<PREFIX>_REPORTS`). A supervisor that takes over a partition,
+    /// or whose own node went away, reads on from what is kept: at least
+    /// two partition leases and a persist interval.
+    pub report_retention_ms: u64,
+    /// ... and at most this many MiB of them (the oldest go first).
+    pub report_retention_mb: u64,
     /// This supervisor's name among the sharded ones (empty: host, pid and
     /// a random suffix). Letters, digits, '-' and '_'.
     pub instance: String,
@@ -312,6 +319,8 @@ impl Default for SupervisorConfig {
             watch: Vec::new(),
             partitions: 1,
             partition_lease_ms: 10_000,
+            report_retention_ms: 120_000,
+            report_retention_mb: 1024,
             instance: String::new(),
         }
     }
@@ -944,6 +953,16 @@ impl XoConfig {
                 ),
             ));
         }
+        let least = 2 * s.partition_lease_ms + s.persist_interval_ms;
+        if s.partitions > 1 && s.report_retention_ms < least {
+            return Err(invalid(
+                "supervisor.report_retention_ms",
+                format!(
+                    "{} ms is shorter than what a take-over reads back: two partition leases and a persist interval ({least} ms); raise it",
+                    s.report_retention_ms
+                ),
+            ));
+        }
         if !s
             .instance
             .chars()
@@ -965,6 +984,7 @@ impl XoConfig {
             ("supervisor.persist_interval_ms", s.persist_interval_ms),
             ("supervisor.restart_window_ms", s.restart_window_ms),
             ("supervisor.file_poll_ms", s.file_poll_ms),
+            ("supervisor.report_retention_mb", s.report_retention_mb),
             ("queue.lease_ms", self.queue.lease_ms),
             ("queue.tick_ms", self.queue.tick_ms),
             ("queue.enqueue_batch", self.queue.enqueue_batch as u64),
@@ -1233,6 +1253,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("supervisor.partition_lease_ms"), "{e}");
+        let e = load_toml("[supervisor]\npartitions = 4\nreport_retention_ms = 20000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("supervisor.report_retention_ms") && e.contains("25000 ms"),
+            "{e}"
+        );
         let e = load_toml("[supervisor]\ninstance = \"a.b\"\n")
             .unwrap_err()
             .to_string();

@@ -120,6 +120,7 @@ pub async fn start(
     }
     if let Some(shard) = &ctx.shard {
         shard::check_mapping(&ctx, shard).await?;
+        shard::keep_reports(&ctx).await?;
     }
     let routes = Arc::new(root::Routes::default());
     // Sharded: each partition's units are read when it is taken.

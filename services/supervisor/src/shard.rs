@@ -12,16 +12,24 @@
 //! takes the partitions it prefers once they are free or their holder's
 //! lease ran out; it hands back the ones another member now prefers.
 //!
+//! The server keeps the partitioned reports for a while (the stream
+//! `XO_REPORTS`, `supervisor.report_retention_ms`, see [`xo_bus::kept`]).
 //! Taking partition `k`: the units of `k` are read from the store and their
 //! watchers started with that state (cooldowns, last sequence, health), then
-//! `xo.salute.*.k` and `xo.heartbeat.*.k` are subscribed. Handing it back:
+//! the partition's reports are read from the oldest kept (those already
+//! checked are duplicates by their sequence numbers: what the previous
+//! holder checked after it last wrote is checked again, what nobody
+//! checked is checked now) and `xo.heartbeat.*.k` is subscribed. A holder
+//! whose own NATS node goes away reads on from where it was once its client
+//! is back (the ordered consumer is made again from its last message).
+//! Handing it back:
 //! the subscriptions end, the watchers stop and hand over their state, the
 //! state is written, then the lease is deleted so the next holder starts at
 //! once. A lease lost to another supervisor (this one was cut off for longer
 //! than a lease) drops the partition without writing: the new holder's state
 //! is the one kept.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -189,77 +197,6 @@ impl Shard {
     }
 }
 
-/// What a standby keeps of a partition: messages received within two
-/// leases and a persist interval, at most this many.
-const STANDBY_KEEP: usize = 200_000;
-
-/// A partition this supervisor would take if its holder died: the
-/// partition's reports and heartbeats are received here too and kept for
-/// two leases and a persist interval, so that a take-over after the
-/// holder's death checks what was sent while nobody did, and what the dead
-/// holder checked after it last wrote the units' state (those it had
-/// written are duplicates by their sequence numbers).
-struct Standby {
-    stop: Shutdown,
-    task: JoinHandle<(Ring, Ring)>,
-}
-
-/// Messages kept, with when they arrived, and the subscription behind them.
-struct Ring {
-    kept: VecDeque<(Instant, xo_bus::Message)>,
-    sub: Subscription,
-}
-
-impl Ring {
-    fn into_subscription(self) -> Subscription {
-        Subscription::with_backlog(self.kept.into_iter().map(|(_, m)| m).collect(), self.sub)
-    }
-}
-
-impl Standby {
-    fn start(reports: Subscription, beats: Subscription, keep: Duration) -> Self {
-        let stop = Shutdown::new();
-        let signal = stop.signal();
-        let task = tokio::spawn(async move {
-            let mut r = Ring {
-                kept: VecDeque::new(),
-                sub: reports,
-            };
-            let mut h = Ring {
-                kept: VecDeque::new(),
-                sub: beats,
-            };
-            let mut signal = std::pin::pin!(signal);
-            loop {
-                let (ring, m) = tokio::select! {
-                    m = r.sub.next() => (&mut r.kept, m),
-                    m = h.sub.next() => (&mut h.kept, m),
-                    _ = &mut signal => break,
-                };
-                let Some(m) = m else { break };
-                let now = Instant::now();
-                ring.push_back((now, m));
-                while ring
-                    .front()
-                    .is_some_and(|(at, _)| now.duration_since(*at) > keep)
-                    || ring.len() > STANDBY_KEEP
-                {
-                    ring.pop_front();
-                }
-            }
-            (r, h)
-        });
-        Self { stop, task }
-    }
-
-    /// Stops keeping; the subscriptions with what they kept.
-    async fn take(self) -> Option<(Subscription, Subscription)> {
-        self.stop.trigger();
-        let (r, h) = self.task.await.ok()?;
-        Some((r.into_subscription(), h.into_subscription()))
-    }
-}
-
 /// A partition held: its lease and the pumps reading its subjects.
 struct Held {
     leader: Leader,
@@ -284,8 +221,6 @@ pub fn spawn(
             routes,
             shard,
             held: BTreeMap::new(),
-            waiting: HashMap::new(),
-            standby: HashMap::new(),
             contenders: HashMap::new(),
             seen: HashMap::new(),
         };
@@ -329,9 +264,6 @@ pub fn spawn(
                 wake = None;
             }
         }
-        for (_, sb) in m.standby.drain() {
-            drop(sb.take().await);
-        }
         let held = std::mem::take(&mut m.held);
         for (_, h) in held {
             h.stop.trigger();
@@ -351,14 +283,6 @@ struct Manager {
     routes: Arc<Routes>,
     shard: Arc<Shard>,
     held: BTreeMap<u32, Held>,
-    /// Subscriptions made for partitions this one is preferred for but
-    /// does not hold yet: what arrives while the holder hands them over
-    /// waits here, so a hand-over loses no report (those the previous
-    /// holder also checked are duplicates: their sequence is in the state
-    /// it wrote before letting go).
-    waiting: HashMap<u32, (Subscription, Subscription)>,
-    /// Partitions held by another, which this one would take if it died.
-    standby: HashMap<u32, Standby>,
     contenders: HashMap<u32, Contender>,
     /// Each member key's revision and when it was first seen.
     seen: HashMap<String, (u64, Instant)>,
@@ -388,10 +312,6 @@ impl Manager {
         };
         let beat = Bytes::from(serde_json::to_vec(&beat).unwrap_or_default());
         let alive = self.alive(&store).await?;
-        // Subscribed before this member's key says it is here (the others
-        // hand over only once they see it), so nothing sent to a partition
-        // it takes over is missed.
-        self.wait_for(&alive).await;
         store.put(BUCKET, &member_key(&me), beat).await?;
         if let Ok(mut m) = self.shard.members.lock() {
             *m = alive.clone();
@@ -427,106 +347,28 @@ impl Manager {
                 self.adopt(k, leader).await;
             }
         }
-        self.stand_by(&alive).await;
         if let Ok(mut h) = self.shard.held.lock() {
             *h = self.held.keys().copied().collect();
         }
         Ok(())
     }
 
-    /// Stands by for the partitions whose holder, were it to die, this one
-    /// would succeed; stops standing by for the others.
-    async fn stand_by(&mut self, alive: &[String]) {
-        let me = self.shard.me.clone();
-        // From the dead holder's last written state (a persist interval
-        // old at most) to the take-over (two leases at most).
-        let keep = self.shard.lease * 2
-            + Duration::from_millis(self.ctx.cfg.supervisor.persist_interval_ms);
-        for k in 0..self.shard.partitions {
-            let holder = self
-                .contenders
-                .get(&k)
-                .and_then(|c| c.holder())
-                .map(String::from);
-            let next = holder.as_ref().filter(|h| **h != me).and_then(|h| {
-                let rest: Vec<String> = alive.iter().filter(|m| *m != h).cloned().collect();
-                preferred(&rest, k).cloned()
-            });
-            let wanted = next.as_deref() == Some(me.as_str())
-                && !self.held.contains_key(&k)
-                && !self.waiting.contains_key(&k);
-            if !wanted {
-                if let Some(sb) = self.standby.remove(&k) {
-                    drop(sb.take().await);
-                }
-                continue;
-            }
-            if self.standby.contains_key(&k) {
-                continue;
-            }
-            match self.subscribe(k).await {
-                Ok((r, h)) => {
-                    self.standby.insert(k, Standby::start(r, h, keep));
-                }
-                Err(e) => warn!(
-                    partition = k,
-                    error = %e,
-                    "not standing by for the partition: a take-over after its holder's death may miss reports"
-                ),
-            }
-        }
-    }
-
-    /// Partition `k`'s reports and heartbeats.
+    /// Partition `k`'s reports, from the oldest the server keeps, and its
+    /// heartbeats from now on.
     async fn subscribe(&self, k: u32) -> Result<(Subscription, Subscription), xo_bus::BusError> {
         let subjects = &self.ctx.subjects;
-        let r = self
-            .ctx
-            .bus
-            .subscribe(&subjects.salute_partition(k))
-            .await?;
+        let r = xo_bus::kept::follow(
+            &self.ctx.bus,
+            &subjects.reports_stream(),
+            &subjects.salute_partition(k),
+        )
+        .await?;
         let h = self
             .ctx
             .bus
             .subscribe(&subjects.heartbeat_partition(k))
             .await?;
         Ok((r, h))
-    }
-
-    /// Subscribes to the partitions `alive` prefers this one for and it
-    /// does not hold; forgets those it is no longer preferred for.
-    async fn wait_for(&mut self, alive: &[String]) {
-        let me = &self.shard.me;
-        let mut new = false;
-        for k in 0..self.shard.partitions {
-            let mine = preferred(alive, k) == Some(me);
-            if !mine || self.held.contains_key(&k) {
-                self.waiting.remove(&k);
-                continue;
-            }
-            if self.waiting.contains_key(&k) {
-                continue;
-            }
-            // Its holder is gone and this one stood by: what it kept first.
-            if let Some(sb) = self.standby.remove(&k)
-                && let Some(subs) = sb.take().await
-            {
-                self.waiting.insert(k, subs);
-                continue;
-            }
-            match self.subscribe(k).await {
-                Ok(subs) => {
-                    self.waiting.insert(k, subs);
-                    new = true;
-                }
-                Err(e) => {
-                    warn!(partition = k, error = %e, "partition not subscribed ahead of its hand-over")
-                }
-            }
-        }
-        if new && let Err(e) = self.ctx.bus.flush().await {
-            warn!(error = %e, "subscriptions not confirmed by the server");
-        }
     }
 
     /// The members whose key moved within a lease (on this process's clock).
@@ -587,10 +429,7 @@ impl Manager {
         }
         let stop = Shutdown::new();
         let mut pumps = Vec::new();
-        let subs = match self.waiting.remove(&k) {
-            Some(s) => Ok(s),
-            None => self.subscribe(k).await,
-        };
+        let subs = self.subscribe(k).await;
         let (reports, beats) = match subs {
             Ok((r, h)) => (
                 ingest::pump_reports(&self.ctx, &self.root, &self.routes, r, stop.signal()).await,
@@ -658,6 +497,32 @@ impl Manager {
         self.announce().await;
         info!(partition = k, units = units.len(), "partition handed back");
     }
+}
+
+/// Has the server keep the partitioned reports (the stream
+/// `<PREFIX>_REPORTS` on `xo.salute.*.*`, `supervisor.report_retention_ms`,
+/// `nats.replicas` copies): a partition taken over, or a holder back from a
+/// lost connection, reads on from there instead of missing what was sent
+/// while nobody read.
+pub async fn keep_reports(ctx: &Ctx) -> Result<(), crate::SupervisorError> {
+    let s = &ctx.cfg.supervisor;
+    xo_bus::kept::ensure(
+        &ctx.bus,
+        &xo_bus::kept::Kept {
+            name: ctx.subjects.reports_stream(),
+            subjects: vec![ctx.subjects.salute_partitioned()],
+            max_age: Duration::from_millis(s.report_retention_ms),
+            max_bytes: i64::try_from(s.report_retention_mb.saturating_mul(1 << 20))
+                .unwrap_or(i64::MAX),
+            replicas: ctx.cfg.nats.replicas,
+        },
+    )
+    .await
+    .map_err(|e| {
+        crate::SupervisorError::Config(format!(
+            "the reports stream of sharded supervision cannot be made ({e}): sharded supervisors need JetStream on the NATS server (`jetstream` in its configuration)"
+        ))
+    })
 }
 
 /// Checks, before taking any partition, that the NATS server spreads XO's

@@ -85,13 +85,13 @@ impl WatcherState {
     }
 
     /// Something arrived from the unit.
-    fn seen(&mut self, now: u64) {
-        self.rec.last_seen = now;
-        self.live.last_seen.store(now, Ordering::Relaxed);
-        if self.rec.stale {
-            info!(unit = %self.rec.unit, "unit alive again");
-            self.rec.stale = false;
-            self.live.stale.store(false, Ordering::Relaxed);
+    fn seen(rec: &mut UnitRecord, live: &Liveness, now: u64) {
+        rec.last_seen = now;
+        live.last_seen.store(now, Ordering::Relaxed);
+        if rec.stale {
+            info!(unit = %rec.unit, "unit alive again");
+            rec.stale = false;
+            live.stale.store(false, Ordering::Relaxed);
         }
     }
 
@@ -207,7 +207,6 @@ impl WatcherState {
     /// Runs the radio check and updates the unit's record; returns the
     /// steering to send, or `None` for a duplicate.
     fn evaluate(&mut self, report: SaluteReport, raw: bytes::Bytes) -> Option<Vec<Steering>> {
-        self.seen(self.ctx.clock.now_ms());
         if self.rec.role != report.unit.role {
             self.rec.role = report.unit.role.clone();
         }
@@ -233,6 +232,9 @@ impl WatcherState {
             debug!(unit = %report.unit.unit, seq = report.time.seq, "duplicate report ignored");
             return None;
         }
+        // Not on a duplicate: a take-over reads old reports back, and they
+        // say nothing of the unit being alive now.
+        Self::seen(&mut self.rec, &self.live, ctx.clock.now_ms());
         ctx.counters.evaluated.incr();
         if a.restarted {
             info!(unit = %report.unit.unit, epoch = report.time.epoch, seq = report.time.seq, "unit restarted: its reports start over");
@@ -333,7 +335,7 @@ impl Actor for Watcher {
                 state.steer(checked).await;
             }
             WatcherMsg::Heartbeat(hb) => {
-                state.seen(state.ctx.clock.now_ms());
+                WatcherState::seen(&mut state.rec, &state.live, state.ctx.clock.now_ms());
                 if state.rec.role.is_empty() {
                     state.rec.role = hb.role;
                 }

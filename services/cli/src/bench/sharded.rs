@@ -5,7 +5,10 @@
 //! partition mapping), the same reports are published in the same windows
 //! to (1) raw NATS subscribers, (2) one sharded supervisor holding every
 //! partition, (3) N sharded supervisors sharing them, in alternating rounds;
-//! then steering latency (report → steering, N supervisors) beside raw
+//! the supervisors read the reports from the stream that keeps them
+//! (`XO_REPORTS`, with `nats.replicas` copies), as sharded supervision
+//! does, while raw NATS is core pub/sub; then steering latency (report →
+//! steering, N supervisors) beside raw
 //! request/reply on the same servers: p50, p99 and the p99 ratio. The
 //! supervisors run in this process, each with its own connection.
 
@@ -73,6 +76,13 @@ pub async fn run(
     } else {
         servers.len()
     };
+    // Three copies of the reports stream (and of the leases) on a cluster
+    // of our own, as cluster mode has; else what nats.replicas says.
+    let replicas = if servers.len() >= 3 {
+        3
+    } else {
+        cfg.nats.replicas
+    };
     let connect = |name: String| {
         let opts = crate::connect::nats_options(cfg, &name, false);
         let url = url.clone();
@@ -119,7 +129,14 @@ pub async fn run(
                     .await?,
                 );
             }
-            let sups = start(cfg, &connect, n, a.partitions, set).await?;
+            // The reports stream keeps the last set's reports: a new set's
+            // supervisors (fresh state) would read them all again.
+            for s in std::mem::take(&mut last) {
+                let s: SupervisorHandle = s;
+                s.stop().await?;
+            }
+            xo_bus::kept::purge(&publisher, &subjects.reports_stream()).await?;
+            let sups = start(cfg, &connect, n, a.partitions, set, replicas).await?;
             let done = || {
                 sups.iter()
                     .map(|s| {
@@ -148,10 +165,6 @@ pub async fn run(
                 )
                 .await?,
             );
-            for s in std::mem::take(&mut last) {
-                let s: SupervisorHandle = s;
-                s.stop().await?;
-            }
             last = sups;
         }
     }
@@ -176,12 +189,15 @@ pub async fn run(
         many / raw,
         many / one
     );
-    println!("   baseline: raw NATS {raw:>12.0} msgs/s pub/sub");
+    println!(
+        "   baseline: raw NATS {raw:>12.0} msgs/s pub/sub (core; the supervisors read a stream of {replicas} replica(s))"
+    );
     out.insert("sharded_nodes".into(), nodes.into());
     out.insert("sharded_raw_msgs_per_s".into(), raw.into());
     out.insert("sharded_1_reports_per_s".into(), one.into());
     out.insert("sharded_n_reports_per_s".into(), many.into());
     out.insert("sharded_supervisors".into(), a.supervisors.into());
+    out.insert("sharded_stream_replicas".into(), replicas.into());
 
     // Steering latency with the N supervisors of the last round, beside
     // request/reply on the same servers.
@@ -222,6 +238,7 @@ async fn start<F, Fut>(
     n: usize,
     partitions: u32,
     set: u64,
+    replicas: usize,
 ) -> anyhow::Result<Vec<SupervisorHandle>>
 where
     F: Fn(String) -> Fut,
@@ -231,11 +248,13 @@ where
     for i in 0..n {
         let bus = connect(format!("bench-supervisor-{i}")).await?;
         let Bus::Nats(nb) = &bus else { unreachable!() };
-        let store = Store::Nats(NatsStore::new(
+        let store = Store::Nats(NatsStore::with_replicas(
             nb.client().clone(),
             &format!("{}sharded{set}", cfg.org.prefix),
+            replicas,
         ));
         let mut c = cfg.clone();
+        c.nats.replicas = replicas;
         c.supervisor.volume.clear();
         c.supervisor.partitions = partitions;
         c.supervisor.instance = format!("bench-{set}-{i}");

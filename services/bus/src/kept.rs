@@ -1,0 +1,221 @@
+//! Messages the server keeps for a while (a JetStream stream), for
+//! receivers that must not miss what was published while they were away —
+//! the reports of sharded supervision: a supervisor whose node dies, or
+//! that takes over a dead one's partition, reads on from the stream.
+//!
+//! - [`ensure`] creates the stream (or finds it, and says what it found);
+//! - [`follow`] reads a filtered part of it, from the oldest message kept,
+//!   with an ordered consumer that the client recreates from the last
+//!   message it delivered after a reconnection, a node's death or a lost
+//!   consumer (no gap, no repeat);
+//! - [`Bus::publish_acked`](crate::Bus::publish_acked) publishes into it and
+//!   waits for the stream's acknowledgement.
+//!
+//! NATS only: the in-process and socket buses have no server to keep
+//! anything, and no one but the one process to miss it.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt;
+
+use crate::{Bus, BusError, BusResult, Headers, Message, Subscription};
+
+/// A stream to keep messages in.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    pub name: String,
+    /// The subjects it keeps (wildcards allowed).
+    pub subjects: Vec<String>,
+    /// How long a message is kept.
+    pub max_age: Duration,
+    /// At most this many bytes (the oldest go first).
+    pub max_bytes: i64,
+    /// Copies (JetStream R1/R3).
+    pub replicas: usize,
+}
+
+fn nats(bus: &Bus, what: &str) -> BusResult<async_nats::Client> {
+    match bus {
+        Bus::Nats(n) => Ok(n.client().clone()),
+        other => Err(BusError::Nats(format!(
+            "{what} needs NATS (JetStream); the {} bus keeps nothing",
+            other.kind()
+        ))),
+    }
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> BusError {
+    BusError::Nats(format!("{what}: {e}"))
+}
+
+fn context(client: async_nats::Client) -> jetstream::Context {
+    let mut js = jetstream::new(client);
+    js.set_timeout(Duration::from_secs(3));
+    js
+}
+
+/// Creates the stream, or finds it: one with other subjects, age or size
+/// is updated to these; one with fewer replicas is used as it is and
+/// reported (as the store's buckets are).
+pub async fn ensure(bus: &Bus, spec: &Kept) -> BusResult<()> {
+    let js = context(nats(bus, "a kept stream")?);
+    let what = format!("stream {}", spec.name);
+    // The duplicate window (a message id seen again is dropped) is at most
+    // the age, as JetStream requires.
+    let window = spec.max_age.min(Duration::from_secs(120));
+    let config = jetstream::stream::Config {
+        name: spec.name.clone(),
+        subjects: spec.subjects.clone(),
+        max_age: spec.max_age,
+        max_bytes: spec.max_bytes,
+        duplicate_window: window,
+        discard: jetstream::stream::DiscardPolicy::Old,
+        storage: jetstream::stream::StorageType::File,
+        num_replicas: spec.replicas.max(1),
+        ..Default::default()
+    };
+    match js.get_stream(&spec.name).await {
+        Ok(s) => {
+            let found = s.cached_info().config.clone();
+            if found.num_replicas < config.num_replicas {
+                tracing::warn!(
+                    stream = %spec.name,
+                    found = found.num_replicas,
+                    configured = config.num_replicas,
+                    "existing stream has fewer replicas than nats.replicas: it is used as it is; raise it with `nats stream edit {} --replicas {}`",
+                    spec.name,
+                    config.num_replicas
+                );
+            }
+            let mut subjects = found.subjects.clone();
+            subjects.sort();
+            let mut want = spec.subjects.clone();
+            want.sort();
+            if subjects != want
+                || found.max_age != spec.max_age
+                || found.max_bytes != spec.max_bytes
+            {
+                js.update_stream(jetstream::stream::Config {
+                    num_replicas: found.num_replicas,
+                    storage: found.storage,
+                    ..config
+                })
+                .await
+                .map_err(|e| err(&what, e))?;
+                tracing::info!(stream = %spec.name, subjects = ?spec.subjects, max_age_ms = spec.max_age.as_millis() as u64, "kept stream updated");
+            } else {
+                tracing::info!(stream = %spec.name, replicas = found.num_replicas, "kept stream found");
+            }
+        }
+        Err(_) => {
+            js.get_or_create_stream(config)
+                .await
+                .map_err(|e| err(&what, e))?;
+            tracing::info!(stream = %spec.name, replicas = spec.replicas, max_age_ms = spec.max_age.as_millis() as u64, "kept stream created");
+        }
+    }
+    Ok(())
+}
+
+/// The messages of `stream` on `filter`, from the oldest kept, then as
+/// they come. The consumer is ordered and ephemeral: after a reconnection
+/// (or a node's death, or the consumer lost) the client makes it again from
+/// the message after the last delivered, so nothing kept is skipped or
+/// delivered twice. Dropping the subscription ends it.
+pub async fn follow(bus: &Bus, stream: &str, filter: &str) -> BusResult<Subscription> {
+    let js = context(nats(bus, "following a kept stream")?);
+    let what = format!("stream {stream}");
+    let s = js.get_stream(stream).await.map_err(|e| err(&what, e))?;
+    let consumer = s
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: filter.to_string(),
+            deliver_policy: jetstream::consumer::DeliverPolicy::All,
+            // Pulls wait 4 s, with an idle heartbeat every 2 s: a consumer
+            // lost with its node is made again after two missed heartbeats
+            // (4 s), not the client's default 30.
+            max_expires: Duration::from_secs(4),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| err(&what, e))?;
+    let messages = consumer.messages().await.map_err(|e| err(&what, e))?;
+    let stream = stream.to_string();
+    let out = messages.filter_map(move |m| {
+        let stream = stream.clone();
+        async move {
+            match m {
+                Ok(m) => Some(from_kept(m)),
+                Err(e) => {
+                    tracing::warn!(stream = %stream, error = %e, "kept stream: the consumer reported an error; it goes on");
+                    None
+                }
+            }
+        }
+    });
+    Ok(Subscription::Stream(Box::pin(out)))
+}
+
+fn from_kept(m: jetstream::Message) -> Message {
+    let m = m.message;
+    let mut headers = Headers::new();
+    if let Some(h) = &m.headers {
+        for (k, vs) in h.iter() {
+            let k: &str = k.as_ref();
+            for v in vs {
+                headers.0.push((k.to_owned(), v.as_str().to_owned()));
+            }
+        }
+    }
+    Message {
+        subject: m.subject.as_str().to_owned(),
+        // The stream's acknowledgement subject: nothing to reply to.
+        reply: None,
+        headers,
+        payload: m.payload,
+    }
+}
+
+/// Publishes into a stream and waits up to `timeout` for its
+/// acknowledgement; `id` makes a retry of the same message stored once.
+pub(crate) async fn publish_acked(
+    client: &async_nats::Client,
+    subject: &str,
+    headers: &Headers,
+    payload: bytes::Bytes,
+    id: &str,
+    timeout: Duration,
+) -> BusResult<u64> {
+    let mut js = jetstream::new(client.clone());
+    js.set_timeout(timeout);
+    let mut msg = jetstream::message::PublishMessage::build()
+        .payload(payload)
+        .headers(crate::nats::to_nats_headers(headers));
+    msg = msg.message_id(id);
+    let ack = js
+        .send_publish(subject.to_string(), msg)
+        .await
+        .map_err(|e| err(subject, e))?;
+    match tokio::time::timeout(timeout, ack).await {
+        Ok(Ok(a)) => Ok(a.sequence),
+        Ok(Err(e)) => Err(err(subject, e)),
+        Err(_) => Err(BusError::Timeout {
+            subject: subject.to_string(),
+            timeout,
+        }),
+    }
+}
+
+/// Empties a stream (its configuration stays); a stream that does not
+/// exist is empty already.
+pub async fn purge(bus: &Bus, stream: &str) -> BusResult<()> {
+    let js = context(nats(bus, "purging a kept stream")?);
+    match js.get_stream(stream).await {
+        Ok(s) => s
+            .purge()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&format!("stream {stream}"), e)),
+        Err(_) => Ok(()),
+    }
+}
