@@ -233,6 +233,8 @@ def main():
             cm = [d for d in docs if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "t-xo-config"][0]
             if "partitions = 12" not in cm["data"]["xo.toml"]:
                 fail(case, "the supervisors' config lacks partitions = 12")
+            # For the Rust test: `xo config` must accept it as it is.
+            (out / "xo-cluster.toml").write_text(cm["data"]["xo.toml"])
     changed = helm_template(chart, {"queue": {"leaseMs": 45000}}, out)
     if checksum(changed, "t-xo-supervisor") == base:
         fail("checksum", "a config change leaves the pods' checksum annotation as it was")

@@ -405,8 +405,6 @@ pub(crate) async fn await_reply(
 pub enum Subscription {
     Channel(local::ChannelSub),
     Nats(async_nats::Subscriber),
-    /// Messages received earlier, given first, then the subscription's.
-    Replay(std::collections::VecDeque<Message>, Box<Subscription>),
     /// Messages read from a stream the server keeps ([`kept::follow`]).
     Stream(std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>>),
 }
@@ -418,21 +416,12 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    /// `backlog` (messages received before, in order), then what `sub` receives.
-    pub fn with_backlog(backlog: std::collections::VecDeque<Message>, sub: Subscription) -> Self {
-        Subscription::Replay(backlog, Box::new(sub))
-    }
-
     /// The next message, or `None` once the transport closed.
     pub async fn next(&mut self) -> Option<Message> {
         use futures::StreamExt;
         match self {
             Subscription::Channel(s) => s.rx.recv().await,
             Subscription::Nats(s) => s.next().await.map(nats::from_nats),
-            Subscription::Replay(backlog, sub) => match backlog.pop_front() {
-                Some(m) => Some(m),
-                None => Box::pin(sub.next()).await,
-            },
             Subscription::Stream(s) => s.next().await,
         }
     }
@@ -443,7 +432,6 @@ impl Subscription {
         match self {
             Subscription::Channel(s) => s.rx.try_recv().ok(),
             Subscription::Nats(s) => s.next().now_or_never().flatten().map(nats::from_nats),
-            Subscription::Replay(backlog, sub) => backlog.pop_front().or_else(|| sub.try_next()),
             Subscription::Stream(s) => s.next().now_or_never().flatten(),
         }
     }

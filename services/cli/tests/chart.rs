@@ -49,6 +49,27 @@ fn the_rendered_chart_is_valid_hardened_and_locks_nats_down() {
         assert!(text.contains(&format!("rendered ({case})")), "{text}");
     }
 
+    // The configuration the chart writes for a cluster with sharded
+    // supervisors is one `xo` accepts (every key known, values valid).
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .arg("--config")
+        .arg(out.path().join("xo-cluster.toml"))
+        .arg("config")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "xo refuses the chart's xo.toml: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(shown["supervisor"]["partitions"], 12, "{shown}");
+    assert_eq!(
+        shown["supervisor"]["report_retention_ms"], 120_000,
+        "{shown}"
+    );
+    assert_eq!(shown["nats"]["replicas"], 3, "{shown}");
+
     // The chart's NATS users are `xo nats-config`'s for the same units.
     let conf = std::fs::read_to_string(out.path().join("nats-default.conf")).unwrap();
     let units: Vec<String> = std::fs::read_to_string(out.path().join("runner-units.txt"))
