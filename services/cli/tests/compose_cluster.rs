@@ -10,6 +10,9 @@
 //! sharded supervisors through it all: none missing from the units'
 //! sequences (counted by the supervisors) beyond those the runners counted
 //! as not acknowledged by the reports stream. Each fault's cost is printed.
+//! Then 3,000 simulated units report to the three supervisor containers,
+//! one is killed, and every unit with an anomaly after the kill is steered
+//! exactly once; the take-over time is printed.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -280,5 +283,125 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
         stats.missed <= offline,
         "{} reports missing from the units' sequences, but only {offline} were counted by the runners as not acknowledged",
         stats.missed
+    );
+
+    supervisor_killed(&p, &bus).await;
+}
+
+const UNITS: usize = 3000;
+
+/// Every simulated unit reports once, with `fill` of its context, the
+/// same turn each time (an agent stuck on it); `seqs` numbers them.
+async fn report_all(bus: &Bus, seqs: &mut [u64], fill: f64, only: impl Fn(usize) -> bool) {
+    let s = Subjects::default();
+    for (i, seq) in seqs.iter_mut().enumerate().filter(|(i, _)| only(*i)) {
+        *seq += 1;
+        let mut r = xo_proto::SaluteReport::new(format!("sim{i:04}"), "coder", 2, *seq);
+        r.size.context_limit = 100_000;
+        r.size.context_fill = fill;
+        typed::publish(
+            bus,
+            &s.salute(&r.unit.unit),
+            &r,
+            xo_proto::codec::Format::Msgpack,
+        )
+        .await
+        .unwrap();
+    }
+    bus.flush().await.unwrap();
+}
+
+/// Three supervisor containers share 3,000 simulated units; one is killed
+/// (`docker kill`) and from then on every unit reports a full context
+/// until steered: each is steered exactly once (one steering id), the dead
+/// one's by the supervisors that take its partitions over. The take-over
+/// time is printed.
+async fn supervisor_killed(p: &Project, bus: &Bus) {
+    let s = Subjects::default();
+    let mut steer = bus.subscribe(&s.steer_all()).await.unwrap();
+    let mut seqs = vec![0u64; UNITS];
+    // Every unit known, healthy, before the kill.
+    for round in 0.. {
+        report_all(bus, &mut seqs, 0.1, |_| true).await;
+        let st = typed::call(bus, &s, &SupervisorStats {}, T).await.unwrap();
+        if st.units >= UNITS as u64 {
+            break;
+        }
+        assert!(round < 60, "the supervisors know {} units", st.units);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let Bus::Nats(nb) = bus else { unreachable!() };
+    let store = xo_bus::Store::Nats(xo_bus::NatsStore::new(nb.client().clone(), "xo"));
+    let victim = p.container("supervisor");
+    let short = &victim[..12];
+    let mut dead = Vec::new();
+    for k in 0..12u32 {
+        if let Some(e) = store
+            .get("supervisors", &format!("partition.{k}"))
+            .await
+            .unwrap()
+            && xo_bus::leader::Holder::of(&e.value)
+                .holder
+                .starts_with(short)
+        {
+            dead.push(k);
+        }
+    }
+    assert!(!dead.is_empty(), "the victim {short} holds no partition");
+    run(Command::new("docker").args(["kill", &victim]));
+    let killed = Instant::now();
+    let of_dead = |unit: &str| dead.contains(&xo_proto::partition_of(unit, 12));
+    let mut steered: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut takeover = None;
+    let mut after = 0;
+    for round in 0.. {
+        let all = steered.len() == UNITS;
+        report_all(bus, &mut seqs, 0.97, |i| {
+            all || !steered.contains_key(&format!("sim{i:04}"))
+        })
+        .await;
+        if all {
+            after += 1;
+            if after > 3 {
+                break;
+            }
+        }
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_millis(500) {
+            let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(50), steer.next()).await
+            else {
+                continue;
+            };
+            let st: xo_proto::Steering = typed::decode(&m, 1 << 20).unwrap();
+            if !st.unit.starts_with("sim") {
+                continue;
+            }
+            if takeover.is_none() && of_dead(&st.unit) {
+                takeover = Some(killed.elapsed());
+            }
+            steered.entry(st.unit.clone()).or_default().push(st.id);
+        }
+        assert!(
+            round < 240,
+            "{} of {UNITS} units steered after {round} rounds\n{}",
+            steered.len(),
+            p.run(&["logs", "--tail", "20", "supervisor"])
+        );
+    }
+    let twice: Vec<_> = steered
+        .iter()
+        .filter(|(_, ids)| ids.iter().any(|id| *id != ids[0]))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "{} units steered more than once: {:?}",
+        twice.len(),
+        twice.first()
+    );
+    let takeover = takeover.expect("a unit of the killed supervisor was steered");
+    println!(
+        "supervisor container killed: {UNITS} units, its {} of 12 partitions taken over; its first unit steered {:.1} s after the kill; every unit steered once",
+        dead.len(),
+        takeover.as_secs_f64()
     );
 }

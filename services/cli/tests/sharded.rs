@@ -191,10 +191,8 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
     let before = settled(&store, &["s1", "s2", "s3"], &procs).await;
 
     // Every unit reports, healthy: each is known to exactly one supervisor,
-    // and the shared API shows all of them. (A report published to a
-    // partition between its lease being taken and its subscription made is
-    // not delivered: core NATS keeps nothing for a subject nobody
-    // subscribes to. Units the supervisors do not know yet report again.)
+    // and the shared API shows all of them. (Units the supervisors do not
+    // know yet report again.)
     let mut stats = Default::default();
     let mut seqs = vec![0u64; UNITS];
     let mut missing: Vec<usize> = (0..UNITS).collect();
@@ -353,7 +351,7 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
     );
     let after = settled(&store, &["s1", "s3"], &procs).await;
     // What was sent to s2's partitions while nobody checked them was kept
-    // by the supervisors standing by, and checked when they took over.
+    // by the reports stream, and checked when they were taken over.
     let missed = typed::call(&bus, &subjects, &SupervisorStats {}, T)
         .await
         .unwrap()
