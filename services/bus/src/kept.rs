@@ -157,22 +157,10 @@ pub async fn follow(bus: &Bus, stream: &str, filter: &str) -> BusResult<Subscrip
 }
 
 fn from_kept(m: jetstream::Message) -> Message {
-    let m = m.message;
-    let mut headers = Headers::new();
-    if let Some(h) = &m.headers {
-        for (k, vs) in h.iter() {
-            let k: &str = k.as_ref();
-            for v in vs {
-                headers.0.push((k.to_owned(), v.as_str().to_owned()));
-            }
-        }
-    }
     Message {
-        subject: m.subject.as_str().to_owned(),
         // The stream's acknowledgement subject: nothing to reply to.
         reply: None,
-        headers,
-        payload: m.payload,
+        ..crate::nats::from_nats(m.message)
     }
 }
 

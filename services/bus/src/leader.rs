@@ -181,11 +181,6 @@ pub struct Contender {
 }
 
 impl Contender {
-    /// Who holds the key, as last seen (`None`: free, or not looked at yet).
-    pub fn holder(&self) -> Option<&str> {
-        self.told.as_deref()
-    }
-
     /// Looks at the key without taking it: its revision starts (or goes
     /// on) counting towards a lease, so that a later [`Contender::attempt`]
     /// takes at once a key that stopped moving long enough ago.

@@ -334,19 +334,13 @@ async fn supervisor_killed(p: &Project, bus: &Bus) {
     let store = xo_bus::Store::Nats(xo_bus::NatsStore::new(nb.client().clone(), "xo"));
     let victim = p.container("supervisor");
     let short = &victim[..12];
-    let mut dead = Vec::new();
-    for k in 0..12u32 {
-        if let Some(e) = store
-            .get("supervisors", &format!("partition.{k}"))
-            .await
-            .unwrap()
-            && xo_bus::leader::Holder::of(&e.value)
-                .holder
-                .starts_with(short)
-        {
-            dead.push(k);
-        }
-    }
+    let dead: Vec<u32> = xo_supervisor::shard::holders(&store, 12)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(_, h)| h.starts_with(short))
+        .map(|(k, _)| k)
+        .collect();
     assert!(!dead.is_empty(), "the victim {short} holds no partition");
     run(Command::new("docker").args(["kill", &victim]));
     let killed = Instant::now();

@@ -50,18 +50,9 @@ fn supervisor(url: &str, name: &str) -> Command {
 
 /// Who holds each partition now.
 async fn holders(store: &Store) -> BTreeMap<u32, String> {
-    let mut out = BTreeMap::new();
-    for k in 0..PARTITIONS {
-        if let Some(e) = store
-            .get("supervisors", &format!("partition.{k}"))
-            .await
-            .unwrap()
-        {
-            let h: xo_bus::leader::Holder = serde_json::from_slice(&e.value).unwrap();
-            out.insert(k, h.holder);
-        }
-    }
-    out
+    xo_supervisor::shard::holders(store, PARTITIONS)
+        .await
+        .unwrap()
 }
 
 /// Waits until every partition is held by the member of `members` it prefers.

@@ -74,18 +74,12 @@ impl FrontState {
                 let _ = port.send(self.units(q).await);
             }
             SupervisorApi::Unit(q, port) => {
-                let r = match self.owner(&q.unit).await {
-                    Ok(m) => self.ask(&m, q, SupervisorApi::Unit).await,
-                    Err(e) => Err(e),
-                };
-                let _ = port.send(r);
+                let unit = q.unit.clone();
+                let _ = port.send(self.at_owner(&unit, q, SupervisorApi::Unit).await);
             }
             SupervisorApi::Steer(q, port) => {
-                let r = match self.owner(&q.unit).await {
-                    Ok(m) => self.ask(&m, q, SupervisorApi::Steer).await,
-                    Err(e) => Err(e),
-                };
-                let _ = port.send(r);
+                let unit = q.unit.clone();
+                let _ = port.send(self.at_owner(&unit, q, SupervisorApi::Steer).await);
             }
             SupervisorApi::Stats(q, port) => {
                 let _ = port.send(self.stats(q).await);
@@ -109,6 +103,17 @@ impl FrontState {
                 format!("the partition leases could not be read: {e}"),
             )),
         }
+    }
+
+    /// Asks the instance holding `unit`'s partition.
+    async fn at_owner<R: Request>(
+        &self,
+        unit: &str,
+        req: R,
+        variant: fn(R, Port<R::Response>) -> SupervisorApi<ActorPorts>,
+    ) -> Result<R::Response, ServiceError> {
+        let member = self.owner(unit).await?;
+        self.ask(&member, req, variant).await
     }
 
     /// Asks instance `member` (this one through its root, another over the bus).

@@ -58,6 +58,18 @@ fn partition_key(k: u32) -> String {
     format!("partition.{k}")
 }
 
+/// Who holds each of the `partitions` partitions, as the store says now
+/// (a partition no one holds is absent).
+pub async fn holders(store: &Store, partitions: u32) -> Result<BTreeMap<u32, String>, StoreError> {
+    let mut out = BTreeMap::new();
+    for k in 0..partitions {
+        if let Some(e) = store.get(BUCKET, &partition_key(k)).await? {
+            out.insert(k, Holder::of(&e.value).holder);
+        }
+    }
+    Ok(out)
+}
+
 /// This supervisor's name: `supervisor.instance`, else host, pid and a
 /// random suffix.
 pub fn instance_name(configured: &str) -> String {

@@ -22,7 +22,7 @@ use xo_proto::Subjects;
 use xo_proto::queue::*;
 use xo_runtime::XoConfig;
 
-use super::util::{tempfile_dir, verdict};
+use super::util::{free_port, tempfile_dir, verdict};
 
 #[derive(Debug, clap::Args)]
 pub struct ChaosArgs {
@@ -197,9 +197,7 @@ pub async fn run(_cfg: &XoConfig, a: ChaosArgs) -> anyhow::Result<ExitCode> {
     let root = dir.0.clone();
     let logs = root.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
     let url = format!("nats://127.0.0.1:{port}");
     let marker = format!("xo-chaos-agent-{}", std::process::id());
     // One configuration for every process: short leases so the kills cost

@@ -44,13 +44,8 @@ pub fn start_nats(bin: &str) -> anyhow::Result<Server> {
 /// them) on the loopback, each also reading `conf` (e.g. XO's partition
 /// mapping); `url` lists every node's client URL.
 pub fn start_nats_cluster(bin: &str, n: usize, conf: &str) -> anyhow::Result<Vec<Server>> {
-    let free = || -> anyhow::Result<u16> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port())
-    };
     let ports: Vec<(u16, u16)> = (0..n)
-        .map(|_| Ok((free()?, free()?)))
+        .map(|_| Ok((free_port()?, free_port()?)))
         .collect::<anyhow::Result<_>>()?;
     let routes = ports
         .iter()
@@ -87,6 +82,13 @@ pub fn start_nats_cluster(bin: &str, n: usize, conf: &str) -> anyhow::Result<Vec
     Ok(servers)
 }
 
+/// A port free on the loopback now.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// Waits (20 s at most) until `bin` listens on `port`.
 fn listening(bin: &str, port: u16) -> anyhow::Result<()> {
     let begun = Instant::now();
@@ -101,9 +103,7 @@ fn listening(bin: &str, port: u16) -> anyhow::Result<()> {
 
 /// A lone nats-server reading `conf` too.
 pub fn start_nats_with(bin: &str, conf: &str) -> anyhow::Result<Server> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
     let dir = tempfile_dir::Dir::new("nats-conf")?;
     let file = dir.0.join("extra.conf");
     std::fs::write(&file, conf)?;
