@@ -2,17 +2,20 @@
 //! Codex, OpenHands, SWE-agent) as SALUTE JSON lines on stdout, one report
 //! a turn, ready for `xo radio replay --summary` or `xo report`.
 //!
-//! Each file is one unit (its session id, else its file name), one task.
-//! The last report of a run carries `status.note` = `outcome=succeeded|failed; <summary>`
-//! (or the `--label` given), which the replay summary counts.
+//! Each session is one unit (its session id, else its file name) and one
+//! task; a file may hold several (an OpenHands evaluation's `output.jsonl`)
+//! and a folder one (an OpenHands `events/` folder). The last report of a
+//! run carries `status.note` = `outcome=succeeded|failed|unknown; <summary>`
+//! (`unknown`: the log records no end; `--label` overrides), which the
+//! replay summary counts; a Claude Code subagent's adds `parent=<unit>`.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use xo_sensor::salute::SaluteState;
-use xo_sensor::{Format, Sensor, TurnEvent, swe};
+use xo_sensor::{Format, document};
 
 /// What `xo import` was asked.
 #[derive(Debug)]
@@ -41,6 +44,60 @@ pub fn unit_id(raw: &str) -> String {
     if s.is_empty() { "run".into() } else { s }
 }
 
+/// One recorded session, read and named.
+pub struct Imported {
+    /// Where it was read from.
+    pub file: String,
+    /// Its unit id: the session's id, else the file's name.
+    pub unit: String,
+    pub run: document::Run,
+}
+
+impl Imported {
+    /// What the run's last report says of it: `<outcome>; <summary>`
+    /// (`outcome` from `label` when given).
+    pub fn note(&self, label: Option<&str>) -> String {
+        let summary = self
+            .run
+            .turns
+            .iter()
+            .rev()
+            .find_map(|t| t.summary.clone())
+            .unwrap_or_else(|| "no end recorded".into());
+        let mut note = format!("outcome={}; {summary}", label.unwrap_or(self.run.outcome()));
+        if let Some(p) = &self.run.parent {
+            note.push_str(&format!("; parent={}", unit_id(p)));
+        }
+        note
+    }
+
+    /// The SALUTE reports of the run, one a turn; the last carries the note.
+    pub fn reports(
+        &self,
+        role: &str,
+        context_limit: u64,
+        label: Option<&str>,
+    ) -> Vec<xo_proto::SaluteReport> {
+        let mut state = SaluteState::new(&self.unit, role, None, context_limit);
+        state.start_task(Some(self.unit.clone()));
+        let n = self.run.turns.len();
+        let note = self.note(label);
+        self.run
+            .turns
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut r = state.turn(t);
+                if i + 1 == n {
+                    r.status.note = Some(note.clone());
+                }
+                r
+            })
+            .collect()
+    }
+}
+
 pub fn import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     let format = Format::parse(&args.format).map_err(anyhow::Error::msg)?;
     if let Some(l) = &args.label
@@ -55,35 +112,16 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut empty = Vec::new();
     for file in &args.files {
-        let (turns, unit, note) = read_run(format, file)?;
-        if turns.is_empty() {
+        let runs = read_runs(format, Path::new(file))?;
+        if runs.iter().all(|r| r.run.turns.is_empty()) {
             empty.push(file.clone());
             continue;
         }
-        let mut state = SaluteState::new(&unit, &args.role, None, args.context_limit);
-        state.start_task(Some(unit.clone()));
-        // A run that ended with an error (its end turn carries one).
-        let failed = turns.last().is_some_and(|t| {
-            t.summary.is_some()
-                && t.action
-                    .as_ref()
-                    .is_some_and(|a| a.outcome == xo_proto::Outcome::Error)
-        });
-        let n = turns.len();
-        for (i, t) in turns.into_iter().enumerate() {
-            let mut r = state.turn(t);
-            if i + 1 == n {
-                let outcome = args.label.clone().unwrap_or_else(|| {
-                    if failed {
-                        "failed".into()
-                    } else {
-                        "succeeded".into()
-                    }
-                });
-                r.status.note = Some(format!("outcome={outcome}; {note}"));
+        for imported in runs.iter().filter(|r| !r.run.turns.is_empty()) {
+            for r in imported.reports(&args.role, args.context_limit, args.label.as_deref()) {
+                serde_json::to_writer(&mut out, &r)?;
+                out.write_all(b"\n")?;
             }
-            serde_json::to_writer(&mut out, &r)?;
-            out.write_all(b"\n")?;
         }
     }
     out.flush()?;
@@ -97,53 +135,119 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One file's turns, its unit id and the run's summary. Lines that cannot
-/// be used are told on stderr with file and line; the rest is read.
-fn read_run(format: Format, file: &str) -> anyhow::Result<(Vec<TurnEvent>, String, String)> {
-    let stem = Path::new(file)
+/// The runs of one recording: a file, or an OpenHands `events/` folder
+/// (one event a JSON file, read in the order of their numbers). Events
+/// that cannot be used are told on stderr with file and line; the rest is
+/// read.
+pub fn read_runs(format: Format, path: &Path) -> anyhow::Result<Vec<Imported>> {
+    let file = path.display().to_string();
+    let stem = path
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("run")
         .to_string();
-    if !format.is_lines() {
-        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
-        let (turns, stats) =
-            swe::parse_document(&text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-        let note = turns
-            .last()
-            .and_then(|t| t.summary.clone())
-            .unwrap_or_default();
-        eprintln!("{file}: {} steps, {} turns", stats.events, turns.len());
-        return Ok((turns, unit_id(&stem), note));
+    let (text, name) = if path.is_dir() {
+        events_folder(format, path)?
+    } else {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {file}"))?;
+        (String::from_utf8_lossy(&bytes).into_owned(), stem.clone())
+    };
+    let runs = document::read_runs(format, &text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    let many = runs.len() > 1;
+    Ok(runs
+        .into_iter()
+        .enumerate()
+        .map(|(i, run)| {
+            for e in &run.errors {
+                eprintln!("{file}:{}: {}", e.line, e.reason);
+            }
+            let st = &run.stats;
+            eprintln!(
+                "{file}: {} lines, {} events, {} turns; {} unknown events skipped, {} lines rejected, {} results without a call, {} calls without a result, {} cancelled calls; outcome {}",
+                st.lines,
+                st.events,
+                run.turns.len(),
+                st.unknown,
+                st.malformed,
+                st.orphan_results,
+                run.unfinished,
+                st.cancelled,
+                run.outcome()
+            );
+            let unit = match &run.id {
+                Some(id) => unit_id(id),
+                None if many => unit_id(&format!("{name}-{}", i + 1)),
+                None => unit_id(&name),
+            };
+            Imported {
+                file: file.clone(),
+                unit,
+                run,
+            }
+        })
+        .collect())
+}
+
+/// An OpenHands conversation folder (or its `events/`): its events as
+/// lines, in order, and the conversation's name.
+fn events_folder(format: Format, dir: &Path) -> anyhow::Result<(String, String)> {
+    if format != Format::OpenHands {
+        bail!(
+            "{} is a folder: only openhands reads folders (an events/ folder); give {} files",
+            dir.display(),
+            format.as_str()
+        );
     }
-    let f = std::fs::File::open(file).with_context(|| format!("opening {file}"))?;
-    let mut sensor = Sensor::new(format);
-    let mut turns = Vec::new();
-    for line in std::io::BufReader::new(f).split(b'\n') {
-        let line = line.with_context(|| format!("reading {file}"))?;
-        match sensor.line(&String::from_utf8_lossy(&line)) {
-            Ok(t) => turns.extend(t),
-            Err(e) => eprintln!("{file}:{}: {}", e.line, e.reason),
+    let events = if dir.join("events").is_dir() {
+        dir.join("events")
+    } else {
+        dir.to_path_buf()
+    };
+    let name = if events.ends_with("events") {
+        events.parent().unwrap_or(&events)
+    } else {
+        &events
+    }
+    .file_name()
+    .and_then(|n| n.to_str())
+    .unwrap_or("run")
+    .to_string();
+    let mut files: Vec<(u64, String, std::path::PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(&events).with_context(|| format!("listing {}", events.display()))? {
+        let p = e?.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
         }
+        let stem = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
+        // V0: `<id>.json`; V1 SDK: `event-<n>-<uuid>.json`.
+        let n = stem
+            .trim_start_matches("event-")
+            .split('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX);
+        files.push((n, stem, p));
     }
-    let st = sensor.stats();
-    eprintln!(
-        "{file}: {} lines, {} events, {} turns; {} unknown events skipped, {} lines rejected, {} results without a call, {} calls without a result",
-        st.lines,
-        st.events,
-        turns.len(),
-        st.unknown,
-        st.malformed,
-        st.orphan_results,
-        sensor.unfinished()
-    );
-    let unit = unit_id(sensor.session().unwrap_or(&stem));
-    let note = turns
-        .iter()
-        .rev()
-        .find_map(|t| t.summary.clone())
-        .unwrap_or_else(|| "no end recorded".into());
-    Ok((turns, unit, note))
+    if files.is_empty() {
+        bail!("{}: no event files (*.json) in it", events.display());
+    }
+    files.sort();
+    let mut text = String::new();
+    for (_, _, p) in files {
+        let raw =
+            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        // One event a line: an event file is indented JSON.
+        match serde_json::from_str::<serde_json::Value>(&raw) {
+            Ok(v) => text.push_str(&v.to_string()),
+            Err(_) => text.push_str(&raw.replace('\n', " ")),
+        }
+        text.push('\n');
+    }
+    Ok((text, name))
 }
 
 #[cfg(test)]

@@ -104,42 +104,296 @@ fn traceback_exception(text: &str) -> Option<String> {
 
 /// A command that runs tests.
 pub fn is_test_command(command: &str) -> bool {
-    const TESTS: [&str; 9] = [
+    const TESTS: [&str; 17] = [
         "pytest",
         "cargo test",
         "npm test",
         "go test",
         "unittest",
         "jest",
+        "vitest",
         "make test",
         "tox",
         "nextest",
+        "mix test",
+        "dotnet test",
+        "gradle test",
+        "gradlew test",
+        "mvn test",
+        "yarn test",
+        "pnpm test",
     ];
-    // Commands are short and mostly lower case: look without copying.
-    let b = command.as_bytes();
-    TESTS.iter().any(|t| {
+    contains_any(command, &TESTS)
+}
+
+/// Case-insensitive substring search without copying the haystack.
+fn contains_any(text: &str, needles: &[&str]) -> bool {
+    let b = text.as_bytes();
+    needles.iter().any(|t| {
         let n = t.as_bytes();
         b.len() >= n.len() && b.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
     })
 }
 
-/// Tools that change the work: a successful one is progress.
-pub fn is_progress(tool: &str, command: Option<&str>) -> bool {
-    const WRITES: [&str; 10] = [
-        "write",
-        "edit",
-        "multiedit",
-        "notebookedit",
-        "str_replace_editor",
-        "apply_patch",
-        "file_change",
-        "create",
-        "str_replace",
-        "file_editor",
-    ];
-    // `server.tool` names count by their last part.
-    let last = tool.rsplit('.').next().unwrap_or(tool);
-    WRITES.iter().any(|w| last.eq_ignore_ascii_case(w)) || command.is_some_and(is_test_command)
+/// What a step did, for progress: a reviewer's view of "moved the task".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    /// Changed the work: a file written or edited.
+    Write,
+    /// Checked the work: a test, build, lint or type check of a common
+    /// toolchain, or a delegated task (subagent) that came back.
+    Check,
+    /// Recorded the work: a commit or a push.
+    Commit,
+    /// Looked at the work: reading, listing or searching files. Progress
+    /// the first time a run looks at that thing, not when it looks again.
+    Explore,
+    /// Anything else (a script run, a plan update, a question).
+    Other,
+}
+
+/// Tools that change the work.
+const WRITES: [&str; 10] = [
+    "write",
+    "edit",
+    "multiedit",
+    "notebookedit",
+    "apply_patch",
+    "file_change",
+    "create",
+    "str_replace",
+    "insert",
+    "write_file",
+];
+
+/// Tools that look at the work.
+const READS: [&str; 27] = [
+    "read",
+    "view",
+    "grep",
+    "glob",
+    "ls",
+    "list",
+    "search",
+    "find",
+    "open",
+    "find_file",
+    "search_dir",
+    "search_file",
+    "goto",
+    "scroll_down",
+    "scroll_up",
+    "browse",
+    "web_fetch",
+    "webfetch",
+    "websearch",
+    "web_search",
+    "notebookread",
+    "read_file",
+    "list_files",
+    "list_dir",
+    "codebase_search",
+    "file_search",
+    "grep_search",
+];
+
+/// Editors whose `command` argument says what they did.
+const EDITORS: [&str; 3] = [
+    "str_replace_editor",
+    "file_editor",
+    "str_replace_based_edit_tool",
+];
+
+/// Delegated work: a subagent whose result came back.
+const DELEGATES: [&str; 2] = ["task", "agent"];
+
+/// Shell commands that build, lint or type-check (tests are in [`is_test_command`]).
+const CHECKS: [&str; 30] = [
+    "cargo build",
+    "cargo check",
+    "cargo clippy",
+    "cargo fmt --check",
+    "cargo run",
+    "go build",
+    "go vet",
+    "npm run",
+    "pnpm run",
+    "yarn run",
+    "pnpm build",
+    "yarn build",
+    "npm ci",
+    "tsc",
+    "eslint",
+    "ruff",
+    "flake8",
+    "mypy",
+    "pylint",
+    "black --check",
+    "mix compile",
+    "mix format",
+    "make",
+    "gradle",
+    "gradlew",
+    "mvn",
+    "dotnet build",
+    "cmake",
+    "ninja",
+    "pre-commit",
+];
+
+/// Commands that run tests, as the first words of a command line.
+const TEST_RUNNERS: [&str; 19] = [
+    "pytest",
+    "cargo test",
+    "cargo nextest",
+    "npm test",
+    "npm run test",
+    "go test",
+    "unittest",
+    "jest",
+    "vitest",
+    "make test",
+    "tox",
+    "mix test",
+    "dotnet test",
+    "gradle test",
+    "gradlew test",
+    "mvn test",
+    "yarn test",
+    "pnpm test",
+    "bun test",
+];
+
+/// First words of shell commands that only read.
+const SHELL_READS: [&str; 22] = [
+    "cat",
+    "head",
+    "tail",
+    "less",
+    "more",
+    "nl",
+    "sed",
+    "awk",
+    "grep",
+    "rg",
+    "ag",
+    "find",
+    "fd",
+    "ls",
+    "tree",
+    "wc",
+    "file",
+    "stat",
+    "diff",
+    "open",
+    "search_dir",
+    "find_file",
+];
+
+/// First words of shell commands that write files.
+const SHELL_WRITES: [&str; 6] = ["apply_patch", "patch", "touch", "mkdir", "tee", "cp"];
+
+/// The last part of a `server.tool` or `mcp__server__tool` name.
+fn base_name(tool: &str) -> &str {
+    let t = tool.rsplit('.').next().unwrap_or(tool);
+    t.rsplit("__").next().unwrap_or(t)
+}
+
+/// The first command of a shell line, after `cd DIR &&` and env settings.
+fn first_command(command: &str) -> &str {
+    let mut rest = command.trim();
+    for prefix in ["bash -lc ", "sh -c ", "/bin/bash -lc ", "/bin/zsh -lc "] {
+        if let Some(r) = rest.strip_prefix(prefix) {
+            rest = r.trim_matches(|c| c == '\'' || c == '"' || c == ' ');
+        }
+    }
+    while let Some(at) = rest.find("&&") {
+        let head = rest[..at].trim();
+        if head.starts_with("cd ") || head.starts_with("export ") || head.starts_with("source ") {
+            rest = rest[at + 2..].trim();
+        } else {
+            break;
+        }
+    }
+    rest
+}
+
+/// What a step did: from the tool's name, else from its command line. An
+/// editor's `command` argument (`view`, `create`…) is passed as `command`.
+pub fn step_kind(tool: &str, command: Option<&str>) -> StepKind {
+    let base = base_name(tool);
+    let is = |list: &[&str]| list.iter().any(|w| base.eq_ignore_ascii_case(w));
+    if EDITORS.iter().any(|e| base.eq_ignore_ascii_case(e)) {
+        return match command.map(str::trim) {
+            Some("view") => StepKind::Explore,
+            Some(_) => StepKind::Write,
+            None => StepKind::Other,
+        };
+    }
+    if is(&WRITES) {
+        return StepKind::Write;
+    }
+    if is(&READS) {
+        return StepKind::Explore;
+    }
+    if is(&DELEGATES) {
+        return StepKind::Check;
+    }
+    let Some(cmd) = command else {
+        return StepKind::Other;
+    };
+    let first = first_command(cmd);
+    if contains_any(first, &["git commit", "git push", "git am ", "git merge"]) {
+        return StepKind::Commit;
+    }
+    // A runner in front (`uv run pytest`, `npx tsc`) says nothing itself.
+    let mut run = first;
+    for prefix in [
+        "npx ",
+        "uv run ",
+        "poetry run ",
+        "python -m ",
+        "python3 -m ",
+        "bundle exec ",
+        "time ",
+        "./",
+    ] {
+        if let Some(r) = run.strip_prefix(prefix) {
+            run = r.trim_start();
+        }
+    }
+    let starts = |list: &[&str]| {
+        list.iter().any(|c| {
+            run.len() >= c.len()
+                && run.as_bytes()[..c.len()].eq_ignore_ascii_case(c.as_bytes())
+                && run[c.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|ch| !ch.is_alphanumeric())
+        })
+    };
+    if starts(&TEST_RUNNERS) || starts(&CHECKS) {
+        return StepKind::Check;
+    }
+    let word = first.split_whitespace().next().unwrap_or("");
+    let word = word.rsplit('/').next().unwrap_or(word);
+    if SHELL_WRITES.contains(&word)
+        || (word == "sed" && first.contains(" -i"))
+        || first.contains("git apply")
+        || first.starts_with("cat >")
+        || first.starts_with("cat <<")
+    {
+        return StepKind::Write;
+    }
+    if SHELL_READS.contains(&word)
+        || first.starts_with("git log")
+        || first.starts_with("git show")
+        || first.starts_with("git diff")
+        || first.starts_with("git grep")
+    {
+        return StepKind::Explore;
+    }
+    StepKind::Other
 }
 
 /// The context window of a model, where the stream does not tell it.
@@ -230,9 +484,29 @@ mod tests {
 
     #[test]
     fn progress_and_windows() {
-        assert!(is_progress("Edit", None) && is_progress("apply_patch", None));
-        assert!(is_progress("Bash", Some("cargo test -q")));
-        assert!(!is_progress("Bash", Some("ls")) && !is_progress("Read", None));
+        use StepKind::*;
+        assert_eq!(step_kind("Edit", None), Write);
+        assert_eq!(step_kind("apply_patch", None), Write);
+        assert_eq!(step_kind("Bash", Some("cargo test -q")), Check);
+        assert_eq!(step_kind("Bash", Some("mix test")), Check);
+        assert_eq!(step_kind("shell", Some("cd app && pnpm run lint")), Check);
+        assert_eq!(
+            step_kind("Bash", Some("git commit -m 'x' && git push")),
+            Commit
+        );
+        assert_eq!(step_kind("Bash", Some("ls -la")), Explore);
+        assert_eq!(
+            step_kind("exec_command", Some("sed -n '1,80p' src/a.rs")),
+            Explore
+        );
+        assert_eq!(step_kind("exec_command", Some("sed -i 's/a/b/' x")), Write);
+        assert_eq!(step_kind("Read", None), Explore);
+        assert_eq!(step_kind("mcp__fs__read_file", None), Explore);
+        assert_eq!(step_kind("str_replace_editor", Some("view")), Explore);
+        assert_eq!(step_kind("str_replace_editor", Some("create")), Write);
+        assert_eq!(step_kind("Task", None), Check);
+        assert_eq!(step_kind("TodoWrite", None), Other);
+        assert_eq!(step_kind("Bash", Some("python repro.py")), Other);
         assert_eq!(context_window("claude-sonnet-4-5-20250929"), Some(200_000));
         assert_eq!(context_window("claude-sonnet-4-5[1m]"), Some(1_000_000));
         assert_eq!(context_window("gpt-5-codex"), Some(272_000));

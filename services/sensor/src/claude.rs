@@ -41,6 +41,12 @@ struct Line<'a> {
     is_error: Option<bool>,
     #[serde(borrow)]
     result: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    timestamp: Option<Cow<'a, str>>,
+    #[serde(rename = "isSidechain")]
+    sidechain: Option<bool>,
+    #[serde(rename = "agentId", borrow)]
+    agent_id: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -169,7 +175,7 @@ struct Text<'a> {
 /// `Ok(None)` for an event type this sensor does not know.
 pub(crate) fn event(
     c: &mut Common,
-    last_message: &mut String,
+    last_message: &mut (String, u64, u64),
     text: &str,
 ) -> Result<Option<Vec<TurnEvent>>, String> {
     let v: Line<'_> = crate::parse_object(text)?;
@@ -179,7 +185,18 @@ pub(crate) fn event(
     if let Some(s) = v.session_id.as_deref().or(v.session_id_camel.as_deref())
         && c.session.is_none()
     {
-        c.session = Some(s.to_string());
+        // A subagent's transcript carries its parent's session id: it is
+        // a unit of its own, linked to the parent.
+        match (v.sidechain, v.agent_id.as_deref()) {
+            (Some(true), Some(agent)) => {
+                c.session = Some(format!("{s}-agent-{agent}"));
+                c.parent = Some(s.to_string());
+            }
+            _ => c.session = Some(s.to_string()),
+        }
+    }
+    if let Some(at) = v.timestamp.as_deref().and_then(crate::parse_time_ms) {
+        c.at_ms = Some(at);
     }
     let mut out = Vec::new();
     match kind {
@@ -200,17 +217,25 @@ pub(crate) fn event(
                 c.model = Some(m.to_string());
             }
             let id = msg.id.as_deref().unwrap_or_default();
-            // A message comes once a content block, one after the other.
-            if let Some(u) = &msg.usage
-                && (id.is_empty() || id != last_message.as_str())
-            {
-                last_message.clear();
-                last_message.push_str(id);
+            // A message comes once a content block, one after the other,
+            // each with the usage so far: the last one's counts. What an
+            // earlier copy counted is taken back.
+            if let Some(u) = &msg.usage {
                 let context = u.input_tokens.unwrap_or(0)
                     + u.cache_creation_input_tokens.unwrap_or(0)
                     + u.cache_read_input_tokens.unwrap_or(0);
-                c.tokens_in += context;
-                c.tokens_out += u.output_tokens.unwrap_or(0);
+                let out = u.output_tokens.unwrap_or(0);
+                let (seen_in, seen_out) = if !id.is_empty() && id == last_message.0.as_str() {
+                    (last_message.1, last_message.2)
+                } else {
+                    (0, 0)
+                };
+                last_message.0.clear();
+                last_message.0.push_str(id);
+                last_message.1 = seen_in.max(context);
+                last_message.2 = seen_out.max(out);
+                c.tokens_in += context.saturating_sub(seen_in);
+                c.tokens_out += out.saturating_sub(seen_out);
                 c.context_tokens = Some(context);
             }
             let blocks = msg.content.0;
@@ -260,6 +285,12 @@ pub(crate) fn event(
                     .as_deref()
                     .ok_or("tool_result without \"tool_use_id\"")?;
                 let text = &b.content.0;
+                // A parallel call cancelled because a sibling failed never ran.
+                if b.is_error == Some(true) && text.contains("Sibling tool call errored") {
+                    c.pending.remove(call);
+                    c.stats.cancelled += 1;
+                    continue;
+                }
                 let exit = exit_code(text);
                 if let Some(t) = c.complete(call, b.is_error != Some(true), text, exit) {
                     out.push(t);

@@ -96,6 +96,9 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
     let Some(kind) = str_of(v, "type") else {
         return Err("no \"type\"".into());
     };
+    if let Some(at) = str_of(v, "timestamp").and_then(crate::parse_time_ms) {
+        c.at_ms = Some(at);
+    }
     let mut out = Vec::new();
     match kind {
         "thread.started" => {
@@ -106,7 +109,10 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
         "turn.started" | "item.started" | "item.updated" => {}
         "item.completed" => {
             let item = v.get("item").ok_or("item.completed without \"item\"")?;
-            out.extend(item_completed(c, item)?);
+            match item_completed(c, item)? {
+                Some(turns) => out.extend(turns),
+                None => return Ok(None),
+            }
         }
         "turn.completed" => {
             if let Some(u) = v.get("usage") {
@@ -143,7 +149,10 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
             let p = v
                 .get("payload")
                 .ok_or("response_item without \"payload\"")?;
-            out.extend(response_item(c, p)?);
+            match response_item(c, p)? {
+                Some(turns) => out.extend(turns),
+                None => return Ok(None),
+            }
         }
         "event_msg" => {
             let p = v.get("payload").ok_or("event_msg without \"payload\"")?;
@@ -170,7 +179,8 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
     Ok(Some(out))
 }
 
-fn item_completed(c: &mut Common, item: &Value) -> Result<Vec<TurnEvent>, String> {
+/// `Ok(None)` for an item type this sensor does not know (skipped, counted).
+fn item_completed(c: &mut Common, item: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
     let kind = str_of(item, "type")
         .or_else(|| str_of(item, "item_type"))
         .ok_or("item without \"type\"")?;
@@ -180,7 +190,7 @@ fn item_completed(c: &mut Common, item: &Value) -> Result<Vec<TurnEvent>, String
         args_hash: crate::hex_hash(&args).as_str().into(),
         command,
     };
-    Ok(match kind {
+    Ok(Some(match kind {
         "command_execution" => {
             let command = str_of(item, "command").unwrap_or_default().to_string();
             let p = tool("shell", command.clone(), Some(command));
@@ -217,11 +227,12 @@ fn item_completed(c: &mut Common, item: &Value) -> Result<Vec<TurnEvent>, String
         "agent_message" => vec![c.message(str_of(item, "text").unwrap_or_default())],
         "error" => vec![c.error_message(str_of(item, "message").unwrap_or("error"))],
         "reasoning" | "todo_list" => Vec::new(),
-        other => return Err(format!("item of unknown type {other:?}")),
-    })
+        _ => return Ok(None),
+    }))
 }
 
-fn response_item(c: &mut Common, p: &Value) -> Result<Vec<TurnEvent>, String> {
+/// `Ok(None)` for a payload type this sensor does not know (skipped, counted).
+fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
     let kind = str_of(p, "type").ok_or("payload without \"type\"")?;
     let call = || str_of(p, "call_id").map(String::from);
     match kind {
@@ -244,10 +255,14 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Vec<TurnEvent>, String> {
                         .unwrap_or(Value::Null),
                 ),
             };
-            let command = args.get("command").map(|c| match c {
-                Value::Array(parts) => parts.iter().map(text_of).collect::<Vec<_>>().join(" "),
-                other => text_of(other),
-            });
+            // `shell`: `command` (an argv array or a string); `exec_command`: `cmd`.
+            let command = args
+                .get("command")
+                .or_else(|| args.get("cmd"))
+                .map(|c| match c {
+                    Value::Array(parts) => parts.iter().map(text_of).collect::<Vec<_>>().join(" "),
+                    other => text_of(other),
+                });
             c.pending.insert(
                 id,
                 Pending {
@@ -256,27 +271,42 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Vec<TurnEvent>, String> {
                     command,
                 },
             );
-            Ok(Vec::new())
+            Ok(Some(Vec::new()))
         }
         "function_call_output" | "custom_tool_call_output" => {
             let id = call().ok_or_else(|| format!("{kind} without \"call_id\""))?;
             let raw = p.get("output").map(text_of).unwrap_or_default();
             let (text, exit) = tool_output(&raw);
             let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);
-            Ok(c.complete(&id, ok, &text, exit).into_iter().collect())
+            Ok(Some(c.complete(&id, ok, &text, exit).into_iter().collect()))
+        }
+        // A search the model ran on the provider's side: no call id, no output.
+        "web_search_call" => {
+            let action = p.get("action").unwrap_or(&Value::Null);
+            let query = str_of(action, "query").unwrap_or_default();
+            let ok = !matches!(str_of(p, "status"), Some("failed"));
+            let pending = Pending {
+                tool: "web_search".into(),
+                args_hash: value_hash(action).into(),
+                command: None,
+            };
+            Ok(Some(vec![c.tool_turn(&pending, ok, query, None)]))
         }
         "message" if str_of(p, "role") == Some("assistant") => {
-            Ok(vec![c.message(&text_of(
+            Ok(Some(vec![c.message(&text_of(
                 p.get("content").unwrap_or(&Value::Null),
-            ))])
+            ))]))
         }
-        "message" | "reasoning" => Ok(Vec::new()),
-        other => Err(format!("response_item of unknown type {other:?}")),
+        "message" | "reasoning" => Ok(Some(Vec::new())),
+        _ => Ok(None),
     }
 }
 
-/// A tool output as rollouts write it: JSON `{output, metadata: {exit_code}}`,
-/// or text with an `Exit code: N` line.
+/// A tool output as rollouts write it: JSON `{output, metadata: {exit_code}}`;
+/// `exec_command`'s text (`Chunk ID…`, `Wall time…`, `Process exited with
+/// code N`, `Original token count…`, `Output:` then the output; a process
+/// still running says `Process running with session ID N` and has no code
+/// yet); or the older shell's text with an `Exit code: N` line.
 fn tool_output(raw: &str) -> (String, Option<i64>) {
     if let Ok(v) = serde_json::from_str::<Value>(raw)
         && let Some(out) = v.get("output")
@@ -287,11 +317,21 @@ fn tool_output(raw: &str) -> (String, Option<i64>) {
             .and_then(Value::as_i64);
         return (text_of(out), exit);
     }
-    let exit = raw
+    // The header ends at `Output:`; a code in the output itself is not the process's.
+    let header = raw.split("\nOutput:").next().unwrap_or(raw);
+    let exit = header
         .lines()
-        .find_map(|l| l.trim().strip_prefix("Exit code:"))
+        .find_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("Exit code:")
+                .or_else(|| l.strip_prefix("Process exited with code"))
+        })
         .and_then(|n| n.trim().parse().ok());
-    (raw.to_string(), exit)
+    let text = match raw.find("\nOutput:\n") {
+        Some(at) if raw.starts_with("Chunk ID") || raw.starts_with("Command:") => &raw[at + 9..],
+        _ => raw,
+    };
+    (text.to_string(), exit)
 }
 
 /// Outputs with no exit code that still report a failure (apply_patch).

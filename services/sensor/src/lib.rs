@@ -15,6 +15,8 @@
 //! - [`codex`]: Codex CLI `exec --json` events and rollout files.
 //! - [`openhands`]: OpenHands V0 event streams and V1 SDK events.
 //! - [`swe`]: SWE-agent `.traj` and mini-swe-agent trajectories (whole documents).
+//! - [`document`]: whole recordings (a stream, a JSON array, an evaluation's
+//!   `output.jsonl`, a trajectory) → [`document::Run`]s, one a session.
 //! - [`salute`]: turns → SALUTE reports (the runner, `xo import`).
 //!
 //! Start with [`Sensor::line`]; docs/sensors.md maps every field.
@@ -23,6 +25,7 @@ pub mod classify;
 pub mod claude;
 pub mod codex;
 pub mod cursor;
+pub mod document;
 pub mod openhands;
 pub mod salute;
 pub mod swe;
@@ -47,6 +50,50 @@ pub struct TurnEvent {
     pub context_limit: Option<u64>,
     pub condensed: bool,
     pub model: Option<String>,
+    /// When the step happened, from the record (ms since the epoch); `None`
+    /// where the format keeps no time.
+    pub at_ms: Option<u64>,
+}
+
+/// An RFC 3339 time (`2025-01-27T22:44:56.900854`, `…Z`, `…+02:00`) in ms
+/// since the epoch; a time without a zone is UTC. `None` if it is no time.
+pub fn parse_time_ms(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b' ') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut ms = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        let f = &frac[..digits];
+        ms = f.get(..3.min(f.len()))?.parse::<i64>().ok()? * 10i64.pow(3 - 3.min(f.len()) as u32);
+        rest = &frac[digits..];
+    }
+    let offset_min = match rest {
+        "" | "Z" | "z" => 0,
+        r if r.len() == 6 && matches!(&r[..1], "+" | "-") => {
+            let v = r[1..3].parse::<i64>().ok()? * 60 + r[4..6].parse::<i64>().ok()?;
+            if r.starts_with('-') { -v } else { v }
+        }
+        _ => return None,
+    };
+    // Days from the civil date (H. Hinnant's algorithm).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3_600 + mi * 60 + sec - offset_min * 60;
+    u64::try_from(secs * 1000 + ms).ok()
 }
 
 /// A short stable hash of some text, for SALUTE action fields: 12 hex
@@ -177,6 +224,9 @@ pub struct Stats {
     pub malformed: u64,
     /// Results that named no call seen (out of order, or the call's line lost).
     pub orphan_results: u64,
+    /// Calls the agent cancelled before they ran (Claude Code's "Sibling
+    /// tool call errored"): no step, and no failure.
+    pub cancelled: u64,
     pub turns: u64,
 }
 
@@ -213,6 +263,15 @@ pub(crate) struct Common {
     model_told: Option<String>,
     /// OpenHands: the stream is of V1 SDK events.
     pub openhands_v1: bool,
+    /// The time of the record being read (ms since the epoch).
+    pub at_ms: Option<u64>,
+    /// How the run ended, once it did: `Some(true)` failed.
+    pub ended: Option<bool>,
+    /// The session this one was started by (a subagent's parent).
+    pub parent: Option<String>,
+    /// What the run has looked at (tool and arguments), so that a second
+    /// look is not progress.
+    explored: std::collections::HashSet<u64>,
     /// Cumulative usage last seen (streams that report totals, not deltas).
     last_cost: f64,
     last_in: u64,
@@ -269,6 +328,7 @@ impl Common {
             context_tokens: self.context_tokens.take(),
             context_limit,
             condensed: std::mem::take(&mut self.condensed),
+            at_ms: self.at_ms,
             // Told once a change: the report keeps the model it last heard.
             model: (self.model != self.model_told)
                 .then(|| {
@@ -334,7 +394,19 @@ impl Common {
         if let Some(c) = &class {
             a = a.with_error(c);
         }
-        let progress = class.is_none() && classify::is_progress(tool, command);
+        let progress = class.is_none()
+            && match classify::step_kind(tool, command) {
+                classify::StepKind::Write
+                | classify::StepKind::Check
+                | classify::StepKind::Commit => true,
+                // New to this run: progress; looked at before: not.
+                classify::StepKind::Explore => {
+                    let key = hex_hash(&format!("{tool}\u{1f}{args_hash}"));
+                    self.explored
+                        .insert(u64::from_str_radix(key.as_str(), 16).unwrap_or(0))
+                }
+                classify::StepKind::Other => false,
+            };
         self.turn(Some(a), progress)
     }
 
@@ -364,6 +436,7 @@ impl Common {
             };
             Action::message(Some(&short_hash(text)), Outcome::Error, 0).with_error(&class)
         });
+        self.ended = Some(failed.is_some());
         let mut t = self.turn(action, failed.is_none());
         t.summary = Some(summary);
         t
@@ -375,10 +448,11 @@ impl Common {
 pub struct Sensor {
     format: Format,
     line: u64,
-    common: Common,
+    pub(crate) common: Common,
     /// Claude: the assistant message whose usage was counted last (a
-    /// message comes once a content block, in a row).
-    last_message: String,
+    /// message comes once a content block, in a row), with its input and
+    /// output tokens counted so far.
+    last_message: (String, u64, u64),
 }
 
 impl Sensor {
@@ -387,7 +461,7 @@ impl Sensor {
             format,
             line: 0,
             common: Common::default(),
-            last_message: String::new(),
+            last_message: (String::new(), 0, 0),
         }
     }
 
@@ -451,6 +525,17 @@ impl Sensor {
     /// The agent's session id, once the stream named it.
     pub fn session(&self) -> Option<&str> {
         self.common.session.as_deref()
+    }
+
+    /// The session that started this one (a subagent's parent), if any.
+    pub fn parent(&self) -> Option<&str> {
+        self.common.parent.as_deref()
+    }
+
+    /// How the run ended: `None` while (or if) the stream has no end
+    /// record, `Some(true)` when it ended failed.
+    pub fn ended(&self) -> Option<bool> {
+        self.common.ended
     }
 
     pub fn model(&self) -> Option<&str> {

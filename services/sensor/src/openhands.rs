@@ -79,6 +79,8 @@ struct V0<'a> {
     args: Option<Args<'a>>,
     extras: Option<Extras>,
     llm_metrics: Option<Metrics>,
+    #[serde(borrow)]
+    timestamp: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -168,6 +170,9 @@ pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>,
         }
         Err(e) => return Err(e),
     };
+    if let Some(at) = v.timestamp.as_deref().and_then(crate::parse_time_ms) {
+        c.at_ms = Some(at);
+    }
     if let Some(m) = &v.llm_metrics {
         let usage = m.accumulated_token_usage.as_ref();
         c.cumulative(
@@ -270,6 +275,9 @@ pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>,
 }
 
 pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+    if let Some(at) = str_of(v, "timestamp").and_then(crate::parse_time_ms) {
+        c.at_ms = Some(at);
+    }
     if let Some(m) = v.get("llm_metrics").filter(|m| !m.is_null()) {
         let usage = m.get("accumulated_token_usage");
         c.cumulative(

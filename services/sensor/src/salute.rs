@@ -118,6 +118,11 @@ impl SaluteState {
         }
         let mut r = SaluteReport::new(&self.unit, &self.role, self.turn, self.seq);
         r.time.epoch = self.epoch;
+        // The record's own time where the format keeps one (a replayed
+        // recording is then dated when it happened, not when it was read).
+        if let Some(at) = ev.at_ms {
+            r.time.at = at;
+        }
         let limit = if self.context_limit > 0 {
             self.context_limit
         } else {

@@ -6,8 +6,13 @@
 //! `info.exit_status`; `info.model_stats` (`instance_cost`, `tokens_sent`,
 //! `tokens_received`).
 //!
-//! mini-swe-agent (`trajectory_format` `mini-swe-agent-1`): `messages[]`;
-//! an assistant message's bash block is the action, the next user message's
+//! SWE-agent trajectories that keep their calls only in `history` (the
+//! model's messages: an assistant message's `action`, the next
+//! `observation` message its result).
+//!
+//! mini-swe-agent (`trajectory_format` `mini-swe-agent-1`): `messages[]`,
+//! or the bare list of messages; an assistant message's bash block
+//! (```` ```bash ````, ```` ```mswea_bash_command ````) is the action, the next user message's
 //! `<returncode>N</returncode>` and `<output>` its result; `info` as above.
 
 use serde_json::Value;
@@ -16,11 +21,27 @@ use crate::{Common, Pending, Stats, TurnEvent, str_of, text_of};
 
 /// A whole trajectory: its turns, in order, and what was read.
 pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), String> {
+    read(text).map(|(turns, stats, _)| (turns, stats))
+}
+
+/// A whole trajectory: its turns, what was read, and how it ended
+/// (`None`: the document records no end; `Some(true)`: it ended failed).
+pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not a JSON trajectory: {e}"))?;
     let mut c = Common::default();
     let mut out = Vec::new();
     let info = v.get("info").cloned().unwrap_or(Value::Null);
-    if let Some(steps) = v.get("trajectory").and_then(Value::as_array) {
+    let mut submitted = false;
+    let steps = v
+        .get("trajectory")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty());
+    // mini-swe-agent keeps `messages`, or (its tests) the bare list.
+    let messages = v.get("messages").and_then(Value::as_array).or_else(|| {
+        v.as_array()
+            .filter(|l| l.iter().any(|m| m.get("role").is_some()))
+    });
+    if let Some(steps) = steps {
         for step in steps {
             c.stats.events += 1;
             let action = str_of(step, "action").unwrap_or_default().trim();
@@ -29,16 +50,38 @@ pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), String> {
                 out.push(c.message(str_of(step, "thought").unwrap_or_default()));
                 continue;
             }
-            let tool = action.split_whitespace().next().unwrap_or("bash");
-            let p = Pending {
-                tool: tool.into(),
-                args_hash: crate::hex_hash(action).as_str().into(),
-                command: Some(action.to_string()),
-            };
-            let failed = failed_text(&observation);
-            out.push(c.tool_turn(&p, !failed, &observation, None));
+            submitted |= action == "submit" || action.starts_with("submit ");
+            out.push(command_turn(&mut c, action, &observation, None));
         }
-    } else if let Some(messages) = v.get("messages").and_then(Value::as_array) {
+    } else if let Some(history) = v.get("history").and_then(Value::as_array) {
+        // SWE-agent's `history`: the model's messages, each action's
+        // observation in the next `observation` message.
+        let mut pending: Option<String> = None;
+        for m in history {
+            c.stats.events += 1;
+            let content = m.get("content").map(text_of).unwrap_or_default();
+            match (str_of(m, "role"), str_of(m, "message_type")) {
+                (Some("assistant"), _) => {
+                    let action = str_of(m, "action").unwrap_or_default().trim();
+                    if action.is_empty() {
+                        out.push(c.message(&content));
+                    } else {
+                        submitted |= action == "submit" || action.starts_with("submit ");
+                        pending = Some(action.to_string());
+                    }
+                }
+                (_, Some("observation")) => {
+                    if let Some(action) = pending.take() {
+                        out.push(command_turn(&mut c, &action, &content, None));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(action) = pending.take() {
+            out.push(command_turn(&mut c, &action, "", None));
+        }
+    } else if let Some(messages) = messages {
         let mut pending: Option<Pending> = None;
         for m in messages {
             c.stats.events += 1;
@@ -46,6 +89,8 @@ pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), String> {
             match str_of(m, "role") {
                 Some("assistant") => match bash_block(&content) {
                     Some(cmd) => {
+                        submitted |= cmd.contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+                            || cmd.contains("MINI_SWE_AGENT_FINAL_OUTPUT");
                         pending = Some(Pending {
                             tool: cmd.split_whitespace().next().unwrap_or("bash").into(),
                             args_hash: crate::hex_hash(cmd.trim()).as_str().into(),
@@ -54,7 +99,7 @@ pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), String> {
                     }
                     None => out.push(c.message(&content)),
                 },
-                Some("user") => {
+                Some("user" | "tool") => {
                     if let Some(p) = pending.take() {
                         let exit = tag(&content, "returncode").and_then(|r| r.trim().parse().ok());
                         let output = tag(&content, "output").unwrap_or(&content).to_string();
@@ -66,7 +111,8 @@ pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), String> {
         }
     } else {
         return Err(
-            "neither \"trajectory\" (SWE-agent) nor \"messages\" (mini-swe-agent) found".into(),
+            "none of \"trajectory\", \"history\" (SWE-agent) or \"messages\" (mini-swe-agent) found"
+                .into(),
         );
     }
     if let Some(stats) = info.get("model_stats") {
@@ -76,15 +122,44 @@ pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), String> {
             stats.get("tokens_received").and_then(Value::as_u64),
         );
     }
-    let status = str_of(&info, "exit_status").unwrap_or("unknown");
-    let failed = !matches!(status, "submitted" | "Submitted" | "unknown");
-    out.push(c.end(format!("exit_status: {status}"), failed.then_some(status)));
-    Ok((out, c.stats))
+    let status = str_of(&info, "exit_status").or(submitted.then_some("submitted"));
+    let ended = match status {
+        // Every other exit status names why the run stopped early.
+        Some(s) => {
+            let failed = !s.eq_ignore_ascii_case("submitted");
+            out.push(c.end(format!("exit_status: {s}"), failed.then_some(s)));
+            Some(failed)
+        }
+        None => None,
+    };
+    Ok((out, c.stats, ended))
+}
+
+/// One command and its observation as a turn (SWE-agent reports failure
+/// only in the observation's text).
+fn command_turn(c: &mut Common, action: &str, observation: &str, exit: Option<i64>) -> TurnEvent {
+    let mut words = action.split_whitespace();
+    let tool = words.next().unwrap_or("bash");
+    // An editor's subcommand (`str_replace_editor view …`) says what it did.
+    let command = if tool.ends_with("editor") {
+        words.next().unwrap_or_default().to_string()
+    } else {
+        action.to_string()
+    };
+    let p = Pending {
+        tool: tool.into(),
+        args_hash: crate::hex_hash(action).as_str().into(),
+        command: Some(command),
+    };
+    c.tool_turn(&p, !failed_text(observation), observation, exit)
 }
 
 /// The first fenced bash block of a message.
 fn bash_block(text: &str) -> Option<&str> {
-    let start = text.find("```bash").or_else(|| text.find("```sh"))?;
+    let start = text
+        .find("```mswea_bash_command")
+        .or_else(|| text.find("```bash"))
+        .or_else(|| text.find("```sh"))?;
     let body = &text[start..];
     let body = &body[body.find('\n')? + 1..];
     Some(&body[..body.find("```")?])

@@ -1,0 +1,127 @@
+//! Whole recordings as their agents leave them on disk, each read into
+//! [`Run`]s: one run per session, whatever the file's shape.
+//!
+//! | format | shapes |
+//! | --- | --- |
+//! | every line format | one event a line (a stream, a transcript, a rollout) |
+//! | `openhands` | also: an indented JSON array of events (`openhands.core.main`'s `save_trajectory_path`); an evaluation `output.jsonl`, one run a line with its events in `history`; an `events/` folder, one event a file (the caller lists the files in order and gives them as lines) |
+//! | `swe-agent` | a `.traj` (`trajectory`, or only `history`), a mini-swe-agent document (`messages`) or its bare message list |
+
+use serde_json::Value;
+
+use crate::{Format, LineError, Sensor, Stats, TurnEvent, swe};
+
+/// One session of an agent, read from a recording.
+#[derive(Debug, Clone, Default)]
+pub struct Run {
+    /// The session's id as the recording names it (else `None`: the caller
+    /// names the run after its file).
+    pub id: Option<String>,
+    /// The session that started this one (a Claude Code subagent's parent).
+    pub parent: Option<String>,
+    pub turns: Vec<TurnEvent>,
+    pub stats: Stats,
+    /// Calls with no result when the recording ended.
+    pub unfinished: usize,
+    /// `None`: the recording has no end (cut short, or still running);
+    /// `Some(true)`: it ended failed.
+    pub ended: Option<bool>,
+    /// Lines (events) that could not be used; the rest was read.
+    pub errors: Vec<LineError>,
+}
+
+impl Run {
+    /// `succeeded`, `failed` or `unknown` (no end recorded).
+    pub fn outcome(&self) -> &'static str {
+        match self.ended {
+            Some(false) => "succeeded",
+            Some(true) => "failed",
+            None => "unknown",
+        }
+    }
+}
+
+/// Every run of one recording's text.
+pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, String> {
+    if format == Format::SweAgent {
+        let (turns, stats, ended) = swe::read(text)?;
+        return Ok(vec![Run {
+            turns,
+            stats,
+            ended,
+            ..Run::default()
+        }]);
+    }
+    let head = text.trim_start();
+    if format == Format::OpenHands && head.starts_with('[') {
+        let events: Vec<Value> = serde_json::from_str(head)
+            .map_err(|e| format!("not a JSON array of OpenHands events: {e}"))?;
+        return Ok(vec![events_run(format, events.iter())]);
+    }
+    if format == Format::OpenHands
+        && let Some(first) = head.lines().next()
+        && first.contains("\"history\"")
+        && let Ok(v) = serde_json::from_str::<Value>(first)
+        && v.get("history").is_some_and(Value::is_array)
+    {
+        // An evaluation's output: a run a line.
+        let mut runs = Vec::new();
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let v: Value = serde_json::from_str(line)
+                .map_err(|e| format!("line {}: not a JSON run: {e}", i + 1))?;
+            let history = v.get("history").and_then(Value::as_array);
+            let mut run = events_run(format, history.into_iter().flatten());
+            if let Some(id) = v.get("instance_id").and_then(Value::as_str) {
+                run.id = Some(id.to_string());
+            }
+            // The harness's own verdict: an error stops the run, failed.
+            if let Some(e) = v
+                .get("error")
+                .and_then(Value::as_str)
+                .filter(|e| !e.is_empty())
+            {
+                let mut sensor = Sensor::new(format);
+                let t = sensor.common.end(format!("error: {e}"), Some(e));
+                run.turns.push(t);
+                run.ended = Some(true);
+            }
+            runs.push(run);
+        }
+        return Ok(runs);
+    }
+    let mut sensor = Sensor::new(format);
+    let mut run = Run::default();
+    for line in text.split('\n') {
+        match sensor.line(line) {
+            Ok(t) => run.turns.extend(t),
+            Err(e) => run.errors.push(e),
+        }
+    }
+    Ok(vec![finish(sensor, run)])
+}
+
+/// A run from events given one by one.
+fn events_run<'a>(format: Format, events: impl Iterator<Item = &'a Value>) -> Run {
+    let mut sensor = Sensor::new(format);
+    let mut run = Run::default();
+    for e in events {
+        match sensor.line(&e.to_string()) {
+            Ok(t) => run.turns.extend(t),
+            Err(e) => run.errors.push(e),
+        }
+    }
+    finish(sensor, run)
+}
+
+fn finish(sensor: Sensor, mut run: Run) -> Run {
+    run.id = sensor.session().map(str::to_string);
+    run.parent = sensor.parent().map(str::to_string);
+    run.ended = sensor.ended();
+    run.unfinished = sensor.unfinished();
+    run.stats = sensor.stats().clone();
+    run
+}
