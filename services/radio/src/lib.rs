@@ -11,8 +11,10 @@
 //! - [`profile`]: role profiles — doctrine thresholds and the PACE plan.
 //! - [`rules`]: one function a rule, each returning a [`Finding`].
 //! - [`Radio`]: per-unit state (cooldowns, seq de-duplication) around the rules.
+//! - [`baseline`]: OpenHands' stuck-detector rules, the baseline of `xo bench detection`.
 //! - [`sample`]: synthetic reports for benchmarks (a mostly healthy fleet, or the worst case).
 
+pub mod baseline;
 pub mod profile;
 pub mod rules;
 pub mod sample;

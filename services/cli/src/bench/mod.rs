@@ -5,6 +5,7 @@
 //! - [`queue`]: claim + complete cycles beside raw key-value put + get.
 //! - [`pipeline`]: the supervised pipeline's cost per task without the agent.
 //! - [`watch`]: the CPU of `xo watch` over many live transcripts.
+//! - [`detection`]: real recordings replayed, XO beside OpenHands' stuck-detector rules.
 //! - [`sensor`]: agent event lines read per second, beside generic JSON parsing.
 //! - [`console`]: SSE fan-out beside a raw bus subscription; pages with many units.
 //! - [`chaos`]: the fabric as processes, SIGKILLed at random under load; invariants checked.
@@ -12,6 +13,7 @@
 
 mod chaos;
 mod console;
+pub mod detection;
 mod pipeline;
 mod queue;
 mod radio;
@@ -30,6 +32,8 @@ pub enum BenchCmd {
     Radio(radio::RadioArgs),
     /// Claim + complete cycles per second, on NATS and embedded, beside raw key-value put/get.
     Queue(queue::QueueArgs),
+    /// Real recordings under a folder replayed: XO's steering beside OpenHands' stuck-detector rules, per format.
+    Detection(detection::DetectionArgs),
     /// Agent event lines read per second by each format's sensor, beside generic JSON parsing.
     Sensor(sensor::SensorArgs),
     /// The CPU of `xo watch` following live transcripts (1 line/s each).
@@ -48,6 +52,7 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Queue(a) => queue::run(cfg, a).await,
         BenchCmd::Pipeline(a) => pipeline::run(cfg, a).await,
         BenchCmd::Sensor(a) => sensor::run(a).await,
+        BenchCmd::Detection(a) => detection::run(cfg, a).await,
         BenchCmd::Watch(a) => watch::run(a).await,
         BenchCmd::Console(a) => console::run(cfg, a).await,
         BenchCmd::Chaos(a) => chaos::run(cfg, a).await,

@@ -1,0 +1,316 @@
+//! `xo bench detection DIR`: every recording under a folder imported,
+//! replayed through the radio check, and the same actions through a
+//! baseline detector measured in the same run — OpenHands' stuck-detector
+//! rules ([`xo_radio::baseline`]). Per format and in total: runs, steered
+//! runs, decisions, decisions per 100 turns; then the goals (on runs that
+//! succeeded: at most 1 steering per 100 turns and at most 1 run in 5
+//! steered; every loop the baseline catches caught by XO at the same turn
+//! or earlier).
+//!
+//! A recording's format is the name of a folder on its path (`claude`,
+//! `codex`, `cursor`, `openhands`, `swe-agent`, `mini-swe-agent`), else
+//! guessed from its first bytes. `*.md`, `*.txt`, `*.yaml`, `*.py` and
+//! `*.patch` are skipped; a folder named `events` is one OpenHands run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use xo_proto::{AnomalyKind, SaluteReport};
+use xo_radio::Radio;
+use xo_radio::baseline::OpenHandsStuck;
+use xo_runtime::XoConfig;
+use xo_sensor::Format;
+
+use crate::import;
+
+#[derive(Debug, clap::Args)]
+pub struct DetectionArgs {
+    /// The folder of recordings (e.g. tests/fixtures/real).
+    pub dir: PathBuf,
+    /// The role the runs are supervised as (its doctrine applies).
+    #[arg(long, default_value = "coder")]
+    pub role: String,
+    /// Print every run, not only the totals.
+    #[arg(long)]
+    pub runs: bool,
+}
+
+/// The figures of one detector over a set of runs.
+#[derive(Debug, Default, Clone)]
+pub struct Figures {
+    pub runs: u64,
+    pub turns: u64,
+    pub steered: u64,
+    pub decisions: u64,
+}
+
+impl Figures {
+    fn per_100(&self) -> f64 {
+        if self.turns == 0 {
+            0.0
+        } else {
+            self.decisions as f64 * 100.0 / self.turns as f64
+        }
+    }
+}
+
+/// One run's result under both detectors.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub format: &'static str,
+    pub unit: String,
+    pub outcome: &'static str,
+    pub turns: u64,
+    pub xo: u64,
+    pub xo_kinds: BTreeMap<String, u64>,
+    pub baseline: u64,
+    /// The first turn the baseline found the run stuck.
+    pub baseline_first: Option<u64>,
+    /// The first turn XO steered a loop-like anomaly (loop, oscillation,
+    /// monologue, empty replies, cascade).
+    pub xo_loop_first: Option<u64>,
+}
+
+/// The format a recording is in: a folder name on its path, else its first bytes.
+pub fn format_of(path: &Path) -> Option<Format> {
+    for c in path.components().rev().skip(1) {
+        let name = c.as_os_str().to_str().unwrap_or("");
+        if name == "mini-swe-agent" {
+            return Some(Format::SweAgent);
+        }
+        if let Ok(f) = Format::parse(name) {
+            return Some(f);
+        }
+    }
+    if path.is_dir() {
+        return None;
+    }
+    let head: String = std::fs::read(path)
+        .ok()?
+        .iter()
+        .take(4096)
+        .map(|b| *b as char)
+        .collect();
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if ext == "traj" || head.contains("\"trajectory\"") {
+        Some(Format::SweAgent)
+    } else if head.contains("\"session_meta\"") || head.contains("\"thread.started\"") {
+        Some(Format::Codex)
+    } else if head.contains("\"observation\"") || head.contains("\"ActionEvent\"") {
+        Some(Format::OpenHands)
+    } else if head.contains("\"tool_call\"") {
+        Some(Format::Cursor)
+    } else if head.contains("\"sessionId\"") || head.contains("\"session_id\"") {
+        Some(Format::Claude)
+    } else {
+        None
+    }
+}
+
+/// The recordings under a folder: files, and `events` folders.
+fn recordings(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            if p.file_name().and_then(|n| n.to_str()) == Some("events") {
+                out.push(p);
+            } else {
+                recordings(&p, out)?;
+            }
+        } else if !matches!(
+            p.extension().and_then(|e| e.to_str()),
+            Some("md" | "txt" | "yaml" | "yml" | "py" | "patch" | "png")
+        ) {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+const LOOP_KINDS: [AnomalyKind; 5] = [
+    AnomalyKind::Loop,
+    AnomalyKind::Oscillation,
+    AnomalyKind::Monologue,
+    AnomalyKind::Empty,
+    AnomalyKind::Cascade,
+];
+
+/// Replays one run's reports through a radio and the baseline.
+fn replay(radio: &mut Radio, format: &'static str, unit: &str, outcome: &'static str, reports: &[SaluteReport]) -> RunResult {
+    let mut baseline = OpenHandsStuck::new();
+    let mut r = RunResult {
+        format,
+        unit: unit.to_string(),
+        outcome,
+        turns: reports.len() as u64,
+        xo: 0,
+        xo_kinds: BTreeMap::new(),
+        baseline: 0,
+        baseline_first: None,
+        xo_loop_first: None,
+    };
+    for report in reports {
+        let turn = report.time.turn;
+        if let Some(a) = report.activity.recent.last().filter(|a| a.turn == turn)
+            && baseline.push(a).is_some()
+        {
+            r.baseline += 1;
+            r.baseline_first.get_or_insert(turn);
+        }
+        for s in radio.check(report).steering {
+            r.xo += 1;
+            *r.xo_kinds.entry(s.kind.as_str().to_string()).or_default() += 1;
+            if LOOP_KINDS.contains(&s.kind) {
+                r.xo_loop_first.get_or_insert(turn);
+            }
+        }
+    }
+    r
+}
+
+/// Every run under `dir`, replayed.
+pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<RunResult>> {
+    let mut files = Vec::new();
+    recordings(dir, &mut files)?;
+    if files.is_empty() {
+        bail!("no recordings under {}", dir.display());
+    }
+    let mut radio = Radio::new(cfg.roles());
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for f in files {
+        let Some(format) = format_of(&f) else {
+            eprintln!("{}: format not known (put it under a folder named after its agent); skipped", f.display());
+            continue;
+        };
+        for run in import::read_runs(format, &f)? {
+            if run.run.turns.is_empty() {
+                continue;
+            }
+            // Runs of one name (the same session in two places) stay apart.
+            let mut unit = run.unit.clone();
+            let mut n = 1;
+            while !seen.insert(unit.clone()) {
+                n += 1;
+                unit = format!("{}-{n}", run.unit);
+            }
+            let named = import::Imported { unit: unit.clone(), ..run };
+            let reports = named.reports(role, 200_000, None);
+            out.push(replay(&mut radio, format.as_str(), &unit, named.run.outcome(), &reports));
+        }
+    }
+    Ok(out)
+}
+
+/// The figures of both detectors over the runs `keep` selects.
+pub fn figures(runs: &[RunResult], keep: impl Fn(&RunResult) -> bool) -> (Figures, Figures) {
+    let (mut xo, mut base) = (Figures::default(), Figures::default());
+    for r in runs.iter().filter(|r| keep(r)) {
+        for (f, d) in [(&mut xo, r.xo), (&mut base, r.baseline)] {
+            f.runs += 1;
+            f.turns += r.turns;
+            f.decisions += d;
+            f.steered += u64::from(d > 0);
+        }
+    }
+    (xo, base)
+}
+
+pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let runs = measure(cfg, &a.dir, &a.role)?;
+    if a.runs {
+        println!("{:<11} {:<58} {:>5} {:<9} {:>3} {:>4}  xo steering", "format", "run", "turns", "outcome", "xo", "base");
+        for r in &runs {
+            let kinds: Vec<String> = r.xo_kinds.iter().map(|(k, n)| format!("{k}×{n}")).collect();
+            println!(
+                "{:<11} {:<58} {:>5} {:<9} {:>3} {:>4}  {}",
+                r.format,
+                r.unit.chars().take(58).collect::<String>(),
+                r.turns,
+                r.outcome,
+                r.xo,
+                r.baseline,
+                kinds.join(" ")
+            );
+        }
+        println!();
+    }
+    let mut formats: Vec<&str> = runs.iter().map(|r| r.format).collect();
+    formats.dedup();
+    formats.sort();
+    formats.dedup();
+    println!(
+        "{:<11} {:<9} {:>5} {:>6} | {:>8} {:>10} {:>9} | {:>8} {:>10} {:>9}",
+        "format", "runs", "", "turns", "XO runs", "decisions", "per 100", "OH runs", "decisions", "per 100"
+    );
+    let row = |name: &str, which: &str, keep: &dyn Fn(&RunResult) -> bool| {
+        let (xo, b) = figures(&runs, keep);
+        if xo.runs == 0 {
+            return;
+        }
+        println!(
+            "{:<11} {:<9} {:>5} {:>6} | {:>8} {:>10} {:>9.2} | {:>8} {:>10} {:>9.2}",
+            name,
+            which,
+            xo.runs,
+            xo.turns,
+            format!("{}/{}", xo.steered, xo.runs),
+            xo.decisions,
+            xo.per_100(),
+            format!("{}/{}", b.steered, b.runs),
+            b.decisions,
+            b.per_100()
+        );
+    };
+    for f in &formats {
+        row(f, "all", &|r: &RunResult| r.format == *f);
+        row(f, "succeeded", &|r: &RunResult| r.format == *f && r.outcome == "succeeded");
+    }
+    row("total", "all", &|_| true);
+    row("total", "succeeded", &|r: &RunResult| r.outcome == "succeeded");
+    let (xo, base) = figures(&runs, |r| r.outcome == "succeeded");
+    let caught: Vec<&RunResult> = runs.iter().filter(|r| r.baseline_first.is_some()).collect();
+    let earlier = caught
+        .iter()
+        .filter(|r| matches!((r.xo_loop_first, r.baseline_first), (Some(x), Some(b)) if x <= b))
+        .count();
+    println!();
+    let verdict = |ok: bool| if ok { "MET" } else { "MISSED" };
+    let per_100_ok = xo.per_100() <= 1.0;
+    let steered_ok = xo.steered * 5 <= xo.runs;
+    let loops_ok = earlier == caught.len();
+    println!(
+        "goal, succeeded runs: {:.2} steering per 100 turns (≤ 1; OpenHands rules {:.2}): {}",
+        xo.per_100(),
+        base.per_100(),
+        verdict(per_100_ok)
+    );
+    println!(
+        "goal, succeeded runs: {} of {} steered (≤ 1 in 5; OpenHands rules {}): {}",
+        xo.steered,
+        xo.runs,
+        base.steered,
+        verdict(steered_ok)
+    );
+    println!(
+        "goal, loops: OpenHands rules caught {} runs, XO caught {} of them at the same turn or earlier: {}",
+        caught.len(),
+        earlier,
+        verdict(loops_ok)
+    );
+    println!(
+        "ratio, decisions on all runs: XO {} / OpenHands rules {} ({} runs, read and replayed in {:.2} s)",
+        figures(&runs, |_| true).0.decisions,
+        figures(&runs, |_| true).1.decisions,
+        runs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
