@@ -119,8 +119,9 @@ enum Cmd {
         /// Transcripts, stream logs, rollouts, event files or trajectories; one run each.
         #[arg(required = true)]
         files: Vec<String>,
-        /// The role the runs are checked as (its doctrine thresholds).
-        #[arg(long, default_value = "default")]
+        /// The role the runs are checked as (its doctrine thresholds;
+        /// `agent` has thresholds measured on real runs).
+        #[arg(long, default_value = "agent")]
         role: String,
         /// The runs' outcome, when the logs do not tell it: succeeded or failed.
         #[arg(long)]
@@ -134,8 +135,9 @@ enum Cmd {
         /// Directories of live transcripts (e.g. ~/.claude/projects, ~/.codex/sessions).
         #[arg(required = true)]
         dirs: Vec<String>,
-        /// The role the sessions are checked as.
-        #[arg(long, default_value = "default")]
+        /// The role the sessions are checked as (`agent` has thresholds
+        /// measured on real runs).
+        #[arg(long, default_value = "agent")]
         role: String,
         /// How often the files are looked at (ms).
         #[arg(long, default_value_t = 500)]

@@ -27,7 +27,7 @@ use xo_proto::{
     AnomalyKind, Assessor, Evidence, Health, SaluteReport, Severity, Steering, SteeringSource,
 };
 
-pub use profile::{Doctrine, PaceLevel, PacePlan, RoleProfile, Roles};
+pub use profile::{AGENT_ROLE, Doctrine, PaceLevel, PacePlan, RoleProfile, Roles};
 pub use rules::Finding;
 
 /// What one radio check concluded.

@@ -143,6 +143,30 @@ pub struct RoleProfile {
     pub pace_plan: PacePlan,
 }
 
+/// The role external agents are checked as when they are imported or
+/// watched (`xo import`, `xo watch`, `xo bench detection`): Claude Code,
+/// Codex, Cursor, OpenHands and SWE-agent sessions.
+pub const AGENT_ROLE: &str = "agent";
+
+impl RoleProfile {
+    /// The built-in profile of [`AGENT_ROLE`], measured on the public real
+    /// runs in `tests/fixtures/real` (28 that succeeded, 1 that failed):
+    /// the longest stretch without progress in a succeeded run has a
+    /// median of 3 turns, 8 at the 90th percentile and 12 at most; the
+    /// failed run's is 11. A stall is steered past 8 turns, so that 9 in
+    /// 10 succeeded runs are never told they stalled, and the failed one is.
+    /// Configure `[roles.agent]` to change it.
+    pub fn agent() -> Self {
+        Self {
+            doctrine: Doctrine {
+                max_turns_without_progress: 8,
+                ..Doctrine::default()
+            },
+            pace_plan: PacePlan::default(),
+        }
+    }
+}
+
 /// Profiles by role name, with a default for roles not listed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Roles {

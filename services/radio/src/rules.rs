@@ -205,7 +205,15 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
         })
         .count();
     let tool = tool_name(last);
+    // Only a named error class is "the same error" across different
+    // arguments: `tool_error` says only that the tool refused (an edit
+    // whose old text did not match, tried three ways, is work, not a loop).
+    let named = last
+        .error_type
+        .as_deref()
+        .is_some_and(|e| e != "tool_error");
     if last.outcome == Outcome::Error
+        && named
         && errors < d.loop_error_repeats as usize
         && same_tool_errors >= d.loop_error_repeats as usize
     {

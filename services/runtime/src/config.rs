@@ -1180,6 +1180,10 @@ impl XoConfig {
     pub fn roles(&self) -> Roles {
         let mut by_name = self.roles.clone();
         let default = by_name.remove("default").unwrap_or_default();
+        // External agents' role: measured defaults unless configured.
+        by_name
+            .entry(xo_radio::AGENT_ROLE.to_string())
+            .or_insert_with(xo_radio::RoleProfile::agent);
         Roles::new(default, by_name)
     }
 

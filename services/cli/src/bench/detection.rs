@@ -30,7 +30,7 @@ pub struct DetectionArgs {
     /// The folder of recordings (e.g. tests/fixtures/real).
     pub dir: PathBuf,
     /// The role the runs are supervised as (its doctrine applies).
-    #[arg(long, default_value = "coder")]
+    #[arg(long, default_value = "agent")]
     pub role: String,
     /// Print every run, not only the totals.
     #[arg(long)]
