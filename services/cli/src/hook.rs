@@ -1,11 +1,24 @@
-//! `xo hook claude`: Claude Code's PostToolUse hook. The runner appends the
+//! `xo hook claude`: Claude Code's hook for `PostToolUse`,
+//! `PostToolUseFailure` and `Stop`. The runner (or `xo watch`) appends the
 //! XO's steering for a running agent to `.xo/steering.pending` in the
-//! task's directory; after each tool call Claude Code runs this hook, which
-//! hands the pending steering to the model in the form Claude Code shows it
-//! (`{"decision": "block", "reason": …}` on stdout) and moves it to
-//! `.xo/steering.delivered`. Nothing pending: no output.
+//! session's project; Claude Code runs this hook after every tool call —
+//! `PostToolUse` after one that succeeded, `PostToolUseFailure` after one
+//! that failed — and before the session stops. The hook takes the pending
+//! steering meant for the payload's `session_id` (lines addressed to
+//! another session stay pending) and hands it over as Claude Code reads it:
+//!
+//! - after a tool call: `{"hookSpecificOutput": {"hookEventName": <event>,
+//!   "additionalContext": <steering>}}` — shown to the model beside the
+//!   tool's result, no block;
+//! - at `Stop`: `{"decision": "block", "reason": <steering>}` — the session
+//!   goes on with the steering as its next instruction (never twice in a
+//!   row: with `stop_hook_active` it lets the session stop).
+//!
+//! What it hands over moves to `.xo/steering.delivered`. Nothing pending:
+//! no output. A hook must never fail the agent's call: an unreadable
+//! payload is an empty one.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,17 +39,57 @@ fn project_dir(payload: &serde_json::Value) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Whose a pending line is: `Some(session)` when addressed, and its text.
+fn addressed(line: &str) -> (Option<String>, String) {
+    if line.trim_start().starts_with('{')
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(line)
+        && let Some(text) = v.get("text").and_then(|t| t.as_str())
+    {
+        let session = v
+            .get("session_id")
+            .and_then(|s| s.as_str())
+            .map(String::from);
+        return (session, text.to_string());
+    }
+    (None, line.to_string())
+}
+
+/// What the hook answers Claude Code for `event` with `steering`.
+pub fn answer(event: &str, steering: &str, stop_active: bool) -> Option<serde_json::Value> {
+    let text = format!("{steering}\n(from the XO supervisor: act on this before your next step)");
+    match event {
+        "Stop" | "SubagentStop" if stop_active => None,
+        "Stop" | "SubagentStop" => Some(serde_json::json!({"decision": "block", "reason": text})),
+        _ => Some(serde_json::json!({
+            "hookSpecificOutput": {"hookEventName": event, "additionalContext": text}
+        })),
+    }
+}
+
 pub fn claude() -> anyhow::Result<ExitCode> {
     let mut input = String::new();
-    // The payload says where the project is; a hook must not fail the tool
-    // call because of it, so an unreadable payload is an empty one.
     let _ = std::io::stdin().read_to_string(&mut input);
     let payload: serde_json::Value = serde_json::from_str(&input).unwrap_or_default();
+    let event = payload
+        .get("hook_event_name")
+        .and_then(|e| e.as_str())
+        .unwrap_or("PostToolUse")
+        .to_string();
+    let session = payload
+        .get("session_id")
+        .and_then(|s| s.as_str())
+        .map(String::from);
+    let stop_active = payload.get("stop_hook_active").and_then(|s| s.as_bool()) == Some(true);
+    if stop_active && matches!(event.as_str(), "Stop" | "SubagentStop") {
+        // The session already went on once for a Stop hook: let it stop,
+        // and leave the steering for its next call.
+        return Ok(ExitCode::SUCCESS);
+    }
     let dir = project_dir(&payload);
     let pending = dir.join(PENDING);
-    // Taken by a rename first, so steering the runner appends meanwhile
-    // waits for the next call instead of being lost.
-    let taking = dir.join(".xo/steering.taking");
+    // Taken by a rename first, so steering appended meanwhile waits for the
+    // next call instead of being lost.
+    let taking = dir.join(format!(".xo/steering.taking.{}", std::process::id()));
     match std::fs::rename(&pending, &taking) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ExitCode::SUCCESS),
@@ -44,22 +97,39 @@ pub fn claude() -> anyhow::Result<ExitCode> {
     }
     let text = std::fs::read_to_string(&taking)
         .with_context(|| format!("reading {}", taking.display()))?;
-    let steering = text.trim();
-    if !steering.is_empty() {
-        let reason =
-            format!("{steering}\n(from the XO supervisor: act on this before your next step)");
-        println!(
-            "{}",
-            serde_json::json!({"decision": "block", "reason": reason})
-        );
+    let (mut mine, mut others) = (Vec::new(), String::new());
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match addressed(line) {
+            (Some(s), _) if Some(&s) != session.as_ref() => {
+                others.push_str(line);
+                others.push('\n');
+            }
+            (_, t) => mine.push(t),
+        }
     }
-    use std::io::Write;
-    let mut kept = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(DELIVERED))
-        .with_context(|| format!("keeping delivered steering in {}", dir.display()))?;
-    kept.write_all(text.as_bytes())?;
+    if !others.is_empty() {
+        // Back for their own sessions' hooks, after anything appended meanwhile.
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&pending)
+            .with_context(|| format!("keeping {} pending", pending.display()))?;
+        f.write_all(others.as_bytes())?;
+    }
+    if !mine.is_empty() {
+        if let Some(a) = answer(&event, &mine.join("\n"), stop_active) {
+            println!("{a}");
+        }
+        let mut kept = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(DELIVERED))
+            .with_context(|| format!("keeping delivered steering in {}", dir.display()))?;
+        for m in &mine {
+            kept.write_all(m.as_bytes())?;
+            kept.write_all(b"\n")?;
+        }
+    }
     let _ = std::fs::remove_file(&taking);
     Ok(ExitCode::SUCCESS)
 }

@@ -46,8 +46,6 @@ pub fn unit_id(raw: &str) -> String {
 
 /// One recorded session, read and named.
 pub struct Imported {
-    /// Where it was read from.
-    pub file: String,
     /// Its unit id: the session's id, else the file's name.
     pub unit: String,
     pub run: document::Run,
@@ -179,11 +177,7 @@ pub fn read_runs(format: Format, path: &Path) -> anyhow::Result<Vec<Imported>> {
                 None if many => unit_id(&format!("{name}-{}", i + 1)),
                 None => unit_id(&name),
             };
-            Imported {
-                file: file.clone(),
-                unit,
-                run,
-            }
+            Imported { unit, run }
         })
         .collect())
 }

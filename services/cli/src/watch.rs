@@ -315,7 +315,10 @@ async fn hand_over(sessions: &BTreeMap<PathBuf, Session>, st: &Steering) {
         return;
     };
     // Logged there if it cannot be written.
-    xo_pipeline::driver::command::deliver(cwd, std::slice::from_ref(&st.message)).await;
+    // Addressed to this session: another session of the same project
+    // (its hook reads the same file) leaves it pending.
+    xo_pipeline::driver::command::deliver_to(cwd, Some(&s.unit), std::slice::from_ref(&st.message))
+        .await;
     info!(unit = %st.unit, kind = st.kind.as_str(), dir = %cwd.display(), "steering handed to the session's hook");
 }
 

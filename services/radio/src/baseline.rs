@@ -84,12 +84,14 @@ impl OpenHandsStuck {
         }
         if let Some(s) = tail(3)
             && tools(s)
-            && s.iter().all(|a| same_action(a, &s[0]) && a.outcome == Outcome::Error)
+            && s.iter()
+                .all(|a| same_action(a, &s[0]) && a.outcome == Outcome::Error)
         {
             return Some(StuckRule::RepeatedError);
         }
         if let Some(s) = tail(3)
-            && s.iter().all(|a| a.kind == ActionKind::Message && a.outcome == Outcome::Ok)
+            && s.iter()
+                .all(|a| a.kind == ActionKind::Message && a.outcome == Outcome::Ok)
             && s.iter().all(|a| a.output_hash == s[0].output_hash)
         {
             return Some(StuckRule::Monologue);

@@ -142,7 +142,13 @@ const LOOP_KINDS: [AnomalyKind; 5] = [
 ];
 
 /// Replays one run's reports through a radio and the baseline.
-fn replay(radio: &mut Radio, format: &'static str, unit: &str, outcome: &'static str, reports: &[SaluteReport]) -> RunResult {
+fn replay(
+    radio: &mut Radio,
+    format: &'static str,
+    unit: &str,
+    outcome: &'static str,
+    reports: &[SaluteReport],
+) -> RunResult {
     let mut baseline = OpenHandsStuck::new();
     let mut r = RunResult {
         format,
@@ -186,7 +192,10 @@ pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<Run
     let mut seen = std::collections::HashSet::new();
     for f in files {
         let Some(format) = format_of(&f) else {
-            eprintln!("{}: format not known (put it under a folder named after its agent); skipped", f.display());
+            eprintln!(
+                "{}: format not known (put it under a folder named after its agent); skipped",
+                f.display()
+            );
             continue;
         };
         for run in import::read_runs(format, &f)? {
@@ -200,9 +209,18 @@ pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<Run
                 n += 1;
                 unit = format!("{}-{n}", run.unit);
             }
-            let named = import::Imported { unit: unit.clone(), ..run };
+            let named = import::Imported {
+                unit: unit.clone(),
+                ..run
+            };
             let reports = named.reports(role, 200_000, None);
-            out.push(replay(&mut radio, format.as_str(), &unit, named.run.outcome(), &reports));
+            out.push(replay(
+                &mut radio,
+                format.as_str(),
+                &unit,
+                named.run.outcome(),
+                &reports,
+            ));
         }
     }
     Ok(out)
@@ -226,7 +244,10 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let runs = measure(cfg, &a.dir, &a.role)?;
     if a.runs {
-        println!("{:<11} {:<58} {:>5} {:<9} {:>3} {:>4}  xo steering", "format", "run", "turns", "outcome", "xo", "base");
+        println!(
+            "{:<11} {:<58} {:>5} {:<9} {:>3} {:>4}  xo steering",
+            "format", "run", "turns", "outcome", "xo", "base"
+        );
         for r in &runs {
             let kinds: Vec<String> = r.xo_kinds.iter().map(|(k, n)| format!("{k}×{n}")).collect();
             println!(
@@ -248,7 +269,16 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
     formats.dedup();
     println!(
         "{:<11} {:<9} {:>5} {:>6} | {:>8} {:>10} {:>9} | {:>8} {:>10} {:>9}",
-        "format", "runs", "", "turns", "XO runs", "decisions", "per 100", "OH runs", "decisions", "per 100"
+        "format",
+        "runs",
+        "",
+        "turns",
+        "XO runs",
+        "decisions",
+        "per 100",
+        "OH runs",
+        "decisions",
+        "per 100"
     );
     let row = |name: &str, which: &str, keep: &dyn Fn(&RunResult) -> bool| {
         let (xo, b) = figures(&runs, keep);
@@ -271,10 +301,14 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
     };
     for f in &formats {
         row(f, "all", &|r: &RunResult| r.format == *f);
-        row(f, "succeeded", &|r: &RunResult| r.format == *f && r.outcome == "succeeded");
+        row(f, "succeeded", &|r: &RunResult| {
+            r.format == *f && r.outcome == "succeeded"
+        });
     }
     row("total", "all", &|_| true);
-    row("total", "succeeded", &|r: &RunResult| r.outcome == "succeeded");
+    row("total", "succeeded", &|r: &RunResult| {
+        r.outcome == "succeeded"
+    });
     let (xo, base) = figures(&runs, |r| r.outcome == "succeeded");
     let caught: Vec<&RunResult> = runs.iter().filter(|r| r.baseline_first.is_some()).collect();
     let earlier = caught

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """A Claude-Code-shaped agent for tests: speaks `--output-format stream-json`
-and, after every tool call, runs the PostToolUse hooks of the project's
-`.claude/settings.local.json` with the JSON payload Claude Code gives them,
-showing a `{"decision": "block", "reason": ...}` answer to "the model".
+and runs the hooks of the project's `.claude/settings.local.json` as Claude
+Code does: `PostToolUse` after a tool call that succeeded, only
+`PostToolUseFailure` after one that failed, `Stop` before it ends; each with
+the JSON payload Claude Code gives that event. It shows the model what
+Claude Code shows it: `hookSpecificOutput.additionalContext` of a
+PostToolUse/PostToolUseFailure answer; a Stop answer's `decision: block`
+`reason` makes it go on.
 
 It loops on a failing `make build` until a hook hands it steering; then it
 changes course: writes fixed.txt and ends with the reply format."""
@@ -19,7 +23,7 @@ def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
-def hooks():
+def hooks(event):
     try:
         with open(".claude/settings.local.json") as f:
             settings = json.load(f)
@@ -27,29 +31,40 @@ def hooks():
         return []
     return [
         h["command"]
-        for m in settings.get("hooks", {}).get("PostToolUse", [])
+        for m in settings.get("hooks", {}).get(event, [])
         for h in m.get("hooks", [])
     ]
 
 
-def post_tool_use(tool, tool_input, response):
-    payload = {
-        "session_id": SESSION,
-        "hook_event_name": "PostToolUse",
-        "tool_name": tool,
-        "tool_input": tool_input,
-        "tool_response": response,
-        "cwd": os.getcwd(),
-    }
+def run_hooks(event, payload):
+    """What the model is shown from the event's hooks, or None."""
+    payload = dict(payload, session_id=SESSION, hook_event_name=event, cwd=os.getcwd(),
+                   transcript_path="/nonexistent/transcript.jsonl")
     env = dict(os.environ, CLAUDE_PROJECT_DIR=os.getcwd())
-    for cmd in hooks():
+    shown = []
+    for cmd in hooks(event):
         p = subprocess.run(cmd, shell=True, input=json.dumps(payload), capture_output=True, text=True, env=env)
         out = p.stdout.strip()
-        if p.returncode == 0 and out:
-            answer = json.loads(out)
+        if p.returncode != 0 or not out:
+            continue
+        answer = json.loads(out)
+        if event == "Stop":
             if answer.get("decision") == "block":
-                return answer["reason"]
-    return None
+                shown.append(answer["reason"])
+        else:
+            ctx = (answer.get("hookSpecificOutput") or {}).get("additionalContext")
+            if ctx:
+                shown.append(ctx)
+    return "\n".join(shown) or None
+
+
+def post_tool_use(tool, tool_input, response, tool_use_id, is_error):
+    if is_error:
+        return run_hooks("PostToolUseFailure", {"tool_name": tool, "tool_input": tool_input,
+                                                "tool_use_id": tool_use_id, "error": response["output"],
+                                                "is_interrupt": False})
+    return run_hooks("PostToolUse", {"tool_name": tool, "tool_input": tool_input,
+                                     "tool_response": response, "tool_use_id": tool_use_id})
 
 
 def tool(i, name, tool_input, result, is_error):
@@ -59,7 +74,7 @@ def tool(i, name, tool_input, result, is_error):
           "usage": {"input_tokens": 1000 + i, "output_tokens": 20}}})
     emit({"type": "user", "session_id": SESSION, "message": {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": tid, "content": result, "is_error": is_error}]}})
-    return post_tool_use(name, tool_input, {"output": result})
+    return post_tool_use(name, tool_input, {"output": result}, tid, is_error)
 
 
 emit({"type": "system", "subtype": "init", "session_id": SESSION, "model": "claude-sonnet-4-5", "tools": ["Bash", "Write"]})
@@ -73,6 +88,8 @@ if steering and "[SUPERVISOR]" in steering:
     with open("fixed.txt", "w") as f:
         f.write("changed course after: " + steering.splitlines()[0] + "\n")
     tool(999, "Write", {"file_path": "fixed.txt"}, "File created successfully", False)
+    # Before ending, Claude Code runs the Stop hooks.
+    run_hooks("Stop", {"stop_hook_active": False})
     reply = json.dumps({"status": "ok", "message": "changed course after the supervisor's steering"})
     emit({"type": "result", "subtype": "success", "is_error": False, "session_id": SESSION,
           "result": "Fixed.\n" + reply, "total_cost_usd": 0.02})

@@ -293,8 +293,15 @@ impl CommandDriver {
 }
 
 /// Appends steering for the hook to hand to the agent at its next tool call
-/// (`<cwd>/.xo/steering.pending`, read by `xo hook claude`).
+/// (`<cwd>/.xo/steering.pending`, read by `xo hook claude`), for whichever
+/// session runs there (the runner's one agent a task directory).
 pub async fn deliver(cwd: &Path, steering: &[String]) {
+    deliver_to(cwd, None, steering).await
+}
+
+/// [`deliver`] addressed to one session: only that session's hook takes
+/// it (a line `{"session_id": …, "text": …}`; plain lines are for anyone).
+pub async fn deliver_to(cwd: &Path, session: Option<&str>, steering: &[String]) {
     use tokio::io::AsyncWriteExt;
     let path = cwd.join(PENDING);
     let res = async {
@@ -307,7 +314,12 @@ pub async fn deliver(cwd: &Path, steering: &[String]) {
             .open(&path)
             .await?;
         for s in steering {
-            f.write_all(s.as_bytes()).await?;
+            let line = match session {
+                Some(id) => serde_json::json!({"session_id": id, "text": s}).to_string(),
+                // One line a steering: its own line breaks would split it.
+                None => s.replace('\n', " "),
+            };
+            f.write_all(line.as_bytes()).await?;
             f.write_all(b"\n").await?;
         }
         f.flush().await
@@ -334,7 +346,10 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-/// Adds XO's PostToolUse hook to `<cwd>/.claude/settings.local.json`,
+/// The Claude Code hook events `xo hook claude` is installed for.
+pub const CLAUDE_HOOK_EVENTS: [&str; 3] = ["PostToolUse", "PostToolUseFailure", "Stop"];
+
+/// Adds XO's hook ([`CLAUDE_HOOK_EVENTS`]) to `<cwd>/.claude/settings.local.json`,
 /// keeping whatever else is there; a file that is not JSON is an error
 /// (never overwritten).
 pub async fn install_claude_hook(cwd: &Path) -> Result<(), DriverError> {
@@ -362,19 +377,35 @@ pub async fn install_claude_hook(cwd: &Path) -> Result<(), DriverError> {
         .or_insert_with(|| serde_json::json!({}))
         .as_object_mut()
         .ok_or_else(|| err("\"hooks\" is not an object in", String::new()))?;
-    let post = hooks
-        .entry("PostToolUse")
-        .or_insert_with(|| serde_json::json!([]))
-        .as_array_mut()
-        .ok_or_else(|| err("\"hooks.PostToolUse\" is not an array in", String::new()))?;
-    let present = post.iter().any(|m| {
-        m.get("hooks").and_then(|h| h.as_array()).is_some_and(|h| {
-            h.iter()
-                .any(|x| x.get("command").and_then(|c| c.as_str()) == Some(command.as_str()))
-        })
-    });
-    if !present {
-        post.push(entry);
+    // After a call that succeeded, after one that failed (Claude Code runs
+    // only PostToolUseFailure then), and before the session stops.
+    for event in CLAUDE_HOOK_EVENTS {
+        let list = hooks
+            .entry(event)
+            .or_insert_with(|| serde_json::json!([]))
+            .as_array_mut()
+            .ok_or_else(|| {
+                err(
+                    &format!("\"hooks.{event}\" is not an array in"),
+                    String::new(),
+                )
+            })?;
+        let present = list.iter().any(|m| {
+            m.get("hooks").and_then(|h| h.as_array()).is_some_and(|h| {
+                h.iter()
+                    .any(|x| x.get("command").and_then(|c| c.as_str()) == Some(command.as_str()))
+            })
+        });
+        if !present {
+            let mut e = entry.clone();
+            if event == "Stop"
+                && let Some(o) = e.as_object_mut()
+            {
+                // Stop takes no matcher.
+                o.remove("matcher");
+            }
+            list.push(e);
+        }
     }
     tokio::fs::create_dir_all(&dir)
         .await
