@@ -41,7 +41,7 @@ fn xo(root: &Path, url: &str, name: &str, args: &[&str]) -> Child {
 fn read_turn(i: u32, cwd: &Path) -> String {
     let c = cwd.display();
     format!(
-        "{{\"type\":\"assistant\",\"sessionId\":\"s-watch-1\",\"cwd\":\"{c}\",\"message\":{{\"id\":\"m{i}\",\"model\":\"claude-sonnet-4-5\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t{i}\",\"name\":\"Read\",\"input\":{{\"file_path\":\"f{i}.rs\"}}}}]}}}}\n\
+        "{{\"type\":\"assistant\",\"sessionId\":\"s-watch-1\",\"cwd\":\"{c}\",\"message\":{{\"id\":\"m{i}\",\"model\":\"claude-sonnet-4-5\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t{i}\",\"name\":\"Read\",\"input\":{{\"file_path\":\"f.rs\"}}}}]}}}}\n\
          {{\"type\":\"user\",\"sessionId\":\"s-watch-1\",\"cwd\":\"{c}\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t{i}\",\"content\":\"contents of f{i}\"}}]}}}}\n"
     )
 }
@@ -126,8 +126,10 @@ async fn watch_supervises_live_transcripts() {
         units(&bus).await.iter().any(|u| u.unit == "s-watch-1")
     })
     .await;
-    // The agent goes on reading without progress: appended while watched.
-    for i in 1..=7 {
+    // The agent goes on reading the same file (a first look at a file is
+    // progress, a look again is not; its contents change, so no loop):
+    // appended while watched, past the agent role's 8 turns.
+    for i in 1..=11 {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&session)
