@@ -55,14 +55,13 @@ fn addressed(line: &str) -> (Option<String>, String) {
 }
 
 /// What the hook answers Claude Code for `event` with `steering`.
-pub fn answer(event: &str, steering: &str, stop_active: bool) -> Option<serde_json::Value> {
+fn answer(event: &str, steering: &str) -> serde_json::Value {
     let text = format!("{steering}\n(from the XO supervisor: act on this before your next step)");
     match event {
-        "Stop" | "SubagentStop" if stop_active => None,
-        "Stop" | "SubagentStop" => Some(serde_json::json!({"decision": "block", "reason": text})),
-        _ => Some(serde_json::json!({
+        "Stop" | "SubagentStop" => serde_json::json!({"decision": "block", "reason": text}),
+        _ => serde_json::json!({
             "hookSpecificOutput": {"hookEventName": event, "additionalContext": text}
-        })),
+        }),
     }
 }
 
@@ -117,9 +116,7 @@ pub fn claude() -> anyhow::Result<ExitCode> {
         f.write_all(others.as_bytes())?;
     }
     if !mine.is_empty() {
-        if let Some(a) = answer(&event, &mine.join("\n"), stop_active) {
-            println!("{a}");
-        }
+        println!("{}", answer(&event, &mine.join("\n")));
         let mut kept = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -152,9 +152,9 @@ impl RoleProfile {
     /// The built-in profile of [`AGENT_ROLE`], measured on the public real
     /// runs in `tests/fixtures/real` (28 that succeeded, 1 that failed):
     /// the longest stretch without progress in a succeeded run has a
-    /// median of 3 turns, 8 at the 90th percentile and 12 at most; the
-    /// failed run's is 11. A stall is steered past 8 turns, so that 9 in
-    /// 10 succeeded runs are never told they stalled, and the failed one is.
+    /// median of 3 turns, 6 at the 90th percentile and 8 at most; the
+    /// failed run's is 11. A stall is steered past 8 turns: no succeeded
+    /// run is told it stalled, the failed one is.
     /// Configure `[roles.agent]` to change it.
     pub fn agent() -> Self {
         Self {

@@ -104,26 +104,7 @@ fn traceback_exception(text: &str) -> Option<String> {
 
 /// A command that runs tests.
 pub fn is_test_command(command: &str) -> bool {
-    const TESTS: [&str; 17] = [
-        "pytest",
-        "cargo test",
-        "npm test",
-        "go test",
-        "unittest",
-        "jest",
-        "vitest",
-        "make test",
-        "tox",
-        "nextest",
-        "mix test",
-        "dotnet test",
-        "gradle test",
-        "gradlew test",
-        "mvn test",
-        "yarn test",
-        "pnpm test",
-    ];
-    contains_any(command, &TESTS)
+    contains_any(command, &TEST_RUNNERS)
 }
 
 /// Case-insensitive substring search without copying the haystack.
@@ -241,7 +222,8 @@ const CHECKS: [&str; 30] = [
     "pre-commit",
 ];
 
-/// Commands that run tests, as the first words of a command line.
+/// Commands that run tests: the first words of a command line (progress),
+/// or anywhere in it (the class of a failure).
 const TEST_RUNNERS: [&str; 19] = [
     "pytest",
     "cargo test",
@@ -265,7 +247,7 @@ const TEST_RUNNERS: [&str; 19] = [
 ];
 
 /// First words of shell commands that only read.
-const SHELL_READS: [&str; 22] = [
+const SHELL_READS: [&str; 26] = [
     "cat",
     "head",
     "tail",
@@ -288,6 +270,10 @@ const SHELL_READS: [&str; 22] = [
     "open",
     "search_dir",
     "find_file",
+    "curl",
+    "wget",
+    "strings",
+    "xxd",
 ];
 
 /// First words of shell commands that write files.
@@ -495,6 +481,10 @@ mod tests {
             Commit
         );
         assert_eq!(step_kind("Bash", Some("ls -la")), Explore);
+        assert_eq!(
+            step_kind("Bash", Some("curl http://localhost:8000/")),
+            Explore
+        );
         assert_eq!(
             step_kind("exec_command", Some("sed -n '1,80p' src/a.rs")),
             Explore

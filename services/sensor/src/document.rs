@@ -56,7 +56,7 @@ pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, String> {
     if format == Format::OpenHands && head.starts_with('[') {
         let events: Vec<Value> = serde_json::from_str(head)
             .map_err(|e| format!("not a JSON array of OpenHands events: {e}"))?;
-        return Ok(vec![events_run(format, events.iter())]);
+        return Ok(vec![events_run(format, events.iter(), None)]);
     }
     if format == Format::OpenHands
         && let Some(first) = head.lines().next()
@@ -74,20 +74,14 @@ pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, String> {
             let v: Value = serde_json::from_str(line)
                 .map_err(|e| format!("line {}: not a JSON run: {e}", i + 1))?;
             let history = v.get("history").and_then(Value::as_array);
-            let mut run = events_run(format, history.into_iter().flatten());
-            if let Some(id) = v.get("instance_id").and_then(Value::as_str) {
-                run.id = Some(id.to_string());
-            }
-            // The harness's own verdict: an error stops the run, failed.
-            if let Some(e) = v
+            // The harness's own verdict: an error stopped the run, failed.
+            let error = v
                 .get("error")
                 .and_then(Value::as_str)
-                .filter(|e| !e.is_empty())
-            {
-                let mut sensor = Sensor::new(format);
-                let t = sensor.common.end(format!("error: {e}"), Some(e));
-                run.turns.push(t);
-                run.ended = Some(true);
+                .filter(|e| !e.is_empty());
+            let mut run = events_run(format, history.into_iter().flatten(), error);
+            if let Some(id) = v.get("instance_id").and_then(Value::as_str) {
+                run.id = Some(id.to_string());
             }
             runs.push(run);
         }
@@ -104,8 +98,12 @@ pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, String> {
     Ok(vec![finish(sensor, run)])
 }
 
-/// A run from events given one by one.
-fn events_run<'a>(format: Format, events: impl Iterator<Item = &'a Value>) -> Run {
+/// A run from events given one by one; `error`, the harness's, ends it failed.
+fn events_run<'a>(
+    format: Format,
+    events: impl Iterator<Item = &'a Value>,
+    error: Option<&str>,
+) -> Run {
     let mut sensor = Sensor::new(format);
     let mut run = Run::default();
     for e in events {
@@ -113,6 +111,10 @@ fn events_run<'a>(format: Format, events: impl Iterator<Item = &'a Value>) -> Ru
             Ok(t) => run.turns.extend(t),
             Err(e) => run.errors.push(e),
         }
+    }
+    if let Some(e) = error {
+        run.turns
+            .push(sensor.common.end(format!("error: {e}"), Some(e)));
     }
     finish(sensor, run)
 }

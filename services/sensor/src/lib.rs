@@ -271,7 +271,7 @@ pub(crate) struct Common {
     pub parent: Option<String>,
     /// What the run has looked at (tool and arguments), so that a second
     /// look is not progress.
-    explored: std::collections::HashSet<u64>,
+    explored: std::collections::HashSet<String>,
     /// Cumulative usage last seen (streams that report totals, not deltas).
     last_cost: f64,
     last_in: u64,
@@ -401,9 +401,7 @@ impl Common {
                 | classify::StepKind::Commit => true,
                 // New to this run: progress; looked at before: not.
                 classify::StepKind::Explore => {
-                    let key = hex_hash(&format!("{tool}\u{1f}{args_hash}"));
-                    self.explored
-                        .insert(u64::from_str_radix(key.as_str(), 16).unwrap_or(0))
+                    self.explored.insert(format!("{tool}\u{1f}{args_hash}"))
                 }
                 classify::StepKind::Other => false,
             };

@@ -87,12 +87,14 @@ pub fn format_of(path: &Path) -> Option<Format> {
     if path.is_dir() {
         return None;
     }
-    let head: String = std::fs::read(path)
-        .ok()?
-        .iter()
-        .take(4096)
-        .map(|b| *b as char)
-        .collect();
+    // The first bytes tell; the file is read whole once, by the import.
+    let mut head = Vec::with_capacity(4096);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(path).ok()?, 4096),
+        &mut head,
+    )
+    .ok()?;
+    let head = String::from_utf8_lossy(&head);
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if ext == "traj" || head.contains("\"trajectory\"") {
         Some(Format::SweAgent)
@@ -264,7 +266,6 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
         println!();
     }
     let mut formats: Vec<&str> = runs.iter().map(|r| r.format).collect();
-    formats.dedup();
     formats.sort();
     formats.dedup();
     println!(
@@ -339,10 +340,11 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
         earlier,
         verdict(loops_ok)
     );
+    let (all_xo, all_base) = figures(&runs, |_| true);
     println!(
         "ratio, decisions on all runs: XO {} / OpenHands rules {} ({} runs, read and replayed in {:.2} s)",
-        figures(&runs, |_| true).0.decisions,
-        figures(&runs, |_| true).1.decisions,
+        all_xo.decisions,
+        all_base.decisions,
         runs.len(),
         started.elapsed().as_secs_f64()
     );
