@@ -280,6 +280,10 @@ pub struct UnitSummary {
     /// The health the unit reported for itself.
     pub self_health: Health,
     pub stale: bool,
+    /// Its last report said its session ended (or waits for its user):
+    /// not stale for being silent.
+    #[serde(default)]
+    pub ended: bool,
     pub turn: u64,
     pub seq: u64,
     /// Milliseconds since the Unix epoch of the last report or heartbeat.

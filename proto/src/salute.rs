@@ -188,6 +188,16 @@ pub struct Status {
     pub assessed_by: Assessor,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The unit's session has ended, or its agent has finished its turn
+    /// and waits for its user: silence after this report is not a stale
+    /// unit, and it is not steered. A later report without it clears it
+    /// (the session went on).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ended: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 #[derive(

@@ -502,6 +502,14 @@ impl<'a> Reader<'a> {
                     first(&mut seen, 2)?;
                     s.note = self.opt_string()?;
                 }
+                b"ended" => {
+                    first(&mut seen, 3)?;
+                    s.ended = match self.byte()? {
+                        0xc2 => false,
+                        0xc3 => true,
+                        _ => return None,
+                    };
+                }
                 _ => return None,
             }
         }
@@ -620,6 +628,7 @@ mod tests {
                 Assessor::SelfAssessed
             },
             note: g.opt(),
+            ended: g.flip(),
         };
         r
     }

@@ -1,5 +1,8 @@
 //! `xo hook claude`: Claude Code's hook for `PostToolUse`,
-//! `PostToolUseFailure` and `Stop`. The runner (or `xo watch`) appends the
+//! `PostToolUseFailure` and `Stop`; `xo hook codex`: Codex's for
+//! `PostToolUse` and `Stop` (the same contract: Codex's hook payloads and
+//! answers follow Claude Code's). `xo hook AGENT --install DIR` adds it to
+//! a project. The runner (or `xo watch`) appends the
 //! XO's steering for a running agent to `.xo/steering.pending` in the
 //! session's project; Claude Code runs this hook after every tool call —
 //! `PostToolUse` after one that succeeded, `PostToolUseFailure` after one
@@ -25,10 +28,46 @@ use std::process::ExitCode;
 use anyhow::Context;
 use xo_pipeline::driver::command::{DELIVERED, PENDING};
 
+/// The agents with a hook.
+const AGENTS: [&str; 2] = ["claude", "codex"];
+
+fn known(agent: &str) -> anyhow::Result<()> {
+    if !AGENTS.contains(&agent) {
+        anyhow::bail!(
+            "no hook for agent {agent:?}; the hooks are: {}",
+            AGENTS.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `xo hook AGENT --install DIR`: the hook added to the project in `dir`.
+pub async fn install(agent: &str, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    known(agent)?;
+    if !dir.is_dir() {
+        anyhow::bail!("{} is not a project directory", dir.display());
+    }
+    use xo_pipeline::driver::command as c;
+    let files = match agent {
+        "claude" => vec![c::install_claude_hook(dir).await?],
+        _ => c::install_codex_hook(dir).await?,
+    };
+    for f in &files {
+        eprintln!("xo hook {agent}: installed in {}", f.display());
+    }
+    if agent == "codex" {
+        eprintln!(
+            "xo hook codex: Codex runs a project's hooks once the project is trusted and the hook reviewed: open /hooks in codex"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The project directory: Claude Code's `CLAUDE_PROJECT_DIR`, else the
 /// payload's `cwd`, else this process's directory.
-fn project_dir(payload: &serde_json::Value) -> PathBuf {
+fn project_dir(agent: &str, payload: &serde_json::Value) -> PathBuf {
     std::env::var_os("CLAUDE_PROJECT_DIR")
+        .filter(|_| agent == "claude")
         .map(PathBuf::from)
         .or_else(|| {
             payload
@@ -65,7 +104,9 @@ fn answer(event: &str, steering: &str) -> serde_json::Value {
     }
 }
 
-pub fn claude() -> anyhow::Result<ExitCode> {
+/// `xo hook AGENT`: answers one hook call (its payload on stdin).
+pub fn answer_hook(agent: &str) -> anyhow::Result<ExitCode> {
+    known(agent)?;
     let mut input = String::new();
     let _ = std::io::stdin().read_to_string(&mut input);
     let payload: serde_json::Value = serde_json::from_str(&input).unwrap_or_default();
@@ -84,7 +125,7 @@ pub fn claude() -> anyhow::Result<ExitCode> {
         // and leave the steering for its next call.
         return Ok(ExitCode::SUCCESS);
     }
-    let dir = project_dir(&payload);
+    let dir = project_dir(agent, &payload);
     let pending = dir.join(PENDING);
     // Taken by a rename first, so steering appended meanwhile waits for the
     // next call instead of being lost.

@@ -44,6 +44,22 @@ pub fn unit_id(raw: &str) -> String {
     if s.is_empty() { "run".into() } else { s }
 }
 
+/// A session's unit: its session id, else the name of its file (or
+/// folder). `xo import` and `xo watch` name a session alike.
+pub fn unit_for(session: Option<&str>, name: &str) -> String {
+    unit_id(session.unwrap_or(name))
+}
+
+/// An OpenHands event file's place in its run, from its name: `<n>.json`
+/// (V0) or `event-<n>-<uuid>.json` (V1 SDK); a name with no number last.
+pub fn event_number(stem: &str) -> u64 {
+    stem.trim_start_matches("event-")
+        .split('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
 /// One recorded session, read and named.
 pub struct Imported {
     /// Its unit id: the session's id, else the file's name.
@@ -173,9 +189,8 @@ pub fn read_runs(format: Format, path: &Path) -> anyhow::Result<Vec<Imported>> {
                 run.outcome()
             );
             let unit = match &run.id {
-                Some(id) => unit_id(id),
                 None if many => unit_id(&format!("{name}-{}", i + 1)),
-                None => unit_id(&name),
+                id => unit_for(id.as_deref(), &name),
             };
             Imported { unit, run }
         })
@@ -217,14 +232,7 @@ fn events_folder(format: Format, dir: &Path) -> anyhow::Result<(String, String)>
             .and_then(|s| s.to_str())
             .unwrap_or("")
             .to_string();
-        // V0: `<id>.json`; V1 SDK: `event-<n>-<uuid>.json`.
-        let n = stem
-            .trim_start_matches("event-")
-            .split('-')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(u64::MAX);
-        files.push((n, stem, p));
+        files.push((event_number(&stem), stem, p));
     }
     if files.is_empty() {
         bail!("{}: no event files (*.json) in it", events.display());

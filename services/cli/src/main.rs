@@ -142,12 +142,25 @@ enum Cmd {
         /// How often the files are looked at (ms).
         #[arg(long, default_value_t = 500)]
         poll_ms: u64,
+        /// Read the sessions already in the directories from their start
+        /// (reported, never steered); by default the watch starts at
+        /// their end and reports only what is written from now on.
+        #[arg(long)]
+        from_start: bool,
     },
-    /// Agent hooks: `xo hook claude` is Claude Code's PostToolUse hook that
-    /// hands the XO's pending steering to a running agent.
+    /// Agent hooks: `xo hook claude` (Claude Code's PostToolUse,
+    /// PostToolUseFailure and Stop hook) and `xo hook codex` (Codex's
+    /// PostToolUse and Stop hook) hand the XO's pending steering to a
+    /// running agent; `--install DIR` adds the hook to a project.
     Hook {
-        /// The agent: claude.
+        /// The agent: claude or codex.
         agent: String,
+        /// Add the hook to the project in DIR (default: here) instead of
+        /// answering one: `.claude/settings.local.json`, or
+        /// `.codex/hooks.json` and `[features] codex_hooks` in
+        /// `.codex/config.toml`.
+        #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = ".")]
+        install: Option<std::path::PathBuf>,
     },
     /// The radio check offline.
     Radio {
@@ -716,18 +729,20 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             dirs,
             role,
             poll_ms,
+            from_start,
         } => {
             let args = watch::WatchArgs {
                 format,
                 dirs,
                 role,
                 poll_ms,
+                from_start,
             };
             watch::watch(&cfg, args, services::shutdown_signal()).await
         }
-        Cmd::Hook { agent } => match agent.as_str() {
-            "claude" => hook::claude(),
-            other => anyhow::bail!("no hook for agent {other:?}; the hooks are: claude"),
+        Cmd::Hook { agent, install } => match install {
+            Some(dir) => hook::install(&agent, &dir).await,
+            None => hook::answer_hook(&agent),
         },
         Cmd::Import {
             format,

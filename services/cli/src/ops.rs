@@ -163,7 +163,7 @@ fn age(last_seen: u64) -> String {
 fn table(units: &[UnitSummary]) -> String {
     let mut out = format!(
         "{:<20} {:<12} {:<7} {:<7} {:<6} {:>6} {:>5} {:>6} {:<10} {}\n",
-        "UNIT", "ROLE", "HEALTH", "SELF", "STALE", "TURN", "CTX", "STEER", "TASK", "SEEN"
+        "UNIT", "ROLE", "HEALTH", "SELF", "STATE", "TURN", "CTX", "STEER", "TASK", "SEEN"
     );
     for u in units {
         out.push_str(&format!(
@@ -172,7 +172,13 @@ fn table(units: &[UnitSummary]) -> String {
             u.role,
             health(u.health),
             health(u.self_health),
-            if u.stale { "yes" } else { "no" },
+            if u.stale {
+                "stale"
+            } else if u.ended {
+                "ended"
+            } else {
+                "live"
+            },
             u.turn,
             (u.context_fill * 100.0).round(),
             u.steering_sent,

@@ -1,16 +1,26 @@
 //! `xo watch FORMAT DIR...`: supervise agents that run outside XO from their
 //! live transcripts (macrocosm over a shared volume). Every session file in
 //! the directories (Claude Code projects, Codex sessions, Cursor logs; for
-//! OpenHands, event directories of one JSON file an event) is a unit: its
-//! new lines are read as they are appended and published as SALUTE
-//! reports, one a turn. Steering for a Claude Code session is handed to it
-//! through the same hook as in the runner (`.xo/steering.pending` in the
-//! session's project directory, read by `xo hook claude`).
+//! OpenHands, event directories of one JSON file an event) is a unit, named
+//! after the session id its stream gives (as `xo import` names it), else
+//! after its file: its new lines are read as they are appended and
+//! published as SALUTE reports, one a turn.
 //!
-//! New sessions are picked up as they appear; a file that shrinks
-//! (truncated or rotated) is read again from its start (the unit's
-//! sequence goes on); a file that is not of the format is skipped with a
-//! warning naming it.
+//! The watch starts at the end of the files already there: their history is
+//! read (so turns, tokens and the session's name are right) but not
+//! reported; `--from-start` reports it too. Steering is written only for a
+//! session that has written since the watch started and has not ended: a
+//! session idle before the start, or one whose agent has ended (or waits
+//! for its user), gets none. A session that ends is reported ended
+//! (`status.ended`), so the XO does not call it stale for being silent.
+//!
+//! Steering for a Claude Code or Codex session is handed to it through the
+//! same hook as in the runner (`.xo/steering.pending` in the session's
+//! project directory, read by `xo hook claude` / `xo hook codex`), addressed
+//! to the session. New sessions are picked up as they appear and read from
+//! their start; a file that shrinks (truncated or rotated) is read again
+//! from its start (the unit's sequence goes on); a file that is not of the
+//! format is skipped with a warning naming it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -22,7 +32,7 @@ use xo_runtime::config::WatchConfig;
 use anyhow::Context;
 use tracing::{info, warn};
 use xo_bus::{Bus, typed};
-use xo_proto::{Steering, Subjects};
+use xo_proto::{SaluteReport, Steering, Subjects};
 use xo_runtime::XoConfig;
 use xo_sensor::salute::SaluteState;
 use xo_sensor::{Format, Sensor};
@@ -32,9 +42,12 @@ const PROBE_LINES: u64 = 20;
 
 /// One watched session.
 struct Session {
-    unit: String,
+    /// The file's (or event folder's) name: the unit's name when the
+    /// stream names no session.
+    name: String,
+    /// The unit and its SALUTE state, from the session's first turn.
+    unit: Option<(String, SaluteState)>,
     sensor: Sensor,
-    state: SaluteState,
     /// Bytes of the file read so far, and the partial last line.
     offset: u64,
     partial: Vec<u8>,
@@ -43,6 +56,31 @@ struct Session {
     /// The session's project directory, where its hook looks for steering.
     cwd: Option<PathBuf>,
     skipped: bool,
+    /// It has written since the watch started: steering may reach it.
+    live: bool,
+    /// The XO has been told it rests (its last report said ended).
+    rested: bool,
+}
+
+impl Session {
+    fn new(path: &Path, dir_mode: bool, format: Format) -> Self {
+        Self {
+            name: unit_name(path, dir_mode),
+            unit: None,
+            sensor: Sensor::new(format),
+            offset: 0,
+            partial: Vec::new(),
+            seen: Default::default(),
+            cwd: None,
+            skipped: false,
+            live: false,
+            rested: false,
+        }
+    }
+
+    fn unit(&self) -> Option<&str> {
+        self.unit.as_ref().map(|(u, _)| u.as_str())
+    }
 }
 
 /// What `xo watch` was asked.
@@ -52,6 +90,8 @@ pub struct WatchArgs {
     pub dirs: Vec<String>,
     pub role: String,
     pub poll_ms: u64,
+    /// Report the history of the sessions already there.
+    pub from_start: bool,
 }
 
 /// `xo watch`: the watch on the bus of this machine (NATS or a running
@@ -66,9 +106,14 @@ pub async fn watch(
         xo_runtime::telemetry::init(&cfg.telemetry, "xo-watch").map_err(anyhow::Error::msg)?;
     let bus = crate::connect::client_bus(cfg).await?;
     eprintln!(
-        "xo watch: {} sessions in {} — ctrl-c stops",
+        "xo watch: {} sessions in {} from {} — ctrl-c stops",
         args.format,
-        args.dirs.join(", ")
+        args.dirs.join(", "),
+        if args.from_start {
+            "their start"
+        } else {
+            "now on"
+        }
     );
     let res = run(bus, cfg, args, shutdown).await;
     telemetry.shutdown();
@@ -109,35 +154,37 @@ pub async fn run(
     let mut sessions: BTreeMap<PathBuf, Session> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(args.poll_ms.max(20)));
     let mut shutdown = std::pin::pin!(shutdown);
-    info!(format = format.as_str(), dirs = ?args.dirs, "watching agent transcripts");
+    // The first look finds what was there before the watch: its history.
+    let mut first = true;
+    info!(format = format.as_str(), dirs = ?args.dirs, from_start = args.from_start, "watching agent transcripts");
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tick.tick() => {
+                let out = Out { bus: &bus, subjects: &subjects, cfg, role: &args.role, quiet: first && !args.from_start };
                 for (path, dir_mode) in scan(format, &args.dirs) {
                     let s = sessions.entry(path.clone()).or_insert_with(|| {
-                        let unit = crate::import::unit_id(&unit_name(&path, dir_mode));
-                        info!(unit = %unit, path = %path.display(), "watching a new session");
-                        Session {
-                            state: SaluteState::new(&unit, &args.role, None, cfg.runner.context_limit),
-                            unit,
-                            sensor: Sensor::new(format),
-                            offset: 0,
-                            partial: Vec::new(),
-                            seen: Default::default(),
-                            cwd: None,
-                            skipped: false,
-                        }
+                        info!(path = %path.display(), before_start = first, "watching a new session");
+                        Session::new(&path, dir_mode, format)
                     });
                     if s.skipped {
                         continue;
                     }
                     let lines = if dir_mode { read_events(&path, s) } else { read_lines(&path, s, format) };
-                    publish(&bus, &subjects, cfg, s, lines).await;
+                    if !first && !lines.is_empty() && !s.live {
+                        s.live = true;
+                        info!(unit = s.unit().unwrap_or(&s.name), "session active since the watch started: steering reaches it");
+                    }
+                    out.publish(s, lines).await;
                     if s.sensor.stats().events == 0 && s.sensor.stats().lines >= PROBE_LINES {
                         warn!(path = %path.display(), format = format.as_str(), "not a {} stream: skipped", format.as_str());
                         s.skipped = true;
                     }
+                }
+                if first {
+                    first = false;
+                    let before = sessions.values().filter(|s| !s.skipped).count();
+                    info!(sessions = before, reported = args.from_start, "sessions already there read; watching from now on");
                 }
             }
             m = steering.next() => {
@@ -203,7 +250,7 @@ fn read_lines(path: &Path, s: &mut Session, format: Format) -> Vec<String> {
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len < s.offset {
-        info!(unit = %s.unit, path = %path.display(), "session file truncated or rotated: reading it again");
+        info!(unit = s.unit().unwrap_or(&s.name), path = %path.display(), "session file truncated or rotated: reading it again");
         s.offset = 0;
         s.partial.clear();
         s.sensor = Sensor::new(format);
@@ -236,7 +283,7 @@ fn read_events(dir: &Path, s: &mut Session) -> Vec<String> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?.to_string();
-            let n = p.file_stem()?.to_str()?.parse::<u64>().unwrap_or(u64::MAX);
+            let n = crate::import::event_number(p.file_stem()?.to_str()?);
             (!s.seen.contains(&name)).then_some((n, name, p))
         })
         .collect();
@@ -256,68 +303,123 @@ fn read_events(dir: &Path, s: &mut Session) -> Vec<String> {
     lines
 }
 
-/// Feeds the lines to the session's sensor and publishes a report a turn.
-async fn publish(
-    bus: &Bus,
-    subjects: &Subjects,
-    cfg: &XoConfig,
-    s: &mut Session,
-    lines: Vec<String>,
-) {
-    for line in lines {
-        // The project directory, from the first line that names one (a
-        // format that never does is not parsed a second time per line).
-        if s.cwd.is_none()
-            && line.contains("\"cwd\"")
-            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
-        {
-            let cwd = v
-                .get("cwd")
-                .or_else(|| v.get("payload").and_then(|p| p.get("cwd")))
-                .and_then(|c| c.as_str());
-            s.cwd = cwd.map(PathBuf::from);
-        }
-        match s.sensor.line(&line) {
-            Ok(turns) => {
-                if s.state.task().is_none() {
-                    let task = s
-                        .sensor
-                        .session()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| s.unit.clone());
-                    s.state.start_task(Some(task));
-                }
-                for t in turns {
-                    let r = s.state.turn(t);
-                    if let Err(e) =
-                        typed::publish(bus, &subjects.salute(&s.unit), &r, cfg.wire.format).await
-                    {
-                        warn!(unit = %s.unit, error = %e, "report not published");
+/// Where a session's reports go.
+struct Out<'a> {
+    bus: &'a Bus,
+    subjects: &'a Subjects,
+    cfg: &'a XoConfig,
+    role: &'a str,
+    /// History read before the watch started: the state is kept, nothing
+    /// is reported.
+    quiet: bool,
+}
+
+impl Out<'_> {
+    /// Feeds the lines to the session's sensor and reports a turn each;
+    /// once the agent rests (its session ended, or it waits for its user),
+    /// one report more says so.
+    async fn publish(&self, s: &mut Session, lines: Vec<String>) {
+        for line in lines {
+            // The project directory, from the first line that names one (a
+            // format that never does is not parsed a second time per line).
+            if s.cwd.is_none()
+                && line.contains("\"cwd\"")
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+            {
+                let cwd = v
+                    .get("cwd")
+                    .or_else(|| v.get("payload").and_then(|p| p.get("cwd")))
+                    .and_then(|c| c.as_str());
+                s.cwd = cwd.map(PathBuf::from);
+            }
+            match s.sensor.line(&line) {
+                Ok(turns) => {
+                    for t in turns {
+                        let (unit, state) = s.unit.get_or_insert_with(|| {
+                            // Named as `xo import` names it: the session id
+                            // the stream gives, else the file.
+                            let unit = crate::import::unit_for(s.sensor.session(), &s.name);
+                            info!(unit = %unit, "session named");
+                            let mut state = SaluteState::new(
+                                &unit,
+                                self.role,
+                                None,
+                                self.cfg.runner.context_limit,
+                            );
+                            state.start_task(Some(s.sensor.session().unwrap_or(&unit).to_string()));
+                            (unit, state)
+                        });
+                        let r = state.turn(t);
+                        s.rested = false;
+                        let unit = unit.clone();
+                        self.send(&unit, &r).await;
                     }
                 }
+                Err(e) => {
+                    warn!(unit = s.unit().unwrap_or(&s.name), line = e.line, reason = %e.reason, "session line not used")
+                }
             }
-            Err(e) => {
-                warn!(unit = %s.unit, line = e.line, reason = %e.reason, "session line not used")
+        }
+        if s.sensor.resting() && !s.rested {
+            s.rested = true;
+            if let Some((unit, state)) = &mut s.unit
+                && let Some(r) = state.rest()
+            {
+                if !self.quiet {
+                    info!(unit = %unit, turn = r.time.turn, "session ended (or waits for its user): reported ended");
+                }
+                let unit = unit.clone();
+                self.send(&unit, &r).await;
             }
+        }
+    }
+
+    async fn send(&self, unit: &str, r: &SaluteReport) {
+        if self.quiet {
+            return;
+        }
+        if let Err(e) = typed::publish(
+            self.bus,
+            &self.subjects.salute(unit),
+            r,
+            self.cfg.wire.format,
+        )
+        .await
+        {
+            warn!(unit = %unit, error = %e, "report not published");
         }
     }
 }
 
-/// Steering for a watched session: appended for its hook, in its project.
+/// Steering for a watched session: appended for its hook, in its project,
+/// addressed to it — unless nothing would read it: a session idle since
+/// before the watch started, or one that has ended.
 async fn hand_over(sessions: &BTreeMap<PathBuf, Session>, st: &Steering) {
-    let by_unit: HashMap<&str, &Session> =
-        sessions.values().map(|s| (s.unit.as_str(), s)).collect();
+    let by_unit: HashMap<&str, &Session> = sessions
+        .values()
+        .filter_map(|s| Some((s.unit()?, s)))
+        .collect();
     let Some(s) = by_unit.get(st.unit.as_str()) else {
         return;
     };
+    if !s.live {
+        info!(unit = %st.unit, kind = st.kind.as_str(), "steering not delivered: the session has not written since the watch started");
+        return;
+    }
+    if s.sensor.resting() {
+        info!(unit = %st.unit, kind = st.kind.as_str(), "steering not delivered: the session has ended (or waits for its user)");
+        return;
+    }
     let Some(cwd) = &s.cwd else {
-        warn!(unit = %st.unit, "steering for a session with no project directory known: not delivered");
+        warn!(unit = %st.unit, "steering for a session with no project directory known (OpenHands takes none from outside): not delivered");
         return;
     };
-    // Logged there if it cannot be written.
-    // Addressed to this session: another session of the same project
-    // (its hook reads the same file) leaves it pending.
-    xo_pipeline::driver::command::deliver_to(cwd, Some(&s.unit), std::slice::from_ref(&st.message))
+    // Addressed to the session the agent's hook is called with (a
+    // subagent's calls run in its parent's session); another session of
+    // the same project leaves it pending. Logged there if it cannot be
+    // written.
+    let to = s.sensor.parent().or(s.sensor.session()).unwrap_or(&st.unit);
+    xo_pipeline::driver::command::deliver_to(cwd, Some(to), std::slice::from_ref(&st.message))
         .await;
     info!(unit = %st.unit, kind = st.kind.as_str(), dir = %cwd.display(), "steering handed to the session's hook");
 }
@@ -329,6 +431,7 @@ impl From<&WatchConfig> for WatchArgs {
             dirs: w.dirs.clone(),
             role: w.role.clone(),
             poll_ms: w.poll_ms,
+            from_start: w.from_start,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `xo import` and `xo radio replay --summary` on recorded runs: what the
 //! XO would have caught, and when; every public recording of a real run in
 //! `tests/fixtures/real` imported, the detection benchmark over them, and
-//! the Claude Code hook held to Claude Code's hook contract.
+//! the Claude Code and Codex hooks held to their agents' hook contracts.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -333,4 +333,143 @@ fn the_claude_hook_answers_failures_and_stops_and_takes_only_its_sessions_steeri
     );
     let delivered = std::fs::read_to_string(d.join(".xo/steering.delivered")).unwrap();
     assert_eq!(delivered.lines().count(), 2, "{delivered}");
+}
+
+/// Codex's hook contract (codex-rs/hooks/schema/generated): a PostToolUse
+/// answer may carry only `continue`, `decision`, `hookSpecificOutput`
+/// (`hookEventName` = PostToolUse, `additionalContext`,
+/// `updatedMCPToolOutput`), `reason`, `stopReason`, `suppressOutput`,
+/// `systemMessage`; a Stop answer the same without `hookSpecificOutput`.
+fn codex_allows(answer: &serde_json::Value, event: &str) {
+    let top = [
+        "continue",
+        "decision",
+        "hookSpecificOutput",
+        "reason",
+        "stopReason",
+        "suppressOutput",
+        "systemMessage",
+    ];
+    let o = answer.as_object().expect("an object");
+    for k in o.keys() {
+        assert!(
+            top.contains(&k.as_str()),
+            "{k} not in Codex's {event} output"
+        );
+    }
+    if let Some(h) = o.get("hookSpecificOutput") {
+        assert_eq!(
+            event, "PostToolUse",
+            "only PostToolUse has hookSpecificOutput"
+        );
+        assert_eq!(h["hookEventName"], event);
+        for k in h.as_object().unwrap().keys() {
+            assert!(
+                ["hookEventName", "additionalContext", "updatedMCPToolOutput"]
+                    .contains(&k.as_str()),
+                "{k} not in Codex's hookSpecificOutput"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_codex_hook_installs_in_a_project_and_answers_codex() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".codex")).unwrap();
+    // The user's own config: kept, comments and all.
+    std::fs::write(
+        d.join(".codex/config.toml"),
+        "# mine\nmodel = \"gpt-5\"\n\n[features]\nweb_search = true\n",
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let o = xo(d, &["hook", "codex", "--install", "."], None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let hooks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join(".codex/hooks.json")).unwrap())
+            .unwrap();
+    for event in ["PostToolUse", "Stop"] {
+        let list = hooks["hooks"][event].as_array().unwrap();
+        assert_eq!(list.len(), 1, "installed once: {hooks}");
+        let cmd = list[0]["hooks"][0]["command"].as_str().unwrap();
+        assert!(cmd.ends_with("hook codex"), "{cmd}");
+    }
+    let config = std::fs::read_to_string(d.join(".codex/config.toml")).unwrap();
+    let t: toml::Table = config.parse().unwrap();
+    assert_eq!(
+        t["features"]["codex_hooks"].as_bool(),
+        Some(true),
+        "{config}"
+    );
+    assert_eq!(
+        t["features"]["web_search"].as_bool(),
+        Some(true),
+        "{config}"
+    );
+    assert!(config.starts_with("# mine"), "{config}");
+
+    // Steering addressed to the Codex session (its thread id), as xo watch writes it.
+    std::fs::create_dir_all(d.join(".xo")).unwrap();
+    std::fs::write(
+        d.join(".xo/steering.pending"),
+        "{\"session_id\":\"019c-thread-7\",\"text\":\"[SUPERVISOR] Loop: cargo build fails the same way.\"}\n",
+    )
+    .unwrap();
+    // Codex's PostToolUse payload; CLAUDE_PROJECT_DIR is Claude's, not Codex's.
+    let payload = serde_json::json!({
+        "session_id": "019c-thread-7", "turn_id": "t-3", "transcript_path": null,
+        "cwd": d, "hook_event_name": "PostToolUse", "model": "gpt-5",
+        "permission_mode": "default", "tool_name": "Bash", "tool_use_id": "c2",
+        "tool_input": {"command": "cargo build"},
+        "tool_response": "Process exited with code 101"
+    })
+    .to_string();
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir("/")
+        .env("CLAUDE_PROJECT_DIR", "/nonexistent")
+        .args(["hook", "codex"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(payload.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(o.status.success());
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    codex_allows(&a, "PostToolUse");
+    assert!(
+        a["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .unwrap()
+            .contains("cargo build fails")
+    );
+    // Nothing left: a Stop lets the session end.
+    let stop = serde_json::json!({
+        "session_id": "019c-thread-7", "cwd": d, "hook_event_name": "Stop",
+        "stop_hook_active": false, "last_assistant_message": "done"
+    })
+    .to_string();
+    let o = xo(d, &["hook", "codex"], Some(stop.as_bytes()));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    std::fs::write(
+        d.join(".xo/steering.pending"),
+        "{\"session_id\":\"019c-thread-7\",\"text\":\"[SUPERVISOR] Stall.\"}\n",
+    )
+    .unwrap();
+    let o = xo(d, &["hook", "codex"], Some(stop.as_bytes()));
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    codex_allows(&a, "Stop");
+    assert_eq!(a["decision"], "block");
+    let o = xo(d, &["hook", "aider"], Some(stop.as_bytes()));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the hooks are: claude, codex"));
 }

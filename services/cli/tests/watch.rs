@@ -25,6 +25,10 @@ impl Drop for Procs {
 }
 
 fn xo(root: &Path, url: &str, name: &str, args: &[&str]) -> Child {
+    xo_env(root, url, name, args, &[])
+}
+
+fn xo_env(root: &Path, url: &str, name: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
     let log = std::fs::File::create(root.join(format!("{name}.log"))).unwrap();
     Command::new(env!("CARGO_BIN_EXE_xo"))
         .current_dir(root)
@@ -32,6 +36,7 @@ fn xo(root: &Path, url: &str, name: &str, args: &[&str]) -> Child {
         .args(args)
         .env("XO__STATE__DIR", root.join("state"))
         .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -39,10 +44,15 @@ fn xo(root: &Path, url: &str, name: &str, args: &[&str]) -> Child {
 }
 
 fn read_turn(i: u32, cwd: &Path) -> String {
+    session_turn("s-watch-1", i, cwd)
+}
+
+/// One turn of a Claude Code session that reads the same file again.
+fn session_turn(session: &str, i: u32, cwd: &Path) -> String {
     let c = cwd.display();
     format!(
-        "{{\"type\":\"assistant\",\"sessionId\":\"s-watch-1\",\"cwd\":\"{c}\",\"message\":{{\"id\":\"m{i}\",\"model\":\"claude-sonnet-4-5\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t{i}\",\"name\":\"Read\",\"input\":{{\"file_path\":\"f.rs\"}}}}]}}}}\n\
-         {{\"type\":\"user\",\"sessionId\":\"s-watch-1\",\"cwd\":\"{c}\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t{i}\",\"content\":\"contents of f{i}\"}}]}}}}\n"
+        "{{\"type\":\"assistant\",\"sessionId\":\"{session}\",\"cwd\":\"{c}\",\"message\":{{\"id\":\"m{i}\",\"model\":\"claude-sonnet-4-5\",\"content\":[{{\"type\":\"tool_use\",\"id\":\"t{i}\",\"name\":\"Read\",\"input\":{{\"file_path\":\"f.rs\"}}}}]}}}}\n\
+         {{\"type\":\"user\",\"sessionId\":\"{session}\",\"cwd\":\"{c}\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t{i}\",\"content\":\"contents of f{i}\"}}]}}}}\n"
     )
 }
 
@@ -92,6 +102,16 @@ async fn supervisor_answers(bus: &Bus, root: &Path) {
     .await;
 }
 
+/// The watch (its log `name`) has read the sessions that were there when
+/// it started: what is written from now on is reported.
+async fn read_what_was_there(root: &Path, name: &str) {
+    eventually("the watch has read what was there", root, || async {
+        std::fs::read_to_string(root.join(format!("{name}.log")))
+            .is_ok_and(|l| l.contains("sessions already there read"))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn watch_supervises_live_transcripts() {
     let nats = NatsServer::start();
@@ -122,6 +142,15 @@ async fn watch_supervises_live_transcripts() {
         &["watch", "claude", &dir, "--poll-ms", "50"],
     ));
 
+    // The watch starts at the end of what is there: the session is a unit
+    // once it writes again.
+    read_what_was_there(root, "watch").await;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&session)
+        .unwrap()
+        .write_all(read_turn(1, &project).as_bytes())
+        .unwrap();
     eventually("the session is a unit", root, || async {
         units(&bus).await.iter().any(|u| u.unit == "s-watch-1")
     })
@@ -129,7 +158,7 @@ async fn watch_supervises_live_transcripts() {
     // The agent goes on reading the same file (a first look at a file is
     // progress, a look again is not; its contents change, so no loop):
     // appended while watched, past the agent role's 8 turns.
-    for i in 1..=11 {
+    for i in 2..=12 {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&session)
@@ -176,6 +205,217 @@ async fn watch_supervises_live_transcripts() {
     drop(procs);
 }
 
+/// The end of a Claude Code turn as its transcript records it: the model's
+/// last message (`stop_reason: end_turn`) and the turn's duration.
+fn session_end(session: &str, cwd: &Path) -> String {
+    let c = cwd.display();
+    format!(
+        "{{\"type\":\"assistant\",\"sessionId\":\"{session}\",\"cwd\":\"{c}\",\"message\":{{\"id\":\"m-end\",\"content\":[{{\"type\":\"text\",\"text\":\"Done.\"}}],\"stop_reason\":\"end_turn\"}}}}\n\
+         {{\"type\":\"system\",\"subtype\":\"turn_duration\",\"durationMs\":5000,\"sessionId\":\"{session}\",\"cwd\":\"{c}\"}}\n"
+    )
+}
+
+/// A session file of `turns` re-reads in `project`, ended or not.
+fn session_file(dir: &Path, project: &Path, session: &str, turns: u32, ended: bool) {
+    std::fs::create_dir_all(project).unwrap();
+    let mut text: String = (0..turns)
+        .map(|i| session_turn(session, i, project))
+        .collect();
+    if ended {
+        text.push_str(&session_end(session, project));
+    }
+    std::fs::write(dir.join(format!("{session}.jsonl")), text).unwrap();
+}
+
+fn append(path: &Path, text: &str) {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+}
+
+/// Sessions already in the folder when the watch starts are history: a
+/// finished one and an idle one are never reported nor steered. A session
+/// that starts while watched is steered while it works and, once it ends,
+/// is reported ended: silent as long as one that stopped mid-work (which
+/// is stale), it is not stale and gets no steering.
+#[tokio::test]
+async fn watch_starts_at_the_end_and_never_steers_what_has_ended() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = root.join("projects");
+    std::fs::create_dir_all(&dir).unwrap();
+    let project = |n: &str| root.join(format!("work-{n}"));
+    // Both stall past the agent role's 8 turns without progress.
+    session_file(&dir, &project("done"), "s-done", 12, true);
+    session_file(&dir, &project("idle"), "s-idle", 12, false);
+
+    let mut procs = Procs(vec![xo_env(
+        root,
+        &url,
+        "supervisor",
+        &["serve", "supervisor"],
+        &[("XO__SUPERVISOR__STALE_AFTER_MS", "1500")],
+    )]);
+    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
+    supervisor_answers(&bus, root).await;
+    let d = dir.display().to_string();
+    procs.0.push(xo(
+        root,
+        &url,
+        "watch",
+        &["watch", "claude", &d, "--poll-ms", "50"],
+    ));
+    read_what_was_there(root, "watch").await;
+
+    // A session started while watched stalls, and is steered.
+    session_file(&dir, &project("new"), "s-new", 1, false);
+    let new = dir.join("s-new.jsonl");
+    for i in 1..=11 {
+        append(&new, &session_turn("s-new", i, &project("new")));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let pending = |n: &str| project(n).join(".xo/steering.pending");
+    eventually("the working session is steered", root, || async {
+        std::fs::read_to_string(pending("new")).is_ok_and(|t| t.contains("[SUPERVISOR] Stall"))
+    })
+    .await;
+    // It ends: reported ended.
+    append(&new, &session_end("s-new", &project("new")));
+    eventually("the ended session is reported ended", root, || async {
+        units(&bus)
+            .await
+            .iter()
+            .any(|u| u.unit == "s-new" && u.ended)
+    })
+    .await;
+    // Another stops mid-work, after the first ended: it goes stale, and by
+    // then the ended one has been silent longer.
+    session_file(&dir, &project("cut"), "s-cut", 2, false);
+    eventually("the session cut off mid-work is stale", root, || async {
+        units(&bus)
+            .await
+            .iter()
+            .any(|u| u.unit == "s-cut" && u.stale)
+    })
+    .await;
+    let all = units(&bus).await;
+    let ended = all.iter().find(|u| u.unit == "s-new").unwrap();
+    assert!(ended.ended && !ended.stale, "ended, not stale: {ended:?}");
+    let steering = std::fs::read_to_string(pending("new")).unwrap();
+    assert!(!steering.contains("Stale"), "{steering}");
+    assert!(
+        !all.iter().any(|u| u.unit == "s-done" || u.unit == "s-idle"),
+        "history is not reported: {all:?}"
+    );
+    for n in ["done", "idle"] {
+        assert!(
+            !pending(n).exists(),
+            "no steering for a session that was there before the watch: {n}"
+        );
+    }
+}
+
+/// `--from-start` reports the history too (the XO decides on it) but
+/// writes no steering for a session that has not written since the watch
+/// started; a Codex session is the unit `xo import` names: its session id,
+/// not its file.
+#[tokio::test]
+async fn from_start_reports_history_and_steers_none_of_it() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = root.join("projects");
+    std::fs::create_dir_all(&dir).unwrap();
+    let project = root.join("work-old");
+    session_file(&dir, &project, "s-old", 12, false);
+    let codex = root.join("codex").join("2026").join("03").join("01");
+    std::fs::create_dir_all(&codex).unwrap();
+    let mut rollout = format!(
+        "{{\"timestamp\":\"2026-03-01T10:00:00.000Z\",\"type\":\"session_meta\",\"payload\":{{\"id\":\"019c-thread-7\",\"cwd\":{:?}}}}}\n",
+        project.display().to_string()
+    );
+    for i in 0..3 {
+        rollout.push_str(&format!(
+            "{{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call\",\"name\":\"exec_command\",\"arguments\":\"{{\\\"cmd\\\":\\\"cargo build\\\"}}\",\"call_id\":\"c{i}\"}}}}\n\
+             {{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call_output\",\"call_id\":\"c{i}\",\"output\":\"Process exited with code 101\\nOutput:\\nerror[E0425]\"}}}}\n"
+        ));
+    }
+    rollout.push_str("{\"type\":\"event_msg\",\"payload\":{\"type\":\"task_complete\",\"last_agent_message\":\"gave up\"}}\n");
+    let file = codex.join("rollout-2026-03-01T10-00-00-019c-thread-7.jsonl");
+    std::fs::write(&file, &rollout).unwrap();
+
+    let mut procs = Procs(vec![xo(root, &url, "supervisor", &["serve", "supervisor"])]);
+    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
+    supervisor_answers(&bus, root).await;
+    let d = dir.display().to_string();
+    procs.0.push(xo(
+        root,
+        &url,
+        "watch",
+        &["watch", "claude", &d, "--poll-ms", "50", "--from-start"],
+    ));
+    let c = root.join("codex").display().to_string();
+    procs.0.push(xo(
+        root,
+        &url,
+        "watch-codex",
+        &["watch", "codex", &c, "--poll-ms", "50", "--from-start"],
+    ));
+    eventually("the history is reported and steered", root, || async {
+        units(&bus)
+            .await
+            .iter()
+            .any(|u| u.unit == "s-old" && u.turn >= 12 && u.steering_sent > 0)
+    })
+    .await;
+    eventually("the watch holds the steering back", root, || async {
+        std::fs::read_to_string(root.join("watch.log")).is_ok_and(|l| {
+            l.contains("s-old") && l.contains("has not written since the watch started")
+        })
+    })
+    .await;
+    assert!(
+        !project.join(".xo/steering.pending").exists(),
+        "no steering written for history"
+    );
+    eventually(
+        "the Codex session is its session id, ended",
+        root,
+        || async {
+            units(&bus)
+                .await
+                .iter()
+                .any(|u| u.unit == "019c-thread-7" && u.ended && u.turn >= 3)
+        },
+    )
+    .await;
+    assert!(
+        !units(&bus)
+            .await
+            .iter()
+            .any(|u| u.unit.starts_with("rollout")),
+        "not named after its file"
+    );
+    // `xo import` names it alike.
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(["import", "codex", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let first = String::from_utf8_lossy(&o.stdout);
+    let r: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    assert_eq!(r["unit"]["unit"], "019c-thread-7");
+    assert!(
+        !project.join(".xo/steering.pending").exists(),
+        "no steering written for the Codex history either"
+    );
+}
+
 /// In containers: the XO's own process watches `[[supervisor.watch]]`.
 #[tokio::test]
 async fn the_supervisor_watches_what_its_config_names() {
@@ -202,7 +442,12 @@ async fn the_supervisor_watches_what_its_config_names() {
     )]);
     let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
     supervisor_answers(&bus, root).await;
-    std::fs::write(sessions.join("s-config.jsonl"), read_turn(0, root)).unwrap();
+    read_what_was_there(root, "supervisor").await;
+    std::fs::write(
+        sessions.join("s-config.jsonl"),
+        session_turn("s-config", 0, root),
+    )
+    .unwrap();
     eventually(
         "the session named by the config is a unit",
         root,

@@ -31,7 +31,7 @@
     tr.dataset.health = h;
     tr.innerHTML =
       '<td><a href="/units/' + esc(u.unit) + '">' + esc(u.unit) + "</a></td><td>" + esc(u.role) +
-      '</td><td><span class="health ' + esc(h) + '">' + esc(h) + "</span>" + (u.stale ? ' <span class="badge">stale</span>' : "") +
+      '</td><td><span class="health ' + esc(h) + '">' + esc(h) + "</span>" + (u.stale ? ' <span class="badge">stale</span>' : u.ended ? ' <span class="badge ended">ended</span>' : "") +
       '</td><td class="pace">' + esc(u.pace) + '</td><td class="num fill">' + Math.round(u.context_fill * 100) +
       '%</td><td class="num tsp">' + u.turns_since_progress + '</td><td class="num cost">$' + Number(u.cost_usd).toFixed(4) +
       '</td><td class="steer">' + last + '</td><td class="seen">' + age(u.last_seen) + "</td>";

@@ -70,6 +70,17 @@ pub async fn render(c: &Shared) -> String {
             "xo_units_stale {}",
             units.iter().filter(|u| u.stale).count()
         );
+        family(
+            &mut out,
+            "xo_units_ended",
+            "gauge",
+            "Units whose last report said their session ended.",
+        );
+        let _ = writeln!(
+            out,
+            "xo_units_ended {}",
+            units.iter().filter(|u| u.ended).count()
+        );
     }
     if let Ok(s) = &stats {
         for (name, help, v) in [

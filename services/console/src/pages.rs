@@ -114,6 +114,8 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         role = esc(&u.role),
         stale = if u.stale {
             " <span class=\"badge\">stale</span>"
+        } else if u.ended {
+            " <span class=\"badge ended\">ended</span>"
         } else {
             ""
         },
@@ -1404,6 +1406,7 @@ mod tests {
             health: h,
             self_health: h,
             stale: false,
+            ended: false,
             turn: 1,
             seq: 1,
             last_seen: 0,

@@ -208,6 +208,11 @@ pub fn check_unit(
             Severity::Warning => Health::Amber,
             Severity::Urgent | Severity::Critical => Health::Red,
         });
+        // Nothing reaches a session that has ended (or waits for its
+        // user): the finding is in its health, not in steering.
+        if report.status.ended {
+            continue;
+        }
         let exempt = f.severity == Severity::Critical;
         let held = state.cooldowns.get(&f.kind).is_some_and(|&(at, sev)| {
             turn.saturating_sub(at) < cooldown && turn >= at && f.severity <= sev

@@ -685,3 +685,19 @@ fn a_restarted_unit_is_told_from_a_duplicate_by_its_epoch() {
     assert!(radio.check(&at(9, 100)).duplicate);
     assert!(!radio.check(&at(3, 200)).duplicate);
 }
+
+#[test]
+fn an_ended_session_is_assessed_but_never_steered() {
+    let max = Doctrine::default().max_turns_without_progress;
+    let mut r = report(20);
+    r.activity.turns_since_progress = max + 1;
+    r.status.ended = true;
+    let mut radio = Radio::default();
+    let a = radio.check(&r);
+    assert!(a.steering.is_empty(), "{:?}", a.steering);
+    assert_eq!(a.health, Health::Amber, "the finding is in its health");
+    // It goes on: steered as any other, with no cooldown left by the end.
+    let mut r = report(21);
+    r.activity.turns_since_progress = max + 2;
+    assert_eq!(kinds(&mut radio, &r), vec![AnomalyKind::Stall]);
+}

@@ -287,9 +287,13 @@ pub struct WatchConfig {
     /// `claude`, `cursor`, `codex` or `openhands`.
     pub format: String,
     pub dirs: Vec<String>,
-    /// The role the sessions are checked as.
+    /// The role the sessions are checked as (`agent`: thresholds measured
+    /// on real runs).
     pub role: String,
     pub poll_ms: u64,
+    /// Read the sessions already there from their start (reported, never
+    /// steered); by default the watch starts at their end.
+    pub from_start: bool,
 }
 
 impl Default for WatchConfig {
@@ -297,8 +301,9 @@ impl Default for WatchConfig {
         Self {
             format: String::new(),
             dirs: Vec::new(),
-            role: "default".into(),
+            role: xo_radio::AGENT_ROLE.into(),
             poll_ms: 500,
+            from_start: false,
         }
     }
 }

@@ -58,6 +58,8 @@ struct Message<'a> {
     #[serde(borrow, default)]
     content: Blocks<'a>,
     usage: Option<Usage>,
+    #[serde(borrow)]
+    stop_reason: Option<Cow<'a, str>>,
 }
 
 /// A message's content: its blocks, or none when it is a plain string.
@@ -207,6 +209,8 @@ pub(crate) fn event(
                 }
             }
             Some("compact_boundary") => c.condensed = true,
+            // Written when the agent's turn is over: it waits for its user.
+            Some("turn_duration") => c.resting = true,
             _ => {}
         },
         "assistant" => {
@@ -269,6 +273,10 @@ pub(crate) fn event(
             }
             if tools == 0 && (!text.is_empty() || !thinking) {
                 out.push(c.message(&text.join("\n")));
+            }
+            // The model ended its turn with nothing left to run.
+            if msg.stop_reason.as_deref() == Some("end_turn") && c.pending.is_empty() {
+                c.resting = true;
             }
         }
         "user" => {

@@ -156,6 +156,21 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
         }
         "event_msg" => {
             let p = v.get("payload").ok_or("event_msg without \"payload\"")?;
+            match str_of(p, "type") {
+                // The end of a task the user gave (`codex exec` ends there).
+                Some("task_complete" | "turn_complete") => {
+                    let last = str_of(p, "last_agent_message").unwrap_or("turn completed");
+                    if !last.is_empty() {
+                        c.final_text = Some(last.to_string());
+                    }
+                    let summary: String = last.chars().take(200).collect();
+                    out.push(c.end(format!("task complete: {summary}"), None));
+                    return Ok(Some(out));
+                }
+                // Interrupted by its user: it waits for them, nothing failed.
+                Some("turn_aborted") => c.resting = true,
+                _ => {}
+            }
             if str_of(p, "type") == Some("token_count")
                 && let Some(info) = p.get("info").filter(|i| !i.is_null())
             {

@@ -267,6 +267,9 @@ pub(crate) struct Common {
     pub at_ms: Option<u64>,
     /// How the run ended, once it did: `Some(true)` failed.
     pub ended: Option<bool>,
+    /// The agent has stopped working: its run ended, or its turn did and
+    /// it waits for its user. Work after it clears it.
+    pub resting: bool,
     /// The session this one was started by (a subagent's parent).
     pub parent: Option<String>,
     /// What the run has looked at (tool and arguments), so that a second
@@ -435,6 +438,7 @@ impl Common {
             Action::message(Some(&short_hash(text)), Outcome::Error, 0).with_error(&class)
         });
         self.ended = Some(failed.is_some());
+        self.resting = true;
         let mut t = self.turn(action, failed.is_none());
         t.summary = Some(summary);
         t
@@ -485,6 +489,8 @@ impl Sensor {
                 format!("line of {} bytes, longer than {MAX_LINE}", text.len()),
             ));
         }
+        // A line that marks rest sets it again; work without one clears it.
+        let resting = std::mem::take(&mut self.common.resting);
         let out = match self.format {
             Format::Claude => claude::event(&mut self.common, &mut self.last_message, text),
             Format::Cursor => cursor::line(&mut self.common, text),
@@ -495,6 +501,15 @@ impl Sensor {
                 self.format.as_str()
             )),
         };
+        if !self.common.resting {
+            let worked = matches!(&out, Ok(Some(t)) if !t.is_empty());
+            if worked {
+                // The run went on after its end: it has no end (yet).
+                self.common.ended = None;
+            } else {
+                self.common.resting = resting;
+            }
+        }
         match out {
             Ok(Some(turns)) => {
                 self.common.stats.events += 1;
@@ -534,6 +549,15 @@ impl Sensor {
     /// record, `Some(true)` when it ended failed.
     pub fn ended(&self) -> Option<bool> {
         self.common.ended
+    }
+
+    /// The agent has stopped working: its run ended, or its turn did and
+    /// it waits for its user (Claude Code's `turn_duration` or a message
+    /// that ends the turn, Codex's `task_complete` or `turn_aborted`, an
+    /// OpenHands agent state such as `awaiting_user_input`). Work after it
+    /// clears it.
+    pub fn resting(&self) -> bool {
+        self.common.resting
     }
 
     pub fn model(&self) -> Option<&str> {

@@ -37,6 +37,18 @@ const VOLATILE: [&str; 6] = [
     "kind",
 ];
 
+/// Agent states in which the agent has stopped working: it waits for its
+/// user, has finished, or was stopped.
+const RESTING: &[&str] = &[
+    "awaiting_user_input",
+    "awaiting_user_confirmation",
+    "finished",
+    "stopped",
+    "error",
+    "rejected",
+    "paused",
+];
+
 fn stable_args(args: &Value) -> Value {
     match args {
         Value::Object(o) => Value::Object(
@@ -87,6 +99,7 @@ struct V0<'a> {
 struct Extras {
     metadata: Option<Meta>,
     exit_code: Option<i64>,
+    agent_state: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -247,6 +260,11 @@ pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>,
         return Ok(Some(out));
     }
     if let Some(obs) = v.observation.as_deref() {
+        if obs == "agent_state_changed"
+            && let Some(state) = v.extras.as_ref().and_then(|e| e.agent_state.as_deref())
+        {
+            c.resting |= RESTING.contains(&state);
+        }
         let Some(cause) = v.cause.map(raw_id) else {
             return Ok(Some(out));
         };
@@ -340,6 +358,11 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
         return Ok(Some(out));
     }
     if let Some(obs) = str_of(v, "observation") {
+        if obs == "agent_state_changed"
+            && let Some(state) = v.get("extras").and_then(|e| str_of(e, "agent_state"))
+        {
+            c.resting |= RESTING.contains(&state);
+        }
         let Some(cause) = id_of(v, "cause") else {
             // Observations no action caused (agent state, recalls).
             return Ok(Some(out));

@@ -116,13 +116,33 @@ impl SaluteState {
         if ev.summary.is_some() {
             self.summary = ev.summary;
         }
-        let mut r = SaluteReport::new(&self.unit, &self.role, self.turn, self.seq);
-        r.time.epoch = self.epoch;
+        let mut r = self.report();
         // The record's own time where the format keeps one (a replayed
         // recording is then dated when it happened, not when it was read).
         if let Some(at) = ev.at_ms {
             r.time.at = at;
         }
+        r
+    }
+
+    /// The agent stopped working (its session ended, or it waits for its
+    /// user): a report of the state as it is, marked ended, so that the XO
+    /// neither steers it nor calls it stale for being silent. `None`
+    /// before the first turn (the XO knows nothing of the unit yet).
+    pub fn rest(&mut self) -> Option<SaluteReport> {
+        if self.turn == 0 {
+            return None;
+        }
+        self.seq += 1;
+        let mut r = self.report();
+        r.status.ended = true;
+        Some(r)
+    }
+
+    /// The report of the state as it is, under the current turn and seq.
+    fn report(&self) -> SaluteReport {
+        let mut r = SaluteReport::new(&self.unit, &self.role, self.turn, self.seq);
+        r.time.epoch = self.epoch;
         let limit = if self.context_limit > 0 {
             self.context_limit
         } else {

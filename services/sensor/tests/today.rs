@@ -156,3 +156,59 @@ fn swe_agent_history_only_and_mini_swe_agent_lists() {
     );
     assert_eq!(runs[0].outcome(), "unknown");
 }
+
+/// When the agent stops working: Claude Code's transcript records the end
+/// of a turn (`stop_reason: end_turn`, then `turn_duration`), Codex's
+/// rollout `task_complete` (or `turn_aborted` when its user interrupts),
+/// OpenHands an agent state; work after it clears it.
+#[test]
+fn the_sensors_tell_when_the_agent_rests() {
+    let (mut s, _) = lines(
+        Format::Claude,
+        r#"{"type":"assistant","sessionId":"s1","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Read","input":{"file_path":"a.rs"}}],"stop_reason":"tool_use"}}
+{"type":"user","sessionId":"s1","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"fn a() {}"}]}}"#,
+    );
+    assert!(!s.resting(), "mid-work");
+    s.line(r#"{"type":"assistant","sessionId":"s1","message":{"id":"m2","content":[{"type":"text","text":"Done."}],"stop_reason":"end_turn"}}"#).unwrap();
+    assert!(s.resting(), "the turn ended");
+    s.line(r#"{"type":"system","subtype":"turn_duration","durationMs":900,"sessionId":"s1"}"#)
+        .unwrap();
+    assert!(s.resting());
+    assert_eq!(s.ended(), None, "a turn's end is no outcome");
+    s.line(r#"{"type":"assistant","sessionId":"s1","message":{"id":"m3","content":[{"type":"tool_use","id":"t2","name":"Edit","input":{"file_path":"a.rs"}}]}}"#).unwrap();
+    s.line(r#"{"type":"user","sessionId":"s1","message":{"content":[{"type":"tool_result","tool_use_id":"t2","content":"ok"}]}}"#).unwrap();
+    assert!(!s.resting(), "its user asked more: working again");
+
+    let (mut s, turns) = lines(
+        Format::Codex,
+        r#"{"type":"session_meta","payload":{"id":"019c-t","cwd":"/w"}}
+{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\":\"cargo test\"}","call_id":"c1"}}
+{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"Process exited with code 0\nOutput:\ntest result: ok"}}
+{"type":"event_msg","payload":{"type":"task_complete","last_agent_message":"All tests pass."}}"#,
+    );
+    assert!(s.resting());
+    assert_eq!(s.ended(), Some(false), "a completed task is an end");
+    assert_eq!(
+        turns.last().and_then(|t| t.summary.as_deref()),
+        Some("task complete: All tests pass.")
+    );
+    s.line(r#"{"type":"response_item","payload":{"type":"function_call","name":"exec_command","arguments":"{\"cmd\":\"git push\"}","call_id":"c2"}}"#).unwrap();
+    s.line(r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c2","output":"Process exited with code 0"}}"#).unwrap();
+    assert!(!s.resting());
+    assert_eq!(s.ended(), None, "work after the end: no end (yet)");
+    s.line(r#"{"type":"event_msg","payload":{"type":"turn_aborted","reason":"interrupted"}}"#)
+        .unwrap();
+    assert!(s.resting(), "interrupted by its user");
+
+    let (s, _) = lines(
+        Format::OpenHands,
+        r#"{"id":1,"source":"agent","action":"message","args":{"content":"Which file?"}}
+{"id":2,"source":"environment","observation":"agent_state_changed","content":"","extras":{"agent_state":"awaiting_user_input"}}"#,
+    );
+    assert!(s.resting());
+    let (s, _) = lines(
+        Format::OpenHands,
+        r#"{"id":2,"source":"environment","observation":"agent_state_changed","content":"","extras":{"agent_state":"running"}}"#,
+    );
+    assert!(!s.resting());
+}

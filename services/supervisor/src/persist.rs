@@ -26,6 +26,9 @@ pub struct UnitRecord {
     /// The unit's own verdict in its last report.
     pub self_health: Health,
     pub stale: bool,
+    /// Its last report said its session ended: silence is not staleness.
+    #[serde(default)]
+    pub ended: bool,
     pub last_seen: u64,
     /// Of the latest report: what `xo units` shows without decoding it again.
     pub turn: u64,
@@ -71,6 +74,7 @@ impl UnitRecord {
             health: Health::Green,
             self_health: Health::Green,
             stale: false,
+            ended: false,
             last_seen: now,
             turn: 0,
             seq: 0,

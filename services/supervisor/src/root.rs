@@ -278,7 +278,9 @@ impl Actor for Root {
                 }
                 for c in state.units.values() {
                     let silent = now.saturating_sub(c.live.last_seen.load(Ordering::Relaxed));
-                    let due = !c.live.stale.load(Ordering::Relaxed) && silent >= cfg.stale_after_ms
+                    let due = !c.live.stale.load(Ordering::Relaxed)
+                        && !c.live.ended.load(Ordering::Relaxed)
+                        && silent >= cfg.stale_after_ms
                         || sweep && c.live.dirty.load(Ordering::Relaxed);
                     if !due {
                         continue;

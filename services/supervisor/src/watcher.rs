@@ -37,6 +37,8 @@ pub struct Watcher;
 pub struct Liveness {
     pub last_seen: AtomicU64,
     pub stale: AtomicBool,
+    /// Its last report said its session ended: the stale sweep passes it.
+    pub ended: AtomicBool,
     /// Changed since last handed to the persister.
     pub dirty: AtomicBool,
 }
@@ -103,6 +105,7 @@ impl WatcherState {
             health: r.health,
             self_health: r.self_health,
             stale: r.stale,
+            ended: r.ended,
             turn: r.turn,
             seq: r.seq,
             last_seen: r.last_seen,
@@ -257,6 +260,13 @@ impl WatcherState {
             self.rec.task_id = report.activity.task_id.clone();
         }
         self.rec.report_raw = Some(raw);
+        if self.rec.ended != report.status.ended {
+            self.rec.ended = report.status.ended;
+            self.live
+                .ended
+                .store(report.status.ended, Ordering::Relaxed);
+            info!(unit = %report.unit.unit, ended = report.status.ended, turn = report.time.turn, "session ended: not stale when silent");
+        }
         if !ctx.live.steering() && !a.steering.is_empty() {
             debug!(unit = %report.unit.unit, held = a.steering.len(), "supervision switched off in the settings: steering not sent");
             return Some(Vec::new());
@@ -284,6 +294,7 @@ impl Actor for Watcher {
         rec.restarts = rec.restarts.max(args.restarts);
         args.live.last_seen.store(now, Ordering::Relaxed);
         args.live.stale.store(rec.stale, Ordering::Relaxed);
+        args.live.ended.store(rec.ended, Ordering::Relaxed);
         let unsent = !rec.unsent.is_empty();
         let mut state = WatcherState {
             roles: (args.ctx.live.version(), args.ctx.live.roles()),
@@ -344,7 +355,7 @@ impl Actor for Watcher {
             WatcherMsg::Tick(now, port) => {
                 let stale_after = state.ctx.cfg.supervisor.stale_after_ms;
                 let silent = now.saturating_sub(state.rec.last_seen);
-                if !state.rec.stale && silent >= stale_after {
+                if !state.rec.stale && !state.rec.ended && silent >= stale_after {
                     state.rec.stale = true;
                     state.live.stale.store(true, Ordering::Relaxed);
                     state.rec.health = Health::Red;

@@ -330,10 +330,10 @@ pub async fn deliver_to(cwd: &Path, session: Option<&str>, steering: &[String]) 
     }
 }
 
-/// The hook command: this very binary's `hook claude`.
-fn hook_command() -> String {
+/// The hook command: this very binary's `hook <agent>`.
+fn hook_command(agent: &str) -> String {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("xo"));
-    format!("{} hook claude", shell_quote(&exe.display().to_string()))
+    format!("{} hook {agent}", shell_quote(&exe.display().to_string()))
 }
 
 fn shell_quote(s: &str) -> String {
@@ -349,37 +349,92 @@ fn shell_quote(s: &str) -> String {
 /// The Claude Code hook events `xo hook claude` is installed for.
 pub const CLAUDE_HOOK_EVENTS: [&str; 3] = ["PostToolUse", "PostToolUseFailure", "Stop"];
 
+/// The Codex hook events `xo hook codex` is installed for (Codex runs
+/// `PostToolUse` after every call, failed or not).
+pub const CODEX_HOOK_EVENTS: [&str; 2] = ["PostToolUse", "Stop"];
+
 /// Adds XO's hook ([`CLAUDE_HOOK_EVENTS`]) to `<cwd>/.claude/settings.local.json`,
 /// keeping whatever else is there; a file that is not JSON is an error
 /// (never overwritten).
-pub async fn install_claude_hook(cwd: &Path) -> Result<(), DriverError> {
-    let dir = cwd.join(".claude");
-    let path = dir.join("settings.local.json");
+pub async fn install_claude_hook(cwd: &Path) -> Result<PathBuf, DriverError> {
+    let path = cwd.join(".claude").join("settings.local.json");
+    add_hooks(
+        &path,
+        &hook_command("claude"),
+        &CLAUDE_HOOK_EVENTS,
+        Some("*"),
+    )
+    .await?;
+    Ok(path)
+}
+
+/// Adds XO's hook ([`CODEX_HOOK_EVENTS`]) to `<cwd>/.codex/hooks.json`, and
+/// `codex_hooks = true` under `[features]` in `<cwd>/.codex/config.toml`
+/// (Codex before 0.124 runs hooks only with it), keeping whatever else is
+/// in both. Codex runs a project's hooks once the project is trusted and
+/// the hook reviewed (`/hooks` in the CLI).
+pub async fn install_codex_hook(cwd: &Path) -> Result<Vec<PathBuf>, DriverError> {
+    let hooks = cwd.join(".codex").join("hooks.json");
+    add_hooks(&hooks, &hook_command("codex"), &CODEX_HOOK_EVENTS, None).await?;
+    let config = cwd.join(".codex").join("config.toml");
+    let err =
+        |what: &str, e: String| DriverError::Spawn(format!("{what} {}: {e}", config.display()));
+    let text = match tokio::fs::read_to_string(&config).await {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(err("reading", e.to_string())),
+    };
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        err("the Codex config is not TOML; fix or remove", e.to_string())
+    })?;
+    let features = table.get("features").and_then(|f| f.as_table());
+    if features.and_then(|f| f.get("codex_hooks")).is_none() {
+        // Edited as text, so that the user's comments and order stay.
+        let text = match features {
+            None => format!("{text}\n[features]\ncodex_hooks = true\n"),
+            Some(_) => text.replacen("[features]", "[features]\ncodex_hooks = true", 1),
+        };
+        if text.parse::<toml::Table>().is_err() {
+            return Err(err(
+                "cannot add codex_hooks = true under [features] (write it by hand) in",
+                String::new(),
+            ));
+        }
+        tokio::fs::write(&config, text.trim_start())
+            .await
+            .map_err(|e| err("writing", e.to_string()))?;
+    }
+    Ok(vec![hooks, config])
+}
+
+/// Adds `command` for `events` to the hooks file at `path` (Claude Code's
+/// and Codex's share a shape), keeping whatever else is there.
+async fn add_hooks(
+    path: &Path,
+    command: &str,
+    events: &[&str],
+    matcher: Option<&str>,
+) -> Result<(), DriverError> {
     let err = |what: &str, e: String| DriverError::Spawn(format!("{what} {}: {e}", path.display()));
-    let mut settings: serde_json::Value = match tokio::fs::read_to_string(&path).await {
+    let mut settings: serde_json::Value = match tokio::fs::read_to_string(path).await {
         Ok(t) => serde_json::from_str(&t).map_err(|e| {
             err(
-                "the Claude settings are not JSON; fix or remove",
+                "the hook settings are not JSON; fix or remove",
                 e.to_string(),
             )
         })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
         Err(e) => return Err(err("reading", e.to_string())),
     };
-    let command = hook_command();
-    let entry =
-        serde_json::json!({"matcher": "*", "hooks": [{"type": "command", "command": command}]});
     let obj = settings
         .as_object_mut()
-        .ok_or_else(|| err("the Claude settings are not a JSON object:", String::new()))?;
+        .ok_or_else(|| err("the hook settings are not a JSON object:", String::new()))?;
     let hooks = obj
         .entry("hooks")
         .or_insert_with(|| serde_json::json!({}))
         .as_object_mut()
         .ok_or_else(|| err("\"hooks\" is not an object in", String::new()))?;
-    // After a call that succeeded, after one that failed (Claude Code runs
-    // only PostToolUseFailure then), and before the session stops.
-    for event in CLAUDE_HOOK_EVENTS {
+    for &event in events {
         let list = hooks
             .entry(event)
             .or_insert_with(|| serde_json::json!([]))
@@ -393,26 +448,26 @@ pub async fn install_claude_hook(cwd: &Path) -> Result<(), DriverError> {
         let present = list.iter().any(|m| {
             m.get("hooks").and_then(|h| h.as_array()).is_some_and(|h| {
                 h.iter()
-                    .any(|x| x.get("command").and_then(|c| c.as_str()) == Some(command.as_str()))
+                    .any(|x| x.get("command").and_then(|c| c.as_str()) == Some(command))
             })
         });
         if !present {
-            let mut e = entry.clone();
-            if event == "Stop"
-                && let Some(o) = e.as_object_mut()
-            {
-                // Stop takes no matcher.
-                o.remove("matcher");
+            let mut e = serde_json::json!({"hooks": [{"type": "command", "command": command}]});
+            // Stop takes no matcher.
+            if let (Some(m), false) = (matcher, event == "Stop") {
+                e["matcher"] = serde_json::json!(m);
             }
             list.push(e);
         }
     }
-    tokio::fs::create_dir_all(&dir)
-        .await
-        .map_err(|e| err("creating the folder of", e.to_string()))?;
+    if let Some(dir) = path.parent() {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| err("creating the folder of", e.to_string()))?;
+    }
     let text =
         serde_json::to_string_pretty(&settings).map_err(|e| err("encoding", e.to_string()))?;
-    tokio::fs::write(&path, text)
+    tokio::fs::write(path, text)
         .await
         .map_err(|e| err("writing", e.to_string()))
 }
