@@ -268,6 +268,7 @@ pub struct ReviewRun {
     pub bootstrap: bool,
     pub tokens_in: u64,
     pub tokens_out: u64,
+    #[serde(deserialize_with = "crate::finite::cost_usd")]
     pub cost_usd: f64,
     pub at: u64,
 }

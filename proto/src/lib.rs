@@ -26,6 +26,7 @@
 pub mod alert;
 pub mod codec;
 pub mod control;
+pub mod finite;
 pub mod fleet;
 pub mod heartbeat;
 pub mod knowledge;

@@ -236,7 +236,11 @@ pub struct ValidationReport {
     #[serde(default)]
     pub criteria: Vec<CriterionResult>,
     /// 0..1, if the validator rated it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::finite::confidence"
+    )]
     pub confidence: Option<f64>,
     /// Where the prompt and the response were logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -449,7 +453,7 @@ pub struct Usage {
     pub turns: u64,
     #[serde(default)]
     pub tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::finite::cost_usd")]
     pub cost_usd: f64,
     #[serde(default)]
     pub wall_ms: u64,
@@ -475,7 +479,7 @@ pub struct TaskBudget {
     pub max_turns: u64,
     #[serde(default)]
     pub max_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::finite::max_cost_usd")]
     pub max_cost_usd: f64,
     #[serde(default)]
     pub max_wall_ms: u64,
@@ -554,7 +558,7 @@ pub struct Goal {
     pub completed: bool,
     /// The goal's cost budget in USD (0: none); spent past it, the queue
     /// halts with `BUDGET_EXHAUSTED`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::finite::budget_usd")]
     pub budget_usd: f64,
 }
 
@@ -739,7 +743,7 @@ pub struct QueueStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stuck: Option<String>,
     /// Cost spent on the goal so far (every attempt of every task).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::finite::spent_usd")]
     pub spent_usd: f64,
 }
 
@@ -835,7 +839,7 @@ pub struct SetGoal {
     #[serde(default)]
     pub completed: bool,
     /// The goal's cost budget in USD (0: the queue's `goal_budget_usd`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::finite::budget_usd")]
     pub budget_usd: f64,
 }
 

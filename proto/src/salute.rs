@@ -173,7 +173,7 @@ pub struct Equipment {
     pub tokens_in: u64,
     #[serde(default)]
     pub tokens_out: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::finite::cost_usd")]
     pub cost_usd: f64,
     /// Failures per tool name.
     #[serde(default)]
@@ -265,6 +265,8 @@ impl SaluteReport {
         if !(0.0..=1.0).contains(&fill) || fill.is_nan() {
             return Err(format!("size.context_fill is {fill}, must be within 0..1"));
         }
+        // The fast reader bypasses serde's checks.
+        crate::finite::check_amount("equipment.cost_usd", self.equipment.cost_usd)?;
         if self.activity.recent.len() > 64 {
             return Err(format!(
                 "activity.recent has {} actions, at most 64",

@@ -459,7 +459,7 @@ impl<'a> Reader<'a> {
                 }
                 b"cost_usd" => {
                     first(&mut seen, 3)?;
-                    e.cost_usd = self.f64()?;
+                    e.cost_usd = crate::finite::check_amount("cost_usd", self.f64()?).ok()?;
                 }
                 b"tool_failures" => {
                     first(&mut seen, 4)?;

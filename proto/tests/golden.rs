@@ -250,3 +250,50 @@ fn content_type_header_wins_over_sniffing() {
     assert_eq!(Format::detect(b"  {", None), Format::Json);
     assert_eq!(Format::detect(b"\x81", None), Format::Msgpack);
 }
+
+/// MessagePack carries inf and NaN (JSON cannot): every float of every
+/// message is refused unless finite and in range, by name, on the fast
+/// report reader, on serde, and in unversioned control requests.
+#[test]
+fn non_finite_floats_are_refused_by_name_on_every_path() {
+    for cost in [f64::INFINITY, f64::NAN, -1.0] {
+        let mut r = xo_proto::SaluteReport::new("u1", "coder", 1, 1);
+        r.equipment.cost_usd = cost;
+        let bytes = codec::encode(&r, Format::Msgpack).unwrap();
+        let e = codec::decode::<xo_proto::SaluteReport>(&bytes, None, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("cost_usd"), "{cost}: {e}");
+    }
+    let mut r = xo_proto::SaluteReport::new("u1", "coder", 1, 1);
+    r.size.context_fill = f64::INFINITY;
+    let bytes = codec::encode(&r, Format::Msgpack).unwrap();
+    let e = codec::decode::<xo_proto::SaluteReport>(&bytes, None, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("context_fill"), "{e}");
+
+    // A lease heartbeat's usage and a goal's budget: control requests.
+    let hb = xo_proto::queue::Heartbeat {
+        task_id: "t1".into(),
+        token: "x".into(),
+        checkpoint: false,
+        usage: xo_proto::queue::Usage {
+            cost_usd: f64::NAN,
+            ..Default::default()
+        },
+    };
+    let bytes = codec::encode(&hb, Format::Msgpack).unwrap();
+    let e = codec::decode_plain::<xo_proto::queue::Heartbeat>(&bytes, None, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("cost_usd"), "{e}");
+    let json = br#"{"task_id":"t1","token":"x","usage":{"cost_usd":-3.0}}"#;
+    let e = codec::decode_plain::<xo_proto::queue::Heartbeat>(json, None, 1 << 20).unwrap_err();
+    assert!(e.to_string().contains("cost_usd"), "{e}");
+    // Finite values pass.
+    let mut r = xo_proto::SaluteReport::new("u1", "coder", 1, 1);
+    r.equipment.cost_usd = 0.25;
+    let bytes = codec::encode(&r, Format::Msgpack).unwrap();
+    assert_eq!(
+        codec::decode::<xo_proto::SaluteReport>(&bytes, None, 1 << 20)
+            .unwrap()
+            .equipment
+            .cost_usd,
+        0.25
+    );
+}

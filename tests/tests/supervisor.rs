@@ -435,6 +435,43 @@ async fn bad_input_is_dead_lettered(watched: bool) {
     }
 }
 
+/// A MessagePack report can carry a cost of inf or NaN (JSON cannot): it
+/// is refused by name and dead-lettered, so the fleet list stays readable
+/// and the unit's persisted state is never poisoned.
+#[tokio::test]
+async fn a_non_finite_cost_is_dead_lettered_and_the_fleet_stays_readable() {
+    let sb = Sandbox::start(&[]).await;
+    let mut dlq = sb.client.subscribe(&sb.subjects.dlq_all()).await.unwrap();
+    let mut sub = sb.steering("rich").await;
+    sb.client.flush().await.unwrap();
+    for cost in [f64::INFINITY, f64::NAN] {
+        let mut r = report("rich", 1);
+        r.equipment.cost_usd = cost;
+        let payload = xo_proto::codec::encode(&r, Format::Msgpack).unwrap();
+        sb.client
+            .publish(&sb.subjects.salute("rich"), Headers::new(), payload.into())
+            .await
+            .unwrap();
+        let m = tokio::time::timeout(T, dlq.next()).await.unwrap().unwrap();
+        let error = m.headers.get(typed::DLQ_ERROR).unwrap_or_default();
+        assert!(error.contains("cost_usd"), "{cost}: {error}");
+    }
+    let units = typed::call(&sb.client, &sb.subjects, &ListUnits::default(), T)
+        .await
+        .unwrap();
+    assert!(units.iter().all(|u| u.cost_usd.is_finite()), "{units:?}");
+    // The unit reports a real cost next: served as ever.
+    let mut r = report("rich", 2);
+    r.equipment.cost_usd = 1.5;
+    r.size.context_fill = 0.95;
+    assert_eq!(sb.exchange(&mut sub, &r).await.len(), 1);
+    let units = typed::call(&sb.client, &sb.subjects, &ListUnits::default(), T)
+        .await
+        .unwrap();
+    let rich = units.iter().find(|u| u.unit == "rich").unwrap();
+    assert_eq!(rich.cost_usd, 1.5);
+}
+
 /// Microcosm and macrocosm give the same steering for the same reports.
 #[tokio::test]
 async fn microcosm_and_supervisor_agree() {
