@@ -570,6 +570,46 @@ async fn macrocosm_file_mode() {
     assert_eq!(&m.payload[..], b"{not json");
 }
 
+/// The volume is writable by others: a report file that is a symlink (to
+/// a secret, or to `/dev/zero`) is dead-lettered without its target's
+/// bytes, and a steering file linked elsewhere is never written through.
+#[tokio::test]
+async fn file_mode_follows_no_symlink() {
+    let vol = tempfile::tempdir().unwrap();
+    let v = vol.path().display().to_string();
+    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let mut dlq = sb.client.subscribe("xo.dlq.>").await.unwrap();
+    sb.client.flush().await.unwrap();
+    let reports = vol.path().join("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(vol.path().join("steering")).unwrap();
+    let secret = vol.path().join("secret");
+    std::fs::write(&secret, "root:$6$hash").unwrap();
+    std::os::unix::fs::symlink(&secret, reports.join("thief_latest.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", reports.join("zero_latest.json")).unwrap();
+    for _ in 0..2 {
+        let m = tokio::time::timeout(T, dlq.next()).await.unwrap().unwrap();
+        let error = m.headers.get(typed::DLQ_ERROR).unwrap_or_default();
+        assert!(error.contains("symlink"), "{error}");
+        assert!(m.payload.is_empty(), "nothing of the target is published");
+    }
+    // A unit whose steering file links to the secret: steered on the bus,
+    // the secret untouched.
+    std::os::unix::fs::symlink(&secret, vol.path().join("steering/filer.jsonl")).unwrap();
+    let mut sub = sb.steering("filer").await;
+    let mut r = report("filer", 1);
+    r.activity.turns_since_progress = 7;
+    std::fs::write(
+        reports.join("filer_latest.json"),
+        serde_json::to_vec(&r).unwrap(),
+    )
+    .unwrap();
+    let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+    let steer = typed::decode::<xo_proto::Steering>(&m, usize::MAX).unwrap();
+    assert_eq!(steer.kind, AnomalyKind::Stall);
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root:$6$hash");
+}
+
 /// Seed 000's own report files: `context_fill_pct`, a percentage.
 #[tokio::test]
 async fn file_mode_reads_seed_context_fill_pct() {

@@ -231,7 +231,9 @@ async fn poll_once(
         }
         seen.insert(path.clone(), stamp);
         ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-        let bytes = match tokio::fs::read(&path).await {
+        // Never through a symlink, only a regular file, never past the
+        // payload limit: the volume is writable by others.
+        let bytes = match xo_runtime::jsonl::read_bounded(&path, ctx.cfg.wire.max_payload).await {
             Ok(b) => b,
             Err(e) => {
                 let err = CodecError::Invalid {

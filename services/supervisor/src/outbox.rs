@@ -29,7 +29,17 @@ pub async fn send(ctx: &Ctx, s: &Steering) {
 
 /// Appends one steering line to `<volume>/steering/<unit>.jsonl`.
 pub async fn append_steering(volume: &Path, s: &Steering) {
-    let path = volume.join("steering").join(format!("{}.jsonl", s.unit));
+    let dir = volume.join("steering");
+    // The folder too is never a link elsewhere (the file is checked when
+    // opened): others can write to the volume.
+    if tokio::fs::symlink_metadata(&dir)
+        .await
+        .is_ok_and(|m| !m.is_dir())
+    {
+        warn!(unit = %s.unit, dir = %dir.display(), "the steering folder is not a folder (a symlink?): steering file not written");
+        return;
+    }
+    let path = dir.join(format!("{}.jsonl", s.unit));
     if let Err(e) = xo_runtime::jsonl::append(&path, s).await {
         warn!(unit = %s.unit, path = %path.display(), error = %e, "steering file append failed");
     }
