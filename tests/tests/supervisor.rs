@@ -607,6 +607,18 @@ async fn file_mode_follows_no_symlink() {
     let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
     let steer = typed::decode::<xo_proto::Steering>(&m, usize::MAX).unwrap();
     assert_eq!(steer.kind, AnomalyKind::Stall);
+    // A steering is published, then its file line written, by the unit's
+    // one watcher: once the next one is on the bus the first line was tried.
+    let mut r = report("filer", 2);
+    r.size.context_fill = 0.95;
+    std::fs::write(
+        reports.join("filer_latest.json"),
+        serde_json::to_vec(&r).unwrap(),
+    )
+    .unwrap();
+    let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+    let steer = typed::decode::<xo_proto::Steering>(&m, usize::MAX).unwrap();
+    assert_eq!(steer.kind, AnomalyKind::Context);
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root:$6$hash");
 }
 

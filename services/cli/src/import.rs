@@ -50,14 +50,52 @@ pub fn unit_for(session: Option<&str>, name: &str) -> String {
     unit_id(session.unwrap_or(name))
 }
 
+/// A recording's own name, the unit's when its stream names no session: a
+/// file's stem; an OpenHands `events/` folder's conversation folder; any
+/// other folder's name.
+pub fn recording_name(path: &Path) -> String {
+    let name = if path.is_dir() {
+        let dir = if path.ends_with("events") {
+            path.parent().unwrap_or(path)
+        } else {
+            path
+        };
+        dir.file_name()
+    } else {
+        path.file_stem()
+    };
+    name.and_then(|n| n.to_str()).unwrap_or("run").to_string()
+}
+
 /// An OpenHands event file's place in its run, from its name: `<n>.json`
 /// (V0) or `event-<n>-<uuid>.json` (V1 SDK); a name with no number last.
-pub fn event_number(stem: &str) -> u64 {
+fn event_number(stem: &str) -> u64 {
     stem.trim_start_matches("event-")
         .split('-')
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or(u64::MAX)
+}
+
+/// The event files (`*.json`) of an OpenHands events folder, in event
+/// order: (number, file name, path).
+pub fn event_files(dir: &Path) -> std::io::Result<Vec<(u64, String, std::path::PathBuf)>> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let (Some(name), Some(stem)) = (
+            p.file_name().and_then(|s| s.to_str()),
+            p.file_stem().and_then(|s| s.to_str()),
+        ) else {
+            continue;
+        };
+        files.push((event_number(stem), name.to_string(), p.clone()));
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// One recorded session, read and named.
@@ -155,17 +193,13 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
 /// read.
 pub fn read_runs(format: Format, path: &Path) -> anyhow::Result<Vec<Imported>> {
     let file = path.display().to_string();
-    let stem = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("run")
-        .to_string();
-    let (text, name) = if path.is_dir() {
+    let text = if path.is_dir() {
         events_folder(format, path)?
     } else {
         let bytes = std::fs::read(path).with_context(|| format!("reading {file}"))?;
-        (String::from_utf8_lossy(&bytes).into_owned(), stem.clone())
+        String::from_utf8_lossy(&bytes).into_owned()
     };
+    let name = recording_name(path);
     let runs = document::read_runs(format, &text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let many = runs.len() > 1;
     Ok(runs
@@ -198,8 +232,8 @@ pub fn read_runs(format: Format, path: &Path) -> anyhow::Result<Vec<Imported>> {
 }
 
 /// An OpenHands conversation folder (or its `events/`): its events as
-/// lines, in order, and the conversation's name.
-fn events_folder(format: Format, dir: &Path) -> anyhow::Result<(String, String)> {
+/// lines, in order.
+fn events_folder(format: Format, dir: &Path) -> anyhow::Result<String> {
     if format != Format::OpenHands {
         bail!(
             "{} is a folder: only openhands reads folders (an events/ folder); give {} files",
@@ -212,32 +246,10 @@ fn events_folder(format: Format, dir: &Path) -> anyhow::Result<(String, String)>
     } else {
         dir.to_path_buf()
     };
-    let name = if events.ends_with("events") {
-        events.parent().unwrap_or(&events)
-    } else {
-        &events
-    }
-    .file_name()
-    .and_then(|n| n.to_str())
-    .unwrap_or("run")
-    .to_string();
-    let mut files: Vec<(u64, String, std::path::PathBuf)> = Vec::new();
-    for e in std::fs::read_dir(&events).with_context(|| format!("listing {}", events.display()))? {
-        let p = e?.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
-        let stem = p
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("")
-            .to_string();
-        files.push((event_number(&stem), stem, p));
-    }
+    let files = event_files(&events).with_context(|| format!("listing {}", events.display()))?;
     if files.is_empty() {
         bail!("{}: no event files (*.json) in it", events.display());
     }
-    files.sort();
     let mut text = String::new();
     for (_, _, p) in files {
         let raw =
@@ -249,7 +261,7 @@ fn events_folder(format: Format, dir: &Path) -> anyhow::Result<(String, String)>
         }
         text.push('\n');
     }
-    Ok((text, name))
+    Ok(text)
 }
 
 #[cfg(test)]

@@ -63,9 +63,9 @@ struct Session {
 }
 
 impl Session {
-    fn new(path: &Path, dir_mode: bool, format: Format) -> Self {
+    fn new(path: &Path, format: Format) -> Self {
         Self {
-            name: unit_name(path, dir_mode),
+            name: crate::import::recording_name(path),
             unit: None,
             sensor: Sensor::new(format),
             offset: 0,
@@ -165,7 +165,7 @@ pub async fn run(
                 for (path, dir_mode) in scan(format, &args.dirs) {
                     let s = sessions.entry(path.clone()).or_insert_with(|| {
                         info!(path = %path.display(), before_start = first, "watching a new session");
-                        Session::new(&path, dir_mode, format)
+                        Session::new(&path, format)
                     });
                     if s.skipped {
                         continue;
@@ -228,19 +228,6 @@ fn scan(format: Format, dirs: &[String]) -> Vec<(PathBuf, bool)> {
     out
 }
 
-/// A unit's name: the file's stem; an event directory's session folder.
-fn unit_name(path: &Path, dir_mode: bool) -> String {
-    let p = if dir_mode && path.file_name().is_some_and(|n| n == "events") {
-        path.parent().unwrap_or(path)
-    } else {
-        path
-    };
-    p.file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("session")
-        .to_string()
-}
-
 /// The complete lines appended since the last read. A file shorter than
 /// what was read was truncated or replaced: read again from its start.
 fn read_lines(path: &Path, s: &mut Session, format: Format) -> Vec<String> {
@@ -274,22 +261,14 @@ fn read_lines(path: &Path, s: &mut Session, format: Format) -> Vec<String> {
 
 /// OpenHands event files not read yet, in event order, one line each.
 fn read_events(dir: &Path, s: &mut Session) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
+    let Ok(files) = crate::import::event_files(dir) else {
         return Vec::new();
     };
-    let mut new: Vec<(u64, String, PathBuf)> = rd
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .filter_map(|p| {
-            let name = p.file_name()?.to_str()?.to_string();
-            let n = crate::import::event_number(p.file_stem()?.to_str()?);
-            (!s.seen.contains(&name)).then_some((n, name, p))
-        })
-        .collect();
-    new.sort();
     let mut lines = Vec::new();
-    for (_, name, p) in new {
+    for (_, name, p) in files {
+        if s.seen.contains(&name) {
+            continue;
+        }
         let Ok(text) = std::fs::read_to_string(&p) else {
             continue;
         };

@@ -7,11 +7,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn xo(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    xo_env(dir, args, stdin, &[])
+}
+
+/// `xo` in `dir` with `env` set on top of a clean environment.
+fn xo_env(
+    dir: &Path,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
     c.current_dir(dir)
         .env_remove("XO_NATS_URL")
         .env_remove("CLAUDE_PROJECT_DIR")
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -427,19 +438,12 @@ fn the_codex_hook_installs_in_a_project_and_answers_codex() {
         "tool_response": "Process exited with code 101"
     })
     .to_string();
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .current_dir("/")
-        .env("CLAUDE_PROJECT_DIR", "/nonexistent")
-        .args(["hook", "codex"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(payload.as_bytes())?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let o = xo_env(
+        Path::new("/"),
+        &["hook", "codex"],
+        Some(payload.as_bytes()),
+        &[("CLAUDE_PROJECT_DIR", "/nonexistent")],
+    );
     assert!(o.status.success());
     let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     codex_allows(&a, "PostToolUse");

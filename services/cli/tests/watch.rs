@@ -102,6 +102,21 @@ async fn supervisor_answers(bus: &Bus, root: &Path) {
     .await;
 }
 
+/// The XO's supervisor (after `args`, with `env`) on the nats-server at
+/// `url`, answering, and a client of that server. Reports are core NATS:
+/// the XO listens before a watch starts.
+async fn supervisor(root: &Path, url: &str, args: &[&str], env: &[(&str, &str)]) -> (Procs, Bus) {
+    let args: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["serve", "supervisor"])
+        .collect();
+    let procs = Procs(vec![xo_env(root, url, "supervisor", &args, env)]);
+    let bus = Bus::Nats(NatsBus::connect(url, Default::default()).await.unwrap());
+    supervisor_answers(&bus, root).await;
+    (procs, bus)
+}
+
 /// The watch (its log `name`) has read the sessions that were there when
 /// it started: what is written from now on is reported.
 async fn read_what_was_there(root: &Path, name: &str) {
@@ -130,10 +145,7 @@ async fn watch_supervises_live_transcripts() {
         .collect();
     std::fs::write(projects.join("not-claude.jsonl"), other).unwrap();
 
-    let mut procs = Procs(vec![xo(root, &url, "supervisor", &["serve", "supervisor"])]);
-    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
-    // Reports are core NATS: the XO listens before the watch starts.
-    supervisor_answers(&bus, root).await;
+    let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
     let dir = root.join("projects").display().to_string();
     procs.0.push(xo(
         root,
@@ -254,15 +266,13 @@ async fn watch_starts_at_the_end_and_never_steers_what_has_ended() {
     session_file(&dir, &project("done"), "s-done", 12, true);
     session_file(&dir, &project("idle"), "s-idle", 12, false);
 
-    let mut procs = Procs(vec![xo_env(
+    let (mut procs, bus) = supervisor(
         root,
         &url,
-        "supervisor",
-        &["serve", "supervisor"],
+        &[],
         &[("XO__SUPERVISOR__STALE_AFTER_MS", "1500")],
-    )]);
-    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
-    supervisor_answers(&bus, root).await;
+    )
+    .await;
     let d = dir.display().to_string();
     procs.0.push(xo(
         root,
@@ -350,9 +360,7 @@ async fn from_start_reports_history_and_steers_none_of_it() {
     let file = codex.join("rollout-2026-03-01T10-00-00-019c-thread-7.jsonl");
     std::fs::write(&file, &rollout).unwrap();
 
-    let mut procs = Procs(vec![xo(root, &url, "supervisor", &["serve", "supervisor"])]);
-    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
-    supervisor_answers(&bus, root).await;
+    let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
     let d = dir.display().to_string();
     procs.0.push(xo(
         root,
@@ -434,14 +442,7 @@ async fn the_supervisor_watches_what_its_config_names() {
         ),
     )
     .unwrap();
-    let _procs = Procs(vec![xo(
-        root,
-        &url,
-        "supervisor",
-        &["--config", cfg.to_str().unwrap(), "serve", "supervisor"],
-    )]);
-    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
-    supervisor_answers(&bus, root).await;
+    let (_procs, bus) = supervisor(root, &url, &["--config", cfg.to_str().unwrap()], &[]).await;
     read_what_was_there(root, "supervisor").await;
     std::fs::write(
         sessions.join("s-config.jsonl"),
@@ -466,9 +467,7 @@ async fn watch_follows_openhands_event_directories() {
     let root = tmp.path();
     let events = root.join("sessions").join("oh-session-9").join("events");
     std::fs::create_dir_all(&events).unwrap();
-    let mut procs = Procs(vec![xo(root, &url, "supervisor", &["serve", "supervisor"])]);
-    let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
-    supervisor_answers(&bus, root).await;
+    let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
     let dir = root.join("sessions").display().to_string();
     procs.0.push(xo(
         root,

@@ -59,28 +59,21 @@ pub async fn render(c: &Shared) -> String {
                 .count();
             let _ = writeln!(out, "xo_units{{health=\"{h}\"}} {n}");
         }
-        family(
-            &mut out,
-            "xo_units_stale",
-            "gauge",
-            "Units with no report or heartbeat within stale_after.",
-        );
-        let _ = writeln!(
-            out,
-            "xo_units_stale {}",
-            units.iter().filter(|u| u.stale).count()
-        );
-        family(
-            &mut out,
-            "xo_units_ended",
-            "gauge",
-            "Units whose last report said their session ended.",
-        );
-        let _ = writeln!(
-            out,
-            "xo_units_ended {}",
-            units.iter().filter(|u| u.ended).count()
-        );
+        for (name, help, n) in [
+            (
+                "xo_units_stale",
+                "Units with no report or heartbeat within stale_after.",
+                units.iter().filter(|u| u.stale).count(),
+            ),
+            (
+                "xo_units_ended",
+                "Units whose last report said their session ended.",
+                units.iter().filter(|u| u.ended).count(),
+            ),
+        ] {
+            family(&mut out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {n}");
+        }
     }
     if let Ok(s) = &stats {
         for (name, help, v) in [

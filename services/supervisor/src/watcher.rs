@@ -265,7 +265,11 @@ impl WatcherState {
             self.live
                 .ended
                 .store(report.status.ended, Ordering::Relaxed);
-            info!(unit = %report.unit.unit, ended = report.status.ended, turn = report.time.turn, "session ended: not stale when silent");
+            if report.status.ended {
+                info!(unit = %report.unit.unit, turn = report.time.turn, "session ended: not stale when silent");
+            } else {
+                info!(unit = %report.unit.unit, turn = report.time.turn, "session went on after its end");
+            }
         }
         if !ctx.live.steering() && !a.steering.is_empty() {
             debug!(unit = %report.unit.unit, held = a.steering.len(), "supervision switched off in the settings: steering not sent");
