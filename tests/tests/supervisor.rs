@@ -597,28 +597,19 @@ async fn file_mode_follows_no_symlink() {
     // the secret untouched.
     std::os::unix::fs::symlink(&secret, vol.path().join("steering/filer.jsonl")).unwrap();
     let mut sub = sb.steering("filer").await;
-    let mut r = report("filer", 1);
-    r.activity.turns_since_progress = 7;
-    std::fs::write(
-        reports.join("filer_latest.json"),
-        serde_json::to_vec(&r).unwrap(),
-    )
-    .unwrap();
-    let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
-    let steer = typed::decode::<xo_proto::Steering>(&m, usize::MAX).unwrap();
-    assert_eq!(steer.kind, AnomalyKind::Stall);
+    let mut stall = report("filer", 1);
+    stall.activity.turns_since_progress = 7;
     // A steering is published, then its file line written, by the unit's
-    // one watcher: once the next one is on the bus the first line was tried.
-    let mut r = report("filer", 2);
-    r.size.context_fill = 0.95;
-    std::fs::write(
-        reports.join("filer_latest.json"),
-        serde_json::to_vec(&r).unwrap(),
-    )
-    .unwrap();
-    let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
-    let steer = typed::decode::<xo_proto::Steering>(&m, usize::MAX).unwrap();
-    assert_eq!(steer.kind, AnomalyKind::Context);
+    // one watcher: once the second is on the bus the first line was tried.
+    let mut full = report("filer", 2);
+    full.size.context_fill = 0.95;
+    for (r, kind) in [(stall, AnomalyKind::Stall), (full, AnomalyKind::Context)] {
+        let json = serde_json::to_vec(&r).unwrap();
+        std::fs::write(reports.join("filer_latest.json"), json).unwrap();
+        let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+        let steer = typed::decode::<xo_proto::Steering>(&m, usize::MAX).unwrap();
+        assert_eq!(steer.kind, kind);
+    }
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root:$6$hash");
 }
 
