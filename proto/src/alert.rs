@@ -23,16 +23,20 @@ pub enum AlertKind {
     BudgetExhausted,
     /// The queue halted.
     QueueHalted,
+    /// Requests on a task's lease kept coming with a token or a claimant
+    /// that does not hold it: a runner guessing or replaying another's lease.
+    LeaseRefused,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 6] = [
+    pub const ALL: [AlertKind; 7] = [
         Self::TaskBlocked,
         Self::Question,
         Self::QueueStuck,
         Self::RoleFailed,
         Self::BudgetExhausted,
         Self::QueueHalted,
+        Self::LeaseRefused,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -42,6 +46,7 @@ impl AlertKind {
             Self::RoleFailed => "role_failed",
             Self::BudgetExhausted => "budget_exhausted",
             Self::QueueHalted => "queue_halted",
+            Self::LeaseRefused => "lease_refused",
         }
     }
 }

@@ -30,6 +30,49 @@ pub trait Request: Serialize + DeserializeOwned + Send + 'static {
     fn wait(&self) -> Duration {
         Duration::ZERO
     }
+
+    /// The unit a runner's request acts for, when its API declares one
+    /// (`scope:`): the request then goes to `xo.ctl.<service>.<verb>.<unit>`,
+    /// a subject NATS lets only that unit's user publish on, and the
+    /// service refuses it unless the subject and the body name the same
+    /// unit. `None` (or empty): the plain subject, which only trusted
+    /// users may publish on.
+    fn scope(&self) -> Option<&str> {
+        None
+    }
+
+    /// The subject this request goes to: [`Request::subject`], with its
+    /// [`scope`](Request::scope) as a last token when it has one.
+    fn subject_of(&self, subjects: &Subjects) -> String {
+        match self.scope().filter(|s| !s.is_empty()) {
+            Some(unit) => format!("{}.{unit}", Self::subject(subjects)),
+            None => Self::subject(subjects),
+        }
+    }
+}
+
+/// Checks that a request which came on a unit's subject (`scope`) names
+/// that unit in its body: the subject is what the server authenticated
+/// (a runner's NATS user may publish only on its own unit's subjects), the
+/// body is what the runner claims.
+pub fn check_scope<R: Request>(req: &R, scope: Option<&str>) -> Result<(), ServiceError> {
+    let Some(subject_unit) = scope else {
+        return Ok(());
+    };
+    match req.scope() {
+        Some(named) if named == subject_unit => Ok(()),
+        named => Err(ServiceError::new(
+            ErrorCode::Invalid,
+            format!(
+                "{}.{}: sent on the subject of unit {subject_unit:?} but acts for {:?}; a runner acts only for its own unit (send it on `{}.{}.<unit>` with that unit in the body)",
+                R::SERVICE,
+                R::VERB,
+                named.unwrap_or(""),
+                R::SERVICE,
+                R::VERB,
+            ),
+        )),
+    }
 }
 
 /// A family of reply ports: how a service's actor answers a request.
@@ -45,12 +88,17 @@ pub trait Api<P: Ports>: Sized + Send + 'static {
     const SERVICE: &'static str;
     /// One a request, in declaration order.
     const VERBS: &'static [&'static str];
+    /// The verbs also served on `<verb>.<unit>` ([`Request::scope`]).
+    const SCOPED: &'static [&'static str];
 
     /// Decodes the request `verb` names and hands it to `to` with the
     /// variant that carries it. An unknown verb is `not_found`, a body that
-    /// does not decode `invalid`, each naming what was wrong.
+    /// does not decode `invalid`, each naming what was wrong; a request that
+    /// came on a unit's subject (`scope`) and acts for another unit is
+    /// `invalid` ([`check_scope`]).
     fn route<T: Route<Self, P>>(
         verb: &str,
+        scope: Option<&str>,
         payload: &[u8],
         content_type: Option<&str>,
         limit: usize,
@@ -85,13 +133,14 @@ pub fn decode_request<R: Request>(
 /// xo_proto::api! {
 ///     /// The queue's control API.
 ///     pub enum QueueApi for QUEUE {
-///         Claim(Claim) => "claim" -> Option<Claimed>, wait: |q| Duration::from_millis(q.wait_ms);
+///         Claim(Claim) => "claim" -> Option<Claimed>, wait: |q| Duration::from_millis(q.wait_ms), scope: |q| Some(&q.claimant);
 ///         Halt(Halt) => "halt" -> QueueStatus;
 ///     }
 /// }
 /// ```
 ///
-/// makes `impl Request` for each request type and
+/// (`wait`: how much longer the request may take; `scope`: the unit it
+/// acts for, [`Request::scope`].) It makes `impl Request` for each request type and
 /// `pub enum QueueApi<P: Ports> { Claim(Claim, P::Port<Option<Claimed>>), … }`
 /// with its [`Api`] impl.
 #[macro_export]
@@ -101,7 +150,7 @@ macro_rules! api {
         $vis:vis enum $api:ident for $service:path {
             $(
                 $(#[$vmeta:meta])*
-                $variant:ident($req:ty) => $verb:literal -> $resp:ty $(, wait: |$q:ident| $wait:expr)?;
+                $variant:ident($req:ty) => $verb:literal -> $resp:ty $(, wait: |$q:ident| $wait:expr)? $(, scope: |$sq:ident| $scope:expr)?;
             )*
         }
     ) => {
@@ -114,6 +163,12 @@ macro_rules! api {
                     fn wait(&self) -> ::std::time::Duration {
                         let $q = self;
                         $wait
+                    }
+                )?
+                $(
+                    fn scope(&self) -> Option<&str> {
+                        let $sq = self;
+                        $scope
                     }
                 )?
             }
@@ -130,9 +185,14 @@ macro_rules! api {
         impl<P: $crate::control::Ports + 'static> $crate::control::Api<P> for $api<P> {
             const SERVICE: &'static str = $service;
             const VERBS: &'static [&'static str] = &[$($verb),*];
+            const SCOPED: &'static [&'static str] = &[$($({
+                let _ = stringify!($sq);
+                $verb
+            },)?)*];
 
             fn route<T: $crate::control::Route<Self, P>>(
                 verb: &str,
+                scope: Option<&str>,
                 payload: &[u8],
                 content_type: Option<&str>,
                 limit: usize,
@@ -140,10 +200,11 @@ macro_rules! api {
             ) -> Result<T::Out, $crate::control::ServiceError> {
                 match verb {
                     $(
-                        $verb => Ok(to.route(
-                            $crate::control::decode_request::<$req>(payload, content_type, limit)?,
-                            $api::$variant,
-                        )),
+                        $verb => {
+                            let req = $crate::control::decode_request::<$req>(payload, content_type, limit)?;
+                            $crate::control::check_scope(&req, scope)?;
+                            Ok(to.route(req, $api::$variant))
+                        }
                     )*
                     other => Err($crate::control::ServiceError::new(
                         $crate::control::ErrorCode::NotFound,
@@ -284,6 +345,11 @@ pub struct UnitSummary {
     /// not stale for being silent.
     #[serde(default)]
     pub ended: bool,
+    /// Reports refused in a row for their epoch (an earlier life of the
+    /// unit, or its clock too far off) while it is heard: from 3 on, the
+    /// XO does not show it green (`xo units` STATE `refused`).
+    #[serde(default)]
+    pub refused_reports: u32,
     pub turn: u64,
     pub seq: u64,
     /// Milliseconds since the Unix epoch of the last report or heartbeat.

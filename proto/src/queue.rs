@@ -897,6 +897,10 @@ pub struct Renewed {
 pub struct Heartbeat {
     pub task_id: String,
     pub token: String,
+    /// The unit that holds the lease (the claim's `claimant`); empty only
+    /// from a trusted user on the plain subject.
+    #[serde(default)]
+    pub claimant: String,
     #[serde(default)]
     pub checkpoint: bool,
     /// This attempt's work so far.
@@ -908,6 +912,10 @@ pub struct Heartbeat {
 pub struct Complete {
     pub task_id: String,
     pub token: String,
+    /// The unit that holds the lease (the claim's `claimant`); empty only
+    /// from a trusted user on the plain subject.
+    #[serde(default)]
+    pub claimant: String,
     pub report: ValidationReport,
     /// Manager tasks: the reconciliation reply.
     #[serde(default)]
@@ -921,6 +929,10 @@ pub struct Complete {
 pub struct Block {
     pub task_id: String,
     pub token: String,
+    /// The unit that holds the lease (the claim's `claimant`); empty only
+    /// from a trusted user on the plain subject.
+    #[serde(default)]
+    pub claimant: String,
     pub reason: String,
     /// A question for the operator: the task waits for `answer` instead of blocking.
     #[serde(default)]
@@ -1046,10 +1058,12 @@ crate::api! {
         SetGoal(SetGoal) => "goal" -> QueueStatus;
         /// Replies with the ids newly enqueued (identical ones already present are skipped).
         Enqueue(Enqueue) => "enqueue" -> Vec<String>;
-        Claim(Claim) => "claim" -> Option<Claimed>, wait: |q| std::time::Duration::from_millis(q.wait_ms);
-        Heartbeat(Heartbeat) => "heartbeat" -> Renewed;
-        Complete(Complete) => "complete" -> TaskRecord;
-        Block(Block) => "block" -> TaskRecord;
+        /// Claim, heartbeat, complete and block act for the runner's unit
+        /// (`claimant`): sent on `<verb>.<unit>`, the subject its NATS user may use.
+        Claim(Claim) => "claim" -> Option<Claimed>, wait: |q| std::time::Duration::from_millis(q.wait_ms), scope: |q| Some(q.claimant.as_str());
+        Heartbeat(Heartbeat) => "heartbeat" -> Renewed, scope: |q| Some(q.claimant.as_str());
+        Complete(Complete) => "complete" -> TaskRecord, scope: |q| Some(q.claimant.as_str());
+        Block(Block) => "block" -> TaskRecord, scope: |q| Some(q.claimant.as_str());
         Answer(Answer) => "answer" -> TaskRecord;
         Halt(Halt) => "halt" -> QueueStatus;
         Resume(Resume) => "resume" -> QueueStatus;

@@ -273,6 +273,7 @@ fn non_finite_floats_are_refused_by_name_on_every_path() {
     let hb = xo_proto::queue::Heartbeat {
         task_id: "t1".into(),
         token: "x".into(),
+        claimant: String::new(),
         checkpoint: false,
         usage: xo_proto::queue::Usage {
             cost_usd: f64::NAN,

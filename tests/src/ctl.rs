@@ -109,6 +109,13 @@ pub async fn complete(bus: &Bus, c: &xo_proto::queue::Claimed) -> bool {
         usage: Default::default(),
         task_id: c.record.task.task_id.clone(),
         token: c.token.clone(),
+        // The lease's holder, on its unit's subject (`complete.c1`).
+        claimant: c
+            .record
+            .lease
+            .as_ref()
+            .map(|l| l.claimant.clone())
+            .unwrap_or_default(),
         report: ValidationReport {
             passed: true,
             ..Default::default()

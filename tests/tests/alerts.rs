@@ -166,6 +166,7 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
         &Block {
             task_id: "a".into(),
             token: a.token,
+            claimant: String::new(),
             reason: "validation failed after 3 retries: tests fail".into(),
             question: None,
             cause: None,
@@ -189,6 +190,7 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
         &Block {
             task_id: "b".into(),
             token: b.token,
+            claimant: String::new(),
             reason: ASKED_QUESTION.into(),
             question: Some("Which database: Postgres or SQLite?".into()),
             cause: None,

@@ -211,12 +211,16 @@ async fn control_service(kind: &str) {
             description: "conformance".into(),
             group: "xo.ctl.test".into(),
             verbs: vec!["a".into(), "b".into()],
+            scoped: vec!["b".into()],
         })
         .await
         .unwrap();
     let server = tokio::spawn(async move {
         while let Some(req) = ep.next().await {
-            let body = Bytes::from(req.verb().to_string());
+            let body = Bytes::from(match req.scope() {
+                Some(unit) => format!("{} for {unit}", req.verb()),
+                None => req.verb().to_string(),
+            });
             req.respond(Headers::new(), body).await.unwrap();
         }
     });
@@ -233,6 +237,20 @@ async fn control_service(kind: &str) {
             .unwrap();
         assert_eq!(r.payload, Bytes::from(verb));
     }
+    // A scoped verb is also served on `<verb>.<unit>`, and the unit is
+    // told apart from the verb; an unscoped one is not served there.
+    let r = client
+        .request("xo.ctl.test.b.coder-1", Headers::new(), Bytes::new(), T)
+        .await
+        .unwrap();
+    assert_eq!(r.payload, Bytes::from("b for coder-1"));
+    let err = client
+        .request("xo.ctl.test.a.coder-1", Headers::new(), Bytes::new(), T)
+        .await;
+    assert!(
+        err.is_err(),
+        "an unscoped verb answered on a unit's subject"
+    );
     if kind == "nats" {
         let r = client
             .request("$SRV.PING.xo-test", Headers::new(), Bytes::new(), T)
@@ -251,7 +269,8 @@ async fn control_service(kind: &str) {
             .iter()
             .map(|e| e["num_requests"].as_u64().unwrap())
             .sum();
-        assert_eq!(requests, 2);
+        // a, b, and b on a unit's subject.
+        assert_eq!(requests, 3);
     }
     // A service whose task is aborted (as services stop theirs) is gone:
     // its verbs and, on NATS, its `$SRV` answers too.

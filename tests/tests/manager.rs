@@ -108,6 +108,7 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
         &Block {
             task_id: "t2".into(),
             token: c2.token,
+            claimant: String::new(),
             reason: "validation failed after 3 retries: tests fail".into(),
             question: None,
             cause: None,
@@ -123,6 +124,7 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
         &Complete {
             task_id: "t1".into(),
             token: c1.token,
+            claimant: String::new(),
             report: ValidationReport {
                 passed: true,
                 summary: "ok".into(),

@@ -146,6 +146,7 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
                 usage: Default::default(),
                 task_id: c.record.task.task_id.clone(),
                 token: c.token,
+                claimant: String::new(),
                 report: ok(),
                 manager_reply: None,
             })
@@ -226,6 +227,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
             usage: Default::default(),
             task_id: "t000".into(),
             token: first.token,
+            claimant: String::new(),
             report: ok(),
             manager_reply: None,
         })
@@ -236,6 +238,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
         usage: Default::default(),
         task_id: "t000".into(),
         token: second.token,
+        claimant: String::new(),
         report: ok(),
         manager_reply: None,
     })
@@ -254,6 +257,7 @@ async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
             usage: Default::default(),
             task_id: "t000".into(),
             token: c.token.clone(),
+            claimant: String::new(),
             checkpoint: false,
         })
         .await
@@ -318,6 +322,7 @@ async fn thirty_two_concurrent_claimants_never_share_a_task() {
                         usage: Default::default(),
                         task_id: c.record.task.task_id,
                         token: c.token,
+                        claimant: String::new(),
                         report: ok(),
                         manager_reply: None,
                     },
@@ -353,6 +358,7 @@ async fn the_queue_survives_a_nats_server_restart() {
             usage: Default::default(),
             task_id: c.record.task.task_id.clone(),
             token: c.token.clone(),
+            claimant: String::new(),
             report: ok(),
             manager_reply: None,
         };
@@ -372,6 +378,7 @@ async fn the_queue_survives_a_nats_server_restart() {
             usage: Default::default(),
             task_id: c.record.task.task_id,
             token: c.token,
+            claimant: String::new(),
             report: ok(),
             manager_reply: None,
         })
@@ -482,6 +489,7 @@ async fn a_question_survives_a_restart_and_is_answered() {
         usage: Default::default(),
         task_id: "t000".into(),
         token: c.token,
+        claimant: String::new(),
         reason: "ambiguous".into(),
         question: Some("which db?".into()),
     })

@@ -104,6 +104,7 @@ impl Rig {
             usage: Default::default(),
             task_id: id.clone(),
             token: c.token,
+            claimant: String::new(),
             report: ValidationReport {
                 passed: true,
                 summary: "ok".into(),

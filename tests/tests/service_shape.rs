@@ -162,6 +162,7 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
             usage: Default::default(),
             task_id: c.record.task.task_id.clone(),
             token: c.token,
+            claimant: String::new(),
             report: ValidationReport {
                 passed: true,
                 ..Default::default()
@@ -267,6 +268,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
         usage: Default::default(),
         task_id: "d2".into(),
         token: d.token,
+        claimant: String::new(),
         report: ValidationReport {
             passed: true,
             ..Default::default()
@@ -294,6 +296,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
         usage: Default::default(),
         task_id: "w1".into(),
         token: c.token.clone(),
+        claimant: String::new(),
         checkpoint: false,
     };
     let r = rig.call(&hb).await.unwrap();

@@ -277,6 +277,91 @@ async fn supervisor_restart_resumes_from_the_store() {
     );
 }
 
+/// Waits until the unit's detail satisfies `ok`.
+async fn wait_for(
+    sb: &Sandbox,
+    unit: &str,
+    what: &str,
+    ok: impl Fn(&xo_proto::control::UnitDetail) -> bool,
+) -> xo_proto::control::UnitDetail {
+    for _ in 0..3000 {
+        if let Ok(d) = sb.show(unit).await
+            && ok(&d)
+        {
+            return d;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{unit}: never {what}");
+}
+
+/// Issue 23, item 5: one report with epoch 2^64-1 once made every later
+/// report of its unit a duplicate, and a runner restarted with its clock
+/// 5 s behind was ignored for good while its heartbeats kept it green.
+#[tokio::test]
+async fn epochs_are_bounded_and_a_unit_heard_only_by_heartbeat_is_flagged() {
+    let now = xo_proto::now_ms();
+    let at = |turn: u64, seq: u64, epoch: u64| {
+        let mut r = report("u1", turn);
+        r.time.seq = seq;
+        r.time.epoch = epoch;
+        r
+    };
+    let sb = &Sandbox::start(&[]).await;
+    let refused = |n: u64| async move {
+        for _ in 0..3000 {
+            let st = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+                .await
+                .unwrap();
+            if st.duplicates >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{n} reports never refused");
+    };
+    sb.send(&at(1, 1, now)).await;
+    sb.wait_seq("u1", 1).await;
+    // From the future: refused, and the unit's count is not taken over.
+    sb.send(&at(2, 2, u64::MAX)).await;
+    refused(1).await;
+    sb.send(&at(3, 2, now)).await;
+    let d = wait_for(sb, "u1", "heard after the poisoned epoch", |d| {
+        d.summary.turn == 3
+    })
+    .await;
+    assert_eq!(d.summary.refused_reports, 0);
+    // Restarted on a host whose clock is 5 s behind: heard.
+    sb.send(&at(50, 1, now - 5_000)).await;
+    wait_for(
+        sb,
+        "u1",
+        "heard after a restart with its clock behind",
+        |d| d.summary.turn == 50,
+    )
+    .await;
+    // Reports from a life further back than the skew, while heartbeats
+    // arrive: refused, and from the third on the unit is not green.
+    let far = now - 5_000 - xo_radio::MAX_CLOCK_SKEW_MS - 1;
+    for (i, seq) in (2..=4).enumerate() {
+        sb.send(&at(60 + seq, seq, far)).await;
+        let hb = Heartbeat::new("u1", "coder", seq);
+        typed::publish(&sb.client, &sb.subjects.heartbeat("u1"), &hb, Format::Json)
+            .await
+            .unwrap();
+        refused(2 + i as u64).await;
+    }
+    let d = sb.show("u1").await.unwrap();
+    assert_eq!(d.summary.refused_reports, 3, "{:?}", d.summary);
+    assert_eq!(d.summary.health, Health::Amber, "{:?}", d.summary);
+    assert!(!d.summary.stale && d.summary.turn == 50);
+    // Its live life reports again: heard, the flag gone.
+    sb.send(&at(51, 2, now - 5_000)).await;
+    let d = wait_for(sb, "u1", "heard again", |d| d.summary.turn == 51).await;
+    assert_eq!(d.summary.refused_reports, 0);
+    assert_eq!(d.summary.health, Health::Green);
+}
+
 /// A watcher that dies is restarted with its state; too many deaths escalate.
 #[tokio::test]
 async fn watcher_restart_and_intensity_limit() {

@@ -112,6 +112,7 @@ where
             description: description.into(),
             group,
             verbs: A::VERBS.iter().map(|v| v.to_string()).collect(),
+            scoped: A::SCOPED.iter().map(|v| v.to_string()).collect(),
         })
         .await?;
     Ok(tokio::spawn(async move {
@@ -124,6 +125,7 @@ where
             let Some(req) = req else { break };
             let routed = A::route(
                 req.verb(),
+                req.scope(),
                 &req.message.payload,
                 req.message.headers.get(CONTENT_TYPE),
                 limit,

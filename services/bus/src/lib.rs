@@ -255,7 +255,11 @@ impl Bus {
                 for verb in &spec.verbs {
                     subs.push(self.subscribe(&format!("{}.{verb}", spec.group)).await?);
                 }
+                for verb in &spec.scoped {
+                    subs.push(self.subscribe(&format!("{}.{verb}.*", spec.group)).await?);
+                }
                 Ok(ServiceEndpoint::Plain {
+                    group: spec.group.clone(),
                     bus: self.clone(),
                     stream: Box::pin(futures::stream::select_all(
                         subs.into_iter().map(Subscription::into_stream),
@@ -277,15 +281,20 @@ pub struct ServiceSpec {
     pub group: String,
     /// Endpoint names within the group.
     pub verbs: Vec<String>,
+    /// Verbs also served on `<group>.<verb>.<unit>`: a runner's request
+    /// for its own unit ([`ServiceRequest::scope`]).
+    pub scoped: Vec<String>,
 }
 
 /// A stream of control requests.
 pub enum ServiceEndpoint {
     Plain {
+        group: String,
         bus: Bus,
         stream: std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>>,
     },
     Nats {
+        group: String,
         service: nats::RunningService,
         stream: std::pin::Pin<Box<dyn futures::Stream<Item = async_nats::service::Request> + Send>>,
     },
@@ -301,17 +310,19 @@ impl ServiceEndpoint {
     pub async fn next(&mut self) -> Option<ServiceRequest> {
         use futures::StreamExt;
         match self {
-            ServiceEndpoint::Plain { bus, stream } => {
+            ServiceEndpoint::Plain { group, bus, stream } => {
                 let message = stream.next().await?;
                 Some(ServiceRequest {
                     message,
+                    group_len: group.len(),
                     responder: Responder::Bus(bus.clone()),
                 })
             }
-            ServiceEndpoint::Nats { stream, .. } => {
+            ServiceEndpoint::Nats { group, stream, .. } => {
                 let req = stream.next().await?;
                 Some(ServiceRequest {
                     message: nats::from_nats(req.message.clone()),
+                    group_len: group.len(),
                     responder: Responder::Nats(Box::new(req)),
                 })
             }
@@ -335,6 +346,8 @@ enum Responder {
 /// One request to a control API; answer it with [`ServiceRequest::respond`].
 pub struct ServiceRequest {
     pub message: Message,
+    /// The length of the endpoint's group (`xo.ctl.queue`) in the subject.
+    group_len: usize,
     responder: Responder,
 }
 
@@ -347,9 +360,24 @@ impl std::fmt::Debug for ServiceRequest {
 }
 
 impl ServiceRequest {
-    /// The verb: the last token of the subject.
+    /// What follows the group: `<verb>` or `<verb>.<unit>`.
+    fn tail(&self) -> &str {
+        let s = &self.message.subject;
+        s.get(self.group_len..)
+            .and_then(|t| t.strip_prefix('.'))
+            .unwrap_or(s.rsplit('.').next().unwrap_or_default())
+    }
+
+    /// The verb: the subject's token after the group.
     pub fn verb(&self) -> &str {
-        self.message.subject.rsplit('.').next().unwrap_or_default()
+        let t = self.tail();
+        t.split_once('.').map_or(t, |(verb, _)| verb)
+    }
+
+    /// The unit of a scoped request (`<group>.<verb>.<unit>`): the one
+    /// whose NATS user was allowed to publish it.
+    pub fn scope(&self) -> Option<&str> {
+        self.tail().split_once('.').map(|(_, unit)| unit)
     }
 
     /// Answers with a control reply (`{"ok": …}` or `{"err": …}`); a reply

@@ -291,7 +291,18 @@ impl NatsBus {
         for verb in &spec.verbs {
             endpoints.push(group.endpoint(verb.as_str()).await.map_err(err)?);
         }
+        for verb in &spec.scoped {
+            endpoints.push(
+                group
+                    .endpoint_builder()
+                    .name(format!("{verb}-unit"))
+                    .add(format!("{verb}.*"))
+                    .await
+                    .map_err(err)?,
+            );
+        }
         Ok(ServiceEndpoint::Nats {
+            group: spec.group.clone(),
             service: RunningService(Some(Box::new(service))),
             stream: Box::pin(futures::stream::select_all(endpoints).map(|r| r)),
         })

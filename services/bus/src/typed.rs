@@ -77,7 +77,7 @@ pub async fn call<R: Request>(
 where
     R::Response: serde::de::DeserializeOwned,
 {
-    call_to(bus, &R::subject(subjects), req, timeout).await
+    call_to(bus, &req.subject_of(subjects), req, timeout).await
 }
 
 /// [`call`] on another subject than the request's usual one (one

@@ -177,10 +177,13 @@ pub fn render(spec: &Spec) -> Result<String, String> {
         publish.extend(partitioned(subjects.heartbeat(unit)));
         publish.extend([
             subjects.runner_event(unit),
-            q::Claim::subject(&subjects),
-            q::Heartbeat::subject(&subjects),
-            q::Complete::subject(&subjects),
-            q::Block::subject(&subjects),
+            // The claim path on its own unit's subjects only: the queue
+            // takes the subject's unit as the claimant and refuses a body
+            // that names another (`xo.ctl.queue.claim.<unit>`).
+            format!("{}.{unit}", q::Claim::subject(&subjects)),
+            format!("{}.{unit}", q::Heartbeat::subject(&subjects)),
+            format!("{}.{unit}", q::Complete::subject(&subjects)),
+            format!("{}.{unit}", q::Block::subject(&subjects)),
             k::Select::subject(&subjects),
             k::RecordUses::subject(&subjects),
             // Its own inbox: a round trip to itself confirms the server has
@@ -278,8 +281,16 @@ mod tests {
         assert!(c.contains("\"xo.salute.coder-1\"") && c.contains("\"xo.steer.coder-1\""));
         assert!(c.contains("\"_INBOX_coder-1.>\""));
         assert!(!c.contains("xo.steer.>") && !c.contains("xo.ctl.supervisor"));
-        // The claim path and nothing more of the queue: no status or task list.
-        assert!(c.contains("\"xo.ctl.queue.claim\"") && c.contains("\"xo.ctl.queue.heartbeat\""));
+        // The claim path on its own unit's subjects and nothing more of the
+        // queue: not another unit's, not the plain verbs (trusted users
+        // only), no status or task list.
+        for verb in ["claim", "heartbeat", "complete", "block"] {
+            assert!(
+                c.contains(&format!("\"xo.ctl.queue.{verb}.coder-1\"")),
+                "{c}"
+            );
+            assert!(!c.contains(&format!("\"xo.ctl.queue.{verb}\"")), "{c}");
+        }
         assert!(!c.contains("xo.ctl.queue.tasks") && !c.contains("xo.ctl.queue.status"));
         assert!(c.contains("password: $XO_NATS_PASSWORD_CODER_1"));
         assert!(render("xo", &["queue".into()], None, 4222, "").is_err());
@@ -289,5 +300,6 @@ mod tests {
         let c = render("xo", &[], Some("runner"), 4222, "").unwrap();
         assert!(c.contains("\"xo.salute.*\"") && c.contains("\"xo.steer.*\""));
         assert!(c.contains("\"_INBOX_runner.>\"") && !c.contains("xo.ctl.queue.status"));
+        assert!(c.contains("\"xo.ctl.queue.claim.*\""), "{c}");
     }
 }

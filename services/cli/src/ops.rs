@@ -162,18 +162,20 @@ fn age(last_seen: u64) -> String {
 
 fn table(units: &[UnitSummary]) -> String {
     let mut out = format!(
-        "{:<20} {:<12} {:<7} {:<7} {:<6} {:>6} {:>5} {:>6} {:<10} {}\n",
+        "{:<20} {:<12} {:<7} {:<7} {:<7} {:>6} {:>5} {:>6} {:<10} {}\n",
         "UNIT", "ROLE", "HEALTH", "SELF", "STATE", "TURN", "CTX", "STEER", "TASK", "SEEN"
     );
     for u in units {
         out.push_str(&format!(
-            "{:<20} {:<12} {:<7} {:<7} {:<6} {:>6} {:>4}% {:>6} {:<10} {}\n",
+            "{:<20} {:<12} {:<7} {:<7} {:<7} {:>6} {:>4}% {:>6} {:<10} {}\n",
             u.unit,
             u.role,
             health(u.health),
             health(u.self_health),
             if u.stale {
                 "stale"
+            } else if u.refused_reports >= 3 {
+                "refused"
             } else if u.ended {
                 "ended"
             } else {

@@ -306,3 +306,165 @@ fn the_shipped_cluster_config_is_what_the_generator_prints() {
         "nats-cluster.conf",
     );
 }
+
+async fn connect_as(nats: &NatsServer, user: &str, pass: &str) -> Bus {
+    let opts = ConnectOptions {
+        name: user.into(),
+        user: Some(user.into()),
+        password: Some(pass.into()),
+        inbox_prefix: Some(format!("_INBOX_{user}")),
+        ..Default::default()
+    };
+    Bus::Nats(NatsBus::connect(&nats.url(), opts).await.unwrap())
+}
+
+/// Issue 23, item 1: a runner's credentials act only for its own unit.
+/// Another runner can neither claim in its name, nor renew, complete or
+/// block its lease, even holding its token; lease tokens are 128 random
+/// bits; requests on a lease they do not hold are refused and, repeated,
+/// alerted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_runner_can_act_for_another() {
+    let (nats, dir) = secured();
+    let mut queue = serve(
+        &nats,
+        dir.path(),
+        "queue",
+        "queue-secret",
+        &["serve", "queue"],
+    );
+    let op = connect_as(&nats, "operator", "op-secret").await;
+    let c1 = connect_as(&nats, "coder-1", "c1-secret").await;
+    let c2 = connect_as(&nats, "coder-2", "c2-secret").await;
+    let s = Subjects::default();
+    let t = Duration::from_secs(3);
+    let mut ready = false;
+    for _ in 0..400 {
+        if typed::call(&op, &s, &Init::default(), t).await.is_ok() {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the queue never answered");
+    let goal = SetGoal {
+        budget_usd: 0.0,
+        description: "g".into(),
+        project_id: None,
+        completed: false,
+    };
+    typed::call(&op, &s, &goal, t).await.unwrap();
+    let tasks = vec![
+        Task::new("a", "build", "do a", "coder"),
+        Task::new("b", "build", "do b", "coder"),
+    ];
+    typed::call(&op, &s, &Enqueue { tasks }, t).await.unwrap();
+    typed::call(&op, &s, &Start {}, t).await.unwrap();
+    let mut alerts = op.subscribe("xo.event.alert.lease_refused").await.unwrap();
+    op.flush().await.unwrap();
+
+    // The server lets coder-2 use the claim path on its own subjects only.
+    let (mut raw2, ok) = Raw::connect(nats.port(), "coder-2", "c2-secret");
+    assert_eq!(ok, "+OK");
+    assert_eq!(raw2.publish("xo.ctl.queue.claim.coder-2"), "+OK");
+    for subject in [
+        "xo.ctl.queue.claim.coder-1",
+        "xo.ctl.queue.claim",
+        "xo.ctl.queue.heartbeat.coder-1",
+        "xo.ctl.queue.complete.coder-1",
+        "xo.ctl.queue.block",
+    ] {
+        let r = raw2.publish(subject);
+        assert!(
+            r.contains("Permissions Violation for Publish"),
+            "{subject}: {r}"
+        );
+    }
+    // On its own subject, a body naming coder-1 is refused by the queue.
+    let spoof = Claim {
+        role: "coder".into(),
+        claimant: "coder-1".into(),
+        wait_ms: 0,
+    };
+    let err = typed::call_to(&c2, "xo.ctl.queue.claim.coder-2", &spoof, t)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("acts only for its own unit"), "{err}");
+
+    // coder-1 claims on its subject: a 128-bit token, not the claim time.
+    let claim = |unit: &str| Claim {
+        role: "coder".into(),
+        claimant: unit.into(),
+        wait_ms: 0,
+    };
+    let got = typed::call(&c1, &s, &claim("coder-1"), t)
+        .await
+        .unwrap()
+        .expect("a task for coder-1");
+    let mine = typed::call(&c2, &s, &claim("coder-2"), t)
+        .await
+        .unwrap()
+        .expect("a task for coder-2");
+    for token in [&got.token, &mine.token] {
+        assert_eq!(token.len(), 32, "{token}");
+        assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
+    }
+    assert_ne!(got.token, mine.token);
+    let id = got.record.task.task_id.clone();
+
+    // coder-2 on coder-1's lease: guessed tokens, then coder-1's own token
+    // (leaked): every one refused, naming the holder.
+    for i in 0..6 {
+        let token = if i == 5 {
+            got.token.clone()
+        } else {
+            format!("{:032x}", i)
+        };
+        let hb = Heartbeat {
+            task_id: id.clone(),
+            token,
+            claimant: "coder-2".into(),
+            checkpoint: false,
+            usage: Default::default(),
+        };
+        let err = typed::call(&c2, &s, &hb, t).await.unwrap_err().to_string();
+        assert!(err.contains("leased to \"coder-1\""), "{err}");
+    }
+    let done = Complete {
+        task_id: id.clone(),
+        token: got.token.clone(),
+        claimant: "coder-2".into(),
+        report: ValidationReport {
+            passed: true,
+            ..Default::default()
+        },
+        manager_reply: None,
+        usage: Default::default(),
+    };
+    let err = typed::call(&c2, &s, &done, t)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("leased to \"coder-1\""), "{err}");
+    // Five refusals from one claimant raise one alert naming it.
+    let alert = tokio::time::timeout(Duration::from_secs(10), alerts.next())
+        .await
+        .expect("a lease_refused alert")
+        .unwrap();
+    let alert: xo_proto::alert::Alert = typed::decode(&alert, 1 << 20).unwrap();
+    assert_eq!(alert.kind, xo_proto::alert::AlertKind::LeaseRefused);
+    assert!(alert.title.starts_with("coder-2:"), "{}", alert.title);
+    assert_eq!(alert.task_id.as_deref(), Some(id.as_str()));
+    // coder-1 still holds its task and completes it.
+    let done = Complete {
+        claimant: "coder-1".into(),
+        ..done
+    };
+    let rec = typed::call(&c1, &s, &done, t).await.unwrap();
+    assert_eq!(rec.state, TaskState::Completed);
+    let lease = rec.lease.clone();
+    assert!(lease.is_none_or(|l| l.claimant == "coder-1"), "{rec:?}");
+    let _ = queue.kill();
+    let _ = queue.wait();
+}

@@ -20,6 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use xo_runtime::XoConfig;
+use xo_runtime::secret::{hex, same};
 
 use crate::{ConsoleError, Shared};
 
@@ -49,24 +50,9 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
+/// A new console token: 256 bits from the kernel's CSPRNG.
 fn random_token() -> Result<String, std::io::Error> {
-    use std::io::Read;
-    let mut buf = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(hex(&buf))
-}
-
-/// Compares without stopping at the first differing byte.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    xo_runtime::secret::random_hex(32)
 }
 
 impl Auth {

@@ -114,6 +114,8 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         role = esc(&u.role),
         stale = if u.stale {
             " <span class=\"badge\">stale</span>"
+        } else if u.refused_reports >= 3 {
+            " <span class=\"badge\" title=\"its reports are refused for their epoch (an earlier life, or its clock too far off) while its heartbeats arrive\">reports refused</span>"
         } else if u.ended {
             " <span class=\"badge ended\">ended</span>"
         } else {
@@ -1407,6 +1409,7 @@ mod tests {
             self_health: h,
             stale: false,
             ended: false,
+            refused_reports: 0,
             turn: 1,
             seq: 1,
             last_seen: 0,

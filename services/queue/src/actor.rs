@@ -21,6 +21,7 @@ use xo_proto::settings::{PutSettings, Settings, SettingsChanged, SettingsView};
 use crate::audit;
 use crate::commit::Commit;
 use crate::machine::{AuditDraft, Changes, Machine};
+use crate::refusals::Refusals;
 use crate::{BUCKET, Ctx, QueueResult};
 
 type Reply<T> = Port<T>;
@@ -66,6 +67,8 @@ pub struct State {
     directives: std::sync::OnceLock<Vec<String>>,
     /// When the queue last looked for stuck work (once a second at most).
     stuck_checked: u64,
+    /// Requests on leases they do not hold, by claimant.
+    refusals: Refusals,
 }
 
 fn task_key(id: &str) -> String {
@@ -287,6 +290,29 @@ impl State {
             .collect()
     }
 
+    /// Passes `reply` back when the request holds `task_id`'s lease (or the
+    /// task is not running: the machine says so); otherwise answers the
+    /// refusal, counted and maybe alerted ([`Refusals`]).
+    fn holds<T: Send + 'static>(
+        &mut self,
+        task_id: &str,
+        token: &str,
+        claimant: &str,
+        now: u64,
+        reply: Reply<T>,
+    ) -> Result<Reply<T>, ()> {
+        let lease = self.m.lease(task_id);
+        match self.refusals.check(lease, task_id, token, claimant, now) {
+            Ok(()) => Ok(reply),
+            Err(refused) => {
+                let mut c = Changes::default();
+                c.alerts.extend(refused.alert);
+                self.answer(c, reply, Err(refused.error));
+                Err(())
+            }
+        }
+    }
+
     /// Applies one control request; true if it may have made work
     /// available to waiting claimants.
     fn api(&mut self, api: QueueApi<ActorPorts>, now: u64) -> bool {
@@ -329,6 +355,9 @@ impl State {
                 Err(e) => self.answer(Changes::default(), reply, Err(e)),
             },
             QueueApi::Heartbeat(q, reply) => {
+                let Ok(reply) = self.holds(&q.task_id, &q.token, &q.claimant, now, reply) else {
+                    return false;
+                };
                 let spent = self.m.spend(&q.task_id, &q.token, q.usage, false);
                 let r = self
                     .m
@@ -346,6 +375,9 @@ impl State {
                 return false;
             }
             QueueApi::Complete(q, reply) => {
+                let Ok(reply) = self.holds(&q.task_id, &q.token, &q.claimant, now, reply) else {
+                    return false;
+                };
                 let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
                 let r = self
                     .m
@@ -360,6 +392,9 @@ impl State {
                 self.result(r, reply);
             }
             QueueApi::Block(q, reply) => {
+                let Ok(reply) = self.holds(&q.task_id, &q.token, &q.claimant, now, reply) else {
+                    return false;
+                };
                 let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
                 let r = self
                     .m
@@ -631,6 +666,7 @@ impl Actor for QueueActor {
             waiters: VecDeque::new(),
             directives: std::sync::OnceLock::new(),
             stuck_checked: 0,
+            refusals: Refusals::default(),
         })
     }
 

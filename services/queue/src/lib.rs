@@ -8,6 +8,7 @@
 //! - [`commit`]: group commit — every change is written to the store (and
 //!   the audit log) before the request that caused it is answered.
 //! - [`audit`]: the audit record chain, `verify` and reading back.
+//! - [`refusals`]: requests on a lease that do not hold it, counted, logged and alerted.
 //! - [`start`]: the tree (a one-for-one root over the actor), the control
 //!   API (`xo.ctl.queue.*`, NATS micro service `xo-queue`, served by
 //!   `xo_bus::api`), the lease ticker, and the shutdown order.
@@ -16,6 +17,7 @@ pub mod actor;
 pub mod audit;
 pub mod commit;
 pub mod machine;
+pub mod refusals;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -149,7 +149,6 @@ pub struct Machine {
     /// Running tasks (no stuck check while work is in flight).
     running: usize,
     next_seq: u64,
-    next_token: u64,
     /// Pending tasks by role, in serving order: claims do not scan the queue.
     ready: BTreeMap<String, BTreeSet<ReadyKey>>,
     /// Pending, running and awaiting tasks.
@@ -771,8 +770,14 @@ impl Machine {
         let Some(id) = self.next_for(role) else {
             return Ok((None, self.check_exhausted()));
         };
-        self.next_token += 1;
-        let token = format!("{now:x}-{:x}", self.next_token);
+        // 128 bits from the kernel's CSPRNG: a token proves the holder, so
+        // it must not be guessed from the claim time or another token.
+        let token = xo_runtime::secret::random_hex(16).map_err(|e| {
+            ServiceError::new(
+                ErrorCode::Internal,
+                format!("no lease token could be made: {e}"),
+            )
+        })?;
         let lease = Lease {
             claimant: claimant.to_string(),
             token: token.clone(),
@@ -802,10 +807,18 @@ impl Machine {
         Ok((Some((rec, token)), c))
     }
 
+    /// The lease of `id` while it runs.
+    pub fn lease(&self, id: &str) -> Option<&Lease> {
+        self.tasks
+            .get(id)
+            .filter(|r| r.state == TaskState::Running)
+            .and_then(|r| r.lease.as_ref())
+    }
+
     fn holder(&self, id: &str, token: &str) -> OpResult<&TaskRecord> {
         let r = self.tasks.get(id).ok_or_else(|| not_found(id))?;
         match (&r.state, &r.lease) {
-            (TaskState::Running, Some(l)) if l.token == token => Ok(r),
+            (TaskState::Running, Some(l)) if xo_runtime::secret::same(&l.token, token) => Ok(r),
             (TaskState::Running, _) => Err(ServiceError::new(
                 ErrorCode::Invalid,
                 format!("task {id}: lease lost (another claimant holds it now)"),
@@ -852,7 +865,9 @@ impl Machine {
     ) -> OpResult<(TaskRecord, Changes)> {
         if let Some(r) = self.tasks.get(id)
             && r.state == TaskState::Completed
-            && r.completed_token.as_deref() == Some(token)
+            && r.completed_token
+                .as_deref()
+                .is_some_and(|t| xo_runtime::secret::same(t, token))
         {
             return Ok((r.clone(), Changes::default()));
         }

@@ -44,8 +44,26 @@ pub struct Assessment {
     /// True when the report was a duplicate or out of order and was ignored.
     pub duplicate: bool,
     /// True when the report is the first of a new incarnation of the unit
-    /// (a restarted process: its `seq` started over in a higher epoch).
+    /// (a restarted process: its `seq` started over in another epoch).
     pub restarted: bool,
+    /// Ignored for its epoch, not for a seq already seen: an incarnation
+    /// the unit moved away from, or one further back than
+    /// [`MAX_CLOCK_SKEW_MS`]. Reports refused so while the unit's
+    /// heartbeats arrive mean the XO is not hearing a live unit.
+    pub refused_epoch: bool,
+}
+
+/// How far a reporting process's clock may be from the XO's: an epoch (the
+/// process's start) further ahead of the XO's wall clock is refused (one
+/// report with epoch 2^64-1 would otherwise make every later report of the
+/// unit a duplicate), and a restarted process whose epoch is behind its
+/// last one by at most this much is taken as a restart with a clock behind.
+pub const MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
+
+/// An epoch from a process that started, by the XO's wall clock `now`,
+/// more than [`MAX_CLOCK_SKEW_MS`] in the future.
+pub fn epoch_ahead(epoch: u64, now: u64) -> bool {
+    epoch > now.saturating_add(MAX_CLOCK_SKEW_MS)
 }
 
 /// Per-unit radio state. Serialisable so a supervisor can persist and resume it.
@@ -56,6 +74,9 @@ pub struct UnitState {
     /// The unit's incarnation the seq counts in.
     #[serde(default)]
     pub epoch: u64,
+    /// The incarnation before it (its late reports are not a restart).
+    #[serde(default)]
+    pub prev_epoch: u64,
     /// The turn of the last report (progress between reports shows as
     /// fewer turns since progress than turns since that report).
     #[serde(default)]
@@ -162,10 +183,16 @@ pub fn check_unit(
     report: &SaluteReport,
 ) -> Assessment {
     let (seq, epoch) = (report.time.seq, report.time.epoch);
-    let restarted = epoch > state.epoch && state.last_seq.is_some();
-    if epoch < state.epoch
-        || (epoch == state.epoch && state.last_seq.is_some_and(|last| seq <= last))
-    {
+    let seen = state.last_seq.is_some();
+    // Another incarnation than the one counted: a later one, or one whose
+    // clock is behind by at most the skew (not the one before: its late
+    // reports are old news).
+    let other = seen
+        && epoch != state.epoch
+        && epoch != state.prev_epoch
+        && (epoch > state.epoch || state.epoch - epoch <= MAX_CLOCK_SKEW_MS);
+    let refused_epoch = seen && epoch != state.epoch && !other;
+    if refused_epoch || (epoch == state.epoch && state.last_seq.is_some_and(|last| seq <= last)) {
         return Assessment {
             steering: vec![],
             suppressed: vec![],
@@ -173,16 +200,20 @@ pub fn check_unit(
             corrected: false,
             duplicate: true,
             restarted: false,
+            refused_epoch,
         };
     }
-    if epoch > state.epoch {
+    if other || !seen {
         // A new incarnation: its turns, seq and condensations start over,
         // and so do the cooldowns (the restarted agent has had no steering).
+        let prev_epoch = if other { state.epoch } else { 0 };
         *state = UnitState {
             epoch,
+            prev_epoch,
             ..UnitState::default()
         };
     }
+    let restarted = other;
     state.last_seq = Some(seq);
     // Progress since the last report: none since N turns, and fewer than
     // the turns between the reports (a report every few turns misses the
@@ -243,6 +274,7 @@ pub fn check_unit(
         corrected,
         duplicate: false,
         restarted,
+        refused_epoch: false,
     }
 }
 

@@ -687,6 +687,51 @@ fn a_restarted_unit_is_told_from_a_duplicate_by_its_epoch() {
 }
 
 #[test]
+fn a_restart_with_its_clock_behind_is_a_restart_and_far_behind_is_refused() {
+    use xo_radio::MAX_CLOCK_SKEW_MS;
+    let mut radio = Radio::default();
+    let at = |turn: u64, epoch: u64| {
+        let mut r = report(turn);
+        r.time.epoch = epoch;
+        r
+    };
+    let start = 1_780_000_000_000;
+    for turn in 1..=5 {
+        assert!(!radio.check(&at(turn, start)).duplicate);
+    }
+    // Restarted on a host whose clock is 5 s behind: its epoch is lower,
+    // and it is heard (it once was ignored for good, its heartbeats
+    // keeping it green).
+    let behind = start - 5_000;
+    let a = radio.check(&at(1, behind));
+    assert!(!a.duplicate && a.restarted && !a.refused_epoch, "{a:?}");
+    assert!(!radio.check(&at(2, behind)).duplicate);
+    // A late report of the life before is old news, not a restart back.
+    let late = radio.check(&at(6, start));
+    assert!(late.duplicate && late.refused_epoch && !late.restarted);
+    assert!(!radio.check(&at(3, behind)).duplicate);
+    // Further behind than the skew allows: refused, and said to be for
+    // its epoch (not a seq seen again).
+    let far = radio.check(&at(1, behind - MAX_CLOCK_SKEW_MS - 1));
+    assert!(far.duplicate && far.refused_epoch, "{far:?}");
+    let again = radio.check(&at(3, behind));
+    assert!(
+        again.duplicate && !again.refused_epoch,
+        "the same seq again"
+    );
+}
+
+#[test]
+fn an_epoch_from_the_future_is_told_by_the_wall_clock() {
+    use xo_radio::{MAX_CLOCK_SKEW_MS, epoch_ahead};
+    let now = 1_780_000_000_000;
+    assert!(!epoch_ahead(now, now));
+    assert!(!epoch_ahead(now + MAX_CLOCK_SKEW_MS, now));
+    assert!(epoch_ahead(now + MAX_CLOCK_SKEW_MS + 1, now));
+    assert!(epoch_ahead(u64::MAX, now));
+}
+
+#[test]
 fn an_ended_session_is_assessed_but_never_steered() {
     let max = Doctrine::default().max_turns_without_progress;
     let mut r = report(20);

@@ -21,6 +21,16 @@ pub fn operator_halt(r: &Renewed) -> bool {
             .is_some_and(|r| r.starts_with(q::HALT_TASK_BLOCKED))
 }
 
+/// The lease a runner holds: the task, its token and the unit it was
+/// claimed for. Every renewal and the outcome name all three: the queue
+/// takes them only from the lease's holder, on that unit's subject.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub task_id: String,
+    pub token: String,
+    pub unit: String,
+}
+
 /// What the current task has used: the agent's turns, tokens and cost
 /// (from its turns) and the wall time since the claim.
 #[derive(Debug, Clone)]
@@ -68,8 +78,7 @@ pub async fn watch_budget(
 pub async fn keep(
     bus: Bus,
     subjects: Subjects,
-    task_id: String,
-    token: String,
+    held: Held,
     lease_ms: u64,
     cancel: watch::Sender<bool>,
     meter: Meter,
@@ -78,8 +87,9 @@ pub async fn keep(
     loop {
         tokio::time::sleep(every).await;
         let hb = q::Heartbeat {
-            task_id: task_id.clone(),
-            token: token.clone(),
+            task_id: held.task_id.clone(),
+            token: held.token.clone(),
+            claimant: held.unit.clone(),
             checkpoint: meter.checkpoint.as_ref().is_some_and(|p| p.exists()),
             usage: meter.usage(),
         };

@@ -250,12 +250,16 @@ impl Worker {
             checkpoint: pipeline.checkpoint_path(&job.record.task),
         };
         let (cancel_tx, cancel_rx) = watch::channel(false);
+        let held = lease::Held {
+            task_id: id.clone(),
+            token: claimed.token.clone(),
+            unit: self.opts.unit.clone(),
+        };
         let keeper = tokio::spawn(
             lease::keep(
                 bus.clone(),
                 subjects.clone(),
-                id.clone(),
-                claimed.token.clone(),
+                held.clone(),
                 claimed.lease_ms,
                 cancel_tx.clone(),
                 meter.clone(),
@@ -343,7 +347,7 @@ impl Worker {
         {
             warn!(error = %e, "runner event not published");
         }
-        deliver(bus, subjects, &id, &claimed.token, outcome, usage).await;
+        deliver(bus, subjects, &held, outcome, usage).await;
     }
 }
 
@@ -387,8 +391,7 @@ async fn block(
 async fn deliver(
     bus: &Bus,
     subjects: &Subjects,
-    id: &str,
-    token: &str,
+    held: &lease::Held,
     outcome: Outcome,
     usage: q::Usage,
 ) {
@@ -401,8 +404,9 @@ async fn deliver(
                     bus,
                     subjects,
                     &q::Complete {
-                        task_id: id.into(),
-                        token: token.into(),
+                        task_id: held.task_id.clone(),
+                        token: held.token.clone(),
+                        claimant: held.unit.clone(),
                         report: r.report().clone(),
                         manager_reply: Some(serde_json::Value::Object(r.reply().clone())),
                         usage,
@@ -415,8 +419,9 @@ async fn deliver(
             Outcome::Blocked(reason) | Outcome::Violation(reason) => {
                 warn!(reason = %reason, "task blocked");
                 let req = q::Block {
-                    task_id: id.into(),
-                    token: token.into(),
+                    task_id: held.task_id.clone(),
+                    token: held.token.clone(),
+                    claimant: held.unit.clone(),
                     reason: reason.clone(),
                     question: None,
                     cause: None,
@@ -427,8 +432,9 @@ async fn deliver(
             Outcome::Question(q) => {
                 info!(question = %q, "task awaits the operator's answer");
                 let req = q::Block {
-                    task_id: id.into(),
-                    token: token.into(),
+                    task_id: held.task_id.clone(),
+                    token: held.token.clone(),
+                    claimant: held.unit.clone(),
                     reason: q::ASKED_QUESTION.into(),
                     question: Some(q.clone()),
                     cause: None,

@@ -747,7 +747,7 @@ pub struct Webhook {
     /// for Slack, Mattermost and other incoming webhooks).
     pub format: WebhookFormat,
     /// Alert kinds to send (`task_blocked`, `question`, `queue_stuck`,
-    /// `role_failed`, `budget_exhausted`, `queue_halted`); empty: all.
+    /// `role_failed`, `budget_exhausted`, `queue_halted`, `lease_refused`); empty: all.
     pub kinds: Vec<xo_proto::alert::AlertKind>,
     /// The value of an `Authorization` header, if the receiver wants one;
     /// `env:NAME` reads it from the environment.

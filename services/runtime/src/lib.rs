@@ -11,11 +11,13 @@
 //!   escalation, and the shutdown signal every service's `run` takes.
 //! - [`clock`]: the services' notion of now (tests own time), RFC 3339 stamps.
 //! - [`jsonl`]: appending whole JSON lines to a file.
+//! - [`secret`]: random secrets (the kernel's CSPRNG) and constant-time comparison.
 //! - [`settings`]: operator settings laid over `xo.toml` (which keys, how checked).
 
 pub mod clock;
 pub mod config;
 pub mod jsonl;
+pub mod secret;
 pub mod settings;
 pub mod telemetry;
 pub mod tree;

@@ -29,6 +29,10 @@ pub struct UnitRecord {
     /// Its last report said its session ended: silence is not staleness.
     #[serde(default)]
     pub ended: bool,
+    /// Reports refused in a row for their epoch (an earlier life, or a
+    /// clock too far off): from `watcher::REFUSED_FLAG` on, not green.
+    #[serde(default)]
+    pub refused_reports: u32,
     pub last_seen: u64,
     /// Of the latest report: what `xo units` shows without decoding it again.
     pub turn: u64,
@@ -75,6 +79,7 @@ impl UnitRecord {
             self_health: Health::Green,
             stale: false,
             ended: false,
+            refused_reports: 0,
             last_seen: now,
             turn: 0,
             seq: 0,

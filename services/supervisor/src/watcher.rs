@@ -31,6 +31,9 @@ pub enum WatcherMsg {
 
 pub struct Watcher;
 
+/// Reports refused in a row for their epoch that flag the unit amber.
+pub const REFUSED_FLAG: u32 = 3;
+
 /// What the root reads of a watcher without messaging it: liveness checks
 /// and persistence sweeps touch only the units that need them.
 #[derive(Debug, Default)]
@@ -106,6 +109,7 @@ impl WatcherState {
             self_health: r.self_health,
             stale: r.stale,
             ended: r.ended,
+            refused_reports: r.refused_reports,
             turn: r.turn,
             seq: r.seq,
             last_seen: r.last_seen,
@@ -207,6 +211,23 @@ impl WatcherState {
         self.save(self.ctx.clock.now_ms());
     }
 
+    /// A report refused for its epoch (not a seq seen again): counted on
+    /// the unit; from the [`REFUSED_FLAG`]th in a row on, a unit the XO
+    /// calls green is shown amber, since its heartbeats keep it alive while
+    /// none of its reports is heard.
+    fn refused(&mut self, report: &SaluteReport, why: &str) {
+        self.ctx.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+        let n = self.rec.refused_reports.saturating_add(1);
+        self.rec.refused_reports = n;
+        if n.is_power_of_two() {
+            warn!(unit = %report.unit.unit, epoch = report.time.epoch, known_epoch = self.rec.radio.epoch, seq = report.time.seq, refused = n, "report refused: {why} (logged at 1, 2, 4… in a row)");
+        }
+        if n >= REFUSED_FLAG && self.rec.health == Health::Green {
+            self.rec.health = Health::Amber;
+            self.changed();
+        }
+    }
+
     /// Runs the radio check and updates the unit's record; returns the
     /// steering to send, or `None` for a duplicate.
     fn evaluate(&mut self, report: SaluteReport, raw: bytes::Bytes) -> Option<Vec<Steering>> {
@@ -222,7 +243,22 @@ impl WatcherState {
         }
         let profile = self.roles.1.get(&report.unit.role);
         let last_seq = self.rec.seq;
+        // An epoch (the reporting process's start) ahead of the wall clock
+        // by more than the skew is refused before it can become the unit's:
+        // every later report would be a duplicate of it.
+        if xo_radio::epoch_ahead(report.time.epoch, xo_proto::now_ms()) {
+            self.refused(&report, "its epoch is ahead of this supervisor's clock");
+            return None;
+        }
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
+        if a.refused_epoch {
+            self.refused(&report, "its epoch is an earlier life of the unit");
+            return None;
+        }
+        if self.rec.refused_reports > 0 {
+            info!(unit = %report.unit.unit, refused = self.rec.refused_reports, epoch = report.time.epoch, "reports heard again after some were refused for their epoch");
+            self.rec.refused_reports = 0;
+        }
         // A gap in the unit's sequence (not a restart, which starts over):
         // reports lost on the way.
         if !a.duplicate && !a.restarted && last_seq > 0 && report.time.seq > last_seq + 1 {
@@ -293,6 +329,12 @@ impl Actor for Watcher {
         let mut rec = args
             .record
             .unwrap_or_else(|| UnitRecord::new(&args.unit, "", now));
+        // Kept from before epochs were bounded: an epoch from the future
+        // would refuse every report of the unit from now on.
+        if xo_radio::epoch_ahead(rec.radio.epoch, xo_proto::now_ms()) {
+            warn!(unit = %rec.unit, epoch = rec.radio.epoch, "stored epoch is ahead of the clock: forgotten, the next report starts the unit's count");
+            rec.radio = xo_radio::UnitState::default();
+        }
         // A resumed unit gets a full stale window from now.
         rec.last_seen = now;
         rec.restarts = rec.restarts.max(args.restarts);

@@ -108,6 +108,7 @@ async fn cycles(
                         usage: Default::default(),
                         task_id: c.record.task.task_id,
                         token: c.token,
+                        claimant: format!("b{i}"),
                         report,
                         manager_reply: None,
                     },
