@@ -750,3 +750,90 @@ async fn live_events_and_settings_that_apply_without_a_restart() {
     drop(resp);
     rig.stop().await;
 }
+
+/// Issue 23, item 3: about 20,000 `GET /api/v1/events` once took every file
+/// descriptor of the process. Connections and live streams are bounded:
+/// one more is answered 503 and closed, and a slot given back is used again.
+#[tokio::test]
+async fn connections_and_event_streams_are_bounded() {
+    use std::io::Read;
+    let rig = Rig::start(&[
+        ("console.max_connections", "8"),
+        ("console.max_event_streams", "3"),
+    ])
+    .await;
+    // Each stream on its own client: its own connection.
+    let client = || reqwest::Client::builder().build().unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let r = client().get(rig.u("/api/v1/events")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        streams.push(r);
+    }
+    let r = client().get(rig.u("/api/v1/events")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let text = r.text().await.unwrap();
+    assert!(text.contains("console.max_event_streams"), "{text}");
+    // Idle connections fill the rest (3 streams + up to 5 = 8: the refused
+    // stream's connection may still hold a slot for a moment); the next one
+    // is told 503 and closed, before it sends anything.
+    let addr = rig.console.as_ref().unwrap().addr;
+    let (idle, busy) = tokio::task::spawn_blocking(move || {
+        let mut idle = Vec::new();
+        for _ in 0..20 {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            let mut answer = String::new();
+            match s.read_to_string(&mut answer) {
+                // Closed by the console after its answer.
+                Ok(_) => return (idle, answer),
+                // Still open, waiting for a request: it holds a slot.
+                Err(_) if answer.is_empty() => idle.push(s),
+                Err(e) => panic!("{e}: {answer}"),
+            }
+        }
+        (idle, String::new())
+    })
+    .await
+    .unwrap();
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+    assert!(busy.contains("console.max_connections"), "{busy}");
+    assert!(
+        (4..=5).contains(&idle.len()),
+        "{} idle connections held besides 3 streams, bound 8",
+        idle.len()
+    );
+    let mut idle = idle;
+    // Slots come back as connections close: a page loads again.
+    idle.clear();
+    drop(streams.pop());
+    let mut ok = false;
+    for _ in 0..500 {
+        if let Ok(r) = client().get(rig.u("/api/v1/queue")).send().await
+            && r.status() == StatusCode::OK
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "no slot came back");
+    let metrics = client()
+        .get(rig.u("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "xo_console_connections_refused_total 1",
+        "xo_console_event_streams_refused_total 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    drop(streams);
+    rig.stop().await;
+}

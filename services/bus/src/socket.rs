@@ -76,6 +76,13 @@ async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Opti
         .map_err(|e| std::io::Error::other(format!("undecodable frame: {e}")))
 }
 
+/// How long an accept loop waits after `failing` failed accepts in a row:
+/// 10 ms doubling to 1 s (a process out of file descriptors gets them back
+/// as connections close; retrying at once only burns a core and the log).
+pub fn accept_backoff(failing: u32) -> std::time::Duration {
+    std::time::Duration::from_millis((10u64 << failing.saturating_sub(1).min(7)).min(1000))
+}
+
 /// Serves `bus` on the socket at `path` until `shutdown` resolves. A stale
 /// socket file left by a dead process is replaced; a live one is an error.
 pub async fn serve(
@@ -110,26 +117,41 @@ pub async fn serve(
     let path = path.to_path_buf();
     Ok(tokio::spawn(async move {
         tokio::pin!(shutdown);
+        // Failed accepts in a row (out of descriptors: each retry at once
+        // once logged 7 million lines in 16 s), refused peers so far.
+        let mut failing = 0u32;
+        let mut refused = 0u64;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
+                        failing = 0;
                         let peer = stream.peer_cred().map(|c| c.uid());
-                        match (peer, me) {
-                            (Ok(uid), Some(me)) if uid != me => {
-                                tracing::warn!(uid, "a connection from another user was refused");
-                                continue;
+                        let why = match (peer, me) {
+                            (Ok(uid), Some(me)) if uid != me => Some(format!("from user {uid}")),
+                            (Err(e), _) => Some(format!("whose user cannot be read: {e}")),
+                            _ => None,
+                        };
+                        if let Some(why) = why {
+                            refused += 1;
+                            if refused.is_power_of_two() {
+                                tracing::warn!(refused, "a connection {why} was refused (logged at 1, 2, 4…)");
                             }
-                            (Err(e), _) => {
-                                tracing::warn!(error = %e, "a connection whose user cannot be read was refused");
-                                continue;
-                            }
-                            _ => {}
+                            continue;
                         }
                         tokio::spawn(serve_conn(bus.clone(), stream));
                     }
-                    Err(e) => tracing::warn!(error = %e, "socket accept failed"),
+                    Err(e) => {
+                        failing = failing.saturating_add(1);
+                        if failing.is_power_of_two() {
+                            tracing::error!(error = %e, in_a_row = failing, "socket accept failed; backing off (logged at 1, 2, 4… in a row)");
+                        }
+                        tokio::select! {
+                            _ = &mut shutdown => break,
+                            _ = tokio::time::sleep(accept_backoff(failing)) => {}
+                        }
+                    }
                 }
             }
         }

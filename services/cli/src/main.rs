@@ -465,6 +465,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Every connection takes a descriptor: use what the system allows.
+    xo_runtime::limits::raise_fd_limit();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
@@ -75,6 +75,11 @@ pub struct Hub {
     tx: broadcast::Sender<Live>,
     /// Counted by the feeder from the values it decoded anyway.
     pub seen: Arc<Seen>,
+    /// One a live stream open (`console.max_event_streams`).
+    streams: Arc<tokio::sync::Semaphore>,
+    max_streams: usize,
+    /// Streams refused for the bound.
+    pub streams_refused: std::sync::atomic::AtomicU64,
 }
 
 /// Clients may fall this many events behind before they are told to reload.
@@ -137,6 +142,9 @@ impl Hub {
         let hub = Hub {
             tx: tx.clone(),
             seen: seen.clone(),
+            streams: Arc::new(tokio::sync::Semaphore::new(cfg.console.max_event_streams)),
+            max_streams: cfg.console.max_event_streams,
+            streams_refused: Default::default(),
         };
         let mut subs = Vec::new();
         for pattern in patterns(&subjects) {
@@ -231,20 +239,41 @@ pub async fn sse(
         .get("only")
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
     let wanted = move |ev: &Live| only.as_ref().is_none_or(|o| o.iter().any(|n| n == ev.name));
+    // A slot a stream, held until it closes: beyond the bound, 503.
+    let Ok(slot) = c.hub.streams.clone().try_acquire_owned() else {
+        use std::sync::atomic::Ordering;
+        let n = c.hub.streams_refused.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(
+                max = c.hub.max_streams,
+                refused = n,
+                "event stream refused: at console.max_event_streams (logged at 1, 2, 4…)"
+            );
+        }
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            format!(
+                "{} live event streams are open (console.max_event_streams); close one or try again later\n",
+                c.hub.max_streams
+            ),
+        )
+            .into_response();
+    };
     let rx = c.hub.subscribe();
-    let stream = futures::stream::unfold((rx, wanted), |(mut rx, wanted)| async move {
+    let stream = futures::stream::unfold((rx, wanted, slot), |(mut rx, wanted, slot)| async move {
         loop {
             let first = match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
                 Err(_) => {
                     return Some((
                         Ok::<_, Infallible>(Bytes::from_static(b": keep-alive\n\n")),
-                        (rx, wanted),
+                        (rx, wanted, slot),
                     ));
                 }
                 Ok(Ok(ev)) => ev,
                 Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
                     let frame = Live::new("lagged", &format!("{{\"missed\":{n}}}")).frame;
-                    return Some((Ok(frame), (rx, wanted)));
+                    return Some((Ok(frame), (rx, wanted, slot)));
                 }
                 Ok(Err(broadcast::error::RecvError::Closed)) => return None,
             };
@@ -264,7 +293,7 @@ pub async fn sse(
                 1 => frames.swap_remove(0),
                 _ => Bytes::from(frames.concat()),
             };
-            return Some((Ok(chunk), (rx, wanted)));
+            return Some((Ok(chunk), (rx, wanted, slot)));
         }
     });
     // Open streams end when the console stops (graceful shutdown waits for them).

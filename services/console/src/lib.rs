@@ -12,6 +12,7 @@
 //! - [`api`]: `/api/v1/...`, one route per control request, errors as
 //!   `{code, message}`.
 //! - [`events`]: the bus subscriptions fanned out to `/api/v1/events` (SSE).
+//! - [`listen`]: the listener, bounded (`console.max_connections`, 503 beyond), with accept backoff.
 //! - [`metrics`]: `/metrics` in the Prometheus text format.
 //! - [`pages`]: the server-rendered pages and their form actions; [`html`]
 //!   the escaping and the layout. `assets/` holds the CSS and the script,
@@ -21,6 +22,7 @@ pub mod api;
 pub mod auth;
 pub mod events;
 pub mod html;
+pub mod listen;
 pub mod metrics;
 pub mod pages;
 
@@ -52,6 +54,8 @@ pub struct Console {
     pub hub: events::Hub,
     /// Triggered at stop: open event streams end.
     pub stop: Shutdown,
+    /// Connections refused for `console.max_connections`, failed accepts.
+    pub conns: Arc<listen::Counts>,
 }
 
 pub type Shared = Arc<Console>;
@@ -268,14 +272,17 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleErr
         auth,
         hub,
         stop: stop.clone(),
+        conns: Arc::default(),
     });
     let app = router(console.clone());
-    // Small SSE frames must not wait for the previous one's ACK (Nagle with
-    // delayed ACKs held events back by tens of milliseconds).
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+    // At most half the process's descriptors: the bus socket, NATS and the
+    // services keep the rest whatever the console's clients do.
+    let fds = xo_runtime::limits::fd_limit();
+    let max = xo_runtime::limits::share_of(fds, cfg.console.max_connections);
+    if max < cfg.console.max_connections {
+        tracing::warn!(configured = cfg.console.max_connections, max, fd_limit = ?fds, "console.max_connections lowered to half the process's file-descriptor limit");
+    }
+    let listener = listen::Bounded::new(listener, max, console.conns.clone());
     let signal = stop.signal();
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)

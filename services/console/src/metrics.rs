@@ -142,6 +142,21 @@ pub async fn render(c: &Shared) -> String {
                 "SALUTE reports the console's live feed saw.",
                 seen.reports.load(Ordering::Relaxed),
             ),
+            (
+                "xo_console_connections_refused_total",
+                "Connections answered 503 at console.max_connections.",
+                c.conns.refused.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_event_streams_refused_total",
+                "Live event streams answered 503 at console.max_event_streams.",
+                c.hub.streams_refused.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_accept_errors_total",
+                "Accepts that failed (out of file descriptors, ...).",
+                c.conns.accept_errors.load(Ordering::Relaxed),
+            ),
         ] {
             family(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {v}");

@@ -399,6 +399,13 @@ pub struct ConsoleConfig {
     pub token_file: String,
     /// Read-only: every action is hidden and refused.
     pub read_only: bool,
+    /// Connections open at once; one more is answered 503 and closed, so
+    /// the console never takes the file descriptors the bus and the
+    /// services need.
+    pub max_connections: usize,
+    /// Live event streams (`/api/v1/events`) open at once, within
+    /// `max_connections`; one more is answered 503.
+    pub max_event_streams: usize,
 }
 
 impl Default for ConsoleConfig {
@@ -408,6 +415,8 @@ impl Default for ConsoleConfig {
             listen: "127.0.0.1:7878".into(),
             token_file: String::new(),
             read_only: false,
+            max_connections: 256,
+            max_event_streams: 64,
         }
     }
 }
@@ -930,6 +939,22 @@ impl XoConfig {
                 format!(
                     "{:?} is not an address and port (like 127.0.0.1:7878)",
                     self.console.listen
+                ),
+            ));
+        }
+        let c = &self.console;
+        if c.max_connections == 0 {
+            return Err(invalid(
+                "console.max_connections",
+                "0 would refuse every connection: at least 1 (default 256)".into(),
+            ));
+        }
+        if c.max_event_streams == 0 || c.max_event_streams >= c.max_connections {
+            return Err(invalid(
+                "console.max_event_streams",
+                format!(
+                    "{} is out of range: at least 1 and fewer than console.max_connections ({}), so pages still load while streams are open",
+                    c.max_event_streams, c.max_connections
                 ),
             ));
         }

@@ -11,12 +11,14 @@
 //!   escalation, and the shutdown signal every service's `run` takes.
 //! - [`clock`]: the services' notion of now (tests own time), RFC 3339 stamps.
 //! - [`jsonl`]: appending whole JSON lines to a file.
+//! - [`limits`]: the file-descriptor limit, raised at start; listeners sized below it.
 //! - [`secret`]: random secrets (the kernel's CSPRNG) and constant-time comparison.
 //! - [`settings`]: operator settings laid over `xo.toml` (which keys, how checked).
 
 pub mod clock;
 pub mod config;
 pub mod jsonl;
+pub mod limits;
 pub mod secret;
 pub mod settings;
 pub mod telemetry;

@@ -1,0 +1,117 @@
+//! Issue 23, item 3: about 20,000 connections to the tokenless loopback
+//! console once took every file descriptor of `xo up`; its bus socket then
+//! refused operators and runners, and its accept loop logged 7 million
+//! lines in 16 s. Now the console holds at most half the process's
+//! descriptors, refuses the rest with 503, and logs refusals at 1, 2, 4…
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn xo(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("xo")
+}
+
+/// The console's address from `xo up`'s log, once it serves.
+fn console_addr(log: &Path) -> String {
+    for _ in 0..1000 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(at) = text.find("http://127.0.0.1:") {
+            let rest = &text[at + "http://".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
+                .unwrap_or(rest.len());
+            return rest[..end].to_string();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the console never said where it serves");
+}
+
+#[test]
+fn a_console_flood_leaves_the_bus_socket_to_operators() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let log = d.join("up.log");
+    // 256 descriptors in all, soft and hard: the console may hold 128.
+    let mut up = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec '{}' up",
+            env!("CARGO_BIN_EXE_xo")
+        ))
+        .current_dir(d)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "info")
+        .env("XO__CONSOLE__LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let addr = console_addr(&log);
+    let mut answered = false;
+    for _ in 0..500 {
+        if xo(d, &["status", "--json"]).status.success() {
+            answered = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(answered, "xo up never answered");
+    // 400 clients hold connections open (more than the process has
+    // descriptors); those beyond the console's share are told 503.
+    let mut flood = Vec::new();
+    let mut refused = 0;
+    for _ in 0..400 {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut head = [0u8; 12];
+        match s.read(&mut head) {
+            Ok(n) if n > 0 => {
+                assert_eq!(&head[..n], &b"HTTP/1.1 503"[..n]);
+                refused += 1;
+            }
+            _ => flood.push(s),
+        }
+    }
+    assert!(
+        flood.len() <= 128,
+        "{} connections held: more than half of 256 descriptors",
+        flood.len()
+    );
+    assert!(refused >= 400 - 128, "{refused} refused");
+    // The bus socket still serves the operator, and a write goes through.
+    let st = xo(d, &["status", "--json"]);
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let init = xo(d, &["init"]);
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    drop(flood);
+    let _ = Command::new("kill")
+        .args(["-INT", &up.id().to_string()])
+        .status();
+    let _ = up.wait();
+    // Refusals are logged at 1, 2, 4…: a handful of lines, not one each.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("connection refused"))
+        .count();
+    assert!((1..=10).contains(&lines), "{lines} lines:\n{text}");
+}
