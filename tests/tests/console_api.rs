@@ -93,7 +93,13 @@ impl Rig {
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self.http.get(self.u(path)).send().await.unwrap();
+        let r = self
+            .http
+            .get(self.u(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
         let s = r.status();
         (s, r.json().await.unwrap_or(Value::Null))
     }
@@ -398,6 +404,33 @@ async fn the_token_csrf_and_read_only_rules_hold() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // Issue 23, item 7: reads need the token too on loopback (any local
+    // user could read the fleet), unless console.open_reads says otherwise.
+    for path in ["/api/v1/units", "/", "/metrics", "/api/v1/events"] {
+        let r = rig.http.get(rig.u(path)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    // A page reaching the console under another name (DNS rebinding) is
+    // refused, even with the token; loopback names are not.
+    let r = rig
+        .http
+        .get(rig.u("/api/v1/units"))
+        .header("host", "evil.example:7878")
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MISDIRECTED_REQUEST);
+    let port = rig.console.as_ref().unwrap().addr.port();
+    let r = rig
+        .http
+        .get(rig.u("/api/v1/units"))
+        .header("host", format!("localhost:{port}"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     // A wrong token is refused even for a read.
     let r = rig
         .http
@@ -500,6 +533,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
     let page = ro
         .http
         .get(ro.u("/queue"))
+        .bearer_auth(&ro.token)
         .send()
         .await
         .unwrap()
@@ -513,6 +547,31 @@ async fn the_token_csrf_and_read_only_rules_hold() {
     let (s, _) = ro.get("/api/v1/queue").await;
     assert_eq!(s, StatusCode::OK);
     ro.stop().await;
+
+    // Open reads on loopback, when asked for: pages and API reads without
+    // the token, actions still with it; the Host still checked.
+    let reads = Rig::start(&[("console.open_reads", "true")]).await;
+    for path in ["/api/v1/units", "/"] {
+        let r = reads.http.get(reads.u(path)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+    }
+    let r = reads
+        .http
+        .post(reads.u("/api/v1/queue/halt"))
+        .json(&json!({"reason": "r"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = reads
+        .http
+        .get(reads.u("/"))
+        .header("host", "rebound.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MISDIRECTED_REQUEST);
+    reads.stop().await;
 
     // Beyond loopback every request needs the token.
     let open = Rig::start(&[("console.listen", "0.0.0.0:0")]).await;
@@ -542,7 +601,13 @@ async fn the_token_csrf_and_read_only_rules_hold() {
 async fn a_service_that_is_down_is_named_not_a_500() {
     let mut rig = Rig::start(&[]).await;
     rig.queue.take().unwrap().stop().await.unwrap();
-    let r = rig.http.get(rig.u("/queue")).send().await.unwrap();
+    let r = rig
+        .http
+        .get(rig.u("/queue"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     let page = r.text().await.unwrap();
     assert!(
@@ -555,7 +620,13 @@ async fn a_service_that_is_down_is_named_not_a_500() {
         (StatusCode::SERVICE_UNAVAILABLE, json!("unavailable"))
     );
     // The fleet page still works: another service.
-    let r = rig.http.get(rig.u("/")).send().await.unwrap();
+    let r = rig
+        .http
+        .get(rig.u("/"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     rig.stop().await;
 }
@@ -591,6 +662,7 @@ async fn metrics_parse_as_prometheus_text() {
     let text = rig
         .http
         .get(rig.u("/metrics"))
+        .bearer_auth(&rig.token)
         .send()
         .await
         .unwrap()
@@ -652,7 +724,13 @@ async fn next_event(resp: &mut reqwest::Response, buf: &mut String, event: &str)
 #[tokio::test]
 async fn live_events_and_settings_that_apply_without_a_restart() {
     let rig = Rig::start(&[]).await;
-    let mut resp = rig.http.get(rig.u("/api/v1/events")).send().await.unwrap();
+    let mut resp = rig
+        .http
+        .get(rig.u("/api/v1/events"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut buf = String::new();
     let client = connect(&rig.nats, "test").await;
@@ -763,7 +841,17 @@ async fn connections_and_event_streams_are_bounded() {
     ])
     .await;
     // Each stream on its own client: its own connection.
-    let client = || reqwest::Client::builder().build().unwrap();
+    let client = || {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {}", rig.token).parse().unwrap(),
+        );
+        reqwest::Client::builder()
+            .default_headers(h)
+            .build()
+            .unwrap()
+    };
     let mut streams = Vec::new();
     for _ in 0..3 {
         let r = client().get(rig.u("/api/v1/events")).send().await.unwrap();

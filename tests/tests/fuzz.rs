@@ -712,6 +712,7 @@ fn console_bodies() {
     // Still serving, and the queue still answers through it.
     let s = rt.block_on(async {
         http.get(format!("{url}/api/v1/queue"))
+            .bearer_auth(&token)
             .send()
             .await
             .unwrap()

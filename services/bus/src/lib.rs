@@ -62,6 +62,11 @@ pub enum BusError {
         path: String,
         source: std::io::Error,
     },
+    /// The socket is served by another user's process.
+    #[error(
+        "socket {path}: served by user {owner}, not by you (user {me}): another user's process holds it; remove it and start `xo up` again"
+    )]
+    NotOurs { path: String, owner: u32, me: u32 },
 }
 
 pub type BusResult<T> = Result<T, BusError>;

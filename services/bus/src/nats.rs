@@ -36,11 +36,13 @@ pub struct ConnectOptions {
     pub ping_interval: Option<Duration>,
 }
 
-/// A NATS URL with any password replaced by `***`, for logs and errors.
+/// A NATS URL with any password replaced by `***`, for logs and errors; a
+/// lone `nats://TOKEN@host` is a token, replaced whole.
 pub fn redact_url(url: &str) -> String {
     url.split(',')
         .map(|one| match split_credentials(one) {
             (rest, Some((user, Some(_)))) => with_user(&rest, &format!("{user}:***")),
+            (rest, Some((_, None))) => with_user(&rest, "***"),
             _ => one.to_string(),
         })
         .collect::<Vec<_>>()
@@ -386,6 +388,11 @@ mod tests {
             "nats://queue:***@a:4222,nats://b:4222"
         );
         assert!(!redact_url("tls://u:p%40ss@h:4222").contains("p%40ss"));
+        // A token is a secret too.
+        assert_eq!(
+            redact_url("nats://s3cretT0ken@h:4222,nats://b:4222"),
+            "nats://***@h:4222,nats://b:4222"
+        );
         assert_eq!(
             split_credentials("nats://u:p%40ss@h:4222").1,
             Some(("u".to_string(), Some("p@ss".to_string())))

@@ -279,6 +279,27 @@ impl std::fmt::Debug for SocketBus {
     }
 }
 
+/// The user this process runs as.
+fn my_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// The process at the other end of `stream` must run as this user: a
+/// socket another user put in place of `xo up`'s would otherwise receive
+/// every request (and answer them as it likes).
+fn check_server(path: &Path, stream: &UnixStream) -> BusResult<()> {
+    let peer = stream.peer_cred().map_err(|e| socket_err(path, e))?.uid();
+    match my_uid() {
+        Some(me) if me != peer => Err(BusError::NotOurs {
+            path: path.display().to_string(),
+            owner: peer,
+            me,
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn socket_err(path: &Path, e: std::io::Error) -> BusError {
     BusError::Socket {
         path: path.display().to_string(),
@@ -350,6 +371,12 @@ async fn reconnect(weak: std::sync::Weak<ClientInner>) {
             p.clear();
         }
         match UnixStream::connect(&inner.path).await {
+            Ok(stream) if check_server(&inner.path, &stream).is_err() => {
+                if tries.is_multiple_of(20) {
+                    tracing::warn!(path = %inner.path.display(), "the socket is now another user's; not reconnecting to it");
+                }
+                tries += 1;
+            }
             Ok(stream) => {
                 attach(&inner, stream);
                 let subs: Vec<(u64, String)> = inner
@@ -384,6 +411,7 @@ impl SocketBus {
         let stream = UnixStream::connect(path)
             .await
             .map_err(|e| socket_err(path, e))?;
+        check_server(path, &stream)?;
         let (tx, _) = mpsc::unbounded_channel::<Frame>();
         let inner = Arc::new(ClientInner {
             path: path.to_path_buf(),

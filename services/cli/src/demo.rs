@@ -189,12 +189,12 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let fabric = fabric.with_runners(&cfg, runners);
-    println!(
+    outln!(
         "xo demo: {n_tasks} tasks, {} scripted runners, the XO watching (state in {})",
         RUNNERS.len(),
         dir.display()
     );
-    println!();
+    outln!();
     typed::call(&bus, &subjects, &q::Start {}, call_t).await?;
 
     let started = Instant::now();
@@ -249,11 +249,13 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     } = tl;
     fabric.stop().await?;
 
-    println!();
+    outln!();
     let sandbox = cfg.sandbox_dir().join(PROJECT);
-    println!(
+    outln!(
         "{:<10} {:<10} {:>7}  supervisor log",
-        "task", "state", "attempt"
+        "task",
+        "state",
+        "attempt"
     );
     for r in &records {
         let log =
@@ -274,7 +276,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         if let Some(k) = steered.get(&r.task.task_id) {
             notes.push(format!("steered: {}", k.join(", ")));
         }
-        println!(
+        outln!(
             "{:<10} {:<10} {:>7}  {}",
             r.task.task_id,
             r.state.as_str(),
@@ -282,12 +284,12 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
             notes.join("; ")
         );
     }
-    println!();
+    outln!();
     let kinds: Vec<String> = steer_count
         .iter()
         .map(|(k, n)| format!("{k} ×{n}"))
         .collect();
-    println!(
+    outln!(
         "steering: {}",
         if kinds.is_empty() {
             "none".into()
@@ -295,7 +297,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
             kinds.join(", ")
         }
     );
-    println!(
+    outln!(
         "logs:     {} (work logs), {} (prompts), {} (audit)",
         sandbox.join(".xo/tasks").display(),
         cfg.data_dir()
@@ -309,7 +311,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
     );
     match final_status {
         Some(s) if s.status == RunStatus::Completed => {
-            println!(
+            outln!(
                 "status:   COMPLETED in {:.1}s — goal \"{}\"",
                 started.elapsed().as_secs_f64(),
                 s.goal.description
@@ -317,11 +319,11 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(s) => {
-            println!("status:   HALTED: {}", s.halt_reason.unwrap_or_default());
+            outln!("status:   HALTED: {}", s.halt_reason.unwrap_or_default());
             Ok(ExitCode::FAILURE)
         }
         None => {
-            println!("status:   did not finish within {}s", limit.as_secs());
+            outln!("status:   did not finish within {}s", limit.as_secs());
             Ok(ExitCode::FAILURE)
         }
     }
@@ -354,7 +356,7 @@ impl Timeline {
                         .or_default()
                         .push(s.kind.as_str().to_string());
                 }
-                println!(
+                outln!(
                     "{t:6.1}s  XO → {:<8} {:<6} {}",
                     s.unit,
                     s.kind.as_str(),
@@ -381,7 +383,7 @@ impl Timeline {
                 Some(EventName::TaskStart) => format!("attempt {}", e.attempt),
                 _ => String::new(),
             };
-            println!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
+            outln!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
         }
     }
 }

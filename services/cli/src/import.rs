@@ -207,10 +207,10 @@ pub fn read_runs(format: Format, path: &Path) -> anyhow::Result<Vec<Imported>> {
         .enumerate()
         .map(|(i, run)| {
             for e in &run.errors {
-                eprintln!("{file}:{}: {}", e.line, e.reason);
+                errln!("{file}:{}: {}", e.line, e.reason);
             }
             let st = &run.stats;
-            eprintln!(
+            errln!(
                 "{file}: {} lines, {} events, {} turns; {} unknown events skipped, {} lines rejected, {} results without a call, {} calls without a result, {} cancelled calls; outcome {}",
                 st.lines,
                 st.events,

@@ -37,7 +37,7 @@ pub async fn ls(cfg: &XoConfig, category: Option<String>, json: bool) -> anyhow:
         .map_err(anyhow::Error::msg)?;
     let list = call(cfg, &ListDocs { category }).await?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(
                 &serde_json::json!({"docs": list.docs, "invalid": list.invalid})
@@ -45,12 +45,16 @@ pub async fn ls(cfg: &XoConfig, category: Option<String>, json: bool) -> anyhow:
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<32} {:<12} {:>4} {:>6}  {:<13} title",
-        "id", "status", "uses", "tokens", "by"
+        "id",
+        "status",
+        "uses",
+        "tokens",
+        "by"
     );
     for d in &list.docs {
-        println!(
+        outln!(
             "{:<32} {:<12} {:>4} {:>6}  {:<13} {}",
             d.id,
             d.status.as_str(),
@@ -61,7 +65,7 @@ pub async fn ls(cfg: &XoConfig, category: Option<String>, json: bool) -> anyhow:
         );
     }
     for i in &list.invalid {
-        println!("INVALID  {}", i.error);
+        outln!("INVALID  {}", i.error);
     }
     Ok(if list.invalid.is_empty() {
         ExitCode::SUCCESS
@@ -73,9 +77,9 @@ pub async fn ls(cfg: &XoConfig, category: Option<String>, json: bool) -> anyhow:
 pub async fn show(cfg: &XoConfig, id: String, json: bool) -> anyhow::Result<ExitCode> {
     let d = call(cfg, &GetDoc { id }).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&d)?);
+        outln!("{}", serde_json::to_string_pretty(&d)?);
     } else {
-        print!("{}", xo_knowledge::doc::render(&d));
+        out!("{}", xo_knowledge::doc::render(&d));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -108,7 +112,7 @@ pub async fn seed(cfg: &XoConfig, dir: &Path) -> anyhow::Result<ExitCode> {
             },
         )
         .await?;
-        println!("seeded {id} ({})", put.status.as_str());
+        outln!("seeded {id} ({})", put.status.as_str());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -123,7 +127,7 @@ pub async fn deprecate(cfg: &XoConfig, id: String, reason: String) -> anyhow::Re
         },
     )
     .await?;
-    println!("{} is {}", d.id(), d.status.as_str());
+    outln!("{} is {}", d.id(), d.status.as_str());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -136,17 +140,17 @@ pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> 
         .collect();
     rows.sort_by_key(|t| (t.task.lane, t.seq));
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<28} {:<11} {:<18} directive", "id", "lane", "state");
+    outln!("{:<28} {:<11} {:<18} directive", "id", "lane", "state");
     for t in rows {
         let state = match t.state {
             TaskState::Completed => "consumed".to_string(),
             TaskState::Cancelled => "dropped".to_string(),
             s => s.as_str().to_string(),
         };
-        println!(
+        outln!(
             "{:<28} {:<11} {:<18} {}",
             t.task.task_id,
             t.task.lane.as_str(),
@@ -167,22 +171,27 @@ pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
     let log = xo_review::runlog::parse_run_log(&path, &text);
     if json {
         for r in &log {
-            println!("{}", serde_json::to_string(r)?);
+            outln!("{}", serde_json::to_string(r)?);
         }
         return Ok(ExitCode::SUCCESS);
     }
     if log.is_empty() {
-        println!("no review runs yet ({})", path.display());
+        outln!("no review runs yet ({})", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<24} {:<13} {:<10} {:>5} {:>9} {:>9}  summary",
-        "at", "reviewer", "outcome", "tasks", "tokens", "cost"
+        "at",
+        "reviewer",
+        "outcome",
+        "tasks",
+        "tokens",
+        "cost"
     );
     let mut total = 0.0;
     for r in &log {
         total += r.cost_usd;
-        println!(
+        outln!(
             "{:<24} {:<13} {:<10} {:>5} {:>9} {:>9.4}  {}{}",
             xo_runtime::clock::rfc3339(r.at),
             r.reviewer,
@@ -197,6 +206,6 @@ pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
-    println!("total cost ${total:.4}");
+    outln!("total cost ${total:.4}");
     Ok(ExitCode::SUCCESS)
 }

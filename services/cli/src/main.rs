@@ -18,6 +18,8 @@
 //! - [`nats_config`]: `xo nats-config` (NATS users and permissions per service and runner).
 //! - [`bench`]: `xo bench radio|queue|pipeline`.
 
+#[macro_use]
+mod term;
 mod bench;
 mod connect;
 mod demo;
@@ -461,7 +463,7 @@ fn main() -> ExitCode {
     let cfg = match XoConfig::load(cli.config.as_deref(), &cli.overrides()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -481,7 +483,7 @@ fn main() -> ExitCode {
     match res {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -640,9 +642,9 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                 other => other.into(),
             })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&st)?);
+                outln!("{}", serde_json::to_string_pretty(&st)?);
             } else {
-                println!(
+                outln!(
                     "desired: {}",
                     st.desired
                         .iter()
@@ -651,13 +653,13 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                         .join(", ")
                 );
                 if !st.failed.is_empty() {
-                    println!(
+                    outln!(
                         "FAILED roles (past their restart intensity): {}",
                         st.failed.join(", ")
                     );
                 }
                 for u in &st.units {
-                    println!(
+                    outln!(
                         "{:<20} {:<12} {:<8} {}",
                         u.unit,
                         u.role,
@@ -777,7 +779,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                 cluster_routes: &cluster_routes,
             })
             .map_err(anyhow::Error::msg)?;
-            print!("{text}");
+            out!("{text}");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Config => {
@@ -792,7 +794,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                     w.authorization = "*** (set)".into();
                 }
             }
-            println!("{}", serde_json::to_string_pretty(&shown)?);
+            outln!("{}", serde_json::to_string_pretty(&shown)?);
             Ok(ExitCode::SUCCESS)
         }
     }

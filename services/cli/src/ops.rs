@@ -42,9 +42,11 @@ pub async fn report(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
     )
     .await?;
     bus.flush().await?;
-    println!(
+    outln!(
         "published report of {} (turn {}, seq {})",
-        report.unit.unit, report.time.turn, report.time.seq
+        report.unit.unit,
+        report.time.turn,
+        report.time.seq
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -119,7 +121,7 @@ pub async fn tap(
     let pattern = subject.unwrap_or_else(|| cfg.subjects().all());
     let mut sub = bus.subscribe(&pattern).await?;
     bus.flush().await?;
-    eprintln!("tapping {pattern} on {} (ctrl-c stops)", bus.kind());
+    errln!("tapping {pattern} on {} (ctrl-c stops)", bus.kind());
     let mut seen = 0u64;
     while let Some(m) = sub.next().await {
         if json {
@@ -135,9 +137,9 @@ pub async fn tap(
                 "headers": headers,
                 "payload": payload_json(&m),
             });
-            println!("{line}");
+            outln!("{line}");
         } else {
-            println!("{:<32} {}", m.subject, summarize(cfg, &m));
+            outln!("{:<32} {}", m.subject, summarize(cfg, &m));
         }
         seen += 1;
         if count.is_some_and(|c| seen >= c) {
@@ -200,21 +202,21 @@ pub async fn units(cfg: &XoConfig, unit: Option<String>, json: bool) -> anyhow::
                 .await
                 .context("asking the supervisor (is `xo up` or `xo serve supervisor` running?)")?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                outln!("{}", serde_json::to_string_pretty(&list)?);
             } else if list.is_empty() {
-                println!("no units have reported yet");
+                outln!("no units have reported yet");
             } else {
-                print!("{}", table(&list));
+                out!("{}", table(&list));
             }
         }
         Some(unit) => {
             let d = typed::call(&bus, &subjects, &ShowUnit { unit }, TIMEOUT).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&d)?);
+                outln!("{}", serde_json::to_string_pretty(&d)?);
             } else {
-                print!("{}", table(std::slice::from_ref(&d.summary)));
+                out!("{}", table(std::slice::from_ref(&d.summary)));
                 if let Some(r) = &d.report {
-                    println!(
+                    outln!(
                         "\nlatest report: turn {} seq {} pace {} step {} — {}",
                         r.time.turn,
                         r.time.seq,
@@ -224,11 +226,14 @@ pub async fn units(cfg: &XoConfig, unit: Option<String>, json: bool) -> anyhow::
                     );
                 }
                 if !d.recent_steering.is_empty() {
-                    println!("\nrecent steering:");
+                    outln!("\nrecent steering:");
                     for s in &d.recent_steering {
-                        println!(
+                        outln!(
                             "  turn {:>5} {:<11} {:<8} {}",
-                            s.turn, s.kind, s.severity, s.message
+                            s.turn,
+                            s.kind,
+                            s.severity,
+                            s.message
                         );
                     }
                 }
@@ -260,7 +265,7 @@ pub async fn steer(
         TIMEOUT,
     )
     .await?;
-    println!("sent {} to {}: {}", s.id, s.unit, s.message);
+    outln!("sent {} to {}: {}", s.id, s.unit, s.message);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -324,7 +329,7 @@ pub fn replay(cfg: &XoConfig, file: &str, summary: bool, json: bool) -> anyhow::
             match codec::decode(line.as_bytes(), Some(codec::JSON), cfg.wire.max_payload) {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("{file}:{}: {e}", i + 1);
+                    errln!("{file}:{}: {e}", i + 1);
                     rejected += 1;
                     continue;
                 }
@@ -363,13 +368,13 @@ pub fn replay(cfg: &XoConfig, file: &str, summary: bool, json: bool) -> anyhow::
                 "evidence": s.evidence,
                 "health": a.health,
             });
-            println!("{line}");
+            outln!("{line}");
         }
     }
     if summary {
         print_summary(&runs, json);
     }
-    eprintln!("{reports} reports, {decisions} steering decisions, {rejected} lines rejected");
+    errln!("{reports} reports, {decisions} steering decisions, {rejected} lines rejected");
     if rejected > 0 {
         bail!("{rejected} lines of {file} were not valid reports");
     }
@@ -385,18 +390,24 @@ fn print_summary(runs: &std::collections::BTreeMap<String, RunSummary>, json: bo
     }
     if json {
         for (unit, r) in runs {
-            println!("{}", r.json(unit));
+            outln!("{}", r.json(unit));
         }
         let totals: Vec<serde_json::Value> = table
             .iter()
             .map(|((o, s), n)| serde_json::json!({"outcome": o, "steered": s, "runs": n}))
             .collect();
-        println!("{}", serde_json::json!({ "totals": totals }));
+        outln!("{}", serde_json::json!({ "totals": totals }));
         return;
     }
-    println!(
+    outln!(
         "{:<28} {:>6} {:>6} {:>8} {:>8} {:>9}  {:<10} steering",
-        "run", "turns", "first", "after", "tok.after", "cost.after", "outcome"
+        "run",
+        "turns",
+        "first",
+        "after",
+        "tok.after",
+        "cost.after",
+        "outcome"
     );
     for (unit, r) in runs {
         let (first, after, tok, cost) = match r.first {
@@ -409,16 +420,16 @@ fn print_summary(runs: &std::collections::BTreeMap<String, RunSummary>, json: bo
             None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         let kinds: Vec<String> = r.steering.iter().map(|(k, n)| format!("{k}×{n}")).collect();
-        println!(
+        outln!(
             "{unit:<28} {:>6} {first:>6} {after:>8} {tok:>8} {cost:>9}  {:<10} {}",
             r.last_turn,
             r.outcome.as_deref().unwrap_or("unknown"),
             kinds.join(", ")
         );
     }
-    println!();
+    outln!();
     for ((outcome, steered), n) in &table {
-        println!(
+        outln!(
             "{n:>5} {outcome} runs {}",
             if *steered {
                 "the XO would have steered"
@@ -452,24 +463,24 @@ pub fn store_repair(cfg: &XoConfig, files: &[String]) -> anyhow::Result<ExitCode
         files.iter().map(std::path::PathBuf::from).collect()
     };
     if files.is_empty() {
-        println!("no store files under {}", cfg.state.store_dir().display());
+        outln!("no store files under {}", cfg.state.store_dir().display());
         return Ok(ExitCode::SUCCESS);
     }
     for f in &files {
         match xo_bus::file_store::repair_file(f) {
-            Ok(None) => println!("{}: intact", f.display()),
+            Ok(None) => outln!("{}: intact", f.display()),
             Ok(Some(r)) => {
-                println!(
+                outln!(
                     "{}: repaired — {} records kept; backup {}",
                     f.display(),
                     r.kept,
                     r.backup.display()
                 );
                 for (offset, len, why) in &r.dropped {
-                    println!("  dropped {len} bytes at {offset}: {why}");
+                    outln!("  dropped {len} bytes at {offset}: {why}");
                 }
                 if let Some((offset, len)) = r.torn {
-                    println!("  cut a torn last record: {len} bytes at {offset}");
+                    outln!("  cut a torn last record: {len} bytes at {offset}");
                 }
             }
             Err(e) => anyhow::bail!("{}: {e}", f.display()),

@@ -32,7 +32,7 @@ where
 
 fn print_status(s: &QueueStatus) {
     let word = |v: &serde_json::Value| v.as_str().unwrap_or("?").to_string();
-    println!(
+    outln!(
         "status     {}{}",
         word(&serde_json::json!(s.status)),
         s.halt_reason
@@ -40,8 +40,8 @@ fn print_status(s: &QueueStatus) {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );
-    println!("iteration  {}", s.iteration);
-    println!(
+    outln!("iteration  {}", s.iteration);
+    outln!(
         "mode       {}{}",
         word(&serde_json::json!(s.mode)),
         if s.manager {
@@ -51,9 +51,9 @@ fn print_status(s: &QueueStatus) {
         }
     );
     if s.mode == ExecutionMode::Manual {
-        println!("steps      {} allowed, not yet claimed", s.steps);
+        outln!("steps      {} allowed, not yet claimed", s.steps);
     }
-    println!(
+    outln!(
         "goal       {}{}{}",
         if s.goal.description.is_empty() {
             "(none)"
@@ -71,7 +71,7 @@ fn print_status(s: &QueueStatus) {
             ""
         }
     );
-    println!(
+    outln!(
         "queue      {}",
         if s.exhausted { "exhausted" } else { "has work" }
     );
@@ -81,7 +81,7 @@ fn print_status(s: &QueueStatus) {
         .filter(|(_, n)| **n > 0)
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
-    println!(
+    outln!(
         "tasks      {}",
         if counts.is_empty() {
             "none".into()
@@ -90,16 +90,16 @@ fn print_status(s: &QueueStatus) {
         }
     );
     match &s.last_validation_report {
-        Some(r) => println!(
+        Some(r) => outln!(
             "last       {} — {} ({})",
             s.last_task_id.as_deref().unwrap_or("?"),
             if r.passed { "passed" } else { "failed" },
             r.summary
         ),
-        None => println!("last       (no task completed yet)"),
+        None => outln!("last       (no task completed yet)"),
     }
     if s.goal.budget_usd > 0.0 || s.spent_usd > 0.0 {
-        println!(
+        outln!(
             "spent      ${:.4}{}",
             s.spent_usd,
             if s.goal.budget_usd > 0.0 {
@@ -110,10 +110,10 @@ fn print_status(s: &QueueStatus) {
         );
     }
     if let Some(why) = &s.stuck {
-        println!("STUCK      {why}");
+        outln!("STUCK      {why}");
     }
     for c in &s.corrupt {
-        println!("CORRUPT    {c}");
+        outln!("CORRUPT    {c}");
     }
 }
 
@@ -194,7 +194,7 @@ pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
             }
             Err(e) => {
                 if sent > 0 {
-                    eprintln!(
+                    errln!(
                         "the first {sent} tasks ({i} of {count} parts) are enqueued; enqueue the same file again once this is fixed (tasks already queued are skipped)"
                     );
                 }
@@ -211,7 +211,7 @@ pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    println!(
+    outln!(
         "enqueued {added} of {n} tasks{}{}",
         if count > 1 {
             format!(" in {count} parts")
@@ -271,7 +271,7 @@ pub async fn simple<R: Request<Response = QueueStatus>>(
 pub async fn status(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
     let s = call(cfg, &GetStatus {}).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        outln!("{}", serde_json::to_string_pretty(&s)?);
     } else {
         print_status(&s);
     }
@@ -296,12 +296,17 @@ pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow:
             other => other.into(),
         })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        outln!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "{:<20} {:<10} {:<18} {:<8} {:>7} {:>7}  INTENT / REASON",
-        "TASK", "ROLE", "STATE", "LANE", "ATTEMPT", "RETRIES"
+        "TASK",
+        "ROLE",
+        "STATE",
+        "LANE",
+        "ATTEMPT",
+        "RETRIES"
     );
     for t in &list {
         let note = t
@@ -310,7 +315,7 @@ pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow:
             .or(t.question.as_ref())
             .map(|r| format!(" — {r}"))
             .unwrap_or_default();
-        println!(
+        outln!(
             "{:<20} {:<10} {:<18} {:<8} {:>7} {:>7}  {}{note}",
             t.task.task_id,
             t.task.role,
@@ -329,7 +334,7 @@ pub async fn task_op<R: Request<Response = TaskRecord>>(
     req: R,
 ) -> anyhow::Result<ExitCode> {
     let r = call(cfg, &req).await?;
-    println!("{}: {}", r.task.task_id, r.state.as_str());
+    outln!("{}: {}", r.task.task_id, r.state.as_str());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -342,13 +347,13 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
         Err(e) => {
             match audit::verify(&path).with_context(|| format!("reading {}", path.display()))? {
                 Verdict::Intact { lines } => {
-                    println!("{}: chain intact, {lines} lines", path.display())
+                    outln!("{}: chain intact, {lines} lines", path.display())
                 }
                 Verdict::Broken { line, reason } => {
-                    println!("{}: chain broken at line {line}: {reason}", path.display())
+                    outln!("{}: chain broken at line {line}: {reason}", path.display())
                 }
             }
-            println!(
+            outln!(
                 "store's copy not compared: {e:#}; start the store's server (or unset nats.url for the embedded one) and verify again"
             );
             return Ok(ExitCode::from(1));
@@ -363,7 +368,7 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
         } else {
             "chain broken at line {}"
         };
-        println!(
+        outln!(
             "{}: {}: {}",
             path.display(),
             what.replace("{}", &c.broken_at.unwrap_or(c.lines).to_string()),
@@ -371,7 +376,7 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
         );
         return Ok(ExitCode::from(1));
     }
-    println!("{}: chain intact, {} lines", path.display(), c.lines);
+    outln!("{}: chain intact, {} lines", path.display(), c.lines);
     match (c.store_lines, &c.reason) {
         (Some(n), _) => {
             let pending = if c.unshipped > 0 {
@@ -379,11 +384,11 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
             } else {
                 String::new()
             };
-            println!("store's copy: {n} lines, the same{pending}");
+            outln!("store's copy: {n} lines, the same{pending}");
             Ok(ExitCode::SUCCESS)
         }
         (None, Some(why)) => {
-            println!("{why}");
+            outln!("{why}");
             Ok(ExitCode::from(1))
         }
         (None, None) => Ok(ExitCode::SUCCESS),
@@ -413,7 +418,7 @@ pub async fn audit_tail(
                 new = new.split_off(new.len().saturating_sub(n));
             }
             for l in new {
-                println!("{l}");
+                outln!("{l}");
             }
             offset += complete;
         }

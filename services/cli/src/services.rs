@@ -34,42 +34,51 @@ pub async fn shutdown_signal() {
 pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     let fabric = Fabric::start(&cfg, Plan::all(), Transport::UpDefault, "xo", "xo-up").await?;
     if cfg.nats.url.is_empty() {
-        eprintln!("xo up: embedded bus, no server needed");
-        eprintln!("  state:  {}", cfg.state.store_dir().display());
-        eprintln!(
+        errln!("xo up: embedded bus, no server needed");
+        errln!("  state:  {}", cfg.state.store_dir().display());
+        errln!(
             "  socket: {} (other `xo` commands here use it)",
             cfg.state.socket_path().display()
         );
     } else {
-        eprintln!(
+        errln!(
             "xo up: on NATS {}; state in JetStream buckets",
             xo_bus::nats::redact_url(&cfg.nats.url)
         );
     }
     if !cfg.supervisor.volume.is_empty() {
-        eprintln!("  volume: {} (reports/, steering/)", cfg.supervisor.volume);
+        errln!("  volume: {} (reports/, steering/)", cfg.supervisor.volume);
     }
-    eprintln!(
+    errln!(
         "  prefix: {} — try `xo tap` and `xo units` in another terminal; ctrl-c stops",
         cfg.org.prefix
     );
-    eprintln!("  audit:  {}", cfg.data_dir().display());
+    errln!("  audit:  {}", cfg.data_dir().display());
     if cfg.knowledge.enabled {
-        eprintln!("  knowledge: {}", cfg.knowledge_dir().display());
+        errln!("  knowledge: {}", cfg.knowledge_dir().display());
     }
     match fabric.console() {
         Some(c) => {
-            eprintln!("  console: {} (reads open on loopback)", c.url);
-            eprintln!("           log in for actions: {}", c.login_url());
+            use std::io::IsTerminal;
+            let reads = if c.console.auth.open_reads() {
+                "reads open on loopback"
+            } else {
+                "every page needs the token"
+            };
+            errln!("  console: {} ({reads})", c.url);
+            errln!(
+                "           {}",
+                c.login_hint(std::io::stderr().is_terminal())
+            );
         }
-        None if cfg.console.enabled => eprintln!(
+        None if cfg.console.enabled => errln!(
             "  console: not started ({} in use? see the log; set console.listen)",
             cfg.console.listen
         ),
         None => {}
     }
     fabric.run_until(shutdown_signal()).await?;
-    eprintln!("xo up: stopped cleanly");
+    errln!("xo up: stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -94,10 +103,11 @@ pub async fn serve(cfg: XoConfig, plan: Plan, service: &'static str) -> anyhow::
     };
     let fabric = Fabric::start(&cfg, plan, transport, service, &name).await?;
     if let Some(c) = fabric.console() {
-        eprintln!(
-            "xo serve console: {} — log in for actions: {}",
+        use std::io::IsTerminal;
+        errln!(
+            "xo serve console: {} — {}",
             c.url,
-            c.login_url()
+            c.login_hint(std::io::stderr().is_terminal())
         );
     }
     fabric.run_until(shutdown_signal()).await?;

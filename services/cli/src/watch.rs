@@ -105,7 +105,7 @@ pub async fn watch(
     let mut telemetry =
         xo_runtime::telemetry::init(&cfg.telemetry, "xo-watch").map_err(anyhow::Error::msg)?;
     let bus = crate::connect::client_bus(cfg).await?;
-    eprintln!(
+    errln!(
         "xo watch: {} sessions in {} from {} — ctrl-c stops",
         args.format,
         args.dirs.join(", "),

@@ -2,8 +2,11 @@
 //!
 //! - One bearer token: `XO_CONSOLE_TOKEN`, else `console.token_file`, else
 //!   `<state.dir>/console.token`, made with mode 0600 on first start.
-//! - Writes (any method but GET/HEAD) always need it; on an address other
-//!   than loopback every request does.
+//! - Every request needs it, but reads on a loopback console with
+//!   `console.open_reads` (off by default: any local user could read).
+//! - A loopback console answers only requests whose `Host` is a loopback
+//!   name (`127.0.0.1`, `localhost`, `[::1]`): a web page whose name an
+//!   attacker rebinds to 127.0.0.1 (DNS rebinding) is refused.
 //! - A browser logs in once (`/login?token=…` or the login form): the token
 //!   goes into an HttpOnly, SameSite=Strict cookie. A write carried by that
 //!   cookie must also carry the CSRF value (form field `csrf` or header
@@ -33,8 +36,10 @@ pub const CSRF_HEADER: &str = "x-xo-csrf";
 pub struct Auth {
     token: String,
     csrf: String,
-    /// Loopback: reads need no token.
+    /// Loopback with `console.open_reads`: reads need no token.
     open_reads: bool,
+    /// Bound to a loopback address: the `Host` must be a loopback name.
+    loopback: bool,
     read_only: bool,
     /// Where the token came from (for the log, never the token itself).
     pub source: String,
@@ -103,7 +108,8 @@ impl Auth {
         Ok(Self {
             token,
             csrf,
-            open_reads: bound.ip().is_loopback(),
+            open_reads: cfg.console.open_reads && bound.ip().is_loopback(),
+            loopback: bound.ip().is_loopback(),
             read_only: cfg.console.read_only,
             source,
         })
@@ -124,6 +130,19 @@ impl Auth {
 
     pub fn open_reads(&self) -> bool {
         self.open_reads
+    }
+
+    /// Whether a request's `Host` may reach this console: on loopback,
+    /// only a loopback name (a rebound DNS name is someone else's page).
+    pub fn host_ok(&self, headers: &HeaderMap) -> bool {
+        if !self.loopback {
+            return true;
+        }
+        let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+            // HTTP/1.0 without Host: not a browser's request.
+            return true;
+        };
+        loopback_host(host)
     }
 
     /// How a request proves itself.
@@ -220,6 +239,19 @@ pub fn refuse(api: bool, status: StatusCode, code: &str, message: &str) -> Respo
     }
 }
 
+/// `127.0.0.1`, `localhost`, `[::1]` (any port), or another 127/8 address.
+fn loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split_once(']').map_or(rest, |(n, _)| n)
+    } else {
+        host.rsplit_once(':').map_or(host, |(n, _)| n)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn is_write(m: &Method) -> bool {
     !matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
 }
@@ -230,6 +262,14 @@ fn is_write(m: &Method) -> bool {
 pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     let api = path.starts_with("/api/") || path == "/metrics";
+    if !c.auth.host_ok(req.headers()) {
+        return refuse(
+            api,
+            StatusCode::MISDIRECTED_REQUEST,
+            "host",
+            "this console answers only to a loopback name (127.0.0.1, localhost, [::1]); a page reaching it under another name is refused",
+        );
+    }
     if path == "/login" || path == "/healthz" || path.starts_with("/assets/") {
         return next.run(req).await;
     }
@@ -259,7 +299,7 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
             if write {
                 "this action needs the console token: `Authorization: Bearer <token>` (the token is in console.token), or log in at /login"
             } else {
-                "this console listens beyond loopback: every request needs the token (`Authorization: Bearer <token>`, or log in at /login)"
+                "every request needs the console token (`Authorization: Bearer <token>`, or log in at /login); on loopback, console.open_reads = true lets reads through without it"
             },
         );
     }
@@ -279,4 +319,32 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
         }
     }
     next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_host;
+
+    #[test]
+    fn only_loopback_names_reach_a_loopback_console() {
+        for ok in [
+            "127.0.0.1:7878",
+            "127.0.0.1",
+            "localhost:7878",
+            "LOCALHOST",
+            "[::1]:7878",
+            "127.1.2.3:80",
+        ] {
+            assert!(loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:7878",
+            "10.0.0.1:7878",
+            "localhost.evil.example",
+            "[2001:db8::1]:7878",
+            "",
+        ] {
+            assert!(!loopback_host(bad), "{bad}");
+        }
+    }
 }

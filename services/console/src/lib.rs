@@ -221,6 +221,22 @@ impl ConsoleHandle {
         format!("{}/login?token={}", self.url, self.console.auth.token())
     }
 
+    /// How to log in, for a start banner: the login URL (token included)
+    /// only to a terminal and only for a token from a file; to a log, or
+    /// for `XO_CONSOLE_TOKEN` (container logs), where the token is, never
+    /// the token itself.
+    pub fn login_hint(&self, terminal: bool) -> String {
+        let auth = &self.console.auth;
+        if terminal && auth.source != "XO_CONSOLE_TOKEN" {
+            format!("log in: {}", self.login_url())
+        } else {
+            format!(
+                "log in at {}/login with the token in {}",
+                self.url, auth.source
+            )
+        }
+    }
+
     /// Stops serving: open event streams end, then the listener.
     pub async fn stop(self) {
         self.stop.trigger();

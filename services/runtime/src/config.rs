@@ -399,6 +399,10 @@ pub struct ConsoleConfig {
     pub token_file: String,
     /// Read-only: every action is hidden and refused.
     pub read_only: bool,
+    /// Let pages and the API be read without the token (loopback only).
+    /// Off by default: any local user, or a web page that rebinds its name
+    /// to 127.0.0.1, could otherwise read the fleet.
+    pub open_reads: bool,
     /// Connections open at once; one more is answered 503 and closed, so
     /// the console never takes the file descriptors the bus and the
     /// services need.
@@ -415,6 +419,7 @@ impl Default for ConsoleConfig {
             listen: "127.0.0.1:7878".into(),
             token_file: String::new(),
             read_only: false,
+            open_reads: false,
             max_connections: 256,
             max_event_streams: 64,
         }
@@ -943,6 +948,19 @@ impl XoConfig {
             ));
         }
         let c = &self.console;
+        if c.open_reads
+            && c.listen
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| !a.ip().is_loopback())
+        {
+            return Err(invalid(
+                "console.open_reads",
+                format!(
+                    "reads without the token are only for a loopback console, and console.listen is {}: unset console.open_reads or listen on 127.0.0.1",
+                    c.listen
+                ),
+            ));
+        }
         if c.max_connections == 0 {
             return Err(invalid(
                 "console.max_connections",
@@ -1306,6 +1324,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("nats.url"), "{e}");
+        for (toml, key) in [
+            (
+                "[console]\nlisten = \"0.0.0.0:7878\"\nopen_reads = true\n",
+                "console.open_reads",
+            ),
+            (
+                "[console]\nmax_connections = 0\n",
+                "console.max_connections",
+            ),
+            (
+                "[console]\nmax_connections = 8\nmax_event_streams = 8\n",
+                "console.max_event_streams",
+            ),
+        ] {
+            let e = load_toml(toml).unwrap_err().to_string();
+            assert!(e.contains(key), "{toml}: {e}");
+        }
+        assert!(load_toml("[console]\nopen_reads = true\n").is_ok());
         let e = load_toml("[supervisor\n").unwrap_err().to_string();
         assert!(e.contains("xo.toml"), "{e}");
         let missing = XoConfig::load(Some(Path::new("/nonexistent/xo.toml")), &[]).unwrap_err();

@@ -279,6 +279,7 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
             } else {
                 let body = http
                     .get(format!("{}{path}", console.url))
+                    .bearer_auth(console.console.auth.token())
                     .send()
                     .await?
                     .bytes()
