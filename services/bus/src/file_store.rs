@@ -276,12 +276,17 @@ pub fn repair_file(path: &Path) -> StoreResult<Option<Repair>> {
         xo_proto::now_ms()
     ));
     std::fs::copy(path, &backup).map_err(|e| io_err(&backup, e))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&backup, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| io_err(&backup, e))?;
+    }
     let mut out = Vec::new();
     for (_, body) in &scan.records {
         out.extend_from_slice(&frame(body));
     }
     let tmp = path.with_extension("repair");
-    let mut t = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    let mut t = create_private(&tmp)?;
     t.write_all(&out).map_err(|e| io_err(&tmp, e))?;
     t.sync_data().map_err(|e| io_err(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
@@ -294,6 +299,29 @@ pub fn repair_file(path: &Path) -> StoreResult<Option<Repair>> {
     }))
 }
 
+/// Appends `buf` whole or not at all. A write that fails part-way (a full
+/// disk) is cut back off at once: left there, the partial frame would be
+/// buried in the middle by the next append that fits, and the next start
+/// would refuse the file as damaged until `xo store repair`.
+fn append_whole(file: &mut File, path: &Path, buf: &[u8]) -> StoreResult<()> {
+    let before = file
+        .metadata()
+        .map(|m| m.len())
+        .map_err(|e| io_err(path, e))?;
+    if let Err(e) = file.write_all(buf) {
+        match file.set_len(before) {
+            Ok(()) => {
+                tracing::warn!(path = %path.display(), error = %e, "store write failed part-way; the partial record was cut off");
+            }
+            Err(t) => {
+                tracing::error!(path = %path.display(), error = %e, truncate_error = %t, "store write failed part-way and the partial record could not be cut off; the next start asks for `xo store repair`");
+            }
+        }
+        return Err(io_err(path, e));
+    }
+    Ok(())
+}
+
 fn truncate_tail(path: &Path, at: usize) -> StoreResult<()> {
     tracing::warn!(path = %path.display(), offset = at, "store file ends in a torn record; cutting it off");
     let f = OpenOptions::new()
@@ -301,6 +329,23 @@ fn truncate_tail(path: &Path, at: usize) -> StoreResult<()> {
         .open(path)
         .map_err(|e| io_err(path, e))?;
     f.set_len(at as u64).map_err(|e| io_err(path, e))
+}
+
+/// A new file (replacing one left by a crash) readable by this user only,
+/// whatever the umask: compaction and repair once wrote 0644.
+fn create_private(path: &Path) -> StoreResult<File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| io_err(path, e))?;
+    // An existing file keeps its mode through `open`: set it.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| io_err(path, e))?;
+    Ok(f)
 }
 
 fn open_append(path: &Path) -> StoreResult<File> {
@@ -377,9 +422,7 @@ impl Bucket {
             buf.extend_from_slice(&frame(&body));
             revs.push(rev);
         }
-        self.file
-            .write_all(&buf)
-            .map_err(|e| io_err(&self.path, e))?;
+        append_whole(&mut self.file, &self.path, &buf)?;
         self.rev = rev;
         self.records += items.len() as u64;
         for ((key, value), r) in items.into_iter().zip(&revs) {
@@ -407,7 +450,7 @@ impl Bucket {
             let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
             out.extend_from_slice(&frame(&body));
         }
-        let mut t = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+        let mut t = create_private(&tmp)?;
         t.write_all(&out).map_err(|e| io_err(&tmp, e))?;
         t.sync_data().map_err(|e| io_err(&tmp, e))?;
         std::fs::rename(&tmp, &self.path).map_err(|e| io_err(&self.path, e))?;
@@ -652,11 +695,13 @@ impl FileStore {
                 .map(|m| m.len())
                 .map_err(|e| io_err(&l.path, e))?;
             let mut buf = Vec::new();
+            let mut offsets = Vec::with_capacity(records.len());
             for r in &records {
-                l.offsets.push(end + buf.len() as u64);
+                offsets.push(end + buf.len() as u64);
                 buf.extend_from_slice(&frame(r));
             }
-            l.file.write_all(&buf).map_err(|e| io_err(&l.path, e))?;
+            append_whole(&mut l.file, &l.path, &buf)?;
+            l.offsets.extend(offsets);
             let n = l.offsets.len() as u64;
             let (path, file) = (
                 l.path.clone(),

@@ -252,6 +252,14 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A task: the audit log is written.
+    std::fs::write(
+        d.join("t.json"),
+        r#"[{"task_id": "t1", "intent": "x", "instructions": "do it", "role": "coder"}]"#,
+    )
+    .unwrap();
+    let o = xo(d, &["enqueue", "t.json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
     let mode = |p: &str| {
         std::fs::metadata(d.join(p))
             .map(|m| m.permissions().mode() & 0o777)
@@ -262,6 +270,11 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
         mode(".xo/state"),
         mode(".xo/state/kv/queue.kv"),
     );
+    let (data, project, audit) = (
+        mode(".xo/data"),
+        mode(".xo/data/default"),
+        mode(".xo/data/default/audit.log.jsonl"),
+    );
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
@@ -270,6 +283,10 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
     assert_eq!(sock, 0o600, "bus.sock {sock:o}");
     assert_eq!(state, 0o700, "state {state:o}");
     assert_eq!(kv, 0o600, "queue.kv {kv:o}");
+    // Issue 23, item 7: the audit log and its folders followed the umask.
+    assert_eq!(data, 0o700, "data {data:o}");
+    assert_eq!(project, 0o700, "data/default {project:o}");
+    assert_eq!(audit, 0o600, "audit.log.jsonl {audit:o}");
 }
 
 /// The audit file is checked against the store's copy: lines cut from its

@@ -88,12 +88,18 @@ impl Chains {
             }
             for (p, buf) in by_project {
                 let path = file_for(&data_dir, &p);
+                // The operator's record: this user's alone, whatever the umask.
+                use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
                 if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(dir)?;
                 }
                 std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
+                    .mode(0o600)
                     .open(&path)?
                     .write_all(&buf)?;
             }
