@@ -296,3 +296,58 @@ async fn big_tool_outputs_are_cut_and_a_full_context_is_condensed_not_fatal() {
         "the task itself is never elided"
     );
 }
+
+/// Issue 23, item 6: the key can come from a file (a mounted Secret) and so
+/// stay out of the runner's environment, where an agent could read it.
+#[tokio::test]
+async fn the_api_key_comes_from_a_file_and_a_bad_file_is_named() {
+    let r = rig();
+    let stub = OpenAiStub::start(vec![text(
+        "{\"status\": \"ok\", \"message\": \"nothing to do\"}",
+    )]);
+    let key_file = r.tmp.path().join("openai.key");
+    std::fs::write(&key_file, "sk-from-a-file\n").unwrap();
+    let cfg = OpenAiConfig {
+        base_url: stub.base_url(),
+        model: "test-model".into(),
+        api_key_env: "XO_TEST_NO_SUCH_KEY_VAR".into(),
+        api_key_file: key_file.display().to_string(),
+        ..Default::default()
+    };
+    let mut d = Driver::OpenAi(OpenAiDriver::new(&cfg, 1000).unwrap());
+    let out = r
+        .pipeline
+        .run(
+            &mut d,
+            &job(Task::new("k1", "nothing", "say ok", "coder")),
+            Turns::default(),
+            None,
+        )
+        .await;
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    let reqs = stub.requests();
+    assert!(!reqs.is_empty());
+    assert_eq!(
+        reqs[0].header("authorization"),
+        Some("Bearer sk-from-a-file")
+    );
+    // A missing or empty file is named at start.
+    for (path, want) in [
+        (r.tmp.path().join("missing.key"), "missing.key"),
+        (
+            {
+                let p = r.tmp.path().join("empty.key");
+                std::fs::write(&p, "\n").unwrap();
+                p
+            },
+            "is empty",
+        ),
+    ] {
+        let cfg = OpenAiConfig {
+            api_key_file: path.display().to_string(),
+            ..cfg.clone()
+        };
+        let e = OpenAiDriver::new(&cfg, 1000).unwrap_err().to_string();
+        assert!(e.contains("api_key_file") && e.contains(want), "{e}");
+    }
+}

@@ -19,6 +19,7 @@
 //! - [`logs`]: the prompt log and the work log with retry events.
 
 pub mod compose;
+pub mod confine;
 pub mod driver;
 pub mod git;
 pub mod halt;

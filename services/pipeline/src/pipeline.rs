@@ -115,6 +115,8 @@ pub struct Pipeline {
     global_template: String,
     unit: String,
     groups: Option<Groups>,
+    /// Where agents may write, when they run confined.
+    confine: Option<crate::confine::Confinement>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +149,39 @@ impl Pipeline {
             global_template,
             unit: unit.to_string(),
             groups,
+            confine: None,
         })
+    }
+
+    /// Agents confined as `runner.confine` says (see [`crate::confine`]):
+    /// `auto` confines where the kernel has Landlock and warns where it
+    /// has not; `landlock` refuses to start without it; `off` says so.
+    pub fn confined(mut self) -> Result<Self, String> {
+        use xo_runtime::config::ConfineMode;
+        let mode = self.cfg.confine;
+        if mode == ConfineMode::Off {
+            tracing::warn!(
+                "runner.confine = off: agents run unconfined (they can write anywhere this user can, and read this runner's environment through /proc)"
+            );
+            return Ok(self);
+        }
+        if crate::confine::available() {
+            let c = crate::confine::Confinement::new(&self.cfg.confine_write);
+            tracing::info!(write = ?c.write, "agents confined with Landlock: they write only in their task's folder and these, and cannot read or signal this runner");
+            self.confine = Some(c);
+        } else if mode == ConfineMode::Landlock {
+            return Err("runner.confine = landlock, but this kernel has no Landlock (Linux 5.13 or later, with landlock in its LSM list); set runner.confine = auto to run unconfined with a warning".into());
+        } else {
+            tracing::warn!(
+                "agents run unconfined: this kernel has no Landlock (runner.confine = auto); they can write anywhere this user can and read this runner's environment through /proc"
+            );
+        }
+        Ok(self)
+    }
+
+    /// Whether agents run confined.
+    pub fn is_confined(&self) -> bool {
+        self.confine.is_some()
     }
 
     /// The same pipeline under another runner configuration (the operator
@@ -298,6 +332,7 @@ impl Pipeline {
             turns,
             cancel,
             groups: self.groups.clone(),
+            confine: self.confine.clone(),
         };
         let mut run = TaskRun {
             p: self,
@@ -369,6 +404,7 @@ impl TaskRun<'_> {
             env: &self.ctx.env,
             timeout: self.ctx.timeout,
             max_output: self.ctx.max_output,
+            confine: self.ctx.confine.as_ref(),
         }
     }
 

@@ -45,6 +45,9 @@ pub struct Spawn<'a> {
     pub stdin: Option<&'a [u8]>,
     pub timeout: Duration,
     pub max_output: usize,
+    /// Started confined ([`crate::confine`]): writes only under `cwd` and
+    /// these, no reading or signalling the runner.
+    pub confine: Option<&'a crate::confine::Confinement>,
 }
 
 /// The environment an agent gets: the allow-listed variables that are set,
@@ -121,6 +124,38 @@ impl Groups {
     }
 }
 
+/// Starts `cmd` from a new thread that first confines itself: the child
+/// inherits the thread's Landlock domain, the runner's other threads keep
+/// theirs (none). The thread ends once the child is started.
+async fn spawn_confined(
+    mut cmd: tokio::process::Command,
+    confine: &crate::confine::Confinement,
+    cwd: &Path,
+) -> Result<tokio::process::Child, String> {
+    let handle = tokio::runtime::Handle::current();
+    let (confine, cwd) = (confine.clone(), cwd.to_path_buf());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("xo-confine".into())
+        .spawn(move || {
+            let _runtime = handle.enter();
+            let r = confine
+                .restrict_this_thread(&cwd)
+                .map_err(|e| format!("cannot confine the agent (runner.confine): {e}"))
+                .and_then(|status| match status {
+                    landlock::RulesetStatus::NotEnforced => Err(
+                        "cannot confine the agent: Landlock enforced nothing (runner.confine)"
+                            .to_string(),
+                    ),
+                    _ => cmd.spawn().map_err(|e| e.to_string()),
+                });
+            let _ = tx.send(r);
+        })
+        .map_err(|e| format!("cannot start the confining thread: {e}"))?;
+    rx.await
+        .map_err(|_| "the confining thread ended without an answer".to_string())?
+}
+
 /// Runs a process to the end, a timeout or a cancel. Never fails on what
 /// the process does; fails only if it cannot be started.
 pub async fn run(
@@ -171,9 +206,12 @@ pub async fn run_live(
         .process_group(0)
         .kill_on_drop(true);
     let started = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {program:?} in {}: {e}", s.cwd.display()))?;
+    let spawned = match s.confine {
+        None => cmd.spawn().map_err(|e| e.to_string()),
+        Some(c) => spawn_confined(cmd, c, s.cwd).await,
+    };
+    let mut child =
+        spawned.map_err(|e| format!("cannot start {program:?} in {}: {e}", s.cwd.display()))?;
     let pgid = child.id().map(|p| p as i32);
     if let (Some(g), Some(p)) = (groups, pgid) {
         g.add(p);
@@ -370,6 +408,7 @@ pub async fn shell(
     env: &[(String, String)],
     timeout: Duration,
     max_output: usize,
+    confine: Option<&crate::confine::Confinement>,
 ) -> Result<AgentOutput, String> {
     let argv = ["sh".to_string(), "-c".to_string(), line.to_string()];
     run(
@@ -380,6 +419,7 @@ pub async fn shell(
             stdin: None,
             timeout,
             max_output,
+            confine,
         },
         None,
         None,
@@ -404,6 +444,7 @@ mod tests {
             &env(),
             Duration::from_secs(60),
             1024,
+            None,
         )
         .await
         .unwrap();
@@ -423,6 +464,7 @@ mod tests {
             &allowed_env(&["PATH".into()], &[("XO_UNIT", "u1")]),
             Duration::from_secs(60),
             1 << 16,
+            None,
         )
         .await
         .unwrap();
@@ -439,6 +481,7 @@ mod tests {
             &env(),
             Duration::from_secs(600),
             1 << 20,
+            None,
         )
         .await
         .unwrap();
@@ -469,6 +512,7 @@ mod tests {
                 stdin: None,
                 timeout: Duration::from_millis(300),
                 max_output: 1024,
+                confine: None,
             },
             None,
             Some(&groups),
@@ -512,6 +556,7 @@ mod tests {
                         stdin: None,
                         timeout: Duration::from_secs(600),
                         max_output: 1024,
+                        confine: None,
                     },
                     Some(rx),
                     None,

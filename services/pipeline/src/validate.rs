@@ -219,6 +219,8 @@ pub struct Checker<'a> {
     pub env: &'a [(String, String)],
     pub timeout: Duration,
     pub max_output: usize,
+    /// The commands run the agent's code: confined as the agent is.
+    pub confine: Option<&'a crate::confine::Confinement>,
 }
 
 impl Checker<'_> {
@@ -239,7 +241,16 @@ impl Checker<'_> {
             checks.push(self.criterion(c, out).await);
         }
         if let Some(cmd) = &task.test_command {
-            match crate::proc::shell(cmd, self.cwd, self.env, self.timeout, self.max_output).await {
+            match crate::proc::shell(
+                cmd,
+                self.cwd,
+                self.env,
+                self.timeout,
+                self.max_output,
+                self.confine,
+            )
+            .await
+            {
                 Ok(o) if o.exit_code == Some(0) => {
                     checks.push(exact(format!("test command: {cmd}"), true, "exit 0".into()))
                 }
@@ -305,6 +316,7 @@ impl Checker<'_> {
                     self.env,
                     self.timeout,
                     self.max_output,
+                    self.confine,
                 )
                 .await
                 {
@@ -568,6 +580,7 @@ mod tests {
             env: &env,
             timeout: Duration::from_secs(60),
             max_output: 1 << 16,
+            confine: None,
         };
         let mut task = Task::new("t", "greet", "write greeting.txt", "coder");
         task.required_artifacts = vec!["greeting.txt".into()];

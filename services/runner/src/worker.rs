@@ -86,7 +86,9 @@ impl Actor for Worker {
         }
         let sandbox = Sandbox::open(&cfg.sandbox_dir()).map_err(|e| setup("sandbox", e))?;
         let pipeline = Pipeline::new(cfg.runner.clone(), sandbox, data, &opts.unit, Some(groups))
-            .map_err(|e| setup("templates", e))?;
+            .map_err(|e| setup("templates", e))?
+            .confined()
+            .map_err(|e| setup("runner.confine", e))?;
         let driver =
             Driver::from_config(&cfg.runner.driver, &cfg.runner).map_err(|e| setup("driver", e))?;
         let (tx, rx) = mpsc::unbounded_channel();

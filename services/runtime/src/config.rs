@@ -426,6 +426,19 @@ impl Default for ConsoleConfig {
     }
 }
 
+/// How agent processes are confined (`runner.confine`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfineMode {
+    /// Landlock where the kernel has it; otherwise unconfined, said at start.
+    #[default]
+    Auto,
+    /// Landlock, or the runner does not start.
+    Landlock,
+    /// Unconfined.
+    Off,
+}
+
 /// The runner: sandbox, templates, retries, timeouts and the agent driver.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -452,6 +465,15 @@ pub struct RunnerConfig {
     pub max_output_bytes: usize,
     /// Environment variables an agent process inherits; all others are dropped.
     pub env_allow: Vec<String>,
+    /// How agent processes are confined: `auto` (Landlock where the kernel
+    /// has it, else a warning at start), `landlock` (refuse to start
+    /// without it) or `off`. Confined, an agent writes only in its task's
+    /// folder, the temp folder and `confine_write`, and cannot read the
+    /// runner's `/proc` (its environment: keys, NATS password) or signal it.
+    pub confine: ConfineMode,
+    /// More paths a confined agent may write (e.g. `~/.claude` for Claude
+    /// Code's session files); `~/` is the runner's `HOME`.
+    pub confine_write: Vec<String>,
     pub timeouts: TimeoutConfig,
     /// Run the radio check in-process every turn too (self-supervision).
     /// The XO wins: the runner's own steering of an anomaly waits
@@ -499,6 +521,8 @@ impl Default for RunnerConfig {
             env_allow: ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER"]
                 .map(String::from)
                 .to_vec(),
+            confine: ConfineMode::Auto,
+            confine_write: Vec::new(),
             timeouts: TimeoutConfig::default(),
             microcosm: true,
             microcosm_grace_ms: 2_000,
@@ -577,6 +601,10 @@ pub struct OpenAiConfig {
     pub model: String,
     /// The environment variable holding the API key (never logged).
     pub api_key_env: String,
+    /// A file holding the API key (a mounted Secret): read once at start,
+    /// so the key need not be in the runner's environment. Wins over
+    /// `api_key_env`.
+    pub api_key_file: String,
     /// Model calls per task before the run ends.
     pub max_turns: u32,
     /// Attempts on 429, 5xx and unreadable replies.
@@ -602,6 +630,7 @@ impl Default for OpenAiConfig {
             base_url: "http://localhost:11434/v1".into(),
             model: String::new(),
             api_key_env: "OPENAI_API_KEY".into(),
+            api_key_file: String::new(),
             max_turns: 30,
             max_attempts: 5,
             backoff_ms: 500,

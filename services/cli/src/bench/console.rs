@@ -63,12 +63,16 @@ fn latency_of(line: &str, t0: Instant) -> Option<Duration> {
 /// One SSE client: raw HTTP/1.1 on a socket, latencies of `salute` events.
 async fn sse_client(
     addr: std::net::SocketAddr,
+    token: String,
     t0: Instant,
     want: usize,
     ready: Arc<tokio::sync::Barrier>,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(b"GET /api/v1/events?only=salute HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n").await?;
+    let head = format!(
+        "GET /api/v1/events?only=salute HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await?;
     let mut r = BufReader::new(s);
     let mut line = String::new();
     // Headers.
@@ -133,6 +137,7 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     for _ in 0..a.clients {
         clients.push(tokio::spawn(sse_client(
             console.addr,
+            console.console.auth.token().to_string(),
             t0,
             total,
             ready.clone(),

@@ -70,6 +70,7 @@ pub async fn run(_cfg: &XoConfig, args: PipelineArgs) -> anyhow::Result<ExitCode
         env: &env,
         timeout: Duration::from_secs(60),
         max_output: 1 << 20,
+        confine: None,
     };
     let templates = Templates {
         global: &global,

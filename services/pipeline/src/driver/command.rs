@@ -143,6 +143,7 @@ impl CommandDriver {
                 stdin,
                 timeout: ctx.timeout,
                 max_output: ctx.max_output,
+                confine: ctx.confine.as_ref(),
             },
             ctx.cancel.clone(),
             ctx.groups.as_ref(),
@@ -194,6 +195,7 @@ impl CommandDriver {
                 stdin: stdin.as_deref(),
                 timeout: ctx.timeout.saturating_sub(started.elapsed()),
                 max_output: ctx.max_output,
+                confine: ctx.confine.as_ref(),
             };
             let live = Live {
                 lines: Some(lines_tx),

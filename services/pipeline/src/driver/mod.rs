@@ -207,6 +207,8 @@ pub struct RunCtx {
     pub turns: Turns,
     pub cancel: Option<watch::Receiver<bool>>,
     pub groups: Option<Groups>,
+    /// Agents' processes confined so (`None`: unconfined).
+    pub confine: Option<crate::confine::Confinement>,
 }
 
 /// The configured agent.

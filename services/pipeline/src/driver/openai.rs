@@ -24,6 +24,8 @@ pub struct OpenAiDriver {
     /// Only read_file, list_dir and finish (reviewers: seed 001, they write
     /// knowledge and directives through their reply, never the project).
     read_only: bool,
+    /// The key read from `api_key_file` at start (never in the environment).
+    file_key: Option<String>,
 }
 
 impl OpenAiDriver {
@@ -32,11 +34,30 @@ impl OpenAiDriver {
             .timeout(Duration::from_millis(cfg.request_timeout_ms))
             .build()
             .map_err(|e| DriverError::Endpoint(format!("http client: {e}")))?;
+        let file_key = if cfg.api_key_file.is_empty() {
+            None
+        } else {
+            let key = std::fs::read_to_string(&cfg.api_key_file).map_err(|e| {
+                DriverError::Endpoint(format!(
+                    "runner.driver.openai.api_key_file {}: {e}",
+                    cfg.api_key_file
+                ))
+            })?;
+            let key = key.trim().to_string();
+            if key.is_empty() {
+                return Err(DriverError::Endpoint(format!(
+                    "runner.driver.openai.api_key_file {} is empty",
+                    cfg.api_key_file
+                )));
+            }
+            Some(key)
+        };
         Ok(Self {
             cfg: cfg.clone(),
             client,
             context_limit,
             read_only: false,
+            file_key,
         })
     }
 
@@ -48,6 +69,9 @@ impl OpenAiDriver {
     }
 
     fn key(&self) -> Option<String> {
+        if let Some(k) = &self.file_key {
+            return Some(k.clone());
+        }
         std::env::var(&self.cfg.api_key_env)
             .ok()
             .filter(|k| !k.is_empty())
@@ -527,6 +551,7 @@ async fn tool(name: &str, args: &Value, ctx: &RunCtx) -> (String, Option<&'stati
                 stdin: None,
                 timeout: ctx.timeout,
                 max_output: ctx.max_output,
+                confine: ctx.confine.as_ref(),
             };
             // Its own group, recorded, killed on halt like any agent process.
             match crate::proc::run(spawn, ctx.cancel.clone(), ctx.groups.as_ref()).await {

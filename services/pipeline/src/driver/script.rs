@@ -349,6 +349,7 @@ impl Agent<'_> {
                     stdin: None,
                     timeout: self.ctx.timeout,
                     max_output: self.ctx.max_output,
+                    confine: self.ctx.confine.as_ref(),
                 },
                 self.ctx.cancel.clone(),
                 self.ctx.groups.as_ref(),
