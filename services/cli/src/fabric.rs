@@ -26,7 +26,6 @@ use tracing::{error, info, warn};
 use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store};
 use xo_runner::{RunnerError, RunnerOptions};
 use xo_runtime::XoConfig;
-use xo_runtime::config::FleetBackend;
 use xo_runtime::telemetry::TelemetryGuard;
 use xo_runtime::tree::Shutdown;
 
@@ -98,9 +97,10 @@ pub struct Fabric {
     socket: Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
     queue: Option<xo_queue::QueueHandle>,
     knowledge: Option<xo_knowledge::service::KnowledgeHandle>,
-    notify: Option<xo_notify::NotifyHandle>,
-    review: Option<xo_review::service::ReviewHandle>,
-    fleet: Option<xo_fleet::service::FleetHandle>,
+    /// Review supervisors, notifier, fleet manager: run here directly...
+    singletons: crate::singletons::Singletons,
+    /// ...or, on NATS, under a lease (one replica of several runs them).
+    leased: Option<crate::singletons::Leased>,
     supervisor: Option<xo_supervisor::SupervisorHandle>,
     console: Option<xo_console::ConsoleHandle>,
     runners_stop: Shutdown,
@@ -237,9 +237,8 @@ impl Fabric {
             socket,
             queue: None,
             knowledge: None,
-            notify: None,
-            review: None,
-            fleet: None,
+            singletons: Default::default(),
+            leased: None,
             supervisor: None,
             console: None,
             runners_stop: Shutdown::new(),
@@ -268,12 +267,17 @@ impl Fabric {
     }
 
     async fn start_services(&mut self, cfg: &XoConfig, plan: Plan) -> anyhow::Result<()> {
-        if plan.notify {
-            self.notify = Some(
-                xo_notify::start(cfg, self.bus.clone())
-                    .await
-                    .context("starting the notifier")?,
-            );
+        let wanted = crate::singletons::Wanted {
+            notify: plan.notify,
+            review: plan.review,
+            fleet: plan.fleet,
+        };
+        // On NATS other replicas may run them too: under a lease, one at a time.
+        let leased = wanted.any()
+            && matches!(self.store, Some(Store::Nats(_)))
+            && cfg.queue.leader_lease_ms > 0;
+        if wanted.any() && !leased {
+            self.singletons = crate::singletons::Singletons::start(cfg, &self.bus, wanted).await?;
         }
         if plan.queue {
             let store = self.store()?;
@@ -313,24 +317,13 @@ impl Fabric {
                     .context("starting the knowledge store")?,
             );
         }
-        if plan.review && cfg.review.enabled && cfg.supervisor.enabled {
-            if cfg.review.model.model.is_empty() {
-                warn!(
-                    "no review model configured (review.model.model): review supervisors will skip their runs"
-                );
-            }
-            self.review = Some(
-                xo_review::start(cfg.clone(), self.bus.clone())
-                    .await
-                    .context("starting the review supervisors")?,
-            );
-        }
-        if plan.fleet && cfg.fleet.backend == FleetBackend::Docker {
-            self.fleet = Some(
-                xo_fleet::service::start(cfg, self.bus.clone())
-                    .await
-                    .context("starting the fleet manager (fleet.backend = \"docker\")")?,
-            );
+        if leased {
+            self.leased = Some(crate::singletons::Leased::start(
+                cfg,
+                self.bus.clone(),
+                self.store()?,
+                wanted,
+            ));
         }
         if plan.supervisor {
             self.supervisor = Some(
@@ -411,15 +404,14 @@ impl Fabric {
         if let Some(k) = self.knowledge.as_mut() {
             ended.push(k.until(never()).map(|_| "knowledge").boxed());
         }
-        if let Some(n) = self.notify.as_mut() {
-            ended.push(n.until(never()).map(|_| "notify").boxed());
-        }
-        if let Some(r) = self.review.as_mut() {
-            ended.push(r.until(never()).map(|_| "review").boxed());
-        }
-        if let Some(f) = self.fleet.as_mut() {
-            ended.push(f.until(never()).map(|_| "fleet").boxed());
-        }
+        let singletons = &mut self.singletons;
+        ended.push(
+            async move {
+                let which: &str = singletons.ended().await;
+                which
+            }
+            .boxed(),
+        );
         for r in self.runners.iter_mut() {
             ended.push(
                 async move {
@@ -476,12 +468,7 @@ impl Fabric {
         for w in self.watches.drain(..) {
             let _ = w.await;
         }
-        if let Some(r) = self.review.take() {
-            keep(r.stop().await.context("review supervisors"));
-        }
-        if let Some(f) = self.fleet.take() {
-            keep(f.stop().await.context("fleet manager"));
-        }
+        self.singletons.stop_early(&mut keep).await;
         if let Some(s) = self.supervisor.take() {
             keep(s.stop().await.context("supervisor"));
         }
@@ -495,8 +482,9 @@ impl Fabric {
         if let Some(l) = self.leader.take() {
             l.release().await;
         }
-        if let Some(n) = self.notify.take() {
-            keep(n.stop().await.context("notifier"));
+        self.singletons.stop(&mut keep).await;
+        if let Some(l) = self.leased.take() {
+            l.stop().await;
         }
         if let Err(e) = self.bus.flush().await {
             warn!(error = %e, "bus flush at shutdown failed");

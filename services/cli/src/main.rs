@@ -31,6 +31,7 @@ mod nats_config;
 mod ops;
 mod queue_ops;
 mod services;
+mod singletons;
 mod watch;
 
 use std::path::PathBuf;

@@ -357,6 +357,8 @@ pub struct QueueConfig {
     /// active one holds a lease of this many ms in the KV store and renews
     /// it every third of it; a standby takes over once it has not been
     /// renewed for a whole lease. 0: no lease (only ever run one instance).
+    /// The review supervisors, notifier and fleet manager of several
+    /// supervisor replicas run under a lease of this length too.
     pub leader_lease_ms: u64,
 }
 
