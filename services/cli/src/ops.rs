@@ -479,6 +479,9 @@ pub fn store_repair(cfg: &XoConfig, files: &[String]) -> anyhow::Result<ExitCode
                 for (offset, len, why) in &r.dropped {
                     outln!("  dropped {len} bytes at {offset}: {why}");
                 }
+                for held in &r.lost {
+                    outln!("  it held {held}");
+                }
                 if let Some((offset, len)) = r.torn {
                     outln!("  cut a torn last record: {len} bytes at {offset}");
                 }

@@ -145,6 +145,13 @@ fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
     let out = text(&o.stdout);
     assert!(out.contains("queue.kv: repaired"), "{out}");
     assert!(out.contains(&format!("at {victim}")), "{out}");
+    // Issue 23, item 7: it names what the dropped bytes held, and that it
+    // is lost (the task's only record), not only where they were.
+    assert!(
+        out.contains(&format!("it held at {victim}: key task."))
+            && out.contains("LOST: no later revision"),
+        "{out}"
+    );
     let backup = std::fs::read_dir(d.join(".xo/state/kv"))
         .unwrap()
         .flatten()
