@@ -398,6 +398,9 @@ pub struct StatsReply {
     pub steering: u64,
     pub units: u64,
     pub watcher_restarts: u64,
+    /// Units forgotten after `supervisor.unit_retention_ms` of silence.
+    #[serde(default)]
+    pub evicted: u64,
     /// Reports never received, counted from the gaps in each unit's
     /// sequence numbers (lost in transit: core NATS keeps nothing for a
     /// publisher without a connection, or a subject nobody subscribes to).

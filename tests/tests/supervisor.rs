@@ -362,6 +362,51 @@ async fn epochs_are_bounded_and_a_unit_heard_only_by_heartbeat_is_flagged() {
     assert_eq!(d.summary.health, Health::Green);
 }
 
+/// Issue 23, item 7: silent units were never forgotten (~14 KB each;
+/// 60,000 of them held 865 MB). After `supervisor.unit_retention_ms` of
+/// silence a unit is forgotten, in memory and in the store, and counted.
+#[tokio::test]
+async fn silent_units_are_forgotten_after_the_retention() {
+    let mut sb = Sandbox::start(&[("supervisor.unit_retention_ms", "60000")]).await;
+    sb.send(&report("quiet", 1)).await;
+    sb.wait_seq("quiet", 1).await;
+    sb.send(&report("chatty", 1)).await;
+    sb.wait_seq("chatty", 1).await;
+    // 59 s: kept, however silent (stale by now).
+    sb.clock.advance(Duration::from_secs(59));
+    sb.sup().tick().await;
+    sb.send(&report("chatty", 2)).await;
+    sb.wait_seq("chatty", 2).await;
+    assert!(sb.show("quiet").await.is_ok());
+    // 60 s of silence: the quiet one is forgotten, the chatty one is not.
+    sb.clock.advance(Duration::from_secs(2));
+    sb.sup().tick().await;
+    let units = |sb: &Sandbox| {
+        let (c, s) = (sb.client.clone(), sb.subjects.clone());
+        async move {
+            typed::call(&c, &s, &ListUnits::default(), T)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|u| u.unit)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(units(&sb).await, vec!["chatty".to_string()]);
+    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
+        .await
+        .unwrap();
+    assert_eq!((stats.evicted, stats.units), (1, 1));
+    // Gone from the store too: a restarted supervisor does not bring it back.
+    sb.stop_supervisor().await.unwrap();
+    sb.start_supervisor().await;
+    assert_eq!(units(&sb).await, vec!["chatty".to_string()]);
+    // It reports again: a new unit, counted from its report.
+    sb.send(&report("quiet", 7)).await;
+    let d = sb.wait_seq("quiet", 7).await;
+    assert_eq!((d.summary.turn, d.summary.steering_sent), (7, 0));
+}
+
 /// A watcher that dies is restarted with its state; too many deaths escalate.
 #[tokio::test]
 async fn watcher_restart_and_intensity_limit() {

@@ -241,6 +241,11 @@ pub struct SupervisorConfig {
     pub enabled: bool,
     /// A unit with no report or heartbeat for this long is stale.
     pub stale_after_ms: u64,
+    /// A unit silent for this long is forgotten: its watcher stopped, its
+    /// state deleted from the store, counted (`evicted` in the stats). A
+    /// unit that reports again starts afresh. 0: never (memory grows with
+    /// every unit ever seen, about 14 KB each).
+    pub unit_retention_ms: u64,
     /// How often liveness is checked.
     pub tick_ms: u64,
     /// How often pending unit state is written to the store.
@@ -313,6 +318,7 @@ impl Default for SupervisorConfig {
         Self {
             enabled: true,
             stale_after_ms: 30_000,
+            unit_retention_ms: 24 * 60 * 60 * 1000,
             tick_ms: 1_000,
             flush_interval_ms: 200,
             persist_interval_ms: 5_000,
@@ -975,6 +981,17 @@ impl XoConfig {
                 format!(
                     "{:?} is not an address and port (like 127.0.0.1:7878)",
                     self.console.listen
+                ),
+            ));
+        }
+        if self.supervisor.unit_retention_ms > 0
+            && self.supervisor.unit_retention_ms < self.supervisor.stale_after_ms
+        {
+            return Err(invalid(
+                "supervisor.unit_retention_ms",
+                format!(
+                    "{} ms would forget units before they are even stale (supervisor.stale_after_ms {} ms): at least that, or 0 to never forget",
+                    self.supervisor.unit_retention_ms, self.supervisor.stale_after_ms
                 ),
             ));
         }

@@ -49,6 +49,7 @@ pub struct Counters {
     pub steering: AtomicU64,
     pub watcher_restarts: AtomicU64,
     pub missed: AtomicU64,
+    pub evicted: AtomicU64,
 }
 
 impl Counters {
@@ -64,6 +65,7 @@ impl Counters {
             units,
             watcher_restarts: g(&self.watcher_restarts),
             missed: g(&self.missed),
+            evicted: g(&self.evicted),
         }
     }
 }

@@ -172,6 +172,16 @@ impl Persister {
         }
     }
 
+    /// Forgets a unit for good: its pending record and its stored one.
+    pub async fn forget(&self, unit: &str) -> Result<(), String> {
+        self.discard(&[unit.to_string()]);
+        let _one = self.flushing.lock().await;
+        self.store
+            .delete(BUCKET, unit)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Writes every dirty record.
     pub async fn flush(&self) {
         let _one = self.flushing.lock().await;

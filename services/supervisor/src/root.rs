@@ -128,6 +128,38 @@ impl RootState {
     }
 
     /// Lets the pumps reach a watcher directly.
+    /// Forgets `gone`, silent for `retention` ms: each watcher stopped
+    /// (waited for, so its last save comes first), its state deleted from
+    /// the store, counted and logged.
+    async fn evict(&mut self, gone: Vec<String>, retention: u64) {
+        for unit in &gone {
+            self.withdraw_route(unit);
+            let Some(c) = self.units.remove(unit) else {
+                continue;
+            };
+            self.by_id.remove(&c.actor.get_id());
+            let _ = c
+                .actor
+                .stop_and_wait(
+                    Some("evicted".into()),
+                    Some(std::time::Duration::from_secs(5)),
+                )
+                .await;
+            if let Err(e) = self.ctx.persist.forget(unit).await {
+                warn!(unit = %unit, error = %e, "evicted unit's state not deleted from the store; it comes back at the next start");
+            }
+        }
+        self.ctx
+            .counters
+            .evicted
+            .fetch_add(gone.len() as u64, Ordering::Relaxed);
+        info!(
+            units = gone.len(),
+            retention_ms = retention,
+            "silent units forgotten (supervisor.unit_retention_ms)"
+        );
+    }
+
     fn publish_route(&self, unit: &str, actor: &ActorRef<WatcherMsg>) {
         self.routes.insert(unit, actor);
     }
@@ -271,13 +303,20 @@ impl Actor for Root {
                 state.publish_route(&unit, &w);
             }
             RootMsg::Tick(now, port) => {
-                let cfg = &state.ctx.cfg.supervisor;
+                let ctx = state.ctx.clone();
+                let cfg = &ctx.cfg.supervisor;
                 let sweep = now.saturating_sub(state.last_sweep) >= cfg.persist_interval_ms;
                 if sweep {
                     state.last_sweep = now;
                 }
-                for c in state.units.values() {
+                let retention = cfg.unit_retention_ms;
+                let mut gone = Vec::new();
+                for (unit, c) in &state.units {
                     let silent = now.saturating_sub(c.live.last_seen.load(Ordering::Relaxed));
+                    if retention > 0 && silent >= retention {
+                        gone.push(unit.clone());
+                        continue;
+                    }
                     let due = !c.live.stale.load(Ordering::Relaxed)
                         && !c.live.ended.load(Ordering::Relaxed)
                         && silent >= cfg.stale_after_ms
@@ -291,6 +330,9 @@ impl Actor for Root {
                     } else {
                         let _ = c.actor.cast(WatcherMsg::Tick(now, None));
                     }
+                }
+                if !gone.is_empty() {
+                    state.evict(gone, retention).await;
                 }
                 if let Some(p) = port {
                     let _ = p.send(());

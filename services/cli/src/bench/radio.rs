@@ -502,6 +502,8 @@ async fn soak(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The supervisor with no unit yet: what the units add is measured from here.
+    let rss0 = proc_status_kib(pid, "VmRSS:")?;
     let ticks = clock_ticks() as f64;
     let cpu0 = proc_cpu_ticks(pid)?;
     let t0 = Instant::now();
@@ -558,6 +560,13 @@ async fn soak(
         mib(peak),
         verdict(peak < 256 * 1024)
     );
+    let per_unit = rss.saturating_sub(rss0) as f64 / units.max(1) as f64;
+    println!(
+        "   memory per unit    {per_unit:>11.1} KiB   ({:.1} MiB at the end − {:.1} MiB before the load, over {units} units)   goal ≤ 10 KiB: {}",
+        mib(rss),
+        mib(rss0),
+        verdict(per_unit <= 10.0)
+    );
     println!(
         "   dropped reports    {dropped:>12}   (evaluated {}, duplicates {}, dead letters {})   target 0: {}",
         last.evaluated,
@@ -568,6 +577,7 @@ async fn soak(
     Ok(vec![
         ("soak_cpu_pct".into(), cpu_pct.into()),
         ("soak_rss_mib".into(), mib(rss).into()),
+        ("soak_kib_per_unit".into(), per_unit.into()),
         ("soak_peak_rss_mib".into(), mib(peak).into()),
         ("soak_published".into(), published.into()),
         ("soak_dropped".into(), dropped.into()),
