@@ -92,14 +92,17 @@ impl Rig {
         format!("{}{path}", self.url)
     }
 
+    /// A GET with the token (and another `Host`, if given).
+    async fn fetch(&self, path: &str, host: Option<&str>) -> reqwest::Response {
+        let mut req = self.http.get(self.u(path)).bearer_auth(&self.token);
+        if let Some(h) = host {
+            req = req.header("host", h);
+        }
+        req.send().await.unwrap()
+    }
+
     async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .get(self.u(path))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap();
+        let r = self.fetch(path, None).await;
         let s = r.status();
         (s, r.json().await.unwrap_or(Value::Null))
     }
@@ -412,24 +415,12 @@ async fn the_token_csrf_and_read_only_rules_hold() {
     }
     // A page reaching the console under another name (DNS rebinding) is
     // refused, even with the token; loopback names are not.
-    let r = rig
-        .http
-        .get(rig.u("/api/v1/units"))
-        .header("host", "evil.example:7878")
-        .bearer_auth(&rig.token)
-        .send()
-        .await
-        .unwrap();
+    let r = rig.fetch("/api/v1/units", Some("evil.example:7878")).await;
     assert_eq!(r.status(), StatusCode::MISDIRECTED_REQUEST);
     let port = rig.console.as_ref().unwrap().addr.port();
     let r = rig
-        .http
-        .get(rig.u("/api/v1/units"))
-        .header("host", format!("localhost:{port}"))
-        .bearer_auth(&rig.token)
-        .send()
-        .await
-        .unwrap();
+        .fetch("/api/v1/units", Some(&format!("localhost:{port}")))
+        .await;
     assert_eq!(r.status(), StatusCode::OK);
     // A wrong token is refused even for a read.
     let r = rig
@@ -530,16 +521,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
         (s, v["code"].clone()),
         (StatusCode::FORBIDDEN, json!("read_only"))
     );
-    let page = ro
-        .http
-        .get(ro.u("/queue"))
-        .bearer_auth(&ro.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = ro.fetch("/queue", None).await.text().await.unwrap();
     assert!(
         page.contains("read-only") && !page.contains("<form method=\"post\""),
         "{page}"
@@ -601,13 +583,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
 async fn a_service_that_is_down_is_named_not_a_500() {
     let mut rig = Rig::start(&[]).await;
     rig.queue.take().unwrap().stop().await.unwrap();
-    let r = rig
-        .http
-        .get(rig.u("/queue"))
-        .bearer_auth(&rig.token)
-        .send()
-        .await
-        .unwrap();
+    let r = rig.fetch("/queue", None).await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     let page = r.text().await.unwrap();
     assert!(
@@ -620,13 +596,7 @@ async fn a_service_that_is_down_is_named_not_a_500() {
         (StatusCode::SERVICE_UNAVAILABLE, json!("unavailable"))
     );
     // The fleet page still works: another service.
-    let r = rig
-        .http
-        .get(rig.u("/"))
-        .bearer_auth(&rig.token)
-        .send()
-        .await
-        .unwrap();
+    let r = rig.fetch("/", None).await;
     assert_eq!(r.status(), StatusCode::OK);
     rig.stop().await;
 }
@@ -659,16 +629,7 @@ async fn metrics_parse_as_prometheus_text() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let text = rig
-        .http
-        .get(rig.u("/metrics"))
-        .bearer_auth(&rig.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = rig.fetch("/metrics", None).await.text().await.unwrap();
     let lines = text.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition");
     let value = |name: &str, label: Option<(&str, &str)>| -> f64 {
@@ -724,13 +685,7 @@ async fn next_event(resp: &mut reqwest::Response, buf: &mut String, event: &str)
 #[tokio::test]
 async fn live_events_and_settings_that_apply_without_a_restart() {
     let rig = Rig::start(&[]).await;
-    let mut resp = rig
-        .http
-        .get(rig.u("/api/v1/events"))
-        .bearer_auth(&rig.token)
-        .send()
-        .await
-        .unwrap();
+    let mut resp = rig.fetch("/api/v1/events", None).await;
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut buf = String::new();
     let client = connect(&rig.nats, "test").await;

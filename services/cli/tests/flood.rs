@@ -4,22 +4,15 @@
 //! lines in 16 s. Now the console holds at most half the process's
 //! descriptors, refuses the rest with 503, and logs refusals at 1, 2, 4…
 
+mod common;
+
 use std::io::Read;
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn xo(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .output()
-        .expect("xo")
-}
+use common::{answered, xo};
 
 /// The console's address from `xo up`'s log, once it serves.
 fn console_addr(log: &Path) -> String {
@@ -58,15 +51,7 @@ fn a_console_flood_leaves_the_bus_socket_to_operators() {
         .spawn()
         .unwrap();
     let addr = console_addr(&log);
-    let mut answered = false;
-    for _ in 0..500 {
-        if xo(d, &["status", "--json"]).status.success() {
-            answered = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(answered, "xo up never answered");
+    answered(d, &mut up);
     // 400 clients hold connections open (more than the process has
     // descriptors); those beyond the console's share are told 503.
     let mut flood = Vec::new();

@@ -62,6 +62,22 @@ async fn wait(what: &str, mut ok: impl FnMut() -> bool) {
     panic!("never: {what}");
 }
 
+/// Publishes alerts titled `<prefix> N` until one of them is delivered.
+async fn until_delivered(bus: &Bus, got: &Got, prefix: &str) {
+    let s = xo_proto::Subjects::default();
+    let mut n = 0;
+    wait(&format!("an alert {prefix} delivered"), || {
+        n += 1;
+        let (bus, subject) = (bus.clone(), s.alert(AlertKind::TaskBlocked));
+        let title = format!("{prefix} {n}");
+        tokio::spawn(async move {
+            let _ = typed::publish(&bus, &subject, &alert(&title), Format::Json).await;
+        });
+        got.lock().unwrap().iter().any(|x| x.starts_with(prefix))
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_deliver_each_alert_once_and_a_standby_takes_over() {
     let nats = NatsServer::start();
@@ -115,23 +131,7 @@ async fn three_replicas_deliver_each_alert_once_and_a_standby_takes_over() {
     let first = first.expect("a replica took the singletons' lease");
     // Alerts until one is delivered (the notifier subscribes after taking
     // the lease), then each of the next ones exactly once.
-    let mut n = 0;
-    wait("the first alert delivered", || {
-        n += 1;
-        let (bus, s) = (bus.clone(), s.clone());
-        let title = format!("warm-up {n}");
-        tokio::spawn(async move {
-            let _ = typed::publish(
-                &bus,
-                &s.alert(AlertKind::TaskBlocked),
-                &alert(&title),
-                Format::Json,
-            )
-            .await;
-        });
-        !got.lock().unwrap().is_empty()
-    })
-    .await;
+    until_delivered(&bus, &got, "warm-up").await;
     for title in ["one", "two", "three"] {
         typed::publish(
             &bus,
@@ -181,23 +181,7 @@ async fn three_replicas_deliver_each_alert_once_and_a_standby_takes_over() {
             .any(|c| taken.contains(&format!(":{}:", c.id()))),
         "{taken}"
     );
-    let mut m = 0;
-    wait("an alert delivered after the take-over", || {
-        m += 1;
-        let (bus, s) = (bus.clone(), s.clone());
-        let title = format!("after {m}");
-        tokio::spawn(async move {
-            let _ = typed::publish(
-                &bus,
-                &s.alert(AlertKind::TaskBlocked),
-                &alert(&title),
-                Format::Json,
-            )
-            .await;
-        });
-        got.lock().unwrap().iter().any(|x| x.starts_with("after"))
-    })
-    .await;
+    until_delivered(&bus, &got, "after").await;
     typed::publish(
         &bus,
         &s.alert(AlertKind::TaskBlocked),

@@ -2,45 +2,18 @@
 //! carried (an agent could clear the operator's screen, set the window
 //! title, hide text). Every human-readable line is now made safe.
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn xo(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .stdin(Stdio::null())
-        .output()
-        .expect("xo")
-}
+use common::{stop, up, xo};
 
 #[test]
 fn reports_cannot_drive_the_operators_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let mut up = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .arg("up")
-        .current_dir(d)
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut ready = false;
-    for _ in 0..500 {
-        if xo(d, &["status", "--json"]).status.success() {
-            ready = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(ready, "xo up never answered");
+    let up = up(d);
     let mut r = xo_proto::SaluteReport::new("u1", "coder\u{1b}]0;pwned\u{7}", 3, 1);
     r.activity.task_id = Some("t\u{1b}[2J\u{1b}[Hgone".into());
     r.status.note = Some("fine\u{202e}txt.exe\u{9b}31m".into());
@@ -72,10 +45,7 @@ fn reports_cannot_drive_the_operators_terminal() {
         );
         assert!(text.contains("\\u{1b}"), "shown, not obeyed: {text}");
     }
-    let _ = Command::new("kill")
-        .args(["-INT", &up.id().to_string()])
-        .status();
-    let _ = up.wait();
+    stop(up);
 }
 
 /// Issue 23, item 7: the CLI once sent its requests to whatever listened

@@ -224,6 +224,20 @@ pub struct Checker<'a> {
 }
 
 impl Checker<'_> {
+    /// Runs a check's command in the working directory, as the agent ran
+    /// (its environment, confinement, timeout and output bound).
+    async fn shell(&self, cmd: &str) -> Result<crate::proc::AgentOutput, String> {
+        crate::proc::shell(
+            cmd,
+            self.cwd,
+            self.env,
+            self.timeout,
+            self.max_output,
+            self.confine,
+        )
+        .await
+    }
+
     /// Validates one run. Runs commands (test command, `command succeeds`)
     /// for real in the working directory.
     pub async fn validate(&self, task: &Task, out: &AgentOutput, reply: &AgentReply) -> Validation {
@@ -241,16 +255,7 @@ impl Checker<'_> {
             checks.push(self.criterion(c, out).await);
         }
         if let Some(cmd) = &task.test_command {
-            match crate::proc::shell(
-                cmd,
-                self.cwd,
-                self.env,
-                self.timeout,
-                self.max_output,
-                self.confine,
-            )
-            .await
-            {
+            match self.shell(cmd).await {
                 Ok(o) if o.exit_code == Some(0) => {
                     checks.push(exact(format!("test command: {cmd}"), true, "exit 0".into()))
                 }
@@ -310,16 +315,7 @@ impl Checker<'_> {
                 exact(text.into(), ok, d)
             }
             Criterion::CommandSucceeds(cmd) => {
-                let (ok, d) = match crate::proc::shell(
-                    &cmd,
-                    self.cwd,
-                    self.env,
-                    self.timeout,
-                    self.max_output,
-                    self.confine,
-                )
-                .await
-                {
+                let (ok, d) = match self.shell(&cmd).await {
                     Ok(o) if o.exit_code == Some(0) => (true, "exit 0".into()),
                     Ok(o) => (
                         false,

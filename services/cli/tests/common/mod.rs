@@ -1,0 +1,58 @@
+//! What several CLI test files do alike: run `xo` in a folder, start `xo up`
+//! there (the embedded default) and wait until it answers.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+/// `xo ARGS` in `dir` against the `xo up` there (no NATS, no console).
+pub fn xo(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdin(Stdio::null())
+        .output()
+        .expect("xo")
+}
+
+/// Waits until `xo status` answers in `dir`; panics (killing `up`) if it never does.
+pub fn answered(dir: &Path, up: &mut Child) {
+    for _ in 0..500 {
+        if xo(dir, &["status", "--json"]).status.success() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = up.kill();
+    let _ = up.wait();
+    panic!("xo up never answered");
+}
+
+/// `xo up` in `dir` (console off), once it answers.
+pub fn up(dir: &Path) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .arg("up")
+        .current_dir(dir)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    answered(dir, &mut child);
+    child
+}
+
+/// Stops `xo up` as ctrl-c does.
+pub fn stop(child: Child) -> Output {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    child.wait_with_output().unwrap()
+}
