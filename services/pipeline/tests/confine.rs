@@ -12,16 +12,34 @@ use xo_pipeline::{Job, Outcome, Pipeline};
 use xo_proto::queue::{Task, TaskRecord};
 use xo_runtime::config::{ConfineMode, RunnerConfig};
 
+/// A folder outside the temp folder (which confined agents may write):
+/// the checkout may itself be under it (a fresh clone in /tmp).
+fn outside_temp() -> PathBuf {
+    let temp = std::env::temp_dir();
+    let candidates = [
+        Some(PathBuf::from("/var/tmp")),
+        std::env::var_os("HOME").map(PathBuf::from),
+        Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            !p.starts_with(&temp) && {
+                let probe = p.join(format!(".xo-probe-{}", std::process::id()));
+                let ok = std::fs::create_dir_all(&probe).is_ok();
+                let _ = std::fs::remove_dir(&probe);
+                ok
+            }
+        })
+        .expect("a writable folder outside the temp folder (/var/tmp, HOME or the target dir)")
+}
+
 /// What the agent managed: (wrote outside, read the runner's environment,
 /// signalled the runner, wrote in its own folder).
 async fn attempt(mode: ConfineMode) -> (bool, bool, bool, bool) {
     let tmp = tempfile::tempdir().unwrap();
-    // Outside the temp folder (which agents may write): the target dir.
-    let outside = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "confine-{}-{:?}",
-        std::process::id(),
-        mode
-    ));
+    let outside = outside_temp().join(format!("xo-confine-{}-{:?}", std::process::id(), mode));
     std::fs::create_dir_all(&outside).unwrap();
     let cfg = RunnerConfig {
         default_project: "p".into(),
