@@ -24,6 +24,7 @@ use xo_radio::FnvMap;
 use crate::SupervisorResult;
 use crate::ctx::Ctx;
 use crate::decode;
+use crate::group::GroupMsg;
 use crate::root::{RootMsg, Routes};
 use crate::watcher::WatcherMsg;
 
@@ -36,9 +37,9 @@ const SUFFIX: &str = "_latest.json";
 /// route appears. Bus reports do not come this way (see [`pump_reports`]).
 fn route(routes: &Routes, root: &ActorRef<RootMsg>, unit: &str, msg: WatcherMsg) -> bool {
     let msg = match routes.get(unit) {
-        Some(w) => match w.cast(msg) {
+        Some(g) => match g.cast(GroupMsg::Unit(unit.to_string(), msg)) {
             Ok(()) => return true,
-            Err(ractor::MessagingErr::SendErr(m)) => m,
+            Err(ractor::MessagingErr::SendErr(GroupMsg::Unit(_, m))) => m,
             Err(_) => return false,
         },
         None => msg,
@@ -63,7 +64,7 @@ pub async fn pump_reports(
     let (ctx, root, shared) = (ctx.clone(), root.clone(), shared.clone());
     Ok(tokio::spawn(async move {
         // The pump's own routes: no shared lock per report.
-        let mut routes: FnvMap<String, ActorRef<WatcherMsg>> = Default::default();
+        let mut routes: FnvMap<String, ActorRef<GroupMsg>> = Default::default();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let msg = tokio::select! {
@@ -78,22 +79,27 @@ pub async fn pump_reports(
                 .unit_of(&msg.subject)
                 .and_then(|unit| route_to(&shared, &mut routes, unit));
             let msg = match route {
-                Some((unit, w)) => match w.cast(WatcherMsg::Received(msg)) {
-                    Ok(()) => continue,
-                    // Its watcher stopped (and is being restarted): ask the
-                    // root again, below.
-                    Err(ractor::MessagingErr::SendErr(WatcherMsg::Received(m))) => {
-                        let unit = unit.clone();
-                        routes.remove(&unit);
-                        m
+                Some((unit, g)) => {
+                    match g.cast(GroupMsg::Unit(unit.clone(), WatcherMsg::Received(msg))) {
+                        Ok(()) => continue,
+                        // Its group stopped (and is being restarted): ask the
+                        // root again, below.
+                        Err(ractor::MessagingErr::SendErr(GroupMsg::Unit(
+                            _,
+                            WatcherMsg::Received(m),
+                        ))) => {
+                            let unit = unit.clone();
+                            routes.remove(&unit);
+                            m
+                        }
+                        Err(e) => {
+                            let unit = unit.clone();
+                            routes.remove(&unit);
+                            warn!(unit = %unit, error = %e, "report lost: its watcher is gone");
+                            continue;
+                        }
                     }
-                    Err(e) => {
-                        let unit = unit.clone();
-                        routes.remove(&unit);
-                        warn!(unit = %unit, error = %e, "report lost: its watcher is gone");
-                        continue;
-                    }
-                },
+                }
                 None => msg,
             };
             // A unit's first report (or a subject without a unit, which
@@ -106,15 +112,15 @@ pub async fn pump_reports(
                 }
             };
             let unit = report.unit.unit.clone();
-            let Ok(ractor::rpc::CallResult::Success(w)) = root
+            let Ok(ractor::rpc::CallResult::Success(g)) = root
                 .call(|port| RootMsg::Spawn(unit.clone(), port), None)
                 .await
             else {
                 return; // the tree is gone
             };
             let m = WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
-            if w.cast(m).is_ok() {
-                routes.insert(unit, w);
+            if g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok() {
+                routes.insert(unit, g);
             } else {
                 warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
             }
@@ -128,9 +134,9 @@ pub async fn pump_reports(
 /// unit is queued at the root: the pump never sends reports through it.
 fn route_to<'a>(
     shared: &Routes,
-    routes: &'a mut FnvMap<String, ActorRef<WatcherMsg>>,
+    routes: &'a mut FnvMap<String, ActorRef<GroupMsg>>,
     unit: &str,
-) -> Option<(&'a String, &'a ActorRef<WatcherMsg>)> {
+) -> Option<(&'a String, &'a ActorRef<GroupMsg>)> {
     if !routes.contains_key(unit) {
         routes.insert(unit.to_owned(), shared.get(unit)?);
     }

@@ -10,9 +10,12 @@
 //!   macrocosm file poller (`<volume>/reports`), the settings follower.
 //! - [`decode`]: decoding, the subject's unit against the message's, dead
 //!   letters (bus input and rejected report files alike).
-//! - [`root`]: the root actor — owns the route table and one [`watcher`] per
-//!   unit, spawned on the unit's first report, restarted one-for-one with an
-//!   intensity limit; answers the control API (`xo.ctl.supervisor.*`).
+//! - [`root`]: the root actor — owns the route table and the [`group`]s,
+//!   starts a unit's [`watcher`] on its first report, restarts watchers
+//!   one-for-one with an intensity limit; answers the control API
+//!   (`xo.ctl.supervisor.*`).
+//! - [`group`]: actors holding the watchers of many units each (a unit's
+//!   group fixed by its id).
 //! - [`watcher`]: a unit's radio state, latest report, health and steering.
 //! - [`live`]: operator settings in force (role profiles, steering on/off).
 //! - [`outbox`]: where steering goes (the bus, and the volume's steering files).
@@ -27,6 +30,7 @@
 pub mod ctx;
 pub mod decode;
 pub mod front;
+pub mod group;
 pub mod ingest;
 pub mod live;
 pub mod outbox;

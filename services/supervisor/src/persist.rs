@@ -48,8 +48,11 @@ pub struct UnitRecord {
     /// The latest report as received (MessagePack or JSON): keeping and
     /// persisting it costs a copy, not an encoding, and a fraction of the
     /// memory of the decoded form. Decoded again only for `xo units UNIT`.
+    /// Its own buffer, reused report after report: a payload kept as the
+    /// client received it would hold on to the whole read buffer it was
+    /// cut from (4.7 KiB a unit measured, against 1.7 for the copy).
     #[serde(default, with = "raw_bytes")]
-    pub report_raw: Option<Bytes>,
+    pub report_raw: Option<Vec<u8>>,
     pub radio: UnitState,
     pub steering: VecDeque<Steering>,
     /// Sharded: steering decided and written before it was published, not
@@ -236,20 +239,19 @@ fn decode(unit: &str, bytes: &[u8]) -> Result<UnitRecord, String> {
         .map_err(|e| format!("{BUCKET}/{unit}: {e}"))
 }
 
-/// `Option<Bytes>` as MessagePack binary.
+/// `Option<Vec<u8>>` as MessagePack binary.
 mod raw_bytes {
-    use bytes::Bytes;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(b) => s.serialize_some(&serde_bytes::Bytes::new(b)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
-        Ok(Option::<serde_bytes::ByteBuf>::deserialize(d)?.map(|b| Bytes::from(b.into_vec())))
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Ok(Option::<serde_bytes::ByteBuf>::deserialize(d)?.map(serde_bytes::ByteBuf::into_vec))
     }
 }
 

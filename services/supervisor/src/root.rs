@@ -1,5 +1,8 @@
-//! The root actor: one watcher per unit, restarted one-for-one with an
-//! intensity limit (N restarts in T, then the tree escalates and stops).
+//! The root actor: knows every unit and the group its watcher lives in
+//! ([`crate::group`]); starts a unit's watcher on its first message;
+//! restarts a watcher that panicked, and a group that died with all of its
+//! units, one unit at a time against the unit's intensity limit (N
+//! restarts in T, then the tree escalates and stops).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -14,25 +17,26 @@ use xo_radio::FnvMap;
 use xo_runtime::tree::{Escalation, Intensity};
 
 use crate::ctx::Ctx;
+use crate::group::{GROUPS, Group, GroupArgs, GroupMsg, group_of};
 use crate::persist::UnitRecord;
-use crate::watcher::{Liveness, Watcher, WatcherArgs, WatcherMsg};
+use crate::watcher::{Liveness, WatcherArgs, WatcherMsg};
 
-/// Routes to the watchers the root has spawned. The root alone writes it
-/// (on spawn, restart and stop); the ingest pumps read it, so that a
-/// unit's messages skip the root once its watcher exists.
+/// Routes to the groups of the units the root has started. The root alone
+/// writes it (on start, restart and stop); the ingest pumps read it, so
+/// that a unit's messages skip the root once its watcher exists.
 #[derive(Debug, Default)]
-pub struct Routes(RwLock<FnvMap<String, ActorRef<WatcherMsg>>>);
+pub struct Routes(RwLock<FnvMap<String, ActorRef<GroupMsg>>>);
 
 impl Routes {
-    pub fn get(&self, unit: &str) -> Option<ActorRef<WatcherMsg>> {
+    pub fn get(&self, unit: &str) -> Option<ActorRef<GroupMsg>> {
         self.0.read().ok().and_then(|r| r.get(unit).cloned())
     }
-    fn insert(&self, unit: &str, actor: &ActorRef<WatcherMsg>) {
+    pub(crate) fn insert(&self, unit: &str, actor: &ActorRef<GroupMsg>) {
         if let Ok(mut r) = self.0.write() {
             r.insert(unit.to_string(), actor.clone());
         }
     }
-    fn remove(&self, unit: &str) {
+    pub(crate) fn remove(&self, unit: &str) {
         if let Ok(mut r) = self.0.write() {
             r.remove(unit);
         }
@@ -46,19 +50,20 @@ pub enum RootMsg {
     Tick(u64, Option<RpcReplyPort<()>>),
     /// The control API (`xo.ctl.supervisor.*`).
     Api(SupervisorApi<ActorPorts>),
-    /// The watcher actor of a unit (tests and diagnostics).
-    Watcher(String, RpcReplyPort<Option<ActorRef<WatcherMsg>>>),
-    /// The watcher of a unit, spawned if needed: the report pump asks once
-    /// per unit (and after a restart), then sends to it directly.
-    Spawn(String, RpcReplyPort<ActorRef<WatcherMsg>>),
+    /// The group actor holding a unit's watcher (tests and diagnostics).
+    Watcher(String, RpcReplyPort<Option<ActorRef<GroupMsg>>>),
+    /// The group of a unit's watcher, started if needed: the report pump
+    /// asks once per unit (and after a restart), then sends to it directly.
+    Spawn(String, RpcReplyPort<ActorRef<GroupMsg>>),
+    /// A unit's watcher panicked (its group holds its messages meanwhile).
+    Failed(String, String),
     /// Sharded: watchers for the units of a partition just taken, from
     /// their stored state (a unit already watched is left as it is);
     /// answers how many were started.
     Adopt(Vec<UnitRecord>, RpcReplyPort<usize>),
-    /// Sharded: forgets the watchers of a partition handed back and
-    /// answers them, for the caller to stop (their state goes to the
-    /// persister as they stop; they are not restarted).
-    Release(u32, RpcReplyPort<Vec<(String, ActorRef<WatcherMsg>)>>),
+    /// Sharded: stops the watchers of a partition handed back (their state
+    /// goes to the persister) and answers their units.
+    Release(u32, RpcReplyPort<Vec<String>>),
 }
 
 impl From<SupervisorApi<ActorPorts>> for RootMsg {
@@ -77,7 +82,7 @@ pub struct RootArgs {
 }
 
 struct Child {
-    actor: ActorRef<WatcherMsg>,
+    group: usize,
     restarts: Intensity,
     live: Arc<Liveness>,
 }
@@ -87,64 +92,119 @@ pub struct RootState {
     last_sweep: u64,
     /// By unit id, in order: the unit list pages through a range.
     units: BTreeMap<String, Child>,
-    by_id: HashMap<ractor::ActorId, String>,
+    groups: Vec<ActorRef<GroupMsg>>,
+    by_id: HashMap<ractor::ActorId, usize>,
     routes: Arc<Routes>,
     escalation: Escalation,
 }
 
+/// How long the root waits for a group's answer: a group answers at once
+/// unless its unit is being started again.
+const ASK_GROUP: Duration = Duration::from_secs(10);
+
 impl RootState {
-    async fn spawn_watcher(
+    async fn spawn_group(
         &mut self,
         myself: &ActorRef<RootMsg>,
-        unit: &str,
-        record: Option<UnitRecord>,
-        restarts: Intensity,
-    ) -> Result<ActorRef<WatcherMsg>, ActorProcessingErr> {
-        let live = Arc::new(Liveness::default());
-        let (actor, _) = myself
+        i: usize,
+    ) -> Result<ActorRef<GroupMsg>, ActorProcessingErr> {
+        let (group, _) = myself
             .get_cell()
             .spawn_linked(
                 None,
-                Watcher,
-                WatcherArgs {
+                Group,
+                GroupArgs {
                     ctx: self.ctx.clone(),
-                    unit: unit.to_string(),
-                    record,
-                    restarts: restarts.count(),
-                    live: live.clone(),
+                    root: myself.clone(),
                 },
             )
             .await?;
-        self.by_id.insert(actor.get_id(), unit.to_string());
+        self.by_id.insert(group.get_id(), i);
+        if i < self.groups.len() {
+            self.groups[i] = group.clone();
+        } else {
+            self.groups.push(group.clone());
+        }
+        Ok(group)
+    }
+
+    /// Starts a unit's watcher in its group (before anything the root
+    /// routes to it) and publishes the route.
+    fn start_unit(
+        &mut self,
+        unit: &str,
+        record: Option<UnitRecord>,
+        restarts: Intensity,
+    ) -> ActorRef<GroupMsg> {
+        let live = Arc::new(Liveness::default());
+        let i = group_of(unit);
+        let group = self.groups[i].clone();
+        self.start_in(&group, unit, record, restarts.count(), &live);
         self.units.insert(
             unit.to_string(),
             Child {
-                actor: actor.clone(),
+                group: i,
                 restarts,
                 live,
             },
         );
-        Ok(actor)
+        self.routes.insert(unit, &group);
+        group
     }
 
-    /// Lets the pumps reach a watcher directly.
+    fn start_in(
+        &self,
+        group: &ActorRef<GroupMsg>,
+        unit: &str,
+        record: Option<UnitRecord>,
+        restarts: u32,
+        live: &Arc<Liveness>,
+    ) {
+        let _ = group.cast(GroupMsg::Start(Box::new(WatcherArgs {
+            ctx: self.ctx.clone(),
+            unit: unit.to_string(),
+            record,
+            restarts,
+            live: live.clone(),
+        })));
+    }
+
+    /// Stops the watchers of `units` (already withdrawn), group by group,
+    /// each answering once their state is with the persister.
+    async fn stop_units(&self, units: Vec<(String, usize)>) {
+        let mut by_group: FnvMap<usize, Vec<String>> = FnvMap::default();
+        for (u, g) in units {
+            by_group.entry(g).or_default().push(u);
+        }
+        for (g, units) in by_group {
+            let n = units.len();
+            if self.groups[g]
+                .call(|p| GroupMsg::Stop(units, p), Some(ASK_GROUP))
+                .await
+                .is_err()
+            {
+                warn!(
+                    group = g,
+                    units = n,
+                    "watcher group did not stop its units in time; their last changes may be lost"
+                );
+            }
+        }
+    }
+
     /// Forgets `gone`, silent for `retention` ms: each watcher stopped
     /// (waited for, so its last save comes first), its state deleted from
     /// the store, counted and logged.
     async fn evict(&mut self, gone: Vec<String>, retention: u64) {
+        let mut stopping = Vec::with_capacity(gone.len());
         for unit in &gone {
-            self.withdraw_route(unit);
-            let Some(c) = self.units.remove(unit) else {
-                continue;
-            };
-            self.by_id.remove(&c.actor.get_id());
-            let _ = c
-                .actor
-                .stop_and_wait(
-                    Some("evicted".into()),
-                    Some(std::time::Duration::from_secs(5)),
-                )
-                .await;
+            self.routes.remove(unit);
+            if let Some(c) = self.units.remove(unit) {
+                stopping.push((unit.clone(), c.group));
+            }
+        }
+        self.stop_units(stopping).await;
+        for unit in &gone {
             if let Err(e) = self.ctx.persist.forget(unit).await {
                 warn!(unit = %unit, error = %e, "evicted unit's state not deleted from the store; it comes back at the next start");
             }
@@ -158,14 +218,6 @@ impl RootState {
             retention_ms = retention,
             "silent units forgotten (supervisor.unit_retention_ms)"
         );
-    }
-
-    fn publish_route(&self, unit: &str, actor: &ActorRef<WatcherMsg>) {
-        self.routes.insert(unit, actor);
-    }
-
-    fn withdraw_route(&self, unit: &str) {
-        self.routes.remove(unit);
     }
 
     fn intensity(&self) -> Intensity {
@@ -186,25 +238,41 @@ impl RootState {
                     None => Bound::Unbounded,
                 };
                 let limit = q.limit.unwrap_or(usize::MAX);
-                let mut out = Vec::with_capacity(limit.min(self.units.len()));
-                for c in self
+                let page: Vec<(&String, usize)> = self
                     .units
                     .range((from, Bound::Unbounded))
                     .take(limit)
-                    .map(|(_, c)| c)
-                {
-                    if let Ok(ractor::rpc::CallResult::Success(s)) =
-                        c.actor.call(WatcherMsg::Summary, None).await
+                    .map(|(u, c)| (u, c.group))
+                    .collect();
+                let mut by_group: FnvMap<usize, Vec<String>> = FnvMap::default();
+                for (u, g) in &page {
+                    by_group.entry(*g).or_default().push((*u).clone());
+                }
+                let mut found: FnvMap<String, xo_proto::control::UnitSummary> = FnvMap::default();
+                for (g, units) in by_group {
+                    if let Ok(ractor::rpc::CallResult::Success(sums)) = self.groups[g]
+                        .call(|p| GroupMsg::Summaries(units, p), Some(ASK_GROUP))
+                        .await
                     {
-                        out.push(s);
+                        found.extend(sums.into_iter().map(|s| (s.unit.clone(), s)));
                     }
                 }
+                let out = page
+                    .iter()
+                    .filter_map(|(u, _)| found.remove(u.as_str()))
+                    .collect();
                 let _ = port.send(Ok(out));
             }
             SupervisorApi::Unit(q, port) => {
                 let detail = match self.units.get(&q.unit) {
                     None => Err(not_found(&q.unit)),
-                    Some(c) => match c.actor.call(WatcherMsg::Detail, None).await {
+                    Some(c) => match self.groups[c.group]
+                        .call(
+                            |p| GroupMsg::Unit(q.unit.clone(), WatcherMsg::Detail(p)),
+                            Some(ASK_GROUP),
+                        )
+                        .await
+                    {
                         Ok(ractor::rpc::CallResult::Success(d)) => Ok(d),
                         _ => Err(not_found(&q.unit)),
                     },
@@ -220,13 +288,22 @@ impl RootState {
                 } else {
                     match self.units.get(&q.unit) {
                         None => Err(not_found(&q.unit)),
-                        Some(c) => match c.actor.call(|p| WatcherMsg::Operator(q, p), None).await {
-                            Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
-                            _ => Err(ServiceError::new(
-                                ErrorCode::Unavailable,
-                                "watcher did not answer",
-                            )),
-                        },
+                        Some(c) => {
+                            let unit = q.unit.clone();
+                            match self.groups[c.group]
+                                .call(
+                                    |p| GroupMsg::Unit(unit, WatcherMsg::Operator(q, p)),
+                                    Some(ASK_GROUP),
+                                )
+                                .await
+                            {
+                                Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
+                                _ => Err(ServiceError::new(
+                                    ErrorCode::Unavailable,
+                                    "watcher did not answer",
+                                )),
+                            }
+                        }
                     }
                 };
                 let _ = port.send(reply);
@@ -237,16 +314,43 @@ impl RootState {
         }
     }
 
-    async fn watcher_for(
+    fn watcher_for(&mut self, unit: &str) -> ActorRef<GroupMsg> {
+        match self.units.get(unit) {
+            Some(c) => self.groups[c.group].clone(),
+            None => {
+                let fresh = self.intensity();
+                self.start_unit(unit, None, fresh)
+            }
+        }
+    }
+
+    /// Counts a restart of `unit`'s watcher: `Err` (and the tree stopped)
+    /// once past its intensity limit.
+    fn count_restart(
         &mut self,
         myself: &ActorRef<RootMsg>,
         unit: &str,
-    ) -> Result<ActorRef<WatcherMsg>, ActorProcessingErr> {
-        match self.units.get(unit) {
-            Some(c) => Ok(c.actor.clone()),
-            None => {
-                let fresh = self.intensity();
-                self.spawn_watcher(myself, unit, None, fresh).await
+        reason: &str,
+    ) -> Result<u32, ()> {
+        let now = self.ctx.clock.now_ms();
+        let Some(child) = self.units.get_mut(unit) else {
+            return Err(());
+        };
+        match child.restarts.restart(now) {
+            Ok(n) => {
+                self.ctx
+                    .counters
+                    .watcher_restarts
+                    .fetch_add(1, Ordering::Relaxed);
+                warn!(unit = %unit, reason = %reason, restarts = n, "watcher stopped; restarting it");
+                Ok(n)
+            }
+            Err(limit) => {
+                let why = format!("watcher of unit {unit}: {limit}: {reason}");
+                error!(unit = %unit, "restart intensity exceeded; escalating");
+                self.escalation.set(why.clone());
+                myself.stop(Some(why));
+                Err(())
             }
         }
     }
@@ -270,18 +374,19 @@ impl Actor for Root {
             ctx: args.ctx,
             last_sweep: 0,
             units: BTreeMap::new(),
+            groups: Vec::with_capacity(GROUPS),
             by_id: HashMap::new(),
             routes: args.routes,
             escalation: args.escalation,
         };
+        for i in 0..GROUPS {
+            state.spawn_group(&myself, i).await?;
+        }
         let n = args.restored.len();
         for record in args.restored {
             let unit = record.unit.clone();
             let fresh = state.intensity();
-            let actor = state
-                .spawn_watcher(&myself, &unit, Some(record), fresh)
-                .await?;
-            state.publish_route(&unit, &actor);
+            state.start_unit(&unit, Some(record), fresh);
         }
         if n > 0 {
             info!(units = n, "unit state restored from the store");
@@ -297,10 +402,8 @@ impl Actor for Root {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             RootMsg::Route(unit, msg) => {
-                let w = state.watcher_for(&myself, &unit).await?;
-                let _ = w.cast(msg);
-                // Published after forwarding: later messages may go direct.
-                state.publish_route(&unit, &w);
+                let g = state.watcher_for(&unit);
+                let _ = g.cast(GroupMsg::Unit(unit, msg));
             }
             RootMsg::Tick(now, port) => {
                 let ctx = state.ctx.clone();
@@ -311,24 +414,30 @@ impl Actor for Root {
                 }
                 let retention = cfg.unit_retention_ms;
                 let mut gone = Vec::new();
+                let mut due: FnvMap<usize, Vec<String>> = FnvMap::default();
                 for (unit, c) in &state.units {
                     let silent = now.saturating_sub(c.live.last_seen.load(Ordering::Relaxed));
                     if retention > 0 && silent >= retention {
                         gone.push(unit.clone());
                         continue;
                     }
-                    let due = !c.live.stale.load(Ordering::Relaxed)
+                    let is_due = !c.live.stale.load(Ordering::Relaxed)
                         && !c.live.ended.load(Ordering::Relaxed)
                         && silent >= cfg.stale_after_ms
                         || sweep && c.live.dirty.load(Ordering::Relaxed);
-                    if !due {
-                        continue;
+                    if is_due {
+                        due.entry(c.group).or_default().push(unit.clone());
                     }
+                }
+                for (g, units) in due {
+                    let group = &state.groups[g];
                     if port.is_some() {
-                        // A caller waiting for the check (tests): wait for each unit.
-                        let _ = c.actor.call(|p| WatcherMsg::Tick(now, Some(p)), None).await;
+                        // A caller waiting for the check (tests): wait for each group.
+                        let _ = group
+                            .call(|p| GroupMsg::Tick(units, now, Some(p)), Some(ASK_GROUP))
+                            .await;
                     } else {
-                        let _ = c.actor.cast(WatcherMsg::Tick(now, None));
+                        let _ = group.cast(GroupMsg::Tick(units, now, None));
                     }
                 }
                 if !gone.is_empty() {
@@ -340,12 +449,24 @@ impl Actor for Root {
             }
             RootMsg::Api(api) => state.api(api).await,
             RootMsg::Watcher(unit, port) => {
-                let _ = port.send(state.units.get(&unit).map(|c| c.actor.clone()));
+                let _ = port.send(
+                    state
+                        .units
+                        .get(&unit)
+                        .map(|c| state.groups[c.group].clone()),
+                );
             }
             RootMsg::Spawn(unit, port) => {
-                let w = state.watcher_for(&myself, &unit).await?;
-                state.publish_route(&unit, &w);
-                let _ = port.send(w);
+                let _ = port.send(state.watcher_for(&unit));
+            }
+            RootMsg::Failed(unit, reason) => {
+                if let Ok(n) = state.count_restart(&myself, &unit, &reason)
+                    && let Some(c) = state.units.get(&unit)
+                {
+                    let record = state.ctx.persist.latest(&unit).await;
+                    let group = state.groups[c.group].clone();
+                    state.start_in(&group, &unit, record, n, &c.live.clone());
+                }
             }
             RootMsg::Adopt(records, port) => {
                 let mut started = 0;
@@ -355,10 +476,7 @@ impl Actor for Root {
                         continue;
                     }
                     let fresh = state.intensity();
-                    let actor = state
-                        .spawn_watcher(&myself, &unit, Some(record), fresh)
-                        .await?;
-                    state.publish_route(&unit, &actor);
+                    state.start_unit(&unit, Some(record), fresh);
                     started += 1;
                 }
                 let _ = port.send(started);
@@ -374,15 +492,15 @@ impl Actor for Root {
                     .filter(|u| shard.partition(u) == partition)
                     .cloned()
                     .collect();
-                let mut out = Vec::with_capacity(units.len());
-                for unit in units {
-                    state.withdraw_route(&unit);
-                    if let Some(c) = state.units.remove(&unit) {
-                        state.by_id.remove(&c.actor.get_id());
-                        out.push((unit, c.actor));
+                let mut stopping = Vec::with_capacity(units.len());
+                for unit in &units {
+                    state.routes.remove(unit);
+                    if let Some(c) = state.units.remove(unit) {
+                        stopping.push((unit.clone(), c.group));
                     }
                 }
-                let _ = port.send(out);
+                state.stop_units(stopping).await;
+                let _ = port.send(units);
             }
         }
         Ok(())
@@ -401,31 +519,34 @@ impl Actor for Root {
             }
             _ => return Ok(()),
         };
-        let Some(unit) = state.by_id.remove(&cell.get_id()) else {
+        let Some(i) = state.by_id.remove(&cell.get_id()) else {
             return Ok(());
         };
-        let Some(child) = state.units.remove(&unit) else {
-            return Ok(());
-        };
-        state.withdraw_route(&unit);
-        let mut restarts = child.restarts;
-        if let Err(limit) = restarts.restart(state.ctx.clock.now_ms()) {
-            let why = format!("watcher of unit {unit}: {limit}: {reason}");
-            error!(unit = %unit, "restart intensity exceeded; escalating");
-            state.escalation.set(why.clone());
-            myself.stop(Some(why));
-            return Ok(());
+        // A group died, and with it the watchers it held: each is a
+        // restart of its unit.
+        let units: Vec<String> = state
+            .units
+            .iter()
+            .filter(|(_, c)| c.group == i)
+            .map(|(u, _)| u.clone())
+            .collect();
+        warn!(group = i, units = units.len(), reason = %reason, "watcher group stopped; restarting it with its units");
+        let mut counts = Vec::with_capacity(units.len());
+        for unit in &units {
+            match state.count_restart(&myself, unit, &reason) {
+                Ok(n) => counts.push(n),
+                Err(()) => return Ok(()),
+            }
         }
-        state
-            .ctx
-            .counters
-            .watcher_restarts
-            .fetch_add(1, Ordering::Relaxed);
-        warn!(unit = %unit, reason = %reason, restarts = restarts.count(), "watcher stopped; restarting it");
-        let record = state.ctx.persist.latest(&unit).await;
-        state
-            .spawn_watcher(&myself, &unit, record, restarts)
-            .await?;
+        let group = state.spawn_group(&myself, i).await?;
+        for (unit, n) in units.iter().zip(counts) {
+            let record = state.ctx.persist.latest(unit).await;
+            if let Some(c) = state.units.get(unit) {
+                let live = c.live.clone();
+                state.start_in(&group, unit, record, n, &live);
+                state.routes.insert(unit, &group);
+            }
+        }
         Ok(())
     }
 }

@@ -492,14 +492,10 @@ impl Manager {
         for p in h.pumps {
             let _ = p.await;
         }
-        let stopped = match self.root.call(|port| RootMsg::Release(k, port), None).await {
-            Ok(ractor::rpc::CallResult::Success(w)) => w,
+        let units = match self.root.call(|port| RootMsg::Release(k, port), None).await {
+            Ok(ractor::rpc::CallResult::Success(units)) => units,
             _ => Vec::new(),
         };
-        let units: Vec<String> = stopped.iter().map(|(u, _)| u.clone()).collect();
-        for (_, w) in stopped {
-            let _ = w.stop_and_wait(None, None).await;
-        }
         if write {
             self.ctx.persist.flush().await;
         } else {

@@ -1,10 +1,12 @@
-//! One watcher actor per unit: runs the radio check on each report, sends
-//! steering, tracks liveness, and hands its state to the persister.
+//! A unit's watcher: runs the radio check on each report, sends steering,
+//! tracks liveness, and hands its state to the persister. Watchers live in
+//! the [`crate::group`] actors, many to an actor: an actor of its own would
+//! cost a unit ~5.7 KiB (its mailboxes and task) beside its ~2 KiB of state.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::RpcReplyPort;
 use tracing::{Instrument, debug, info, info_span, warn};
 use xo_bus::Headers;
 use xo_proto::control::{SteerUnit, UnitDetail, UnitSummary};
@@ -23,13 +25,12 @@ pub enum WatcherMsg {
     /// A report as it arrived on the bus, decoded by the watcher.
     Received(xo_bus::Message),
     Heartbeat(Heartbeat),
-    Tick(u64, Option<RpcReplyPort<()>>),
+    /// The liveness check at `now` (ms), and a save if one is due.
+    Tick(u64),
     Summary(RpcReplyPort<UnitSummary>),
     Detail(RpcReplyPort<UnitDetail>),
     Operator(SteerUnit, RpcReplyPort<Steering>),
 }
-
-pub struct Watcher;
 
 /// Reports refused in a row for their epoch that flag the unit amber.
 pub const REFUSED_FLAG: u32 = 3;
@@ -100,7 +101,7 @@ impl WatcherState {
         }
     }
 
-    fn summary(&self) -> UnitSummary {
+    pub fn summary(&self) -> UnitSummary {
         let r = &self.rec;
         UnitSummary {
             unit: r.unit.clone(),
@@ -295,7 +296,7 @@ impl WatcherState {
         if self.rec.task_id != report.activity.task_id {
             self.rec.task_id = report.activity.task_id.clone();
         }
-        self.rec.report_raw = Some(raw);
+        keep_copy(&mut self.rec.report_raw, &raw);
         if self.rec.ended != report.status.ended {
             self.rec.ended = report.status.ended;
             self.live
@@ -315,16 +316,22 @@ impl WatcherState {
     }
 }
 
-impl Actor for Watcher {
-    type Msg = WatcherMsg;
-    type State = WatcherState;
-    type Arguments = WatcherArgs;
+/// Copies `raw` into `kept`, in a buffer of exactly its size (reused when
+/// the size is the same): a buffer grown the usual way would double.
+fn keep_copy(kept: &mut Option<Vec<u8>>, raw: &[u8]) {
+    match kept {
+        Some(buf) if buf.capacity() == raw.len() => {
+            buf.clear();
+            buf.extend_from_slice(raw);
+        }
+        _ => *kept = Some(raw.to_vec()),
+    }
+}
 
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<WatcherMsg>,
-        args: WatcherArgs,
-    ) -> Result<WatcherState, ActorProcessingErr> {
+impl WatcherState {
+    /// A unit's watcher, from its stored state if it has one; steering its
+    /// previous supervisor recorded but may not have sent is sent again.
+    pub async fn start(args: WatcherArgs) -> WatcherState {
         let now = args.ctx.clock.now_ms();
         let mut rec = args
             .record
@@ -356,26 +363,24 @@ impl Actor for Watcher {
             state.send_unsent().await;
             state.changed();
         }
-        Ok(state)
+        state
     }
 
-    async fn post_stop(
-        &self,
-        _myself: ActorRef<WatcherMsg>,
-        state: &mut WatcherState,
-    ) -> Result<(), ActorProcessingErr> {
-        if state.dirty {
-            state.save(state.ctx.clock.now_ms());
+    /// The watcher stops: a change not yet handed to the persister is.
+    pub fn stop(&mut self) {
+        if self.dirty {
+            self.save(self.ctx.clock.now_ms());
         }
-        Ok(())
     }
 
-    async fn handle(
-        &self,
-        _myself: ActorRef<WatcherMsg>,
-        msg: WatcherMsg,
-        state: &mut WatcherState,
-    ) -> Result<(), ActorProcessingErr> {
+    /// The unit this watcher watches.
+    pub fn unit(&self) -> &str {
+        &self.rec.unit
+    }
+
+    /// Handles one message of the unit.
+    pub async fn handle(&mut self, msg: WatcherMsg) {
+        let state = self;
         match msg {
             WatcherMsg::Report(report, headers, raw) => {
                 let checked = state.check(*report, &headers, raw);
@@ -398,7 +403,7 @@ impl Actor for Watcher {
                 }
                 state.changed();
             }
-            WatcherMsg::Tick(now, port) => {
+            WatcherMsg::Tick(now) => {
                 let stale_after = state.ctx.cfg.supervisor.stale_after_ms;
                 let silent = now.saturating_sub(state.rec.last_seen);
                 if !state.rec.stale && !state.rec.ended && silent >= stale_after {
@@ -416,9 +421,6 @@ impl Actor for Watcher {
                         >= state.ctx.cfg.supervisor.persist_interval_ms
                 {
                     state.save(now);
-                }
-                if let Some(p) = port {
-                    let _ = p.send(());
                 }
             }
             WatcherMsg::Summary(port) => {
@@ -460,6 +462,5 @@ impl Actor for Watcher {
                 let _ = port.send(s);
             }
         }
-        Ok(())
     }
 }

@@ -1,0 +1,195 @@
+//! A group of watchers: one actor holds the watchers of many units (a
+//! unit's group is fixed by its id), so a unit costs its state, not an
+//! actor's mailboxes and task. A unit's messages are handled in the order
+//! they reach the group; a watcher that panics is dropped alone, its unit's
+//! messages held meanwhile, and started again by the root from its saved
+//! state (one-for-one, with the unit's restart intensity), the other units
+//! of the group going on. A group that dies is restarted by the root with
+//! every unit it held.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::{error, warn};
+use xo_proto::control::UnitSummary;
+use xo_radio::FnvMap;
+
+use crate::ctx::Ctx;
+use crate::root::RootMsg;
+use crate::watcher::{WatcherArgs, WatcherMsg, WatcherState};
+
+/// Watcher groups a supervisor runs: enough to keep every core busy, few
+/// enough that their fixed cost (~6 KiB each) is nothing beside the units.
+pub const GROUPS: usize = 32;
+
+/// The group of a unit.
+pub fn group_of(unit: &str) -> usize {
+    use std::hash::Hasher;
+    let mut h = xo_radio::Fnv::default();
+    h.write(unit.as_bytes());
+    (h.finish() % GROUPS as u64) as usize
+}
+
+pub enum GroupMsg {
+    /// A message for one unit's watcher.
+    Unit(String, WatcherMsg),
+    /// Starts a unit's watcher (from the root, before any message of the
+    /// unit it routes here); a unit held after a panic gets its held
+    /// messages, in order.
+    Start(Box<WatcherArgs>),
+    /// The liveness check at `now` for these units; the port, if any, is
+    /// answered when done.
+    Tick(Vec<String>, u64, Option<RpcReplyPort<()>>),
+    /// The summaries of these units (those it has).
+    Summaries(Vec<String>, RpcReplyPort<Vec<UnitSummary>>),
+    /// Stops these units' watchers (evicted, or their partition handed
+    /// back): their state goes to the persister; answered when done.
+    Stop(Vec<String>, RpcReplyPort<()>),
+}
+
+pub struct Group;
+
+pub struct GroupArgs {
+    pub ctx: Arc<Ctx>,
+    pub root: ActorRef<RootMsg>,
+}
+
+enum Slot {
+    Live(Box<WatcherState>),
+    /// Its watcher panicked: messages wait for the root to start it again.
+    Held(VecDeque<WatcherMsg>),
+}
+
+pub struct GroupState {
+    root: ActorRef<RootMsg>,
+    units: FnvMap<String, Slot>,
+    _ctx: Arc<Ctx>,
+}
+
+impl GroupState {
+    /// Hands `msg` to the unit's watcher; a watcher that panics is dropped
+    /// and the root told (the unit's later messages are held until then).
+    async fn deliver(&mut self, unit: String, msg: WatcherMsg) {
+        match self.units.get_mut(&unit) {
+            Some(Slot::Live(w)) => {
+                let done = AssertUnwindSafe(w.handle(msg)).catch_unwind().await;
+                if let Err(panic) = done {
+                    let why = panic_text(&panic);
+                    error!(unit = %unit, panic = %why, "watcher panicked; it is started again from its saved state");
+                    self.units.insert(unit.clone(), Slot::Held(VecDeque::new()));
+                    let _ = self.root.cast(RootMsg::Failed(unit, why));
+                }
+            }
+            Some(Slot::Held(q)) => q.push_back(msg),
+            // Not (or no longer) here: the root knows where it is.
+            None => {
+                let _ = self.root.cast(RootMsg::Route(unit, msg));
+            }
+        }
+    }
+
+    async fn start(&mut self, args: WatcherArgs) {
+        let unit = args.unit.clone();
+        let held = match self.units.remove(&unit) {
+            Some(Slot::Held(q)) => q,
+            Some(live @ Slot::Live(_)) => {
+                // Already watched: the one running stays.
+                self.units.insert(unit, live);
+                return;
+            }
+            None => VecDeque::new(),
+        };
+        let w = WatcherState::start(args).await;
+        self.units.insert(unit.clone(), Slot::Live(Box::new(w)));
+        for msg in held {
+            self.deliver(unit.clone(), msg).await;
+        }
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+impl Actor for Group {
+    type Msg = GroupMsg;
+    type State = GroupState;
+    type Arguments = GroupArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<GroupMsg>,
+        args: GroupArgs,
+    ) -> Result<GroupState, ActorProcessingErr> {
+        Ok(GroupState {
+            root: args.root,
+            units: FnvMap::default(),
+            _ctx: args.ctx,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<GroupMsg>,
+        state: &mut GroupState,
+    ) -> Result<(), ActorProcessingErr> {
+        for slot in state.units.values_mut() {
+            if let Slot::Live(w) = slot {
+                w.stop();
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<GroupMsg>,
+        msg: GroupMsg,
+        state: &mut GroupState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            GroupMsg::Unit(unit, msg) => state.deliver(unit, msg).await,
+            GroupMsg::Start(args) => state.start(*args).await,
+            GroupMsg::Tick(units, now, port) => {
+                for unit in units {
+                    if matches!(state.units.get(&unit), Some(Slot::Live(_))) {
+                        state.deliver(unit, WatcherMsg::Tick(now)).await;
+                    }
+                }
+                if let Some(p) = port {
+                    let _ = p.send(());
+                }
+            }
+            GroupMsg::Summaries(units, port) => {
+                let out = units
+                    .iter()
+                    .filter_map(|u| match state.units.get(u) {
+                        Some(Slot::Live(w)) => Some(w.summary()),
+                        _ => None,
+                    })
+                    .collect();
+                let _ = port.send(out);
+            }
+            GroupMsg::Stop(units, port) => {
+                for unit in units {
+                    match state.units.remove(&unit) {
+                        Some(Slot::Live(mut w)) => w.stop(),
+                        Some(Slot::Held(q)) if !q.is_empty() => {
+                            warn!(unit = %unit, messages = q.len(), "unit stopped while its watcher was being started again: its held messages are dropped");
+                        }
+                        _ => {}
+                    }
+                }
+                let _ = port.send(());
+            }
+        }
+        Ok(())
+    }
+}
