@@ -136,7 +136,11 @@ impl RootState {
         record: Option<UnitRecord>,
         restarts: Intensity,
     ) -> ActorRef<GroupMsg> {
+        // Seen now: its group may start it after the next liveness check,
+        // which must not take it for silent (or forget it) meanwhile.
         let live = Arc::new(Liveness::default());
+        live.last_seen
+            .store(self.ctx.clock.now_ms(), Ordering::Relaxed);
         let i = group_of(unit);
         let group = self.groups[i].clone();
         self.start_in(&group, unit, record, restarts.count(), &live);
