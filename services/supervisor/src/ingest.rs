@@ -187,7 +187,7 @@ pub fn spawn_poller(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let dir = volume.join("reports");
-        let mut seen: HashMap<PathBuf, (SystemTime, u64)> = HashMap::new();
+        let mut seen: HashMap<PathBuf, FileSeen> = HashMap::new();
         let mut every =
             tokio::time::interval(Duration::from_millis(ctx.cfg.supervisor.file_poll_ms));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -207,12 +207,44 @@ pub fn spawn_poller(
     })
 }
 
+/// What the poller knows of one report file: its last modification time
+/// and length, and the life and seq of the last report read from it.
+#[derive(Debug, Default)]
+struct FileSeen {
+    stamp: Option<(SystemTime, u64)>,
+    last: Option<(u64, u64)>,
+    /// Rewrites in a row whose seq was not above the last one.
+    not_newer: u32,
+}
+
+impl FileSeen {
+    /// Notes a report read from the file. A rewrite whose `time.seq` is not
+    /// above the last one read (same epoch) is a duplicate to the watcher,
+    /// which ignores it: said here, since the writer is at fault (logged at
+    /// the 1st, 2nd, 4th… such rewrite of the file in a row).
+    fn read(&mut self, path: &Path, r: &SaluteReport) {
+        let (epoch, seq) = (r.time.epoch, r.time.seq);
+        match self.last {
+            Some((e, last)) if e == epoch && seq <= last => {
+                self.not_newer = self.not_newer.saturating_add(1);
+                if self.not_newer.is_power_of_two() {
+                    warn!(unit = %r.unit.unit, file = %path.display(), seq, last_seq = last, rewrites = self.not_newer, "report file rewritten without a higher time.seq: ignored as a duplicate; the writer must raise time.seq with every write (logged at 1, 2, 4… in a row)");
+                }
+            }
+            _ => {
+                self.last = Some((epoch, seq));
+                self.not_newer = 0;
+            }
+        }
+    }
+}
+
 async fn poll_once(
     ctx: &Ctx,
     root: &ActorRef<RootMsg>,
     routes: &Routes,
     dir: &Path,
-    seen: &mut HashMap<PathBuf, (SystemTime, u64)>,
+    seen: &mut HashMap<PathBuf, FileSeen>,
 ) -> Result<(), ()> {
     let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
         return Ok(());
@@ -232,10 +264,11 @@ async fn poll_once(
             meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
             meta.len(),
         );
-        if seen.get(&path) == Some(&stamp) {
+        let file = seen.entry(path.clone()).or_default();
+        if file.stamp == Some(stamp) {
             continue;
         }
-        seen.insert(path.clone(), stamp);
+        file.stamp = Some(stamp);
         ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
         // Never through a symlink, only a regular file, never past the
         // payload limit: the volume is writable by others.
@@ -270,6 +303,9 @@ async fn poll_once(
         });
         match report {
             Ok(mut r) => {
+                if let Some(file) = seen.get_mut(&path) {
+                    file.read(&path, &r);
+                }
                 decode::fill_from_pct(&mut r, &bytes);
                 let unit = r.unit.unit.clone();
                 let m = WatcherMsg::Report(Box::new(r), Headers::new(), bytes.into());
