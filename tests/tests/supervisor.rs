@@ -763,6 +763,60 @@ async fn file_mode_reads_seed_context_fill_pct() {
     assert_eq!(kinds(&steer), [(AnomalyKind::Context, Severity::Urgent)]);
 }
 
+/// Seed 000's own report files (`role_id`, `timestamp`, `context_fill_pct`,
+/// `status.health`, no `v`) are read as reports; one that cannot be ordered
+/// is dead-lettered with the reason named.
+#[tokio::test]
+async fn file_mode_reads_seed_shaped_files() {
+    let vol = tempfile::tempdir().unwrap();
+    let v = vol.path().display().to_string();
+    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let mut sub = sb.steering("analyst").await;
+    let mut dlq = sb.client.subscribe("xo.dlq.>").await.unwrap();
+    sb.client.flush().await.unwrap();
+    let reports = vol.path().join("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    let write = |unit: &str, body: &str| {
+        let tmp = reports.join(format!(".{unit}.tmp"));
+        std::fs::write(&tmp, body).unwrap();
+        std::fs::rename(&tmp, reports.join(format!("{unit}_latest.json"))).unwrap();
+    };
+    write(
+        "analyst",
+        r#"{"role_id":"analyst","timestamp":"2026-01-01T00:00:05.250Z","iteration":12,"context_fill_pct":93,"status":{"health":"AMBER"}}"#,
+    );
+    // 2026-01-01T00:00:05.250Z in ms since the epoch: the seq.
+    let seq = 1_767_225_605_250;
+    let d = sb.wait_seq("analyst", seq).await;
+    assert_eq!(d.summary.role, "analyst");
+    assert_eq!(d.summary.turn, 12);
+    assert_eq!(d.summary.self_health, Health::Amber);
+    assert!((d.summary.context_fill - 0.93).abs() < 1e-9);
+    let steer = drain(&mut sub);
+    assert_eq!(kinds(&steer), [(AnomalyKind::Context, Severity::Urgent)]);
+    // A later write (a numeric timestamp in seconds) is read too.
+    write(
+        "analyst",
+        r#"{"role_id":"analyst","timestamp":1767225606,"context_fill_pct":0.2,"status":{"health":"green"}}"#,
+    );
+    let d = sb.wait_seq("analyst", 1_767_225_606_000).await;
+    assert!((d.summary.context_fill - 0.2).abs() < 1e-9);
+
+    let undated = r#"{"role_id":"undated","context_fill_pct":50}"#;
+    write("undated", undated);
+    let m = tokio::time::timeout(T, dlq.next())
+        .await
+        .expect("a dead letter for the undated file")
+        .unwrap();
+    assert_eq!(m.subject, "xo.dlq.xo.salute.undated");
+    let err = m.headers.get(xo_bus::typed::DLQ_ERROR).unwrap_or_default();
+    assert!(
+        err.contains("seed-shaped") && err.contains("timestamp"),
+        "{err}"
+    );
+    assert_eq!(&m.payload[..], undated.as_bytes());
+}
+
 /// The control API is a NATS micro service; operators can steer by hand.
 #[tokio::test]
 async fn control_api_and_operator_steering() {

@@ -70,9 +70,105 @@ pub fn fill_from_pct(report: &mut SaluteReport, json: &[u8]) {
         .and_then(|s| s.get("context_fill_pct"))
         .or_else(|| v.get("context_fill_pct"))
         .and_then(serde_json::Value::as_f64);
-    if let Some(p) = pct.filter(|p| p.is_finite() && *p >= 0.0) {
-        report.size.context_fill = if p > 1.0 { p / 100.0 } else { p }.min(1.0);
+    if let Some(f) = pct.and_then(fill_of_pct) {
+        report.size.context_fill = f;
     }
+}
+
+/// `context_fill_pct` as a fill in 0..1: a percentage, or (as the seed's own
+/// threshold `> 0.80` reads) a fraction when at most 1.
+fn fill_of_pct(p: f64) -> Option<f64> {
+    (p.is_finite() && p >= 0.0).then(|| if p > 1.0 { p / 100.0 } else { p }.min(1.0))
+}
+
+/// A report file in seed 000's own shape — the host of the seed's agents
+/// writes `role_id`, `timestamp`, `context_fill_pct` and `status.health`,
+/// and no `v` — as the same report in XO's shape (JSON), to be decoded and
+/// checked like any other. `None`: not that shape (XO's own, or something
+/// else, which the usual decoding names). The mapping:
+///
+/// | seed | XO |
+/// | --- | --- |
+/// | `role_id` | `unit.unit` and `unit.role` (the file is `<role_id>_latest.json`) |
+/// | `timestamp` (RFC 3339, or seconds or ms since the epoch) | `time.seq` (ms): later rewrites count higher |
+/// | `turn` or `iteration`, if given | `time.turn` (else 0: turn-based cooldowns then never run out) |
+/// | `context_fill_pct` (top or in `size`) | `size.context_fill` (a percentage, or a fraction ≤ 1) |
+/// | `status.health` or `health` (any case) | `status.health` |
+/// | `turns_since_progress`, if given | `activity.turns_since_progress` |
+pub fn seed_shaped(json: &[u8]) -> Option<Result<Vec<u8>, CodecError>> {
+    use serde_json::{Value, json};
+    let v: Value = serde_json::from_slice(json).ok()?;
+    let o = v.as_object()?;
+    if o.contains_key("v") || !o.contains_key("role_id") {
+        return None;
+    }
+    let bad = |reason: String| {
+        Some(Err(CodecError::Invalid {
+            ty: "SaluteReport",
+            reason: format!("seed-shaped report file: {reason}"),
+        }))
+    };
+    let Some(role) = o["role_id"].as_str() else {
+        return bad("role_id is not a string".into());
+    };
+    let seq = match o.get("timestamp") {
+        Some(Value::String(t)) => xo_sensor::parse_time_ms(t),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .map(|t| if t < 1e11 { t * 1000.0 } else { t } as u64),
+        _ => None,
+    };
+    let Some(seq) = seq else {
+        return bad(format!(
+            "timestamp {} is no RFC 3339 time or number (it orders the file's rewrites)",
+            o.get("timestamp")
+                .map_or("(missing)".into(), Value::to_string)
+        ));
+    };
+    let turn = o
+        .get("turn")
+        .or_else(|| o.get("iteration"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let pct = o
+        .get("context_fill_pct")
+        .or_else(|| o.get("size").and_then(|s| s.get("context_fill_pct")));
+    let fill = match pct {
+        None => 0.0,
+        Some(p) => match p.as_f64().and_then(fill_of_pct) {
+            Some(f) => f,
+            None => return bad(format!("context_fill_pct {p} is no percentage")),
+        },
+    };
+    let health = o
+        .get("status")
+        .and_then(|s| s.get("health"))
+        .or_else(|| o.get("health"));
+    let health = match health.map(|h| h.as_str().map(str::to_ascii_lowercase)) {
+        None => "green".to_string(),
+        Some(Some(h)) if matches!(h.as_str(), "green" | "amber" | "red") => h,
+        Some(_) => {
+            return bad(format!(
+                "status.health {} is not GREEN, AMBER or RED",
+                health.map_or(String::new(), Value::to_string)
+            ));
+        }
+    };
+    let mut out = json!({
+        "v": xo_proto::PROTOCOL_VERSION,
+        "unit": {"unit": role, "role": role},
+        "time": {"turn": turn, "seq": seq},
+        "size": {"context_fill": fill},
+        "status": {"health": health},
+    });
+    if let Some(t) = o.get("turns_since_progress").and_then(Value::as_u64) {
+        out["activity"] = json!({"turns_since_progress": t});
+    }
+    Some(serde_json::to_vec(&out).map_err(|e| CodecError::Invalid {
+        ty: "SaluteReport",
+        reason: format!("seed-shaped report file: {e}"),
+    }))
 }
 
 /// Dead-letters a report file that could not be used, as if it had come on
