@@ -190,3 +190,15 @@ impl Drop for NatsServer {
         self.stop();
     }
 }
+
+/// Waits until `ok` holds, checking every 50 ms, 600 times at most; panics
+/// naming `what` if it never does.
+pub async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never: {what}");
+}

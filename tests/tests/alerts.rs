@@ -18,7 +18,7 @@ use xo_bus::{Store, typed};
 use xo_proto::alert::{Alert, AlertKind};
 use xo_proto::queue::*;
 use xo_runtime::config::{Webhook, WebhookFormat};
-use xo_tests::NatsServer;
+use xo_tests::{NatsServer, eventually};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -65,16 +65,6 @@ fn task(id: &str, deps: &[&str]) -> Task {
         depends_on: deps.iter().map(|s| s.to_string()).collect(),
         ..Task::new(id, format!("do {id}"), "do it", "coder")
     }
-}
-
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..600 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("never: {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,10 +5,9 @@
 mod common;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{answered, stop, xo};
+use common::{stop, up_with, xo};
 
 fn report(turn: u64, seq: u64) -> String {
     format!(
@@ -32,19 +31,15 @@ fn a_report_file_rewritten_with_the_same_seq_is_logged() {
     let vol = dir.path().join("volume");
     std::fs::create_dir_all(vol.join("reports")).unwrap();
     let log = dir.path().join("up.log");
-    let mut up = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .arg("up")
-        .current_dir(dir.path())
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .env("XO__SUPERVISOR__VOLUME", vol.display().to_string())
-        .env("XO__SUPERVISOR__FILE_POLL_MS", "20")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    answered(dir.path(), &mut up);
+    let vol_path = vol.display().to_string();
+    let up = up_with(
+        dir.path(),
+        &[
+            ("XO__SUPERVISOR__VOLUME", &vol_path),
+            ("XO__SUPERVISOR__FILE_POLL_MS", "20"),
+        ],
+        std::fs::File::create(&log).unwrap(),
+    );
     let file = vol.join("reports/scout_latest.json");
     // Replaced whole, as a writer on the volume must.
     let write = |body: String| {

@@ -14,7 +14,7 @@ use axum::routing::post;
 use xo_bus::{Bus, NatsBus, NatsStore, Store, typed};
 use xo_proto::Format;
 use xo_proto::alert::{Alert, AlertKind};
-use xo_tests::NatsServer;
+use xo_tests::{NatsServer, eventually};
 
 type Got = Arc<Mutex<Vec<String>>>;
 
@@ -52,21 +52,11 @@ fn alert(title: &str) -> Alert {
     }
 }
 
-async fn wait(what: &str, mut ok: impl FnMut() -> bool) {
-    for _ in 0..600 {
-        if ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("never: {what}");
-}
-
 /// Publishes alerts titled `<prefix> N` until one of them is delivered.
 async fn until_delivered(bus: &Bus, got: &Got, prefix: &str) {
     let s = xo_proto::Subjects::default();
     let mut n = 0;
-    wait(&format!("an alert {prefix} delivered"), || {
+    eventually(&format!("an alert {prefix} delivered"), || {
         n += 1;
         let (bus, subject) = (bus.clone(), s.alert(AlertKind::TaskBlocked));
         let title = format!("{prefix} {n}");
@@ -142,7 +132,7 @@ async fn three_replicas_deliver_each_alert_once_and_a_standby_takes_over() {
         .await
         .unwrap();
     }
-    wait("three alerts delivered", || {
+    eventually("three alerts delivered", || {
         let g = got.lock().unwrap();
         ["one", "two", "three"]
             .iter()
@@ -190,7 +180,7 @@ async fn three_replicas_deliver_each_alert_once_and_a_standby_takes_over() {
     )
     .await
     .unwrap();
-    wait("four delivered", || {
+    eventually("four delivered", || {
         got.lock().unwrap().iter().any(|x| x == "four")
     })
     .await;

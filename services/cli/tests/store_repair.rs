@@ -4,52 +4,16 @@
 //! the offset; `xo store repair` keeps a backup, drops only the damaged
 //! record and says so; `xo up` then starts with every other task.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn xo(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .stdin(Stdio::null())
-        .output()
-        .expect("xo")
-}
+use common::{stop, up, up_with, xo};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn up(dir: &Path) -> std::process::Child {
-    up_with(dir, &[])
-}
-
-/// `xo up` in `dir` (no console), once it answers.
-fn up_with(dir: &Path, env: &[(&str, &str)]) -> std::process::Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .arg("up")
-        .current_dir(dir)
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .env("XO__CONSOLE__ENABLED", "false")
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..500 {
-        if xo(dir, &["status", "--json"]).status.success() {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("xo up never answered");
 }
 
 /// `xo up` in `dir` with the queue initialised and `n` tasks enqueued from
@@ -94,13 +58,6 @@ fn up_refused(dir: &Path) -> String {
         .unwrap();
     assert!(!o.status.success(), "xo up started: {}", text(&o.stderr));
     text(&o.stderr)
-}
-
-fn stop(child: std::process::Child) -> Output {
-    let _ = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status();
-    child.wait_with_output().unwrap()
 }
 
 fn pending(dir: &Path) -> u64 {
@@ -187,7 +144,7 @@ fn fdatasyncs(sync: &str) -> usize {
         })
         .collect();
     std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
-    let mut up = up_with(d, &[("XO__STORE__SYNC", sync)]);
+    let mut up = up_with(d, &[("XO__STORE__SYNC", sync)], Stdio::null());
     let trace = d.join("trace.txt");
     let strace = Command::new("strace")
         .args(["-f", "-qq", "-e", "trace=fdatasync", "-o"])

@@ -9,7 +9,6 @@
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -17,7 +16,6 @@ use tracing::{error, warn};
 use xo_proto::control::UnitSummary;
 use xo_radio::FnvMap;
 
-use crate::ctx::Ctx;
 use crate::root::RootMsg;
 use crate::watcher::{WatcherArgs, WatcherMsg, WatcherState};
 
@@ -53,7 +51,6 @@ pub enum GroupMsg {
 pub struct Group;
 
 pub struct GroupArgs {
-    pub ctx: Arc<Ctx>,
     pub root: ActorRef<RootMsg>,
 }
 
@@ -66,7 +63,6 @@ enum Slot {
 pub struct GroupState {
     root: ActorRef<RootMsg>,
     units: FnvMap<String, Slot>,
-    _ctx: Arc<Ctx>,
 }
 
 impl GroupState {
@@ -131,7 +127,6 @@ impl Actor for Group {
         Ok(GroupState {
             root: args.root,
             units: FnvMap::default(),
-            _ctx: args.ctx,
         })
     }
 

@@ -114,7 +114,6 @@ impl RootState {
                 None,
                 Group,
                 GroupArgs {
-                    ctx: self.ctx.clone(),
                     root: myself.clone(),
                 },
             )

@@ -35,14 +35,21 @@ pub fn answered(dir: &Path, up: &mut Child) {
 
 /// `xo up` in `dir` (console off), once it answers.
 pub fn up(dir: &Path) -> Child {
+    up_with(dir, &[], Stdio::null())
+}
+
+/// `xo up` in `dir` (console off) with more environment and its log to
+/// `stderr`, once it answers.
+pub fn up_with(dir: &Path, env: &[(&str, &str)], stderr: impl Into<Stdio>) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xo"))
         .arg("up")
         .current_dir(dir)
         .env_remove("XO_NATS_URL")
         .env("RUST_LOG", "warn")
         .env("XO__CONSOLE__ENABLED", "false")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     answered(dir, &mut child);
