@@ -12,6 +12,15 @@ use xo_proto::control::{ListUnits, SteerUnit, SupervisorStats};
 use xo_proto::{Action, AnomalyKind, Format, Health, Heartbeat, Outcome, Pace, Severity};
 use xo_radio::{Microcosm, RoleProfile};
 
+/// Replaces `<volume>/reports/<unit>_latest.json` whole, as a writer on
+/// the volume must (a temporary file, then a rename).
+fn replace_report_file(volume: &std::path::Path, unit: &str, body: &[u8]) {
+    let reports = volume.join("reports");
+    let tmp = reports.join(format!(".{unit}.tmp"));
+    std::fs::write(&tmp, body).unwrap();
+    std::fs::rename(&tmp, reports.join(format!("{unit}_latest.json"))).unwrap();
+}
+
 fn kinds(s: &[xo_proto::Steering]) -> Vec<(AnomalyKind, Severity)> {
     s.iter().map(|s| (s.kind, s.severity)).collect()
 }
@@ -655,9 +664,7 @@ async fn macrocosm_file_mode() {
     sb.client.flush().await.unwrap();
     std::fs::create_dir_all(vol.path().join("reports")).unwrap();
     let write = |r: &xo_proto::SaluteReport| {
-        let tmp = vol.path().join("reports/.filer.tmp");
-        std::fs::write(&tmp, serde_json::to_vec(r).unwrap()).unwrap();
-        std::fs::rename(&tmp, vol.path().join("reports/filer_latest.json")).unwrap();
+        replace_report_file(vol.path(), "filer", &serde_json::to_vec(r).unwrap())
     };
     let mut r = report("filer", 1);
     r.activity.turns_since_progress = 7;
@@ -774,13 +781,8 @@ async fn file_mode_reads_seed_shaped_files() {
     let mut sub = sb.steering("analyst").await;
     let mut dlq = sb.client.subscribe("xo.dlq.>").await.unwrap();
     sb.client.flush().await.unwrap();
-    let reports = vol.path().join("reports");
-    std::fs::create_dir_all(&reports).unwrap();
-    let write = |unit: &str, body: &str| {
-        let tmp = reports.join(format!(".{unit}.tmp"));
-        std::fs::write(&tmp, body).unwrap();
-        std::fs::rename(&tmp, reports.join(format!("{unit}_latest.json"))).unwrap();
-    };
+    std::fs::create_dir_all(vol.path().join("reports")).unwrap();
+    let write = |unit: &str, body: &str| replace_report_file(vol.path(), unit, body.as_bytes());
     write(
         "analyst",
         r#"{"role_id":"analyst","timestamp":"2026-01-01T00:00:05.250Z","iteration":12,"context_fill_pct":93,"status":{"health":"AMBER"}}"#,

@@ -283,21 +283,28 @@ async fn poll_once(
                 continue;
             }
         };
-        // Seed 000's own shape is read as the same report in XO's.
-        let bytes = match decode::seed_shaped(&bytes) {
-            None => bytes,
-            Some(Ok(mapped)) => mapped,
-            Some(Err(e)) => {
-                decode::reject_file(ctx, &path, unit, bytes, &e).await;
-                continue;
-            }
+        let decode_file = |bytes: &[u8]| {
+            xo_proto::codec::decode::<SaluteReport>(
+                bytes,
+                Some(xo_proto::codec::JSON),
+                ctx.cfg.wire.max_payload,
+            )
         };
-        let report = xo_proto::codec::decode::<SaluteReport>(
-            &bytes,
-            Some(xo_proto::codec::JSON),
-            ctx.cfg.wire.max_payload,
-        )
-        .and_then(|r| {
+        // A file that is no report in XO's shape may be one in seed 000's
+        // own: read as the same report in XO's (looked at only then, so a
+        // report in XO's shape is parsed once).
+        let (bytes, report) = match decode_file(&bytes) {
+            Ok(r) => (bytes, Ok(r)),
+            Err(e) => match decode::seed_shaped(&bytes) {
+                None => (bytes, Err(e)),
+                Some(Ok(mapped)) => {
+                    let r = decode_file(&mapped);
+                    (mapped, r)
+                }
+                Some(Err(seed)) => (bytes, Err(seed)),
+            },
+        };
+        let report = report.and_then(|r| {
             if r.unit.unit == unit {
                 Ok(r)
             } else {
@@ -312,9 +319,7 @@ async fn poll_once(
         });
         match report {
             Ok(mut r) => {
-                if let Some(file) = seen.get_mut(&path) {
-                    file.read(&path, &r);
-                }
+                file.read(&path, &r);
                 decode::fill_from_pct(&mut r, &bytes);
                 let unit = r.unit.unit.clone();
                 let m = WatcherMsg::Report(Box::new(r), Headers::new(), bytes.into());
