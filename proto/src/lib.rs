@@ -42,7 +42,7 @@ pub use control::Request;
 pub use heartbeat::Heartbeat;
 pub use salute::{
     Action, ActionKind, Activity, Assessor, Equipment, Health, Location, Outcome, Pace,
-    SaluteReport, Size, Status, Time, UnitInfo,
+    SaluteReport, SelfSteered, Size, Status, Time, UnitInfo,
 };
 pub use steering::{AnomalyKind, Evidence, Severity, Steering, SteeringSource};
 pub use subject::{SubjectKind, Subjects, partition_of};

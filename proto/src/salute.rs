@@ -194,6 +194,21 @@ pub struct Status {
     /// (the session went on).
     #[serde(default, skip_serializing_if = "is_false")]
     pub ended: bool,
+    /// Steering the unit's own check (the runner's microcosm) gave its
+    /// agent since its previous report, on the turn it saw each anomaly.
+    /// The XO counts each as steered (its cooldown runs from that turn), so
+    /// the agent gets one steering per anomaly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub self_steered: Vec<SelfSteered>,
+}
+
+/// One steering the unit gave itself ([`Status::self_steered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SelfSteered {
+    pub kind: crate::AnomalyKind,
+    pub severity: crate::Severity,
+    /// The unit's turn it was given at.
+    pub turn: u64,
 }
 
 fn is_false(v: &bool) -> bool {

@@ -629,6 +629,7 @@ mod tests {
             },
             note: g.opt(),
             ended: g.flip(),
+            self_steered: Vec::new(),
         };
         r
     }

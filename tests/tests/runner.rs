@@ -164,11 +164,7 @@ async fn salute_every_interval_and_heartbeats() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microcosm_steers_the_agent_out_of_a_loop_with_no_supervisor() {
-    let mut rig = Rig::start(&[
-        ("runner.microcosm", "true"),
-        ("runner.microcosm_grace_ms", "100"),
-    ])
-    .await;
+    let mut rig = Rig::start(&[("runner.microcosm", "true")]).await;
     let mut t = scripted(
         "m1",
         "[[run]]\nsteps = [{ repeat = 500, tool = \"build\", args = \"x\", fail = \"compile_error\", until_steered = true }, { reply = '{\"status\": \"ok\", \"message\": \"changed approach\"}' }]",

@@ -1,8 +1,9 @@
 //! With the shipped configuration (deploy/config/xo.toml: the runner's own
 //! radio check on), a looping agent supervised by the XO gets one steering
-//! per anomaly: every loop steering it reads came from the XO, none twice.
-//! A runner restarted under the same unit id (its `seq` starting over) is
-//! still supervised: the XO tells the restart from a duplicate.
+//! per anomaly: the runner's own check steers it on the turn it sees the
+//! loop and says so in its next report; the XO, told, steers none of it
+//! again. A runner restarted under the same unit id (its `seq` starting
+//! over) is still supervised: the XO tells the restart from a duplicate.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,6 +22,8 @@ fn shipped(dir: &Path) -> XoConfig {
     let o = vec![
         ("state.dir".to_string(), state),
         ("runner.claim_wait_ms".to_string(), "200".to_string()),
+        // Every steering of both tasks stays in the unit's history.
+        ("supervisor.steering_history".to_string(), "100".to_string()),
     ];
     let cfg = XoConfig::load(Some(&file), &o).unwrap();
     assert!(
@@ -92,6 +95,7 @@ fn received(cfg: &XoConfig, id: &str) -> usize {
         .sum()
 }
 
+/// The XO's loop steering published for the unit.
 async fn drain_loops(sub: &mut xo_bus::Subscription) -> usize {
     let mut n = 0;
     while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), sub.next()).await {
@@ -102,6 +106,24 @@ async fn drain_loops(sub: &mut xo_bus::Subscription) -> usize {
         }
     }
     n
+}
+
+/// The loop steering the unit's reports said its own check gave it (the
+/// XO keeps them in the unit's history), and the turns it gave them at.
+async fn self_steered_loops(bus: &Bus, cfg: &XoConfig) -> Vec<u64> {
+    let u = typed::call(
+        bus,
+        &cfg.subjects(),
+        &xo_proto::control::ShowUnit { unit: "u1".into() },
+        T,
+    )
+    .await
+    .unwrap();
+    u.recent_steering
+        .iter()
+        .filter(|s| s.source == SteeringSource::SelfCheck && s.kind == AnomalyKind::Loop)
+        .map(|s| s.turn)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,11 +174,14 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     wait_completed(&bus, &cfg, "l1").await;
     let sent = drain_loops(&mut steer).await;
     let got = received(&cfg, "l1");
-    assert!(sent >= 1, "the XO steered the loop");
+    let own = self_steered_loops(&bus, &cfg).await;
+    assert!(got >= 1, "the agent was steered out of its loop");
     assert_eq!(
-        got, sent,
-        "every loop steering the agent read came from the XO, once"
+        own.len(),
+        got,
+        "every loop steering the agent read was its runner's own, reported to the XO: {own:?}"
     );
+    assert_eq!(sent, 0, "the XO steered no loop its runner had steered");
 
     // The same unit again, in a new process life: seq starts over at 1.
     let _ = r1.stop.send(true);
@@ -178,8 +203,10 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     typed::call(&bus, &s, &Resume {}, T).await.unwrap();
     wait_completed(&bus, &cfg, "l2").await;
     let sent2 = drain_loops(&mut steer).await;
-    assert!(sent2 >= 1, "the restarted runner is steered too");
-    assert_eq!(received(&cfg, "l2"), sent2);
+    let got2 = received(&cfg, "l2");
+    assert!(got2 >= 1, "the restarted runner's agent is steered too");
+    assert_eq!(sent2, 0, "and the XO, told, does not steer it again");
+    assert_eq!(self_steered_loops(&bus, &cfg).await.len(), got + got2);
     let u = typed::call(
         &bus,
         &s,

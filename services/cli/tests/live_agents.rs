@@ -47,6 +47,16 @@ impl Rig {
     }
 
     fn spawn(&mut self, name: &str, config: Option<&Path>, args: &[&str]) {
+        self.spawn_with(name, config, args, &[]);
+    }
+
+    fn spawn_with(
+        &mut self,
+        name: &str,
+        config: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, PathBuf)],
+    ) {
         let log = std::fs::File::create(self.root.join(format!("{name}.log"))).unwrap();
         let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
         c.current_dir(&self.root).args(["--log-format", "json"]);
@@ -65,6 +75,7 @@ impl Rig {
             .env("XO__RUNNER__CLAIM_WAIT_MS", "300")
             .env("XO__RUNNER__MICROCOSM", "false")
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log);
         self.children.push(c.spawn().expect("xo starts"));
@@ -103,6 +114,20 @@ fn toml_list(items: &[String]) -> String {
 }
 
 async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
+    let id = task.task_id.clone();
+    let bus = start_goal(rig, config, task, true, &[]).await;
+    wait_final(rig, &bus, &id).await
+}
+
+/// Starts the queue, a runner with `config` (and the supervisor when
+/// `supervised`), and enqueues `task`; the bus to watch it on.
+async fn start_goal(
+    rig: &mut Rig,
+    config: &str,
+    task: Task,
+    supervised: bool,
+    runner_env: &[(&str, PathBuf)],
+) -> Bus {
     let cfg = rig.root.join("runner.toml");
     std::fs::write(&cfg, config).unwrap();
     let bus = if rig.url.is_empty() {
@@ -118,7 +143,9 @@ async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
         }
         bus.expect("xo up serves its socket")
     } else {
-        rig.spawn("supervisor", None, &["serve", "supervisor"]);
+        if supervised {
+            rig.spawn("supervisor", None, &["serve", "supervisor"]);
+        }
         rig.spawn("queue", None, &["serve", "queue"]);
         Bus::Nats(
             NatsBus::connect(&rig.url, Default::default())
@@ -126,12 +153,13 @@ async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
                 .unwrap(),
         )
     };
-    rig.spawn(
+    rig.spawn_with(
         "runner",
         Some(&cfg),
         &[
             "serve", "runner", "--script", "inline", "--role", "coder", "--unit", "live-1",
         ],
+        runner_env,
     );
     let s = Subjects::default();
     let t = Duration::from_secs(10);
@@ -146,8 +174,11 @@ async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
     }
     assert!(ready, "the queue answers");
     // Reports are core NATS: the XO listens before any agent runs.
-    let mut listening = false;
+    let mut listening = !supervised;
     for _ in 0..200 {
+        if listening {
+            break;
+        }
         if typed::call(&bus, &s, &xo_proto::control::ListUnits::default(), t)
             .await
             .is_ok()
@@ -171,13 +202,17 @@ async fn run_goal(rig: &mut Rig, config: &str, task: Task) -> TaskRecord {
     )
     .await
     .unwrap();
-    let id = task.task_id.clone();
     typed::call(&bus, &s, &Enqueue { tasks: vec![task] }, t)
         .await
         .unwrap();
     typed::call(&bus, &s, &Start {}, t).await.unwrap();
+    bus
+}
+
+async fn wait_final(rig: &Rig, bus: &Bus, id: &str) -> TaskRecord {
+    let (s, t) = (Subjects::default(), Duration::from_secs(10));
     for _ in 0..1200 {
-        let tasks = typed::call(&bus, &s, &ListTasks::default(), t)
+        let tasks = typed::call(bus, &s, &ListTasks::default(), t)
             .await
             .unwrap();
         let rec = tasks.into_iter().find(|r| r.task.task_id == id).unwrap();
@@ -240,16 +275,22 @@ async fn claude_steered_through_its_hook(mut rig: Rig) {
     assert!(runner.contains("agent run read live"), "{runner}");
 }
 
+/// A Codex agent with its hook and a resume: the XO's first loop steering
+/// goes through the hook (this agent keeps looping regardless); the second
+/// is critical, and stops the agent to resume its thread with it.
 #[tokio::test]
 async fn a_codex_agent_steered_twice_is_stopped_and_resumed_with_the_steering() {
     let mut rig = Rig::start();
     let fake = agent("fake_codex.py");
+    let codex_home = rig.root.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
     let config = format!(
-        "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nresume = {}\n",
+        "[runner]\nenv_allow = [\"PATH\", \"HOME\", \"CODEX_HOME\"]\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nhook = \"codex\"\nresume = {}\n",
         toml_list(&[
             "python3".into(),
             fake.clone(),
             "exec".into(),
+            "--dangerously-bypass-hook-trust".into(),
             "--json".into(),
             "{prompt}".into()
         ]),
@@ -265,17 +306,199 @@ async fn a_codex_agent_steered_twice_is_stopped_and_resumed_with_the_steering() 
     let mut task = Task::new("x1", "fix the build", "make build fails; fix it", "coder");
     task.project = Some("live".into());
     task.acceptance_criteria = vec!["file contains: resumed.txt :: fake-thread-7".into()];
-    let rec = run_goal(&mut rig, &config, task).await;
+    let bus = start_goal(
+        &mut rig,
+        &config,
+        task,
+        true,
+        &[("CODEX_HOME", codex_home.clone())],
+    )
+    .await;
+    let rec = wait_final(&rig, &bus, "x1").await;
     assert_eq!(
         rec.state,
         TaskState::Completed,
         "{rec:?}\n--- runner\n{}",
         rig.log("runner")
     );
+    // The first went through Codex's hook, installed in its home.
+    let hooks = std::fs::read_to_string(codex_home.join("hooks.json")).unwrap();
+    assert!(hooks.contains("hook codex"), "{hooks}");
+    let delivered = std::fs::read_to_string(rig.project().join(".xo/steering.delivered")).unwrap();
+    assert!(delivered.contains("[SUPERVISOR] Loop"), "{delivered}");
     // Resumed in its own thread, with the XO's steering as the prompt.
     let resumed = std::fs::read_to_string(rig.project().join("resumed.txt")).unwrap();
     assert!(resumed.starts_with("fake-thread-7\n"), "{resumed}");
     assert!(resumed.contains("[SUPERVISOR] Loop"), "{resumed}");
     let runner = rig.log("runner");
     assert!(runner.contains("critical steering"), "{runner}");
+}
+
+/// One CLI agent's channel for steering while it runs.
+struct Channel {
+    name: &'static str,
+    config: String,
+    env: Vec<(&'static str, PathBuf)>,
+}
+
+fn channels(rig: &Rig) -> Vec<Channel> {
+    let py = |agent_file: &str, rest: &[&str]| {
+        let mut v = vec!["python3".to_string(), agent(agent_file)];
+        v.extend(rest.iter().map(|s| s.to_string()));
+        toml_list(&v)
+    };
+    let codex_home = rig.root.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    vec![
+        Channel {
+            name: "claude (its PostToolUse hook)",
+            config: format!(
+                "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"claude\"\nhook = \"claude\"\n",
+                py("fake_claude.py", &["-p", "{prompt}"])
+            ),
+            env: vec![],
+        },
+        Channel {
+            name: "codex (its PostToolUse hook)",
+            config: format!(
+                "[runner]\nenv_allow = [\"PATH\", \"HOME\", \"CODEX_HOME\"]\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nhook = \"codex\"\nresume = {}\n",
+                py(
+                    "fake_codex.py",
+                    &[
+                        "exec",
+                        "--dangerously-bypass-hook-trust",
+                        "--json",
+                        "{prompt}"
+                    ]
+                ),
+                py(
+                    "fake_codex.py",
+                    &["exec", "resume", "{session}", "{prompt}"]
+                ),
+            ),
+            env: vec![("CODEX_HOME", codex_home)],
+        },
+        Channel {
+            name: "cursor (a resume at its next turn)",
+            config: format!(
+                "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"cursor\"\nresume = {}\n",
+                py(
+                    "fake_cursor.py",
+                    &["-p", "{prompt}", "--output-format", "stream-json"]
+                ),
+                py(
+                    "fake_cursor.py",
+                    &[
+                        "-p",
+                        "{prompt}",
+                        "--resume",
+                        "{session}",
+                        "--output-format",
+                        "stream-json"
+                    ]
+                ),
+            ),
+            env: vec![],
+        },
+        Channel {
+            name: "plain command ($XO_STEERING_FILE)",
+            config: format!(
+                "[runner.driver]\nkind = \"command\"\ncommand = {}\n",
+                py("plain_agent.py", &[])
+            ),
+            env: vec![],
+        },
+    ]
+}
+
+fn read_turn(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let first = text.lines().next()?;
+    first.trim_start_matches("turn ").trim().parse().ok()
+}
+
+/// Steering reaches every CLI agent while it runs, on its next turn: an
+/// operator's steering published when the agent has done a few steps is
+/// shown to its model after the step it is in, or the one after (the
+/// agent's steps take ~200 ms; the runner hands steering over within
+/// ~100 ms). Measured per channel in agent turns and printed.
+#[tokio::test]
+async fn steering_reaches_every_cli_agent_on_its_next_turn() {
+    let mut table = Vec::new();
+    for i in 0..4 {
+        let mut rig = Rig::start();
+        let ch = channels(&rig).remove(i);
+        let mut task = Task::new(
+            format!("lat{i}"),
+            "steps",
+            "latency: work in steps until the supervisor steers you",
+            "coder",
+        );
+        task.project = Some("live".into());
+        task.acceptance_criteria = vec!["file contains: seen.txt :: stop stepping".into()];
+        let id = task.task_id.clone();
+        let bus = start_goal(&mut rig, &ch.config, task, false, &ch.env).await;
+        let project = rig.project();
+        let mut started = false;
+        for _ in 0..600 {
+            if read_turn(&project.join("agent_turn")).is_some_and(|t| t >= 3) {
+                started = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            started,
+            "{}: the agent never made 3 steps\n--- runner\n{}",
+            ch.name,
+            rig.log("runner")
+        );
+        let steering = xo_proto::Steering {
+            v: 1,
+            unit: "live-1".into(),
+            id: format!("live-1-op-{i}"),
+            kind: xo_proto::AnomalyKind::Operator,
+            severity: xo_proto::Severity::Warning,
+            message: "[SUPERVISOR] Operator: stop stepping and report.".into(),
+            turn: 0,
+            at: xo_proto::now_ms(),
+            evidence: Default::default(),
+            source: xo_proto::SteeringSource::Operator,
+        };
+        let sent = std::time::Instant::now();
+        typed::publish(
+            &bus,
+            &Subjects::default().steer("live-1"),
+            &steering,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        bus.flush().await.unwrap();
+        let at = read_turn(&project.join("agent_turn")).unwrap();
+        let rec = wait_final(&rig, &bus, &id).await;
+        assert_eq!(
+            rec.state,
+            TaskState::Completed,
+            "{}: {rec:?}\n--- runner\n{}",
+            ch.name,
+            rig.log("runner")
+        );
+        let seen = read_turn(&project.join("seen.txt")).expect("seen.txt names a turn");
+        let text = std::fs::read_to_string(project.join("seen.txt")).unwrap();
+        assert!(text.contains("stop stepping"), "{}: {text}", ch.name);
+        assert!(
+            seen >= at && seen <= at + 2,
+            "{}: published at the agent's turn {at}, shown to it after turn {seen}\n--- runner\n{}",
+            ch.name,
+            rig.log("runner")
+        );
+        table.push(format!(
+            "{:<36} published at turn {at:>3}, shown after turn {seen:>3} (+{} turn(s), {} ms to the task's end)",
+            ch.name,
+            seen - at,
+            sent.elapsed().as_millis()
+        ));
+    }
+    eprintln!("steering latency per channel:\n{}", table.join("\n"));
 }

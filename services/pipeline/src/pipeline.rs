@@ -317,6 +317,12 @@ impl Pipeline {
                         .display()
                         .to_string(),
                 ),
+                (
+                    "XO_STEERING_FILE",
+                    &cwd.join(crate::driver::command::PENDING)
+                        .display()
+                        .to_string(),
+                ),
             ],
         );
         let profile = pcfg

@@ -224,6 +224,17 @@ pub fn check_unit(
         state.condensations_at_progress = report.size.condensations;
     }
     state.last_turn = turn;
+    // Steering the unit gave itself since its last report counts as
+    // steered: its cooldown runs from the turn it was given at.
+    for own in &report.status.self_steered {
+        let newer = state
+            .cooldowns
+            .get(&own.kind)
+            .is_none_or(|&(at, _)| own.turn >= at);
+        if newer && own.turn <= turn {
+            state.cooldowns.insert(own.kind, (own.turn, own.severity));
+        }
+    }
 
     let findings = rules::evaluate(report, profile, state.condensations_at_progress);
     let cooldown = u64::from(profile.doctrine.cooldown_turns);

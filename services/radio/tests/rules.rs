@@ -746,3 +746,48 @@ fn an_ended_session_is_assessed_but_never_steered() {
     r.activity.turns_since_progress = max + 2;
     assert_eq!(kinds(&mut radio, &r), vec![AnomalyKind::Stall]);
 }
+
+#[test]
+fn an_anomaly_the_unit_steered_itself_is_under_cooldown_at_the_xo() {
+    let stalled = |turn| {
+        let mut r = report(turn);
+        r.activity.turns_since_progress = 6;
+        r
+    };
+    // The runner's own check gave the stall at turn 9; its report at turn 10
+    // says so: the XO does not steer it again until the cooldown is over.
+    let mut radio = Radio::default();
+    let mut r = stalled(10);
+    r.status.self_steered = vec![xo_proto::SelfSteered {
+        kind: AnomalyKind::Stall,
+        severity: Severity::Warning,
+        turn: 9,
+    }];
+    let a = radio.check(&r);
+    assert!(a.steering.is_empty(), "{:?}", a.steering);
+    assert_eq!(a.suppressed, vec![AnomalyKind::Stall]);
+    assert_eq!(
+        a.health,
+        Health::Amber,
+        "the anomaly still counts for health"
+    );
+    assert!(radio.check(&stalled(11)).steering.is_empty());
+    assert_eq!(kinds(&mut radio, &stalled(12)), vec![AnomalyKind::Stall]);
+    // Without the line, the XO steers it.
+    assert_eq!(fresh(&stalled(10)), vec![AnomalyKind::Stall]);
+    // Another kind given is no cover; a turn ahead of the report is ignored.
+    let mut other = stalled(10);
+    other.status.self_steered = vec![
+        xo_proto::SelfSteered {
+            kind: AnomalyKind::Loop,
+            severity: Severity::Warning,
+            turn: 9,
+        },
+        xo_proto::SelfSteered {
+            kind: AnomalyKind::Stall,
+            severity: Severity::Warning,
+            turn: 50,
+        },
+    ];
+    assert_eq!(fresh(&other), vec![AnomalyKind::Stall]);
+}

@@ -36,7 +36,12 @@ pub async fn spawn(
         tokio::spawn(
             until(
                 shutdown.signal(),
-                steering_loop(steer_sub, turns.clone(), cfg.wire.max_payload),
+                steering_loop(
+                    steer_sub,
+                    turns.clone(),
+                    cfg.wire.max_payload,
+                    u64::from(profile_cooldown(cfg, &opts.role)),
+                ),
             )
             .in_current_span(),
         ),
@@ -72,10 +77,16 @@ async fn until(shutdown: impl Future<Output = ()>, work: impl Future<Output = ()
     }
 }
 
-async fn steering_loop(mut sub: Subscription, turns: Turns, limit: usize) {
+async fn steering_loop(mut sub: Subscription, turns: Turns, limit: usize, cooldown: u64) {
     while let Some(msg) = sub.next().await {
         match typed::decode::<Steering>(&msg, limit) {
             Ok(s) => {
+                if s.source == SteeringSource::Xo
+                    && let Some(own) = turns.steered_itself(&s, cooldown)
+                {
+                    info!(kind = %s.kind.as_str(), turn = s.turn, own_turn = own, "the XO's steering of an anomaly the runner's own check gave at its turn; not given again");
+                    continue;
+                }
                 if turns.push(&s) {
                     info!(kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source, "steering received");
                 } else {
@@ -113,44 +124,12 @@ fn profile_cooldown(cfg: &XoConfig, role: &str) -> u32 {
     cfg.roles().get(role).doctrine.cooldown_turns
 }
 
-/// The runner's own steering, held back for the XO: one source steers an
-/// anomaly, the XO when it is reachable.
-struct OwnSteering {
-    /// (steering, turn found, when found)
-    pending: Vec<(Steering, u64, std::time::Instant)>,
-    /// Turns to wait: a report interval and one more, for the XO to see it.
-    hold_turns: u64,
-    /// The XO's steering of a kind covers the anomaly for this many turns.
-    cooldown: u64,
-    grace: Duration,
-}
-
-impl OwnSteering {
-    /// The held steering that is now the runner's to give: the XO steered
-    /// none of its kind since (or within a cooldown before) it was found,
-    /// and both the turns and the grace have passed. Covered ones are dropped.
-    fn due(&mut self, turns: &Turns, now_turn: u64) -> Vec<Steering> {
-        let mut out = Vec::new();
-        self.pending.retain(|(st, found, at)| {
-            let covered = turns
-                .xo_steered(st.kind)
-                .is_some_and(|t| t + self.cooldown >= *found);
-            if covered {
-                return false;
-            }
-            if now_turn >= found + self.hold_turns && at.elapsed() >= self.grace {
-                out.push(st.clone());
-                return false;
-            }
-            true
-        });
-        out
-    }
-}
-
 /// Builds SALUTE reports from the agent's turns; publishes one every
 /// `salute_interval_turns` turns and at each new task; runs the radio
-/// in-process in microcosm mode.
+/// in-process in microcosm mode, steering the agent on the turn it sees an
+/// anomaly (unless the XO steered that kind within a cooldown), and tells
+/// the XO in the next report (`status.self_steered`), which then does not
+/// steer it again.
 async fn reporter(
     bus: Bus,
     cfg: XoConfig,
@@ -179,31 +158,39 @@ async fn reporter(
     let mut micro = cfg.runner.microcosm.then(|| Microcosm::new(profile));
     let host = std::env::var("HOSTNAME").ok();
     let mut s = SaluteState::new(&opts.unit, &opts.role, host, cfg.runner.context_limit);
-    let mut own = OwnSteering {
-        pending: Vec::new(),
-        hold_turns: interval + 1,
-        cooldown: u64::from(profile_cooldown(&cfg, &opts.role)),
-        grace: Duration::from_millis(cfg.runner.microcosm_grace_ms),
-    };
+    let cooldown = u64::from(profile_cooldown(&cfg, &opts.role));
+    // Given since the last report published.
+    let mut self_steered: Vec<xo_proto::SelfSteered> = Vec::new();
     while let Some(ev) = rx.recv().await {
         let task = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let new_task = s.task() != task.as_deref();
         if new_task {
             s.start_task(task);
-            own.pending.clear();
         }
         let mut report = s.turn(ev);
         if let Some(m) = micro.as_mut() {
-            let turn = turns.usage().turns;
-            for st in m.turn(&mut report) {
-                own.pending.push((st, turn, std::time::Instant::now()));
-            }
-            for st in own.due(&turns, turn) {
-                info!(kind = %st.kind.as_str(), source = ?SteeringSource::SelfCheck, "microcosm steering: the XO did not steer this");
-                turns.push(&st);
+            let task_turn = turns.usage().turns;
+            for mut st in m.turn(&mut report) {
+                // The XO steered this kind moments ago: it is covered.
+                if turns
+                    .xo_steered(st.kind)
+                    .is_some_and(|t| task_turn < t + cooldown)
+                {
+                    continue;
+                }
+                st.source = SteeringSource::SelfCheck;
+                info!(kind = %st.kind.as_str(), turn = report.time.turn, source = ?SteeringSource::SelfCheck, "the runner's own check steers its agent");
+                if turns.push(&st) {
+                    self_steered.push(xo_proto::SelfSteered {
+                        kind: st.kind,
+                        severity: st.severity,
+                        turn: st.turn,
+                    });
+                }
             }
         }
         if new_task || report.time.turn.is_multiple_of(interval) {
+            report.status.self_steered = std::mem::take(&mut self_steered);
             // Numbered by publication, not by turn (a report every few
             // turns): a gap the XO sees is a report lost on the way.
             published += 1;

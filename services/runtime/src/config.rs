@@ -483,12 +483,15 @@ pub struct RunnerConfig {
     /// Code's session files); `~/` is the runner's `HOME`.
     pub confine_write: Vec<String>,
     pub timeouts: TimeoutConfig,
-    /// Run the radio check in-process every turn too (self-supervision).
-    /// The XO wins: the runner's own steering of an anomaly waits
-    /// `microcosm_grace_ms` (and a report interval of turns) and is dropped
-    /// if the XO steered that anomaly meanwhile, so the agent gets one
-    /// steering per anomaly; with no XO reachable, its own check steers.
+    /// Run the radio check in-process every turn too (self-supervision):
+    /// the runner steers its agent on the turn it sees an anomaly, and says
+    /// so in its next report (`status.self_steered`); the XO counts that as
+    /// its own steering of the anomaly, and the runner does not give the
+    /// XO's steering of an anomaly it already gave, so the agent gets one
+    /// steering per anomaly, XO reachable or not.
     pub microcosm: bool,
+    /// No longer used (the runner's own check no longer waits for the XO);
+    /// accepted so that older configuration files still load.
     pub microcosm_grace_ms: u64,
     /// Context window assumed for SALUTE fill when the driver does not know it.
     pub context_limit: u64,
@@ -573,7 +576,7 @@ pub enum DriverKind {
     Script,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DriverConfig {
     pub kind: DriverKind,
@@ -588,14 +591,37 @@ pub struct DriverConfig {
     /// agent turn is a SALUTE turn: `none` (one turn a run), `claude`,
     /// `cursor`, `codex` or `openhands` (see docs/sensors.md).
     pub stream: String,
-    /// `command`: how steering reaches a running agent: `""` (at the next
-    /// prompt only) or `claude` (a PostToolUse hook, `xo hook claude`,
-    /// installed into the task's `.claude/settings.local.json`).
+    /// `command`: the agent hook steering reaches a running agent through:
+    /// `""` (none), `claude` (Claude Code's PostToolUse, PostToolUseFailure
+    /// and Stop hooks, `xo hook claude`, installed into the task's
+    /// `.claude/settings.local.json`) or `codex` (Codex's PostToolUse and
+    /// Stop hooks, `xo hook codex`, installed into `$CODEX_HOME/hooks.json`;
+    /// give Codex `--dangerously-bypass-hook-trust`, or trust the hook once).
     pub hook: String,
     /// `command`: argv that resumes the agent's session with the steering
-    /// as the next prompt (`{session}`, `{prompt}`), used for critical
-    /// steering (PACE emergency, a loop steered twice); empty: no resume.
+    /// as the next prompt (`{session}`, `{prompt}`). Critical steering
+    /// (PACE emergency, a loop steered twice) stops the agent at once and
+    /// resumes it; with no hook, any other steering stops it at its next
+    /// turn and resumes it. Empty: no resume.
     pub resume: Vec<String>,
+    /// `command`: resumes of one run at most; beyond, steering waits for
+    /// the agent's next prompt (and a line says so).
+    pub max_resumes: u32,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        Self {
+            kind: DriverKind::default(),
+            command: Vec::new(),
+            script: String::new(),
+            openai: OpenAiConfig::default(),
+            stream: String::new(),
+            hook: String::new(),
+            resume: Vec::new(),
+            max_resumes: 10,
+        }
+    }
 }
 
 /// The live stream formats of `runner.driver.stream`.
@@ -1239,11 +1265,20 @@ impl XoConfig {
                 ),
             ));
         }
-        if !matches!(d.hook.as_str(), "" | "claude") {
+        if !matches!(d.hook.as_str(), "" | "claude" | "codex") {
             return Err(invalid(
                 "runner.driver.hook",
                 format!(
-                    "{:?}: the only hook is \"claude\" (or empty for none)",
+                    "{:?}: the hooks are \"claude\" and \"codex\" (or empty for none)",
+                    d.hook
+                ),
+            ));
+        }
+        if !d.hook.is_empty() && d.stream.is_empty() {
+            return Err(invalid(
+                "runner.driver.hook",
+                format!(
+                    "a hook hands steering to an agent whose stream is read live; set runner.driver.stream (\"{}\") too",
                     d.hook
                 ),
             ));

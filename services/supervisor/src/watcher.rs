@@ -297,6 +297,29 @@ impl WatcherState {
             self.rec.task_id = report.activity.task_id.clone();
         }
         keep_copy(&mut self.rec.report_raw, &raw);
+        // What the unit's own check gave it is in its steering history
+        // (not sent, not counted as the XO's).
+        for own in &report.status.self_steered {
+            debug!(unit = %report.unit.unit, kind = %own.kind.as_str(), turn = own.turn, "the unit steered itself: counted as steered");
+            self.rec.steering.push_back(Steering {
+                v: xo_proto::PROTOCOL_VERSION,
+                unit: report.unit.unit.clone(),
+                id: format!("{}-{}-{}-self", report.unit.unit, own.turn, own.kind),
+                kind: own.kind,
+                severity: own.severity,
+                message: format!(
+                    "{STEERING_TAG} {} (given by the unit's own check)",
+                    own.kind.as_str()
+                ),
+                turn: own.turn,
+                at: report.time.at,
+                evidence: Evidence::default(),
+                source: SteeringSource::SelfCheck,
+            });
+            while self.rec.steering.len() > ctx.cfg.supervisor.steering_history {
+                self.rec.steering.pop_front();
+            }
+        }
         if self.rec.ended != report.status.ended {
             self.rec.ended = report.status.ended;
             self.live

@@ -77,13 +77,28 @@ def tool(i, name, tool_input, result, is_error):
     return post_tool_use(name, tool_input, {"output": result}, tid, is_error)
 
 
+def mark(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+prompt = sys.argv[-1] if len(sys.argv) > 1 else ""
+# "latency": steps that succeed, each a new command (nothing for a check
+# to find), until steering comes; agent_turn counts the steps done and
+# seen.txt names the step after which the model was shown the steering.
+latency = "latency" in prompt
 emit({"type": "system", "subtype": "init", "session_id": SESSION, "model": "claude-sonnet-4-5", "tools": ["Bash", "Write"]})
 steering = None
-for i in range(200):
-    steering = tool(i, "Bash", {"command": "make build"}, "make: *** [build] Error 2", True)
+for i in range(1, 200):
+    if latency:
+        steering = tool(i, "Bash", {"command": f"echo step {i}"}, f"step {i}", False)
+    else:
+        steering = tool(i, "Bash", {"command": "make build"}, "make: *** [build] Error 2", True)
+    mark("agent_turn", str(i))
     if steering:
+        mark("seen.txt", f"turn {i}\n{steering}\n")
         break
-    time.sleep(0.1)
+    time.sleep(0.2 if latency else 0.1)
 if steering and "[SUPERVISOR]" in steering:
     with open("fixed.txt", "w") as f:
         f.write("changed course after: " + steering.splitlines()[0] + "\n")

@@ -2,12 +2,15 @@
 //!
 //! With a stream format (`runner.driver.stream`), the agent's stdout is read
 //! as it runs: every agent turn becomes a SALUTE turn (so every radio rule
-//! fires during the run), and steering reaches the running agent — through
-//! Claude Code's PostToolUse hook (`runner.driver.hook = "claude"`), and for
-//! critical steering (PACE emergency, a loop steered twice) by stopping the
-//! run and resuming the agent's own session with the steering as the next
-//! prompt (`runner.driver.resume`). The reply is the agent's last words (its
-//! result, else its last message).
+//! fires during the run). Steering that arrives while the agent runs reaches
+//! it on its next turn, through the first channel it has ([`Channel`]):
+//! its hook (`runner.driver.hook`: Claude Code's or Codex's, run after every
+//! tool call), else a stop at its next turn and a resume of its own session
+//! with the steering as the prompt (`runner.driver.resume`), else the file
+//! `$XO_STEERING_FILE` it may read. Critical steering (PACE emergency, a
+//! loop steered twice) stops a resumable agent at once. Steering no channel
+//! took goes in front of the next prompt. The reply is the agent's last
+//! words (its result, else its last message).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,8 +25,8 @@ use super::{AgentOutput, DriverError, RunCtx, TurnEvent, short_hash};
 use crate::compose::ComposedPrompt;
 use crate::proc::{Live, Spawn, run, run_live};
 
-/// At most this many resumes of one run (critical steering each time).
-const MAX_RESUMES: u32 = 3;
+/// Resumes of one run at most, unless `runner.driver.max_resumes` says.
+const MAX_RESUMES: u32 = 10;
 
 /// The file a PostToolUse hook reads pending steering from (in the task's
 /// working directory), and where delivered steering is kept.
@@ -46,6 +49,31 @@ async fn write_checkpoint(cwd: &std::path::Path, text: &str) {
 }
 pub const DELIVERED: &str = ".xo/steering.delivered";
 
+/// The agent hooks the runner installs (`runner.driver.hook`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Claude,
+    Codex,
+}
+
+/// How steering that arrives during a run reaches the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// Appended to `.xo/steering.pending`; the agent's hook hands it to the
+    /// model after its next tool call.
+    Hook(Hook),
+    /// The agent is stopped at its next turn and its session resumed with
+    /// the steering as the prompt.
+    Resume,
+    /// Appended to `.xo/steering.pending` (`$XO_STEERING_FILE`) for the
+    /// agent to read; what it leaves there goes with the next prompt.
+    File,
+}
+
+/// Codex's flag that runs hooks nobody reviewed in its TUI (a new hook is
+/// otherwise skipped without a word).
+pub const CODEX_BYPASS_HOOK_TRUST: &str = "--dangerously-bypass-hook-trust";
+
 /// Runs `argv` in the task's working directory. `{prompt}` in an argument
 /// becomes the prompt text, `{prompt_file}` the path of a file holding it;
 /// with neither the prompt is written to stdin.
@@ -53,8 +81,9 @@ pub const DELIVERED: &str = ".xo/steering.delivered";
 pub struct CommandDriver {
     argv: Vec<String>,
     stream: Option<Format>,
-    hook: bool,
+    hook: Option<Hook>,
     resume: Vec<String>,
+    max_resumes: u32,
 }
 
 impl CommandDriver {
@@ -67,8 +96,9 @@ impl CommandDriver {
         Ok(Self {
             argv,
             stream: None,
-            hook: false,
+            hook: None,
             resume: Vec::new(),
+            max_resumes: MAX_RESUMES,
         })
     }
 
@@ -79,9 +109,33 @@ impl CommandDriver {
             "" | "none" => None,
             s => Some(Format::parse(s).map_err(DriverError::Spawn)?),
         };
-        c.hook = d.hook == "claude";
+        c.hook = match d.hook.as_str() {
+            "" => None,
+            "claude" => Some(Hook::Claude),
+            "codex" => Some(Hook::Codex),
+            other => {
+                return Err(DriverError::Spawn(format!(
+                    "runner.driver.hook {other:?}: the hooks are \"claude\" and \"codex\""
+                )));
+            }
+        };
+        if c.hook == Some(Hook::Codex) && !d.command.iter().any(|a| a == CODEX_BYPASS_HOOK_TRUST) {
+            warn!(
+                "runner.driver.hook = \"codex\" but runner.driver.command has no {CODEX_BYPASS_HOOK_TRUST}: Codex skips a hook nobody trusted in its /hooks screen without a word, and steering then waits for the next prompt; add the flag (and to runner.driver.resume), or trust the hook once by hand"
+            );
+        }
         c.resume = d.resume.clone();
+        c.max_resumes = d.max_resumes;
         Ok(c)
+    }
+
+    /// How steering reaches this agent while it runs.
+    pub fn channel(&self) -> Channel {
+        match (self.hook, self.stream.is_some() && !self.resume.is_empty()) {
+            (Some(h), _) if self.stream.is_some() => Channel::Hook(h),
+            (_, true) => Channel::Resume,
+            _ => Channel::File,
+        }
     }
 
     pub async fn run(
@@ -130,26 +184,35 @@ impl CommandDriver {
             .collect();
         let stdin = (!uses_file && !uses_text).then(|| prompt.text().as_bytes());
         if let Some(format) = self.stream {
-            if self.hook {
-                install_claude_hook(&ctx.cwd).await?;
+            match self.hook {
+                Some(Hook::Claude) => {
+                    install_claude_hook(&ctx.cwd).await?;
+                }
+                Some(Hook::Codex) => {
+                    install_codex_user_hook(&ctx.env).await?;
+                }
+                None => {}
             }
             return self.run_streamed(format, argv, stdin, ctx).await;
         }
-        let out = run(
-            Spawn {
-                argv: &argv,
-                cwd: &ctx.cwd,
-                env: &ctx.env,
-                stdin,
-                timeout: ctx.timeout,
-                max_output: ctx.max_output,
-                confine: ctx.confine.as_ref(),
-            },
-            ctx.cancel.clone(),
-            ctx.groups.as_ref(),
-        )
-        .await
+        let spawn = Spawn {
+            argv: &argv,
+            cwd: &ctx.cwd,
+            env: &ctx.env,
+            stdin,
+            timeout: ctx.timeout,
+            max_output: ctx.max_output,
+            confine: ctx.confine.as_ref(),
+        };
+        // Steering that arrives while the agent runs goes to the file it
+        // may read ($XO_STEERING_FILE).
+        let out = tokio::select! {
+            biased;
+            out = run(spawn, ctx.cancel.clone(), ctx.groups.as_ref()) => out,
+            () = hand_to_file(ctx) => unreachable!("hand_to_file never ends"),
+        }
         .map_err(DriverError::Spawn)?;
+        take_back(ctx).await;
         let ok = out.exit_code == Some(0);
         let outcome = if !ok {
             Outcome::Error
@@ -173,7 +236,8 @@ impl CommandDriver {
     }
 
     /// A run read live: turns as they happen, steering delivered while the
-    /// agent works, resumed with critical steering.
+    /// agent works (its hook, a resume at its next turn, or its file), and
+    /// a stop and resume on critical steering.
     async fn run_streamed(
         &self,
         format: Format,
@@ -185,6 +249,8 @@ impl CommandDriver {
         let mut stdin = stdin.map(<[u8]>::to_vec);
         let mut resumes = 0;
         let started = std::time::Instant::now();
+        let channel = self.channel();
+        let resumable = !self.resume.is_empty();
         loop {
             let (lines_tx, mut lines) = mpsc::unbounded_channel::<String>();
             let (stop, interrupt) = watch::channel(false);
@@ -201,24 +267,30 @@ impl CommandDriver {
                 lines: Some(lines_tx),
                 interrupt: Some(interrupt),
             };
+            // Steering taken during this process's run, for a resume.
             let mut taken: Vec<String> = Vec::new();
-            let mut critical = false;
+            let mut stopping = false;
+            // Steering waits for the agent's next turn to resume it.
+            let mut at_next_turn = false;
             let mut checkpointed = false;
+            let may_resume = resumable && resumes < self.max_resumes;
             let read = async {
                 let mut tick = tokio::time::interval(Duration::from_millis(100));
                 loop {
+                    let mut turned = false;
                     tokio::select! {
                         line = lines.recv() => {
                             let Some(line) = line else { break };
                             match sensor.line(&line) {
                                 Ok(turns) => {
+                                    turned = !turns.is_empty();
                                     for t in turns {
                                         ctx.turns.turn(t);
                                     }
                                     // A session the agent can resume is a
                                     // checkpoint (SUP-6): a replay resumes.
                                     if !checkpointed
-                                        && !self.resume.is_empty()
+                                        && resumable
                                         && let Some(session) = sensor.session()
                                     {
                                         checkpointed = true;
@@ -230,20 +302,30 @@ impl CommandDriver {
                         }
                         _ = tick.tick() => {}
                     }
+                    if stopping {
+                        continue;
+                    }
+                    // The agent's turn ended with steering waiting: now.
+                    if at_next_turn && turned {
+                        stopping = true;
+                        info!(agent = %self.argv[0], steering = taken.len(), "steering at the agent's next turn: stopping it to resume its session with it");
+                        let _ = stop.send(true);
+                        continue;
+                    }
                     // Steering that arrived while the agent works.
                     if ctx.turns.has_steering() {
                         let new = ctx.turns.take_steering();
-                        if self.hook {
-                            deliver(&ctx.cwd, &new).await;
+                        match channel {
+                            Channel::Hook(_) | Channel::File => deliver(&ctx.cwd, &new).await,
+                            Channel::Resume => {}
                         }
                         taken.extend(new);
+                        if channel == Channel::Resume && may_resume && sensor.session().is_some() {
+                            at_next_turn = true;
+                        }
                     }
-                    if !critical
-                        && !self.resume.is_empty()
-                        && sensor.session().is_some()
-                        && ctx.turns.take_critical()
-                    {
-                        critical = true;
+                    if may_resume && sensor.session().is_some() && ctx.turns.take_critical() {
+                        stopping = true;
                         info!(agent = %self.argv[0], "critical steering: stopping the agent to resume its session with it");
                         let _ = stop.send(true);
                     }
@@ -254,8 +336,12 @@ impl CommandDriver {
                 read
             );
             let out = out.map_err(DriverError::Spawn)?;
-            if out.interrupted && resumes < MAX_RESUMES && !out.cancelled {
+            if out.interrupted && !out.cancelled && !taken.is_empty() {
                 resumes += 1;
+                // Handed over in the prompt: not again through the file.
+                if channel != Channel::Resume {
+                    let _ = take_pending(&ctx.cwd).await;
+                }
                 let session = sensor.session().unwrap_or_default().to_string();
                 let next = taken.join("\n\n");
                 argv = self
@@ -266,12 +352,16 @@ impl CommandDriver {
                 stdin = None;
                 continue;
             }
-            if !taken.is_empty() && !self.hook {
+            if channel == Channel::Resume && !taken.is_empty() {
+                if resumable && resumes >= self.max_resumes {
+                    warn!(agent = %self.argv[0], resumes, "runner.driver.max_resumes reached: this run's later steering waits for the next prompt");
+                }
                 // Not delivered during the run: it goes with the next prompt.
                 for s in taken {
                     ctx.turns.push_steering(s);
                 }
             }
+            take_back(ctx).await;
             let raw = out.stdout.clone();
             let reply = sensor.final_text().map(str::to_string).unwrap_or(raw);
             let st = sensor.stats();
@@ -292,6 +382,62 @@ impl CommandDriver {
             });
         }
     }
+}
+
+/// Hands steering that arrives during a run to `.xo/steering.pending`,
+/// polling every 100 ms; never ends (raced against the run).
+async fn hand_to_file(ctx: &RunCtx) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if ctx.turns.has_steering() {
+            deliver(&ctx.cwd, &ctx.turns.take_steering()).await;
+        }
+    }
+}
+
+/// After a run: steering still pending (no hook took it, the agent did not
+/// read it) goes in front of the next prompt, so none is lost.
+async fn take_back(ctx: &RunCtx) {
+    let left = take_pending(&ctx.cwd).await;
+    if !left.is_empty() {
+        info!(
+            steering = left.len(),
+            "steering the agent did not take during its run goes with its next prompt"
+        );
+        for s in left {
+            ctx.turns.push_steering(s);
+        }
+    }
+}
+
+/// Takes the steering still in `.xo/steering.pending` (and removes the
+/// file): the texts of its lines, addressed or not.
+pub async fn take_pending(cwd: &Path) -> Vec<String> {
+    let path = cwd.join(PENDING);
+    let text = match tokio::fs::read_to_string(&path).await {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "pending steering not readable; left where it is");
+            return Vec::new();
+        }
+    };
+    if let Err(e) = tokio::fs::remove_file(&path).await {
+        warn!(path = %path.display(), error = %e, "pending steering not removed; an agent hook may hand it over again");
+    }
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            if l.trim_start().starts_with('{')
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(l)
+                && let Some(t) = v.get("text").and_then(|t| t.as_str())
+            {
+                return t.to_string();
+            }
+            l.to_string()
+        })
+        .collect()
 }
 
 /// Appends steering for the hook to hand to the agent at its next tool call
@@ -407,6 +553,30 @@ pub async fn install_codex_hook(cwd: &Path) -> Result<Vec<PathBuf>, DriverError>
             .map_err(|e| err("writing", e.to_string()))?;
     }
     Ok(vec![hooks, config])
+}
+
+/// Adds XO's hook ([`CODEX_HOOK_EVENTS`]) to the hooks of the Codex home
+/// the agent runs with (`CODEX_HOME` in its environment, else
+/// `$HOME/.codex`): Codex loads a project's own `.codex/hooks.json` only in
+/// a project someone trusted, and a task's folder is new. The hook hands
+/// steering only to a session working in a folder with steering pending, so
+/// the user's other Codex sessions never see it.
+pub async fn install_codex_user_hook(env: &[(String, String)]) -> Result<PathBuf, DriverError> {
+    let var = |k: &str| {
+        env.iter()
+            .find(|(n, v)| n == k && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+    };
+    let home = var("CODEX_HOME")
+        .or_else(|| var("HOME").map(|h| h.join(".codex")))
+        .ok_or_else(|| {
+            DriverError::Spawn(
+                "runner.driver.hook = \"codex\": the agent's environment has neither CODEX_HOME nor HOME, so there is no Codex home to add the hook to; keep HOME (or CODEX_HOME) in runner.env_allow".into(),
+            )
+        })?;
+    let path = home.join("hooks.json");
+    add_hooks(&path, &hook_command("codex"), &CODEX_HOOK_EVENTS, None).await?;
+    Ok(path)
 }
 
 /// Adds `command` for `events` to the hooks file at `path` (Claude Code's

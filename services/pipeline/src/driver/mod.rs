@@ -60,6 +60,10 @@ pub struct Turns {
     /// The turn (of the current task) each kind of the XO's steering last
     /// arrived at: the runner's own check defers to it.
     xo_steered: Arc<Mutex<std::collections::BTreeMap<xo_proto::AnomalyKind, u64>>>,
+    /// The report turn and severity of the steering the runner's own check
+    /// last gave of each kind: the XO's of the same anomaly is not given again.
+    self_steered:
+        Arc<Mutex<std::collections::BTreeMap<xo_proto::AnomalyKind, (u64, xo_proto::Severity)>>>,
     /// The ids of the last steering received: one sent again (a sharded
     /// supervisor taking the unit over resends what its predecessor may not
     /// have sent) is not given to the agent twice.
@@ -77,6 +81,7 @@ impl Turns {
             urgency: Default::default(),
             usage: Default::default(),
             xo_steered: Default::default(),
+            self_steered: Default::default(),
             seen: Default::default(),
         }
     }
@@ -131,6 +136,12 @@ impl Turns {
             }
             seen.push_back(s.id.clone());
         }
+        if s.source == xo_proto::SteeringSource::SelfCheck {
+            self.self_steered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(s.kind, (s.turn, s.severity));
+        }
         if s.source == xo_proto::SteeringSource::Xo {
             let turn = self.usage().turns;
             self.xo_steered
@@ -148,6 +159,16 @@ impl Turns {
             self.urgency.critical.store(true, Relaxed);
         }
         true
+    }
+
+    /// The report turn at which the runner's own check already gave the
+    /// anomaly `s` steers (same kind, no less severe, fewer than `cooldown`
+    /// report turns before `s`'s): then `s` is not given again.
+    pub fn steered_itself(&self, s: &xo_proto::Steering, cooldown: u64) -> Option<u64> {
+        let own = self.self_steered.lock().unwrap_or_else(|p| p.into_inner());
+        own.get(&s.kind).and_then(|&(turn, severity)| {
+            (s.turn >= turn && s.turn - turn < cooldown && s.severity <= severity).then_some(turn)
+        })
     }
 
     /// Whether critical steering came since the last call.
@@ -176,6 +197,10 @@ impl Turns {
         let _ = self.take_steering();
         *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = Default::default();
         self.xo_steered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.self_steered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
