@@ -157,11 +157,20 @@ fn loop_is_the_same_tool_and_error_type_whatever_the_arguments() {
 }
 
 #[test]
-fn loop_same_output_four_times_but_not_three() {
+fn loop_same_output_three_times_but_not_two() {
+    // Seed 000: 3+ identical calls. Identical successful calls (same
+    // arguments, same output: not polling) fire at 3 like failing ones.
+    let two: Vec<Action> = (1..=2).map(|t| ok("curl", "u", "same", t)).collect();
+    assert!(fresh(&with_actions(2, two)).is_empty());
     let three: Vec<Action> = (1..=3).map(|t| ok("curl", "u", "same", t)).collect();
-    assert!(fresh(&with_actions(3, three)).is_empty());
-    let four: Vec<Action> = (1..=4).map(|t| ok("curl", "u", "same", t)).collect();
-    assert_eq!(fresh(&with_actions(4, four)), vec![AnomalyKind::Loop]);
+    assert_eq!(fresh(&with_actions(3, three)), vec![AnomalyKind::Loop]);
+    // Another output in between breaks the run.
+    let broken = vec![
+        ok("curl", "u", "same", 1),
+        ok("curl", "u", "other", 2),
+        ok("curl", "u", "same", 3),
+    ];
+    assert!(fresh(&with_actions(3, broken)).is_empty());
 }
 
 #[test]
