@@ -9,6 +9,7 @@ Steps that succeed until a prompt brings steering; the chat's steps are
 counted across resumes in `agent_turn`, and `seen.txt` names the step after
 which the model was shown the steering."""
 import json
+import os
 import sys
 import time
 
@@ -44,9 +45,12 @@ for i in range(steps_done() + 1, 200):
     emit({"type": "tool_call", "subtype": "started", "call_id": f"c{i}", "tool_call": call})
     done = {"shellToolCall": {"args": {"command": f"echo step {i}"},
                               "result": {"success": {"exitCode": 0, "stdout": f"step {i}\n", "stderr": ""}}}}
-    emit({"type": "tool_call", "subtype": "completed", "call_id": f"c{i}", "tool_call": done})
-    with open("agent_turn", "w") as f:
+    # Counted before the step is reported (and atomically): the runner may
+    # stop the agent the moment it reads the step.
+    with open("agent_turn.tmp", "w") as f:
         f.write(str(i))
+    os.replace("agent_turn.tmp", "agent_turn")
+    emit({"type": "tool_call", "subtype": "completed", "call_id": f"c{i}", "tool_call": done})
     time.sleep(0.2)
 emit({"type": "result", "subtype": "error", "duration_ms": 10, "is_error": True, "result": "no steering came"})
 sys.exit(1)
