@@ -14,6 +14,16 @@ use xo_radio::{Microcosm, RoleProfile};
 
 /// Replaces `<volume>/reports/<unit>_latest.json` whole, as a writer on
 /// the volume must (a temporary file, then a rename).
+/// A supervisor reading report files from a fresh volume (polled every
+/// 20 ms), its `reports` folder made.
+async fn file_mode() -> (tempfile::TempDir, Sandbox) {
+    let vol = tempfile::tempdir().unwrap();
+    let v = vol.path().display().to_string();
+    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    std::fs::create_dir_all(vol.path().join("reports")).unwrap();
+    (vol, sb)
+}
+
 fn replace_report_file(volume: &std::path::Path, unit: &str, body: &[u8]) {
     let reports = volume.join("reports");
     let tmp = reports.join(format!(".{unit}.tmp"));
@@ -656,13 +666,10 @@ async fn microcosm_and_supervisor_agree() {
 /// File mode: a unit that can only write files is supervised too.
 #[tokio::test]
 async fn macrocosm_file_mode() {
-    let vol = tempfile::tempdir().unwrap();
-    let v = vol.path().display().to_string();
-    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let (vol, sb) = file_mode().await;
     let mut sub = sb.steering("filer").await;
     let mut dlq = sb.client.subscribe("xo.dlq.>").await.unwrap();
     sb.client.flush().await.unwrap();
-    std::fs::create_dir_all(vol.path().join("reports")).unwrap();
     let write = |r: &xo_proto::SaluteReport| {
         replace_report_file(vol.path(), "filer", &serde_json::to_vec(r).unwrap())
     };
@@ -712,13 +719,10 @@ async fn macrocosm_file_mode() {
 /// bytes, and a steering file linked elsewhere is never written through.
 #[tokio::test]
 async fn file_mode_follows_no_symlink() {
-    let vol = tempfile::tempdir().unwrap();
-    let v = vol.path().display().to_string();
-    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let (vol, sb) = file_mode().await;
     let mut dlq = sb.client.subscribe("xo.dlq.>").await.unwrap();
     sb.client.flush().await.unwrap();
     let reports = vol.path().join("reports");
-    std::fs::create_dir_all(&reports).unwrap();
     std::fs::create_dir_all(vol.path().join("steering")).unwrap();
     let secret = vol.path().join("secret");
     std::fs::write(&secret, "root:$6$hash").unwrap();
@@ -753,11 +757,8 @@ async fn file_mode_follows_no_symlink() {
 /// Seed 000's own report files: `context_fill_pct`, a percentage.
 #[tokio::test]
 async fn file_mode_reads_seed_context_fill_pct() {
-    let vol = tempfile::tempdir().unwrap();
-    let v = vol.path().display().to_string();
-    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let (vol, sb) = file_mode().await;
     let mut sub = sb.steering("researcher").await;
-    std::fs::create_dir_all(vol.path().join("reports")).unwrap();
     let report = r#"{"v":1,"unit":{"unit":"researcher","role":"researcher"},"time":{"turn":4,"seq":4},"size":{"context_fill_pct":91.5}}"#;
     std::fs::write(vol.path().join("reports/researcher_latest.json"), report).unwrap();
     let d = sb.wait_seq("researcher", 4).await;
@@ -775,13 +776,10 @@ async fn file_mode_reads_seed_context_fill_pct() {
 /// is dead-lettered with the reason named.
 #[tokio::test]
 async fn file_mode_reads_seed_shaped_files() {
-    let vol = tempfile::tempdir().unwrap();
-    let v = vol.path().display().to_string();
-    let sb = Sandbox::start(&[("supervisor.volume", &v), ("supervisor.file_poll_ms", "20")]).await;
+    let (vol, sb) = file_mode().await;
     let mut sub = sb.steering("analyst").await;
     let mut dlq = sb.client.subscribe("xo.dlq.>").await.unwrap();
     sb.client.flush().await.unwrap();
-    std::fs::create_dir_all(vol.path().join("reports")).unwrap();
     let write = |unit: &str, body: &str| replace_report_file(vol.path(), unit, body.as_bytes());
     write(
         "analyst",

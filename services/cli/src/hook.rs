@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use xo_pipeline::driver::command::{DELIVERED, PENDING};
+use xo_pipeline::driver::command::{DELIVERED, PENDING, addressed};
 
 /// The agents with a hook.
 const AGENTS: [&str; 2] = ["claude", "codex"];
@@ -76,21 +76,6 @@ fn project_dir(agent: &str, payload: &serde_json::Value) -> PathBuf {
                 .map(PathBuf::from)
         })
         .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// Whose a pending line is: `Some(session)` when addressed, and its text.
-fn addressed(line: &str) -> (Option<String>, String) {
-    if line.trim_start().starts_with('{')
-        && let Ok(v) = serde_json::from_str::<serde_json::Value>(line)
-        && let Some(text) = v.get("text").and_then(|t| t.as_str())
-    {
-        let session = v
-            .get("session_id")
-            .and_then(|s| s.as_str())
-            .map(String::from);
-        return (session, text.to_string());
-    }
-    (None, line.to_string())
 }
 
 /// What the hook answers Claude Code for `event` with `steering`.

@@ -172,6 +172,19 @@ impl RootState {
         })));
     }
 
+    /// Withdraws `units` (no route, no watcher entry) and stops their
+    /// watchers.
+    async fn drop_units(&mut self, units: &[String]) {
+        let mut stopping = Vec::with_capacity(units.len());
+        for unit in units {
+            self.routes.remove(unit);
+            if let Some(c) = self.units.remove(unit) {
+                stopping.push((unit.clone(), c.group));
+            }
+        }
+        self.stop_units(stopping).await;
+    }
+
     /// Stops the watchers of `units` (already withdrawn), group by group,
     /// each answering once their state is with the persister.
     async fn stop_units(&self, units: Vec<(String, usize)>) {
@@ -199,14 +212,7 @@ impl RootState {
     /// (waited for, so its last save comes first), its state deleted from
     /// the store, counted and logged.
     async fn evict(&mut self, gone: Vec<String>, retention: u64) {
-        let mut stopping = Vec::with_capacity(gone.len());
-        for unit in &gone {
-            self.routes.remove(unit);
-            if let Some(c) = self.units.remove(unit) {
-                stopping.push((unit.clone(), c.group));
-            }
-        }
-        self.stop_units(stopping).await;
+        self.drop_units(&gone).await;
         for unit in &gone {
             if let Err(e) = self.ctx.persist.forget(unit).await {
                 warn!(unit = %unit, error = %e, "evicted unit's state not deleted from the store; it comes back at the next start");
@@ -495,14 +501,7 @@ impl Actor for Root {
                     .filter(|u| shard.partition(u) == partition)
                     .cloned()
                     .collect();
-                let mut stopping = Vec::with_capacity(units.len());
-                for unit in &units {
-                    state.routes.remove(unit);
-                    if let Some(c) = state.units.remove(unit) {
-                        stopping.push((unit.clone(), c.group));
-                    }
-                }
-                state.stop_units(stopping).await;
+                state.drop_units(&units).await;
                 let _ = port.send(units);
             }
         }

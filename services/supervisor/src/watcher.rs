@@ -132,13 +132,13 @@ impl WatcherState {
 
     /// Keeps a steering sent (or about to be) in the unit's record.
     fn record(&mut self, s: Steering) {
-        let ctx = &self.ctx;
-        ctx.counters.steering.fetch_add(1, Ordering::Relaxed);
+        self.ctx.counters.steering.fetch_add(1, Ordering::Relaxed);
         self.rec.steering_sent += 1;
-        self.rec.steering.push_back(s);
-        while self.rec.steering.len() > ctx.cfg.supervisor.steering_history {
-            self.rec.steering.pop_front();
-        }
+        keep(
+            &mut self.rec.steering,
+            s,
+            self.ctx.cfg.supervisor.steering_history,
+        );
     }
 
     /// Runs the radio check on a decoded report in a span that carries the
@@ -301,7 +301,7 @@ impl WatcherState {
         // (not sent, not counted as the XO's).
         for own in &report.status.self_steered {
             debug!(unit = %report.unit.unit, kind = %own.kind.as_str(), turn = own.turn, "the unit steered itself: counted as steered");
-            self.rec.steering.push_back(Steering {
+            let given = Steering {
                 v: xo_proto::PROTOCOL_VERSION,
                 unit: report.unit.unit.clone(),
                 id: format!("{}-{}-{}-self", report.unit.unit, own.turn, own.kind),
@@ -315,10 +315,12 @@ impl WatcherState {
                 at: report.time.at,
                 evidence: Evidence::default(),
                 source: SteeringSource::SelfCheck,
-            });
-            while self.rec.steering.len() > ctx.cfg.supervisor.steering_history {
-                self.rec.steering.pop_front();
-            }
+            };
+            keep(
+                &mut self.rec.steering,
+                given,
+                ctx.cfg.supervisor.steering_history,
+            );
         }
         if self.rec.ended != report.status.ended {
             self.rec.ended = report.status.ended;
@@ -336,6 +338,14 @@ impl WatcherState {
             return Some(Vec::new());
         }
         Some(a.steering)
+    }
+}
+
+/// Adds `s` to a unit's steering history, which keeps its last `limit`.
+fn keep(history: &mut std::collections::VecDeque<Steering>, s: Steering, limit: usize) {
+    history.push_back(s);
+    while history.len() > limit {
+        history.pop_front();
     }
 }
 

@@ -428,16 +428,24 @@ pub async fn take_pending(cwd: &Path) -> Vec<String> {
     }
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            if l.trim_start().starts_with('{')
-                && let Ok(v) = serde_json::from_str::<serde_json::Value>(l)
-                && let Some(t) = v.get("text").and_then(|t| t.as_str())
-            {
-                return t.to_string();
-            }
-            l.to_string()
-        })
+        .map(|l| addressed(l).1)
         .collect()
+}
+
+/// Whose a line of `.xo/steering.pending` is: `Some(session)` when
+/// addressed (`{"session_id": …, "text": …}`, [`deliver_to`]), and its text.
+pub fn addressed(line: &str) -> (Option<String>, String) {
+    if line.trim_start().starts_with('{')
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(line)
+        && let Some(text) = v.get("text").and_then(|t| t.as_str())
+    {
+        let session = v
+            .get("session_id")
+            .and_then(|s| s.as_str())
+            .map(String::from);
+        return (session, text.to_string());
+    }
+    (None, line.to_string())
 }
 
 /// Appends steering for the hook to hand to the agent at its next tool call
