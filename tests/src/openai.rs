@@ -151,14 +151,28 @@ pub fn text(content: &str) -> StubReply {
 /// first as next (null when none is pending: the goal is met). Returns the
 /// chat-completions reply.
 pub fn manager_keeping_pending(request: &Value) -> Value {
+    manager_dropping(request, &[])
+}
+
+/// The pending task ids the task list in a Manager's prompt shows.
+pub fn manager_prompt_pending(request: &Value) -> Vec<String> {
     let prompt = request["messages"][1]["content"].as_str().unwrap_or("");
-    let pending: Vec<String> = prompt
+    prompt
         .lines()
         .filter_map(|l| l.strip_prefix("- "))
         .filter_map(|l| {
             let cols: Vec<&str> = l.split(" | ").collect();
             (cols.get(1) == Some(&"pending")).then(|| cols[0].to_string())
         })
+        .collect()
+}
+
+/// As [`manager_keeping_pending`], but the pending tasks in `drop` are left
+/// out of the reply (the Manager cancels them).
+pub fn manager_dropping(request: &Value, drop: &[&str]) -> Value {
+    let pending: Vec<String> = manager_prompt_pending(request)
+        .into_iter()
+        .filter(|id| !drop.contains(&id.as_str()))
         .collect();
     let reply = json!({
         "status": "ok",

@@ -157,6 +157,11 @@ pub struct Machine {
     by_seq: BTreeMap<u64, String>,
     /// The task list of the Manager task just claimed, for its claim.
     manager_list: Option<String>,
+    /// Pending tasks shown to a Manager whose reply is not yet taken, with
+    /// how many such Managers showed each: not claimable until the
+    /// Manager's reply decides (seed 002: task, then the Manager, then the
+    /// next task).
+    held: BTreeMap<String, usize>,
 }
 
 /// Serving order: priority (retries, replays, answers, Manager) first, then
@@ -233,6 +238,24 @@ impl Machine {
                 set.insert(key);
             } else {
                 set.remove(&key);
+            }
+        }
+        // Held from the Manager's claim until its reply is taken: a reply
+        // refused for its format sends the Manager task back pending and
+        // the hold stays until it is retried, cancelled or fails.
+        if matches!(r.state, TaskState::Running | TaskState::Pending)
+            && r.task.role == MANAGER_ROLE
+            && let Some(shown) = &r.shown
+        {
+            for id in shown {
+                if on {
+                    *self.held.entry(id.clone()).or_default() += 1;
+                } else if let Some(n) = self.held.get_mut(id) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.held.remove(id);
+                    }
+                }
             }
         }
     }
@@ -325,7 +348,9 @@ impl Machine {
         self.tasks.clear();
         self.by_seq.clear();
         self.ready.clear();
+        self.held.clear();
         self.open = 0;
+        self.running = 0;
         c.merge(self.status_change(EventName::Init, |s| {
             *s = QueueStatus {
                 status: RunStatus::Halted,
@@ -741,14 +766,20 @@ impl Machine {
 
     /// The next task for `role`: replays, retries, answers and Manager tasks
     /// first, then by lane (critical, functional, planned, cleanup), then in
-    /// enqueue order.
+    /// enqueue order. A task a Manager is reconciling waits for its reply.
     pub fn next_for(&self, role: &str) -> Option<String> {
         self.ready
             .get(role)?
             .iter()
             .map(|k| &k.3)
+            .filter(|id| !self.held.contains_key(*id))
             .find(|id| self.tasks.get(*id).is_some_and(|t| self.deps_done(t)))
             .cloned()
+    }
+
+    /// Whether a Manager's claim holds `id` back (it was shown pending).
+    pub fn held_by_manager(&self, id: &str) -> bool {
+        self.held.contains_key(id)
     }
 
     /// Hands out a task, or `None` (and maybe halts or completes when no
@@ -1443,6 +1474,10 @@ impl Machine {
         };
         let mut reasons: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for t in &pending {
+            // Waits for a Manager's reply; the Manager task is judged itself.
+            if self.held.contains_key(&t.task.task_id) {
+                continue;
+            }
             let mut waits = None;
             for d in &t.task.depends_on {
                 match self.tasks.get(d).map(|r| r.state) {

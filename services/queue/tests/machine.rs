@@ -840,3 +840,66 @@ fn a_manager_reply_cancels_only_pending_tasks_it_was_shown() {
         shown.len() - 1
     );
 }
+
+#[test]
+fn tasks_a_manager_was_shown_wait_for_its_reply() {
+    let mut m = running(ExecutionMode::Auto, true);
+    m.enqueue(vec![task("a"), task("b"), task("c")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    m.complete("a", &tok, ok(), None, 1).unwrap();
+    let (mr, mtok) = m.claim("manager", "mgr", 2).unwrap().0.unwrap();
+    assert_eq!(
+        mr.shown.as_deref(),
+        Some(&["b".to_string(), "c".to_string()][..])
+    );
+    // The race of seed 002's loop: a coder asks while the Manager works.
+    assert!(claim(&mut m, 3).is_none(), "b and c wait for the Manager");
+    assert!(m.held_by_manager("b") && m.held_by_manager("c"));
+    // Work enqueued after the Manager's list was built is not held.
+    m.enqueue(vec![task("d")], 3).unwrap();
+    let (d, dtok) = claim(&mut m, 4).unwrap();
+    assert_eq!(d.task.task_id, "d");
+    // Nobody can claim b or c, yet work is in flight: not stuck.
+    assert!(m.check_stuck(60_000).is_empty());
+    // A reply refused for its format: the Manager retries, the hold stays.
+    let bad = serde_json::json!({"status": "fine", "message": "x", "tasks": []});
+    m.complete("manager-a", &mtok, ok(), Some(bad), 5).unwrap();
+    assert_eq!(m.tasks["manager-a"].state, TaskState::Pending);
+    assert!(
+        claim(&mut m, 6).is_none(),
+        "still waiting for a valid reply"
+    );
+    let (_, mtok) = m.claim("manager", "mgr", 7).unwrap().0.unwrap();
+    assert!(m.held_by_manager("b"));
+    // The reply drops b: it never ran.
+    let reply = serde_json::json!({"status": "ok", "message": "b is obsolete", "next_task": "c", "keep": ["c"]});
+    m.complete("manager-a", &mtok, ok(), Some(reply), 8)
+        .unwrap();
+    assert!(!m.held_by_manager("b") && !m.held_by_manager("c"));
+    assert_eq!(m.tasks["b"].state, TaskState::Cancelled);
+    assert_eq!(m.tasks["b"].attempt, 0, "the dropped task never ran");
+    assert_eq!(claim(&mut m, 9).unwrap().0.task.task_id, "c");
+    m.complete("d", &dtok, ok(), None, 10).unwrap();
+}
+
+#[test]
+fn a_manager_that_cannot_be_served_leaves_the_queue_stuck_on_its_role() {
+    let mut m = running(ExecutionMode::Auto, true);
+    m.enqueue(vec![task("a"), task("b")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    m.complete("a", &tok, ok(), None, 1).unwrap();
+    assert!(m.claim("manager", "mgr", 2).unwrap().0.is_some());
+    // The Manager's lease runs out (its runner died): b stays held while the
+    // Manager task waits, and the stuck check names the manager role.
+    m.expire_leases(2 + 30_001);
+    assert_eq!(m.tasks["manager-a"].state, TaskState::Pending);
+    assert!(claim(&mut m, 40_000).is_none());
+    let _ = m.check_stuck(40_000);
+    let c = m.check_stuck(200_000);
+    assert!(!c.is_empty());
+    let why = m.status().stuck.unwrap();
+    assert!(why.contains("\"manager\""), "{why}");
+    assert!(!why.contains("b no runner"), "{why}");
+}
