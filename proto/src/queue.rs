@@ -207,12 +207,15 @@ impl TaskState {
 
 /// What a runner should do with a task offered again after a stale lease
 /// (SUP-6): resume if the previous attempt reached a checkpoint, else roll
-/// the sandbox back and replay.
+/// the sandbox back and replay. A task that yielded to a critical one
+/// without a checkpoint continues: its work is kept and the agent runs
+/// again on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplayMark {
     Resume,
     RollbackReplay,
+    Continue,
 }
 
 /// One criterion's verdict.
@@ -318,6 +321,11 @@ pub struct TaskRecord {
     /// Work the running attempt reported so far (heartbeats).
     #[serde(default)]
     pub attempt_spent: Usage,
+    /// While it runs: the critical task it was asked to yield to (seed 001's
+    /// interrupt). Its runner checkpoints and yields; the task goes back
+    /// pending, to be resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupt: Option<String>,
     pub updated_at: u64,
 }
 
@@ -345,6 +353,7 @@ impl TaskRecord {
             shown: None,
             spent: Usage::default(),
             attempt_spent: Usage::default(),
+            interrupt: None,
             updated_at: 0,
         }
     }
@@ -616,10 +625,14 @@ pub enum EventName {
     TaskFailed,
     /// A cleanup directive dropped by the queue (cap or age): not churn.
     CleanupDropped,
+    /// A running lower-lane task was asked to yield to a critical one.
+    TaskInterrupted,
+    /// Its runner checkpointed and gave it back: pending, to be resumed.
+    TaskYielded,
 }
 
 impl EventName {
-    pub const ALL: [EventName; 24] = [
+    pub const ALL: [EventName; 26] = [
         Self::Init,
         Self::GoalSet,
         Self::Enqueue,
@@ -644,6 +657,8 @@ impl EventName {
         Self::QueueUnstuck,
         Self::TaskFailed,
         Self::CleanupDropped,
+        Self::TaskInterrupted,
+        Self::TaskYielded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -672,6 +687,8 @@ impl EventName {
             Self::QueueUnstuck => "QUEUE_UNSTUCK",
             Self::TaskFailed => "TASK_FAILED",
             Self::CleanupDropped => "CLEANUP_DROPPED",
+            Self::TaskInterrupted => "TASK_INTERRUPTED",
+            Self::TaskYielded => "TASK_YIELDED",
         }
     }
 
@@ -695,6 +712,8 @@ pub enum RunnerOutcome {
     AwaitingResponse,
     Violation,
     Cancelled,
+    /// Given back to the queue for a critical task (seed 001's interrupt).
+    Yielded,
 }
 
 impl RunnerOutcome {
@@ -705,6 +724,7 @@ impl RunnerOutcome {
             Self::AwaitingResponse => "awaiting_response",
             Self::Violation => "violation",
             Self::Cancelled => "cancelled",
+            Self::Yielded => "yielded",
         }
     }
 }
@@ -945,6 +965,51 @@ pub struct Block {
     pub usage: Usage,
 }
 
+/// The holder of a task asked to yield (its record's `interrupt`) gives it
+/// back: pending again, marked to resume from the work it left (validated
+/// first), behind the critical task. Not a retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Yield {
+    pub task_id: String,
+    pub token: String,
+    /// The unit that holds the lease (the claim's `claimant`); empty only
+    /// from a trusted user on the plain subject.
+    #[serde(default)]
+    pub claimant: String,
+    /// The agent's checkpoint file exists: its artifacts are written (the
+    /// task resumes by validating them first).
+    #[serde(default)]
+    pub checkpoint: bool,
+    /// What the runner did with the work so far (logged and audited).
+    #[serde(default)]
+    pub note: String,
+    /// This attempt's work.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// Published on `xo.interrupt.<unit>` once the queue has asked the task a
+/// unit holds to yield to a critical task (also on the record the unit's
+/// next lease renewal returns, should this be missed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Interrupt {
+    pub v: u16,
+    /// The running task asked to yield.
+    pub task_id: String,
+    /// Its attempt (an interrupt of an earlier attempt is not for this one).
+    pub attempt: u32,
+    /// The critical task it yields to.
+    pub critical: String,
+    pub at: u64,
+}
+
+impl crate::Message for Interrupt {
+    const NAME: &'static str = "Interrupt";
+    fn version(&self) -> u16 {
+        self.v
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
     pub task_id: String,
@@ -1064,6 +1129,8 @@ crate::api! {
         Heartbeat(Heartbeat) => "heartbeat" -> Renewed, scope: |q| Some(q.claimant.as_str());
         Complete(Complete) => "complete" -> TaskRecord, scope: |q| Some(q.claimant.as_str());
         Block(Block) => "block" -> TaskRecord, scope: |q| Some(q.claimant.as_str());
+        /// Gives back a task the queue asked to yield to a critical one.
+        Yield(Yield) => "yield" -> TaskRecord, scope: |q| Some(q.claimant.as_str());
         Answer(Answer) => "answer" -> TaskRecord;
         Halt(Halt) => "halt" -> QueueStatus;
         Resume(Resume) => "resume" -> QueueStatus;

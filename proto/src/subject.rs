@@ -78,6 +78,11 @@ impl Subjects {
     pub fn steer_all(&self) -> String {
         format!("{}.steer.*", self.prefix)
     }
+    /// `xo.interrupt.<unit>`: the queue asks the unit's task to yield to a
+    /// critical one.
+    pub fn interrupt(&self, unit: &str) -> String {
+        format!("{}.interrupt.{unit}", self.prefix)
+    }
     /// `xo.heartbeat.<unit>`
     pub fn heartbeat(&self, unit: &str) -> String {
         format!("{}.heartbeat.{unit}", self.prefix)

@@ -184,13 +184,18 @@ pub fn render(spec: &Spec) -> Result<String, String> {
             format!("{}.{unit}", q::Heartbeat::subject(&subjects)),
             format!("{}.{unit}", q::Complete::subject(&subjects)),
             format!("{}.{unit}", q::Block::subject(&subjects)),
+            format!("{}.{unit}", q::Yield::subject(&subjects)),
             k::Select::subject(&subjects),
             k::RecordUses::subject(&subjects),
             // Its own inbox: a round trip to itself confirms the server has
             // what it sent (`Bus::flush`).
             format!("{}.>", runner_inbox(u)),
         ]);
-        let subscribe = [subjects.steer(unit), format!("{}.>", runner_inbox(u))];
+        let subscribe = [
+            subjects.steer(unit),
+            subjects.interrupt(unit),
+            format!("{}.>", runner_inbox(u)),
+        ];
         let list = |v: &[String]| {
             v.iter()
                 .map(|x| format!("\"{x}\""))
@@ -279,12 +284,14 @@ mod tests {
     fn runners_get_only_their_own_subjects() {
         let c = render("xo", &["coder-1".into()], None, 4222, "").unwrap();
         assert!(c.contains("\"xo.salute.coder-1\"") && c.contains("\"xo.steer.coder-1\""));
+        // The queue's interrupts reach it on its own subject.
+        assert!(c.contains("\"xo.interrupt.coder-1\""), "{c}");
         assert!(c.contains("\"_INBOX_coder-1.>\""));
         assert!(!c.contains("xo.steer.>") && !c.contains("xo.ctl.supervisor"));
         // The claim path on its own unit's subjects and nothing more of the
         // queue: not another unit's, not the plain verbs (trusted users
         // only), no status or task list.
-        for verb in ["claim", "heartbeat", "complete", "block"] {
+        for verb in ["claim", "heartbeat", "complete", "block", "yield"] {
             assert!(
                 c.contains(&format!("\"xo.ctl.queue.{verb}.coder-1\"")),
                 "{c}"

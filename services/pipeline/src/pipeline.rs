@@ -613,7 +613,18 @@ impl TaskRun<'_> {
                     Err(e) => warn!(task_id = %id, error = %e, "rollback failed; replaying as is"),
                 }
             }
-            None => {
+            Some(ReplayMark::Continue) | None => {
+                // Yielded to a critical task: the work stays; the starting
+                // commit recorded by the first attempt is kept (a recorded
+                // start is never replaced).
+                if mark.is_some() {
+                    self.work
+                        .event(
+                            "Continue",
+                            "yielded to a critical task earlier; the agent continues on the work it left",
+                        )
+                        .await;
+                }
                 if let Err(e) = crate::git::record_start(project_dir, &self.ctx.cwd, id).await {
                     warn!(task_id = %id, error = %e, "starting commit not recorded; a replay cannot roll back");
                 }

@@ -14,7 +14,8 @@ use xo_bus::typed;
 use xo_proto::alert::Alert;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
-    Claimed, EventName, ListTasks, QueueApi, QueueStatus, Renewed, TaskEvent, TaskRecord, TaskState,
+    Claimed, EventName, Interrupt, ListTasks, QueueApi, QueueStatus, Renewed, TaskEvent,
+    TaskRecord, TaskState,
 };
 use xo_proto::settings::{PutSettings, Settings, SettingsChanged, SettingsView};
 
@@ -201,6 +202,25 @@ impl State {
                 at: now,
             })
             .collect();
+        // The holders of tasks asked to yield are told on their own subject.
+        let interrupts = changes
+            .audit
+            .iter()
+            .filter(|d| d.event == EventName::TaskInterrupted)
+            .filter_map(|d| {
+                let r = self.m.tasks.get(d.task_id.as_ref()?)?;
+                Some((
+                    r.lease.as_ref()?.claimant.clone(),
+                    Interrupt {
+                        v: xo_proto::PROTOCOL_VERSION,
+                        task_id: r.task.task_id.clone(),
+                        attempt: r.attempt,
+                        critical: r.interrupt.clone()?,
+                        at: now,
+                    },
+                ))
+            })
+            .collect();
         let stuck = changes
             .audit
             .iter()
@@ -212,6 +232,7 @@ impl State {
             project,
             events,
             alerts,
+            interrupts,
             stuck,
             reply,
         };
@@ -403,6 +424,23 @@ impl State {
                         c.merge(spent);
                         (rec, c)
                     });
+                self.result(r, reply);
+            }
+            QueueApi::Yield(q, reply) => {
+                let Ok(reply) = self.holds(&q.task_id, &q.token, &q.claimant, now, reply) else {
+                    return false;
+                };
+                let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
+                let r = self
+                    .m
+                    .yield_task(&q.task_id, &q.token, q.checkpoint, &q.note, now)
+                    .map(|(rec, mut c)| {
+                        c.merge(spent);
+                        (rec, c)
+                    });
+                if r.is_ok() {
+                    info!(task = %q.task_id, claimant = %q.claimant, "task yielded to a critical task");
+                }
                 self.result(r, reply);
             }
             QueueApi::Answer(q, reply) => {
@@ -715,6 +753,11 @@ impl Actor for QueueActor {
         }
         if wake && !st.waiters.is_empty() {
             st.serve_waiters(now);
+        }
+        // What the idle runners did not take may interrupt a busy one.
+        let c = st.m.interrupts(now);
+        if !c.is_empty() {
+            st.commit(c, None);
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, warn};
 use xo_bus::typed;
 use xo_proto::alert::Alert;
-use xo_proto::queue::{QueueStatus, TaskEvent};
+use xo_proto::queue::{Interrupt, QueueStatus, TaskEvent};
 
 use crate::audit::Chains;
 use crate::machine::AuditDraft;
@@ -27,6 +27,8 @@ pub struct Commit {
     pub events: Vec<TaskEvent>,
     /// Published once durable, on `xo.event.alert.<kind>`.
     pub alerts: Vec<Alert>,
+    /// Published once durable, on `xo.interrupt.<unit>`: (unit, interrupt).
+    pub interrupts: Vec<(String, Interrupt)>,
     /// The status after the stuck state changed (`xo.event.queue.stuck`).
     pub stuck: Option<QueueStatus>,
     pub reply: Option<Box<dyn FnOnce() + Send>>,
@@ -51,6 +53,7 @@ pub async fn barrier(commits: &mpsc::UnboundedSender<Commit>) {
         project: String::new(),
         events: Vec::new(),
         alerts: Vec::new(),
+        interrupts: Vec::new(),
         stuck: None,
         reply: Some(Box::new(move || {
             let _ = tx.send(());
@@ -153,6 +156,7 @@ struct Effects {
     project: String,
     events: Vec<TaskEvent>,
     alerts: Vec<Alert>,
+    interrupts: Vec<(String, Interrupt)>,
     stuck: Option<QueueStatus>,
 }
 
@@ -173,6 +177,7 @@ async fn apply(
             project: c.project,
             events: c.events,
             alerts: c.alerts,
+            interrupts: c.interrupts,
             stuck: c.stuck,
         });
     }
@@ -253,6 +258,18 @@ async fn apply(
                 .await
                 {
                     warn!(error = %e, kind = %a.kind, "alert not published");
+                }
+            }
+            for (unit, i) in &c.interrupts {
+                if let Err(e) = typed::publish(
+                    &ctx.bus,
+                    &ctx.subjects.interrupt(unit),
+                    i,
+                    ctx.cfg.wire.format,
+                )
+                .await
+                {
+                    warn!(error = %e, unit = %unit, task = %i.task_id, "interrupt not published; the unit's next lease renewal carries it");
                 }
             }
             if let Some(s) = &c.stuck

@@ -265,6 +265,10 @@ impl Machine {
         self.index(id, false);
         if let Some(r) = self.tasks.get_mut(id) {
             f(r);
+            // An interrupt is asked of a running task only.
+            if r.state != TaskState::Running {
+                r.interrupt = None;
+            }
         }
         self.index(id, true);
     }
@@ -688,6 +692,7 @@ impl Machine {
                 shown: None,
                 spent: Usage::default(),
                 attempt_spent: Usage::default(),
+                interrupt: None,
                 updated_at: now,
             },
         );
@@ -1385,6 +1390,123 @@ impl Machine {
     /// SUP-6: a lease not renewed for `lease_ms` is stale; the task is
     /// offered again (attempt + 1 on the next claim), marked `resume` if the
     /// holder had checkpointed, else `rollback_replay`.
+    /// Seed 001's interrupt: each critical task that could run now (its
+    /// dependencies done, no Manager holding it) but waits because every
+    /// runner of its role is busy asks one running lower-lane task of its
+    /// scope (same role, same project) to yield: the lowest lane first,
+    /// then the most recently claimed (the least work set aside). One task
+    /// yields per critical task; none while the queue is not running.
+    /// Called after the waiting claims were served, so an idle runner takes
+    /// the critical task instead.
+    pub fn interrupts(&mut self, now: u64) -> Changes {
+        let mut c = Changes::default();
+        if self.status.status != RunStatus::Running || self.running == 0 {
+            return c;
+        }
+        // Critical tasks come right after the priority ones in a role's set.
+        let critical: Vec<String> = self
+            .ready
+            .values()
+            .flat_map(|set| {
+                set.iter()
+                    .skip_while(|k| !k.0)
+                    .take_while(|k| k.1 == Lane::Critical)
+                    .map(|k| k.3.clone())
+            })
+            .filter(|id| !self.held.contains_key(id))
+            .filter(|id| self.tasks.get(id).is_some_and(|t| self.deps_done(t)))
+            .collect();
+        if critical.is_empty() {
+            return c;
+        }
+        let goal_project = self.status.goal.project_id.clone();
+        let scope = |r: &TaskRecord| {
+            (
+                r.task.role.clone(),
+                r.task.project.clone().or_else(|| goal_project.clone()),
+            )
+        };
+        for cid in critical {
+            let Some(crit) = self.tasks.get(&cid) else {
+                continue;
+            };
+            let want = scope(crit);
+            let mut victim: Option<(Lane, u64, String)> = None;
+            let mut taken = false;
+            for r in self.tasks.values() {
+                if r.state != TaskState::Running {
+                    continue;
+                }
+                if r.interrupt.as_deref() == Some(cid.as_str()) {
+                    taken = true;
+                    break;
+                }
+                if r.interrupt.is_some()
+                    || r.task.lane == Lane::Critical
+                    || r.task.role == MANAGER_ROLE
+                    || scope(r) != want
+                {
+                    continue;
+                }
+                let key = (r.task.lane, r.updated_at, r.task.task_id.clone());
+                if victim.as_ref().is_none_or(|v| key > *v) {
+                    victim = Some(key);
+                }
+            }
+            let Some((_, _, vid)) = victim.filter(|_| !taken) else {
+                continue;
+            };
+            let mut d = self.task_change(EventName::TaskInterrupted, &vid, None, |r| {
+                r.interrupt = Some(cid.clone());
+                r.updated_at = now;
+            });
+            for a in &mut d.audit {
+                a.after["interrupt"] = json!(cid);
+            }
+            c.merge(d);
+        }
+        c
+    }
+
+    /// The holder of a task gives it back after it was asked to yield:
+    /// pending, behind the critical task, to be resumed (validated first if
+    /// the agent left a checkpoint) or continued on the work it left. Not a
+    /// retry.
+    pub fn yield_task(
+        &mut self,
+        id: &str,
+        token: &str,
+        checkpoint: bool,
+        note: &str,
+        now: u64,
+    ) -> OpResult<(TaskRecord, Changes)> {
+        let held = self.holder(id, token)?;
+        let checkpoint = checkpoint || held.lease.as_ref().is_some_and(|l| l.checkpoint);
+        let to = held
+            .interrupt
+            .clone()
+            .unwrap_or_else(|| "none named".into());
+        let mut c = self.task_change(EventName::TaskYielded, id, None, |r| {
+            r.state = TaskState::Pending;
+            r.lease = None;
+            r.priority = false;
+            r.interrupt = None;
+            r.mark = Some(if checkpoint {
+                ReplayMark::Resume
+            } else {
+                ReplayMark::Continue
+            });
+            r.reason = Some(format!("yielded to critical task {to}: {note}"));
+            r.updated_at = now;
+        });
+        for a in &mut c.audit {
+            a.after["yielded_to"] = json!(to);
+            a.after["note"] = json!(note);
+        }
+        let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
+        Ok((r, c))
+    }
+
     pub fn expire_leases(&mut self, now: u64) -> Changes {
         let stale: Vec<(String, bool)> = self
             .tasks

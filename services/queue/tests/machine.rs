@@ -903,3 +903,99 @@ fn a_manager_that_cannot_be_served_leaves_the_queue_stuck_on_its_role() {
     assert!(why.contains("\"manager\""), "{why}");
     assert!(!why.contains("b no runner"), "{why}");
 }
+
+fn in_lane(id: &str, lane: Lane, project: Option<&str>) -> Task {
+    Task {
+        lane,
+        project: project.map(String::from),
+        ..task(id)
+    }
+}
+
+#[test]
+fn a_critical_task_interrupts_the_latest_lower_lane_task_of_its_scope() {
+    let mut m = running(ExecutionMode::Auto, false);
+    m.enqueue(
+        vec![
+            in_lane("f", Lane::Functional, None),
+            in_lane("p", Lane::Planned, None),
+            in_lane("other", Lane::Cleanup, Some("elsewhere")),
+        ],
+        0,
+    )
+    .unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, _ftok) = claim(&mut m, 1).unwrap();
+    let (_, ptok) = m.claim("coder", "r2", 2).unwrap().0.unwrap();
+    let (_, _otok) = m.claim("coder", "r3", 3).unwrap().0.unwrap();
+    assert!(m.interrupts(4).is_empty(), "no critical work: no interrupt");
+    // A critical task for the goal's project (p1), as a directive makes it.
+    m.enqueue(vec![in_lane("crit", Lane::Critical, None)], 5)
+        .unwrap();
+    let c = m.interrupts(6);
+    // The planned task yields (lower lane than the functional one); the
+    // cleanup task is of another project: out of scope.
+    assert_eq!(c.audit.len(), 1, "{:?}", c.audit);
+    assert_eq!(c.audit[0].event, EventName::TaskInterrupted);
+    assert_eq!(c.audit[0].task_id.as_deref(), Some("p"));
+    assert_eq!(c.audit[0].after["interrupt"], "crit");
+    assert_eq!(m.tasks["p"].interrupt.as_deref(), Some("crit"));
+    assert!(
+        m.interrupts(7).is_empty(),
+        "one task yields per critical task"
+    );
+    // Its holder gives it back: pending, continued later, not a retry.
+    let (r, c) = m.yield_task("p", &ptok, false, "agent stopped", 8).unwrap();
+    assert_eq!(c.audit[0].event, EventName::TaskYielded);
+    assert_eq!(c.audit[0].after["yielded_to"], "crit");
+    assert_eq!((r.state, r.retries), (TaskState::Pending, 0));
+    assert_eq!(r.mark, Some(ReplayMark::Continue));
+    assert_eq!(r.interrupt, None);
+    // The critical task goes first, then the yielded one.
+    assert_eq!(claim(&mut m, 9).unwrap().0.task.task_id, "crit");
+    let (again, _) = claim(&mut m, 10).unwrap();
+    assert_eq!((again.task.task_id.as_str(), again.attempt), ("p", 2));
+    assert!(m.interrupts(11).is_empty());
+}
+
+#[test]
+fn a_checkpointed_task_that_yields_resumes_and_a_finished_one_is_not_asked_again() {
+    let mut m = running(ExecutionMode::Auto, false);
+    m.enqueue(vec![task("a")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    // A critical task whose dependency is not done interrupts nothing.
+    let mut crit = in_lane("crit", Lane::Critical, None);
+    crit.depends_on = vec!["a".into()];
+    m.enqueue(vec![crit, in_lane("crit2", Lane::Critical, None)], 2)
+        .unwrap();
+    m.interrupts(3);
+    assert_eq!(m.tasks["a"].interrupt.as_deref(), Some("crit2"));
+    // The task completes before its runner yields: the ask ends with it.
+    m.complete("a", &tok, ok(), None, 4).unwrap();
+    assert_eq!(m.tasks["a"].interrupt, None);
+    assert!(
+        m.yield_task("a", &tok, true, "late", 5).is_err(),
+        "a finished task cannot be given back"
+    );
+    // Both critical tasks run; then b, which a third one interrupts once
+    // the queue runs again (halted, nothing is interrupted).
+    m.enqueue(vec![task("b")], 6).unwrap();
+    let order: Vec<String> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|u| m.claim("coder", u, 7).unwrap().0.unwrap().0.task.task_id)
+        .collect();
+    assert_eq!(order, ["crit", "crit2", "b"]);
+    m.enqueue(vec![in_lane("crit3", Lane::Critical, None)], 8)
+        .unwrap();
+    m.halt("operator".into()).unwrap();
+    assert!(m.interrupts(9).is_empty());
+    m.resume(EventName::Resume).unwrap();
+    assert!(!m.interrupts(10).is_empty());
+    let btok = m.tasks["b"].lease.clone().unwrap().token;
+    // Its agent left a checkpoint: resumed, its artifacts validated first.
+    let (r, _) = m
+        .yield_task("b", &btok, true, "at its checkpoint", 11)
+        .unwrap();
+    assert_eq!(r.mark, Some(ReplayMark::Resume));
+}

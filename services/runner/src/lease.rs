@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tracing::warn;
+use tracing::{info, warn};
 use xo_bus::Bus;
 use xo_bus::typed::{self, CallError};
 use xo_proto::Subjects;
@@ -49,6 +49,45 @@ impl Meter {
     }
 }
 
+/// Stops the agent so the task can be given back for `critical`.
+pub fn yield_now(
+    yield_to: &watch::Sender<Option<String>>,
+    cancel: &watch::Sender<bool>,
+    critical: String,
+) {
+    if yield_to.borrow().is_some() {
+        return;
+    }
+    info!(critical = %critical, "asked to yield to a critical task; stopping the agent to give the task back");
+    let _ = yield_to.send(Some(critical));
+    let _ = cancel.send(true);
+}
+
+/// Waits for the queue's interrupt naming `task` at `attempt` (one
+/// already received counts) and yields.
+pub async fn on_interrupt(
+    mut interrupts: watch::Receiver<Option<q::Interrupt>>,
+    task: String,
+    attempt: u32,
+    yield_to: watch::Sender<Option<String>>,
+    cancel: watch::Sender<bool>,
+) {
+    loop {
+        let critical = interrupts
+            .borrow_and_update()
+            .as_ref()
+            .filter(|i| i.task_id == task && i.attempt == attempt)
+            .map(|i| i.critical.clone());
+        if let Some(c) = critical {
+            yield_now(&yield_to, &cancel, c);
+            return;
+        }
+        if interrupts.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Stops the run when the task's budget is spent (its earlier attempts'
 /// work counted): the reason goes to `hit`, the run is cancelled, and the
 /// worker blocks the task with it.
@@ -74,13 +113,16 @@ pub async fn watch_budget(
 
 /// Renews the lease; cancels the run when the lease is lost or the
 /// operator halts the queue (a halt caused by a blocked task lets running
-/// tasks finish). Each renewal carries the attempt's usage so far.
+/// tasks finish), or when the queue asks the task to yield to a critical
+/// one (named on `yield_to`; missed on `xo.interrupt.<unit>`, it comes
+/// with the renewal). Each renewal carries the attempt's usage so far.
 pub async fn keep(
     bus: Bus,
     subjects: Subjects,
     held: Held,
     lease_ms: u64,
     cancel: watch::Sender<bool>,
+    yield_to: watch::Sender<Option<String>>,
     meter: Meter,
 ) {
     let every = Duration::from_millis((lease_ms / 3).max(50));
@@ -97,6 +139,10 @@ pub async fn keep(
             Ok(r) if operator_halt(&r) => {
                 warn!(reason = ?r.halt_reason, "queue halted by the operator; stopping the agent");
                 let _ = cancel.send(true);
+                return;
+            }
+            Ok(r) if r.record.interrupt.is_some() => {
+                yield_now(&yield_to, &cancel, r.record.interrupt.unwrap_or_default());
                 return;
             }
             Ok(_) => {}

@@ -1,16 +1,17 @@
 //! Reporting to the XO and hearing from it: SALUTE reports built from the
-//! agent's turns ([`SaluteState`]), heartbeats, and the steering intake.
-//! Each runs as a task of the worker and ends on its shutdown signal.
+//! agent's turns ([`SaluteState`]), heartbeats, the steering intake and
+//! the queue's interrupts. Each runs as a task of the worker and ends on its shutdown signal.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, warn};
 use xo_bus::{Bus, Subscription, typed};
 use xo_pipeline::driver::{TurnEvent, Turns};
+use xo_proto::queue::Interrupt;
 use xo_proto::{Steering, SteeringSource};
 use xo_radio::Microcosm;
 use xo_runtime::XoConfig;
@@ -21,18 +22,40 @@ use crate::RunnerOptions;
 /// The task the runner is working on, shared with the reporters.
 pub type Current = Arc<Mutex<Option<String>>>;
 
-/// Starts the three reporting tasks; each ends on `shutdown`.
+/// What the reporting tasks share with the worker.
+pub struct Links {
+    /// The agent's turns as the driver sees them.
+    pub events: mpsc::UnboundedReceiver<TurnEvent>,
+    pub turns: Turns,
+    pub current: Current,
+    /// Where the queue's interrupts go.
+    pub interrupts: watch::Sender<Option<Interrupt>>,
+}
+
+/// Starts the reporting and listening tasks; each ends on `shutdown`.
 pub async fn spawn(
     bus: &Bus,
     cfg: &XoConfig,
     opts: &RunnerOptions,
-    rx: mpsc::UnboundedReceiver<TurnEvent>,
-    turns: &Turns,
-    current: &Current,
+    links: Links,
     shutdown: &xo_runtime::tree::Shutdown,
 ) -> Result<Vec<JoinHandle<()>>, xo_bus::BusError> {
+    let Links {
+        events: rx,
+        turns,
+        current,
+        interrupts,
+    } = links;
     let steer_sub = bus.subscribe(&cfg.subjects().steer(&opts.unit)).await?;
+    let interrupt_sub = bus.subscribe(&cfg.subjects().interrupt(&opts.unit)).await?;
     Ok(vec![
+        tokio::spawn(
+            until(
+                shutdown.signal(),
+                interrupt_loop(interrupt_sub, interrupts, cfg.wire.max_payload),
+            )
+            .in_current_span(),
+        ),
         tokio::spawn(
             until(
                 shutdown.signal(),
@@ -74,6 +97,21 @@ async fn until(shutdown: impl Future<Output = ()>, work: impl Future<Output = ()
     tokio::select! {
         _ = shutdown => {}
         _ = work => {}
+    }
+}
+
+/// The queue's requests to yield the task in hand to a critical one; the
+/// worker acts on the one naming its task.
+async fn interrupt_loop(mut sub: Subscription, tx: watch::Sender<Option<Interrupt>>, limit: usize) {
+    while let Some(msg) = sub.next().await {
+        match typed::decode::<Interrupt>(&msg, limit) {
+            Ok(i) => {
+                let _ = tx.send(Some(i));
+            }
+            Err(e) => {
+                warn!(subject = %msg.subject, error = %e, "undecodable interrupt dropped; the next lease renewal carries it")
+            }
+        }
     }
 }
 

@@ -48,6 +48,8 @@ pub struct WorkerState {
     turns: Turns,
     current: Current,
     subjects: Subjects,
+    /// The queue's latest request to yield a task to a critical one.
+    interrupts: watch::Receiver<Option<q::Interrupt>>,
     /// Stops the reporting tasks when the worker stops.
     reporting: Shutdown,
     tasks: Vec<JoinHandle<()>>,
@@ -95,7 +97,14 @@ impl Actor for Worker {
         let turns = Turns::new(tx);
         let current: Current = Default::default();
         let reporting = Shutdown::new();
-        let tasks = report::spawn(&self.bus, cfg, opts, rx, &turns, &current, &reporting).await?;
+        let (interrupt_tx, interrupts) = watch::channel(None);
+        let links = report::Links {
+            events: rx,
+            turns: turns.clone(),
+            current: current.clone(),
+            interrupts: interrupt_tx,
+        };
+        let tasks = report::spawn(&self.bus, cfg, opts, links, &reporting).await?;
         info!(driver = driver.name(), sandbox = %pipeline.sandbox().root().display(), "runner started");
         myself.cast(Next)?;
         Ok(WorkerState {
@@ -105,6 +114,7 @@ impl Actor for Worker {
             turns,
             current,
             subjects: cfg.subjects(),
+            interrupts,
             reporting,
             tasks,
         })
@@ -252,6 +262,7 @@ impl Worker {
             checkpoint: pipeline.checkpoint_path(&job.record.task),
         };
         let (cancel_tx, cancel_rx) = watch::channel(false);
+        let (yield_tx, yield_rx) = watch::channel(None::<String>);
         let held = lease::Held {
             task_id: id.clone(),
             token: claimed.token.clone(),
@@ -264,7 +275,18 @@ impl Worker {
                 held.clone(),
                 claimed.lease_ms,
                 cancel_tx.clone(),
+                yield_tx.clone(),
                 meter.clone(),
+            )
+            .in_current_span(),
+        );
+        let interrupted = tokio::spawn(
+            lease::on_interrupt(
+                st.interrupts.clone(),
+                id.clone(),
+                job.record.attempt,
+                yield_tx.clone(),
+                cancel_tx.clone(),
             )
             .in_current_span(),
         );
@@ -299,10 +321,10 @@ impl Worker {
                 }
             }
         };
-        keeper.abort();
-        let _ = keeper.await;
-        watcher.abort();
-        let _ = watcher.await;
+        for t in [keeper, watcher, interrupted] {
+            t.abort();
+            let _ = t.await;
+        }
         let usage = meter.usage();
         let outcome = match (outcome, hit_rx.borrow().clone()) {
             (Outcome::Completed(r), _) => Outcome::Completed(r),
@@ -312,6 +334,12 @@ impl Worker {
             }
             (o, None) => o,
         };
+        // Stopped to yield (not by shutdown, a halt or a lost lease): the
+        // task goes back to the queue at once, its work kept.
+        let yielded = yield_rx
+            .borrow()
+            .clone()
+            .filter(|_| matches!(outcome, Outcome::Cancelled) && !self.shutdown.is_triggered());
         *st.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if let Outcome::Completed(r) = &outcome
             && !selection.docs.is_empty()
@@ -330,7 +358,13 @@ impl Worker {
             v: xo_proto::PROTOCOL_VERSION,
             unit: self.opts.unit.clone(),
             task_id: id.clone(),
-            outcome: ended(&outcome).as_str().into(),
+            outcome: if yielded.is_some() {
+                q::RunnerOutcome::Yielded
+            } else {
+                ended(&outcome)
+            }
+            .as_str()
+            .into(),
             attempt: job.record.attempt,
             agent_runs: stats.agent_runs,
             format_retries: stats.format_retries,
@@ -349,7 +383,13 @@ impl Worker {
         {
             warn!(error = %e, "runner event not published");
         }
-        deliver(bus, subjects, &held, outcome, usage).await;
+        match yielded {
+            Some(critical) => {
+                let checkpoint = meter.checkpoint.as_ref().is_some_and(|p| p.exists());
+                give_back(bus, subjects, &held, &critical, checkpoint, usage).await
+            }
+            None => deliver(bus, subjects, &held, outcome, usage).await,
+        }
     }
 }
 
@@ -463,6 +503,47 @@ async fn deliver(
         }
     }
     error!("outcome not delivered after 5 attempts; the lease will lapse and the task be replayed");
+}
+
+/// Gives the task back to the queue for `critical`, retrying while the
+/// queue is unreachable (else its lease lapses and it is replayed).
+async fn give_back(
+    bus: &Bus,
+    subjects: &Subjects,
+    held: &lease::Held,
+    critical: &str,
+    checkpoint: bool,
+    usage: q::Usage,
+) {
+    let req = q::Yield {
+        task_id: held.task_id.clone(),
+        token: held.token.clone(),
+        claimant: held.unit.clone(),
+        checkpoint,
+        note: if checkpoint {
+            "agent stopped at its checkpoint; its artifacts are validated on resume".into()
+        } else {
+            "agent stopped; the work it left stays for the next attempt".into()
+        },
+        usage,
+    };
+    for attempt in 1..=5u32 {
+        match typed::call(bus, subjects, &req, Duration::from_secs(10)).await {
+            Ok(_) => {
+                info!(critical = %critical, checkpoint, "task given back for the critical task");
+                return;
+            }
+            Err(CallError::Service(e)) => {
+                warn!(error = %e, "the queue refused the yield; the lease will lapse");
+                return;
+            }
+            Err(e) => {
+                warn!(attempt, error = %e, "yield not delivered; retrying");
+                tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+            }
+        }
+    }
+    error!("yield not delivered after 5 attempts; the lease will lapse and the task be replayed");
 }
 
 /// The runner event's name for an outcome.
