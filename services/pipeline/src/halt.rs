@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 use xo_proto::queue::REPLY_STATUSES;
 
 use crate::driver::AgentOutput;
+use crate::project::ReplyWords;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyStatus {
@@ -53,10 +54,13 @@ pub struct Correction(pub String);
 
 /// Finds the last JSON object carrying `status` in the output (a fenced
 /// block or bare), checks seed 002's format and auto-corrects minor
-/// violations: status case and common synonyms, a non-string message.
+/// violations: a non-string message; with [`ReplyWords::Corrected`] also
+/// the status word's case and common synonyms (strict: only the four words
+/// as written).
 pub fn parse_reply(
     stdout: &str,
     manager: bool,
+    words: ReplyWords,
 ) -> Result<(AgentReply, Vec<Correction>), FormatError> {
     let mut object = last_status_object(stdout).ok_or(FormatError::NoReply)?;
     let mut fixes = Vec::new();
@@ -65,14 +69,17 @@ pub fn parse_reply(
         Some(other) => other.to_string(),
         None => return Err(FormatError::NoReply),
     };
-    let norm = raw_status.trim().to_ascii_lowercase();
-    let status = match norm.as_str() {
-        "ok" => ReplyStatus::Ok,
-        "blocked" => ReplyStatus::Blocked,
-        "error" => ReplyStatus::Error,
-        "escalate" => ReplyStatus::Escalate,
-        "done" | "success" | "completed" | "complete" => ReplyStatus::Ok,
-        "failed" | "failure" => ReplyStatus::Error,
+    let norm = match words {
+        ReplyWords::Strict => raw_status.clone(),
+        ReplyWords::Corrected => raw_status.trim().to_ascii_lowercase(),
+    };
+    let status = match (norm.as_str(), words) {
+        ("ok", _) => ReplyStatus::Ok,
+        ("blocked", _) => ReplyStatus::Blocked,
+        ("error", _) => ReplyStatus::Error,
+        ("escalate", _) => ReplyStatus::Escalate,
+        ("done" | "success" | "completed" | "complete", ReplyWords::Corrected) => ReplyStatus::Ok,
+        ("failed" | "failure", ReplyWords::Corrected) => ReplyStatus::Error,
         _ => return Err(FormatError::BadStatus(raw_status)),
     };
     if !REPLY_STATUSES.contains(&raw_status.as_str()) {
@@ -288,7 +295,7 @@ mod tests {
     #[test]
     fn reply_is_the_last_status_object() {
         let text = "log {\"x\":1}\nsome {\"status\":\"error\",\"message\":\"old\"}\n```json\n{\"status\": \"ok\", \"message\": \"done\", \"n\": {\"a\": 1}}\n```\n";
-        let (r, fixes) = parse_reply(text, false).unwrap();
+        let (r, fixes) = parse_reply(text, false, ReplyWords::Strict).unwrap();
         assert_eq!(r.status, ReplyStatus::Ok);
         assert_eq!(r.message, "done");
         assert!(fixes.is_empty());
@@ -296,27 +303,76 @@ mod tests {
 
     #[test]
     fn format_errors_and_corrections() {
-        assert_eq!(parse_reply("all done!", false), Err(FormatError::NoReply));
         assert_eq!(
-            parse_reply("{\"status\":\"maybe\",\"message\":\"x\"}", false),
+            parse_reply("all done!", false, ReplyWords::Strict),
+            Err(FormatError::NoReply)
+        );
+        assert_eq!(
+            parse_reply(
+                "{\"status\":\"maybe\",\"message\":\"x\"}",
+                false,
+                ReplyWords::Strict
+            ),
             Err(FormatError::BadStatus("maybe".into()))
         );
         assert_eq!(
-            parse_reply("{\"status\":\"ok\"}", false),
+            parse_reply("{\"status\":\"ok\"}", false, ReplyWords::Strict),
             Err(FormatError::NoMessage)
         );
-        let (r, fixes) = parse_reply("{\"status\":\" OK \",\"message\":42}", false).unwrap();
+        // Seed 004 SUP-7: minor violations corrected in place when asked to.
+        let (r, fixes) = parse_reply(
+            "{\"status\":\" OK \",\"message\":42}",
+            false,
+            ReplyWords::Corrected,
+        )
+        .unwrap();
         assert_eq!(r.status, ReplyStatus::Ok);
         assert_eq!(r.message, "42");
         assert_eq!(fixes.len(), 2, "{fixes:?}");
+        for (word, status) in [
+            ("done", ReplyStatus::Ok),
+            ("Success", ReplyStatus::Ok),
+            ("failed", ReplyStatus::Error),
+        ] {
+            let text = format!("{{\"status\":\"{word}\",\"message\":\"m\"}}");
+            let (r, fixes) = parse_reply(&text, false, ReplyWords::Corrected).unwrap();
+            assert_eq!((r.status, fixes.len()), (status, 1), "{word}");
+            // Seed 003 (the default): no "helpful" corrections of the words.
+            assert_eq!(
+                parse_reply(&text, false, ReplyWords::Strict),
+                Err(FormatError::BadStatus(word.into())),
+                "{word}"
+            );
+        }
+        assert_eq!(
+            parse_reply(
+                "{\"status\":\" OK \",\"message\":\"m\"}",
+                false,
+                ReplyWords::Strict
+            ),
+            Err(FormatError::BadStatus(" OK ".into()))
+        );
+        // A non-string message is stringified either way (it is not a word).
+        let (r, fixes) = parse_reply(
+            "{\"status\":\"ok\",\"message\":42}",
+            false,
+            ReplyWords::Strict,
+        )
+        .unwrap();
+        assert_eq!((r.message.as_str(), fixes.len()), ("42", 1));
         assert!(matches!(
-            parse_reply("{\"status\":\"ok\",\"message\":\"m\"}", true),
+            parse_reply(
+                "{\"status\":\"ok\",\"message\":\"m\"}",
+                true,
+                ReplyWords::Strict
+            ),
             Err(FormatError::Manager(_))
         ));
         assert!(
             parse_reply(
                 "{\"status\":\"ok\",\"message\":\"m\",\"next_task\":null,\"tasks\":[]}",
-                true
+                true,
+                ReplyWords::Strict
             )
             .is_ok()
         );
@@ -324,7 +380,7 @@ mod tests {
 
     #[test]
     fn halts() {
-        let reply = |s: &str| parse_reply(s, false).unwrap().0;
+        let reply = |s: &str| parse_reply(s, false, ReplyWords::Strict).unwrap().0;
         let o = out("");
         assert_eq!(
             detect(

@@ -518,7 +518,7 @@ impl TaskRun<'_> {
 impl TaskRun<'_> {
     async fn parse(&self, out: &AgentOutput) -> Result<AgentReply, FormatError> {
         let manager = self.task.role == xo_proto::queue::MANAGER_ROLE;
-        match parse_reply(&out.stdout, manager) {
+        match parse_reply(&out.stdout, manager, self.pcfg.supervisor_rules.reply_words) {
             Ok((r, fixes)) => {
                 for f in fixes {
                     // SUP-7: a minor violation, auto-corrected and revalidated.
@@ -840,7 +840,10 @@ impl TaskRun<'_> {
                 if out.cancelled {
                     return Some(Outcome::Cancelled);
                 }
-                let answer = parse_reply(&out.stdout, false).ok().map(|(r, _)| r.message);
+                let answer =
+                    parse_reply(&out.stdout, false, self.pcfg.supervisor_rules.reply_words)
+                        .ok()
+                        .map(|(r, _)| r.message);
                 if let Some(yes) = answer.as_deref().and_then(yes_or_no) {
                     verdict = Some((yes, answer.unwrap_or_default()));
                     break;

@@ -40,6 +40,22 @@ pub struct SupervisorRules {
     /// With `false` a reply without the JSON status object is taken as `ok`
     /// with the output's last line as its message.
     pub require_format_validation: bool,
+    /// How a reply's status word is read: `strict` (seed 003: no "helpful"
+    /// corrections; only `ok`, `blocked`, `error`, `escalate` as written,
+    /// anything else is a format error the agent is asked to fix) or
+    /// `corrected` (seed 004 SUP-7: case, spaces and the synonyms `done`,
+    /// `success`, `completed`, `complete` → ok, `failed`, `failure` → error
+    /// are fixed in place and logged as minor violations).
+    pub reply_words: ReplyWords,
+}
+
+/// See [`SupervisorRules::reply_words`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyWords {
+    #[default]
+    Strict,
+    Corrected,
 }
 
 impl Default for SupervisorRules {
@@ -48,6 +64,7 @@ impl Default for SupervisorRules {
             timeout_profile: None,
             max_retries: None,
             require_format_validation: true,
+            reply_words: ReplyWords::Strict,
         }
     }
 }

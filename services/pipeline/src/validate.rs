@@ -536,7 +536,9 @@ mod tests {
     use crate::halt::parse_reply;
 
     fn reply(s: &str) -> AgentReply {
-        parse_reply(s, false).unwrap().0
+        parse_reply(s, false, crate::project::ReplyWords::Strict)
+            .unwrap()
+            .0
     }
 
     #[test]

@@ -322,6 +322,25 @@ async fn critical_halts_block_at_once() {
 async fn violations_minor_corrected_major_end_the_task() {
     let r = rig(|_| {});
     let upper = r#"{ reply = '{"status": "OK", "message": "done"}' }"#;
+    // Seed 003 by default: the word is not corrected; the agent is asked
+    // to fix its format and, as it never does, the task blocks.
+    let why = blocked(
+        run(
+            &r,
+            &mut script_driver(),
+            &job(task("t12s", &format!("[[run]]\nsteps = [{upper}]"))),
+        )
+        .await,
+    );
+    assert!(why.starts_with("OUTPUT_FORMAT_INVALID"), "{why}");
+    assert!(why.contains(r#"status "OK""#), "{why}");
+    // Seed 004 SUP-7 when the project asks for it: corrected and logged.
+    std::fs::create_dir_all(r.project.join(".xo")).unwrap();
+    std::fs::write(
+        r.project.join(".xo/project.toml"),
+        "[supervisor_rules]\nreply_words = \"corrected\"\n",
+    )
+    .unwrap();
     completed(
         run(
             &r,
@@ -331,7 +350,6 @@ async fn violations_minor_corrected_major_end_the_task() {
         .await,
     );
     assert!(work_log(&r, "t12").contains("Violation auto-corrected"));
-    std::fs::create_dir_all(r.project.join(".xo")).unwrap();
     std::fs::write(
         r.project.join(".xo/project.toml"),
         "required_sections = [\"## Summary\"]\n",
