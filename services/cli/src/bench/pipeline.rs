@@ -92,7 +92,8 @@ pub async fn run(_cfg: &XoConfig, args: PipelineArgs) -> anyhow::Result<ExitCode
             ..Default::default()
         };
         let prompt = compose(PromptKind::Prompt, &templates, &task, &ctx, None);
-        let (reply, _) = parse_reply(&out.stdout, false).map_err(|e| anyhow::anyhow!(e))?;
+        let (reply, _) = parse_reply(&out.stdout, false, xo_pipeline::project::ReplyWords::Strict)
+            .map_err(|e| anyhow::anyhow!(e))?;
         let v = checker.validate(&task, &out, &reply).await;
         if let Ok(ok) = v.accept(reply) {
             let f = format_output(
