@@ -383,13 +383,11 @@ impl Worker {
         {
             warn!(error = %e, "runner event not published");
         }
-        match yielded {
-            Some(critical) => {
-                let checkpoint = meter.checkpoint.as_ref().is_some_and(|p| p.exists());
-                give_back(bus, subjects, &held, &critical, checkpoint, usage).await
-            }
-            None => deliver(bus, subjects, &held, outcome, usage).await,
-        }
+        let yielded = yielded.map(|critical| Yielded {
+            critical,
+            checkpoint: meter.checkpoint.as_ref().is_some_and(|p| p.exists()),
+        });
+        deliver(bus, subjects, &held, outcome, yielded, usage).await;
     }
 }
 
@@ -429,18 +427,44 @@ async fn block(
     typed::call(bus, subjects, &req, timeout).await.map(|_| ())
 }
 
-/// Sends the outcome to the queue, retrying while the queue is unreachable.
+/// A task stopped to be given back for a critical one.
+struct Yielded {
+    critical: String,
+    /// The agent's checkpoint file exists.
+    checkpoint: bool,
+}
+
+/// Sends the outcome to the queue (or gives the task back, `yielded`),
+/// retrying while the queue is unreachable.
 async fn deliver(
     bus: &Bus,
     subjects: &Subjects,
     held: &lease::Held,
     outcome: Outcome,
+    yielded: Option<Yielded>,
     usage: q::Usage,
 ) {
     let timeout = Duration::from_secs(10);
     for attempt in 1..=5u32 {
-        let res: Result<(), CallError> = match &outcome {
-            Outcome::Completed(r) => {
+        let res: Result<(), CallError> = match (&outcome, &yielded) {
+            (_, Some(y)) => {
+                info!(critical = %y.critical, checkpoint = y.checkpoint, "task given back for the critical task");
+                let req = q::Yield {
+                    task_id: held.task_id.clone(),
+                    token: held.token.clone(),
+                    claimant: held.unit.clone(),
+                    checkpoint: y.checkpoint,
+                    note: if y.checkpoint {
+                        "agent stopped at its checkpoint; its artifacts are validated on resume"
+                            .into()
+                    } else {
+                        "agent stopped; the work it left stays for the next attempt".into()
+                    },
+                    usage,
+                };
+                typed::call(bus, subjects, &req, timeout).await.map(|_| ())
+            }
+            (Outcome::Completed(r), None) => {
                 info!(summary = %r.report().summary, "task completed");
                 typed::call(
                     bus,
@@ -458,7 +482,7 @@ async fn deliver(
                 .await
                 .map(|_| ())
             }
-            Outcome::Blocked(reason) | Outcome::Violation(reason) => {
+            (Outcome::Blocked(reason) | Outcome::Violation(reason), None) => {
                 warn!(reason = %reason, "task blocked");
                 let req = q::Block {
                     task_id: held.task_id.clone(),
@@ -471,7 +495,7 @@ async fn deliver(
                 };
                 block(bus, subjects, req, timeout).await
             }
-            Outcome::Question(q) => {
+            (Outcome::Question(q), None) => {
                 info!(question = %q, "task awaits the operator's answer");
                 let req = q::Block {
                     task_id: held.task_id.clone(),
@@ -484,7 +508,7 @@ async fn deliver(
                 };
                 block(bus, subjects, req, timeout).await
             }
-            Outcome::Cancelled => {
+            (Outcome::Cancelled, None) => {
                 info!("task stopped; the queue replays it when the lease lapses");
                 return;
             }
@@ -503,47 +527,6 @@ async fn deliver(
         }
     }
     error!("outcome not delivered after 5 attempts; the lease will lapse and the task be replayed");
-}
-
-/// Gives the task back to the queue for `critical`, retrying while the
-/// queue is unreachable (else its lease lapses and it is replayed).
-async fn give_back(
-    bus: &Bus,
-    subjects: &Subjects,
-    held: &lease::Held,
-    critical: &str,
-    checkpoint: bool,
-    usage: q::Usage,
-) {
-    let req = q::Yield {
-        task_id: held.task_id.clone(),
-        token: held.token.clone(),
-        claimant: held.unit.clone(),
-        checkpoint,
-        note: if checkpoint {
-            "agent stopped at its checkpoint; its artifacts are validated on resume".into()
-        } else {
-            "agent stopped; the work it left stays for the next attempt".into()
-        },
-        usage,
-    };
-    for attempt in 1..=5u32 {
-        match typed::call(bus, subjects, &req, Duration::from_secs(10)).await {
-            Ok(_) => {
-                info!(critical = %critical, checkpoint, "task given back for the critical task");
-                return;
-            }
-            Err(CallError::Service(e)) => {
-                warn!(error = %e, "the queue refused the yield; the lease will lapse");
-                return;
-            }
-            Err(e) => {
-                warn!(attempt, error = %e, "yield not delivered; retrying");
-                tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
-            }
-        }
-    }
-    error!("yield not delivered after 5 attempts; the lease will lapse and the task be replayed");
 }
 
 /// The runner event's name for an outcome.
