@@ -738,6 +738,15 @@ pub struct QueueStatus {
     pub status: RunStatus,
     #[serde(default)]
     pub halt_reason: Option<String>,
+    /// Seed 003's `halt_details`: the halt reason's text after its code
+    /// (`TASK_BLOCKED: t4: needs a password` → `t4: needs a password`);
+    /// filled in by the queue's status answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halt_details: Option<String>,
+    /// Seed 003's `last_updated`: when the status last changed (RFC 3339,
+    /// UTC).
+    #[serde(default)]
+    pub last_updated: String,
     pub iteration: u64,
     pub goal: Goal,
     pub mode: ExecutionMode,

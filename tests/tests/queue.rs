@@ -516,3 +516,56 @@ async fn a_question_survives_a_restart_and_is_answered() {
     let again = claim(&q, "r2").await.unwrap();
     assert_eq!(again.record.answer.as_deref(), Some("postgres"));
 }
+
+/// Seed 003's status: `last_updated` moves with every status change (and
+/// survives a restart); `halt_details` is the halt reason after its code.
+#[tokio::test]
+async fn the_status_says_when_it_changed_and_why_it_halted() {
+    let mut q = Q::start(&[]).await;
+    q.ready(1, false).await;
+    let s = q.call(&GetStatus {}).await.unwrap();
+    assert_eq!(s.last_updated, xo_runtime::clock::rfc3339(EPOCH));
+    assert_eq!(s.halt_details, None);
+    // The agent's own BLOCKED halts the queue with a coded reason.
+    q.clock.advance(Duration::from_secs(90));
+    let c = claim(&q, "r1").await.unwrap();
+    q.call(&Block {
+        task_id: c.record.task.task_id.clone(),
+        token: c.token,
+        claimant: "r1".into(),
+        reason: "BLOCKED: needs a database password".into(),
+        question: None,
+        cause: None,
+        usage: Default::default(),
+    })
+    .await
+    .unwrap();
+    let s = q.call(&GetStatus {}).await.unwrap();
+    assert_eq!(s.status, RunStatus::Halted);
+    assert_eq!(s.last_updated, xo_runtime::clock::rfc3339(EPOCH + 90_000));
+    assert!(s.last_updated.ends_with('Z'), "{}", s.last_updated);
+    assert_eq!(
+        s.halt_reason.as_deref(),
+        Some("TASK_BLOCKED: t000: BLOCKED: needs a database password")
+    );
+    assert_eq!(
+        s.halt_details.as_deref(),
+        Some("t000: BLOCKED: needs a database password")
+    );
+    // An operator's words have no code: no details to split off.
+    q.call(&Resume {}).await.unwrap();
+    q.call(&Halt {
+        reason: "lunch".into(),
+    })
+    .await
+    .unwrap();
+    let s = q.call(&GetStatus {}).await.unwrap();
+    assert_eq!(
+        (s.halt_reason.as_deref(), s.halt_details),
+        (Some("lunch"), None)
+    );
+    q.stop_queue().await;
+    q.start_queue().await;
+    let s = q.call(&GetStatus {}).await.unwrap();
+    assert_eq!(s.last_updated, xo_runtime::clock::rfc3339(EPOCH + 90_000));
+}

@@ -157,6 +157,7 @@ impl State {
             writes.push((task_key(id), Bytes::from(value)));
         }
         if changes.status {
+            self.m.status.last_updated = xo_runtime::clock::rfc3339(self.ctx.clock.now_ms());
             let mut s = self.m.status.clone();
             s.corrupt.clear();
             writes.push((

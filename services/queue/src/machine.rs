@@ -288,6 +288,7 @@ impl Machine {
             *s.counts.entry(t.state.as_str().to_string()).or_default() += 1;
         }
         s.exhausted = !self.has_open_work();
+        s.halt_details = s.halt_reason.as_deref().and_then(halt_details);
         s
     }
 
@@ -1653,6 +1654,16 @@ impl Machine {
             .collect();
         Some(format!("{QUEUE_STUCK}: {}", parts.join("; ")))
     }
+}
+
+/// The text of a halt reason after its code (`CODE: text`), if it has one.
+pub fn halt_details(reason: &str) -> Option<String> {
+    let (code, rest) = reason.split_once(": ")?;
+    let is_code = !code.is_empty()
+        && code
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    (is_code && !rest.trim().is_empty()).then(|| rest.to_string())
 }
 
 /// Task ids and project ids: one store key and subject token.
