@@ -717,6 +717,7 @@ impl Actor for QueueActor {
     ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.clock.now_ms();
         let mut wake = false;
+        let mut interrupt = false;
         match msg {
             QueueMsg::Api(api) => wake = st.api(*api, now),
             QueueMsg::Tick(at, port) => {
@@ -733,6 +734,9 @@ impl Actor for QueueActor {
                 st.serve_waiters(at);
                 if at.saturating_sub(st.stuck_checked) >= 1000 || port.is_some() {
                     st.stuck_checked = at;
+                    // A critical task whose dependencies finished, or that
+                    // a Manager stopped holding, interrupts within a second.
+                    interrupt = true;
                     let c = st.m.check_stuck(at);
                     if let Some(why) = c.status.then(|| st.m.status.stuck.clone()) {
                         match why {
@@ -755,10 +759,14 @@ impl Actor for QueueActor {
         if wake && !st.waiters.is_empty() {
             st.serve_waiters(now);
         }
-        // What the idle runners did not take may interrupt a busy one.
-        let c = st.m.interrupts(now);
-        if !c.is_empty() {
-            st.commit(c, None);
+        // What the idle runners did not take may interrupt a busy one:
+        // looked at when work may have appeared (not on every renewal or
+        // empty claim) and once a second.
+        if wake || interrupt {
+            let c = st.m.interrupts(now);
+            if !c.is_empty() {
+                st.commit(c, None);
+            }
         }
         Ok(())
     }

@@ -1388,9 +1388,6 @@ impl Machine {
         Ok((r, c))
     }
 
-    /// SUP-6: a lease not renewed for `lease_ms` is stale; the task is
-    /// offered again (attempt + 1 on the next claim), marked `resume` if the
-    /// holder had checkpointed, else `rollback_replay`.
     /// Seed 001's interrupt: each critical task that could run now (its
     /// dependencies done, no Manager holding it) but waits because every
     /// runner of its role is busy asks one running lower-lane task of its
@@ -1421,17 +1418,18 @@ impl Machine {
             return c;
         }
         let goal_project = self.status.goal.project_id.clone();
-        let scope = |r: &TaskRecord| {
-            (
-                r.task.role.clone(),
-                r.task.project.clone().or_else(|| goal_project.clone()),
-            )
-        };
         for cid in critical {
             let Some(crit) = self.tasks.get(&cid) else {
                 continue;
             };
-            let want = scope(crit);
+            // The scope: the same role, the same project (a task naming
+            // none is worked in the goal's).
+            let role = crit.task.role.clone();
+            let project = crit.task.project.clone().or_else(|| goal_project.clone());
+            let in_scope = |r: &TaskRecord| {
+                r.task.role == role
+                    && r.task.project.as_ref().or(goal_project.as_ref()) == project.as_ref()
+            };
             let mut victim: Option<(Lane, u64, String)> = None;
             let mut taken = false;
             for r in self.tasks.values() {
@@ -1445,7 +1443,7 @@ impl Machine {
                 if r.interrupt.is_some()
                     || r.task.lane == Lane::Critical
                     || r.task.role == MANAGER_ROLE
-                    || scope(r) != want
+                    || !in_scope(r)
                 {
                     continue;
                 }
@@ -1491,7 +1489,6 @@ impl Machine {
             r.state = TaskState::Pending;
             r.lease = None;
             r.priority = false;
-            r.interrupt = None;
             r.mark = Some(if checkpoint {
                 ReplayMark::Resume
             } else {
@@ -1508,6 +1505,9 @@ impl Machine {
         Ok((r, c))
     }
 
+    /// SUP-6: a lease not renewed for `lease_ms` is stale; the task is
+    /// offered again (attempt + 1 on the next claim), marked `resume` if the
+    /// holder had checkpointed, else `rollback_replay`.
     pub fn expire_leases(&mut self, now: u64) -> Changes {
         let stale: Vec<(String, bool)> = self
             .tasks

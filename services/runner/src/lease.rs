@@ -141,8 +141,15 @@ pub async fn keep(
                 let _ = cancel.send(true);
                 return;
             }
-            Ok(r) if r.record.interrupt.is_some() => {
-                yield_now(&yield_to, &cancel, r.record.interrupt.unwrap_or_default());
+            Ok(Renewed {
+                record:
+                    q::TaskRecord {
+                        interrupt: Some(critical),
+                        ..
+                    },
+                ..
+            }) => {
+                yield_now(&yield_to, &cancel, critical);
                 return;
             }
             Ok(_) => {}
