@@ -43,6 +43,25 @@ impl Procs {
         }
     }
 
+    /// SIGINT (a graceful stop: the process flushes what it holds, its
+    /// traces among them), and wait for it to exit; SIGKILL after 30 s.
+    pub fn stop(&mut self, name: &str) {
+        let Some(mut c) = self.children.remove(name) else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-INT", &c.id().to_string()])
+            .status();
+        for _ in 0..600 {
+            if matches!(c.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
     /// The last `lines` lines of every live process's log.
     pub fn logs(&self, lines: usize) -> String {
         let mut s = String::new();

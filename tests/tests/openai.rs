@@ -117,7 +117,7 @@ async fn tool_loop_backoff_malformed_replies_and_steering() {
             if let Some(t) = t2.take() {
                 t.push_steering("[SUPERVISOR] Loop: stop rewriting the same file.".into());
             }
-            all.push(ev);
+            all.push(ev.event);
         }
         all
     });
@@ -247,7 +247,7 @@ async fn big_tool_outputs_are_cut_and_a_full_context_is_condensed_not_fatal() {
     drop(d);
     let mut condensed = 0;
     while let Ok(ev) = rx.try_recv() {
-        condensed += usize::from(ev.condensed);
+        condensed += usize::from(ev.event.condensed);
     }
     assert!(
         condensed >= 1,

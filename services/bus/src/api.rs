@@ -12,7 +12,7 @@ use bytes::Bytes;
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort};
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tracing::{Instrument, warn};
 use xo_proto::Subjects;
 use xo_proto::codec::CONTENT_TYPE;
 use xo_proto::control::{Api, ErrorCode, Ports, Reply, Request, Route, ServiceError};
@@ -133,16 +133,34 @@ where
                     actor: target.actor(),
                 },
             );
-            tokio::spawn(async move {
-                let (h, body) = match routed {
-                    Ok(answer) => answer.await,
-                    Err(e) => typed::encode_reply::<()>(&Reply::Err(e)),
-                };
-                let subject = req.message.subject.clone();
-                if let Err(e) = req.respond(h, body).await {
-                    warn!(subject = %subject, error = %e, "control reply could not be sent");
+            // A request made in a trace is answered in it (a task's claim,
+            // renewals and outcome in the task's trace).
+            let span = if req.message.headers.get("traceparent").is_some() {
+                let span = tracing::info_span!(
+                    "xo.ctl",
+                    otel.name = %format!("{} {}", A::SERVICE, req.verb()),
+                    otel.kind = "server",
+                    rpc.service = A::SERVICE,
+                    rpc.method = req.verb(),
+                );
+                crate::trace::link(&span, &req.message.headers);
+                span
+            } else {
+                tracing::Span::none()
+            };
+            tokio::spawn(
+                async move {
+                    let (h, body) = match routed {
+                        Ok(answer) => answer.await,
+                        Err(e) => typed::encode_reply::<()>(&Reply::Err(e)),
+                    };
+                    let subject = req.message.subject.clone();
+                    if let Err(e) = req.respond(h, body).await {
+                        warn!(subject = %subject, error = %e, "control reply could not be sent");
+                    }
                 }
-            });
+                .instrument(span),
+            );
         }
         ep.stop().await;
     }))

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, error, info, warn};
 use xo_bus::api::ActorPorts;
 use xo_bus::{Bus, typed};
-use xo_pipeline::driver::{Driver, OpenAiDriver, TurnEvent, Turns};
+use xo_pipeline::driver::{Driver, OpenAiDriver, TaskTag, Turn, Turns};
 use xo_pipeline::sandbox::Sandbox;
 use xo_pipeline::{Job, Outcome, Pipeline};
 use xo_proto::knowledge::*;
@@ -105,7 +105,7 @@ impl Actor for ReviewActor {
         st: &mut Reviews,
     ) -> Result<(), ActorProcessingErr> {
         st.take(input)
-            .instrument(tracing::info_span!("review"))
+            .instrument(tracing::info_span!(parent: None, "review"))
             .await;
         Ok(())
     }
@@ -527,6 +527,26 @@ impl Reviews {
     /// pipeline on the review model) → apply (documents, directives,
     /// verdict, convergence); every path ends in one run-log line.
     async fn run(&mut self, r: Reviewer, why: &'static str) {
+        // Each review run is its own trace (an OpenTelemetry GenAI agent
+        // span), following from the event that triggered it.
+        let span = tracing::info_span!(
+            parent: None,
+            "review.run",
+            otel.name = %format!("invoke_agent {}", r.name()),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = r.name(),
+            trigger = why,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            xo.outcome = tracing::field::Empty,
+        );
+        span.follows_from(tracing::Span::current());
+        self.run_traced(r, why, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    async fn run_traced(&mut self, r: Reviewer, why: &'static str, span: &tracing::Span) {
         let run = match self.gate().await {
             Err(reason) => {
                 warn!(reviewer = r.name(), reason = %reason, "review skipped; work continues");
@@ -537,6 +557,9 @@ impl Reviews {
                 Ok((findings, run, tasks)) => self.apply(r, findings, run, &tasks).await,
             },
         };
+        span.record("gen_ai.usage.input_tokens", run.tokens_in as i64);
+        span.record("gen_ai.usage.output_tokens", run.tokens_out as i64);
+        span.record("xo.outcome", run.outcome.as_str());
         self.record(run).await;
     }
 
@@ -676,8 +699,13 @@ impl Reviews {
             directives: Vec::new(),
             settings: Default::default(),
         };
-        let (tx, mut rx) = mpsc::unbounded_channel::<TurnEvent>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Turn>();
         let turns = Turns::new(tx);
+        // The model's turns are traced in this run's trace.
+        turns.start_task(TaskTag {
+            task_id: format!("review-{}", r.name()),
+            span: tracing::Span::current(),
+        });
         let mut run = self.base(r, why, "ran", String::new());
         run.bootstrap = bootstrap;
         let Some(mut driver) = self.driver.take() else {
@@ -693,7 +721,7 @@ impl Reviews {
         );
         let outcome = pipeline.run(&mut driver, &job, turns, None).await;
         self.driver = Some(driver);
-        while let Ok(ev) = rx.try_recv() {
+        while let Ok(Turn { event: ev, .. }) = rx.try_recv() {
             run.tokens_in += ev.tokens_in;
             run.tokens_out += ev.tokens_out;
             run.cost_usd += ev.cost_usd;

@@ -3,14 +3,14 @@
 //! the queue's interrupts. Each runs as a task of the worker and ends on its shutdown signal.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, warn};
+use tracing::{Instrument, info, info_span, warn};
 use xo_bus::{Bus, Subscription, typed};
-use xo_pipeline::driver::{TurnEvent, Turns};
+use xo_pipeline::driver::{Turn, Turns};
 use xo_proto::queue::Interrupt;
 use xo_proto::{Steering, SteeringSource};
 use xo_radio::Microcosm;
@@ -19,15 +19,12 @@ use xo_sensor::salute::SaluteState;
 
 use crate::RunnerOptions;
 
-/// The task the runner is working on, shared with the reporters.
-pub type Current = Arc<Mutex<Option<String>>>;
-
 /// What the reporting tasks share with the worker.
 pub struct Links {
-    /// The agent's turns as the driver sees them.
-    pub events: mpsc::UnboundedReceiver<TurnEvent>,
+    /// The agent's turns as the driver sees them, each with its task.
+    pub events: mpsc::UnboundedReceiver<Turn>,
+    /// Also the task in hand (heartbeats name it).
     pub turns: Turns,
-    pub current: Current,
     /// Where the queue's interrupts go.
     pub interrupts: watch::Sender<Option<Interrupt>>,
 }
@@ -43,7 +40,6 @@ pub async fn spawn(
     let Links {
         events: rx,
         turns,
-        current,
         interrupts,
     } = links;
     let steer_sub = bus.subscribe(&cfg.subjects().steer(&opts.unit)).await?;
@@ -71,21 +67,14 @@ pub async fn spawn(
         tokio::spawn(
             until(
                 shutdown.signal(),
-                reporter(
-                    bus.clone(),
-                    cfg.clone(),
-                    opts.clone(),
-                    rx,
-                    turns.clone(),
-                    current.clone(),
-                ),
+                reporter(bus.clone(), cfg.clone(), opts.clone(), rx, turns.clone()),
             )
             .in_current_span(),
         ),
         tokio::spawn(
             until(
                 shutdown.signal(),
-                heartbeats(bus.clone(), cfg.clone(), opts.clone(), current.clone()),
+                heartbeats(bus.clone(), cfg.clone(), opts.clone(), turns.clone()),
             )
             .in_current_span(),
         ),
@@ -119,6 +108,10 @@ async fn steering_loop(mut sub: Subscription, turns: Turns, limit: usize, cooldo
     while let Some(msg) = sub.next().await {
         match typed::decode::<Steering>(&msg, limit) {
             Ok(s) => {
+                // In the trace of the report that caused it (the task's).
+                let span = info_span!("steering.received", kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source);
+                xo_bus::trace::link(&span, &msg.headers);
+                let _in = span.enter();
                 if s.source == SteeringSource::Xo
                     && let Some(own) = turns.steered_itself(&s, cooldown)
                 {
@@ -136,12 +129,7 @@ async fn steering_loop(mut sub: Subscription, turns: Turns, limit: usize, cooldo
     }
 }
 
-async fn heartbeats(
-    bus: Bus,
-    cfg: XoConfig,
-    opts: RunnerOptions,
-    current: Arc<Mutex<Option<String>>>,
-) {
+async fn heartbeats(bus: Bus, cfg: XoConfig, opts: RunnerOptions, turns: Turns) {
     let subjects = cfg.subjects();
     let mut seq = 0u64;
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.runner.heartbeat_ms));
@@ -149,7 +137,7 @@ async fn heartbeats(
         tick.tick().await;
         seq += 1;
         let mut hb = xo_proto::Heartbeat::new(&opts.unit, &opts.role, seq);
-        hb.task_id = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        hb.task_id = turns.task().map(|t| t.task_id);
         if let Err(e) =
             typed::publish(&bus, &subjects.heartbeat(&opts.unit), &hb, cfg.wire.format).await
         {
@@ -172,9 +160,8 @@ async fn reporter(
     bus: Bus,
     cfg: XoConfig,
     opts: RunnerOptions,
-    mut rx: mpsc::UnboundedReceiver<TurnEvent>,
+    mut rx: mpsc::UnboundedReceiver<Turn>,
     turns: Turns,
-    current: Arc<Mutex<Option<String>>>,
 ) {
     let subjects = cfg.subjects();
     let profile = cfg.roles().get(&opts.role).clone();
@@ -199,13 +186,17 @@ async fn reporter(
     let cooldown = u64::from(profile_cooldown(&cfg, &opts.role));
     // Given since the last report published.
     let mut self_steered: Vec<xo_proto::SelfSteered> = Vec::new();
-    while let Some(ev) = rx.recv().await {
-        let task = current.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    while let Some(Turn {
+        event,
+        task: working,
+    }) = rx.recv().await
+    {
+        let task = working.as_ref().map(|w| w.task_id.clone());
         let new_task = s.task() != task.as_deref();
         if new_task {
             s.start_task(task);
         }
-        let mut report = s.turn(ev);
+        let mut report = s.turn(event);
         if let Some(m) = micro.as_mut() {
             let task_turn = turns.usage().turns;
             for mut st in m.turn(&mut report) {
@@ -233,13 +224,22 @@ async fn reporter(
             // turns): a gap the XO sees is a report lost on the way.
             published += 1;
             report.time.seq = published;
+            // In the task's trace: the XO's check of this report is its child.
+            let span = match &working {
+                Some(w) => {
+                    info_span!(parent: &w.span, "salute.report", seq = published, turn = report.time.turn)
+                }
+                None => tracing::Span::none(),
+            };
             if let Some(acked) = &acked {
-                acked.send(&opts.unit, &report, cfg.wire.format);
+                span.in_scope(|| acked.send(&opts.unit, &report, cfg.wire.format));
                 continue;
             }
             let connected = bus.is_connected();
             if let Err(e) =
-                typed::publish(&bus, &subjects.salute(&opts.unit), &report, cfg.wire.format).await
+                typed::publish(&bus, &subjects.salute(&opts.unit), &report, cfg.wire.format)
+                    .instrument(span)
+                    .await
             {
                 warn!(error = %e, "salute not published");
             }

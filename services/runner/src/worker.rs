@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 use xo_bus::Bus;
 use xo_bus::typed::{self, CallError};
-use xo_pipeline::driver::{Driver, Turns};
+use xo_pipeline::driver::{Driver, TaskTag, Turns};
 use xo_pipeline::proc::Groups;
 use xo_pipeline::sandbox::Sandbox;
 use xo_pipeline::{Job, Outcome, Pipeline};
@@ -21,7 +21,7 @@ use xo_proto::settings::Settings;
 use xo_runtime::XoConfig;
 use xo_runtime::tree::Shutdown;
 
-use crate::report::{self, Current};
+use crate::report;
 use crate::{RunnerOptions, lease};
 
 /// The worker's one message: claim and work the next task.
@@ -46,7 +46,6 @@ pub struct WorkerState {
     applied: Option<(u64, Pipeline)>,
     driver: Driver,
     turns: Turns,
-    current: Current,
     subjects: Subjects,
     /// The queue's latest request to yield a task to a critical one.
     interrupts: watch::Receiver<Option<q::Interrupt>>,
@@ -95,13 +94,11 @@ impl Actor for Worker {
             Driver::from_config(&cfg.runner.driver, &cfg.runner).map_err(|e| setup("driver", e))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let turns = Turns::new(tx);
-        let current: Current = Default::default();
         let reporting = Shutdown::new();
         let (interrupt_tx, interrupts) = watch::channel(None);
         let links = report::Links {
             events: rx,
             turns: turns.clone(),
-            current: current.clone(),
             interrupts: interrupt_tx,
         };
         let tasks = report::spawn(&self.bus, cfg, opts, links, &reporting).await?;
@@ -112,7 +109,6 @@ impl Actor for Worker {
             applied: None,
             driver,
             turns,
-            current,
             subjects: cfg.subjects(),
             interrupts,
             reporting,
@@ -142,10 +138,8 @@ impl Actor for Worker {
             return Ok(());
         }
         if let Some(claimed) = self.claim(st).await {
-            let task_id = claimed.record.task.task_id.clone();
-            self.work(st, claimed)
-                .instrument(info_span!("task", task_id = %task_id))
-                .await;
+            let span = self.task_span(&claimed);
+            self.work(st, claimed, span.clone()).instrument(span).await;
         }
         if !self.shutdown.is_triggered() {
             myself.cast(Next)?;
@@ -155,6 +149,30 @@ impl Actor for Worker {
 }
 
 impl Worker {
+    /// The root span of a task's trace, from its claim to its outcome (the
+    /// OpenTelemetry GenAI agent span): one trace per task, not one per
+    /// runner, following from the runner's span. Its turns, reports, the
+    /// XO's checks of them and the steering they caused are in it.
+    fn task_span(&self, claimed: &Claimed) -> tracing::Span {
+        let (task, role) = (&claimed.record.task, &self.opts.role);
+        let span = info_span!(
+            parent: None,
+            "task",
+            otel.name = %format!("invoke_agent {role}"),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = %role,
+            gen_ai.agent.id = %self.opts.unit,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            unit = %self.opts.unit,
+            task_id = %task.task_id,
+            attempt = i64::from(claimed.record.attempt),
+            xo.outcome = tracing::field::Empty,
+        );
+        span.follows_from(tracing::Span::current());
+        span
+    }
+
     /// One long-poll claim; `None` when nothing came, the queue did not
     /// answer (after a pause), or shutdown began.
     async fn claim(&self, st: &WorkerState) -> Option<Claimed> {
@@ -216,7 +234,7 @@ impl Worker {
     /// Works one claimed task: knowledge under its budget, the lease kept
     /// alive, the pipeline run (stopped on shutdown, a lost lease or an
     /// operator's halt), the outcome delivered.
-    async fn work(&self, st: &mut WorkerState, claimed: Claimed) {
+    async fn work(&self, st: &mut WorkerState, claimed: Claimed, span: tracing::Span) {
         let pipeline = self.pipeline_for(st, &claimed.settings);
         let (bus, subjects) = (&self.bus, &st.subjects);
         let mut rec = claimed.record;
@@ -252,9 +270,11 @@ impl Worker {
             task_list: claimed.task_list.clone(),
             record: rec,
         };
-        *st.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
         // Steering meant for the previous task does not carry over.
-        st.turns.reset();
+        st.turns.start_task(TaskTag {
+            task_id: id.clone(),
+            span: span.clone(),
+        });
         let started = std::time::Instant::now();
         let meter = lease::Meter {
             turns: st.turns.clone(),
@@ -340,7 +360,7 @@ impl Worker {
             .borrow()
             .clone()
             .filter(|_| matches!(outcome, Outcome::Cancelled) && !self.shutdown.is_triggered());
-        *st.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        st.turns.end_task();
         if let Outcome::Completed(r) = &outcome
             && !selection.docs.is_empty()
         {
@@ -354,17 +374,20 @@ impl Worker {
                 warn!(error = %e, "knowledge uses not recorded");
             }
         }
+        let ended_as = if yielded.is_some() {
+            q::RunnerOutcome::Yielded
+        } else {
+            ended(&outcome)
+        };
+        let tokens = st.turns.tokens_in_out();
+        span.record("gen_ai.usage.input_tokens", tokens.input as i64);
+        span.record("gen_ai.usage.output_tokens", tokens.output as i64);
+        span.record("xo.outcome", ended_as.as_str());
         let ev = q::RunnerEvent {
             v: xo_proto::PROTOCOL_VERSION,
             unit: self.opts.unit.clone(),
             task_id: id.clone(),
-            outcome: if yielded.is_some() {
-                q::RunnerOutcome::Yielded
-            } else {
-                ended(&outcome)
-            }
-            .as_str()
-            .into(),
+            outcome: ended_as.as_str().into(),
             attempt: job.record.attempt,
             agent_runs: stats.agent_runs,
             format_retries: stats.format_retries,

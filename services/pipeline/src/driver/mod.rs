@@ -52,11 +52,14 @@ pub fn idle_agent(d: &DriverConfig) -> Option<String> {
 /// The runner side of a run: turn events out, steering in.
 #[derive(Debug, Clone, Default)]
 pub struct Turns {
-    tx: Option<mpsc::UnboundedSender<TurnEvent>>,
+    tx: Option<mpsc::UnboundedSender<Turn>>,
+    /// The task being worked, which each turn is sent with and traced in.
+    task: Arc<Mutex<Option<TaskTag>>>,
     steering: Arc<Mutex<Vec<String>>>,
     urgency: Arc<Urgency>,
-    /// Turns, tokens and cost of the current task (its budget counts them).
-    usage: Arc<Mutex<xo_proto::queue::Usage>>,
+    /// Turns, tokens and cost of the current task (its budget counts them),
+    /// and its tokens in and out apart (its trace shows them).
+    usage: Arc<Mutex<(xo_proto::queue::Usage, TokensInOut)>>,
     /// The turn (of the current task) each kind of the XO's steering last
     /// arrived at: the runner's own check defers to it.
     xo_steered: Arc<Mutex<std::collections::BTreeMap<xo_proto::AnomalyKind, u64>>>,
@@ -70,13 +73,36 @@ pub struct Turns {
     seen: Arc<Mutex<std::collections::VecDeque<String>>>,
 }
 
+/// A task's tokens: read (input) and written (output) by the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokensInOut {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// The task a turn belongs to: its id and the root span of its trace.
+#[derive(Debug, Clone)]
+pub struct TaskTag {
+    pub task_id: String,
+    pub span: tracing::Span,
+}
+
+/// One turn as it is sent on: the event and the task it was taken in
+/// (fixed when the turn happened, not when it is read).
+#[derive(Debug)]
+pub struct Turn {
+    pub event: TurnEvent,
+    pub task: Option<TaskTag>,
+}
+
 /// How many steering ids a runner remembers.
 const SEEN_IDS: usize = 256;
 
 impl Turns {
-    pub fn new(tx: mpsc::UnboundedSender<TurnEvent>) -> Self {
+    pub fn new(tx: mpsc::UnboundedSender<Turn>) -> Self {
         Self {
             tx: Some(tx),
+            task: Default::default(),
             steering: Default::default(),
             urgency: Default::default(),
             usage: Default::default(),
@@ -89,14 +115,37 @@ impl Turns {
     /// Records one turn.
     pub fn turn(&self, ev: TurnEvent) {
         {
-            let mut u = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            let (u, io) = &mut *self.usage.lock().unwrap_or_else(|p| p.into_inner());
             u.turns += 1;
             u.tokens += ev.tokens_in + ev.tokens_out;
             u.cost_usd += ev.cost_usd;
+            io.input += ev.tokens_in;
+            io.output += ev.tokens_out;
+        }
+        let task = self.task();
+        if let Some(t) = &task {
+            trace_turn(&t.span, &ev);
         }
         if let Some(tx) = &self.tx {
-            let _ = tx.send(ev);
+            let _ = tx.send(Turn { event: ev, task });
         }
+    }
+
+    /// The task in hand, if any.
+    pub fn task(&self) -> Option<TaskTag> {
+        self.task.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A new task begins ([`Turns::reset`]): its turns are sent with `tag`
+    /// and traced under its span.
+    pub fn start_task(&self, tag: TaskTag) {
+        self.reset();
+        *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(tag);
+    }
+
+    /// The task is over: later turns belong to none.
+    pub fn end_task(&self) {
+        *self.task.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Queues a steering message for the agent's next step.
@@ -189,7 +238,12 @@ impl Turns {
 
     /// The current task's turns, tokens and cost so far (no wall time).
     pub fn usage(&self) -> xo_proto::queue::Usage {
-        *self.usage.lock().unwrap_or_else(|p| p.into_inner())
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+
+    /// The current task's tokens in and out so far.
+    pub fn tokens_in_out(&self) -> TokensInOut {
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).1
     }
 
     /// A new task: no steering, no critical flag, no loops counted, no usage.
@@ -210,6 +264,35 @@ impl Turns {
         self.urgency
             .loops
             .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// One turn as OpenTelemetry GenAI spans under its task's: a `chat` span
+/// (the model and the turn's tokens) and, for a tool call, an
+/// `execute_tool` span inside it naming the tool.
+fn trace_turn(task: &tracing::Span, ev: &TurnEvent) {
+    let model = ev.model.as_deref().unwrap_or_default();
+    let chat = tracing::info_span!(
+        parent: task,
+        "chat",
+        otel.name = %if model.is_empty() { "chat".to_string() } else { format!("chat {model}") },
+        gen_ai.operation.name = "chat",
+        gen_ai.response.model = model,
+        gen_ai.usage.input_tokens = ev.tokens_in as i64,
+        gen_ai.usage.output_tokens = ev.tokens_out as i64,
+    );
+    if let Some(a) = &ev.action
+        && a.kind == xo_proto::ActionKind::Tool
+    {
+        let tool = a.tool.as_deref().unwrap_or_default();
+        let _tool = tracing::info_span!(
+            parent: &chat,
+            "execute_tool",
+            otel.name = %format!("execute_tool {tool}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = tool,
+            xo.outcome = ?a.outcome,
+        );
     }
 }
 
