@@ -26,10 +26,14 @@ pub enum AlertKind {
     /// Requests on a task's lease kept coming with a token or a claimant
     /// that does not hold it: a runner guessing or replaying another's lease.
     LeaseRefused,
+    /// A review supervisor wrote knowledge that asks for the operator's
+    /// confirmation (seed 001's `needs_user_review`); held out of prompts
+    /// until accepted on the console's Knowledge page.
+    KnowledgeReview,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 7] = [
+    pub const ALL: [AlertKind; 8] = [
         Self::TaskBlocked,
         Self::Question,
         Self::QueueStuck,
@@ -37,6 +41,7 @@ impl AlertKind {
         Self::BudgetExhausted,
         Self::QueueHalted,
         Self::LeaseRefused,
+        Self::KnowledgeReview,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -47,6 +52,7 @@ impl AlertKind {
             Self::BudgetExhausted => "budget_exhausted",
             Self::QueueHalted => "queue_halted",
             Self::LeaseRefused => "lease_refused",
+            Self::KnowledgeReview => "knowledge_review",
         }
     }
 }

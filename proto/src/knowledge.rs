@@ -133,6 +133,11 @@ pub struct KnowledgeDoc {
     /// Clean tasks it was injected into.
     #[serde(default)]
     pub uses: u32,
+    /// Its writer asked for the operator's confirmation (seed 001's
+    /// `needs_user_review`): listed for review in the console and never
+    /// injected into a prompt until the operator accepts it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_user_review: bool,
     pub rules: Vec<String>,
     #[serde(default)]
     pub examples: String,
@@ -157,6 +162,9 @@ pub struct DocSummary {
     pub uses: u32,
     pub updated_by: String,
     pub tokens: usize,
+    /// Awaiting the operator's review ([`KnowledgeDoc::needs_user_review`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_user_review: bool,
 }
 
 /// A file on disk that does not parse; listed, never silently dropped.
@@ -315,6 +323,35 @@ pub struct DeprecateDoc {
     pub reason: String,
 }
 
+/// The operator's decision on a document awaiting review: accepted, it is
+/// established (confirmed) and may be injected; rejected, it is
+/// deprecated. Either is a `KNOWLEDGE_REVIEWED` line in the queue's audit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewDoc {
+    /// `<category>/<name>`
+    pub id: String,
+    pub accept: bool,
+    /// Who decided (`operator`, the console's user).
+    #[serde(default)]
+    pub by: String,
+    /// Why, in the operator's words (kept in the changelog and the audit).
+    #[serde(default)]
+    pub note: String,
+}
+
+/// A review decision applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reviewed {
+    pub doc: KnowledgeDoc,
+    /// Its status before the decision.
+    pub before: DocStatus,
+    /// Set when the decision is applied but the queue did not write its
+    /// audit line (the queue down): what went wrong, to say to the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_error: Option<String>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Select {
     #[serde(default)]
@@ -370,6 +407,8 @@ crate::api! {
         Get(GetDoc) => "get" -> KnowledgeDoc;
         Put(PutDoc) => "put" -> KnowledgeDoc;
         Deprecate(DeprecateDoc) => "deprecate" -> KnowledgeDoc;
+        /// Accepts or rejects a document awaiting the operator's review.
+        Review(ReviewDoc) => "review" -> Reviewed;
         Select(Select) => "select" -> Selection;
         /// Replies with the ids promoted to established.
         Uses(RecordUses) => "uses" -> Vec<String>;

@@ -629,10 +629,12 @@ pub enum EventName {
     TaskInterrupted,
     /// Its runner checkpointed and gave it back: pending, to be resumed.
     TaskYielded,
+    /// The operator accepted or rejected a knowledge document awaiting review.
+    KnowledgeReviewed,
 }
 
 impl EventName {
-    pub const ALL: [EventName; 26] = [
+    pub const ALL: [EventName; 27] = [
         Self::Init,
         Self::GoalSet,
         Self::Enqueue,
@@ -659,6 +661,7 @@ impl EventName {
         Self::CleanupDropped,
         Self::TaskInterrupted,
         Self::TaskYielded,
+        Self::KnowledgeReviewed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -689,6 +692,7 @@ impl EventName {
             Self::CleanupDropped => "CLEANUP_DROPPED",
             Self::TaskInterrupted => "TASK_INTERRUPTED",
             Self::TaskYielded => "TASK_YIELDED",
+            Self::KnowledgeReviewed => "KNOWLEDGE_REVIEWED",
         }
     }
 
@@ -1095,6 +1099,22 @@ pub struct AuditTail {
     pub lines: Option<usize>,
 }
 
+/// The knowledge store's record of an operator's review decision, for the
+/// audit of the goal's project (`KNOWLEDGE_REVIEWED`): the document's state
+/// before and after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordKnowledgeReview {
+    /// `<category>/<name>`
+    pub doc: String,
+    pub accepted: bool,
+    pub by: String,
+    #[serde(default)]
+    pub note: String,
+    pub before: serde_json::Value,
+    pub after: serde_json::Value,
+}
+
 /// Check a project's audit chain.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1151,6 +1171,8 @@ crate::api! {
         Cancel(Cancel) => "cancel" -> TaskRecord;
         AuditTail(AuditTail) => "audit_tail" -> Vec<AuditEvent>;
         AuditVerify(AuditVerify) => "audit_verify" -> AuditCheck;
+        /// Replies once the audit line is durable.
+        KnowledgeReviewed(RecordKnowledgeReview) => "knowledge_reviewed" -> ();
         /// The operator settings, their `xo.toml` defaults and the keys that may be set.
         Settings(crate::settings::GetSettings) => "settings" -> crate::settings::SettingsView;
         PutSettings(crate::settings::PutSettings) => "settings_put" -> crate::settings::SettingsView;

@@ -23,6 +23,7 @@ fn doc(c: Category, name: &str, rule: &str) -> KnowledgeDoc {
         after_task: None,
         milestone: None,
         uses: 0,
+        needs_user_review: false,
         rules: vec![rule.into()],
         examples: String::new(),
         rationale: String::new(),

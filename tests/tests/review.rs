@@ -688,3 +688,160 @@ async fn each_review_run_is_its_own_trace_with_gen_ai_attributes() {
         );
     }
 }
+
+/// Seed 001's user review queue: what the internaliser flags
+/// `needs_user_review` is written, raised as a `knowledge_review` alert and
+/// held out of prompts; the operator's accept makes it established (and
+/// given to agents), a reject deprecates it; each decision is a
+/// `KNOWLEDGE_REVIEWED` audit line holding the document's state before and
+/// after, and a document not waiting cannot be decided again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flagged_knowledge_waits_for_the_operator_and_the_decision_is_audited() {
+    let internaliser = serde_json::json!({
+        "knowledge_items": [
+            {"category": "lesson", "content": "The vendored parser accepts trailing commas", "source_task": "t1", "confidence": "low", "needs_user_review": true},
+            {"category": "domain", "content": "Invoices are due within thirty days", "source_task": "t1", "confidence": "medium", "needs_user_review": true},
+            {"category": "lesson", "content": "Run the formatter before the parser tests", "source_task": "t1", "confidence": "high", "needs_user_review": false}
+        ],
+        "summary": "3 items"
+    });
+    let stub = OpenAiStub::start(vec![reply(internaliser)]);
+    let mut rig = Rig::start(
+        Some(&stub),
+        &[
+            ("review.code_style_every", "100"),
+            ("review.internaliser_every", "1"),
+            ("review.assessor_every", "100"),
+        ],
+    )
+    .await;
+    let mut alerts = rig
+        .bus
+        .subscribe(&rig.s.alert(xo_proto::alert::AlertKind::KnowledgeReview))
+        .await
+        .unwrap();
+    rig.complete_one().await;
+    let run = rig.next_run().await;
+    assert_eq!((run.reviewer.as_str(), run.documents), ("internaliser", 3));
+
+    let list = rig.call(&ListDocs::default()).await;
+    let id_of = |words: &str| {
+        list.docs
+            .iter()
+            .find(|d| d.title.contains(words))
+            .unwrap_or_else(|| panic!("{words}: {list:?}"))
+            .clone()
+    };
+    let (commas, invoices, formatter) = (
+        id_of("trailing commas"),
+        id_of("Invoices"),
+        id_of("formatter"),
+    );
+    assert!(commas.needs_user_review && invoices.needs_user_review);
+    assert!(!formatter.needs_user_review);
+
+    // One alert for the run, naming the two documents and not the third.
+    let m = tokio::time::timeout(T, alerts.next())
+        .await
+        .expect("a knowledge_review alert")
+        .unwrap();
+    let alert: xo_proto::alert::Alert = typed::decode(&m, 1 << 20).unwrap();
+    assert_eq!(alert.source, "review");
+    assert!(alert.title.contains(&commas.id) && alert.title.contains(&invoices.id));
+    assert!(!alert.title.contains(&formatter.id), "{}", alert.title);
+    assert!(alert.detail.contains("Knowledge page"), "{}", alert.detail);
+
+    // Held out of prompts until accepted.
+    let select = Select {
+        milestone: None,
+        budget_tokens: Some(5000),
+        about: About {
+            role: "coder".into(),
+            task_type: "fix".into(),
+            text:
+                "vendored parser trailing commas; formatter parser tests; invoices due thirty days"
+                    .into(),
+            paths: Vec::new(),
+        },
+    };
+    let before = rig.call(&select).await;
+    assert!(before.docs.contains(&formatter.id), "{before:?}");
+    assert!(!before.docs.contains(&commas.id) && !before.docs.contains(&invoices.id));
+
+    let accepted = rig
+        .call(&ReviewDoc {
+            id: commas.id.clone(),
+            accept: true,
+            by: "alice".into(),
+            note: "checked against the vendored copy".into(),
+        })
+        .await;
+    assert_eq!(accepted.before, DocStatus::Provisional);
+    assert_eq!(accepted.doc.status, DocStatus::Established);
+    assert!(!accepted.doc.needs_user_review);
+    assert_eq!(accepted.audit_error, None);
+    let last = accepted.doc.changelog.last().unwrap();
+    assert_eq!(
+        (last.by.as_str(), last.what.as_str()),
+        (
+            "alice",
+            "accepted in review: checked against the vendored copy"
+        )
+    );
+    let rejected = rig
+        .call(&ReviewDoc {
+            id: invoices.id.clone(),
+            accept: false,
+            by: String::new(),
+            note: "terms differ per customer".into(),
+        })
+        .await;
+    assert_eq!(rejected.doc.status, DocStatus::Deprecated);
+    // Decided once: again is refused, naming why.
+    let again = typed::call(
+        &rig.bus,
+        &rig.s,
+        &ReviewDoc {
+            id: commas.id.clone(),
+            accept: false,
+            by: String::new(),
+            note: String::new(),
+        },
+        T,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(again.contains("not awaiting review"), "{again}");
+
+    let after = rig.call(&select).await;
+    assert!(after.docs.contains(&commas.id), "accepted: given to agents");
+    assert!(!after.docs.contains(&invoices.id), "rejected: deprecated");
+
+    // The audit holds both decisions, before and after.
+    let audit = rig
+        .call(&AuditTail {
+            project: None,
+            lines: None,
+        })
+        .await;
+    let lines: Vec<&AuditEvent> = audit
+        .iter()
+        .filter(|a| a.event == "KNOWLEDGE_REVIEWED")
+        .collect();
+    assert_eq!(lines.len(), 2, "{audit:#?}");
+    assert_eq!(lines[0].state_before["doc"], commas.id.as_str());
+    assert_eq!(lines[0].state_before["status"], "provisional");
+    assert_eq!(lines[0].state_before["needs_user_review"], true);
+    assert_eq!(lines[0].state_after["status"], "established");
+    assert_eq!(lines[0].state_after["decision"], "accepted");
+    assert_eq!(lines[0].state_after["by"], "alice");
+    assert_eq!(lines[1].state_before["doc"], invoices.id.as_str());
+    assert_eq!(lines[1].state_after["status"], "deprecated");
+    assert_eq!(lines[1].state_after["decision"], "rejected");
+    assert_eq!(lines[1].state_after["by"], "operator");
+    assert_eq!(lines[1].state_after["note"], "terms differ per customer");
+    let check = rig.call(&AuditVerify { project: None }).await;
+    assert!(check.intact, "{check:?}");
+    rig.stop().await;
+}

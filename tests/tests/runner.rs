@@ -244,6 +244,7 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
         after_task: None,
         milestone: None,
         uses: 0,
+        needs_user_review: false,
         rules: vec!["Use snake_case file names".into()],
         examples: String::new(),
         rationale: String::new(),

@@ -135,6 +135,7 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         after_task: None,
         milestone: None,
         uses: 0,
+        needs_user_review: false,
         rules: vec![
             "End every text file with a newline".into(),
             "Write lowercase greetings".into(),

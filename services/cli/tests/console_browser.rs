@@ -502,6 +502,105 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     b.close().await.unwrap();
 }
 
+/// Seed 001's user review queue on the Knowledge page: a document awaiting
+/// review is listed first; Accept (with a note) establishes it, the list
+/// empties, and the decision is a KNOWLEDGE_REVIEWED audit line.
+#[tokio::test]
+async fn knowledge_awaiting_review_is_accepted_from_the_page_and_audited() {
+    let mut up = Up::start(&[]).await;
+    up.post("/queue/init", json!({})).await;
+    let dir = up.root.path().join("state/knowledge/lessons");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("vendored-parser.md"),
+        "# The vendored parser accepts trailing commas\n\n_Last updated by: internaliser, t1_\n_Status: provisional_\n_Needs user review: yes_\n_Uses: 0_\n\n## Rules\n\n1. The vendored parser accepts trailing commas\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("formatter.md"),
+        "# Run the formatter first\n\n_Last updated by: internaliser, t1_\n_Status: provisional_\n_Uses: 0_\n\n## Rules\n\n1. Run the formatter before the tests\n",
+    )
+    .unwrap();
+    let b = browser(&mut up.procs).await;
+    login(&b, &up).await;
+    b.goto(&format!("{}/knowledge", up.url)).await.unwrap();
+    wait_text(&b, "#needs-review", "lessons/vendored-parser").await;
+    assert!(
+        !text_of(&b, "#needs-review").await.contains("formatter"),
+        "only what waits is listed"
+    );
+    shot(&b, "knowledge-review").await;
+    b.find(Locator::Css(
+        "#needs-review tr[data-doc='lessons/vendored-parser'] input[name='note']",
+    ))
+    .await
+    .unwrap()
+    .send_keys("checked against the vendored copy")
+    .await
+    .unwrap();
+    b.find(Locator::Css(
+        "#needs-review tr[data-doc='lessons/vendored-parser'] form:first-of-type button",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    wait_text(
+        &b,
+        ".flash.ok",
+        "accepted lessons/vendored-parser: now established",
+    )
+    .await;
+    assert!(
+        b.find_all(Locator::Id("needs-review"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing waits any more"
+    );
+    let doc = up
+        .api(
+            reqwest::Method::GET,
+            "/knowledge/lessons/vendored-parser",
+            Value::Null,
+        )
+        .await;
+    assert_eq!(doc["status"], "established");
+    assert!(doc.get("needs_user_review").is_none(), "{doc}");
+    let audit = up
+        .api(reqwest::Method::GET, "/audit?lines=50", Value::Null)
+        .await;
+    let line = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["event"] == "KNOWLEDGE_REVIEWED")
+        .unwrap_or_else(|| panic!("{audit}"));
+    assert_eq!(line["state_before"]["doc"], "lessons/vendored-parser");
+    assert_eq!(line["state_after"]["decision"], "accepted");
+    assert_eq!(line["state_after"]["by"], "console");
+    assert_eq!(
+        line["state_after"]["note"],
+        "checked against the vendored copy"
+    );
+    // A second decision on it is refused with the reason, over the API.
+    let r = up
+        .http
+        .post(format!(
+            "{}/api/v1/knowledge/lessons/vendored-parser/review",
+            up.url
+        ))
+        .bearer_auth(&up.token)
+        .json(&json!({"accept": false, "note": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("not awaiting review"));
+    b.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn read_only_hides_and_refuses_every_action() {
     let mut up = Up::start(&[("XO__CONSOLE__READ_ONLY", "true")]).await;

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use xo_proto::Request;
 use xo_proto::control::{ErrorCode, ServiceError, ShowUnit, SteerUnit, SupervisorStats};
 use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
-use xo_proto::knowledge::{Author, DeprecateDoc, GetDoc, ListDocs, ListReviewRuns};
+use xo_proto::knowledge::{Author, DeprecateDoc, GetDoc, ListDocs, ListReviewRuns, ReviewDoc};
 use xo_proto::queue::{
     Answer, AuditTail, AuditVerify, Cancel, Enqueue, GetStatus, Halt, Init, ListTasks, Resume,
     RetryTask, SetGoal, Start, Step, TaskRecord, TaskState,
@@ -119,6 +119,7 @@ pub fn routes() -> Router<Shared> {
         .route("/knowledge", get(knowledge))
         .route("/knowledge/{category}/{name}", get(doc))
         .route("/knowledge/{category}/{name}/deprecate", post(deprecate))
+        .route("/knowledge/{category}/{name}/review", post(review_doc))
         .route("/directives", get(directives))
         .route("/reviews", get(reviews))
         .route("/fleet", get(fleet))
@@ -415,6 +416,34 @@ async fn deprecate(
             id: format!("{category}/{name}"),
             author: Author::Operator,
             reason: d.reason,
+        },
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewBody {
+    accept: bool,
+    #[serde(default)]
+    note: String,
+}
+
+/// The operator's decision on a document awaiting review (seed 001's
+/// `needs_user_review`): `{"accept": true|false, "note": "..."}`.
+async fn review_doc(
+    State(c): State<Shared>,
+    Path((category, name)): Path<(String, String)>,
+    b: Bytes,
+) -> ApiResult<xo_proto::knowledge::Reviewed> {
+    let r: ReviewBody = body(&b)?;
+    call(
+        &c,
+        ReviewDoc {
+            id: format!("{category}/{name}"),
+            accept: r.accept,
+            by: "console".into(),
+            note: r.note,
         },
     )
     .await

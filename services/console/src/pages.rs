@@ -17,7 +17,7 @@ use serde_json::Value;
 use xo_proto::Severity;
 use xo_proto::control::{ServiceError, ShowUnit, SteerUnit, UnitSummary};
 use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
-use xo_proto::knowledge::{Author, DeprecateDoc, ListDocs, ListReviewRuns};
+use xo_proto::knowledge::{Author, DeprecateDoc, DocSummary, ListDocs, ListReviewRuns, ReviewDoc};
 use xo_proto::queue::{
     Answer, AuditTail, AuditVerify, Cancel, GetStatus, Halt, Resume, RetryTask, Start, Step,
     TaskRecord, TaskState,
@@ -48,6 +48,7 @@ pub fn routes() -> Router<Shared> {
             "/ui/knowledge/{category}/{name}/deprecate",
             post(ui_deprecate),
         )
+        .route("/ui/knowledge/{category}/{name}/review", post(ui_review))
         .route("/ui/fleet/{role}/scale", post(ui_scale))
         .route("/ui/fleet/units/{unit}/restart", post(ui_restart))
         .route("/ui/settings", post(ui_settings))
@@ -491,7 +492,42 @@ async fn knowledge(State(c): State<Shared>, Query(q): Q) -> Response {
         Ok(l) => l,
         Err(e) => return down(&f, &e),
     };
-    let mut body = String::from(
+    // Seed 001's user review queue: what a reviewer asked a human to
+    // confirm, first; held out of prompts until accepted.
+    let waiting: Vec<&DocSummary> = list.docs.iter().filter(|d| d.needs_user_review).collect();
+    let mut body = String::new();
+    if !waiting.is_empty() {
+        body.push_str(&format!(
+            "<section id=\"needs-review\"><h2>Needs your review ({})</h2><p class=\"summary\">A review supervisor asked a human to confirm these. They are not given to agents until accepted; rejected, they are deprecated. Each decision is a <code>KNOWLEDGE_REVIEWED</code> line in the audit.</p><div class=\"scroll\"><table><thead><tr><th>Document</th><th>Title</th><th>By</th><th></th></tr></thead><tbody>",
+            waiting.len()
+        ));
+        for d in &waiting {
+            let (cat, name) = d.id.split_once('/').unwrap_or(("", &d.id));
+            let to = format!("/ui/knowledge/{cat}/{name}/review");
+            body.push_str(&format!(
+                "<tr data-doc=\"{id}\"><td><code>{id}</code></td><td>{title}</td><td>{by}</td><td>{accept}{reject}</td></tr>",
+                id = esc(&d.id),
+                title = esc(&d.title),
+                by = esc(&d.updated_by),
+                accept = action(
+                    &f,
+                    &to,
+                    "<input type=\"hidden\" name=\"decision\" value=\"accept\"><input name=\"note\" placeholder=\"note (optional)\">",
+                    "Accept",
+                    "",
+                ),
+                reject = action(
+                    &f,
+                    &to,
+                    "<input type=\"hidden\" name=\"decision\" value=\"reject\"><input name=\"note\" placeholder=\"why\" required>",
+                    "Reject",
+                    "danger",
+                ),
+            ));
+        }
+        body.push_str("</tbody></table></div></section><h2>All documents</h2>");
+    }
+    body.push_str(
         "<div class=\"scroll\"><table><thead><tr><th>Document</th><th>Title</th><th>Status</th><th>Uses</th><th></th></tr></thead><tbody>",
     );
     for d in &list.docs {
@@ -506,7 +542,15 @@ async fn knowledge(State(c): State<Shared>, Query(q): Q) -> Response {
             "<tr><td><code>{id}</code></td><td>{title}</td><td>{status}</td><td class=\"num\">{uses}</td><td>{act}</td></tr>",
             id = esc(&id),
             title = esc(v.get("title").and_then(Value::as_str).unwrap_or("")),
-            status = esc(v.get("status").and_then(Value::as_str).unwrap_or("")),
+            status = esc(&format!(
+                "{}{}",
+                v.get("status").and_then(Value::as_str).unwrap_or(""),
+                if v.get("needs_user_review").and_then(Value::as_bool) == Some(true) {
+                    " · awaiting review"
+                } else {
+                    ""
+                }
+            )),
             uses = v.get("uses").map(|u| u.to_string()).unwrap_or_default(),
             act = action(
                 &f,
@@ -1264,6 +1308,42 @@ async fn ui_deprecate(
         .await
         .map(|_| format!("deprecated {category}/{name}"))
         .map_err(|e| e.message);
+    back("/knowledge", r)
+}
+
+async fn ui_review(
+    State(c): State<Shared>,
+    Path((category, name)): Path<(String, String)>,
+    UiForm(form): UiForm,
+) -> Response {
+    let accept = match field(&form, "decision").as_deref() {
+        Some("accept") => true,
+        Some("reject") => false,
+        other => {
+            return back(
+                "/knowledge",
+                Err(format!("decision {other:?}: accept or reject")),
+            );
+        }
+    };
+    let id = format!("{category}/{name}");
+    let r = c
+        .call(&ReviewDoc {
+            id: id.clone(),
+            accept,
+            by: "console".into(),
+            note: field(&form, "note").unwrap_or_default(),
+        })
+        .await
+        .map_err(|e| e.message)
+        .and_then(|r| match r.audit_error {
+            None => Ok(format!(
+                "{} {id}: now {}",
+                if accept { "accepted" } else { "rejected" },
+                r.doc.status.as_str()
+            )),
+            Some(e) => Err(format!("{id} is now {}, but {e}", r.doc.status.as_str())),
+        });
     back("/knowledge", r)
 }
 

@@ -21,6 +21,8 @@
 //!
 //! - 2026-11-22T10:00:00.000Z code_style after task_12: created
 //! ```
+//!
+//! A document awaiting the operator's review carries `_Needs user review: yes_`.
 
 use xo_proto::knowledge::{Category, ChangeEntry, DocStatus, KnowledgeDoc};
 
@@ -54,6 +56,7 @@ pub fn parse(
     let mut milestone = None;
     let mut tags = Vec::new();
     let mut uses = 0u32;
+    let mut needs_user_review = false;
     let mut section: Option<&str> = None;
     let mut rules = Vec::new();
     let mut examples = String::new();
@@ -149,6 +152,18 @@ pub fn parse(
                             .parse()
                             .map_err(|_| err(n, format!("uses {v:?} is not a number")))?
                     }
+                    "Needs user review" => {
+                        needs_user_review = match v {
+                            "yes" => true,
+                            "no" => false,
+                            _ => {
+                                return Err(err(
+                                    n,
+                                    format!("needs user review {v:?} is not yes or no"),
+                                ));
+                            }
+                        }
+                    }
                     other => return Err(err(n, format!("unknown metadata {other:?}"))),
                 }
             }
@@ -238,6 +253,7 @@ pub fn parse(
         milestone,
         tags,
         uses,
+        needs_user_review,
         rules,
         examples: examples.trim().to_string(),
         rationale: rationale.trim().to_string(),
@@ -257,6 +273,9 @@ pub fn render(d: &KnowledgeDoc) -> String {
     }
     if !d.tags.is_empty() {
         s.push_str(&format!("_Tags: {}_\n", d.tags.join(", ")));
+    }
+    if d.needs_user_review {
+        s.push_str("_Needs user review: yes_\n");
     }
     s.push_str(&format!("_Uses: {}_\n\n## Rules\n\n", d.uses));
     for (i, r) in d.rules.iter().enumerate() {
@@ -344,6 +363,25 @@ mod tests {
         assert_eq!(d.changelog[0].task.as_deref(), Some("task_12"));
         let again = parse(&render(&d), Category::Conventions, "errors", "x").unwrap();
         assert_eq!(again, d);
+    }
+
+    #[test]
+    fn a_document_awaiting_review_says_so_and_round_trips() {
+        let text = DOC.replace("_Uses: 3_", "_Needs user review: yes_\n_Uses: 3_");
+        let d = parse(&text, Category::Conventions, "errors", "x.md").unwrap();
+        assert!(d.needs_user_review);
+        assert!(render(&d).contains("_Needs user review: yes_"));
+        assert_eq!(
+            parse(&render(&d), Category::Conventions, "errors", "x.md").unwrap(),
+            d
+        );
+        let plain = parse(DOC, Category::Conventions, "errors", "x.md").unwrap();
+        assert!(!plain.needs_user_review && !render(&plain).contains("Needs user review"));
+        let bad = DOC.replace("_Uses: 3_", "_Needs user review: maybe_\n_Uses: 3_");
+        let e = parse(&bad, Category::Conventions, "errors", "x.md")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"maybe\" is not yes or no"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The knowledge service: the `knowledge` control API (NATS micro service
-//! `xo-knowledge`: list, get, put, deprecate, select, uses) and a watcher
+//! `xo-knowledge`: list, get, put, deprecate, review, select, uses) and a watcher
 //! that announces documents edited by hand on `xo.knowledge.changed.<category>`.
 //!
 //! The tree: a one-for-one root over one actor that owns the store (the
@@ -174,6 +174,34 @@ fn answer<T: Send + 'static>(port: Port<T>, r: Result<T, StoreError>) {
 }
 
 impl KnowledgeActor {
+    /// Asks the queue to write the decision into the goal's project audit
+    /// (`KNOWLEDGE_REVIEWED`, the document's state before and after).
+    async fn audit_review(
+        &self,
+        r: &ReviewDoc,
+        doc: &KnowledgeDoc,
+        before: DocStatus,
+    ) -> Result<(), String> {
+        let req = xo_proto::queue::RecordKnowledgeReview {
+            doc: r.id.clone(),
+            accepted: r.accept,
+            by: doc
+                .changelog
+                .last()
+                .map(|c| c.by.clone())
+                .unwrap_or_default(),
+            note: r.note.clone(),
+            before: serde_json::json!({"status": before.as_str(), "needs_user_review": true}),
+            after: serde_json::json!({"status": doc.status.as_str(), "needs_user_review": false}),
+        };
+        typed::call(&self.bus, &self.subjects, &req, Duration::from_secs(5))
+            .await
+            .map_err(|e| {
+                warn!(id = %r.id, error = %e, "knowledge review decided but not audited: the queue did not take the audit line");
+                format!("the decision is applied, but the queue did not write its audit line: {e}")
+            })
+    }
+
     async fn announce(&self, id: &str, change: &str, by: &str) {
         let category = id.split('/').next().unwrap_or("unknown");
         let ev = KnowledgeChanged {
@@ -253,6 +281,31 @@ impl KnowledgeActor {
                     self.announce(&r.id, "deprecate", r.author.as_str()).await;
                 }
                 answer(port, res)
+            }
+            KnowledgeApi::Review(r, port) => {
+                let res = st.store.review(&r.id, r.accept, &r.by, &r.note);
+                st.seen = st.store.fingerprint();
+                let (doc, before) = match res {
+                    Ok(x) => x,
+                    Err(e) => return answer(port, Err(e)),
+                };
+                let decision = if r.accept { "accept" } else { "reject" };
+                info!(id = %r.id, decision, by = %r.by, "knowledge review decided");
+                self.announce(
+                    &r.id,
+                    decision,
+                    &doc.changelog
+                        .last()
+                        .map(|c| c.by.clone())
+                        .unwrap_or_default(),
+                )
+                .await;
+                let audit_error = self.audit_review(&r, &doc, before).await.err();
+                let _ = port.send(Ok(Reviewed {
+                    doc,
+                    before,
+                    audit_error,
+                }));
             }
             KnowledgeApi::Select(r, port) => {
                 let sel = st.store.select_for(

@@ -147,6 +147,7 @@ impl KnowledgeStore {
                     uses: d.uses,
                     updated_by: d.updated_by.clone(),
                     tokens: count_tokens(&injection(d)),
+                    needs_user_review: d.needs_user_review,
                 })
                 .collect(),
             invalid,
@@ -199,6 +200,10 @@ impl KnowledgeStore {
             Err(StoreError::Invalid(_)) => None,
             Err(e) => return Err(e),
         };
+        // The operator's own writes need no review; a reviewer's update of
+        // a document still awaiting review keeps it waiting.
+        d.needs_user_review = author != Author::Operator
+            && (d.needs_user_review || existing.as_ref().is_some_and(|e| e.needs_user_review));
         let what = match &existing {
             Some(e) => {
                 if author != Author::Operator {
@@ -257,6 +262,55 @@ impl KnowledgeStore {
         Ok(d)
     }
 
+    /// The operator's decision on a document awaiting review: accepted, it
+    /// is established; rejected, deprecated. Either way it no longer waits.
+    /// Returns the document after and its status before.
+    pub fn review(
+        &self,
+        id: &str,
+        accept: bool,
+        by: &str,
+        note: &str,
+    ) -> Result<(KnowledgeDoc, DocStatus), StoreError> {
+        let mut d = self.get(id)?;
+        if !d.needs_user_review {
+            return Err(StoreError::Refused(format!(
+                "{id} is not awaiting review (status {}); deprecate it instead to take it out of prompts",
+                d.status.as_str()
+            )));
+        }
+        let before = d.status;
+        d.needs_user_review = false;
+        d.status = if accept {
+            DocStatus::Established
+        } else {
+            DocStatus::Deprecated
+        };
+        let by = if by.trim().is_empty() {
+            "operator"
+        } else {
+            by.trim()
+        };
+        let mut what = if accept {
+            "accepted in review"
+        } else {
+            "rejected in review"
+        }
+        .to_string();
+        let note = note.replace('\n', " ");
+        if !note.trim().is_empty() {
+            what.push_str(&format!(": {}", note.trim()));
+        }
+        d.changelog.push(ChangeEntry {
+            at: now_rfc3339(),
+            by: by.to_string(),
+            task: None,
+            what,
+        });
+        self.write(&d)?;
+        Ok((d, before))
+    }
+
     /// Counts an injection into a task; after `threshold` clean tasks a
     /// provisional document becomes established. Returns the promoted ids.
     pub fn record_uses(
@@ -306,7 +360,9 @@ impl KnowledgeStore {
     /// relevant first; provisional conventions last.
     pub fn select_for(&self, milestone: Option<&str>, about: &About, budget: usize) -> Selection {
         let (docs, _) = self.load_all();
-        let live = |d: &&KnowledgeDoc| d.status != DocStatus::Deprecated;
+        // Deprecated documents never; those awaiting the operator's review
+        // not until accepted.
+        let live = |d: &&KnowledgeDoc| d.status != DocStatus::Deprecated && !d.needs_user_review;
         let of_milestone =
             |d: &&KnowledgeDoc| milestone.is_some() && d.milestone.as_deref() == milestone;
         let mut order: Vec<&KnowledgeDoc> = Vec::new();
@@ -460,6 +516,7 @@ mod tests {
             after_task: None,
             milestone: None,
             uses: 0,
+            needs_user_review: false,
             rules: rules.iter().map(|r| r.to_string()).collect(),
             examples: String::new(),
             rationale: String::new(),

@@ -532,6 +532,34 @@ impl State {
                 });
                 return false;
             }
+            QueueApi::KnowledgeReviewed(q, reply) => {
+                let mut after = q.after;
+                if let Some(o) = after.as_object_mut() {
+                    o.insert(
+                        "decision".into(),
+                        (if q.accepted { "accepted" } else { "rejected" }).into(),
+                    );
+                    o.insert("by".into(), q.by.into());
+                    o.insert("note".into(), q.note.into());
+                }
+                let mut before = q.before;
+                if let Some(o) = before.as_object_mut() {
+                    o.insert("doc".into(), q.doc.clone().into());
+                }
+                info!(doc = %q.doc, accepted = q.accepted, "knowledge review decision audited");
+                let c = Changes {
+                    audit: vec![AuditDraft {
+                        event: EventName::KnowledgeReviewed,
+                        task_id: None,
+                        before,
+                        after,
+                        report: None,
+                    }],
+                    ..Changes::default()
+                };
+                self.answer(c, reply, Ok(()));
+                return false;
+            }
             QueueApi::Settings(_, reply) => {
                 let v = self.settings_view();
                 self.answer(Changes::default(), reply, Ok(v));

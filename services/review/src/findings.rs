@@ -35,6 +35,10 @@ pub struct DocOut {
     pub rationale: String,
     #[serde(default)]
     pub milestone: Option<String>,
+    /// The internaliser asked for the operator's confirmation (not a field
+    /// of the other reviewers' documents).
+    #[serde(skip)]
+    pub needs_user_review: bool,
 }
 
 impl DocOut {
@@ -51,6 +55,7 @@ impl DocOut {
             after_task: None,
             milestone: self.milestone.clone(),
             uses: 0,
+            needs_user_review: self.needs_user_review,
             rules: self.rules.clone(),
             examples: self.examples.clone(),
             rationale: self.rationale.clone(),
@@ -230,9 +235,6 @@ pub fn parse_findings(r: Reviewer, output: &serde_json::Value) -> Result<Finding
                     if let Some(t) = &i.source_task {
                         rationale.push_str(&format!("; from task {t}"));
                     }
-                    if i.needs_user_review {
-                        rationale.push_str("; needs the operator's review");
-                    }
                     (
                         c,
                         DocOut {
@@ -242,6 +244,7 @@ pub fn parse_findings(r: Reviewer, output: &serde_json::Value) -> Result<Finding
                             examples: String::new(),
                             rationale,
                             milestone: None,
+                            needs_user_review: i.needs_user_review,
                         },
                     )
                 })

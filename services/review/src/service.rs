@@ -601,6 +601,33 @@ impl Reviews {
         Ok((pipeline, log))
     }
 
+    /// Tells the operator that knowledge waits for their review
+    /// (`xo.event.alert.knowledge_review`); it is held out of prompts until
+    /// accepted.
+    async fn review_alert(&self, r: Reviewer, ids: &[String]) {
+        let a = xo_proto::alert::Alert {
+            v: xo_proto::PROTOCOL_VERSION,
+            kind: xo_proto::alert::AlertKind::KnowledgeReview,
+            title: format!(
+                "{} knowledge document(s) wait for your review: {}",
+                ids.len(),
+                ids.join(", ")
+            ),
+            detail: format!(
+                "The {} reviewer asked for a human to confirm them. They are not given to agents until accepted: accept or reject each on the console's Knowledge page (Needs your review), or POST /api/v1/knowledge/<category>/<name>/review with {{\"accept\": true|false, \"note\": \"...\"}}.",
+                r.name()
+            ),
+            task_id: None,
+            project: None,
+            source: "review".into(),
+            at: xo_proto::now_ms(),
+        };
+        let subject = self.subjects.alert(a.kind);
+        if let Err(e) = typed::publish(&self.bus, &subject, &a, self.cfg.wire.format).await {
+            warn!(error = %e, docs = ?ids, "knowledge review alert not published; the documents are listed on the console's Knowledge page");
+        }
+    }
+
     /// Records a failed model call: stop for good on a refusal, else back off.
     fn model_failed(&mut self, reason: &str) {
         let failures = self.down.as_ref().map_or(0, |d| d.failures) + 1;
@@ -719,7 +746,9 @@ impl Reviews {
             bootstrap,
             "review running"
         );
-        let outcome = pipeline.run(&mut driver, &job, turns, None).await;
+        let outcome = pipeline.run(&mut driver, &job, turns.clone(), None).await;
+        // The run's span is not held past the run.
+        turns.end_task();
         self.driver = Some(driver);
         while let Ok(Turn { event: ev, .. }) = rx.try_recv() {
             run.tokens_in += ev.tokens_in;
@@ -778,6 +807,7 @@ impl Reviews {
             .filter(|t| t.state == TaskState::Completed)
             .max_by_key(|t| t.updated_at)
             .map(|t| t.task.task_id.clone());
+        let mut to_review = Vec::new();
         for (c, d) in &findings.documents {
             let put = PutDoc {
                 doc: d.to_doc(*c),
@@ -785,11 +815,19 @@ impl Reviews {
                 task: last_done.clone(),
             };
             match typed::call(&self.bus, &self.subjects, &put, Duration::from_secs(5)).await {
-                Ok(_) => run.documents += 1,
+                Ok(doc) => {
+                    run.documents += 1;
+                    if doc.needs_user_review {
+                        to_review.push(doc.id());
+                    }
+                }
                 Err(e) => {
                     warn!(reviewer = r.name(), doc = %d.name, error = %e, "review document refused")
                 }
             }
+        }
+        if !to_review.is_empty() {
+            self.review_alert(r, &to_review).await;
         }
         for d in &findings.directives {
             if self.directive(r, d, &mut run).await {
