@@ -39,6 +39,20 @@ impl Settings {
             .get(&format!("projects.{project}.{kind}"))
             .and_then(|v| v.as_str())
     }
+
+    /// A project's on/off setting (`allow_raw_output`, `fail_on_violation`).
+    pub fn project_flag(&self, project: &str, kind: &str) -> Option<bool> {
+        self.values
+            .get(&format!("projects.{project}.{kind}"))
+            .and_then(|v| v.as_bool())
+    }
+
+    /// A project's timeout profile, when the operator set one.
+    pub fn project_timeout_profile(&self, project: &str) -> Option<crate::queue::TimeoutProfile> {
+        self.values
+            .get(&format!("projects.{project}.timeout_profile"))
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
 }
 
 /// Published on `xo.event.settings` after every change.

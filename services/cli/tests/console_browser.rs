@@ -502,6 +502,153 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     b.close().await.unwrap();
 }
 
+/// Seed 004 (every setting modifiable from the web): a fresh fabric is set
+/// up from the Queue page alone: initialise, set the goal, enqueue a task;
+/// a bad field is refused with its name and nothing is added.
+#[tokio::test]
+async fn the_queue_is_set_up_from_the_page() {
+    let mut up = Up::start(&[]).await;
+    let b = browser(&mut up.procs).await;
+    login(&b, &up).await;
+    b.goto(&format!("{}/queue", up.url)).await.unwrap();
+    // Nothing set up: the set-up forms are open.
+    let open = b
+        .find(Locator::Id("setup"))
+        .await
+        .unwrap()
+        .attr("open")
+        .await
+        .unwrap();
+    assert!(open.is_some(), "open on a fresh queue");
+    let fill = |css: &'static str, text: &'static str| {
+        let b = b.clone();
+        async move {
+            let e = b.find(Locator::Css(css)).await.unwrap();
+            e.clear().await.unwrap();
+            e.send_keys(text).await.unwrap();
+        }
+    };
+    let submit = |to: &'static str| {
+        let b = b.clone();
+        async move {
+            b.find(Locator::Css(&format!("form[action='{to}'] button")))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+        }
+    };
+    b.find(Locator::Css(
+        "form[action='/ui/queue/init'] select[name='mode'] option:nth-child(2)",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    b.find(Locator::Css(
+        "form[action='/ui/queue/init'] input[name='force']",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    submit("/ui/queue/init").await;
+    wait_text(&b, ".flash.ok", "initialised").await;
+    assert!(text_of(&b, ".flash.ok").await.contains("MANUAL"));
+
+    fill(
+        "form[action='/ui/queue/goal'] input[name='description']",
+        "a greeting file",
+    )
+    .await;
+    fill("form[action='/ui/queue/goal'] input[name='project']", "web").await;
+    fill(
+        "form[action='/ui/queue/goal'] input[name='budget_usd']",
+        "2.5",
+    )
+    .await;
+    submit("/ui/queue/goal").await;
+    wait_text(&b, ".flash.ok", "goal set").await;
+    wait_text(&b, ".status", "a greeting file").await;
+
+    // A task id with a space is refused, naming the field; nothing is added.
+    fill(
+        "form[action='/ui/queue/enqueue'] input[name='task_id']",
+        "bad id",
+    )
+    .await;
+    fill(
+        "form[action='/ui/queue/enqueue'] input[name='intent']",
+        "greet",
+    )
+    .await;
+    fill(
+        "form[action='/ui/queue/enqueue'] textarea[name='instructions']",
+        "write hello.txt",
+    )
+    .await;
+    submit("/ui/queue/enqueue").await;
+    wait_text(&b, ".flash.error", "task id").await;
+
+    fill(
+        "form[action='/ui/queue/enqueue'] input[name='task_id']",
+        "web1",
+    )
+    .await;
+    fill(
+        "form[action='/ui/queue/enqueue'] input[name='intent']",
+        "greet",
+    )
+    .await;
+    fill(
+        "form[action='/ui/queue/enqueue'] textarea[name='instructions']",
+        "write hello.txt",
+    )
+    .await;
+    fill(
+        "form[action='/ui/queue/enqueue'] textarea[name='criteria']",
+        "file exists: hello.txt\nfile contains: hello.txt :: hi",
+    )
+    .await;
+    b.find(Locator::Css(
+        "form[action='/ui/queue/enqueue'] select[name='timeout_profile'] option:nth-child(2)",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    submit("/ui/queue/enqueue").await;
+    wait_text(&b, ".flash.ok", "enqueued web1").await;
+    wait_text(&b, "#tasks-pending", "web1").await;
+    shot(&b, "queue-setup").await;
+
+    let status = up.api(reqwest::Method::GET, "/queue", Value::Null).await;
+    assert_eq!(status["mode"], "MANUAL");
+    assert_eq!(status["goal"]["description"], "a greeting file");
+    assert_eq!(status["goal"]["project_id"], "web");
+    assert_eq!(status["goal"]["budget_usd"], 2.5);
+    let t = up
+        .api(reqwest::Method::GET, "/tasks/web1", Value::Null)
+        .await;
+    assert_eq!(t["task"]["role"], "coder");
+    assert_eq!(t["task"]["timeout_profile"], "long");
+    assert_eq!(
+        t["task"]["acceptance_criteria"],
+        json!(["file exists: hello.txt", "file contains: hello.txt :: hi"])
+    );
+    let all = up.api(reqwest::Method::GET, "/tasks", Value::Null).await;
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        1,
+        "the refused one was not added: {all}"
+    );
+    b.close().await.unwrap();
+}
+
 /// Seed 001's user review queue on the Knowledge page: a document awaiting
 /// review is listed first; Accept (with a note) establishes it, the list
 /// empties, and the decision is a KNOWLEDGE_REVIEWED audit line.

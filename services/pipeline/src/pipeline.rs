@@ -47,11 +47,21 @@ impl TaskResult {
     fn from_validated(
         v: Validated,
         template: &str,
+        allow_raw: bool,
         task_id: &str,
         raw: &str,
         refs: (String, String),
     ) -> Self {
-        let f = format_output(template, &v, task_id, raw);
+        let f = if allow_raw {
+            // SUP-4 allow_raw_output: the agent's output as it was.
+            crate::validate::FormattedOutput {
+                raw: raw.to_string(),
+                formatted: raw.to_string(),
+                template_applied: false,
+            }
+        } else {
+            format_output(template, &v, task_id, raw)
+        };
         let mut report = v.validation().report();
         report.formatted = Some(f.formatted.chars().take(64 * 1024).collect());
         report.template_applied = f.template_applied;
@@ -222,12 +232,28 @@ impl Pipeline {
     /// The agent timeout of a timeout profile (also the whole task's wall
     /// time when its budget sets none).
     pub fn timeout(&self, p: TimeoutProfile) -> Duration {
-        let t = &self.cfg.timeouts;
-        Duration::from_millis(match p {
-            TimeoutProfile::Standard => t.standard_ms,
-            TimeoutProfile::Long => t.long_ms,
-            TimeoutProfile::Extended => t.extended_ms,
-        })
+        Duration::from_millis(self.cfg.timeout_ms(p))
+    }
+
+    /// The timeout profile a job runs under: its project's (the operator's
+    /// setting, else `.xo/project.toml`), else the task's own.
+    pub fn profile_of(&self, job: &Job) -> TimeoutProfile {
+        let task = &job.record.task;
+        let project = task
+            .project
+            .clone()
+            .unwrap_or_else(|| self.cfg.default_project.clone());
+        let from_file = self
+            .sandbox
+            .project_dir(&project)
+            .ok()
+            .and_then(|d| ProjectConfig::load(&self.sandbox, &d).ok())
+            .unwrap_or_default();
+        from_file
+            .with_settings(&job.settings, &project)
+            .supervisor_rules
+            .timeout_profile
+            .unwrap_or(task.timeout_profile)
     }
 
     /// Runs one task to its outcome.
@@ -265,15 +291,7 @@ impl Pipeline {
         };
         // SUP-4: read at task start, so an edit applies from the next task.
         let pcfg = match ProjectConfig::load(&self.sandbox, &project_dir) {
-            Ok(mut c) => {
-                if let Some(t) = job.settings.project_template(&project, "input_template") {
-                    c.input_template = t.to_string();
-                }
-                if let Some(t) = job.settings.project_template(&project, "output_template") {
-                    c.output_template = t.to_string();
-                }
-                c
-            }
+            Ok(c) => c.with_settings(&job.settings, &project),
             Err(e) => {
                 return (
                     Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
@@ -585,6 +603,7 @@ impl TaskRun<'_> {
                             return Outcome::Completed(TaskResult::from_validated(
                                 ok,
                                 &self.output_template(),
+                                self.pcfg.supervisor_rules.allow_raw_output,
                                 id,
                                 "",
                                 ("resume".into(), "resume".into()),
@@ -727,15 +746,33 @@ impl TaskRun<'_> {
                 .iter()
                 .find(|s| !reply.message.contains(s.as_str()))
             {
+                // SUP-5 fail_on_violation (the project's, else the runner's):
+                // the task fails, or waits for the operator.
+                let fail = self
+                    .pcfg
+                    .supervisor_rules
+                    .fail_on_violation
+                    .unwrap_or(self.p.cfg.fail_on_violation);
                 self.work
                     .event(
                         "Violation",
-                        &format!("missing required section {missing:?}: the task ends"),
+                        &format!(
+                            "missing required section {missing:?}: the task {}",
+                            if fail {
+                                "fails"
+                            } else {
+                                "is blocked for the operator (fail_on_violation = false)"
+                            }
+                        ),
                     )
                     .await;
-                return Outcome::Violation(
-                    "supervisor violation: missing_required_sections".into(),
-                );
+                return if fail {
+                    Outcome::Violation("supervisor violation: missing_required_sections".into())
+                } else {
+                    Outcome::Blocked(format!(
+                        "SUPERVISOR_VIOLATION: missing_required_sections: the reply has no {missing:?} section"
+                    ))
+                };
             }
             let mut v = self.checker().validate(task, &out, &reply).await;
             if v.failed().is_empty()
@@ -749,6 +786,7 @@ impl TaskRun<'_> {
                     return Outcome::Completed(TaskResult::from_validated(
                         ok,
                         &self.output_template(),
+                        self.pcfg.supervisor_rules.allow_raw_output,
                         id,
                         &out.stdout,
                         self.last_refs.clone(),

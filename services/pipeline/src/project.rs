@@ -37,6 +37,13 @@ pub struct SupervisorRules {
     pub timeout_profile: Option<TimeoutProfile>,
     /// Overrides the runner's `max_retries`.
     pub max_retries: Option<u32>,
+    /// Seed 004 SUP-4: the results of this project keep the agent's raw
+    /// output as their formatted output, with no output template applied
+    /// (`template_applied: false`).
+    pub allow_raw_output: bool,
+    /// Overrides `runner.fail_on_violation` (SUP-5): a major violation
+    /// fails the task (`true`) or blocks it for the operator (`false`).
+    pub fail_on_violation: Option<bool>,
     /// With `false` a reply without the JSON status object is taken as `ok`
     /// with the output's last line as its message.
     pub require_format_validation: bool,
@@ -63,6 +70,8 @@ impl Default for SupervisorRules {
         Self {
             timeout_profile: None,
             max_retries: None,
+            allow_raw_output: false,
+            fail_on_violation: None,
             require_format_validation: true,
             reply_words: ReplyWords::Strict,
         }
@@ -128,6 +137,28 @@ impl ProjectConfig {
             });
         }
         Ok(cfg)
+    }
+
+    /// The operator's settings for `project` (the console's Settings page)
+    /// laid over this file: templates, timeout profile, raw output and
+    /// violations.
+    pub fn with_settings(mut self, settings: &xo_proto::settings::Settings, project: &str) -> Self {
+        if let Some(t) = settings.project_template(project, "input_template") {
+            self.input_template = t.to_string();
+        }
+        if let Some(t) = settings.project_template(project, "output_template") {
+            self.output_template = t.to_string();
+        }
+        if let Some(p) = settings.project_timeout_profile(project) {
+            self.supervisor_rules.timeout_profile = Some(p);
+        }
+        if let Some(b) = settings.project_flag(project, "allow_raw_output") {
+            self.supervisor_rules.allow_raw_output = b;
+        }
+        if let Some(b) = settings.project_flag(project, "fail_on_violation") {
+            self.supervisor_rules.fail_on_violation = Some(b);
+        }
+        self
     }
 }
 

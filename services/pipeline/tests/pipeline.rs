@@ -678,3 +678,142 @@ async fn the_reply_at_the_end_of_a_100_mb_stream_is_found() {
     assert!(!done.report().summary.is_empty());
     assert_eq!(done.reply()["message"], "the end of a long run");
 }
+
+/// Seed 004 SUP-5's `fail_on_violation` (global, overridden by the project
+/// file, overridden by the operator's project setting): a reply missing a
+/// required section fails the task, or blocks it for the operator.
+#[tokio::test]
+async fn fail_on_violation_fails_or_blocks_by_global_project_and_setting() {
+    let r = rig(|c| c.fail_on_violation = false);
+    std::fs::create_dir_all(r.project.join(".xo")).unwrap();
+    let toml = |extra: &str| {
+        std::fs::write(
+            r.project.join(".xo/project.toml"),
+            format!("required_sections = [\"## Summary\"]\n{extra}"),
+        )
+        .unwrap()
+    };
+    let s = format!("[[run]]\nsteps = [{OK}]");
+    toml("");
+    let why = blocked(run(&r, &mut script_driver(), &job(task("v1", &s))).await);
+    assert_eq!(
+        why,
+        "SUPERVISOR_VIOLATION: missing_required_sections: the reply has no \"## Summary\" section"
+    );
+    assert!(work_log(&r, "v1").contains("blocked for the operator (fail_on_violation = false)"));
+    toml("[supervisor_rules]\nfail_on_violation = true\n");
+    match run(&r, &mut script_driver(), &job(task("v2", &s))).await {
+        Outcome::Violation(v) => assert_eq!(v, "supervisor violation: missing_required_sections"),
+        o => panic!("the project's rule wins over the runner's: {o:?}"),
+    }
+    let mut j = job(task("v3", &s));
+    j.settings.version = 1;
+    j.settings.values.insert(
+        "projects.p.fail_on_violation".into(),
+        serde_json::Value::from(false),
+    );
+    assert!(
+        blocked(run(&r, &mut script_driver(), &j).await).starts_with("SUPERVISOR_VIOLATION"),
+        "the operator's setting wins over the file"
+    );
+    // The default is seed 004's: fail.
+    assert!(RunnerConfig::default().fail_on_violation);
+}
+
+/// Seed 004 SUP-4's `allow_raw_output`: the result keeps the agent's raw
+/// output, the output template not applied; the operator's setting wins.
+#[tokio::test]
+async fn allow_raw_output_keeps_the_agents_output_untemplated() {
+    let r = rig(|c| c.output_template = "[{task_id}] {status}: {message}".into());
+    std::fs::create_dir_all(r.project.join(".xo")).unwrap();
+    std::fs::write(
+        r.project.join(".xo/project.toml"),
+        "[supervisor_rules]\nallow_raw_output = true\n",
+    )
+    .unwrap();
+    let s = format!("[[run]]\nsteps = [{{ say = \"working on it\" }}, {OK}]");
+    let res = completed(run(&r, &mut script_driver(), &job(task("w1", &s))).await);
+    let rep = res.report();
+    assert!(!rep.template_applied);
+    let formatted = rep.formatted.as_deref().unwrap();
+    assert!(
+        formatted.contains(r#""status": "ok""#) && !formatted.starts_with("[w1]"),
+        "the raw output: {formatted}"
+    );
+    let mut j = job(task("w2", &s));
+    j.settings.version = 1;
+    j.settings.values.insert(
+        "projects.p.allow_raw_output".into(),
+        serde_json::Value::from(false),
+    );
+    let rep = completed(run(&r, &mut script_driver(), &j).await)
+        .report()
+        .clone();
+    assert!(rep.template_applied);
+    assert_eq!(rep.formatted.as_deref(), Some("[w2] ok: done"));
+}
+
+/// The timeout a task runs under: seed 004 SUP-5's `timeout_default_ms` is
+/// the standard (default) profile's; a project's profile (its file, the
+/// operator's setting over it) wins over the task's, for the agent's
+/// timeout and for the runner's wall budget alike (`profile_of`).
+#[tokio::test]
+async fn the_projects_timeout_profile_and_timeout_default_ms_apply() {
+    use xo_proto::queue::TimeoutProfile;
+    let r = rig(|c| {
+        c.timeout_default_ms = 250;
+        c.timeouts.long_ms = 600_000;
+    });
+    assert_eq!(
+        r.pipeline.timeout(TimeoutProfile::Standard),
+        std::time::Duration::from_millis(250)
+    );
+    let mut d = Driver::Command(CommandDriver::new(vec!["sleep".into(), "1000".into()]).unwrap());
+    let hang = |id: &str| Task::new(id, "hang", "x", "coder");
+    // Killed at the timeout (250 ms), not at long_ms (10 min) or the
+    // sleep's end (1000 s).
+    let killed_after = |why: String| -> u64 {
+        let ms = why
+            .split("timed out after ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok());
+        ms.unwrap_or_else(|| panic!("not a timeout: {why}"))
+    };
+    let ms = killed_after(blocked(run(&r, &mut d, &job(hang("h1"))).await));
+    assert!(
+        (250..600_000).contains(&ms),
+        "timeout_default_ms bounds a standard task: {ms}"
+    );
+    std::fs::create_dir_all(r.project.join(".xo")).unwrap();
+    std::fs::write(
+        r.project.join(".xo/project.toml"),
+        "[supervisor_rules]\ntimeout_profile = \"long\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        r.pipeline.profile_of(&job(hang("h2"))),
+        TimeoutProfile::Long
+    );
+    let mut j = job(hang("h3"));
+    j.settings.version = 1;
+    j.settings.values.insert(
+        "projects.p.timeout_profile".into(),
+        serde_json::Value::from("standard"),
+    );
+    assert_eq!(r.pipeline.profile_of(&j), TimeoutProfile::Standard);
+    let ms = killed_after(blocked(run(&r, &mut d, &j).await));
+    assert!(
+        (250..600_000).contains(&ms),
+        "the operator's project profile is the one the agent runs under: {ms}"
+    );
+    // Both names for the standard timeout, disagreeing: refused, naming both.
+    let mut cfg = xo_runtime::XoConfig::default();
+    cfg.runner.timeout_default_ms = 1000;
+    cfg.runner.timeouts.standard_ms = 2000;
+    let e = cfg.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("runner.timeout_default_ms") && e.contains("runner.timeouts.standard_ms"),
+        "{e}"
+    );
+}

@@ -318,9 +318,7 @@ impl Worker {
             .unwrap_or_default()
             .or(pipeline.cfg().task_budget);
         if budget.max_wall_ms == 0 {
-            budget.max_wall_ms = pipeline
-                .timeout(job.record.task.timeout_profile)
-                .as_millis() as u64;
+            budget.max_wall_ms = pipeline.timeout(pipeline.profile_of(&job)).as_millis() as u64;
         }
         let (hit_tx, hit_rx) = watch::channel(None::<String>);
         let watcher = tokio::spawn(lease::watch_budget(

@@ -483,6 +483,16 @@ pub struct RunnerConfig {
     /// Code's session files); `~/` is the runner's `HOME`.
     pub confine_write: Vec<String>,
     pub timeouts: TimeoutConfig,
+    /// Seed 004 SUP-5's `timeout_default_ms`: the agent timeout of the
+    /// standard profile (the default one), set under the seed's name; 0
+    /// leaves `timeouts.standard_ms`. Setting both to different values is
+    /// an error.
+    pub timeout_default_ms: u64,
+    /// Seed 004 SUP-5's `fail_on_violation`: a major violation (a reply
+    /// missing a required section) ends the task as failed (`true`, the
+    /// default: seed 004's ERROR), or blocks it for the operator with the
+    /// violation named (`false`). A project may override it.
+    pub fail_on_violation: bool,
     /// Run the radio check in-process every turn too (self-supervision):
     /// the runner steers its agent on the turn it sees an anomaly, and says
     /// so in its next report (`status.self_steered`); the XO counts that as
@@ -535,6 +545,8 @@ impl Default for RunnerConfig {
             confine: ConfineMode::Auto,
             confine_write: Vec::new(),
             timeouts: TimeoutConfig::default(),
+            timeout_default_ms: 0,
+            fail_on_violation: true,
             microcosm: true,
             microcosm_grace_ms: 2_000,
             context_limit: 128_000,
@@ -552,6 +564,20 @@ pub struct TimeoutConfig {
     pub standard_ms: u64,
     pub long_ms: u64,
     pub extended_ms: u64,
+}
+
+impl RunnerConfig {
+    /// The agent timeout of a profile (`timeout_default_ms`, when set, is
+    /// the standard one).
+    pub fn timeout_ms(&self, p: xo_proto::queue::TimeoutProfile) -> u64 {
+        use xo_proto::queue::TimeoutProfile::*;
+        match p {
+            Standard if self.timeout_default_ms > 0 => self.timeout_default_ms,
+            Standard => self.timeouts.standard_ms,
+            Long => self.timeouts.long_ms,
+            Extended => self.timeouts.extended_ms,
+        }
+    }
 }
 
 impl Default for TimeoutConfig {
@@ -1152,6 +1178,19 @@ impl XoConfig {
             if v == 0 {
                 return Err(invalid(key, "must be greater than 0".into()));
             }
+        }
+        let t = &self.runner;
+        if t.timeout_default_ms > 0
+            && t.timeouts.standard_ms != TimeoutConfig::default().standard_ms
+            && t.timeouts.standard_ms != t.timeout_default_ms
+        {
+            return Err(invalid(
+                "runner.timeout_default_ms",
+                format!(
+                    "{} ms, but runner.timeouts.standard_ms is {} ms: both name the standard profile's timeout (timeout_default_ms is seed 004's name for it); set one",
+                    t.timeout_default_ms, t.timeouts.standard_ms
+                ),
+            ));
         }
         let schemes = ["nats://", "tls://", "ws://", "wss://"];
         if !self.nats.url.is_empty() && !schemes.iter().any(|s| self.nats.url.starts_with(s)) {

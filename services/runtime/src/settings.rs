@@ -101,6 +101,34 @@ pub fn keys() -> Vec<SettingKey> {
             "template",
             "project output template (over project.toml and the global one)",
         ),
+        SettingKey {
+            choices: vec!["standard".into(), "long".into(), "extended".into()],
+            ..k(
+                "projects.<project>.timeout_profile",
+                "choice",
+                "the project's timeout profile: every task of the project runs under it, whatever profile the task names (SUP-4; over project.toml)",
+            )
+        },
+        k(
+            "projects.<project>.allow_raw_output",
+            "bool",
+            "the project's results keep the agent's raw output, no output template applied (SUP-4; over project.toml)",
+        ),
+        k(
+            "projects.<project>.fail_on_violation",
+            "bool",
+            "a reply missing a required section fails the task (on) or blocks it for you (off) in this project (over project.toml and runner.fail_on_violation)",
+        ),
+        k(
+            "runner.fail_on_violation",
+            "bool",
+            "a reply missing a required section fails the task (on, seed 004's ERROR) or blocks it for you (off) (SUP-5)",
+        ),
+        k(
+            "runner.timeout_default_ms",
+            "integer",
+            "agent timeout of the standard (default) profile under seed 004's name; 0: runner.timeouts.standard_ms (SUP-5)",
+        ),
         k(
             "runner.max_retries",
             "integer",
@@ -178,7 +206,12 @@ pub fn check_key(key: &str) -> Result<(), String> {
     let parts: Vec<&str> = key.split('.').collect();
     let named = |s: &str| xo_proto::validate_token("name", s).is_ok();
     let ok = match parts.as_slice() {
-        ["projects", p, "input_template" | "output_template"] => named(p),
+        [
+            "projects",
+            p,
+            "input_template" | "output_template" | "timeout_profile" | "allow_raw_output"
+            | "fail_on_violation",
+        ] => named(p),
         ["runner", "role_templates", r] => named(r),
         ["roles", r, "doctrine", field] => {
             named(r)
@@ -198,6 +231,31 @@ pub fn check_key(key: &str) -> Result<(), String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
+    }
+}
+
+/// Checks a project setting's value (they are not part of [`XoConfig`]:
+/// the runner reads them per task).
+fn check_project_value(key: &str, value: &Value) -> Result<(), String> {
+    match key.rsplit('.').next().unwrap_or_default() {
+        "timeout_profile" => match value.as_str() {
+            Some("standard" | "long" | "extended") => Ok(()),
+            _ => Err(format!("{value} is not standard, long or extended")),
+        },
+        "allow_raw_output" | "fail_on_violation" => {
+            if value.is_boolean() {
+                Ok(())
+            } else {
+                Err(format!("must be true or false, got {value}"))
+            }
+        }
+        _ => {
+            if value.is_string() {
+                Ok(())
+            } else {
+                Err(format!("must be a string, got {value}"))
+            }
+        }
     }
 }
 
@@ -287,9 +345,7 @@ fn apply_values(
             check_template(key, text).map_err(|r| invalid(key, r))?;
         }
         if key.starts_with("projects.") {
-            if !value.is_string() {
-                return Err(invalid(key, format!("must be a string, got {value}")));
-            }
+            check_project_value(key, value).map_err(|r| invalid(key, r))?;
             continue;
         }
         // A role not in xo.toml starts from the default role's profile.
@@ -437,6 +493,55 @@ mod tests {
                 .to_string();
             assert!(err.contains(named), "{key}: {err}");
         }
+    }
+
+    #[test]
+    fn project_rules_take_their_own_kinds_of_value() {
+        let base = XoConfig::default();
+        apply(
+            &base,
+            &settings(&[
+                ("projects.p.timeout_profile", Value::from("long")),
+                ("projects.p.allow_raw_output", Value::from(true)),
+                ("projects.p.fail_on_violation", Value::from(false)),
+                ("runner.fail_on_violation", Value::from(false)),
+                ("runner.timeout_default_ms", Value::from(60_000)),
+            ]),
+        )
+        .unwrap();
+        for (key, v, says) in [
+            (
+                "projects.p.timeout_profile",
+                Value::from("forever"),
+                "standard, long or extended",
+            ),
+            (
+                "projects.p.allow_raw_output",
+                Value::from("yes"),
+                "true or false",
+            ),
+            (
+                "projects.p.fail_on_violation",
+                Value::from(1),
+                "true or false",
+            ),
+            ("projects.p.input_template", Value::from(true), "a string"),
+        ] {
+            let err = apply(&base, &settings(&[(key, v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(says), "{key}: {err}");
+        }
+        let cfg = apply(
+            &base,
+            &settings(&[("runner.timeout_default_ms", Value::from(60_000))]),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.runner
+                .timeout_ms(xo_proto::queue::TimeoutProfile::Standard),
+            60_000
+        );
     }
 
     #[test]
