@@ -230,6 +230,16 @@ pub struct CriterionResult {
     pub quality: Option<String>,
 }
 
+/// How sure the validation is (seed 003).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ConfidenceLevel {
+    High,
+    Medium,
+    Low,
+    Uncertain,
+}
+
 /// The runner's validation of a task's output.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ValidationReport {
@@ -245,6 +255,16 @@ pub struct ValidationReport {
         deserialize_with = "crate::finite::confidence"
     )]
     pub confidence: Option<f64>,
+    /// Seed 003's `confidence`: `HIGH`, `MEDIUM`, `LOW` or `UNCERTAIN`
+    /// (any failed or undecided criterion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence_level: Option<ConfidenceLevel>,
+    /// Seed 003's `failed_criteria`: the criteria that failed, as written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_criteria: Vec<String>,
+    /// Seed 003's `uncertain_criteria`: the criteria no rule could decide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncertain_criteria: Vec<String>,
     /// Where the prompt and the response were logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_ref: Option<String>,
@@ -826,8 +846,55 @@ pub struct AuditEvent {
     pub prompt_ref: Option<String>,
     #[serde(default)]
     pub response_ref: Option<String>,
+    /// Seed 003's `prompt` and `response`: the last prompt the agent was
+    /// given for this outcome and its raw reply, each at most
+    /// [`Exchange::MAX_BYTES`] (the middle of a longer one elided with a
+    /// note naming the prompt log's ref, where the whole text is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
     /// Hex SHA-256 of the previous line ("" for the first).
     pub prev: String,
+}
+
+/// The last prompt and reply of a task's run, for its audit line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Exchange {
+    pub prompt: String,
+    pub response: String,
+}
+
+impl Exchange {
+    /// The most of each text an audit line keeps.
+    pub const MAX_BYTES: usize = 16 * 1024;
+
+    /// `text` within [`Exchange::MAX_BYTES`]: its head and tail, the middle
+    /// replaced by a note naming how much and where the whole is.
+    pub fn bounded(text: &str, whole_at: &str) -> String {
+        if text.len() <= Self::MAX_BYTES {
+            return text.to_string();
+        }
+        let half = Self::MAX_BYTES / 2;
+        let head_end = (0..=half)
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        let tail_start = (text.len() - half..=text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        format!(
+            "{}\n[… {} bytes not shown; the whole text is in the prompt log at {}]\n{}",
+            &text[..head_end],
+            tail_start - head_end,
+            if whole_at.is_empty() {
+                "(not logged)"
+            } else {
+                whole_at
+            },
+            &text[tail_start..]
+        )
+    }
 }
 
 /// The reply a Manager task completes with (seed 002).
@@ -956,6 +1023,9 @@ pub struct Complete {
     /// This attempt's work.
     #[serde(default)]
     pub usage: Usage,
+    /// The last prompt and reply, for the audit line (bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<Exchange>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -976,6 +1046,13 @@ pub struct Block {
     /// This attempt's work.
     #[serde(default)]
     pub usage: Usage,
+    /// The validation it failed on, when that is why it is blocked: kept on
+    /// the task and in the audit line (its failed and uncertain criteria).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ValidationReport>,
+    /// The last prompt and reply, for the audit line (bounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<Exchange>,
 }
 
 /// The holder of a task asked to yield (its record's `interrupt`) gives it
@@ -1210,6 +1287,24 @@ impl crate::Message for RunnerEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exchange_keeps_head_and_tail_and_says_where_the_whole_is() {
+        assert_eq!(Exchange::bounded("short", "p@1"), "short");
+        let long = format!(
+            "{}{}{}",
+            "a".repeat(10_000),
+            "é".repeat(5_000),
+            "z".repeat(10_000)
+        );
+        let b = Exchange::bounded(&long, "/data/p/prompts.log.jsonl@42");
+        assert!(b.len() < Exchange::MAX_BYTES + 200, "{}", b.len());
+        assert!(b.starts_with("aaaa") && b.ends_with("zzzz"));
+        assert!(b.contains(
+            "bytes not shown; the whole text is in the prompt log at /data/p/prompts.log.jsonl@42"
+        ));
+        assert!(Exchange::bounded(&long, "").contains("(not logged)"));
+    }
 
     #[test]
     fn event_names_read_back() {

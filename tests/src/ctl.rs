@@ -121,6 +121,7 @@ pub async fn complete(bus: &Bus, c: &xo_proto::queue::Claimed) -> bool {
             ..Default::default()
         },
         manager_reply: None,
+        exchange: None,
     };
     matches!(call(bus, &req).await, Ok(r) if r.state == TaskState::Completed)
 }

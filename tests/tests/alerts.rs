@@ -161,6 +161,8 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
             question: None,
             cause: None,
             usage: Default::default(),
+            report: None,
+            exchange: None,
         },
         T,
     )
@@ -185,6 +187,8 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
             question: Some("Which database: Postgres or SQLite?".into()),
             cause: None,
             usage: Default::default(),
+            report: None,
+            exchange: None,
         },
         T,
     )

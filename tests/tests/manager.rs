@@ -113,6 +113,8 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
             question: None,
             cause: None,
             usage: Default::default(),
+            report: None,
+            exchange: None,
         },
         T,
     )
@@ -132,6 +134,7 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
             },
             manager_reply: None,
             usage: Default::default(),
+            exchange: None,
         },
         T,
     )

@@ -149,6 +149,7 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
                 claimant: String::new(),
                 report: ok(),
                 manager_reply: None,
+                exchange: None,
             })
             .await
             .unwrap();
@@ -230,6 +231,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
             claimant: String::new(),
             report: ok(),
             manager_reply: None,
+            exchange: None,
         })
         .await
         .unwrap_err();
@@ -241,6 +243,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
         claimant: String::new(),
         report: ok(),
         manager_reply: None,
+        exchange: None,
     })
     .await
     .unwrap();
@@ -325,6 +328,7 @@ async fn thirty_two_concurrent_claimants_never_share_a_task() {
                         claimant: String::new(),
                         report: ok(),
                         manager_reply: None,
+                        exchange: None,
                     },
                     T,
                 )
@@ -361,6 +365,7 @@ async fn the_queue_survives_a_nats_server_restart() {
             claimant: String::new(),
             report: ok(),
             manager_reply: None,
+            exchange: None,
         };
         // A request sent while the client reconnects is lost: ask again soon.
         match typed::call(&q.client, &q.subjects, &req, Duration::from_secs(1)).await {
@@ -381,6 +386,7 @@ async fn the_queue_survives_a_nats_server_restart() {
             claimant: String::new(),
             report: ok(),
             manager_reply: None,
+            exchange: None,
         })
         .await
         .unwrap();
@@ -492,6 +498,8 @@ async fn a_question_survives_a_restart_and_is_answered() {
         claimant: String::new(),
         reason: "ambiguous".into(),
         question: Some("which db?".into()),
+        report: None,
+        exchange: None,
     })
     .await
     .unwrap();
@@ -537,6 +545,8 @@ async fn the_status_says_when_it_changed_and_why_it_halted() {
         question: None,
         cause: None,
         usage: Default::default(),
+        report: None,
+        exchange: None,
     })
     .await
     .unwrap();

@@ -111,6 +111,7 @@ impl Rig {
                 ..Default::default()
             },
             manager_reply: None,
+            exchange: None,
         })
         .await;
         id

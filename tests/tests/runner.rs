@@ -341,3 +341,101 @@ async fn a_task_over_its_budget_is_stopped_and_blocked_and_the_queue_goes_on() {
     assert_eq!(rig.call(&GetStatus {}).await.status, RunStatus::Completed);
     rig.stop().await;
 }
+
+/// Seed 003's control-plane state in the audit: every line's state before
+/// and after is the seed's state (supervisor, goal, queue, mode,
+/// last_updated, the task); a completion's validation report carries the
+/// confidence level, a block on validation its failed criteria; and the
+/// line holds the agent's last prompt and reply themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_holds_the_seed_state_the_validation_and_the_exchange() {
+    let mut rig = Rig::start(&[("runner.microcosm", "false"), ("runner.max_retries", "1")]).await;
+    let mut good = scripted(
+        "good",
+        "[[run]]\nsteps = [{ write = \"out.txt\", content = \"hi\" }, { reply = '{\"status\": \"ok\", \"message\": \"wrote it\"}' }]",
+    );
+    good.acceptance_criteria = vec!["file contains: out.txt :: hi".into()];
+    let mut bad = scripted(
+        "bad",
+        "[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"all done\"}' }]",
+    );
+    bad.acceptance_criteria = vec![
+        "file contains: out.txt :: hi".into(),
+        "file exists: missing.txt".into(),
+    ];
+    rig.go(vec![good, bad]).await;
+    rig.wait_task("good", TaskState::Completed).await;
+    let blocked = rig.wait_task("bad", TaskState::Blocked).await;
+    // The record keeps the validation it was blocked on.
+    let r = blocked.report.expect("the failed validation on the record");
+    assert_eq!(r.failed_criteria, ["file exists: missing.txt"]);
+    assert_eq!(r.confidence_level, Some(ConfidenceLevel::Uncertain));
+    assert!(r.uncertain_criteria.is_empty());
+
+    let audit = rig
+        .call(&AuditTail {
+            project: None,
+            lines: None,
+        })
+        .await;
+    let line = |event: &str, id: &str| {
+        audit
+            .iter()
+            .find(|a| a.event == event && a.task_id.as_deref() == Some(id))
+            .unwrap_or_else(|| panic!("{event} {id}: {audit:#?}"))
+            .clone()
+    };
+    let done = line("TASK_COMPLETE", "good");
+    let (b, a) = (&done.state_before, &done.state_after);
+    assert_eq!(b["supervisor"]["iteration"], 0);
+    assert_eq!(a["supervisor"]["iteration"], 1);
+    assert_eq!(a["supervisor"]["last_task_id"], "good");
+    assert_eq!(a["supervisor"]["status"], "RUNNING");
+    assert_eq!(a["supervisor"]["retry_count_good"], 0);
+    assert_eq!(b["task"]["state"], "running");
+    assert_eq!(a["task"]["state"], "completed");
+    assert_eq!(a["goal"]["description"], "g");
+    assert_eq!(a["queue"]["exhausted"], false, "bad is still to do");
+    assert_eq!(a["completed_tasks"], 1);
+    assert_eq!(a["execution_mode"], "AUTO");
+    assert!(
+        a["last_updated"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{a}"
+    );
+    let v = done.validation_report.as_ref().unwrap();
+    assert_eq!(v.confidence_level, Some(ConfidenceLevel::High));
+    assert!(v.failed_criteria.is_empty() && v.uncertain_criteria.is_empty());
+    // The prompt and the reply themselves, not only where they were logged.
+    let prompt = done.prompt.as_deref().expect("the prompt");
+    assert!(prompt.contains("## TASK good"), "{prompt}");
+    assert!(prompt.contains("## REPLY FORMAT"), "{prompt}");
+    let response = done.response.as_deref().expect("the response");
+    assert!(response.contains(r#""message": "wrote it""#), "{response}");
+    assert!(done.prompt_ref.is_some() && done.response_ref.is_some());
+
+    let stop = line("TASK_BLOCKED", "bad");
+    assert_eq!(stop.state_after["task"]["state"], "blocked");
+    assert_eq!(stop.state_after["supervisor"]["retry_count_bad"], 0);
+    let v = stop
+        .validation_report
+        .as_ref()
+        .expect("the failed validation");
+    assert_eq!(v.failed_criteria, ["file exists: missing.txt"]);
+    assert_eq!(v.confidence_level, Some(ConfidenceLevel::Uncertain));
+    assert!(!v.passed);
+    // Its last prompt was the fix prompt naming the failure.
+    let prompt = stop.prompt.as_deref().expect("the prompt");
+    assert!(
+        prompt.contains("FIX REQUIRED") && prompt.contains("missing.txt"),
+        "{prompt}"
+    );
+    assert!(stop.response.as_deref().unwrap().contains("all done"));
+    // Status lines hold the seed's state too.
+    let start = audit.iter().find(|a| a.event == "START").unwrap();
+    assert_eq!(start.state_before["supervisor"]["status"], "HALTED");
+    assert_eq!(start.state_after["supervisor"]["status"], "RUNNING");
+    assert!(start.state_after.get("task").is_none());
+    let check = rig.call(&AuditVerify { project: None }).await;
+    assert!(check.intact, "{check:?}");
+    rig.stop().await;
+}

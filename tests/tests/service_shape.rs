@@ -168,6 +168,7 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
                 ..Default::default()
             },
             manager_reply: None,
+            exchange: None,
         })
         .await
         .unwrap();
@@ -274,6 +275,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
             ..Default::default()
         },
         manager_reply: None,
+        exchange: None,
     })
     .await
     .unwrap();

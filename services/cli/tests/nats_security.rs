@@ -441,6 +441,7 @@ async fn no_runner_can_act_for_another() {
         },
         manager_reply: None,
         usage: Default::default(),
+        exchange: None,
     };
     let err = typed::call(&c2, &s, &done, t)
         .await

@@ -564,6 +564,20 @@ async fn setup_request(
     }
 }
 
+/// An audit line's prompt and reply (seed 003), folded.
+fn exchange_details(e: &xo_proto::queue::AuditEvent) -> String {
+    let mut s = String::new();
+    for (label, text) in [("prompt", &e.prompt), ("response", &e.response)] {
+        if let Some(t) = text {
+            s.push_str(&format!(
+                "<details class=\"exchange\"><summary>{label}</summary><pre>{}</pre></details>",
+                esc(t)
+            ));
+        }
+    }
+    s
+}
+
 fn compact(v: &Value) -> String {
     let s = v.to_string();
     if s.len() > 240 {
@@ -647,13 +661,14 @@ async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
             ""
         };
         body.push_str(&format!(
-            "<tr{cls}><td class=\"num\">{seq}</td><td>{at}</td><td><b>{ev}</b></td><td><code>{task}</code></td><td><code>{b}</code></td><td><code>{a}</code></td></tr>",
+            "<tr{cls}><td class=\"num\">{seq}</td><td>{at}</td><td><b>{ev}</b></td><td><code>{task}</code></td><td><code>{b}</code></td><td><code>{a}</code>{ex}</td></tr>",
             seq = e.seq,
             at = esc(&xo_runtime::clock::rfc3339(e.at)),
             ev = esc(&e.event),
             task = esc(e.task_id.as_deref().unwrap_or("")),
             b = esc(&compact(&e.state_before)),
             a = esc(&compact(&e.state_after)),
+            ex = exchange_details(e),
         ));
     }
     body.push_str("</tbody></table></div>");

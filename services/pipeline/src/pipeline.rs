@@ -34,13 +34,20 @@ pub struct TaskResult {
 }
 
 /// What happened on the way to an outcome.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunStats {
     pub agent_runs: u32,
     pub format_retries: u32,
     /// Validation failures answered with a fix prompt (or out of retries).
     pub validation_failures: u32,
     pub clarifications: u32,
+    /// The validation that failed last, when the task ends blocked on it
+    /// (the queue keeps it with the block: seed 003's failed and uncertain
+    /// criteria, its confidence).
+    pub failed_validation: Option<ValidationReport>,
+    /// The last prompt and the agent's raw reply, bounded, for the audit
+    /// line of the task's outcome (seed 003's `prompt` and `response`).
+    pub exchange: Option<xo_proto::queue::Exchange>,
 }
 
 impl TaskResult {
@@ -528,6 +535,10 @@ impl TaskRun<'_> {
                 warn!(task_id = %self.task.task_id, error = %e, "prompt log not written (response)");
                 String::new()
             });
+        self.stats.exchange = Some(xo_proto::queue::Exchange {
+            prompt: xo_proto::queue::Exchange::bounded(prompt.text(), &pref),
+            response: xo_proto::queue::Exchange::bounded(&out.stdout, &rref),
+        });
         self.last_refs = (pref, rref);
         Ok(out)
     }
@@ -812,6 +823,10 @@ impl TaskRun<'_> {
                         if v.valid() {
                             continue;
                         }
+                        let mut report = v.report();
+                        report.prompt_ref = Some(self.last_refs.0.clone());
+                        report.response_ref = Some(self.last_refs.1.clone());
+                        self.stats.failed_validation = Some(report);
                         return Outcome::Blocked(format!(
                             "validation failed after {} retries: {}",
                             self.max,

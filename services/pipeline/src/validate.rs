@@ -44,6 +44,17 @@ pub enum Confidence {
 }
 
 impl Confidence {
+    /// Seed 003's name for it, on the wire.
+    pub fn level(self) -> xo_proto::queue::ConfidenceLevel {
+        use xo_proto::queue::ConfidenceLevel as L;
+        match self {
+            Self::High => L::High,
+            Self::Medium => L::Medium,
+            Self::Low => L::Low,
+            Self::Uncertain => L::Uncertain,
+        }
+    }
+
     pub fn score(self) -> f64 {
         match self {
             Self::High => 0.95,
@@ -177,6 +188,13 @@ impl Validation {
                 })
                 .collect(),
             confidence: Some(self.confidence().score()),
+            confidence_level: Some(self.confidence().level()),
+            failed_criteria: self.failed().iter().map(|c| c.criterion.clone()).collect(),
+            uncertain_criteria: self
+                .uncertain()
+                .iter()
+                .map(|c| c.criterion.clone())
+                .collect(),
             ..Default::default()
         }
     }

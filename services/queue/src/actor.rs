@@ -138,7 +138,7 @@ impl State {
     }
 
     /// Hands a change and its reply to the committer.
-    fn commit(&mut self, changes: Changes, reply: Option<Box<dyn FnOnce() + Send>>) {
+    fn commit(&mut self, mut changes: Changes, reply: Option<Box<dyn FnOnce() + Send>>) {
         let mut writes = Vec::new();
         for id in &changes.tasks {
             let value = match self.m.tasks.get(id) {
@@ -158,6 +158,12 @@ impl State {
         }
         if changes.status {
             self.m.status.last_updated = xo_runtime::clock::rfc3339(self.ctx.clock.now_ms());
+            // The lines of this change show the time it moved to.
+            for d in &mut changes.audit {
+                if let Some(at) = d.after.get_mut("last_updated") {
+                    *at = self.m.status.last_updated.clone().into();
+                }
+            }
             let mut s = self.m.status.clone();
             s.corrupt.clear();
             writes.push((
@@ -401,10 +407,14 @@ impl State {
                     return false;
                 };
                 let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
+                let exchange = q.exchange;
                 let r = self
                     .m
                     .complete(&q.task_id, &q.token, q.report, q.manager_reply, now)
                     .map(|(rec, mut c)| {
+                        if let Some(e) = exchange {
+                            Machine::attach_exchange(&q.task_id, e, &mut c);
+                        }
                         c.merge(spent);
                         (rec, c)
                     });
@@ -418,10 +428,20 @@ impl State {
                     return false;
                 };
                 let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
+                let (report, exchange) = (q.report, q.exchange);
                 let r = self
                     .m
                     .block_for(&q.task_id, &q.token, q.reason, q.question, q.cause, now)
-                    .map(|(rec, mut c)| {
+                    .map(|(mut rec, mut c)| {
+                        if let Some(e) = exchange {
+                            Machine::attach_exchange(&q.task_id, e, &mut c);
+                        }
+                        if let Some(report) = report {
+                            rec = self
+                                .m
+                                .attach_report(&q.task_id, report, &mut c)
+                                .unwrap_or(rec);
+                        }
                         c.merge(spent);
                         (rec, c)
                     });
@@ -554,6 +574,7 @@ impl State {
                         before,
                         after,
                         report: None,
+                        exchange: None,
                     }],
                     ..Changes::default()
                 };
@@ -675,6 +696,7 @@ impl State {
                 before: serde_json::json!({"version": cur.version, "values": before}),
                 after: serde_json::json!({"version": self.m.settings.version, "values": after, "by": by}),
                 report: None,
+                exchange: None,
             }],
             ..Changes::default()
         };

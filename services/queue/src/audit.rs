@@ -67,6 +67,8 @@ impl Chains {
             prompt_ref: d.report.as_ref().and_then(|r| r.prompt_ref.clone()),
             response_ref: d.report.as_ref().and_then(|r| r.response_ref.clone()),
             validation_report: d.report.clone(),
+            prompt: d.exchange.as_ref().map(|e| e.prompt.clone()),
+            response: d.exchange.as_ref().map(|e| e.response.clone()),
             prev: head.1.clone(),
         };
         let line = serde_json::to_vec(&ev).unwrap_or_default();

@@ -41,6 +41,8 @@ pub struct AuditDraft {
     pub before: serde_json::Value,
     pub after: serde_json::Value,
     pub report: Option<ValidationReport>,
+    /// The agent's last prompt and reply (a completion's or a block's).
+    pub exchange: Option<xo_proto::queue::Exchange>,
 }
 
 /// An alert before the actor stamps and publishes it (once durable).
@@ -181,7 +183,14 @@ fn is_open(s: TaskState) -> bool {
 
 fn task_snapshot(r: Option<&TaskRecord>) -> serde_json::Value {
     match r {
-        Some(r) => json!({"state": r.state, "attempt": r.attempt, "retries": r.retries}),
+        Some(r) => json!({
+            "task_id": r.task.task_id,
+            "state": r.state,
+            "attempt": r.attempt,
+            "retries": r.retries,
+            "reason": r.reason,
+            "claimant": r.lease.as_ref().map(|l| &l.claimant),
+        }),
         None => serde_json::Value::Null,
     }
 }
@@ -273,8 +282,41 @@ impl Machine {
         self.index(id, true);
     }
 
-    fn status_snapshot(&self) -> serde_json::Value {
-        json!({"status": self.status.status, "halt_reason": self.status.halt_reason, "iteration": self.status.iteration})
+    /// Seed 003's state, as an audit line's `state_before`/`state_after`
+    /// hold it: `supervisor` (status, iteration, last task, halt reason and
+    /// details, and `retry_count_<task>` for the task concerned), `goal`,
+    /// `queue.exhausted`, `execution_mode`, `last_updated`, and
+    /// `completed_tasks` as a count (the list is the queue's; each line
+    /// stays small). A task's line adds the `task` itself.
+    fn seed_state(&self, task: Option<&str>) -> serde_json::Value {
+        let s = &self.status;
+        let mut supervisor = json!({
+            "status": s.status,
+            "iteration": s.iteration,
+            "last_task_id": s.last_task_id,
+            "halt_reason": s.halt_reason,
+            "halt_details": s.halt_reason.as_deref().and_then(halt_details),
+        });
+        let record = task.and_then(|id| self.tasks.get(id));
+        if let Some(r) = record {
+            supervisor[format!("retry_count_{}", r.task.task_id)] = json!(r.retries);
+        }
+        let mut v = json!({
+            "supervisor": supervisor,
+            "goal": {
+                "description": s.goal.description,
+                "project_id": s.goal.project_id,
+                "completed": s.goal.completed,
+            },
+            "queue": {"exhausted": !self.has_open_work()},
+            "completed_tasks": s.completed_total,
+            "execution_mode": s.mode,
+            "last_updated": s.last_updated,
+        });
+        if task.is_some() {
+            v["task"] = task_snapshot(record);
+        }
+        v
     }
 
     /// The status with counts filled in.
@@ -305,7 +347,7 @@ impl Machine {
     }
 
     fn status_change(&mut self, event: EventName, f: impl FnOnce(&mut QueueStatus)) -> Changes {
-        let before = self.status_snapshot();
+        let before = self.seed_state(None);
         f(&mut self.status);
         Changes {
             status: true,
@@ -313,8 +355,9 @@ impl Machine {
                 event,
                 task_id: None,
                 before,
-                after: self.status_snapshot(),
+                after: self.seed_state(None),
                 report: None,
+                exchange: None,
             }],
             ..Default::default()
         }
@@ -327,7 +370,7 @@ impl Machine {
         report: Option<ValidationReport>,
         f: impl FnOnce(&mut TaskRecord),
     ) -> Changes {
-        let before = task_snapshot(self.tasks.get(id));
+        let before = self.seed_state(Some(id));
         self.mutate(id, f);
         Changes {
             tasks: [id.to_string()].into(),
@@ -335,8 +378,9 @@ impl Machine {
                 event,
                 task_id: Some(id.to_string()),
                 before,
-                after: task_snapshot(self.tasks.get(id)),
+                after: self.seed_state(Some(id)),
                 report,
+                exchange: None,
             }],
             ..Default::default()
         }
@@ -704,8 +748,9 @@ impl Machine {
                 event,
                 task_id: Some(id.clone()),
                 before: serde_json::Value::Null,
-                after: task_snapshot(self.tasks.get(&id)),
+                after: self.seed_state(Some(&id)),
                 report: None,
+                exchange: None,
             }],
             ..Default::default()
         }
@@ -965,6 +1010,16 @@ impl Machine {
         self.status.last_task_id = Some(id.to_string());
         self.status.last_validation_report = Some(report);
         c.status = true;
+        // The completion's line shows the supervisor state it moved.
+        let after = self.seed_state(Some(id));
+        if let Some(d) = c
+            .audit
+            .iter_mut()
+            .rev()
+            .find(|d| d.event == EventName::TaskComplete)
+        {
+            d.after = after;
+        }
         if let Some(reply) = reply {
             c.merge(self.reconcile(id, reply, now));
         } else if self.status.manager {
@@ -1108,6 +1163,7 @@ impl Machine {
             after: json!({"message": reply.message, "status": reply.status, "manager": manager,
                 "cancelled": stale, "added": added, "updated": updated, "kept": reply.keep}),
             report: None,
+            exchange: None,
         });
         c
     }
@@ -1209,6 +1265,40 @@ impl Machine {
         }
         let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
         Ok((r, c))
+    }
+
+    /// Puts the agent's last prompt and reply into the audit line of `id`'s
+    /// outcome in `c`.
+    pub fn attach_exchange(id: &str, exchange: xo_proto::queue::Exchange, c: &mut Changes) {
+        if let Some(d) = c
+            .audit
+            .iter_mut()
+            .rev()
+            .find(|d| d.task_id.as_deref() == Some(id))
+        {
+            d.exchange = Some(exchange);
+        }
+    }
+
+    /// Keeps the validation a blocked task failed on: on its record and in
+    /// the audit line of its block. The record as it now is.
+    pub fn attach_report(
+        &mut self,
+        id: &str,
+        report: ValidationReport,
+        c: &mut Changes,
+    ) -> Option<TaskRecord> {
+        let r = self.tasks.get_mut(id)?;
+        r.report = Some(report.clone());
+        if let Some(d) = c
+            .audit
+            .iter_mut()
+            .rev()
+            .find(|d| d.task_id.as_deref() == Some(id))
+        {
+            d.report = Some(report);
+        }
+        Some(r.clone())
     }
 
     /// A task blocked or failed: the operator is told; the queue halts if

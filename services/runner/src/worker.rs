@@ -408,7 +408,14 @@ impl Worker {
             critical,
             checkpoint: meter.checkpoint.as_ref().is_some_and(|p| p.exists()),
         });
-        deliver(bus, subjects, &held, outcome, yielded, usage).await;
+        let ended = Ended {
+            outcome,
+            yielded,
+            usage,
+            failed_validation: stats.failed_validation,
+            exchange: stats.exchange,
+        };
+        deliver(bus, subjects, &held, ended).await;
     }
 }
 
@@ -457,14 +464,25 @@ struct Yielded {
 
 /// Sends the outcome to the queue (or gives the task back, `yielded`),
 /// retrying while the queue is unreachable.
-async fn deliver(
-    bus: &Bus,
-    subjects: &Subjects,
-    held: &lease::Held,
+/// How a task ended here, for the queue.
+struct Ended {
     outcome: Outcome,
     yielded: Option<Yielded>,
     usage: q::Usage,
-) {
+    /// The validation it was blocked on, if that is why.
+    failed_validation: Option<q::ValidationReport>,
+    /// The last prompt and reply, for the audit line.
+    exchange: Option<q::Exchange>,
+}
+
+async fn deliver(bus: &Bus, subjects: &Subjects, held: &lease::Held, ended: Ended) {
+    let Ended {
+        outcome,
+        yielded,
+        usage,
+        failed_validation,
+        exchange,
+    } = ended;
     let timeout = Duration::from_secs(10);
     for attempt in 1..=5u32 {
         let res: Result<(), CallError> = match (&outcome, &yielded) {
@@ -497,6 +515,7 @@ async fn deliver(
                         report: r.report().clone(),
                         manager_reply: Some(serde_json::Value::Object(r.reply().clone())),
                         usage,
+                        exchange: exchange.clone(),
                     },
                     timeout,
                 )
@@ -513,6 +532,8 @@ async fn deliver(
                     question: None,
                     cause: None,
                     usage,
+                    report: failed_validation.clone(),
+                    exchange: exchange.clone(),
                 };
                 block(bus, subjects, req, timeout).await
             }
@@ -526,6 +547,8 @@ async fn deliver(
                     question: Some(q.clone()),
                     cause: None,
                     usage,
+                    report: None,
+                    exchange: exchange.clone(),
                 };
                 block(bus, subjects, req, timeout).await
             }

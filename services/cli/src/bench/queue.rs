@@ -111,6 +111,7 @@ async fn cycles(
                         claimant: format!("b{i}"),
                         report,
                         manager_reply: None,
+                        exchange: None,
                     },
                     T,
                 )
