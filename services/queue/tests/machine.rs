@@ -607,8 +607,10 @@ fn every_transition_is_audited_with_before_and_after() {
         (d.event.as_str(), d.task_id.as_deref()),
         ("TASK_START", Some("hot"))
     );
-    assert_eq!(d.before["state"], "pending");
-    assert_eq!(d.after["state"], "running");
+    assert_eq!(d.before["task"]["state"], "pending");
+    assert_eq!(d.after["task"]["state"], "running");
+    assert_eq!(d.after["task"]["claimant"], "r1");
+    assert_eq!(d.after["supervisor"]["status"], "RUNNING");
 }
 
 fn dep(id: &str, on: &[&str]) -> Task {
