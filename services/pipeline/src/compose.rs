@@ -16,6 +16,7 @@ pub enum PromptKind {
     FixPrompt,
     ClarificationPrompt,
     InterrogationPrompt,
+    HelperPrompt,
 }
 
 impl PromptKind {
@@ -25,6 +26,7 @@ impl PromptKind {
             Self::FixPrompt => "FIX_PROMPT",
             Self::ClarificationPrompt => "CLARIFICATION_PROMPT",
             Self::InterrogationPrompt => "INTERROGATION_PROMPT",
+            Self::HelperPrompt => "HELPER_PROMPT",
         }
     }
 }
@@ -175,6 +177,12 @@ pub enum Feedback {
         criterion: String,
         number: u32,
         hints: Vec<String>,
+    },
+    /// Seed 003's helper agent: the failed criteria and the files that
+    /// exist (code discovery); asks for verification commands.
+    Helper {
+        failures: Vec<String>,
+        files: Vec<String>,
     },
 }
 
@@ -361,6 +369,23 @@ fn feedback_section(f: &Feedback) -> String {
                 let _ = writeln!(s, "Possibly relevant files: {}", hints.join(", "));
             }
         }
+        Feedback::Helper { failures, files } => {
+            s.push_str("## VALIDATION HELPER
+You are the helper: the task's validation judged these criteria not met. Do not change any file. Check each against the code that exists and give, for each, one read-only shell command, run in the working directory, that exits 0 exactly when the criterion is met (a command that succeeds without the code proves nothing and is ignored).
+Not met:
+");
+            for x in failures {
+                let _ = writeln!(s, "- {x}");
+            }
+            s.push_str(
+                "Files that exist (code discovery):
+",
+            );
+            for f in files {
+                let _ = writeln!(s, "- {f}");
+            }
+            s.push_str("Reply with status ok and an output object: {\"checks\": [{\"criterion\": \"<as written above>\", \"command\": \"<shell command>\"}]}.\n");
+        }
     }
     s
 }
@@ -372,7 +397,9 @@ fn reply_format(task: &Task, kind: PromptKind, required: &[String]) -> String {
     if task.role == xo_proto::queue::MANAGER_ROLE && kind != PromptKind::InterrogationPrompt {
         s.push_str(", \"next_task\": \"<task id>\" | null, \"keep\": [<ids of pending tasks kept as they are>], \"tasks\": [<new and changed pending tasks>]");
     }
-    if task.expected_json_schema.is_some() && kind != PromptKind::InterrogationPrompt {
+    if kind == PromptKind::HelperPrompt {
+        s.push_str(", \"output\": {\"checks\": [{\"criterion\": \"...\", \"command\": \"...\"}]}");
+    } else if task.expected_json_schema.is_some() && kind != PromptKind::InterrogationPrompt {
         s.push_str(", \"output\": {<fields of the expected schema>}");
     }
     s.push_str("}\nok: done; blocked: you cannot proceed (say why); error: you failed; escalate: a human must decide.");

@@ -20,7 +20,7 @@ use crate::logs::{PromptEntry, PromptLog, WorkLog};
 use crate::proc::Groups;
 use crate::project::ProjectConfig;
 use crate::sandbox::Sandbox;
-use crate::validate::{Check, Checker, Validated, Validation, format_output};
+use crate::validate::{Check, Checker, Criterion, Validated, Validation, format_output};
 
 /// At most this many questions per uncertain criterion (seed 003).
 pub const MAX_QUESTIONS: u32 = 4;
@@ -792,6 +792,11 @@ impl TaskRun<'_> {
             {
                 return o;
             }
+            if !v.valid()
+                && let Some(o) = self.helper(project, &mut v).await
+            {
+                return o;
+            }
             match v.accept(reply) {
                 Ok(ok) => {
                     return Outcome::Completed(TaskResult::from_validated(
@@ -864,6 +869,104 @@ impl TaskRun<'_> {
         } else {
             self.pcfg.output_template.clone()
         }
+    }
+
+    /// Seed 003's helper agent (when `helper_agent` is on): for the failed
+    /// criteria no rule decides (free text), one helper run given the files
+    /// that exist, asked for a verification command per criterion; a
+    /// command that passes ([`Checker::verifies`]) passes its criterion.
+    /// `Some` only when the run itself ended the task (stopped, failed).
+    async fn helper(&mut self, project: &str, v: &mut Validation) -> Option<Outcome> {
+        let on = self
+            .pcfg
+            .supervisor_rules
+            .helper_agent
+            .unwrap_or(self.p.cfg.helper_agent);
+        let open: Vec<usize> = (0..v.checks.len())
+            .filter(|i| {
+                v.checks[*i].passed == Some(false)
+                    && matches!(
+                        Criterion::parse(&v.checks[*i].criterion),
+                        Criterion::FreeText(_)
+                    )
+            })
+            .collect();
+        if !on || open.is_empty() {
+            return None;
+        }
+        let files = crate::validate::code_discovery(&self.ctx.cwd, 300);
+        let prompt = self.compose(
+            project,
+            PromptKind::HelperPrompt,
+            Some(&Feedback::Helper {
+                failures: open
+                    .iter()
+                    .map(|i| {
+                        let c = &v.checks[*i];
+                        format!("{} ({})", c.criterion, c.detail)
+                    })
+                    .collect(),
+                files,
+            }),
+        );
+        let out = match self.execute(&prompt).await {
+            Ok(o) => o,
+            Err(e) => return Some(Outcome::Blocked(format!("EXEC_FAILURE: {e}"))),
+        };
+        if out.cancelled {
+            return Some(Outcome::Cancelled);
+        }
+        let checks: Vec<(String, String)> =
+            parse_reply(&out.stdout, false, self.pcfg.supervisor_rules.reply_words)
+                .ok()
+                .and_then(|(r, _)| r.object.get("output")?.get("checks")?.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|c| {
+                    Some((
+                        c.get("criterion")?.as_str()?.to_string(),
+                        c.get("command")?.as_str()?.to_string(),
+                    ))
+                })
+                .collect();
+        let empty = match tempfile::tempdir() {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(error = %e, "helper: no empty folder to check its commands against; its verdicts are not taken");
+                return None;
+            }
+        };
+        for i in open {
+            let criterion = v.checks[i].criterion.clone();
+            let Some((_, cmd)) = checks.iter().find(|(c, _)| c.trim() == criterion.trim()) else {
+                self.work
+                    .event(
+                        "Helper",
+                        &format!("{criterion}: no command given; still not met"),
+                    )
+                    .await;
+                continue;
+            };
+            let verdict = self.checker().verifies(cmd, empty.path()).await;
+            let c = &mut v.checks[i];
+            match verdict {
+                Ok(()) => {
+                    c.passed = Some(true);
+                    c.quality = crate::validate::MatchQuality::Medium;
+                    c.detail = format!("verified by the helper agent: `{cmd}` exits 0");
+                }
+                Err(why) => {
+                    c.detail = format!(
+                        "{}; the helper's `{cmd}` does not verify it: {why}",
+                        c.detail
+                    );
+                }
+            }
+            self.work
+                .event("Helper", &format!("{}: {}", c.criterion, c.detail))
+                .await;
+        }
+        None
     }
 
     /// Asks about each uncertain criterion, at most [`MAX_QUESTIONS`] times;

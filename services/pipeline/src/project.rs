@@ -44,6 +44,8 @@ pub struct SupervisorRules {
     /// Overrides `runner.fail_on_violation` (SUP-5): a major violation
     /// fails the task (`true`) or blocks it for the operator (`false`).
     pub fail_on_violation: Option<bool>,
+    /// Overrides `runner.helper_agent` (seed 003's helper agent).
+    pub helper_agent: Option<bool>,
     /// With `false` a reply without the JSON status object is taken as `ok`
     /// with the output's last line as its message.
     pub require_format_validation: bool,
@@ -72,6 +74,7 @@ impl Default for SupervisorRules {
             max_retries: None,
             allow_raw_output: false,
             fail_on_violation: None,
+            helper_agent: None,
             require_format_validation: true,
             reply_words: ReplyWords::Strict,
         }

@@ -245,9 +245,37 @@ impl Checker<'_> {
     /// Runs a check's command in the working directory, as the agent ran
     /// (its environment, confinement, timeout and output bound).
     async fn shell(&self, cmd: &str) -> Result<crate::proc::AgentOutput, String> {
+        self.shell_in(cmd, self.cwd).await
+    }
+
+    /// A helper's verification command: `Ok(true)` when it exits 0 in the
+    /// working directory and not in an empty one (a command that succeeds
+    /// without the code, like `true`, proves nothing); `Err` says why it
+    /// does not count.
+    pub async fn verifies(&self, cmd: &str, empty: &Path) -> Result<(), String> {
+        match self.shell(cmd).await {
+            Ok(o) if o.exit_code == Some(0) => {}
+            Ok(o) => {
+                return Err(format!(
+                    "exit {:?}{}",
+                    o.exit_code,
+                    last_line(&o.stdout, &o.stderr)
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+        match self.shell_in(cmd, empty).await {
+            Ok(o) if o.exit_code == Some(0) => {
+                Err("it succeeds without the code too, so it proves nothing".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn shell_in(&self, cmd: &str, cwd: &Path) -> Result<crate::proc::AgentOutput, String> {
         crate::proc::shell(
             cmd,
-            self.cwd,
+            cwd,
             self.env,
             self.timeout,
             self.max_output,
@@ -433,6 +461,38 @@ const STOP: [&str; 24] = [
     "which", "into", "each", "every", "been", "they", "them", "also", "than", "then", "only",
     "some", "such",
 ];
+
+/// Seed 003's code discovery for the helper agent: the files under `cwd`
+/// (not `.git` or `.xo`), relative, sorted, at most `limit`.
+pub fn code_discovery(cwd: &Path, limit: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![cwd.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == ".git" || name == ".xo" {
+                continue;
+            }
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else if ft.is_file()
+                && let Ok(rel) = e.path().strip_prefix(cwd)
+            {
+                out.push(rel.display().to_string());
+                if out.len() >= limit {
+                    out.sort();
+                    return out;
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
 
 /// Seed 003's pre-analysis: the criterion's keywords searched in the
 /// sandbox's file names and contents (bounded), giving a match quality and

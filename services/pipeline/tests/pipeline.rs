@@ -817,3 +817,93 @@ async fn the_projects_timeout_profile_and_timeout_default_ms_apply() {
         "{e}"
     );
 }
+
+/// Seed 003's helper agent: a free-text criterion the interrogation left
+/// unmet is checked against the code that exists: the helper, given the
+/// files (code discovery), answers a verification command per criterion;
+/// one that exits 0 (and not in an empty folder) passes it, and the task
+/// completes without a fix retry.
+#[tokio::test]
+async fn the_helper_agent_verifies_a_failed_criterion_against_the_code() {
+    assert!(
+        !RunnerConfig::default().helper_agent,
+        "an extra agent run: off unless asked"
+    );
+    let r = rig(|c| c.helper_agent = true);
+    let helper_reply = r#"{ reply = '{"status": "ok", "message": "checked", "output": {"checks": [{"criterion": "the greeting is friendly", "command": "grep -q hello greet.txt"}]}}' }"#;
+    let mut t = task(
+        "h1",
+        &format!(
+            "[[run]]\nsteps = [{{ write = \"greet.txt\", content = \"hello friend\" }}, {OK}]\n\
+             [[run]]\nsteps = [{{ reply = '{{\"status\": \"ok\", \"message\": \"NO: I cannot tell\"}}' }}]\n\
+             [[run]]\nsteps = [{helper_reply}]"
+        ),
+    );
+    t.acceptance_criteria = vec!["the greeting is friendly".into()];
+    let res = completed(run(&r, &mut script_driver(), &job(t)).await);
+    let c = &res.report().criteria[0];
+    assert!(c.passed, "{c:?}");
+    assert_eq!(c.quality.as_deref(), Some("MEDIUM"));
+    assert!(
+        c.detail
+            .contains("verified by the helper agent: `grep -q hello greet.txt`"),
+        "{}",
+        c.detail
+    );
+    let log = prompt_log(&r.data);
+    let kinds: Vec<&str> = log.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "PROMPT",
+            "RESPONSE",
+            "INTERROGATION_PROMPT",
+            "RESPONSE",
+            "HELPER_PROMPT",
+            "RESPONSE"
+        ],
+        "no fix retry"
+    );
+    let helper = &log[4].1;
+    assert!(helper.contains("## VALIDATION HELPER"), "{helper}");
+    assert!(
+        helper.contains("- the greeting is friendly (denied by interrogation"),
+        "{helper}"
+    );
+    assert!(
+        helper.contains("Files that exist (code discovery):\n- greet.txt"),
+        "{helper}"
+    );
+    assert!(work_log(&r, "h1").contains("verified by the helper agent"));
+}
+
+/// A helper's command counts only if it exits 0 in the working directory
+/// and not in an empty one: `true` proves nothing.
+#[tokio::test]
+async fn a_helper_command_that_needs_no_code_proves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::open(tmp.path()).unwrap();
+    let cwd = sandbox.project_dir("p").unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::write(cwd.join("greet.txt"), "hello").unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let env = vec![("PATH".to_string(), std::env::var("PATH").unwrap())];
+    let ck = xo_pipeline::validate::Checker {
+        sandbox: &sandbox,
+        cwd: &cwd,
+        env: &env,
+        timeout: std::time::Duration::from_secs(10),
+        max_output: 1 << 16,
+        confine: None,
+    };
+    ck.verifies("grep -q hello greet.txt", empty.path())
+        .await
+        .unwrap();
+    let e = ck.verifies("true", empty.path()).await.unwrap_err();
+    assert!(e.contains("proves nothing"), "{e}");
+    let e = ck
+        .verifies("grep -q goodbye greet.txt", empty.path())
+        .await
+        .unwrap_err();
+    assert!(e.starts_with("exit Some(1)"), "{e}");
+}

@@ -493,6 +493,13 @@ pub struct RunnerConfig {
     /// default: seed 004's ERROR), or blocks it for the operator with the
     /// violation named (`false`). A project may override it.
     pub fail_on_violation: bool,
+    /// Seed 003's helper agent: when criteria a rule cannot decide (free
+    /// text) are judged not met, the agent is asked once more, as a helper
+    /// given the files that exist, for a read-only command per criterion;
+    /// one that exits 0 in the working directory (and not in an empty one)
+    /// passes it, before any fix retry. An extra agent run, so off by
+    /// default; a project may switch it (`supervisor_rules.helper_agent`).
+    pub helper_agent: bool,
     /// Run the radio check in-process every turn too (self-supervision):
     /// the runner steers its agent on the turn it sees an anomaly, and says
     /// so in its next report (`status.self_steered`); the XO counts that as
@@ -547,6 +554,7 @@ impl Default for RunnerConfig {
             timeouts: TimeoutConfig::default(),
             timeout_default_ms: 0,
             fail_on_violation: true,
+            helper_agent: false,
             microcosm: true,
             microcosm_grace_ms: 2_000,
             context_limit: 128_000,

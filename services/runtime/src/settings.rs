@@ -125,6 +125,11 @@ pub fn keys() -> Vec<SettingKey> {
             "a reply missing a required section fails the task (on, seed 004's ERROR) or blocks it for you (off) (SUP-5)",
         ),
         k(
+            "runner.helper_agent",
+            "bool",
+            "seed 003's helper agent: a free-text criterion judged not met is checked against the code by one more agent run giving verification commands (an extra agent run)",
+        ),
+        k(
             "runner.timeout_default_ms",
             "integer",
             "agent timeout of the standard (default) profile under seed 004's name; 0: runner.timeouts.standard_ms (SUP-5)",
