@@ -562,20 +562,50 @@ async fn the_status_says_when_it_changed_and_why_it_halted() {
         s.halt_details.as_deref(),
         Some("t000: BLOCKED: needs a database password")
     );
-    // An operator's words have no code: no details to split off.
-    q.call(&Resume {}).await.unwrap();
-    q.call(&Halt {
-        reason: "lunch".into(),
-    })
-    .await
-    .unwrap();
+    // An operator's words have no code: no details to split off. The
+    // reply to a change carries the time it is stored with.
+    q.clock.advance(Duration::from_secs(30));
+    let resumed = q.call(&Resume {}).await.unwrap();
+    assert_eq!(
+        resumed.last_updated,
+        xo_runtime::clock::rfc3339(EPOCH + 120_000)
+    );
+    q.clock.advance(Duration::from_secs(30));
+    let halted = q
+        .call(&Halt {
+            reason: "lunch".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        halted.last_updated,
+        xo_runtime::clock::rfc3339(EPOCH + 150_000)
+    );
     let s = q.call(&GetStatus {}).await.unwrap();
     assert_eq!(
         (s.halt_reason.as_deref(), s.halt_details),
         (Some("lunch"), None)
     );
+    assert_eq!(s.last_updated, halted.last_updated);
+    // The HALT line's state after holds that time; before, the previous one.
+    let audit = q
+        .call(&AuditTail {
+            project: None,
+            lines: None,
+        })
+        .await
+        .unwrap();
+    let line = audit.iter().rev().find(|a| a.event == "HALT").unwrap();
+    assert_eq!(
+        line.state_after["last_updated"],
+        halted.last_updated.as_str()
+    );
+    assert_eq!(
+        line.state_before["last_updated"],
+        resumed.last_updated.as_str()
+    );
     q.stop_queue().await;
     q.start_queue().await;
     let s = q.call(&GetStatus {}).await.unwrap();
-    assert_eq!(s.last_updated, xo_runtime::clock::rfc3339(EPOCH + 90_000));
+    assert_eq!(s.last_updated, xo_runtime::clock::rfc3339(EPOCH + 150_000));
 }

@@ -157,12 +157,8 @@ impl State {
             writes.push((task_key(id), Bytes::from(value)));
         }
         if changes.status {
-            self.m.status.last_updated = xo_runtime::clock::rfc3339(self.ctx.clock.now_ms());
-            // The lines of this change show the time it moved to.
-            for d in &mut changes.audit {
-                if let Some(at) = d.after.get_mut("last_updated") {
-                    *at = self.m.status.last_updated.clone().into();
-                }
+            if !changes.stamped {
+                self.stamp(&mut changes);
             }
             let mut s = self.m.status.clone();
             s.corrupt.clear();
@@ -273,9 +269,25 @@ impl State {
         }
     }
 
+    /// Moves the status's `last_updated` to now (seed 003), and the audit
+    /// lines of the change with it.
+    fn stamp(&mut self, changes: &mut Changes) {
+        self.m.status.last_updated = xo_runtime::clock::rfc3339(self.ctx.clock.now_ms());
+        for d in &mut changes.audit {
+            if let Some(at) = d.after.get_mut("last_updated") {
+                *at = self.m.status.last_updated.clone().into();
+            }
+        }
+        changes.stamped = true;
+    }
+
     fn with_status(&mut self, r: Result<Changes, ServiceError>, reply: Reply<QueueStatus>) {
         match r {
-            Ok(c) => {
+            Ok(mut c) => {
+                // The reply carries the time the change is stored with.
+                if c.status {
+                    self.stamp(&mut c);
+                }
                 let s = self.m.status();
                 self.answer(c, reply, Ok(s));
             }

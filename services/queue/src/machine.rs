@@ -63,12 +63,16 @@ pub struct Changes {
     pub settings: bool,
     pub audit: Vec<AuditDraft>,
     pub alerts: Vec<AlertDraft>,
+    /// The status's `last_updated` is already stamped for this change (its
+    /// reply carries the time it is stored with).
+    pub stamped: bool,
 }
 
 impl Changes {
     pub fn merge(&mut self, other: Changes) {
         self.tasks.extend(other.tasks);
         self.status |= other.status;
+        self.stamped |= other.stamped;
         self.settings |= other.settings;
         self.audit.extend(other.audit);
         self.alerts.extend(other.alerts);
