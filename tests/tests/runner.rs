@@ -439,3 +439,67 @@ async fn the_audit_holds_the_seed_state_the_validation_and_the_exchange() {
     assert!(check.intact, "{check:?}");
     rig.stop().await;
 }
+
+/// Seed 001's interrupt when its message is lost: the queue's
+/// `xo.interrupt.<unit>` reaches no one (here no runner listens), and the
+/// holder's next lease renewal carries it: the lease keeper stops the agent
+/// to yield to the critical task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
+    let rig = Rig::start(&[("queue.lease_ms", "600")]).await;
+    rig.call(&Init::default()).await;
+    rig.call(&SetGoal {
+        budget_usd: 0.0,
+        description: "g".into(),
+        project_id: None,
+        completed: false,
+    })
+    .await;
+    rig.call(&Enqueue {
+        tasks: vec![Task::new("slow", "planned work", "x", "coder")],
+    })
+    .await;
+    rig.call(&Start {}).await;
+    let c = rig
+        .call(&Claim {
+            role: "coder".into(),
+            claimant: "u1".into(),
+            wait_ms: 0,
+        })
+        .await
+        .expect("the planned task");
+    // Critical work and no idle runner: the queue asks the holder to yield.
+    let mut hot = Task::new("hot", "critical fix", "x", "coder");
+    hot.lane = Lane::Critical;
+    rig.call(&Enqueue { tasks: vec![hot] }).await;
+    rig.wait_for("slow", "asked to yield", |r| r.interrupt.is_some())
+        .await;
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    let (yield_tx, yield_rx) = tokio::sync::watch::channel(None::<String>);
+    let keeper = xo_runner::lease::keep(
+        rig.bus.clone(),
+        rig.subjects.clone(),
+        xo_runner::lease::Held {
+            task_id: "slow".into(),
+            token: c.token,
+            unit: "u1".into(),
+        },
+        c.lease_ms,
+        cancel_tx,
+        yield_tx,
+        xo_runner::lease::Meter {
+            turns: Default::default(),
+            started: std::time::Instant::now(),
+            checkpoint: None,
+        },
+    );
+    tokio::time::timeout(T, keeper)
+        .await
+        .expect("the keeper acts on the renewal");
+    assert_eq!(yield_rx.borrow().as_deref(), Some("hot"));
+    assert!(
+        *cancel_rx.borrow(),
+        "the agent is stopped to give the task back"
+    );
+    rig.stop().await;
+}
