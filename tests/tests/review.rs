@@ -3,194 +3,24 @@
 //! OpenAI-compatible test server, the test acting as the runner.
 
 mod common;
+#[path = "common/review_rig.rs"]
+mod review_rig;
 
 use std::time::Duration;
 
-use common::LocalQueue;
-use xo_bus::{Bus, Subscription, typed};
-use xo_proto::Subjects;
+use review_rig::{Rig, cleanup_tasks, code_style, reply};
+use xo_bus::typed;
 use xo_proto::knowledge::*;
 use xo_proto::queue::*;
-use xo_runtime::XoConfig;
-use xo_tests::openai::{OpenAiStub, StubRequest, text};
+use xo_tests::openai::{OpenAiStub, StubRequest};
 
 const T: Duration = Duration::from_secs(10);
-
-struct Rig {
-    _dir: tempfile::TempDir,
-    bus: Bus,
-    s: Subjects,
-    cfg: XoConfig,
-    runs: Subscription,
-    directives: Subscription,
-    queue: xo_queue::QueueHandle,
-    knowledge: xo_knowledge::service::KnowledgeHandle,
-    review: xo_review::service::ReviewHandle,
-}
-
-impl Rig {
-    async fn start(stub: Option<&OpenAiStub>, extra: &[(&str, &str)]) -> Self {
-        let url = stub.map(|s| s.base_url()).unwrap_or_default();
-        let model = if stub.is_some() { "review-model" } else { "" };
-        let mut o = vec![
-            ("review.model.base_url", url.as_str()),
-            ("review.model.model", model),
-            ("review.model.api_key_env", "CARGO_PKG_DESCRIPTION"),
-            ("review.model.backoff_ms", "1"),
-            ("review.model.max_attempts", "1"),
-            ("review.model.price_in_per_mtok", "3"),
-            ("review.model.price_out_per_mtok", "15"),
-        ];
-        o.extend_from_slice(extra);
-        let LocalQueue {
-            dir,
-            cfg,
-            bus,
-            queue,
-        } = LocalQueue::start(&o).await;
-        let knowledge = xo_knowledge::service::start(&cfg, bus.clone())
-            .await
-            .unwrap();
-        let runs = bus.subscribe("xo.event.review.*").await.unwrap();
-        let directives = bus.subscribe("xo.directive.*").await.unwrap();
-        let review = xo_review::start(cfg.clone(), bus.clone()).await.unwrap();
-        let s = cfg.subjects();
-        let rig = Self {
-            _dir: dir,
-            bus,
-            s,
-            cfg,
-            runs,
-            directives,
-            queue,
-            knowledge,
-            review,
-        };
-        rig.call(&Init::default()).await;
-        rig.call(&SetGoal {
-            budget_usd: 0.0,
-            description: "a parser".into(),
-            project_id: None,
-            completed: true,
-        })
-        .await;
-        let tasks = (1..=8)
-            .map(|i| Task::new(format!("t{i}"), format!("step {i}"), "x", "coder"))
-            .collect();
-        rig.call(&Enqueue { tasks }).await;
-        rig.call(&Start {}).await;
-        rig
-    }
-
-    async fn call<R: xo_proto::Request>(&self, r: &R) -> R::Response
-    where
-        R::Response: serde::de::DeserializeOwned,
-    {
-        typed::call(&self.bus, &self.s, r, T).await.unwrap()
-    }
-
-    /// Plays the runner: claims the next task and completes it.
-    async fn complete_one(&self) -> String {
-        let c = self
-            .call(&Claim {
-                role: "coder".into(),
-                claimant: "test".into(),
-                wait_ms: 0,
-            })
-            .await
-            .expect("a task to claim");
-        let id = c.record.task.task_id.clone();
-        self.call(&Complete {
-            usage: Default::default(),
-            task_id: id.clone(),
-            token: c.token,
-            claimant: String::new(),
-            report: ValidationReport {
-                passed: true,
-                summary: "ok".into(),
-                ..Default::default()
-            },
-            manager_reply: None,
-            exchange: None,
-        })
-        .await;
-        id
-    }
-
-    /// Cancels every planned task but t1, enqueues `n` cleanup directives
-    /// and drains the review runs that caused.
-    async fn only_cleanup_after_t1(&mut self, n: usize) {
-        let ids: Vec<String> = self
-            .call(&ListTasks::default())
-            .await
-            .into_iter()
-            .map(|r| r.task.task_id)
-            .collect();
-        for id in ids.iter().skip(1) {
-            self.call(&Cancel {
-                task_id: id.clone(),
-            })
-            .await;
-        }
-        self.call(&Enqueue {
-            tasks: cleanup_tasks(n),
-        })
-        .await;
-        while tokio::time::timeout(Duration::from_millis(200), self.runs.next())
-            .await
-            .is_ok()
-        {}
-    }
-
-    async fn next_run(&mut self) -> ReviewRun {
-        let m = tokio::time::timeout(T, self.runs.next())
-            .await
-            .expect("a review run")
-            .unwrap();
-        typed::decode(&m, 1 << 20).unwrap()
-    }
-
-    async fn stop(self) {
-        self.review.stop().await.unwrap();
-        self.knowledge.stop().await.unwrap();
-        self.queue.stop().await.unwrap();
-    }
-}
-
-/// `n` cleanup directives, `dir-c1`…
-fn cleanup_tasks(n: usize) -> Vec<Task> {
-    (1..=n)
-        .map(|i| {
-            let mut t = Task::new(format!("dir-c{i}"), format!("tidy {i}"), "x", "coder");
-            t.lane = Lane::Cleanup;
-            t.directive = Some(format!("dir-c{i}"));
-            t
-        })
-        .collect()
-}
-
-fn reply(output: serde_json::Value) -> xo_tests::openai::StubReply {
-    let r = serde_json::json!({"status": "ok", "message": "reviewed", "output": output});
-    text(&format!("Review done.\n{r}"))
-}
 
 fn prompt_of(r: &StubRequest) -> String {
     r.body["messages"][1]["content"]
         .as_str()
         .unwrap_or("")
         .to_string()
-}
-
-fn code_style() -> serde_json::Value {
-    serde_json::json!({
-        "conventions_updated": ["errors"],
-        "documents": [{"name": "errors", "title": "Error handling", "rules": ["Return typed errors, never strings"], "rationale": "callers match on kinds"}],
-        "directives": [
-            {"type": "cleanup", "description": "Replace string errors in src/parse.rs with ParseError", "rationale": "convention errors", "priority": "low", "files": ["src/parse.rs"]},
-            {"type": "functional", "description": "Stop the lexer from panicking on empty input", "rationale": "crashes the runner", "priority": "critical"}
-        ],
-        "summary": "1 convention, 2 directives"
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -595,99 +425,6 @@ async fn new_functional_work_ends_the_polish_phase() {
     let r = rig.next_run().await;
     assert_eq!(r.reviewer, "code_style");
     rig.stop().await;
-}
-
-/// Each review run is its own trace (not one for the review service's
-/// life): an OpenTelemetry GenAI `invoke_agent <reviewer>` root span with
-/// the run's tokens, the model's turn (`chat`) inside it. Exported to an
-/// in-memory exporter (the one-trace-per-task test uses a real collector).
-#[tokio::test]
-async fn each_review_run_is_its_own_trace_with_gen_ai_attributes() {
-    use opentelemetry::trace::TracerProvider as _;
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-    use tracing_subscriber::layer::SubscriberExt;
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    xo_runtime::telemetry::install_propagator();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("xo-test")));
-    let _guard = tracing::subscriber::set_default(subscriber);
-
-    let stub = OpenAiStub::start(vec![reply(code_style()), reply(code_style())]);
-    let mut rig = Rig::start(
-        Some(&stub),
-        &[
-            ("review.code_style_every", "1"),
-            ("review.internaliser_every", "100"),
-            ("review.assessor_every", "100"),
-        ],
-    )
-    .await;
-    let mut runs = Vec::new();
-    for _ in 0..2 {
-        rig.complete_one().await;
-        let r = rig.next_run().await;
-        assert_eq!(
-            (r.reviewer.as_str(), r.outcome.as_str()),
-            ("code_style", "ran")
-        );
-        runs.push(r);
-    }
-    rig.stop().await;
-    let _ = provider.force_flush();
-    let spans = exporter.get_finished_spans().unwrap();
-    let attr = |s: &opentelemetry_sdk::trace::SpanData, k: &str| {
-        s.attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == k)
-            .map(|kv| kv.value.clone())
-    };
-    let roots: Vec<_> = spans
-        .iter()
-        .filter(|s| s.name == "invoke_agent code_style")
-        .collect();
-    assert_eq!(roots.len(), 2, "one span per run: {spans:#?}");
-    assert_ne!(
-        roots[0].span_context.trace_id(),
-        roots[1].span_context.trace_id(),
-        "two runs, two traces"
-    );
-    for (root, run) in roots.iter().zip(&runs) {
-        assert_eq!(
-            root.parent_span_id,
-            opentelemetry::trace::SpanId::INVALID,
-            "a run is a trace's root"
-        );
-        assert_eq!(
-            attr(root, "gen_ai.operation.name"),
-            Some("invoke_agent".into())
-        );
-        assert_eq!(attr(root, "gen_ai.agent.name"), Some("code_style".into()));
-        assert_eq!(
-            attr(root, "gen_ai.usage.input_tokens"),
-            Some(opentelemetry::Value::I64(run.tokens_in as i64))
-        );
-        assert_eq!(
-            attr(root, "gen_ai.usage.output_tokens"),
-            Some(opentelemetry::Value::I64(run.tokens_out as i64))
-        );
-        assert_eq!(attr(root, "xo.outcome"), Some("ran".into()));
-        // The model's turn, inside the run.
-        let chat = spans
-            .iter()
-            .find(|s| {
-                s.span_context.trace_id() == root.span_context.trace_id()
-                    && attr(s, "gen_ai.operation.name") == Some("chat".into())
-            })
-            .unwrap_or_else(|| panic!("the run's model turn: {spans:#?}"));
-        assert_eq!(chat.parent_span_id, root.span_context.span_id());
-        assert_eq!(
-            attr(chat, "gen_ai.usage.input_tokens"),
-            Some(opentelemetry::Value::I64(run.tokens_in as i64))
-        );
-    }
 }
 
 /// Seed 001's user review queue: what the internaliser flags

@@ -68,35 +68,8 @@ fn received(log: &std::path::Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_and_its_steering_are_one_trace_at_the_collector() {
     let dir = tempfile::tempdir().unwrap();
-    let grpc = free_port();
-    let log = dir.path().join("rotel.log");
-    let _collector = Killed(
-        Command::new(rotel())
-            .args([
-                "start",
-                "--otlp-grpc-endpoint",
-                &format!("127.0.0.1:{grpc}"),
-                "--otlp-http-endpoint",
-                &format!("127.0.0.1:{}", free_port()),
-                "--exporter",
-                "blackhole",
-                "--debug-log",
-                "traces",
-                "--debug-log-verbosity",
-                "detailed",
-            ])
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("rotel starts"),
-    );
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", grpc)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let endpoint = format!("http://127.0.0.1:{grpc}");
+    let collector = Collector::start(dir.path());
+    let endpoint = collector.endpoint.clone();
 
     let nats = NatsServer::start();
     let url = nats.url();
@@ -178,7 +151,7 @@ async fn a_report_and_its_steering_are_one_trace_at_the_collector() {
         .status();
     let mut got = String::new();
     for _ in 0..400 {
-        got = received(&log);
+        got = received(&collector.log);
         if got.contains(&check_span) && got.contains(&agent_span) {
             break;
         }
@@ -190,30 +163,23 @@ async fn a_report_and_its_steering_are_one_trace_at_the_collector() {
     assert!(got.contains("agent-under-test"), "{got}");
     assert!(got.contains("xo-supervisor"), "{got}");
     assert!(got.contains(&agent_span), "the agent's span: {got}");
-    let spans: Vec<&str> = got.split("Span #").skip(1).collect();
-    let field = |span: &str, name: &str| -> String {
-        span.lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                (k.trim() == name).then(|| v.trim().to_string())
-            })
-            .unwrap_or_default()
-    };
+    let spans = parse_spans(&got);
     let agent = spans
         .iter()
-        .find(|s| field(s, "ID") == agent_span)
+        .find(|s| s.id == agent_span)
         .unwrap_or_else(|| panic!("the agent's span {agent_span} at the collector: {got}"));
-    assert_eq!(field(agent, "Name"), "agent.turn");
-    assert_eq!(field(agent, "Trace ID"), trace_id);
+    assert_eq!(agent.name, "agent.turn");
+    assert_eq!(agent.trace, trace_id);
+    assert_eq!(agent.service, "agent-under-test");
     let check = spans
         .iter()
-        .find(|s| field(s, "ID") == check_span)
+        .find(|s| s.id == check_span)
         .unwrap_or_else(|| panic!("the supervisor's span {check_span} at the collector: {got}"));
-    assert_eq!(field(check, "Name"), "radio.check");
-    assert_eq!(field(check, "Trace ID"), trace_id, "in the report's trace");
+    assert_eq!(check.name, "radio.check");
+    assert_eq!(check.service, "xo-supervisor");
+    assert_eq!(check.trace, trace_id, "in the report's trace");
     assert_eq!(
-        field(check, "Parent ID"),
-        agent_span,
+        check.parent, agent_span,
         "a child of the agent's span, across the two processes"
     );
 }

@@ -462,9 +462,8 @@ const STOP: [&str; 24] = [
     "some", "such",
 ];
 
-/// Seed 003's code discovery for the helper agent: the files under `cwd`
-/// (not `.git` or `.xo`), relative, sorted, at most `limit`.
-pub fn code_discovery(cwd: &Path, limit: usize) -> Vec<String> {
+/// The files under `cwd` (not in `.git` or `.xo`), at most `limit`.
+fn files_under(cwd: &Path, limit: usize) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![cwd.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -472,24 +471,32 @@ pub fn code_discovery(cwd: &Path, limit: usize) -> Vec<String> {
             continue;
         };
         for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
+            let name = e.file_name();
             if name == ".git" || name == ".xo" {
                 continue;
             }
             let Ok(ft) = e.file_type() else { continue };
             if ft.is_dir() {
                 stack.push(e.path());
-            } else if ft.is_file()
-                && let Ok(rel) = e.path().strip_prefix(cwd)
-            {
-                out.push(rel.display().to_string());
+            } else if ft.is_file() {
+                out.push(e.path());
                 if out.len() >= limit {
-                    out.sort();
                     return out;
                 }
             }
         }
     }
+    out
+}
+
+/// Seed 003's code discovery for the helper agent: the files under `cwd`
+/// (not `.git` or `.xo`), relative, sorted, at most `limit`.
+pub fn code_discovery(cwd: &Path, limit: usize) -> Vec<String> {
+    let mut out: Vec<String> = files_under(cwd, limit)
+        .iter()
+        .filter_map(|p| p.strip_prefix(cwd).ok())
+        .map(|p| p.display().to_string())
+        .collect();
     out.sort();
     out
 }
@@ -511,52 +518,30 @@ pub fn pre_analysis(cwd: &Path, text: &str) -> (MatchQuality, Vec<String>, usize
     }
     let mut found = vec![false; words.len()];
     let mut scored: Vec<(usize, String)> = Vec::new();
-    let mut stack = vec![cwd.to_path_buf()];
-    let mut seen = 0;
-    while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name == ".git" || name == ".xo" {
-                continue;
+    for path in files_under(cwd, 500) {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let body = match path.metadata() {
+            Ok(m) if m.len() <= 256 * 1024 => std::fs::read_to_string(&path).unwrap_or_default(),
+            _ => String::new(),
+        }
+        .to_lowercase();
+        let lname = name.to_lowercase();
+        let mut score = 0;
+        for (i, w) in words.iter().enumerate() {
+            if lname.contains(w.as_str()) || body.contains(w.as_str()) {
+                found[i] = true;
+                score += 1;
             }
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(e.path());
-                continue;
-            }
-            if !ft.is_file() {
-                continue;
-            }
-            seen += 1;
-            if seen > 500 {
-                break;
-            }
-            let body = match e.metadata() {
-                Ok(m) if m.len() <= 256 * 1024 => {
-                    std::fs::read_to_string(e.path()).unwrap_or_default()
-                }
-                _ => String::new(),
-            }
-            .to_lowercase();
-            let lname = name.to_lowercase();
-            let mut score = 0;
-            for (i, w) in words.iter().enumerate() {
-                if lname.contains(w.as_str()) || body.contains(w.as_str()) {
-                    found[i] = true;
-                    score += 1;
-                }
-            }
-            if score > 0 {
-                let rel = e
-                    .path()
-                    .strip_prefix(cwd)
-                    .map(|p| p.display().to_string())
-                    .unwrap_or(name);
-                scored.push((score, rel));
-            }
+        }
+        if score > 0 {
+            let rel = path
+                .strip_prefix(cwd)
+                .map(|p| p.display().to_string())
+                .unwrap_or(name);
+            scored.push((score, rel));
         }
     }
     scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));

@@ -178,3 +178,36 @@ impl LocalQueue {
         }
     }
 }
+
+/// Spans exported to memory, for tests on a current-thread runtime (the
+/// subscriber is this thread's, so every span of the test is on it).
+pub struct MemoryTraces {
+    pub exporter: opentelemetry_sdk::trace::InMemorySpanExporter,
+    pub provider: opentelemetry_sdk::trace::SdkTracerProvider,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl MemoryTraces {
+    pub fn start() -> Self {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing_subscriber::layer::SubscriberExt;
+        let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        xo_runtime::telemetry::install_propagator();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("xo-test")));
+        Self {
+            exporter,
+            provider,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    /// The spans finished so far.
+    pub fn spans(&self) -> Vec<opentelemetry_sdk::trace::SpanData> {
+        let _ = self.provider.force_flush();
+        self.exporter.get_finished_spans().unwrap_or_default()
+    }
+}
