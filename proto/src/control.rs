@@ -340,6 +340,9 @@ pub struct UnitSummary {
     pub health: Health,
     /// The health the unit reported for itself.
     pub self_health: Health,
+    /// What it said with it (`status.note` of its last report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_note: Option<String>,
     pub stale: bool,
     /// Its last report said its session ended (or waits for its user):
     /// not stale for being silent.

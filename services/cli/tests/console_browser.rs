@@ -324,6 +324,112 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
     b.close().await.unwrap();
 }
 
+/// Triage on the fleet page: units arriving live take their place by
+/// severity (red, the XO's or their own, first); a count badge filters; the
+/// search ignores case; a header sorts.
+#[tokio::test]
+async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
+    let mut up = Up::start(&[]).await;
+    let b = browser(&mut up.procs).await;
+    login(&b, &up).await;
+    b.goto(&format!("{}/", up.url)).await.unwrap();
+    wait_text(&b, "#live", "live").await;
+    let send = |unit: &str, health: &str, cost: f64| {
+        let report = json!({
+            "v": 1,
+            "unit": {"unit": unit, "role": "coder", "pace": "primary"},
+            "status": {"health": health, "note": "cannot reach the registry"},
+            "activity": {"step": "working", "turns_since_progress": 1},
+            "size": {"context_tokens": 10000, "context_limit": 100000},
+            "equipment": {"cost_usd": cost},
+            "time": {"turn": 1, "seq": 1, "at": 1}
+        });
+        let file = write(up.root.path(), &format!("{unit}.json"), &report);
+        let out = up
+            .cli(&["report", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // Green first, red last: the page still shows red on top.
+    send("calm-1", "green", 0.3);
+    b.wait()
+        .for_element(Locator::Id("unit-calm-1"))
+        .await
+        .unwrap();
+    send("warm-3", "amber", 0.1);
+    b.wait()
+        .for_element(Locator::Id("unit-warm-3"))
+        .await
+        .unwrap();
+    send("Hot-2", "red", 0.2);
+    b.wait()
+        .for_element(Locator::Id("unit-Hot-2"))
+        .await
+        .unwrap();
+    let order = || {
+        let b = b.clone();
+        async move {
+            b.execute(
+                "return Array.from(document.querySelectorAll('#units tbody tr')).map(r => r.dataset.unit);",
+                vec![],
+            )
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(
+        order().await,
+        json!(["Hot-2", "warm-3", "calm-1"]),
+        "live rows in triage order"
+    );
+    wait_text(&b, "#count-red", "1 red").await;
+    let hot = text_of(&b, "#unit-Hot-2").await;
+    assert!(
+        hot.contains("self: red") && hot.contains("cannot reach the registry"),
+        "{hot}"
+    );
+    shot(&b, "fleet-triage").await;
+    // The server's order after a reload is the same.
+    b.refresh().await.unwrap();
+    assert_eq!(order().await, json!(["Hot-2", "warm-3", "calm-1"]));
+    // A badge filters.
+    b.find(Locator::Id("count-red"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "#count-red", "red").await;
+    assert_eq!(order().await, json!(["Hot-2"]));
+    // The search ignores case.
+    b.goto(&format!("{}/?q=HOT", up.url)).await.unwrap();
+    assert_eq!(order().await, json!(["Hot-2"]));
+    // A header sorts by its column; again, the other way.
+    b.goto(&format!("{}/", up.url)).await.unwrap();
+    b.find(Locator::Css("th a[data-sort='cost']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "th[aria-sort='ascending'] a[data-sort='cost']", "").await;
+    assert_eq!(order().await, json!(["warm-3", "Hot-2", "calm-1"]));
+    b.find(Locator::Css("th a[data-sort='cost']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "th[aria-sort='descending'] a[data-sort='cost']", "").await;
+    assert_eq!(order().await, json!(["calm-1", "Hot-2", "warm-3"]));
+    b.close().await.unwrap();
+}
+
 fn scripted(id: &str, runs: &str) -> Value {
     json!({
         "task_id": id,

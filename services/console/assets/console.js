@@ -10,32 +10,13 @@
       "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
     })[c]);
   }
-  function age(at) {
-    if (!at) return "—";
-    const s = Math.max(0, Math.floor((Date.now() - at) / 1000));
-    if (s < 60) return s + "s ago";
-    if (s < 3600) return Math.floor(s / 60) + "m ago";
-    if (s < 86400) return Math.floor(s / 3600) + "h ago";
-    return Math.floor(s / 86400) + "d ago";
-  }
-  // The same cells as the server's unit_row.
-  function row(u) {
-    const h = String(u.health).toLowerCase();
-    const last = u.last_steering
-      ? esc(u.last_steering[0]) + " <small>" + age(u.last_steering[1]) + "</small>"
-      : "— <small></small>";
-    const tr = document.createElement("tr");
-    tr.id = "unit-" + u.unit;
-    tr.dataset.unit = u.unit;
-    tr.dataset.role = u.role;
-    tr.dataset.health = h;
-    tr.innerHTML =
-      '<td><a href="/units/' + esc(u.unit) + '">' + esc(u.unit) + "</a></td><td>" + esc(u.role) +
-      '</td><td><span class="health ' + esc(h) + '">' + esc(h) + "</span>" + (u.stale ? ' <span class="badge">stale</span>' : u.ended ? ' <span class="badge ended">ended</span>' : "") +
-      '</td><td class="pace">' + esc(u.pace) + '</td><td class="num fill">' + Math.round(u.context_fill * 100) +
-      '%</td><td class="num tsp">' + u.turns_since_progress + '</td><td class="num cost">$' + Number(u.cost_usd).toFixed(4) +
-      '</td><td class="steer">' + last + '</td><td class="seen">' + age(u.last_seen) + "</td>";
-    return tr;
+  // A unit's row as the server renders it (one row builder: the server's).
+  async function rowOf(unit) {
+    const r = await fetch("/ui/units/" + encodeURIComponent(unit) + "/row", { credentials: "same-origin" });
+    if (!r.ok) return null;
+    const t = document.createElement("template");
+    t.innerHTML = (await r.text()).trim();
+    return t.content.firstElementChild;
   }
 
   const table = document.querySelector("table[data-live]");
@@ -44,8 +25,8 @@
   function matches(u) {
     const role = params.get("role"), health = params.get("health"), q = params.get("q");
     if (role && u.role !== role) return false;
-    if (health && String(u.health).toLowerCase() !== health) return false;
-    if (q && u.unit.indexOf(q) < 0) return false;
+    if (health && ["red", "amber", "stale", "green"][Math.min(u.rank, 3)] !== health) return false;
+    if (q && u.unit.toLowerCase().indexOf(q.toLowerCase()) < 0) return false;
     return true;
   }
 
@@ -57,25 +38,36 @@
     pending.set(unit, setTimeout(async () => {
       pending.delete(unit);
       try {
-        const r = await fetch("/api/v1/units/" + encodeURIComponent(unit), { credentials: "same-origin" });
-        if (!r.ok) return;
-        const d = await r.json();
-        const u = d.summary;
+        const tr = await rowOf(unit);
+        if (!tr) return;
+        const u = { unit: tr.dataset.unit, role: tr.dataset.role, health: tr.dataset.health, rank: Number(tr.dataset.rank) };
         const tbody = table.tBodies[0];
         const old = document.getElementById("unit-" + u.unit);
         if (!matches(u)) { if (old) old.remove(); return; }
-        const tr = row(u);
-        if (old) old.replaceWith(tr); else {
-          tbody.appendChild(tr);
+        // In triage order (the default), a row goes before the first less severe one.
+        const place = () => {
+          if (mode !== "fleet" || (table.dataset.sort || "health") !== "health" || params.get("dir") === "desc") return null;
+          for (const r of tbody.rows) {
+            if (r !== tr && Number(r.dataset.rank) > u.rank) return r;
+          }
+          return null;
+        };
+        if (old) {
+          if (Number(old.dataset.rank) === u.rank || mode !== "fleet") old.replaceWith(tr);
+          else { old.remove(); tbody.insertBefore(tr, place()); }
+        } else {
+          tbody.insertBefore(tr, place());
           const none = document.getElementById("no-units");
           if (none) none.remove();
           const n = document.getElementById("unit-count");
           if (n) n.textContent = String(Number(n.textContent) + 1);
         }
         tr.classList.add("flash-row");
-        for (const h of ["green", "amber", "red"]) {
-          const c = document.getElementById("count-" + h);
-          if (c) c.textContent = String(tbody.querySelectorAll('tr[data-health="' + h + '"]').length);
+        if (!params.get("health") && !params.get("role") && !params.get("q")) {
+          ["red", "amber", "stale", "green"].forEach((h, rank) => {
+            const c = document.querySelector("#count-" + h + " b");
+            if (c) c.textContent = String(tbody.querySelectorAll('tr[data-rank="' + rank + '"]').length);
+          });
         }
       } catch (e) { /* the next event tries again */ }
     }, 500));

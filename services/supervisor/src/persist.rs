@@ -25,6 +25,9 @@ pub struct UnitRecord {
     pub health: Health,
     /// The unit's own verdict in its last report.
     pub self_health: Health,
+    /// Its own words with it (`status.note`), at most 200 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_note: Option<String>,
     pub stale: bool,
     /// Its last report said its session ended: silence is not staleness.
     #[serde(default)]
@@ -80,6 +83,7 @@ impl UnitRecord {
             role: role.to_string(),
             health: Health::Green,
             self_health: Health::Green,
+            self_note: None,
             stale: false,
             ended: false,
             refused_reports: 0,

@@ -108,6 +108,7 @@ impl WatcherState {
             role: r.role.clone(),
             health: r.health,
             self_health: r.self_health,
+            self_note: r.self_note.clone(),
             stale: r.stale,
             ended: r.ended,
             refused_reports: r.refused_reports,
@@ -284,6 +285,11 @@ impl WatcherState {
         }
         self.rec.health = a.health;
         self.rec.self_health = report.status.health;
+        self.rec.self_note = report
+            .status
+            .note
+            .as_deref()
+            .map(|n| n.chars().take(200).collect());
         if a.corrected {
             debug!(unit = %report.unit.unit, reported = ?report.status.health, assessed = ?a.health, "health corrected");
         }
