@@ -95,7 +95,9 @@ pub fn demo_tasks() -> Vec<Task> {
     all
 }
 
-pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
+/// `keep`: the console too, and the fabric left running after the goal
+/// until ctrl-c (`xo up --demo --keep`).
+pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     let dir = cfg.state.dir.join("demo");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -118,6 +120,11 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         queue: true,
         knowledge: true,
         supervisor: true,
+        console: if keep {
+            crate::fabric::ConsoleMode::IfFree
+        } else {
+            crate::fabric::ConsoleMode::Off
+        },
         ..Plan::default()
     };
     let fabric = Fabric::start(&cfg, plan, Transport::Private, "xo-demo", "xo-demo").await?;
@@ -195,6 +202,9 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         RUNNERS.len(),
         dir.display()
     );
+    if keep {
+        crate::services::say_console(&fabric, &cfg);
+    }
     outln!();
     typed::call(&bus, &subjects, &q::Start {}, call_t).await?;
 
@@ -248,7 +258,13 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
         steer_count,
         ..
     } = tl;
-    fabric.stop().await?;
+    // Kept: stopped after the summary, on ctrl-c.
+    let fabric = if keep {
+        Some(fabric)
+    } else {
+        fabric.stop().await?;
+        None
+    };
 
     outln!();
     let sandbox = cfg.sandbox_dir().join(PROJECT);
@@ -310,6 +326,13 @@ pub async fn demo(mut cfg: XoConfig) -> anyhow::Result<ExitCode> {
             .join("audit.log.jsonl")
             .display()
     );
+    if let Some(fabric) = fabric {
+        outln!();
+        outln!("kept running: the fabric and the console stay up to look around; ctrl-c stops");
+        say_console_stdout(&fabric);
+        fabric.run_until(crate::services::shutdown_signal()).await?;
+        outln!("xo demo: stopped cleanly");
+    }
     match final_status {
         Some(s) if s.status == RunStatus::Completed => {
             outln!(
@@ -386,5 +409,13 @@ impl Timeline {
             };
             outln!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
         }
+    }
+}
+
+/// The console's URL on stdout, after the summary (where one reads it).
+fn say_console_stdout(fabric: &Fabric) {
+    match fabric.console() {
+        Some(c) => outln!("console:  {} — {}", c.url, c.login_hint(false)),
+        None => outln!("console:  not started (console.listen in use? set console.listen)"),
     }
 }

@@ -78,6 +78,10 @@ enum Cmd {
         /// Three scripted runners work a small goal; one stalls, one loops, the XO steers them.
         #[arg(long)]
         demo: bool,
+        /// With --demo: serve the console too, print its URL, and keep the
+        /// fabric running after the goal until ctrl-c, to look around.
+        #[arg(long, requires = "demo")]
+        keep: bool,
     },
     /// Run one service (for containers).
     Serve {
@@ -512,8 +516,8 @@ fn reload(cfg: &XoConfig, extra: Vec<(String, String)>) -> anyhow::Result<XoConf
 
 async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Up { demo: true } => demo::demo(cfg).await,
-        Cmd::Up { demo: false } => services::up(cfg).await,
+        Cmd::Up { demo: true, keep } => demo::demo(cfg, keep).await,
+        Cmd::Up { demo: false, .. } => services::up(cfg).await,
         Cmd::Serve {
             service: ServeCmd::Supervisor,
         } => services::serve(cfg, services::supervisor_plan(), "xo-supervisor").await,

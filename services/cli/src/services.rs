@@ -57,6 +57,14 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     if cfg.knowledge.enabled {
         errln!("  knowledge: {}", cfg.knowledge_dir().display());
     }
+    say_console(&fabric, &cfg);
+    fabric.run_until(shutdown_signal()).await?;
+    errln!("xo up: stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the console is and how to log in (or why it is not there).
+pub fn say_console(fabric: &Fabric, cfg: &XoConfig) {
     match fabric.console() {
         Some(c) => {
             use std::io::IsTerminal;
@@ -77,9 +85,6 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
         ),
         None => {}
     }
-    fabric.run_until(shutdown_signal()).await?;
-    errln!("xo up: stopped cleanly");
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `xo serve <service>`: one service (or, for the supervisor, the XO with

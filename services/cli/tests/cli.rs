@@ -452,6 +452,81 @@ fn the_demo_steers_a_stall_and_a_loop_and_completes() {
     );
 }
 
+/// `xo up --demo --keep`: the console's URL is printed, and after the goal
+/// the fabric and the console stay up (the demo's tasks and units are there
+/// to look at) until ctrl-c, which stops it cleanly.
+#[test]
+fn the_kept_demo_serves_its_console_until_ctrl_c() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let port = xo_tests::free_port();
+    let mut child = xo(dir.path())
+        .args(["up", "--demo", "--keep"])
+        .env("XO__CONSOLE__LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("xo up --demo --keep starts");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while stdout.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        line.clear();
+        if seen.contains("kept running") && seen.contains("console:  http") {
+            break;
+        }
+    }
+    assert!(
+        seen.contains("status:") || seen.contains("kept running"),
+        "{seen}"
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    assert!(
+        seen.contains(&format!("console:  {url}")),
+        "the URL is printed: {seen}"
+    );
+    // Still serving after the goal: the tasks, completed, and the units
+    // (with the token the login line names).
+    let token = std::fs::read_to_string(dir.path().join(".xo/demo/console.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let get = |path: &str| -> serde_json::Value {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            reqwest::Client::new()
+                .get(format!("{url}{path}"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        })
+    };
+    let tasks = get("/api/v1/tasks");
+    let done = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["state"] == "completed")
+        .count();
+    assert_eq!(done, 6, "{tasks}");
+    let units = get("/api/v1/units");
+    assert!(units.as_array().unwrap().len() >= 3, "{units}");
+    let out = interrupt(child);
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(rest.contains("xo demo: stopped cleanly"), "{rest}");
+    assert!(rest.contains("status:   COMPLETED"), "{rest}");
+}
+
 #[test]
 fn a_runner_works_on_the_embedded_bus_of_xo_up() {
     let dir = tempfile::tempdir().unwrap();
