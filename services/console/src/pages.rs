@@ -1420,11 +1420,20 @@ fn form_change(
         }
     }
     let mut set = BTreeMap::new();
+    let mut unset = unset;
     for (key, raw) in fields {
         if unset.contains(&key) {
             continue;
         }
         let kind = kind_of(&key).ok_or_else(|| format!("{key:?} is not a setting"))?;
+        // An emptied number is no value: back to xo.toml if it was set,
+        // else nothing to change (never "\"\" is not a whole number").
+        if matches!(kind.as_str(), "integer" | "number") && raw.trim().is_empty() {
+            if v.settings.values.contains_key(&key) {
+                unset.push(key);
+            }
+            continue;
+        }
         let value = match kind.as_str() {
             "bool" => Value::Bool(raw == "true"),
             "integer" => Value::from(
@@ -1999,6 +2008,25 @@ mod tests {
         assert!(set.is_empty());
         let e = form_change(&v, &pairs(&[("set:runner.max_retries", "many")])).unwrap_err();
         assert!(e.contains("runner.max_retries"), "{e}");
+        // Issue 24's bricked page: a role's thresholds rendered empty came
+        // back as "" and every Save failed. An emptied number is no value:
+        // nothing to change, or back to xo.toml where it was set.
+        let mut v2 = view();
+        v2.settings
+            .values
+            .insert("runner.max_retries".into(), Value::from(5));
+        let (set, unset) = form_change(
+            &v2,
+            &pairs(&[
+                ("set:roles.devops.doctrine.loop_error_repeats", ""),
+                ("set:runner.max_retries", " "),
+                ("set:supervisor.enabled", "false"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(unset, ["runner.max_retries"]);
+        assert_eq!(set.len(), 1, "{set:?}");
+        assert_eq!(set["supervisor.enabled"], Value::Bool(false));
     }
 
     #[test]
