@@ -755,6 +755,27 @@ async fn the_queue_is_set_up_from_the_page() {
     b.close().await.unwrap();
 }
 
+/// Under `xo up` with no fleet backend, the Containers page says why it is
+/// empty: `fleet.backend` is not "docker", and what to do.
+#[tokio::test]
+async fn the_containers_page_names_fleet_backend() {
+    let up = Up::start(&[]).await;
+    let r = up
+        .http
+        .get(format!("{}/containers", up.url))
+        .bearer_auth(&up.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains("fleet.backend = &quot;docker&quot;") && body.contains("is `none`"),
+        "{body}"
+    );
+    assert!(body.contains("xo serve runner --role coder"), "{body}");
+}
+
 /// Seed 001's user review queue on the Knowledge page: a document awaiting
 /// review is listed first; Accept (with a note) establishes it, the list
 /// empties, and the decision is a KNOWLEDGE_REVIEWED audit line.

@@ -970,6 +970,16 @@ async fn knowledge(State(c): State<Shared>, Query(q): Q) -> Response {
     ok_page(&f, &body)
 }
 
+/// Who gave a directive: the reviewer its task names ("Directive from the
+/// code_style supervisor …"), else the operator or another tool.
+fn directive_source(t: &Task) -> String {
+    t.instructions
+        .strip_prefix("Directive from the ")
+        .and_then(|r| r.split_once(" supervisor"))
+        .map(|(who, _)| who.to_string())
+        .unwrap_or_else(|| "—".into())
+}
+
 async fn directives(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Directives", "/directives", &q);
     let rows = match crate::api::directive_tasks(&c).await {
@@ -982,7 +992,7 @@ async fn directives(State(c): State<Shared>, Query(q): Q) -> Response {
         }
     };
     let mut body = String::from(
-        "<div class=\"scroll\"><table><thead><tr><th>Task</th><th>Lane</th><th>State</th><th>Directive</th></tr></thead><tbody>",
+        "<div class=\"scroll\"><table id=\"directives\"><thead><tr><th>Directive</th><th>Source</th><th>Lane</th><th>State</th><th>Task</th><th>What</th></tr></thead><tbody>",
     );
     for t in &rows {
         let state = match t.state {
@@ -991,10 +1001,12 @@ async fn directives(State(c): State<Shared>, Query(q): Q) -> Response {
             s => s.as_str(),
         };
         body.push_str(&format!(
-            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&t.task.task_id),
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            esc(t.task.directive.as_deref().unwrap_or("")),
+            esc(&directive_source(&t.task)),
             esc(t.task.lane.as_str()),
             esc(state),
+            esc(&t.task.task_id),
             esc(&t.task.intent)
         ));
     }
@@ -1038,7 +1050,19 @@ async fn containers(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Containers", "/containers", &q);
     let st = match c.call(&FleetLs {}).await {
         Ok(s) => s,
-        Err(e) => return down(&f, &e),
+        Err(mut e) => {
+            // The likely cause first: the fleet manager runs only on Docker.
+            if e.code == xo_proto::control::ErrorCode::Unavailable
+                && c.cfg.fleet.backend != xo_runtime::config::FleetBackend::Docker
+            {
+                e.message = format!(
+                    "The fleet manager is not running: it manages runner containers only with `fleet.backend = \"docker\"`, and this fabric's is `{}`. Set it in xo.toml ([fleet] backend = \"docker\", with fleet.image and fleet.runners) or XO__FLEET__BACKEND=docker, and restart `xo up`. Without it, start runners yourself: `xo serve runner --role coder`. ({})",
+                    wire(&c.cfg.fleet.backend),
+                    e.message
+                );
+            }
+            return down(&f, &e);
+        }
     };
     let mut body = format!(
         "<p>Backend <b>{}</b></p><h2>Roles</h2><div class=\"scroll\"><table><thead><tr><th>Role</th><th>Desired</th><th>Running</th><th></th></tr></thead><tbody>",
@@ -1845,6 +1869,19 @@ mod tests {
             .skip(1)
             .map(|r| r.split('"').next().unwrap().to_string())
             .collect()
+    }
+
+    #[test]
+    fn a_directive_names_its_source() {
+        let mut t = Task::new(
+            "dir-code-style-3-1",
+            "tidy",
+            "Directive from the code_style supervisor (Cleanup, Low): tidy\nRationale: x",
+            "coder",
+        );
+        assert_eq!(directive_source(&t), "code_style");
+        t.instructions = "do it".into();
+        assert_eq!(directive_source(&t), "—");
     }
 
     #[test]
