@@ -752,6 +752,48 @@ async fn the_queue_is_set_up_from_the_page() {
         1,
         "the refused one was not added: {all}"
     );
+
+    // Its id opens the task's page: what it is, its history; a cancel asks
+    // first, and only the confirmation cancels it.
+    b.find(Locator::Css("#task-web1 a[href='/tasks/web1']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "h1", "Task web1").await;
+    wait_text(&b, "#task", "greet").await;
+    assert!(text_of(&b, "#task-state").await.contains("pending"));
+    assert!(
+        text_of(&b, "main")
+            .await
+            .contains("file contains: hello.txt :: hi")
+    );
+    wait_text(&b, "#history", "ENQUEUE").await;
+    assert!(
+        b.find_all(Locator::Css("form[action='/ui/tasks/web1/retry']"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "no retry for a pending task"
+    );
+    b.find(Locator::Css("form[action='/ui/tasks/web1/cancel'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, "#confirm", "Cancel task web1?").await;
+    assert_eq!(up.task_state("web1").await, "pending", "not yet");
+    shot(&b, "task-confirm").await;
+    b.find(Locator::Css("#confirm button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&b, ".flash.ok", "web1 is cancelled").await;
+    assert_eq!(up.task_state("web1").await, "cancelled");
     b.close().await.unwrap();
 }
 
