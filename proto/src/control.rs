@@ -409,6 +409,9 @@ pub struct StatsReply {
     /// publisher without a connection, or a subject nobody subscribes to).
     #[serde(default)]
     pub missed: u64,
+    /// `steering` by anomaly kind (wire names; kinds never steered left out).
+    #[serde(default)]
+    pub steering_by_kind: std::collections::BTreeMap<String, u64>,
 }
 
 crate::api! {

@@ -611,8 +611,57 @@ async fn metrics_parse_as_prometheus_text() {
     )
     .await;
     rig.post("/api/v1/tasks/m3/cancel", json!({})).await;
+    rig.post(
+        "/api/v1/queue/goal",
+        json!({"description": "g", "budget_usd": 25.0, "completed": false}),
+    )
+    .await;
+    rig.post("/api/v1/queue/start", json!({})).await;
     let client = connect(&rig.nats, "test").await;
-    let r = SaluteReport::new("metric-unit", "coder", 1, 1);
+    // One task done in 2.5 s of wall time, for the duration histogram.
+    let s = rig.cfg.subjects();
+    let t = Duration::from_secs(10);
+    let claimed = typed::call(
+        &client,
+        &s,
+        &xo_proto::queue::Claim {
+            role: "coder".into(),
+            claimant: "r1".into(),
+            wait_ms: 0,
+        },
+        t,
+    )
+    .await
+    .unwrap()
+    .expect("a task");
+    typed::call(
+        &client,
+        &s,
+        &xo_proto::queue::Complete {
+            task_id: claimed.record.task.task_id.clone(),
+            token: claimed.token,
+            claimant: "r1".into(),
+            report: xo_proto::queue::ValidationReport {
+                passed: true,
+                ..Default::default()
+            },
+            manager_reply: None,
+            usage: xo_proto::queue::Usage {
+                wall_ms: 2_500,
+                cost_usd: 0.5,
+                ..Default::default()
+            },
+            exchange: None,
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    // A unit in a PACE emergency: the XO steers it (kind pace).
+    let mut r = SaluteReport::new("metric-unit", "coder", 1, 1);
+    r.unit.pace = xo_proto::Pace::Emergency;
+    r.size.context_fill = 0.4;
+    r.equipment.cost_usd = 1.25;
     typed::publish(
         &client,
         &rig.cfg.subjects().salute("metric-unit"),
@@ -621,10 +670,13 @@ async fn metrics_parse_as_prometheus_text() {
     )
     .await
     .unwrap();
-    // Wait until the supervisor has it (the metric then must say so).
+    // Wait until the supervisor has it and has steered it (the metrics
+    // then must say so).
     for _ in 0..400 {
         let (_, v) = rig.get("/api/v1/units").await;
-        if v.as_array().is_some_and(|a| !a.is_empty()) {
+        if v.as_array()
+            .is_some_and(|a| a.iter().any(|u| u["steering_sent"].as_u64() >= Some(1)))
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -645,13 +697,52 @@ async fn metrics_parse_as_prometheus_text() {
             ref other => panic!("{name}: {other:?}"),
         }
     };
-    assert_eq!(value("xo_tasks", Some(("state", "pending"))), 2.0);
+    assert_eq!(value("xo_tasks", Some(("state", "pending"))), 1.0);
+    assert_eq!(value("xo_tasks", Some(("state", "completed"))), 1.0);
     assert_eq!(value("xo_tasks", Some(("state", "cancelled"))), 1.0);
     assert_eq!(value("xo_service_up", Some(("service", "queue"))), 1.0);
-    assert_eq!(value("xo_units", Some(("health", "green"))), 1.0);
     assert_eq!(value("xo_reports_received_total", None), 1.0);
-    assert_eq!(value("xo_queue_running", None), 0.0);
+    assert_eq!(value("xo_queue_running", None), 1.0);
     assert!(scrape.docs.contains_key("xo_tasks"), "HELP lines are read");
+    // Health within the schema: green, amber, red.
+    assert!(!text.contains("health=\"black\""), "{text}");
+    // One steering counter, the supervisor's, by kind.
+    assert_eq!(value("xo_steering_sent_total", Some(("kind", "pace"))), 1.0);
+    assert!(
+        !text.contains("xo_steering_total"),
+        "no second steering counter"
+    );
+    // Per role.
+    assert_eq!(value("xo_role_units", Some(("role", "coder"))), 1.0);
+    assert_eq!(
+        value("xo_role_context_fill_max", Some(("role", "coder"))),
+        0.4
+    );
+    assert_eq!(value("xo_role_cost_usd", Some(("role", "coder"))), 1.25);
+    // The goal's spend against its budget; not stuck.
+    assert_eq!(value("xo_goal_spent_usd", None), 0.5);
+    assert_eq!(value("xo_goal_budget_usd", None), 25.0);
+    assert_eq!(value("xo_queue_stuck", None), 0.0);
+    assert_eq!(
+        value(
+            "xo_build_info",
+            Some(("version", env!("CARGO_PKG_VERSION")))
+        ),
+        1.0
+    );
+    // Task durations, a histogram in seconds.
+    let h = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == "xo_task_duration_seconds")
+        .unwrap_or_else(|| panic!("the histogram in\n{text}"));
+    match &h.value {
+        prometheus_parse::Value::Histogram(b) => {
+            let at = |le: f64| b.iter().find(|x| x.less_than == le).unwrap().count;
+            assert_eq!((at(1.0), at(5.0), at(f64::INFINITY)), (0.0, 1.0, 1.0));
+        }
+        other => panic!("{other:?}"),
+    }
     rig.stop().await;
 }
 

@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
@@ -66,7 +66,6 @@ pub struct Seen {
     pub reports: AtomicU64,
     pub claims: AtomicU64,
     pub lease_expiries: AtomicU64,
-    pub steering_by_kind: Mutex<BTreeMap<String, u64>>,
 }
 
 /// The fan-out.
@@ -198,15 +197,6 @@ impl Seen {
         match name {
             "salute" => {
                 self.reports.fetch_add(1, Ordering::Relaxed);
-            }
-            "steer" => {
-                if let Some(kind) = v.get("kind").and_then(Value::as_str) {
-                    let mut m = self
-                        .steering_by_kind
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
-                    *m.entry(kind.to_string()).or_default() += 1;
-                }
             }
             "task" => match v.get("event").and_then(Value::as_str) {
                 Some("TASK_START") => {

@@ -30,13 +30,25 @@ fn label(v: &str) -> String {
 
 /// The whole exposition.
 pub async fn render(c: &Shared) -> String {
-    let (units, stats, status, runs) = tokio::join!(
+    let (units, stats, status, runs, done) = tokio::join!(
         c.units(),
         c.call(&SupervisorStats {}),
         c.call(&GetStatus {}),
         c.call(&ListReviewRuns { last: None }),
+        crate::api::all_tasks(c, Some(xo_proto::queue::TaskState::Completed)),
     );
     let mut out = String::with_capacity(4096);
+    family(
+        &mut out,
+        "xo_build_info",
+        "gauge",
+        "The running build: 1, with its version.",
+    );
+    let _ = writeln!(
+        out,
+        "xo_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
     family(
         &mut out,
         "xo_service_up",
@@ -52,12 +64,43 @@ pub async fn render(c: &Shared) -> String {
     }
     if let Ok(units) = &units {
         family(&mut out, "xo_units", "gauge", "Units by assessed health.");
-        for h in ["green", "amber", "red", "black"] {
+        for h in ["green", "amber", "red"] {
             let n = units
                 .iter()
                 .filter(|u| crate::html::health_name(u.health) == h)
                 .count();
             let _ = writeln!(out, "xo_units{{health=\"{h}\"}} {n}");
+        }
+        // Per role: how many, the fullest context, what they spent.
+        let mut roles: std::collections::BTreeMap<&str, (u64, f64, f64)> = Default::default();
+        for u in units {
+            let r = roles.entry(u.role.as_str()).or_default();
+            r.0 += 1;
+            r.1 = r.1.max(u.context_fill);
+            r.2 += u.cost_usd;
+        }
+        for (name, help, pick) in [
+            ("xo_role_units", "Units by role.", 0usize),
+            (
+                "xo_role_context_fill_max",
+                "The fullest context window among a role's units (0..1).",
+                1,
+            ),
+            (
+                "xo_role_cost_usd",
+                "USD the units of a role reported spending (their latest reports).",
+                2,
+            ),
+        ] {
+            family(&mut out, name, "gauge", help);
+            for (role, (n, fill, cost)) in &roles {
+                let v = match pick {
+                    0 => *n as f64,
+                    1 => *fill,
+                    _ => *cost,
+                };
+                let _ = writeln!(out, "{name}{{role=\"{}\"}} {v}", label(role));
+            }
         }
         for (name, help, n) in [
             (
@@ -97,34 +140,27 @@ pub async fn render(c: &Shared) -> String {
                 "Messages sent to the dead-letter subjects.",
                 s.dead_letters,
             ),
-            (
-                "xo_steering_sent_total",
-                "Steering messages the supervisor sent.",
-                s.steering,
-            ),
             ("xo_heartbeats_total", "Heartbeats received.", s.heartbeats),
         ] {
             family(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {v}");
         }
-    }
-    {
-        let by_kind = c
-            .hub
-            .seen
-            .steering_by_kind
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        // One counter for steering: the supervisor's, by anomaly kind.
         family(
             &mut out,
-            "xo_steering_total",
+            "xo_steering_sent_total",
             "counter",
-            "Steering seen on the bus since the console started, by anomaly kind.",
+            "Steering messages the supervisor sent, by anomaly kind.",
         );
-        for (kind, n) in by_kind {
-            let _ = writeln!(out, "xo_steering_total{{kind=\"{}\"}} {n}", label(&kind));
+        for (kind, n) in &s.steering_by_kind {
+            let _ = writeln!(
+                out,
+                "xo_steering_sent_total{{kind=\"{}\"}} {n}",
+                label(kind)
+            );
         }
+    }
+    {
         let seen = &c.hub.seen;
         for (name, help, v) in [
             (
@@ -182,6 +218,57 @@ pub async fn render(c: &Shared) -> String {
         );
         let running = st.status == xo_proto::queue::RunStatus::Running;
         let _ = writeln!(out, "xo_queue_running {}", u8::from(running));
+        for (name, help, v) in [
+            (
+                "xo_queue_stuck",
+                "1 while pending work cannot be claimed (QUEUE_STUCK).",
+                f64::from(u8::from(st.stuck.is_some())),
+            ),
+            (
+                "xo_goal_spent_usd",
+                "USD spent on the goal (every attempt of every task).",
+                st.spent_usd,
+            ),
+            (
+                "xo_goal_budget_usd",
+                "The goal's budget in USD (0: none set).",
+                st.goal.budget_usd,
+            ),
+        ] {
+            family(&mut out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
+    if let Ok(done) = &done {
+        // Wall time of completed tasks, every attempt counted.
+        const BUCKETS: [f64; 10] = [
+            1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0,
+        ];
+        family(
+            &mut out,
+            "xo_task_duration_seconds",
+            "histogram",
+            "Wall time of completed tasks (all their attempts).",
+        );
+        let secs: Vec<f64> = done
+            .iter()
+            .map(|t| t.spent.wall_ms as f64 / 1000.0)
+            .collect();
+        for b in BUCKETS {
+            let n = secs.iter().filter(|s| **s <= b).count();
+            let _ = writeln!(out, "xo_task_duration_seconds_bucket{{le=\"{b}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "xo_task_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            secs.len()
+        );
+        let _ = writeln!(
+            out,
+            "xo_task_duration_seconds_sum {}",
+            secs.iter().sum::<f64>()
+        );
+        let _ = writeln!(out, "xo_task_duration_seconds_count {}", secs.len());
     }
     if let Ok(runs) = &runs {
         family(

@@ -47,12 +47,22 @@ pub struct Counters {
     pub duplicates: AtomicU64,
     pub dead_letters: AtomicU64,
     pub steering: AtomicU64,
+    /// `steering` by kind, in `AnomalyKind::ALL`'s order.
+    pub steering_by_kind: [AtomicU64; xo_proto::AnomalyKind::ALL.len()],
     pub watcher_restarts: AtomicU64,
     pub missed: AtomicU64,
     pub evicted: AtomicU64,
 }
 
 impl Counters {
+    /// Counts one steering of `kind`.
+    pub fn steered(&self, kind: xo_proto::AnomalyKind) {
+        self.steering.fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = xo_proto::AnomalyKind::ALL.iter().position(|k| *k == kind) {
+            self.steering_by_kind[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn snapshot(&self, units: u64) -> StatsReply {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsReply {
@@ -66,6 +76,12 @@ impl Counters {
             watcher_restarts: g(&self.watcher_restarts),
             missed: g(&self.missed),
             evicted: g(&self.evicted),
+            steering_by_kind: xo_proto::AnomalyKind::ALL
+                .iter()
+                .zip(&self.steering_by_kind)
+                .map(|(k, n)| (k.to_string(), g(n)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         }
     }
 }

@@ -133,7 +133,7 @@ impl WatcherState {
 
     /// Keeps a steering sent (or about to be) in the unit's record.
     fn record(&mut self, s: Steering) {
-        self.ctx.counters.steering.fetch_add(1, Ordering::Relaxed);
+        self.ctx.counters.steered(s.kind);
         self.rec.steering_sent += 1;
         keep(
             &mut self.rec.steering,
