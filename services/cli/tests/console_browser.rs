@@ -300,6 +300,33 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
         .await
         .unwrap();
     wait_text(&b, "h1", "Unit web-1").await;
+    wait_text(&b, "#latest-report", "writing tests").await;
+    // The latest report follows the unit live, its actions listed.
+    let report = json!({
+        "v": 1,
+        "unit": {"unit": "web-1", "role": "coder", "pace": "primary"},
+        "status": {"health": "green"},
+        "activity": {"step": "running the tests", "turns_since_progress": 0,
+            "recent": [{"kind": "tool", "tool": "cargo_test", "outcome": "error", "error_type": "test_failure", "turn": 8}]},
+        "size": {"context_tokens": 60000, "context_limit": 100000},
+        "equipment": {"cost_usd": 0.5},
+        "time": {"turn": 8, "seq": 2, "at": 2}
+    });
+    let file = write(up.root.path(), "report2.json", &report);
+    assert!(
+        up.cli(&["report", file.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    wait_text(&b, "#latest-report", "running the tests").await;
+    wait_text(&b, "#recent-actions", "cargo_test").await;
+    assert!(
+        text_of(&b, "#recent-actions")
+            .await
+            .contains("test_failure")
+    );
     // `xo tap` listens before the steering is sent.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let area = b.find(Locator::Css("#steer-form textarea")).await.unwrap();

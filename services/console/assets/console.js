@@ -113,12 +113,37 @@
   es.onopen = () => { if (live) { live.textContent = "live"; live.classList.add("on"); } };
   es.onerror = () => { if (live) { live.textContent = "reconnecting"; live.classList.remove("on"); } };
   es.addEventListener("lagged", () => { if (mode) location.reload(); });
+  // The unit page's latest report, as the server renders it, at most
+  // twice a second.
+  let reportTimer = null;
+  function refreshReport(unit) {
+    if (reportTimer) return;
+    reportTimer = setTimeout(async () => {
+      reportTimer = null;
+      try {
+        const r = await fetch("/units/" + encodeURIComponent(unit), { credentials: "same-origin" });
+        if (!r.ok) return;
+        const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+        const fresh = doc.getElementById("latest-report");
+        const cur = document.getElementById("latest-report");
+        if (!fresh) return;
+        if (cur) cur.replaceWith(fresh);
+        else {
+          const tl = document.getElementById("timeline");
+          const sec = tl && tl.closest("section");
+          if (sec) sec.parentNode.insertBefore(fresh, sec);
+        }
+      } catch (e) { /* the next report tries again */ }
+    }, 500);
+  }
+
   es.addEventListener("salute", (ev) => {
     const r = JSON.parse(ev.data);
     const unit = r.unit && r.unit.unit;
     if (!unit) return;
     refresh(unit);
     if (mode === "unit" && table.dataset.unit === unit) {
+      refreshReport(unit);
       timeline('<span class="when">turn ' + r.time.turn + " · now</span> report: <b>" + esc((r.activity && r.activity.step) || "—") +
         "</b> " + esc((r.activity && r.activity.summary) || "") + " <span class=\"health " + esc(String(r.status.health).toLowerCase()) + "\">" +
         esc(String(r.status.health).toLowerCase()) + "</span>");

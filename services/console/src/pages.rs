@@ -399,16 +399,74 @@ async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
     }
 }
 
-fn steering_item(s: &xo_proto::Steering, now: u64) -> String {
+/// One steering on the timeline: when, what, its evidence (the rule, the
+/// value observed, the turns and tools), and how many times in a row the
+/// same steering was sent (`×N`, turns first to last).
+fn steering_item(s: &xo_proto::Steering, repeats: usize, first_turn: u64, now: u64) -> String {
+    let e = &s.evidence;
+    let mut evidence = Vec::new();
+    if !e.rule.is_empty() {
+        evidence.push(format!(
+            "<code>{}</code>{}",
+            esc(&e.rule),
+            if e.observed.is_empty() {
+                String::new()
+            } else {
+                format!(", observed <b>{}</b>", esc(&e.observed))
+            }
+        ));
+    }
+    if !e.turns.is_empty() {
+        let turns: Vec<String> = e.turns.iter().map(u64::to_string).collect();
+        evidence.push(format!("turns {}", esc(&turns.join(", "))));
+    }
+    if !e.tools.is_empty() {
+        evidence.push(format!("tools {}", esc(&e.tools.join(", "))));
+    }
     format!(
-        "<li class=\"steer {sev}\"><span class=\"when\">turn {turn} · {age}</span> <b>{kind}</b> <span class=\"sev\">{sev}</span> <span class=\"src\">{src}</span><p>{msg}</p></li>",
+        "<li class=\"steer {sev}\"><span class=\"when\">turn {turns} · {age}</span> <b>{kind}</b>{times} <span class=\"sev\">{sev}</span> <span class=\"src\">{src}</span><p>{msg}</p>{ev}</li>",
         sev = esc(&s.severity.to_string()),
-        turn = s.turn,
+        turns = if repeats > 1 {
+            format!("{first_turn}–{}", s.turn)
+        } else {
+            s.turn.to_string()
+        },
+        times = if repeats > 1 {
+            format!(" <span class=\"badge repeat\">×{repeats}</span>")
+        } else {
+            String::new()
+        },
         age = age(now, s.at),
         kind = esc(&s.kind.to_string()),
         src = esc(&wire(&s.source)),
         msg = esc(&s.message),
+        ev = if evidence.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<p class=\"evidence\">evidence: {}</p>",
+                evidence.join(" · ")
+            )
+        },
     )
+}
+
+/// The timeline's items, newest first, a run of the same steering (kind
+/// and message) collapsed into one with its count.
+fn steering_timeline(steering: &[xo_proto::Steering], now: u64) -> String {
+    let mut out = String::new();
+    let mut i = steering.len();
+    while i > 0 {
+        let last = &steering[i - 1];
+        let mut j = i - 1;
+        while j > 0 && steering[j - 1].kind == last.kind && steering[j - 1].message == last.message
+        {
+            j -= 1;
+        }
+        out.push_str(&steering_item(last, i - j, steering[j].turn, now));
+        i = j;
+    }
+    out
 }
 
 async fn unit(State(c): State<Shared>, Path(unit): Path<String>, Query(q): Q) -> Response {
@@ -439,21 +497,53 @@ async fn unit(State(c): State<Shared>, Path(unit): Path<String>, Query(q): Q) ->
         row = unit_row(&d.summary, n)
     );
     if let Some(r) = &d.report {
+        let actions: String = r
+            .activity
+            .recent
+            .iter()
+            .rev()
+            .map(|a| {
+                format!(
+                    "<li><span class=\"when\">turn {}</span> {} <span class=\"outcome {o}\">{o}</span>{}</li>",
+                    a.turn,
+                    esc(&match (&a.kind, &a.tool) {
+                        (xo_proto::ActionKind::Tool, Some(t)) => t.to_string(),
+                        (xo_proto::ActionKind::Tool, None) => "tool".into(),
+                        (xo_proto::ActionKind::Message, _) => "message".into(),
+                    }),
+                    a.error_type
+                        .as_deref()
+                        .map(|e| format!(" <code>{}</code>", esc(e)))
+                        .unwrap_or_default(),
+                    o = esc(&wire(&a.outcome)),
+                )
+            })
+            .collect();
         body.push_str(&format!(
-            "<section class=\"report\"><h2>Latest report</h2><p>turn {} · seq {} · step <b>{}</b> — {}</p><p>tokens {} in / {} out · {} recent actions</p></section>",
+            "<section class=\"report\" id=\"latest-report\"><h2>Latest report</h2><p>turn {} · seq {} · step <b>{}</b> — {}</p><p>tokens {} in / {} out · {} turns without progress · ${:.4}{note}</p>{acts}</section>",
             r.time.turn,
             r.time.seq,
             esc(r.activity.step.as_deref().unwrap_or("—")),
             esc(r.activity.summary.as_deref().unwrap_or("")),
             r.equipment.tokens_in,
             r.equipment.tokens_out,
-            r.activity.recent.len(),
+            r.activity.turns_since_progress,
+            r.equipment.cost_usd,
+            note = r
+                .status
+                .note
+                .as_deref()
+                .map(|n| format!(" · its note: “{}”", esc(n)))
+                .unwrap_or_default(),
+            acts = if actions.is_empty() {
+                String::new()
+            } else {
+                format!("<h3>Recent actions (newest first)</h3><ol class=\"actions\" id=\"recent-actions\">{actions}</ol>")
+            },
         ));
     }
     body.push_str("<section><h2>Timeline</h2><ol id=\"timeline\" class=\"timeline\" reversed>");
-    for s in d.recent_steering.iter().rev() {
-        body.push_str(&steering_item(s, n));
-    }
+    body.push_str(&steering_timeline(&d.recent_steering, n));
     body.push_str("</ol>");
     if d.recent_steering.is_empty() {
         body.push_str("<p class=\"empty\">No steering yet.</p>");
@@ -2055,6 +2145,50 @@ mod tests {
             .skip(1)
             .map(|r| r.split('"').next().unwrap().to_string())
             .collect()
+    }
+
+    #[test]
+    fn the_timeline_shows_evidence_and_collapses_repeats() {
+        use xo_proto::{AnomalyKind, Severity, Steering};
+        let mk = |kind: AnomalyKind, turn: u64, msg: &str| Steering {
+            v: 1,
+            unit: "u1".into(),
+            id: format!("u1-{turn}"),
+            kind,
+            severity: Severity::Urgent,
+            message: msg.into(),
+            turn,
+            at: 0,
+            evidence: xo_proto::Evidence {
+                rule: "context_fill > 0.90".into(),
+                observed: "0.930".into(),
+                turns: vec![turn],
+                tools: Vec::new(),
+            },
+            source: xo_proto::SteeringSource::Xo,
+        };
+        let list = vec![
+            mk(AnomalyKind::Stall, 3, "stalled"),
+            mk(AnomalyKind::Context, 10, "compact"),
+            mk(AnomalyKind::Context, 11, "compact"),
+            mk(AnomalyKind::Context, 12, "compact"),
+        ];
+        let html = steering_timeline(&list, 0);
+        assert_eq!(html.matches("<li").count(), 2, "{html}");
+        let first = html.split("<li").nth(1).unwrap();
+        assert!(
+            first.contains("turn 10–12") && first.contains("×3"),
+            "{first}"
+        );
+        assert!(
+            first.contains("evidence: <code>context_fill &gt; 0.90</code>, observed <b>0.930</b>"),
+            "{first}"
+        );
+        let second = html.split("<li").nth(2).unwrap();
+        assert!(
+            second.contains("turn 3 ") && !second.contains("×"),
+            "{second}"
+        );
     }
 
     #[test]
