@@ -215,6 +215,16 @@ async fn text_of(b: &Client, css: &str) -> String {
         .unwrap()
 }
 
+/// Clicks the first element `css` finds.
+async fn click(b: &Client, css: &str) {
+    b.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+}
+
 /// Waits (bounded; a hang guard) until the page's text contains `what`.
 async fn wait_text(b: &Client, css: &str, what: &str) {
     for _ in 0..400 {
@@ -293,12 +303,7 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    b.find(Locator::Css("#unit-web-1 a"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#unit-web-1 a").await;
     wait_text(&b, "h1", "Unit web-1").await;
     wait_text(&b, "#latest-report", "writing tests").await;
     // The latest report follows the unit live, its actions listed.
@@ -333,12 +338,7 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
     area.send_keys("Stop rewriting the tests; run them first.")
         .await
         .unwrap();
-    b.find(Locator::Css("#steer-form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#steer-form button").await;
     wait_text(&b, ".flash.ok", "sent").await;
     let mut line = String::new();
     BufReader::new(tap.stdout.take().unwrap())
@@ -425,12 +425,7 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
     b.refresh().await.unwrap();
     assert_eq!(order().await, json!(["Hot-2", "warm-3", "calm-1"]));
     // A badge filters.
-    b.find(Locator::Id("count-red"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#count-red").await;
     wait_text(&b, "#count-red", "red").await;
     assert_eq!(order().await, json!(["Hot-2"]));
     // The search ignores case.
@@ -438,20 +433,10 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
     assert_eq!(order().await, json!(["Hot-2"]));
     // A header sorts by its column; again, the other way.
     b.goto(&format!("{}/", up.url)).await.unwrap();
-    b.find(Locator::Css("th a[data-sort='cost']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "th a[data-sort='cost']").await;
     wait_text(&b, "th[aria-sort='ascending'] a[data-sort='cost']", "").await;
     assert_eq!(order().await, json!(["warm-3", "Hot-2", "calm-1"]));
-    b.find(Locator::Css("th a[data-sort='cost']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "th a[data-sort='cost']").await;
     wait_text(&b, "th[aria-sort='descending'] a[data-sort='cost']", "").await;
     assert_eq!(order().await, json!(["calm-1", "Hot-2", "warm-3"]));
     b.close().await.unwrap();
@@ -521,12 +506,7 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         .await
         .unwrap();
     out.send_keys("{stauts}: {message}").await.unwrap();
-    b.find(Locator::Id("preview"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#preview").await;
     wait_text(&b, "#check", "unknown placeholder {stauts}").await;
     let out = b
         .find(Locator::Css("textarea[data-key='runner.output_template']"))
@@ -541,20 +521,10 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         .send_keys("GLOBAL-MARKER-7: keep changes small.")
         .await
         .unwrap();
-    b.find(Locator::Id("preview"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#preview").await;
     wait_text(&b, "#preview-text", "GLOBAL-MARKER-7").await;
     shot(&b, "settings-preview").await;
-    b.find(Locator::Id("save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#save").await;
     wait_text(&b, ".flash.ok", "saved settings version 1").await;
     wait_text(&b, "[data-setting='runner.global_template']", "settings v1").await;
     shot(&b, "settings").await;
@@ -579,20 +549,10 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     .send_keys("lunch")
     .await
     .unwrap();
-    b.find(Locator::Css("form[action='/ui/queue/halt'] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "form[action='/ui/queue/halt'] button").await;
     wait_text(&b, "#queue-status", "HALTED").await;
     wait_text(&b, ".status", "lunch").await;
-    b.find(Locator::Css("form[action='/ui/queue/resume'] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "form[action='/ui/queue/resume'] button").await;
     wait_text(&b, "#queue-status", "RUNNING").await;
 
     // A question the agent asks (MANUAL mode) is answered from the page; the
@@ -607,14 +567,7 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         .await
         .unwrap();
     answer.send_keys("8080").await.unwrap();
-    b.find(Locator::Css(
-        "#task-q1 form[action='/ui/tasks/q1/answer'] button",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
+    click(&b, "#task-q1 form[action='/ui/tasks/q1/answer'] button").await;
     wait_text(&b, ".flash.ok", "answer").await;
     up.post("/queue/step", json!({})).await;
     up.wait_state("q1", "completed").await;
@@ -624,12 +577,7 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         .await
         .unwrap();
     wait_text(&b, "#audit", "SETTINGS_CHANGED").await;
-    b.find(Locator::Id("verify"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#verify").await;
     wait_text(&b, "#verdict", "Chain intact").await;
     shot(&b, "audit").await;
     b.close().await.unwrap();
@@ -664,30 +612,15 @@ async fn the_queue_is_set_up_from_the_page() {
     let submit = |to: &'static str| {
         let b = b.clone();
         async move {
-            b.find(Locator::Css(&format!("form[action='{to}'] button")))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
+            click(&b, &format!("form[action='{to}'] button")).await;
         }
     };
-    b.find(Locator::Css(
+    click(
+        &b,
         "form[action='/ui/queue/init'] select[name='mode'] option:nth-child(2)",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
-    b.find(Locator::Css(
-        "form[action='/ui/queue/init'] input[name='force']",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
+    )
+    .await;
+    click(&b, "form[action='/ui/queue/init'] input[name='force']").await;
     submit("/ui/queue/init").await;
     wait_text(&b, ".flash.ok", "initialised").await;
     assert!(text_of(&b, ".flash.ok").await.contains("MANUAL"));
@@ -746,14 +679,11 @@ async fn the_queue_is_set_up_from_the_page() {
         "file exists: hello.txt\nfile contains: hello.txt :: hi",
     )
     .await;
-    b.find(Locator::Css(
+    click(
+        &b,
         "form[action='/ui/queue/enqueue'] select[name='timeout_profile'] option:nth-child(2)",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
+    )
+    .await;
     submit("/ui/queue/enqueue").await;
     wait_text(&b, ".flash.ok", "enqueued web1").await;
     wait_text(&b, "#tasks-pending", "web1").await;
@@ -782,12 +712,7 @@ async fn the_queue_is_set_up_from_the_page() {
 
     // Its id opens the task's page: what it is, its history; a cancel asks
     // first, and only the confirmation cancels it.
-    b.find(Locator::Css("#task-web1 a[href='/tasks/web1']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#task-web1 a[href='/tasks/web1']").await;
     wait_text(&b, "h1", "Task web1").await;
     wait_text(&b, "#task", "greet").await;
     assert!(text_of(&b, "#task-state").await.contains("pending"));
@@ -804,21 +729,11 @@ async fn the_queue_is_set_up_from_the_page() {
             .is_empty(),
         "no retry for a pending task"
     );
-    b.find(Locator::Css("form[action='/ui/tasks/web1/cancel'] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "form[action='/ui/tasks/web1/cancel'] button").await;
     wait_text(&b, "#confirm", "Cancel task web1?").await;
     assert_eq!(up.task_state("web1").await, "pending", "not yet");
     shot(&b, "task-confirm").await;
-    b.find(Locator::Css("#confirm button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&b, "#confirm button").await;
     wait_text(&b, ".flash.ok", "web1 is cancelled").await;
     assert_eq!(up.task_state("web1").await, "cancelled");
     b.close().await.unwrap();
@@ -881,14 +796,11 @@ async fn knowledge_awaiting_review_is_accepted_from_the_page_and_audited() {
     .send_keys("checked against the vendored copy")
     .await
     .unwrap();
-    b.find(Locator::Css(
+    click(
+        &b,
         "#needs-review tr[data-doc='lessons/vendored-parser'] form:first-of-type button",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
+    )
+    .await;
     wait_text(
         &b,
         ".flash.ok",

@@ -82,6 +82,18 @@ fn ok_page(f: &Frame<'_>, body: &str) -> Response {
 }
 
 /// The page of a service that did not answer: which, and how to start it.
+/// A page refused for what its address named (400), saying why.
+fn bad_request(f: &Frame<'_>, why: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Html(page(
+            f,
+            &format!("<p class=\"flash error\">{}</p>", esc(why)),
+        )),
+    )
+        .into_response()
+}
+
 fn down(f: &Frame<'_>, e: &ServiceError) -> Response {
     let body = format!(
         "<div class=\"down\" role=\"alert\"><h2>Not available</h2><p>{}</p></div>",
@@ -473,14 +485,7 @@ async fn unit(State(c): State<Shared>, Path(unit): Path<String>, Query(q): Q) ->
     let title = format!("Unit {unit}");
     let f = frame(&c, &title, "/", &q);
     if let Err(e) = xo_proto::validate_token("unit", &unit) {
-        return (
-            StatusCode::BAD_REQUEST,
-            Html(page(
-                &f,
-                &format!("<p class=\"flash error\">{}</p>", esc(&e)),
-            )),
-        )
-            .into_response();
+        return bad_request(&f, &e);
     }
     let d = match c.call(&ShowUnit { unit: unit.clone() }).await {
         Ok(d) => d,
@@ -614,14 +619,7 @@ async fn task_page(State(c): State<Shared>, Path(id): Path<String>, Query(q): Q)
     let title = format!("Task {id}");
     let f = frame(&c, &title, "/queue", &q);
     if let Err(e) = xo_proto::validate_token("task id", &id) {
-        return (
-            StatusCode::BAD_REQUEST,
-            Html(page(
-                &f,
-                &format!("<p class=\"flash error\">{}</p>", esc(&e)),
-            )),
-        )
-            .into_response();
+        return bad_request(&f, &e);
     }
     let t = match crate::api::find_task(&c, &id).await {
         Ok(t) => t,
