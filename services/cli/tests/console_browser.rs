@@ -639,6 +639,24 @@ async fn the_queue_is_set_up_from_the_page() {
     submit("/ui/queue/goal").await;
     wait_text(&b, ".flash.ok", "goal set").await;
     wait_text(&b, ".status", "a greeting file").await;
+    assert!(
+        text_of(&b, ".status")
+            .await
+            .contains("spent $0.00 of $2.50 (0%)")
+    );
+    // Only what the state allows: halted and never started, in MANUAL
+    // mode: start and step; no halt, no resume.
+    let has = |to: &'static str| {
+        let b = b.clone();
+        async move {
+            !b.find_all(Locator::Css(&format!("form[action='{to}']")))
+                .await
+                .unwrap()
+                .is_empty()
+        }
+    };
+    assert!(has("/ui/queue/start").await && has("/ui/queue/step").await);
+    assert!(!has("/ui/queue/halt").await && !has("/ui/queue/resume").await);
 
     // A task id with a space is refused, naming the field; nothing is added.
     fill(

@@ -793,8 +793,36 @@ async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
         (Err(e), _) | (_, Err(e)) => return down(&f, &e),
     };
     let run = wire(&status.status);
-    let mut body = format!(
-        "<section class=\"status\"><p>Status <b id=\"queue-status\">{run}</b>{reason} · mode <b>{mode}</b> · iteration {it}</p><p>Goal: {goal}</p><div class=\"actions\">{start}{step}{halt}{resume}</div></section>",
+    // Only the controls the state allows.
+    use xo_proto::queue::{ExecutionMode, RunStatus};
+    let (running, halted) = (
+        status.status == RunStatus::Running,
+        status.status == RunStatus::Halted,
+    );
+    let manual = status.mode == ExecutionMode::Manual;
+    let fresh = status.halt_reason.is_none();
+    let mut body = String::new();
+    if let Some(stuck) = &status.stuck {
+        body.push_str(&format!(
+            "<p class=\"flash error\" id=\"stuck\" role=\"alert\">Stuck: {}</p>",
+            esc(stuck)
+        ));
+    }
+    let spend = if status.goal.budget_usd > 0.0 {
+        format!(
+            " · spent <b id=\"goal-spent\">${:.2}</b> of ${:.2} ({:.0}%)",
+            status.spent_usd,
+            status.goal.budget_usd,
+            100.0 * status.spent_usd / status.goal.budget_usd
+        )
+    } else {
+        format!(
+            " · spent <b id=\"goal-spent\">${:.2}</b> (no budget)",
+            status.spent_usd
+        )
+    };
+    body.push_str(&format!(
+        "<section class=\"status\"><p>Status <b id=\"queue-status\">{run}</b>{reason} · mode <b>{mode}</b> · iteration {it}</p><p>Goal: {goal}{spend}</p><div class=\"actions\">{start}{step}{halt}{resume}</div></section>",
         reason = status
             .halt_reason
             .as_ref()
@@ -807,17 +835,33 @@ async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
         } else {
             esc(&status.goal.description)
         },
-        start = action(&f, "/ui/queue/start", "", "Start", ""),
-        step = action(&f, "/ui/queue/step", "", "Step", ""),
-        halt = action(
-            &f,
-            "/ui/queue/halt",
-            "<input name=\"reason\" placeholder=\"reason\">",
-            "Halt",
-            "danger"
-        ),
-        resume = action(&f, "/ui/queue/resume", "", "Resume", ""),
-    );
+        start = if halted && fresh {
+            action(&f, "/ui/queue/start", "", "Start", "")
+        } else {
+            String::new()
+        },
+        step = if manual && (running || halted) {
+            action(&f, "/ui/queue/step", "", "Step", "")
+        } else {
+            String::new()
+        },
+        halt = if running {
+            action(
+                &f,
+                "/ui/queue/halt",
+                "<input name=\"reason\" placeholder=\"reason\">",
+                "Halt",
+                "danger",
+            )
+        } else {
+            String::new()
+        },
+        resume = if halted && !fresh {
+            action(&f, "/ui/queue/resume", "", "Resume", "")
+        } else {
+            String::new()
+        },
+    ));
     body.push_str(&setup_forms(&f, &status, tasks.is_empty()));
     for (state, title) in [
         (TaskState::AwaitingResponse, "Awaiting an answer"),

@@ -1453,12 +1453,14 @@ impl Machine {
                 r.state.as_str()
             )));
         }
-        // The operator's retry starts the task afresh: retries and budget.
+        // The operator's retry starts the task afresh: retries and budget;
+        // why it stopped is history (the audit keeps it), not its state.
         let c = self.task_change(EventName::TaskRetry, id, None, |r| {
             r.state = TaskState::Pending;
             r.retries = 0;
             r.priority = true;
             r.cause = None;
+            r.reason = None;
             r.spent = Usage::default();
             r.updated_at = now;
         });

@@ -404,6 +404,9 @@ fn a_violation_fails_the_task_as_seed_004_errors_it() {
     assert_eq!(m.status().status, RunStatus::Halted);
     m.retry("x", 3).unwrap();
     assert_eq!(m.tasks["x"].state, TaskState::Pending);
+    // A retried task no longer shows why it stopped (the audit keeps it).
+    assert_eq!(m.tasks["x"].reason, None);
+    assert_eq!(m.tasks["x"].cause, None);
 }
 
 #[test]
