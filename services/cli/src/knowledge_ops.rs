@@ -57,7 +57,11 @@ pub async fn ls(cfg: &XoConfig, category: Option<String>, json: bool) -> anyhow:
         outln!(
             "{:<32} {:<12} {:>4} {:>6}  {:<13} {}",
             d.id,
-            d.status.as_str(),
+            if d.needs_user_review {
+                "review"
+            } else {
+                d.status.as_str()
+            },
             d.uses,
             d.tokens,
             d.updated_by,
@@ -128,6 +132,52 @@ pub async fn deprecate(cfg: &XoConfig, id: String, reason: String) -> anyhow::Re
     )
     .await?;
     outln!("{} is {}", d.id(), d.status.as_str());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `xo knowledge review [ID --accept|--reject [--note]]`.
+pub async fn review(
+    cfg: &XoConfig,
+    id: Option<String>,
+    accept: bool,
+    reject: bool,
+    note: String,
+) -> anyhow::Result<ExitCode> {
+    let Some(id) = id else {
+        let list = call(cfg, &ListDocs { category: None }).await?;
+        let waiting: Vec<_> = list.docs.iter().filter(|d| d.needs_user_review).collect();
+        if waiting.is_empty() {
+            outln!("nothing waits for your review");
+        }
+        for d in waiting {
+            outln!("{:<32} {:<13} {}", d.id, d.updated_by, d.title);
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    if accept == reject {
+        anyhow::bail!(
+            "say what to do with {id}: --accept (established, given to agents) or --reject (deprecated)"
+        );
+    }
+    let r = call(
+        cfg,
+        &xo_proto::knowledge::ReviewDoc {
+            id: id.clone(),
+            accept,
+            by: "operator".into(),
+            note,
+        },
+    )
+    .await?;
+    outln!(
+        "{id} {}: now {}",
+        if accept { "accepted" } else { "rejected" },
+        r.doc.status.as_str()
+    );
+    if let Some(e) = r.audit_error {
+        errln!("warning: {e}");
+        return Ok(ExitCode::from(3));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

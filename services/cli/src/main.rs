@@ -327,6 +327,20 @@ enum KnowledgeCmd {
         #[arg(long)]
         reason: String,
     },
+    /// Documents a reviewer asked you to confirm (seed 001's user review
+    /// queue); with an id, accept it (established, given to agents) or
+    /// reject it (deprecated). Either is a KNOWLEDGE_REVIEWED audit line.
+    Review {
+        /// `<category>/<name>`; none: list what waits.
+        id: Option<String>,
+        #[arg(long, conflicts_with = "reject")]
+        accept: bool,
+        #[arg(long)]
+        reject: bool,
+        /// Why, kept in the changelog and the audit.
+        #[arg(long, default_value = "")]
+        note: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -616,6 +630,15 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Knowledge {
             cmd: KnowledgeCmd::Deprecate { id, reason },
         } => knowledge_ops::deprecate(&cfg, id, reason).await,
+        Cmd::Knowledge {
+            cmd:
+                KnowledgeCmd::Review {
+                    id,
+                    accept,
+                    reject,
+                    note,
+                },
+        } => knowledge_ops::review(&cfg, id, accept, reject, note).await,
         Cmd::Fleet { cmd } => {
             let bus = connect::client_bus(&cfg).await?;
             let t = std::time::Duration::from_secs(60);

@@ -680,6 +680,47 @@ fn knowledge_commands_against_xo_up() {
     assert!(text(&o.stdout).contains("design/actors is deprecated"));
     let o = run(dir.path(), &["knowledge", "show", "recipes/x"]);
     assert!(!o.status.success() && text(&o.stderr).contains("\"recipes\""));
+    // What a reviewer asked you to confirm waits for `xo knowledge review`.
+    assert!(text(&run(dir.path(), &["knowledge", "review"]).stdout).contains("nothing waits"));
+    std::fs::create_dir_all(dir.path().join(".xo/knowledge/lessons")).unwrap();
+    std::fs::write(
+        dir.path().join(".xo/knowledge/lessons/commas.md"),
+        "# Trailing commas\n\n_Last updated by: internaliser, t1_\n_Status: provisional_\n_Needs user review: yes_\n\n## Rules\n\n1. The parser accepts trailing commas\n",
+    )
+    .unwrap();
+    let waiting = text(&run(dir.path(), &["knowledge", "review"]).stdout);
+    assert!(
+        waiting.contains("lessons/commas") && waiting.contains("internaliser"),
+        "{waiting}"
+    );
+    assert!(
+        text(&run(dir.path(), &["knowledge", "ls"]).stdout)
+            .contains("lessons/commas                   review")
+    );
+    let o = run(dir.path(), &["knowledge", "review", "lessons/commas"]);
+    assert!(
+        !o.status.success() && text(&o.stderr).contains("--accept"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(
+        dir.path(),
+        &[
+            "knowledge",
+            "review",
+            "lessons/commas",
+            "--accept",
+            "--note",
+            "checked",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("lessons/commas accepted: now established"));
+    let o = run(
+        dir.path(),
+        &["knowledge", "review", "lessons/commas", "--reject"],
+    );
+    assert!(!o.status.success() && text(&o.stderr).contains("not awaiting review"));
     // The index is on disk for people and agents to read.
     let index = std::fs::read_to_string(dir.path().join(".xo/knowledge/_index.md")).unwrap();
     assert!(index.contains("[Naming](conventions/naming.md): established"));
