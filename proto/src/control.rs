@@ -380,6 +380,24 @@ pub struct UnitDetail {
     pub summary: UnitSummary,
     pub report: Option<SaluteReport>,
     pub recent_steering: Vec<Steering>,
+    /// The unit's last reports as points, oldest first (at most
+    /// [`HISTORY_POINTS`], kept by its supervisor since it started).
+    #[serde(default)]
+    pub history: Vec<ReportPoint>,
+}
+
+/// How many report points a supervisor keeps per unit.
+pub const HISTORY_POINTS: usize = 48;
+
+/// One report, as the unit page's charts draw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportPoint {
+    pub turn: u64,
+    /// Milliseconds since the Unix epoch, when the supervisor took it.
+    pub at: u64,
+    pub context_fill: f64,
+    pub cost_usd: f64,
+    pub turns_since_progress: u32,
 }
 
 /// The supervisor's counters.

@@ -967,3 +967,30 @@ async fn a_large_fleet_is_listed_in_pages() {
     .unwrap();
     assert_eq!(next[0].unit, all[ListUnits::PAGE].unit);
 }
+
+/// The unit page's charts: the supervisor keeps a unit's last reports as
+/// points, oldest first, at most `HISTORY_POINTS` (the oldest dropped).
+#[tokio::test]
+async fn the_supervisor_keeps_each_units_last_reports_for_its_charts() {
+    let sb = Sandbox::start(&[]).await;
+    let n = xo_proto::control::HISTORY_POINTS as u64 + 2;
+    for turn in 1..=n {
+        let mut r = report("charted", turn);
+        r.size.context_fill = turn as f64 / (n as f64 * 2.0);
+        r.equipment.cost_usd = turn as f64 * 0.01;
+        r.activity.turns_since_progress = (turn % 4) as u32;
+        sb.send(&r).await;
+    }
+    let d = sb.wait_seq("charted", n).await;
+    assert_eq!(d.history.len(), xo_proto::control::HISTORY_POINTS);
+    let first = d.history[0];
+    let last = d.history[d.history.len() - 1];
+    assert_eq!((first.turn, last.turn), (3, n), "the two oldest dropped");
+    assert!((last.context_fill - 0.5).abs() < 0.001, "{last:?}");
+    assert!((last.cost_usd - n as f64 * 0.01).abs() < 1e-4, "{last:?}");
+    assert_eq!(last.turns_since_progress, (n % 4) as u32);
+    assert!(
+        d.history.windows(2).all(|w| w[0].turn < w[1].turn),
+        "oldest first"
+    );
+}

@@ -332,6 +332,19 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
             .await
             .contains("test_failure")
     );
+    // Two reports: the charts of its last reports, drawn on reload.
+    b.refresh().await.unwrap();
+    wait_text(&b, "#history", "context fill: 60%").await;
+    let charts = b
+        .find_all(Locator::Css("#history figure.chart svg polyline"))
+        .await
+        .unwrap();
+    assert_eq!(
+        charts.len(),
+        3,
+        "context fill, cost, turns without progress"
+    );
+    assert!(text_of(&b, "#history").await.contains("cost: $0.5000"));
     // `xo tap` listens before the steering is sent.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let area = b.find(Locator::Css("#steer-form textarea")).await.unwrap();

@@ -481,6 +481,35 @@ fn steering_timeline(steering: &[xo_proto::Steering], now: u64) -> String {
     out
 }
 
+/// A small line chart (inline SVG, no script): `values` oldest first, the
+/// axis from 0 to `max` (0: the largest value), the last value named.
+fn chart(title: &str, values: &[f64], max: f64, show: impl Fn(f64) -> String) -> String {
+    const W: f64 = 220.0;
+    const H: f64 = 48.0;
+    let top = if max > 0.0 {
+        max
+    } else {
+        values.iter().cloned().fold(0.0, f64::max).max(1e-9)
+    };
+    let step = W / (values.len().max(2) - 1) as f64;
+    let points: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let y = H - (v / top).clamp(0.0, 1.0) * (H - 2.0) - 1.0;
+            format!("{:.1},{:.1}", i as f64 * step, y)
+        })
+        .collect();
+    let last = values.last().copied().unwrap_or_default();
+    format!(
+        "<figure class=\"chart\" data-chart=\"{t}\"><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{t}\"><polyline fill=\"none\" stroke=\"currentColor\" stroke-width=\"1.5\" points=\"{p}\"/></svg><figcaption>{t}: <b>{v}</b> <small>(max {m})</small></figcaption></figure>",
+        t = esc(title),
+        p = points.join(" "),
+        v = esc(&show(last)),
+        m = esc(&show(values.iter().cloned().fold(0.0, f64::max))),
+    )
+}
+
 async fn unit(State(c): State<Shared>, Path(unit): Path<String>, Query(q): Q) -> Response {
     let title = format!("Unit {unit}");
     let f = frame(&c, &title, "/", &q);
@@ -545,6 +574,23 @@ async fn unit(State(c): State<Shared>, Path(unit): Path<String>, Query(q): Q) ->
             } else {
                 format!("<h3>Recent actions (newest first)</h3><ol class=\"actions\" id=\"recent-actions\">{actions}</ol>")
             },
+        ));
+    }
+    if d.history.len() >= 2 {
+        let fill: Vec<f64> = d.history.iter().map(|p| p.context_fill).collect();
+        let cost: Vec<f64> = d.history.iter().map(|p| p.cost_usd).collect();
+        let tsp: Vec<f64> = d
+            .history
+            .iter()
+            .map(|p| f64::from(p.turns_since_progress))
+            .collect();
+        let (first, last) = (d.history[0].turn, d.history[d.history.len() - 1].turn);
+        body.push_str(&format!(
+            "<section class=\"charts\" id=\"history\"><h2>Last {n} reports <small>turns {first}–{last}</small></h2><div class=\"chart-row\">{a}{b}{c}</div></section>",
+            n = d.history.len(),
+            a = chart("context fill", &fill, 1.0, |v| format!("{:.0}%", v * 100.0)),
+            b = chart("cost", &cost, 0.0, |v| format!("${v:.4}")),
+            c = chart("turns without progress", &tsp, 0.0, |v| format!("{v:.0}")),
         ));
     }
     body.push_str("<section><h2>Timeline</h2><ol id=\"timeline\" class=\"timeline\" reversed>");

@@ -65,6 +65,44 @@ pub struct WatcherState {
     last_saved: u64,
     /// The role profiles of the settings version last seen.
     roles: (u64, Arc<xo_radio::Roles>),
+    /// Its last reports, compact, for the unit page's charts (in memory:
+    /// they start over with the supervisor).
+    history: std::collections::VecDeque<Point>,
+}
+
+/// One report for the charts, 16 bytes (memory per unit matters: issue 23).
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    turn: u32,
+    /// Seconds since the Unix epoch.
+    at_s: u32,
+    /// Context fill in per-mille.
+    fill: u16,
+    turns_since_progress: u16,
+    cost_usd: f32,
+}
+
+impl Point {
+    fn of(r: &SaluteReport, now_ms: u64) -> Self {
+        Self {
+            turn: u32::try_from(r.time.turn).unwrap_or(u32::MAX),
+            at_s: u32::try_from(now_ms / 1000).unwrap_or(u32::MAX),
+            fill: (r.size.fill().clamp(0.0, 1.0) * 1000.0).round() as u16,
+            turns_since_progress: u16::try_from(r.activity.turns_since_progress)
+                .unwrap_or(u16::MAX),
+            cost_usd: r.equipment.cost_usd as f32,
+        }
+    }
+
+    fn wire(self) -> xo_proto::control::ReportPoint {
+        xo_proto::control::ReportPoint {
+            turn: u64::from(self.turn),
+            at: u64::from(self.at_s) * 1000,
+            context_fill: f64::from(self.fill) / 1000.0,
+            cost_usd: f64::from(self.cost_usd),
+            turns_since_progress: u32::from(self.turns_since_progress),
+        }
+    }
 }
 
 impl WatcherState {
@@ -299,6 +337,14 @@ impl WatcherState {
         self.rec.pace = report.unit.pace;
         self.rec.turns_since_progress = report.activity.turns_since_progress;
         self.rec.cost_usd = report.equipment.cost_usd;
+        if self.history.len() >= xo_proto::control::HISTORY_POINTS {
+            self.history.pop_front();
+        } else if self.history.capacity() == 0 {
+            self.history
+                .reserve_exact(xo_proto::control::HISTORY_POINTS);
+        }
+        self.history
+            .push_back(Point::of(&report, ctx.clock.now_ms()));
         if self.rec.task_id != report.activity.task_id {
             self.rec.task_id = report.activity.task_id.clone();
         }
@@ -395,6 +441,7 @@ impl WatcherState {
             live: args.live,
             dirty: false,
             last_saved: 0,
+            history: Default::default(),
         };
         if unsent {
             // Its previous supervisor died between writing and sending.
@@ -470,6 +517,7 @@ impl WatcherState {
                     summary: state.summary(),
                     report: state.rec.report(),
                     recent_steering: state.rec.steering.iter().cloned().collect(),
+                    history: state.history.iter().map(|p| p.wire()).collect(),
                 });
             }
             WatcherMsg::Operator(req, port) => {
