@@ -670,6 +670,17 @@ async fn the_queue_is_set_up_from_the_page() {
     };
     assert!(has("/ui/queue/start").await && has("/ui/queue/step").await);
     assert!(!has("/ui/queue/halt").await && !has("/ui/queue/resume").await);
+    // The settings page edits the goal's project first.
+    b.goto(&format!("{}/settings", up.url)).await.unwrap();
+    let project = b
+        .find(Locator::Css("#settings-form input[name='project']"))
+        .await
+        .unwrap()
+        .attr("value")
+        .await
+        .unwrap();
+    assert_eq!(project.as_deref(), Some("web"));
+    b.goto(&format!("{}/queue", up.url)).await.unwrap();
 
     // A task id with a space is refused, naming the field; nothing is added.
     fill(

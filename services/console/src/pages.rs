@@ -1750,17 +1750,29 @@ fn default_project(c: &Shared) -> String {
     c.cfg.runner.default_project.clone()
 }
 
+/// The project the settings page edits first: the goal's, else the
+/// runners' default.
+async fn goal_project(c: &Shared) -> String {
+    c.call(&GetStatus {})
+        .await
+        .ok()
+        .and_then(|s| s.goal.project_id)
+        .unwrap_or_else(|| default_project(c))
+}
+
 async fn settings(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Settings", "/settings", &q);
     let v = match c.call(&GetSettings {}).await {
         Ok(v) => v,
         Err(e) => return down(&f, &e),
     };
-    let project = q
+    let project = match q
         .get("project")
         .filter(|p| xo_proto::validate_token("project", p).is_ok())
-        .cloned()
-        .unwrap_or_else(|| default_project(&c));
+    {
+        Some(p) => p.clone(),
+        None => goal_project(&c).await,
+    };
     let roles = roles_of(&c, &v);
     ok_page(&f, &settings_body(&f, &v, &project, &roles, ""))
 }

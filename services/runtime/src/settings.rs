@@ -79,12 +79,12 @@ pub fn keys() -> Vec<SettingKey> {
         k(
             "runner.global_template",
             "template",
-            "global input template, first in every prompt (SUP-5)",
+            "global input template, first in every prompt",
         ),
         k(
             "runner.output_template",
             "template",
-            "global output template: {status}, {message}, {task_id}, {output} (SUP-3)",
+            "global output template: {status}, {message}, {task_id}, {output}",
         ),
         k(
             "runner.role_templates.<role>",
@@ -94,7 +94,7 @@ pub fn keys() -> Vec<SettingKey> {
         k(
             "projects.<project>.input_template",
             "template",
-            "project input template, second in every prompt of that project (SUP-4; over project.toml)",
+            "project input template, second in every prompt of that project (over the project's .xo/project.toml)",
         ),
         k(
             "projects.<project>.output_template",
@@ -106,13 +106,13 @@ pub fn keys() -> Vec<SettingKey> {
             ..k(
                 "projects.<project>.timeout_profile",
                 "choice",
-                "the project's timeout profile: every task of the project runs under it, whatever profile the task names (SUP-4; over project.toml)",
+                "the project's timeout profile: every task of the project runs under it, whatever profile the task names (over the project's .xo/project.toml)",
             )
         },
         k(
             "projects.<project>.allow_raw_output",
             "bool",
-            "the project's results keep the agent's raw output, no output template applied (SUP-4; over project.toml)",
+            "the project's results keep the agent's raw output, no output template applied (over the project's .xo/project.toml)",
         ),
         k(
             "projects.<project>.fail_on_violation",
@@ -122,7 +122,7 @@ pub fn keys() -> Vec<SettingKey> {
         k(
             "runner.fail_on_violation",
             "bool",
-            "a reply missing a required section fails the task (on, seed 004's ERROR) or blocks it for you (off) (SUP-5)",
+            "a reply missing a required section fails the task (on) or blocks it for you (off)",
         ),
         k(
             "runner.helper_agent",
@@ -132,7 +132,7 @@ pub fn keys() -> Vec<SettingKey> {
         k(
             "runner.timeout_default_ms",
             "integer",
-            "agent timeout of the standard (default) profile under seed 004's name; 0: runner.timeouts.standard_ms (SUP-5)",
+            "agent timeout of the standard (default) profile; 0: runner.timeouts.standard_ms",
         ),
         k(
             "runner.max_retries",
