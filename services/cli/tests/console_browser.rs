@@ -821,6 +821,12 @@ async fn knowledge_awaiting_review_is_accepted_from_the_page_and_audited() {
         "# Run the formatter first\n\n_Last updated by: internaliser, t1_\n_Status: provisional_\n_Uses: 0_\n\n## Rules\n\n1. Run the formatter before the tests\n",
     )
     .unwrap();
+    std::fs::write(
+        dir.join("old.md"),
+        "# Old habit\n\n_Status: deprecated_\n\n## Rules\n\n1. Commit without tests\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("broken.md"), "# Broken\n\n_Status: maybe_\n").unwrap();
     let b = browser(&mut up.procs).await;
     login(&b, &up).await;
     b.goto(&format!("{}/knowledge", up.url)).await.unwrap();
@@ -830,6 +836,31 @@ async fn knowledge_awaiting_review_is_accepted_from_the_page_and_audited() {
         "only what waits is listed"
     );
     shot(&b, "knowledge-review").await;
+    // A file that does not parse is named with its line, readably.
+    let invalid = text_of(&b, "#invalid-docs").await;
+    assert!(
+        invalid.contains("broken.md")
+            && invalid.contains("line 3")
+            && invalid.contains("\"maybe\""),
+        "{invalid}"
+    );
+    // A deprecated document offers nothing to deprecate.
+    assert!(
+        b.find_all(Locator::Css(
+            "form[action='/ui/knowledge/lessons/old/deprecate']"
+        ))
+        .await
+        .unwrap()
+        .is_empty()
+    );
+    assert!(
+        !b.find_all(Locator::Css(
+            "form[action='/ui/knowledge/lessons/formatter/deprecate']"
+        ))
+        .await
+        .unwrap()
+        .is_empty()
+    );
     b.find(Locator::Css(
         "#needs-review tr[data-doc='lessons/vendored-parser'] input[name='note']",
     ))
@@ -865,6 +896,20 @@ async fn knowledge_awaiting_review_is_accepted_from_the_page_and_audited() {
         .await;
     assert_eq!(doc["status"], "established");
     assert!(doc.get("needs_user_review").is_none(), "{doc}");
+    // Its id opens it, readable: rules and changelog.
+    b.goto(&format!("{}/knowledge", up.url)).await.unwrap();
+    click(&b, "a[href='/knowledge/lessons/vendored-parser']").await;
+    wait_text(
+        &b,
+        "#doc-rules",
+        "The vendored parser accepts trailing commas",
+    )
+    .await;
+    assert!(
+        text_of(&b, "main")
+            .await
+            .contains("accepted in review: checked against the vendored copy")
+    );
     let audit = up
         .api(reqwest::Method::GET, "/audit?lines=50", Value::Null)
         .await;

@@ -37,6 +37,7 @@ pub fn routes() -> Router<Shared> {
         .route("/tasks/{id}", get(task_page))
         .route("/audit", get(audit))
         .route("/knowledge", get(knowledge))
+        .route("/knowledge/{category}/{name}", get(knowledge_doc))
         .route("/directives", get(directives))
         .route("/reviews", get(reviews))
         .route("/containers", get(containers))
@@ -1286,46 +1287,116 @@ async fn knowledge(State(c): State<Shared>, Query(q): Q) -> Response {
         "<div class=\"scroll\"><table><thead><tr><th>Document</th><th>Title</th><th>Status</th><th>Uses</th><th></th></tr></thead><tbody>",
     );
     for d in &list.docs {
-        let v = serde_json::to_value(d).unwrap_or_default();
-        let id = v
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let (cat, name) = id.split_once('/').unwrap_or(("", &id));
+        let (cat, name) = d.id.split_once('/').unwrap_or(("", &d.id));
+        let deprecated = d.status == xo_proto::knowledge::DocStatus::Deprecated;
         body.push_str(&format!(
-            "<tr><td><code>{id}</code></td><td>{title}</td><td>{status}</td><td class=\"num\">{uses}</td><td>{act}</td></tr>",
-            id = esc(&id),
-            title = esc(v.get("title").and_then(Value::as_str).unwrap_or("")),
+            "<tr><td><a href=\"/knowledge/{cat}/{name}\"><code>{id}</code></a></td><td>{title}</td><td>{status}</td><td class=\"num\">{uses}</td><td>{act}</td></tr>",
+            cat = esc(cat),
+            name = esc(name),
+            id = esc(&d.id),
+            title = esc(&d.title),
             status = esc(&format!(
                 "{}{}",
-                v.get("status").and_then(Value::as_str).unwrap_or(""),
-                if v.get("needs_user_review").and_then(Value::as_bool) == Some(true) {
+                d.status.as_str(),
+                if d.needs_user_review {
                     " · awaiting review"
                 } else {
                     ""
                 }
             )),
-            uses = v.get("uses").map(|u| u.to_string()).unwrap_or_default(),
-            act = action(
-                &f,
-                &format!("/ui/knowledge/{cat}/{name}/deprecate"),
-                "<input name=\"reason\" placeholder=\"why\" required>",
-                "Deprecate",
-                "danger"
-            ),
+            uses = d.uses,
+            // A deprecated document has nothing left to deprecate.
+            act = if deprecated {
+                String::new()
+            } else {
+                action(
+                    &f,
+                    &format!("/ui/knowledge/{cat}/{name}/deprecate"),
+                    "<input name=\"reason\" placeholder=\"why\" required>",
+                    "Deprecate",
+                    "danger",
+                )
+            },
         ));
     }
     body.push_str("</tbody></table></div>");
     if list.docs.is_empty() {
         body.push_str("<p class=\"empty\">No documents yet (`xo knowledge seed`, or the review supervisors write them).</p>");
     }
-    for bad in &list.invalid {
+    if !list.invalid.is_empty() {
+        body.push_str("<h2>Files that do not parse</h2><p class=\"summary\">Never injected until fixed; edit the file, the store reads it again.</p><ul id=\"invalid-docs\">");
+        for bad in &list.invalid {
+            body.push_str(&format!(
+                "<li class=\"flash error\"><code>{}</code>: {}</li>",
+                esc(&bad.path),
+                esc(&bad.error)
+            ));
+        }
+        body.push_str("</ul>");
+    }
+    ok_page(&f, &body)
+}
+
+/// One knowledge document, readable: status, rules, examples, rationale,
+/// changelog.
+async fn knowledge_doc(
+    State(c): State<Shared>,
+    Path((category, name)): Path<(String, String)>,
+    Query(q): Q,
+) -> Response {
+    let id = format!("{category}/{name}");
+    let title = format!("Knowledge {id}");
+    let f = frame(&c, &title, "/knowledge", &q);
+    let d = match c.call(&xo_proto::knowledge::GetDoc { id }).await {
+        Ok(d) => d,
+        Err(e) => return down(&f, &e),
+    };
+    let mut body = format!(
+        "<h2 id=\"doc-title\">{}</h2><p class=\"summary\">{} · {} uses · last updated by {}{}{}{}</p><h3>Rules</h3><ol id=\"doc-rules\">",
+        esc(&d.title),
+        esc(d.status.as_str()),
+        d.uses,
+        esc(&d.updated_by),
+        d.after_task
+            .as_deref()
+            .map(|t| format!(" after {}", esc(t)))
+            .unwrap_or_default(),
+        d.milestone
+            .as_deref()
+            .map(|m| format!(" · milestone {}", esc(m)))
+            .unwrap_or_default(),
+        if d.needs_user_review {
+            " · <b>awaiting your review</b>"
+        } else {
+            ""
+        },
+    );
+    for r in &d.rules {
+        body.push_str(&format!("<li>{}</li>", esc(r)));
+    }
+    body.push_str("</ol>");
+    for (h, t) in [("Examples", &d.examples), ("Rationale", &d.rationale)] {
+        if !t.is_empty() {
+            body.push_str(&format!("<h3>{h}</h3><pre>{}</pre>", esc(t)));
+        }
+    }
+    if !d.tags.is_empty() {
+        body.push_str(&format!("<p>Tags: {}</p>", esc(&d.tags.join(", "))));
+    }
+    body.push_str("<h3>Changelog</h3><ul>");
+    for ch in &d.changelog {
         body.push_str(&format!(
-            "<p class=\"flash error\">{}</p>",
-            esc(&serde_json::to_string(bad).unwrap_or_default())
+            "<li><span class=\"when\">{}</span> {}{}: {}</li>",
+            esc(&ch.at),
+            esc(&ch.by),
+            ch.task
+                .as_deref()
+                .map(|t| format!(" after {}", esc(t)))
+                .unwrap_or_default(),
+            esc(&ch.what)
         ));
     }
+    body.push_str("</ul>");
     ok_page(&f, &body)
 }
 
