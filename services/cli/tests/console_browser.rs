@@ -593,6 +593,31 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     click(&b, "#verify").await;
     wait_text(&b, "#verdict", "Chain intact").await;
     shot(&b, "audit").await;
+    // Filtered by event (any case): only those lines, each saying what it
+    // changed and who changed it.
+    b.goto(&format!(
+        "{}/audit?lines=500&event=settings_changed",
+        up.url
+    ))
+    .await
+    .unwrap();
+    let rows = b
+        .execute(
+            "return Array.from(document.querySelectorAll('#audit tbody tr')).map(r => r.cells[2].innerText);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let rows = rows.as_array().unwrap();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r == "SETTINGS_CHANGED"),
+        "{rows:?}"
+    );
+    let text = text_of(&b, "#audit").await;
+    assert!(
+        text.contains("version") && text.contains("→") && text.contains("console"),
+        "{text}"
+    );
     b.close().await.unwrap();
 }
 

@@ -157,7 +157,7 @@
         "</span> <span class=\"src\">" + esc(s.source) + "</span><p>" + esc(s.message) + "</p>");
     }
   });
-  es.addEventListener("task", () => { if (page === "/queue" || page === "/directives") reloadSoon(); });
+  es.addEventListener("task", () => { if (page === "/queue" || page === "/directives" || page === "/audit") reloadSoon(); });
   es.addEventListener("fleet", () => { if (page === "/containers") reloadSoon(); });
   es.addEventListener("review", () => { if (page === "/reviews") reloadSoon(); });
   es.addEventListener("settings", (ev) => {
