@@ -352,7 +352,16 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
         .await
         .unwrap();
     click(&b, "#steer-form button").await;
-    wait_text(&b, ".flash.ok", "sent").await;
+    wait_text(
+        &b,
+        ".flash.ok",
+        "warning steering sent to web-1 at its turn 8",
+    )
+    .await;
+    assert!(
+        !text_of(&b, ".flash.ok").await.contains("operator-"),
+        "no raw id"
+    );
     let mut line = String::new();
     BufReader::new(tap.stdout.take().unwrap())
         .read_line(&mut line)

@@ -2193,7 +2193,12 @@ async fn ui_steer(
             severity,
         })
         .await
-        .map(|s| format!("sent {} to {}", s.id, s.unit))
+        .map(|s| {
+            format!(
+                "{} steering sent to {} at its turn {}: its agent sees it on its next turn",
+                s.severity, s.unit, s.turn
+            )
+        })
         .map_err(|e| e.message);
     back(&to, r)
 }
