@@ -1637,6 +1637,34 @@ async fn containers(State(c): State<Shared>, Query(q): Q) -> Response {
     ok_page(&f, &body)
 }
 
+/// Milliseconds in the largest unit that divides them: `1800000` → `30m`.
+fn human_ms(ms: u64) -> String {
+    for (unit, n) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms >= n && ms.is_multiple_of(n) {
+            return format!("{}{unit}", ms / n);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// A duration typed by a person: `30m`, `2h`, `90s`, `1500ms`, or plain
+/// milliseconds.
+fn parse_ms(raw: &str) -> Option<u64> {
+    let t = raw.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3_600_000)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1_000)
+    } else {
+        (t, 1)
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
 /// A settings key's editor, with where its value comes from.
 fn setting_row(
     f: &Frame<'_>,
@@ -1719,6 +1747,12 @@ fn setting_row(
             }
             s
         }
+        // Durations read and typed in human units (`30m`, `2h`, `1500ms`).
+        _ if key.ends_with("_ms") => format!(
+            "<input name=\"{n}\" value=\"{val}\" data-kind=\"duration\" placeholder=\"e.g. 30m, 2h, 90s\"{disabled}>",
+            n = esc(&name),
+            val = esc(&value.as_u64().map(human_ms).unwrap_or_default()),
+        ),
         _ => format!(
             "<input name=\"{n}\" value=\"{val}\" data-kind=\"{kind}\"{disabled}>",
             n = esc(&name),
@@ -1996,6 +2030,11 @@ fn form_change(
             continue;
         }
         let value = match kind.as_str() {
+            "integer" if key.ends_with("_ms") => Value::from(parse_ms(&raw).ok_or_else(|| {
+                format!(
+                    "{key}: {raw:?} is not a duration (e.g. 30m, 2h, 90s, 1500ms, or milliseconds)"
+                )
+            })?),
             "bool" => Value::Bool(raw == "true"),
             "integer" => Value::from(
                 raw.trim()
@@ -2507,6 +2546,41 @@ mod tests {
             "the holder, from before"
         );
         assert_eq!(audit_actor(&e(serde_json::json!({"by": "alice"}))), "alice");
+    }
+
+    #[test]
+    fn durations_read_and_type_in_human_units() {
+        assert_eq!(human_ms(1_800_000), "30m");
+        assert_eq!(human_ms(7_200_000), "2h");
+        assert_eq!(human_ms(90_000), "90s");
+        assert_eq!(human_ms(1_500), "1500ms");
+        for (t, ms) in [
+            ("30m", 1_800_000),
+            ("2h", 7_200_000),
+            ("90s", 90_000),
+            ("1500ms", 1_500),
+            (" 250 ", 250),
+        ] {
+            assert_eq!(parse_ms(t), Some(ms), "{t}");
+        }
+        assert_eq!(parse_ms("soon"), None);
+        assert_eq!(parse_ms("-5m"), None);
+        // Through the form: a duration in words is saved in milliseconds,
+        // a wrong one is named.
+        let v = view();
+        let mut v2 = v.clone();
+        v2.keys.push(SettingKey {
+            key: "runner.timeouts.standard_ms".into(),
+            kind: "integer".into(),
+            help: String::new(),
+            choices: Vec::new(),
+        });
+        let (set, _) =
+            form_change(&v2, &pairs(&[("set:runner.timeouts.standard_ms", "45m")])).unwrap();
+        assert_eq!(set["runner.timeouts.standard_ms"], Value::from(2_700_000));
+        let e =
+            form_change(&v2, &pairs(&[("set:runner.timeouts.standard_ms", "soon")])).unwrap_err();
+        assert!(e.contains("is not a duration"), "{e}");
     }
 
     #[test]
