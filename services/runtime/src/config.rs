@@ -1187,6 +1187,37 @@ impl XoConfig {
                 return Err(invalid(key, "must be greater than 0".into()));
             }
         }
+        if !(1..=20).contains(&self.runner.max_retries) {
+            return Err(invalid(
+                "runner.max_retries",
+                format!(
+                    "{}: retries per task are 1 to 20 (seed 002: 3); more repeats a failure instead of fixing it",
+                    self.runner.max_retries
+                ),
+            ));
+        }
+        for (key, url) in [
+            (
+                "runner.driver.openai.base_url",
+                &self.runner.driver.openai.base_url,
+            ),
+            ("review.model.base_url", &self.review.model.base_url),
+        ] {
+            let ok = url.is_empty()
+                || ((url.starts_with("http://") || url.starts_with("https://"))
+                    && url.split("://").nth(1).is_some_and(|rest| {
+                        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+                        !host.is_empty() && !host.contains(char::is_whitespace)
+                    }));
+            if !ok {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{url:?} is not a URL: give http(s)://HOST[:PORT]/PATH, e.g. http://localhost:11434/v1"
+                    ),
+                ));
+            }
+        }
         let t = &self.runner;
         if t.timeout_default_ms > 0
             && t.timeouts.standard_ms != TimeoutConfig::default().standard_ms

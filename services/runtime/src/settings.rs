@@ -564,6 +564,41 @@ mod tests {
     }
 
     #[test]
+    fn retries_and_urls_are_checked_for_sense() {
+        let base = XoConfig::default();
+        for (key, v, says) in [
+            ("runner.max_retries", Value::from(999), "1 to 20"),
+            ("runner.max_retries", Value::from(0), "1 to 20"),
+            (
+                "review.model.base_url",
+                Value::from("not a url"),
+                "is not a URL",
+            ),
+            (
+                "review.model.base_url",
+                Value::from("http://"),
+                "is not a URL",
+            ),
+        ] {
+            let err = apply(&base, &settings(&[(key, v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(says), "{key}: {err}");
+        }
+        apply(
+            &base,
+            &settings(&[
+                ("runner.max_retries", Value::from(5)),
+                (
+                    "review.model.base_url",
+                    Value::from("https://api.example.com/v1"),
+                ),
+            ]),
+        )
+        .unwrap();
+    }
+
+    #[test]
     fn project_rules_take_their_own_kinds_of_value() {
         let base = XoConfig::default();
         apply(
