@@ -461,6 +461,47 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
     click(&b, "th a[data-sort='cost']").await;
     wait_text(&b, "th[aria-sort='descending'] a[data-sort='cost']", "").await;
     assert_eq!(order().await, json!(["calm-1", "Hot-2", "warm-3"]));
+    // A role seen in the fleet (not in xo.toml) can be tuned in Settings,
+    // its thresholds filled with the default profile's values.
+    let ops = json!({
+        "v": 1,
+        "unit": {"unit": "ops-1", "role": "devops", "pace": "primary"},
+        "status": {"health": "green"},
+        "time": {"turn": 1, "seq": 1, "at": 1}
+    });
+    let file = write(up.root.path(), "ops.json", &ops);
+    assert!(
+        up.cli(&["report", file.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    b.wait()
+        .for_element(Locator::Id("unit-ops-1"))
+        .await
+        .unwrap();
+    b.goto(&format!("{}/settings", up.url)).await.unwrap();
+    // (inside a closed <details>: present, not shown)
+    wait_text(
+        &b,
+        "[data-setting='roles.devops.doctrine.loop_error_repeats']",
+        "",
+    )
+    .await;
+    let v = b
+        .find(Locator::Css(
+            "[data-setting='roles.devops.doctrine.loop_error_repeats'] input",
+        ))
+        .await
+        .unwrap()
+        .attr("value")
+        .await
+        .unwrap();
+    assert!(
+        v.is_some_and(|v| !v.is_empty()),
+        "filled with the default profile's value"
+    );
     b.close().await.unwrap();
 }
 

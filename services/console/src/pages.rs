@@ -1665,6 +1665,16 @@ fn parse_ms(raw: &str) -> Option<u64> {
     num.trim().parse::<u64>().ok()?.checked_mul(mult)
 }
 
+/// A key's value when the settings do not set it: xo.toml's, or for a
+/// role xo.toml does not name (one seen in the fleet), the default role's.
+fn default_of<'a>(v: &'a SettingsView, key: &str) -> Option<&'a Value> {
+    v.defaults.get(key).or_else(|| {
+        let rest = key.strip_prefix("roles.")?;
+        let (_, field) = rest.split_once(".doctrine.")?;
+        v.defaults.get(&format!("roles.default.doctrine.{field}"))
+    })
+}
+
 /// A settings key's editor, with where its value comes from.
 fn setting_row(
     f: &Frame<'_>,
@@ -1676,7 +1686,7 @@ fn setting_row(
 ) -> String {
     let set = v.settings.values.get(key);
     let value = set
-        .or_else(|| v.defaults.get(key))
+        .or_else(|| default_of(v, key))
         .cloned()
         .unwrap_or(Value::Null);
     let source = if set.is_some() {
@@ -1686,6 +1696,8 @@ fn setting_row(
         )
     } else if v.defaults.contains_key(key) {
         "<span class=\"src\">xo.toml</span>".to_string()
+    } else if default_of(v, key).is_some() {
+        "<span class=\"src\">the default role's</span>".to_string()
     } else {
         "<span class=\"src\">not set</span>".to_string()
     };
@@ -1932,8 +1944,18 @@ fn settings_body(
     body
 }
 
-fn roles_of(c: &Shared, v: &SettingsView) -> Vec<String> {
+/// The roles the settings page offers: xo.toml's, those in the settings,
+/// and those of the units the supervisor knows (a role seen in the fleet
+/// can be tuned before anyone writes it down).
+async fn roles_of(c: &Shared, v: &SettingsView) -> Vec<String> {
     let mut roles: Vec<String> = c.cfg.roles.keys().cloned().collect();
+    if let Ok(units) = c.units().await {
+        for u in units {
+            if !roles.contains(&u.role) && xo_proto::validate_token("role", &u.role).is_ok() {
+                roles.push(u.role);
+            }
+        }
+    }
     for k in v.settings.values.keys().chain(v.defaults.keys()) {
         let parts: Vec<&str> = k.split('.').collect();
         if let ["roles", r, ..] | ["runner", "role_templates", r] = parts.as_slice()
@@ -1973,7 +1995,7 @@ async fn settings(State(c): State<Shared>, Query(q): Q) -> Response {
         Some(p) => p.clone(),
         None => goal_project(&c).await,
     };
-    let roles = roles_of(&c, &v);
+    let roles = roles_of(&c, &v).await;
     ok_page(&f, &settings_body(&f, &v, &project, &roles, ""))
 }
 
@@ -2057,7 +2079,7 @@ fn form_change(
     }
     // Only what changes: a value equal to the one in force is not a change.
     set.retain(|k, val| {
-        let current = v.settings.values.get(k).or_else(|| v.defaults.get(k));
+        let current = v.settings.values.get(k).or_else(|| default_of(v, k));
         match current {
             Some(cur) => cur != val,
             None => {
@@ -2172,7 +2194,7 @@ async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -> Response 
         // The page shows the edited values, so Save sends them.
         let mut shown = v.clone();
         shown.settings.values = values;
-        let roles = roles_of(&c, &shown);
+        let roles = roles_of(&c, &shown).await;
         return Html(page(
             &f,
             &settings_body(&f, &shown, &project, &roles, &extra),
