@@ -77,6 +77,13 @@ impl Changes {
         self.audit.extend(other.audit);
         self.alerts.extend(other.alerts);
     }
+    /// The last audit line of this change about task `id`.
+    pub fn line_of(&mut self, id: &str) -> Option<&mut AuditDraft> {
+        self.audit
+            .iter_mut()
+            .rev()
+            .find(|d| d.task_id.as_deref() == Some(id))
+    }
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
             && !self.status
@@ -1016,12 +1023,7 @@ impl Machine {
         c.status = true;
         // The completion's line shows the supervisor state it moved.
         let after = self.seed_state(Some(id));
-        if let Some(d) = c
-            .audit
-            .iter_mut()
-            .rev()
-            .find(|d| d.event == EventName::TaskComplete)
-        {
+        if let Some(d) = c.line_of(id) {
             d.after = after;
         }
         if let Some(reply) = reply {
@@ -1274,12 +1276,7 @@ impl Machine {
     /// Puts the agent's last prompt and reply into the audit line of `id`'s
     /// outcome in `c`.
     pub fn attach_exchange(id: &str, exchange: xo_proto::queue::Exchange, c: &mut Changes) {
-        if let Some(d) = c
-            .audit
-            .iter_mut()
-            .rev()
-            .find(|d| d.task_id.as_deref() == Some(id))
-        {
+        if let Some(d) = c.line_of(id) {
             d.exchange = Some(exchange);
         }
     }
@@ -1294,12 +1291,7 @@ impl Machine {
     ) -> Option<TaskRecord> {
         let r = self.tasks.get_mut(id)?;
         r.report = Some(report.clone());
-        if let Some(d) = c
-            .audit
-            .iter_mut()
-            .rev()
-            .find(|d| d.task_id.as_deref() == Some(id))
-        {
+        if let Some(d) = c.line_of(id) {
             d.report = Some(report);
         }
         Some(r.clone())
