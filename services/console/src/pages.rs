@@ -2571,6 +2571,50 @@ mod tests {
     }
 
     #[test]
+    fn a_role_xo_toml_does_not_name_shows_the_default_roles_values() {
+        let mut v = view();
+        v.defaults.insert(
+            "roles.default.doctrine.loop_error_repeats".into(),
+            Value::from(3),
+        );
+        v.settings
+            .values
+            .insert("roles.devops.doctrine.cascade_tools".into(), Value::from(5));
+        assert_eq!(
+            default_of(&v, "roles.devops.doctrine.loop_error_repeats"),
+            Some(&Value::from(3))
+        );
+        assert_eq!(default_of(&v, "roles.devops.doctrine.cascade_tools"), None);
+        let f = Frame {
+            title: "t",
+            active: "/settings",
+            csrf: "c",
+            read_only: false,
+            flash: None,
+        };
+        let row = setting_row(
+            &f,
+            &v,
+            "roles.devops.doctrine.loop_error_repeats",
+            "integer",
+            "",
+            &[],
+        );
+        assert!(
+            row.contains("value=\"3\"") && row.contains("the default role's"),
+            "{row}"
+        );
+        // Shown and sent back unchanged: not a change (the bricked page
+        // sent every one of them).
+        let (set, unset) = form_change(
+            &v,
+            &pairs(&[("set:roles.devops.doctrine.loop_error_repeats", "3")]),
+        )
+        .unwrap();
+        assert!(set.is_empty() && unset.is_empty(), "{set:?}");
+    }
+
+    #[test]
     fn durations_read_and_type_in_human_units() {
         assert_eq!(human_ms(1_800_000), "30m");
         assert_eq!(human_ms(7_200_000), "2h");

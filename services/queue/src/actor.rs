@@ -640,7 +640,7 @@ impl State {
     fn settings_view(&self) -> SettingsView {
         SettingsView {
             settings: self.m.settings.clone(),
-            defaults: xo_runtime::settings::defaults_with(&self.ctx.cfg, &self.m.settings),
+            defaults: xo_runtime::settings::defaults(&self.ctx.cfg),
             keys: xo_runtime::settings::keys(),
         }
     }

@@ -422,72 +422,9 @@ pub fn defaults(base: &XoConfig) -> BTreeMap<String, Value> {
     out
 }
 
-/// [`defaults`], and for a role that exists only in the operator settings
-/// (added at run time), the values it takes from the default role's
-/// profile for every key the settings do not set: the console shows and
-/// keeps them instead of empty fields.
-pub fn defaults_with(base: &XoConfig, settings: &Settings) -> BTreeMap<String, Value> {
-    let mut out = defaults(base);
-    let Ok(effective) = apply(base, settings) else {
-        return out;
-    };
-    let json = serde_json::to_value(&effective).unwrap_or_default();
-    let mut run_time_roles: Vec<&str> = settings
-        .values
-        .keys()
-        .filter_map(|k| match k.split('.').collect::<Vec<_>>().as_slice() {
-            ["roles", r, ..] if !base.roles.contains_key(*r) => Some(*r),
-            _ => None,
-        })
-        .collect();
-    run_time_roles.sort_unstable();
-    run_time_roles.dedup();
-    for role in run_time_roles {
-        let fields = DOCTRINE_NUMBERS
-            .iter()
-            .map(|(n, _, _)| *n)
-            .chain(["disabled_rules"]);
-        for field in fields {
-            let key = format!("roles.{role}.doctrine.{field}");
-            if settings.values.contains_key(&key) {
-                continue;
-            }
-            if let Some(v) = get_path(&json, &key) {
-                out.insert(key, v.clone());
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_role_added_at_run_time_has_defaults_for_its_other_keys() {
-        let base = XoConfig::default();
-        let s = settings(&[("roles.devops.doctrine.cascade_tools", Value::from(5))]);
-        let d = defaults_with(&base, &s);
-        assert!(
-            !d.contains_key("roles.devops.doctrine.cascade_tools"),
-            "set, not a default"
-        );
-        let coder = defaults(&base);
-        for (n, _, _) in DOCTRINE_NUMBERS {
-            let key = format!("roles.devops.doctrine.{n}");
-            if *n == "cascade_tools" {
-                continue;
-            }
-            assert!(d.contains_key(&key), "{key}");
-        }
-        assert!(d.contains_key("roles.devops.doctrine.disabled_rules"));
-        assert_eq!(
-            d["roles.devops.doctrine.loop_error_repeats"],
-            coder["roles.coder.doctrine.loop_error_repeats"],
-            "the default profile's values"
-        );
-    }
 
     fn settings(pairs: &[(&str, Value)]) -> Settings {
         Settings {
