@@ -477,8 +477,10 @@ fn the_kept_demo_serves_its_console_until_ctrl_c() {
             break;
         }
     }
+    // The summary first, then the fabric kept (the loop above stops at
+    // the end of output too).
     assert!(
-        seen.contains("status:") || seen.contains("kept running"),
+        seen.contains("readme     completed") && seen.contains("kept running"),
         "{seen}"
     );
     let url = format!("http://127.0.0.1:{port}");

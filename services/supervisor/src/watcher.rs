@@ -551,3 +551,14 @@ impl WatcherState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The docs' figure for the charts' memory: 16 bytes a report, 48
+    /// reports a unit.
+    #[test]
+    fn a_chart_point_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<super::Point>(), 16);
+        assert_eq!(xo_proto::control::HISTORY_POINTS, 48);
+    }
+}
