@@ -561,8 +561,50 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     let b = browser(&mut up.procs).await;
     login(&b, &up).await;
 
-    // Settings: a bad output template is refused by the check; a global
-    // template is previewed, then saved.
+    // Settings: a Save with several wrong fields names every one beside
+    // its field, keeps every edit (the good one too) and saves nothing.
+    b.goto(&format!("{}/settings", up.url)).await.unwrap();
+    for (css, typed) in [
+        ("input[name='set:runner.max_retries']", "999"),
+        ("input[name='set:review.model.base_url']", "not a url"),
+        ("input[name='set:runner.timeouts.long_ms']", "soon"),
+        (
+            "textarea[data-key='runner.global_template']",
+            "KEPT-EDIT-3: small steps.",
+        ),
+    ] {
+        let e = b.find(Locator::Css(css)).await.unwrap();
+        e.clear().await.unwrap();
+        e.send_keys(typed).await.unwrap();
+    }
+    click(&b, "#save").await;
+    wait_text(&b, "#check", "3 things to fix; nothing was saved").await;
+    let errors = text_of(&b, "#errors").await;
+    for key in [
+        "runner.max_retries",
+        "review.model.base_url",
+        "runner.timeouts.long_ms",
+    ] {
+        assert!(errors.contains(key), "{key} not named: {errors}");
+    }
+    let kept = b
+        .execute(
+            "return ['runner.max_retries','review.model.base_url','runner.timeouts.long_ms'].map(k => document.querySelector(`[name='set:${k}']`).value).concat([document.querySelector(\"textarea[data-key='runner.global_template']\").value, document.querySelectorAll('.setting.invalid .field-error').length]);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        json!(["999", "not a url", "soon", "KEPT-EDIT-3: small steps.", 3]),
+        "every edit kept, each error beside its field"
+    );
+    shot(&b, "settings-errors").await;
+    let now = up.api(reqwest::Method::GET, "/settings", Value::Null).await;
+    assert_eq!(now["settings"]["version"], 0, "nothing saved: {now}");
+
+    // A bad output template is refused by the check; a global template is
+    // previewed, then saved.
     b.goto(&format!("{}/settings", up.url)).await.unwrap();
     let out = b
         .find(Locator::Css("textarea[data-key='runner.output_template']"))

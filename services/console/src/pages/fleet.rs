@@ -1,0 +1,306 @@
+//! The fleet page: every unit in triage order, sortable, filtered by the
+//! count badges and the search; one row builder shared with the live script.
+
+use super::*;
+
+/// One row of the fleet table (the script renders the same cells).
+/// Triage order (seed: the operator looks at red first): 0 red (the XO's
+/// assessment or the unit's own), 1 amber, 2 not heard from (stale, or its
+/// reports refused), 3 the rest.
+pub fn severity(u: &UnitSummary) -> u8 {
+    use xo_proto::Health;
+    if u.health == Health::Red || u.self_health == Health::Red {
+        0
+    } else if u.health == Health::Amber || u.self_health == Health::Amber {
+        1
+    } else if u.stale || u.refused_reports >= 3 {
+        2
+    } else {
+        3
+    }
+}
+
+/// The triage bucket of a severity: what the count badges and the health
+/// filter group by.
+pub(crate) fn bucket(rank: u8) -> &'static str {
+    match rank {
+        0 => "red",
+        1 => "amber",
+        2 => "stale",
+        _ => "green",
+    }
+}
+
+/// Steered this many times and still red or amber: the steering is not
+/// working, and a human should look.
+pub(crate) const NO_EFFECT_AFTER: u64 = 3;
+
+/// A relative age, marked `old` past `old_after_ms` (a unit not heard from
+/// in minutes, steering long ago) so it does not read as current.
+pub(crate) fn age_mark(now: u64, at: u64, old_after_ms: u64) -> String {
+    let old = at > 0 && now.saturating_sub(at) > old_after_ms;
+    format!(
+        "<small class=\"age{}\">{}</small>",
+        if old { " old" } else { "" },
+        age(now, at)
+    )
+}
+
+pub fn unit_row(u: &UnitSummary, now: u64) -> String {
+    let h = health_name(u.health);
+    let own = health_name(u.self_health);
+    let last = match u.last_steering {
+        Some((k, at)) => format!("{} {}", esc(&k.to_string()), age_mark(now, at, 10 * 60_000)),
+        None => "—".into(),
+    };
+    let rank = severity(u);
+    let steered = if u.steering_sent == 0 {
+        String::new()
+    } else if u.steering_sent >= NO_EFFECT_AFTER && rank <= 1 {
+        format!(
+            "{}× <span class=\"badge red\" title=\"steered {} times and still {}: the steering is not working\">no effect</span>",
+            u.steering_sent,
+            u.steering_sent,
+            if rank == 0 { "red" } else { "amber" }
+        )
+    } else {
+        format!("{}×", u.steering_sent)
+    };
+    format!(
+        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\">\
+<td><a href=\"/units/{id}\">{id}</a></td><td>{role}</td>\
+<td><span class=\"health {h}\">{h}</span>{own_badge}{stale}</td><td class=\"pace\">{pace}</td>\
+<td class=\"num fill\">{fill:.0}%</td><td class=\"num tsp\">{tsp}</td><td class=\"num cost\">${cost:.4}</td>\
+<td class=\"task\">{task}</td><td class=\"num steered\">{steered}</td>\
+<td class=\"steer\">{last}</td><td class=\"seen\">{seen}</td></tr>",
+        id = esc(&u.unit),
+        role = esc(&u.role),
+        own_badge = if u.self_health != u.health && u.self_health != xo_proto::Health::Green {
+            format!(
+                " <span class=\"badge self {own}\" title=\"the unit reported itself {own}\">self: {own}</span>{note}",
+                note = u
+                    .self_note
+                    .as_deref()
+                    .map(|n| format!(" <small class=\"note\">{}</small>", esc(n)))
+                    .unwrap_or_default()
+            )
+        } else {
+            String::new()
+        },
+        stale = if u.stale {
+            " <span class=\"badge\">stale</span>"
+        } else if u.refused_reports >= 3 {
+            " <span class=\"badge\" title=\"its reports are refused for their epoch (an earlier life, or its clock too far off) while its heartbeats arrive\">reports refused</span>"
+        } else if u.ended {
+            " <span class=\"badge ended\">ended</span>"
+        } else {
+            ""
+        },
+        pace = esc(&wire(&u.pace)),
+        fill = u.context_fill * 100.0,
+        tsp = u.turns_since_progress,
+        cost = u.cost_usd,
+        task = u
+            .task_id
+            .as_deref()
+            .map(|t| format!("<code>{}</code>", esc(t)))
+            .unwrap_or_default(),
+        seen = age_mark(now, u.last_seen, 2 * 60_000),
+    )
+}
+
+/// The fleet's sortable columns: (query key, header).
+pub(crate) const FLEET_COLUMNS: [(&str, &str); 11] = [
+    ("unit", "Unit"),
+    ("role", "Role"),
+    ("health", "Health"),
+    ("pace", "PACE"),
+    ("context", "Context"),
+    ("tsp", "Turns w/o progress"),
+    ("cost", "Cost"),
+    ("task", "Task"),
+    ("steered", "Steered"),
+    ("steering", "Last steering"),
+    ("seen", "Seen"),
+];
+
+pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
+    use std::cmp::Ordering;
+    let f = |a: f64, b: f64| a.partial_cmp(&b).unwrap_or(Ordering::Equal);
+    units.sort_by(|a, b| {
+        let o = match key {
+            "unit" => Ordering::Equal,
+            "role" => a.role.cmp(&b.role),
+            "pace" => wire(&a.pace).cmp(&wire(&b.pace)),
+            "context" => f(a.context_fill, b.context_fill),
+            "tsp" => a.turns_since_progress.cmp(&b.turns_since_progress),
+            "cost" => f(a.cost_usd, b.cost_usd),
+            "task" => a.task_id.cmp(&b.task_id),
+            "steered" => a.steering_sent.cmp(&b.steering_sent),
+            "steering" => a
+                .last_steering
+                .map(|s| s.1)
+                .cmp(&b.last_steering.map(|s| s.1)),
+            "seen" => a.last_seen.cmp(&b.last_seen),
+            _ => severity(a).cmp(&severity(b)),
+        };
+        let o = if desc { o.reverse() } else { o };
+        o.then_with(|| a.unit.cmp(&b.unit))
+    });
+}
+
+/// The fleet table for `units` with the filters and order of `q`: red
+/// first by default; a header sorts by its column (again: the other way).
+pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
+    let role = q.get("role").filter(|s| !s.is_empty());
+    let health = q.get("health").filter(|s| !s.is_empty());
+    let find = q.get("q").filter(|s| !s.is_empty());
+    let needle = find.map(|f| f.to_lowercase());
+    let sort = q
+        .get("sort")
+        .map(String::as_str)
+        .filter(|k| FLEET_COLUMNS.iter().any(|(c, _)| c == k))
+        .unwrap_or("health");
+    let desc = q.get("dir").is_some_and(|d| d == "desc");
+    let mut roles: Vec<&str> = units.iter().map(|u| u.role.as_str()).collect();
+    roles.sort_unstable();
+    roles.dedup();
+    let mut shown: Vec<&UnitSummary> = units
+        .iter()
+        .filter(|u| {
+            !(role.is_some_and(|r| *r != u.role)
+                || health.is_some_and(|h| h != bucket(severity(u)))
+                || needle
+                    .as_deref()
+                    .is_some_and(|f| !u.unit.to_lowercase().contains(f)))
+        })
+        .collect();
+    sort_units(&mut shown, sort, desc);
+    let mut rows = String::with_capacity(shown.len() * 450);
+    for u in &shown {
+        rows.push_str(&unit_row(u, now));
+    }
+    // Links keep the other filters and the order.
+    let link = |set: &[(&str, &str)]| {
+        let mut kv: BTreeMap<&str, &str> = q
+            .iter()
+            .filter(|(k, v)| {
+                ["role", "health", "q", "sort", "dir"].contains(&k.as_str()) && !v.is_empty()
+            })
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        for (k, v) in set {
+            if v.is_empty() {
+                kv.remove(k);
+            } else {
+                kv.insert(k, v);
+            }
+        }
+        let qs: Vec<String> = kv.iter().map(|(k, v)| format!("{k}={}", enc(v))).collect();
+        esc(&format!("/?{}", qs.join("&")))
+    };
+    let opt = |v: &str, sel: Option<&String>| {
+        format!(
+            "<option value=\"{v}\"{}>{v}</option>",
+            if sel.is_some_and(|s| s == v) {
+                " selected"
+            } else {
+                ""
+            },
+            v = esc(v)
+        )
+    };
+    let role_opts: String = roles.iter().map(|r| opt(r, role)).collect();
+    let health_opts: String = ["red", "amber", "green", "stale"]
+        .iter()
+        .map(|h| opt(h, health))
+        .collect();
+    let mut counts = [0usize; 4];
+    for u in units {
+        counts[usize::from(severity(u))] += 1;
+    }
+    let count = |h: &str| match h {
+        "red" => counts[0],
+        "amber" => counts[1],
+        "stale" => counts[2],
+        _ => counts[3],
+    };
+    let badges: String = ["red", "amber", "green", "stale"]
+        .iter()
+        .map(|h| {
+            let on = health.is_some_and(|x| x == h);
+            format!(
+                "<a class=\"health {h}{on}\" id=\"count-{h}\" href=\"{href}\" title=\"show only the {h} units\"><b>{n}</b> {h}</a> ",
+                on = if on { " on" } else { "" },
+                href = link(&[("health", if on { "" } else { h })]),
+                n = count(h),
+            )
+        })
+        .collect();
+    let heads: String = FLEET_COLUMNS
+        .iter()
+        .map(|(k, title)| {
+            let current = *k == sort;
+            let next = if current && !desc { "desc" } else { "" };
+            format!(
+                "<th{aria}><a href=\"{href}\" data-sort=\"{k}\">{title}{arrow}</a></th>",
+                aria = if current {
+                    format!(
+                        " aria-sort=\"{}\"",
+                        if desc { "descending" } else { "ascending" }
+                    )
+                } else {
+                    String::new()
+                },
+                href = link(&[("sort", k), ("dir", next)]),
+                arrow = if current {
+                    if desc { " ▾" } else { " ▴" }
+                } else {
+                    ""
+                },
+            )
+        })
+        .collect();
+    format!(
+        "<p class=\"summary\"><span id=\"unit-count\">{n}</span> units · {badges}</p>\
+<form method=\"get\" class=\"filters\"><label>Role <select name=\"role\"><option value=\"\">all</option>{role_opts}</select></label>\
+<label>Health <select name=\"health\"><option value=\"\">all</option>{health_opts}</select></label>\
+<label>Unit <input name=\"q\" value=\"{f}\" placeholder=\"name contains (any case)\"></label>\
+<input type=\"hidden\" name=\"sort\" value=\"{sort}\"><button type=\"submit\">Filter</button></form>\
+<div class=\"scroll\"><table id=\"units\" data-live=\"fleet\" data-sort=\"{sort}\"><thead><tr>{heads}</tr></thead>\
+<tbody>{rows}</tbody></table></div>{empty}",
+        n = units.len(),
+        f = esc(find.map(String::as_str).unwrap_or("")),
+        empty = if shown.is_empty() {
+            "<p class=\"empty\" id=\"no-units\">No units match. Units appear here when they send their first SALUTE report (`xo report FILE`, or a runner).</p>"
+        } else {
+            ""
+        },
+    )
+}
+
+/// One unit's fleet row, for the live page to swap in (the server's row
+/// is the only one: the page's script does not build its own).
+pub(crate) async fn unit_row_fragment(
+    State(c): State<Shared>,
+    Path(unit): Path<String>,
+) -> Response {
+    if xo_proto::validate_token("unit", &unit).is_err() {
+        return StatusCode::BAD_REQUEST.into_response();
+    }
+    match c.call(&ShowUnit { unit }).await {
+        Ok(d) => Html(unit_row(&d.summary, now())).into_response(),
+        Err(e) if e.code == xo_proto::control::ErrorCode::NotFound => {
+            StatusCode::NOT_FOUND.into_response()
+        }
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+pub(crate) async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Fleet", "/", &q);
+    match c.units().await {
+        Ok(units) => ok_page(&f, &fleet_body(&units, &q, now())),
+        Err(e) => down(&f, &e),
+    }
+}

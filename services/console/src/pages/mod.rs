@@ -1,0 +1,693 @@
+//! The pages: server-rendered HTML that reads without JavaScript, and form
+//! actions (`POST /ui/...`) that redirect back with a message. The script
+//! (`assets/console.js`) adds live updates from `/api/v1/events`.
+//!
+//! A service that does not answer gives a page that says which service and
+//! how to start it (status 503), never a 500.
+
+use std::collections::BTreeMap;
+
+use axum::Form;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde_json::Value;
+use xo_proto::Severity;
+use xo_proto::control::{ServiceError, ShowUnit, SteerUnit, UnitSummary};
+use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
+use xo_proto::knowledge::{Author, DeprecateDoc, DocSummary, ListDocs, ListReviewRuns, ReviewDoc};
+use xo_proto::queue::{
+    Answer, AuditTail, AuditVerify, Cancel, Enqueue, GetStatus, Halt, Init, Resume, RetryTask,
+    SetGoal, Start, Step, Task, TaskRecord, TaskState,
+};
+use xo_proto::settings::{GetSettings, PutSettings, SettingsView};
+
+use crate::Shared;
+use crate::html::{Frame, action, age, esc, health_name, page, wire};
+
+mod audit;
+mod containers;
+mod directives;
+mod fleet;
+mod knowledge;
+mod login;
+mod queue;
+mod settings;
+mod task;
+mod unit;
+
+use audit::*;
+use containers::*;
+use directives::*;
+use fleet::*;
+use knowledge::*;
+use login::*;
+use queue::*;
+use settings::*;
+use task::*;
+use unit::*;
+
+type Q = Query<BTreeMap<String, String>>;
+
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/", get(fleet))
+        .route("/units/{unit}", get(unit))
+        .route("/queue", get(queue))
+        .route("/tasks/{id}", get(task_page))
+        .route("/audit", get(audit))
+        .route("/knowledge", get(knowledge))
+        .route("/knowledge/{category}/{name}", get(knowledge_doc))
+        .route("/directives", get(directives))
+        .route("/reviews", get(reviews))
+        .route("/containers", get(containers))
+        .route("/settings", get(settings))
+        .route("/login", get(login_page).post(login))
+        .route("/ui/units/{unit}/steer", post(ui_steer))
+        .route("/ui/units/{unit}/row", get(unit_row_fragment))
+        .route("/ui/queue/{verb}", post(ui_queue))
+        .route("/ui/tasks/{id}/{verb}", post(ui_task))
+        .route(
+            "/ui/knowledge/{category}/{name}/deprecate",
+            post(ui_deprecate),
+        )
+        .route("/ui/knowledge/{category}/{name}/review", post(ui_review))
+        .route("/ui/fleet/{role}/scale", post(ui_scale))
+        .route("/ui/fleet/units/{unit}/restart", post(ui_restart))
+        .route("/ui/settings", post(ui_settings))
+}
+
+fn flash(q: &BTreeMap<String, String>) -> Option<(bool, String)> {
+    q.get("error")
+        .map(|e| (false, e.clone()))
+        .or_else(|| q.get("ok").map(|m| (true, m.clone())))
+}
+
+fn frame<'a>(
+    c: &'a Shared,
+    title: &'a str,
+    active: &'a str,
+    q: &BTreeMap<String, String>,
+) -> Frame<'a> {
+    Frame {
+        title,
+        active,
+        csrf: c.auth.csrf(),
+        read_only: c.auth.read_only(),
+        flash: flash(q),
+    }
+}
+
+fn ok_page(f: &Frame<'_>, body: &str) -> Response {
+    Html(page(f, body)).into_response()
+}
+
+/// The page of a service that did not answer: which, and how to start it.
+/// A page refused for what its address named (400), saying why.
+fn bad_request(f: &Frame<'_>, why: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Html(page(
+            f,
+            &format!("<p class=\"flash error\">{}</p>", esc(why)),
+        )),
+    )
+        .into_response()
+}
+
+fn down(f: &Frame<'_>, e: &ServiceError) -> Response {
+    let body = format!(
+        "<div class=\"down\" role=\"alert\"><h2>Not available</h2><p>{}</p></div>",
+        esc(&e.message)
+    );
+    let status = crate::api::status_of(e.code);
+    let status = if status == StatusCode::INTERNAL_SERVER_ERROR {
+        StatusCode::BAD_GATEWAY
+    } else {
+        status
+    };
+    (status, Html(page(f, &body))).into_response()
+}
+
+fn now() -> u64 {
+    xo_proto::now_ms()
+}
+
+/// A form action's fields, once its CSRF value checked out (every
+/// `POST /ui/...` takes this instead of checking for itself).
+struct UiForm(Vec<(String, String)>);
+
+impl axum::extract::FromRequest<Shared> for UiForm {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, c: &Shared) -> Result<Self, Response> {
+        let Form(form) = Form::<Vec<(String, String)>>::from_request(req, c)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if !csrf_ok(c, &form) {
+            return Err(refused_csrf());
+        }
+        Ok(UiForm(form))
+    }
+}
+
+/// A form field's value (the last one wins, like a checkbox after its hidden default).
+fn field(form: &[(String, String)], name: &str) -> Option<String> {
+    form.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+fn csrf_ok(c: &Shared, form: &[(String, String)]) -> bool {
+    field(form, "csrf").is_some_and(|v| c.auth.csrf_ok(&v))
+}
+
+/// Percent-encodes a query value.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+fn back(to: &str, r: Result<String, String>) -> Response {
+    let sep = if to.contains('?') { '&' } else { '?' };
+    let url = match r {
+        Ok(m) => format!("{to}{sep}ok={}", enc(&m)),
+        Err(e) => format!("{to}{sep}error={}", enc(&e)),
+    };
+    Redirect::to(&url).into_response()
+}
+
+fn refused_csrf() -> Response {
+    crate::auth::refuse(
+        false,
+        StatusCode::FORBIDDEN,
+        "csrf",
+        "this form's CSRF value is missing or wrong: reload the page and try again",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(name: &str, health: xo_proto::Health) -> UnitSummary {
+        UnitSummary {
+            unit: name.into(),
+            role: "coder".into(),
+            health,
+            self_health: xo_proto::Health::Green,
+            self_note: None,
+            stale: false,
+            ended: false,
+            refused_reports: 0,
+            turn: 1,
+            seq: 1,
+            last_seen: 1_000_000,
+            task_id: None,
+            context_fill: 0.5,
+            steering_sent: 0,
+            restarts: 0,
+            pace: Default::default(),
+            turns_since_progress: 0,
+            cost_usd: 0.0,
+            last_steering: None,
+        }
+    }
+
+    fn order(body: &str) -> Vec<String> {
+        body.split("<tr id=\"unit-")
+            .skip(1)
+            .map(|r| r.split('"').next().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_timeline_shows_evidence_and_collapses_repeats() {
+        use xo_proto::{AnomalyKind, Severity, Steering};
+        let mk = |kind: AnomalyKind, turn: u64, msg: &str| Steering {
+            v: 1,
+            unit: "u1".into(),
+            id: format!("u1-{turn}"),
+            kind,
+            severity: Severity::Urgent,
+            message: msg.into(),
+            turn,
+            at: 0,
+            evidence: xo_proto::Evidence {
+                rule: "context_fill > 0.90".into(),
+                observed: "0.930".into(),
+                turns: vec![turn],
+                tools: Vec::new(),
+            },
+            source: xo_proto::SteeringSource::Xo,
+        };
+        let list = vec![
+            mk(AnomalyKind::Stall, 3, "stalled"),
+            mk(AnomalyKind::Context, 10, "compact"),
+            mk(AnomalyKind::Context, 11, "compact"),
+            mk(AnomalyKind::Context, 12, "compact"),
+        ];
+        let html = steering_timeline(&list, 0);
+        assert_eq!(html.matches("<li").count(), 2, "{html}");
+        let first = html.split("<li").nth(1).unwrap();
+        assert!(
+            first.contains("turn 10–12") && first.contains("×3"),
+            "{first}"
+        );
+        assert!(
+            first.contains("evidence: <code>context_fill &gt; 0.90</code>, observed <b>0.930</b>"),
+            "{first}"
+        );
+        let second = html.split("<li").nth(2).unwrap();
+        assert!(
+            second.contains("turn 3 ") && !second.contains("×"),
+            "{second}"
+        );
+    }
+
+    #[test]
+    fn an_audit_line_shows_what_changed_and_who() {
+        let before = serde_json::json!({"supervisor": {"iteration": 0, "status": "RUNNING"},
+            "task": {"state": "running", "claimant": "coder-1", "reason": null}, "last_updated": "a"});
+        let after = serde_json::json!({"supervisor": {"iteration": 1, "status": "RUNNING"},
+            "task": {"state": "completed", "claimant": null}, "last_updated": "b"});
+        let d = audit_diff(&before, &after);
+        assert!(
+            d.contains("<code>task.state</code>: running → <b>completed</b>"),
+            "{d}"
+        );
+        assert!(
+            d.contains("<code>supervisor.iteration</code>: 0 → <b>1</b>"),
+            "{d}"
+        );
+        assert!(
+            d.contains("<code>task.claimant</code>: coder-1 → <b>—</b>"),
+            "{d}"
+        );
+        assert!(
+            !d.contains("supervisor.status") && !d.contains("last_updated"),
+            "{d}"
+        );
+        assert_eq!(audit_diff(&before, &before), "");
+        let e = |after: Value| xo_proto::queue::AuditEvent {
+            v: 1,
+            seq: 1,
+            event: "X".into(),
+            task_id: None,
+            at: 0,
+            state_before: before.clone(),
+            state_after: after,
+            validation_report: None,
+            prompt_ref: None,
+            response_ref: None,
+            prompt: None,
+            response: None,
+            prev: String::new(),
+        };
+        assert_eq!(
+            audit_actor(&e(after.clone())),
+            "coder-1",
+            "the holder, from before"
+        );
+        assert_eq!(audit_actor(&e(serde_json::json!({"by": "alice"}))), "alice");
+    }
+
+    #[test]
+    fn a_role_xo_toml_does_not_name_shows_the_default_roles_values() {
+        let mut v = view();
+        v.defaults.insert(
+            "roles.default.doctrine.loop_error_repeats".into(),
+            Value::from(3),
+        );
+        v.settings
+            .values
+            .insert("roles.devops.doctrine.cascade_tools".into(), Value::from(5));
+        assert_eq!(
+            default_of(&v, "roles.devops.doctrine.loop_error_repeats"),
+            Some(&Value::from(3))
+        );
+        assert_eq!(default_of(&v, "roles.devops.doctrine.cascade_tools"), None);
+        let f = Frame {
+            title: "t",
+            active: "/settings",
+            csrf: "c",
+            read_only: false,
+            flash: None,
+        };
+        let row = setting_row(
+            &f,
+            &v,
+            "roles.devops.doctrine.loop_error_repeats",
+            "integer",
+            "",
+            &[],
+            &FormChange::default(),
+        );
+        assert!(
+            row.contains("value=\"3\"") && row.contains("the default role's"),
+            "{row}"
+        );
+        // Shown and sent back unchanged: not a change (the bricked page
+        // sent every one of them).
+        let (set, unset) = form_change(
+            &v,
+            &pairs(&[("set:roles.devops.doctrine.loop_error_repeats", "3")]),
+        )
+        .unwrap();
+        assert!(set.is_empty() && unset.is_empty(), "{set:?}");
+    }
+
+    #[test]
+    fn durations_read_and_type_in_human_units() {
+        assert_eq!(human_ms(1_800_000), "30m");
+        assert_eq!(human_ms(7_200_000), "2h");
+        assert_eq!(human_ms(90_000), "90s");
+        assert_eq!(human_ms(1_500), "1500ms");
+        for (t, ms) in [
+            ("30m", 1_800_000),
+            ("2h", 7_200_000),
+            ("90s", 90_000),
+            ("1500ms", 1_500),
+            (" 250 ", 250),
+        ] {
+            assert_eq!(parse_ms(t), Some(ms), "{t}");
+        }
+        assert_eq!(parse_ms("soon"), None);
+        assert_eq!(parse_ms("-5m"), None);
+        // Through the form: a duration in words is saved in milliseconds,
+        // a wrong one is named.
+        let v = view();
+        let mut v2 = v.clone();
+        v2.keys.push(SettingKey {
+            key: "runner.timeouts.standard_ms".into(),
+            kind: "integer".into(),
+            help: String::new(),
+            choices: Vec::new(),
+        });
+        let (set, _) =
+            form_change(&v2, &pairs(&[("set:runner.timeouts.standard_ms", "45m")])).unwrap();
+        assert_eq!(set["runner.timeouts.standard_ms"], Value::from(2_700_000));
+        let e =
+            form_change(&v2, &pairs(&[("set:runner.timeouts.standard_ms", "soon")])).unwrap_err();
+        assert!(e.contains("is not a duration"), "{e}");
+    }
+
+    /// A refused form names every field that is wrong (not the first), and
+    /// the page it comes back as shows each as it was typed, with its error.
+    #[test]
+    fn a_refused_settings_form_names_every_error_and_keeps_every_edit() {
+        let cfg = xo_runtime::XoConfig::default();
+        let v = SettingsView {
+            settings: xo_proto::settings::Settings::default(),
+            defaults: xo_runtime::settings::defaults(&cfg),
+            keys: xo_runtime::settings::keys(),
+        };
+        let form = pairs(&[
+            ("set:runner.max_retries", "999"),
+            ("set:runner.timeouts.long_ms", "soon"),
+            ("set:review.model.base_url", "not a url"),
+            ("set:roles.default.doctrine.loop_error_repeats", "many"),
+            ("set:runner.global_template", "KEEP-ME: small steps"),
+        ]);
+        let mut change = read_form(&v, &form);
+        check_change(&cfg, &v, &mut change);
+        let keys: Vec<&str> = change.errors.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "review.model.base_url",
+                "roles.default.doctrine.loop_error_repeats",
+                "runner.max_retries",
+                "runner.timeouts.long_ms",
+            ],
+            "{:?}",
+            change.errors
+        );
+        assert!(change.errors["runner.max_retries"].contains("1 to 20"));
+        // The good edit is still in the change, shown with the others.
+        assert!(change.set.contains_key("runner.global_template"));
+        assert!(!change.set.contains_key("runner.max_retries"));
+        let f = Frame {
+            title: "t",
+            active: "/settings",
+            csrf: "c",
+            read_only: false,
+            flash: None,
+        };
+        let mut shown = v.clone();
+        shown.settings.values.extend(change.set.clone());
+        let html = settings_body(&f, &shown, "default", &["default".into()], "", &change);
+        for typed in ["999", "soon", "not a url", "many", "KEEP-ME: small steps"] {
+            assert!(html.contains(&esc(typed)), "{typed} not kept on the page");
+        }
+        assert_eq!(html.matches("class=\"field-error\"").count(), 4);
+        assert!(html.contains("id=\"field-runner-max_retries\""));
+    }
+
+    #[test]
+    fn a_directive_names_its_source() {
+        let mut t = Task::new(
+            "dir-code-style-3-1",
+            "tidy",
+            "Directive from the code_style supervisor (Cleanup, Low): tidy\nRationale: x",
+            "coder",
+        );
+        assert_eq!(directive_source(&t), "code_style");
+        t.instructions = "do it".into();
+        assert_eq!(directive_source(&t), "—");
+    }
+
+    #[test]
+    fn the_fleet_is_in_triage_order_sorts_filters_and_flags() {
+        use xo_proto::Health::*;
+        let now = 1_000_000 + 30_000;
+        let mut self_red = unit("hot-2", Green);
+        self_red.self_health = Red;
+        let mut stale = unit("quiet-4", Green);
+        stale.stale = true;
+        stale.last_seen = 1;
+        let mut steered = unit("Full-5", Amber);
+        steered.steering_sent = 60;
+        steered.context_fill = 0.93;
+        steered.task_id = Some("t-7".into());
+        steered.last_steering = Some((xo_proto::AnomalyKind::Context, 1));
+        steered.cost_usd = 3.0;
+        let units = vec![
+            unit("alpha-1", Green),
+            stale,
+            steered,
+            self_red,
+            unit("Red-3", Red),
+        ];
+        let q = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        // Red (the XO's or the unit's own), then amber, then stale, then the rest.
+        let body = fleet_body(&units, &q(&[]), now);
+        assert_eq!(
+            order(&body),
+            ["Red-3", "hot-2", "Full-5", "quiet-4", "alpha-1"]
+        );
+        assert!(body.contains("title=\"the unit reported itself red\">self: red</span>"));
+        // Steered 60 times and still amber: the steering is not working.
+        assert!(body.contains("60× <span class=\"badge red\""), "{body}");
+        assert!(body.contains(">no effect</span>"));
+        assert!(body.contains("<code>t-7</code>"), "the current task");
+        // A unit silent for long and steering long ago read as old.
+        assert!(
+            body.contains("<td class=\"seen\"><small class=\"age old\">17m ago</small>"),
+            "{body}"
+        );
+        assert!(body.contains("context <small class=\"age old\">17m ago</small>"));
+        assert!(
+            body.contains("<small class=\"age\">30s ago</small>"),
+            "a fresh one is not"
+        );
+        // The badges count by triage bucket and are filter links.
+        assert!(
+            body.contains("id=\"count-red\" href=\"/?health=red\""),
+            "{body}"
+        );
+        assert!(body.contains("<b>2</b> red</a>"));
+        assert!(body.contains("<b>1</b> amber</a>") && body.contains("<b>1</b> stale</a>"));
+        let reds = fleet_body(&units, &q(&[("health", "red")]), now);
+        assert_eq!(order(&reds), ["Red-3", "hot-2"]);
+        assert!(
+            reds.contains("class=\"health red on\" id=\"count-red\" href=\"/?\""),
+            "clicking again clears it"
+        );
+        // Search is case-insensitive.
+        assert_eq!(
+            order(&fleet_body(&units, &q(&[("q", "RED")]), now)),
+            ["Red-3"]
+        );
+        assert_eq!(
+            order(&fleet_body(&units, &q(&[("q", "full")]), now)),
+            ["Full-5"]
+        );
+        // A header sorts by its column, and again the other way; the
+        // filters stay in its link.
+        let by_cost = fleet_body(&units, &q(&[("sort", "cost"), ("dir", "desc")]), now);
+        assert_eq!(order(&by_cost)[0], "Full-5");
+        assert!(by_cost.contains("aria-sort=\"descending\""));
+        let by_name = fleet_body(&units, &q(&[("sort", "unit"), ("role", "coder")]), now);
+        assert_eq!(
+            order(&by_name),
+            ["Full-5", "Red-3", "alpha-1", "hot-2", "quiet-4"]
+        );
+        assert!(
+            by_name.contains("href=\"/?dir=desc&amp;role=coder&amp;sort=unit\""),
+            "{by_name}"
+        );
+        // An unknown column falls back to triage order.
+        assert_eq!(
+            order(&fleet_body(&units, &q(&[("sort", "bogus")]), now))[0],
+            "Red-3"
+        );
+    }
+    use xo_proto::Health;
+    use xo_proto::settings::{SettingKey, Settings};
+
+    fn view() -> SettingsView {
+        let mut defaults = BTreeMap::new();
+        defaults.insert("supervisor.enabled".to_string(), Value::Bool(true));
+        defaults.insert("runner.max_retries".to_string(), Value::from(3));
+        defaults.insert("runner.global_template".to_string(), Value::from(""));
+        SettingsView {
+            settings: Settings::default(),
+            defaults,
+            keys: xo_runtime::settings::keys()
+                .into_iter()
+                .chain([SettingKey {
+                    key: "x".into(),
+                    kind: "string".into(),
+                    help: String::new(),
+                    choices: vec![],
+                }])
+                .collect(),
+        }
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_form_sends_only_what_changed_typed_by_kind() {
+        let v = view();
+        let (set, unset) = form_change(
+            &v,
+            &pairs(&[
+                ("set:supervisor.enabled", "false"),
+                ("set:runner.max_retries", "3"),
+                ("set:runner.global_template", "Be brief.\r\nAlways."),
+                ("list:roles.coder.doctrine.disabled_rules", ""),
+                ("list:roles.coder.doctrine.disabled_rules", "stall"),
+                ("set:roles.coder.doctrine.loop_error_repeats", "5"),
+            ]),
+        )
+        .unwrap();
+        assert!(unset.is_empty());
+        assert_eq!(set["supervisor.enabled"], Value::Bool(false));
+        assert!(
+            !set.contains_key("runner.max_retries"),
+            "unchanged values are not sent"
+        );
+        assert_eq!(set["runner.global_template"], "Be brief.\nAlways.");
+        assert_eq!(
+            set["roles.coder.doctrine.disabled_rules"],
+            serde_json::json!(["stall"])
+        );
+        assert_eq!(
+            set["roles.coder.doctrine.loop_error_repeats"],
+            Value::from(5)
+        );
+        // A checked box comes after its hidden "false": the last value wins.
+        let (set, _) = form_change(
+            &v,
+            &pairs(&[
+                ("set:supervisor.enabled", "false"),
+                ("set:supervisor.enabled", "true"),
+            ]),
+        )
+        .unwrap();
+        assert!(set.is_empty());
+        let e = form_change(&v, &pairs(&[("set:runner.max_retries", "many")])).unwrap_err();
+        assert!(e.contains("runner.max_retries"), "{e}");
+        // Issue 24's bricked page: a role's thresholds rendered empty came
+        // back as "" and every Save failed. An emptied number is no value:
+        // nothing to change, or back to xo.toml where it was set.
+        let mut v2 = view();
+        v2.settings
+            .values
+            .insert("runner.max_retries".into(), Value::from(5));
+        let (set, unset) = form_change(
+            &v2,
+            &pairs(&[
+                ("set:roles.devops.doctrine.loop_error_repeats", ""),
+                ("set:runner.max_retries", " "),
+                ("set:supervisor.enabled", "false"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(unset, ["runner.max_retries"]);
+        assert_eq!(set.len(), 1, "{set:?}");
+        assert_eq!(set["supervisor.enabled"], Value::Bool(false));
+    }
+
+    #[test]
+    fn the_fleet_table_filters_and_escapes() {
+        let u = |name: &str, role: &str, h: Health| UnitSummary {
+            unit: name.into(),
+            role: role.into(),
+            health: h,
+            self_health: h,
+            self_note: None,
+            stale: false,
+            ended: false,
+            refused_reports: 0,
+            turn: 1,
+            seq: 1,
+            last_seen: 0,
+            task_id: None,
+            context_fill: 0.5,
+            steering_sent: 0,
+            restarts: 0,
+            pace: Default::default(),
+            turns_since_progress: 2,
+            cost_usd: 0.25,
+            last_steering: None,
+        };
+        let units = vec![
+            u("a-1", "coder", Health::Green),
+            u("b-1", "<tester>", Health::Red),
+        ];
+        let mut q = BTreeMap::new();
+        let all = fleet_body(&units, &q, 0);
+        assert!(all.contains("id=\"unit-a-1\"") && all.contains("id=\"unit-b-1\""));
+        assert!(all.contains("&lt;tester&gt;") && !all.contains("<tester>"));
+        q.insert("health".into(), "red".into());
+        let red = fleet_body(&units, &q, 0);
+        assert!(!red.contains("id=\"unit-a-1\"") && red.contains("id=\"unit-b-1\""));
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(enc("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+    }
+}

@@ -1,0 +1,328 @@
+//! The queue page: status, goal, budget, tasks, and the set-up forms.
+
+use super::*;
+
+pub(crate) async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Queue", "/queue", &q);
+    let (status, tasks) = tokio::join!(c.call(&GetStatus {}), crate::api::all_tasks(&c, None));
+    let (status, tasks) = match (status, tasks) {
+        (Ok(s), Ok(t)) => (s, t),
+        (Err(e), _) | (_, Err(e)) => return down(&f, &e),
+    };
+    let run = wire(&status.status);
+    // Only the controls the state allows.
+    use xo_proto::queue::{ExecutionMode, RunStatus};
+    let (running, halted) = (
+        status.status == RunStatus::Running,
+        status.status == RunStatus::Halted,
+    );
+    let manual = status.mode == ExecutionMode::Manual;
+    let fresh = status.halt_reason.is_none();
+    let mut body = String::new();
+    if let Some(stuck) = &status.stuck {
+        body.push_str(&format!(
+            "<p class=\"flash error\" id=\"stuck\" role=\"alert\">Stuck: {}</p>",
+            esc(stuck)
+        ));
+    }
+    let spend = if status.goal.budget_usd > 0.0 {
+        format!(
+            " · spent <b id=\"goal-spent\">${:.2}</b> of ${:.2} ({:.0}%)",
+            status.spent_usd,
+            status.goal.budget_usd,
+            100.0 * status.spent_usd / status.goal.budget_usd
+        )
+    } else {
+        format!(
+            " · spent <b id=\"goal-spent\">${:.2}</b> (no budget)",
+            status.spent_usd
+        )
+    };
+    body.push_str(&format!(
+        "<section class=\"status\"><p>Status <b id=\"queue-status\">{run}</b>{reason} · mode <b>{mode}</b> · iteration {it}</p><p>Goal: {goal}{spend}</p><div class=\"actions\">{start}{step}{halt}{resume}</div></section>",
+        reason = status
+            .halt_reason
+            .as_ref()
+            .map(|r| format!(" <span class=\"reason\">({})</span>", esc(r)))
+            .unwrap_or_default(),
+        mode = esc(&wire(&status.mode)),
+        it = status.iteration,
+        goal = if status.goal.description.is_empty() {
+            "<i>none set</i>".to_string()
+        } else {
+            esc(&status.goal.description)
+        },
+        start = if halted && fresh {
+            action(&f, "/ui/queue/start", "", "Start", "")
+        } else {
+            String::new()
+        },
+        step = if manual && (running || halted) {
+            action(&f, "/ui/queue/step", "", "Step", "")
+        } else {
+            String::new()
+        },
+        halt = if running {
+            action(
+                &f,
+                "/ui/queue/halt",
+                "<input name=\"reason\" placeholder=\"reason\">",
+                "Halt",
+                "danger",
+            )
+        } else {
+            String::new()
+        },
+        resume = if halted && !fresh {
+            action(&f, "/ui/queue/resume", "", "Resume", "")
+        } else {
+            String::new()
+        },
+    ));
+    body.push_str(&setup_forms(&f, &status, tasks.is_empty()));
+    for (state, title) in [
+        (TaskState::AwaitingResponse, "Awaiting an answer"),
+        (TaskState::Blocked, "Blocked"),
+        (TaskState::Running, "Running"),
+        (TaskState::Pending, "Pending"),
+        (TaskState::Completed, "Completed"),
+        (TaskState::Cancelled, "Cancelled"),
+    ] {
+        let rows: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == state).collect();
+        body.push_str(&format!(
+            "<section class=\"tasks\" id=\"tasks-{s}\"><h2>{title} <small>{n}</small></h2>",
+            s = state.as_str(),
+            n = rows.len()
+        ));
+        if rows.is_empty() {
+            body.push_str("</section>");
+            continue;
+        }
+        body.push_str("<div class=\"scroll\"><table><thead><tr><th>Task</th><th>Role</th><th>Intent</th><th>Attempt</th><th>Detail</th><th></th></tr></thead><tbody>");
+        for t in rows {
+            let detail = t
+                .question
+                .as_ref()
+                .map(|q| format!("asks: {q}"))
+                .or_else(|| t.reason.clone())
+                .or_else(|| t.answer.as_ref().map(|a| format!("answered: {a}")))
+                .unwrap_or_default();
+            body.push_str(&format!(
+                "<tr id=\"task-{id}\"><td><a href=\"/tasks/{id}\"><code>{id}</code></a></td><td>{role}</td><td>{intent}</td><td class=\"num\">{att}</td><td>{detail}</td><td class=\"actions\">{acts}</td></tr>",
+                id = esc(&t.task.task_id),
+                role = esc(&t.task.role),
+                intent = esc(&t.task.intent),
+                att = t.attempt,
+                detail = esc(&detail),
+                acts = task_actions(&f, t),
+            ));
+        }
+        body.push_str("</tbody></table></div></section>");
+    }
+    ok_page(&f, &body)
+}
+
+/// Seed 004: everything from the web. Initialise the queue, set the goal
+/// and enqueue a task from the Queue page (the same requests as
+/// `xo init`, `xo goal` and `xo enqueue`); open until there is a goal and a task.
+pub(crate) fn setup_forms(
+    f: &Frame<'_>,
+    status: &xo_proto::queue::QueueStatus,
+    no_tasks: bool,
+) -> String {
+    if f.read_only {
+        return String::new();
+    }
+    let fresh = status.goal.description.is_empty() || no_tasks;
+    let open = if fresh { " open" } else { "" };
+    let init = action(
+        f,
+        "/ui/queue/init",
+        "<label>mode <select name=\"mode\"><option>AUTO</option><option>MANUAL</option></select></label>\
+         <label class=\"check\"><input type=\"checkbox\" name=\"manager\"> a Manager after each task</label>\
+         <label class=\"check\"><input type=\"checkbox\" name=\"force\"> start over (drops every task)</label>",
+        "Initialise",
+        "",
+    );
+    let goal = action(
+        f,
+        "/ui/queue/goal",
+        &format!(
+            "<input name=\"description\" placeholder=\"what the fleet should achieve\" required size=\"48\" value=\"{d}\">\
+             <input name=\"project\" placeholder=\"project\" size=\"12\" value=\"{p}\">\
+             <input name=\"budget_usd\" placeholder=\"budget USD (0: default)\" inputmode=\"decimal\" size=\"10\">\
+             <label class=\"check\"><input type=\"checkbox\" name=\"completed\"> met once the queue is empty</label>",
+            d = esc(&status.goal.description),
+            p = esc(status.goal.project_id.as_deref().unwrap_or("")),
+        ),
+        "Set goal",
+        "",
+    );
+    let lanes: String = ["functional", "planned", "cleanup", "critical"]
+        .iter()
+        .map(|l| format!("<option>{l}</option>"))
+        .collect();
+    let enqueue = action(
+        f,
+        "/ui/queue/enqueue",
+        &format!(
+            "<input name=\"task_id\" placeholder=\"task id\" required size=\"10\">\
+             <input name=\"role\" placeholder=\"role\" value=\"coder\" size=\"8\">\
+             <input name=\"intent\" placeholder=\"intent (one line)\" required size=\"28\">\
+             <textarea name=\"instructions\" placeholder=\"instructions\" rows=\"2\" required></textarea>\
+             <textarea name=\"criteria\" placeholder=\"acceptance criteria, one per line (file exists: PATH, file contains: PATH :: TEXT, command succeeds: CMD, …)\" rows=\"2\"></textarea>\
+             <label>lane <select name=\"lane\">{lanes}</select></label>\
+             <label>timeout <select name=\"timeout_profile\"><option>standard</option><option>long</option><option>extended</option></select></label>\
+             <input name=\"project\" placeholder=\"project (the goal's)\" size=\"12\">"
+        ),
+        "Enqueue",
+        "",
+    );
+    format!(
+        "<details id=\"setup\"{open}><summary>Set up: initialise, goal, enqueue a task</summary>\
+         <div class=\"setup\"><h3>Initialise</h3>{init}<h3>Goal</h3>{goal}<h3>Enqueue a task</h3>{enqueue}</div></details>"
+    )
+}
+
+/// The queue's set-up requests from the page's forms; an error names the
+/// field and what to give.
+pub(crate) async fn setup_request(
+    c: &Shared,
+    verb: &str,
+    form: &[(String, String)],
+) -> Result<String, String> {
+    let on = |k: &str| field(form, k).is_some_and(|v| v == "on" || v == "true");
+    let text = |k: &str| {
+        field(form, k)
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    match verb {
+        "init" => {
+            let mode = match text("mode").as_str() {
+                "" | "AUTO" => xo_proto::queue::ExecutionMode::Auto,
+                "MANUAL" => xo_proto::queue::ExecutionMode::Manual,
+                other => return Err(format!("mode {other:?}: AUTO or MANUAL")),
+            };
+            let s = c
+                .call(&Init {
+                    mode,
+                    manager: on("manager"),
+                    force: on("force"),
+                })
+                .await
+                .map_err(|e| e.message)?;
+            Ok(format!(
+                "initialised: queue is {} in {} mode",
+                wire(&s.status),
+                wire(&s.mode)
+            ))
+        }
+        "goal" => {
+            let description = text("description");
+            if description.is_empty() {
+                return Err(
+                    "goal: the description is empty; say what the fleet should achieve".into(),
+                );
+            }
+            let project = text("project");
+            if !project.is_empty() {
+                xo_proto::validate_token("project", &project)?;
+            }
+            let budget = text("budget_usd");
+            let budget_usd = if budget.is_empty() {
+                0.0
+            } else {
+                match budget.parse::<f64>() {
+                    Ok(b) if b.is_finite() && b >= 0.0 => b,
+                    _ => {
+                        return Err(format!(
+                            "budget USD {budget:?}: a number of dollars, 0 or more"
+                        ));
+                    }
+                }
+            };
+            c.call(&SetGoal {
+                description,
+                project_id: Some(project).filter(|p| !p.is_empty()),
+                completed: on("completed"),
+                budget_usd,
+            })
+            .await
+            .map_err(|e| e.message)?;
+            Ok("goal set".into())
+        }
+        "enqueue" => {
+            let id = text("task_id");
+            xo_proto::validate_token("task id", &id)?;
+            let (intent, instructions) = (text("intent"), text("instructions"));
+            if intent.is_empty() || instructions.is_empty() {
+                return Err("enqueue: give the task an intent and instructions".into());
+            }
+            let mut t = Task::new(id.clone(), intent, instructions, text("role"));
+            t.acceptance_criteria = text("criteria")
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect();
+            if !text("lane").is_empty() {
+                t.lane = serde_json::from_value(Value::String(text("lane"))).map_err(|_| {
+                    format!(
+                        "lane {:?}: functional, planned, cleanup or critical",
+                        text("lane")
+                    )
+                })?;
+            }
+            if !text("timeout_profile").is_empty() {
+                t.timeout_profile = serde_json::from_value(Value::String(text("timeout_profile")))
+                    .map_err(|_| {
+                        format!(
+                            "timeout {:?}: standard, long or extended",
+                            text("timeout_profile")
+                        )
+                    })?;
+            }
+            let project = text("project");
+            if !project.is_empty() {
+                xo_proto::validate_token("project", &project)?;
+                t.project = Some(project);
+            }
+            let added = c
+                .call(&Enqueue { tasks: vec![t] })
+                .await
+                .map_err(|e| e.message)?;
+            Ok(if added.is_empty() {
+                format!("{id} is already queued, identical; nothing added")
+            } else {
+                format!("enqueued {id}")
+            })
+        }
+        other => Err(format!("no queue action {other:?}")),
+    }
+}
+
+pub(crate) async fn ui_queue(
+    State(c): State<Shared>,
+    Path(verb): Path<String>,
+    UiForm(form): UiForm,
+) -> Response {
+    let reason = field(&form, "reason")
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| "halted from the console".into());
+    if matches!(verb.as_str(), "init" | "goal" | "enqueue") {
+        return back("/queue", setup_request(&c, &verb, &form).await);
+    }
+    let r = match verb.as_str() {
+        "start" => c.call(&Start {}).await,
+        "step" => c.call(&Step {}).await,
+        "resume" => c.call(&Resume {}).await,
+        "halt" => c.call(&Halt { reason }).await,
+        other => return back("/queue", Err(format!("no queue action {other:?}"))),
+    };
+    back(
+        "/queue",
+        r.map(|s| format!("{verb}: queue is {}", wire(&s.status)))
+            .map_err(|e| e.message),
+    )
+}

@@ -1,0 +1,269 @@
+//! A task's page: state, runner, spend, validation, result and audit
+//! history, with the actions its state allows.
+
+use super::*;
+
+pub(crate) fn task_actions(f: &Frame<'_>, t: &TaskRecord) -> String {
+    let mut a = String::new();
+    match t.state {
+        TaskState::AwaitingResponse | TaskState::Blocked => {
+            if t.state == TaskState::AwaitingResponse || t.question.is_some() {
+                a.push_str(&action(
+                    f,
+                    &format!("/ui/tasks/{}/answer", t.task.task_id),
+                    "<input name=\"text\" placeholder=\"answer\" required>",
+                    "Answer",
+                    "",
+                ));
+            }
+            if t.state == TaskState::Blocked {
+                a.push_str(&action(
+                    f,
+                    &format!("/ui/tasks/{}/retry", t.task.task_id),
+                    "",
+                    "Retry",
+                    "",
+                ));
+            }
+            a.push_str(&action(
+                f,
+                &format!("/ui/tasks/{}/cancel", t.task.task_id),
+                "",
+                "Cancel",
+                "danger",
+            ));
+        }
+        TaskState::Pending | TaskState::Running => {
+            a.push_str(&action(
+                f,
+                &format!("/ui/tasks/{}/cancel", t.task.task_id),
+                "",
+                "Cancel",
+                "danger",
+            ));
+        }
+        _ => {}
+    }
+    a
+}
+
+/// One task: what it is, where it stands, what it cost, its validation,
+/// and its audit lines with the prompts and replies; only the actions its
+/// state allows; a cancel asks first.
+pub(crate) async fn task_page(
+    State(c): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Response {
+    let title = format!("Task {id}");
+    let f = frame(&c, &title, "/queue", &q);
+    if let Err(e) = xo_proto::validate_token("task id", &id) {
+        return bad_request(&f, &e);
+    }
+    let t = match crate::api::find_task(&c, &id).await {
+        Ok(t) => t,
+        Err(e) => {
+            return (
+                e.0,
+                Html(page(
+                    &f,
+                    &format!(
+                        "<div class=\"down\" role=\"alert\"><h2>Not found</h2><p>{}</p></div>",
+                        esc(&e.2)
+                    ),
+                )),
+            )
+                .into_response();
+        }
+    };
+    let n = now();
+    let task = &t.task;
+    let mut body = String::new();
+    if q.get("confirm").is_some_and(|v| v == "cancel")
+        && matches!(
+            t.state,
+            TaskState::Pending
+                | TaskState::Running
+                | TaskState::Blocked
+                | TaskState::AwaitingResponse
+        )
+    {
+        body.push_str(&format!(
+            "<section class=\"confirm\" id=\"confirm\"><p><b>Cancel task {id}?</b> It will not run again{running}.</p>{yes} <a href=\"/tasks/{id}\">Keep it</a></section>",
+            id = esc(&id),
+            running = if t.state == TaskState::Running { "; its agent is stopped" } else { "" },
+            yes = action(
+                &f,
+                &format!("/ui/tasks/{}/cancel", task.task_id),
+                "<input type=\"hidden\" name=\"confirm\" value=\"yes\">",
+                "Yes, cancel it",
+                "danger"
+            ),
+        ));
+    }
+    let runner = t.lease.as_ref().map(|l| {
+        format!(
+            "{} (lease renewed {}{})",
+            esc(&l.claimant),
+            age(n, l.renewed_at),
+            if l.checkpoint { ", checkpointed" } else { "" }
+        )
+    });
+    let mut spent = t.spent;
+    spent.add(&t.attempt_spent);
+    let row = |k: &str, v: String| format!("<tr><th>{k}</th><td>{v}</td></tr>");
+    let mut facts = String::new();
+    facts.push_str(&row(
+        "State",
+        format!("<b id=\"task-state\">{}</b>", esc(t.state.as_str())),
+    ));
+    facts.push_str(&row("Intent", esc(&task.intent)));
+    facts.push_str(&row("Role", esc(&task.role)));
+    facts.push_str(&row("Lane", esc(task.lane.as_str())));
+    facts.push_str(&row(
+        "Project",
+        esc(task.project.as_deref().unwrap_or("(the goal's)")),
+    ));
+    facts.push_str(&row(
+        "Attempt",
+        format!("{} · {} validation retries", t.attempt, t.retries),
+    ));
+    if let Some(r) = runner {
+        facts.push_str(&row("Runner", r));
+    }
+    facts.push_str(&row(
+        "Spent",
+        format!(
+            "{} turns · {} tokens · ${:.4} · {:.1}s",
+            spent.turns,
+            spent.tokens,
+            spent.cost_usd,
+            spent.wall_ms as f64 / 1000.0
+        ),
+    ));
+    facts.push_str(&row("Updated", age(n, t.updated_at)));
+    for (k, v) in [
+        ("Reason", &t.reason),
+        ("Question", &t.question),
+        ("Answer", &t.answer),
+        ("Yielding to", &t.interrupt),
+    ] {
+        if let Some(v) = v {
+            facts.push_str(&row(k, esc(v)));
+        }
+    }
+    body.push_str(&format!(
+        "<div class=\"actions\">{acts}</div><div class=\"scroll\"><table class=\"facts\" id=\"task\"><tbody>{facts}</tbody></table></div>\
+<h2>Instructions</h2><pre class=\"instructions\">{ins}</pre>",
+        acts = task_actions(&f, &t),
+        ins = esc(&task.instructions),
+    ));
+    if !task.acceptance_criteria.is_empty() {
+        body.push_str("<h2>Acceptance criteria</h2><ul>");
+        for c in &task.acceptance_criteria {
+            body.push_str(&format!("<li>{}</li>", esc(c)));
+        }
+        body.push_str("</ul>");
+    }
+    if let Some(r) = &t.report {
+        body.push_str(&format!(
+            "<h2>Validation</h2><p id=\"validation\">{verdict} · confidence <b>{level}</b> — {summary}</p>",
+            verdict = if r.passed { "passed" } else { "failed" },
+            level = r.confidence_level.map(|l| wire(&l)).unwrap_or_else(|| "—".into()),
+            summary = esc(&r.summary),
+        ));
+        body.push_str("<div class=\"scroll\"><table><thead><tr><th>Criterion</th><th>Met</th><th>Quality</th><th>Detail</th></tr></thead><tbody>");
+        for c in &r.criteria {
+            body.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&c.criterion),
+                if c.passed { "yes" } else { "no" },
+                esc(c.quality.as_deref().unwrap_or("")),
+                esc(&c.detail)
+            ));
+        }
+        body.push_str("</tbody></table></div>");
+        if let Some(formatted) = &r.formatted {
+            body.push_str(&format!("<h3>Result</h3><pre>{}</pre>", esc(formatted)));
+        }
+    }
+    // Its audit lines (the project's last 2,000), prompts and replies folded.
+    let audit = c
+        .call(&AuditTail {
+            project: task.project.clone(),
+            lines: Some(2000),
+        })
+        .await
+        .unwrap_or_default();
+    let mine: Vec<&xo_proto::queue::AuditEvent> = audit
+        .iter()
+        .filter(|a| a.task_id.as_deref() == Some(task.task_id.as_str()))
+        .collect();
+    body.push_str("<h2>History</h2>");
+    if mine.is_empty() {
+        body.push_str(
+            "<p class=\"empty\">No audit lines for it in the last 2,000 of its project.</p>",
+        );
+    } else {
+        body.push_str("<ol class=\"timeline\" id=\"history\">");
+        for a in mine {
+            body.push_str(&format!(
+                "<li><span class=\"when\">#{seq} · {at}</span> <b>{ev}</b> {state}{ex}</li>",
+                seq = a.seq,
+                at = esc(&xo_runtime::clock::rfc3339(a.at)),
+                ev = esc(&a.event),
+                state = a.state_after["task"]["state"]
+                    .as_str()
+                    .map(|s| format!("→ {}", esc(s)))
+                    .unwrap_or_default(),
+                ex = exchange_details(a),
+            ));
+        }
+        body.push_str("</ol>");
+    }
+    ok_page(&f, &body)
+}
+
+pub(crate) async fn ui_task(
+    State(c): State<Shared>,
+    Path((task_id, verb)): Path<(String, String)>,
+    UiForm(form): UiForm,
+) -> Response {
+    let text = field(&form, "text").unwrap_or_default();
+    let r = match verb.as_str() {
+        "answer" if text.trim().is_empty() => Err(ServiceError::new(
+            xo_proto::control::ErrorCode::Invalid,
+            "the answer is empty",
+        )),
+        "answer" => {
+            c.call(&Answer {
+                task_id: task_id.clone(),
+                text,
+            })
+            .await
+        }
+        "retry" => {
+            c.call(&RetryTask {
+                task_id: task_id.clone(),
+            })
+            .await
+        }
+        // Destructive: confirmed on the task's page first.
+        "cancel" if field(&form, "confirm").as_deref() != Some("yes") => {
+            return Redirect::to(&format!("/tasks/{}?confirm=cancel", enc(&task_id)))
+                .into_response();
+        }
+        "cancel" => {
+            c.call(&Cancel {
+                task_id: task_id.clone(),
+            })
+            .await
+        }
+        other => return back("/queue", Err(format!("no task action {other:?}"))),
+    };
+    back(
+        "/queue",
+        r.map(|t| format!("{verb}: {} is {}", t.task.task_id, t.state.as_str()))
+            .map_err(|e| e.message),
+    )
+}
