@@ -370,6 +370,55 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
     assert!(line.contains("Stop rewriting the tests"), "{line}");
     wait_text(&b, "#timeline", "Stop rewriting the tests").await;
     shot(&b, "unit").await;
+
+    // The login ends (the cookie is gone) while a steering is being typed:
+    // sending it lands on the login page, which keeps the text and sends
+    // nothing; logging in goes back to the unit's page, the text in place.
+    let area = b.find(Locator::Css("#steer-form textarea")).await.unwrap();
+    area.send_keys("KEPT-STEER: read the failing test's output first.")
+        .await
+        .unwrap();
+    b.find(Locator::Css(
+        "#steer-form select[name='severity'] option:nth-child(3)",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    b.delete_cookie("xo_console").await.unwrap();
+    click(&b, "#steer-form button").await;
+    wait_text(&b, "#kept", "KEPT-STEER").await;
+    wait_text(&b, ".flash.error", "that was not done").await;
+    let token = b
+        .find(Locator::Css("#login input[name='token']"))
+        .await
+        .unwrap();
+    token.send_keys(&up.token).await.unwrap();
+    click(&b, "#login button").await;
+    wait_text(&b, "h1", "Unit web-1").await;
+    wait_text(&b, "#kept-note", "has not been sent").await;
+    let form = b
+        .execute(
+            "return [document.querySelector('#steer-form textarea').value, document.querySelector('#steer-form select').value];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        form,
+        json!([
+            "KEPT-STEER: read the failing test's output first.",
+            "urgent"
+        ])
+    );
+    let detail = up
+        .api(reqwest::Method::GET, "/units/web-1", Value::Null)
+        .await;
+    assert!(
+        !detail.to_string().contains("KEPT-STEER"),
+        "nothing was sent while logged out: {detail}"
+    );
     b.close().await.unwrap();
 }
 

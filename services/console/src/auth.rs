@@ -239,6 +239,78 @@ pub fn refuse(api: bool, status: StatusCode, code: &str, message: &str) -> Respo
     }
 }
 
+/// A path on this console that a login may send the browser back to:
+/// absolute, not another host's (`//host`, `/\\host`), no scheme.
+pub fn local_path(p: &str) -> bool {
+    p.starts_with('/') && !p.starts_with("//") && !p.starts_with("/\\") && !p.contains("://")
+}
+
+/// Where a refused request came from: a form action goes back to the page
+/// it was sent from (its `Referer`, on this console), a page to itself.
+fn came_from(req: &Request) -> String {
+    let path = req.uri().path();
+    if !path.starts_with("/ui/") {
+        return req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok());
+    let referer = req
+        .headers()
+        .get(header::REFERER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|r| r.split_once("://"))
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .filter(|(authority, _)| host.is_some_and(|h| h.eq_ignore_ascii_case(authority)))
+        .map(|(_, p)| format!("/{p}"));
+    // Without a Referer: the page a form action belongs to.
+    let from_action = || {
+        let rest = path.trim_start_matches("/ui");
+        match rest.rsplit_once('/') {
+            Some((page, _verb)) if !page.is_empty() => page.to_string(),
+            _ if !rest.is_empty() => rest.to_string(),
+            _ => "/".to_string(),
+        }
+    };
+    referer
+        .filter(|p| local_path(p))
+        .unwrap_or_else(from_action)
+}
+
+/// The login page for a browser whose login is gone: the page it was on
+/// comes back after the login, and a form's fields (the steering text, an
+/// answer) are carried back into it — never sent on their own.
+async fn login_again(req: Request) -> Response {
+    use axum::extract::FromRequest;
+    let next = came_from(&req);
+    let kept: Vec<(String, String)> = if is_write(req.method()) {
+        axum::Form::<Vec<(String, String)>>::from_request(req, &())
+            .await
+            .map(|f| f.0)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, v)| k != "csrf" && !v.is_empty())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let page = crate::pages::login_form(
+        &next,
+        &kept,
+        if kept.is_empty() {
+            "Your login has ended (no console token, or the console's token changed). Log in again to go back to the page you were on."
+        } else {
+            "Your login has ended, so that was not done. Log in again: you go back to the page, with what you typed put back in the form."
+        },
+    );
+    (StatusCode::UNAUTHORIZED, axum::response::Html(page)).into_response()
+}
+
 /// `127.0.0.1`, `localhost`, `[::1]` (any port), or another 127/8 address.
 fn loopback_host(host: &str) -> bool {
     let name = if let Some(rest) = host.strip_prefix('[') {
@@ -292,6 +364,12 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
         );
     }
     if (write || !c.auth.open_reads()) && !cred.valid() {
+        // A browser whose login is gone (no cookie, or the token changed):
+        // the login page, which takes it back where it was and, for a form
+        // it sent, with what it typed (nothing was done).
+        if !api {
+            return login_again(req).await;
+        }
         return refuse(
             api,
             StatusCode::UNAUTHORIZED,
@@ -323,7 +401,52 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
 
 #[cfg(test)]
 mod tests {
-    use super::loopback_host;
+    use super::{came_from, local_path, loopback_host};
+
+    /// A login sends the browser back only to a page of this console (no
+    /// open redirect), and a form action back to the page it was sent from.
+    #[test]
+    fn a_login_goes_back_only_to_this_console() {
+        for ok in ["/", "/units/web-1", "/settings?project=web"] {
+            assert!(local_path(ok), "{ok}");
+        }
+        for bad in [
+            "//evil.example/",
+            "/\\evil.example",
+            "https://evil.example/",
+            "units",
+        ] {
+            assert!(!local_path(bad), "{bad}");
+        }
+        let req = |path: &str, referer: Option<&str>| {
+            let mut b = axum::http::Request::builder()
+                .method("POST")
+                .uri(path)
+                .header("host", "127.0.0.1:7878");
+            if let Some(r) = referer {
+                b = b.header("referer", r);
+            }
+            b.body(axum::body::Body::empty()).unwrap()
+        };
+        assert_eq!(
+            came_from(&req(
+                "/ui/units/web-1/steer",
+                Some("http://127.0.0.1:7878/units/web-1?x=1")
+            )),
+            "/units/web-1?x=1"
+        );
+        // Another site's page is not where the form came from.
+        assert_eq!(
+            came_from(&req(
+                "/ui/units/web-1/steer",
+                Some("http://evil.example/units/x")
+            )),
+            "/units/web-1"
+        );
+        assert_eq!(came_from(&req("/ui/tasks/t-1/cancel", None)), "/tasks/t-1");
+        assert_eq!(came_from(&req("/ui/settings", None)), "/settings");
+        assert_eq!(came_from(&req("/queue?x=1", None)), "/queue?x=1");
+    }
 
     #[test]
     fn only_loopback_names_reach_a_loopback_console() {

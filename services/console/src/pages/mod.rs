@@ -43,6 +43,7 @@ use containers::*;
 use directives::*;
 use fleet::*;
 use knowledge::*;
+pub use login::login_form;
 use login::*;
 use queue::*;
 use settings::*;

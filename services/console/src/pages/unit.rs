@@ -202,14 +202,36 @@ pub(crate) async fn unit(
     }
     body.push_str("</section>");
     if !f.read_only {
+        // A steering typed before a login ended comes back (never sent).
+        let kept_message = q
+            .get(&format!("{KEEP}message"))
+            .map(String::as_str)
+            .unwrap_or("");
+        let kept_severity = q
+            .get(&format!("{KEEP}severity"))
+            .map(String::as_str)
+            .unwrap_or("warning");
         body.push_str(&format!(
             "<section><h2>Steer</h2><form method=\"post\" action=\"/ui/units/{u}/steer\" id=\"steer-form\" class=\"stack\">\
 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-<label>Message (sent as <code>[SUPERVISOR]</code> steering on <code>xo.steer.{u}</code>)<textarea name=\"message\" rows=\"3\" required></textarea></label>\
-<label>Severity <select name=\"severity\"><option>info</option><option selected>warning</option><option>urgent</option><option>critical</option></select></label>\
+{kept_note}<label>Message (sent as <code>[SUPERVISOR]</code> steering on <code>xo.steer.{u}</code>)<textarea name=\"message\" rows=\"3\" required>{kept}</textarea></label>\
+<label>Severity <select name=\"severity\">{options}</select></label>\
 <button type=\"submit\">Send steering</button></form></section>",
             u = esc(&unit),
-            csrf = esc(f.csrf)
+            csrf = esc(f.csrf),
+            kept = esc(kept_message),
+            kept_note = if kept_message.is_empty() {
+                ""
+            } else {
+                "<p class=\"flash ok\" id=\"kept-note\">What you typed before logging in again is back in the form; it has not been sent.</p>"
+            },
+            options = ["info", "warning", "urgent", "critical"]
+                .iter()
+                .map(|s| format!(
+                    "<option{}>{s}</option>",
+                    if *s == kept_severity { " selected" } else { "" }
+                ))
+                .collect::<String>(),
         ));
     }
     ok_page(&f, &body)
