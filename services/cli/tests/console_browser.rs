@@ -598,12 +598,14 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     // the queue does not run out of work and halt between the steps.
     let ok = "[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]";
     let ask = "[[run]]\nattempt = 1\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"Which port should the server use?\"}' }]\n[[run]]\nattempt = 2\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"served on the port given\"}' }]";
+    // The first reply in the wrong format: a retry event in its work log.
+    let fmt = "[[run]]\nsteps = [{ reply = 'All done.' }]\n[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]";
     up.post("/queue/init", json!({"mode": "MANUAL"})).await;
     up.post("/queue/goal", json!({"description": "console e2e"}))
         .await;
     up.post(
         "/tasks",
-        json!({"tasks": [scripted("s1", ok), scripted("q1", ask), scripted("hold", ok)]}),
+        json!({"tasks": [scripted("s1", ok), scripted("q1", ask), scripted("fmt", fmt), scripted("hold", ok)]}),
     )
     .await;
     up.post("/queue/start", json!({})).await;
@@ -725,6 +727,36 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     wait_text(&b, ".flash.ok", "answer").await;
     up.post("/queue/step", json!({})).await;
     up.wait_state("q1", "completed").await;
+
+    // A task's page links its prompt log (every prompt and reply, the saved
+    // template in the prompt) and its work log (the format retry's event).
+    up.post("/queue/step", json!({})).await;
+    up.wait_state("fmt", "completed").await;
+    b.goto(&format!("{}/tasks/s1", up.url)).await.unwrap();
+    click(&b, "#prompt-log-link").await;
+    wait_text(&b, "#prompt-log", "GLOBAL-MARKER-7").await;
+    let kinds = b
+        .execute(
+            "return Array.from(document.querySelectorAll('#prompt-log h3')).map(h => h.firstChild.textContent.trim());",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(kinds, json!(["PROMPT", "RESPONSE"]), "s1's lines only");
+    b.goto(&format!("{}/tasks/fmt", up.url)).await.unwrap();
+    click(&b, "#work-log-link").await;
+    wait_text(&b, "#worklog", "Retry Event").await;
+    assert!(
+        text_of(&b, "#worklog")
+            .await
+            .contains("Invalid output format")
+    );
+    assert!(text_of(&b, "#worklog").await.contains("Result"));
+    // A task that has not run says where its work log will be.
+    b.goto(&format!("{}/tasks/hold/worklog", up.url))
+        .await
+        .unwrap();
+    wait_text(&b, "#no-log", "hold.md").await;
 
     // The audit page verifies the chain, SETTINGS_CHANGED among its lines.
     b.goto(&format!("{}/audit?lines=500", up.url))

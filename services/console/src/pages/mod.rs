@@ -58,6 +58,8 @@ pub fn routes() -> Router<Shared> {
         .route("/units/{unit}", get(unit))
         .route("/queue", get(queue))
         .route("/tasks/{id}", get(task_page))
+        .route("/tasks/{id}/prompts", get(task_prompts))
+        .route("/tasks/{id}/worklog", get(task_worklog))
         .route("/audit", get(audit))
         .route("/knowledge", get(knowledge))
         .route("/knowledge/{category}/{name}", get(knowledge_doc))
@@ -454,6 +456,20 @@ mod tests {
         }
         assert_eq!(html.matches("class=\"field-error\"").count(), 4);
         assert!(html.contains("id=\"field-runner-max_retries\""));
+    }
+
+    /// A long log entry keeps its start and end, cut on characters, and
+    /// says how much is left out.
+    #[test]
+    fn long_log_text_is_elided_in_the_middle() {
+        assert_eq!(elide("short", 10), "short");
+        let text = "é".repeat(100); // 200 bytes, 2 a character
+        let out = elide(&text, 51);
+        assert!(
+            out.starts_with(&"é".repeat(12)) && out.ends_with(&"é".repeat(12)),
+            "{out}"
+        );
+        assert!(out.contains("150 bytes elided"), "{out}");
     }
 
     #[test]

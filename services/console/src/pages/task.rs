@@ -142,6 +142,13 @@ pub(crate) async fn task_page(
         ),
     ));
     facts.push_str(&row("Updated", age(n, t.updated_at)));
+    facts.push_str(&row(
+        "Logs",
+        format!(
+            "<a href=\"/tasks/{id}/prompts\" id=\"prompt-log-link\">prompt log</a> · <a href=\"/tasks/{id}/worklog\" id=\"work-log-link\">work log</a>",
+            id = esc(&task.task_id)
+        ),
+    ));
     for (k, v) in [
         ("Reason", &t.reason),
         ("Question", &t.question),
@@ -265,5 +272,220 @@ pub(crate) async fn ui_task(
         "/queue",
         r.map(|t| format!("{verb}: {} is {}", t.task.task_id, t.state.as_str()))
             .map_err(|e| e.message),
+    )
+}
+
+/// The project whose logs hold a task's lines: its own, else the goal's,
+/// else the runners' default (as the runner chose when it ran it).
+async fn log_project(c: &Shared, t: &TaskRecord) -> String {
+    match &t.task.project {
+        Some(p) => p.clone(),
+        None => goal_project(c).await,
+    }
+}
+
+/// A task's prompt log and work log on this console's disk: the runners
+/// write them under `queue.data_dir` and `runner.sandbox`, which the
+/// console reads as its own (one machine under `xo up`; the shared volume
+/// in compose and the chart).
+fn log_paths(c: &Shared, project: &str, id: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    (
+        c.cfg.data_dir().join(project).join("prompts.log.jsonl"),
+        xo_pipeline::logs::work_log_path(&c.cfg.sandbox_dir().join(project), id),
+    )
+}
+
+/// At most this many of a task's prompt-log entries on its page (the last).
+pub const PROMPT_LOG_ENTRIES: usize = 200;
+/// At most this much of one entry's text, and of a work log (its end).
+pub const LOG_TEXT_BYTES: usize = 64 * 1024;
+
+/// `text` cut to `max` bytes on a character boundary, its middle elided.
+pub(crate) fn elide(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let head = floor(max / 2);
+    let tail = floor(text.len() - max / 2);
+    format!(
+        "{}\n… {} bytes elided (the whole text is in the log file) …\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+/// The page a log is missing from: where the runner writes it, and why the
+/// console may not see it.
+fn no_log(f: &Frame<'_>, what: &str, path: &std::path::Path, why: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Html(page(
+            f,
+            &format!(
+                "<div class=\"down\" role=\"alert\" id=\"no-log\"><h2>No {what} here</h2><p>{why} The runner writes it to <code>{}</code>; the console reads it from its own disk, so a console on another machine than the runners needs their <code>queue.data_dir</code> and <code>runner.sandbox</code> (the shared volume in compose and the chart).</p></div>",
+                esc(&path.display().to_string())
+            ),
+        )),
+    )
+        .into_response()
+}
+
+/// `/tasks/<id>/prompts`: every prompt the task's agent was given and every
+/// reply, in order (seed 002's prompt log, this task's lines).
+pub(crate) async fn task_prompts(
+    State(c): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Response {
+    let title = format!("Prompt log of task {id}");
+    let f = frame(&c, &title, "/queue", &q);
+    if let Err(e) = xo_proto::validate_token("task id", &id) {
+        return bad_request(&f, &e);
+    }
+    let t = match crate::api::find_task(&c, &id).await {
+        Ok(t) => t,
+        Err(e) => return (e.0, Html(page(&f, &esc(&e.2)))).into_response(),
+    };
+    let project = log_project(&c, &t).await;
+    let (path, _) = log_paths(&c, &project, &id);
+    let file = match tokio::fs::File::open(&path).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return no_log(
+                &f,
+                "prompt log",
+                &path,
+                "No prompt has been logged for this project yet.",
+            );
+        }
+        Err(e) => return no_log(&f, "prompt log", &path, &format!("It cannot be read: {e}.")),
+    };
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        task_id: String,
+        #[serde(default)]
+        iteration: u32,
+        #[serde(rename = "type", default)]
+        kind: String,
+        #[serde(default)]
+        content: String,
+        #[serde(default)]
+        metadata: Value,
+    }
+    // Read line by line (the log holds every task of the project), keeping
+    // this task's last entries; a line that does not parse is counted.
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(file).lines();
+    let mut mine = std::collections::VecDeque::new();
+    let (mut total, mut unreadable) = (0usize, 0usize);
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => {
+                if !line.contains(&format!("\"{id}\"")) {
+                    continue;
+                }
+                match serde_json::from_str::<Entry>(&line) {
+                    Ok(e) if e.task_id == id => {
+                        total += 1;
+                        if mine.len() == PROMPT_LOG_ENTRIES {
+                            mine.pop_front();
+                        }
+                        mine.push_back(e);
+                    }
+                    Ok(_) => {}
+                    Err(_) => unreadable += 1,
+                }
+            }
+            Ok(None) => break,
+            Err(_) => {
+                unreadable += 1;
+                break;
+            }
+        }
+    }
+    let mut body = format!(
+        "<p class=\"summary\"><a href=\"/tasks/{ide}\">← task {ide}</a> · {total} entries in <code>{p}</code>{more}{bad}</p><ol class=\"prompt-log\" id=\"prompt-log\">",
+        ide = esc(&id),
+        p = esc(&path.display().to_string()),
+        more = if total > mine.len() {
+            format!(" (the last {} shown)", mine.len())
+        } else {
+            String::new()
+        },
+        bad = if unreadable > 0 {
+            format!(" · {unreadable} lines that do not parse skipped")
+        } else {
+            String::new()
+        },
+    );
+    for e in &mine {
+        let meta = if e.metadata.is_null() {
+            String::new()
+        } else {
+            format!(
+                "<details><summary>metadata</summary><pre>{}</pre></details>",
+                esc(&serde_json::to_string_pretty(&e.metadata).unwrap_or_default())
+            )
+        };
+        body.push_str(&format!(
+            "<li class=\"entry {cls}\"><h3>{kind} <small>run {it}</small></h3><pre>{text}</pre>{meta}</li>",
+            cls = if e.kind == "RESPONSE" { "response" } else { "prompt" },
+            kind = esc(&e.kind),
+            it = e.iteration,
+            text = esc(&elide(&e.content, LOG_TEXT_BYTES)),
+        ));
+    }
+    body.push_str("</ol>");
+    if mine.is_empty() {
+        body.push_str("<p class=\"empty\">No prompt of this task is in the log yet.</p>");
+    }
+    ok_page(&f, &body)
+}
+
+/// `/tasks/<id>/worklog`: the task's work log (retry events, fix prompts,
+/// interrogations: seed 002's supervisor log in the project's tree).
+pub(crate) async fn task_worklog(
+    State(c): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Response {
+    let title = format!("Work log of task {id}");
+    let f = frame(&c, &title, "/queue", &q);
+    if let Err(e) = xo_proto::validate_token("task id", &id) {
+        return bad_request(&f, &e);
+    }
+    let t = match crate::api::find_task(&c, &id).await {
+        Ok(t) => t,
+        Err(e) => return (e.0, Html(page(&f, &esc(&e.2)))).into_response(),
+    };
+    let project = log_project(&c, &t).await;
+    let (_, path) = log_paths(&c, &project, &id);
+    let text = match tokio::fs::read(&path).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return no_log(
+                &f,
+                "work log",
+                &path,
+                "Nothing has been logged for this task yet: its work log starts when a runner first runs it.",
+            );
+        }
+        Err(e) => return no_log(&f, "work log", &path, &format!("It cannot be read: {e}.")),
+    };
+    ok_page(
+        &f,
+        &format!(
+            "<p class=\"summary\"><a href=\"/tasks/{ide}\">← task {ide}</a> · <code>{p}</code></p><pre id=\"worklog\">{t}</pre>",
+            ide = esc(&id),
+            p = esc(&path.display().to_string()),
+            t = esc(&elide(&text, LOG_TEXT_BYTES)),
+        ),
     )
 }
