@@ -430,6 +430,41 @@ pub struct StatsReply {
     /// `steering` by anomaly kind (wire names; kinds never steered left out).
     #[serde(default)]
     pub steering_by_kind: std::collections::BTreeMap<String, u64>,
+    /// Steering sent in each of the last [`SteeringMinute::KEPT`] minutes
+    /// that had any, oldest first (the console's steering-rate chart).
+    #[serde(default)]
+    pub steering_minutes: Vec<SteeringMinute>,
+}
+
+/// The steering sent in one minute, by anomaly kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SteeringMinute {
+    /// The minute's start, milliseconds since the Unix epoch.
+    pub minute: u64,
+    /// Wire kind → steering messages sent.
+    pub by_kind: std::collections::BTreeMap<String, u64>,
+}
+
+impl SteeringMinute {
+    /// Minutes a supervisor keeps.
+    pub const KEPT: usize = 60;
+
+    /// Adds `other`'s minutes into `all` (sharded supervisors' sums), kept
+    /// in order and to the last [`Self::KEPT`] minutes.
+    pub fn merge(all: &mut Vec<SteeringMinute>, other: Vec<SteeringMinute>) {
+        for m in other {
+            match all.binary_search_by_key(&m.minute, |x| x.minute) {
+                Ok(i) => {
+                    for (k, n) in m.by_kind {
+                        *all[i].by_kind.entry(k).or_default() += n;
+                    }
+                }
+                Err(i) => all.insert(i, m),
+            }
+        }
+        let extra = all.len().saturating_sub(Self::KEPT);
+        all.drain(..extra);
+    }
 }
 
 crate::api! {
@@ -440,5 +475,36 @@ crate::api! {
         Unit(ShowUnit) => "unit" -> UnitDetail;
         Steer(SteerUnit) => "steer" -> Steering;
         Stats(SupervisorStats) => "stats" -> StatsReply;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SteeringMinute;
+
+    /// Sharded supervisors' minutes add up by minute and kind, in order.
+    #[test]
+    fn steering_minutes_merge_by_minute_and_kind() {
+        let m = |minute: u64, kinds: &[(&str, u64)]| SteeringMinute {
+            minute,
+            by_kind: kinds.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+        };
+        let mut all = vec![m(1, &[("loop", 1)]), m(3, &[("stall", 2)])];
+        SteeringMinute::merge(
+            &mut all,
+            vec![m(2, &[("loop", 4)]), m(3, &[("stall", 1), ("loop", 1)])],
+        );
+        assert_eq!(
+            all,
+            [
+                m(1, &[("loop", 1)]),
+                m(2, &[("loop", 4)]),
+                m(3, &[("loop", 1), ("stall", 3)])
+            ]
+        );
+        let mut many: Vec<SteeringMinute> = Vec::new();
+        SteeringMinute::merge(&mut many, (0..70).map(|i| m(i, &[("loop", 1)])).collect());
+        assert_eq!(many.len(), SteeringMinute::KEPT);
+        assert_eq!(many[0].minute, 10);
     }
 }

@@ -758,6 +758,27 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         .unwrap();
     wait_text(&b, "#no-log", "hold.md").await;
 
+    // The Charts page, from what XO keeps: the three completed tasks per
+    // interval and by duration, the goal's spend, and an operator's
+    // steering in this minute's bar.
+    up.post(
+        "/units/r-1/steer",
+        json!({"message": "check the logs", "severity": "info"}),
+    )
+    .await;
+    b.goto(&format!("{}/charts", up.url)).await.unwrap();
+    let sums = b
+        .execute(
+            "const sum = id => Array.from(document.querySelectorAll(`#${id} rect.bar`)).reduce((a, r) => a + Number(r.dataset.value), 0);\n\
+             return [sum('chart-throughput'), sum('chart-duration'), sum('chart-steering'), Array.from(document.querySelectorAll('#chart-steering rect.bar')).map(r => r.dataset.series), document.querySelectorAll('#chart-spend path.spend').length];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(sums, json!([3, 3, 1, ["operator"], 1]), "{sums}");
+    assert!(text_of(&b, "#chart-duration").await.contains("3 tasks"));
+    shot(&b, "charts").await;
+
     // The audit page verifies the chain, SETTINGS_CHANGED among its lines.
     b.goto(&format!("{}/audit?lines=500", up.url))
         .await

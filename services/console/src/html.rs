@@ -63,6 +63,7 @@ pub fn wire<T: serde::Serialize>(v: &T) -> String {
 pub const NAV: &[(&str, &str)] = &[
     ("/", "Fleet"),
     ("/queue", "Queue"),
+    ("/charts", "Charts"),
     ("/audit", "Audit"),
     ("/knowledge", "Knowledge"),
     ("/directives", "Directives"),

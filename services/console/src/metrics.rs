@@ -15,6 +15,12 @@ use xo_proto::queue::GetStatus;
 
 use crate::Shared;
 
+/// The upper bounds (seconds) of `xo_task_duration_seconds` and of the
+/// Charts page's duration histogram.
+pub const TASK_DURATION_BUCKETS: [f64; 10] = [
+    1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0,
+];
+
 /// Writes one metric family's header.
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
@@ -241,9 +247,6 @@ pub async fn render(c: &Shared) -> String {
     }
     if let Ok(done) = &done {
         // Wall time of completed tasks, every attempt counted.
-        const BUCKETS: [f64; 10] = [
-            1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0,
-        ];
         family(
             &mut out,
             "xo_task_duration_seconds",
@@ -254,7 +257,7 @@ pub async fn render(c: &Shared) -> String {
             .iter()
             .map(|t| t.spent.wall_ms as f64 / 1000.0)
             .collect();
-        for b in BUCKETS {
+        for b in TASK_DURATION_BUCKETS {
             let n = secs.iter().filter(|s| **s <= b).count();
             let _ = writeln!(out, "xo_task_duration_seconds_bucket{{le=\"{b}\"}} {n}");
         }

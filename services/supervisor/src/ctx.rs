@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use xo_bus::{Bus, Store};
 use xo_proto::Subjects;
-use xo_proto::control::StatsReply;
+use xo_proto::control::{StatsReply, SteeringMinute};
 use xo_runtime::{Clock, XoConfig};
 
 use crate::persist;
@@ -52,14 +52,36 @@ pub struct Counters {
     pub watcher_restarts: AtomicU64,
     pub missed: AtomicU64,
     pub evicted: AtomicU64,
+    /// Steering by kind per minute, the last `SteeringMinute::KEPT` minutes
+    /// that had any (a steering is rare next to a report: one lock is fine).
+    pub minutes: std::sync::Mutex<
+        std::collections::VecDeque<(u64, [u32; xo_proto::AnomalyKind::ALL.len()])>,
+    >,
 }
 
 impl Counters {
-    /// Counts one steering of `kind`.
-    pub fn steered(&self, kind: xo_proto::AnomalyKind) {
+    /// Counts one steering of `kind`, sent at `at` (ms since the epoch).
+    pub fn steered(&self, kind: xo_proto::AnomalyKind, at: u64) {
         self.steering.fetch_add(1, Ordering::Relaxed);
-        if let Some(i) = xo_proto::AnomalyKind::ALL.iter().position(|k| *k == kind) {
-            self.steering_by_kind[i].fetch_add(1, Ordering::Relaxed);
+        let Some(i) = xo_proto::AnomalyKind::ALL.iter().position(|k| *k == kind) else {
+            return;
+        };
+        self.steering_by_kind[i].fetch_add(1, Ordering::Relaxed);
+        let minute = at - at % 60_000;
+        let mut minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        match minutes.iter_mut().rev().find(|(m, _)| *m == minute) {
+            Some((_, n)) => n[i] += 1,
+            None => {
+                let mut n = [0; xo_proto::AnomalyKind::ALL.len()];
+                n[i] = 1;
+                // In order: a steering stamped a little earlier than the
+                // last (another watcher's clock read) goes before it.
+                let at = minutes.partition_point(|(m, _)| *m < minute);
+                minutes.insert(at, (minute, n));
+                if minutes.len() > SteeringMinute::KEPT {
+                    minutes.pop_front();
+                }
+            }
         }
     }
 
@@ -82,6 +104,21 @@ impl Counters {
                 .map(|(k, n)| (k.to_string(), g(n)))
                 .filter(|(_, n)| *n > 0)
                 .collect(),
+            steering_minutes: self
+                .minutes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|(minute, n)| SteeringMinute {
+                    minute: *minute,
+                    by_kind: xo_proto::AnomalyKind::ALL
+                        .iter()
+                        .zip(n)
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(k, n)| (k.to_string(), u64::from(*n)))
+                        .collect(),
+                })
+                .collect(),
         }
     }
 }
@@ -103,4 +140,43 @@ pub struct Ctx {
     /// Sharded supervision (`supervisor.partitions` > 1): who this
     /// supervisor is and the partitions it holds.
     pub shard: Option<Arc<crate::shard::Shard>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xo_proto::AnomalyKind;
+
+    /// Steering per minute: by kind, in order even when a steering is
+    /// stamped before the last one, and only the last 60 minutes kept.
+    #[test]
+    fn steering_is_kept_per_minute_by_kind_for_an_hour() {
+        let c = Counters::default();
+        let min = 60_000;
+        c.steered(AnomalyKind::Loop, 10 * min + 5);
+        c.steered(AnomalyKind::Loop, 10 * min + 59_999);
+        c.steered(AnomalyKind::Stall, 12 * min);
+        c.steered(AnomalyKind::Stall, 11 * min + 1); // late, in between
+        let s = c.snapshot(0);
+        let got: Vec<(u64, Vec<(String, u64)>)> = s
+            .steering_minutes
+            .iter()
+            .map(|m| (m.minute / min, m.by_kind.clone().into_iter().collect()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (10, vec![("loop".to_string(), 2)]),
+                (11, vec![("stall".to_string(), 1)]),
+                (12, vec![("stall".to_string(), 1)]),
+            ]
+        );
+        for m in 13..100 {
+            c.steered(AnomalyKind::Context, m * min);
+        }
+        let s = c.snapshot(0);
+        assert_eq!(s.steering_minutes.len(), SteeringMinute::KEPT);
+        assert_eq!(s.steering_minutes[0].minute, 40 * min, "the oldest dropped");
+        assert_eq!(s.steering, 91);
+    }
 }

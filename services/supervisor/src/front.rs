@@ -195,6 +195,7 @@ impl FrontState {
             for (k, n) in s.steering_by_kind {
                 *sum.steering_by_kind.entry(k).or_default() += n;
             }
+            xo_proto::control::SteeringMinute::merge(&mut sum.steering_minutes, s.steering_minutes);
         }
         Ok(sum)
     }

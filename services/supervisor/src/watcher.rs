@@ -171,7 +171,7 @@ impl WatcherState {
 
     /// Keeps a steering sent (or about to be) in the unit's record.
     fn record(&mut self, s: Steering) {
-        self.ctx.counters.steered(s.kind);
+        self.ctx.counters.steered(s.kind, s.at);
         self.rec.steering_sent += 1;
         keep(
             &mut self.rec.steering,

@@ -28,6 +28,7 @@ use crate::Shared;
 use crate::html::{Frame, action, age, esc, health_name, page, wire};
 
 mod audit;
+mod charts;
 mod containers;
 mod directives;
 mod fleet;
@@ -39,6 +40,7 @@ mod task;
 mod unit;
 
 use audit::*;
+use charts::*;
 use containers::*;
 use directives::*;
 use fleet::*;
@@ -61,6 +63,7 @@ pub fn routes() -> Router<Shared> {
         .route("/tasks/{id}/prompts", get(task_prompts))
         .route("/tasks/{id}/worklog", get(task_worklog))
         .route("/audit", get(audit))
+        .route("/charts", get(charts))
         .route("/knowledge", get(knowledge))
         .route("/knowledge/{category}/{name}", get(knowledge_doc))
         .route("/directives", get(directives))
@@ -470,6 +473,35 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("150 bytes elided"), "{out}");
+    }
+
+    /// The throughput chart's interval: at most 24 bars whatever the span.
+    #[test]
+    fn chart_intervals_make_at_most_24_bars() {
+        let m = 60_000;
+        assert_eq!(interval(0), m);
+        assert_eq!(interval(23 * m), m);
+        assert_eq!(interval(30 * m), 5 * m);
+        assert_eq!(interval(23 * 60 * m), 60 * m);
+        assert_eq!(interval(72 * 60 * m), 360 * m);
+        for span in [m, 7 * m, 100 * m, 1000 * m, 10_000 * m] {
+            assert!(span / interval(span) < 24, "{span}");
+        }
+        // Stacked bars: one rect per non-zero value, each with its series.
+        let svg = bars(
+            "c",
+            "t",
+            &["a".into(), "b".into()],
+            &[
+                ("loop".into(), vec![1.0, 0.0]),
+                ("stall".into(), vec![2.0, 3.0]),
+            ],
+        );
+        assert_eq!(svg.matches("<rect class=\"bar\"").count(), 3);
+        assert!(
+            svg.contains("loop <b>1</b>") && svg.contains("stall <b>5</b>"),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -1,0 +1,351 @@
+//! The fleet's charts, from what XO keeps (no external service): steering
+//! per minute by kind (the supervisor's last hour), the goal's spend against
+//! its budget, tasks completed per interval and how long they took (the
+//! queue's tasks). Inline SVG, drawn on the server: no script, no build.
+
+use super::*;
+
+/// A kind's colour: the same kind the same colour on every chart.
+fn colour(i: usize) -> &'static str {
+    const C: [&str; 11] = [
+        "#3182ce", "#e53e3e", "#dd6b20", "#d69e2e", "#38a169", "#319795", "#5a67d8", "#805ad5",
+        "#d53f8c", "#718096", "#2d3748",
+    ];
+    C[i % C.len()]
+}
+
+const W: f64 = 640.0;
+const H: f64 = 160.0;
+/// Room on the left for the y axis' labels, below for the x axis'.
+const LEFT: f64 = 44.0;
+const BOTTOM: f64 = 18.0;
+
+/// A bar chart: one bar per slot, each stacked from `series` (name, values
+/// per slot). Labels under the first, middle and last slots.
+pub(crate) fn bars(
+    id: &str,
+    title: &str,
+    slots: &[String],
+    series: &[(String, Vec<f64>)],
+) -> String {
+    let n = slots.len().max(1);
+    let totals: Vec<f64> = (0..n)
+        .map(|i| {
+            series
+                .iter()
+                .map(|(_, v)| v.get(i).copied().unwrap_or(0.0))
+                .sum()
+        })
+        .collect();
+    let top = totals.iter().cloned().fold(0.0, f64::max).max(1.0);
+    let slot = (W - LEFT) / n as f64;
+    let mut svg = axes(top, |v| {
+        if v.fract() == 0.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.1}")
+        }
+    });
+    for i in 0..n {
+        let mut y = H - BOTTOM;
+        for (k, (name, values)) in series.iter().enumerate() {
+            let v = values.get(i).copied().unwrap_or(0.0);
+            if v <= 0.0 {
+                continue;
+            }
+            let h = v / top * (H - BOTTOM - 4.0);
+            y -= h;
+            svg.push_str(&format!(
+                "<rect class=\"bar\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{h:.1}\" fill=\"{c}\" data-series=\"{s}\" data-value=\"{v}\"><title>{l}: {v} {s}</title></rect>",
+                x = LEFT + i as f64 * slot + 1.0,
+                w = (slot - 2.0).max(1.0),
+                c = colour(k),
+                s = esc(name),
+                l = esc(&slots[i.min(slots.len().saturating_sub(1))]),
+            ));
+        }
+    }
+    for (i, anchor) in [(0, "start"), (n / 2, "middle"), (n - 1, "end")] {
+        if let Some(l) = slots.get(i) {
+            let x = match anchor {
+                "start" => LEFT + i as f64 * slot,
+                "middle" => LEFT + (i as f64 + 0.5) * slot,
+                _ => W,
+            };
+            svg.push_str(&format!(
+                "<text x=\"{x:.1}\" y=\"{:.1}\" class=\"tick\" text-anchor=\"{anchor}\">{}</text>",
+                H - 4.0,
+                esc(l)
+            ));
+        }
+    }
+    let legend: String = series
+        .iter()
+        .enumerate()
+        .map(|(k, (name, v))| {
+            format!(
+                "<li><span class=\"swatch\" style=\"background:{}\"></span>{} <b>{}</b></li>",
+                colour(k),
+                esc(name),
+                v.iter().sum::<f64>()
+            )
+        })
+        .collect();
+    figure(
+        id,
+        title,
+        &svg,
+        &format!("<ul class=\"legend\">{legend}</ul>"),
+    )
+}
+
+/// The y axis: a baseline, the top value and the middle.
+fn axes(top: f64, show: impl Fn(f64) -> String) -> String {
+    let mut s = format!(
+        "<line x1=\"{LEFT}\" y1=\"{b}\" x2=\"{W}\" y2=\"{b}\" class=\"axis\"/>",
+        b = H - BOTTOM
+    );
+    for f in [0.5, 1.0] {
+        let y = H - BOTTOM - f * (H - BOTTOM - 4.0);
+        s.push_str(&format!(
+            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{W}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"2\" y=\"{:.1}\" class=\"tick\">{}</text>",
+            y + 4.0,
+            esc(&show(top * f))
+        ));
+    }
+    s
+}
+
+fn figure(id: &str, title: &str, svg: &str, under: &str) -> String {
+    format!(
+        "<figure class=\"chart wide\" id=\"{id}\"><figcaption>{t}</figcaption><svg viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{t}\" preserveAspectRatio=\"none\">{svg}</svg>{under}</figure>",
+        t = esc(title)
+    )
+}
+
+/// The goal's spend over time (finished attempts, by when they finished)
+/// against its budget: a step line and, when there is one, the budget's
+/// dashed line.
+pub(crate) fn spend(
+    id: &str,
+    points: &[(u64, f64)],
+    now: u64,
+    spent_now: f64,
+    budget: f64,
+) -> String {
+    let start = points.first().map_or(now, |p| p.0);
+    let span = (now.saturating_sub(start)).max(1) as f64;
+    let top = spent_now
+        .max(budget)
+        .max(points.last().map_or(0.0, |p| p.1))
+        .max(0.01)
+        * 1.1;
+    let x = |t: u64| LEFT + (t.saturating_sub(start)) as f64 / span * (W - LEFT - 4.0);
+    let y = |v: f64| H - BOTTOM - v / top * (H - BOTTOM - 4.0);
+    let mut svg = axes(top, |v| {
+        if top >= 1.0 {
+            format!("${v:.2}")
+        } else {
+            format!("${v:.4}")
+        }
+    });
+    let mut path = format!("M{:.1},{:.1}", x(start), y(0.0));
+    for (t, v) in points {
+        path.push_str(&format!(" H{:.1} V{:.1}", x(*t), y(*v)));
+    }
+    path.push_str(&format!(" H{:.1} V{:.1}", x(now), y(spent_now)));
+    svg.push_str(&format!(
+        "<path d=\"{path}\" fill=\"none\" stroke=\"#3182ce\" stroke-width=\"2\" class=\"spend\"/>"
+    ));
+    if budget > 0.0 {
+        svg.push_str(&format!(
+            "<line x1=\"{LEFT}\" y1=\"{b:.1}\" x2=\"{W}\" y2=\"{b:.1}\" class=\"budget\" stroke=\"#e53e3e\" stroke-dasharray=\"6 4\"/>",
+            b = y(budget)
+        ));
+    }
+    let under = format!(
+        "<p class=\"legend\">spent <b id=\"chart-spent\">${spent_now:.2}</b>{}</p>",
+        if budget > 0.0 {
+            format!(
+                " of a <b>${budget:.2}</b> budget ({:.0}%)",
+                100.0 * spent_now / budget
+            )
+        } else {
+            " (no budget)".to_string()
+        }
+    );
+    figure(id, "Goal spend against its budget", &svg, &under)
+}
+
+/// The interval a chart of `span` ms is cut into: the smallest of a
+/// minute, 5, 15 minutes, an hour, 6 hours, a day that makes at most 24.
+pub(crate) fn interval(span: u64) -> u64 {
+    const M: u64 = 60_000;
+    [M, 5 * M, 15 * M, 60 * M, 360 * M, 1440 * M]
+        .into_iter()
+        .find(|i| span / i < 24)
+        .unwrap_or(1440 * M)
+}
+
+fn interval_name(ms: u64) -> String {
+    match ms / 60_000 {
+        m if m >= 60 => format!("{} h", m / 60),
+        m => format!("{m} min"),
+    }
+}
+
+/// Clock time of `ms` (UTC), as the page's other ages are relative.
+fn hhmm(ms: u64) -> String {
+    let m = ms / 60_000;
+    format!("{:02}:{:02}", (m / 60) % 24, m % 60)
+}
+
+pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
+    let f = frame(&c, "Charts", "/charts", &q);
+    let n = now();
+    let (stats, status, tasks) = tokio::join!(
+        c.call(&xo_proto::control::SupervisorStats {}),
+        c.call(&GetStatus {}),
+        crate::api::all_tasks(&c, None)
+    );
+    let mut body = String::from(
+        "<p class=\"summary\">From what XO keeps: the supervisor's steering of the last hour, the queue's tasks and goal. The same series are on <a href=\"/metrics\"><code>/metrics</code></a> for Prometheus.</p><div class=\"charts-grid\">",
+    );
+    // Steering per minute, by kind, the last hour.
+    match &stats {
+        Ok(s) => {
+            let first = (n - n % 60_000).saturating_sub(59 * 60_000);
+            let slots: Vec<u64> = (0..60).map(|i| first + i * 60_000).collect();
+            let mut kinds: Vec<String> = s
+                .steering_minutes
+                .iter()
+                .flat_map(|m| m.by_kind.keys().cloned())
+                .collect();
+            kinds.sort();
+            kinds.dedup();
+            let series: Vec<(String, Vec<f64>)> = kinds
+                .iter()
+                .map(|k| {
+                    let v = slots
+                        .iter()
+                        .map(|slot| {
+                            s.steering_minutes
+                                .iter()
+                                .find(|m| m.minute == *slot)
+                                .and_then(|m| m.by_kind.get(k))
+                                .copied()
+                                .unwrap_or(0) as f64
+                        })
+                        .collect();
+                    (k.clone(), v)
+                })
+                .collect();
+            let labels: Vec<String> = slots.iter().map(|t| hhmm(*t)).collect();
+            body.push_str(&bars(
+                "chart-steering",
+                "Steering per minute by kind, the last hour (UTC)",
+                &labels,
+                &series,
+            ));
+            if kinds.is_empty() {
+                body.push_str("<p class=\"empty\">No steering in the last hour.</p>");
+            }
+        }
+        Err(e) => body.push_str(&format!(
+            "<p class=\"flash error\">Steering: {}</p>",
+            esc(&e.message)
+        )),
+    }
+    match (&status, &tasks) {
+        (Ok(status), Ok(tasks)) => {
+            // Spend: each finished task's cost at the time it finished.
+            let mut done: Vec<&TaskRecord> = tasks
+                .iter()
+                .filter(|t| {
+                    matches!(
+                        t.state,
+                        TaskState::Completed | TaskState::Failed | TaskState::Cancelled
+                    ) && t.spent.cost_usd > 0.0
+                })
+                .collect();
+            done.sort_by_key(|t| t.updated_at);
+            let mut sum = 0.0;
+            let points: Vec<(u64, f64)> = done
+                .iter()
+                .map(|t| {
+                    sum += t.spent.cost_usd;
+                    (t.updated_at, sum)
+                })
+                .collect();
+            body.push_str(&spend(
+                "chart-spend",
+                &points,
+                n,
+                status.spent_usd,
+                status.goal.budget_usd,
+            ));
+            // Throughput and duration: completed tasks.
+            let completed: Vec<&TaskRecord> = tasks
+                .iter()
+                .filter(|t| t.state == TaskState::Completed)
+                .collect();
+            let first = completed.iter().map(|t| t.updated_at).min().unwrap_or(n);
+            let step = interval(n.saturating_sub(first));
+            let start = (n - n % step).saturating_sub(23 * step);
+            let slots: Vec<u64> = (0..24).map(|i| start + i * step).collect();
+            let per: Vec<f64> = slots
+                .iter()
+                .map(|s| {
+                    completed
+                        .iter()
+                        .filter(|t| t.updated_at >= *s && t.updated_at < s + step)
+                        .count() as f64
+                })
+                .collect();
+            body.push_str(&bars(
+                "chart-throughput",
+                &format!("Tasks completed per {} (UTC)", interval_name(step)),
+                &slots.iter().map(|t| hhmm(*t)).collect::<Vec<_>>(),
+                &[("completed".to_string(), per)],
+            ));
+            let mut secs: Vec<f64> = completed
+                .iter()
+                .map(|t| t.spent.wall_ms as f64 / 1000.0)
+                .collect();
+            secs.sort_by(f64::total_cmp);
+            let buckets = crate::metrics::TASK_DURATION_BUCKETS;
+            let mut counts = vec![0.0; buckets.len() + 1];
+            for s in &secs {
+                let i = buckets.iter().position(|b| s <= b).unwrap_or(buckets.len());
+                counts[i] += 1.0;
+            }
+            let mut labels: Vec<String> = buckets
+                .iter()
+                .map(|b| format!("≤{}", human_ms((b * 1000.0) as u64)))
+                .collect();
+            labels.push("more".into());
+            let pct = |p: f64| {
+                secs.get(((secs.len() as f64 - 1.0) * p).round() as usize)
+                    .map(|s| human_ms((s * 1000.0) as u64))
+                    .unwrap_or_else(|| "—".into())
+            };
+            body.push_str(&bars(
+                "chart-duration",
+                &format!(
+                    "How long completed tasks took (all attempts): p50 {}, p90 {}, {} tasks",
+                    pct(0.5),
+                    pct(0.9),
+                    secs.len()
+                ),
+                &labels,
+                &[("tasks".to_string(), counts)],
+            ));
+        }
+        (Err(e), _) | (_, Err(e)) => body.push_str(&format!(
+            "<p class=\"flash error\">Queue: {}</p>",
+            esc(&e.message)
+        )),
+    }
+    body.push_str("</div>");
+    ok_page(&f, &body)
+}
