@@ -332,7 +332,7 @@ fn default_operator_severity() -> Severity {
 }
 
 /// One row of `xo units`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UnitSummary {
     pub unit: String,
     pub role: String,
@@ -375,7 +375,7 @@ pub struct UnitSummary {
 }
 
 /// `xo units UNIT`: a summary, the latest report and the last steering.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UnitDetail {
     pub summary: UnitSummary,
     pub report: Option<SaluteReport>,
@@ -390,7 +390,7 @@ pub struct UnitDetail {
 pub const HISTORY_POINTS: usize = 48;
 
 /// One report, as the unit page's charts draw it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ReportPoint {
     pub turn: u64,
     /// Milliseconds since the Unix epoch, when the supervisor took it.
@@ -405,7 +405,7 @@ pub struct ReportPoint {
 pub struct SupervisorStats {}
 
 /// Counters since the supervisor started.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StatsReply {
     /// Reports received (bus and files).
     pub reports: u64,
@@ -437,7 +437,7 @@ pub struct StatsReply {
 }
 
 /// The steering sent in one minute, by anomaly kind.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SteeringMinute {
     /// The minute's start, milliseconds since the Unix epoch.
     pub minute: u64,

@@ -296,7 +296,7 @@ pub struct ListDocs {
     pub category: Option<Category>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DocList {
     pub docs: Vec<DocSummary>,
     pub invalid: Vec<InvalidDoc>,
@@ -341,7 +341,7 @@ pub struct ReviewDoc {
 }
 
 /// A review decision applied.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Reviewed {
     pub doc: KnowledgeDoc,
     /// Its status before the decision.

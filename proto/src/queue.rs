@@ -920,7 +920,7 @@ pub const REPLY_STATUSES: [&str; 4] = ["ok", "blocked", "error", "escalate"];
 
 // ---- control requests ----
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Init {
     #[serde(default)]
     pub mode: ExecutionMode,
@@ -931,7 +931,7 @@ pub struct Init {
     pub force: bool,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SetGoal {
     pub description: String,
     #[serde(default)]
@@ -943,7 +943,7 @@ pub struct SetGoal {
     pub budget_usd: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Enqueue {
     pub tasks: Vec<Task>,
 }

@@ -76,7 +76,7 @@ impl crate::Message for SettingsChanged {
 pub struct GetSettings {}
 
 /// Change settings: set some keys, unset others (back to `xo.toml`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSettings {
     #[serde(default)]

@@ -971,3 +971,136 @@ async fn connections_and_event_streams_are_bounded() {
     drop(streams);
     rig.stop().await;
 }
+
+/// `/api/v1/openapi.json` is made from the router's own route list: every
+/// operation it describes is served by its handler (never the fallback,
+/// never 405), refusals have the documented `{code, message}` shape, each
+/// operation names its success reply and the bearer scheme, and the API
+/// module adds no route outside the description.
+#[tokio::test]
+async fn the_openapi_description_is_every_route_and_only_those() {
+    let rig = Rig::start(&[]).await;
+    let (s, spec) = rig.get("/api/v1/openapi.json").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        spec["openapi"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.")),
+        "{spec}"
+    );
+    assert_eq!(spec["servers"][0]["url"], "/api/v1");
+    assert_eq!(
+        spec["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    let paths = spec["paths"].as_object().expect("paths");
+    let sample = |name: &str| match name {
+        "unit" => "nobody",
+        "id" => "no-such-task",
+        "verb" => "nothing",
+        "category" => "rules",
+        "name" => "nothing",
+        "role" => "coder",
+        other => panic!("a path parameter the test does not know: {other}"),
+    };
+    let mut ops = 0;
+    for (path, item) in paths {
+        for method in ["get", "post", "put", "delete", "patch"] {
+            let Some(op) = item.get(method) else { continue };
+            ops += 1;
+            let what = format!("{} {path}", method.to_uppercase());
+            // Described: a summary, its parameters, a success reply.
+            assert!(op["summary"].is_string(), "{what}: no summary");
+            let declared: Vec<&str> = op["parameters"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .filter(|p| p["in"] == "path")
+                        .filter_map(|p| p["name"].as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut url = path.clone();
+            for seg in path.split('/').filter(|s| s.starts_with('{')) {
+                let name = seg.trim_matches(|c| c == '{' || c == '}');
+                assert!(
+                    declared.contains(&name),
+                    "{what}: path parameter {name} not described"
+                );
+                url = url.replace(seg, sample(name));
+            }
+            assert!(
+                op["responses"]["200"].is_object(),
+                "{what}: no 200 reply described"
+            );
+            // Every write takes a JSON body but a restart.
+            if method != "get" && !path.ends_with("/restart") {
+                assert!(
+                    op["requestBody"]["content"]["application/json"].is_object(),
+                    "{what}: its body is not described"
+                );
+            }
+            // Served by its own handler.
+            let full = format!("/api/v1{url}");
+            if path == "/events" {
+                let r = rig.fetch(&full, None).await;
+                assert_eq!(r.status(), StatusCode::OK, "{what}");
+                assert!(
+                    r.headers()["content-type"]
+                        .to_str()
+                        .unwrap()
+                        .starts_with("text/event-stream")
+                );
+                continue;
+            }
+            let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let (status, body) = if method == "get" {
+                rig.get(&full).await
+            } else {
+                rig.send(m, &full, json!({})).await
+            };
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{what}");
+            if !status.is_success() {
+                assert!(
+                    body["code"].is_string() && body["message"].is_string(),
+                    "{what}: {status} {body}"
+                );
+                assert!(
+                    !body["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("no such API route"),
+                    "{what} fell through to the fallback: {body}"
+                );
+            }
+        }
+    }
+    // Every route of the console's API is there (the router has these, and
+    // the source adds no route beside the description's but the
+    // description itself).
+    for (m, p) in [
+        ("get", "/units"),
+        ("post", "/units/{unit}/steer"),
+        ("post", "/tasks"),
+        ("post", "/tasks/{id}/{verb}"),
+        ("put", "/settings"),
+        ("get", "/events"),
+    ] {
+        assert!(paths[p].get(m).is_some(), "{m} {p} missing");
+    }
+    let src = include_str!("../../services/console/src/api.rs");
+    assert_eq!(
+        src.matches(".route(").count(),
+        1,
+        "only /openapi.json is routed outside the description"
+    );
+    assert!(ops > 0);
+    // A route that is not there falls through, and says where the list is.
+    let (s, body) = rig.get("/api/v1/no-such-thing").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(
+        body["message"].as_str().unwrap().contains("openapi.json"),
+        "{body}"
+    );
+    rig.stop().await;
+}

@@ -4,19 +4,27 @@
 //! `internal` 500; `unauthorized` 401, `forbidden`/`csrf`/`read_only` 403).
 //! A body that does not decode is refused naming the field.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use aide::NoApi;
+use aide::axum::ApiRouter;
+use aide::axum::routing::{get_with, post_with};
+use aide::generate::GenContext;
+use aide::openapi::{self, OpenApi, Operation};
+use aide::operation::{OperationInput, OperationOutput};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use xo_proto::Request;
-use xo_proto::control::{ErrorCode, ServiceError, ShowUnit, SteerUnit, SupervisorStats};
+use xo_proto::control::{
+    ErrorCode, ServiceError, ShowUnit, SteerUnit, SupervisorStats, UnitSummary,
+};
 use xo_proto::fleet::{FleetLs, FleetRestart, FleetScale};
 use xo_proto::knowledge::{Author, DeprecateDoc, GetDoc, ListDocs, ListReviewRuns, ReviewDoc};
 use xo_proto::queue::{
@@ -72,7 +80,77 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// What every refusal's body is.
+#[derive(Debug, serde::Serialize, JsonSchema)]
+pub struct ErrorBody {
+    /// `invalid`, `not_found`, `unavailable`, `timeout`, `internal`,
+    /// `unauthorized`, `forbidden`, `csrf`, `read_only`, `host`.
+    pub code: String,
+    /// What was wrong and what to do.
+    pub message: String,
+}
+
+impl OperationOutput for ApiError {
+    type Inner = ErrorBody;
+
+    fn operation_response(ctx: &mut GenContext, op: &mut Operation) -> Option<openapi::Response> {
+        Json::<ErrorBody>::operation_response(ctx, op)
+    }
+
+    fn inferred_responses(
+        ctx: &mut GenContext,
+        op: &mut Operation,
+    ) -> Vec<(Option<openapi::StatusCode>, openapi::Response)> {
+        let Some(r) = Self::operation_response(ctx, op) else {
+            return Vec::new();
+        };
+        [
+            (400, "invalid: a field or value named in the message"),
+            (401, "unauthorized: no token, or not this console's"),
+            (
+                403,
+                "forbidden: read-only console, or a cookie write without X-XO-CSRF",
+            ),
+            (404, "not_found: no such unit, task, document or route"),
+            (
+                503,
+                "unavailable: the service that answers it is not running",
+            ),
+            (504, "timeout: the service did not answer in time"),
+        ]
+        .into_iter()
+        .map(|(code, what)| {
+            let mut r = r.clone();
+            r.description = what.to_string();
+            (Some(openapi::StatusCode::Code(code)), r)
+        })
+        .collect()
+    }
+}
+
 type ApiResult<T> = Result<Json<T>, ApiError>;
+
+/// A JSON body decoded by [`body`] (an empty body is `{}`; an error names
+/// the field), documented as `T`'s schema.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("body: {e}")))?;
+        body(&bytes).map(JsonBody)
+    }
+}
+
+impl<T: JsonSchema> OperationInput for JsonBody<T> {
+    fn operation_input(ctx: &mut GenContext, op: &mut Operation) {
+        Json::<T>::operation_input(ctx, op);
+    }
+}
 
 /// Decodes a JSON body; an empty body is `{}`. Errors name the field.
 pub fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
@@ -97,57 +175,294 @@ async fn call<R: Request>(c: &Shared, req: R) -> ApiResult<R::Response> {
     Ok(Json(c.call(&req).await?))
 }
 
+/// `{unit}` in a path.
+#[derive(Deserialize, JsonSchema)]
+struct UnitPath {
+    /// The unit's id.
+    unit: String,
+}
+
+/// `{id}` in a path.
+#[derive(Deserialize, JsonSchema)]
+struct TaskPath {
+    /// The task's id.
+    id: String,
+}
+
+/// `{id}/{verb}` in a path.
+#[derive(Deserialize, JsonSchema)]
+struct TaskVerbPath {
+    /// The task's id.
+    id: String,
+    /// `answer`, `retry` or `cancel`.
+    verb: String,
+}
+
+/// `{verb}` of a queue action.
+#[derive(Deserialize, JsonSchema)]
+struct QueueVerbPath {
+    /// `start`, `step`, `halt` or `resume`.
+    verb: String,
+}
+
+/// `{category}/{name}` of a knowledge document.
+#[derive(Deserialize, JsonSchema)]
+struct DocPath {
+    /// `rules`, `examples`, … (the document's folder).
+    category: String,
+    /// The document's name.
+    name: String,
+}
+
+/// `{role}` of a runner role.
+#[derive(Deserialize, JsonSchema)]
+struct RolePath {
+    /// The role.
+    role: String,
+}
+
+/// `?project=` of the audit.
+#[derive(Deserialize, JsonSchema)]
+struct ProjectQuery {
+    /// The project (default: the goal's).
+    #[serde(default)]
+    project: Option<String>,
+}
+
+/// `?category=` of the knowledge list.
+#[derive(Deserialize, JsonSchema)]
+struct CategoryQuery {
+    /// Only this category.
+    #[serde(default)]
+    category: Option<String>,
+}
+
+/// `?last=` of the review runs.
+#[derive(Deserialize, JsonSchema)]
+struct LastQuery {
+    /// The last N runs (default: all kept).
+    #[serde(default)]
+    last: Option<String>,
+}
+
 fn id(what: &str, v: &str) -> Result<(), ApiError> {
     validate_token(what, v).map_err(ApiError::invalid)
 }
 
-pub fn routes() -> Router<Shared> {
-    Router::new()
-        .route("/units", get(units))
-        .route("/units/{unit}", get(unit))
-        .route("/units/{unit}/steer", post(steer))
-        .route("/stats", get(stats))
-        .route("/queue", get(status))
-        .route("/queue/init", post(init))
-        .route("/queue/goal", post(goal))
-        .route("/queue/{verb}", post(queue_verb))
-        .route("/tasks", get(tasks).post(enqueue))
-        .route("/tasks/{id}", get(task))
-        .route("/tasks/{id}/{verb}", post(task_verb))
-        .route("/audit", get(audit_tail))
-        .route("/audit/verify", get(audit_verify))
-        .route("/knowledge", get(knowledge))
-        .route("/knowledge/{category}/{name}", get(doc))
-        .route("/knowledge/{category}/{name}/deprecate", post(deprecate))
-        .route("/knowledge/{category}/{name}/review", post(review_doc))
-        .route("/directives", get(directives))
-        .route("/reviews", get(reviews))
-        .route("/fleet", get(fleet))
-        .route("/fleet/{role}/scale", post(scale))
-        .route("/fleet/units/{unit}/restart", post(restart))
-        .route("/settings", get(settings).put(put_settings))
-        .route("/events", get(events::sse))
-        .fallback(|| async { ApiError::not_found("no such API route; see docs/console.md") })
+/// The routes of `/api/v1`, each with its OpenAPI operation: the spec is
+/// made from the same list the router is (`/api/v1/openapi.json`).
+fn api_routes() -> ApiRouter<Shared> {
+    ApiRouter::new()
+        .api_route(
+            "/units",
+            get_with(units, |o| {
+                o.summary("Every unit as the supervisor sees it")
+                    .response::<200, Json<Vec<UnitSummary>>>()
+            }),
+        )
+        .api_route(
+            "/units/{unit}",
+            get_with(unit, |o| {
+                o.summary("One unit: latest report, steering, report history")
+            }),
+        )
+        .api_route(
+            "/units/{unit}/steer",
+            post_with(steer, |o| o.summary("Send [SUPERVISOR] steering to a unit")),
+        )
+        .api_route(
+            "/stats",
+            get_with(stats, |o| o.summary("The supervisor's counters")),
+        )
+        .api_route(
+            "/queue",
+            get_with(status, |o| o.summary("The queue's status")),
+        )
+        .api_route(
+            "/queue/init",
+            post_with(init, |o| o.summary("Initialise the queue")),
+        )
+        .api_route(
+            "/queue/goal",
+            post_with(goal, |o| o.summary("Set the goal")),
+        )
+        .api_route(
+            "/queue/{verb}",
+            post_with(queue_verb, |o| {
+                o.summary("start, step, halt (with a reason) or resume")
+                    .input::<Json<HaltBody>>()
+            }),
+        )
+        .api_route(
+            "/tasks",
+            get_with(tasks, |o| o.summary("Tasks, a page at a time")).post_with(enqueue, |o| {
+                o.summary("Enqueue tasks (validated as a whole)")
+            }),
+        )
+        .api_route("/tasks/{id}", get_with(task, |o| o.summary("One task")))
+        .api_route(
+            "/tasks/{id}/{verb}",
+            post_with(task_verb, |o| {
+                o.summary("answer (with the text), retry or cancel a task")
+                    .input::<Json<AnswerBody>>()
+            }),
+        )
+        .api_route(
+            "/audit",
+            get_with(audit_tail, |o| {
+                o.summary("The last lines of a project's audit log")
+            }),
+        )
+        .api_route(
+            "/audit/verify",
+            get_with(audit_verify, |o| {
+                o.summary("Verify the audit log's hash chain")
+            }),
+        )
+        .api_route(
+            "/knowledge",
+            get_with(knowledge, |o| o.summary("Knowledge documents")),
+        )
+        .api_route(
+            "/knowledge/{category}/{name}",
+            get_with(doc, |o| o.summary("One knowledge document")),
+        )
+        .api_route(
+            "/knowledge/{category}/{name}/deprecate",
+            post_with(deprecate, |o| {
+                o.summary("Deprecate a document, with a reason")
+            }),
+        )
+        .api_route(
+            "/knowledge/{category}/{name}/review",
+            post_with(review_doc, |o| {
+                o.summary("Accept or reject a document awaiting review")
+            }),
+        )
+        .api_route(
+            "/directives",
+            get_with(directives, |o| {
+                o.summary("The review supervisors' directives")
+            }),
+        )
+        .api_route("/reviews", get_with(reviews, |o| o.summary("Review runs")))
+        .api_route(
+            "/fleet",
+            get_with(fleet, |o| o.summary("Runner containers per role")),
+        )
+        .api_route(
+            "/fleet/{role}/scale",
+            post_with(scale, |o| o.summary("Scale a role's containers")),
+        )
+        .api_route(
+            "/fleet/units/{unit}/restart",
+            post_with(restart, |o| o.summary("Restart a runner container")),
+        )
+        .api_route(
+            "/settings",
+            get_with(settings, |o| {
+                o.summary("Operator settings, their keys and defaults")
+            })
+            .put_with(put_settings, |o| {
+                o.summary("Change settings (checked, versioned, audited)")
+            }),
+        )
+        .api_route(
+            "/events",
+            get_with(events::sse, |o| {
+                o.summary("Live events (Server-Sent Events)")
+                    .input::<Query<events::EventsQuery>>()
+                    .response_with::<200, String, _>(|r| {
+                        r.description("text/event-stream: one `event:` and JSON `data:` per event")
+                    })
+            }),
+        )
 }
 
-async fn units(State(c): State<Shared>) -> Result<Response, ApiError> {
+/// The OpenAPI description of `/api/v1`, made from its routes.
+pub fn openapi() -> OpenApi {
+    let mut doc = base_doc();
+    let _ = api_routes().finish_api(&mut doc);
+    doc
+}
+
+fn base_doc() -> OpenApi {
+    let mut doc = OpenApi {
+        info: openapi::Info {
+            title: "XO console API".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            description: Some(
+                "One route per control request of the XO's services, with the bus's own types as JSON. Every request needs the console token (`Authorization: Bearer <token>`); errors are `{code, message}`. See docs/console.md.".into(),
+            ),
+            ..Default::default()
+        },
+        servers: vec![openapi::Server {
+            url: "/api/v1".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut components = openapi::Components::default();
+    components.security_schemes.insert(
+        "bearer".into(),
+        openapi::ReferenceOr::Item(openapi::SecurityScheme::Http {
+            scheme: "bearer".into(),
+            bearer_format: None,
+            description: Some("the console token (console.token, or XO_CONSOLE_TOKEN)".into()),
+            extensions: Default::default(),
+        }),
+    );
+    doc.components = Some(components);
+    doc.security = vec![[("bearer".to_string(), Vec::new())].into_iter().collect()];
+    doc
+}
+
+pub fn routes() -> Router<Shared> {
+    let mut doc = base_doc();
+    let router = api_routes().finish_api(&mut doc);
+    let json: Arc<str> = serde_json::to_string_pretty(&doc)
+        .unwrap_or_else(|e| {
+            format!("{{\"error\": \"the OpenAPI description does not serialise: {e}\"}}")
+        })
+        .into();
+    router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let json = json.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        json.to_string(),
+                    )
+                }
+            }),
+        )
+        .fallback(|| async {
+            ApiError::not_found("no such API route; see docs/console.md and /api/v1/openapi.json")
+        })
+}
+
+async fn units(State(c): State<Shared>) -> Result<NoApi<Response>, ApiError> {
     let json = c.units_json().await?;
-    Ok((
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        json,
-    )
-        .into_response())
+    Ok(NoApi(
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            json,
+        )
+            .into_response(),
+    ))
 }
 
 async fn unit(
     State(c): State<Shared>,
-    Path(unit): Path<String>,
+    Path(UnitPath { unit }): Path<UnitPath>,
 ) -> ApiResult<xo_proto::control::UnitDetail> {
     id("unit", &unit)?;
     call(&c, ShowUnit { unit }).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SteerBody {
     message: String,
@@ -157,11 +472,10 @@ struct SteerBody {
 
 async fn steer(
     State(c): State<Shared>,
-    Path(unit): Path<String>,
-    b: Bytes,
+    Path(UnitPath { unit }): Path<UnitPath>,
+    JsonBody(b): JsonBody<SteerBody>,
 ) -> ApiResult<xo_proto::Steering> {
     id("unit", &unit)?;
-    let b: SteerBody = body(&b)?;
     if b.message.trim().is_empty() {
         return Err(ApiError::invalid(
             "body field `message`: empty; say what the unit should do",
@@ -186,15 +500,21 @@ async fn status(State(c): State<Shared>) -> ApiResult<xo_proto::queue::QueueStat
     call(&c, GetStatus {}).await
 }
 
-async fn init(State(c): State<Shared>, b: Bytes) -> ApiResult<xo_proto::queue::QueueStatus> {
-    call(&c, body::<Init>(&b)?).await
+async fn init(
+    State(c): State<Shared>,
+    JsonBody(b): JsonBody<Init>,
+) -> ApiResult<xo_proto::queue::QueueStatus> {
+    call(&c, b).await
 }
 
-async fn goal(State(c): State<Shared>, b: Bytes) -> ApiResult<xo_proto::queue::QueueStatus> {
-    call(&c, body::<SetGoal>(&b)?).await
+async fn goal(
+    State(c): State<Shared>,
+    JsonBody(b): JsonBody<SetGoal>,
+) -> ApiResult<xo_proto::queue::QueueStatus> {
+    call(&c, b).await
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct HaltBody {
     #[serde(default)]
@@ -203,8 +523,8 @@ struct HaltBody {
 
 async fn queue_verb(
     State(c): State<Shared>,
-    Path(verb): Path<String>,
-    b: Bytes,
+    Path(QueueVerbPath { verb }): Path<QueueVerbPath>,
+    NoApi(b): NoApi<Bytes>,
 ) -> ApiResult<xo_proto::queue::QueueStatus> {
     match verb.as_str() {
         "start" => call(&c, Start {}).await,
@@ -226,9 +546,11 @@ async fn queue_verb(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct TasksQuery {
+    /// Only tasks in this state: pending, running, completed, blocked,
+    /// awaiting_response or cancelled.
     #[serde(default)]
     state: Option<String>,
     /// Paging: tasks enqueued after this sequence number.
@@ -284,13 +606,18 @@ pub async fn find_task(c: &Shared, task_id: &str) -> Result<TaskRecord, ApiError
         .ok_or_else(|| ApiError::not_found(format!("no task {task_id:?} in the queue")))
 }
 
-async fn task(State(c): State<Shared>, Path(task_id): Path<String>) -> ApiResult<TaskRecord> {
+async fn task(
+    State(c): State<Shared>,
+    Path(TaskPath { id: task_id }): Path<TaskPath>,
+) -> ApiResult<TaskRecord> {
     id("task_id", &task_id)?;
     Ok(Json(find_task(&c, &task_id).await?))
 }
 
-async fn enqueue(State(c): State<Shared>, b: Bytes) -> ApiResult<Vec<String>> {
-    let e: Enqueue = body(&b)?;
+async fn enqueue(
+    State(c): State<Shared>,
+    JsonBody(e): JsonBody<Enqueue>,
+) -> ApiResult<Vec<String>> {
     if e.tasks.is_empty() {
         return Err(ApiError::invalid(
             "body field `tasks`: empty; give at least one task",
@@ -299,17 +626,18 @@ async fn enqueue(State(c): State<Shared>, b: Bytes) -> ApiResult<Vec<String>> {
     call(&c, e).await
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AnswerBody {
+    /// The answer (for `answer`).
     #[serde(default)]
     text: Option<String>,
 }
 
 async fn task_verb(
     State(c): State<Shared>,
-    Path((task_id, verb)): Path<(String, String)>,
-    b: Bytes,
+    Path(TaskVerbPath { id: task_id, verb }): Path<TaskVerbPath>,
+    NoApi(b): NoApi<Bytes>,
 ) -> ApiResult<TaskRecord> {
     id("task_id", &task_id)?;
     match verb.as_str() {
@@ -331,7 +659,7 @@ async fn task_verb(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AuditQuery {
     #[serde(default)]
@@ -359,9 +687,8 @@ async fn audit_tail(
 
 async fn audit_verify(
     State(c): State<Shared>,
-    Query(q): Query<BTreeMap<String, String>>,
+    Query(ProjectQuery { project }): Query<ProjectQuery>,
 ) -> ApiResult<xo_proto::queue::AuditCheck> {
-    let project = q.get("project").cloned();
     if let Some(p) = &project {
         id("project", p)?;
     }
@@ -370,9 +697,9 @@ async fn audit_verify(
 
 async fn knowledge(
     State(c): State<Shared>,
-    Query(q): Query<BTreeMap<String, String>>,
+    Query(q): Query<CategoryQuery>,
 ) -> ApiResult<xo_proto::knowledge::DocList> {
-    let category = match q.get("category") {
+    let category = match &q.category {
         None => None,
         Some(s) => Some(
             serde_json::from_value(serde_json::Value::String(s.clone()))
@@ -384,7 +711,7 @@ async fn knowledge(
 
 async fn doc(
     State(c): State<Shared>,
-    Path((category, name)): Path<(String, String)>,
+    Path(DocPath { category, name }): Path<DocPath>,
 ) -> ApiResult<xo_proto::knowledge::KnowledgeDoc> {
     call(
         &c,
@@ -395,18 +722,18 @@ async fn doc(
     .await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DeprecateBody {
+    /// Why it no longer holds.
     reason: String,
 }
 
 async fn deprecate(
     State(c): State<Shared>,
-    Path((category, name)): Path<(String, String)>,
-    b: Bytes,
+    Path(DocPath { category, name }): Path<DocPath>,
+    JsonBody(d): JsonBody<DeprecateBody>,
 ) -> ApiResult<xo_proto::knowledge::KnowledgeDoc> {
-    let d: DeprecateBody = body(&b)?;
     if d.reason.trim().is_empty() {
         return Err(ApiError::invalid("body field `reason`: empty; say why"));
     }
@@ -421,9 +748,10 @@ async fn deprecate(
     .await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReviewBody {
+    /// true: established; false: deprecated.
     accept: bool,
     #[serde(default)]
     note: String,
@@ -433,10 +761,9 @@ struct ReviewBody {
 /// `needs_user_review`): `{"accept": true|false, "note": "..."}`.
 async fn review_doc(
     State(c): State<Shared>,
-    Path((category, name)): Path<(String, String)>,
-    b: Bytes,
+    Path(DocPath { category, name }): Path<DocPath>,
+    JsonBody(r): JsonBody<ReviewBody>,
 ) -> ApiResult<xo_proto::knowledge::Reviewed> {
-    let r: ReviewBody = body(&b)?;
     call(
         &c,
         ReviewDoc {
@@ -466,9 +793,9 @@ async fn directives(State(c): State<Shared>) -> ApiResult<Vec<TaskRecord>> {
 
 async fn reviews(
     State(c): State<Shared>,
-    Query(q): Query<BTreeMap<String, String>>,
+    Query(q): Query<LastQuery>,
 ) -> ApiResult<Vec<xo_proto::knowledge::ReviewRun>> {
-    let last = match q.get("last") {
+    let last = match &q.last {
         None => None,
         Some(s) => Some(
             s.parse::<usize>()
@@ -482,19 +809,19 @@ async fn fleet(State(c): State<Shared>) -> ApiResult<xo_proto::fleet::FleetStatu
     call(&c, FleetLs {}).await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ScaleBody {
+    /// Containers to run for the role.
     replicas: u32,
 }
 
 async fn scale(
     State(c): State<Shared>,
-    Path(role): Path<String>,
-    b: Bytes,
+    Path(RolePath { role }): Path<RolePath>,
+    JsonBody(s): JsonBody<ScaleBody>,
 ) -> ApiResult<xo_proto::fleet::FleetStatus> {
     id("role", &role)?;
-    let s: ScaleBody = body(&b)?;
     call(
         &c,
         FleetScale {
@@ -507,7 +834,7 @@ async fn scale(
 
 async fn restart(
     State(c): State<Shared>,
-    Path(unit): Path<String>,
+    Path(UnitPath { unit }): Path<UnitPath>,
 ) -> ApiResult<xo_proto::fleet::FleetStatus> {
     id("unit", &unit)?;
     call(&c, FleetRestart { unit }).await
@@ -519,9 +846,8 @@ async fn settings(State(c): State<Shared>) -> ApiResult<xo_proto::settings::Sett
 
 async fn put_settings(
     State(c): State<Shared>,
-    b: Bytes,
+    JsonBody(mut p): JsonBody<PutSettings>,
 ) -> ApiResult<xo_proto::settings::SettingsView> {
-    let mut p: PutSettings = body(&b)?;
     if p.by.is_empty() {
         p.by = "console".into();
     }

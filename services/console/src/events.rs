@@ -221,10 +221,24 @@ const BATCH: usize = 64;
 /// takes a comma-separated list of event names. Frames are formatted once
 /// in the hub and shared; a client with several waiting gets them in one
 /// write.
+/// `?only=` of the event stream.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct EventsQuery {
+    /// Comma-separated event names to receive (default: every event).
+    #[serde(default)]
+    pub only: Option<String>,
+}
+
 pub async fn sse(
     State(c): State<Shared>,
-    axum::extract::Query(q): axum::extract::Query<BTreeMap<String, String>>,
-) -> Response {
+    aide::NoApi(axum::extract::Query(q)): aide::NoApi<
+        axum::extract::Query<BTreeMap<String, String>>,
+    >,
+) -> aide::NoApi<Response> {
+    aide::NoApi(sse_stream(c, q).await)
+}
+
+async fn sse_stream(c: Shared, q: BTreeMap<String, String>) -> Response {
     let only: Option<Vec<String>> = q
         .get("only")
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
