@@ -295,6 +295,35 @@ fn log_paths(c: &Shared, project: &str, id: &str) -> (std::path::PathBuf, std::p
     )
 }
 
+/// A task's two logs.
+#[derive(Clone, Copy)]
+enum Log {
+    Prompts,
+    Work,
+}
+
+/// Where a task's log is, or the page refusing the request (a bad id, a
+/// task the queue does not have).
+async fn log_path(
+    c: &Shared,
+    f: &Frame<'_>,
+    id: &str,
+    which: Log,
+) -> Result<std::path::PathBuf, Response> {
+    if let Err(e) = xo_proto::validate_token("task id", id) {
+        return Err(bad_request(f, &e));
+    }
+    let t = crate::api::find_task(c, id)
+        .await
+        .map_err(|e| (e.0, Html(page(f, &esc(&e.2)))).into_response())?;
+    let project = log_project(c, &t).await;
+    let (prompts, work) = log_paths(c, &project, id);
+    Ok(match which {
+        Log::Prompts => prompts,
+        Log::Work => work,
+    })
+}
+
 /// At most this many of a task's prompt-log entries on its page (the last).
 pub const PROMPT_LOG_ENTRIES: usize = 200;
 /// At most this much of one entry's text, and of a work log (its end).
@@ -346,15 +375,10 @@ pub(crate) async fn task_prompts(
 ) -> Response {
     let title = format!("Prompt log of task {id}");
     let f = frame(&c, &title, "/queue", &q);
-    if let Err(e) = xo_proto::validate_token("task id", &id) {
-        return bad_request(&f, &e);
-    }
-    let t = match crate::api::find_task(&c, &id).await {
-        Ok(t) => t,
-        Err(e) => return (e.0, Html(page(&f, &esc(&e.2)))).into_response(),
+    let path = match log_path(&c, &f, &id, Log::Prompts).await {
+        Ok(p) => p,
+        Err(refused) => return refused,
     };
-    let project = log_project(&c, &t).await;
-    let (path, _) = log_paths(&c, &project, &id);
     let file = match tokio::fs::File::open(&path).await {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -458,15 +482,10 @@ pub(crate) async fn task_worklog(
 ) -> Response {
     let title = format!("Work log of task {id}");
     let f = frame(&c, &title, "/queue", &q);
-    if let Err(e) = xo_proto::validate_token("task id", &id) {
-        return bad_request(&f, &e);
-    }
-    let t = match crate::api::find_task(&c, &id).await {
-        Ok(t) => t,
-        Err(e) => return (e.0, Html(page(&f, &esc(&e.2)))).into_response(),
+    let path = match log_path(&c, &f, &id, Log::Work).await {
+        Ok(p) => p,
+        Err(refused) => return refused,
     };
-    let project = log_project(&c, &t).await;
-    let (_, path) = log_paths(&c, &project, &id);
     let text = match tokio::fs::read(&path).await {
         Ok(b) => String::from_utf8_lossy(&b).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
