@@ -98,6 +98,13 @@ pub enum StoreError {
     },
     #[error("store backend: {0}")]
     Backend(String),
+    /// A record could not be encoded: nothing was written.
+    #[error("{bucket}/{key}: record not encodable: {reason}")]
+    Encode {
+        bucket: String,
+        key: String,
+        reason: String,
+    },
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

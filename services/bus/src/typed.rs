@@ -106,14 +106,13 @@ pub fn encode_reply<T: Serialize>(reply: &Reply<T>) -> (Headers, Bytes) {
     match encode(reply, Format::Json) {
         Ok(x) => x,
         Err(e) => {
-            let fallback: Reply<()> =
-                Reply::Err(ServiceError::new(ErrorCode::Internal, e.to_string()));
+            // The reply cannot be encoded: the caller is told so, in the
+            // envelope it reads (a JSON value always prints).
+            let why = ServiceError::new(ErrorCode::Internal, format!("reply not encodable: {e}"));
+            let fallback = serde_json::json!({ "err": why });
             let mut h = Headers::new();
             h.insert(CONTENT_TYPE, codec::JSON);
-            (
-                h,
-                Bytes::from(serde_json::to_vec(&fallback).unwrap_or_default()),
-            )
+            (h, Bytes::from(fallback.to_string()))
         }
     }
 }
@@ -157,6 +156,26 @@ pub async fn all_units(
         all.extend(page);
         if n < ListUnits::PAGE {
             return Ok(all);
+        }
+    }
+}
+
+#[cfg(test)]
+mod encode_tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_that_cannot_be_encoded_reaches_the_caller_as_an_internal_error() {
+        let bad: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let (h, body) = encode_reply(&Reply::Ok(bad));
+        let r: Reply<serde_json::Value> =
+            codec::decode_plain(&body, h.get(CONTENT_TYPE), 1 << 20).unwrap();
+        match r {
+            Reply::Err(e) => {
+                assert_eq!(e.code, ErrorCode::Internal);
+                assert!(e.message.contains("reply not encodable"), "{}", e.message);
+            }
+            Reply::Ok(v) => panic!("an empty or partial reply went out: {v}"),
         }
     }
 }

@@ -76,7 +76,7 @@ impl FleetHandle {
         let _ = self.bus.flush().await;
         escalated.map_err(|reason| FleetError {
             what: "fleet manager".into(),
-            reason,
+            reason: reason.to_string(),
         })
     }
 }

@@ -70,7 +70,7 @@ impl KnowledgeHandle {
     pub async fn stop(self) -> Result<(), KnowledgeError> {
         let escalated = self.running.stop().await;
         let _ = self.bus.flush().await;
-        escalated.map_err(KnowledgeError::Escalated)
+        escalated.map_err(KnowledgeError::Tree)
     }
 }
 
@@ -80,10 +80,9 @@ pub enum KnowledgeError {
     Store(#[from] StoreError),
     #[error("bus: {0}")]
     Bus(#[from] xo_bus::BusError),
-    #[error("actor: {0}")]
-    Actor(String),
-    #[error("escalated: {0}")]
-    Escalated(String),
+    /// The actor tree did not start, or gave up.
+    #[error(transparent)]
+    Tree(#[from] xo_runtime::tree::Escalation),
 }
 
 fn service_error(e: StoreError) -> ServiceError {
@@ -114,9 +113,7 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<KnowledgeHandle, Knowledg
             Box::pin(async move { Ok(dir) })
         })
     };
-    let mut running = Running::one_for_one("knowledge", actor, Intensity::of(cfg), factory)
-        .await
-        .map_err(|e| KnowledgeError::Actor(e.to_string()))?;
+    let mut running = Running::one_for_one("knowledge", actor, Intensity::of(cfg), factory).await?;
     running.input(
         xo_bus::api::serve::<KnowledgeApi<ActorPorts>, _>(
             &bus,

@@ -33,10 +33,9 @@ use xo_runtime::tree::{Factory, Intensity, Running, Shutdown};
 pub enum NotifyError {
     #[error("bus: {0}")]
     Bus(#[from] xo_bus::BusError),
-    #[error("actor: {0}")]
-    Actor(String),
-    #[error("escalated: {0}")]
-    Escalated(String),
+    /// The actor tree did not start, or gave up.
+    #[error(transparent)]
+    Tree(#[from] xo_runtime::tree::Escalation),
     #[error("http client: {0}")]
     Client(String),
 }
@@ -121,7 +120,7 @@ impl NotifyHandle {
             let _ = t.await;
         }
         let _ = self.bus.flush().await;
-        escalated.map_err(NotifyError::Escalated)
+        escalated.map_err(NotifyError::Tree)
     }
 }
 
@@ -162,9 +161,7 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<NotifyHandle, NotifyError
             Box::pin(async move { Ok(tasks) })
         })
     };
-    let mut running = Running::one_for_one("notify", actor, Intensity::of(cfg), factory)
-        .await
-        .map_err(|e| NotifyError::Actor(e.to_string()))?;
+    let mut running = Running::one_for_one("notify", actor, Intensity::of(cfg), factory).await?;
     let mut sub = bus.subscribe(&cfg.subjects().alert_all()).await?;
     let (current, limit, signal) = (
         running.current.clone(),

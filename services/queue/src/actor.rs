@@ -23,7 +23,7 @@ use crate::audit;
 use crate::commit::Commit;
 use crate::machine::{AuditDraft, Changes, Machine};
 use crate::refusals::Refusals;
-use crate::{BUCKET, Ctx, QueueResult};
+use crate::{BUCKET, Ctx, QueueError, QueueResult};
 
 type Reply<T> = Port<T>;
 
@@ -70,10 +70,22 @@ pub struct State {
     stuck_checked: u64,
     /// Requests on leases they do not hold, by claimant.
     refusals: Refusals,
+    /// A change of this message could not be encoded (see `unwritable`).
+    failed: Option<QueueError>,
 }
 
 fn task_key(id: &str) -> String {
     format!("task.{id}")
+}
+
+/// A record as the store keeps it.
+fn encode<T: serde::Serialize>(key: &str, value: &T) -> Result<Bytes, QueueError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| QueueError::Encode {
+            key: key.to_string(),
+            source: e,
+        })
 }
 const STATUS_KEY: &str = "status";
 /// The operator settings' key in the queue's bucket.
@@ -146,7 +158,10 @@ impl State {
                     if r.task.directive.is_some() {
                         self.directives.take();
                     }
-                    serde_json::to_vec(r).unwrap_or_default()
+                    match encode(&task_key(id), r) {
+                        Ok(v) => v,
+                        Err(e) => return self.unwritable(e),
+                    }
                 }
                 None => {
                     // Dropped (a forced init): it may have been a directive.
@@ -154,7 +169,7 @@ impl State {
                     continue;
                 }
             };
-            writes.push((task_key(id), Bytes::from(value)));
+            writes.push((task_key(id), value));
         }
         if changes.status {
             if !changes.stamped {
@@ -162,16 +177,16 @@ impl State {
             }
             let mut s = self.m.status.clone();
             s.corrupt.clear();
-            writes.push((
-                STATUS_KEY.to_string(),
-                Bytes::from(serde_json::to_vec(&s).unwrap_or_default()),
-            ));
+            match encode(STATUS_KEY, &s) {
+                Ok(v) => writes.push((STATUS_KEY.to_string(), v)),
+                Err(e) => return self.unwritable(e),
+            }
         }
         if changes.settings {
-            writes.push((
-                SETTINGS_KEY.to_string(),
-                Bytes::from(serde_json::to_vec(&self.m.settings).unwrap_or_default()),
-            ));
+            match encode(SETTINGS_KEY, &self.m.settings) {
+                Ok(v) => writes.push((SETTINGS_KEY.to_string(), v)),
+                Err(e) => return self.unwritable(e),
+            }
         }
         let now = self.ctx.clock.now_ms();
         let events = changes
@@ -242,6 +257,15 @@ impl State {
         if self.commits.send(c).is_err() {
             error!("queue committer gone; change not persisted");
         }
+    }
+
+    /// A change that cannot be encoded is not made: nothing of it is
+    /// written, its reply port closes (the caller gets an error), and the
+    /// actor fails after this message, so the tree restarts it from the
+    /// store, where the change never happened.
+    fn unwritable(&mut self, e: QueueError) {
+        error!(error = %e, "queue change not encodable; not made (restarting from the store)");
+        self.failed.get_or_insert(e);
     }
 
     fn answer<T: Send + 'static>(
@@ -768,6 +792,7 @@ impl Actor for QueueActor {
             directives: std::sync::OnceLock::new(),
             stuck_checked: 0,
             refusals: Refusals::default(),
+            failed: None,
         })
     }
 
@@ -830,6 +855,31 @@ impl Actor for QueueActor {
                 st.commit(c, None);
             }
         }
-        Ok(())
+        match st.failed.take() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_that_cannot_be_encoded_is_an_error_naming_its_key() {
+        // serde_json refuses a map keyed by a non-string: the record is not
+        // written as an empty value, it is refused by name.
+        let bad: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let e = encode("task.t1", &bad).unwrap_err();
+        assert!(
+            matches!(&e, QueueError::Encode { key, .. } if key == "task.t1"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("record task.t1 not encodable"),
+            "{e}"
+        );
+        assert_eq!(&encode("k", &[1, 2]).unwrap()[..], b"[1,2]");
     }
 }

@@ -49,8 +49,14 @@ impl Chains {
         }
     }
 
-    /// The next line of `project`'s chain for a draft.
-    pub fn next(&mut self, project: &str, d: &AuditDraft, now: u64) -> Vec<u8> {
+    /// The next line of `project`'s chain for a draft. A draft that cannot
+    /// be encoded is an error and leaves the chain's head where it was.
+    pub fn next(
+        &mut self,
+        project: &str,
+        d: &AuditDraft,
+        now: u64,
+    ) -> Result<Vec<u8>, serde_json::Error> {
         let data_dir = self.data_dir.clone();
         let head = self.heads.entry(project.to_string()).or_insert_with(|| {
             let (n, last) = last_line(&file_for(&data_dir, project));
@@ -71,9 +77,9 @@ impl Chains {
             response: d.exchange.as_ref().map(|e| e.response.clone()),
             prev: head.1.clone(),
         };
-        let line = serde_json::to_vec(&ev).unwrap_or_default();
+        let line = serde_json::to_vec(&ev)?;
         *head = (head.0 + 1, hash_line(&line));
-        line
+        Ok(line)
     }
 
     /// Appends lines to their projects' files: one small append per project

@@ -205,7 +205,17 @@ async fn apply(
     let mut lines: Vec<(String, Vec<u8>)> = Vec::new();
     for c in &batch {
         for d in &c.audit {
-            lines.push((c.project.clone(), chains.next(&c.project, d, now)));
+            match chains.next(&c.project, d, now) {
+                Ok(line) => lines.push((c.project.clone(), line)),
+                // The state is stored; its audit line cannot be: said, not hidden.
+                Err(e) => error!(
+                    project = %c.project,
+                    task = d.task_id.as_deref().unwrap_or(""),
+                    event = %d.event,
+                    error = %e,
+                    "audit record not encodable; not written (the chain goes on without it)"
+                ),
+            }
         }
     }
     // The state is durable; the audit copies and the events go out together.

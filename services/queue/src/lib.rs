@@ -47,10 +47,15 @@ pub enum QueueError {
     Bus(#[from] xo_bus::BusError),
     #[error("store: {0}")]
     Store(#[from] xo_bus::StoreError),
-    #[error("actor: {0}")]
-    Actor(String),
-    #[error("escalated: {0}")]
-    Escalated(String),
+    /// The actor tree did not start, or gave up.
+    #[error(transparent)]
+    Tree(#[from] xo_runtime::tree::Escalation),
+    /// A record could not be encoded for the store: the change is not made.
+    #[error("record {key} not encodable: {source}")]
+    Encode {
+        key: String,
+        source: serde_json::Error,
+    },
 }
 
 pub type QueueResult<T> = Result<T, QueueError>;
@@ -134,9 +139,7 @@ pub async fn start_fenced(
     };
     drop(commits);
     let mut running =
-        Running::one_for_one("queue", actor::QueueActor, Intensity::of(&ctx.cfg), factory)
-            .await
-            .map_err(|e| QueueError::Actor(e.to_string()))?;
+        Running::one_for_one("queue", actor::QueueActor, Intensity::of(&ctx.cfg), factory).await?;
     running.input(
         xo_bus::api::serve::<QueueApi<ActorPorts>, _>(
             &ctx.bus,
@@ -204,6 +207,6 @@ impl QueueHandle {
         // The root's state held the last sender: the committer drains and ends.
         let _ = committer.await;
         let _ = ctx.bus.flush().await;
-        escalated.map_err(QueueError::Escalated)
+        escalated.map_err(QueueError::Tree)
     }
 }

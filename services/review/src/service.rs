@@ -126,7 +126,7 @@ impl ReviewHandle {
     /// Stops in order: the event pumps, then the actor (a review in
     /// progress finishes and is logged). `Err` if the tree had given up.
     pub async fn stop(self) -> Result<(), ReviewError> {
-        self.running.stop().await.map_err(ReviewError::Escalated)
+        self.running.stop().await.map_err(ReviewError::Tree)
     }
 }
 
@@ -174,9 +174,7 @@ pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError>
     let api_bus = bus.clone();
     let actor = ReviewActor { cfg, bus };
     let mut running =
-        Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>())
-            .await
-            .map_err(|e| ReviewError::Actor(e.to_string()))?;
+        Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>()).await?;
     let root = running.root.clone();
     running.input(pump(
         tasks,
@@ -189,7 +187,7 @@ pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError>
     // The run log is read by an actor of its own (a review may take minutes).
     let (runs, runs_task) = Actor::spawn(None, runs_actor, ())
         .await
-        .map_err(|e| ReviewError::Actor(e.to_string()))?;
+        .map_err(|e| tree::Escalation::start("review run log", e))?;
     running.input(
         xo_bus::api::serve::<ReviewApi<ActorPorts>, crate::runs::RunsMsg>(
             &api_bus,
@@ -216,10 +214,9 @@ pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError>
 pub enum ReviewError {
     #[error("bus: {0}")]
     Bus(#[from] xo_bus::BusError),
-    #[error("actor: {0}")]
-    Actor(String),
-    #[error("escalated: {0}")]
-    Escalated(String),
+    /// The actor tree did not start, or gave up.
+    #[error(transparent)]
+    Tree(#[from] xo_runtime::tree::Escalation),
 }
 
 /// The review model's driver (none without a model).
@@ -275,7 +272,8 @@ impl Reviews {
             if let Some(d) = path.parent() {
                 tokio::fs::create_dir_all(d).await?;
             }
-            tokio::fs::write(&tmp, serde_json::to_vec(&k).unwrap_or_default()).await?;
+            let bytes = serde_json::to_vec(&k).map_err(std::io::Error::other)?;
+            tokio::fs::write(&tmp, bytes).await?;
             tokio::fs::rename(&tmp, &path).await
         }
         .await;

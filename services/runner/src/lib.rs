@@ -35,8 +35,9 @@ pub enum RunnerError {
     Setup { what: String, reason: String },
     #[error("bus: {0}")]
     Bus(#[from] xo_bus::BusError),
-    #[error("escalated: {0}")]
-    Escalated(String),
+    /// The actor tree did not start, or gave up.
+    #[error(transparent)]
+    Tree(#[from] xo_runtime::tree::Escalation),
 }
 
 fn setup(what: &str, reason: impl ToString) -> RunnerError {
@@ -107,7 +108,7 @@ pub async fn run(
         let escalated = running.stop().await;
         let _ = bus.flush().await;
         info!("runner stopped");
-        escalated.map_err(RunnerError::Escalated)
+        escalated.map_err(RunnerError::Tree)
     }
     .instrument(span)
     .await

@@ -41,17 +41,18 @@ impl Intensity {
     }
 
     /// Counts a restart at `now_ms`: `Ok(restarts within the window)`, or
-    /// `Err(why)` once past the limit.
-    pub fn restart(&mut self, now_ms: u64) -> Result<u32, String> {
+    /// `Err` once past the limit.
+    pub fn restart(&mut self, now_ms: u64) -> Result<u32, Exceeded> {
         self.times
             .retain(|t| now_ms.saturating_sub(*t) < self.window_ms);
         self.times.push_back(now_ms);
         let n = self.times.len() as u32;
         if n > self.max {
-            Err(format!(
-                "{n} restarts within {} ms (limit {})",
-                self.window_ms, self.max
-            ))
+            Err(Exceeded {
+                restarts: n,
+                window_ms: self.window_ms,
+                limit: self.max,
+            })
         } else {
             Ok(n)
         }
@@ -60,6 +61,52 @@ impl Intensity {
     /// Restarts counted within the window as of the last call.
     pub fn count(&self) -> u32 {
         self.times.len() as u32
+    }
+}
+
+/// An [`Intensity`] past its limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{restarts} restarts within {window_ms} ms (limit {limit})")]
+pub struct Exceeded {
+    pub restarts: u32,
+    pub window_ms: u64,
+    pub limit: u32,
+}
+
+/// Why an actor tree could not go on: the error a service's `start`
+/// returns when its tree does not start, and its `stop` when the tree gave
+/// up. Every service's error enum wraps it (`Tree(#[from] Escalation)`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Escalation {
+    /// The tree's root or first child did not start.
+    #[error("{service}: the actor tree did not start: {why}")]
+    Start { service: String, why: String },
+    /// One child (`who`: the service, or a unit's watcher) failed more
+    /// often than its intensity allows.
+    #[error("escalated: {who}: {exceeded}; last: {last}")]
+    Intensity {
+        who: String,
+        exceeded: Exceeded,
+        last: String,
+    },
+    /// A failed child could not be started again.
+    #[error("escalated: {who}: could not restart: {why}")]
+    Restart { who: String, why: String },
+    /// The root ended with no reason recorded.
+    #[error("escalated: {service}: the actor tree stopped on its own")]
+    Ended { service: String },
+    /// The root's task panicked.
+    #[error("escalated: {service}: the actor tree panicked")]
+    Panicked { service: String },
+}
+
+impl Escalation {
+    /// The tree of `service` did not start: `why` is the spawn error.
+    pub fn start(service: &str, why: impl std::fmt::Display) -> Self {
+        Self::Start {
+            service: service.into(),
+            why: why.to_string(),
+        }
     }
 }
 
@@ -90,7 +137,7 @@ pub struct OneForOneArgs<A: Actor> {
     pub factory: Factory<A>,
     pub intensity: Intensity,
     pub current: Current<A::Msg>,
-    pub escalation: Escalation,
+    pub escalation: EscalationCell,
 }
 
 /// The child a [`OneForOne`] root keeps now, for callers that send it
@@ -130,7 +177,7 @@ impl<M: ractor::Message> xo_bus::api::Target<M> for Current<M> {
 
 pub struct OneForOneState<A: Actor> {
     current: Current<A::Msg>,
-    escalation: Escalation,
+    escalation: EscalationCell,
     child: Option<ActorRef<A::Msg>>,
     factory: Factory<A>,
     intensity: Intensity,
@@ -231,18 +278,25 @@ impl<A: Actor + Clone> Actor for OneForOne<A> {
                         state.child = Some(child);
                     }
                     Err(e) => {
-                        let why = format!("{}: could not restart: {e}", self.name);
+                        let why = Escalation::Restart {
+                            who: self.name.into(),
+                            why: e.to_string(),
+                        };
                         error!(service = self.name, error = %e, "restart failed; escalating");
-                        state.escalation.set(why.clone());
-                        myself.stop(Some(why));
+                        myself.stop(Some(why.to_string()));
+                        state.escalation.set(why);
                     }
                 }
             }
-            Err(limit) => {
-                let why = format!("{}: {limit}; last: {reason}", self.name);
+            Err(exceeded) => {
+                let why = Escalation::Intensity {
+                    who: self.name.into(),
+                    exceeded,
+                    last: reason,
+                };
                 error!(service = self.name, reason = %why, "restart intensity exceeded; escalating");
-                state.escalation.set(why.clone());
-                myself.stop(Some(why));
+                myself.stop(Some(why.to_string()));
+                state.escalation.set(why);
             }
         }
         Ok(())
@@ -261,7 +315,7 @@ pub struct Running<M: ractor::Message> {
     root_task: Option<JoinHandle<()>>,
     shutdown: Shutdown,
     inputs: Vec<JoinHandle<()>>,
-    escalation: Escalation,
+    escalation: EscalationCell,
 }
 
 impl<M: ractor::Message> std::fmt::Debug for Running<M> {
@@ -280,12 +334,12 @@ impl<M: ractor::Message> Running<M> {
         child: A,
         intensity: Intensity,
         factory: Factory<A>,
-    ) -> Result<Self, ActorProcessingErr>
+    ) -> Result<Self, Escalation>
     where
         A: Actor<Msg = M> + Clone,
     {
         let current = Current::default();
-        let escalation = Escalation::default();
+        let escalation = EscalationCell::default();
         let (root, task) = Actor::spawn(
             None,
             OneForOne { child, name },
@@ -296,7 +350,8 @@ impl<M: ractor::Message> Running<M> {
                 escalation: escalation.clone(),
             },
         )
-        .await?;
+        .await
+        .map_err(|e| Escalation::start(name, e))?;
         Ok(Self {
             name,
             root,
@@ -314,7 +369,7 @@ impl<M: ractor::Message> Running<M> {
         name: &'static str,
         root: ActorRef<M>,
         root_task: JoinHandle<()>,
-        escalation: Escalation,
+        escalation: EscalationCell,
     ) -> Self {
         let current = Current::default();
         current.set(Some(root.clone()));
@@ -368,8 +423,9 @@ impl<M: ractor::Message> Running<M> {
                     _ = shutdown => {}
                     _ = t => {
                         self.root_task = None;
-                        self.escalation
-                            .set(format!("{}: the actor tree stopped on its own", self.name));
+                        self.escalation.set(Escalation::Ended {
+                            service: self.name.into(),
+                        });
                     }
                 }
             }
@@ -378,14 +434,14 @@ impl<M: ractor::Message> Running<M> {
     }
 
     /// Why the tree gave up, if it did.
-    pub fn escalation(&self) -> Option<String> {
+    pub fn escalation(&self) -> Option<Escalation> {
         self.escalation.get()
     }
 
     /// Stops taking input (every input ends on the signal and is waited
     /// for), then stops the root, which drains its children. `Err` is why
     /// the tree gave up, if it did.
-    pub async fn stop(mut self) -> Result<(), String> {
+    pub async fn stop(mut self) -> Result<(), Escalation> {
         self.shutdown.trigger();
         for t in self.inputs.drain(..) {
             let _ = t.await;
@@ -394,8 +450,9 @@ impl<M: ractor::Message> Running<M> {
         if let Some(t) = self.root_task.take()
             && t.await.is_err()
         {
-            self.escalation
-                .set(format!("{}: the actor tree panicked", self.name));
+            self.escalation.set(Escalation::Panicked {
+                service: self.name.into(),
+            });
         }
         match self.escalation.get() {
             Some(e) => Err(e),
@@ -417,17 +474,17 @@ impl Intensity {
 
 /// Why a root stopped, read from its task's end: `None` on a clean stop.
 /// (ractor gives the reason to the supervisor only; a root has none, so
-/// an escalating root records it with [`Escalation`].)
+/// an escalating root records it here.) The first reason set is kept.
 #[derive(Debug, Clone, Default)]
-pub struct Escalation(Arc<std::sync::Mutex<Option<String>>>);
+pub struct EscalationCell(Arc<std::sync::Mutex<Option<Escalation>>>);
 
-impl Escalation {
-    pub fn set(&self, why: String) {
+impl EscalationCell {
+    pub fn set(&self, why: Escalation) {
         if let Ok(mut e) = self.0.lock() {
             e.get_or_insert(why);
         }
     }
-    pub fn get(&self) -> Option<String> {
+    pub fn get(&self) -> Option<Escalation> {
         self.0.lock().ok().and_then(|e| e.clone())
     }
 }
@@ -474,6 +531,7 @@ mod tests {
         assert!(
             i.restart(900)
                 .unwrap_err()
+                .to_string()
                 .contains("3 restarts within 1000 ms (limit 2)")
         );
         // The first two left the window.

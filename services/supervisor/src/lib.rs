@@ -50,7 +50,7 @@ use xo_bus::api::ActorPorts;
 use xo_bus::{Bus, Store};
 use xo_proto::control::SupervisorApi;
 use xo_runtime::XoConfig;
-use xo_runtime::tree::{Escalation, Running, Shutdown};
+use xo_runtime::tree::{Escalation, EscalationCell, Running, Shutdown};
 
 pub use ctx::{Counters, Ctx, Sharded};
 pub use root::RootMsg;
@@ -63,10 +63,9 @@ pub enum SupervisorError {
     Bus(#[from] xo_bus::BusError),
     #[error("store: {0}")]
     Store(#[from] xo_bus::StoreError),
-    #[error("actor: {0}")]
-    Actor(String),
-    #[error("escalated: {0}")]
-    Escalated(String),
+    /// The actor tree did not start, or gave up.
+    #[error(transparent)]
+    Tree(#[from] xo_runtime::tree::Escalation),
     #[error("{0}")]
     Config(String),
 }
@@ -132,7 +131,7 @@ pub async fn start(
         Some(_) => Vec::new(),
         None => persist::load_all(&ctx.store).await?,
     };
-    let escalation = Escalation::default();
+    let escalation = EscalationCell::default();
     let (root, root_task) = Actor::spawn(
         None,
         root::Root,
@@ -144,7 +143,7 @@ pub async fn start(
         },
     )
     .await
-    .map_err(|e| SupervisorError::Actor(e.to_string()))?;
+    .map_err(|e| Escalation::start("supervisor", e))?;
     let mut running = Running::with_root("supervisor", root.clone(), root_task, escalation);
     let flush_stop = Shutdown::new();
     let flusher = ctx.persist.spawn_flusher(
@@ -197,7 +196,7 @@ pub async fn start(
                 },
             )
             .await
-            .map_err(|e| SupervisorError::Actor(e.to_string()))?;
+            .map_err(|e| Escalation::start("supervisor", e))?;
             running.input(
                 xo_bus::api::serve::<SupervisorApi<ActorPorts>, _>(
                     &ctx.bus,
@@ -269,7 +268,7 @@ impl SupervisorHandle {
     }
 
     /// Why the tree gave up, if it did.
-    pub fn escalation(&self) -> Option<String> {
+    pub fn escalation(&self) -> Option<Escalation> {
         self.running.as_ref().and_then(|r| r.escalation())
     }
 
@@ -307,6 +306,6 @@ impl SupervisorHandle {
         if let Err(e) = self.ctx.bus.flush().await {
             warn!(error = %e, "bus flush at shutdown failed");
         }
-        escalated.map_err(SupervisorError::Escalated)
+        escalated.map_err(SupervisorError::Tree)
     }
 }

@@ -14,7 +14,7 @@ use tracing::{error, info, warn};
 use xo_bus::api::ActorPorts;
 use xo_proto::control::{ErrorCode, ServiceError, SupervisorApi};
 use xo_radio::FnvMap;
-use xo_runtime::tree::{Escalation, Intensity};
+use xo_runtime::tree::{Escalation, EscalationCell, Intensity};
 
 use crate::ctx::Ctx;
 use crate::group::{GROUPS, Group, GroupArgs, GroupMsg, group_of};
@@ -78,7 +78,7 @@ pub struct RootArgs {
     pub ctx: Arc<Ctx>,
     pub routes: Arc<Routes>,
     pub restored: Vec<UnitRecord>,
-    pub escalation: Escalation,
+    pub escalation: EscalationCell,
 }
 
 struct Child {
@@ -95,7 +95,7 @@ pub struct RootState {
     groups: Vec<ActorRef<GroupMsg>>,
     by_id: HashMap<ractor::ActorId, usize>,
     routes: Arc<Routes>,
-    escalation: Escalation,
+    escalation: EscalationCell,
 }
 
 /// How long the root waits for a group's answer: a group answers at once
@@ -354,11 +354,15 @@ impl RootState {
                 warn!(unit = %unit, reason = %reason, restarts = n, "watcher stopped; restarting it");
                 Ok(n)
             }
-            Err(limit) => {
-                let why = format!("watcher of unit {unit}: {limit}: {reason}");
+            Err(exceeded) => {
+                let why = Escalation::Intensity {
+                    who: format!("watcher of unit {unit}"),
+                    exceeded,
+                    last: reason.to_string(),
+                };
                 error!(unit = %unit, "restart intensity exceeded; escalating");
-                self.escalation.set(why.clone());
-                myself.stop(Some(why));
+                myself.stop(Some(why.to_string()));
+                self.escalation.set(why);
                 Err(())
             }
         }

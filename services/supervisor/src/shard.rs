@@ -322,7 +322,11 @@ impl Manager {
             holder: me.clone(),
             renewed_at: self.ctx.clock.now_ms(),
         };
-        let beat = Bytes::from(serde_json::to_vec(&beat).unwrap_or_default());
+        let beat = Bytes::from(serde_json::to_vec(&beat).map_err(|e| StoreError::Encode {
+            bucket: BUCKET.into(),
+            key: member_key(&me),
+            reason: e.to_string(),
+        })?);
         let alive = self.alive(&store).await?;
         store.put(BUCKET, &member_key(&me), beat).await?;
         if let Ok(mut m) = self.shard.members.lock() {
@@ -441,18 +445,18 @@ impl Manager {
         }
         let stop = Shutdown::new();
         let mut pumps = Vec::new();
-        let subs = self.subscribe(k).await;
-        let (reports, beats) = match subs {
-            Ok((r, h)) => (
-                ingest::pump_reports(&self.ctx, &self.root, &self.routes, r, stop.signal()).await,
-                ingest::pump_heartbeats(&self.ctx, &self.root, &self.routes, h, stop.signal())
-                    .await,
-            ),
-            Err(e) => (
-                Err(e.into()),
-                Err(crate::SupervisorError::Actor(String::new())),
-            ),
+        let (r, h) = match self.subscribe(k).await {
+            Ok(subs) => subs,
+            Err(e) => {
+                warn!(partition = k, error = %e, "partition's subjects not subscribed; handing it back");
+                leader.release().await;
+                return;
+            }
         };
+        let reports =
+            ingest::pump_reports(&self.ctx, &self.root, &self.routes, r, stop.signal()).await;
+        let beats =
+            ingest::pump_heartbeats(&self.ctx, &self.root, &self.routes, h, stop.signal()).await;
         match (reports, beats) {
             (Ok(r), Ok(b)) => pumps.extend([r, b]),
             (r, b) => {
