@@ -384,7 +384,7 @@ fn parse_doc(text: &str) -> Result<(), TestCaseError> {
         }
         Err(e) => {
             prop_assert_eq!(e.path.as_str(), "conventions/errors.md");
-            prop_assert!(!e.reason.is_empty());
+            prop_assert!(!e.reason.to_string().is_empty());
             prop_assert!(
                 e.line <= text.lines().count() + 1,
                 "line {} of {}",
@@ -568,7 +568,7 @@ fn sensor_lines() {
             let (r, largest) = measured(|| s.line(l));
             check_alloc(agent.as_str(), l.len(), largest)?;
             if let Err(e) = r {
-                prop_assert!(!e.reason.is_empty());
+                prop_assert!(!e.reason.to_string().is_empty());
             }
         }
         Ok(())
@@ -597,7 +597,7 @@ fn sensor_lines() {
                     let (r, largest) = measured(|| xo_sensor::swe::parse_document(&text));
                     check_alloc(agent.as_str(), text.len(), largest)?;
                     if let Err(e) = r {
-                        prop_assert!(!e.is_empty());
+                        prop_assert!(!e.to_string().is_empty());
                     }
                     Ok(())
                 },

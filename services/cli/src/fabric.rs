@@ -228,8 +228,7 @@ impl Fabric {
         service: &'static str,
         name: &str,
     ) -> anyhow::Result<Fabric> {
-        let telemetry =
-            xo_runtime::telemetry::init(&cfg.telemetry, service).map_err(|e| anyhow!(e))?;
+        let telemetry = xo_runtime::telemetry::init(&cfg.telemetry, service)?;
         let (bus, store, socket) = connect(cfg, transport, name).await?;
         let mut f = Fabric {
             bus,

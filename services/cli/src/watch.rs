@@ -102,8 +102,7 @@ pub async fn watch(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<ExitCode> {
     check(&args)?;
-    let mut telemetry =
-        xo_runtime::telemetry::init(&cfg.telemetry, "xo-watch").map_err(anyhow::Error::msg)?;
+    let mut telemetry = xo_runtime::telemetry::init(&cfg.telemetry, "xo-watch")?;
     let bus = crate::connect::client_bus(cfg).await?;
     errln!(
         "xo watch: {} sessions in {} from {} — ctrl-c stops",

@@ -12,4 +12,4 @@ pub mod relevance;
 pub mod service;
 pub mod store;
 
-pub use store::{KnowledgeStore, StoreError};
+pub use store::{KnowledgeError, KnowledgeStore};

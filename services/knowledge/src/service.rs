@@ -21,7 +21,7 @@ use xo_proto::{Format, Subjects};
 use xo_runtime::XoConfig;
 use xo_runtime::tree::{Factory, Intensity, Running};
 
-use crate::store::{KnowledgeStore, StoreError};
+use crate::store::{KnowledgeError, KnowledgeStore};
 
 /// The knowledge actor's messages: its control API and the watch tick.
 #[allow(clippy::large_enum_variant)] // few and rare: a box buys nothing
@@ -74,22 +74,13 @@ impl KnowledgeHandle {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum KnowledgeError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
-    /// The actor tree did not start, or gave up.
-    #[error(transparent)]
-    Tree(#[from] xo_runtime::tree::Escalation),
-}
-
-fn service_error(e: StoreError) -> ServiceError {
+fn service_error(e: KnowledgeError) -> ServiceError {
     let code = match &e {
-        StoreError::NotFound(_) => ErrorCode::NotFound,
-        StoreError::Invalid(_) | StoreError::Refused(_) => ErrorCode::Invalid,
-        StoreError::Io { .. } => ErrorCode::Internal,
+        KnowledgeError::NotFound(_) => ErrorCode::NotFound,
+        KnowledgeError::Invalid(_) | KnowledgeError::Refused(_) => ErrorCode::Invalid,
+        KnowledgeError::Io { .. } | KnowledgeError::Bus(_) | KnowledgeError::Tree(_) => {
+            ErrorCode::Internal
+        }
     };
     ServiceError::new(code, e.to_string())
 }
@@ -166,7 +157,7 @@ impl Actor for KnowledgeActor {
     }
 }
 
-fn answer<T: Send + 'static>(port: Port<T>, r: Result<T, StoreError>) {
+fn answer<T: Send + 'static>(port: Port<T>, r: Result<T, KnowledgeError>) {
     let _ = port.send(r.map_err(service_error));
 }
 
@@ -242,7 +233,7 @@ impl KnowledgeActor {
         let mut out = Vec::new();
         for (id, change) in changed {
             if change == "disk"
-                && let Err(StoreError::Invalid(e)) = st.store.get(&id)
+                && let Err(KnowledgeError::Invalid(e)) = st.store.get(&id)
             {
                 warn!(file = %e.path, line = e.line, error = %e.reason, "knowledge document edited by hand does not parse; not used until fixed");
                 out.push((id, "invalid"));

@@ -17,20 +17,29 @@ use crate::doc::{self, DocError};
 /// Default knowledge budget of a prompt (seed 001: ~2k tokens).
 pub const DEFAULT_BUDGET: usize = 2_000;
 
+/// The knowledge crate's one error: of the store, its documents and its
+/// service.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum KnowledgeError {
     #[error("document {0} not found")]
     NotFound(String),
+    /// A document on disk that does not parse (file, line, why).
     #[error(transparent)]
     Invalid(#[from] DocError),
+    /// A request the store does not do (a bad id, an unsafe write).
     #[error("{0}")]
     Refused(String),
     #[error("knowledge store {path}: {reason}")]
     Io { path: String, reason: String },
+    #[error("bus: {0}")]
+    Bus(#[from] xo_bus::BusError),
+    /// The actor tree did not start, or gave up.
+    #[error(transparent)]
+    Tree(#[from] xo_runtime::tree::Escalation),
 }
 
-fn io(p: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Io {
+fn io(p: &Path, e: std::io::Error) -> KnowledgeError {
+    KnowledgeError::Io {
         path: p.display().to_string(),
         reason: e.to_string(),
     }
@@ -52,12 +61,12 @@ pub struct KnowledgeStore {
 }
 
 /// Splits `<category>/<name>`.
-pub fn parse_id(id: &str) -> Result<(Category, String), StoreError> {
+pub fn parse_id(id: &str) -> Result<(Category, String), KnowledgeError> {
     let (c, n) = id.split_once('/').ok_or_else(|| {
-        StoreError::Refused(format!("document id {id:?} is not <category>/<name>"))
+        KnowledgeError::Refused(format!("document id {id:?} is not <category>/<name>"))
     })?;
-    let c = Category::parse(c).map_err(StoreError::Refused)?;
-    xo_proto::validate_token("document name", n).map_err(StoreError::Refused)?;
+    let c = Category::parse(c).map_err(KnowledgeError::Refused)?;
+    xo_proto::validate_token("document name", n).map_err(KnowledgeError::Refused)?;
     Ok((c, n.to_string()))
 }
 
@@ -91,7 +100,7 @@ fn now_rfc3339() -> String {
 }
 
 impl KnowledgeStore {
-    pub fn open(root: &Path) -> Result<Self, StoreError> {
+    pub fn open(root: &Path) -> Result<Self, KnowledgeError> {
         for c in Category::ALL {
             let d = root.join(c.as_str());
             std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
@@ -154,20 +163,20 @@ impl KnowledgeStore {
         }
     }
 
-    pub fn get(&self, id: &str) -> Result<KnowledgeDoc, StoreError> {
+    pub fn get(&self, id: &str) -> Result<KnowledgeDoc, KnowledgeError> {
         let (c, name) = parse_id(id)?;
         let p = self.path(c, &name);
         let text = match std::fs::read_to_string(&p) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::NotFound(id.to_string()));
+                return Err(KnowledgeError::NotFound(id.to_string()));
             }
             Err(e) => return Err(io(&p, e)),
         };
         Ok(doc::parse(&text, c, &name, &format!("{id}.md"))?)
     }
 
-    fn write(&self, d: &KnowledgeDoc) -> Result<(), StoreError> {
+    fn write(&self, d: &KnowledgeDoc) -> Result<(), KnowledgeError> {
         let p = self.path(d.category, &d.name);
         let tmp = p.with_extension("md.tmp");
         std::fs::write(&tmp, doc::render(d)).map_err(|e| io(&tmp, e))?;
@@ -183,21 +192,21 @@ impl KnowledgeStore {
         mut d: KnowledgeDoc,
         author: Author,
         task: Option<&str>,
-    ) -> Result<KnowledgeDoc, StoreError> {
+    ) -> Result<KnowledgeDoc, KnowledgeError> {
         if !author.may_write(d.category) {
-            return Err(StoreError::Refused(format!(
+            return Err(KnowledgeError::Refused(format!(
                 "{} may not write {}/ (code_style owns conventions/, design owns design/, internaliser owns lessons/ and domain/)",
                 author.as_str(),
                 d.category.as_str()
             )));
         }
-        doc::check(&d).map_err(StoreError::Refused)?;
+        doc::check(&d).map_err(KnowledgeError::Refused)?;
         let id = d.id();
         let existing = match self.get(&id) {
             Ok(e) => Some(e),
-            Err(StoreError::NotFound(_)) => None,
+            Err(KnowledgeError::NotFound(_)) => None,
             // A broken file on disk is replaced by a valid document.
-            Err(StoreError::Invalid(_)) => None,
+            Err(KnowledgeError::Invalid(_)) => None,
             Err(e) => return Err(e),
         };
         // The operator's own writes need no review; a reviewer's update of
@@ -243,10 +252,10 @@ impl KnowledgeStore {
         id: &str,
         author: Author,
         reason: &str,
-    ) -> Result<KnowledgeDoc, StoreError> {
+    ) -> Result<KnowledgeDoc, KnowledgeError> {
         let mut d = self.get(id)?;
         if !author.may_write(d.category) {
-            return Err(StoreError::Refused(format!(
+            return Err(KnowledgeError::Refused(format!(
                 "{} may not deprecate {id}",
                 author.as_str()
             )));
@@ -271,10 +280,10 @@ impl KnowledgeStore {
         accept: bool,
         by: &str,
         note: &str,
-    ) -> Result<(KnowledgeDoc, DocStatus), StoreError> {
+    ) -> Result<(KnowledgeDoc, DocStatus), KnowledgeError> {
         let mut d = self.get(id)?;
         if !d.needs_user_review {
-            return Err(StoreError::Refused(format!(
+            return Err(KnowledgeError::Refused(format!(
                 "{id} is not awaiting review (status {}); deprecate it instead to take it out of prompts",
                 d.status.as_str()
             )));
@@ -318,7 +327,7 @@ impl KnowledgeStore {
         ids: &[String],
         clean: bool,
         threshold: u32,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<String>, KnowledgeError> {
         let mut promoted = Vec::new();
         if !clean {
             return Ok(promoted);
@@ -326,7 +335,7 @@ impl KnowledgeStore {
         for id in ids {
             let mut d = match self.get(id) {
                 Ok(d) => d,
-                Err(StoreError::NotFound(_)) => continue,
+                Err(KnowledgeError::NotFound(_)) => continue,
                 Err(e) => return Err(e),
             };
             d.uses += 1;
@@ -427,7 +436,7 @@ impl KnowledgeStore {
     }
 
     /// Rewrites `_index.md`.
-    pub fn write_index(&self) -> Result<(), StoreError> {
+    pub fn write_index(&self) -> Result<(), KnowledgeError> {
         let (docs, invalid) = self.load_all();
         let mut by: BTreeMap<Category, Vec<&KnowledgeDoc>> = BTreeMap::new();
         for d in &docs {
@@ -686,7 +695,10 @@ mod tests {
                 .unwrap()
                 .contains("lessons/bad.md line 2")
         );
-        assert!(matches!(s.get("lessons/bad"), Err(StoreError::Invalid(_))));
+        assert!(matches!(
+            s.get("lessons/bad"),
+            Err(KnowledgeError::Invalid(_))
+        ));
     }
 
     #[test]

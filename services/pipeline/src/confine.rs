@@ -85,28 +85,53 @@ impl Confinement {
     /// reads and runs anywhere, writes under `cwd` and [`Self::write`]
     /// only, no ptrace (so no `/proc/<pid>/environ`) and no signals
     /// outside. Call it only on a thread that exists to start one agent.
-    pub fn restrict_this_thread(&self, cwd: &Path) -> Result<RulesetStatus, String> {
+    pub fn restrict_this_thread(&self, cwd: &Path) -> Result<RulesetStatus, ConfineError> {
         drop_caps()?;
         let abi = ABI_WANTED;
+        let rules = |e: landlock::RulesetError| ConfineError::Ruleset(e.to_string());
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(abi))
-            .map_err(|e| e.to_string())?;
-        ruleset = ruleset.scope(Scope::Signal).map_err(|e| e.to_string())?;
+            .map_err(rules)?;
+        ruleset = ruleset.scope(Scope::Signal).map_err(rules)?;
         let writable: Vec<&Path> = std::iter::once(cwd)
             .chain(self.write.iter().map(PathBuf::as_path))
             .collect();
         let status = ruleset
             .create()
-            .map_err(|e| e.to_string())?
+            .map_err(rules)?
             .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))
-            .map_err(|e| e.to_string())?
+            .map_err(rules)?
             .add_rules(path_beneath_rules(writable, AccessFs::from_all(abi)))
-            .map_err(|e| e.to_string())?
+            .map_err(rules)?
             .restrict_self()
-            .map_err(|e| e.to_string())?;
+            .map_err(rules)?;
         Ok(status.ruleset)
     }
+}
+
+/// Why an agent could not be confined (`runner.confine`): it is not
+/// started unconfined instead.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// Landlock refused the ruleset.
+    #[error("cannot confine the agent (runner.confine): {0}")]
+    Ruleset(String),
+    /// The kernel enforced none of it.
+    #[error("cannot confine the agent: Landlock enforced nothing (runner.confine)")]
+    NotEnforced,
+    /// A capability that reaches other processes could not be dropped.
+    #[error("cannot confine the agent (runner.confine): cannot drop {cap} ({set}): {reason}")]
+    Capability {
+        cap: String,
+        set: String,
+        reason: String,
+    },
+    /// The thread that confines itself to start the agent.
+    #[error("cannot start the confining thread: {0}")]
+    Thread(std::io::Error),
+    #[error("the confining thread ended without an answer")]
+    NoAnswer,
 }
 
 /// The capabilities that let a process read another's `/proc/<pid>`
@@ -120,7 +145,7 @@ const REACH: [caps::Capability; 3] = [
 /// Drops [`REACH`] from this thread: from the bounding set first (so no
 /// exec gives them back; this needs `CAP_SETPCAP`, which only a thread
 /// holding them has), then from the others.
-fn drop_caps() -> Result<(), String> {
+fn drop_caps() -> Result<(), ConfineError> {
     use caps::CapSet;
     for cap in REACH {
         for set in [
@@ -131,8 +156,11 @@ fn drop_caps() -> Result<(), String> {
             CapSet::Permitted,
         ] {
             if caps::has_cap(None, set, cap).unwrap_or(false) {
-                caps::drop(None, set, cap)
-                    .map_err(|e| format!("cannot drop {cap} ({set:?}): {e}"))?;
+                caps::drop(None, set, cap).map_err(|e| ConfineError::Capability {
+                    cap: cap.to_string(),
+                    set: format!("{set:?}"),
+                    reason: e.to_string(),
+                })?;
             }
         }
     }

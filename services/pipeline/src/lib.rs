@@ -17,10 +17,12 @@
 //! - [`project`]: `.xo/project.toml`, read at each task start.
 //! - [`git`]: the task's starting commit and rollback.
 //! - [`logs`]: the prompt log and the work log with retry events.
+//! - [`error`]: [`PipelineError`], the one error of this library.
 
 pub mod compose;
 pub mod confine;
 pub mod driver;
+pub mod error;
 pub mod git;
 pub mod halt;
 pub mod logs;
@@ -30,4 +32,5 @@ pub mod project;
 pub mod sandbox;
 pub mod validate;
 
+pub use error::PipelineError;
 pub use pipeline::{Job, Outcome, Pipeline, RunStats, TaskResult};

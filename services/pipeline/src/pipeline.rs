@@ -15,6 +15,7 @@ use xo_runtime::config::{RestartMode, RunnerConfig};
 
 use crate::compose::{ComposedPrompt, Context, Feedback, PromptKind, Snapshot, Templates, compose};
 use crate::driver::{AgentOutput, Driver, RunCtx, Turns};
+use crate::error::PipelineError;
 use crate::halt::{AgentReply, FormatError, ReplyStatus, detect, parse_reply};
 use crate::logs::{PromptEntry, PromptLog, WorkLog};
 use crate::proc::Groups;
@@ -150,7 +151,7 @@ impl Pipeline {
         data_dir: PathBuf,
         unit: &str,
         groups: Option<Groups>,
-    ) -> Result<Self, TemplateError> {
+    ) -> Result<Self, PipelineError> {
         let global_template = if cfg.global_template_file.is_empty() {
             cfg.global_template.clone()
         } else {
@@ -173,7 +174,7 @@ impl Pipeline {
     /// Agents confined as `runner.confine` says (see [`crate::confine`]):
     /// `auto` confines where the kernel has Landlock and warns where it
     /// has not; `landlock` refuses to start without it; `off` says so.
-    pub fn confined(mut self) -> Result<Self, String> {
+    pub fn confined(mut self) -> Result<Self, PipelineError> {
         use xo_runtime::config::ConfineMode;
         let mode = self.cfg.confine;
         if mode == ConfineMode::Off {
@@ -187,7 +188,7 @@ impl Pipeline {
             tracing::info!(write = ?c.write, "agents confined with Landlock: they write only in their task's folder and these, and cannot read or signal this runner");
             self.confine = Some(c);
         } else if mode == ConfineMode::Landlock {
-            return Err("runner.confine = landlock, but this kernel has no Landlock (Linux 5.13 or later, with landlock in its LSM list); set runner.confine = auto to run unconfined with a warning".into());
+            return Err(PipelineError::NoLandlock);
         } else {
             tracing::warn!(
                 "agents run unconfined: this kernel has no Landlock (runner.confine = auto); they can write anywhere this user can and read this runner's environment through /proc"
@@ -480,7 +481,7 @@ impl TaskRun<'_> {
     }
 
     /// One agent run, logged both ways.
-    async fn execute(&mut self, prompt: &ComposedPrompt) -> Result<AgentOutput, String> {
+    async fn execute(&mut self, prompt: &ComposedPrompt) -> Result<AgentOutput, PipelineError> {
         self.iteration += 1;
         let meta = json!({
             "unit": self.p.unit,
@@ -503,11 +504,7 @@ impl TaskRun<'_> {
                 warn!(task_id = %self.task.task_id, error = %e, "prompt log not written");
                 String::new()
             });
-        let out = self
-            .driver
-            .run(prompt, self.ctx)
-            .await
-            .map_err(|e| e.to_string())?;
+        let out = self.driver.run(prompt, self.ctx).await?;
         let meta = json!({
             "unit": self.p.unit,
             "exit_code": out.exit_code,

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::confine::ConfineError;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -131,7 +132,7 @@ async fn spawn_confined(
     mut cmd: tokio::process::Command,
     confine: &crate::confine::Confinement,
     cwd: &Path,
-) -> Result<tokio::process::Child, String> {
+) -> Result<std::io::Result<tokio::process::Child>, ConfineError> {
     let handle = tokio::runtime::Handle::current();
     let (confine, cwd) = (confine.clone(), cwd.to_path_buf());
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -141,19 +142,34 @@ async fn spawn_confined(
             let _runtime = handle.enter();
             let r = confine
                 .restrict_this_thread(&cwd)
-                .map_err(|e| format!("cannot confine the agent (runner.confine): {e}"))
                 .and_then(|status| match status {
-                    landlock::RulesetStatus::NotEnforced => Err(
-                        "cannot confine the agent: Landlock enforced nothing (runner.confine)"
-                            .to_string(),
-                    ),
-                    _ => cmd.spawn().map_err(|e| e.to_string()),
+                    landlock::RulesetStatus::NotEnforced => Err(ConfineError::NotEnforced),
+                    _ => Ok(cmd.spawn()),
                 });
             let _ = tx.send(r);
         })
-        .map_err(|e| format!("cannot start the confining thread: {e}"))?;
-    rx.await
-        .map_err(|_| "the confining thread ended without an answer".to_string())?
+        .map_err(ConfineError::Thread)?;
+    rx.await.map_err(|_| ConfineError::NoAnswer)?
+}
+
+/// Why a process could not be started (what it does once started is
+/// never an error: see [`AgentOutput`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    #[error("empty command")]
+    EmptyCommand,
+    #[error("cannot start {program:?} in {cwd}: {source}")]
+    Start {
+        program: String,
+        cwd: String,
+        source: std::io::Error,
+    },
+    #[error("cannot start {program:?} in {cwd}: {source}")]
+    Confine {
+        program: String,
+        cwd: String,
+        source: ConfineError,
+    },
 }
 
 /// Runs a process to the end, a timeout or a cancel. Never fails on what
@@ -162,7 +178,7 @@ pub async fn run(
     s: Spawn<'_>,
     cancel: Option<watch::Receiver<bool>>,
     groups: Option<&Groups>,
-) -> Result<AgentOutput, String> {
+) -> Result<AgentOutput, ProcError> {
     run_live(s, cancel, groups, Live::default()).await
 }
 
@@ -182,15 +198,12 @@ pub async fn run_live(
     mut cancel: Option<watch::Receiver<bool>>,
     groups: Option<&Groups>,
     live: Live,
-) -> Result<AgentOutput, String> {
+) -> Result<AgentOutput, ProcError> {
     let Live {
         lines,
         mut interrupt,
     } = live;
-    let (program, args) = s
-        .argv
-        .split_first()
-        .ok_or_else(|| "empty command".to_string())?;
+    let (program, args) = s.argv.split_first().ok_or(ProcError::EmptyCommand)?;
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .current_dir(s.cwd)
@@ -207,11 +220,27 @@ pub async fn run_live(
         .kill_on_drop(true);
     let started = Instant::now();
     let spawned = match s.confine {
-        None => cmd.spawn().map_err(|e| e.to_string()),
+        None => Ok(cmd.spawn()),
         Some(c) => spawn_confined(cmd, c, s.cwd).await,
     };
-    let mut child =
-        spawned.map_err(|e| format!("cannot start {program:?} in {}: {e}", s.cwd.display()))?;
+    let (program, cwd) = (program.to_string(), s.cwd.display().to_string());
+    let mut child = match spawned {
+        Ok(Ok(child)) => child,
+        Ok(Err(source)) => {
+            return Err(ProcError::Start {
+                program,
+                cwd,
+                source,
+            });
+        }
+        Err(source) => {
+            return Err(ProcError::Confine {
+                program,
+                cwd,
+                source,
+            });
+        }
+    };
     let pgid = child.id().map(|p| p as i32);
     if let (Some(g), Some(p)) = (groups, pgid) {
         g.add(p);
@@ -409,7 +438,7 @@ pub async fn shell(
     timeout: Duration,
     max_output: usize,
     confine: Option<&crate::confine::Confinement>,
-) -> Result<AgentOutput, String> {
+) -> Result<AgentOutput, ProcError> {
     let argv = ["sh".to_string(), "-c".to_string(), line.to_string()];
     run(
         Spawn {

@@ -244,7 +244,7 @@ pub struct Checker<'a> {
 impl Checker<'_> {
     /// Runs a check's command in the working directory, as the agent ran
     /// (its environment, confinement, timeout and output bound).
-    async fn shell(&self, cmd: &str) -> Result<crate::proc::AgentOutput, String> {
+    async fn shell(&self, cmd: &str) -> Result<crate::proc::AgentOutput, crate::proc::ProcError> {
         self.shell_in(cmd, self.cwd).await
     }
 
@@ -262,7 +262,7 @@ impl Checker<'_> {
                     last_line(&o.stdout, &o.stderr)
                 ));
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.to_string()),
         }
         match self.shell_in(cmd, empty).await {
             Ok(o) if o.exit_code == Some(0) => {
@@ -272,7 +272,11 @@ impl Checker<'_> {
         }
     }
 
-    async fn shell_in(&self, cmd: &str, cwd: &Path) -> Result<crate::proc::AgentOutput, String> {
+    async fn shell_in(
+        &self,
+        cmd: &str,
+        cwd: &Path,
+    ) -> Result<crate::proc::AgentOutput, crate::proc::ProcError> {
         crate::proc::shell(
             cmd,
             cwd,
@@ -321,7 +325,7 @@ impl Checker<'_> {
                         ));
                     }
                 }
-                Err(e) => checks.push(exact(format!("test command: {cmd}"), false, e)),
+                Err(e) => checks.push(exact(format!("test command: {cmd}"), false, e.to_string())),
             }
         }
         if let Some(schema) = &task.expected_json_schema {
@@ -367,7 +371,7 @@ impl Checker<'_> {
                         false,
                         format!("exit {:?}{}", o.exit_code, last_line(&o.stdout, &o.stderr)),
                     ),
-                    Err(e) => (false, e),
+                    Err(e) => (false, e.to_string()),
                 };
                 exact(text.into(), ok, d)
             }

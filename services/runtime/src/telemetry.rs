@@ -37,12 +37,27 @@ pub fn install_propagator() {
     );
 }
 
+/// Why telemetry could not be set up; the config key is named.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("config key telemetry.log_level: {0}")]
+    LogLevel(String),
+    #[error("config key telemetry.otlp_endpoint: {0}")]
+    Otlp(String),
+    /// Logging was set up already in this process.
+    #[error("logging already set up in this process: {0}")]
+    AlreadySet(String),
+}
+
 /// Sets up logging and, if `otlp_endpoint` is set, OTLP export.
-pub fn init(cfg: &TelemetryConfig, service: &'static str) -> Result<TelemetryGuard, String> {
+pub fn init(
+    cfg: &TelemetryConfig,
+    service: &'static str,
+) -> Result<TelemetryGuard, TelemetryError> {
     install_propagator();
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.log_level))
-        .map_err(|e| format!("config key telemetry.log_level: {e}"))?;
+        .map_err(|e| TelemetryError::LogLevel(e.to_string()))?;
     let fmt = match cfg.log_format {
         // Colour only for a person at a terminal: a log file or a pipe gets
         // plain text.
@@ -66,7 +81,7 @@ pub fn init(cfg: &TelemetryConfig, service: &'static str) -> Result<TelemetryGua
             .with_tonic()
             .with_endpoint(&cfg.otlp_endpoint)
             .build()
-            .map_err(|e| format!("config key telemetry.otlp_endpoint: {e}"))?;
+            .map_err(|e| TelemetryError::Otlp(e.to_string()))?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
             .with_resource(
@@ -84,6 +99,6 @@ pub fn init(cfg: &TelemetryConfig, service: &'static str) -> Result<TelemetryGua
         .with(fmt)
         .with(otel)
         .try_init()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| TelemetryError::AlreadySet(e.to_string()))?;
     Ok(guard)
 }

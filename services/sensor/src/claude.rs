@@ -179,10 +179,10 @@ pub(crate) fn event(
     c: &mut Common,
     last_message: &mut (String, u64, u64),
     text: &str,
-) -> Result<Option<Vec<TurnEvent>>, String> {
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     let v: Line<'_> = crate::parse_object(text)?;
     let Some(kind) = v.kind.as_deref() else {
-        return Err("no \"type\"".into());
+        return Err(crate::SensorError::NoType);
     };
     if let Some(s) = v.session_id.as_deref().or(v.session_id_camel.as_deref())
         && c.session.is_none()

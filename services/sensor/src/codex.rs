@@ -56,7 +56,10 @@ struct FastItem<'a> {
 }
 
 /// Reads one line: the common lines typed, the rest through [`event`].
-pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>, String> {
+pub(crate) fn line(
+    c: &mut Common,
+    text: &str,
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     if text.contains("\"item.completed\"")
         && let Ok(f) = serde_json::from_str::<Fast<'_>>(text)
         && f.kind.as_deref() == Some("item.completed")
@@ -92,9 +95,12 @@ pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>,
     event(c, &v)
 }
 
-pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+pub(crate) fn event(
+    c: &mut Common,
+    v: &Value,
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     let Some(kind) = str_of(v, "type") else {
-        return Err("no \"type\"".into());
+        return Err(crate::SensorError::NoType);
     };
     if let Some(at) = str_of(v, "timestamp").and_then(crate::parse_time_ms) {
         c.at_ms = Some(at);
@@ -195,7 +201,10 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
 }
 
 /// `Ok(None)` for an item type this sensor does not know (skipped, counted).
-fn item_completed(c: &mut Common, item: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+fn item_completed(
+    c: &mut Common,
+    item: &Value,
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     let kind = str_of(item, "type")
         .or_else(|| str_of(item, "item_type"))
         .ok_or("item without \"type\"")?;
@@ -247,12 +256,14 @@ fn item_completed(c: &mut Common, item: &Value) -> Result<Option<Vec<TurnEvent>>
 }
 
 /// `Ok(None)` for a payload type this sensor does not know (skipped, counted).
-fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     let kind = str_of(p, "type").ok_or("payload without \"type\"")?;
     let call = || str_of(p, "call_id").map(String::from);
     match kind {
         "function_call" | "custom_tool_call" | "local_shell_call" => {
-            let id = call().ok_or_else(|| format!("{kind} without \"call_id\""))?;
+            let id = call().ok_or_else(|| {
+                crate::SensorError::Unexpected(format!("{kind} without \"call_id\""))
+            })?;
             let (tool, args) = match kind {
                 "local_shell_call" => (
                     "shell".to_string(),
@@ -289,7 +300,9 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, St
             Ok(Some(Vec::new()))
         }
         "function_call_output" | "custom_tool_call_output" => {
-            let id = call().ok_or_else(|| format!("{kind} without \"call_id\""))?;
+            let id = call().ok_or_else(|| {
+                crate::SensorError::Unexpected(format!("{kind} without \"call_id\""))
+            })?;
             let raw = p.get("output").map(text_of).unwrap_or_default();
             let (text, exit) = tool_output(&raw);
             let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);

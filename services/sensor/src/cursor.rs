@@ -84,7 +84,10 @@ struct Detail<'a> {
 
 /// Reads one line: `tool_call` lines (most of a stream) typed, the rest
 /// through [`event`]. Arguments are hashed as the agent wrote them.
-pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>, String> {
+pub(crate) fn line(
+    c: &mut Common,
+    text: &str,
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     if !text.contains("\"tool_call\"") {
         let v: Value = crate::parse_object(text)?;
         return event(c, &v);
@@ -151,14 +154,21 @@ pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>,
             let exit = d.and_then(|d| d.exit_code);
             out.extend(c.complete(call, ok, &text, exit));
         }
-        other => return Err(format!("tool_call with subtype {other:?}")),
+        other => {
+            return Err(crate::SensorError::Unexpected(format!(
+                "tool_call with subtype {other:?}"
+            )));
+        }
     }
     Ok(Some(out))
 }
 
-pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+pub(crate) fn event(
+    c: &mut Common,
+    v: &Value,
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     let Some(kind) = str_of(v, "type") else {
-        return Err("no \"type\"".into());
+        return Err(crate::SensorError::NoType);
     };
     if let Some(s) = str_of(v, "session_id") {
         c.session.get_or_insert_with(|| s.to_string());

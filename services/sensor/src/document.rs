@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use crate::{Format, LineError, Sensor, Stats, TurnEvent, swe};
+use crate::{Format, LineError, Sensor, SensorError, Stats, TurnEvent, swe};
 
 /// One session of an agent, read from a recording.
 #[derive(Debug, Clone, Default)]
@@ -42,7 +42,7 @@ impl Run {
 }
 
 /// Every run of one recording's text.
-pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, String> {
+pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, SensorError> {
     if format == Format::SweAgent {
         let (turns, stats, ended) = swe::read(text)?;
         return Ok(vec![Run {
@@ -54,8 +54,10 @@ pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, String> {
     }
     let head = text.trim_start();
     if format == Format::OpenHands && head.starts_with('[') {
-        let events: Vec<Value> = serde_json::from_str(head)
-            .map_err(|e| format!("not a JSON array of OpenHands events: {e}"))?;
+        let events: Vec<Value> = serde_json::from_str(head).map_err(|e| SensorError::Document {
+            what: "a JSON array of OpenHands events".into(),
+            why: e.to_string(),
+        })?;
         return Ok(vec![events_run(format, events.iter(), None)]);
     }
     if format == Format::OpenHands
@@ -71,8 +73,10 @@ pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, String> {
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
         {
-            let v: Value = serde_json::from_str(line)
-                .map_err(|e| format!("line {}: not a JSON run: {e}", i + 1))?;
+            let v: Value = serde_json::from_str(line).map_err(|e| SensorError::Document {
+                what: format!("a JSON run (line {})", i + 1),
+                why: e.to_string(),
+            })?;
             let history = v.get("history").and_then(Value::as_array);
             // The harness's own verdict: an error stopped the run, failed.
             let error = v

@@ -183,14 +183,11 @@ impl Format {
     }
 
     /// Reads a format name; the error lists the known ones.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, SensorError> {
         Self::ALL
             .into_iter()
             .find(|f| f.as_str() == s)
-            .ok_or_else(|| {
-                let known: Vec<&str> = Self::ALL.iter().map(|f| f.as_str()).collect();
-                format!("unknown agent format {s:?}; known: {}", known.join(", "))
-            })
+            .ok_or_else(|| SensorError::UnknownFormat { given: s.into() })
     }
 
     /// Line formats are read line by line; a document format as a whole.
@@ -199,11 +196,80 @@ impl Format {
     }
 }
 
+/// Why a sensor could not use its input. Pure: no I/O error is among them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SensorError {
+    /// A format name none of [`Format::ALL`] has.
+    UnknownFormat { given: String },
+    /// Not JSON at all (the parser's words).
+    NotJson(String),
+    /// JSON, but not an object.
+    NotObject,
+    /// An object of another shape than the format's (the parser's words).
+    Shape(String),
+    /// An event with no `type`.
+    NoType,
+    /// A known event without a field it must have (`tool_use without "id"`).
+    Missing(&'static str),
+    /// A known event with a value the format does not have.
+    Unexpected(String),
+    /// A line longer than [`MAX_LINE`].
+    TooLong { len: usize },
+    /// A whole-document format fed line by line.
+    WholeDocument(Format),
+    /// A document (a trajectory, an event array, an evaluation's output)
+    /// that is not one: what it should have been, and why not.
+    Document { what: String, why: String },
+}
+
+impl std::fmt::Display for SensorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownFormat { given } => {
+                let known: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
+                write!(
+                    f,
+                    "unknown agent format {given:?}; known: {}",
+                    known.join(", ")
+                )
+            }
+            Self::NotJson(e) => write!(f, "not JSON: {e}"),
+            Self::NotObject => f.write_str("not a JSON object"),
+            Self::Shape(e) => write!(f, "unexpected shape: {e}"),
+            Self::NoType => f.write_str("no \"type\""),
+            Self::Missing(what) => f.write_str(what),
+            Self::Unexpected(what) => f.write_str(what),
+            Self::TooLong { len } => write!(f, "line of {len} bytes, longer than {MAX_LINE}"),
+            Self::WholeDocument(format) => write!(
+                f,
+                "{} is a whole-document format; read it with swe::parse_document",
+                format.as_str()
+            ),
+            Self::Document { what, why } => write!(f, "not {what}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for SensorError {}
+
+/// `event.ok_or("tool_use without \"id\"")?`: a missing field, in words.
+impl From<&'static str> for SensorError {
+    fn from(what: &'static str) -> Self {
+        Self::Missing(what)
+    }
+}
+
+impl PartialEq<&str> for SensorError {
+    fn eq(&self, other: &&str) -> bool {
+        self.to_string() == *other
+    }
+}
+
 /// A line that could not be used: which, and why. The stream goes on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LineError {
     pub line: u64,
-    pub reason: String,
+    pub reason: SensorError,
 }
 
 impl std::fmt::Display for LineError {
@@ -481,13 +547,10 @@ impl Sensor {
         if text.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let bad = |line, reason: String| LineError { line, reason };
+        let bad = |line, reason: SensorError| LineError { line, reason };
         if text.len() > MAX_LINE {
             self.common.stats.malformed += 1;
-            return Err(bad(
-                self.line,
-                format!("line of {} bytes, longer than {MAX_LINE}", text.len()),
-            ));
+            return Err(bad(self.line, SensorError::TooLong { len: text.len() }));
         }
         // A line that marks rest sets it again; work without one clears it.
         let resting = std::mem::take(&mut self.common.resting);
@@ -496,10 +559,7 @@ impl Sensor {
             Format::Cursor => cursor::line(&mut self.common, text),
             Format::Codex => codex::line(&mut self.common, text),
             Format::OpenHands => openhands::line(&mut self.common, text),
-            Format::SweAgent => Err(format!(
-                "{} is a whole-document format; read it with swe::parse_document",
-                self.format.as_str()
-            )),
+            Format::SweAgent => Err(SensorError::WholeDocument(self.format)),
         };
         if !self.common.resting {
             let worked = matches!(&out, Ok(Some(t)) if !t.is_empty());
@@ -573,16 +633,16 @@ impl Sensor {
 
 /// A line as a JSON object of type `T`; the error says whether it was no
 /// JSON, no object, or an object of another shape.
-pub(crate) fn parse_object<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Result<T, String> {
+pub(crate) fn parse_object<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Result<T, SensorError> {
     if !text.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<serde::de::IgnoredAny>(text) {
-            Ok(_) => "not a JSON object".into(),
-            Err(e) => format!("not JSON: {e}"),
+            Ok(_) => SensorError::NotObject,
+            Err(e) => SensorError::NotJson(e.to_string()),
         });
     }
     serde_json::from_str(text).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => format!("unexpected shape: {e}"),
-        _ => format!("not JSON: {e}"),
+        serde_json::error::Category::Data => SensorError::Shape(e.to_string()),
+        _ => SensorError::NotJson(e.to_string()),
     })
 }
 

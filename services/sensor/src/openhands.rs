@@ -164,7 +164,10 @@ fn raw_id(r: &RawValue) -> String {
 
 /// Reads one line: V0 events typed (arguments hashed as written, without
 /// the keys that change between equal calls), V1 events through [`event`].
-pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>, String> {
+pub(crate) fn line(
+    c: &mut Common,
+    text: &str,
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     // V1 events carry a `kind` (and an `action` object): the Value path.
     // Once a stream showed V1, its lines go there without a typed try.
     if c.openhands_v1 {
@@ -176,7 +179,7 @@ pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>,
             c.openhands_v1 = true;
             return event(c, &crate::parse_object(text)?);
         }
-        Err(e) if e.starts_with("unexpected shape") => {
+        Err(crate::SensorError::Shape(_)) => {
             let v: Value = crate::parse_object(text)?;
             c.openhands_v1 = v.get("kind").is_some_and(Value::is_string);
             return event(c, &v);
@@ -292,7 +295,10 @@ pub(crate) fn line(c: &mut Common, text: &str) -> Result<Option<Vec<TurnEvent>>,
     Ok(None)
 }
 
-pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+pub(crate) fn event(
+    c: &mut Common,
+    v: &Value,
+) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     if let Some(at) = str_of(v, "timestamp").and_then(crate::parse_time_ms) {
         c.at_ms = Some(at);
     }
@@ -388,7 +394,7 @@ pub(crate) fn event(c: &mut Common, v: &Value) -> Result<Option<Vec<TurnEvent>>,
     Ok(None)
 }
 
-fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, String> {
+fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     let mut out = Vec::new();
     let call = || str_of(v, "tool_call_id").map(String::from);
     match kind {

@@ -20,14 +20,17 @@ use serde_json::Value;
 use crate::{Common, Pending, Stats, TurnEvent, str_of, text_of};
 
 /// A whole trajectory: its turns, in order, and what was read.
-pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), String> {
+pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), crate::SensorError> {
     read(text).map(|(turns, stats, _)| (turns, stats))
 }
 
 /// A whole trajectory: its turns, what was read, and how it ended
 /// (`None`: the document records no end; `Some(true)`: it ended failed).
-pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("not a JSON trajectory: {e}"))?;
+pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::SensorError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| crate::SensorError::Document {
+        what: "a JSON trajectory".into(),
+        why: e.to_string(),
+    })?;
     let mut c = Common::default();
     let mut out = Vec::new();
     let info = v.get("info").cloned().unwrap_or(Value::Null);
@@ -110,10 +113,10 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), String>
             }
         }
     } else {
-        return Err(
-            "none of \"trajectory\", \"history\" (SWE-agent) or \"messages\" (mini-swe-agent) found"
-                .into(),
-        );
+        return Err(crate::SensorError::Document {
+            what: "a trajectory".into(),
+            why: "none of \"trajectory\", \"history\" (SWE-agent) or \"messages\" (mini-swe-agent) found".into(),
+        });
     }
     if let Some(stats) = info.get("model_stats") {
         c.cumulative(

@@ -248,6 +248,7 @@ fn swe_agent_and_mini_swe_agent_trajectories() {
     assert!(
         swe::parse_document("{\"neither\": 1}")
             .unwrap_err()
+            .to_string()
             .contains("trajectory")
     );
 }
@@ -276,7 +277,11 @@ fn bad_lines_are_reported_by_number_and_the_stream_goes_on() {
     }
     let at: Vec<u64> = errors.iter().map(|e| e.line).collect();
     assert_eq!(at, [2, 3, 4, 5]);
-    assert!(errors[0].reason.starts_with("not JSON"), "{}", errors[0]);
+    assert!(
+        errors[0].reason.to_string().starts_with("not JSON"),
+        "{}",
+        errors[0]
+    );
     assert_eq!(errors[2].reason, "not a JSON object");
     assert_eq!(errors[3].reason, "no \"type\"");
     // The result whose call was on a truncated line is an orphan, counted;
@@ -292,14 +297,14 @@ fn bad_lines_are_reported_by_number_and_the_stream_goes_on() {
     );
     let e = s.line(&fifty).unwrap_err();
     assert_eq!(e.line, 10);
-    assert!(e.reason.contains("longer than"), "{e}");
+    assert!(e.reason.to_string().contains("longer than"), "{e}");
     assert_eq!(
         s.line(r#"{"type":"system","subtype":"init"}"#),
         Ok(Vec::new())
     );
     let huge = "x".repeat(xo_sensor::MAX_LINE + 1);
     let e = s.line(&huge).unwrap_err();
-    assert!(e.reason.contains("longer than"), "{e}");
+    assert!(e.reason.to_string().contains("longer than"), "{e}");
     assert_eq!(e.line, 12);
 }
 
@@ -308,11 +313,40 @@ fn formats_by_name() {
     for f in Format::ALL {
         assert_eq!(Format::parse(f.as_str()), Ok(f));
     }
-    let e = Format::parse("aider").unwrap_err();
+    let e = Format::parse("aider").unwrap_err().to_string();
     assert!(
         e.contains("\"aider\"") && e.contains("claude, cursor, codex"),
         "{e}"
     );
     let mut s = Sensor::new(Format::SweAgent);
-    assert!(s.line("{}").unwrap_err().reason.contains("whole-document"));
+    assert!(
+        s.line("{}")
+            .unwrap_err()
+            .reason
+            .to_string()
+            .contains("whole-document")
+    );
+}
+
+#[test]
+fn a_bad_line_says_why_as_a_typed_reason() {
+    use xo_sensor::SensorError;
+    let mut s = Sensor::new(Format::Codex);
+    assert!(matches!(
+        s.line("{oops").unwrap_err().reason,
+        SensorError::NotJson(_)
+    ));
+    assert_eq!(s.line("[1]").unwrap_err().reason, SensorError::NotObject);
+    assert_eq!(s.line("{}").unwrap_err().reason, SensorError::NoType);
+    let long = format!("{{\"type\":\"{}\"}}", "x".repeat(xo_sensor::MAX_LINE));
+    assert!(matches!(
+        s.line(&long).unwrap_err().reason,
+        SensorError::TooLong { len } if len == long.len()
+    ));
+    assert_eq!(
+        Format::parse("aider"),
+        Err(SensorError::UnknownFormat {
+            given: "aider".into()
+        })
+    );
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tracing::{error, warn};
-use xo_bus::Store;
+use xo_bus::{Store, StoreError};
 use xo_proto::{Health, SaluteReport, Steering};
 use xo_radio::UnitState;
 
@@ -157,7 +157,7 @@ impl Persister {
     /// its steering, so that a supervisor taking the unit over after a crash
     /// knows the steering was sent (and its cooldown) and does not send it
     /// again.
-    pub async fn write_now(&self, record: &UnitRecord) -> Result<(), String> {
+    pub async fn write_now(&self, record: &UnitRecord) -> Result<(), StoreError> {
         let bytes = rmp_serde_encode(record)?;
         if let Ok(mut d) = self.dirty.lock() {
             d.remove(&record.unit);
@@ -166,7 +166,6 @@ impl Persister {
             .put(BUCKET, &record.unit, bytes)
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
     }
 
     /// Forgets the pending records of `units` (another supervisor holds
@@ -180,13 +179,10 @@ impl Persister {
     }
 
     /// Forgets a unit for good: its pending record and its stored one.
-    pub async fn forget(&self, unit: &str) -> Result<(), String> {
+    pub async fn forget(&self, unit: &str) -> Result<(), StoreError> {
         self.discard(&[unit.to_string()]);
         let _one = self.flushing.lock().await;
-        self.store
-            .delete(BUCKET, unit)
-            .await
-            .map_err(|e| e.to_string())
+        self.store.delete(BUCKET, unit).await
     }
 
     /// Writes every dirty record.
@@ -232,10 +228,14 @@ impl Persister {
     }
 }
 
-fn rmp_serde_encode(record: &UnitRecord) -> Result<Bytes, String> {
+fn rmp_serde_encode(record: &UnitRecord) -> Result<Bytes, StoreError> {
     xo_proto::codec::encode(record, xo_proto::Format::Msgpack)
         .map(Bytes::from)
-        .map_err(|e| e.to_string())
+        .map_err(|e| StoreError::Encode {
+            bucket: BUCKET.into(),
+            key: record.unit.clone(),
+            reason: e.to_string(),
+        })
 }
 
 fn decode(unit: &str, bytes: &[u8]) -> Result<UnitRecord, String> {

@@ -107,7 +107,7 @@ impl CommandDriver {
         let mut c = Self::new(d.command.clone())?;
         c.stream = match d.stream.as_str() {
             "" | "none" => None,
-            s => Some(Format::parse(s).map_err(DriverError::Spawn)?),
+            s => Some(Format::parse(s)?),
         };
         c.hook = match d.hook.as_str() {
             "" => None,
@@ -210,8 +210,7 @@ impl CommandDriver {
             biased;
             out = run(spawn, ctx.cancel.clone(), ctx.groups.as_ref()) => out,
             () = hand_to_file(ctx) => unreachable!("hand_to_file never ends"),
-        }
-        .map_err(DriverError::Spawn)?;
+        }?;
         take_back(ctx).await;
         let ok = out.exit_code == Some(0);
         let outcome = if !ok {
@@ -335,7 +334,7 @@ impl CommandDriver {
                 run_live(spawn, ctx.cancel.clone(), ctx.groups.as_ref(), live),
                 read
             );
-            let out = out.map_err(DriverError::Spawn)?;
+            let out = out?;
             if out.interrupted && !out.cancelled && !taken.is_empty() {
                 resumes += 1;
                 // Handed over in the prompt: not again through the file.

@@ -26,6 +26,12 @@ pub use script::ScriptDriver;
 pub enum DriverError {
     #[error("{0}")]
     Spawn(String),
+    /// The agent's process could not be started.
+    #[error(transparent)]
+    Process(#[from] crate::proc::ProcError),
+    /// `runner.driver.stream` names no format the sensor reads.
+    #[error(transparent)]
+    Stream(#[from] xo_sensor::SensorError),
     #[error("model endpoint: {0}")]
     Endpoint(String),
     #[error("script: {0}")]

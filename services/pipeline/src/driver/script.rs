@@ -358,7 +358,7 @@ impl Agent<'_> {
             let (outcome, text) = match o {
                 Ok(o) if o.exit_code == Some(0) => (Outcome::Ok, o.stdout),
                 Ok(o) => (Outcome::Error, format!("{}{}", o.stdout, o.stderr)),
-                Err(e) => (Outcome::Error, e),
+                Err(e) => (Outcome::Error, e.to_string()),
             };
             self.out.stdout.push_str(&text);
             let mut action = Action::tool("run_command", &short_hash(line), outcome, self.turn + 1)
