@@ -101,17 +101,24 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
         },
     ];
 
-    let notify = xo_notify::start(&cfg, connect(&nats, "xo-notify").await)
-        .await
-        .unwrap();
+    let notify = xo_notify::start(xo_runtime::ServiceCtx::new(
+        cfg.clone(),
+        connect(&nats, "xo-notify").await,
+    ))
+    .await
+    .unwrap();
     let qbus = connect(&nats, "xo-queue").await;
     let xo_bus::Bus::Nats(nb) = &qbus else {
         unreachable!()
     };
     let store = Store::Nats(xo_bus::NatsStore::new(nb.client().clone(), "xo"));
-    let queue = xo_queue::start(cfg.clone(), qbus, store, xo_runtime::Clock::System)
-        .await
-        .unwrap();
+    let queue = xo_queue::start(
+        xo_runtime::ServiceCtx::new(cfg.clone(), qbus)
+            .with_store(store)
+            .with_clock(xo_runtime::Clock::System),
+    )
+    .await
+    .unwrap();
     let client = connect(&nats, "test").await;
     let s = cfg.subjects();
     let mut dlq = client.subscribe(&s.dlq(&s.alert_all())).await.unwrap();

@@ -526,10 +526,9 @@ async fn a_supervisor_does_not_start_empty_on_a_damaged_unit_store() {
     let store = Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
     let cfg = xo_runtime::XoConfig::default();
     let err = xo_supervisor::start(
-        cfg,
-        Bus::Local(LocalBus::new()),
-        store,
-        xo_runtime::Clock::System,
+        xo_runtime::ServiceCtx::new(cfg, Bus::Local(LocalBus::new()))
+            .with_store(store)
+            .with_clock(xo_runtime::Clock::System),
     )
     .await
     .unwrap_err()

@@ -53,19 +53,34 @@ impl Rig {
         o.extend_from_slice(extra);
         let cfg = config(&o);
         let (qbus, qstore) = store(&nats, "xo-queue", &cfg).await;
-        let queue = xo_queue::start(cfg.clone(), qbus, qstore, Clock::System)
-            .await
-            .unwrap();
+        let queue = xo_queue::start(
+            xo_runtime::ServiceCtx::new(cfg.clone(), qbus)
+                .with_store(qstore)
+                .with_clock(Clock::System),
+        )
+        .await
+        .unwrap();
         let kbus = connect(&nats, "xo-knowledge").await;
-        let knowledge = xo_knowledge::service::start(&cfg, kbus).await.unwrap();
+        let knowledge =
+            xo_knowledge::service::start(xo_runtime::ServiceCtx::new(cfg.clone(), kbus))
+                .await
+                .unwrap();
         let rbus = connect(&nats, "xo-review").await;
-        let review = xo_review::start(cfg.clone(), rbus).await.unwrap();
-        let (sbus, sstore) = store(&nats, "xo-supervisor", &cfg).await;
-        let sup = xo_supervisor::start(cfg.clone(), sbus, sstore, Clock::System)
+        let review = xo_review::start(xo_runtime::ServiceCtx::new(cfg.clone(), rbus))
             .await
             .unwrap();
+        let (sbus, sstore) = store(&nats, "xo-supervisor", &cfg).await;
+        let sup = xo_supervisor::start(
+            xo_runtime::ServiceCtx::new(cfg.clone(), sbus)
+                .with_store(sstore)
+                .with_clock(Clock::System),
+        )
+        .await
+        .unwrap();
         let cbus = connect(&nats, "xo-console").await;
-        let console = xo_console::start(&cfg, cbus).await.unwrap();
+        let console = xo_console::start(xo_runtime::ServiceCtx::new(cfg.clone(), cbus))
+            .await
+            .unwrap();
         let token = std::fs::read_to_string(cfg.state.console_token_path())
             .unwrap()
             .trim()

@@ -617,7 +617,9 @@ fn console_bodies() {
         .unwrap();
     let (q, console) = rt.block_on(async {
         let q = common::LocalQueue::start(&[("console.listen", "127.0.0.1:0")]).await;
-        let console = xo_console::start(&q.cfg, q.bus.clone()).await.unwrap();
+        let console = xo_console::start(xo_runtime::ServiceCtx::new(q.cfg.clone(), q.bus.clone()))
+            .await
+            .unwrap();
         (q, console)
     });
     let token = std::fs::read_to_string(q.cfg.state.console_token_path())

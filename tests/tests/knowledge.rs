@@ -41,9 +41,12 @@ async fn api_ownership_lifecycle_and_hand_edits() {
         ("knowledge.poll_ms", "50"),
         ("knowledge.establish_after", "2"),
     ]);
-    let svc = xo_knowledge::service::start(&cfg, connect(&nats, "xo-knowledge").await)
-        .await
-        .unwrap();
+    let svc = xo_knowledge::service::start(xo_runtime::ServiceCtx::new(
+        cfg.clone(),
+        connect(&nats, "xo-knowledge").await,
+    ))
+    .await
+    .unwrap();
     let bus = connect(&nats, "client").await;
     let s = cfg.subjects();
     let mut changes = bus.subscribe("xo.knowledge.changed.>").await.unwrap();

@@ -15,7 +15,7 @@ use axum::routing::post;
 use common::LocalQueue;
 use xo_bus::typed;
 use xo_proto::queue::*;
-use xo_runner::{RunnerOptions, run};
+use xo_runner::RunnerOptions;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -142,18 +142,15 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
     .unwrap();
 
     // A real runner of role manager reconciles with the model.
-    let (stop, mut rx) = tokio::sync::watch::channel(false);
-    let runner = tokio::spawn(run(
-        cfg.clone(),
-        bus.clone(),
+    let runner = xo_runner::start(
+        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()),
         RunnerOptions {
             role: MANAGER_ROLE.into(),
             unit: "manager-1".into(),
         },
-        async move {
-            let _ = rx.wait_for(|v| *v).await;
-        },
-    ));
+    )
+    .await
+    .unwrap();
     let mut done = None;
     for _ in 0..1000 {
         let req = ListTasks {
@@ -202,7 +199,6 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
         .unwrap();
     assert!(rec.contains("\"cancelled\":[]"), "{rec}");
 
-    let _ = stop.send(true);
-    runner.await.unwrap().unwrap();
+    runner.stop().await.unwrap();
     queue.stop().await.unwrap();
 }

@@ -60,9 +60,13 @@ impl Q {
         let Bus::Nats(nb) = &bus else { unreachable!() };
         let store = Store::Nats(NatsStore::new(nb.client().clone(), &self.cfg.org.prefix));
         self.handle = Some(
-            xo_queue::start(self.cfg.clone(), bus, store, self.clock.clone())
-                .await
-                .unwrap(),
+            xo_queue::start(
+                xo_runtime::ServiceCtx::new(self.cfg.clone(), bus)
+                    .with_store(store)
+                    .with_clock(self.clock.clone()),
+            )
+            .await
+            .unwrap(),
         );
     }
 

@@ -10,7 +10,7 @@ use common::LocalQueue;
 use xo_bus::{Bus, typed};
 use xo_proto::queue::*;
 use xo_proto::{Heartbeat, SaluteReport, Subjects};
-use xo_runner::{RunnerOptions, run};
+use xo_runner::{RunnerHandle, RunnerOptions};
 use xo_runtime::XoConfig;
 
 const T: Duration = Duration::from_secs(10);
@@ -21,8 +21,7 @@ struct Rig {
     subjects: Subjects,
     cfg: XoConfig,
     queue: Option<xo_queue::QueueHandle>,
-    stop: tokio::sync::watch::Sender<bool>,
-    runner: Option<tokio::task::JoinHandle<Result<(), xo_runner::RunnerError>>>,
+    runner: Option<RunnerHandle>,
 }
 
 impl Rig {
@@ -35,14 +34,12 @@ impl Rig {
             bus,
             queue,
         } = LocalQueue::start(&o).await;
-        let (stop, _) = tokio::sync::watch::channel(false);
         Self {
             _dir: dir,
             subjects: cfg.subjects(),
             bus,
             cfg,
             queue: Some(queue),
-            stop,
             runner: None,
         }
     }
@@ -65,18 +62,17 @@ impl Rig {
         .await;
         self.call(&Enqueue { tasks }).await;
         self.call(&Start {}).await;
-        let mut rx = self.stop.subscribe();
-        self.runner = Some(tokio::spawn(run(
-            self.cfg.clone(),
-            self.bus.clone(),
-            RunnerOptions {
-                role: "coder".into(),
-                unit: "u1".into(),
-            },
-            async move {
-                let _ = rx.wait_for(|v| *v).await;
-            },
-        )));
+        self.runner = Some(
+            xo_runner::start(
+                xo_runtime::ServiceCtx::new(self.cfg.clone(), self.bus.clone()),
+                RunnerOptions {
+                    role: "coder".into(),
+                    unit: "u1".into(),
+                },
+            )
+            .await
+            .unwrap(),
+        );
     }
 
     async fn wait_task(&self, id: &str, state: TaskState) -> TaskRecord {
@@ -98,9 +94,8 @@ impl Rig {
     }
 
     async fn stop(mut self) {
-        let _ = self.stop.send(true);
         if let Some(r) = self.runner.take() {
-            r.await.unwrap().unwrap();
+            r.stop().await.unwrap();
         }
         if let Some(q) = self.queue.take() {
             q.stop().await.unwrap();
@@ -231,9 +226,12 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
         ("runner.microcosm", "false"),
     ])
     .await;
-    let k = xo_knowledge::service::start(&rig.cfg, rig.bus.clone())
-        .await
-        .unwrap();
+    let k = xo_knowledge::service::start(xo_runtime::ServiceCtx::new(
+        rig.cfg.clone(),
+        rig.bus.clone(),
+    ))
+    .await
+    .unwrap();
     let doc = xo_proto::knowledge::KnowledgeDoc {
         tags: Vec::new(),
         category: xo_proto::knowledge::Category::Conventions,

@@ -55,9 +55,13 @@ impl Rig {
         let bus = connect(&self.nats, "xo-queue").await;
         let Bus::Nats(nb) = &bus else { unreachable!() };
         let store = Store::Nats(NatsStore::new(nb.client().clone(), &self.cfg.org.prefix));
-        xo_queue::start(self.cfg.clone(), bus, store, Clock::System)
-            .await
-            .unwrap()
+        xo_queue::start(
+            xo_runtime::ServiceCtx::new(self.cfg.clone(), bus)
+                .with_store(store)
+                .with_clock(Clock::System),
+        )
+        .await
+        .unwrap()
     }
 
     async fn call<R: xo_proto::Request>(&self, r: &R) -> Result<R::Response, typed::CallError> {
@@ -69,9 +73,12 @@ impl Rig {
 async fn the_serve_loop_answers_unknown_verbs_and_bad_bodies() {
     let rig = Rig::start(&[]).await;
     let q = rig.queue().await;
-    let mut k = xo_knowledge::service::start(&rig.cfg, connect(&rig.nats, "xo-knowledge").await)
-        .await
-        .unwrap();
+    let mut k = xo_knowledge::service::start(xo_runtime::ServiceCtx::new(
+        rig.cfg.clone(),
+        connect(&rig.nats, "xo-knowledge").await,
+    ))
+    .await
+    .unwrap();
     // A verb nobody declared has no endpoint: the caller is told at once.
     let e = rig
         .client

@@ -11,7 +11,7 @@ use std::time::Duration;
 use xo_bus::{Bus, Store, typed};
 use xo_proto::queue::*;
 use xo_proto::{AnomalyKind, Steering, SteeringSource};
-use xo_runner::{RunnerOptions, run};
+use xo_runner::{RunnerHandle, RunnerOptions};
 use xo_runtime::XoConfig;
 
 const T: Duration = Duration::from_secs(10);
@@ -42,25 +42,16 @@ fn looping(id: &str) -> Task {
     )
 }
 
-struct Runner {
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Result<(), xo_runner::RunnerError>>,
-}
-
-fn start_runner(cfg: &XoConfig, bus: &Bus) -> Runner {
-    let (stop, mut rx) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(run(
-        cfg.clone(),
-        bus.clone(),
+async fn start_runner(cfg: &XoConfig, bus: &Bus) -> RunnerHandle {
+    xo_runner::start(
+        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()),
         RunnerOptions {
             role: "coder".into(),
             unit: "u1".into(),
         },
-        async move {
-            let _ = rx.wait_for(|v| *v).await;
-        },
-    ));
-    Runner { stop, task }
+    )
+    .await
+    .unwrap()
 }
 
 async fn wait_completed(bus: &Bus, cfg: &XoConfig, id: &str) {
@@ -133,16 +124,19 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     let bus = Bus::Local(xo_bus::LocalBus::new());
     let store = Store::File(xo_bus::FileStore::open(cfg.state.store_dir()).unwrap());
     let queue = xo_queue::start(
-        cfg.clone(),
-        bus.clone(),
-        store.clone(),
-        xo_runtime::Clock::System,
+        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone())
+            .with_store(store.clone())
+            .with_clock(xo_runtime::Clock::System),
     )
     .await
     .unwrap();
-    let sup = xo_supervisor::start(cfg.clone(), bus.clone(), store, xo_runtime::Clock::System)
-        .await
-        .unwrap();
+    let sup = xo_supervisor::start(
+        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone())
+            .with_store(store)
+            .with_clock(xo_runtime::Clock::System),
+    )
+    .await
+    .unwrap();
     let mut steer = bus.subscribe(&cfg.subjects().steer("u1")).await.unwrap();
     let s = cfg.subjects();
     typed::call(&bus, &s, &Init::default(), T).await.unwrap();
@@ -170,7 +164,7 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     .unwrap();
     typed::call(&bus, &s, &Start {}, T).await.unwrap();
 
-    let r1 = start_runner(&cfg, &bus);
+    let r1 = start_runner(&cfg, &bus).await;
     wait_completed(&bus, &cfg, "l1").await;
     let sent = drain_loops(&mut steer).await;
     let got = received(&cfg, "l1");
@@ -184,12 +178,11 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     assert_eq!(sent, 0, "the XO steered no loop its runner had steered");
 
     // The same unit again, in a new process life: seq starts over at 1.
-    let _ = r1.stop.send(true);
-    r1.task.await.unwrap().unwrap();
+    r1.stop().await.unwrap();
     // A claim r1 left waiting (long-poll, claim_wait_ms) would take the
     // next task and leave it to lease expiry: let it lapse first.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let r2 = start_runner(&cfg, &bus);
+    let r2 = start_runner(&cfg, &bus).await;
     typed::call(
         &bus,
         &s,
@@ -221,8 +214,7 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
         "xo units follows the new life"
     );
 
-    let _ = r2.stop.send(true);
-    r2.task.await.unwrap().unwrap();
+    r2.stop().await.unwrap();
     sup.stop().await.unwrap();
     queue.stop().await.unwrap();
 }

@@ -56,10 +56,12 @@ async fn no_org_passthrough_subscribes_to_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = xo_bus::Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
     let h = xo_supervisor::start(
-        config(&[("supervisor.enabled", "false")]),
-        xo_bus::Bus::Local(local.clone()),
-        store,
-        xo_supervisor::Clock::System,
+        xo_runtime::ServiceCtx::new(
+            config(&[("supervisor.enabled", "false")]),
+            xo_bus::Bus::Local(local.clone()),
+        )
+        .with_store(store)
+        .with_clock(xo_supervisor::Clock::System),
     )
     .await
     .unwrap();

@@ -196,7 +196,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
             unit: (*unit).into(),
         })
         .collect();
-    let fabric = fabric.with_runners(&cfg, runners);
+    let fabric = fabric.with_runners(&cfg, runners).await?;
     outln!(
         "xo demo: {n_tasks} tasks, {} scripted runners, the XO watching (state in {})",
         RUNNERS.len(),

@@ -1,21 +1,29 @@
 //! The one place that starts and stops services: `xo up`, `xo up --demo`
 //! and every `xo serve …` describe what they run as a [`Plan`]; [`Fabric`]
-//! starts it in order and stops it in one documented order.
+//! starts it in the order of [`Slot::ORDER`] and stops it in the reverse
+//! order. Every service is started the same way, `start(ServiceCtx)`, and
+//! held the same way, as a [`Service`].
 //!
-//! Start order: the bus (and the store), then queue → knowledge → review →
-//! fleet → supervisor → console → runners, so that each finds what it calls already
-//! serving.
+//! The order, written once ([`Slot::ORDER`]): the bus and the store first,
+//! then notify → queue → knowledge → supervisor → fleet → review → watches →
+//! runners → console, so that each finds what it calls already serving.
+//! Stopping goes backwards, each service stopping its inputs, draining its
+//! actors and flushing what it writes; the services of one slot (the
+//! runners, the watches) stop together:
 //!
-//! Stop order ([`Fabric::stop`]), each service itself stopping its inputs,
-//! draining its actors and flushing what it writes:
+//! 1. the console (its event streams end);
+//! 2. runners stop claiming, their task in flight is stopped and left to
+//!    the queue; transcript watches stop;
+//! 3. review supervisors, then the fleet manager (no new runs or containers);
+//! 4. the supervisor (unit state flushed to the store);
+//! 5. knowledge, then the queue (outcomes delivered before it stops are
+//!    durable; its committer writes what is pending; its lease is given back);
+//! 6. the notifier last, so no alert of the others is missed;
+//! 7. close: the bus socket of `xo up` is closed, telemetry flushed.
 //!
-//! 1. the console (its event streams end), then stop taking work: runners stop claiming, their task in flight is
-//!    stopped and left to the queue; transcript watches stop;
-//! 2. review supervisors and the fleet manager (no new runs or containers);
-//! 3. the supervisor (unit state flushed to the store);
-//! 4. knowledge, then the queue last (outcomes delivered before it stops are
-//!    durable; its committer writes what is pending);
-//! 5. close: the bus socket of `xo up` is closed, telemetry flushed.
+//! Singletons ([`Slot::singleton`]: notify, fleet, review) run once per
+//! deployment: on NATS, where several replicas may start, they run under
+//! one lease in the notifier's place (`crate::singletons`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -24,12 +32,49 @@ use anyhow::{Context, anyhow};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store};
-use xo_runner::{RunnerError, RunnerOptions};
-use xo_runtime::XoConfig;
+use xo_runner::RunnerOptions;
+use xo_runtime::config::FleetBackend;
+use xo_runtime::service::{BoxFuture, StopError};
 use xo_runtime::telemetry::TelemetryGuard;
-use xo_runtime::tree::Shutdown;
+use xo_runtime::{Service, ServiceCtx, XoConfig};
 
 use crate::connect::nats_options;
+
+/// Where a service stands in a process: its start order (stopped in the
+/// reverse order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Slot {
+    Notify,
+    Queue,
+    Knowledge,
+    Supervisor,
+    Fleet,
+    Review,
+    Watch,
+    Runners,
+    Console,
+}
+
+impl Slot {
+    /// The start order; the stop order is its reverse.
+    pub const ORDER: [Slot; 9] = [
+        Slot::Notify,
+        Slot::Queue,
+        Slot::Knowledge,
+        Slot::Supervisor,
+        Slot::Fleet,
+        Slot::Review,
+        Slot::Watch,
+        Slot::Runners,
+        Slot::Console,
+    ];
+
+    /// Run once per deployment, whatever the number of replicas: under a
+    /// lease when several may start.
+    pub fn singleton(self) -> bool {
+        matches!(self, Slot::Notify | Slot::Fleet | Slot::Review)
+    }
+}
 
 /// Which services a process runs.
 #[derive(Debug, Clone, Default)]
@@ -90,25 +135,70 @@ pub enum Transport {
     Client,
 }
 
+/// Services started in [`Slot`] order, stopped in reverse.
+#[derive(Default)]
+pub struct Services {
+    entries: Vec<(Slot, Box<dyn Service>)>,
+}
+
+impl Services {
+    /// Adds a started service in its slot's place.
+    pub fn add(&mut self, slot: Slot, service: Box<dyn Service>) {
+        let at = self.entries.partition_point(|(s, _)| *s <= slot);
+        self.entries.insert(at, (slot, service));
+    }
+
+    /// The first service of type `T` (a bench reads a handle's figures).
+    pub fn get<T: Service>(&self) -> Option<&T> {
+        self.entries
+            .iter()
+            .find_map(|(_, s)| (s.as_ref() as &dyn std::any::Any).downcast_ref::<T>())
+    }
+
+    /// The names of the services, in start order.
+    pub fn names(&self) -> Vec<String> {
+        self.entries.iter().map(|(_, s)| s.name()).collect()
+    }
+
+    /// Resolves when one of them ends on its own: its name. Never with none.
+    pub async fn ended(&mut self) -> String {
+        use futures::FutureExt;
+        let mut all: Vec<BoxFuture<'_, String>> = Vec::new();
+        for (_, s) in self.entries.iter_mut() {
+            let name = s.name();
+            all.push(
+                s.until(Box::pin(std::future::pending()))
+                    .map(move |()| name)
+                    .boxed(),
+            );
+        }
+        all.push(Box::pin(std::future::pending()));
+        futures::future::select_all(all).await.0
+    }
+
+    /// Stops them all, in reverse slot order, the services of one slot
+    /// together; every one is stopped, each error is told.
+    pub async fn stop(&mut self, mut keep: impl FnMut(String, Result<(), StopError>)) {
+        while let Some((slot, _)) = self.entries.last() {
+            let slot = *slot;
+            let at = self.entries.partition_point(|(s, _)| *s < slot);
+            let batch: Vec<Box<dyn Service>> = self.entries.drain(at..).map(|(_, s)| s).collect();
+            let names: Vec<String> = batch.iter().map(|s| s.name()).collect();
+            let ends = futures::future::join_all(batch.into_iter().map(|s| s.stop())).await;
+            for (name, r) in names.into_iter().zip(ends) {
+                keep(name, r);
+            }
+        }
+    }
+}
+
 /// A started set of services.
 pub struct Fabric {
     pub bus: Bus,
     pub store: Option<Store>,
     socket: Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
-    queue: Option<xo_queue::QueueHandle>,
-    knowledge: Option<xo_knowledge::service::KnowledgeHandle>,
-    /// Review supervisors, notifier, fleet manager: run here directly...
-    singletons: crate::singletons::Singletons,
-    /// ...or, on NATS, under a lease (one replica of several runs them).
-    leased: Option<crate::singletons::Leased>,
-    supervisor: Option<xo_supervisor::SupervisorHandle>,
-    console: Option<xo_console::ConsoleHandle>,
-    runners_stop: Shutdown,
-    runners: Vec<Runner>,
-    /// `[[supervisor.watch]]`: transcripts watched in this process.
-    watches: Vec<JoinHandle<()>>,
-    /// The queue's lease, when this process is the active one of several.
-    leader: Option<xo_bus::leader::Leader>,
+    services: Services,
+    console: Option<xo_console::ConsoleView>,
     telemetry: Option<TelemetryGuard>,
 }
 
@@ -116,29 +206,8 @@ impl std::fmt::Debug for Fabric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fabric")
             .field("bus", &self.bus.kind())
-            .field("runners", &self.runners.len())
+            .field("services", &self.services.names())
             .finish()
-    }
-}
-
-/// A runner of this process: its task, and how it ended once it did.
-struct Runner {
-    unit: String,
-    task: Option<JoinHandle<Result<(), RunnerError>>>,
-    ended: Option<anyhow::Result<()>>,
-}
-
-impl Runner {
-    /// Waits for the runner's end and keeps it (a task is awaited once).
-    async fn wait(&mut self) {
-        if let Some(t) = self.task.as_mut() {
-            let r = match t.await {
-                Ok(r) => r.with_context(|| format!("runner {}", self.unit)),
-                Err(e) => Err(anyhow!("runner {}: {e}", self.unit)),
-            };
-            self.task = None;
-            self.ended = Some(r);
-        }
     }
 }
 
@@ -217,8 +286,169 @@ async fn connect(cfg: &XoConfig, transport: Transport, name: &str) -> anyhow::Re
     }
 }
 
+/// The queue with the lease it holds when it is the active one of
+/// several instances: losing the lease ends it.
+struct LeasedQueue {
+    queue: xo_queue::QueueHandle,
+    leader: Option<xo_bus::leader::Leader>,
+    lost: Option<String>,
+}
+
+impl Service for LeasedQueue {
+    fn name(&self) -> String {
+        "queue".into()
+    }
+    fn until<'a>(&'a mut self, shutdown: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let lost = async {
+                match &self.leader {
+                    Some(l) => l.lost().await,
+                    None => std::future::pending::<String>().await,
+                }
+            };
+            tokio::select! {
+                _ = self.queue.until(shutdown) => {}
+                why = lost => {
+                    error!(reason = %why, "the queue's lease is lost; stopping (start again to stand by)");
+                    self.lost = Some(why);
+                }
+            }
+        })
+    }
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), StopError>> {
+        Box::pin(async move {
+            let r = self.queue.stop().await;
+            // The queue is stopped: a standby may take over at once.
+            if let Some(l) = self.leader {
+                l.release().await;
+            }
+            match self.lost {
+                Some(why) => Err(anyhow!("{why}: this instance stopped serving the queue").into()),
+                None => r.map_err(Into::into),
+            }
+        })
+    }
+}
+
+/// Starts what `plan` asks of `slot`, into `into`. `console` gets the
+/// console's address when it starts.
+pub async fn start_slot(
+    slot: Slot,
+    ctx: &ServiceCtx,
+    plan: &Plan,
+    into: &mut Services,
+    console: &mut Option<xo_console::ConsoleView>,
+) -> anyhow::Result<()> {
+    let cfg = &ctx.cfg;
+    match slot {
+        Slot::Notify if plan.notify => {
+            let n = xo_notify::start(ctx.fresh())
+                .await
+                .context("starting the notifier")?;
+            into.add(slot, Box::new(n));
+        }
+        Slot::Queue if plan.queue => {
+            let store = ctx.store("the queue")?;
+            // On NATS other instances may be running: serve only while
+            // holding the queue's lease.
+            let mut leader = None;
+            if matches!(store, Store::Nats(_)) && cfg.queue.leader_lease_ms > 0 {
+                let me = xo_bus::leader::holder_id();
+                let l = xo_bus::leader::acquire(
+                    &store,
+                    xo_queue::BUCKET,
+                    xo_queue::LEADER_KEY,
+                    &me,
+                    Duration::from_millis(cfg.queue.leader_lease_ms),
+                    |h| info!(holder = %h.holder, "another queue instance is active; standing by"),
+                )
+                .await
+                .context("taking the queue's lease")?;
+                info!(holder = %me, "holding the queue's lease; serving");
+                leader = Some(l);
+            }
+            let fence = leader.as_ref().map(|l| l.fence());
+            let queue = match xo_queue::start(ctx.fresh().with_fence(fence)).await {
+                Ok(q) => q,
+                Err(e) => {
+                    if let Some(l) = leader {
+                        l.release().await;
+                    }
+                    return Err(anyhow!(e).context("starting the queue"));
+                }
+            };
+            into.add(
+                slot,
+                Box::new(LeasedQueue {
+                    queue,
+                    leader,
+                    lost: None,
+                }),
+            );
+        }
+        Slot::Knowledge if plan.knowledge && cfg.knowledge.enabled => {
+            let k = xo_knowledge::service::start(ctx.fresh())
+                .await
+                .context("starting the knowledge store")?;
+            into.add(slot, Box::new(k));
+        }
+        Slot::Supervisor if plan.supervisor => {
+            let s = xo_supervisor::start(ctx.fresh())
+                .await
+                .context("starting the supervisor")?;
+            into.add(slot, Box::new(s));
+        }
+        Slot::Fleet if plan.fleet && cfg.fleet.backend == FleetBackend::Docker => {
+            let f = xo_fleet::service::start(ctx.fresh())
+                .await
+                .context("starting the fleet manager (fleet.backend = \"docker\")")?;
+            into.add(slot, Box::new(f));
+        }
+        Slot::Review if plan.review && cfg.review.enabled && cfg.supervisor.enabled => {
+            if cfg.review.model.model.is_empty() {
+                warn!(
+                    "no review model configured (review.model.model): review supervisors will skip their runs"
+                );
+            }
+            let r = xo_review::start(ctx.fresh())
+                .await
+                .context("starting the review supervisors")?;
+            into.add(slot, Box::new(r));
+        }
+        Slot::Watch if plan.supervisor && cfg.supervisor.enabled => {
+            for w in &cfg.supervisor.watch {
+                let args = crate::watch::WatchArgs::from(w);
+                let h = crate::watch::start(ctx.fresh(), args).context("supervisor.watch")?;
+                into.add(slot, Box::new(h));
+            }
+        }
+        Slot::Runners => {
+            for opts in &plan.runners {
+                let r = xo_runner::start(ctx.fresh(), opts.clone())
+                    .await
+                    .with_context(|| format!("runner {}", opts.unit))?;
+                into.add(slot, Box::new(r));
+            }
+        }
+        Slot::Console if plan.console != ConsoleMode::Off && cfg.console.enabled => {
+            match xo_console::start(ctx.fresh()).await {
+                Ok(c) => {
+                    *console = Some(c.view());
+                    into.add(slot, Box::new(c));
+                }
+                Err(e) if plan.console == ConsoleMode::IfFree => {
+                    warn!(error = %e, "console not started; everything else runs")
+                }
+                Err(e) => return Err(anyhow!(e).context("starting the console")),
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 impl Fabric {
-    /// Connects and starts what `plan` names, in the start order above.
+    /// Connects and starts what `plan` names, in [`Slot::ORDER`].
     /// `service` names the process in telemetry (`xo`, `xo-queue`…), `name`
     /// its NATS connection.
     pub async fn start(
@@ -230,261 +460,141 @@ impl Fabric {
     ) -> anyhow::Result<Fabric> {
         let telemetry = xo_runtime::telemetry::init(&cfg.telemetry, service)?;
         let (bus, store, socket) = connect(cfg, transport, name).await?;
+        Self::start_on(cfg, plan, bus, store, socket, Some(telemetry)).await
+    }
+
+    /// Starts `plan` on a bus and store the caller has (benches, tests):
+    /// no telemetry set up, no socket served.
+    pub async fn start_with(
+        cfg: &XoConfig,
+        plan: Plan,
+        bus: Bus,
+        store: Option<Store>,
+    ) -> anyhow::Result<Fabric> {
+        Self::start_on(cfg, plan, bus, store, None, None).await
+    }
+
+    async fn start_on(
+        cfg: &XoConfig,
+        plan: Plan,
+        bus: Bus,
+        store: Option<Store>,
+        socket: Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
+        telemetry: Option<TelemetryGuard>,
+    ) -> anyhow::Result<Fabric> {
         let mut f = Fabric {
             bus,
             store,
             socket,
-            queue: None,
-            knowledge: None,
-            singletons: Default::default(),
-            leased: None,
-            supervisor: None,
+            services: Services::default(),
             console: None,
-            runners_stop: Shutdown::new(),
-            runners: Vec::new(),
-            watches: Vec::new(),
-            leader: None,
-            telemetry: Some(telemetry),
+            telemetry,
         };
         if let Err(e) = f.start_services(cfg, plan).await {
             // Whatever did start is stopped in order before the error is told.
             let _ = f.stop().await;
             return Err(e);
         }
+        info!(services = ?f.services(), bus = f.bus.kind(), "services started");
         Ok(f)
     }
 
+    /// The context every service of this fabric starts with.
+    fn ctx(&self, cfg: &XoConfig) -> ServiceCtx {
+        let mut ctx = ServiceCtx::new(cfg.clone(), self.bus.clone());
+        ctx.store = self.store.clone();
+        ctx
+    }
+
     /// The console, if this process serves one.
-    pub fn console(&self) -> Option<&xo_console::ConsoleHandle> {
+    pub fn console(&self) -> Option<&xo_console::ConsoleView> {
         self.console.as_ref()
     }
 
-    fn store(&self) -> anyhow::Result<Store> {
-        self.store
-            .clone()
-            .ok_or_else(|| anyhow!("this transport has no store"))
+    /// The names of the running services, in start order.
+    pub fn services(&self) -> Vec<String> {
+        self.services.names()
+    }
+
+    /// The running service of type `T`, if this fabric runs one.
+    pub fn get<T: Service>(&self) -> Option<&T> {
+        self.services.get::<T>()
     }
 
     async fn start_services(&mut self, cfg: &XoConfig, plan: Plan) -> anyhow::Result<()> {
-        let wanted = crate::singletons::Wanted {
-            notify: plan.notify,
-            review: plan.review,
-            fleet: plan.fleet,
-        };
+        let ctx = self.ctx(cfg);
+        let wanted = crate::singletons::Wanted::of(&plan);
         // On NATS other replicas may run them too: under a lease, one at a time.
         let leased = wanted.any()
             && matches!(self.store, Some(Store::Nats(_)))
             && cfg.queue.leader_lease_ms > 0;
-        if wanted.any() && !leased {
-            self.singletons = crate::singletons::Singletons::start(cfg, &self.bus, wanted).await?;
-        }
-        if plan.queue {
-            let store = self.store()?;
-            // On NATS other instances may be running: serve only while
-            // holding the queue's lease.
-            if matches!(store, Store::Nats(_)) && cfg.queue.leader_lease_ms > 0 {
-                let me = xo_bus::leader::holder_id();
-                let leader = xo_bus::leader::acquire(
-                    &store,
-                    xo_queue::BUCKET,
-                    xo_queue::LEADER_KEY,
-                    &me,
-                    Duration::from_millis(cfg.queue.leader_lease_ms),
-                    |h| info!(holder = %h.holder, "another queue instance is active; standing by"),
-                )
-                .await
-                .context("taking the queue's lease")?;
-                info!(holder = %me, "holding the queue's lease; serving");
-                self.leader = Some(leader);
-            }
-            self.queue = Some(
-                xo_queue::start_fenced(
-                    cfg.clone(),
-                    self.bus.clone(),
-                    store,
-                    xo_runtime::Clock::System,
-                    self.leader.as_ref().map(|l| l.fence()),
-                )
-                .await
-                .context("starting the queue")?,
-            );
-        }
-        if plan.knowledge && cfg.knowledge.enabled {
-            self.knowledge = Some(
-                xo_knowledge::service::start(cfg, self.bus.clone())
-                    .await
-                    .context("starting the knowledge store")?,
-            );
-        }
-        if leased {
-            self.leased = Some(crate::singletons::Leased::start(
-                cfg,
-                self.bus.clone(),
-                self.store()?,
-                wanted,
-            ));
-        }
-        if plan.supervisor {
-            self.supervisor = Some(
-                xo_supervisor::start(
-                    cfg.clone(),
-                    self.bus.clone(),
-                    self.store()?,
-                    xo_runtime::Clock::System,
-                )
-                .await
-                .context("starting the supervisor")?,
-            );
-        }
-        if plan.console != ConsoleMode::Off && cfg.console.enabled {
-            match xo_console::start(cfg, self.bus.clone()).await {
-                Ok(c) => self.console = Some(c),
-                Err(e) if plan.console == ConsoleMode::IfFree => {
-                    warn!(error = %e, "console not started; everything else runs")
+        for slot in Slot::ORDER {
+            if leased && slot.singleton() {
+                if slot == Slot::Notify {
+                    let l = crate::singletons::Leased::start(ctx.fresh(), plan.clone())?;
+                    self.services.add(slot, Box::new(l));
                 }
-                Err(e) => return Err(anyhow!(e).context("starting the console")),
+                continue;
             }
-        }
-        if plan.supervisor && cfg.supervisor.enabled {
-            for w in &cfg.supervisor.watch {
-                let args = crate::watch::WatchArgs::from(w);
-                crate::watch::check(&args).context("supervisor.watch")?;
-                let (bus, cfg, stop) = (self.bus.clone(), cfg.clone(), self.runners_stop.signal());
-                self.watches.push(tokio::spawn(async move {
-                    if let Err(e) = crate::watch::run(bus, &cfg, args, stop).await {
-                        warn!(error = %e, "transcript watch stopped");
-                    }
-                }));
-            }
-        }
-        for opts in plan.runners {
-            self.spawn_runner(cfg, opts);
+            start_slot(slot, &ctx, &plan, &mut self.services, &mut self.console).await?;
         }
         Ok(())
     }
 
-    fn spawn_runner(&mut self, cfg: &XoConfig, opts: RunnerOptions) {
-        let unit = opts.unit.clone();
-        let run = xo_runner::run(
-            cfg.clone(),
-            self.bus.clone(),
-            opts,
-            self.runners_stop.signal(),
-        );
-        self.runners.push(Runner {
-            unit,
-            task: Some(tokio::spawn(run)),
-            ended: None,
-        });
-    }
-
     /// Adds runners to a started fabric (the demo starts them once its goal
-    /// and tasks are in place); they stop first, as every runner does.
-    pub fn with_runners(mut self, cfg: &XoConfig, runners: Vec<RunnerOptions>) -> Self {
-        for opts in runners {
-            self.spawn_runner(cfg, opts);
+    /// and tasks are in place); they stop in their slot's place.
+    pub async fn with_runners(
+        mut self,
+        cfg: &XoConfig,
+        runners: Vec<RunnerOptions>,
+    ) -> anyhow::Result<Self> {
+        let plan = Plan {
+            runners,
+            ..Plan::default()
+        };
+        let ctx = self.ctx(cfg);
+        if let Err(e) = start_slot(
+            Slot::Runners,
+            &ctx,
+            &plan,
+            &mut self.services,
+            &mut self.console,
+        )
+        .await
+        {
+            let _ = self.stop().await;
+            return Err(e);
         }
-        self
+        Ok(self)
     }
 
-    /// Runs until `shutdown` resolves, or until a service's actor tree
-    /// gives up (escalates); then stops everything in order.
+    /// Runs until `shutdown` resolves, or until a service ends on its own
+    /// (its actor tree gave up, or it lost its lease); then stops
+    /// everything in order.
     pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        use futures::FutureExt;
-        let never = || std::future::pending::<()>();
-        // Each service's tree ends on its own only when it gives up.
-        let mut ended: Vec<futures::future::BoxFuture<'_, &str>> = Vec::new();
-        if let Some(s) = self.supervisor.as_mut() {
-            ended.push(s.until(never()).map(|_| "supervisor").boxed());
-        }
-        if let Some(q) = self.queue.as_mut() {
-            ended.push(q.until(never()).map(|_| "queue").boxed());
-        }
-        if let Some(k) = self.knowledge.as_mut() {
-            ended.push(k.until(never()).map(|_| "knowledge").boxed());
-        }
-        let singletons = &mut self.singletons;
-        ended.push(
-            async move {
-                let which: &str = singletons.ended().await;
-                which
-            }
-            .boxed(),
-        );
-        for r in self.runners.iter_mut() {
-            ended.push(
-                async move {
-                    r.wait().await;
-                    r.unit.as_str()
-                }
-                .boxed(),
-            );
-        }
-        ended.push(never().map(|_| "").boxed());
-        let lost = async {
-            match &self.leader {
-                Some(l) => l.lost().await,
-                None => std::future::pending::<String>().await,
-            }
-        };
-        let mut lease_lost = None;
         tokio::select! {
             _ = shutdown => {}
-            (which, _, _) = futures::future::select_all(ended) => {
-                warn!(service = which, "a service stopped on its own; stopping the rest")
-            }
-            why = lost => {
-                error!(reason = %why, "the queue's lease is lost; stopping (start again to stand by)");
-                lease_lost = Some(why);
+            which = self.services.ended() => {
+                warn!(service = %which, "a service stopped on its own; stopping the rest")
             }
         }
-        let r = self.stop().await;
-        match lease_lost {
-            Some(why) => Err(anyhow!("{why}: this instance stopped serving the queue")),
-            None => r,
-        }
+        self.stop().await
     }
 
-    /// Stops everything in the stop order above; the first error is
+    /// Stops everything in reverse [`Slot::ORDER`]; the first error is
     /// returned after every service has been stopped.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let mut first: Option<anyhow::Error> = None;
-        let mut keep = |r: anyhow::Result<()>| {
-            if let Err(e) = r
-                && first.is_none()
-            {
-                first = Some(e);
-            }
-        };
-        if let Some(c) = self.console.take() {
-            c.stop().await;
-        }
-        self.runners_stop.trigger();
-        for mut r in self.runners.drain(..) {
-            r.wait().await;
-            keep(r.ended.unwrap_or(Ok(())));
-        }
-        for w in self.watches.drain(..) {
-            let _ = w.await;
-        }
-        self.singletons.stop_early(&mut keep).await;
-        if let Some(s) = self.supervisor.take() {
-            keep(s.stop().await.context("supervisor"));
-        }
-        if let Some(k) = self.knowledge.take() {
-            keep(k.stop().await.context("knowledge"));
-        }
-        if let Some(q) = self.queue.take() {
-            keep(q.stop().await.context("queue"));
-        }
-        // The queue is stopped: a standby may take over at once.
-        if let Some(l) = self.leader.take() {
-            l.release().await;
-        }
-        self.singletons.stop(&mut keep).await;
-        if let Some(l) = self.leased.take() {
-            l.stop().await;
-        }
+        self.services
+            .stop(|name, r| {
+                if let Err(e) = r {
+                    warn!(service = %name, error = %e, "service stopped with an error");
+                    if first.is_none() {
+                        first = Some(anyhow!(e).context(name));
+                    }
+                }
+            })
+            .await;
         if let Err(e) = self.bus.flush().await {
             warn!(error = %e, "bus flush at shutdown failed");
         }
@@ -500,5 +610,133 @@ impl Fabric {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A service that records when it stops, and may end on its own.
+    struct Probe {
+        name: &'static str,
+        log: Arc<Mutex<Vec<String>>>,
+        ends: bool,
+    }
+
+    impl Service for Probe {
+        fn name(&self) -> String {
+            self.name.into()
+        }
+        fn until<'a>(&'a mut self, shutdown: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+            if self.ends {
+                Box::pin(async {})
+            } else {
+                shutdown
+            }
+        }
+        fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), StopError>> {
+            Box::pin(async move {
+                self.log
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} stopping", self.name));
+                // Services of one slot stop together: each sees the others begin.
+                tokio::task::yield_now().await;
+                self.log
+                    .lock()
+                    .unwrap()
+                    .push(format!("{} stopped", self.name));
+                if self.name == "supervisor" {
+                    Err("escalated".into())
+                } else {
+                    Ok(())
+                }
+            })
+        }
+    }
+
+    fn probe(name: &'static str, log: &Arc<Mutex<Vec<String>>>) -> Box<dyn Service> {
+        Box::new(Probe {
+            name,
+            log: log.clone(),
+            ends: false,
+        })
+    }
+
+    #[tokio::test]
+    async fn services_stop_in_the_reverse_of_the_start_order_a_slot_together() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut s = Services::default();
+        // Added out of order, as the demo adds its runners after the console.
+        s.add(Slot::Console, probe("console", &log));
+        s.add(Slot::Queue, probe("queue", &log));
+        s.add(Slot::Runners, probe("r1", &log));
+        s.add(Slot::Notify, probe("notify", &log));
+        s.add(Slot::Supervisor, probe("supervisor", &log));
+        s.add(Slot::Runners, probe("r2", &log));
+        assert_eq!(
+            s.names(),
+            ["notify", "queue", "supervisor", "r1", "r2", "console"]
+        );
+        let mut errors = Vec::new();
+        s.stop(|name, r| {
+            if let Err(e) = r {
+                errors.push(format!("{name}: {e}"));
+            }
+        })
+        .await;
+        let log = log.lock().unwrap().clone();
+        let at = |what: &str| log.iter().position(|l| l == what).unwrap();
+        assert!(at("console stopped") < at("r1 stopping"));
+        // The two runners stop together: both begin before either ends.
+        assert!(at("r1 stopping") < at("r2 stopped") && at("r2 stopping") < at("r1 stopped"));
+        assert!(at("r2 stopped") < at("supervisor stopping"));
+        assert!(at("supervisor stopped") < at("queue stopping"));
+        assert!(at("queue stopped") < at("notify stopping"));
+        // An error is told, and the rest are stopped all the same.
+        assert_eq!(errors, ["supervisor: escalated"]);
+        assert_eq!(log.len(), 12);
+    }
+
+    #[tokio::test]
+    async fn a_service_ending_on_its_own_is_named() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut s = Services::default();
+        s.add(Slot::Queue, probe("queue", &log));
+        s.add(
+            Slot::Review,
+            Box::new(Probe {
+                name: "review",
+                log: log.clone(),
+                ends: true,
+            }),
+        );
+        assert_eq!(s.ended().await, "review");
+    }
+
+    #[tokio::test]
+    async fn the_fabric_starts_the_plan_in_slot_order_and_stops_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = XoConfig::default();
+        // Everything under the temporary folder (knowledge, data, review state).
+        cfg.state.dir = dir.path().to_path_buf();
+        cfg.review.enabled = true;
+        let store = embedded_store(&cfg).unwrap();
+        let plan = Plan {
+            console: ConsoleMode::Off,
+            ..Plan::all()
+        };
+        let f = Fabric::start_with(&cfg, plan, Bus::Local(LocalBus::new()), Some(store))
+            .await
+            .unwrap();
+        assert_eq!(
+            f.services(),
+            ["notify", "queue", "knowledge", "supervisor", "review"]
+        );
+        assert!(f.get::<xo_supervisor::SupervisorHandle>().is_some());
+        assert!(f.get::<xo_console::ConsoleHandle>().is_none());
+        f.stop().await.unwrap();
     }
 }

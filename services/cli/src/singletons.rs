@@ -14,13 +14,13 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
-use xo_bus::{Bus, Store};
-use xo_runtime::XoConfig;
-use xo_runtime::config::FleetBackend;
+use xo_runtime::service::{BoxFuture, StopError};
 use xo_runtime::tree::Shutdown;
+use xo_runtime::{Service, ServiceCtx};
+
+use crate::fabric::{Plan, Services, Slot, start_slot};
 
 /// The bucket and key of the singletons' lease.
 pub const LEASE_BUCKET: &str = "leases";
@@ -35,96 +35,16 @@ pub struct Wanted {
 }
 
 impl Wanted {
+    pub fn of(plan: &Plan) -> Self {
+        Self {
+            notify: plan.notify,
+            review: plan.review,
+            fleet: plan.fleet,
+        }
+    }
+
     pub fn any(&self) -> bool {
         self.notify || self.review || self.fleet
-    }
-}
-
-/// The running ones.
-#[derive(Default)]
-pub struct Singletons {
-    pub notify: Option<xo_notify::NotifyHandle>,
-    pub review: Option<xo_review::service::ReviewHandle>,
-    pub fleet: Option<xo_fleet::service::FleetHandle>,
-}
-
-impl Singletons {
-    /// Starts what `wanted` asks for and the configuration allows; whatever
-    /// started is stopped again if a later one fails.
-    pub async fn start(cfg: &XoConfig, bus: &Bus, wanted: Wanted) -> anyhow::Result<Self> {
-        let mut s = Singletons::default();
-        if let Err(e) = s.start_each(cfg, bus, wanted).await {
-            s.stop(|_| {}).await;
-            return Err(e);
-        }
-        Ok(s)
-    }
-
-    async fn start_each(&mut self, cfg: &XoConfig, bus: &Bus, w: Wanted) -> anyhow::Result<()> {
-        if w.notify {
-            self.notify = Some(
-                xo_notify::start(cfg, bus.clone())
-                    .await
-                    .context("starting the notifier")?,
-            );
-        }
-        if w.review && cfg.review.enabled && cfg.supervisor.enabled {
-            if cfg.review.model.model.is_empty() {
-                warn!(
-                    "no review model configured (review.model.model): review supervisors will skip their runs"
-                );
-            }
-            self.review = Some(
-                xo_review::start(cfg.clone(), bus.clone())
-                    .await
-                    .context("starting the review supervisors")?,
-            );
-        }
-        if w.fleet && cfg.fleet.backend == FleetBackend::Docker {
-            self.fleet = Some(
-                xo_fleet::service::start(cfg, bus.clone())
-                    .await
-                    .context("starting the fleet manager (fleet.backend = \"docker\")")?,
-            );
-        }
-        Ok(())
-    }
-
-    /// Resolves when one of them ends on its own (its tree gave up): its name.
-    pub async fn ended(&mut self) -> &'static str {
-        use futures::FutureExt;
-        let never = || std::future::pending::<()>();
-        let mut all: Vec<futures::future::BoxFuture<'_, &'static str>> = Vec::new();
-        if let Some(n) = self.notify.as_mut() {
-            all.push(n.until(never()).map(|_| "notify").boxed());
-        }
-        if let Some(r) = self.review.as_mut() {
-            all.push(r.until(never()).map(|_| "review").boxed());
-        }
-        if let Some(f) = self.fleet.as_mut() {
-            all.push(f.until(never()).map(|_| "fleet").boxed());
-        }
-        all.push(never().map(|_| "").boxed());
-        futures::future::select_all(all).await.0
-    }
-
-    /// Stops the review supervisors and the fleet manager (the notifier
-    /// goes on delivering what the others raise while they stop).
-    pub async fn stop_early(&mut self, mut keep: impl FnMut(anyhow::Result<()>)) {
-        if let Some(r) = self.review.take() {
-            keep(r.stop().await.context("review supervisors"));
-        }
-        if let Some(f) = self.fleet.take() {
-            keep(f.stop().await.context("fleet manager"));
-        }
-    }
-
-    /// Stops them all, the notifier last.
-    pub async fn stop(&mut self, mut keep: impl FnMut(anyhow::Result<()>)) {
-        self.stop_early(&mut keep).await;
-        if let Some(n) = self.notify.take() {
-            keep(n.stop().await.context("notifier"));
-        }
     }
 }
 
@@ -135,24 +55,52 @@ pub struct Leased {
 }
 
 impl Leased {
-    /// Stands by for the lease, runs the singletons while holding it.
-    pub fn start(cfg: &XoConfig, bus: Bus, store: Store, wanted: Wanted) -> Self {
-        let stop = Shutdown::new();
-        let (cfg, signal) = (cfg.clone(), stop.clone());
-        let task = tokio::spawn(async move { keep(cfg, bus, store, wanted, signal).await });
-        Self { stop, task }
-    }
-
-    /// Stops them (if running) and gives the lease back.
-    pub async fn stop(self) {
-        self.stop.trigger();
-        let _ = self.task.await;
+    /// Stands by for the lease, runs the singletons of `plan` while holding it.
+    pub fn start(ctx: ServiceCtx, plan: Plan) -> anyhow::Result<Self> {
+        let store = ctx.store("the singletons' lease")?;
+        let stop = ctx.shutdown.clone();
+        let task = tokio::spawn(keep(ctx, store, plan));
+        Ok(Self { stop, task })
     }
 }
 
-async fn keep(cfg: XoConfig, bus: Bus, store: Store, wanted: Wanted, stop: Shutdown) {
+impl Service for Leased {
+    fn name(&self) -> String {
+        "singletons (leased)".into()
+    }
+    /// A lease lost or a singleton ending is handled inside: it stands
+    /// by again, so this never ends on its own.
+    fn until<'a>(&'a mut self, shutdown: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+        shutdown
+    }
+    /// Stops them (if running) and gives the lease back.
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), StopError>> {
+        Box::pin(async move {
+            self.stop.trigger();
+            let _ = self.task.await;
+            Ok(())
+        })
+    }
+}
+
+/// Starts the singletons of `plan`, in slot order; what started is
+/// stopped again if a later one fails.
+async fn start_all(ctx: &ServiceCtx, plan: &Plan) -> anyhow::Result<Services> {
+    let mut running = Services::default();
+    let mut no_console = None;
+    for slot in Slot::ORDER.into_iter().filter(|s| s.singleton()) {
+        if let Err(e) = start_slot(slot, ctx, plan, &mut running, &mut no_console).await {
+            running.stop(|_, _| {}).await;
+            return Err(e);
+        }
+    }
+    Ok(running)
+}
+
+async fn keep(ctx: ServiceCtx, store: xo_bus::Store, plan: Plan) {
+    let stop = ctx.shutdown.clone();
     let me = xo_bus::leader::holder_id();
-    let lease = Duration::from_millis(cfg.queue.leader_lease_ms.max(100));
+    let lease = Duration::from_millis(ctx.cfg.queue.leader_lease_ms.max(100));
     loop {
         let acquired = tokio::select! {
             _ = stop.signal() => return,
@@ -171,7 +119,7 @@ async fn keep(cfg: XoConfig, bus: Bus, store: Store, wanted: Wanted, stop: Shutd
             }
         };
         info!(holder = %me, "holding the singletons' lease: running the review supervisors, notifier and fleet manager");
-        let mut running = match Singletons::start(&cfg, &bus, wanted).await {
+        let mut running = match start_all(&ctx, &plan).await {
             Ok(s) => s,
             Err(e) => {
                 error!(error = %format!("{e:#}"), "the singletons did not start; giving the lease back");
@@ -188,9 +136,9 @@ async fn keep(cfg: XoConfig, bus: Bus, store: Store, wanted: Wanted, stop: Shutd
             which = running.ended() => Some(format!("{which} stopped on its own")),
         };
         running
-            .stop(|r| {
+            .stop(|name, r| {
                 if let Err(e) = r {
-                    warn!(error = %format!("{e:#}"), "stopping a singleton");
+                    warn!(service = %name, error = %e, "stopping a singleton");
                 }
             })
             .await;

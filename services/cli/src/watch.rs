@@ -413,3 +413,49 @@ impl From<&WatchConfig> for WatchArgs {
         }
     }
 }
+
+/// A watch running in this process (`[[supervisor.watch]]`).
+pub struct WatchHandle {
+    name: String,
+    shutdown: xo_runtime::tree::Shutdown,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts a watch checked by [`check`]: it runs until stopped. A watch
+/// that fails is logged and does not stop the other services.
+pub fn start(ctx: xo_runtime::ServiceCtx, args: WatchArgs) -> anyhow::Result<WatchHandle> {
+    check(&args)?;
+    let name = format!("watch {} {}", args.format, args.dirs.join(","));
+    let signal = ctx.shutdown.signal();
+    let task = tokio::spawn(async move {
+        if let Err(e) = run(ctx.bus, &ctx.cfg, args, signal).await {
+            warn!(error = %format!("{e:#}"), "transcript watch stopped");
+        }
+    });
+    Ok(WatchHandle {
+        name,
+        shutdown: ctx.shutdown,
+        task,
+    })
+}
+
+impl xo_runtime::Service for WatchHandle {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn until<'a>(
+        &'a mut self,
+        shutdown: xo_runtime::service::BoxFuture<'a, ()>,
+    ) -> xo_runtime::service::BoxFuture<'a, ()> {
+        shutdown
+    }
+    fn stop(
+        self: Box<Self>,
+    ) -> xo_runtime::service::BoxFuture<'static, Result<(), xo_runtime::service::StopError>> {
+        Box::pin(async move {
+            self.shutdown.trigger();
+            let _ = self.task.await;
+            Ok(())
+        })
+    }
+}

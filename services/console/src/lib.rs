@@ -38,6 +38,7 @@ use xo_bus::typed::{self, CallError};
 use xo_proto::Request;
 use xo_proto::Subjects;
 use xo_proto::control::{ErrorCode, ServiceError};
+use xo_runtime::ServiceCtx;
 use xo_runtime::XoConfig;
 use xo_runtime::tree::Shutdown;
 
@@ -215,7 +216,16 @@ pub struct ConsoleHandle {
     hub: JoinHandle<()>,
 }
 
-impl ConsoleHandle {
+/// Where a running console is and how to log in to it (a copy of the
+/// handle's address, for whoever prints it).
+#[derive(Debug, Clone)]
+pub struct ConsoleView {
+    pub addr: SocketAddr,
+    pub url: String,
+    pub console: Shared,
+}
+
+impl ConsoleView {
     /// The URL that logs a browser in (sets the token cookie).
     pub fn login_url(&self) -> String {
         format!("{}/login?token={}", self.url, self.console.auth.token())
@@ -236,12 +246,36 @@ impl ConsoleHandle {
             )
         }
     }
+}
+
+impl ConsoleHandle {
+    pub fn view(&self) -> ConsoleView {
+        ConsoleView {
+            addr: self.addr,
+            url: self.url.clone(),
+            console: self.console.clone(),
+        }
+    }
+
+    /// The URL that logs a browser in (sets the token cookie).
+    pub fn login_url(&self) -> String {
+        self.view().login_url()
+    }
 
     /// Stops serving: open event streams end, then the listener.
     pub async fn stop(self) {
         self.stop.trigger();
         let _ = self.server.await;
         let _ = self.hub.await;
+    }
+
+    /// Waits for `shutdown`, or for the server to end on its own (it
+    /// does only when serving fails).
+    pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = &mut self.server => {}
+        }
     }
 }
 
@@ -266,7 +300,11 @@ pub fn router(console: Shared) -> Router {
 
 /// Binds `console.listen`, subscribes to the bus for the live events, and
 /// serves until [`ConsoleHandle::stop`].
-pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleError> {
+pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
+    let ServiceCtx {
+        cfg, bus, shutdown, ..
+    } = ctx;
+    let cfg = &cfg;
     let addr = cfg.console.listen.clone();
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -279,7 +317,7 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleErr
         source,
     })?;
     let auth = auth::Auth::load(cfg, local)?;
-    let stop = Shutdown::new();
+    let stop = shutdown;
     let (hub, hub_task) = events::Hub::start(&bus, cfg, stop.signal()).await?;
     let console = Arc::new(Console {
         subjects: cfg.subjects(),
@@ -318,4 +356,24 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<ConsoleHandle, ConsoleErr
         server,
         hub: hub_task,
     })
+}
+
+impl xo_runtime::Service for ConsoleHandle {
+    fn name(&self) -> String {
+        "console".into()
+    }
+    fn until<'a>(
+        &'a mut self,
+        shutdown: xo_runtime::service::BoxFuture<'a, ()>,
+    ) -> xo_runtime::service::BoxFuture<'a, ()> {
+        Box::pin(ConsoleHandle::until(self, shutdown))
+    }
+    fn stop(
+        self: Box<Self>,
+    ) -> xo_runtime::service::BoxFuture<'static, Result<(), xo_runtime::service::StopError>> {
+        Box::pin(async move {
+            ConsoleHandle::stop(*self).await;
+            Ok(())
+        })
+    }
 }

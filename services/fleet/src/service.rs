@@ -19,7 +19,7 @@ use xo_bus::{Bus, typed};
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::fleet::*;
 use xo_proto::{Format, Subjects};
-use xo_runtime::XoConfig;
+use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{Factory, Intensity, Running};
 
 use crate::{Action, ContainerSpec, DockerFleet, Fleet, FleetError};
@@ -82,7 +82,11 @@ impl FleetHandle {
 }
 
 /// Starts the fleet manager; fails at once if the engine cannot be reached.
-pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<FleetHandle, FleetError> {
+pub async fn start(ctx: ServiceCtx) -> Result<FleetHandle, FleetError> {
+    let ServiceCtx {
+        cfg, bus, shutdown, ..
+    } = ctx;
+    let cfg = &cfg;
     let f = &cfg.fleet;
     let spec = ContainerSpec {
         org: cfg.org.prefix.clone(),
@@ -122,7 +126,8 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<FleetHandle, FleetError> 
     };
     let mut running = Running::one_for_one("fleet", actor, Intensity::of(cfg), factory)
         .await
-        .map_err(|e| err("starting the fleet actor", e.to_string()))?;
+        .map_err(|e| err("starting the fleet actor", e.to_string()))?
+        .ending_on(shutdown);
     running.input(
         xo_bus::api::serve::<FleetApi<ActorPorts>, _>(
             &bus,
@@ -358,3 +363,5 @@ async fn status(f: &Fleet) -> Result<FleetStatus, ServiceError> {
         failed: f.planner.failed_roles().iter().cloned().collect(),
     })
 }
+
+xo_runtime::service_handle!(FleetHandle, "fleet");

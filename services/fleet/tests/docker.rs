@@ -199,7 +199,9 @@ async fn the_fleet_api_lists_scales_restarts_and_the_loop_heals() {
         .subscribe(&format!("{org}.event.fleet.>"))
         .await
         .unwrap();
-    let tasks = xo_fleet::service::start(&cfg, bus.clone()).await.unwrap();
+    let tasks = xo_fleet::service::start(xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()))
+        .await
+        .unwrap();
     let t = std::time::Duration::from_secs(30);
     assert_eq!(
         next(&mut events, "created").await.unit.as_deref(),

@@ -18,7 +18,7 @@ use xo_bus::{Bus, typed};
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::knowledge::*;
 use xo_proto::{Format, Subjects};
-use xo_runtime::XoConfig;
+use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{Factory, Intensity, Running};
 
 use crate::store::{KnowledgeError, KnowledgeStore};
@@ -86,7 +86,11 @@ fn service_error(e: KnowledgeError) -> ServiceError {
 }
 
 /// Opens the store, starts the tree, serves the API and watches the folder.
-pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<KnowledgeHandle, KnowledgeError> {
+pub async fn start(ctx: ServiceCtx) -> Result<KnowledgeHandle, KnowledgeError> {
+    let ServiceCtx {
+        cfg, bus, shutdown, ..
+    } = ctx;
+    let cfg = &cfg;
     let dir = cfg.knowledge_dir();
     // Opened once here so a bad folder fails the start, not a restart loop.
     KnowledgeStore::open(&dir)?;
@@ -104,7 +108,9 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<KnowledgeHandle, Knowledg
             Box::pin(async move { Ok(dir) })
         })
     };
-    let mut running = Running::one_for_one("knowledge", actor, Intensity::of(cfg), factory).await?;
+    let mut running = Running::one_for_one("knowledge", actor, Intensity::of(cfg), factory)
+        .await?
+        .ending_on(shutdown);
     running.input(
         xo_bus::api::serve::<KnowledgeApi<ActorPorts>, _>(
             &bus,
@@ -317,3 +323,5 @@ impl KnowledgeActor {
         }
     }
 }
+
+xo_runtime::service_handle!(KnowledgeHandle, "knowledge");

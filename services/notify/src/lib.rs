@@ -25,6 +25,7 @@ use tracing::{debug, error, info, warn};
 use xo_bus::{Bus, typed};
 use xo_proto::alert::Alert;
 use xo_proto::{Format, Subjects};
+use xo_runtime::ServiceCtx;
 use xo_runtime::XoConfig;
 use xo_runtime::config::{AlertsConfig, Webhook, WebhookFormat};
 use xo_runtime::tree::{Factory, Intensity, Running, Shutdown};
@@ -135,7 +136,11 @@ pub fn dead_letter_file(cfg: &XoConfig) -> PathBuf {
 }
 
 /// Subscribes to the alerts and starts the tree.
-pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<NotifyHandle, NotifyError> {
+pub async fn start(ctx: ServiceCtx) -> Result<NotifyHandle, NotifyError> {
+    let ServiceCtx {
+        cfg, bus, shutdown, ..
+    } = ctx;
+    let cfg = &cfg;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(cfg.alerts.timeout_ms))
         .build()
@@ -161,7 +166,9 @@ pub async fn start(cfg: &XoConfig, bus: Bus) -> Result<NotifyHandle, NotifyError
             Box::pin(async move { Ok(tasks) })
         })
     };
-    let mut running = Running::one_for_one("notify", actor, Intensity::of(cfg), factory).await?;
+    let mut running = Running::one_for_one("notify", actor, Intensity::of(cfg), factory)
+        .await?
+        .ending_on(shutdown);
     let mut sub = bus.subscribe(&cfg.subjects().alert_all()).await?;
     let (current, limit, signal) = (
         running.current.clone(),
@@ -350,3 +357,5 @@ async fn dead_letter(d: &Delivery, a: &Alert, url: &str, attempts: u32, error: &
         warn!(error = %e, "dead letter not published");
     }
 }
+
+xo_runtime::service_handle!(NotifyHandle, "notify");

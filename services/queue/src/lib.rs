@@ -30,7 +30,7 @@ use xo_bus::{Bus, Store};
 use xo_proto::Subjects;
 use xo_proto::queue::QueueApi;
 use xo_runtime::tree::{Factory, Intensity, Running};
-use xo_runtime::{Clock, XoConfig};
+use xo_runtime::{Clock, ServiceCtx, XoConfig};
 
 pub use actor::QueueMsg;
 
@@ -50,6 +50,8 @@ pub enum QueueError {
     /// The actor tree did not start, or gave up.
     #[error(transparent)]
     Tree(#[from] xo_runtime::tree::Escalation),
+    #[error(transparent)]
+    NoStore(#[from] xo_runtime::service::NoStore),
     /// A record could not be encoded for the store: the change is not made.
     #[error("record {key} not encodable: {source}")]
     Encode {
@@ -91,25 +93,20 @@ pub struct QueueHandle {
 /// committer is durable, and reloads the machine from the store, so it
 /// resumes exactly where the store is; claims waiting in it are answered
 /// with an error and retried by runners.
-pub async fn start(
-    cfg: XoConfig,
-    bus: Bus,
-    store: Store,
-    clock: Clock,
-) -> QueueResult<QueueHandle> {
-    start_fenced(cfg, bus, store, clock, None).await
-}
-
-/// [`start`] for the active one of several instances: every write is made
-/// only while `fence` says the lease is still held; after that the queue
+///
+/// With a fence (the active one of several instances), every write is made
+/// only while the fence says the lease is still held; after that the queue
 /// writes nothing and answers nothing (its callers retry on the new holder).
-pub async fn start_fenced(
-    cfg: XoConfig,
-    bus: Bus,
-    store: Store,
-    clock: Clock,
-    fence: Option<xo_bus::leader::Fence>,
-) -> QueueResult<QueueHandle> {
+pub async fn start(sctx: ServiceCtx) -> QueueResult<QueueHandle> {
+    let store = sctx.store("the queue")?;
+    let ServiceCtx {
+        cfg,
+        bus,
+        clock,
+        shutdown,
+        fence,
+        ..
+    } = sctx;
     let ctx = Arc::new(Ctx {
         subjects: cfg.subjects(),
         bus,
@@ -139,7 +136,9 @@ pub async fn start_fenced(
     };
     drop(commits);
     let mut running =
-        Running::one_for_one("queue", actor::QueueActor, Intensity::of(&ctx.cfg), factory).await?;
+        Running::one_for_one("queue", actor::QueueActor, Intensity::of(&ctx.cfg), factory)
+            .await?
+            .ending_on(shutdown);
     running.input(
         xo_bus::api::serve::<QueueApi<ActorPorts>, _>(
             &ctx.bus,
@@ -163,18 +162,6 @@ pub async fn start_fenced(
         running,
         committer,
     })
-}
-
-/// Runs the queue until `shutdown` resolves (or its tree escalates).
-pub async fn run(
-    cfg: XoConfig,
-    bus: Bus,
-    store: Store,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> QueueResult<()> {
-    let mut handle = start(cfg, bus, store, Clock::System).await?;
-    handle.until(shutdown).await;
-    handle.stop().await
 }
 
 impl QueueHandle {
@@ -210,3 +197,5 @@ impl QueueHandle {
         escalated.map_err(QueueError::Tree)
     }
 }
+
+xo_runtime::service_handle!(QueueHandle, "queue");

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
+use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{self, Intensity, Running};
 
 use tokio::sync::mpsc;
@@ -163,7 +164,10 @@ fn pump<T: xo_proto::Message + 'static>(
 
 /// Starts the review supervisors (when `review.enabled`): a one-for-one
 /// root over the review actor, fed by the task and runner events.
-pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError> {
+pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
+    let ServiceCtx {
+        cfg, bus, shutdown, ..
+    } = ctx;
     let subjects = cfg.subjects();
     let tasks = bus.subscribe(&subjects.task_event_all()).await?;
     let runners = bus.subscribe(&subjects.runner_event_all()).await?;
@@ -174,7 +178,9 @@ pub async fn start(cfg: XoConfig, bus: Bus) -> Result<ReviewHandle, ReviewError>
     let api_bus = bus.clone();
     let actor = ReviewActor { cfg, bus };
     let mut running =
-        Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>()).await?;
+        Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>())
+            .await?
+            .ending_on(shutdown);
     let root = running.root.clone();
     running.input(pump(
         tasks,
@@ -1008,3 +1014,5 @@ impl Reviews {
         s
     }
 }
+
+xo_runtime::service_handle!(ReviewHandle, "review");

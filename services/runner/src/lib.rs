@@ -6,8 +6,8 @@
 //!
 //! # Layout
 //!
-//! - [`run`]: the tree — a one-for-one root over the [`worker`] — and the
-//!   shutdown order.
+//! - [`start`]: the tree — a one-for-one root over the [`worker`] — in a
+//!   task of its own, and the shutdown order ([`RunnerHandle::stop`]).
 //! - [`worker`]: the claim loop: claim (long-poll) → work the task through
 //!   the pipeline → deliver the outcome, one task at a time.
 //! - [`lease`]: the lease keeper; its renewal also says whether the queue
@@ -24,10 +24,11 @@ pub mod worker;
 
 use std::future::Future;
 
+use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span};
 use xo_bus::Bus;
-use xo_runtime::XoConfig;
 use xo_runtime::tree::{self, Intensity, Running, Shutdown};
+use xo_runtime::{ServiceCtx, XoConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
@@ -75,16 +76,92 @@ pub fn default_unit(role: &str) -> String {
     format!("{role}-{host}")
 }
 
+/// A running runner: its tree runs in a task of its own until stopped.
+#[derive(Debug)]
+pub struct RunnerHandle {
+    unit: String,
+    shutdown: Shutdown,
+    task: Option<JoinHandle<Result<(), RunnerError>>>,
+    /// How it ended, once it did on its own.
+    ended: Option<Result<(), RunnerError>>,
+}
+
+/// Starts a runner for `opts` (its unit and role are checked first).
+/// Stopping it stops its task in flight (the agent's process group is
+/// killed) and leaves the task to the queue to replay.
+pub async fn start(ctx: ServiceCtx, opts: RunnerOptions) -> Result<RunnerHandle, RunnerError> {
+    xo_proto::validate_unit_id(&opts.unit).map_err(|e| setup("unit", e))?;
+    xo_proto::validate_token("role", &opts.role).map_err(|e| setup("role", e))?;
+    let unit = opts.unit.clone();
+    let signal = ctx.shutdown.signal();
+    let task = tokio::spawn(run(ctx.cfg, ctx.bus, opts, signal));
+    Ok(RunnerHandle {
+        unit,
+        shutdown: ctx.shutdown,
+        task: Some(task),
+        ended: None,
+    })
+}
+
+impl RunnerHandle {
+    pub fn unit(&self) -> &str {
+        &self.unit
+    }
+
+    /// Waits for `shutdown`, or for the runner to end on its own (its
+    /// tree gave up, or it could not set up).
+    pub async fn until(&mut self, shutdown: impl Future<Output = ()>) {
+        let Some(task) = self.task.as_mut() else {
+            return shutdown.await;
+        };
+        tokio::select! {
+            _ = shutdown => {}
+            r = task => {
+                self.task = None;
+                self.ended = Some(joined(r));
+            }
+        }
+    }
+
+    /// Stops taking work, stops the task in flight, waits for the end.
+    pub async fn stop(mut self) -> Result<(), RunnerError> {
+        self.shutdown.trigger();
+        match self.task.take() {
+            Some(t) => joined(t.await),
+            None => self.ended.take().unwrap_or(Ok(())),
+        }
+    }
+}
+
+fn joined(r: Result<Result<(), RunnerError>, tokio::task::JoinError>) -> Result<(), RunnerError> {
+    r.unwrap_or_else(|e| Err(setup("task", e)))
+}
+
+impl xo_runtime::Service for RunnerHandle {
+    fn name(&self) -> String {
+        format!("runner {}", self.unit)
+    }
+    fn until<'a>(
+        &'a mut self,
+        shutdown: xo_runtime::service::BoxFuture<'a, ()>,
+    ) -> xo_runtime::service::BoxFuture<'a, ()> {
+        Box::pin(RunnerHandle::until(self, shutdown))
+    }
+    fn stop(
+        self: Box<Self>,
+    ) -> xo_runtime::service::BoxFuture<'static, Result<(), xo_runtime::service::StopError>> {
+        Box::pin(async move { RunnerHandle::stop(*self).await.map_err(Into::into) })
+    }
+}
+
 /// Runs until `shutdown`; a task in flight is stopped (its agent's process
 /// group killed) and left to the queue to replay.
-pub async fn run(
+async fn run(
     cfg: XoConfig,
     bus: Bus,
     opts: RunnerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunnerError> {
-    xo_proto::validate_unit_id(&opts.unit).map_err(|e| setup("unit", e))?;
-    xo_proto::validate_token("role", &opts.role).map_err(|e| setup("role", e))?;
     let span = info_span!("runner", unit = %opts.unit, role = %opts.role);
     async move {
         let stop = Shutdown::new();

@@ -9,6 +9,8 @@
 //!   and the W3C trace-context propagator.
 //! - [`tree`]: actor trees — one-for-one restarts with an intensity limit,
 //!   escalation, and the shutdown signal every service's `run` takes.
+//! - [`service`]: the one shape of a service: `start(ServiceCtx) -> Handle`,
+//!   the handle a [`service::Service`] (`until`, `stop`).
 //! - [`clock`]: the services' notion of now (tests own time), RFC 3339 stamps.
 //! - [`jsonl`]: appending whole JSON lines to a file.
 //! - [`limits`]: the file-descriptor limit, raised at start; listeners sized below it.
@@ -20,9 +22,11 @@ pub mod config;
 pub mod jsonl;
 pub mod limits;
 pub mod secret;
+pub mod service;
 pub mod settings;
 pub mod telemetry;
 pub mod tree;
 
 pub use clock::Clock;
 pub use config::{ConfigError, XoConfig};
+pub use service::{Service, ServiceCtx};

@@ -384,6 +384,13 @@ impl<M: ractor::Message> Running<M> {
         }
     }
 
+    /// Ends this tree's inputs on `shutdown` (the service context's), so
+    /// that whoever holds it stops them too. Call it before adding inputs.
+    pub fn ending_on(mut self, shutdown: Shutdown) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
     /// A future that resolves at stop: inputs end on it.
     pub fn signal(&self) -> impl Future<Output = ()> + Send + 'static {
         self.shutdown.signal()

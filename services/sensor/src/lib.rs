@@ -261,7 +261,8 @@ impl From<&'static str> for SensorError {
 
 impl PartialEq<&str> for SensorError {
     fn eq(&self, other: &&str) -> bool {
-        self.to_string() == *other
+        let words = self.to_string();
+        words.as_str() == *other
     }
 }
 

@@ -47,9 +47,8 @@ use ractor::{Actor, ActorRef};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use xo_bus::api::ActorPorts;
-use xo_bus::{Bus, Store};
 use xo_proto::control::SupervisorApi;
-use xo_runtime::XoConfig;
+use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{Escalation, EscalationCell, Running, Shutdown};
 
 pub use ctx::{Counters, Ctx, Sharded};
@@ -66,6 +65,8 @@ pub enum SupervisorError {
     /// The actor tree did not start, or gave up.
     #[error(transparent)]
     Tree(#[from] xo_runtime::tree::Escalation),
+    #[error(transparent)]
+    NoStore(#[from] xo_runtime::service::NoStore),
     #[error("{0}")]
     Config(String),
 }
@@ -86,12 +87,15 @@ pub struct SupervisorHandle {
 /// Starts the supervisor: rebuilds unit state from the store, subscribes to
 /// reports and heartbeats, serves the control API. With supervision disabled
 /// it returns a handle that does nothing: no subscriptions, no timers.
-pub async fn start(
-    cfg: XoConfig,
-    bus: Bus,
-    store: Store,
-    clock: Clock,
-) -> SupervisorResult<SupervisorHandle> {
+pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
+    let store = sctx.store("the supervisor")?;
+    let ServiceCtx {
+        cfg,
+        bus,
+        clock,
+        shutdown,
+        ..
+    } = sctx;
     let volume = (!cfg.supervisor.volume.is_empty()).then(|| PathBuf::from(&cfg.supervisor.volume));
     let shard = (cfg.supervisor.enabled && cfg.supervisor.partitions > 1).then(|| {
         Arc::new(shard::Shard::new(
@@ -144,7 +148,8 @@ pub async fn start(
     )
     .await
     .map_err(|e| Escalation::start("supervisor", e))?;
-    let mut running = Running::with_root("supervisor", root.clone(), root_task, escalation);
+    let mut running =
+        Running::with_root("supervisor", root.clone(), root_task, escalation).ending_on(shutdown);
     let flush_stop = Shutdown::new();
     let flusher = ctx.persist.spawn_flusher(
         Duration::from_millis(ctx.cfg.supervisor.flush_interval_ms),
@@ -242,18 +247,6 @@ pub async fn start(
     })
 }
 
-/// Runs the supervisor until `shutdown` resolves (or it escalates).
-pub async fn run(
-    cfg: XoConfig,
-    bus: Bus,
-    store: Store,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> SupervisorResult<()> {
-    let mut handle = start(cfg, bus, store, Clock::System).await?;
-    handle.until(shutdown).await;
-    handle.stop().await
-}
-
 impl SupervisorHandle {
     pub fn root(&self) -> Option<&ActorRef<RootMsg>> {
         self.running.as_ref().map(|r| &r.root)
@@ -309,3 +302,5 @@ impl SupervisorHandle {
         escalated.map_err(SupervisorError::Tree)
     }
 }
+
+xo_runtime::service_handle!(SupervisorHandle, "supervisor");

@@ -64,9 +64,13 @@ impl Sandbox {
         let Bus::Nats(nb) = &bus else { unreachable!() };
         let store = Store::Nats(NatsStore::new(nb.client().clone(), &self.cfg.org.prefix));
         self.sup = Some(
-            xo_supervisor::start(self.cfg.clone(), bus, store, self.clock.clone())
-                .await
-                .unwrap(),
+            xo_supervisor::start(
+                xo_runtime::ServiceCtx::new(self.cfg.clone(), bus)
+                    .with_store(store)
+                    .with_clock(self.clock.clone()),
+            )
+            .await
+            .unwrap(),
         );
     }
 
@@ -167,9 +171,13 @@ impl LocalQueue {
         let cfg = config(&o);
         let bus = Bus::Local(xo_bus::LocalBus::new());
         let store = Store::File(xo_bus::FileStore::open(cfg.state.store_dir()).unwrap());
-        let queue = xo_queue::start(cfg.clone(), bus.clone(), store, Clock::System)
-            .await
-            .unwrap();
+        let queue = xo_queue::start(
+            xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone())
+                .with_store(store)
+                .with_clock(Clock::System),
+        )
+        .await
+        .unwrap();
         Self {
             dir,
             cfg,

@@ -47,12 +47,15 @@ impl Rig {
             bus,
             queue,
         } = LocalQueue::start(&o).await;
-        let knowledge = xo_knowledge::service::start(&cfg, bus.clone())
-            .await
-            .unwrap();
+        let knowledge =
+            xo_knowledge::service::start(xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()))
+                .await
+                .unwrap();
         let runs = bus.subscribe("xo.event.review.*").await.unwrap();
         let directives = bus.subscribe("xo.directive.*").await.unwrap();
-        let review = xo_review::start(cfg.clone(), bus.clone()).await.unwrap();
+        let review = xo_review::start(xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()))
+            .await
+            .unwrap();
         let s = cfg.subjects();
         let rig = Self {
             _dir: dir,

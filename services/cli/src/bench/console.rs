@@ -8,6 +8,7 @@
 //!   API's unit list are fetched repeatedly (targets: p50 under 100 ms and
 //!   50 ms), beside the raw `units` control call they are built from.
 
+use crate::fabric::{ConsoleMode, Fabric, Plan};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use xo_bus::{Bus, NatsBus, NatsStore, Store, typed};
 use xo_proto::{Format, SaluteReport};
-use xo_runtime::{Clock, XoConfig};
+use xo_runtime::XoConfig;
 
 use super::util::{pct, start_nats, us, verdict};
 
@@ -120,8 +121,30 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     let sbus = connect("xo-supervisor").await?;
     let Bus::Nats(nb) = &sbus else { unreachable!() };
     let store = Store::Nats(NatsStore::new(nb.client().clone(), &cfg.org.prefix));
-    let sup = xo_supervisor::start(cfg.clone(), sbus, store, Clock::System).await?;
-    let console = xo_console::start(&cfg, connect("xo-console").await?).await?;
+    let sup = Fabric::start_with(
+        &cfg,
+        Plan {
+            supervisor: true,
+            ..Plan::default()
+        },
+        sbus,
+        Some(store),
+    )
+    .await?;
+    let front = Fabric::start_with(
+        &cfg,
+        Plan {
+            console: ConsoleMode::Required,
+            ..Plan::default()
+        },
+        connect("xo-console").await?,
+        None,
+    )
+    .await?;
+    let console = front
+        .console()
+        .context("the console did not start")?
+        .clone();
     let client = connect("bench").await?;
     let subjects = cfg.subjects();
     println!(
@@ -314,7 +337,7 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     let page_ok = us(figures[2].1) / 1000.0 < 100.0;
     println!("  API unit list p50 under 50 ms {}", verdict(api_ok));
     println!("  fleet page p50 under 100 ms {}", verdict(page_ok));
-    console.stop().await;
+    front.stop().await?;
     sup.stop().await?;
     drop(server);
     Ok(ExitCode::SUCCESS)

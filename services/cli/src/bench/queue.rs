@@ -2,13 +2,14 @@
 //! concurrent clients, on NATS and on the embedded store, beside raw
 //! key-value put + get measured in the same run with the same concurrency.
 
+use crate::fabric::{Fabric, Plan};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store, typed};
 use xo_proto::queue::*;
-use xo_runtime::{Clock, XoConfig};
+use xo_runtime::XoConfig;
 
 use super::util::{start_nats, tempfile_dir};
 
@@ -207,8 +208,11 @@ async fn bench_nats(
     };
     let qbus = connect("bench-queue".into()).await?;
     let qstore = Store::Nats(NatsStore::new(qbus.client().clone(), &cfg.org.prefix));
+    // One instance: no lease to take (the bench measures the queue).
+    let mut one = qcfg.clone();
+    one.queue.leader_lease_ms = 0;
     let queue =
-        xo_queue::start(qcfg.clone(), Bus::Nats(qbus), qstore.clone(), Clock::System).await?;
+        Fabric::start_with(&one, queue_only(), Bus::Nats(qbus), Some(qstore.clone())).await?;
     let subjects = cfg.subjects();
     println!("== queue on NATS ({n} tasks per run; task records and audit in JetStream)");
     for clients in [1usize, 32] {
@@ -243,11 +247,11 @@ async fn bench_embedded(
         )?);
         let mut qcfg = qcfg.clone();
         qcfg.queue.data_dir = tmp.join(format!("data-{name}")).display().to_string();
-        let queue = xo_queue::start(
-            qcfg,
+        let queue = Fabric::start_with(
+            &qcfg,
+            queue_only(),
             Bus::Local(local.clone()),
-            fstore.clone(),
-            Clock::System,
+            Some(fstore.clone()),
         )
         .await?;
         println!("== queue embedded (in-process bus, file store, store.sync = \"{name}\")");
@@ -291,4 +295,12 @@ async fn row(
     out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());
     out.insert(format!("{label}_{clients}_raw_kv_per_s"), raw.into());
     Ok(())
+}
+
+/// A fabric of the queue alone.
+fn queue_only() -> Plan {
+    Plan {
+        queue: true,
+        ..Plan::default()
+    }
 }

@@ -10,6 +10,7 @@
 //! 4. soak: N simulated units at 1 report/s for S seconds against a
 //!    supervisor in its own process: its CPU, resident memory, dropped reports.
 
+use crate::fabric::{Fabric, Plan};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,7 @@ use xo_proto::control::SupervisorStats;
 use xo_proto::{Pace, SaluteReport, Steering};
 use xo_radio::{Radio, sample};
 use xo_runtime::XoConfig;
+use xo_supervisor::SupervisorHandle;
 
 use super::util::{
     clock_ticks, median, pct, proc_cpu_ticks, proc_status_kib, start_nats, us, verdict,
@@ -198,9 +200,11 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
             ));
             let mut sup_cfg = cfg.clone();
             sup_cfg.supervisor.volume.clear();
-            anyhow::Ok(
-                xo_supervisor::start(sup_cfg, sup_bus, store, xo_supervisor::Clock::System).await?,
-            )
+            let plan = Plan {
+                supervisor: true,
+                ..Plan::default()
+            };
+            Fabric::start_with(&sup_cfg, plan, sup_bus, Some(store)).await
         }
     };
     let (mut raw_rates, mut sup_rates) = (Vec::new(), Vec::new());
@@ -225,7 +229,11 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
             .await?,
         );
         let s = start_supervisor(round).await?;
-        let ctx = s.ctx.clone();
+        let ctx = s
+            .get::<SupervisorHandle>()
+            .context("the supervisor did not start")?
+            .ctx
+            .clone();
         let evaluated =
             || ctx.counters.evaluated.load() + ctx.counters.duplicates.load(Ordering::Relaxed);
         // Every unit's watcher spawned before the clock starts, as in a

@@ -12,6 +12,7 @@
 //! request/reply on the same servers: p50, p99 and the p99 ratio. The
 //! supervisors run in this process, each with its own connection.
 
+use crate::fabric::{Fabric, Plan};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -132,13 +133,14 @@ pub async fn run(
             // The reports stream keeps the last set's reports: a new set's
             // supervisors (fresh state) would read them all again.
             for s in std::mem::take(&mut last) {
-                let s: SupervisorHandle = s;
+                let s: Fabric = s;
                 s.stop().await?;
             }
             xo_bus::kept::purge(&publisher, &subjects.reports_stream()).await?;
             let sups = start(cfg, &connect, n, a.partitions, set, replicas).await?;
             let done = || {
                 sups.iter()
+                    .filter_map(|f| f.get::<SupervisorHandle>())
                     .map(|s| {
                         s.ctx.counters.evaluated.load()
                             + s.ctx.counters.duplicates.load(Ordering::Relaxed)
@@ -239,7 +241,7 @@ async fn start<F, Fut>(
     partitions: u32,
     set: u64,
     replicas: usize,
-) -> anyhow::Result<Vec<SupervisorHandle>>
+) -> anyhow::Result<Vec<Fabric>>
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Bus>>,
@@ -258,19 +260,27 @@ where
         c.supervisor.volume.clear();
         c.supervisor.partitions = partitions;
         c.supervisor.instance = format!("bench-{set}-{i}");
-        sups.push(xo_supervisor::start(c, bus, store, xo_supervisor::Clock::System).await?);
+        let plan = Plan {
+            supervisor: true,
+            ..Plan::default()
+        };
+        sups.push(Fabric::start_with(&c, plan, bus, Some(store)).await?);
     }
     // Settled: each holds exactly the partitions it is preferred for
     // among all of them (no hand-over left to happen while measuring).
     let mut names: Vec<String> = (0..n).map(|i| format!("bench-{set}-{i}")).collect();
     names.sort();
     for _ in 0..1200 {
-        let settled = sups.iter().filter_map(|s| s.ctx.shard.as_ref()).all(|s| {
-            let want: Vec<u32> = (0..partitions)
-                .filter(|k| xo_supervisor::shard::preferred(&names, *k) == Some(&s.me))
-                .collect();
-            s.held() == want
-        });
+        let settled = sups
+            .iter()
+            .filter_map(|f| f.get::<SupervisorHandle>())
+            .filter_map(|s| s.ctx.shard.as_ref())
+            .all(|s| {
+                let want: Vec<u32> = (0..partitions)
+                    .filter(|k| xo_supervisor::shard::preferred(&names, *k) == Some(&s.me))
+                    .collect();
+                s.held() == want
+            });
         if settled {
             return Ok(sups);
         }
