@@ -17,11 +17,15 @@
 //!   dead-letter path for undecodable input.
 //! - [`api`]: the one serve loop of every control API: requests decoded by
 //!   verb, handed to the service's actor, answered.
+//! - [`input`]: the one event input of every service: a subscription read
+//!   until shutdown, decoded (what does not decode is dead-lettered), handed
+//!   on or cast to the service's actor.
 //!
 //! Every transport passes the same conformance suite (`tests/tests/conformance.rs`).
 
 pub mod api;
 pub mod file_store;
+pub mod input;
 pub mod kept;
 pub mod leader;
 pub mod local;

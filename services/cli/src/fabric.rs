@@ -92,6 +92,8 @@ pub struct Plan {
     /// The web console (only with `console.enabled`).
     pub console: ConsoleMode,
     pub runners: Vec<RunnerOptions>,
+    /// Transcript watches beside `[[supervisor.watch]]` (`xo watch`).
+    pub watches: Vec<xo_runner::watch::WatchArgs>,
 }
 
 /// Whether a process serves the console.
@@ -117,6 +119,7 @@ impl Plan {
             notify: true,
             console: ConsoleMode::IfFree,
             runners: Vec::new(),
+            watches: Vec::new(),
         }
     }
 }
@@ -415,10 +418,18 @@ pub async fn start_slot(
                 .context("starting the review supervisors")?;
             into.add(slot, Box::new(r));
         }
-        Slot::Watch if plan.supervisor && cfg.supervisor.enabled => {
-            for w in &cfg.supervisor.watch {
-                let args = crate::watch::WatchArgs::from(w);
-                let h = crate::watch::start(ctx.fresh(), args).context("supervisor.watch")?;
+        Slot::Watch => {
+            // `[[supervisor.watch]]` in a process that supervises, and any
+            // the plan names (`xo watch`).
+            let configured = (plan.supervisor && cfg.supervisor.enabled)
+                .then_some(&cfg.supervisor.watch)
+                .into_iter()
+                .flatten()
+                .map(xo_runner::watch::WatchArgs::from);
+            for (i, args) in configured.chain(plan.watches.iter().cloned()).enumerate() {
+                let h = xo_runner::watch::start(ctx.fresh(), args)
+                    .await
+                    .with_context(|| format!("supervisor.watch[{i}]"))?;
                 into.add(slot, Box::new(h));
             }
         }

@@ -14,8 +14,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use xo_runner::watch::{event_files, recording_name};
+use xo_sensor::Format;
+use xo_sensor::document::{self, unit_for, unit_id};
 use xo_sensor::salute::SaluteState;
-use xo_sensor::{Format, document};
 
 /// What `xo import` was asked.
 #[derive(Debug)]
@@ -26,76 +28,6 @@ pub struct ImportArgs {
     /// Overrides the outcome read from the stream (`succeeded`, `failed`).
     pub label: Option<String>,
     pub context_limit: u64,
-}
-
-/// A unit id from a session id or a file name: letters, digits, `-`, `_`.
-pub fn unit_id(raw: &str) -> String {
-    let s: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(128)
-        .collect();
-    if s.is_empty() { "run".into() } else { s }
-}
-
-/// A session's unit: its session id, else the name of its file (or
-/// folder). `xo import` and `xo watch` name a session alike.
-pub fn unit_for(session: Option<&str>, name: &str) -> String {
-    unit_id(session.unwrap_or(name))
-}
-
-/// A recording's own name, the unit's when its stream names no session: a
-/// file's stem; an OpenHands `events/` folder's conversation folder; any
-/// other folder's name.
-pub fn recording_name(path: &Path) -> String {
-    let name = if path.is_dir() {
-        let dir = if path.ends_with("events") {
-            path.parent().unwrap_or(path)
-        } else {
-            path
-        };
-        dir.file_name()
-    } else {
-        path.file_stem()
-    };
-    name.and_then(|n| n.to_str()).unwrap_or("run").to_string()
-}
-
-/// An OpenHands event file's place in its run, from its name: `<n>.json`
-/// (V0) or `event-<n>-<uuid>.json` (V1 SDK); a name with no number last.
-fn event_number(stem: &str) -> u64 {
-    stem.trim_start_matches("event-")
-        .split('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u64::MAX)
-}
-
-/// The event files (`*.json`) of an OpenHands events folder, in event
-/// order: (number, file name, path).
-pub fn event_files(dir: &Path) -> std::io::Result<Vec<(u64, String, std::path::PathBuf)>> {
-    let mut files = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
-        let (Some(name), Some(stem)) = (
-            p.file_name().and_then(|s| s.to_str()),
-            p.file_stem().and_then(|s| s.to_str()),
-        ) else {
-            continue;
-        };
-        files.push((event_number(stem), name.to_string(), p.clone()));
-    }
-    files.sort();
-    Ok(files)
 }
 
 /// One recorded session, read and named.
@@ -268,12 +200,14 @@ fn events_folder(format: Format, dir: &Path) -> anyhow::Result<String> {
 mod tests {
     #[test]
     fn unit_ids_are_tokens() {
-        assert_eq!(super::unit_id("3f2a-77b1"), "3f2a-77b1");
+        assert_eq!(xo_sensor::document::unit_id("3f2a-77b1"), "3f2a-77b1");
         assert_eq!(
-            super::unit_id("django__django-11099.traj"),
+            xo_sensor::document::unit_id("django__django-11099.traj"),
             "django__django-11099-traj"
         );
-        assert_eq!(super::unit_id(""), "run");
-        assert!(xo_proto::validate_unit_id(&super::unit_id(&"é".repeat(300))).is_ok());
+        assert_eq!(xo_sensor::document::unit_id(""), "run");
+        assert!(
+            xo_proto::validate_unit_id(&xo_sensor::document::unit_id(&"é".repeat(300))).is_ok()
+        );
     }
 }

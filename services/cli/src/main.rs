@@ -763,7 +763,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             poll_ms,
             from_start,
         } => {
-            let args = watch::WatchArgs {
+            let args = xo_runner::watch::WatchArgs {
                 format,
                 dirs,
                 role,

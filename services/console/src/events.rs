@@ -23,7 +23,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tracing::debug;
-use xo_bus::{Bus, Message, typed};
+use xo_bus::input::{self, Next};
+use xo_bus::{Bus, Message, Subscription, typed};
 use xo_proto::queue::{RunnerEvent, TaskEvent};
 use xo_proto::{SaluteReport, Steering, SubjectKind, Subjects};
 use xo_runtime::XoConfig;
@@ -151,7 +152,7 @@ impl Hub {
         }
         let merged = futures::stream::select_all(subs.into_iter().map(|s| s.into_stream()));
         let limit = cfg.wire.max_payload;
-        let (in_tx, mut in_rx) = tokio::sync::mpsc::channel::<Message>(BACKLOG);
+        let (in_tx, in_rx) = tokio::sync::mpsc::channel::<Message>(BACKLOG);
         // The pump only moves messages; decoding happens in the feeder.
         let pump = tokio::spawn(async move {
             use futures::StreamExt;
@@ -162,24 +163,24 @@ impl Hub {
                 }
             }
         });
-        let feeder = tokio::spawn(async move {
-            let mut shutdown = std::pin::pin!(shutdown);
-            loop {
-                let m = tokio::select! {
-                    m = in_rx.recv() => m,
-                    _ = &mut shutdown => None,
-                };
-                let Some(m) = m else { break };
-                let Some(kind) = subjects.kind(&m.subject) else {
-                    continue;
-                };
-                let Some(name) = name_of(kind) else { continue };
-                let Some(data) = json_of(kind, &m, limit) else {
-                    continue;
-                };
+        let moved =
+            futures::stream::unfold(
+                in_rx,
+                |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
+            );
+        let feed = move |m: Message| {
+            if let Some(kind) = subjects.kind(&m.subject)
+                && let Some(name) = name_of(kind)
+                && let Some(data) = json_of(kind, &m, limit)
+            {
                 seen.count(name, &data);
                 let _ = tx.send(Live::new(name, &data.to_string()));
             }
+            async { Next::Go }
+        };
+        let feeder = input::raw(Subscription::Stream(Box::pin(moved)), shutdown, feed);
+        let feeder = tokio::spawn(async move {
+            let _ = feeder.await;
             pump.abort();
         });
         Ok((hub, feeder))

@@ -22,7 +22,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
-use xo_bus::{Bus, typed};
+use xo_bus::{Bus, input, typed};
 use xo_proto::alert::Alert;
 use xo_proto::{Format, Subjects};
 use xo_runtime::ServiceCtx;
@@ -169,33 +169,16 @@ pub async fn start(ctx: ServiceCtx) -> Result<NotifyHandle, NotifyError> {
     let mut running = Running::one_for_one("notify", actor, Intensity::of(cfg), factory)
         .await?
         .ending_on(shutdown);
-    let mut sub = bus.subscribe(&cfg.subjects().alert_all()).await?;
-    let (current, limit, signal) = (
-        running.current.clone(),
+    let sub = bus.subscribe(&cfg.subjects().alert_all()).await?;
+    let dead = input::DeadLetters::new(bus.clone(), cfg.subjects(), "alerts");
+    running.input(input::cast(
+        sub,
         cfg.wire.max_payload,
+        dead,
         running.signal(),
-    );
-    running.input(tokio::spawn(async move {
-        let mut signal = std::pin::pin!(signal);
-        loop {
-            let msg = tokio::select! {
-                m = sub.next() => m,
-                _ = &mut signal => None,
-            };
-            let Some(msg) = msg else { break };
-            match typed::decode::<Alert>(&msg, limit) {
-                Ok(a) => match current.get() {
-                    Some(actor) => {
-                        if actor.cast(NotifyMsg::Alert(Box::new(a))).is_err() {
-                            warn!("notifier restarting; alert not routed");
-                        }
-                    }
-                    None => warn!("notifier restarting; alert not routed"),
-                },
-                Err(e) => warn!(subject = %msg.subject, error = %e, "undecodable alert dropped"),
-            }
-        }
-    }));
+        running.current.clone(),
+        |a: Alert| NotifyMsg::Alert(Box::new(a)),
+    ));
     bus.flush().await?;
     info!(
         webhooks = cfg.alerts.webhooks.len(),

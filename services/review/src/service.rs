@@ -5,14 +5,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::task::JoinHandle;
 use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{self, Intensity, Running};
 
 use tokio::sync::mpsc;
 use tracing::{Instrument, error, info, warn};
 use xo_bus::api::ActorPorts;
-use xo_bus::{Bus, typed};
+use xo_bus::{Bus, input, typed};
 use xo_pipeline::driver::{Driver, OpenAiDriver, TaskTag, Turn, Turns};
 use xo_pipeline::sandbox::Sandbox;
 use xo_pipeline::{Job, Outcome, Pipeline};
@@ -131,37 +130,6 @@ impl ReviewHandle {
     }
 }
 
-/// Feeds decoded events of one subject to the actor until `shutdown`; an
-/// event that does not decode is logged and left out.
-fn pump<T: xo_proto::Message + 'static>(
-    mut sub: xo_bus::Subscription,
-    root: ActorRef<Input>,
-    limit: usize,
-    wrap: fn(T) -> Input,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut shutdown = std::pin::pin!(shutdown);
-        loop {
-            let m = tokio::select! {
-                m = sub.next() => m,
-                _ = &mut shutdown => None,
-            };
-            let Some(m) = m else { break };
-            match typed::decode::<T>(&m, limit) {
-                Ok(e) => {
-                    if root.cast(wrap(e)).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    warn!(subject = %m.subject, error = %e, "review: event not decoded; ignored")
-                }
-            }
-        }
-    })
-}
-
 /// Starts the review supervisors (when `review.enabled`): a one-for-one
 /// root over the review actor, fed by the task and runner events.
 pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
@@ -182,14 +150,23 @@ pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
             .await?
             .ending_on(shutdown);
     let root = running.root.clone();
-    running.input(pump(
+    let dead = |name| input::DeadLetters::new(api_bus.clone(), subjects.clone(), name);
+    running.input(input::cast(
         tasks,
-        root.clone(),
         limit,
-        Input::Task,
+        dead("review: task events"),
         running.signal(),
+        root.clone(),
+        Input::Task,
     ));
-    running.input(pump(runners, root, limit, Input::Runner, running.signal()));
+    running.input(input::cast(
+        runners,
+        limit,
+        dead("review: runner events"),
+        running.signal(),
+        root,
+        Input::Runner,
+    ));
     // The run log is read by an actor of its own (a review may take minutes).
     let (runs, runs_task) = Actor::spawn(None, runs_actor, ())
         .await

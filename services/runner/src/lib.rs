@@ -13,6 +13,8 @@
 //! - [`lease`]: the lease keeper; its renewal also says whether the queue
 //!   is halted.
 //! - [`report`]: SALUTE reports from the agent's turns, heartbeats, steering intake.
+//! - [`watch`]: the same for agents that run outside XO, from their live
+//!   transcripts (`xo watch`, `[[supervisor.watch]]`): a service of its own.
 //!
 //! Shutdown order: no new claim; the task in flight is stopped (its agent's
 //! process group killed) and left to the queue to replay; the worker drains
@@ -20,6 +22,7 @@
 
 pub mod lease;
 pub mod report;
+pub mod watch;
 pub mod worker;
 
 use std::future::Future;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
-use xo_bus::{Bus, Subscription, typed};
+use xo_bus::input::{self, Next};
+use xo_bus::{Bus, Headers, typed};
 use xo_pipeline::driver::{Turn, Turns};
 use xo_proto::queue::Interrupt;
 use xo_proto::{Steering, SteeringSource};
@@ -44,25 +45,32 @@ pub async fn spawn(
     } = links;
     let steer_sub = bus.subscribe(&cfg.subjects().steer(&opts.unit)).await?;
     let interrupt_sub = bus.subscribe(&cfg.subjects().interrupt(&opts.unit)).await?;
+    let dead = |name| input::DeadLetters::new(bus.clone(), cfg.subjects(), name);
+    let limit = cfg.wire.max_payload;
+    let cooldown = u64::from(profile_cooldown(cfg, &opts.role));
     Ok(vec![
-        tokio::spawn(
-            until(
-                shutdown.signal(),
-                interrupt_loop(interrupt_sub, interrupts, cfg.wire.max_payload),
-            )
-            .in_current_span(),
+        input::typed(
+            interrupt_sub,
+            limit,
+            dead("runner: interrupts"),
+            shutdown.signal(),
+            move |(i, _): (Interrupt, Headers)| {
+                let _ = interrupts.send(Some(i));
+                async { Next::Go }
+            },
         ),
-        tokio::spawn(
-            until(
-                shutdown.signal(),
-                steering_loop(
-                    steer_sub,
-                    turns.clone(),
-                    cfg.wire.max_payload,
-                    u64::from(profile_cooldown(cfg, &opts.role)),
-                ),
-            )
-            .in_current_span(),
+        input::typed(
+            steer_sub,
+            limit,
+            dead("runner: steering"),
+            shutdown.signal(),
+            {
+                let turns = turns.clone();
+                move |(s, headers): (Steering, Headers)| {
+                    steered(&turns, s, &headers, cooldown);
+                    async { Next::Go }
+                }
+            },
         ),
         tokio::spawn(
             until(
@@ -89,43 +97,26 @@ async fn until(shutdown: impl Future<Output = ()>, work: impl Future<Output = ()
     }
 }
 
-/// The queue's requests to yield the task in hand to a critical one; the
-/// worker acts on the one naming its task.
-async fn interrupt_loop(mut sub: Subscription, tx: watch::Sender<Option<Interrupt>>, limit: usize) {
-    while let Some(msg) = sub.next().await {
-        match typed::decode::<Interrupt>(&msg, limit) {
-            Ok(i) => {
-                let _ = tx.send(Some(i));
-            }
-            Err(e) => {
-                warn!(subject = %msg.subject, error = %e, "undecodable interrupt dropped; the next lease renewal carries it")
-            }
-        }
+/// One steering message: given to the agent's next turn, unless it is the
+/// XO's of an anomaly the runner's own check already steered, or a resend.
+/// (The queue's interrupts need no more: the worker acts on the one naming
+/// its task; an undecodable one is dead-lettered, and the next lease
+/// renewal carries it anyway.)
+fn steered(turns: &Turns, s: Steering, headers: &Headers, cooldown: u64) {
+    // In the trace of the report that caused it (the task's).
+    let span = info_span!("steering.received", kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source);
+    xo_bus::trace::link(&span, headers);
+    let _in = span.enter();
+    if s.source == SteeringSource::Xo
+        && let Some(own) = turns.steered_itself(&s, cooldown)
+    {
+        info!(kind = %s.kind.as_str(), turn = s.turn, own_turn = own, "the XO's steering of an anomaly the runner's own check gave at its turn; not given again");
+        return;
     }
-}
-
-async fn steering_loop(mut sub: Subscription, turns: Turns, limit: usize, cooldown: u64) {
-    while let Some(msg) = sub.next().await {
-        match typed::decode::<Steering>(&msg, limit) {
-            Ok(s) => {
-                // In the trace of the report that caused it (the task's).
-                let span = info_span!("steering.received", kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source);
-                xo_bus::trace::link(&span, &msg.headers);
-                let _in = span.enter();
-                if s.source == SteeringSource::Xo
-                    && let Some(own) = turns.steered_itself(&s, cooldown)
-                {
-                    info!(kind = %s.kind.as_str(), turn = s.turn, own_turn = own, "the XO's steering of an anomaly the runner's own check gave at its turn; not given again");
-                    continue;
-                }
-                if turns.push(&s) {
-                    info!(kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source, "steering received");
-                } else {
-                    info!(id = %s.id, "steering received again (a supervisor taking over resends what may not have gone); ignored");
-                }
-            }
-            Err(e) => warn!(subject = %msg.subject, error = %e, "undecodable steering dropped"),
-        }
+    if turns.push(&s) {
+        info!(kind = %s.kind.as_str(), severity = ?s.severity, source = ?s.source, "steering received");
+    } else {
+        info!(id = %s.id, "steering received again (a supervisor taking over resends what may not have gone); ignored");
     }
 }
 

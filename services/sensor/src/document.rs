@@ -41,6 +41,28 @@ impl Run {
     }
 }
 
+/// A unit id from a session id or a file name: letters, digits, `-`, `_`.
+pub fn unit_id(raw: &str) -> String {
+    let s: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(128)
+        .collect();
+    if s.is_empty() { "run".into() } else { s }
+}
+
+/// A session's unit: its session id, else the name of its file (or
+/// folder). `xo import` and `xo watch` name a session alike.
+pub fn unit_for(session: Option<&str>, name: &str) -> String {
+    unit_id(session.unwrap_or(name))
+}
+
 /// Every run of one recording's text.
 pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, SensorError> {
     if format == Format::SweAgent {

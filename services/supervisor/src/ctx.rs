@@ -142,6 +142,21 @@ pub struct Ctx {
     pub shard: Option<Arc<crate::shard::Shard>>,
 }
 
+impl Ctx {
+    /// Where an input of the supervisor sends what does not decode:
+    /// dead-lettered, logged and counted (`stats.dead_letters`).
+    pub fn dead_letters(self: &Arc<Self>, input: &'static str) -> xo_bus::input::DeadLetters {
+        let me = Arc::downgrade(self);
+        let mut d = xo_bus::input::DeadLetters::new(self.bus.clone(), self.subjects.clone(), input);
+        d.counted = Some(Arc::new(move || {
+            if let Some(ctx) = me.upgrade() {
+                ctx.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        d
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,8 @@ use std::time::{Duration, SystemTime};
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-use xo_bus::{Headers, Subscription, typed};
+use xo_bus::input::{self, Next};
+use xo_bus::{Headers, Message, Subscription, typed};
 use xo_proto::settings::{GetSettings, SettingsChanged};
 use xo_proto::{CodecError, SaluteReport};
 use xo_radio::FnvMap;
@@ -58,74 +59,83 @@ pub async fn pump_reports(
     ctx: &Arc<Ctx>,
     root: &ActorRef<RootMsg>,
     shared: &Arc<Routes>,
-    mut sub: Subscription,
+    sub: Subscription,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> SupervisorResult<JoinHandle<()>> {
-    let (ctx, root, shared) = (ctx.clone(), root.clone(), shared.clone());
-    Ok(tokio::spawn(async move {
-        // The pump's own routes: no shared lock per report.
-        let mut routes: FnvMap<String, ActorRef<GroupMsg>> = Default::default();
-        let mut shutdown = std::pin::pin!(shutdown);
-        loop {
-            let msg = tokio::select! {
-                biased;
-                m = sub.next() => m,
-                _ = &mut shutdown => None,
-            };
-            let Some(msg) = msg else { break };
-            ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-            let route = ctx
-                .subjects
-                .unit_of(&msg.subject)
-                .and_then(|unit| route_to(&shared, &mut routes, unit));
-            let msg = match route {
-                Some((unit, g)) => {
-                    match g.cast(GroupMsg::Unit(unit.clone(), WatcherMsg::Received(msg))) {
-                        Ok(()) => continue,
-                        // Its group stopped (and is being restarted): ask the
-                        // root again, below.
-                        Err(ractor::MessagingErr::SendErr(GroupMsg::Unit(
-                            _,
-                            WatcherMsg::Received(m),
-                        ))) => {
-                            let unit = unit.clone();
-                            routes.remove(&unit);
-                            m
-                        }
-                        Err(e) => {
-                            let unit = unit.clone();
-                            routes.remove(&unit);
-                            warn!(unit = %unit, error = %e, "report lost: its watcher is gone");
-                            continue;
-                        }
+    let pump = ReportPump {
+        ctx: ctx.clone(),
+        root: root.clone(),
+        shared: shared.clone(),
+        routes: Default::default(),
+    };
+    Ok(input::raw(sub, shutdown, pump))
+}
+
+/// The report pump's state: its own routes (no shared lock per report).
+struct ReportPump {
+    ctx: Arc<Ctx>,
+    root: ActorRef<RootMsg>,
+    shared: Arc<Routes>,
+    routes: FnvMap<String, ActorRef<GroupMsg>>,
+}
+
+impl input::Handler<Message> for ReportPump {
+    async fn handle(&mut self, msg: Message) -> Next {
+        let ctx = &self.ctx;
+        ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+        let route = ctx
+            .subjects
+            .unit_of(&msg.subject)
+            .and_then(|unit| route_to(&self.shared, &mut self.routes, unit));
+        let msg = match route {
+            Some((unit, g)) => {
+                match g.cast(GroupMsg::Unit(unit.clone(), WatcherMsg::Received(msg))) {
+                    Ok(()) => return Next::Go,
+                    // Its group stopped (and is being restarted): ask the
+                    // root again, below.
+                    Err(ractor::MessagingErr::SendErr(GroupMsg::Unit(
+                        _,
+                        WatcherMsg::Received(m),
+                    ))) => {
+                        let unit = unit.clone();
+                        self.routes.remove(&unit);
+                        m
+                    }
+                    Err(e) => {
+                        let unit = unit.clone();
+                        self.routes.remove(&unit);
+                        warn!(unit = %unit, error = %e, "report lost: its watcher is gone");
+                        return Next::Go;
                     }
                 }
-                None => msg,
-            };
-            // A unit's first report (or a subject without a unit, which
-            // fails here: the report's unit must be the subject's).
-            let report = match decode::decode_report(&ctx, &msg) {
-                Ok(r) => r,
-                Err(e) => {
-                    decode::reject(&ctx, &msg, &e).await;
-                    continue;
-                }
-            };
-            let unit = report.unit.unit.clone();
-            let Ok(ractor::rpc::CallResult::Success(g)) = root
-                .call(|port| RootMsg::Spawn(unit.clone(), port), None)
-                .await
-            else {
-                return; // the tree is gone
-            };
-            let m = WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
-            if g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok() {
-                routes.insert(unit, g);
-            } else {
-                warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
             }
+            None => msg,
+        };
+        // A unit's first report (or a subject without a unit, which
+        // fails here: the report's unit must be the subject's).
+        let report = match decode::decode_report(ctx, &msg) {
+            Ok(r) => r,
+            Err(e) => {
+                decode::reject(ctx, &msg, &e).await;
+                return Next::Go;
+            }
+        };
+        let unit = report.unit.unit.clone();
+        let Ok(ractor::rpc::CallResult::Success(g)) = self
+            .root
+            .call(|port| RootMsg::Spawn(unit.clone(), port), None)
+            .await
+        else {
+            return Next::Stop; // the tree is gone
+        };
+        let m = WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
+        if g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok() {
+            self.routes.insert(unit, g);
+        } else {
+            warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
         }
-    }))
+        Next::Go
+    }
 }
 
 /// The pump's route to a unit's watcher: its own, else one the root
@@ -149,28 +159,24 @@ pub async fn pump_heartbeats(
     ctx: &Arc<Ctx>,
     root: &ActorRef<RootMsg>,
     routes: &Arc<Routes>,
-    mut sub: Subscription,
+    sub: Subscription,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> SupervisorResult<JoinHandle<()>> {
     let (ctx, root, routes) = (ctx.clone(), root.clone(), routes.clone());
-    Ok(tokio::spawn(async move {
-        let mut shutdown = std::pin::pin!(shutdown);
-        loop {
-            let msg = tokio::select! {
-                m = sub.next() => m,
-                _ = &mut shutdown => None,
-            };
-            let Some(msg) = msg else { break };
+    Ok(input::raw(sub, shutdown, move |msg: Message| {
+        let (ctx, root, routes) = (ctx.clone(), root.clone(), routes.clone());
+        async move {
             ctx.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
             match decode::decode_heartbeat(&ctx, &msg) {
                 Ok(hb) => {
                     let unit = hb.unit.clone();
                     if !route(&routes, &root, &unit, WatcherMsg::Heartbeat(hb)) {
-                        break;
+                        return Next::Stop;
                     }
                 }
                 Err(e) => decode::reject(&ctx, &msg, &e).await,
             }
+            Next::Go
         }
     }))
 }
@@ -339,8 +345,12 @@ pub async fn follow_settings(
     ctx: &Arc<Ctx>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> SupervisorResult<JoinHandle<()>> {
-    let mut sub = ctx.bus.subscribe(&ctx.subjects.settings_event()).await?;
+    let sub = ctx.bus.subscribe(&ctx.subjects.settings_event()).await?;
     let ctx = ctx.clone();
+    let (limit, dead) = (
+        ctx.cfg.wire.max_payload,
+        ctx.dead_letters("settings changes"),
+    );
     Ok(tokio::spawn(async move {
         let first = typed::call(
             &ctx.bus,
@@ -348,7 +358,7 @@ pub async fn follow_settings(
             &GetSettings {},
             Duration::from_secs(3),
         );
-        let mut shutdown = std::pin::pin!(shutdown);
+        let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
         tokio::select! {
             r = first => match r {
                 Ok(view) => {
@@ -356,20 +366,17 @@ pub async fn follow_settings(
                 }
                 Err(e) => info!(error = %e, "no queue answered for settings; xo.toml in force until a change arrives"),
             },
-            _ = &mut shutdown => return,
+            _ = shutdown.clone() => return,
         }
-        loop {
-            let msg = tokio::select! {
-                m = sub.next() => m,
-                _ = &mut shutdown => None,
-            };
-            let Some(msg) = msg else { break };
-            match typed::decode::<SettingsChanged>(&msg, ctx.cfg.wire.max_payload) {
-                Ok(ev) => {
-                    ctx.live.apply(&ctx.cfg, &ev.settings);
-                }
-                Err(e) => decode::reject(&ctx, &msg, &e).await,
+        // Changes that came while the first answer was awaited are applied
+        // after it, in order.
+        let settings = move |(ev, _): (SettingsChanged, Headers)| {
+            let ctx = ctx.clone();
+            async move {
+                ctx.live.apply(&ctx.cfg, &ev.settings);
+                Next::Go
             }
-        }
+        };
+        let _ = input::typed(sub, limit, dead, shutdown, settings).await;
     }))
 }

@@ -1,0 +1,200 @@
+//! The one event input of every service, beside [`crate::api::serve`]: a
+//! subscription read until the service's shutdown signal, each message
+//! handed on in the order it came.
+//!
+//! - [`raw`]: the messages as they come, to a [`Handler`] (the supervisor's
+//!   report pump, which decodes on the watchers' cores).
+//! - [`typed`]: each decoded as a versioned message `T`; one that does not
+//!   decode is dead-lettered (`xo.dlq.<subject>`, the reason in its
+//!   headers) and logged, never dropped silently; the rest go to the
+//!   handler with their headers (a trace's context rides in them).
+//! - [`cast`]: [`typed`], then cast to the actor a [`Target`] keeps
+//!   (`Current` of a one-for-one root), wrapped in its message.
+//!
+//! Each returns the input's task, to be waited for at stop (`tree::Running::input`).
+
+use std::future::Future;
+
+use ractor::ActorRef;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, warn};
+use xo_proto::{CodecError, Subjects};
+
+use crate::api::Target;
+use crate::{Bus, Headers, Message, Subscription, typed as codec};
+
+/// What an input does after a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Read the next one.
+    Go,
+    /// Stop reading: where the messages go is gone for good.
+    Stop,
+}
+
+/// What an input does with each message (or decoded value) `T`.
+pub trait Handler<T>: Send + 'static {
+    fn handle(&mut self, item: T) -> impl Future<Output = Next> + Send + '_;
+}
+
+/// A closure is a handler when its future owns what it uses.
+impl<T, F, Fut> Handler<T> for F
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send + 'static,
+    Fut: Future<Output = Next> + Send + 'static,
+{
+    fn handle(&mut self, item: T) -> impl Future<Output = Next> + Send + '_ {
+        self(item)
+    }
+}
+
+/// Reads `sub` until `shutdown` resolves, the subscription ends, or the
+/// handler says [`Next::Stop`]. A message already waiting is read before
+/// the shutdown signal is looked at (ingest does not poll the signal per
+/// message); once none waits, the signal ends the input.
+pub fn raw<H: Handler<Message>>(
+    mut sub: Subscription,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    mut handler: H,
+) -> JoinHandle<()> {
+    tokio::spawn(
+        async move {
+            let mut shutdown = std::pin::pin!(shutdown);
+            loop {
+                let msg = tokio::select! {
+                    biased;
+                    m = sub.next() => m,
+                    _ = &mut shutdown => None,
+                };
+                let Some(msg) = msg else { break };
+                if handler.handle(msg).await == Next::Stop {
+                    break;
+                }
+            }
+        }
+        .in_current_span(),
+    )
+}
+
+/// Where [`typed`] sends what does not decode.
+#[derive(Clone)]
+pub struct DeadLetters {
+    pub bus: Bus,
+    pub subjects: Subjects,
+    /// The input's name in the log (`alerts`, `review task events`…).
+    pub input: &'static str,
+    /// Called for each message dead-lettered (a service's counter).
+    pub counted: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for DeadLetters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadLetters")
+            .field("input", &self.input)
+            .finish()
+    }
+}
+
+impl DeadLetters {
+    pub fn new(bus: Bus, subjects: Subjects, input: &'static str) -> Self {
+        Self {
+            bus,
+            subjects,
+            input,
+            counted: None,
+        }
+    }
+
+    /// Counts, logs and dead-letters `msg`.
+    pub async fn reject(&self, msg: &Message, err: &CodecError) {
+        if let Some(count) = &self.counted {
+            count();
+        }
+        warn!(input = self.input, subject = %msg.subject, reason = err.code(), error = %err, "message dead-lettered");
+        codec::dead_letter(&self.bus, &self.subjects, msg, err).await;
+    }
+}
+
+/// [`raw`], each message decoded as `T` (at most `limit` bytes) before the
+/// handler sees it, with its headers; one that does not decode is
+/// dead-lettered.
+pub fn typed<T, H>(
+    sub: Subscription,
+    limit: usize,
+    dead: DeadLetters,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    handler: H,
+) -> JoinHandle<()>
+where
+    T: xo_proto::Message + Send + 'static,
+    H: Handler<(T, Headers)>,
+{
+    raw(
+        sub,
+        shutdown,
+        Decoding {
+            limit,
+            dead,
+            handler,
+            _t: std::marker::PhantomData::<fn() -> T>,
+        },
+    )
+}
+
+struct Decoding<T, H> {
+    limit: usize,
+    dead: DeadLetters,
+    handler: H,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T, H> Handler<Message> for Decoding<T, H>
+where
+    T: xo_proto::Message + Send + 'static,
+    H: Handler<(T, Headers)>,
+{
+    async fn handle(&mut self, msg: Message) -> Next {
+        match codec::decode::<T>(&msg, self.limit) {
+            Ok(v) => self.handler.handle((v, msg.headers)).await,
+            Err(e) => {
+                self.dead.reject(&msg, &e).await;
+                Next::Go
+            }
+        }
+    }
+}
+
+/// [`typed`], each value cast to the actor `target` keeps now, as
+/// `wrap(value)`. While that actor is being restarted (or once it is gone)
+/// the value is not delivered and the log says so; the input ends on its
+/// shutdown signal.
+pub fn cast<T, M>(
+    sub: Subscription,
+    limit: usize,
+    dead: DeadLetters,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    target: impl Target<M>,
+    wrap: fn(T) -> M,
+) -> JoinHandle<()>
+where
+    T: xo_proto::Message + Send + 'static,
+    M: ractor::Message,
+{
+    let input = dead.input;
+    typed(sub, limit, dead, shutdown, move |(v, _): (T, Headers)| {
+        let actor: Option<ActorRef<M>> = target.actor();
+        async move {
+            match actor.map(|a| a.cast(wrap(v))) {
+                Some(Ok(())) => {}
+                Some(Err(_)) | None => {
+                    warn!(
+                        input,
+                        "its actor is restarting or stopped; message not delivered"
+                    )
+                }
+            }
+            Next::Go
+        }
+    })
+}

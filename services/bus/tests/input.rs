@@ -1,0 +1,173 @@
+//! The one event input (`xo_bus::input`) on the in-process bus: what does
+//! not decode is dead-lettered with its reason and the input goes on; good
+//! messages reach the handler in order with their headers; casts reach the
+//! actor; the input ends on its shutdown signal and on `Next::Stop`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use xo_bus::input::{self, DeadLetters, Next};
+use xo_bus::typed::{self, DLQ_REASON};
+use xo_bus::{Bus, Headers, LocalBus};
+use xo_proto::settings::{Settings, SettingsChanged};
+use xo_proto::{Format, Subjects};
+
+fn change(n: usize) -> SettingsChanged {
+    SettingsChanged {
+        v: xo_proto::PROTOCOL_VERSION,
+        settings: Settings::default(),
+        changed: vec![format!("k{n}")],
+    }
+}
+
+async fn next_of(sub: &mut xo_bus::Subscription) -> xo_bus::Message {
+    sub.next().await.expect("an open subscription")
+}
+
+#[tokio::test]
+async fn a_message_that_does_not_decode_is_dead_lettered_and_the_input_goes_on() {
+    let bus = Bus::Local(LocalBus::new());
+    let subjects = Subjects::new("xo");
+    let sub = bus.subscribe("xo.event.settings").await.unwrap();
+    let mut dlq = bus.subscribe("xo.dlq.>").await.unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let counted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut dead = DeadLetters::new(bus.clone(), subjects.clone(), "test settings");
+    let c = counted.clone();
+    dead.counted = Some(Arc::new(move || {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }));
+    let stop = xo_runtime_free_shutdown();
+    let g = got.clone();
+    let task = input::typed(
+        sub,
+        1 << 20,
+        dead,
+        stop.1,
+        move |(c, h): (SettingsChanged, Headers)| {
+            g.lock()
+                .unwrap()
+                .push((c.changed[0].clone(), h.get("X-Mark").map(str::to_string)));
+            async { Next::Go }
+        },
+    );
+    let (mut h1, body) = typed::encode(&change(1), Format::Json).unwrap();
+    h1.insert("X-Mark", "first");
+    bus.publish("xo.event.settings", h1, body).await.unwrap();
+    bus.publish(
+        "xo.event.settings",
+        Headers::new(),
+        Bytes::from_static(b"{not json"),
+    )
+    .await
+    .unwrap();
+    typed::publish(&bus, "xo.event.settings", &change(2), Format::Msgpack)
+        .await
+        .unwrap();
+    let d = next_of(&mut dlq).await;
+    assert_eq!(d.subject, "xo.dlq.xo.event.settings");
+    assert!(d.headers.get(DLQ_REASON).is_some(), "{:?}", d.headers);
+    assert_eq!(&d.payload[..], b"{not json");
+    for _ in 0..1000 {
+        if got.lock().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        *got.lock().unwrap(),
+        [
+            ("k1".to_string(), Some("first".to_string())),
+            ("k2".to_string(), None)
+        ]
+    );
+    assert_eq!(counted.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // The input ends on its signal.
+    let _ = stop.0.send(());
+    task.await.unwrap();
+}
+
+/// A oneshot-based shutdown signal (the runtime crate's is not a dependency here).
+fn xo_runtime_free_shutdown() -> (
+    tokio::sync::oneshot::Sender<()>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    (tx, async move {
+        let _ = rx.await;
+    })
+}
+
+struct Collect(Arc<Mutex<Vec<String>>>);
+
+impl Actor for Collect {
+    type Msg = String;
+    type State = ();
+    type Arguments = ();
+    async fn pre_start(&self, _: ActorRef<String>, _: ()) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+    async fn handle(
+        &self,
+        _: ActorRef<String>,
+        m: String,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        self.0.lock().unwrap().push(m);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn cast_delivers_each_decoded_value_to_the_actor_in_order() {
+    let bus = Bus::Local(LocalBus::new());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let (actor, _h) = Actor::spawn(None, Collect(got.clone()), ()).await.unwrap();
+    let sub = bus.subscribe("xo.event.settings").await.unwrap();
+    let stop = xo_runtime_free_shutdown();
+    let task = input::cast(
+        sub,
+        1 << 20,
+        DeadLetters::new(bus.clone(), Subjects::new("xo"), "test"),
+        stop.1,
+        actor.clone(),
+        |c: SettingsChanged| c.changed[0].clone(),
+    );
+    for n in 0..5 {
+        typed::publish(&bus, "xo.event.settings", &change(n), Format::Json)
+            .await
+            .unwrap();
+    }
+    for _ in 0..1000 {
+        if got.lock().unwrap().len() == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(*got.lock().unwrap(), ["k0", "k1", "k2", "k3", "k4"]);
+    let _ = stop.0.send(());
+    task.await.unwrap();
+    actor.stop(None);
+}
+
+#[tokio::test]
+async fn a_handler_saying_stop_ends_the_input() {
+    let bus = Bus::Local(LocalBus::new());
+    let sub = bus.subscribe("x.>").await.unwrap();
+    let seen = Arc::new(Mutex::new(0));
+    let s = seen.clone();
+    let task = input::raw(sub, std::future::pending(), move |_m| {
+        *s.lock().unwrap() += 1;
+        async { Next::Stop }
+    });
+    bus.publish("x.a", Headers::new(), Bytes::new())
+        .await
+        .unwrap();
+    task.await.unwrap();
+    bus.publish("x.b", Headers::new(), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), 1);
+}

@@ -1,0 +1,586 @@
+//! Transcript watches (`xo watch FORMAT DIR...`, `[[supervisor.watch]]`):
+//! supervise agents that run outside XO from their
+//! live transcripts (macrocosm over a shared volume). Every session file in
+//! the directories (Claude Code projects, Codex sessions, Cursor logs; for
+//! OpenHands, event directories of one JSON file an event) is a unit, named
+//! after the session id its stream gives (as `xo import` names it), else
+//! after its file: its new lines are read as they are appended and
+//! published as SALUTE reports, one a turn.
+//!
+//! The watch starts at the end of the files already there: their history is
+//! read (so turns, tokens and the session's name are right) but not
+//! reported; `--from-start` reports it too. Steering is written only for a
+//! session that has written since the watch started and has not ended: a
+//! session idle before the start, or one whose agent has ended (or waits
+//! for its user), gets none. A session that ends is reported ended
+//! (`status.ended`), so the XO does not call it stale for being silent.
+//!
+//! Steering for a Claude Code or Codex session is handed to it through the
+//! same hook as in the runner (`.xo/steering.pending` in the session's
+//! project directory, read by `xo hook claude` / `xo hook codex`), addressed
+//! to the session. New sessions are picked up as they appear and read from
+//! their start; a file that shrinks (truncated or rotated) is read again
+//! from its start (the unit's sequence goes on); a file that is not of the
+//! format is skipped with a warning naming it.
+
+//!
+//! A watch is a service like the others: an actor under a one-for-one root
+//! (restarted, it reads the sessions' history again, quietly, as at a
+//! start), a ticker that makes it look at the files every `poll_ms` (the
+//! files are read on the blocking pool), and the steering as an input.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::{info, warn};
+use xo_bus::{Bus, input, typed};
+use xo_proto::{SaluteReport, Steering, Subjects};
+use xo_runtime::config::WatchConfig;
+use xo_runtime::service::{BoxFuture, StopError};
+use xo_runtime::tree::{self, Intensity, Running};
+use xo_runtime::{Service, ServiceCtx, XoConfig};
+use xo_sensor::document::unit_for;
+use xo_sensor::salute::SaluteState;
+use xo_sensor::{Format, Sensor, SensorError};
+
+/// Lines read with no event of the format: the file is not one of its streams.
+const PROBE_LINES: u64 = 20;
+
+/// One watched session.
+struct Session {
+    /// The file's (or event folder's) name: the unit's name when the
+    /// stream names no session.
+    name: String,
+    /// The unit and its SALUTE state, from the session's first turn.
+    unit: Option<(String, SaluteState)>,
+    sensor: Sensor,
+    /// Bytes of the file read so far, and the partial last line.
+    offset: u64,
+    partial: Vec<u8>,
+    /// OpenHands event directories: the event files read.
+    seen: std::collections::BTreeSet<String>,
+    /// The session's project directory, where its hook looks for steering.
+    cwd: Option<PathBuf>,
+    skipped: bool,
+    /// It has written since the watch started: steering may reach it.
+    live: bool,
+    /// The XO has been told it rests (its last report said ended).
+    rested: bool,
+}
+
+impl Session {
+    fn new(path: &Path, format: Format) -> Self {
+        Self {
+            name: recording_name(path),
+            unit: None,
+            sensor: Sensor::new(format),
+            offset: 0,
+            partial: Vec::new(),
+            seen: Default::default(),
+            cwd: None,
+            skipped: false,
+            live: false,
+            rested: false,
+        }
+    }
+
+    fn unit(&self) -> Option<&str> {
+        self.unit.as_ref().map(|(u, _)| u.as_str())
+    }
+}
+
+/// What `xo watch` was asked.
+#[derive(Debug, Clone)]
+pub struct WatchArgs {
+    pub format: String,
+    pub dirs: Vec<String>,
+    pub role: String,
+    pub poll_ms: u64,
+    /// Report the history of the sessions already there.
+    pub from_start: bool,
+}
+
+/// Why a watch cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Format(#[from] SensorError),
+    #[error("{} writes its trajectory when a run ends; import it with `xo import` instead", .0.as_str())]
+    WholeDocument(Format),
+    #[error("{0} is not a directory to watch")]
+    NotADirectory(String),
+    #[error("bus: {0}")]
+    Bus(#[from] xo_bus::BusError),
+    #[error(transparent)]
+    Tree(#[from] tree::Escalation),
+}
+
+/// What is wrong with a watch, before it starts: its format, else the
+/// first directory that is not one.
+pub fn check(args: &WatchArgs) -> Result<Format, WatchError> {
+    let format = Format::parse(&args.format)?;
+    if !format.is_lines() {
+        return Err(WatchError::WholeDocument(format));
+    }
+    for d in &args.dirs {
+        if !Path::new(d).is_dir() {
+            return Err(WatchError::NotADirectory(d.clone()));
+        }
+    }
+    Ok(format)
+}
+
+/// The watch's messages.
+#[derive(Debug)]
+pub enum WatchMsg {
+    /// Look at the files (the ticker's).
+    Scan,
+    /// Steering for a unit: handed to its session if it is one of ours.
+    Steer(Box<Steering>),
+}
+
+/// The watch actor: its definition (cloned for every start).
+#[derive(Debug, Clone)]
+struct Watcher {
+    bus: Bus,
+    cfg: XoConfig,
+    args: WatchArgs,
+    format: Format,
+}
+
+/// The sessions seen, and whether the next look is the first.
+struct Sessions {
+    all: BTreeMap<PathBuf, Session>,
+    first: bool,
+}
+
+impl Actor for Watcher {
+    type Msg = WatchMsg;
+    type State = Sessions;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<WatchMsg>,
+        _: (),
+    ) -> Result<Sessions, ActorProcessingErr> {
+        info!(format = self.format.as_str(), dirs = ?self.args.dirs, from_start = self.args.from_start, "watching agent transcripts");
+        Ok(Sessions {
+            all: BTreeMap::new(),
+            first: true,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<WatchMsg>,
+        msg: WatchMsg,
+        st: &mut Sessions,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            WatchMsg::Scan => self.scan(st).await?,
+            WatchMsg::Steer(s) => hand_over(&st.all, &s).await,
+        }
+        Ok(())
+    }
+}
+
+impl Watcher {
+    /// Reads what every session wrote since the last look (on the
+    /// blocking pool: these are file reads) and reports its turns.
+    async fn scan(&self, st: &mut Sessions) -> Result<(), ActorProcessingErr> {
+        let (format, dirs, first) = (self.format, self.args.dirs.clone(), st.first);
+        let mut all = std::mem::take(&mut st.all);
+        let (all, read) = tokio::task::spawn_blocking(move || {
+            let mut read = Vec::new();
+            for (path, dir_mode) in scan(format, &dirs) {
+                let s = all.entry(path.clone()).or_insert_with(|| {
+                    info!(path = %path.display(), before_start = first, "watching a new session");
+                    Session::new(&path, format)
+                });
+                if s.skipped {
+                    continue;
+                }
+                let lines = if dir_mode {
+                    read_events(&path, s)
+                } else {
+                    read_lines(&path, s, format)
+                };
+                read.push((path, lines));
+            }
+            (all, read)
+        })
+        .await?;
+        st.all = all;
+        let out = Out {
+            bus: &self.bus,
+            subjects: &self.cfg.subjects(),
+            cfg: &self.cfg,
+            role: &self.args.role,
+            quiet: st.first && !self.args.from_start,
+        };
+        for (path, lines) in read {
+            let Some(s) = st.all.get_mut(&path) else {
+                continue;
+            };
+            if !st.first && !lines.is_empty() && !s.live {
+                s.live = true;
+                info!(
+                    unit = s.unit().unwrap_or(&s.name),
+                    "session active since the watch started: steering reaches it"
+                );
+            }
+            out.publish(s, lines).await;
+            if s.sensor.stats().events == 0 && s.sensor.stats().lines >= PROBE_LINES {
+                warn!(path = %path.display(), format = format.as_str(), "not a {} stream: skipped", format.as_str());
+                s.skipped = true;
+            }
+        }
+        if st.first {
+            st.first = false;
+            let before = st.all.values().filter(|s| !s.skipped).count();
+            info!(
+                sessions = before,
+                reported = self.args.from_start,
+                "sessions already there read; watching from now on"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A running watch.
+#[derive(Debug)]
+pub struct WatchHandle {
+    name: String,
+    running: Running<WatchMsg>,
+    bus: Bus,
+}
+
+/// Starts a watch: checks it, subscribes to the steering, starts its tree
+/// and its ticker. It runs until stopped.
+pub async fn start(ctx: ServiceCtx, args: WatchArgs) -> Result<WatchHandle, WatchError> {
+    let format = check(&args)?;
+    let ServiceCtx {
+        cfg, bus, shutdown, ..
+    } = ctx;
+    let subjects = cfg.subjects();
+    let steering = bus.subscribe(&subjects.steer_all()).await?;
+    let name = format!("watch {} {}", args.format, args.dirs.join(","));
+    let poll = Duration::from_millis(args.poll_ms.max(20));
+    let actor = Watcher {
+        bus: bus.clone(),
+        cfg: cfg.clone(),
+        args,
+        format,
+    };
+    let mut running = Running::one_for_one(
+        "watch",
+        actor,
+        Intensity::of(&cfg),
+        tree::no_args::<Watcher>(),
+    )
+    .await?
+    .ending_on(shutdown);
+    running.every(poll, || WatchMsg::Scan);
+    running.input(input::cast(
+        steering,
+        cfg.wire.max_payload,
+        input::DeadLetters::new(bus.clone(), subjects, "watch: steering"),
+        running.signal(),
+        running.current.clone(),
+        |s: Steering| WatchMsg::Steer(Box::new(s)),
+    ));
+    Ok(WatchHandle { name, running, bus })
+}
+
+impl WatchHandle {
+    /// Waits for `shutdown`, or for the tree to give up.
+    pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        self.running.until(shutdown).await
+    }
+
+    /// Stops in order: the ticker and the steering, the actor, the bus flushed.
+    pub async fn stop(self) -> Result<(), WatchError> {
+        let escalated = self.running.stop().await;
+        let _ = self.bus.flush().await;
+        Ok(escalated?)
+    }
+}
+
+impl Service for WatchHandle {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn until<'a>(&'a mut self, shutdown: BoxFuture<'a, ()>) -> BoxFuture<'a, ()> {
+        Box::pin(WatchHandle::until(self, shutdown))
+    }
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), StopError>> {
+        Box::pin(async move { WatchHandle::stop(*self).await.map_err(Into::into) })
+    }
+}
+
+/// A recording's own name, the unit's when its stream names no session: a
+/// file's stem; an OpenHands `events/` folder's conversation folder; any
+/// other folder's name.
+pub fn recording_name(path: &Path) -> String {
+    let name = if path.is_dir() {
+        let dir = if path.ends_with("events") {
+            path.parent().unwrap_or(path)
+        } else {
+            path
+        };
+        dir.file_name()
+    } else {
+        path.file_stem()
+    };
+    name.and_then(|n| n.to_str()).unwrap_or("run").to_string()
+}
+
+/// An OpenHands event file's place in its run, from its name: `<n>.json`
+/// (V0) or `event-<n>-<uuid>.json` (V1 SDK); a name with no number last.
+fn event_number(stem: &str) -> u64 {
+    stem.trim_start_matches("event-")
+        .split('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// The event files (`*.json`) of an OpenHands events folder, in event
+/// order: (number, file name, path).
+pub fn event_files(dir: &Path) -> std::io::Result<Vec<(u64, String, std::path::PathBuf)>> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let (Some(name), Some(stem)) = (
+            p.file_name().and_then(|s| s.to_str()),
+            p.file_stem().and_then(|s| s.to_str()),
+        ) else {
+            continue;
+        };
+        files.push((event_number(stem), name.to_string(), p.clone()));
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The session files (`*.jsonl`) under the directories; for OpenHands also
+/// event directories (`events/` folders of `<n>.json` files), marked `true`.
+fn scan(format: Format, dirs: &[String]) -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = dirs.iter().map(PathBuf::from).collect();
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut has_events = false;
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                out.push((p, false));
+            } else if format == Format::OpenHands && p.extension().is_some_and(|x| x == "json") {
+                has_events = true;
+            }
+        }
+        if has_events {
+            out.push((d, true));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The complete lines appended since the last read. A file shorter than
+/// what was read was truncated or replaced: read again from its start.
+fn read_lines(path: &Path, s: &mut Session, format: Format) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len < s.offset {
+        info!(unit = s.unit().unwrap_or(&s.name), path = %path.display(), "session file truncated or rotated: reading it again");
+        s.offset = 0;
+        s.partial.clear();
+        s.sensor = Sensor::new(format);
+    }
+    if len == s.offset || f.seek(SeekFrom::Start(s.offset)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    if f.take(len - s.offset).read_to_end(&mut buf).is_err() {
+        return Vec::new();
+    }
+    s.offset += buf.len() as u64;
+    s.partial.extend_from_slice(&buf);
+    let mut lines = Vec::new();
+    while let Some(i) = s.partial.iter().position(|b| *b == b'\n') {
+        let line: Vec<u8> = s.partial.drain(..=i).collect();
+        lines.push(String::from_utf8_lossy(&line[..line.len() - 1]).into_owned());
+    }
+    lines
+}
+
+/// OpenHands event files not read yet, in event order, one line each.
+fn read_events(dir: &Path, s: &mut Session) -> Vec<String> {
+    let Ok(files) = event_files(dir) else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    for (_, name, p) in files {
+        if s.seen.contains(&name) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        // An event file still being written is read on a later poll.
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            break;
+        };
+        s.seen.insert(name);
+        lines.push(v.to_string());
+    }
+    lines
+}
+
+/// Where a session's reports go.
+struct Out<'a> {
+    bus: &'a Bus,
+    subjects: &'a Subjects,
+    cfg: &'a XoConfig,
+    role: &'a str,
+    /// History read before the watch started: the state is kept, nothing
+    /// is reported.
+    quiet: bool,
+}
+
+impl Out<'_> {
+    /// Feeds the lines to the session's sensor and reports a turn each;
+    /// once the agent rests (its session ended, or it waits for its user),
+    /// one report more says so.
+    async fn publish(&self, s: &mut Session, lines: Vec<String>) {
+        for line in lines {
+            // The project directory, from the first line that names one (a
+            // format that never does is not parsed a second time per line).
+            if s.cwd.is_none()
+                && line.contains("\"cwd\"")
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+            {
+                let cwd = v
+                    .get("cwd")
+                    .or_else(|| v.get("payload").and_then(|p| p.get("cwd")))
+                    .and_then(|c| c.as_str());
+                s.cwd = cwd.map(PathBuf::from);
+            }
+            match s.sensor.line(&line) {
+                Ok(turns) => {
+                    for t in turns {
+                        let (unit, state) = s.unit.get_or_insert_with(|| {
+                            // Named as `xo import` names it: the session id
+                            // the stream gives, else the file.
+                            let unit = unit_for(s.sensor.session(), &s.name);
+                            info!(unit = %unit, "session named");
+                            let mut state = SaluteState::new(
+                                &unit,
+                                self.role,
+                                None,
+                                self.cfg.runner.context_limit,
+                            );
+                            state.start_task(Some(s.sensor.session().unwrap_or(&unit).to_string()));
+                            (unit, state)
+                        });
+                        let r = state.turn(t);
+                        s.rested = false;
+                        let unit = unit.clone();
+                        self.send(&unit, &r).await;
+                    }
+                }
+                Err(e) => {
+                    warn!(unit = s.unit().unwrap_or(&s.name), line = e.line, reason = %e.reason, "session line not used")
+                }
+            }
+        }
+        if s.sensor.resting() && !s.rested {
+            s.rested = true;
+            if let Some((unit, state)) = &mut s.unit
+                && let Some(r) = state.rest()
+            {
+                if !self.quiet {
+                    info!(unit = %unit, turn = r.time.turn, "session ended (or waits for its user): reported ended");
+                }
+                let unit = unit.clone();
+                self.send(&unit, &r).await;
+            }
+        }
+    }
+
+    async fn send(&self, unit: &str, r: &SaluteReport) {
+        if self.quiet {
+            return;
+        }
+        if let Err(e) = typed::publish(
+            self.bus,
+            &self.subjects.salute(unit),
+            r,
+            self.cfg.wire.format,
+        )
+        .await
+        {
+            warn!(unit = %unit, error = %e, "report not published");
+        }
+    }
+}
+
+/// Steering for a watched session: appended for its hook, in its project,
+/// addressed to it — unless nothing would read it: a session idle since
+/// before the watch started, or one that has ended.
+async fn hand_over(sessions: &BTreeMap<PathBuf, Session>, st: &Steering) {
+    let by_unit: HashMap<&str, &Session> = sessions
+        .values()
+        .filter_map(|s| Some((s.unit()?, s)))
+        .collect();
+    let Some(s) = by_unit.get(st.unit.as_str()) else {
+        return;
+    };
+    if !s.live {
+        info!(unit = %st.unit, kind = st.kind.as_str(), "steering not delivered: the session has not written since the watch started");
+        return;
+    }
+    if s.sensor.resting() {
+        info!(unit = %st.unit, kind = st.kind.as_str(), "steering not delivered: the session has ended (or waits for its user)");
+        return;
+    }
+    let Some(cwd) = &s.cwd else {
+        warn!(unit = %st.unit, "steering for a session with no project directory known (OpenHands takes none from outside): not delivered");
+        return;
+    };
+    // Addressed to the session the agent's hook is called with (a
+    // subagent's calls run in its parent's session); another session of
+    // the same project leaves it pending. Logged there if it cannot be
+    // written.
+    let to = s.sensor.parent().or(s.sensor.session()).unwrap_or(&st.unit);
+    xo_pipeline::driver::command::deliver_to(cwd, Some(to), std::slice::from_ref(&st.message))
+        .await;
+    info!(unit = %st.unit, kind = st.kind.as_str(), dir = %cwd.display(), "steering handed to the session's hook");
+}
+
+impl From<&WatchConfig> for WatchArgs {
+    fn from(w: &WatchConfig) -> Self {
+        Self {
+            format: w.format.clone(),
+            dirs: w.dirs.clone(),
+            role: w.role.clone(),
+            poll_ms: w.poll_ms,
+            from_start: w.from_start,
+        }
+    }
+}
