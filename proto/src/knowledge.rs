@@ -249,6 +249,44 @@ impl Directive {
     }
 }
 
+/// How a review run ended (`ReviewRun::outcome`; on the wire its name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewOutcome {
+    /// The model was asked and its reply used.
+    Ran,
+    /// Not run: no model, budget spent, the model unreachable.
+    Skipped,
+    /// Run, but its reply was malformed.
+    Discarded,
+    /// An outcome from a newer peer.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ReviewOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ran => "ran",
+            Self::Skipped => "skipped",
+            Self::Discarded => "discarded",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ReviewOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ReviewOutcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// One reviewer run (or skip), on `xo.event.review.<reviewer>` and in the run log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ReviewRun {
@@ -261,7 +299,7 @@ pub struct ReviewRun {
     /// Why it ran: `interval`, `milestone`, `replan`, `abort`, `urgency`.
     pub trigger: String,
     /// `ran`, `skipped` (no model, budget spent, unreachable) or `discarded` (malformed reply).
-    pub outcome: String,
+    pub outcome: ReviewOutcome,
     pub summary: String,
     #[serde(default)]
     pub directives: u32,

@@ -609,10 +609,12 @@ pub const QUEUE_STUCK: &str = "QUEUE_STUCK";
 pub const ASKED_QUESTION: &str = "ASKED_QUESTION";
 
 /// The names of audit records and task events (seed 003's log), in one
-/// place. On the wire they are strings (`TaskEvent::event`,
-/// `AuditEvent::event`), so a peer that knows a newer name still decodes
-/// the message; [`EventName::parse`] reads them back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// place: `TaskEvent::event` and `AuditEvent::event` are of this type. On
+/// the wire each is its name (`TASK_COMPLETE`); a name this build does not
+/// know decodes as [`EventName::Unknown`], so a peer that knows a newer
+/// name still decodes the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum EventName {
     Init,
     GoalSet,
@@ -651,6 +653,9 @@ pub enum EventName {
     TaskYielded,
     /// The operator accepted or rejected a knowledge document awaiting review.
     KnowledgeReviewed,
+    /// A name from a newer peer (never sent by this build).
+    #[serde(other)]
+    Unknown,
 }
 
 impl EventName {
@@ -713,6 +718,7 @@ impl EventName {
             Self::TaskInterrupted => "TASK_INTERRUPTED",
             Self::TaskYielded => "TASK_YIELDED",
             Self::KnowledgeReviewed => "KNOWLEDGE_REVIEWED",
+            Self::Unknown => "UNKNOWN",
         }
     }
 
@@ -728,8 +734,22 @@ impl std::fmt::Display for EventName {
     }
 }
 
-/// How a task ended on a runner (`RunnerEvent::outcome`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl PartialEq<&str> for EventName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<str> for EventName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+/// How a task ended on a runner (`RunnerEvent::outcome`; on the wire its
+/// name, `awaiting_response`; a newer one decodes as `Unknown`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum RunnerOutcome {
     Completed,
     Blocked,
@@ -738,6 +758,9 @@ pub enum RunnerOutcome {
     Cancelled,
     /// Given back to the queue for a critical task (seed 001's interrupt).
     Yielded,
+    /// An outcome from a newer peer.
+    #[serde(other)]
+    Unknown,
 }
 
 impl RunnerOutcome {
@@ -749,7 +772,20 @@ impl RunnerOutcome {
             Self::Violation => "violation",
             Self::Cancelled => "cancelled",
             Self::Yielded => "yielded",
+            Self::Unknown => "unknown",
         }
+    }
+}
+
+impl std::fmt::Display for RunnerOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for RunnerOutcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
@@ -805,7 +841,7 @@ pub struct QueueStatus {
 pub struct TaskEvent {
     pub v: u16,
     pub task_id: String,
-    pub event: String,
+    pub event: EventName,
     pub state: TaskState,
     pub attempt: u32,
     pub at: u64,
@@ -831,10 +867,8 @@ impl crate::Message for TaskEvent {
 pub struct AuditEvent {
     pub v: u16,
     pub seq: u64,
-    /// `INIT`, `GOAL_SET`, `ENQUEUE`, `TASK_START`, `TASK_COMPLETE`, `TASK_RETRY`,
-    /// `TASK_BLOCKED`, `TASK_AWAITING_RESPONSE`, `TASK_ANSWERED`, `LEASE_EXPIRED`,
-    /// `TASK_CANCELLED`, `HALT`, `RESUME`, `START`, `STEP`, `COMPLETED`, `MANAGER_RECONCILED`.
-    pub event: String,
+    /// `INIT`, `GOAL_SET`, `ENQUEUE`, `TASK_START`, `TASK_COMPLETE`… ([`EventName`]).
+    pub event: EventName,
     #[serde(default)]
     pub task_id: Option<String>,
     pub at: u64,
@@ -1264,8 +1298,9 @@ pub struct RunnerEvent {
     pub v: u16,
     pub unit: String,
     pub task_id: String,
-    /// `completed`, `blocked`, `awaiting_response`, `violation` or `cancelled`.
-    pub outcome: String,
+    /// `completed`, `blocked`, `awaiting_response`, `violation`,
+    /// `cancelled` or `yielded`.
+    pub outcome: RunnerOutcome,
     pub attempt: u32,
     pub agent_runs: u32,
     pub format_retries: u32,
@@ -1287,6 +1322,33 @@ impl crate::Message for RunnerEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_names_and_outcomes_are_their_names_on_the_wire() {
+        for e in EventName::ALL {
+            let wire = serde_json::to_string(&e).unwrap();
+            assert_eq!(wire, format!("\"{}\"", e.as_str()));
+            assert_eq!(serde_json::from_str::<EventName>(&wire).unwrap(), e);
+            assert_eq!(EventName::parse(e.as_str()), Some(e));
+        }
+        // A newer peer's name still decodes; the event is not lost.
+        let ev: TaskEvent = serde_json::from_str(
+            r#"{"v":1,"task_id":"t1","event":"TASK_TELEPORTED","state":"pending","attempt":0,"at":0}"#,
+        )
+        .unwrap();
+        assert_eq!(ev.event, EventName::Unknown);
+        for (o, name) in [
+            (RunnerOutcome::AwaitingResponse, "\"awaiting_response\""),
+            (RunnerOutcome::Yielded, "\"yielded\""),
+        ] {
+            assert_eq!(serde_json::to_string(&o).unwrap(), name);
+            assert_eq!(format!("\"{o}\""), name);
+        }
+        assert_eq!(
+            serde_json::from_str::<RunnerOutcome>("\"exploded\"").unwrap(),
+            RunnerOutcome::Unknown
+        );
+    }
 
     #[test]
     fn an_exchange_keeps_head_and_tail_and_says_where_the_whole_is() {

@@ -396,18 +396,22 @@ impl Timeline {
         } else if kind == Some(SubjectKind::TaskEvent)
             && let Ok(e) = typed::decode::<TaskEvent>(m, max_payload)
         {
-            let note = match EventName::parse(&e.event) {
-                Some(EventName::TaskComplete) => {
+            let note = match e.event {
+                EventName::TaskComplete => {
                     self.completed.insert(e.task_id.clone());
                     match self.steered.get(&e.task_id) {
                         Some(k) => format!("recovered after {} steering", k.join(", ")),
                         None => String::new(),
                     }
                 }
-                Some(EventName::TaskStart) => format!("attempt {}", e.attempt),
+                EventName::TaskStart => format!("attempt {}", e.attempt),
                 _ => String::new(),
             };
-            outln!("{t:6.1}s  {:<13} {:<16} {note}", e.task_id, e.event);
+            outln!(
+                "{t:6.1}s  {:<13} {:<16} {note}",
+                e.task_id,
+                e.event.as_str()
+            );
         }
     }
 }

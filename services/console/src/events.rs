@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tracing::debug;
 use xo_bus::input::{self, Next};
 use xo_bus::{Bus, Message, Subscription, typed};
-use xo_proto::queue::{RunnerEvent, TaskEvent};
+use xo_proto::queue::{EventName, RunnerEvent, TaskEvent};
 use xo_proto::{SaluteReport, Steering, SubjectKind, Subjects};
 use xo_runtime::XoConfig;
 
@@ -199,11 +199,15 @@ impl Seen {
             "salute" => {
                 self.reports.fetch_add(1, Ordering::Relaxed);
             }
-            "task" => match v.get("event").and_then(Value::as_str) {
-                Some("TASK_START") => {
+            "task" => match v
+                .get("event")
+                .and_then(Value::as_str)
+                .and_then(EventName::parse)
+            {
+                Some(EventName::TaskStart) => {
                     self.claims.fetch_add(1, Ordering::Relaxed);
                 }
-                Some("LEASE_EXPIRED") => {
+                Some(EventName::LeaseExpired) => {
                     self.lease_expiries.fetch_add(1, Ordering::Relaxed);
                 }
                 _ => {}

@@ -283,7 +283,7 @@ pub async fn render(c: &Shared) -> String {
         let mut by: std::collections::BTreeMap<(String, String), u64> = Default::default();
         let mut cost: std::collections::BTreeMap<String, f64> = Default::default();
         for r in runs {
-            *by.entry((r.reviewer.clone(), r.outcome.clone()))
+            *by.entry((r.reviewer.clone(), r.outcome.to_string()))
                 .or_default() += 1;
             *cost.entry(r.reviewer.clone()).or_default() += r.cost_usd;
         }

@@ -198,7 +198,7 @@ impl State {
                 Some(TaskEvent {
                     v: xo_proto::PROTOCOL_VERSION,
                     task_id: id.clone(),
-                    event: d.event.to_string(),
+                    event: d.event,
                     state: r.state,
                     attempt: r.attempt,
                     at: now,

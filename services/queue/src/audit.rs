@@ -65,7 +65,7 @@ impl Chains {
         let ev = AuditEvent {
             v: xo_proto::PROTOCOL_VERSION,
             seq: head.0 + 1,
-            event: d.event.to_string(),
+            event: d.event,
             task_id: d.task_id.clone(),
             at: now,
             state_before: d.before.clone(),

@@ -95,7 +95,7 @@ mod tests {
             project: "p".into(),
             task_count: 0,
             trigger: "interval".into(),
-            outcome: "ran".into(),
+            outcome: xo_proto::knowledge::ReviewOutcome::Ran,
             summary: String::new(),
             directives: 0,
             documents: 0,

@@ -341,23 +341,21 @@ impl Reviews {
                     None
                 }
             }
-            Input::Task(e) => match EventName::parse(&e.event) {
-                Some(EventName::TaskComplete) => self.completed(&e.task_id).await,
-                Some(EventName::TaskRetry) => {
+            Input::Task(e) => match e.event {
+                EventName::TaskComplete => self.completed(&e.task_id).await,
+                EventName::TaskRetry => {
                     self.note(format!(
                         "task {}: retried after a failed attempt",
                         e.task_id
                     ));
                     Some(Signal::ValidationFailure)
                 }
-                Some(EventName::TaskBlocked) => {
+                EventName::TaskBlocked => {
                     self.note(format!("task {}: blocked", e.task_id));
                     Some(Signal::Abort)
                 }
-                Some(EventName::TaskCancelled) if !self.ours.contains(&e.task_id) => {
-                    Some(Signal::Churn)
-                }
-                Some(EventName::Enqueue | EventName::EnqueueCritical) if self.polish.is_some() => {
+                EventName::TaskCancelled if !self.ours.contains(&e.task_id) => Some(Signal::Churn),
+                EventName::Enqueue | EventName::EnqueueCritical if self.polish.is_some() => {
                     self.new_work(&e.task_id).await;
                     None
                 }
@@ -483,14 +481,14 @@ impl Reviews {
         }
     }
 
-    fn base(&self, r: Reviewer, why: &str, outcome: &str, summary: String) -> ReviewRun {
+    fn base(&self, r: Reviewer, why: &str, outcome: ReviewOutcome, summary: String) -> ReviewRun {
         ReviewRun {
             v: 0,
             reviewer: r.name().into(),
             project: self.cfg.review.project.clone(),
             task_count: self.sched.completed(),
             trigger: why.into(),
-            outcome: outcome.into(),
+            outcome,
             summary,
             directives: 0,
             documents: 0,
@@ -531,7 +529,7 @@ impl Reviews {
         let run = match self.gate().await {
             Err(reason) => {
                 warn!(reviewer = r.name(), reason = %reason, "review skipped; work continues");
-                self.base(r, why, "skipped", reason)
+                self.base(r, why, ReviewOutcome::Skipped, reason)
             }
             Ok((pipeline, log)) => match self.execute(r, why, pipeline, &log).await {
                 Err(run) => run,
@@ -714,10 +712,10 @@ impl Reviews {
             task_id: format!("review-{}", r.name()),
             span: tracing::Span::current(),
         });
-        let mut run = self.base(r, why, "ran", String::new());
+        let mut run = self.base(r, why, ReviewOutcome::Ran, String::new());
         run.bootstrap = bootstrap;
         let Some(mut driver) = self.driver.take() else {
-            run.outcome = "skipped".into();
+            run.outcome = ReviewOutcome::Skipped;
             run.summary = "no model configured (review.model.model)".into();
             return Err(run);
         };
@@ -747,7 +745,7 @@ impl Reviews {
                 .ok_or_else(|| "the reply has no output".to_string())
                 .and_then(|o| parse_findings(r, &o)),
             Outcome::Blocked(reason) | Outcome::Violation(reason) => {
-                run.outcome = "skipped".into();
+                run.outcome = ReviewOutcome::Skipped;
                 run.summary = format!("model unreachable or reply unusable: {reason}");
                 if reason.starts_with("EXEC_FAILURE") {
                     self.model_failed(&reason);
@@ -766,7 +764,7 @@ impl Reviews {
             }
             Err(e) => {
                 warn!(reviewer = r.name(), error = %e, "malformed review reply discarded");
-                run.outcome = "discarded".into();
+                run.outcome = ReviewOutcome::Discarded;
                 run.summary = e;
                 Err(run)
             }

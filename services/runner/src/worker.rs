@@ -385,7 +385,7 @@ impl Worker {
             v: xo_proto::PROTOCOL_VERSION,
             unit: self.opts.unit.clone(),
             task_id: id.clone(),
-            outcome: ended_as.as_str().into(),
+            outcome: ended_as,
             attempt: job.record.attempt,
             agent_runs: stats.agent_runs,
             format_retries: stats.format_retries,

@@ -177,7 +177,7 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
         .filter(|e| {
             want_event
                 .as_ref()
-                .is_none_or(|w| e.event.contains(w.as_str()))
+                .is_none_or(|w| e.event.as_str().contains(w.as_str()))
         })
         .filter(|e| want_task.is_none_or(|t| e.task_id.as_deref() == Some(t.as_str())))
         .collect();
@@ -191,7 +191,7 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
             "<tr{cls}><td class=\"num\">{seq}</td><td>{at}</td><td><b>{ev}</b></td><td>{task}</td><td>{by}</td><td>{diff}<details class=\"raw\"><summary>before / after</summary><code>{b}</code><br><code>{a}</code></details>{ex}</td></tr>",
             seq = e.seq,
             at = esc(&xo_runtime::clock::rfc3339(e.at)),
-            ev = esc(&e.event),
+            ev = esc(e.event.as_str()),
             task = e
                 .task_id
                 .as_deref()

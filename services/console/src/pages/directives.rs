@@ -66,7 +66,7 @@ pub(crate) async fn reviews(State(c): State<Shared>, Query(q): Q) -> Response {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">${:.4}</td><td>{}</td></tr>",
             esc(&xo_runtime::clock::rfc3339(r.at)),
             esc(&r.reviewer),
-            esc(&r.outcome),
+            esc(r.outcome.as_str()),
             esc(&r.trigger),
             r.task_count,
             r.tokens_in + r.tokens_out,

@@ -309,7 +309,7 @@ mod tests {
         let e = |after: Value| xo_proto::queue::AuditEvent {
             v: 1,
             seq: 1,
-            event: "X".into(),
+            event: xo_proto::queue::EventName::Unknown,
             task_id: None,
             at: 0,
             state_before: before.clone(),

@@ -218,7 +218,7 @@ pub(crate) async fn task_page(
                 "<li><span class=\"when\">#{seq} · {at}</span> <b>{ev}</b> {state}{ex}</li>",
                 seq = a.seq,
                 at = esc(&xo_runtime::clock::rfc3339(a.at)),
-                ev = esc(&a.event),
+                ev = esc(a.event.as_str()),
                 state = a.state_after["task"]["state"]
                     .as_str()
                     .map(|s| format!("→ {}", esc(s)))
