@@ -30,6 +30,7 @@ pub mod finite;
 pub mod fleet;
 pub mod heartbeat;
 pub mod knowledge;
+pub mod names;
 pub mod queue;
 pub mod salute;
 mod salute_reader;

@@ -11,10 +11,7 @@ use xo_proto::control::{ErrorCode, Reply, Request, ServiceError};
 
 use crate::{Bus, BusError, Headers, Message};
 
-/// Header naming why a message was dead-lettered (`too_large`, `undecodable`…).
-pub const DLQ_REASON: &str = "Xo-Dlq-Reason";
-/// Header with the full decode error.
-pub const DLQ_ERROR: &str = "Xo-Dlq-Error";
+pub use xo_proto::names::{DLQ_ERROR, DLQ_REASON};
 
 /// Encodes `value`, sets `Content-Type` and trace context.
 pub fn encode<T: Serialize>(value: &T, format: Format) -> Result<(Headers, Bytes), CodecError> {

@@ -23,8 +23,7 @@ use xo_runtime::{Service, ServiceCtx};
 use crate::fabric::{Plan, Services, Slot, start_slot};
 
 /// The bucket and key of the singletons' lease.
-pub const LEASE_BUCKET: &str = "leases";
-pub const LEASE_KEY: &str = "singletons";
+pub use xo_proto::names::{LEASES_BUCKET as LEASE_BUCKET, SINGLETONS_LEASE_KEY as LEASE_KEY};
 
 /// Which of them this process was asked to run.
 #[derive(Debug, Clone, Copy, Default)]

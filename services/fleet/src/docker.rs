@@ -13,10 +13,7 @@ use tracing::info;
 
 use crate::plan::{Action, Observed};
 
-pub const LABEL_ORG: &str = "xo.org";
-pub const LABEL_UNIT: &str = "xo.unit";
-pub const LABEL_ROLE: &str = "xo.role";
-pub const LABEL_MANAGED: &str = "xo.managed";
+pub use xo_proto::names::{LABEL_MANAGED, LABEL_ORG, LABEL_ROLE, LABEL_UNIT};
 
 #[derive(Debug, thiserror::Error)]
 #[error("docker: {what}: {reason}")]

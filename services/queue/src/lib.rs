@@ -34,12 +34,9 @@ use xo_runtime::{Clock, ServiceCtx, XoConfig};
 
 pub use actor::QueueMsg;
 
-/// The bucket the queue's state lives in.
-pub const BUCKET: &str = "queue";
-/// The store log the audit records are appended to.
-pub const AUDIT_LOG: &str = "audit";
-/// The key of the active instance's lease in [`BUCKET`] (see `queue.leader_lease_ms`).
-pub const LEADER_KEY: &str = "leader";
+/// The bucket the queue's state lives in, the log of its audit records and
+/// the key of the active instance's lease (see `queue.leader_lease_ms`).
+pub use xo_proto::names::{AUDIT_LOG, QUEUE_BUCKET as BUCKET, QUEUE_LEADER_KEY as LEADER_KEY};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {

@@ -12,8 +12,7 @@ use xo_proto::{CodecError, Heartbeat, SaluteReport, Subjects};
 
 use crate::ctx::Ctx;
 
-/// Header naming the report file a dead letter came from.
-pub const DLQ_FILE: &str = "Xo-Dlq-File";
+pub use xo_proto::names::DLQ_FILE;
 
 /// Decodes a report and checks that its unit is the subject's.
 pub fn decode_report(ctx: &Ctx, msg: &Message) -> Result<SaluteReport, CodecError> {

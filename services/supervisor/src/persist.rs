@@ -14,7 +14,7 @@ use xo_proto::{Health, SaluteReport, Steering};
 use xo_radio::UnitState;
 
 /// The bucket unit state lives in.
-pub const BUCKET: &str = "units";
+pub use xo_proto::names::UNITS_BUCKET as BUCKET;
 
 /// Everything the supervisor knows about one unit; survives a restart.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

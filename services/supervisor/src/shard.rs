@@ -48,7 +48,7 @@ use crate::persist;
 use crate::root::{RootMsg, Routes};
 
 /// The bucket of members and partition leases.
-pub const BUCKET: &str = "supervisors";
+pub use xo_proto::names::SUPERVISORS_BUCKET as BUCKET;
 
 fn member_key(instance: &str) -> String {
     format!("member.{instance}")

@@ -41,7 +41,13 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     }
     // Counts what the watch publishes, to show it did the work.
     let bus = xo_bus::NatsBus::connect(&nats.url, Default::default()).await?;
-    let mut reports = xo_bus::Bus::Nats(bus).subscribe("xo.salute.*").await?;
+    // The watch is given its prefix: the bench reads the same subjects,
+    // whatever xo.toml or the environment would say.
+    let prefix = "xobench";
+    let subjects = xo_proto::Subjects::new(prefix);
+    let mut reports = xo_bus::Bus::Nats(bus)
+        .subscribe(&subjects.salute_all())
+        .await?;
     let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let c = counted.clone();
     tokio::spawn(async move {
@@ -54,6 +60,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         .args(["--nats", &nats.url, "watch", "claude"])
         .arg(&dir.0)
         .args(["--poll-ms", "500"])
+        .env("XO__ORG__PREFIX", prefix)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -1,0 +1,31 @@
+//! Wire names that are not subjects, in one place: message headers, the
+//! store's buckets, keys and logs, container labels. Peers in other
+//! languages (and `nats kv ls`, `docker ps --filter`) see these names.
+
+/// Header naming why a message was dead-lettered (`too_large`, `undecodable`…).
+pub const DLQ_REASON: &str = "Xo-Dlq-Reason";
+/// Header with the full decode error of a dead letter.
+pub const DLQ_ERROR: &str = "Xo-Dlq-Error";
+/// Header naming the report file a dead letter came from (macrocosm file mode).
+pub const DLQ_FILE: &str = "Xo-Dlq-File";
+
+/// The store bucket of the queue's state (`status`, `settings`, `task.<id>`).
+pub const QUEUE_BUCKET: &str = "queue";
+/// The store log the queue's audit records are appended to.
+pub const AUDIT_LOG: &str = "audit";
+/// The key of the active queue instance's lease in [`QUEUE_BUCKET`].
+pub const QUEUE_LEADER_KEY: &str = "leader";
+/// The store bucket of the supervisor's unit state (a key a unit).
+pub const UNITS_BUCKET: &str = "units";
+/// The store bucket of sharded supervisors: members and partition leases.
+pub const SUPERVISORS_BUCKET: &str = "supervisors";
+/// The store bucket of leases of services run once per deployment.
+pub const LEASES_BUCKET: &str = "leases";
+/// The key of the singletons' lease (review, notify, fleet) in [`LEASES_BUCKET`].
+pub const SINGLETONS_LEASE_KEY: &str = "singletons";
+
+/// Docker labels of the runner containers the fleet manager owns.
+pub const LABEL_ORG: &str = "xo.org";
+pub const LABEL_UNIT: &str = "xo.unit";
+pub const LABEL_ROLE: &str = "xo.role";
+pub const LABEL_MANAGED: &str = "xo.managed";
