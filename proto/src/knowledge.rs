@@ -299,6 +299,7 @@ pub struct ReviewRun {
     /// Why it ran: `interval`, `milestone`, `replan`, `abort`, `urgency`.
     pub trigger: String,
     /// `ran`, `skipped` (no model, budget spent, unreachable) or `discarded` (malformed reply).
+    #[schemars(with = "String")]
     pub outcome: ReviewOutcome,
     pub summary: String,
     #[serde(default)]

@@ -113,14 +113,9 @@ impl Default for RetryPolicy {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum TimeoutProfile {
-    #[default]
-    Standard,
-    Long,
-    Extended,
-}
+/// A task's timeout profile (declared with the operator's settings, which
+/// set one per project).
+pub use crate::settings::TimeoutProfile;
 
 /// Priority lanes (seed 001): critical first and interrupting, functional
 /// before planned work, cleanup after.
@@ -841,6 +836,8 @@ pub struct QueueStatus {
 pub struct TaskEvent {
     pub v: u16,
     pub task_id: String,
+    /// Its [`EventName`] (a string on the wire: a newer name still decodes).
+    #[schemars(with = "String")]
     pub event: EventName,
     pub state: TaskState,
     pub attempt: u32,
@@ -868,6 +865,7 @@ pub struct AuditEvent {
     pub v: u16,
     pub seq: u64,
     /// `INIT`, `GOAL_SET`, `ENQUEUE`, `TASK_START`, `TASK_COMPLETE`… ([`EventName`]).
+    #[schemars(with = "String")]
     pub event: EventName,
     #[serde(default)]
     pub task_id: Option<String>,
@@ -1300,6 +1298,7 @@ pub struct RunnerEvent {
     pub task_id: String,
     /// `completed`, `blocked`, `awaiting_response`, `violation`,
     /// `cancelled` or `yielded`.
+    #[schemars(with = "String")]
     pub outcome: RunnerOutcome,
     pub attempt: u32,
     pub agent_runs: u32,

@@ -48,11 +48,31 @@ impl Settings {
     }
 
     /// A project's timeout profile, when the operator set one.
-    pub fn project_timeout_profile(&self, project: &str) -> Option<crate::queue::TimeoutProfile> {
+    pub fn project_timeout_profile(&self, project: &str) -> Option<TimeoutProfile> {
         self.values
             .get(&format!("projects.{project}.timeout_profile"))
             .and_then(|v| serde_json::from_value(v.clone()).ok())
     }
+}
+
+// How long a task may run: its profile's timeout (`runner.timeouts`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutProfile {
+    #[default]
+    Standard,
+    Long,
+    Extended,
 }
 
 /// Published on `xo.event.settings` after every change.

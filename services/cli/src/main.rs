@@ -32,6 +32,7 @@ mod ops;
 mod queue_ops;
 mod services;
 mod singletons;
+mod slots;
 mod watch;
 
 use std::path::PathBuf;

@@ -20,7 +20,7 @@ use xo_runtime::service::{BoxFuture, StopError};
 use xo_runtime::tree::Shutdown;
 use xo_runtime::{Service, ServiceCtx};
 
-use crate::fabric::{Plan, Services, Slot, start_slot};
+use crate::slots::{Plan, Services, Slot, start_slot};
 
 /// The bucket and key of the singletons' lease.
 pub use xo_proto::names::{LEASES_BUCKET as LEASE_BUCKET, SINGLETONS_LEASE_KEY as LEASE_KEY};

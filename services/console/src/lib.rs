@@ -21,6 +21,7 @@
 pub mod api;
 pub mod auth;
 pub mod events;
+pub mod guard;
 pub mod html;
 pub mod listen;
 pub mod metrics;
@@ -293,7 +294,7 @@ pub fn router(console: Shared) -> Router {
         .merge(assets)
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
-            auth::guard,
+            guard::guard,
         ))
         .with_state(console)
 }

@@ -6,10 +6,17 @@ use crate::confine::ConfineError;
 use crate::driver::DriverError;
 use crate::git::GitError;
 use crate::halt::FormatError;
-use crate::pipeline::TemplateError;
 use crate::proc::ProcError;
 use crate::project::ProjectError;
 use crate::sandbox::SandboxError;
+
+/// `runner.global_template_file` could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("runner.global_template_file {path}: {reason}")]
+pub struct TemplateError {
+    pub path: String,
+    pub reason: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {

@@ -15,7 +15,7 @@ use xo_runtime::config::{RestartMode, RunnerConfig};
 
 use crate::compose::{ComposedPrompt, Context, Feedback, PromptKind, Snapshot, Templates, compose};
 use crate::driver::{AgentOutput, Driver, RunCtx, Turns};
-use crate::error::PipelineError;
+use crate::error::{PipelineError, TemplateError};
 use crate::halt::{AgentReply, FormatError, ReplyStatus, detect, parse_reply};
 use crate::logs::{PromptEntry, PromptLog, WorkLog};
 use crate::proc::Groups;
@@ -135,13 +135,6 @@ pub struct Pipeline {
     groups: Option<Groups>,
     /// Where agents may write, when they run confined.
     confine: Option<crate::confine::Confinement>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("runner.global_template_file {path}: {reason}")]
-pub struct TemplateError {
-    pub path: String,
-    pub reason: String,
 }
 
 impl Pipeline {

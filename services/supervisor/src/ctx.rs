@@ -139,7 +139,7 @@ pub struct Ctx {
     pub volume: Option<PathBuf>,
     /// Sharded supervision (`supervisor.partitions` > 1): who this
     /// supervisor is and the partitions it holds.
-    pub shard: Option<Arc<crate::shard::Shard>>,
+    pub shard: Option<Arc<crate::membership::Shard>>,
 }
 
 impl Ctx {

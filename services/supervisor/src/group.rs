@@ -11,12 +11,12 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{error, warn};
-use xo_proto::control::UnitSummary;
 use xo_radio::FnvMap;
 
-use crate::root::RootMsg;
+pub use crate::msg::GroupMsg;
+use crate::msg::RootMsg;
 use crate::watcher::{WatcherArgs, WatcherMsg, WatcherState};
 
 /// Watcher groups a supervisor runs: enough to keep every core busy, few
@@ -29,23 +29,6 @@ pub fn group_of(unit: &str) -> usize {
     let mut h = xo_radio::Fnv::default();
     h.write(unit.as_bytes());
     (h.finish() % GROUPS as u64) as usize
-}
-
-pub enum GroupMsg {
-    /// A message for one unit's watcher.
-    Unit(String, WatcherMsg),
-    /// Starts a unit's watcher (from the root, before any message of the
-    /// unit it routes here); a unit held after a panic gets its held
-    /// messages, in order.
-    Start(Box<WatcherArgs>),
-    /// The liveness check at `now` for these units; the port, if any, is
-    /// answered when done.
-    Tick(Vec<String>, u64, Option<RpcReplyPort<()>>),
-    /// The summaries of these units (those it has).
-    Summaries(Vec<String>, RpcReplyPort<Vec<UnitSummary>>),
-    /// Stops these units' watchers (evicted, or their partition handed
-    /// back): their state goes to the persister; answered when done.
-    Stop(Vec<String>, RpcReplyPort<()>),
 }
 
 pub struct Group;

@@ -33,6 +33,8 @@ pub mod front;
 pub mod group;
 pub mod ingest;
 pub mod live;
+pub mod membership;
+pub mod msg;
 pub mod outbox;
 pub mod persist;
 pub mod root;

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{error, info, warn};
 use xo_bus::api::ActorPorts;
 use xo_proto::control::{ErrorCode, ServiceError, SupervisorApi};
@@ -17,7 +17,9 @@ use xo_radio::FnvMap;
 use xo_runtime::tree::{Escalation, EscalationCell, Intensity};
 
 use crate::ctx::Ctx;
-use crate::group::{GROUPS, Group, GroupArgs, GroupMsg, group_of};
+use crate::group::{GROUPS, Group, GroupArgs, group_of};
+use crate::msg::GroupMsg;
+pub use crate::msg::RootMsg;
 use crate::persist::UnitRecord;
 use crate::watcher::{Liveness, WatcherArgs, WatcherMsg};
 
@@ -40,35 +42,6 @@ impl Routes {
         if let Ok(mut r) = self.0.write() {
             r.remove(unit);
         }
-    }
-}
-
-pub enum RootMsg {
-    /// A message for a unit's watcher, spawning it if needed.
-    Route(String, WatcherMsg),
-    /// Liveness check at `now` (ms); the port, if any, is answered when done.
-    Tick(u64, Option<RpcReplyPort<()>>),
-    /// The control API (`xo.ctl.supervisor.*`).
-    Api(SupervisorApi<ActorPorts>),
-    /// The group actor holding a unit's watcher (tests and diagnostics).
-    Watcher(String, RpcReplyPort<Option<ActorRef<GroupMsg>>>),
-    /// The group of a unit's watcher, started if needed: the report pump
-    /// asks once per unit (and after a restart), then sends to it directly.
-    Spawn(String, RpcReplyPort<ActorRef<GroupMsg>>),
-    /// A unit's watcher panicked (its group holds its messages meanwhile).
-    Failed(String, String),
-    /// Sharded: watchers for the units of a partition just taken, from
-    /// their stored state (a unit already watched is left as it is);
-    /// answers how many were started.
-    Adopt(Vec<UnitRecord>, RpcReplyPort<usize>),
-    /// Sharded: stops the watchers of a partition handed back (their state
-    /// goes to the persister) and answers their units.
-    Release(u32, RpcReplyPort<Vec<String>>),
-}
-
-impl From<SupervisorApi<ActorPorts>> for RootMsg {
-    fn from(a: SupervisorApi<ActorPorts>) -> Self {
-        RootMsg::Api(a)
     }
 }
 

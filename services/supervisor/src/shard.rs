@@ -30,7 +30,7 @@
 //! is the one kept.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -44,19 +44,13 @@ use xo_runtime::tree::Shutdown;
 
 use crate::ctx::Ctx;
 use crate::ingest;
+pub use crate::membership::Shard;
+use crate::membership::{member_key, partition_key};
 use crate::persist;
 use crate::root::{RootMsg, Routes};
 
 /// The bucket of members and partition leases.
 pub use xo_proto::names::SUPERVISORS_BUCKET as BUCKET;
-
-fn member_key(instance: &str) -> String {
-    format!("member.{instance}")
-}
-
-fn partition_key(k: u32) -> String {
-    format!("partition.{k}")
-}
 
 /// Who holds each of the `partitions` partitions, as the store says now
 /// (a partition no one holds is absent).
@@ -108,105 +102,6 @@ fn score(member: &str, k: u32) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_member_gets_a_share_and_a_death_moves_only_its_own() {
-        let members: Vec<String> = ["s1", "s2", "s3"].iter().map(|s| s.to_string()).collect();
-        let of = |ms: &[String]| -> Vec<String> {
-            (0..12).map(|k| preferred(ms, k).unwrap().clone()).collect()
-        };
-        let three = of(&members);
-        for m in &members {
-            let n = three.iter().filter(|o| *o == m).count();
-            assert!((2..=7).contains(&n), "{m} gets {n} of 12: {three:?}");
-        }
-        let two = of(&[members[0].clone(), members[2].clone()]);
-        for (a, b) in three.iter().zip(&two) {
-            if a != "s2" {
-                assert_eq!(a, b, "a survivor's partition moved: {three:?} → {two:?}");
-            }
-        }
-        assert_eq!(preferred(&[], 3), None);
-    }
-}
-
-/// What the sharded parts share: who this supervisor is, the members it
-/// believes alive and the partitions it holds.
-#[derive(Debug)]
-pub struct Shard {
-    pub me: String,
-    pub partitions: u32,
-    pub lease: Duration,
-    members: Mutex<Vec<String>>,
-    held: Mutex<Vec<u32>>,
-    /// Leases handed over at shutdown, released after the state is written.
-    leaving: Mutex<Vec<Leader>>,
-}
-
-impl Shard {
-    pub fn new(me: String, partitions: u32, lease: Duration) -> Self {
-        Self {
-            members: Mutex::new(vec![me.clone()]),
-            me,
-            partitions,
-            lease,
-            held: Mutex::default(),
-            leaving: Mutex::default(),
-        }
-    }
-
-    /// The members believed alive, sorted (this one always among them).
-    pub fn members(&self) -> Vec<String> {
-        self.members.lock().map(|m| m.clone()).unwrap_or_default()
-    }
-
-    /// The partitions this supervisor holds now.
-    pub fn held(&self) -> Vec<u32> {
-        self.held.lock().map(|h| h.clone()).unwrap_or_default()
-    }
-
-    pub fn partition(&self, unit: &str) -> u32 {
-        partition_of(unit, self.partitions)
-    }
-
-    /// Who holds the partition of `unit`, as the store says now.
-    pub async fn owner_of(&self, store: &Store, unit: &str) -> Result<Option<String>, StoreError> {
-        let k = self.partition(unit);
-        Ok(store
-            .get(BUCKET, &partition_key(k))
-            .await?
-            .map(|e| Holder::of(&e.value).holder))
-    }
-
-    /// After the state is written at shutdown: deletes the leases held and
-    /// this member's key, so that the others take over at once.
-    pub async fn leave(&self, store: &Store, bus: &xo_bus::Bus, subjects: &xo_proto::Subjects) {
-        let leaving: Vec<Leader> = self
-            .leaving
-            .lock()
-            .map(|mut l| l.drain(..).collect())
-            .unwrap_or_default();
-        let n = leaving.len();
-        for l in leaving {
-            l.release().await;
-        }
-        if let Err(e) = store.delete(BUCKET, &member_key(&self.me)).await {
-            warn!(error = %e, "member key not deleted; the others notice when it expires");
-        }
-        let _ = bus
-            .publish(
-                &subjects.partitions_event(),
-                xo_bus::Headers::new(),
-                Bytes::new(),
-            )
-            .await;
-        info!(partitions = n, instance = %self.me, "partitions handed back");
-    }
 }
 
 /// A partition held: its lease and the pumps reading its subjects.
@@ -589,4 +484,29 @@ pub async fn check_mapping(ctx: &Ctx, shard: &Shard) -> Result<(), crate::Superv
         subjects.partition_probe_reply(&shard.me),
         shard.partitions
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_member_gets_a_share_and_a_death_moves_only_its_own() {
+        let members: Vec<String> = ["s1", "s2", "s3"].iter().map(|s| s.to_string()).collect();
+        let of = |ms: &[String]| -> Vec<String> {
+            (0..12).map(|k| preferred(ms, k).unwrap().clone()).collect()
+        };
+        let three = of(&members);
+        for m in &members {
+            let n = three.iter().filter(|o| *o == m).count();
+            assert!((2..=7).contains(&n), "{m} gets {n} of 12: {three:?}");
+        }
+        let two = of(&[members[0].clone(), members[2].clone()]);
+        for (a, b) in three.iter().zip(&two) {
+            if a != "s2" {
+                assert_eq!(a, b, "a survivor's partition moved: {three:?} → {two:?}");
+            }
+        }
+        assert_eq!(preferred(&[], 3), None);
+    }
 }

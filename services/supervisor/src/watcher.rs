@@ -1,6 +1,6 @@
 //! A unit's watcher: runs the radio check on each report, sends steering,
 //! tracks liveness, and hands its state to the persister. Watchers live in
-//! the [`crate::group`] actors, many to an actor: an actor of its own would
+//! the group actors (`group.rs`), many to an actor: an actor of its own would
 //! cost a unit ~5.7 KiB (its mailboxes and task) beside its ~2 KiB of state.
 
 use std::sync::Arc;

@@ -9,11 +9,13 @@
 //! - [`sensor`]: agent event lines read per second, beside generic JSON parsing.
 //! - [`console`]: SSE fan-out beside a raw bus subscription; pages with many units.
 //! - [`chaos`]: the fabric as processes, SIGKILLed at random under load; invariants checked.
+//! - [`flow`]: the raw NATS baseline, paced publishing and latency, shared by radio and sharded.
 //! - [`util`]: a nats-server of the bench's own, percentiles, verdicts.
 
 mod chaos;
 mod console;
 pub mod detection;
+mod flow;
 mod pipeline;
 mod queue;
 mod radio;

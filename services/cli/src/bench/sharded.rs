@@ -25,7 +25,7 @@ use xo_radio::sample;
 use xo_runtime::XoConfig;
 use xo_supervisor::SupervisorHandle;
 
-use super::radio::{paced, print_latency, raw_counter, reqreply_latency, steering_latency};
+use super::flow::{paced, print_latency, raw_counter, reqreply_latency, steering_latency};
 use super::util::{median, pct, start_nats_cluster, start_nats_with, us};
 
 /// What the sharded bench is asked for.
