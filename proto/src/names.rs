@@ -24,6 +24,20 @@ pub const LEASES_BUCKET: &str = "leases";
 /// The key of the singletons' lease (review, notify, fleet) in [`LEASES_BUCKET`].
 pub const SINGLETONS_LEASE_KEY: &str = "singletons";
 
+/// A project's prompt log, under `<queue.data_dir>/<project>/`: every
+/// prompt and reply of its tasks, a JSON line each.
+pub const PROMPT_LOG: &str = "prompts.log.jsonl";
+
+/// Where a task's work log lives: `<project>/.xo/tasks/<task>.md`, with
+/// XO's other files (excluded from git, so a rollback keeps it). A path,
+/// not a read: the runner writes it, the console shows it.
+pub fn work_log(project_dir: &std::path::Path, task_id: &str) -> std::path::PathBuf {
+    project_dir
+        .join(".xo")
+        .join("tasks")
+        .join(format!("{task_id}.md"))
+}
+
 /// Docker labels of the runner containers the fleet manager owns.
 pub const LABEL_ORG: &str = "xo.org";
 pub const LABEL_UNIT: &str = "xo.unit";

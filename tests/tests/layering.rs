@@ -1,8 +1,15 @@
 //! The house rule (docs/architecture.md): services depend on `proto` and the
-//! libraries only, never on another service; only `cli` (and this test
-//! crate) may depend on services. Read from `cargo metadata`, so a new
-//! dependency that breaks the rule fails here, and a new crate must be
-//! given its kind below before anything can depend on it.
+//! libraries only, never on another service; no library depends on a
+//! service; only `cli` (and this test crate) may depend on services. Read
+//! from `cargo metadata`, so a new dependency that breaks the rule fails
+//! here, and a new crate must be given its kind below before anything can
+//! depend on it.
+//!
+//! Also kept true here: the crate table of docs/architecture.md is the
+//! workspace (every crate, its folder, its kind, and a library's own
+//! dependencies), and the pure libraries (`radio`, `sensor`, `compose`) do
+//! no I/O: no tokio, sockets or processes in their dependency graph, no
+//! `std::fs`, `std::net`, `std::process` or `tokio` in their source.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -19,7 +26,9 @@ enum Kind {
 fn kind(name: &str) -> Option<Kind> {
     Some(match name {
         "xo-proto" => Kind::Contract,
-        "xo-bus" | "xo-radio" | "xo-runtime" | "xo-pipeline" | "xo-sensor" => Kind::Library,
+        "xo-bus" | "xo-radio" | "xo-runtime" | "xo-pipeline" | "xo-sensor" | "xo-compose" => {
+            Kind::Library
+        }
         "xo-supervisor" | "xo-queue" | "xo-runner" | "xo-knowledge" | "xo-review" | "xo-fleet"
         | "xo-console" | "xo-notify" => Kind::Service,
         "xo-cli" => Kind::Binary,
@@ -140,4 +149,372 @@ fn the_check_catches_a_service_on_a_service() {
     );
     assert!(bad.iter().any(|b| b.starts_with("xo-mystery")), "{bad:?}");
     assert_eq!(bad.len(), 3, "{bad:?}");
+}
+
+/// The workspace's root (this crate is `tests/`).
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn metadata() -> serde_json::Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--offline",
+            "--no-deps",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// One row of the crate table: name, folder, kind, what it depends on.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    name: String,
+    folder: String,
+    kind: String,
+    deps: String,
+}
+
+/// The crate table of docs/architecture.md (`| `xo-…` | `folder` | kind | deps | owns |`).
+fn documented(doc: &str) -> Vec<Row> {
+    doc.lines()
+        .filter(|l| l.starts_with("| `xo-"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            Row {
+                name: cells[0].trim_matches('`').to_string(),
+                folder: cells[1].trim_matches('`').trim_end_matches('/').to_string(),
+                kind: cells[2].to_string(),
+                deps: cells.get(3).copied().unwrap_or("").to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The same rows as the workspace has them.
+fn actual() -> Vec<Row> {
+    let meta = metadata();
+    let root = root();
+    let g = graph();
+    let mut rows = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap().to_string();
+        let manifest = std::path::Path::new(p["manifest_path"].as_str().unwrap());
+        let folder = manifest
+            .parent()
+            .unwrap()
+            .strip_prefix(&root)
+            .unwrap()
+            .display()
+            .to_string();
+        let kind = match kind(&name) {
+            Some(Kind::Contract) => "contract",
+            Some(Kind::Library) if PURE.contains(&name.as_str()) => "library (pure)",
+            Some(Kind::Library) => "library",
+            Some(Kind::Service) => "service",
+            Some(Kind::Binary) => "binary",
+            Some(Kind::Tests) => "tests",
+            None => "?",
+        };
+        let mut deps: Vec<String> = g[&name]
+            .iter()
+            .map(|d| d.trim_start_matches("xo-").to_string())
+            .collect();
+        deps.sort();
+        rows.push(Row {
+            name,
+            folder,
+            kind: kind.to_string(),
+            deps: deps.join(", "),
+        });
+    }
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    rows
+}
+
+/// Where the documented table and the workspace differ. A contract's or a
+/// library's dependencies are listed exactly (in any order); a service's
+/// and the binary's are the rule, checked by the graph test above.
+fn table_differences(doc: &[Row], real: &[Row]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for r in real {
+        let Some(d) = doc.iter().find(|d| d.name == r.name) else {
+            bad.push(format!(
+                "{} is in the workspace but not in docs/architecture.md's crate table",
+                r.name
+            ));
+            continue;
+        };
+        if d.folder != r.folder {
+            bad.push(format!(
+                "{}: documented in {}, is in {}",
+                r.name, d.folder, r.folder
+            ));
+        }
+        if d.kind != r.kind {
+            bad.push(format!(
+                "{}: documented as {}, is {}",
+                r.name, d.kind, r.kind
+            ));
+        }
+        if r.kind.starts_with("library") || r.kind == "contract" {
+            let mut listed: Vec<String> = d
+                .deps
+                .split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty() && x != "—")
+                .collect();
+            listed.sort();
+            if listed.join(", ") != r.deps {
+                bad.push(format!(
+                    "{}: documented to depend on [{}], depends on [{}]",
+                    r.name,
+                    listed.join(", "),
+                    r.deps
+                ));
+            }
+        }
+    }
+    for d in doc {
+        if !real.iter().any(|r| r.name == d.name) {
+            bad.push(format!("{} is documented but not in the workspace", d.name));
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_documented_crate_table_is_the_workspace() {
+    let doc = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let rows = documented(&doc);
+    assert!(rows.len() > 10, "the crate table was not found: {rows:?}");
+    let bad = table_differences(&rows, &actual());
+    assert!(
+        bad.is_empty(),
+        "docs/architecture.md is out of date:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_table_check_catches_a_wrong_folder_kind_or_dependency() {
+    let mut doc = actual();
+    doc.retain(|r| r.name != "xo-queue");
+    for r in doc.iter_mut() {
+        match r.name.as_str() {
+            "xo-bus" => r.folder = "services/bus".into(),
+            "xo-radio" => r.deps = "proto, runtime".into(),
+            "xo-console" => r.kind = "library".into(),
+            _ => {}
+        }
+    }
+    doc.push(Row {
+        name: "xo-ghost".into(),
+        folder: "crates/ghost".into(),
+        kind: "library".into(),
+        deps: String::new(),
+    });
+    let bad = table_differences(&doc, &actual());
+    for want in [
+        "xo-queue is in the workspace but not in",
+        "xo-bus: documented in services/bus, is in crates/bus",
+        "xo-radio: documented to depend on [proto, runtime], depends on [proto]",
+        "xo-console: documented as library, is service",
+        "xo-ghost is documented but not in the workspace",
+    ] {
+        assert!(bad.iter().any(|b| b.starts_with(want)), "{want}: {bad:?}");
+    }
+    assert_eq!(bad.len(), 5, "{bad:?}");
+}
+
+/// The libraries that must do no I/O.
+const PURE: [&str; 3] = ["xo-radio", "xo-sensor", "xo-compose"];
+
+/// Crates that do I/O: none may be in a pure library's graph.
+const IO_CRATES: [&str; 8] = [
+    "tokio",
+    "mio",
+    "socket2",
+    "async-nats",
+    "reqwest",
+    "hyper",
+    "nix",
+    "bollard",
+];
+
+/// Every crate a package reaches through normal dependencies on this
+/// platform (`cargo tree`, offline: what the build uses).
+fn closure(name: &str) -> BTreeMap<String, ()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            name,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|n| (n.to_string(), ()))
+        .collect()
+}
+
+/// Lines of a pure library's source that reach for I/O.
+fn io_lines(dir: &std::path::Path) -> Vec<String> {
+    let mut bad = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for (i, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or("");
+                    if ["std::fs", "std::net", "std::process", "tokio"]
+                        .iter()
+                        .any(|w| code.contains(w))
+                    {
+                        bad.push(format!("{}:{}: {}", p.display(), i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_pure_libraries_do_no_io() {
+    let root = root();
+    for lib in PURE {
+        let reach = closure(lib);
+        let io: Vec<&str> = IO_CRATES
+            .iter()
+            .copied()
+            .filter(|c| reach.contains_key(*c))
+            .collect();
+        assert!(
+            io.is_empty(),
+            "{lib} reaches {io:?} through its dependencies"
+        );
+        let folder = root
+            .join("crates")
+            .join(lib.trim_start_matches("xo-"))
+            .join("src");
+        assert!(folder.is_dir(), "{} is not a folder", folder.display());
+        let bad = io_lines(&folder);
+        assert!(bad.is_empty(), "{lib} does I/O:\n{}", bad.join("\n"));
+    }
+    // The checks can fail: the runtime is not pure on either count.
+    let reach = closure("xo-runtime");
+    assert!(reach.contains_key("tokio"));
+    assert!(!io_lines(&root.join("crates/runtime/src")).is_empty());
+}
+
+/// Every `.rs` file under a folder, with its text.
+fn sources(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                out.push((p, text));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_service_starts_from_a_service_ctx_and_no_actor_lives_outside_a_tree() {
+    let root = root();
+    for svc in [
+        "supervisor",
+        "queue",
+        "runner",
+        "knowledge",
+        "review",
+        "fleet",
+        "console",
+        "notify",
+    ] {
+        let src = sources(&root.join("services").join(svc).join("src"));
+        let starts: Vec<&std::path::PathBuf> = src
+            .iter()
+            .filter(|(_, t)| {
+                t.lines().any(|l| {
+                    l.starts_with("pub async fn start(")
+                        && l.split_once('(')
+                            .is_some_and(|(_, a)| a.contains(": ServiceCtx"))
+                })
+            })
+            .map(|(p, _)| p)
+            .collect();
+        assert!(
+            !starts.is_empty(),
+            "services/{svc} has no `pub async fn start(ctx: ServiceCtx…)`"
+        );
+    }
+    // An actor is spawned only as a tree's root: by `tree::Running` (its
+    // one-for-one roots) and by the supervisor's own root; every other
+    // actor is a root's child.
+    let mut spawns = Vec::new();
+    for dir in ["services", "crates"] {
+        for (p, text) in sources(&root.join(dir)) {
+            let rel = p.strip_prefix(&root).unwrap().display().to_string();
+            if rel.contains("/tests/") || rel.starts_with("services/cli/") {
+                continue;
+            }
+            // Unit tests at the end of a file may spawn what they test.
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (i, l) in code.lines().enumerate() {
+                if l.contains("Actor::spawn(") {
+                    spawns.push(format!("{rel}:{}", i + 1));
+                }
+            }
+        }
+    }
+    let allowed = |s: &String| {
+        s.starts_with("crates/runtime/src/tree.rs:")
+            || s.starts_with("services/supervisor/src/lib.rs:")
+    };
+    let outside: Vec<&String> = spawns.iter().filter(|s| !allowed(s)).collect();
+    assert!(
+        outside.is_empty(),
+        "actors spawned outside a tree: {outside:?}"
+    );
+    assert_eq!(spawns.len(), 2, "{spawns:?}");
 }

@@ -115,18 +115,27 @@ impl Actor for ReviewActor {
 #[derive(Debug)]
 pub struct ReviewHandle {
     running: Running<Input>,
+    /// The run log's tree (its control API).
+    runs: Running<crate::runs::RunsMsg>,
 }
 
 impl ReviewHandle {
     /// Waits for `shutdown`, or for the tree to give up.
     pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
-        self.running.until(shutdown).await
+        tokio::select! {
+            _ = shutdown => {}
+            _ = self.running.until(std::future::pending::<()>()) => {}
+            _ = self.runs.until(std::future::pending::<()>()) => {}
+        }
     }
 
     /// Stops in order: the event pumps, then the actor (a review in
-    /// progress finishes and is logged). `Err` if the tree had given up.
+    /// progress finishes and is logged), then the run log's API and actor.
+    /// `Err` if a tree had given up.
     pub async fn stop(self) -> Result<(), ReviewError> {
-        self.running.stop().await.map_err(ReviewError::Tree)
+        let reviews = self.running.stop().await;
+        let runs = self.runs.stop().await;
+        reviews.and(runs).map_err(ReviewError::Tree)
     }
 }
 
@@ -136,6 +145,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
     let ServiceCtx {
         cfg, bus, shutdown, ..
     } = ctx;
+    let cfg_for_runs = cfg.clone();
     let subjects = cfg.subjects();
     let tasks = bus.subscribe(&subjects.task_event_all()).await?;
     let runners = bus.subscribe(&subjects.runner_event_all()).await?;
@@ -148,7 +158,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
     let mut running =
         Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>())
             .await?
-            .ending_on(shutdown);
+            .ending_on(shutdown.clone());
     let root = running.root.clone();
     let dead = |name| input::DeadLetters::new(api_bus.clone(), subjects.clone(), name);
     running.input(input::cast(
@@ -167,29 +177,29 @@ pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
         root,
         Input::Runner,
     ));
-    // The run log is read by an actor of its own (a review may take minutes).
-    let (runs, runs_task) = Actor::spawn(None, runs_actor, ())
-        .await
-        .map_err(|e| tree::Escalation::start("review run log", e))?;
-    running.input(
+    // The run log is read by an actor of its own (a review may take
+    // minutes), under a root of its own.
+    let mut runs = Running::one_for_one(
+        "review run log",
+        runs_actor,
+        Intensity::of(&cfg_for_runs),
+        tree::no_args::<crate::runs::RunsActor>(),
+    )
+    .await?
+    .ending_on(shutdown);
+    runs.input(
         xo_bus::api::serve::<ReviewApi<ActorPorts>, crate::runs::RunsMsg>(
             &api_bus,
             &subjects,
             limit,
             "XO review supervisors: run log",
-            runs.clone(),
-            running.signal(),
+            runs.current.clone(),
+            runs.signal(),
         )
         .await?,
     );
-    let stop = running.signal();
-    running.input(tokio::spawn(async move {
-        stop.await;
-        runs.stop(None);
-        let _ = runs_task.await;
-    }));
     info!(model = %model, "review supervisors started");
-    Ok(ReviewHandle { running })
+    Ok(ReviewHandle { running, runs })
 }
 
 /// Errors of starting the review supervisors.

@@ -31,9 +31,10 @@ impl From<SupervisorApi<ActorPorts>> for FrontMsg {
     }
 }
 
+#[derive(Debug, Clone)]
 pub struct Front;
 
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct FrontState {
     pub ctx: Arc<Ctx>,
     pub root: ActorRef<RootMsg>,

@@ -51,7 +51,7 @@ use tracing::{info, warn};
 use xo_bus::api::ActorPorts;
 use xo_proto::control::SupervisorApi;
 use xo_runtime::ServiceCtx;
-use xo_runtime::tree::{Escalation, EscalationCell, Running, Shutdown};
+use xo_runtime::tree::{Escalation, EscalationCell, Factory, Intensity, Running, Shutdown};
 
 pub use ctx::{Counters, Ctx, Sharded};
 pub use root::RootMsg;
@@ -82,7 +82,7 @@ pub struct SupervisorHandle {
     /// `None` with supervision disabled: nothing runs.
     running: Option<Running<RootMsg>>,
     /// Sharded: the actor answering the shared control API.
-    front: Option<ActorRef<front::FrontMsg>>,
+    front: Option<Running<front::FrontMsg>>,
     flusher: Option<(Shutdown, JoinHandle<()>)>,
 }
 
@@ -150,8 +150,8 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
     )
     .await
     .map_err(|e| Escalation::start("supervisor", e))?;
-    let mut running =
-        Running::with_root("supervisor", root.clone(), root_task, escalation).ending_on(shutdown);
+    let mut running = Running::with_root("supervisor", root.clone(), root_task, escalation)
+        .ending_on(shutdown.clone());
     let flush_stop = Shutdown::new();
     let flusher = ctx.persist.spawn_flusher(
         Duration::from_millis(ctx.cfg.supervisor.flush_interval_ms),
@@ -193,25 +193,32 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
                 )
                 .await?,
             );
-            let (f, _) = Actor::spawn(
-                None,
+            // The shared API's actor, under a root of its own.
+            let state = front::FrontState {
+                ctx: ctx.clone(),
+                root: root.clone(),
+                shard: shard.clone(),
+            };
+            let factory: Factory<front::Front> = Arc::new(move || {
+                let state = state.clone();
+                Box::pin(async move { Ok(state) })
+            });
+            let mut f = Running::one_for_one(
+                "supervisor front",
                 front::Front,
-                front::FrontState {
-                    ctx: ctx.clone(),
-                    root: root.clone(),
-                    shard: shard.clone(),
-                },
+                Intensity::of(&ctx.cfg),
+                factory,
             )
-            .await
-            .map_err(|e| Escalation::start("supervisor", e))?;
-            running.input(
+            .await?
+            .ending_on(shutdown.clone());
+            f.input(
                 xo_bus::api::serve::<SupervisorApi<ActorPorts>, _>(
                     &ctx.bus,
                     &ctx.subjects,
                     ctx.cfg.wire.max_payload,
                     "XO supervisor: units, steering (sharded: any instance answers)",
-                    f.clone(),
-                    running.signal(),
+                    f.current.clone(),
+                    f.signal(),
                 )
                 .await?,
             );
@@ -270,8 +277,20 @@ impl SupervisorHandle {
     /// Waits for `shutdown`, or for the tree to end on its own (it does only
     /// when it escalates), whichever comes first (no polling).
     pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        let never = std::future::pending::<()>;
+        let front = async {
+            match self.front.as_mut() {
+                Some(f) => f.until(never()).await,
+                None => never().await,
+            }
+        };
         match self.running.as_mut() {
-            Some(r) => r.until(shutdown).await,
+            Some(r) => {
+                tokio::select! {
+                    _ = r.until(shutdown) => {}
+                    _ = front => {}
+                }
+            }
             None => shutdown.await,
         }
     }
@@ -289,9 +308,10 @@ impl SupervisorHandle {
             let _ = f.await;
         }
         self.ctx.persist.flush().await;
-        if let Some(f) = self.front.take() {
-            let _ = f.stop_and_wait(None, None).await;
-        }
+        let front = match self.front.take() {
+            Some(f) => f.stop().await,
+            None => Ok(()),
+        };
         // Sharded: the state is written; the others may take over now.
         if let Some(shard) = &self.ctx.shard {
             shard
@@ -301,7 +321,7 @@ impl SupervisorHandle {
         if let Err(e) = self.ctx.bus.flush().await {
             warn!(error = %e, "bus flush at shutdown failed");
         }
-        escalated.map_err(SupervisorError::Tree)
+        escalated.and(front).map_err(SupervisorError::Tree)
     }
 }
 

@@ -213,14 +213,14 @@ pub(crate) fn preview(
         .project_template(project, "input_template")
         .unwrap_or("")
         .to_string();
-    let templates = xo_pipeline::compose::Templates {
+    let templates = xo_compose::Templates {
         global: &cfg.runner.global_template,
         project: &project_t,
         role: &role,
     };
-    let ctx = xo_pipeline::compose::Context::default();
-    let p = xo_pipeline::compose::compose(
-        xo_pipeline::compose::PromptKind::Prompt,
+    let ctx = xo_compose::Context::default();
+    let p = xo_compose::compose(
+        xo_compose::PromptKind::Prompt,
         &templates,
         &task,
         &ctx,

@@ -290,8 +290,11 @@ async fn log_project(c: &Shared, t: &TaskRecord) -> String {
 /// in compose and the chart).
 fn log_paths(c: &Shared, project: &str, id: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     (
-        c.cfg.data_dir().join(project).join("prompts.log.jsonl"),
-        xo_pipeline::logs::work_log_path(&c.cfg.sandbox_dir().join(project), id),
+        c.cfg
+            .data_dir()
+            .join(project)
+            .join(xo_proto::names::PROMPT_LOG),
+        xo_proto::names::work_log(&c.cfg.sandbox_dir().join(project), id),
     )
 }
 

@@ -8,7 +8,8 @@
 //! # Layout
 //!
 //! - [`pipeline`]: the loop above, [`Pipeline::run`] (start here).
-//! - [`compose`]: the only constructor of a [`compose::ComposedPrompt`] (SUP-1, SUP-2).
+//! - [`compose`]: the only constructor of a [`compose::ComposedPrompt`] (SUP-1, SUP-2),
+//!   the pure `xo-compose` library.
 //! - [`driver`]: `command`, `openai` and `script` agents; each takes only a composed prompt.
 //! - [`halt`]: the reply format (seed 002) and halt detection (seed 003).
 //! - [`validate`]: deterministic validation, match quality, confidence, output template.
@@ -19,7 +20,8 @@
 //! - [`logs`]: the prompt log and the work log with retry events.
 //! - [`error`]: [`PipelineError`], the one error of this library.
 
-pub mod compose;
+/// Prompt composition: the `xo-compose` library (the console previews with it too).
+pub use xo_compose as compose;
 pub mod confine;
 pub mod driver;
 pub mod error;

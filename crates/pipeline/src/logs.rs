@@ -32,7 +32,7 @@ impl PromptLog {
         let dir = data_dir.join(project);
         std::fs::create_dir_all(&dir)?;
         Ok(Self {
-            path: dir.join("prompts.log.jsonl"),
+            path: dir.join(xo_proto::names::PROMPT_LOG),
         })
     }
 
@@ -61,10 +61,7 @@ impl PromptLog {
 /// XO's other files — excluded from git, so a rollback keeps it and it
 /// never enters the project's history.
 pub fn work_log_path(project_dir: &Path, task_id: &str) -> PathBuf {
-    project_dir
-        .join(".xo")
-        .join("tasks")
-        .join(format!("{task_id}.md"))
+    xo_proto::names::work_log(project_dir, task_id)
 }
 
 /// The task's work log.
