@@ -30,6 +30,7 @@ pub mod finite;
 pub mod fleet;
 pub mod heartbeat;
 pub mod knowledge;
+pub mod knowledge_doc;
 pub mod names;
 pub mod queue;
 pub mod salute;
@@ -37,6 +38,7 @@ mod salute_reader;
 pub mod settings;
 pub mod steering;
 pub mod subject;
+pub mod task_file;
 
 pub use codec::{CodecError, Format, Message};
 pub use control::Request;

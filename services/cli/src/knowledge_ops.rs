@@ -83,7 +83,7 @@ pub async fn show(cfg: &XoConfig, id: String, json: bool) -> anyhow::Result<Exit
     if json {
         outln!("{}", serde_json::to_string_pretty(&d)?);
     } else {
-        out!("{}", xo_knowledge::doc::render(&d));
+        out!("{}", xo_proto::knowledge_doc::render(&d));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -95,8 +95,8 @@ pub async fn seed(cfg: &XoConfig, dir: &Path) -> anyhow::Result<ExitCode> {
     for (c, name, p) in xo_knowledge::store::md_files(dir) {
         let text =
             std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        let d = xo_knowledge::doc::parse(&text, c, &name, &p.display().to_string())?;
-        xo_knowledge::doc::check(&d).map_err(anyhow::Error::msg)?;
+        let d = xo_proto::knowledge_doc::parse(&text, c, &name, &p.display().to_string())?;
+        xo_proto::knowledge_doc::check(&d).map_err(anyhow::Error::msg)?;
         docs.push(d);
     }
     if docs.is_empty() {

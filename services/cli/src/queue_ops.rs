@@ -176,10 +176,10 @@ pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
         std::fs::read(file).with_context(|| format!("reading {file}"))?
     };
     let tasks =
-        xo_queue::machine::tasks_from_json(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        xo_proto::task_file::tasks_from_json(&bytes).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let n = tasks.len();
     let tasks =
-        xo_queue::machine::dependency_order(tasks).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        xo_proto::task_file::dependency_order(tasks).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let parts = enqueue_parts(tasks, cfg.queue.enqueue_batch, cfg.wire.max_payload / 2)?;
     let bus = client_bus(cfg).await?;
     let (mut added, mut sent) = (0usize, 0usize);

@@ -7,7 +7,8 @@
 //! - [`store`]: the folder, ownership, lifecycle, selection under a token budget, index.
 //! - [`service`]: the `knowledge` control API on the bus and the watcher of hand edits.
 
-pub mod doc;
+/// The document format: `xo_proto::knowledge_doc` (a client model).
+pub use xo_proto::knowledge_doc as doc;
 pub mod relevance;
 pub mod service;
 pub mod store;

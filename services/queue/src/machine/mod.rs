@@ -8,8 +8,9 @@ mod enqueue;
 mod manager;
 mod stuck;
 
-pub use enqueue::{check_id, check_sandbox_path, dependency_order, tasks_from_json, validate_task};
+pub use enqueue::{check_id, check_sandbox_path, validate_task};
 pub use manager::parse_manager_reply;
+pub use xo_proto::task_file::{dependency_order, tasks_from_json};
 
 use std::collections::{BTreeMap, BTreeSet};
 

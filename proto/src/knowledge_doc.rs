@@ -1,4 +1,6 @@
-//! The document format (seed 001): rules, not prose.
+//! The knowledge document's format on disk (seed 001): rules, not prose.
+//! A client model: the knowledge service, `xo knowledge` and the review
+//! supervisors read and write documents with it. Pure text in, text out.
 //!
 //! ```text
 //! # Error Handling Conventions
@@ -24,7 +26,7 @@
 //!
 //! A document awaiting the operator's review carries `_Needs user review: yes_`.
 
-use xo_proto::knowledge::{Category, ChangeEntry, DocStatus, KnowledgeDoc};
+use crate::knowledge::{Category, ChangeEntry, DocStatus, KnowledgeDoc};
 
 /// A document that does not parse: the file and line, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -302,7 +304,7 @@ pub fn render(d: &KnowledgeDoc) -> String {
 /// Checks what a writer may not get wrong: a one-token name, a title, rules
 /// within the length limit.
 pub fn check(d: &KnowledgeDoc) -> Result<(), String> {
-    xo_proto::validate_token("document name", &d.name)?;
+    crate::validate_token("document name", &d.name)?;
     if d.title.trim().is_empty() || d.title.contains('\n') {
         return Err(format!("{}: the title must be one non-empty line", d.id()));
     }
