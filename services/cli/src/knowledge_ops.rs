@@ -259,3 +259,19 @@ pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
     outln!("total cost ${total:.4}");
     Ok(ExitCode::SUCCESS)
 }
+
+/// `xo knowledge …`.
+pub async fn run(cfg: &XoConfig, cmd: crate::cli::KnowledgeCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        crate::cli::KnowledgeCmd::Ls { category, json } => ls(cfg, category, json).await,
+        crate::cli::KnowledgeCmd::Show { id, json } => show(cfg, id, json).await,
+        crate::cli::KnowledgeCmd::Seed { dir } => seed(cfg, &dir).await,
+        crate::cli::KnowledgeCmd::Deprecate { id, reason } => deprecate(cfg, id, reason).await,
+        crate::cli::KnowledgeCmd::Review {
+            id,
+            accept,
+            reject,
+            note,
+        } => review(cfg, id, accept, reject, note).await,
+    }
+}

@@ -491,3 +491,20 @@ pub fn store_repair(cfg: &XoConfig, files: &[String]) -> anyhow::Result<ExitCode
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `xo config`: the configuration in force, secrets masked.
+pub fn show_config(cfg: &XoConfig) -> anyhow::Result<ExitCode> {
+    // Secrets are never printed: set or not, that is all it says.
+    let mut shown = cfg.clone();
+    if !shown.nats.password.is_empty() {
+        shown.nats.password = "*** (set)".into();
+    }
+    shown.nats.url = xo_bus::nats::redact_url(&shown.nats.url);
+    for w in &mut shown.alerts.webhooks {
+        if !w.authorization.is_empty() && !w.authorization.starts_with("env:") {
+            w.authorization = "*** (set)".into();
+        }
+    }
+    outln!("{}", serde_json::to_string_pretty(&shown)?);
+    Ok(ExitCode::SUCCESS)
+}

@@ -7,6 +7,7 @@ use tracing::info;
 use xo_runner::RunnerOptions;
 use xo_runtime::XoConfig;
 
+use crate::cli::ServeCmd;
 use crate::fabric::{Fabric, Plan, Transport};
 
 /// Resolves on ctrl-c or SIGTERM.
@@ -151,4 +152,86 @@ pub async fn serve_runner(
         ..Plan::default()
     };
     serve(cfg, plan, "xo-runner").await
+}
+
+/// `xo serve SERVICE`: one service (a plan of one) run by the fabric.
+pub async fn serve_cmd(cfg: XoConfig, service: ServeCmd) -> anyhow::Result<ExitCode> {
+    match service {
+        ServeCmd::Supervisor => serve(cfg, supervisor_plan(), "xo-supervisor").await,
+        ServeCmd::Queue => {
+            let plan = Plan {
+                queue: true,
+                ..Default::default()
+            };
+            serve(cfg, plan, "xo-queue").await
+        }
+        ServeCmd::Runner {
+            role,
+            unit,
+            driver,
+            script,
+            sandbox,
+        } => {
+            let mut o = Vec::new();
+            if let Some(d) = driver {
+                o.push(("runner.driver.kind".to_string(), d));
+            }
+            if let Some(s) = script {
+                o.push(("runner.driver.script".to_string(), s));
+            }
+            if let Some(s) = sandbox {
+                o.push(("runner.sandbox".to_string(), s));
+            }
+            let cfg = if o.is_empty() { cfg } else { reload(&cfg, o)? };
+            serve_runner(cfg, role, unit).await
+        }
+        ServeCmd::Console { listen, read_only } => {
+            let mut cfg = cfg;
+            if let Some(l) = listen {
+                cfg.console.listen = l;
+            }
+            cfg.console.read_only |= read_only;
+            cfg.console.enabled = true;
+            cfg.validate()?;
+            let plan = Plan {
+                console: crate::fabric::ConsoleMode::Required,
+                ..Default::default()
+            };
+            serve(cfg, plan, "xo-console").await
+        }
+        ServeCmd::Knowledge => {
+            let plan = Plan {
+                knowledge: true,
+                ..Default::default()
+            };
+            serve(cfg, plan, "xo-knowledge").await
+        }
+        ServeCmd::Notify => {
+            let plan = Plan {
+                notify: true,
+                ..Default::default()
+            };
+            serve(cfg, plan, "xo-notify").await
+        }
+    }
+}
+
+/// The configuration again with more overrides (flags of one subcommand).
+fn reload(cfg: &XoConfig, extra: Vec<(String, String)>) -> anyhow::Result<XoConfig> {
+    let mut cfg = cfg.clone();
+    for (k, v) in extra {
+        match k.as_str() {
+            "runner.driver.kind" => {
+                cfg.runner.driver.kind =
+                    serde_json::from_value(serde_json::Value::String(v.clone())).map_err(|_| {
+                        anyhow::anyhow!("--driver {v:?}: use command, openai or script")
+                    })?
+            }
+            "runner.driver.script" => cfg.runner.driver.script = v,
+            "runner.sandbox" => cfg.runner.sandbox = v,
+            _ => {}
+        }
+    }
+    cfg.validate()?;
+    Ok(cfg)
 }
