@@ -1,0 +1,309 @@
+//! Layered configuration: defaults → file → environment → flags.
+//!
+//! - this file: [`XoConfig`], loading and the paths it derives;
+//! - [`fabric`]: `org`, `nats`, `state`, `wire`, `telemetry`;
+//! - [`supervisor`], [`queue`], [`runner`]: their sections;
+//! - [`services`]: `console`, `knowledge`, `review`, `store`, `alerts`, `fleet`;
+//! - [`validate`]: every key checked, errors naming the key.
+
+mod fabric;
+mod queue;
+mod runner;
+mod services;
+mod supervisor;
+mod validate;
+
+pub use fabric::*;
+pub use queue::*;
+pub use runner::*;
+pub use services::*;
+pub use supervisor::*;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use xo_proto::Format;
+use xo_radio::{RoleProfile, Roles};
+
+/// Errors name the key (or file) that is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Load(String),
+    #[error("config key {key}: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct XoConfig {
+    pub org: OrgConfig,
+    pub nats: NatsConfig,
+    pub state: StateConfig,
+    pub wire: WireConfig,
+    pub telemetry: TelemetryConfig,
+    pub supervisor: SupervisorConfig,
+    pub queue: QueueConfig,
+    pub runner: RunnerConfig,
+    pub knowledge: KnowledgeConfig,
+    pub review: ReviewConfig,
+    pub fleet: FleetConfig,
+    pub alerts: AlertsConfig,
+    pub store: StoreConfig,
+    pub console: ConsoleConfig,
+    /// Role profiles by name; `default` applies to roles not listed.
+    pub roles: BTreeMap<String, RoleProfile>,
+}
+
+impl Default for XoConfig {
+    fn default() -> Self {
+        let mut roles = BTreeMap::new();
+        for role in [
+            "default",
+            "coder",
+            "architect",
+            "reviewer",
+            xo_proto::queue::MANAGER_ROLE,
+        ] {
+            roles.insert(role.to_string(), RoleProfile::default());
+        }
+        Self {
+            org: OrgConfig::default(),
+            nats: NatsConfig::default(),
+            state: StateConfig::default(),
+            wire: WireConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            queue: QueueConfig::default(),
+            runner: RunnerConfig::default(),
+            knowledge: KnowledgeConfig::default(),
+            review: ReviewConfig::default(),
+            fleet: FleetConfig::default(),
+            alerts: AlertsConfig::default(),
+            store: StoreConfig::default(),
+            console: ConsoleConfig::default(),
+            roles,
+        }
+    }
+}
+
+impl XoConfig {
+    /// Where the knowledge folder lives.
+    pub fn knowledge_dir(&self) -> PathBuf {
+        if self.knowledge.dir.is_empty() {
+            self.state.dir.join("knowledge")
+        } else {
+            PathBuf::from(&self.knowledge.dir)
+        }
+    }
+
+    /// Where projects' working trees live.
+    pub fn sandbox_dir(&self) -> PathBuf {
+        if self.runner.sandbox.is_empty() {
+            self.state.dir.join("sandbox")
+        } else {
+            PathBuf::from(&self.runner.sandbox)
+        }
+    }
+
+    /// Where audit logs live.
+    pub fn data_dir(&self) -> PathBuf {
+        if self.queue.data_dir.is_empty() {
+            self.state.dir.join("data")
+        } else {
+            PathBuf::from(&self.queue.data_dir)
+        }
+    }
+
+    /// Roles tasks may name: every configured role but `default`.
+    pub fn task_roles(&self) -> std::collections::BTreeSet<String> {
+        self.roles
+            .keys()
+            .filter(|r| *r != "default")
+            .cloned()
+            .collect()
+    }
+
+    /// Loads defaults → `file` (or `./xo.toml` if present) → `XO__SECTION__KEY`
+    /// environment → `overrides` (`section.key`, value), then validates.
+    pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
+        let load = |e: config::ConfigError| ConfigError::Load(e.to_string());
+        let defaults = config::Config::try_from(&XoConfig::default()).map_err(load)?;
+        let mut b = config::Config::builder().add_source(defaults);
+        match file {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(ConfigError::Load(format!(
+                        "config file {} does not exist",
+                        path.display()
+                    )));
+                }
+                b = b.add_source(config::File::from(path).format(config::FileFormat::Toml));
+            }
+            None => {
+                b = b.add_source(
+                    config::File::with_name("xo.toml")
+                        .format(config::FileFormat::Toml)
+                        .required(false),
+                );
+            }
+        }
+        b = b.add_source(
+            config::Environment::with_prefix("XO")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true),
+        );
+        for (k, v) in overrides {
+            b = b.set_override(k.as_str(), v.as_str()).map_err(load)?;
+        }
+        let mut cfg: XoConfig = b.build().map_err(load)?.try_deserialize().map_err(load)?;
+        cfg.validate()?;
+        if cfg.nats.password.is_empty() && !cfg.nats.password_file.is_empty() {
+            let invalid = |reason: String| ConfigError::Invalid {
+                key: "nats.password_file".into(),
+                reason,
+            };
+            let path = expand_env(&cfg.nats.password_file).map_err(invalid)?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| invalid(format!("{path}: {e}")))?;
+            cfg.nats.password = text.trim_end_matches(['\n', '\r']).to_string();
+            if cfg.nats.password.is_empty() {
+                return Err(invalid(format!("{path} is empty")));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Role profiles for the radio check.
+    pub fn roles(&self) -> Roles {
+        let mut by_name = self.roles.clone();
+        let default = by_name.remove("default").unwrap_or_default();
+        // External agents' role: measured defaults unless configured.
+        by_name
+            .entry(xo_radio::AGENT_ROLE.to_string())
+            .or_insert_with(xo_radio::RoleProfile::agent);
+        Roles::new(default, by_name)
+    }
+
+    pub fn subjects(&self) -> xo_proto::Subjects {
+        xo_proto::Subjects::new(&self.org.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_toml(text: &str) -> Result<XoConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("xo.toml");
+        std::fs::write(&p, text).unwrap();
+        XoConfig::load(Some(&p), &[])
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        XoConfig::default().validate().unwrap();
+        assert_eq!(XoConfig::default().supervisor.stale_after_ms, 30_000);
+    }
+
+    #[test]
+    fn file_then_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("xo.toml");
+        std::fs::write(
+            &p,
+            "[supervisor]\nstale_after_ms = 5000\n[roles.coder.doctrine]\ncooldown_turns = 5\nexempt_tools = [\"wait\"]\n[roles.coder.pace_plan.contingent]\ndescription = \"ask the reviewer\"\n",
+        )
+        .unwrap();
+        let cfg = XoConfig::load(Some(&p), &[("supervisor.tick_ms".into(), "250".into())]).unwrap();
+        assert_eq!(cfg.supervisor.stale_after_ms, 5000);
+        assert_eq!(cfg.supervisor.tick_ms, 250);
+        let roles = cfg.roles();
+        assert_eq!(roles.get("coder").doctrine.cooldown_turns, 5);
+        assert_eq!(roles.get("coder").doctrine.exempt_tools, vec!["wait"]);
+        assert_eq!(
+            roles.get("coder").pace_plan.contingent.description,
+            "ask the reviewer"
+        );
+        assert_eq!(
+            roles.get("other").doctrine.cooldown_turns,
+            3,
+            "unlisted roles get the default"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = load_toml("[supervisor]\nstale_after_ms = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.stale_after_ms"), "{e}");
+        let e = load_toml("[supervisor]\nstale_afterr_ms = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stale_afterr_ms"), "{e}");
+        let e = load_toml("[org]\nprefix = \"a b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("org.prefix"), "{e}");
+        let e = load_toml("[supervisor]\npartitions = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.partitions"), "{e}");
+        let e = load_toml("[supervisor]\npartitions = 4\npartition_lease_ms = 10\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.partition_lease_ms"), "{e}");
+        let e = load_toml("[supervisor]\npartitions = 4\nreport_retention_ms = 20000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("supervisor.report_retention_ms") && e.contains("25000 ms"),
+            "{e}"
+        );
+        let e = load_toml("[supervisor]\ninstance = \"a.b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("supervisor.instance"), "{e}");
+        let e = load_toml("[roles.coder.doctrine]\ncontext_warning = 1.5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("roles.coder.doctrine.context_warning"), "{e}");
+        let e = load_toml("[nats]\nurl = \"http://x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nats.url"), "{e}");
+        for (toml, key) in [
+            (
+                "[console]\nlisten = \"0.0.0.0:7878\"\nopen_reads = true\n",
+                "console.open_reads",
+            ),
+            (
+                "[console]\nmax_connections = 0\n",
+                "console.max_connections",
+            ),
+            (
+                "[console]\nmax_connections = 8\nmax_event_streams = 8\n",
+                "console.max_event_streams",
+            ),
+        ] {
+            let e = load_toml(toml).unwrap_err().to_string();
+            assert!(e.contains(key), "{toml}: {e}");
+        }
+        assert!(load_toml("[console]\nopen_reads = true\n").is_ok());
+        let e = load_toml("[supervisor\n").unwrap_err().to_string();
+        assert!(e.contains("xo.toml"), "{e}");
+        let missing = XoConfig::load(Some(Path::new("/nonexistent/xo.toml")), &[]).unwrap_err();
+        assert!(missing.to_string().contains("/nonexistent/xo.toml"));
+    }
+
+    #[test]
+    fn shipped_example_config_is_valid() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/xo.toml");
+        let cfg = XoConfig::load(Some(&p), &[]).unwrap();
+        assert!(cfg.roles.contains_key("coder"));
+    }
+}

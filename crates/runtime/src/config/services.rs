@@ -1,0 +1,250 @@
+//! The other services' sections: `console`, `knowledge`, `review`,
+//! `store`, `alerts`, `fleet`.
+
+use super::*;
+
+/// The web console (`xo up` serves it; `xo serve console` alone).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console in `xo up`.
+    pub enabled: bool,
+    /// The address to listen on. Loopback by default; on any other address
+    /// every request needs the token, not only the writes.
+    pub listen: String,
+    /// The bearer token's file; empty: `<state.dir>/console.token`, made
+    /// (mode 0600) on first start. `XO_CONSOLE_TOKEN` wins over both.
+    pub token_file: String,
+    /// Read-only: every action is hidden and refused.
+    pub read_only: bool,
+    /// Let pages and the API be read without the token (loopback only).
+    /// Off by default: any local user, or a web page that rebinds its name
+    /// to 127.0.0.1, could otherwise read the fleet.
+    pub open_reads: bool,
+    /// Connections open at once; one more is answered 503 and closed, so
+    /// the console never takes the file descriptors the bus and the
+    /// services need.
+    pub max_connections: usize,
+    /// Live event streams (`/api/v1/events`) open at once, within
+    /// `max_connections`; one more is answered 503.
+    pub max_event_streams: usize,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: "127.0.0.1:7878".into(),
+            token_file: String::new(),
+            read_only: false,
+            open_reads: false,
+            max_connections: 256,
+            max_event_streams: 64,
+        }
+    }
+}
+
+/// The knowledge store (seed 001).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KnowledgeConfig {
+    /// Serve the store in `xo up` (and let runners inject it).
+    pub enabled: bool,
+    /// The folder; empty: `<state.dir>/knowledge`.
+    pub dir: String,
+    /// How often the folder is checked for edits by hand.
+    pub poll_ms: u64,
+    /// Token budget of the `## PROJECT KNOWLEDGE` section.
+    pub budget_tokens: usize,
+    /// Clean tasks after which a provisional document is established.
+    pub establish_after: u32,
+}
+
+impl Default for KnowledgeConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: String::new(),
+            poll_ms: 1_000,
+            budget_tokens: 2_000,
+            establish_after: 5,
+        }
+    }
+}
+
+/// The review supervisors (seed 001) on their own model route.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReviewConfig {
+    pub enabled: bool,
+    /// The project the reviewers read (its sandbox) and write directives for.
+    pub project: String,
+    /// Code style runs every N completed tasks (and on milestone).
+    pub code_style_every: u32,
+    /// The internaliser runs every N completed tasks (and on milestone).
+    pub internaliser_every: u32,
+    /// The assessor runs every N completed tasks (and on milestone).
+    pub assessor_every: u32,
+    /// Role of the tasks directives become.
+    pub directive_role: String,
+    /// Polish phase: cleanup tasks processed after the goal is functionally complete.
+    pub polish_max_tasks: u32,
+    /// USD per UTC day across reviewers; 0: no limit.
+    pub daily_budget_usd: f64,
+    /// USD per project; 0: no limit.
+    pub project_budget_usd: f64,
+    /// Findings at least this similar to the previous run's mean "converging".
+    pub convergence_similarity: f64,
+    /// The `supervisor` model route (any OpenAI-compatible endpoint); an empty model skips reviews.
+    pub model: OpenAiConfig,
+}
+
+impl Default for ReviewConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            project: "default".into(),
+            code_style_every: 5,
+            internaliser_every: 3,
+            assessor_every: 10,
+            directive_role: "coder".into(),
+            polish_max_tasks: 10,
+            daily_budget_usd: 5.0,
+            project_budget_usd: 20.0,
+            convergence_similarity: 0.8,
+            model: OpenAiConfig {
+                base_url: "https://openrouter.ai/api/v1".into(),
+                api_key_env: "OPENROUTER_API_KEY".into(),
+                max_turns: 8,
+                ..OpenAiConfig::default()
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FleetBackend {
+    /// No fleet management (Kubernetes keeps the replicas).
+    #[default]
+    None,
+    /// Runner containers on the local Docker engine.
+    Docker,
+}
+
+/// The embedded file store (`xo up` without NATS).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `always`: fsync before a write is acknowledged (the queue's group
+    /// commit pays one per batch); `batch`: fsync every 100 ms (a power cut
+    /// loses at most that); `never`: the OS decides (a power cut can lose
+    /// seconds). A process crash loses nothing in any mode.
+    pub sync: StoreSync,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreSync {
+    #[default]
+    Always,
+    Batch,
+    Never,
+}
+
+/// Alerts to the operator's webhooks (`xo serve notify`; `xo up` runs it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Where alerts go; none: they are only published on `xo.event.alert.*`.
+    pub webhooks: Vec<Webhook>,
+    /// Attempts per alert and webhook before it is dead-lettered.
+    pub attempts: u32,
+    /// The first retry's wait; each next one doubles it (at most 60 s).
+    pub backoff_ms: u64,
+    /// One POST's timeout.
+    pub timeout_ms: u64,
+    /// Alerts that could not be delivered, one JSON line each; empty:
+    /// `<data_dir>/alerts.dead.jsonl`.
+    pub dead_letter_file: String,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            webhooks: Vec::new(),
+            attempts: 5,
+            backoff_ms: 500,
+            timeout_ms: 5_000,
+            dead_letter_file: String::new(),
+        }
+    }
+}
+
+/// One webhook.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Webhook {
+    /// `http://` or `https://`.
+    pub url: String,
+    /// `json` (the alert as it is published) or `slack` (`{"text": ...}`,
+    /// for Slack, Mattermost and other incoming webhooks).
+    pub format: WebhookFormat,
+    /// Alert kinds to send (`task_blocked`, `question`, `queue_stuck`,
+    /// `role_failed`, `budget_exhausted`, `queue_halted`, `lease_refused`); empty: all.
+    pub kinds: Vec<xo_proto::alert::AlertKind>,
+    /// The value of an `Authorization` header, if the receiver wants one;
+    /// `env:NAME` reads it from the environment.
+    pub authorization: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Json,
+    Slack,
+}
+
+/// Runner containers managed by the XO through the Docker API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    pub backend: FleetBackend,
+    /// The runner image.
+    pub image: String,
+    /// Desired runners per role.
+    pub runners: BTreeMap<String, u32>,
+    /// Container arguments; `{role}` and `{unit}` are replaced.
+    pub command: Vec<String>,
+    /// `KEY=value` for every runner container.
+    pub env: Vec<String>,
+    /// Binds and volume mounts (`shared:/data`).
+    pub binds: Vec<String>,
+    /// A Docker network to attach runners to (compose's, for example).
+    pub network: String,
+    /// Restarts of one unit allowed within `restart_window_ms` before its role is failed.
+    pub max_restarts: u32,
+    pub restart_window_ms: u64,
+    /// How often the fleet is reconciled.
+    pub reconcile_ms: u64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        Self {
+            backend: FleetBackend::None,
+            image: "xo:latest".into(),
+            runners: BTreeMap::new(),
+            command: ["serve", "runner", "--role", "{role}", "--unit", "{unit}"]
+                .map(String::from)
+                .to_vec(),
+            env: Vec::new(),
+            binds: Vec::new(),
+            network: String::new(),
+            max_restarts: 5,
+            restart_window_ms: 60_000,
+            reconcile_ms: 2_000,
+        }
+    }
+}

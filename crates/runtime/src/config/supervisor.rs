@@ -1,0 +1,106 @@
+//! `[supervisor]` and its `[[supervisor.watch]]`.
+
+use super::*;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupervisorConfig {
+    /// With supervision disabled the supervisor subscribes to nothing and starts no timers.
+    pub enabled: bool,
+    /// A unit with no report or heartbeat for this long is stale.
+    pub stale_after_ms: u64,
+    /// A unit silent for this long is forgotten: its watcher stopped, its
+    /// state deleted from the store, counted (`evicted` in the stats). A
+    /// unit that reports again starts afresh. 0: never (memory grows with
+    /// every unit ever seen, about 14 KB each).
+    pub unit_retention_ms: u64,
+    /// How often liveness is checked.
+    pub tick_ms: u64,
+    /// How often pending unit state is written to the store.
+    pub flush_interval_ms: u64,
+    /// A unit's state is handed for writing at most this often (plus at
+    /// stop, on stale and on operator steering): a crash loses at most this much.
+    pub persist_interval_ms: u64,
+    /// Watcher restarts allowed within `restart_window_ms` before escalating.
+    pub max_restarts: u32,
+    pub restart_window_ms: u64,
+    /// Macrocosm file mode: a shared volume with `reports/` and `steering/`; empty: off.
+    pub volume: String,
+    /// How often the volume's reports are polled.
+    pub file_poll_ms: u64,
+    /// Steering messages kept per unit for `xo units UNIT`.
+    pub steering_history: usize,
+    /// Directories of live agent transcripts the XO's process watches
+    /// (`[[supervisor.watch]]`, as `xo watch` does), for containers.
+    pub watch: Vec<WatchConfig>,
+    /// Sharded supervision: the units' reports are spread over this many
+    /// partitions by the NATS server's subject mapping (`xo nats-config
+    /// --partitions N`), and every `xo serve supervisor` with the same value
+    /// takes a share of them. 1: one supervisor sees every unit.
+    pub partitions: u32,
+    /// A partition whose holder has not renewed its lease for this long is
+    /// taken over by another supervisor (sharded supervision only).
+    pub partition_lease_ms: u64,
+    /// Sharded supervision: how long NATS keeps the units' reports (the
+    /// stream `<PREFIX>_REPORTS`). A supervisor that takes over a partition,
+    /// or whose own node went away, reads on from what is kept: at least
+    /// two partition leases and a persist interval.
+    pub report_retention_ms: u64,
+    /// ... and at most this many MiB of them (the oldest go first).
+    pub report_retention_mb: u64,
+    /// This supervisor's name among the sharded ones (empty: host, pid and
+    /// a random suffix). Letters, digits, '-' and '_'.
+    pub instance: String,
+}
+
+/// One `[[supervisor.watch]]`: a format and the directories of its sessions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchConfig {
+    /// `claude`, `cursor`, `codex` or `openhands`.
+    pub format: String,
+    pub dirs: Vec<String>,
+    /// The role the sessions are checked as (`agent`: thresholds measured
+    /// on real runs).
+    pub role: String,
+    pub poll_ms: u64,
+    /// Read the sessions already there from their start (reported, never
+    /// steered); by default the watch starts at their end.
+    pub from_start: bool,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            format: String::new(),
+            dirs: Vec::new(),
+            role: xo_radio::AGENT_ROLE.into(),
+            poll_ms: 500,
+            from_start: false,
+        }
+    }
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            stale_after_ms: 30_000,
+            unit_retention_ms: 24 * 60 * 60 * 1000,
+            tick_ms: 1_000,
+            flush_interval_ms: 200,
+            persist_interval_ms: 5_000,
+            max_restarts: 5,
+            restart_window_ms: 10_000,
+            volume: String::new(),
+            file_poll_ms: 500,
+            steering_history: 20,
+            watch: Vec::new(),
+            partitions: 1,
+            partition_lease_ms: 10_000,
+            report_retention_ms: 120_000,
+            report_retention_mb: 1024,
+            instance: String::new(),
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! `XoConfig::validate`: every key checked, errors naming the key.
+
+use super::*;
+
+impl XoConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            key: key.to_string(),
+            reason,
+        };
+        xo_proto::Subjects::validate_prefix(&self.org.prefix)
+            .map_err(|r| invalid("org.prefix", r))?;
+        if !(1..=5).contains(&self.nats.replicas) {
+            return Err(invalid(
+                "nats.replicas",
+                format!(
+                    "{} copies: JetStream keeps 1 to 5 (3 on a three-node cluster)",
+                    self.nats.replicas
+                ),
+            ));
+        }
+        if self.nats.tls_cert_file.is_empty() != self.nats.tls_key_file.is_empty() {
+            return Err(invalid(
+                "nats.tls_cert_file",
+                "a client certificate needs its key: set both nats.tls_cert_file and nats.tls_key_file, or neither".into(),
+            ));
+        }
+        if self.wire.max_payload < 1024 {
+            return Err(invalid(
+                "wire.max_payload",
+                format!(
+                    "{} bytes is too small (at least 1024)",
+                    self.wire.max_payload
+                ),
+            ));
+        }
+        if self.console.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "console.listen",
+                format!(
+                    "{:?} is not an address and port (like 127.0.0.1:7878)",
+                    self.console.listen
+                ),
+            ));
+        }
+        if self.supervisor.unit_retention_ms > 0
+            && self.supervisor.unit_retention_ms < self.supervisor.stale_after_ms
+        {
+            return Err(invalid(
+                "supervisor.unit_retention_ms",
+                format!(
+                    "{} ms would forget units before they are even stale (supervisor.stale_after_ms {} ms): at least that, or 0 to never forget",
+                    self.supervisor.unit_retention_ms, self.supervisor.stale_after_ms
+                ),
+            ));
+        }
+        let c = &self.console;
+        if c.open_reads
+            && c.listen
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| !a.ip().is_loopback())
+        {
+            return Err(invalid(
+                "console.open_reads",
+                format!(
+                    "reads without the token are only for a loopback console, and console.listen is {}: unset console.open_reads or listen on 127.0.0.1",
+                    c.listen
+                ),
+            ));
+        }
+        if c.max_connections == 0 {
+            return Err(invalid(
+                "console.max_connections",
+                "0 would refuse every connection: at least 1 (default 256)".into(),
+            ));
+        }
+        if c.max_event_streams == 0 || c.max_event_streams >= c.max_connections {
+            return Err(invalid(
+                "console.max_event_streams",
+                format!(
+                    "{} is out of range: at least 1 and fewer than console.max_connections ({}), so pages still load while streams are open",
+                    c.max_event_streams, c.max_connections
+                ),
+            ));
+        }
+        let s = &self.supervisor;
+        if !(1..=1024).contains(&s.partitions) {
+            return Err(invalid(
+                "supervisor.partitions",
+                format!(
+                    "{} is out of range: 1 (one supervisor) to 1024",
+                    s.partitions
+                ),
+            ));
+        }
+        if s.partitions > 1 && !s.volume.is_empty() {
+            return Err(invalid(
+                "supervisor.volume",
+                "file mode and sharded supervision (supervisor.partitions > 1) do not mix: every supervisor would read every report file; keep one supervisor for a volume".into(),
+            ));
+        }
+        if s.partitions > 1 && s.partition_lease_ms < 300 {
+            return Err(invalid(
+                "supervisor.partition_lease_ms",
+                format!(
+                    "{} ms is too short for a lease renewed over the network (at least 300)",
+                    s.partition_lease_ms
+                ),
+            ));
+        }
+        let least = 2 * s.partition_lease_ms + s.persist_interval_ms;
+        if s.partitions > 1 && s.report_retention_ms < least {
+            return Err(invalid(
+                "supervisor.report_retention_ms",
+                format!(
+                    "{} ms is shorter than what a take-over reads back: two partition leases and a persist interval ({least} ms); raise it",
+                    s.report_retention_ms
+                ),
+            ));
+        }
+        if !s
+            .instance
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(
+                "supervisor.instance",
+                format!(
+                    "{:?} is not a name of letters, digits, '-' and '_' (it is a subject token and a store key)",
+                    s.instance
+                ),
+            ));
+        }
+        for (key, v) in [
+            ("nats.ping_interval_ms", self.nats.ping_interval_ms),
+            ("supervisor.stale_after_ms", s.stale_after_ms),
+            ("supervisor.tick_ms", s.tick_ms),
+            ("supervisor.flush_interval_ms", s.flush_interval_ms),
+            ("supervisor.persist_interval_ms", s.persist_interval_ms),
+            ("supervisor.restart_window_ms", s.restart_window_ms),
+            ("supervisor.file_poll_ms", s.file_poll_ms),
+            ("supervisor.report_retention_mb", s.report_retention_mb),
+            ("queue.lease_ms", self.queue.lease_ms),
+            ("queue.tick_ms", self.queue.tick_ms),
+            ("queue.enqueue_batch", self.queue.enqueue_batch as u64),
+            ("runner.heartbeat_ms", self.runner.heartbeat_ms),
+            ("knowledge.poll_ms", self.knowledge.poll_ms),
+            ("fleet.reconcile_ms", self.fleet.reconcile_ms),
+            ("fleet.restart_window_ms", self.fleet.restart_window_ms),
+            ("fleet.max_restarts", u64::from(self.fleet.max_restarts)),
+            (
+                "knowledge.establish_after",
+                u64::from(self.knowledge.establish_after),
+            ),
+            (
+                "review.code_style_every",
+                u64::from(self.review.code_style_every),
+            ),
+            (
+                "review.internaliser_every",
+                u64::from(self.review.internaliser_every),
+            ),
+            (
+                "review.assessor_every",
+                u64::from(self.review.assessor_every),
+            ),
+            (
+                "runner.timeouts.standard_ms",
+                self.runner.timeouts.standard_ms,
+            ),
+            ("runner.timeouts.long_ms", self.runner.timeouts.long_ms),
+            (
+                "runner.timeouts.extended_ms",
+                self.runner.timeouts.extended_ms,
+            ),
+            (
+                "runner.driver.openai.max_attempts",
+                u64::from(self.runner.driver.openai.max_attempts),
+            ),
+            (
+                "runner.driver.openai.max_turns",
+                u64::from(self.runner.driver.openai.max_turns),
+            ),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be greater than 0".into()));
+            }
+        }
+        if !(1..=20).contains(&self.runner.max_retries) {
+            return Err(invalid(
+                "runner.max_retries",
+                format!(
+                    "{}: retries per task are 1 to 20 (seed 002: 3); more repeats a failure instead of fixing it",
+                    self.runner.max_retries
+                ),
+            ));
+        }
+        for (key, url) in [
+            (
+                "runner.driver.openai.base_url",
+                &self.runner.driver.openai.base_url,
+            ),
+            ("review.model.base_url", &self.review.model.base_url),
+        ] {
+            let ok = url.is_empty()
+                || ((url.starts_with("http://") || url.starts_with("https://"))
+                    && url.split("://").nth(1).is_some_and(|rest| {
+                        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+                        !host.is_empty() && !host.contains(char::is_whitespace)
+                    }));
+            if !ok {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{url:?} is not a URL: give http(s)://HOST[:PORT]/PATH, e.g. http://localhost:11434/v1"
+                    ),
+                ));
+            }
+        }
+        let t = &self.runner;
+        if t.timeout_default_ms > 0
+            && t.timeouts.standard_ms != TimeoutConfig::default().standard_ms
+            && t.timeouts.standard_ms != t.timeout_default_ms
+        {
+            return Err(invalid(
+                "runner.timeout_default_ms",
+                format!(
+                    "{} ms, but runner.timeouts.standard_ms is {} ms: both name the standard profile's timeout (timeout_default_ms is seed 004's name for it); set one",
+                    t.timeout_default_ms, t.timeouts.standard_ms
+                ),
+            ));
+        }
+        let schemes = ["nats://", "tls://", "ws://", "wss://"];
+        if !self.nats.url.is_empty() && !schemes.iter().any(|s| self.nats.url.starts_with(s)) {
+            return Err(invalid(
+                "nats.url",
+                format!(
+                    "{:?} is not a nats://, tls://, ws:// or wss:// URL",
+                    self.nats.url
+                ),
+            ));
+        }
+        let roles = self.task_roles();
+        let known = || roles.iter().cloned().collect::<Vec<_>>().join(", ");
+        if !roles.contains(&self.queue.default_role) {
+            return Err(invalid(
+                "queue.default_role",
+                format!(
+                    "{:?} is not a role (known: {})",
+                    self.queue.default_role,
+                    known()
+                ),
+            ));
+        }
+        for (phase, role) in &self.queue.phase_roles {
+            if !roles.contains(role) {
+                return Err(invalid(
+                    &format!("queue.phase_roles.{}", phase.as_str()),
+                    format!("{role:?} is not a role (known: {})", known()),
+                ));
+            }
+        }
+        if !self.queue.goal_budget_usd.is_finite() || self.queue.goal_budget_usd < 0.0 {
+            return Err(invalid(
+                "queue.goal_budget_usd",
+                "must be 0 (no budget) or a positive amount".into(),
+            ));
+        }
+        for (i, w) in self.alerts.webhooks.iter().enumerate() {
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+                return Err(invalid(
+                    &format!("alerts.webhooks[{i}].url"),
+                    format!("{:?} is not an http:// or https:// URL", w.url),
+                ));
+            }
+        }
+        if self.alerts.attempts == 0 || self.alerts.timeout_ms == 0 {
+            return Err(invalid(
+                "alerts.attempts",
+                "attempts and timeout_ms must be greater than 0".into(),
+            ));
+        }
+        if self.runner.max_output_bytes < 1024 {
+            return Err(invalid(
+                "runner.max_output_bytes",
+                format!(
+                    "{} is too small (at least 1024)",
+                    self.runner.max_output_bytes
+                ),
+            ));
+        }
+        xo_proto::validate_token("runner.default_project", &self.runner.default_project)
+            .map_err(|r| invalid("runner.default_project", r))?;
+        xo_proto::validate_token("review.project", &self.review.project)
+            .map_err(|r| invalid("review.project", r))?;
+        if !(0.0..=1.0).contains(&self.review.convergence_similarity) {
+            return Err(invalid(
+                "review.convergence_similarity",
+                format!("{} is not within 0..1", self.review.convergence_similarity),
+            ));
+        }
+        for (k, v) in [
+            ("review.daily_budget_usd", self.review.daily_budget_usd),
+            ("review.project_budget_usd", self.review.project_budget_usd),
+        ] {
+            if v < 0.0 || !v.is_finite() {
+                return Err(invalid(k, format!("{v} must be 0 (no limit) or more")));
+            }
+        }
+        let d = &self.runner.driver;
+        if d.kind == DriverKind::Command && d.command.is_empty() {
+            return Err(invalid(
+                "runner.driver.command",
+                "the command driver needs an argv, e.g. [\"my-agent\", \"--prompt-file\", \"{prompt_file}\"]".into(),
+            ));
+        }
+        for (i, w) in self.supervisor.watch.iter().enumerate() {
+            let key = format!("supervisor.watch[{i}]");
+            if !STREAM_FORMATS.contains(&w.format.as_str()) || w.format == "none" {
+                return Err(invalid(
+                    &format!("{key}.format"),
+                    format!(
+                        "{:?} is no live format; use claude, cursor, codex or openhands",
+                        w.format
+                    ),
+                ));
+            }
+            if w.dirs.is_empty() {
+                return Err(invalid(
+                    &format!("{key}.dirs"),
+                    "name at least one directory to watch".into(),
+                ));
+            }
+        }
+        if !d.stream.is_empty() && !STREAM_FORMATS.contains(&d.stream.as_str()) {
+            return Err(invalid(
+                "runner.driver.stream",
+                format!(
+                    "{:?} is no stream format; use one of {}",
+                    d.stream,
+                    STREAM_FORMATS.join(", ")
+                ),
+            ));
+        }
+        if !matches!(d.hook.as_str(), "" | "claude" | "codex") {
+            return Err(invalid(
+                "runner.driver.hook",
+                format!(
+                    "{:?}: the hooks are \"claude\" and \"codex\" (or empty for none)",
+                    d.hook
+                ),
+            ));
+        }
+        if !d.hook.is_empty() && d.stream.is_empty() {
+            return Err(invalid(
+                "runner.driver.hook",
+                format!(
+                    "a hook hands steering to an agent whose stream is read live; set runner.driver.stream (\"{}\") too",
+                    d.hook
+                ),
+            ));
+        }
+        if !d.resume.is_empty() && !d.resume.iter().any(|a| a.contains("{prompt}")) {
+            return Err(invalid(
+                "runner.driver.resume",
+                "the resume argv must pass the steering as {prompt}".into(),
+            ));
+        }
+        if d.kind == DriverKind::Openai && d.openai.model.is_empty() {
+            return Err(invalid(
+                "runner.driver.openai.model",
+                "the openai driver needs a model name".into(),
+            ));
+        }
+        for (name, profile) in &self.roles {
+            profile
+                .doctrine
+                .validate()
+                .map_err(|r| ConfigError::Invalid {
+                    key: format!("roles.{name}.{}", r.split_whitespace().next().unwrap_or("")),
+                    reason: r,
+                })?;
+        }
+        Ok(())
+    }
+}
