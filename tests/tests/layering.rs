@@ -50,24 +50,7 @@ fn allowed(from: Kind, to: Kind) -> bool {
 
 /// Our crates and their normal dependencies on our crates.
 fn graph() -> BTreeMap<String, Vec<String>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let meta = metadata();
     let mut g = BTreeMap::new();
     for p in meta["packages"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap().to_string();
