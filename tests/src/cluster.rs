@@ -21,6 +21,8 @@ pub struct NatsCluster {
     nodes: Vec<Node>,
     /// A configuration file every node reads first (mappings…).
     config: Option<std::path::PathBuf>,
+    /// The nats-server binary ([`nats_server_binary`] unless given).
+    bin: String,
 }
 
 impl std::fmt::Debug for NatsCluster {
@@ -38,6 +40,11 @@ impl NatsCluster {
     /// `n` nodes that read `config` first (its subject mappings, say); the
     /// ports, routes and stores still come from the guard.
     pub fn start_with(n: usize, config: Option<std::path::PathBuf>) -> Self {
+        Self::start_bin(&nats_server_binary(), n, config)
+    }
+
+    /// [`Self::start_with`] with `bin` (the benches' `--nats-server`).
+    pub fn start_bin(bin: &str, n: usize, config: Option<std::path::PathBuf>) -> Self {
         let mut nodes = Vec::new();
         for i in 0..n {
             let [port, cluster_port] = free_ports::<2>();
@@ -49,7 +56,11 @@ impl NatsCluster {
                 child: None,
             });
         }
-        let mut c = Self { nodes, config };
+        let mut c = Self {
+            nodes,
+            config,
+            bin: bin.to_string(),
+        };
         for i in 0..n {
             c.spawn(i);
         }
@@ -64,7 +75,7 @@ impl NatsCluster {
             .filter(|(j, _)| *j != i)
             .map(|(_, n)| format!("nats://127.0.0.1:{}", n.cluster_port))
             .collect();
-        let mut cmd = Command::new(nats_server_binary());
+        let mut cmd = Command::new(&self.bin);
         if let Some(c) = &self.config {
             cmd.arg("-c").arg(c);
         }

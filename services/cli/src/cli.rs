@@ -137,7 +137,7 @@ pub enum Cmd {
     /// Benchmarks that print figures against a baseline measured in the same run.
     Bench {
         #[command(subcommand)]
-        what: crate::bench::BenchCmd,
+        what: xo_bench::BenchCmd,
     },
     /// Print the effective configuration (after file, environment and flags).
     Config,

@@ -13,11 +13,9 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
-use xo_runner::watch::{event_files, recording_name};
+use anyhow::bail;
+use xo_runner::recordings::{self, Imported};
 use xo_sensor::Format;
-use xo_sensor::document::{self, unit_for, unit_id};
-use xo_sensor::salute::SaluteState;
 
 /// What `xo import` was asked.
 #[derive(Debug)]
@@ -28,58 +26,6 @@ pub struct ImportArgs {
     /// Overrides the outcome read from the stream (`succeeded`, `failed`).
     pub label: Option<String>,
     pub context_limit: u64,
-}
-
-/// One recorded session, read and named.
-pub struct Imported {
-    /// Its unit id: the session's id, else the file's name.
-    pub unit: String,
-    pub run: document::Run,
-}
-
-impl Imported {
-    /// What the run's last report says of it: `<outcome>; <summary>`
-    /// (`outcome` from `label` when given).
-    pub fn note(&self, label: Option<&str>) -> String {
-        let summary = self
-            .run
-            .turns
-            .iter()
-            .rev()
-            .find_map(|t| t.summary.clone())
-            .unwrap_or_else(|| "no end recorded".into());
-        let mut note = format!("outcome={}; {summary}", label.unwrap_or(self.run.outcome()));
-        if let Some(p) = &self.run.parent {
-            note.push_str(&format!("; parent={}", unit_id(p)));
-        }
-        note
-    }
-
-    /// The SALUTE reports of the run, one a turn; the last carries the note.
-    pub fn reports(
-        &self,
-        role: &str,
-        context_limit: u64,
-        label: Option<&str>,
-    ) -> Vec<xo_proto::SaluteReport> {
-        let mut state = SaluteState::new(&self.unit, role, None, context_limit);
-        state.start_task(Some(self.unit.clone()));
-        let n = self.run.turns.len();
-        let note = self.note(label);
-        self.run
-            .turns
-            .iter()
-            .cloned()
-            .enumerate()
-            .map(|(i, t)| {
-                let mut r = state.turn(t);
-                if i + 1 == n {
-                    r.status.note = Some(note.clone());
-                }
-                r
-            })
-            .collect()
-    }
 }
 
 pub fn import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
@@ -119,81 +65,17 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The runs of one recording: a file, or an OpenHands `events/` folder
-/// (one event a JSON file, read in the order of their numbers). Events
-/// that cannot be used are told on stderr with file and line; the rest is
-/// read.
+/// Reads a recording's runs and tells on stderr what could not be used.
 pub fn read_runs(format: Format, path: &Path) -> anyhow::Result<Vec<Imported>> {
     let file = path.display().to_string();
-    let text = if path.is_dir() {
-        events_folder(format, path)?
-    } else {
-        let bytes = std::fs::read(path).with_context(|| format!("reading {file}"))?;
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    let name = recording_name(path);
-    let runs = document::read_runs(format, &text).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-    let many = runs.len() > 1;
-    Ok(runs
-        .into_iter()
-        .enumerate()
-        .map(|(i, run)| {
-            for e in &run.errors {
-                errln!("{file}:{}: {}", e.line, e.reason);
-            }
-            let st = &run.stats;
-            errln!(
-                "{file}: {} lines, {} events, {} turns; {} unknown events skipped, {} lines rejected, {} results without a call, {} calls without a result, {} cancelled calls; outcome {}",
-                st.lines,
-                st.events,
-                run.turns.len(),
-                st.unknown,
-                st.malformed,
-                st.orphan_results,
-                run.unfinished,
-                st.cancelled,
-                run.outcome()
-            );
-            let unit = match &run.id {
-                None if many => unit_id(&format!("{name}-{}", i + 1)),
-                id => unit_for(id.as_deref(), &name),
-            };
-            Imported { unit, run }
-        })
-        .collect())
-}
-
-/// An OpenHands conversation folder (or its `events/`): its events as
-/// lines, in order.
-fn events_folder(format: Format, dir: &Path) -> anyhow::Result<String> {
-    if format != Format::OpenHands {
-        bail!(
-            "{} is a folder: only openhands reads folders (an events/ folder); give {} files",
-            dir.display(),
-            format.as_str()
-        );
-    }
-    let events = if dir.join("events").is_dir() {
-        dir.join("events")
-    } else {
-        dir.to_path_buf()
-    };
-    let files = event_files(&events).with_context(|| format!("listing {}", events.display()))?;
-    if files.is_empty() {
-        bail!("{}: no event files (*.json) in it", events.display());
-    }
-    let mut text = String::new();
-    for (_, _, p) in files {
-        let raw =
-            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        // One event a line: an event file is indented JSON.
-        match serde_json::from_str::<serde_json::Value>(&raw) {
-            Ok(v) => text.push_str(&v.to_string()),
-            Err(_) => text.push_str(&raw.replace('\n', " ")),
+    let runs = recordings::read_runs(format, path)?;
+    for r in &runs {
+        for e in &r.run.errors {
+            errln!("{file}:{}: {}", e.line, e.reason);
         }
-        text.push('\n');
+        errln!("{file}: {}", r.summary());
     }
-    Ok(text)
+    Ok(runs)
 }
 
 #[cfg(test)]

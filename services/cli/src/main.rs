@@ -19,25 +19,19 @@
 //! - [`queue_ops`]: the control plane (`init`, `goal`, `enqueue`, `start`, `status`, `audit`…).
 //! - [`knowledge_ops`]: `knowledge ls|show|seed|deprecate`, `directives`, `review log`.
 //! - [`nats_config`]: `xo nats-config` (NATS users and permissions per service and runner).
-//! - [`bench`]: `xo bench radio|queue|pipeline`.
+//! - `xo bench …`: the `xo-bench` crate (`benches/`).
 
 #[macro_use]
 mod term;
-mod bench;
 mod cli;
-mod connect;
 mod demo;
-mod fabric;
 mod fleet_ops;
 mod hook;
 mod import;
 mod knowledge_ops;
-mod nats_config;
 mod ops;
 mod queue_ops;
 mod services;
-mod singletons;
-mod slots;
 mod watch;
 
 use std::process::ExitCode;
@@ -49,6 +43,8 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use xo_runtime::XoConfig;
+
+use xo_fabric::{connect, fabric, nats_config};
 
 use crate::cli::{AuditCmd, Cli, Cmd, GoalCmd, RadioCmd, ReviewCmd, StoreCmd};
 
@@ -197,7 +193,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             label,
             context_limit: cfg.runner.context_limit,
         }),
-        Cmd::Bench { what } => bench::run(&cfg, what).await,
+        Cmd::Bench { what } => xo_bench::run(&cfg, what).await,
         Cmd::NatsConfig {
             runners,
             port,

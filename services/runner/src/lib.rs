@@ -13,6 +13,7 @@
 //! - [`lease`]: the lease keeper; its renewal also says whether the queue
 //!   is halted.
 //! - [`report`]: SALUTE reports from the agent's turns, heartbeats, steering intake.
+//! - [`recordings`]: recorded runs read from disk (`xo import`).
 //! - [`watch`]: the same for agents that run outside XO, from their live
 //!   transcripts (`xo watch`, `[[supervisor.watch]]`): a service of its own.
 //!
@@ -21,6 +22,7 @@
 //! and stops its reporting tasks; the bus is flushed.
 
 pub mod lease;
+pub mod recordings;
 pub mod report;
 pub mod watch;
 pub mod worker;

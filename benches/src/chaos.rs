@@ -197,7 +197,7 @@ pub async fn run(_cfg: &XoConfig, a: ChaosArgs) -> anyhow::Result<ExitCode> {
     let root = dir.0.clone();
     let logs = root.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let port = free_port()?;
+    let port = free_port();
     let url = format!("nats://127.0.0.1:{port}");
     let marker = format!("xo-chaos-agent-{}", std::process::id());
     // One configuration for every process: short leases so the kills cost

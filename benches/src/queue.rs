@@ -192,7 +192,7 @@ async fn bench_nats(
     };
     let url = server
         .as_ref()
-        .map_or(cfg.nats.url.clone(), |s| s.url.clone());
+        .map_or(cfg.nats.url.clone(), |s| s.url().to_string());
     let connect = |name: String| {
         let url = url.clone();
         async move {

@@ -40,7 +40,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(p, turn(0, f))?;
     }
     // Counts what the watch publishes, to show it did the work.
-    let bus = xo_bus::NatsBus::connect(&nats.url, Default::default()).await?;
+    let bus = xo_bus::NatsBus::connect(nats.url(), Default::default()).await?;
     // The watch is given its prefix: the bench reads the same subjects,
     // whatever xo.toml or the environment would say.
     let prefix = "xobench";
@@ -57,7 +57,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
     });
     let exe = std::env::current_exe()?;
     let mut child = Command::new(exe)
-        .args(["--nats", &nats.url, "watch", "claude"])
+        .args(["--nats", nats.url(), "watch", "claude"])
         .arg(&dir.0)
         .args(["--poll-ms", "500"])
         .env("XO__ORG__PREFIX", prefix)

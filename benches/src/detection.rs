@@ -23,7 +23,7 @@ use xo_radio::baseline::OpenHandsStuck;
 use xo_runtime::XoConfig;
 use xo_sensor::Format;
 
-use crate::import;
+use xo_runner::recordings as import;
 
 #[derive(Debug, clap::Args)]
 pub struct DetectionArgs {

@@ -149,7 +149,7 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
     };
     let url = server
         .as_ref()
-        .map_or(cfg.nats.url.clone(), |s| s.url.clone());
+        .map_or(cfg.nats.url.clone(), |s| s.url().to_string());
     let connect = |name: &str| {
         let opts = crate::connect::nats_options(cfg, name, false);
         let url = url.clone();

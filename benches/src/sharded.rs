@@ -57,29 +57,23 @@ pub async fn run(
     let mapping = crate::nats_config::mappings(&cfg.org.prefix, a.partitions);
     // Ours, unless nats.url names servers (which must carry the mapping).
     let servers = if !cfg.nats.url.is_empty() {
-        Vec::new()
+        None
     } else if a.cluster {
-        start_nats_cluster(&a.nats_server, 3, &mapping)?
+        Some(start_nats_cluster(&a.nats_server, 3, &mapping)?)
     } else {
-        vec![start_nats_with(&a.nats_server, &mapping)?]
+        Some(start_nats_with(&a.nats_server, &mapping)?)
     };
-    let url = if servers.is_empty() {
-        cfg.nats.url.clone()
-    } else {
-        servers
-            .iter()
-            .map(|s| s.url.clone())
-            .collect::<Vec<_>>()
-            .join(",")
+    let url = match &servers {
+        None => cfg.nats.url.clone(),
+        Some(s) => s.url().to_string(),
     };
-    let nodes = if servers.is_empty() {
-        url.split(',').count()
-    } else {
-        servers.len()
+    let nodes = match &servers {
+        None => url.split(',').count(),
+        Some(s) => s.nodes(),
     };
     // Three copies of the reports stream (and of the leases) on a cluster
     // of our own, as cluster mode has; else what nats.replicas says.
-    let replicas = if servers.len() >= 3 {
+    let replicas = if servers.as_ref().is_some_and(|s| s.nodes() >= 3) {
         3
     } else {
         cfg.nats.replicas

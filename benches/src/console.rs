@@ -108,7 +108,7 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     cfg.console.listen = "127.0.0.1:0".into();
     cfg.supervisor.persist_interval_ms = 60_000;
     let connect = |name: &str| {
-        let url = server.url.clone();
+        let url = server.url().to_string();
         let name = name.to_string();
         async move {
             let opts = xo_bus::nats::ConnectOptions {

@@ -12,6 +12,8 @@
 //! - [`flow`]: the raw NATS baseline, paced publishing and latency, shared by radio and sharded.
 //! - [`util`]: a nats-server of the bench's own, percentiles, verdicts.
 
+use xo_fabric::{connect, fabric, nats_config};
+
 mod chaos;
 mod console;
 pub mod detection;
