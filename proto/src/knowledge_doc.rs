@@ -215,18 +215,27 @@ pub fn parse(
                         format!("a changelog line must start with `- `, found {t:?}"),
                     ));
                 };
-                let (head, what) = entry.split_once(": ").ok_or_else(|| {
+                let grammar = || {
                     err(
                         n,
                         "a changelog line is `- <time> <who>[ after <task>]: <what>`".into(),
                     )
-                })?;
-                let mut parts = head.splitn(2, ' ');
-                let at = parts.next().unwrap_or("").to_string();
-                let rest = parts.next().unwrap_or("");
-                let (by, task) = match rest.split_once(" after ") {
+                };
+                // The time is the first word; the rest is `<who>…: <what>`
+                // (`: <what>` when no one is named, as `render` writes it).
+                // A time glued to the colon (`<time>: <what>`) names no one.
+                let (first, rest) = entry.split_once(' ').ok_or_else(grammar)?;
+                let (at, head, what) = match rest.split_once(": ") {
+                    Some((head, what)) => (first, head, what),
+                    None => match first.strip_suffix(':') {
+                        Some(at) => (at, "", rest),
+                        None => return Err(grammar()),
+                    },
+                };
+                let at = at.to_string();
+                let (by, task) = match head.split_once(" after ") {
                     Some((b, t)) => (b.to_string(), Some(t.to_string())),
-                    None => (rest.to_string(), None),
+                    None => (head.to_string(), None),
                 };
                 changelog.push(ChangeEntry {
                     at,
@@ -342,6 +351,63 @@ pub fn check(d: &KnowledgeDoc) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A changelog line renders as it parses, whoever it names: no one
+    /// (`<time> : <what>`), or a time glued to its colon (found by the fuzz
+    /// test: `10:00:: created` read back as another time).
+    #[test]
+    fn a_changelog_line_renders_as_it_parses() {
+        for (line, at, by, what) in [
+            (
+                "- 2026-11-22T10:00:00Z qa after t1: created",
+                "2026-11-22T10:00:00Z",
+                "qa",
+                "created",
+            ),
+            (
+                "- 2026-11-22T10:00:00Z : created",
+                "2026-11-22T10:00:00Z",
+                "",
+                "created",
+            ),
+            (
+                "- 2026-11-22T10:00:00Z: created",
+                "2026-11-22T10:00:00Z",
+                "",
+                "created",
+            ),
+            (
+                "- 2026-11-22T10:00:: created",
+                "2026-11-22T10:00:",
+                "",
+                "created",
+            ),
+            (
+                "- 2026-11-22T10:00: : created: twice",
+                "2026-11-22T10:00:",
+                "",
+                "created: twice",
+            ),
+        ] {
+            let doc = format!("# T\n\n_Last updated by: qa_\n_Status: established_\n\n## Rules\n\n1. R\n\n## Changelog\n\n{line}\n");
+            let d = parse(&doc, Category::Conventions, "t", "t.md").unwrap();
+            let c = &d.changelog[0];
+            assert_eq!(
+                (c.at.as_str(), c.by.as_str(), c.what.as_str()),
+                (at, by, what),
+                "{line}"
+            );
+            let again = parse(&render(&d), Category::Conventions, "t", "t.md").unwrap();
+            assert_eq!(again, d, "{line}");
+        }
+        for bad in ["- created", "- 2026-11-22T10:00 created"] {
+            let doc = format!("# T\n\n_Last updated by: qa_\n_Status: established_\n\n## Rules\n\n1. R\n\n## Changelog\n\n{bad}\n");
+            assert!(
+                parse(&doc, Category::Conventions, "t", "t.md").is_err(),
+                "{bad}"
+            );
+        }
+    }
 
     const DOC: &str = "# Error Handling Conventions\n\n_Last updated by: code_style, task_12_\n_Status: established_\n_Uses: 3_\n\n## Rules\n\n1. Tools raise `ToolError`, never a bare `Exception`\n2. Agents never swallow errors\n   silently\n\n## Examples\n\nGood:\n  raise ToolError(\"x\")\n\n## Rationale\n\nQA diagnoses from summaries.\n\n## Changelog\n\n- 2026-11-22T10:00:00.000Z code_style after task_12: created\n";
 
