@@ -31,11 +31,22 @@ impl Category {
         }
     }
 
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownCategory> {
         Self::ALL
             .into_iter()
             .find(|c| c.as_str() == s)
-            .ok_or_else(|| format!("category {s:?} is not conventions, design, lessons or domain"))
+            .ok_or_else(|| UnknownCategory(s.to_string()))
+    }
+}
+
+/// A category name none of [`Category::ALL`] has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("category {0:?} is not conventions, design, lessons or domain")]
+pub struct UnknownCategory(pub String);
+
+impl From<UnknownCategory> for String {
+    fn from(e: UnknownCategory) -> Self {
+        e.to_string()
     }
 }
 

@@ -389,7 +389,9 @@ mod tests {
                 "created: twice",
             ),
         ] {
-            let doc = format!("# T\n\n_Last updated by: qa_\n_Status: established_\n\n## Rules\n\n1. R\n\n## Changelog\n\n{line}\n");
+            let doc = format!(
+                "# T\n\n_Last updated by: qa_\n_Status: established_\n\n## Rules\n\n1. R\n\n## Changelog\n\n{line}\n"
+            );
             let d = parse(&doc, Category::Conventions, "t", "t.md").unwrap();
             let c = &d.changelog[0];
             assert_eq!(
@@ -401,7 +403,9 @@ mod tests {
             assert_eq!(again, d, "{line}");
         }
         for bad in ["- created", "- 2026-11-22T10:00 created"] {
-            let doc = format!("# T\n\n_Last updated by: qa_\n_Status: established_\n\n## Rules\n\n1. R\n\n## Changelog\n\n{bad}\n");
+            let doc = format!(
+                "# T\n\n_Last updated by: qa_\n_Status: established_\n\n## Rules\n\n1. R\n\n## Changelog\n\n{bad}\n"
+            );
             assert!(
                 parse(&doc, Category::Conventions, "t", "t.md").is_err(),
                 "{bad}"

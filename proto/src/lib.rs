@@ -63,28 +63,87 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Why an id is not one subject token and store key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidToken {
+    #[error("{what} is empty")]
+    Empty { what: String },
+    #[error("{what} is {len} bytes, at most 128")]
+    TooLong { what: String, len: usize },
+    #[error("{what} {id:?} has {c:?}; use letters, digits, '-' and '_'")]
+    Char { what: String, id: String, c: char },
+}
+
+/// The words of the error, for callers that carry a reason as text.
+impl From<InvalidToken> for String {
+    fn from(e: InvalidToken) -> Self {
+        e.to_string()
+    }
+}
+
 /// An id that is one NATS subject token and one store key: non-empty, at
 /// most 128 bytes, ASCII letters, digits, `-` and `_` only. `what` names it
 /// in the error (`unit id`, `task_id`…).
-pub fn validate_token(what: &str, id: &str) -> Result<(), String> {
+pub fn validate_token(what: &str, id: &str) -> Result<(), InvalidToken> {
     if id.is_empty() {
-        return Err(format!("{what} is empty"));
+        return Err(InvalidToken::Empty { what: what.into() });
     }
     if id.len() > 128 {
-        return Err(format!("{what} is {} bytes, at most 128", id.len()));
+        return Err(InvalidToken::TooLong {
+            what: what.into(),
+            len: id.len(),
+        });
     }
     if let Some(c) = id
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
     {
-        return Err(format!(
-            "{what} {id:?} has {c:?}; use letters, digits, '-' and '_'"
-        ));
+        return Err(InvalidToken::Char {
+            what: what.into(),
+            id: id.into(),
+            c,
+        });
     }
     Ok(())
 }
 
 /// A unit id: see [`validate_token`].
-pub fn validate_unit_id(unit: &str) -> Result<(), String> {
+pub fn validate_unit_id(unit: &str) -> Result<(), InvalidToken> {
     validate_token("unit id", unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each refusal of an id is its own case, in the same words as before.
+    #[test]
+    fn an_invalid_id_says_which_way_it_is_invalid() {
+        assert_eq!(
+            validate_token("task_id", ""),
+            Err(InvalidToken::Empty {
+                what: "task_id".into()
+            })
+        );
+        let long = "a".repeat(129);
+        assert!(matches!(
+            validate_unit_id(&long),
+            Err(InvalidToken::TooLong { len: 129, .. })
+        ));
+        let e = validate_unit_id("a.b").unwrap_err();
+        assert!(matches!(e, InvalidToken::Char { c: '.', .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "unit id \"a.b\" has '.'; use letters, digits, '-' and '_'"
+        );
+        assert_eq!(validate_unit_id("coder-1_a"), Ok(()));
+        assert_eq!(
+            Subjects::validate_prefix("a b"),
+            Err(subject::InvalidPrefix::NotSubject("a b".into()))
+        );
+        assert_eq!(
+            knowledge::Category::parse("recipes"),
+            Err(knowledge::UnknownCategory("recipes".into()))
+        );
+    }
 }

@@ -16,6 +16,23 @@ impl Default for Subjects {
 /// The default subject prefix.
 pub const DEFAULT_PREFIX: &str = "xo";
 
+/// Why a subject prefix (`org.prefix`) is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidPrefix {
+    #[error("prefix is empty")]
+    Empty,
+    #[error(
+        "prefix {0:?} is not a subject prefix (tokens separated by '.', no spaces or wildcards)"
+    )]
+    NotSubject(String),
+}
+
+impl From<InvalidPrefix> for String {
+    fn from(e: InvalidPrefix) -> Self {
+        e.to_string()
+    }
+}
+
 impl Subjects {
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
@@ -24,9 +41,9 @@ impl Subjects {
     }
 
     /// Checks the prefix is one or more dot-separated subject tokens.
-    pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+    pub fn validate_prefix(prefix: &str) -> Result<(), InvalidPrefix> {
         if prefix.is_empty() {
-            return Err("prefix is empty".into());
+            return Err(InvalidPrefix::Empty);
         }
         for token in prefix.split('.') {
             if token.is_empty()
@@ -34,9 +51,7 @@ impl Subjects {
                     .chars()
                     .any(|c| c.is_whitespace() || c == '*' || c == '>')
             {
-                return Err(format!(
-                    "prefix {prefix:?} is not a subject prefix (tokens separated by '.', no spaces or wildcards)"
-                ));
+                return Err(InvalidPrefix::NotSubject(prefix.to_string()));
             }
         }
         Ok(())

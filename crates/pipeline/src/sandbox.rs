@@ -35,7 +35,7 @@ impl Sandbox {
     pub fn project_dir(&self, project: &str) -> Result<PathBuf, SandboxError> {
         xo_proto::validate_token("project id", project).map_err(|reason| SandboxError::Escape {
             path: project.to_string(),
-            reason,
+            reason: reason.into(),
         })?;
         let dir = self.root.join(project);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;

@@ -62,9 +62,52 @@ impl Default for Doctrine {
     }
 }
 
+/// A doctrine value out of its range: the field, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InvalidDoctrine {
+    /// A count that must be at least 1.
+    Zero(&'static str),
+    /// `cascade_tools` above `cascade_window`.
+    CascadeWider { tools: u32, window: u32 },
+    /// A fill outside 0..1.
+    Fill(&'static str, f64),
+    /// `context_warning` above `context_urgent`.
+    WarningAboveUrgent { warning: f64, urgent: f64 },
+}
+
+impl std::fmt::Display for InvalidDoctrine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Zero(name) => write!(f, "doctrine.{name} must be at least 1"),
+            Self::CascadeWider { tools, window } => write!(
+                f,
+                "doctrine.cascade_tools ({tools}) exceeds doctrine.cascade_window ({window})"
+            ),
+            Self::Fill(name, v) => write!(f, "doctrine.{name} is {v}, must be within 0..1"),
+            Self::WarningAboveUrgent { warning, urgent } => write!(
+                f,
+                "doctrine.context_warning ({warning}) exceeds doctrine.context_urgent ({urgent})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidDoctrine {}
+
+impl InvalidDoctrine {
+    /// The field it names (`doctrine.cascade_tools`), for a config key.
+    pub fn field(&self) -> String {
+        match self {
+            Self::Zero(name) | Self::Fill(name, _) => format!("doctrine.{name}"),
+            Self::CascadeWider { .. } => "doctrine.cascade_tools".into(),
+            Self::WarningAboveUrgent { .. } => "doctrine.context_warning".into(),
+        }
+    }
+}
+
 impl Doctrine {
     /// Checks the values; errors name the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidDoctrine> {
         let positive = [
             ("salute_interval_turns", self.salute_interval_turns),
             (
@@ -80,28 +123,28 @@ impl Doctrine {
         ];
         for (name, v) in positive {
             if v == 0 {
-                return Err(format!("doctrine.{name} must be at least 1"));
+                return Err(InvalidDoctrine::Zero(name));
             }
         }
         if self.cascade_tools > self.cascade_window {
-            return Err(format!(
-                "doctrine.cascade_tools ({}) exceeds doctrine.cascade_window ({})",
-                self.cascade_tools, self.cascade_window
-            ));
+            return Err(InvalidDoctrine::CascadeWider {
+                tools: self.cascade_tools,
+                window: self.cascade_window,
+            });
         }
         for (name, v) in [
             ("context_warning", self.context_warning),
             ("context_urgent", self.context_urgent),
         ] {
             if !(0.0..=1.0).contains(&v) {
-                return Err(format!("doctrine.{name} is {v}, must be within 0..1"));
+                return Err(InvalidDoctrine::Fill(name, v));
             }
         }
         if self.context_warning > self.context_urgent {
-            return Err(format!(
-                "doctrine.context_warning ({}) exceeds doctrine.context_urgent ({})",
-                self.context_warning, self.context_urgent
-            ));
+            return Err(InvalidDoctrine::WarningAboveUrgent {
+                warning: self.context_warning,
+                urgent: self.context_urgent,
+            });
         }
         Ok(())
     }
@@ -184,5 +227,41 @@ impl Roles {
 
     pub fn get(&self, role: &str) -> &RoleProfile {
         self.by_name.get(role).unwrap_or(&self.default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A doctrine out of range names its field, which a config key is made of.
+    #[test]
+    fn an_invalid_doctrine_names_its_field() {
+        let mut d = Doctrine {
+            cascade_tools: 6,
+            cascade_window: 5,
+            ..Doctrine::default()
+        };
+        let e = d.validate().unwrap_err();
+        assert_eq!(
+            e,
+            InvalidDoctrine::CascadeWider {
+                tools: 6,
+                window: 5
+            }
+        );
+        assert_eq!(e.field(), "doctrine.cascade_tools");
+        assert!(
+            e.to_string()
+                .starts_with("doctrine.cascade_tools (6) exceeds")
+        );
+        d.cascade_tools = 3;
+        d.loop_error_repeats = 0;
+        assert_eq!(
+            d.validate(),
+            Err(InvalidDoctrine::Zero("loop_error_repeats"))
+        );
+        d.loop_error_repeats = 3;
+        assert_eq!(d.validate(), Ok(()));
     }
 }

@@ -65,8 +65,8 @@ pub fn parse_id(id: &str) -> Result<(Category, String), KnowledgeError> {
     let (c, n) = id.split_once('/').ok_or_else(|| {
         KnowledgeError::Refused(format!("document id {id:?} is not <category>/<name>"))
     })?;
-    let c = Category::parse(c).map_err(KnowledgeError::Refused)?;
-    xo_proto::validate_token("document name", n).map_err(KnowledgeError::Refused)?;
+    let c = Category::parse(c).map_err(|e| KnowledgeError::Refused(e.into()))?;
+    xo_proto::validate_token("document name", n).map_err(|e| KnowledgeError::Refused(e.into()))?;
     Ok((c, n.to_string()))
 }
 

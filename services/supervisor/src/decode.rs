@@ -26,7 +26,7 @@ pub fn decode_heartbeat(ctx: &Ctx, msg: &Message) -> Result<Heartbeat, CodecErro
         xo_proto::validate_unit_id(&h.unit)
             .map_err(|reason| CodecError::Invalid {
                 ty: "Heartbeat",
-                reason,
+                reason: reason.into(),
             })
             .and_then(|_| check_subject_unit(&ctx.subjects, &msg.subject, &h.unit))
             .map(|_| h)

@@ -9,7 +9,7 @@ impl XoConfig {
             reason,
         };
         xo_proto::Subjects::validate_prefix(&self.org.prefix)
-            .map_err(|r| invalid("org.prefix", r))?;
+            .map_err(|r| invalid("org.prefix", r.into()))?;
         if !(1..=5).contains(&self.nats.replicas) {
             return Err(invalid(
                 "nats.replicas",
@@ -290,9 +290,9 @@ impl XoConfig {
             ));
         }
         xo_proto::validate_token("runner.default_project", &self.runner.default_project)
-            .map_err(|r| invalid("runner.default_project", r))?;
+            .map_err(|r| invalid("runner.default_project", r.into()))?;
         xo_proto::validate_token("review.project", &self.review.project)
-            .map_err(|r| invalid("review.project", r))?;
+            .map_err(|r| invalid("review.project", r.into()))?;
         if !(0.0..=1.0).contains(&self.review.convergence_similarity) {
             return Err(invalid(
                 "review.convergence_similarity",
@@ -377,8 +377,8 @@ impl XoConfig {
                 .doctrine
                 .validate()
                 .map_err(|r| ConfigError::Invalid {
-                    key: format!("roles.{name}.{}", r.split_whitespace().next().unwrap_or("")),
-                    reason: r,
+                    key: format!("roles.{name}.{}", r.field()),
+                    reason: r.to_string(),
                 })?;
         }
         Ok(())

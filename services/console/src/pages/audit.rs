@@ -115,7 +115,7 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
     if let Some(p) = &project
         && let Err(e) = xo_proto::validate_token("project", p)
     {
-        return bad_request(&f, &e);
+        return bad_request(&f, &e.to_string());
     }
     let lines = q.get("lines").and_then(|l| l.parse().ok()).unwrap_or(200);
     let events = match c

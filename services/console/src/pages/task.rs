@@ -58,7 +58,7 @@ pub(crate) async fn task_page(
     let title = format!("Task {id}");
     let f = frame(&c, &title, "/queue", &q);
     if let Err(e) = xo_proto::validate_token("task id", &id) {
-        return bad_request(&f, &e);
+        return bad_request(&f, &e.to_string());
     }
     let t = match crate::api::find_task(&c, &id).await {
         Ok(t) => t,
@@ -314,7 +314,7 @@ async fn log_path(
     which: Log,
 ) -> Result<std::path::PathBuf, Response> {
     if let Err(e) = xo_proto::validate_token("task id", id) {
-        return Err(bad_request(f, &e));
+        return Err(bad_request(f, &e.to_string()));
     }
     let t = crate::api::find_task(c, id)
         .await

@@ -115,7 +115,7 @@ pub(crate) async fn unit(
     let title = format!("Unit {unit}");
     let f = frame(&c, &title, "/", &q);
     if let Err(e) = xo_proto::validate_token("unit", &unit) {
-        return bad_request(&f, &e);
+        return bad_request(&f, &e.to_string());
     }
     let d = match c.call(&ShowUnit { unit: unit.clone() }).await {
         Ok(d) => d,
