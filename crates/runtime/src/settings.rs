@@ -206,8 +206,44 @@ pub fn keys() -> Vec<SettingKey> {
     v
 }
 
+/// Why a setting is refused: its key, its value or its template.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSetting {
+    #[error("{key:?} is not a setting an operator may change at run time; settable: {settable}")]
+    NotSettable { key: String, settable: String },
+    /// A project value of the wrong kind: what it must be, what it was.
+    #[error("{0}")]
+    Value(ProjectValue),
+    #[error("{key}: {len} bytes; a template may have at most 65536")]
+    TemplateTooLong { key: String, len: usize },
+    #[error("{key}: unknown placeholder {{{name}}}; an output template may use {allowed}")]
+    Placeholder {
+        key: String,
+        name: String,
+        allowed: String,
+    },
+}
+
+/// A project setting's value that is not of its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProjectValue {
+    TimeoutProfile(String),
+    NotBool(String),
+    NotString(String),
+}
+
+impl std::fmt::Display for ProjectValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TimeoutProfile(v) => write!(f, "{v} is not standard, long or extended"),
+            Self::NotBool(v) => write!(f, "must be true or false, got {v}"),
+            Self::NotString(v) => write!(f, "must be a string, got {v}"),
+        }
+    }
+}
+
 /// Whether `key` names a settable key; an error says which keys are.
-pub fn check_key(key: &str) -> Result<(), String> {
+pub fn check_key(key: &str) -> Result<(), InvalidSetting> {
     let parts: Vec<&str> = key.split('.').collect();
     let named = |s: &str| xo_proto::validate_token("name", s).is_ok();
     let ok = match parts.as_slice() {
@@ -228,40 +264,31 @@ pub fn check_key(key: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{key:?} is not a setting an operator may change at run time; settable: {}",
-            keys()
+        Err(InvalidSetting::NotSettable {
+            key: key.to_string(),
+            settable: keys()
                 .iter()
                 .map(|k| k.key.as_str())
                 .collect::<Vec<_>>()
-                .join(", ")
-        ))
+                .join(", "),
+        })
     }
 }
 
 /// Checks a project setting's value (they are not part of [`XoConfig`]:
 /// the runner reads them per task).
-fn check_project_value(key: &str, value: &Value) -> Result<(), String> {
-    match key.rsplit('.').next().unwrap_or_default() {
+fn check_project_value(key: &str, value: &Value) -> Result<(), InvalidSetting> {
+    let wrong = match key.rsplit('.').next().unwrap_or_default() {
         "timeout_profile" => match value.as_str() {
-            Some("standard" | "long" | "extended") => Ok(()),
-            _ => Err(format!("{value} is not standard, long or extended")),
+            Some("standard" | "long" | "extended") => None,
+            _ => Some(ProjectValue::TimeoutProfile(value.to_string())),
         },
         "allow_raw_output" | "fail_on_violation" => {
-            if value.is_boolean() {
-                Ok(())
-            } else {
-                Err(format!("must be true or false, got {value}"))
-            }
+            (!value.is_boolean()).then(|| ProjectValue::NotBool(value.to_string()))
         }
-        _ => {
-            if value.is_string() {
-                Ok(())
-            } else {
-                Err(format!("must be a string, got {value}"))
-            }
-        }
-    }
+        _ => (!value.is_string()).then(|| ProjectValue::NotString(value.to_string())),
+    };
+    wrong.map_or(Ok(()), |w| Err(InvalidSetting::Value(w)))
 }
 
 /// Writes `value` at the dotted `key` of a JSON object, making the objects
@@ -292,12 +319,12 @@ pub const OUTPUT_PLACEHOLDERS: &[&str] = &["status", "message", "task_id", "outp
 
 /// Checks a template before it is saved: text, at most 64 KiB, and for an
 /// output template only the placeholders the formatter fills.
-pub fn check_template(key: &str, text: &str) -> Result<(), String> {
+pub fn check_template(key: &str, text: &str) -> Result<(), InvalidSetting> {
     if text.len() > 64 * 1024 {
-        return Err(format!(
-            "{key}: {} bytes; a template may have at most 65536",
-            text.len()
-        ));
+        return Err(InvalidSetting::TemplateTooLong {
+            key: key.to_string(),
+            len: text.len(),
+        });
     }
     if key.ends_with("output_template") {
         let mut rest = text;
@@ -308,14 +335,15 @@ pub fn check_template(key: &str, text: &str) -> Result<(), String> {
             let is_word =
                 !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if is_word && !OUTPUT_PLACEHOLDERS.contains(&name) {
-                return Err(format!(
-                    "{key}: unknown placeholder {{{name}}}; an output template may use {}",
-                    OUTPUT_PLACEHOLDERS
+                return Err(InvalidSetting::Placeholder {
+                    key: key.to_string(),
+                    name: name.to_string(),
+                    allowed: OUTPUT_PLACEHOLDERS
                         .iter()
                         .map(|p| format!("{{{p}}}"))
                         .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                        .join(", "),
+                });
             }
             rest = &after[close + 1..];
         }
@@ -343,14 +371,14 @@ fn apply_values(
     };
     let mut json = serde_json::to_value(base).map_err(|e| invalid("settings", e.to_string()))?;
     for (key, value) in values {
-        check_key(key).map_err(|r| invalid(key, r))?;
+        check_key(key).map_err(|r| invalid(key, r.to_string()))?;
         if is_template(key)
             && let Some(text) = value.as_str()
         {
-            check_template(key, text).map_err(|r| invalid(key, r))?;
+            check_template(key, text).map_err(|r| invalid(key, r.to_string()))?;
         }
         if key.starts_with("projects.") {
-            check_project_value(key, value).map_err(|r| invalid(key, r))?;
+            check_project_value(key, value).map_err(|r| invalid(key, r.to_string()))?;
             continue;
         }
         // A role not in xo.toml starts from the default role's profile.
@@ -384,7 +412,7 @@ pub fn change(
     for key in unset {
         check_key(key).map_err(|reason| ConfigError::Invalid {
             key: key.clone(),
-            reason,
+            reason: reason.to_string(),
         })?;
         values.remove(key);
     }
@@ -425,6 +453,31 @@ pub fn defaults(base: &XoConfig) -> BTreeMap<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refused setting says which way, in the words the operator sees.
+    #[test]
+    fn a_refused_setting_says_which_way() {
+        assert!(matches!(
+            check_key("nats.url"),
+            Err(InvalidSetting::NotSettable { key, .. }) if key == "nats.url"
+        ));
+        let e = check_template("projects.web.output_template", "{status} {secret}").unwrap_err();
+        assert!(matches!(&e, InvalidSetting::Placeholder { name, .. } if name == "secret"));
+        assert!(
+            e.to_string().contains("unknown placeholder {secret}"),
+            "{e}"
+        );
+        assert_eq!(
+            check_project_value("projects.web.allow_raw_output", &serde_json::json!("yes")),
+            Err(InvalidSetting::Value(ProjectValue::NotBool(
+                "\"yes\"".into()
+            )))
+        );
+        assert_eq!(
+            check_project_value("projects.web.timeout_profile", &serde_json::json!("long")),
+            Ok(())
+        );
+    }
 
     fn settings(pairs: &[(&str, Value)]) -> Settings {
         Settings {
