@@ -490,7 +490,7 @@ fn every_service_starts_from_a_service_ctx_and_no_actor_lives_outside_a_tree() {
     for dir in ["services", "crates"] {
         for (p, text) in sources(&root.join(dir)) {
             let rel = p.strip_prefix(&root).unwrap().display().to_string();
-            if rel.contains("/tests/") || rel.starts_with("services/cli/") {
+            if rel.contains("/tests/") || rel.starts_with("app/cli/") {
                 continue;
             }
             // Unit tests at the end of a file may spawn what they test.
@@ -512,4 +512,27 @@ fn every_service_starts_from_a_service_ctx_and_no_actor_lives_outside_a_tree() {
         "actors spawned outside a tree: {outside:?}"
     );
     assert_eq!(spawns.len(), 2, "{spawns:?}");
+}
+
+#[test]
+fn the_folders_say_what_each_crate_is() {
+    // `services/` holds services only, `crates/` libraries only, `app/`
+    // what assembles them (the binary, the fabric, the benches).
+    for r in actual() {
+        let want = match r.kind.as_str() {
+            "service" => "services/",
+            "library" | "library (pure)" => "crates/",
+            "assembly" | "benches" | "binary" => "app/",
+            "contract" => "proto",
+            "tests" => "tests",
+            other => panic!("{}: kind {other}", r.name),
+        };
+        assert!(
+            r.folder.starts_with(want),
+            "{} ({}) is in {}, not under {want}",
+            r.name,
+            r.kind,
+            r.folder
+        );
+    }
 }

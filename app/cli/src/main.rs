@@ -19,7 +19,7 @@
 //! - [`queue_ops`]: the control plane (`init`, `goal`, `enqueue`, `start`, `status`, `audit`…).
 //! - [`knowledge_ops`]: `knowledge ls|show|seed|deprecate`, `directives`, `review log`.
 //! - [`nats_config`]: `xo nats-config` (NATS users and permissions per service and runner).
-//! - `xo bench …`: the `xo-bench` crate (`benches/`).
+//! - `xo bench …`: the `xo-bench` crate (`app/bench`).
 
 #[macro_use]
 mod term;
