@@ -384,23 +384,14 @@ fn closure(name: &str) -> BTreeMap<String, ()> {
 /// Lines of a pure library's source that reach for I/O.
 fn io_lines(dir: &std::path::Path) -> Vec<String> {
     let mut bad = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let text = std::fs::read_to_string(&p).unwrap();
-                for (i, line) in text.lines().enumerate() {
-                    let code = line.split("//").next().unwrap_or("");
-                    if ["std::fs", "std::net", "std::process", "tokio"]
-                        .iter()
-                        .any(|w| code.contains(w))
-                    {
-                        bad.push(format!("{}:{}: {}", p.display(), i + 1, line.trim()));
-                    }
-                }
+    for (p, text) in sources(dir) {
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if ["std::fs", "std::net", "std::process", "tokio"]
+                .iter()
+                .any(|w| code.contains(w))
+            {
+                bad.push(format!("{}:{}: {}", p.display(), i + 1, line.trim()));
             }
         }
     }
