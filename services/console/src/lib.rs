@@ -213,7 +213,9 @@ pub struct ConsoleHandle {
     pub url: String,
     pub console: Shared,
     stop: Shutdown,
-    server: JoinHandle<()>,
+    /// The listener's task; `None` once it ended on its own (a task is
+    /// awaited once).
+    server: Option<JoinHandle<()>>,
     hub: JoinHandle<()>,
 }
 
@@ -266,16 +268,21 @@ impl ConsoleHandle {
     /// Stops serving: open event streams end, then the listener.
     pub async fn stop(self) {
         self.stop.trigger();
-        let _ = self.server.await;
+        if let Some(server) = self.server {
+            let _ = server.await;
+        }
         let _ = self.hub.await;
     }
 
     /// Waits for `shutdown`, or for the server to end on its own (it
     /// does only when serving fails).
     pub async fn until(&mut self, shutdown: impl std::future::Future<Output = ()>) {
+        let Some(server) = self.server.as_mut() else {
+            return shutdown.await;
+        };
         tokio::select! {
             _ = shutdown => {}
-            _ = &mut self.server => {}
+            _ = server => self.server = None,
         }
     }
 }
@@ -354,7 +361,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
         url,
         console,
         stop,
-        server,
+        server: Some(server),
         hub: hub_task,
     })
 }
