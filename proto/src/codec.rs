@@ -19,7 +19,7 @@ pub trait Message: Serialize + DeserializeOwned {
     const NAME: &'static str;
     fn version(&self) -> u16;
     /// Checks what the type system cannot.
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), crate::Invalid> {
         Ok(())
     }
     /// A faster MessagePack reader for the common shape of this message, or
@@ -34,7 +34,7 @@ impl Message for crate::SaluteReport {
     fn version(&self) -> u16 {
         self.v
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), crate::Invalid> {
         crate::SaluteReport::validate(self)
     }
     fn read_msgpack(payload: &[u8]) -> Option<Self> {
@@ -107,7 +107,10 @@ pub enum CodecError {
         reason: String,
     },
     #[error("{ty}: invalid: {reason}")]
-    Invalid { ty: &'static str, reason: String },
+    Invalid {
+        ty: &'static str,
+        reason: crate::Invalid,
+    },
     #[error("{ty}: cannot encode: {reason}")]
     Encode { ty: &'static str, reason: String },
 }

@@ -10,13 +10,11 @@ use serde::de::{Deserialize, Deserializer, Error};
 
 /// A money amount or a count: finite and not negative.
 fn amount<E: Error>(name: &str, v: f64) -> Result<f64, E> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(v)
-    } else {
-        Err(E::custom(format!(
+    check_amount("", v).map_err(|_| {
+        E::custom(format!(
             "{name} must be a finite number of at least 0, got {v}"
-        )))
-    }
+        ))
+    })
 }
 
 macro_rules! amounts {
@@ -46,6 +44,10 @@ fn fraction<E: Error>(name: &str, v: f64) -> Result<f64, E> {
 }
 
 /// For checks after a decode that bypasses serde (the fast report reader).
-pub fn check_amount(name: &str, v: f64) -> Result<f64, String> {
-    amount::<serde::de::value::Error>(name, v).map_err(|e| e.to_string())
+pub fn check_amount(field: &'static str, v: f64) -> Result<f64, crate::Invalid> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(crate::Invalid::Amount { field, value: v })
+    }
 }

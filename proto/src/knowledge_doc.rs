@@ -310,39 +310,56 @@ pub fn render(d: &KnowledgeDoc) -> String {
     s
 }
 
+/// Why a document is refused by [`check`]; each case names the document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidDoc {
+    #[error(transparent)]
+    Name(#[from] crate::InvalidToken),
+    #[error("{id}: the title must be one non-empty line")]
+    Title { id: String },
+    #[error("{id}: a document needs at least one rule")]
+    NoRules { id: String },
+    #[error("{id}: rule {rule:?} must be one non-empty line")]
+    Rule { id: String, rule: String },
+    #[error(
+        "{id}: the rules are {chars} characters, at most {MAX_RULES_CHARS} (one concern per document)"
+    )]
+    RulesTooLong { id: String, chars: usize },
+    #[error("{id}: examples and rationale may not contain headings")]
+    Heading { id: String },
+}
+
 /// Checks what a writer may not get wrong: a one-token name, a title, rules
 /// within the length limit.
-pub fn check(d: &KnowledgeDoc) -> Result<(), String> {
+pub fn check(d: &KnowledgeDoc) -> Result<(), InvalidDoc> {
     crate::validate_token("document name", &d.name)?;
+    let id = || d.id();
     if d.title.trim().is_empty() || d.title.contains('\n') {
-        return Err(format!("{}: the title must be one non-empty line", d.id()));
+        return Err(InvalidDoc::Title { id: id() });
     }
     if d.rules.is_empty() {
-        return Err(format!("{}: a document needs at least one rule", d.id()));
+        return Err(InvalidDoc::NoRules { id: id() });
     }
     if let Some(r) = d
         .rules
         .iter()
         .find(|r| r.trim().is_empty() || r.contains('\n'))
     {
-        return Err(format!("{}: rule {r:?} must be one non-empty line", d.id()));
+        return Err(InvalidDoc::Rule {
+            id: id(),
+            rule: r.clone(),
+        });
     }
     let chars: usize = d.rules.iter().map(|r| r.chars().count()).sum();
     if chars > MAX_RULES_CHARS {
-        return Err(format!(
-            "{}: the rules are {chars} characters, at most {MAX_RULES_CHARS} (one concern per document)",
-            d.id()
-        ));
+        return Err(InvalidDoc::RulesTooLong { id: id(), chars });
     }
     for text in [&d.examples, &d.rationale] {
         if text
             .lines()
             .any(|l| l.starts_with("## ") || l.starts_with("# "))
         {
-            return Err(format!(
-                "{}: examples and rationale may not contain headings",
-                d.id()
-            ));
+            return Err(InvalidDoc::Heading { id: id() });
         }
     }
     Ok(())
@@ -478,9 +495,56 @@ mod tests {
         let mut d = parse(DOC, Category::Conventions, "errors", "x").unwrap();
         assert!(check(&d).is_ok());
         d.rules = vec!["x".repeat(501)];
-        assert!(check(&d).unwrap_err().contains("at most 500"));
+        assert!(check(&d).unwrap_err().to_string().contains("at most 500"));
         d.rules = vec!["ok".into()];
         d.name = "../evil".into();
         assert!(check(&d).is_err());
+    }
+
+    /// Each refusal is its own case, naming the document; the words stay.
+    #[test]
+    fn a_refused_document_says_which_way() {
+        let good = parse(DOC, Category::Conventions, "errors", "x").unwrap();
+        let with = |f: &dyn Fn(&mut KnowledgeDoc)| {
+            let mut d = good.clone();
+            f(&mut d);
+            check(&d).unwrap_err()
+        };
+        let id = good.id();
+        assert!(matches!(
+            with(&|d| d.name = "../evil".into()),
+            InvalidDoc::Name(crate::InvalidToken::Char { .. })
+        ));
+        assert_eq!(
+            with(&|d| d.title = " ".into()),
+            InvalidDoc::Title { id: id.clone() }
+        );
+        assert_eq!(
+            with(&|d| d.rules.clear()),
+            InvalidDoc::NoRules { id: id.clone() }
+        );
+        assert_eq!(
+            with(&|d| d.rules = vec!["a\nb".into()]),
+            InvalidDoc::Rule {
+                id: id.clone(),
+                rule: "a\nb".into()
+            }
+        );
+        let long = with(&|d| d.rules = vec!["x".repeat(501)]);
+        assert_eq!(
+            long,
+            InvalidDoc::RulesTooLong {
+                id: id.clone(),
+                chars: 501
+            }
+        );
+        assert_eq!(
+            long.to_string(),
+            format!("{id}: the rules are 501 characters, at most 500 (one concern per document)")
+        );
+        assert_eq!(
+            with(&|d| d.rationale = "# heading".into()),
+            InvalidDoc::Heading { id }
+        );
     }
 }

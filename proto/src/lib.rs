@@ -29,6 +29,7 @@ pub mod control;
 pub mod finite;
 pub mod fleet;
 pub mod heartbeat;
+pub mod invalid;
 pub mod knowledge;
 pub mod knowledge_doc;
 pub mod names;
@@ -43,6 +44,7 @@ pub mod task_file;
 pub use codec::{CodecError, Format, Message};
 pub use control::Request;
 pub use heartbeat::Heartbeat;
+pub use invalid::Invalid;
 pub use salute::{
     Action, ActionKind, Activity, Assessor, Equipment, Health, Location, Outcome, Pace,
     SaluteReport, SelfSteered, Size, Status, Time, UnitInfo,

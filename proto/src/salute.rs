@@ -74,6 +74,10 @@ pub struct Activity {
     pub recent: Vec<Action>,
 }
 
+/// The most actions a report may carry in `activity.recent` (more is
+/// refused by [`SaluteReport::validate`]).
+pub const MAX_RECENT: usize = 64;
+
 // The strings of an action are short (names and hashes) and stored inline:
 // decoding a 20-action window allocates nothing for them.
 /// One thing the unit did in a turn.
@@ -271,22 +275,27 @@ impl SaluteReport {
     }
 
     /// Checks what serde cannot: the unit id and the value ranges.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::Invalid> {
+        use crate::Invalid;
         crate::validate_unit_id(&self.unit.unit)?;
         if self.unit.role.is_empty() {
-            return Err("unit.role is empty".into());
+            return Err(Invalid::Empty { field: "unit.role" });
         }
         let fill = self.size.context_fill;
         if !(0.0..=1.0).contains(&fill) || fill.is_nan() {
-            return Err(format!("size.context_fill is {fill}, must be within 0..1"));
+            return Err(Invalid::Fraction {
+                field: "size.context_fill",
+                value: fill,
+            });
         }
         // The fast reader bypasses serde's checks.
         crate::finite::check_amount("equipment.cost_usd", self.equipment.cost_usd)?;
-        if self.activity.recent.len() > 64 {
-            return Err(format!(
-                "activity.recent has {} actions, at most 64",
-                self.activity.recent.len()
-            ));
+        if self.activity.recent.len() > MAX_RECENT {
+            return Err(Invalid::TooMany {
+                field: "activity.recent",
+                len: self.activity.recent.len(),
+                max: MAX_RECENT,
+            });
         }
         Ok(())
     }

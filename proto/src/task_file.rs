@@ -5,15 +5,39 @@ use std::collections::BTreeMap;
 
 use crate::queue::Task;
 
+/// Why a task file is refused: nothing of it is enqueued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskFileError {
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("expected a task object or an array of tasks")]
+    NotTasks,
+    /// One task does not read as a task: `task` names it (`task #2 (T-2)`),
+    /// `field` the path to what is wrong, if it is a field.
+    #[error("{task}: {}{reason}", field.as_ref().map(|f| format!("field {f}: ")).unwrap_or_default())]
+    Task {
+        task: String,
+        field: Option<String>,
+        reason: String,
+    },
+    /// Tasks that depend on each other in a circle, its first named again
+    /// at its end.
+    #[error(
+        "dependency cycle: {} (no task of it could ever start); remove one of these depends_on entries",
+        .0.join(" -> ")
+    )]
+    Cycle(Vec<String>),
+}
+
 /// Reads a task file: one task object or an array. Errors name the task
 /// (position and id) and the field.
-pub fn tasks_from_json(bytes: &[u8]) -> Result<Vec<Task>, String> {
+pub fn tasks_from_json(bytes: &[u8]) -> Result<Vec<Task>, TaskFileError> {
     let v: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+        serde_json::from_slice(bytes).map_err(|e| TaskFileError::NotJson(e.to_string()))?;
     let items = match v {
         serde_json::Value::Array(items) => items,
         obj @ serde_json::Value::Object(_) => vec![obj],
-        _ => return Err("expected a task object or an array of tasks".into()),
+        _ => return Err(TaskFileError::NotTasks),
     };
     let mut tasks = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
@@ -23,10 +47,10 @@ pub fn tasks_from_json(bytes: &[u8]) -> Result<Vec<Task>, String> {
         };
         let task: Task = serde_path_to_error::deserialize(item).map_err(|e| {
             let path = e.path().to_string();
-            if path == "." || path.is_empty() {
-                format!("{name}: {}", e.inner())
-            } else {
-                format!("{name}: field {path}: {}", e.inner())
+            TaskFileError::Task {
+                task: name,
+                field: (path != "." && !path.is_empty()).then_some(path),
+                reason: e.inner().to_string(),
             }
         })?;
         tasks.push(task);
@@ -37,7 +61,7 @@ pub fn tasks_from_json(bytes: &[u8]) -> Result<Vec<Task>, String> {
 /// Orders a batch so every task comes after the tasks of the batch it
 /// depends on (otherwise in file order): a batch sent in parts then never
 /// names a task a later part brings. A cycle is an error naming it.
-pub fn dependency_order(tasks: Vec<Task>) -> Result<Vec<Task>, String> {
+pub fn dependency_order(tasks: Vec<Task>) -> Result<Vec<Task>, TaskFileError> {
     let pos: BTreeMap<String, usize> = tasks
         .iter()
         .enumerate()
@@ -70,15 +94,12 @@ pub fn dependency_order(tasks: Vec<Task>) -> Result<Vec<Task>, String> {
                 Some(next) => match state[next] {
                     1 => {
                         let from = path.iter().position(|(n, _)| *n == next).unwrap_or(0);
-                        let mut cycle: Vec<&str> = path[from..]
+                        let mut cycle: Vec<String> = path[from..]
                             .iter()
-                            .map(|(n, _)| tasks[*n].task_id.as_str())
+                            .map(|(n, _)| tasks[*n].task_id.clone())
                             .collect();
-                        cycle.push(tasks[next].task_id.as_str());
-                        return Err(format!(
-                            "dependency cycle: {} (no task of it could ever start); remove one of these depends_on entries",
-                            cycle.join(" -> ")
-                        ));
+                        cycle.push(tasks[next].task_id.clone());
+                        return Err(TaskFileError::Cycle(cycle));
                     }
                     2 => {}
                     _ => {

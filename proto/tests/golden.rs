@@ -237,6 +237,55 @@ fn invalid_unit_id_and_fill_are_rejected() {
     );
 }
 
+/// A report that decodes but breaks the contract says which way, as a
+/// case of `Invalid` (the dead-letter header carries its words).
+#[test]
+fn an_invalid_report_says_which_way_by_case() {
+    use xo_proto::{Invalid, InvalidToken};
+    let reason = |f: &dyn Fn(&mut SaluteReport)| {
+        let mut r = sample_report();
+        f(&mut r);
+        let bytes = codec::encode(&r, Format::Json).unwrap();
+        match codec::decode::<SaluteReport>(&bytes, None, 1 << 20).unwrap_err() {
+            xo_proto::CodecError::Invalid { ty, reason } => {
+                assert_eq!(ty, "SaluteReport");
+                reason
+            }
+            other => panic!("not refused as invalid: {other}"),
+        }
+    };
+    assert!(matches!(
+        reason(&|r| r.unit.unit = "a.b".into()),
+        Invalid::Token(InvalidToken::Char { c: '.', .. })
+    ));
+    assert_eq!(
+        reason(&|r| r.unit.role.clear()),
+        Invalid::Empty { field: "unit.role" }
+    );
+    assert_eq!(
+        reason(&|r| r.size.context_fill = 1.5),
+        Invalid::Fraction {
+            field: "size.context_fill",
+            value: 1.5
+        }
+    );
+    let many = reason(&|r| {
+        r.activity.recent = vec![xo_proto::Action::message(None, xo_proto::Outcome::Ok, 1); 65]
+    });
+    assert_eq!(
+        many,
+        Invalid::TooMany {
+            field: "activity.recent",
+            len: 65,
+            max: xo_proto::salute::MAX_RECENT
+        }
+    );
+    assert_eq!(
+        many.to_string(),
+        "activity.recent has 65 actions, at most 64"
+    );
+}
+
 #[test]
 fn content_type_header_wins_over_sniffing() {
     assert_eq!(

@@ -312,7 +312,7 @@ fn parse_tasks(bytes: &[u8]) -> Result<(), TestCaseError> {
                 prop_assert!(!t.task_id.is_empty());
             }
         }
-        Err(e) => prop_assert!(!e.trim().is_empty(), "an empty rejection"),
+        Err(e) => prop_assert!(!e.to_string().trim().is_empty(), "an empty rejection"),
     }
     Ok(())
 }

@@ -96,7 +96,7 @@ pub async fn seed(cfg: &XoConfig, dir: &Path) -> anyhow::Result<ExitCode> {
         let text =
             std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
         let d = xo_proto::knowledge_doc::parse(&text, c, &name, &p.display().to_string())?;
-        xo_proto::knowledge_doc::check(&d).map_err(anyhow::Error::msg)?;
+        xo_proto::knowledge_doc::check(&d)?;
         docs.push(d);
     }
     if docs.is_empty() {

@@ -113,6 +113,38 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// The bus crate's one error: the transport's, the store's or a control
+/// call's, each a type of its own. A service wraps it once, as
+/// `Bus(#[from] xo_bus::Error)`, and [`bus_error_from!`] gives it the
+/// `From` of each case, so `?` works on all of them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("bus: {0}")]
+    Bus(#[from] BusError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Call(#[from] typed::CallError),
+}
+
+/// Gives a service's error enum, which wraps [`enum@Error`] once, the `From`
+/// of [`BusError`], [`StoreError`] and [`typed::CallError`].
+#[macro_export]
+macro_rules! bus_error_from {
+    ($ty:ty) => {
+        $crate::bus_error_from!(@one $ty, $crate::BusError);
+        $crate::bus_error_from!(@one $ty, $crate::StoreError);
+        $crate::bus_error_from!(@one $ty, $crate::typed::CallError);
+    };
+    (@one $ty:ty, $from:ty) => {
+        impl From<$from> for $ty {
+            fn from(e: $from) -> Self {
+                <$ty>::from($crate::Error::from(e))
+            }
+        }
+    };
+}
+
 /// Message headers, in order; names compare case-insensitively.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headers(pub Vec<(String, String)>);

@@ -252,22 +252,19 @@ impl Checker<'_> {
     /// working directory and not in an empty one (a command that succeeds
     /// without the code, like `true`, proves nothing); `Err` says why it
     /// does not count.
-    pub async fn verifies(&self, cmd: &str, empty: &Path) -> Result<(), String> {
+    pub async fn verifies(&self, cmd: &str, empty: &Path) -> Result<(), NotVerified> {
         match self.shell(cmd).await {
             Ok(o) if o.exit_code == Some(0) => {}
             Ok(o) => {
-                return Err(format!(
-                    "exit {:?}{}",
-                    o.exit_code,
-                    last_line(&o.stdout, &o.stderr)
-                ));
+                return Err(NotVerified::Exit {
+                    code: o.exit_code,
+                    last: last_line(&o.stdout, &o.stderr),
+                });
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(NotVerified::Start(e)),
         }
         match self.shell_in(cmd, empty).await {
-            Ok(o) if o.exit_code == Some(0) => {
-                Err("it succeeds without the code too, so it proves nothing".into())
-            }
+            Ok(o) if o.exit_code == Some(0) => Err(NotVerified::ProvesNothing),
             _ => Ok(()),
         }
     }
@@ -331,7 +328,7 @@ impl Checker<'_> {
         if let Some(schema) = &task.expected_json_schema {
             let (passed, detail) = match check_schema(schema, reply.object.get("output")) {
                 Ok(()) => (true, "output matches".to_string()),
-                Err(e) => (false, e),
+                Err(e) => (false, e.to_string()),
             };
             checks.push(exact("expected JSON schema".into(), passed, detail));
         }
@@ -426,19 +423,54 @@ fn last_line(stdout: &str, stderr: &str) -> String {
     }
 }
 
+/// Why a helper's verification command does not count (a verdict on the
+/// criterion, not a failure of the pipeline).
+#[derive(Debug, thiserror::Error)]
+pub enum NotVerified {
+    /// It exits non-zero in the working directory (with its last line).
+    #[error("exit {code:?}{last}")]
+    Exit { code: Option<i32>, last: String },
+    /// It could not be run.
+    #[error(transparent)]
+    Start(#[from] crate::proc::ProcError),
+    /// It also exits 0 in an empty folder.
+    #[error("it succeeds without the code too, so it proves nothing")]
+    ProvesNothing,
+}
+
+/// Why a reply's `output` does not match the task's expected JSON schema
+/// (a verdict in the validation report).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaMismatch {
+    #[error("expected_json_schema is not an object of field: type")]
+    NotASchema,
+    #[error("the reply has no \"output\" object")]
+    NoOutput,
+    #[error("output.{0} is missing")]
+    Missing(String),
+    #[error("output.{name} is not a {ty} (it is {value})")]
+    WrongType {
+        name: String,
+        ty: String,
+        value: String,
+    },
+    #[error("output.{0} is not in the schema")]
+    Extra(String),
+}
+
 /// Seed 003's JSON schema rule: a map of field → type name; every field
 /// present with its type, and no other field.
-pub fn check_schema(schema: &Value, output: Option<&Value>) -> Result<(), String> {
+pub fn check_schema(schema: &Value, output: Option<&Value>) -> Result<(), SchemaMismatch> {
     let Some(fields) = schema.as_object() else {
-        return Err("expected_json_schema is not an object of field: type".into());
+        return Err(SchemaMismatch::NotASchema);
     };
     let Some(obj) = output.and_then(Value::as_object) else {
-        return Err("the reply has no \"output\" object".into());
+        return Err(SchemaMismatch::NoOutput);
     };
     for (name, ty) in fields {
         let ty = ty.as_str().unwrap_or("any");
         let Some(v) = obj.get(name) else {
-            return Err(format!("output.{name} is missing"));
+            return Err(SchemaMismatch::Missing(name.clone()));
         };
         let ok = match ty {
             "string" => v.is_string(),
@@ -451,11 +483,15 @@ pub fn check_schema(schema: &Value, output: Option<&Value>) -> Result<(), String
             _ => true,
         };
         if !ok {
-            return Err(format!("output.{name} is not a {ty} (it is {v})"));
+            return Err(SchemaMismatch::WrongType {
+                name: name.clone(),
+                ty: ty.to_string(),
+                value: v.to_string(),
+            });
         }
     }
     if let Some(extra) = obj.keys().find(|k| !fields.contains_key(*k)) {
-        return Err(format!("output.{extra} is not in the schema"));
+        return Err(SchemaMismatch::Extra(extra.clone()));
     }
     Ok(())
 }
@@ -731,11 +767,13 @@ mod tests {
         assert!(
             check_schema(&s, Some(&serde_json::json!({"count": "2", "name": "x"})))
                 .unwrap_err()
+                .to_string()
                 .contains("output.count")
         );
         assert!(
             check_schema(&s, Some(&serde_json::json!({"count": 2})))
                 .unwrap_err()
+                .to_string()
                 .contains("missing")
         );
         assert!(
@@ -744,9 +782,28 @@ mod tests {
                 Some(&serde_json::json!({"count": 2, "name": "x", "z": 1}))
             )
             .unwrap_err()
+            .to_string()
             .contains("output.z")
         );
         assert!(check_schema(&s, None).is_err());
+        // Each way of missing is its own case.
+        assert_eq!(
+            check_schema(&s, Some(&serde_json::json!({"count": "2", "name": "x"}))),
+            Err(SchemaMismatch::WrongType {
+                name: "count".into(),
+                ty: "integer".into(),
+                value: "\"2\"".into()
+            })
+        );
+        assert_eq!(
+            check_schema(&s, Some(&serde_json::json!({"count": 2}))),
+            Err(SchemaMismatch::Missing("name".into()))
+        );
+        assert_eq!(check_schema(&s, None), Err(SchemaMismatch::NoOutput));
+        assert_eq!(
+            check_schema(&serde_json::json!([]), None),
+            Err(SchemaMismatch::NotASchema)
+        );
     }
 
     #[test]

@@ -900,10 +900,18 @@ async fn a_helper_command_that_needs_no_code_proves_nothing() {
         .await
         .unwrap();
     let e = ck.verifies("true", empty.path()).await.unwrap_err();
-    assert!(e.contains("proves nothing"), "{e}");
+    assert!(e.to_string().contains("proves nothing"), "{e}");
+    assert!(matches!(
+        e,
+        xo_pipeline::validate::NotVerified::ProvesNothing
+    ));
     let e = ck
         .verifies("grep -q goodbye greet.txt", empty.path())
         .await
         .unwrap_err();
-    assert!(e.starts_with("exit Some(1)"), "{e}");
+    assert!(e.to_string().starts_with("exit Some(1)"), "{e}");
+    assert!(matches!(
+        e,
+        xo_pipeline::validate::NotVerified::Exit { code: Some(1), .. }
+    ));
 }

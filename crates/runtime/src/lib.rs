@@ -11,6 +11,8 @@
 //!   escalation, and the shutdown signal every service's `run` takes.
 //! - [`service`]: the one shape of a service: `start(ServiceCtx) -> Handle`,
 //!   the handle a [`service::Service`] (`until`, `stop`).
+//! - [`error`]: [`RuntimeError`], the one error of this library (each case
+//!   a type of its own), and `runtime_error_from!` for a service's enum.
 //! - [`clock`]: the services' notion of now (tests own time), RFC 3339 stamps.
 //! - [`jsonl`]: appending whole JSON lines to a file.
 //! - [`limits`]: the file-descriptor limit, raised at start; listeners sized below it.
@@ -19,6 +21,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod error;
 pub mod jsonl;
 pub mod limits;
 pub mod secret;
@@ -29,4 +32,5 @@ pub mod tree;
 
 pub use clock::Clock;
 pub use config::{ConfigError, XoConfig};
+pub use error::{RuntimeError, RuntimeResult};
 pub use service::{Service, ServiceCtx};

@@ -5,16 +5,16 @@ use std::fs::File;
 use std::io::Read;
 use std::sync::OnceLock;
 
-static URANDOM: OnceLock<Result<File, String>> = OnceLock::new();
+static URANDOM: OnceLock<std::io::Result<File>> = OnceLock::new();
 
 /// `bytes` random bytes from the kernel's CSPRNG as lowercase hex
 /// (`2 * bytes` characters). Fails only where `/dev/urandom` cannot be
 /// read: the error names it.
 pub fn random_hex(bytes: usize) -> Result<String, std::io::Error> {
     let file = URANDOM
-        .get_or_init(|| File::open("/dev/urandom").map_err(|e| e.to_string()))
+        .get_or_init(|| File::open("/dev/urandom"))
         .as_ref()
-        .map_err(|e| std::io::Error::other(format!("/dev/urandom: {e}")))?;
+        .map_err(|e| std::io::Error::new(e.kind(), format!("/dev/urandom: {e}")))?;
     let mut buf = vec![0u8; bytes];
     // `&File` reads without a lock: callers on several threads share it.
     (&*file)

@@ -200,9 +200,12 @@ pub enum ConsoleError {
     },
     #[error("console token {path}: {reason}")]
     Token { path: String, reason: String },
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
+    /// The transport, the store or a control call.
+    #[error(transparent)]
+    Bus(#[from] xo_bus::Error),
 }
+
+xo_bus::bus_error_from!(ConsoleError);
 
 /// A running console.
 #[derive(Debug)]

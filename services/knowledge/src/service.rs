@@ -70,15 +70,17 @@ impl KnowledgeHandle {
     pub async fn stop(self) -> Result<(), KnowledgeError> {
         let escalated = self.running.stop().await;
         let _ = self.bus.flush().await;
-        escalated.map_err(KnowledgeError::Tree)
+        escalated.map_err(KnowledgeError::from)
     }
 }
 
 fn service_error(e: KnowledgeError) -> ServiceError {
     let code = match &e {
         KnowledgeError::NotFound(_) => ErrorCode::NotFound,
-        KnowledgeError::Invalid(_) | KnowledgeError::Refused(_) => ErrorCode::Invalid,
-        KnowledgeError::Io { .. } | KnowledgeError::Bus(_) | KnowledgeError::Tree(_) => {
+        KnowledgeError::Invalid(_) | KnowledgeError::Check(_) | KnowledgeError::Refused(_) => {
+            ErrorCode::Invalid
+        }
+        KnowledgeError::Io { .. } | KnowledgeError::Bus(_) | KnowledgeError::Runtime(_) => {
             ErrorCode::Internal
         }
     };
@@ -175,7 +177,7 @@ impl KnowledgeActor {
         r: &ReviewDoc,
         doc: &KnowledgeDoc,
         before: DocStatus,
-    ) -> Result<(), String> {
+    ) -> Result<(), typed::CallError> {
         let req = xo_proto::queue::RecordKnowledgeReview {
             doc: r.id.clone(),
             accepted: r.accept,
@@ -190,9 +192,8 @@ impl KnowledgeActor {
         };
         typed::call(&self.bus, &self.subjects, &req, Duration::from_secs(5))
             .await
-            .map_err(|e| {
+            .inspect_err(|e| {
                 warn!(id = %r.id, error = %e, "knowledge review decided but not audited: the queue did not take the audit line");
-                format!("the decision is applied, but the queue did not write its audit line: {e}")
             })
     }
 
@@ -294,7 +295,11 @@ impl KnowledgeActor {
                         .unwrap_or_default(),
                 )
                 .await;
-                let audit_error = self.audit_review(&r, &doc, before).await.err();
+                let audit_error = self.audit_review(&r, &doc, before).await.err().map(|e| {
+                    format!(
+                        "the decision is applied, but the queue did not write its audit line: {e}"
+                    )
+                });
                 let _ = port.send(Ok(Reviewed {
                     doc,
                     before,

@@ -26,17 +26,24 @@ pub enum KnowledgeError {
     /// A document on disk that does not parse (file, line, why).
     #[error(transparent)]
     Invalid(#[from] DocError),
+    /// A document a writer got wrong (name, title, rules, headings).
+    #[error(transparent)]
+    Check(#[from] xo_proto::knowledge_doc::InvalidDoc),
     /// A request the store does not do (a bad id, an unsafe write).
     #[error("{0}")]
     Refused(String),
     #[error("knowledge store {path}: {reason}")]
     Io { path: String, reason: String },
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
-    /// The actor tree did not start, or gave up.
+    /// The transport, the store or a control call.
     #[error(transparent)]
-    Tree(#[from] xo_runtime::tree::Escalation),
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: an actor tree that did not start or gave up, no store.
+    #[error(transparent)]
+    Runtime(#[from] xo_runtime::RuntimeError),
 }
+
+xo_bus::bus_error_from!(KnowledgeError);
+xo_runtime::runtime_error_from!(KnowledgeError);
 
 fn io(p: &Path, e: std::io::Error) -> KnowledgeError {
     KnowledgeError::Io {
@@ -200,7 +207,7 @@ impl KnowledgeStore {
                 d.category.as_str()
             )));
         }
-        doc::check(&d).map_err(KnowledgeError::Refused)?;
+        doc::check(&d)?;
         let id = d.id();
         let existing = match self.get(&id) {
             Ok(e) => Some(e),

@@ -32,14 +32,18 @@ use xo_runtime::tree::{Factory, Intensity, Running, Shutdown};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
-    /// The actor tree did not start, or gave up.
+    /// The transport, the store or a control call.
     #[error(transparent)]
-    Tree(#[from] xo_runtime::tree::Escalation),
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: an actor tree that did not start or gave up, no store.
+    #[error(transparent)]
+    Runtime(#[from] xo_runtime::RuntimeError),
     #[error("http client: {0}")]
     Client(String),
 }
+
+xo_bus::bus_error_from!(NotifyError);
+xo_runtime::runtime_error_from!(NotifyError);
 
 /// The notifier's one message: an alert to deliver.
 #[derive(Debug)]
@@ -121,7 +125,7 @@ impl NotifyHandle {
             let _ = t.await;
         }
         let _ = self.bus.flush().await;
-        escalated.map_err(NotifyError::Tree)
+        escalated.map_err(NotifyError::from)
     }
 }
 

@@ -40,15 +40,12 @@ pub use xo_proto::names::{AUDIT_LOG, QUEUE_BUCKET as BUCKET, QUEUE_LEADER_KEY as
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
-    #[error("store: {0}")]
-    Store(#[from] xo_bus::StoreError),
-    /// The actor tree did not start, or gave up.
+    /// The transport, the store or a control call.
     #[error(transparent)]
-    Tree(#[from] xo_runtime::tree::Escalation),
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: an actor tree that did not start or gave up, no store.
     #[error(transparent)]
-    NoStore(#[from] xo_runtime::service::NoStore),
+    Runtime(#[from] xo_runtime::RuntimeError),
     /// A record could not be encoded for the store: the change is not made.
     #[error("record {key} not encodable: {source}")]
     Encode {
@@ -56,6 +53,9 @@ pub enum QueueError {
         source: serde_json::Error,
     },
 }
+
+xo_bus::bus_error_from!(QueueError);
+xo_runtime::runtime_error_from!(QueueError);
 
 pub type QueueResult<T> = Result<T, QueueError>;
 
@@ -191,7 +191,7 @@ impl QueueHandle {
         // The root's state held the last sender: the committer drains and ends.
         let _ = committer.await;
         let _ = ctx.bus.flush().await;
-        escalated.map_err(QueueError::Tree)
+        escalated.map_err(QueueError::from)
     }
 }
 

@@ -76,22 +76,36 @@ fn init_is_halted_and_not_repeated_by_accident() {
 
 #[test]
 fn task_files_name_the_task_and_field() {
-    let e = tasks_from_json(br#"[{"task_id":"T-1","intent":"x","instructions":"y","role":"coder"},{"task_id":"T-2","instructions":"y","role":"coder"}]"#).unwrap_err();
+    let e = tasks_from_json(br#"[{"task_id":"T-1","intent":"x","instructions":"y","role":"coder"},{"task_id":"T-2","instructions":"y","role":"coder"}]"#).unwrap_err().to_string();
     assert!(
         e.contains("task #2 (T-2)") && e.contains("missing field `intent`"),
         "{e}"
     );
-    let e = tasks_from_json(br#"{"task_id":"T-3","intent":"x","instructions":"y","role":"coder","retry_policy":{"max_retries":"three"}}"#).unwrap_err();
+    let e = tasks_from_json(br#"{"task_id":"T-3","intent":"x","instructions":"y","role":"coder","retry_policy":{"max_retries":"three"}}"#).unwrap_err().to_string();
     assert!(
         e.contains("T-3") && e.contains("retry_policy.max_retries"),
         "{e}"
     );
-    let e = tasks_from_json(br#"{"task_id":"T-4","intent":"x","instructions":"y","role":"coder","acceptance_critera":[]}"#).unwrap_err();
+    let e = tasks_from_json(br#"{"task_id":"T-4","intent":"x","instructions":"y","role":"coder","acceptance_critera":[]}"#).unwrap_err().to_string();
     assert!(e.contains("T-4") && e.contains("acceptance_critera"), "{e}");
-    let e = tasks_from_json(b"[1]").unwrap_err();
+    let e = tasks_from_json(b"[1]").unwrap_err().to_string();
     assert!(e.contains("task #1"), "{e}");
     let both = tasks_from_json(br#"[{"task_id":"a","intent":"x","instructions":"y","role":"coder"},{"task_id":"b","intent":"x","instructions":"y","role":"coder"}]"#).unwrap();
     assert_eq!(both.len(), 2);
+    // The refusal is a case: the task, the field, serde's words.
+    let e = tasks_from_json(br#"{"task_id":"T-3","intent":"x","instructions":"y","role":"coder","retry_policy":{"max_retries":"three"}}"#).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            xo_proto::task_file::TaskFileError::Task { ref task, field: Some(ref f), .. }
+                if task == "task #1 (T-3)" && f == "retry_policy.max_retries"
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        tasks_from_json(b"3").unwrap_err(),
+        xo_proto::task_file::TaskFileError::NotTasks
+    );
 }
 
 #[test]

@@ -160,10 +160,29 @@ impl Findings {
     }
 }
 
-fn check_len(what: &str, s: &str) -> Result<(), String> {
+/// Why a reviewer's reply is discarded as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadFindings {
+    /// The `output` is not the reviewer's schema (serde's words).
+    #[error("{reviewer} reply does not match its schema: {reason}")]
+    Schema {
+        reviewer: &'static str,
+        reason: String,
+    },
+    /// A directive's text is over the limit.
+    #[error("{what} is {len} characters, at most {MAX_DIRECTIVE_CHARS}")]
+    TooLong { what: &'static str, len: usize },
+    #[error("a directive has an empty description")]
+    EmptyDirective,
+}
+
+/// The longest directive description or rationale a reviewer may write.
+pub const MAX_DIRECTIVE_CHARS: usize = 200;
+
+fn check_len(what: &'static str, s: &str) -> Result<(), BadFindings> {
     let n = s.chars().count();
-    if n > 200 {
-        return Err(format!("{what} is {n} characters, at most 200"));
+    if n > MAX_DIRECTIVE_CHARS {
+        return Err(BadFindings::TooLong { what, len: n });
     }
     Ok(())
 }
@@ -196,14 +215,17 @@ fn documents_and_directives(
 
 /// Validates a reviewer's `output` against its schema; any error discards
 /// the whole reply.
-pub fn parse_findings(r: Reviewer, output: &serde_json::Value) -> Result<Findings, String> {
-    let de = |e: serde_json::Error| format!("{} reply does not match its schema: {e}", r.name());
-    let check_dirs = |ds: &[DirectiveOut]| -> Result<(), String> {
+pub fn parse_findings(r: Reviewer, output: &serde_json::Value) -> Result<Findings, BadFindings> {
+    let de = |e: serde_json::Error| BadFindings::Schema {
+        reviewer: r.name(),
+        reason: e.to_string(),
+    };
+    let check_dirs = |ds: &[DirectiveOut]| -> Result<(), BadFindings> {
         for d in ds {
             check_len("directive description", &d.description)?;
             check_len("directive rationale", &d.rationale)?;
             if d.description.trim().is_empty() {
-                return Err("a directive has an empty description".into());
+                return Err(BadFindings::EmptyDirective);
             }
         }
         Ok(())
@@ -318,15 +340,34 @@ mod tests {
         assert!(
             parse_findings(Reviewer::CodeStyle, &long)
                 .unwrap_err()
+                .to_string()
                 .contains("at most 200")
+        );
+        assert_eq!(
+            parse_findings(Reviewer::CodeStyle, &long).unwrap_err(),
+            BadFindings::TooLong {
+                what: "directive description",
+                len: 201
+            }
+        );
+        let mut blank = ok.clone();
+        blank["directives"][0]["description"] = serde_json::json!("  ");
+        assert_eq!(
+            parse_findings(Reviewer::CodeStyle, &blank).unwrap_err(),
+            BadFindings::EmptyDirective
         );
         let mut extra = ok.clone();
         extra["mood"] = serde_json::json!("happy");
         assert!(
             parse_findings(Reviewer::CodeStyle, &extra)
                 .unwrap_err()
+                .to_string()
                 .contains("mood")
         );
+        assert!(matches!(
+            parse_findings(Reviewer::CodeStyle, &extra).unwrap_err(),
+            BadFindings::Schema { reviewer, .. } if reviewer == Reviewer::CodeStyle.name()
+        ));
         let bad_prio = serde_json::json!({"design_updates": [], "documents": [], "directives": [{"type": "functional", "description": "x", "priority": "asap"}], "summary": ""});
         assert!(parse_findings(Reviewer::Design, &bad_prio).is_err());
         let design = serde_json::json!({"design_updates": ["store"], "documents": [{"name": "store", "title": "Store", "rules": ["one actor owns state"], "milestone": "m1"}],

@@ -65,21 +65,36 @@ pub fn spent(log: &[ReviewRun], now_ms: u64) -> (f64, f64) {
     (today, total)
 }
 
+/// A review budget with no room left for a run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BudgetSpent {
+    /// `review.daily_budget_usd`, today's runs (UTC).
+    #[error("daily budget spent (${spent:.4} of ${budget:.2})")]
+    Daily { spent: f64, budget: f64 },
+    /// `review.project_budget_usd`, every run.
+    #[error("project budget spent (${spent:.4} of ${budget:.2})")]
+    Project { spent: f64, budget: f64 },
+}
+
 /// Whether the daily and project budgets leave room for a run; `Err` says
 /// which is spent.
-pub fn within_budget(cfg: &ReviewConfig, log: &[ReviewRun], now_ms: u64) -> Result<(), String> {
+pub fn within_budget(
+    cfg: &ReviewConfig,
+    log: &[ReviewRun],
+    now_ms: u64,
+) -> Result<(), BudgetSpent> {
     let (today, total) = spent(log, now_ms);
     if cfg.daily_budget_usd > 0.0 && today >= cfg.daily_budget_usd {
-        return Err(format!(
-            "daily budget spent (${today:.4} of ${:.2})",
-            cfg.daily_budget_usd
-        ));
+        return Err(BudgetSpent::Daily {
+            spent: today,
+            budget: cfg.daily_budget_usd,
+        });
     }
     if cfg.project_budget_usd > 0.0 && total >= cfg.project_budget_usd {
-        return Err(format!(
-            "project budget spent (${total:.4} of ${:.2})",
-            cfg.project_budget_usd
-        ));
+        return Err(BudgetSpent::Project {
+            spent: total,
+            budget: cfg.project_budget_usd,
+        });
     }
     Ok(())
 }
@@ -126,7 +141,15 @@ mod tests {
         assert!(
             within_budget(&cfg, &log, day * 11 + 100)
                 .unwrap_err()
+                .to_string()
                 .contains("daily budget")
+        );
+        assert_eq!(
+            within_budget(&cfg, &log, day * 11 + 100),
+            Err(BudgetSpent::Daily {
+                spent: 0.5,
+                budget: 0.5
+            })
         );
         cfg.daily_budget_usd = 0.0;
         cfg.project_budget_usd = 2.0;
@@ -135,8 +158,13 @@ mod tests {
         assert!(
             within_budget(&cfg, &log, day * 11 + 100)
                 .unwrap_err()
+                .to_string()
                 .contains("project budget")
         );
+        assert!(matches!(
+            within_budget(&cfg, &log, day * 11 + 100),
+            Err(BudgetSpent::Project { budget: 1.0, .. })
+        ));
     }
 
     #[tokio::test]

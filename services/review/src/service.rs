@@ -135,7 +135,7 @@ impl ReviewHandle {
     pub async fn stop(self) -> Result<(), ReviewError> {
         let reviews = self.running.stop().await;
         let runs = self.runs.stop().await;
-        reviews.and(runs).map_err(ReviewError::Tree)
+        reviews.and(runs).map_err(ReviewError::from)
     }
 }
 
@@ -205,12 +205,41 @@ pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
 /// Errors of starting the review supervisors.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
-    /// The actor tree did not start, or gave up.
+    /// The transport, the store or a control call.
     #[error(transparent)]
-    Tree(#[from] xo_runtime::tree::Escalation),
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: an actor tree that did not start or gave up, no store.
+    #[error(transparent)]
+    Runtime(#[from] xo_runtime::RuntimeError),
 }
+
+/// Why a reviewer is skipped this time (the run's summary; work goes on).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Skip {
+    #[error("review supervisors switched off in the operator settings (review.enabled)")]
+    Off,
+    #[error(
+        "the review model refused: {reason}; fix review.model (URL, model, the key in its api_key_env) — reviews resume when the settings change"
+    )]
+    ModelRefused { reason: String },
+    #[error(
+        "the review model is failing ({failures} times in a row: {reason}); next try in {retry_in_s} s"
+    )]
+    ModelFailing {
+        failures: u32,
+        reason: String,
+        retry_in_s: u64,
+    },
+    #[error(transparent)]
+    Budget(#[from] runlog::BudgetSpent),
+    #[error("no model configured (review.model.model)")]
+    NoModel,
+    #[error("the sandbox could not be opened")]
+    NoSandbox,
+}
+
+xo_bus::bus_error_from!(ReviewError);
+xo_runtime::runtime_error_from!(ReviewError);
 
 /// The review model's driver (none without a model).
 fn review_driver(cfg: &XoConfig) -> Option<Driver> {
@@ -539,7 +568,7 @@ impl Reviews {
         let run = match self.gate().await {
             Err(reason) => {
                 warn!(reviewer = r.name(), reason = %reason, "review skipped; work continues");
-                self.base(r, why, ReviewOutcome::Skipped, reason)
+                self.base(r, why, ReviewOutcome::Skipped, reason.to_string())
             }
             Ok((pipeline, log)) => match self.execute(r, why, pipeline, &log).await {
                 Err(run) => run,
@@ -554,39 +583,32 @@ impl Reviews {
 
     /// Whether a reviewer may run now: budgets left, a model, a sandbox.
     /// `Err` is the reason it is skipped.
-    async fn gate(&mut self) -> Result<(Pipeline, Vec<ReviewRun>), String> {
+    async fn gate(&mut self) -> Result<(Pipeline, Vec<ReviewRun>), Skip> {
         self.refresh_settings().await;
         if !self.cfg.review.enabled {
-            return Err(
-                "review supervisors switched off in the operator settings (review.enabled)".into(),
-            );
+            return Err(Skip::Off);
         }
         if let Some(d) = &self.down {
             let now = xo_proto::now_ms();
             if d.permanent && d.settings_version == self.settings_version {
-                return Err(format!(
-                    "the review model refused: {}; fix review.model (URL, model, the key in its api_key_env) — reviews resume when the settings change",
-                    d.reason
-                ));
+                return Err(Skip::ModelRefused {
+                    reason: d.reason.clone(),
+                });
             }
             if !d.permanent && now < d.until_ms {
-                return Err(format!(
-                    "the review model is failing ({} times in a row: {}); next try in {} s",
-                    d.failures,
-                    d.reason,
-                    (d.until_ms - now) / 1000
-                ));
+                return Err(Skip::ModelFailing {
+                    failures: d.failures,
+                    reason: d.reason.clone(),
+                    retry_in_s: (d.until_ms - now) / 1000,
+                });
             }
         }
         let log = runlog::read_run_log(&run_log_path(&self.cfg)).await;
         runlog::within_budget(&self.cfg.review, &log, xo_proto::now_ms())?;
         if self.driver.is_none() {
-            return Err("no model configured (review.model.model)".into());
+            return Err(Skip::NoModel);
         }
-        let pipeline = self
-            .pipeline
-            .clone()
-            .ok_or_else(|| "the sandbox could not be opened".to_string())?;
+        let pipeline = self.pipeline.clone().ok_or(Skip::NoSandbox)?;
         Ok((pipeline, log))
     }
 
@@ -753,7 +775,7 @@ impl Reviews {
                 .get("output")
                 .cloned()
                 .ok_or_else(|| "the reply has no output".to_string())
-                .and_then(|o| parse_findings(r, &o)),
+                .and_then(|o| parse_findings(r, &o).map_err(|e| e.to_string())),
             Outcome::Blocked(reason) | Outcome::Violation(reason) => {
                 run.outcome = ReviewOutcome::Skipped;
                 run.summary = format!("model unreachable or reply unusable: {reason}");

@@ -39,12 +39,16 @@ use xo_runtime::{ServiceCtx, XoConfig};
 pub enum RunnerError {
     #[error("runner {what}: {reason}")]
     Setup { what: String, reason: String },
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
-    /// The actor tree did not start, or gave up.
+    /// The transport, the store or a control call.
     #[error(transparent)]
-    Tree(#[from] xo_runtime::tree::Escalation),
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: an actor tree that did not start or gave up, no store.
+    #[error(transparent)]
+    Runtime(#[from] xo_runtime::RuntimeError),
 }
+
+xo_bus::bus_error_from!(RunnerError);
+xo_runtime::runtime_error_from!(RunnerError);
 
 fn setup(what: &str, reason: impl ToString) -> RunnerError {
     RunnerError::Setup {
@@ -190,7 +194,7 @@ async fn run(
         let escalated = running.stop().await;
         let _ = bus.flush().await;
         info!("runner stopped");
-        escalated.map_err(RunnerError::Tree)
+        escalated.map_err(RunnerError::from)
     }
     .instrument(span)
     .await

@@ -111,11 +111,16 @@ pub enum WatchError {
     WholeDocument(Format),
     #[error("{0} is not a directory to watch")]
     NotADirectory(String),
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
+    /// The transport, the store or a control call.
     #[error(transparent)]
-    Tree(#[from] tree::Escalation),
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: an actor tree that did not start or gave up, no store.
+    #[error(transparent)]
+    Runtime(#[from] xo_runtime::RuntimeError),
 }
+
+xo_bus::bus_error_from!(WatchError);
+xo_runtime::runtime_error_from!(WatchError);
 
 /// What is wrong with a watch, before it starts: its format, else the
 /// first directory that is not one.

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::warn;
 use xo_bus::{Headers, Message, typed};
-use xo_proto::{CodecError, Heartbeat, SaluteReport, Subjects};
+use xo_proto::{CodecError, Heartbeat, Invalid, SaluteReport, Subjects};
 
 use crate::ctx::Ctx;
 
@@ -39,10 +39,10 @@ fn check_subject_unit(subjects: &Subjects, subject: &str, unit: &str) -> Result<
         Some(u) if u == unit => Ok(()),
         other => Err(CodecError::Invalid {
             ty: "SaluteReport",
-            reason: format!(
-                "unit {unit:?} does not match the subject's unit {:?}",
-                other.unwrap_or("")
-            ),
+            reason: Invalid::NotSubjectUnit {
+                unit: unit.to_string(),
+                subject: other.unwrap_or("").to_string(),
+            },
         }),
     }
 }
@@ -104,7 +104,7 @@ pub fn seed_shaped(json: &[u8]) -> Option<Result<Vec<u8>, CodecError>> {
     let bad = |reason: String| {
         Some(Err(CodecError::Invalid {
             ty: "SaluteReport",
-            reason: format!("seed-shaped report file: {reason}"),
+            reason: Invalid::SeedShaped(reason),
         }))
     };
     let Some(role) = o["role_id"].as_str() else {
@@ -166,7 +166,7 @@ pub fn seed_shaped(json: &[u8]) -> Option<Result<Vec<u8>, CodecError>> {
     }
     Some(serde_json::to_vec(&out).map_err(|e| CodecError::Invalid {
         ty: "SaluteReport",
-        reason: format!("seed-shaped report file: {e}"),
+        reason: Invalid::SeedShaped(e.to_string()),
     }))
 }
 

@@ -283,7 +283,7 @@ async fn poll_once(
             Err(e) => {
                 let err = CodecError::Invalid {
                     ty: "SaluteReport",
-                    reason: format!("report file unreadable: {e}"),
+                    reason: xo_proto::Invalid::Unreadable(e.to_string()),
                 };
                 decode::reject_file(ctx, &path, unit, Vec::new(), &err).await;
                 continue;
@@ -316,10 +316,10 @@ async fn poll_once(
             } else {
                 Err(CodecError::Invalid {
                     ty: "SaluteReport",
-                    reason: format!(
-                        "report names unit {:?} but the file is for {unit:?}",
-                        r.unit.unit
-                    ),
+                    reason: xo_proto::Invalid::NotFileUnit {
+                        named: r.unit.unit.clone(),
+                        file: unit.to_string(),
+                    },
                 })
             }
         });

@@ -60,18 +60,18 @@ pub use xo_runtime::Clock;
 /// Errors of the supervisor service.
 #[derive(Debug, thiserror::Error)]
 pub enum SupervisorError {
-    #[error("bus: {0}")]
-    Bus(#[from] xo_bus::BusError),
-    #[error("store: {0}")]
-    Store(#[from] xo_bus::StoreError),
-    /// The actor tree did not start, or gave up.
+    /// The transport, the store or a control call.
     #[error(transparent)]
-    Tree(#[from] xo_runtime::tree::Escalation),
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: an actor tree that did not start or gave up, no store.
     #[error(transparent)]
-    NoStore(#[from] xo_runtime::service::NoStore),
+    Runtime(#[from] xo_runtime::RuntimeError),
     #[error("{0}")]
     Config(String),
 }
+
+xo_bus::bus_error_from!(SupervisorError);
+xo_runtime::runtime_error_from!(SupervisorError);
 
 pub type SupervisorResult<T> = Result<T, SupervisorError>;
 
@@ -321,7 +321,7 @@ impl SupervisorHandle {
         if let Err(e) = self.ctx.bus.flush().await {
             warn!(error = %e, "bus flush at shutdown failed");
         }
-        escalated.and(front).map_err(SupervisorError::Tree)
+        escalated.and(front).map_err(SupervisorError::from)
     }
 }
 

@@ -149,7 +149,11 @@ impl Persister {
                 }
             },
         };
-        decode(unit, &bytes).ok()
+        decode(&bytes)
+            .map_err(
+                |e| warn!(bucket = BUCKET, unit, error = %e, "unit state could not be decoded"),
+            )
+            .ok()
     }
 
     /// Writes a record now (not coalesced), before what it records is
@@ -238,9 +242,8 @@ fn rmp_serde_encode(record: &UnitRecord) -> Result<Bytes, StoreError> {
         })
 }
 
-fn decode(unit: &str, bytes: &[u8]) -> Result<UnitRecord, String> {
+fn decode(bytes: &[u8]) -> Result<UnitRecord, xo_proto::CodecError> {
     xo_proto::codec::decode_plain::<UnitRecord>(bytes, None, usize::MAX)
-        .map_err(|e| format!("{BUCKET}/{unit}: {e}"))
 }
 
 /// `Option<Vec<u8>>` as MessagePack binary.
@@ -276,9 +279,11 @@ pub async fn load_where(
     let mut out = Vec::new();
     for key in keys.into_iter().filter(|k| wanted(k)) {
         match store.get(BUCKET, &key).await {
-            Ok(Some(e)) => match decode(&key, &e.value) {
+            Ok(Some(e)) => match decode(&e.value) {
                 Ok(r) => out.push(r),
-                Err(e) => error!(key = %key, error = %e, "corrupt unit state skipped"),
+                Err(e) => {
+                    error!(bucket = BUCKET, key = %key, error = %e, "corrupt unit state skipped")
+                }
             },
             Ok(None) => {}
             Err(e) => error!(key = %key, error = %e, "unit state could not be read"),

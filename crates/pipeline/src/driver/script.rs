@@ -78,8 +78,21 @@ pub struct Step {
     pub sleep_ms: Option<u64>,
 }
 
+/// Why a scripted step is not one (its number in the run).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadStep {
+    #[error(
+        "step {at}: needs exactly one of write, tool, repeat, stall, fill, run, say, reply, sleep_ms (found {found})"
+    )]
+    Keys { at: usize, found: usize },
+    #[error("step {at}: repeat needs a tool")]
+    RepeatWithoutTool { at: usize },
+    #[error("step {at}: fill {fill} is not within 0..1")]
+    Fill { at: usize, fill: f64 },
+}
+
 impl Step {
-    fn check(&self, at: usize) -> Result<(), String> {
+    fn check(&self, at: usize) -> Result<(), BadStep> {
         let keys = [
             self.write.is_some(),
             self.tool.is_some() && self.repeat.is_none(),
@@ -95,17 +108,15 @@ impl Step {
         .filter(|b| **b)
         .count();
         if keys != 1 {
-            return Err(format!(
-                "step {at}: needs exactly one of write, tool, repeat, stall, fill, run, say, reply, sleep_ms (found {keys})"
-            ));
+            return Err(BadStep::Keys { at, found: keys });
         }
         if self.repeat.is_some() && self.tool.is_none() {
-            return Err(format!("step {at}: repeat needs a tool"));
+            return Err(BadStep::RepeatWithoutTool { at });
         }
         if let Some(f) = self.fill
             && !(0.0..=1.0).contains(&f)
         {
-            return Err(format!("step {at}: fill {f} is not within 0..1"));
+            return Err(BadStep::Fill { at, fill: f });
         }
         Ok(())
     }
@@ -434,4 +445,34 @@ fn attempt_of(prompt: &ComposedPrompt) -> u32 {
             digits.parse().ok()
         })
         .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A script's bad step is refused by case, with its run and number.
+    #[test]
+    fn a_bad_step_says_which_way() {
+        let step = |t: &str| toml::from_str::<Step>(t).unwrap();
+        assert_eq!(
+            step("write = \"a\"\nsay = \"b\"").check(2),
+            Err(BadStep::Keys { at: 2, found: 2 })
+        );
+        assert_eq!(
+            step("repeat = 3").check(1),
+            Err(BadStep::RepeatWithoutTool { at: 1 })
+        );
+        assert_eq!(
+            step("fill = 1.5").check(4),
+            Err(BadStep::Fill { at: 4, fill: 1.5 })
+        );
+        assert!(step("tool = \"t\"\nrepeat = 3").check(1).is_ok());
+        let e = Script::parse("[[run]]\nsteps = [{ fill = 2.0 }]\n", "s.toml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            DriverError::Script("s.toml: run 1: step 1: fill 2 is not within 0..1".into())
+                .to_string()
+        );
+    }
 }

@@ -65,8 +65,17 @@ impl Default for NatsConfig {
     }
 }
 
+/// Why a value's `$(NAME)` or `${NAME}` could not be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    #[error("unclosed ${0}")]
+    Unclosed(char),
+    #[error("environment variable {0} is not set")]
+    Unset(String),
+}
+
 /// `$(NAME)` and `${NAME}` replaced by the environment's values.
-pub(super) fn expand_env(s: &str) -> Result<String, String> {
+pub(super) fn expand_env(s: &str) -> Result<String, EnvError> {
     let mut out = String::new();
     let mut rest = s;
     while let Some(i) = rest.find('$') {
@@ -82,11 +91,10 @@ pub(super) fn expand_env(s: &str) -> Result<String, String> {
             }
         };
         let Some(end) = tail.find(close) else {
-            return Err(format!("unclosed ${}", &tail[..1]));
+            return Err(EnvError::Unclosed(if close == ')' { '(' } else { '{' }));
         };
         let name = &tail[1..end];
-        let v =
-            std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?;
+        let v = std::env::var(name).map_err(|_| EnvError::Unset(name.to_string()))?;
         out.push_str(&v);
         rest = &tail[end + 1..];
     }

@@ -165,7 +165,7 @@ impl XoConfig {
                 key: "nats.password_file".into(),
                 reason,
             };
-            let path = expand_env(&cfg.nats.password_file).map_err(invalid)?;
+            let path = expand_env(&cfg.nats.password_file).map_err(|e| invalid(e.to_string()))?;
             let text =
                 std::fs::read_to_string(&path).map_err(|e| invalid(format!("{path}: {e}")))?;
             cfg.nats.password = text.trim_end_matches(['\n', '\r']).to_string();
@@ -201,6 +201,27 @@ mod tests {
         let p = dir.path().join("xo.toml");
         std::fs::write(&p, text).unwrap();
         XoConfig::load(Some(&p), &[])
+    }
+
+    /// `nats.password_file` names the variable it could not expand, or
+    /// the bracket left open, by case; the config error names the key.
+    #[test]
+    fn an_unexpandable_password_file_says_which_way() {
+        use super::fabric::{EnvError, expand_env};
+        assert_eq!(
+            expand_env("$(XO_TEST_SURELY_UNSET_VAR)/p"),
+            Err(EnvError::Unset("XO_TEST_SURELY_UNSET_VAR".into()))
+        );
+        assert_eq!(expand_env("${HOME"), Err(EnvError::Unclosed('{')));
+        assert_eq!(expand_env("$(HOME"), Err(EnvError::Unclosed('(')));
+        assert_eq!(expand_env("a$b").unwrap(), "a$b");
+        let e = load_toml("[nats]\npassword_file = \"$(XO_TEST_SURELY_UNSET_VAR)\"\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "config key nats.password_file: environment variable XO_TEST_SURELY_UNSET_VAR is not set"
+        );
     }
 
     #[test]

@@ -28,7 +28,9 @@ impl Machine {
                 parse_manager_reply(manager_reply.as_ref(), &self.roles, |t| self.assign_role(t))
                     .and_then(
                         |r| match r.keep.iter().find(|k| !self.tasks.contains_key(*k)) {
-                            Some(k) => Err(format!("keep names {k}, which is not in the queue")),
+                            Some(k) => {
+                                Err(super::manager::BadManagerReply::KeepsUnknown(k.clone()))
+                            }
                             None => Ok(r),
                         },
                     );

@@ -186,33 +186,103 @@ impl Machine {
     }
 }
 
+/// Why a Manager's reply is not in seed 002's format: it changes nothing
+/// and the Manager's task is run again with the same inputs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadManagerReply {
+    #[error("no manager_reply")]
+    Missing,
+    /// Not the reply's shape (serde's words).
+    #[error("{0}")]
+    Shape(String),
+    #[error("status {status:?} is not one of {}", REPLY_STATUSES.join(", "))]
+    Status { status: String },
+    #[error("message is empty")]
+    EmptyMessage,
+    /// A task the queue would refuse to enqueue (its words).
+    #[error("{0}")]
+    Task(String),
+    #[error("task {0} listed twice")]
+    Twice(String),
+    #[error("keep names {0}, which is not in the queue")]
+    KeepsUnknown(String),
+}
+
 /// Seed 002's format check of a Manager reply.
 pub fn parse_manager_reply(
     v: Option<&serde_json::Value>,
     roles: &BTreeSet<String>,
     assign_role: impl Fn(&mut Task),
-) -> Result<ManagerReply, String> {
-    let v = v.ok_or("no manager_reply")?;
-    let mut reply: ManagerReply = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+) -> Result<ManagerReply, BadManagerReply> {
+    let v = v.ok_or(BadManagerReply::Missing)?;
+    let mut reply: ManagerReply =
+        serde_json::from_value(v.clone()).map_err(|e| BadManagerReply::Shape(e.to_string()))?;
     for t in &mut reply.tasks {
         assign_role(t);
     }
     if !REPLY_STATUSES.contains(&reply.status.as_str()) {
-        return Err(format!(
-            "status {:?} is not one of {}",
-            reply.status,
-            REPLY_STATUSES.join(", ")
-        ));
+        return Err(BadManagerReply::Status {
+            status: reply.status,
+        });
     }
     if reply.message.trim().is_empty() {
-        return Err("message is empty".into());
+        return Err(BadManagerReply::EmptyMessage);
     }
     let mut seen = BTreeSet::new();
     for t in &reply.tasks {
-        validate_task(t, roles).map_err(|e| e.message)?;
+        validate_task(t, roles).map_err(|e| BadManagerReply::Task(e.message))?;
         if !seen.insert(&t.task_id) {
-            return Err(format!("task {} listed twice", t.task_id));
+            return Err(BadManagerReply::Twice(t.task_id.clone()));
         }
     }
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each way a Manager's reply is out of format is its own case; the
+    /// words are those the retry event records.
+    #[test]
+    fn a_bad_manager_reply_says_which_way() {
+        let roles: BTreeSet<String> = ["coder".to_string()].into();
+        let parse = |v: serde_json::Value| parse_manager_reply(Some(&v), &roles, |_| {});
+        let task = json!({"task_id": "T-1", "intent": "i", "instructions": "x", "role": "coder",
+            "acceptance_criteria": ["a.txt exists"]});
+        assert!(parse(json!({"status": "ok", "message": "m", "tasks": [task]})).is_ok());
+        assert_eq!(
+            parse_manager_reply(None, &roles, |_| {}).unwrap_err(),
+            BadManagerReply::Missing
+        );
+        assert!(matches!(
+            parse(json!({"status": "ok"})).unwrap_err(),
+            BadManagerReply::Shape(m) if m.contains("message")
+        ));
+        let status = parse(json!({"status": "done", "message": "m"})).unwrap_err();
+        assert_eq!(
+            status,
+            BadManagerReply::Status {
+                status: "done".into()
+            }
+        );
+        assert_eq!(
+            status.to_string(),
+            "status \"done\" is not one of ok, blocked, error, escalate"
+        );
+        assert_eq!(
+            parse(json!({"status": "ok", "message": " "})).unwrap_err(),
+            BadManagerReply::EmptyMessage
+        );
+        assert_eq!(
+            parse(json!({"status": "ok", "message": "m", "tasks": [task, task]})).unwrap_err(),
+            BadManagerReply::Twice("T-1".into())
+        );
+        let mut nameless = task.clone();
+        nameless["intent"] = json!("");
+        assert!(matches!(
+            parse(json!({"status": "ok", "message": "m", "tasks": [nameless]})).unwrap_err(),
+            BadManagerReply::Task(m) if m.contains("intent is empty")
+        ));
+    }
 }
