@@ -527,3 +527,68 @@ fn the_folders_say_what_each_crate_is() {
         );
     }
 }
+
+/// Signatures below the CLI that return a bare `String` as their error, in
+/// one source text (outside `#[cfg(test)]` modules): a signature ends at
+/// its `{` or `;`, so one written over several lines is seen whole.
+fn stringly(text: &str) -> Vec<String> {
+    let code = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("fn ") {
+        let sig_end = rest[i..]
+            .find(['{', ';'])
+            .map(|e| i + e)
+            .unwrap_or(rest.len());
+        let sig: String = rest[i..sig_end]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if let Some(r) = sig.find("-> Result<") {
+            let ret = &sig[r..];
+            if ret.trim_end().ends_with(", String>") {
+                out.push(sig.chars().take(120).collect());
+            }
+        }
+        rest = &rest[sig_end.max(i + 3)..];
+    }
+    out
+}
+
+/// Issue 25: typed errors everywhere below the CLI. The console's form
+/// handlers are the one exception: their `Err` is the flash's text.
+#[test]
+fn nothing_below_the_cli_returns_a_string_as_its_error() {
+    let root = root();
+    let mut bad = Vec::new();
+    for top in ["proto/src", "crates", "services"] {
+        for (p, text) in sources(&root.join(top)) {
+            let rel = p.strip_prefix(&root).unwrap().display().to_string();
+            if rel.contains("/tests/") || rel.starts_with("services/console/src/pages/") {
+                continue;
+            }
+            for sig in stringly(&text) {
+                bad.push(format!("{rel}: {sig}"));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "these return Result<_, String>; give them an error type:\n{}",
+        bad.join("\n")
+    );
+    // The check can fail: one line, one over several lines, and not a test's.
+    assert_eq!(
+        stringly(
+            "pub fn a(x: u8) -> Result<(), String> {\n}\nfn b(\n    y: u8,\n) -> Result<Vec<u8>,\n String>;\n#[cfg(test)]\nmod tests {\n fn c() -> Result<(), String> {}\n}"
+        ),
+        vec![
+            "fn a(x: u8) -> Result<(), String>".to_string(),
+            "fn b( y: u8, ) -> Result<Vec<u8>, String>".to_string()
+        ]
+    );
+    assert!(stringly("fn d() -> Result<String, MyError> {").is_empty());
+}
