@@ -46,6 +46,12 @@ pub struct Size {
     pub history_len: u32,
     #[serde(default)]
     pub condensations: u32,
+    /// The fill (0..1) at which the agent compacts its own context, when
+    /// known (its own watchdog: Claude Code's auto-compact, or the fill a
+    /// unit was seen compacting at). The XO does not duplicate it: its
+    /// context steering starts only past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacts_at: Option<f64>,
 }
 
 impl Size {
@@ -286,6 +292,14 @@ impl SaluteReport {
             return Err(Invalid::Fraction {
                 field: "size.context_fill",
                 value: fill,
+            });
+        }
+        if let Some(c) = self.size.compacts_at
+            && !(0.0..=1.0).contains(&c)
+        {
+            return Err(Invalid::Fraction {
+                field: "size.compacts_at",
+                value: c,
             });
         }
         // The fast reader bypasses serde's checks.

@@ -247,6 +247,14 @@ impl<'a> Reader<'a> {
                     first(&mut seen, 4)?;
                     s.condensations = self.u32()?;
                 }
+                b"compacts_at" => {
+                    first(&mut seen, 5)?;
+                    s.compacts_at = if self.is_nil() {
+                        None
+                    } else {
+                        Some(self.f64()?)
+                    };
+                }
                 _ => return None,
             }
         }
@@ -578,6 +586,7 @@ mod tests {
             },
             history_len: g.number() as u32,
             condensations: g.below(9) as u32,
+            compacts_at: g.flip().then(|| g.below(1000) as f64 / 1000.0),
         };
         r.activity = Activity {
             task_id: g.opt(),

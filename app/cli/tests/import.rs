@@ -187,6 +187,8 @@ fn real() -> PathBuf {
 fn every_real_recording_imports_with_no_line_rejected() {
     let mut count = 0;
     for (folder, format) in [
+        ("claude", "claude"),
+        ("codex", "codex"),
         ("openhands", "openhands"),
         ("swe-agent", "swe-agent"),
         ("mini-swe-agent", "swe-agent"),
@@ -194,6 +196,7 @@ fn every_real_recording_imports_with_no_line_rejected() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(real().join(folder))
             .unwrap()
             .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_none_or(|e| e != "txt"))
             .collect();
         files.sort();
         for f in files {
@@ -206,7 +209,67 @@ fn every_real_recording_imports_with_no_line_rejected() {
             count += err.matches("; outcome ").count();
         }
     }
-    assert!(count >= 20, "at least 20 real runs, found {count}");
+    assert!(count >= 50, "at least 50 real runs, found {count}");
+}
+
+/// The actions of a real Codex rollout: every command its `exec_command_end`
+/// says failed is a failed `exec_command`, none is a poll's.
+#[test]
+fn a_real_codex_rollouts_failed_commands_are_its_failures() {
+    let file = "codex/rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl";
+    let failed_in_the_rollout = std::fs::read_to_string(real().join(file))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"exec_command_end\"") && l.contains("\"status\":\"failed\""))
+        .count();
+    assert_eq!(failed_in_the_rollout, 4);
+    let o = xo(&real(), &["import", "codex", file], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut failed = Vec::new();
+    let mut tools = std::collections::BTreeSet::new();
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let turn = r["time"]["turn"].as_u64().unwrap();
+        for a in r["activity"]["recent"].as_array().unwrap() {
+            if a["turn"].as_u64() == Some(turn) {
+                tools.insert(a["tool"].as_str().unwrap_or("-").to_string());
+                if a["outcome"] == "error" {
+                    failed.push(a["tool"].as_str().unwrap().to_string());
+                }
+            }
+        }
+    }
+    assert_eq!(failed, ["exec_command"; 4], "{failed:?}");
+    assert!(
+        !tools.contains("write_stdin"),
+        "a poll is no action: {tools:?}"
+    );
+    // And nothing in it is steered: its polls are no loop.
+    let runs = tempfile::tempdir().unwrap();
+    std::fs::write(runs.path().join("r.jsonl"), &o.stdout).unwrap();
+    let o = xo(runs.path(), &["radio", "replay", "r.jsonl"], None);
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "", "no steering");
+}
+
+/// Real Claude Code sessions (five of 240–400 turns, with their own
+/// compactions and subagents) are not steered for what Claude Code does
+/// itself: no context steering before its own compaction, no preamble or
+/// prompt counted as a turn without progress.
+#[test]
+fn real_claude_code_sessions_are_not_nagged() {
+    let o = xo(&real(), &["bench", "detection", "claude", "--runs"], None);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("claude") && l.contains(" all "))
+        .unwrap_or_else(|| panic!("no claude row:\n{out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    let (turns, per100): (u64, f64) = (cols[3].parse().unwrap(), cols[7].parse().unwrap());
+    assert!(turns > 1000, "{row}");
+    assert!(per100 <= 0.5, "at most one steering in 200 turns: {row}");
+    assert!(!out.contains("context×"), "no context steering:\n{out}");
 }
 
 #[test]
@@ -260,7 +323,7 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     let o = xo(&real(), &["bench", "detection", "."], None);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    for f in ["openhands", "swe-agent", "total"] {
+    for f in ["claude", "codex", "openhands", "swe-agent", "total"] {
         assert!(
             out.lines().any(|l| l.starts_with(f)),
             "{f} row missing:\n{out}"
@@ -276,7 +339,7 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
             .to_string()
     };
     assert!(goal("goal, loops").ends_with("MET"), "{out}");
-    assert!(goal("of 28 steered").ends_with("MET"), "{out}");
+    assert!(goal("of 29 steered").ends_with("MET"), "{out}");
     assert!(goal("steering per 100 turns").ends_with("MET"), "{out}");
 }
 

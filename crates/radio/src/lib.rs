@@ -85,6 +85,12 @@ pub struct UnitState {
     pub cooldowns: BTreeMap<AnomalyKind, (u64, Severity)>,
     /// Condensation count when progress was last seen.
     pub condensations_at_progress: u32,
+    /// The highest severity of context steering given on the fill since
+    /// it last was below the warning line: a fill steering is given once a
+    /// level (warning, then urgent), not again every cooldown while the
+    /// fill creeps on; it is given again after the context was compacted.
+    #[serde(default)]
+    pub context_told: Option<Severity>,
 }
 
 /// FNV-1a: unit ids are short, trusted-format keys; SipHash's DoS
@@ -236,6 +242,10 @@ pub fn check_unit(
         }
     }
 
+    let (warning_line, _) = rules::context_lines(report, &profile.doctrine);
+    if report.size.fill() <= warning_line {
+        state.context_told = None;
+    }
     let findings = rules::evaluate(report, profile, state.condensations_at_progress);
     let cooldown = u64::from(profile.doctrine.cooldown_turns);
     let mut steering = Vec::new();
@@ -256,12 +266,18 @@ pub fn check_unit(
             continue;
         }
         let exempt = f.severity == Severity::Critical;
+        let on_fill =
+            f.kind == AnomalyKind::Context && f.evidence.rule.starts_with(rules::FILL_RULE);
+        let told = on_fill && state.context_told.is_some_and(|s| f.severity <= s);
         let held = state.cooldowns.get(&f.kind).is_some_and(|&(at, sev)| {
             turn.saturating_sub(at) < cooldown && turn >= at && f.severity <= sev
         });
-        if held && !exempt {
+        if (held || told) && !exempt {
             suppressed.push(f.kind);
             continue;
+        }
+        if on_fill {
+            state.context_told = Some(f.severity);
         }
         state.cooldowns.insert(f.kind, (turn, f.severity));
         steering.push(Steering {

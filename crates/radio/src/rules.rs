@@ -435,6 +435,28 @@ pub fn empty(recent: &[Action], d: &Doctrine) -> Option<Finding> {
     ))
 }
 
+/// The start of a fill finding's rule (`context_fill > 0.80`).
+pub const FILL_RULE: &str = "context_fill >";
+
+/// How far past the fill an agent compacts itself at (its own watchdog)
+/// the XO waits before it steers on the fill: by then the watchdog has not
+/// fired (switched off, or overshot by a large result).
+pub const WATCHDOG_MARGIN: f64 = 0.05;
+
+/// The fill lines of the context rule for this report: the doctrine's
+/// (0.80 warning, 0.90 urgent), moved past the agent's own compaction
+/// point when it has one (seed 000: where a watchdog handles context
+/// limits, the supervisor does not duplicate it), at most 0.99.
+pub fn context_lines(report: &SaluteReport, d: &Doctrine) -> (f64, f64) {
+    match report.size.compacts_at {
+        Some(c) => (
+            d.context_warning.max(c + WATCHDOG_MARGIN).min(0.99),
+            d.context_urgent.max(c + 2.0 * WATCHDOG_MARGIN).min(0.99),
+        ),
+        None => (d.context_warning, d.context_urgent),
+    }
+}
+
 /// Context: fill above the warning (0.80) or urgent (0.90) line, or repeated
 /// condensation without progress.
 pub fn context(
@@ -444,13 +466,19 @@ pub fn context(
 ) -> Option<Finding> {
     let fill = report.size.fill();
     let pct = (fill * 100.0).floor();
+    let (warning, urgent) = context_lines(report, d);
+    let own = report
+        .size
+        .compacts_at
+        .map(|c| format!(" (the agent compacts itself at {c:.2})"))
+        .unwrap_or_default();
     let ev = |rule: String, observed: String| Evidence {
         turns: vec![report.time.turn],
         tools: vec![],
         rule,
         observed,
     };
-    if fill > d.context_urgent {
+    if fill > urgent {
         return Some(finding(
             AnomalyKind::Context,
             Severity::Urgent,
@@ -458,18 +486,18 @@ pub fn context(
                 "Context {pct}% full and nearly exhausted. Finish your immediate step now and report; do not start new work."
             ),
             ev(
-                format!("context_fill > {:.2}", d.context_urgent),
+                format!("{FILL_RULE} {urgent:.2}{own}"),
                 format!("{fill:.3}"),
             ),
         ));
     }
-    if fill > d.context_warning {
+    if fill > warning {
         return Some(finding(
             AnomalyKind::Context,
             Severity::Warning,
             format!("Context {pct}% full. Wrap up the current step, summarise, or start fresh."),
             ev(
-                format!("context_fill > {:.2}", d.context_warning),
+                format!("{FILL_RULE} {warning:.2}{own}"),
                 format!("{fill:.3}"),
             ),
         ));

@@ -21,6 +21,13 @@ use serde_json::value::RawValue;
 
 use crate::{Common, Pending, TurnEvent};
 
+/// Claude Code compacts its own context (auto-compact, on by default) once
+/// it holds its window less this many tokens: 20,000 kept for the reply
+/// and a 13,000-token buffer, 83.5% of a 200k window (Claude Code 2.x;
+/// the real transcripts under `tests/fixtures/real/claude` compact between
+/// 82.9% and 86.8%). `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` can only lower it.
+pub const AUTO_COMPACT_RESERVE: u64 = 33_000;
+
 #[derive(Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
@@ -37,6 +44,8 @@ struct Line<'a> {
     message: Option<Message<'a>>,
     #[serde(rename = "isCompactSummary")]
     compact: Option<bool>,
+    #[serde(rename = "isMeta")]
+    meta: Option<bool>,
     total_cost_usd: Option<f64>,
     is_error: Option<bool>,
     #[serde(borrow)]
@@ -62,9 +71,10 @@ struct Message<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
-/// A message's content: its blocks, or none when it is a plain string.
+/// A message's content: its blocks, or none when it is a plain string
+/// (then whether that string has any text).
 #[derive(Default)]
-struct Blocks<'a>(Vec<Block<'a>>);
+struct Blocks<'a>(Vec<Block<'a>>, bool);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -74,11 +84,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a string or an array of content blocks")
             }
-            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-                Ok(Blocks(Vec::new()))
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(Blocks(Vec::new(), !s.trim().is_empty()))
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(Blocks(Vec::new()))
+                Ok(Blocks(Vec::new(), false))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
@@ -88,7 +98,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
                 while let Some(b) = s.next_element()? {
                     v.push(b);
                 }
-                Ok(Blocks(v))
+                Ok(Blocks(v, false))
             }
         }
         d.deserialize_any(V(std::marker::PhantomData))
@@ -201,6 +211,15 @@ pub(crate) fn event(
         c.at_ms = Some(at);
     }
     let mut out = Vec::new();
+    // A message is written a content block a line: a text block held back
+    // (below) is its own turn only when no call of the same message follows.
+    let same_message = kind == "assistant"
+        && c.held.as_ref().is_some_and(|(id, _)| {
+            v.message.as_ref().and_then(|m| m.id.as_deref()) == Some(id.as_str())
+        });
+    if !same_message && let Some((_, text)) = c.held.take() {
+        out.push(c.message(&text));
+    }
     match kind {
         "system" => match v.subtype.as_deref() {
             Some("init") => {
@@ -271,8 +290,20 @@ pub(crate) fn event(
                     _ => {}
                 }
             }
-            if tools == 0 && (!text.is_empty() || !thinking) {
-                out.push(c.message(&text.join("\n")));
+            if tools > 0 {
+                // The text before a call is the call's preamble, not a turn.
+                c.held = None;
+            } else if !text.is_empty() || !thinking {
+                let mut said = match c.held.take() {
+                    Some((_, before)) if !before.is_empty() => before + "\n",
+                    _ => String::new(),
+                };
+                said.push_str(&text.join("\n"));
+                if msg.stop_reason.is_some() || id.is_empty() {
+                    out.push(c.message(&said));
+                } else {
+                    c.held = Some((id.to_string(), said));
+                }
             }
             // The model ended its turn with nothing left to run.
             if msg.stop_reason.as_deref() == Some("end_turn") && c.pending.is_empty() {
@@ -283,7 +314,17 @@ pub(crate) fn event(
             if v.compact == Some(true) {
                 c.condensed = true;
             }
-            let blocks = v.message.map(|m| m.content.0).unwrap_or_default();
+            let content = v.message.map(|m| m.content).unwrap_or_default();
+            // A person's prompt (or an interruption, a notification) is a
+            // new instruction: the agent's turns without progress start
+            // over. Tool results, compact summaries and meta lines are not.
+            if v.compact != Some(true)
+                && v.meta != Some(true)
+                && (content.1 || content.0.iter().any(|b| b.kind.as_deref() == Some("text")))
+            {
+                c.instructed = true;
+            }
+            let blocks = content.0;
             for b in blocks
                 .iter()
                 .filter(|b| b.kind.as_deref() == Some("tool_result"))

@@ -26,7 +26,34 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
+use std::collections::{HashMap, HashSet};
+
 use crate::{Common, Pending, TurnEvent, str_of, text_of, u64_of, value_hash};
+
+/// Unified exec (`exec_command`, `write_stdin`): a command that is still
+/// running when its call returns (`Process running with session ID N`)
+/// ends later, in a `write_stdin` of that session (`Process exited with
+/// code N`) or in the rollout's `exec_command_end` event. The command's end
+/// is its action, with its code and its whole output; the polls between
+/// are waits.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    /// Running commands by session id.
+    running: HashMap<String, Running>,
+    /// `write_stdin` calls by call id: the session each one polls.
+    polls: HashMap<String, String>,
+    /// Commands ended through `exec_command_end`: their call ids and
+    /// sessions, whose later results are no new step.
+    ended_calls: HashSet<String>,
+    ended_sessions: HashSet<String>,
+}
+
+#[derive(Debug)]
+struct Running {
+    call: String,
+    pending: Pending,
+    output: String,
+}
 
 /// The lines most of a stream is made of (`item.completed` of a command or
 /// a message), read into borrowing types; anything else goes to [`event`].
@@ -175,6 +202,12 @@ pub(crate) fn event(
                 }
                 // Interrupted by its user: it waits for them, nothing failed.
                 Some("turn_aborted") => c.resting = true,
+                // Its user's prompt: a new instruction.
+                Some("user_message") => c.instructed = true,
+                Some("exec_command_end") => {
+                    out.extend(exec_end(c, p));
+                    return Ok(Some(out));
+                }
                 _ => {}
             }
             if str_of(p, "type") == Some("token_count")
@@ -281,6 +314,11 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
                         .unwrap_or(Value::Null),
                 ),
             };
+            if tool == "write_stdin"
+                && let Some(session) = args.get("session_id").map(text_of)
+            {
+                c.exec.polls.insert(id.clone(), session);
+            }
             // `shell`: `command` (an argv array or a string); `exec_command`: `cmd`.
             let command = args
                 .get("command")
@@ -305,6 +343,9 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
             })?;
             let raw = p.get("output").map(text_of).unwrap_or_default();
             let (text, exit) = tool_output(&raw);
+            if let Some(turns) = unified_exec(c, &id, &raw, &text, exit) {
+                return Ok(Some(turns));
+            }
             let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);
             Ok(Some(c.complete(&id, ok, &text, exit).into_iter().collect()))
         }
@@ -327,6 +368,93 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
         }
         "message" | "reasoning" => Ok(Some(Vec::new())),
         _ => Ok(None),
+    }
+}
+
+/// A result of unified exec, when it is one: `None` for any other call.
+fn unified_exec(
+    c: &mut Common,
+    id: &str,
+    raw: &str,
+    text: &str,
+    exit: Option<i64>,
+) -> Option<Vec<TurnEvent>> {
+    let header = raw.split("\nOutput:").next().unwrap_or(raw);
+    let started = header.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("Process running with session ID")
+            .map(|n| n.trim().to_string())
+    });
+    if c.exec.ended_calls.remove(id) {
+        // Its end was told by `exec_command_end` already.
+        return Some(Vec::new());
+    }
+    if let Some(session) = c.exec.polls.remove(id) {
+        c.pending.remove(id);
+        if c.exec.ended_sessions.contains(&session) {
+            return Some(vec![c.wait()]);
+        }
+        let mut r = c.exec.running.remove(&session)?;
+        r.output.push_str(text);
+        return Some(match exit {
+            Some(code) => {
+                let ok = code == 0;
+                vec![c.tool_turn(&r.pending, ok, &r.output, Some(code))]
+            }
+            None => {
+                c.exec.running.insert(session, r);
+                vec![c.wait()]
+            }
+        });
+    }
+    if exit.is_none()
+        && let Some(session) = started
+        && let Some(pending) = c.pending.remove(id)
+    {
+        c.exec.running.insert(
+            session,
+            Running {
+                call: id.to_string(),
+                pending,
+                output: text.to_string(),
+            },
+        );
+        // Its step is its end.
+        return Some(Vec::new());
+    }
+    None
+}
+
+/// `exec_command_end`: a command's end with its code and whole output
+/// (`aggregated_output`), whichever of it and the call's result comes first.
+fn exec_end(c: &mut Common, p: &Value) -> Vec<TurnEvent> {
+    let Some(id) = str_of(p, "call_id") else {
+        return Vec::new();
+    };
+    let code = p.get("exit_code").and_then(Value::as_i64);
+    let output = str_of(p, "aggregated_output").unwrap_or_default();
+    let failed = matches!(str_of(p, "status"), Some("failed" | "declined"));
+    let ok = !failed && code.is_none_or(|e| e == 0);
+    let session = c
+        .exec
+        .running
+        .iter()
+        .find(|(_, r)| r.call == id)
+        .map(|(s, _)| s.clone());
+    if let Some((session, r)) = session.and_then(|s| c.exec.running.remove_entry(&s)) {
+        c.exec.ended_sessions.insert(session);
+        return vec![c.tool_turn(&r.pending, ok, output, code)];
+    }
+    match c.pending.remove(id) {
+        Some(pending) => {
+            c.exec.ended_calls.insert(id.to_string());
+            if let Some(s) = str_of(p, "process_id") {
+                c.exec.ended_sessions.insert(s.to_string());
+            }
+            vec![c.tool_turn(&pending, ok, output, code)]
+        }
+        // Ended already, through the call's own result.
+        None => Vec::new(),
     }
 }
 

@@ -145,7 +145,8 @@ fn events_run<'a>(
     finish(sensor, run)
 }
 
-fn finish(sensor: Sensor, mut run: Run) -> Run {
+fn finish(mut sensor: Sensor, mut run: Run) -> Run {
+    run.turns.extend(sensor.finish());
     run.id = sensor.session().map(str::to_string);
     run.parent = sensor.parent().map(str::to_string);
     run.ended = sensor.ended();

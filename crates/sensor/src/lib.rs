@@ -49,6 +49,17 @@ pub struct TurnEvent {
     pub context_tokens: Option<u64>,
     pub context_limit: Option<u64>,
     pub condensed: bool,
+    /// The fill (0..1) at which the agent compacts its own context, where
+    /// the format's agent is known to (Claude Code's auto-compact).
+    pub compacts_at: Option<f64>,
+    /// A new instruction reached the agent before this step (its user's
+    /// prompt, a notification): the count of turns without progress starts
+    /// over, as it does for a new task.
+    pub instructed: bool,
+    /// The step waited on a command still running (a poll of its session):
+    /// no action of its own, neither progress nor the lack of it; the
+    /// command's end is the action.
+    pub waiting: bool,
     pub model: Option<String>,
     /// When the step happened, from the record (ms since the epoch); `None`
     /// where the format keeps no time.
@@ -323,6 +334,16 @@ pub(crate) struct Common {
     pub cost_usd: f64,
     pub context_tokens: Option<u64>,
     pub condensed: bool,
+    /// Tokens the agent keeps free below its window before it compacts
+    /// its own context, where that is known of it.
+    pub compact_reserve: Option<u64>,
+    /// A new instruction arrived since the last turn.
+    pub instructed: bool,
+    /// Claude: a message's text, held until the next line tells whether a
+    /// call of the same message follows (message id, text).
+    pub held: Option<(String, String)>,
+    /// Codex: commands still running in a unified-exec session.
+    pub exec: codex::Sessions,
     pub stats: Stats,
     /// The agent's last words: a run's result, else its last message.
     pub final_text: Option<String>,
@@ -382,6 +403,15 @@ impl Common {
         let a = Action::message(Some(&short_hash(text)), Outcome::Error, 0).with_error(&class);
         self.turn(Some(a), false)
     }
+    /// A step that waited on a running command: a turn (its tokens, its
+    /// time) with no action, which counts toward no stall.
+    pub fn wait(&mut self) -> TurnEvent {
+        TurnEvent {
+            waiting: true,
+            ..self.turn(None, false)
+        }
+    }
+
     /// A turn carrying the usage accumulated since the last one.
     pub fn turn(&mut self, action: Option<Action>, progress: bool) -> TurnEvent {
         self.stats.turns += 1;
@@ -398,6 +428,12 @@ impl Common {
             context_tokens: self.context_tokens.take(),
             context_limit,
             condensed: std::mem::take(&mut self.condensed),
+            compacts_at: context_limit
+                .zip(self.compact_reserve)
+                .filter(|(l, r)| *l > *r)
+                .map(|(l, r)| (l - r) as f64 / l as f64),
+            instructed: std::mem::take(&mut self.instructed),
+            waiting: false,
             at_ms: self.at_ms,
             // Told once a change: the report keeps the model it last heard.
             model: (self.model != self.model_told)
@@ -526,10 +562,17 @@ pub struct Sensor {
 
 impl Sensor {
     pub fn new(format: Format) -> Self {
+        let common = Common {
+            compact_reserve: match format {
+                Format::Claude => Some(claude::AUTO_COMPACT_RESERVE),
+                _ => None,
+            },
+            ..Common::default()
+        };
         Self {
             format,
             line: 0,
-            common: Common::default(),
+            common,
             last_message: (String::new(), 0, 0),
         }
     }
@@ -584,6 +627,15 @@ impl Sensor {
                 self.common.stats.malformed += 1;
                 Err(bad(self.line, reason))
             }
+        }
+    }
+
+    /// The stream has ended: the turn still held back (Claude's last text
+    /// block, which no later line of its message followed), if any.
+    pub fn finish(&mut self) -> Vec<TurnEvent> {
+        match self.common.held.take() {
+            Some((_, text)) => vec![self.common.message(&text)],
+            None => Vec::new(),
         }
     }
 

@@ -8,6 +8,11 @@ use xo_proto::{Outcome as ActOutcome, SaluteReport};
 
 use crate::TurnEvent;
 
+/// A compaction the unit made at this fill or higher is its own (a
+/// watchdog near the window's end); one lower was asked for (`/compact`)
+/// and says nothing of where it compacts by itself.
+pub const LEARN_FROM_FILL: f64 = 0.7;
+
 /// A unit's SALUTE state across turns: what each report says.
 pub struct SaluteState {
     unit: String,
@@ -25,6 +30,11 @@ pub struct SaluteState {
     context: u64,
     context_limit: u64,
     condensations: u32,
+    /// Where the agent compacts itself: told by its format, else the
+    /// highest fill seen before its first compaction.
+    compacts_at: Option<f64>,
+    /// The highest fill seen since the last compaction.
+    peak_fill: f64,
     tokens_in: u64,
     tokens_out: u64,
     cost: f64,
@@ -52,6 +62,8 @@ impl SaluteState {
             context: 0,
             context_limit,
             condensations: 0,
+            compacts_at: None,
+            peak_fill: 0.0,
             tokens_in: 0,
             tokens_out: 0,
             cost: 0.0,
@@ -74,6 +86,7 @@ impl SaluteState {
         self.recent.clear();
         self.context = 0;
         self.condensations = 0;
+        self.peak_fill = 0.0;
     }
 
     /// One agent turn: the report it makes.
@@ -81,9 +94,9 @@ impl SaluteState {
         self.turn += 1;
         self.seq += 1;
         self.history += 1;
-        if ev.progress {
+        if ev.progress || ev.instructed {
             self.since_progress = 0;
-        } else {
+        } else if !ev.waiting {
             self.since_progress += 1;
         }
         if let Some(mut a) = ev.action {
@@ -106,6 +119,15 @@ impl SaluteState {
         }
         if ev.condensed {
             self.condensations += 1;
+            // A unit seen compacting itself high in its window compacts
+            // there: its own watchdog, which the XO does not duplicate.
+            if self.compacts_at.is_none() && self.peak_fill >= LEARN_FROM_FILL {
+                self.compacts_at = Some(self.peak_fill);
+            }
+            self.peak_fill = 0.0;
+        }
+        if ev.compacts_at.is_some() {
+            self.compacts_at = ev.compacts_at;
         }
         self.tokens_in += ev.tokens_in;
         self.tokens_out += ev.tokens_out;
@@ -117,6 +139,7 @@ impl SaluteState {
             self.summary = ev.summary;
         }
         let mut r = self.report();
+        self.peak_fill = self.peak_fill.max(r.size.context_fill);
         // The record's own time where the format keeps one (a replayed
         // recording is then dated when it happened, not when it was read).
         if let Some(at) = ev.at_ms {
@@ -157,6 +180,7 @@ impl SaluteState {
         };
         r.size.history_len = self.history;
         r.size.condensations = self.condensations;
+        r.size.compacts_at = self.compacts_at;
         r.activity.task_id = self.task.clone();
         r.activity.summary = self.summary.clone();
         r.activity.turns_since_progress = self.since_progress;

@@ -107,6 +107,9 @@ fn claude_transcript() {
     let more = s
         .line(r#"{"type":"assistant","sessionId":"s-transcript","message":{"id":"m2","content":[{"type":"text","text":"continuing"}]}}"#)
         .unwrap();
+    // A text block waits for the next line: a call of its message may follow.
+    assert!(more.is_empty());
+    let more = s.finish();
     assert!(more[0].condensed);
     assert_eq!(s.stats().unknown, 0);
 }

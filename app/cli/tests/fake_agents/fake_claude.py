@@ -69,9 +69,14 @@ def post_tool_use(tool, tool_input, response, tool_use_id, is_error):
 
 def tool(i, name, tool_input, result, is_error):
     tid = f"toolu_{i}"
-    emit({"type": "assistant", "session_id": SESSION, "message": {"id": f"msg_{i}", "model": "claude-sonnet-4-5",
-          "content": [{"type": "tool_use", "id": tid, "name": name, "input": tool_input}],
-          "usage": {"input_tokens": 1000 + i, "output_tokens": 20}}})
+    # As Claude Code writes a message: a content block a line, each with the
+    # message's usage so far; most calls come after a line of text.
+    for block in ({"type": "text", "text": f"Now step {i}."},
+                  {"type": "tool_use", "id": tid, "name": name, "input": tool_input}):
+        emit({"type": "assistant", "session_id": SESSION, "parent_tool_use_id": None,
+              "message": {"id": f"msg_{i}", "model": "claude-sonnet-4-5", "role": "assistant",
+                          "stop_reason": None, "content": [block],
+                          "usage": {"input_tokens": 1000 + i, "output_tokens": 20}}})
     emit({"type": "user", "session_id": SESSION, "message": {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": tid, "content": result, "is_error": is_error}]}})
     return post_tool_use(name, tool_input, {"output": result}, tid, is_error)

@@ -75,7 +75,8 @@ def post_tool_use(bypass_trust, i, command, output, exit_code):
         "cwd": os.getcwd(), "hook_event_name": "PostToolUse", "model": "gpt-5-codex",
         "permission_mode": "bypassPermissions", "session_id": THREAD,
         "tool_input": {"command": command}, "tool_name": "Bash",
-        "tool_response": {"output": output, "exit_code": exit_code},
+        # Codex's payload carries no exit code (openai/codex#34289).
+        "tool_response": output,
         "tool_use_id": f"call_{i}", "transcript_path": None, "turn_id": "turn-1",
     }
     shown = []

@@ -279,7 +279,13 @@ impl CommandDriver {
                     let mut turned = false;
                     tokio::select! {
                         line = lines.recv() => {
-                            let Some(line) = line else { break };
+                            let Some(line) = line else {
+                                // The stream ended: the turn it held back.
+                                for t in sensor.finish() {
+                                    ctx.turns.turn(t);
+                                }
+                                break;
+                            };
                             match sensor.line(&line) {
                                 Ok(turns) => {
                                     turned = !turns.is_empty();

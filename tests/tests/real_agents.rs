@@ -1,0 +1,416 @@
+//! The agents' streams as they really are, through the sensor and the
+//! radio check: each fake stream below follows a shape read off the real
+//! recordings under `tests/fixtures/real/` (Claude Code 2.1 transcripts,
+//! Codex CLI 0.125 rollouts), not a tidier one. What each test holds:
+//!
+//! - Claude Code writes a message a content block a line: the text before
+//!   a call is part of the call's step, not a turn of its own.
+//! - A person's prompt is a new instruction: turns without progress start
+//!   over.
+//! - Claude Code compacts its own context at 83.5% of its window: the XO's
+//!   context steering starts past that, and is given once a level.
+//! - Codex's unified exec returns `Process running with session ID N` and
+//!   ends the command in a later `write_stdin` (or `exec_command_end`):
+//!   the command's end is its action, with its exit code, so a failing
+//!   command run again and again is a loop, and polls are waits.
+
+use xo_proto::{ActionKind, AnomalyKind, Outcome, SaluteReport, Severity};
+use xo_radio::profile::{AGENT_ROLE, RoleProfile};
+use xo_radio::{Radio, Roles};
+use xo_sensor::salute::SaluteState;
+use xo_sensor::{Format, Sensor, TurnEvent};
+
+/// Every turn of `lines` (and what the stream held back at its end).
+fn turns(format: Format, lines: &[String]) -> Vec<TurnEvent> {
+    let mut s = Sensor::new(format);
+    let mut out = Vec::new();
+    for l in lines {
+        out.extend(s.line(l).unwrap_or_else(|e| panic!("{l}: {e}")));
+    }
+    out.extend(s.finish());
+    out
+}
+
+/// The reports a unit of the `agent` role makes of `turns`.
+fn reports(turns: Vec<TurnEvent>) -> Vec<SaluteReport> {
+    let mut st = SaluteState::new("u1", "agent", None, 200_000);
+    st.start_task(Some("t1".into()));
+    turns.into_iter().map(|t| st.turn(t)).collect()
+}
+
+/// What the XO steers on `reports`, by kind and severity.
+fn steered(reports: &[SaluteReport]) -> Vec<(AnomalyKind, Severity, u64)> {
+    // External agents are checked as the `agent` role, as `xo import`,
+    // `xo watch` and `xo bench detection` check them.
+    let roles = Roles::new(
+        RoleProfile::default(),
+        [(AGENT_ROLE.to_string(), RoleProfile::agent())].into(),
+    );
+    let mut radio = Radio::new(roles);
+    reports
+        .iter()
+        .flat_map(|r| {
+            radio
+                .check(r)
+                .steering
+                .into_iter()
+                .map(|s| (s.kind, s.severity, s.turn))
+        })
+        .collect()
+}
+
+// --- Claude Code ---------------------------------------------------------------
+
+/// One assistant line of a Claude Code transcript: one content block, the
+/// message's usage so far.
+fn claude_block(id: &str, block: serde_json::Value, context: u64) -> String {
+    serde_json::json!({"type": "assistant", "sessionId": "s1", "isSidechain": false,
+        "timestamp": "2026-02-11T20:00:00.000Z",
+        "message": {"id": id, "model": "claude-opus-4-6", "role": "assistant", "stop_reason": null,
+            "content": [block],
+            "usage": {"input_tokens": 3, "cache_creation_input_tokens": 200, "cache_read_input_tokens": context - 203, "output_tokens": 40}}})
+    .to_string()
+}
+
+fn claude_result(call: &str, text: &str, is_error: bool) -> String {
+    serde_json::json!({"type": "user", "sessionId": "s1",
+        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": text, "is_error": is_error}]}})
+    .to_string()
+}
+
+fn claude_prompt(text: &str) -> String {
+    serde_json::json!({"type": "user", "sessionId": "s1", "message": {"role": "user", "content": text}})
+        .to_string()
+}
+
+/// A step as Claude Code writes most of them: a line of text, then the
+/// call on the next line of the same message, then its result.
+fn claude_step(i: u32, command: &str, output: &str, context: u64) -> Vec<String> {
+    let (id, call) = (format!("msg_{i}"), format!("toolu_{i}"));
+    vec![
+        claude_block(
+            &id,
+            serde_json::json!({"type": "text", "text": format!("Let me check step {i}.")}),
+            context,
+        ),
+        claude_block(
+            &id,
+            serde_json::json!({"type": "tool_use", "id": call, "name": "Bash", "input": {"command": command, "description": "a step"}}),
+            context,
+        ),
+        claude_result(&call, output, false),
+    ]
+}
+
+#[test]
+fn a_claude_step_with_its_text_is_one_turn() {
+    let mut lines = claude_step(1, "git status", "clean", 20_000);
+    lines.push(claude_block(
+        "msg_2",
+        serde_json::json!({"type": "text", "text": "All done."}),
+        20_000,
+    ));
+    let t = turns(Format::Claude, &lines);
+    let kinds: Vec<_> = t
+        .iter()
+        .map(|t| t.action.as_ref().map(|a| (a.kind, a.tool.clone())))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            Some((ActionKind::Tool, Some("Bash".into()))),
+            Some((ActionKind::Message, None))
+        ],
+        "the call's preamble is no turn; the last words are one, when the stream ends"
+    );
+}
+
+#[test]
+fn a_persons_prompt_starts_the_count_of_turns_without_progress_over() {
+    // Twelve looks at the same thing (no progress), a prompt, twelve more.
+    let mut lines = Vec::new();
+    for i in 0..12 {
+        lines.extend(claude_step(i, "git status", "clean", 20_000));
+    }
+    lines.push(claude_prompt("did you push?"));
+    for i in 12..24 {
+        lines.extend(claude_step(i, "git status", "clean", 20_000));
+    }
+    let r = reports(turns(Format::Claude, &lines));
+    assert_eq!(r.len(), 24, "a turn a step, none a preamble");
+    // `git status` is no look at a file, no check, no write: no progress.
+    assert_eq!(r[11].activity.turns_since_progress, 12);
+    assert_eq!(
+        r[12].activity.turns_since_progress, 0,
+        "the prompt was an instruction"
+    );
+    assert_eq!(r[23].activity.turns_since_progress, 11);
+    // Without the prompt, the same 24 steps are a stall: the check can fail.
+    let mut straight = Vec::new();
+    for i in 0..24 {
+        straight.extend(claude_step(i, "git status", "clean", 20_000));
+    }
+    let r = reports(turns(Format::Claude, &straight));
+    assert!(steered(&r).iter().any(|s| s.0 == AnomalyKind::Stall));
+}
+
+#[test]
+fn claude_codes_own_compaction_is_not_duplicated_and_a_level_is_told_once() {
+    // The context grows from 150k to 196k of 200k, 2k a step: Claude Code
+    // compacts at 167k (83.5%) by itself; here it never does.
+    let steps: Vec<String> = (0..24)
+        .flat_map(|i| {
+            claude_step(
+                i,
+                &format!("echo {i}"),
+                &format!("{i}"),
+                150_000 + u64::from(i) * 2_000,
+            )
+        })
+        .collect();
+    let r = reports(turns(Format::Claude, &steps));
+    let compacts = r[0]
+        .size
+        .compacts_at
+        .expect("Claude Code's compaction point");
+    assert!((compacts - 0.835).abs() < 1e-9, "{compacts}");
+    let context: Vec<_> = steered(&r)
+        .into_iter()
+        .filter(|s| s.0 == AnomalyKind::Context)
+        .collect();
+    // Warned once past 0.885 (its own point + 0.05), urgent once past 0.935.
+    assert_eq!(
+        context.iter().map(|s| s.1).collect::<Vec<_>>(),
+        [Severity::Warning, Severity::Urgent],
+        "{context:?}"
+    );
+    let fill_at = |turn: u64| r[(turn - 1) as usize].size.context_fill;
+    assert!(fill_at(context[0].2) > 0.885 && fill_at(context[0].2 - 1) <= 0.885);
+    assert!(fill_at(context[1].2) > 0.935);
+    // An agent that does not compact itself is told at 0.80, once.
+    let mut plain = r.clone();
+    for p in &mut plain {
+        p.size.compacts_at = None;
+    }
+    let first = steered(&plain)
+        .into_iter()
+        .find(|s| s.0 == AnomalyKind::Context)
+        .unwrap();
+    assert!(fill_at(first.2) > 0.80 && fill_at(first.2 - 1) <= 0.80);
+}
+
+#[test]
+fn a_context_warning_is_given_again_after_the_context_was_compacted() {
+    let mut r: Vec<SaluteReport> = Vec::new();
+    for (turn, fill) in [(1, 0.82), (5, 0.83), (9, 0.84), (13, 0.30), (17, 0.81)] {
+        let mut rep = SaluteReport::new("u1", "agent", turn, turn);
+        rep.size.context_fill = fill;
+        r.push(rep);
+    }
+    let told: Vec<u64> = steered(&r)
+        .into_iter()
+        .filter(|s| s.0 == AnomalyKind::Context)
+        .map(|s| s.2)
+        .collect();
+    assert_eq!(
+        told,
+        [1, 17],
+        "not at turns 5 and 9 (the cooldown is over, the level was told)"
+    );
+}
+
+#[test]
+fn a_unit_seen_compacting_high_is_not_warned_before_that_point_again() {
+    let mut st = SaluteState::new("u1", "agent", None, 100_000);
+    let step = |tokens: u64, condensed: bool| TurnEvent {
+        context_tokens: Some(tokens),
+        context_limit: Some(100_000),
+        condensed,
+        ..TurnEvent::default()
+    };
+    for t in [50_000, 80_000, 91_000] {
+        assert_eq!(st.turn(step(t, false)).size.compacts_at, None);
+    }
+    // It compacted itself after 91%: that is where it does.
+    let r = st.turn(step(20_000, true));
+    assert_eq!(r.size.compacts_at, Some(0.91));
+    // A compaction asked for low in the window teaches nothing.
+    let mut st = SaluteState::new("u2", "agent", None, 100_000);
+    st.turn(step(40_000, false));
+    assert_eq!(st.turn(step(10_000, true)).size.compacts_at, None);
+}
+
+// --- Codex ---------------------------------------------------------------------
+
+fn rollout(kind: &str, payload: serde_json::Value) -> String {
+    serde_json::json!({"timestamp": "2026-05-11T08:30:00.000Z", "type": kind, "payload": payload})
+        .to_string()
+}
+
+fn call(name: &str, id: &str, args: serde_json::Value) -> String {
+    rollout(
+        "response_item",
+        serde_json::json!({"type": "function_call", "name": name, "arguments": args.to_string(), "call_id": id}),
+    )
+}
+
+/// `exec_command`'s and `write_stdin`'s result text, as Codex 0.125 writes it.
+fn output(id: &str, state: &str, out: &str) -> String {
+    rollout(
+        "response_item",
+        serde_json::json!({"type": "function_call_output", "call_id": id,
+            "output": format!("Chunk ID: a21e41\nWall time: 1.0037 seconds\n{state}\nOriginal token count: 0\nOutput:\n{out}")}),
+    )
+}
+
+/// A long command as Codex runs it: started, polled while it runs, ended
+/// by a poll (`end_event`: or first by `exec_command_end`).
+fn codex_command(i: u32, cmd: &str, code: i64, out: &str, end_event: bool) -> Vec<String> {
+    let session = format!("{}", 48_000 + i);
+    let (run, p1, p2) = (
+        format!("call_r{i}"),
+        format!("call_p{i}"),
+        format!("call_q{i}"),
+    );
+    let mut lines = vec![
+        call(
+            "exec_command",
+            &run,
+            serde_json::json!({"cmd": cmd, "workdir": "/w", "yield_time_ms": 1000}),
+        ),
+        output(
+            &run,
+            &format!("Process running with session ID {session}"),
+            "",
+        ),
+        call(
+            "write_stdin",
+            &p1,
+            serde_json::json!({"session_id": session.parse::<u64>().unwrap(), "chars": "", "yield_time_ms": 1000}),
+        ),
+        output(
+            &p1,
+            &format!("Process running with session ID {session}"),
+            "",
+        ),
+    ];
+    if end_event {
+        lines.push(rollout(
+            "event_msg",
+            serde_json::json!({"type": "exec_command_end", "call_id": run, "process_id": session,
+                "command": ["/bin/zsh", "-lc", cmd], "aggregated_output": out, "exit_code": code,
+                "status": if code == 0 { "completed" } else { "failed" }}),
+        ));
+    }
+    lines.push(call(
+        "write_stdin",
+        &p2,
+        serde_json::json!({"session_id": session.parse::<u64>().unwrap(), "chars": "", "yield_time_ms": 1000}),
+    ));
+    lines.push(output(
+        &p2,
+        &format!("Process exited with code {code}"),
+        if end_event { "" } else { out },
+    ));
+    lines
+}
+
+#[test]
+fn a_codex_command_that_fails_after_it_was_polled_is_a_failed_command() {
+    for end_event in [false, true] {
+        let lines = codex_command(
+            1,
+            "cargo test",
+            101,
+            "test result: FAILED. 1 passed; 2 failed",
+            end_event,
+        );
+        let mut s = Sensor::new(Format::Codex);
+        let mut t = Vec::new();
+        for l in &lines {
+            t.extend(s.line(l).unwrap());
+        }
+        let actions: Vec<_> = t.iter().filter_map(|t| t.action.clone()).collect();
+        assert_eq!(actions.len(), 1, "one command, one action: {actions:?}");
+        assert_eq!(actions[0].tool.as_deref(), Some("exec_command"));
+        assert_eq!(actions[0].outcome, Outcome::Error);
+        assert_eq!(actions[0].error_type.as_deref(), Some("test_failure"));
+        assert!(
+            t.iter().filter(|t| t.action.is_none()).all(|t| t.waiting),
+            "the polls are waits"
+        );
+        assert_eq!(s.stats().orphan_results, 0, "end_event {end_event}");
+        assert_eq!(s.unfinished(), 0);
+    }
+}
+
+#[test]
+fn a_codex_command_failing_again_and_again_is_a_loop_and_polling_is_not() {
+    // The same failing test run three times, each polled while it runs.
+    let mut lines = vec![rollout(
+        "session_meta",
+        serde_json::json!({"id": "019e1625", "cwd": "/w", "originator": "codex-tui", "cli_version": "0.125.0"}),
+    )];
+    for i in 0..3 {
+        lines.extend(codex_command(
+            i,
+            "cargo test",
+            101,
+            "test result: FAILED. 1 passed; 2 failed",
+            i % 2 == 0,
+        ));
+    }
+    let r = reports(turns(Format::Codex, &lines));
+    let loops: Vec<_> = steered(&r)
+        .into_iter()
+        .filter(|s| s.0 == AnomalyKind::Loop)
+        .collect();
+    assert_eq!(loops.len(), 1, "{loops:?}");
+    // A long command polled many times that succeeds: no loop, no stall.
+    let mut lines = Vec::new();
+    let session = "77";
+    lines.push(call(
+        "exec_command",
+        "c0",
+        serde_json::json!({"cmd": "cargo build --release"}),
+    ));
+    lines.push(output(
+        "c0",
+        &format!("Process running with session ID {session}"),
+        "",
+    ));
+    for p in 0..20 {
+        let id = format!("p{p}");
+        lines.push(call(
+            "write_stdin",
+            &id,
+            serde_json::json!({"session_id": 77, "chars": ""}),
+        ));
+        lines.push(output(
+            &id,
+            &format!("Process running with session ID {session}"),
+            "",
+        ));
+    }
+    lines.push(call(
+        "write_stdin",
+        "pz",
+        serde_json::json!({"session_id": 77, "chars": ""}),
+    ));
+    lines.push(output(
+        "pz",
+        "Process exited with code 0",
+        "Finished `release` profile",
+    ));
+    let r = reports(turns(Format::Codex, &lines));
+    assert_eq!(
+        steered(&r),
+        [],
+        "waiting on a build is neither a loop nor a stall"
+    );
+    assert_eq!(
+        r.last().unwrap().activity.turns_since_progress,
+        0,
+        "the build was progress"
+    );
+}
