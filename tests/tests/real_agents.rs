@@ -414,3 +414,51 @@ fn a_codex_command_failing_again_and_again_is_a_loop_and_polling_is_not() {
         "the build was progress"
     );
 }
+
+// --- Cursor --------------------------------------------------------------------
+
+#[test]
+fn a_cursor_model_calls_text_before_its_tools_is_no_turn_of_its_own() {
+    // As cursor-agent writes a step: thinking, the model call's text, its
+    // tool with the same model_call_id; at the end the final text.
+    let line = |v: serde_json::Value| v.to_string();
+    let mut lines = Vec::new();
+    for i in 0..3 {
+        let mc = format!("mc-{i}");
+        lines.push(line(serde_json::json!({"type": "thinking", "subtype": "delta", "text": "hm", "session_id": "c1"})));
+        lines.push(line(serde_json::json!({"type": "assistant", "model_call_id": mc, "session_id": "c1",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "Running the tests."}]}})));
+        let call = serde_json::json!({"shellToolCall": {"args": {"command": "npm test"}}});
+        lines.push(line(serde_json::json!({"type": "tool_call", "subtype": "started", "call_id": format!("c{i}"),
+            "model_call_id": mc, "session_id": "c1", "tool_call": call})));
+        let done = serde_json::json!({"shellToolCall": {"args": {"command": "npm test"},
+            "result": {"success": {"exitCode": 1, "stdout": "", "stderr": "1 failed, 3 passed"}}}});
+        lines.push(line(serde_json::json!({"type": "tool_call", "subtype": "completed", "call_id": format!("c{i}"),
+            "model_call_id": mc, "session_id": "c1", "tool_call": done})));
+    }
+    lines.push(line(serde_json::json!({"type": "assistant", "session_id": "c1",
+        "message": {"role": "assistant", "content": [{"type": "text", "text": "I could not fix it."}]}})));
+    let t = turns(Format::Cursor, &lines);
+    let shape: Vec<_> = t
+        .iter()
+        .map(|t| {
+            let a = t.action.as_ref().unwrap();
+            (a.tool.as_ref().map(|t| t.to_string()), a.outcome)
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (Some("shell".to_string()), Outcome::Error),
+            (Some("shell".to_string()), Outcome::Error),
+            (Some("shell".to_string()), Outcome::Error),
+            (None, Outcome::Ok)
+        ],
+        "a failing command under `success` with its exit code is a failure; text before a tool is no turn"
+    );
+    let r = reports(t);
+    assert!(
+        steered(&r).iter().any(|s| s.0 == AnomalyKind::Loop),
+        "the same failing test three times is a loop"
+    );
+}

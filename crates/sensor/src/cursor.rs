@@ -1,7 +1,10 @@
 //! Cursor CLI: `cursor-agent -p --output-format stream-json`.
 //!
 //! - `system` `init`: `session_id`, `model`.
-//! - `assistant`: `message.content[]` text — an agent message.
+//! - `assistant`: `message.content[]` text — an agent message. Text with a
+//!   `model_call_id` comes before that model call's tools: it is held, and
+//!   is their preamble (no turn) when a `tool_call` of the same
+//!   `model_call_id` starts; the final text (no `model_call_id`) is a turn.
 //! - `tool_call` `started`: `call_id` and `tool_call.<name>ToolCall.args`.
 //! - `tool_call` `completed`: the same `call_id`, with `result.success` or
 //!   `result.error` (an `exitCode` where the tool ran a command).
@@ -23,7 +26,16 @@ struct ToolLine<'a> {
     #[serde(borrow)]
     session_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
+    model_call_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
     tool_call: Option<First<'a, ToolBody<'a>>>,
+}
+
+/// The held text as a message turn, if any.
+fn flush(c: &mut Common, out: &mut Vec<TurnEvent>) {
+    if let Some((_, text)) = c.held.take() {
+        out.push(c.message(&text));
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -108,6 +120,15 @@ pub(crate) fn line(
         .ok_or("tool_call without a \"tool_call\" object")?;
     let tool = name.strip_suffix("ToolCall").unwrap_or(name);
     let mut out = Vec::new();
+    let started = t.subtype.as_deref() == Some("started");
+    let preamble = started
+        && t.model_call_id.is_some()
+        && c.held.as_ref().map(|(id, _)| Some(id.as_str())) == Some(t.model_call_id.as_deref());
+    if preamble {
+        c.held = None;
+    } else {
+        flush(c, &mut out);
+    }
     match t.subtype.as_deref() {
         Some("started") => {
             let args = body.args.map(RawValue::get).unwrap_or("null");
@@ -180,16 +201,31 @@ pub(crate) fn event(
                 c.model = Some(m.to_string());
             }
         }
-        "user" | "thinking" => {}
+        // Thinking goes on between a model call's text and its tools.
+        "thinking" => {}
+        "user" => flush(c, &mut out),
         "assistant" => {
             let text = v
                 .get("message")
                 .and_then(|m| m.get("content"))
                 .map(text_of)
                 .unwrap_or_default();
-            out.push(c.message(&text));
+            match str_of(v, "model_call_id") {
+                Some(id) => match &mut c.held {
+                    Some((held, before)) if held == id => before.push_str(&text),
+                    _ => {
+                        flush(c, &mut out);
+                        c.held = Some((id.to_string(), text));
+                    }
+                },
+                None => {
+                    flush(c, &mut out);
+                    out.push(c.message(&text));
+                }
+            }
         }
         "result" => {
+            flush(c, &mut out);
             let subtype = str_of(v, "subtype").unwrap_or("done");
             let text = str_of(v, "result").unwrap_or_default();
             if !text.is_empty() {

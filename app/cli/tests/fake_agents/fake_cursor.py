@@ -5,6 +5,11 @@ stream-json [--resume CHAT]` speaks `cursor-agent`'s stream-json (a
 pairs, `assistant` text, a closing `result`). It has no hook here: steering
 reaches it only as the prompt of a resumed chat.
 
+As `cursor-agent` writes a step (reifying/cursor-hack docs/stream-json-
+events.md): thinking deltas, the model call's text (`assistant` with its
+`model_call_id`), then its `tool_call`s with the same `model_call_id`; a
+shell command's result is under `success` with its `exitCode`.
+
 Steps that succeed until a prompt brings steering; the chat's steps are
 counted across resumes in `agent_turn`, and `seen.txt` names the step after
 which the model was shown the steering."""
@@ -41,8 +46,15 @@ if "[SUPERVISOR]" in prompt:
     emit({"type": "result", "subtype": "success", "duration_ms": 10, "is_error": False, "result": reply})
     sys.exit(0)
 for i in range(steps_done() + 1, 200):
+    model_call = f"mc-{i}"
+    now = int(time.time() * 1000)
+    emit({"type": "thinking", "subtype": "delta", "text": "next", "timestamp_ms": now})
+    emit({"type": "thinking", "subtype": "completed", "timestamp_ms": now})
+    emit({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": f"Running step {i}."}]},
+          "model_call_id": model_call, "timestamp_ms": now})
     call = {"shellToolCall": {"args": {"command": f"echo step {i}"}}}
-    emit({"type": "tool_call", "subtype": "started", "call_id": f"c{i}", "tool_call": call})
+    emit({"type": "tool_call", "subtype": "started", "call_id": f"c{i}", "tool_call": call,
+          "model_call_id": model_call, "timestamp_ms": now})
     done = {"shellToolCall": {"args": {"command": f"echo step {i}"},
                               "result": {"success": {"exitCode": 0, "stdout": f"step {i}\n", "stderr": ""}}}}
     # Counted before the step is reported (and atomically): the runner may
@@ -50,7 +62,8 @@ for i in range(steps_done() + 1, 200):
     with open("agent_turn.tmp", "w") as f:
         f.write(str(i))
     os.replace("agent_turn.tmp", "agent_turn")
-    emit({"type": "tool_call", "subtype": "completed", "call_id": f"c{i}", "tool_call": done})
+    emit({"type": "tool_call", "subtype": "completed", "call_id": f"c{i}", "tool_call": done,
+          "model_call_id": model_call, "timestamp_ms": int(time.time() * 1000)})
     time.sleep(0.2)
 emit({"type": "result", "subtype": "error", "duration_ms": 10, "is_error": True, "result": "no steering came"})
 sys.exit(1)
