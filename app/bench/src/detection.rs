@@ -111,8 +111,15 @@ pub fn format_of(path: &Path) -> Option<Format> {
     }
 }
 
-/// The recordings under a folder: files, and `events` folders.
+/// The recordings under a folder: files, and `events` folders. An OpenHands
+/// session or conversation folder is its `events/` alone: what it keeps
+/// beside them (`metadata.json`, `base_state.json`, the `event_cache/`
+/// pages that repeat the events) is no run.
 fn recordings(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    if let Some(events) = xo_runner::watch::conversation_events(dir) {
+        out.push(events);
+        return Ok(());
+    }
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -120,11 +127,7 @@ fn recordings(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     entries.sort();
     for p in entries {
         if p.is_dir() {
-            if p.file_name().and_then(|n| n.to_str()) == Some("events") {
-                out.push(p);
-            } else {
-                recordings(&p, out)?;
-            }
+            recordings(&p, out)?;
         } else if !matches!(
             p.extension().and_then(|e| e.to_str()),
             Some("md" | "txt" | "yaml" | "yml" | "py" | "patch" | "png")

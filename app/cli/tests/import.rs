@@ -316,6 +316,42 @@ fn an_openhands_events_folder_is_one_run() {
         first["time"]["at"].as_u64().unwrap() < 1_740_000_000_000,
         "{first}"
     );
+    // What OpenHands keeps beside the events is no run: the session is one
+    // run, once, in the detection benchmark too.
+    let session = dir.path().join("sessions/abc123");
+    std::fs::write(
+        session.join("metadata.json"),
+        r#"{"conversation_id": "abc123"}"#,
+    )
+    .unwrap();
+    std::fs::write(session.join("init.json"), "{}").unwrap();
+    std::fs::create_dir_all(session.join("event_cache")).unwrap();
+    std::fs::write(
+        session.join("event_cache/0-25.json"),
+        serde_json::to_string(&traj).unwrap(),
+    )
+    .unwrap();
+    let o = xo(
+        dir.path(),
+        &["import", "openhands", folder.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count(),
+        from_folder
+    );
+    std::fs::rename(dir.path().join("sessions"), dir.path().join("openhands")).unwrap();
+    let o = xo(dir.path(), &["bench", "detection", ".", "--runs"], None);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The run rows come first, then a blank line and the totals.
+    let runs: Vec<&str> = out
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("openhands"))
+        .collect();
+    assert_eq!(runs.len(), 1, "one run:\n{out}");
+    assert!(runs[0].contains("abc123"), "{out}");
 }
 
 #[test]

@@ -458,15 +458,41 @@ async fn the_supervisor_watches_what_its_config_names() {
 }
 
 /// OpenHands keeps a session as a folder of event files, one JSON event a
-/// file: each new file is read in order, the session is one unit.
+/// file: each new file is read in order, the session is one unit. Beside
+/// its `events/` it keeps what OpenHands writes there too (V0:
+/// `metadata.json`, `init.json`, `agent_state.pkl`, the `event_cache/`
+/// pages that repeat the events 25 a file; V1: `base_state.json` and
+/// `event-<n>-<id>.json` files): none of it is a unit or an event.
 #[tokio::test]
 async fn watch_follows_openhands_event_directories() {
     let nats = NatsServer::start();
     let url = nats.url();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let events = root.join("sessions").join("oh-session-9").join("events");
+    let session = root.join("sessions").join("oh-session-9");
+    let events = session.join("events");
     std::fs::create_dir_all(&events).unwrap();
+    std::fs::create_dir_all(session.join("event_cache")).unwrap();
+    std::fs::write(
+        session.join("metadata.json"),
+        r#"{"conversation_id": "oh-session-9", "title": "fix tests", "selected_repository": null}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        session.join("init.json"),
+        r#"{"llm_model": "claude-sonnet-4"}"#,
+    )
+    .unwrap();
+    std::fs::write(session.join("agent_state.pkl"), b"\x80\x04\x95 not json").unwrap();
+    // A V1 conversation beside it: base_state.json and its events.
+    let v1 = root.join("sessions").join("c0ffee").join("events");
+    std::fs::create_dir_all(&v1).unwrap();
+    std::fs::write(
+        v1.parent().unwrap().join("base_state.json"),
+        r#"{"id": "c0ffee", "agent": {}}"#,
+    )
+    .unwrap();
+
     let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
     let dir = root.join("sessions").display().to_string();
     procs.0.push(xo(
@@ -492,6 +518,19 @@ async fn watch_follows_openhands_event_directories() {
         std::fs::write(events.join(format!("{o}.json")), pretty).unwrap();
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
+    // The V1 conversation's first event, once the watch runs.
+    std::fs::write(
+        v1.join("event-00000-0b1f.json"),
+        r#"{"id":"0b1f","timestamp":"2026-06-16T05:39:18.809928","source":"agent","kind":"MessageEvent","llm_message":{"role":"assistant","content":[{"type":"text","text":"Looking at the tests."}]}}"#,
+    )
+    .unwrap();
+    // OpenHands' cache page repeats events in an array (written once a page
+    // is full; here, early, as the worst case).
+    std::fs::write(
+        session.join("event_cache").join("0-25.json"),
+        r#"[{"id":0,"source":"agent","action":"run","args":{"command":"pytest"}}]"#,
+    )
+    .unwrap();
     eventually(
         "every run of the session is a turn of its unit",
         root,
@@ -508,6 +547,20 @@ async fn watch_follows_openhands_event_directories() {
         sup.contains("\"kind\":\"loop\""),
         "the same failing run is a loop: {sup}"
     );
+    eventually("the V1 conversation is a unit", root, || async {
+        units(&bus).await.iter().any(|u| u.unit == "c0ffee")
+    })
+    .await;
+    // Wait for a poll after the cache page was written, then: two units,
+    // and no file of theirs refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut names: Vec<String> = units(&bus).await.into_iter().map(|u| u.unit).collect();
+    names.sort();
+    assert_eq!(names, ["c0ffee", "oh-session-9"]);
+    let watch = std::fs::read_to_string(root.join("watch.log")).unwrap();
+    for refused in ["not used", "skipped", "not a openhands"] {
+        assert!(!watch.contains(refused), "{refused}: {watch}");
+    }
 }
 
 #[test]

@@ -129,11 +129,7 @@ fn events_folder(format: Format, dir: &Path) -> Result<String, RecordingError> {
             format,
         });
     }
-    let events = if dir.join("events").is_dir() {
-        dir.join("events")
-    } else {
-        dir.to_path_buf()
-    };
+    let events = crate::watch::conversation_events(dir).unwrap_or_else(|| dir.to_path_buf());
     let files =
         event_files(&events).map_err(|e| RecordingError::Read(events.display().to_string(), e))?;
     if files.is_empty() {

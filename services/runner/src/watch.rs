@@ -345,34 +345,51 @@ pub fn recording_name(path: &Path) -> String {
 }
 
 /// An OpenHands event file's place in its run, from its name: `<n>.json`
-/// (V0) or `event-<n>-<uuid>.json` (V1 SDK); a name with no number last.
-fn event_number(stem: &str) -> u64 {
-    stem.trim_start_matches("event-")
-        .split('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u64::MAX)
+/// (V0: `sessions/<id>/events/`) or `event-<n>-<uuid>.json` (V1 SDK:
+/// `conversations/<id>/events/`); `None` for any other file a conversation
+/// keeps beside its events (`metadata.json`, `init.json`,
+/// `base_state.json`, V0's `event_cache/<n>-<m>.json` pages, which repeat
+/// the events 25 a file).
+pub fn event_number(file_name: &str) -> Option<u64> {
+    let stem = file_name.strip_suffix(".json")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if digits(stem) {
+        return stem.parse().ok();
+    }
+    let (n, id) = stem.strip_prefix("event-")?.split_once('-')?;
+    (digits(n) && !id.is_empty())
+        .then(|| n.parse().ok())
+        .flatten()
 }
 
-/// The event files (`*.json`) of an OpenHands events folder, in event
-/// order: (number, file name, path).
+/// The event files of an OpenHands events folder, in event order:
+/// (number, file name, path). Files that are no event are left out.
 pub fn event_files(dir: &Path) -> std::io::Result<Vec<(u64, String, std::path::PathBuf)>> {
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let p = e?.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
-        let (Some(name), Some(stem)) = (
-            p.file_name().and_then(|s| s.to_str()),
-            p.file_stem().and_then(|s| s.to_str()),
-        ) else {
+        let Some(name) = p.file_name().and_then(|s| s.to_str()) else {
             continue;
         };
-        files.push((event_number(stem), name.to_string(), p.clone()));
+        if let Some(n) = event_number(name) {
+            files.push((n, name.to_string(), p.clone()));
+        }
     }
     files.sort();
     Ok(files)
+}
+
+/// A conversation's events folder: `dir` itself when it holds event
+/// files, else its `events/` when that does (an OpenHands session or
+/// conversation folder).
+pub fn conversation_events(dir: &Path) -> Option<PathBuf> {
+    let holds = |d: &Path| event_files(d).is_ok_and(|f| !f.is_empty());
+    if holds(dir) {
+        Some(dir.to_path_buf())
+    } else {
+        let events = dir.join("events");
+        holds(&events).then_some(events)
+    }
 }
 
 /// The session files (`*.jsonl`) under the directories; for OpenHands also
@@ -391,7 +408,12 @@ fn scan(format: Format, dirs: &[String]) -> Vec<(PathBuf, bool)> {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "jsonl") {
                 out.push((p, false));
-            } else if format == Format::OpenHands && p.extension().is_some_and(|x| x == "json") {
+            } else if format == Format::OpenHands
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(event_number)
+                    .is_some()
+            {
                 has_events = true;
             }
         }
@@ -586,6 +608,35 @@ impl From<&WatchConfig> for WatchArgs {
             role: w.role.clone(),
             poll_ms: w.poll_ms,
             from_start: w.from_start,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_number;
+
+    /// The names OpenHands gives its event files are events; what it keeps
+    /// beside them is not.
+    #[test]
+    fn only_openhands_event_files_are_events() {
+        assert_eq!(event_number("12.json"), Some(12));
+        assert_eq!(
+            event_number("event-00007-3f1c2b9e-8d4a-4b7e-9c1d-2a3b4c5d6e7f.json"),
+            Some(7)
+        );
+        for other in [
+            "metadata.json",
+            "init.json",
+            "base_state.json",
+            "llm_registry.json",
+            "0-25.json",
+            "event-00007.json",
+            "event--x.json",
+            "12.jsonl",
+            "12",
+        ] {
+            assert_eq!(event_number(other), None, "{other}");
         }
     }
 }
