@@ -252,6 +252,43 @@ fn a_real_codex_rollouts_failed_commands_are_its_failures() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "", "no steering");
 }
 
+/// A real OpenHands V1 run's usage is read from its state updates: the
+/// tokens of every LLM of the conversation, as the SDK totals them.
+#[test]
+fn a_real_openhands_v1_runs_usage_comes_from_its_state_updates() {
+    let file = "openhands/v1_sdk_events.jsonl";
+    let mut prompt = 0;
+    for line in std::fs::read_to_string(real().join(file)).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["kind"] == "ConversationStateUpdateEvent" && v["key"] == "stats" {
+            prompt = v["value"]["usage_to_metrics"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|m| {
+                    m["accumulated_token_usage"]["prompt_tokens"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .sum();
+        }
+    }
+    assert!(prompt > 0);
+    let o = xo(&real(), &["import", "openhands", file], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let last: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["equipment"]["tokens_in"].as_u64(),
+        Some(prompt),
+        "{last}"
+    );
+    assert!(
+        last["size"]["context_tokens"].as_u64().unwrap() > 0,
+        "{last}"
+    );
+}
+
 /// Real Claude Code sessions (five of 240–400 turns, with their own
 /// compactions and subagents) are not steered for what Claude Code does
 /// itself: no context steering before its own compaction, no preamble or

@@ -225,7 +225,9 @@ pub(crate) fn line(
                     .unwrap_or_default();
                 out.push(c.message(&text));
             }
-            "message" | "system" | "think" | "recall" | "change_agent_state" | "null" => {}
+            // Its user's message: a new instruction.
+            "message" => c.instructed = true,
+            "system" | "think" | "recall" | "change_agent_state" | "null" => {}
             "condensation" => c.condensed = true,
             "finish" => {
                 let text = arg("final_thought")
@@ -338,7 +340,8 @@ pub(crate) fn event(
                     .unwrap_or_default();
                 out.push(c.message(text));
             }
-            "message" | "system" | "think" | "recall" | "change_agent_state" | "null" => {}
+            "message" => c.instructed = true,
+            "system" | "think" | "recall" | "change_agent_state" | "null" => {}
             "condensation" => c.condensed = true,
             "finish" => {
                 let text = str_of(&args, "final_thought")
@@ -394,6 +397,61 @@ pub(crate) fn event(
     Ok(None)
 }
 
+/// V1 `ConversationStateUpdateEvent`: `key` `stats` carries the usage
+/// totals of every LLM of the conversation (`usage_to_metrics.<id>`:
+/// `accumulated_cost`, `accumulated_token_usage.prompt_tokens` /
+/// `completion_tokens` / `context_window` / `per_turn_token`); `key`
+/// `execution_status` says when the agent stopped working (finished,
+/// paused, waiting for confirmation, in error, stuck).
+fn state_update(c: &mut Common, v: &Value) {
+    let value = v.get("value").unwrap_or(&Value::Null);
+    match str_of(v, "key") {
+        Some("stats") => {
+            let Some(usages) = value.get("usage_to_metrics").and_then(Value::as_object) else {
+                return;
+            };
+            let (mut cost, mut prompt, mut completion) = (0.0, 0, 0);
+            for m in usages.values() {
+                cost += m
+                    .get("accumulated_cost")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0);
+                if let Some(u) = m.get("accumulated_token_usage") {
+                    prompt += u64_of(u, "prompt_tokens");
+                    completion += u64_of(u, "completion_tokens");
+                }
+            }
+            c.cumulative(Some(cost), Some(prompt), Some(completion));
+            if let Some(u) = usages
+                .get("default")
+                .and_then(|m| m.get("accumulated_token_usage"))
+            {
+                if let Some(w) = u
+                    .get("context_window")
+                    .and_then(Value::as_u64)
+                    .filter(|w| *w > 0)
+                {
+                    c.context_limit = Some(w);
+                }
+                if let Some(t) = u
+                    .get("per_turn_token")
+                    .and_then(Value::as_u64)
+                    .filter(|t| *t > 0)
+                {
+                    c.context_tokens = Some(t);
+                }
+            }
+        }
+        Some("execution_status") => {
+            c.resting |= matches!(
+                value.as_str(),
+                Some("finished" | "paused" | "waiting_for_confirmation" | "error" | "stuck")
+            );
+        }
+        _ => {}
+    }
+}
+
 fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     let mut out = Vec::new();
     let call = || str_of(v, "tool_call_id").map(String::from);
@@ -441,8 +499,8 @@ fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, c
             let reason = str_of(v, "rejection_reason").unwrap_or("rejected by the user");
             out.extend(c.complete(&id, false, reason, None));
         }
-        "MessageEvent" => {
-            if str_of(v, "source") == Some("agent") {
+        "MessageEvent" => match str_of(v, "source") {
+            Some("agent") => {
                 let text = v
                     .get("llm_message")
                     .and_then(|m| m.get("content"))
@@ -450,12 +508,13 @@ fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, c
                     .unwrap_or_default();
                 out.push(c.message(&text));
             }
-        }
+            // Its user's message: a new instruction.
+            Some("user") => c.instructed = true,
+            _ => {}
+        },
         "Condensation" | "CondensationSummaryEvent" => c.condensed = true,
-        "SystemPromptEvent"
-        | "ConversationStateUpdateEvent"
-        | "PauseEvent"
-        | "CondensationRequest" => {}
+        "ConversationStateUpdateEvent" => state_update(c, v),
+        "SystemPromptEvent" | "PauseEvent" | "CondensationRequest" => {}
         _ => return Ok(None),
     }
     Ok(Some(out))
