@@ -462,3 +462,83 @@ fn a_cursor_model_calls_text_before_its_tools_is_no_turn_of_its_own() {
         "the same failing test three times is a loop"
     );
 }
+
+/// A command Claude Code sends to the background (by `run_in_background`,
+/// or past its timeout) ends in a later `TaskOutput`: that end is the
+/// command's action, with its exit code; a `TaskOutput` that finds it still
+/// running is a wait. The result texts are Claude Code 2.1's, from the real
+/// transcripts.
+#[test]
+fn a_claude_background_command_ends_in_its_task_output() {
+    let call_line = |i: u32, name: &str, input: serde_json::Value| {
+        claude_block(
+            &format!("msg_{i}"),
+            serde_json::json!({"type": "tool_use", "id": format!("toolu_{i}"), "name": name, "input": input}),
+            30_000,
+        )
+    };
+    let poll = |status: &str, exit: Option<i64>| {
+        format!(
+            "<retrieval_status>{}</retrieval_status>\n\n<task_id>b0be39e</task_id>\n\n<task_type>local_bash</task_type>\n\n<status>{status}</status>\n\n{}<output>\n3 tests, 1 failure\n</output>",
+            if status == "running" {
+                "timeout"
+            } else {
+                "success"
+            },
+            exit.map(|e| format!("<exit_code>{e}</exit_code>\n\n"))
+                .unwrap_or_default()
+        )
+    };
+    let mut lines = Vec::new();
+    for round in 0..3u32 {
+        let i = round * 10;
+        lines.push(call_line(
+            i,
+            "Bash",
+            serde_json::json!({"command": "mix test", "description": "Run tests", "run_in_background": true}),
+        ));
+        lines.push(claude_result(
+            &format!("toolu_{i}"),
+            "Command running in background with ID: b0be39e. Output is being written to: /tmp/claude-1000/tasks/b0be39e.output",
+            false,
+        ));
+        lines.push(call_line(
+            i + 1,
+            "TaskOutput",
+            serde_json::json!({"task_id": "b0be39e", "block": true, "timeout": 120000}),
+        ));
+        lines.push(claude_result(
+            &format!("toolu_{}", i + 1),
+            &poll("running", None),
+            false,
+        ));
+        lines.push(call_line(
+            i + 2,
+            "TaskOutput",
+            serde_json::json!({"task_id": "b0be39e", "block": true, "timeout": 300000}),
+        ));
+        lines.push(claude_result(
+            &format!("toolu_{}", i + 2),
+            &poll("completed", Some(1)),
+            false,
+        ));
+    }
+    let t = turns(Format::Claude, &lines);
+    let actions: Vec<_> = t.iter().filter_map(|t| t.action.clone()).collect();
+    assert_eq!(actions.len(), 3, "three commands: {actions:?}");
+    for a in &actions {
+        assert_eq!(a.tool.as_deref(), Some("Bash"));
+        assert_eq!(a.outcome, Outcome::Error);
+        assert_eq!(a.error_type.as_deref(), Some("test_failure"));
+    }
+    assert_eq!(
+        t.iter().filter(|t| t.waiting).count(),
+        3,
+        "the running polls are waits"
+    );
+    let r = reports(t);
+    assert!(
+        steered(&r).iter().any(|s| s.0 == AnomalyKind::Loop),
+        "the same failing test run three times in the background is a loop"
+    );
+}

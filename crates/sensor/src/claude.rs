@@ -275,6 +275,14 @@ pub(crate) fn event(
                             .then(|| serde_json::from_str::<Command<'_>>(input).ok())
                             .flatten()
                             .and_then(|c| c.command.map(Cow::into_owned));
+                        // A poll of a background task (its output so far,
+                        // or its end).
+                        if matches!(b.name.as_deref(), Some("TaskOutput" | "BashOutput"))
+                            && let Ok(p) = serde_json::from_str::<Poll<'_>>(input)
+                            && let Some(task) = p.task_id.or(p.bash_id)
+                        {
+                            c.exec.polls.insert(call.to_string(), task.into_owned());
+                        }
                         c.pending.insert(
                             call.to_string(),
                             Pending {
@@ -340,6 +348,10 @@ pub(crate) fn event(
                     c.stats.cancelled += 1;
                     continue;
                 }
+                if let Some(turns) = background(c, call, text) {
+                    out.extend(turns);
+                    continue;
+                }
                 let exit = exit_code(text);
                 if let Some(t) = c.complete(call, b.is_error != Some(true), text, exit) {
                     out.push(t);
@@ -367,6 +379,61 @@ pub(crate) fn event(
         _ => return Ok(None),
     }
     Ok(Some(out))
+}
+
+/// The input of `TaskOutput` (`task_id`) or the older `BashOutput`
+/// (`bash_id`).
+#[derive(Deserialize)]
+struct Poll<'a> {
+    #[serde(borrow)]
+    task_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    bash_id: Option<Cow<'a, str>>,
+}
+
+/// A result of Claude Code's background tasks, when it is one: a command
+/// sent to the background (`Command running in background with ID: X`,
+/// by `run_in_background` or past its timeout) is pending until a
+/// `TaskOutput` of it says `<status>completed</status>` (or failed,
+/// killed) with its `<exit_code>`: then it is the command's action; a
+/// `TaskOutput` that finds it still running is a wait. `None` for any other
+/// result.
+fn background(c: &mut Common, call: &str, text: &str) -> Option<Vec<TurnEvent>> {
+    const STARTED: &str = "Command running in background with ID: ";
+    if let Some(task) = c.exec.polls.remove(call) {
+        let tag = |name: &str| {
+            let open = format!("<{name}>");
+            let at = text.find(&open)? + open.len();
+            let len = text[at..].find(&format!("</{name}>"))?;
+            Some(text[at..at + len].trim().to_string())
+        };
+        let status = tag("status");
+        if status.as_deref() == Some("running") {
+            c.pending.remove(call);
+            return Some(vec![c.wait()]);
+        }
+        let r = c.exec.running.remove(&task)?;
+        c.pending.remove(call);
+        let exit = tag("exit_code").and_then(|e| e.parse().ok());
+        let output = tag("output").unwrap_or_default();
+        let ok = matches!(status.as_deref(), Some("completed")) && exit.is_none_or(|e| e == 0);
+        return Some(vec![c.tool_turn(&r.pending, ok, &output, exit)]);
+    }
+    let task = text.trim_start().strip_prefix(STARTED)?;
+    let task = task
+        .split(|ch: char| ch == '.' || ch.is_whitespace())
+        .next()?;
+    let pending = c.pending.remove(call)?;
+    c.exec.running.insert(
+        task.to_string(),
+        crate::Running {
+            call: call.to_string(),
+            pending,
+            output: String::new(),
+        },
+    );
+    // Its step is its end.
+    Some(Vec::new())
 }
 
 /// `Exit code N` as Claude Code's Bash tool writes it on failure.

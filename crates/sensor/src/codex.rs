@@ -26,34 +26,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use std::collections::{HashMap, HashSet};
-
-use crate::{Common, Pending, TurnEvent, str_of, text_of, u64_of, value_hash};
-
-/// Unified exec (`exec_command`, `write_stdin`): a command that is still
-/// running when its call returns (`Process running with session ID N`)
-/// ends later, in a `write_stdin` of that session (`Process exited with
-/// code N`) or in the rollout's `exec_command_end` event. The command's end
-/// is its action, with its code and its whole output; the polls between
-/// are waits.
-#[derive(Debug, Default)]
-pub(crate) struct Sessions {
-    /// Running commands by session id.
-    running: HashMap<String, Running>,
-    /// `write_stdin` calls by call id: the session each one polls.
-    polls: HashMap<String, String>,
-    /// Commands ended through `exec_command_end`: their call ids and
-    /// sessions, whose later results are no new step.
-    ended_calls: HashSet<String>,
-    ended_sessions: HashSet<String>,
-}
-
-#[derive(Debug)]
-struct Running {
-    call: String,
-    pending: Pending,
-    output: String,
-}
+use crate::{Common, Pending, Running, TurnEvent, str_of, text_of, u64_of, value_hash};
 
 /// The lines most of a stream is made of (`item.completed` of a command or
 /// a message), read into borrowing types; anything else goes to [`event`].

@@ -320,6 +320,33 @@ pub(crate) struct Pending {
     pub command: Option<String>,
 }
 
+/// Commands still running after their call returned: Codex's unified exec
+/// (`exec_command` answered `Process running with session ID N`, ended in a
+/// later `write_stdin` or `exec_command_end`) and Claude Code's background
+/// tasks (`Command running in background with ID: X`, ended in a later
+/// `TaskOutput`). The command's end is its action, with its exit code and
+/// output; the polls between are waits.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    /// Running commands by session or task id.
+    pub running: HashMap<String, Running>,
+    /// Poll calls by call id: the session or task each one polls.
+    pub polls: HashMap<String, String>,
+    /// Commands whose end was told by an event of its own (Codex's
+    /// `exec_command_end`): their call ids and sessions, whose later results
+    /// are no new step.
+    pub ended_calls: std::collections::HashSet<String>,
+    pub ended_sessions: std::collections::HashSet<String>,
+}
+
+/// A command still running: its call, and what it has written so far.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub call: String,
+    pub pending: Pending,
+    pub output: String,
+}
+
 /// What every line parser shares: pending calls, the session, usage
 /// waiting for the next turn, counters.
 #[derive(Debug, Default)]
@@ -342,8 +369,8 @@ pub(crate) struct Common {
     /// Claude: a message's text, held until the next line tells whether a
     /// call of the same message follows (message id, text).
     pub held: Option<(String, String)>,
-    /// Codex: commands still running in a unified-exec session.
-    pub exec: codex::Sessions,
+    /// Commands still running after their call returned.
+    pub exec: Sessions,
     pub stats: Stats,
     /// The agent's last words: a run's result, else its last message.
     pub final_text: Option<String>,
@@ -640,8 +667,10 @@ impl Sensor {
     }
 
     /// Calls still waiting for their result when the stream ended.
+    /// Commands still running in the background (or a unified-exec
+    /// session) count: their end was never read.
     pub fn unfinished(&self) -> usize {
-        self.common.pending.len()
+        self.common.pending.len() + self.common.exec.running.len()
     }
 
     pub fn stats(&self) -> &Stats {
