@@ -269,6 +269,13 @@ fn an_invalid_report_says_which_way_by_case() {
             value: 1.5
         }
     );
+    assert_eq!(
+        reason(&|r| r.size.compacts_at = Some(1.5)),
+        Invalid::Fraction {
+            field: "size.compacts_at",
+            value: 1.5
+        }
+    );
     let many = reason(&|r| {
         r.activity.recent = vec![xo_proto::Action::message(None, xo_proto::Outcome::Ok, 1); 65]
     });
