@@ -502,26 +502,19 @@ fn a_claude_background_command_ends_in_its_task_output() {
             "Command running in background with ID: b0be39e. Output is being written to: /tmp/claude-1000/tasks/b0be39e.output",
             false,
         ));
-        lines.push(call_line(
-            i + 1,
-            "TaskOutput",
-            serde_json::json!({"task_id": "b0be39e", "block": true, "timeout": 120000}),
-        ));
-        lines.push(claude_result(
-            &format!("toolu_{}", i + 1),
-            &poll("running", None),
-            false,
-        ));
-        lines.push(call_line(
-            i + 2,
-            "TaskOutput",
-            serde_json::json!({"task_id": "b0be39e", "block": true, "timeout": 300000}),
-        ));
-        lines.push(claude_result(
-            &format!("toolu_{}", i + 2),
-            &poll("completed", Some(1)),
-            false,
-        ));
+        // Polled: still running after two minutes, then its end.
+        for (j, status, exit) in [(1, "running", None), (2, "completed", Some(1))] {
+            lines.push(call_line(
+                i + j,
+                "TaskOutput",
+                serde_json::json!({"task_id": "b0be39e", "block": true, "timeout": 120000}),
+            ));
+            lines.push(claude_result(
+                &format!("toolu_{}", i + j),
+                &poll(status, exit),
+                false,
+            ));
+        }
     }
     let t = turns(Format::Claude, &lines);
     let actions: Vec<_> = t.iter().filter_map(|t| t.action.clone()).collect();
