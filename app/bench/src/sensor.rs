@@ -24,9 +24,14 @@ fn stream(format: Format, n: usize) -> Vec<String> {
     while out.len() < n {
         let fail = i.is_multiple_of(3);
         let lines: Vec<String> = match format {
+            // As Claude Code writes a message: a content block a line,
+            // each with the message's usage so far.
             Format::Claude => vec![
                 format!(
-                    r#"{{"type":"assistant","message":{{"id":"msg_{i}","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{{"type":"text","text":"Let me check the build output for step {i}."}},{{"type":"tool_use","id":"toolu_{i}","name":"Bash","input":{{"command":"cargo build -p crate{}","description":"build"}}}}],"usage":{{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":45000,"output_tokens":90}}}},"session_id":"5f0c2a7e-1b2c-4d3e-9f00-aa11bb22cc33"}}"#,
+                    r#"{{"type":"assistant","message":{{"id":"msg_{i}","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{{"type":"text","text":"Let me check the build output for step {i}."}}],"stop_reason":null,"usage":{{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":45000,"output_tokens":90}}}},"session_id":"5f0c2a7e-1b2c-4d3e-9f00-aa11bb22cc33"}}"#
+                ),
+                format!(
+                    r#"{{"type":"assistant","message":{{"id":"msg_{i}","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{{"type":"tool_use","id":"toolu_{i}","name":"Bash","input":{{"command":"cargo build -p crate{}","description":"build"}}}}],"stop_reason":null,"usage":{{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":45000,"output_tokens":90}}}},"session_id":"5f0c2a7e-1b2c-4d3e-9f00-aa11bb22cc33"}}"#,
                     i % 7
                 ),
                 format!(
