@@ -104,6 +104,7 @@ fn every_real_record_is_read_and_tool_pairs_make_actions() {
     let tools = dir.join("tools");
     let mut pairs = 0;
     let mut errors = 0;
+    let mut waits = 0;
     for use_file in jsonl(&tools)
         .iter()
         .filter(|p| p.to_string_lossy().ends_with("-tool_use.jsonl"))
@@ -131,6 +132,19 @@ fn every_real_record_is_read_and_tool_pairs_make_actions() {
             // Samples pair a use and a result of one call, or of two calls
             // taken from different sessions (then the result is an orphan).
             if s.stats().orphan_results > 0 {
+                continue;
+            }
+            // A poll of a background command still running is a wait (its
+            // end will be the command's action), no action of its own.
+            if std::fs::read_to_string(&result)
+                .unwrap()
+                .contains("<status>running</status>")
+            {
+                assert!(
+                    turns.len() == 1 && turns[0].waiting && turns[0].action.is_none(),
+                    "{name}{suffix}: {turns:?}"
+                );
+                waits += 1;
                 continue;
             }
             let tool_turns: Vec<_> = turns
@@ -164,8 +178,12 @@ fn every_real_record_is_read_and_tool_pairs_make_actions() {
     }
     assert!(pairs >= 10, "only {pairs} tool use/result pairs matched");
     assert!(errors >= 2, "only {errors} error samples read as errors");
+    assert!(
+        waits >= 1,
+        "the BashOutput sample of a running command is a wait"
+    );
     eprintln!(
-        "{} files, {events} records, {pairs} use/result pairs, {errors} failed",
+        "{} files, {events} records, {pairs} use/result pairs, {errors} failed, {waits} waits",
         files.len()
     );
 }

@@ -502,18 +502,29 @@ fn a_claude_background_command_ends_in_its_task_output() {
             "Command running in background with ID: b0be39e. Output is being written to: /tmp/claude-1000/tasks/b0be39e.output",
             false,
         ));
-        // Polled: still running after two minutes, then its end.
+        // Polled: still running after two minutes, then its end. The last
+        // round polls as Claude Code 2.0 did: BashOutput, its bash_id, the
+        // output in <stdout> (claude-code-log's real sample).
         for (j, status, exit) in [(1, "running", None), (2, "completed", Some(1))] {
-            lines.push(call_line(
-                i + j,
-                "TaskOutput",
-                serde_json::json!({"task_id": "b0be39e", "block": true, "timeout": 120000}),
-            ));
-            lines.push(claude_result(
-                &format!("toolu_{}", i + j),
-                &poll(status, exit),
-                false,
-            ));
+            let (tool, input, text) = if round < 2 {
+                (
+                    "TaskOutput",
+                    serde_json::json!({"task_id": "b0be39e", "block": true, "timeout": 120000}),
+                    poll(status, exit),
+                )
+            } else {
+                (
+                    "BashOutput",
+                    serde_json::json!({"bash_id": "b0be39e"}),
+                    format!(
+                        "<status>{status}</status>\n\n{}<stdout>\n3 tests, 1 failure\n</stdout>\n\n<timestamp>2025-11-18T00:03:27.238Z</timestamp>",
+                        exit.map(|e| format!("<exit_code>{e}</exit_code>\n\n"))
+                            .unwrap_or_default()
+                    ),
+                )
+            };
+            lines.push(call_line(i + j, tool, input));
+            lines.push(claude_result(&format!("toolu_{}", i + j), &text, false));
         }
     }
     let t = turns(Format::Claude, &lines);

@@ -415,7 +415,13 @@ fn background(c: &mut Common, call: &str, text: &str) -> Option<Vec<TurnEvent>> 
         let r = c.exec.running.remove(&task)?;
         c.pending.remove(call);
         let exit = tag("exit_code").and_then(|e| e.parse().ok());
-        let output = tag("output").unwrap_or_default();
+        // `<output>` (TaskOutput); `<stdout>` and `<stderr>` (BashOutput).
+        let output = tag("output")
+            .or_else(|| {
+                let both = [tag("stdout"), tag("stderr")].into_iter().flatten();
+                Some(both.collect::<Vec<_>>().join("\n"))
+            })
+            .unwrap_or_default();
         let ok = matches!(status.as_deref(), Some("completed")) && exit.is_none_or(|e| e == 0);
         return Some(vec![c.tool_turn(&r.pending, ok, &output, exit)]);
     }
