@@ -71,6 +71,10 @@ pub struct RunResult {
     /// The first turn XO steered a loop-like anomaly (loop, oscillation,
     /// monologue, empty replies, cascade).
     pub xo_loop_first: Option<u64>,
+    /// The longest run of turns without progress.
+    pub longest_stall: u32,
+    /// The highest fill before each compaction the agent made.
+    pub compacted_at: Vec<f64>,
 }
 
 /// The format a recording is in: a folder name on its path, else its first bytes.
@@ -165,9 +169,19 @@ fn replay(
         baseline: 0,
         baseline_first: None,
         xo_loop_first: None,
+        longest_stall: 0,
+        compacted_at: Vec::new(),
     };
+    let (mut peak, mut condensations) = (0.0f64, 0);
     for report in reports {
         let turn = report.time.turn;
+        r.longest_stall = r.longest_stall.max(report.activity.turns_since_progress);
+        if report.size.condensations > condensations {
+            condensations = report.size.condensations;
+            r.compacted_at.push(peak);
+            peak = 0.0;
+        }
+        peak = peak.max(report.size.fill());
         if let Some(a) = report.activity.recent.last().filter(|a| a.turn == turn)
             && baseline.push(a).is_some()
         {
@@ -229,6 +243,12 @@ pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<Run
         }
     }
     Ok(out)
+}
+
+/// The `pct` percentile of sorted values, by nearest rank.
+fn nearest_rank(sorted: &[u32], pct: usize) -> u32 {
+    let rank = (sorted.len() * pct).div_ceil(100).max(1);
+    sorted[rank - 1]
 }
 
 /// The figures of both detectors over the runs `keep` selects.
@@ -313,6 +333,42 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
     row("total", "succeeded", &|r: &RunResult| {
         r.outcome == "succeeded"
     });
+    // What the agent role's thresholds rest on: how long real runs go
+    // without progress, and where agents compact their own context.
+    println!();
+    for f in &formats {
+        let mut longest: Vec<u32> = runs
+            .iter()
+            .filter(|r| r.format == *f && r.outcome != "failed")
+            .map(|r| r.longest_stall)
+            .collect();
+        longest.sort_unstable();
+        let mut fills: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.format == *f)
+            .flat_map(|r| r.compacted_at.iter().copied())
+            .filter(|p| *p > 0.0)
+            .collect();
+        fills.sort_by(f64::total_cmp);
+        let compactions = match (fills.first(), fills.last()) {
+            (Some(lo), Some(hi)) => format!(
+                "; compacted itself {} times, at fills {:.3}–{:.3}",
+                fills.len(),
+                lo,
+                hi
+            ),
+            _ => String::new(),
+        };
+        if !longest.is_empty() {
+            println!(
+                "{f:<11} longest stretch without progress, runs not failed: median {}, 90th percentile {}, most {} ({} runs){compactions}",
+                nearest_rank(&longest, 50),
+                nearest_rank(&longest, 90),
+                longest[longest.len() - 1],
+                longest.len()
+            );
+        }
+    }
     let (xo, base) = figures(&runs, |r| r.outcome == "succeeded");
     let caught: Vec<&RunResult> = runs.iter().filter(|r| r.baseline_first.is_some()).collect();
     let earlier = caught

@@ -413,6 +413,26 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     };
     assert!(goal("goal, loops").ends_with("MET"), "{out}");
     assert!(goal("of 29 steered").ends_with("MET"), "{out}");
+    // The agent role's stall threshold (past 8) rests on these runs: no run
+    // that did not fail goes more than 8 turns without progress, in any
+    // format; Claude Code compacts itself no later than its 83.5%.
+    for f in ["claude", "codex", "openhands", "swe-agent"] {
+        let line = goal(&format!("{f:<11} longest stretch"));
+        let most: u32 = line
+            .split("most ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(most <= 8, "{line}");
+    }
+    let claude = goal("claude      longest stretch");
+    let highest: f64 = claude
+        .rsplit('–')
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{claude}"));
+    assert!(highest <= 0.835 + 1e-9, "{claude}");
     assert!(goal("steering per 100 turns").ends_with("MET"), "{out}");
 }
 

@@ -24,8 +24,9 @@ use crate::{Common, Pending, TurnEvent};
 /// Claude Code compacts its own context (auto-compact, on by default) once
 /// it holds its window less this many tokens: 20,000 kept for the reply
 /// and a 13,000-token buffer, 83.5% of a 200k window (Claude Code 2.x;
-/// the real transcripts under `tests/fixtures/real/claude` compact between
-/// 82.9% and 86.8%). `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` can only lower it.
+/// the real transcripts under `tests/fixtures/real/claude` compact at fills
+/// up to 0.835, which `xo bench detection` prints).
+/// `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` can only lower it.
 pub const AUTO_COMPACT_RESERVE: u64 = 33_000;
 
 #[derive(Deserialize)]
