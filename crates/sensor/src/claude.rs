@@ -213,13 +213,15 @@ pub(crate) fn event(
     }
     let mut out = Vec::new();
     // A message is written a content block a line: a text block held back
-    // (below) is its own turn only when no call of the same message follows.
-    let same_message = kind == "assistant"
-        && c.held.as_ref().is_some_and(|(id, _)| {
-            v.message.as_ref().and_then(|m| m.id.as_deref()) == Some(id.as_str())
-        });
-    if !same_message && let Some((_, text)) = c.held.take() {
-        out.push(c.message(&text));
+    // (below) is its own turn when anything but its message's next block
+    // comes — before that line's usage is counted, which is the next turn's.
+    let next_block = kind == "assistant"
+        && v.message
+            .as_ref()
+            .and_then(|m| m.id.as_deref())
+            .is_some_and(|id| c.holding(id));
+    if !next_block {
+        out.extend(c.flush_held());
     }
     match kind {
         "system" => match v.subtype.as_deref() {
@@ -301,17 +303,13 @@ pub(crate) fn event(
             }
             if tools > 0 {
                 // The text before a call is the call's preamble, not a turn.
-                c.held = None;
+                out.extend(c.called(id));
             } else if !text.is_empty() || !thinking {
-                let mut said = match c.held.take() {
-                    Some((_, before)) if !before.is_empty() => before + "\n",
-                    _ => String::new(),
-                };
-                said.push_str(&text.join("\n"));
+                out.extend(c.hold(id, &text.join("\n")));
+                // A message that says it ended (or has no id to continue
+                // under) is whole.
                 if msg.stop_reason.is_some() || id.is_empty() {
-                    out.push(c.message(&said));
-                } else {
-                    c.held = Some((id.to_string(), said));
+                    out.extend(c.flush_held());
                 }
             }
             // The model ended its turn with nothing left to run.

@@ -31,13 +31,6 @@ struct ToolLine<'a> {
     tool_call: Option<First<'a, ToolBody<'a>>>,
 }
 
-/// The held text as a message turn, if any.
-fn flush(c: &mut Common, out: &mut Vec<TurnEvent>) {
-    if let Some((_, text)) = c.held.take() {
-        out.push(c.message(&text));
-    }
-}
-
 #[derive(serde::Deserialize)]
 struct ToolBody<'a> {
     #[serde(borrow)]
@@ -120,14 +113,9 @@ pub(crate) fn line(
         .ok_or("tool_call without a \"tool_call\" object")?;
     let tool = name.strip_suffix("ToolCall").unwrap_or(name);
     let mut out = Vec::new();
-    let started = t.subtype.as_deref() == Some("started");
-    let preamble = started
-        && t.model_call_id.is_some()
-        && c.held.as_ref().map(|(id, _)| Some(id.as_str())) == Some(t.model_call_id.as_deref());
-    if preamble {
-        c.held = None;
-    } else {
-        flush(c, &mut out);
+    match (t.subtype.as_deref(), t.model_call_id.as_deref()) {
+        (Some("started"), Some(id)) => out.extend(c.called(id)),
+        _ => out.extend(c.flush_held()),
     }
     match t.subtype.as_deref() {
         Some("started") => {
@@ -203,7 +191,7 @@ pub(crate) fn event(
         }
         // Thinking goes on between a model call's text and its tools.
         "thinking" => {}
-        "user" => flush(c, &mut out),
+        "user" => out.extend(c.flush_held()),
         "assistant" => {
             let text = v
                 .get("message")
@@ -211,21 +199,15 @@ pub(crate) fn event(
                 .map(text_of)
                 .unwrap_or_default();
             match str_of(v, "model_call_id") {
-                Some(id) => match &mut c.held {
-                    Some((held, before)) if held == id => before.push_str(&text),
-                    _ => {
-                        flush(c, &mut out);
-                        c.held = Some((id.to_string(), text));
-                    }
-                },
+                Some(id) => out.extend(c.hold(id, &text)),
                 None => {
-                    flush(c, &mut out);
+                    out.extend(c.flush_held());
                     out.push(c.message(&text));
                 }
             }
         }
         "result" => {
-            flush(c, &mut out);
+            out.extend(c.flush_held());
             let subtype = str_of(v, "subtype").unwrap_or("done");
             let text = str_of(v, "result").unwrap_or_default();
             if !text.is_empty() {

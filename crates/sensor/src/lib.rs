@@ -366,9 +366,10 @@ pub(crate) struct Common {
     pub compact_reserve: Option<u64>,
     /// A new instruction arrived since the last turn.
     pub instructed: bool,
-    /// Claude: a message's text, held until the next line tells whether a
-    /// call of the same message follows (message id, text).
-    pub held: Option<(String, String)>,
+    /// A message's text, held until the stream tells whether a call of the
+    /// same message follows (its id: Claude's message id, Cursor's
+    /// `model_call_id`; the text): see [`Common::hold`].
+    held: Option<(String, String)>,
     /// Commands still running after their call returned.
     pub exec: Sessions,
     pub stats: Stats,
@@ -430,6 +431,49 @@ impl Common {
         let a = Action::message(Some(&short_hash(text)), Outcome::Error, 0).with_error(&class);
         self.turn(Some(a), false)
     }
+    /// The words of message `id`, held: the agents write a message a part
+    /// at a time, and text that a call of the same message follows is that
+    /// call's preamble, no turn of its own ([`Common::called`]). Text held
+    /// for another message is a turn now.
+    pub fn hold(&mut self, id: &str, text: &str) -> Option<TurnEvent> {
+        match &mut self.held {
+            Some((held, before)) if held == id => {
+                if !before.is_empty() && !text.is_empty() {
+                    before.push('\n');
+                }
+                before.push_str(text);
+                None
+            }
+            _ => {
+                let earlier = self.flush_held();
+                self.held = Some((id.to_string(), text.to_string()));
+                earlier
+            }
+        }
+    }
+
+    /// Whether text of message `id` is held.
+    pub fn holding(&self, id: &str) -> bool {
+        self.held.as_ref().is_some_and(|(held, _)| held == id)
+    }
+
+    /// A call of message `id` starts: the text held for it was its
+    /// preamble; text held for another message is a turn now.
+    pub fn called(&mut self, id: &str) -> Option<TurnEvent> {
+        if self.holding(id) {
+            self.held = None;
+            None
+        } else {
+            self.flush_held()
+        }
+    }
+
+    /// The held text as a message turn: no call of its message followed.
+    pub fn flush_held(&mut self) -> Option<TurnEvent> {
+        let (_, text) = self.held.take()?;
+        Some(self.message(&text))
+    }
+
     /// A step that waited on a running command: a turn (its tokens, its
     /// time) with no action, which counts toward no stall.
     pub fn wait(&mut self) -> TurnEvent {
@@ -660,10 +704,7 @@ impl Sensor {
     /// The stream has ended: the turn still held back (Claude's last text
     /// block, which no later line of its message followed), if any.
     pub fn finish(&mut self) -> Vec<TurnEvent> {
-        match self.common.held.take() {
-            Some((_, text)) => vec![self.common.message(&text)],
-            None => Vec::new(),
-        }
+        self.common.flush_held().into_iter().collect()
     }
 
     /// Calls still waiting for their result when the stream ended.
