@@ -9,12 +9,8 @@
 use serde::de::{Deserialize, Deserializer, Error};
 
 /// A money amount or a count: finite and not negative.
-fn amount<E: Error>(name: &str, v: f64) -> Result<f64, E> {
-    check_amount("", v).map_err(|_| {
-        E::custom(format!(
-            "{name} must be a finite number of at least 0, got {v}"
-        ))
-    })
+fn amount<E: Error>(name: &'static str, v: f64) -> Result<f64, E> {
+    check_amount(name, v).map_err(E::custom)
 }
 
 macro_rules! amounts {

@@ -242,8 +242,11 @@ pub fn check_unit(
         }
     }
 
+    // Above the warning line a context finding is on the fill (below it, on
+    // condensations): told once a level until the fill falls below again.
     let (warning_line, _) = rules::context_lines(report, &profile.doctrine);
-    if report.size.fill() <= warning_line {
+    let above_line = report.size.fill() > warning_line;
+    if !above_line {
         state.context_told = None;
     }
     let findings = rules::evaluate(report, profile, state.condensations_at_progress);
@@ -266,8 +269,7 @@ pub fn check_unit(
             continue;
         }
         let exempt = f.severity == Severity::Critical;
-        let on_fill =
-            f.kind == AnomalyKind::Context && f.evidence.rule.starts_with(rules::FILL_RULE);
+        let on_fill = f.kind == AnomalyKind::Context && above_line;
         let told = on_fill && state.context_told.is_some_and(|s| f.severity <= s);
         let held = state.cooldowns.get(&f.kind).is_some_and(|&(at, sev)| {
             turn.saturating_sub(at) < cooldown && turn >= at && f.severity <= sev

@@ -435,9 +435,6 @@ pub fn empty(recent: &[Action], d: &Doctrine) -> Option<Finding> {
     ))
 }
 
-/// The start of a fill finding's rule (`context_fill > 0.80`).
-pub const FILL_RULE: &str = "context_fill >";
-
 /// How far past the fill an agent compacts itself at (its own watchdog)
 /// the XO waits before it steers on the fill: by then the watchdog has not
 /// fired (switched off, or overshot by a large result).
@@ -486,7 +483,7 @@ pub fn context(
                 "Context {pct}% full and nearly exhausted. Finish your immediate step now and report; do not start new work."
             ),
             ev(
-                format!("{FILL_RULE} {urgent:.2}{own}"),
+                format!("context_fill > {urgent:.2}{own}"),
                 format!("{fill:.3}"),
             ),
         ));
@@ -497,7 +494,7 @@ pub fn context(
             Severity::Warning,
             format!("Context {pct}% full. Wrap up the current step, summarise, or start fresh."),
             ev(
-                format!("{FILL_RULE} {warning:.2}{own}"),
+                format!("context_fill > {warning:.2}{own}"),
                 format!("{fill:.3}"),
             ),
         ));

@@ -352,12 +352,6 @@ fn unified_exec(
     text: &str,
     exit: Option<i64>,
 ) -> Option<Vec<TurnEvent>> {
-    let header = raw.split("\nOutput:").next().unwrap_or(raw);
-    let started = header.lines().find_map(|l| {
-        l.trim()
-            .strip_prefix("Process running with session ID")
-            .map(|n| n.trim().to_string())
-    });
     if c.exec.ended_calls.remove(id) {
         // Its end was told by `exec_command_end` already.
         return Some(Vec::new());
@@ -380,8 +374,18 @@ fn unified_exec(
             }
         });
     }
+    // Started, still running: `Process running with session ID N` in the
+    // header (read only for a result with no exit code).
+    let started = || {
+        let header = raw.split("\nOutput:").next().unwrap_or(raw);
+        header.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("Process running with session ID")
+                .map(|n| n.trim().to_string())
+        })
+    };
     if exit.is_none()
-        && let Some(session) = started
+        && let Some(session) = started()
         && let Some(pending) = c.pending.remove(id)
     {
         c.exec.running.insert(
