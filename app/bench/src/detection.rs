@@ -120,7 +120,7 @@ pub fn format_of(path: &Path) -> Option<Format> {
 /// beside them (`metadata.json`, `base_state.json`, the `event_cache/`
 /// pages that repeat the events) is no run.
 fn recordings(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    if let Some(events) = xo_runner::watch::conversation_events(dir) {
+    if let Some((events, _)) = xo_runner::watch::conversation_events(dir) {
         out.push(events);
         return Ok(());
     }

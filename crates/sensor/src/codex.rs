@@ -359,6 +359,10 @@ fn unified_exec(
     if let Some(session) = c.exec.polls.remove(id) {
         c.pending.remove(id);
         if c.exec.ended_sessions.contains(&session) {
+            // The poll that sees it exit is its last: forget the session.
+            if exit.is_some() {
+                c.exec.ended_sessions.remove(&session);
+            }
             return Some(vec![c.wait()]);
         }
         let mut r = c.exec.running.remove(&session)?;

@@ -129,9 +129,14 @@ fn events_folder(format: Format, dir: &Path) -> Result<String, RecordingError> {
             format,
         });
     }
-    let events = crate::watch::conversation_events(dir).unwrap_or_else(|| dir.to_path_buf());
-    let files =
-        event_files(&events).map_err(|e| RecordingError::Read(events.display().to_string(), e))?;
+    let (events, files) = match crate::watch::conversation_events(dir) {
+        Some(found) => found,
+        // None here: say why (unreadable, or no event file in it).
+        None => (
+            dir.to_path_buf(),
+            event_files(dir).map_err(|e| RecordingError::Read(dir.display().to_string(), e))?,
+        ),
+    };
     if files.is_empty() {
         return Err(RecordingError::NoEvents(events.display().to_string()));
     }

@@ -362,9 +362,12 @@ pub fn event_number(file_name: &str) -> Option<u64> {
         .flatten()
 }
 
+/// An OpenHands event file: its number, name and path.
+pub type EventFile = (u64, String, PathBuf);
+
 /// The event files of an OpenHands events folder, in event order:
 /// (number, file name, path). Files that are no event are left out.
-pub fn event_files(dir: &Path) -> std::io::Result<Vec<(u64, String, std::path::PathBuf)>> {
+pub fn event_files(dir: &Path) -> std::io::Result<Vec<EventFile>> {
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let p = e?.path();
@@ -382,14 +385,14 @@ pub fn event_files(dir: &Path) -> std::io::Result<Vec<(u64, String, std::path::P
 /// A conversation's events folder: `dir` itself when it holds event
 /// files, else its `events/` when that does (an OpenHands session or
 /// conversation folder).
-pub fn conversation_events(dir: &Path) -> Option<PathBuf> {
-    let holds = |d: &Path| event_files(d).is_ok_and(|f| !f.is_empty());
-    if holds(dir) {
-        Some(dir.to_path_buf())
-    } else {
-        let events = dir.join("events");
-        holds(&events).then_some(events)
-    }
+pub fn conversation_events(dir: &Path) -> Option<(PathBuf, Vec<EventFile>)> {
+    let holding = |d: PathBuf| {
+        event_files(&d)
+            .ok()
+            .filter(|f| !f.is_empty())
+            .map(|f| (d, f))
+    };
+    holding(dir.to_path_buf()).or_else(|| holding(dir.join("events")))
 }
 
 /// The session files (`*.jsonl`) under the directories; for OpenHands also
