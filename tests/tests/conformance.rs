@@ -403,6 +403,35 @@ async fn nats_store_kv() {
     store_kv_revisions_and_cas(nats_store(&server).await).await;
 }
 
+/// Services and operators start together: stores on separate connections
+/// that all open a bucket no one has made yet all get it (whoever loses the
+/// race to create it uses the one made), in round after round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stores_opening_a_new_bucket_together_all_get_it() {
+    let server = NatsServer::start();
+    let mut stores = Vec::new();
+    for _ in 0..8 {
+        stores.push(nats_store(&server).await);
+    }
+    for round in 0..20 {
+        let bucket = format!("fresh_{round}");
+        let opened = futures::future::join_all(stores.iter().enumerate().map(|(i, s)| {
+            let bucket = bucket.clone();
+            async move {
+                s.put(&bucket, &format!("k{i}"), Bytes::from_static(b"v"))
+                    .await
+            }
+        }))
+        .await;
+        for (i, r) in opened.into_iter().enumerate() {
+            if let Err(e) = r {
+                panic!("round {round}, store {i}: {e}");
+            }
+        }
+        assert_eq!(stores[0].keys(&bucket).await.unwrap().len(), 8);
+    }
+}
+
 #[tokio::test]
 async fn nats_store_log() {
     let server = NatsServer::start();

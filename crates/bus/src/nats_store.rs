@@ -94,20 +94,28 @@ impl NatsStore {
                 self.found(&format!("bucket {full}"), found);
                 s
             }
-            Err(_) => {
-                let s = self
+            Err(_) => match self
+                .js
+                .create_key_value(kv::Config {
+                    bucket: full.clone(),
+                    history: 1,
+                    num_replicas: self.replicas,
+                    ..Default::default()
+                })
+                .await
+            {
+                Ok(s) => {
+                    tracing::info!(bucket = %full, replicas = self.replicas, "store bucket created");
+                    s
+                }
+                // Another process created it between our look and our
+                // create (services and operators start together): use it.
+                Err(e) => self
                     .js
-                    .create_key_value(kv::Config {
-                        bucket: full.clone(),
-                        history: 1,
-                        num_replicas: self.replicas,
-                        ..Default::default()
-                    })
+                    .get_key_value(&full)
                     .await
-                    .map_err(|e| StoreError::Backend(format!("bucket {full}: {e}")))?;
-                tracing::info!(bucket = %full, replicas = self.replicas, "store bucket created");
-                s
-            }
+                    .map_err(|_| StoreError::Backend(format!("bucket {full}: {e}")))?,
+            },
         };
         cache.insert(name.to_string(), store.clone());
         Ok(store)
