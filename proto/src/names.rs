@@ -28,14 +28,13 @@ pub const SINGLETONS_LEASE_KEY: &str = "singletons";
 /// prompt and reply of its tasks, a JSON line each.
 pub const PROMPT_LOG: &str = "prompts.log.jsonl";
 
-/// Where a task's work log lives: `<project>/.xo/tasks/<task>.md`, with
-/// XO's other files (excluded from git, so a rollback keeps it). A path,
-/// not a read: the runner writes it, the console shows it.
-pub fn work_log(project_dir: &std::path::Path, task_id: &str) -> std::path::PathBuf {
-    project_dir
-        .join(".xo")
-        .join("tasks")
-        .join(format!("{task_id}.md"))
+/// Where a task's work log lives: `<data>/<project>/tasks/<task>.md`, in
+/// XO's data beside the prompt log, never in the project's tree (an agent
+/// could replace a file there with a symlink and have the runner append to
+/// `~/.bashrc`). A path, not a read: the runner writes it, the console
+/// shows it. `project_data` is `<data>/<project>`.
+pub fn work_log(project_data: &std::path::Path, task_id: &str) -> std::path::PathBuf {
+    project_data.join("tasks").join(format!("{task_id}.md"))
 }
 
 /// Docker labels of the runner containers the fleet manager owns.

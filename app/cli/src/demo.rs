@@ -267,7 +267,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     };
 
     outln!();
-    let sandbox = cfg.sandbox_dir().join(PROJECT);
+    let project_data = cfg.data_dir().join(PROJECT);
     outln!(
         "{:<10} {:<10} {:>7}  supervisor log",
         "task",
@@ -275,9 +275,11 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
         "attempt"
     );
     for r in &records {
-        let log =
-            std::fs::read_to_string(xo_pipeline::logs::work_log_path(&sandbox, &r.task.task_id))
-                .unwrap_or_default();
+        let log = std::fs::read_to_string(xo_pipeline::logs::work_log_path(
+            &project_data,
+            &r.task.task_id,
+        ))
+        .unwrap_or_default();
         let mut notes = Vec::new();
         for (needle, label) in [
             ("Retry Event", "format retry"),
@@ -316,7 +318,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     );
     outln!(
         "logs:     {} (work logs), {} (prompts), {} (audit)",
-        sandbox.join(".xo/tasks").display(),
+        project_data.join("tasks").display(),
         cfg.data_dir()
             .join(PROJECT)
             .join("prompts.log.jsonl")

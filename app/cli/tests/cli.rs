@@ -444,7 +444,7 @@ fn the_demo_steers_a_stall_and_a_loop_and_completes() {
         assert!(stdout.contains(part), "{part:?} missing:\n{stdout}");
     }
     assert_eq!(stdout.matches(" completed ").count(), 6, "{stdout}");
-    let logs = dir.path().join(".xo/demo/sandbox/demo/.xo/tasks");
+    let logs = dir.path().join(".xo/demo/data/demo/tasks");
     assert!(
         std::fs::read_to_string(logs.join("notes.md"))
             .unwrap()

@@ -337,9 +337,9 @@ url = "{base}/alerts"
     // Both SIGKILLs: the checkpointed task resumed, the other rolled back
     // (the replays' marks, when a poll saw them running, and their work logs).
     let sandbox = root.join("sandbox/night");
-    let log = |id: &str| {
-        std::fs::read_to_string(sandbox.join(format!(".xo/tasks/{id}.md"))).unwrap_or_default()
-    };
+    let data = root.join("data/night");
+    let log =
+        |id: &str| std::fs::read_to_string(data.join(format!("tasks/{id}.md"))).unwrap_or_default();
     assert!(
         log("ck").contains("Resume") && !log("ck").contains("Rollback"),
         "{}",

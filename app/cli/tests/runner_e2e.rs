@@ -163,8 +163,7 @@ fn pid_alive(pid: i32) -> bool {
 }
 
 fn work_log(root: &Path, task: &str) -> String {
-    std::fs::read_to_string(root.join(format!("sandbox/e2e/.xo/tasks/{task}.md")))
-        .unwrap_or_default()
+    std::fs::read_to_string(root.join(format!("data/e2e/tasks/{task}.md"))).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,6 +71,15 @@ pub enum BusError {
         "socket {path}: served by user {owner}, not by you (user {me}): another user's process holds it; remove it and start `xo up` again"
     )]
     NotOurs { path: String, owner: u32, me: u32 },
+    /// The socket's token could not be read (only the user running
+    /// `xo up`, unconfined, can).
+    #[error(
+        "bus token {path}: {source}: only the user running `xo up` can use its socket (a confined agent cannot read the token)"
+    )]
+    Token {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 pub type BusResult<T> = Result<T, BusError>;

@@ -1,6 +1,13 @@
 //! The local socket transport: a running `xo up` serves its in-process bus
 //! on a Unix socket under `./.xo/`, so the operator's `xo` commands reach it
 //! with no server. Frames are `[len: u32 LE][msgpack Frame]`.
+//!
+//! Who may use it: a peer of this user (checked by its uid) that opens with
+//! the token `xo up` wrote beside the socket (`bus.token`, 0600, new at
+//! every start). An agent the runner confined runs as the same user, and
+//! on kernels before Landlock's UNIX-socket rules it can still connect; it
+//! cannot read the token (its reads stop at its project), so it cannot
+//! halt the queue or read other tasks' leases through the socket.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +29,10 @@ const MAX_FRAME: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Frame {
+    /// A client's first frame: the token of `bus.token`.
+    Hello {
+        token: String,
+    },
     Pub {
         subject: String,
         reply: Option<String>,
@@ -76,6 +87,63 @@ async fn read_frame(r: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Opti
         .map_err(|e| std::io::Error::other(format!("undecodable frame: {e}")))
 }
 
+/// Where the token of the socket at `socket` is: `bus.token` beside
+/// `bus.sock`.
+pub fn token_path(socket: &Path) -> PathBuf {
+    socket.with_extension("token")
+}
+
+/// A new random token (hex of 32 bytes of the kernel's CSPRNG).
+fn new_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Writes the token, readable by this user only (a file left by an
+/// earlier run is replaced, not written through: it may be a link).
+fn write_token(path: &Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("token.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(token.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The token a client sends (at most 1 KiB of the file, trimmed).
+fn read_token(socket: &Path) -> BusResult<String> {
+    use std::io::Read;
+    let path = token_path(socket);
+    let err = |source| BusError::Token {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut s = String::new();
+    std::fs::File::open(&path)
+        .map_err(err)?
+        .take(1024)
+        .read_to_string(&mut s)
+        .map_err(err)?;
+    Ok(s.trim().to_string())
+}
+
+/// Compares without stopping at the first differing byte.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
 /// How long an accept loop waits after `failing` failed accepts in a row:
 /// 10 ms doubling to 1 s (a process out of file descriptors gets them back
 /// as connections close; retrying at once only burns a core and the log).
@@ -106,6 +174,12 @@ pub async fn serve(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(sock_err)?;
     }
+    let token = new_token().map_err(sock_err)?;
+    let token_file = token_path(path);
+    write_token(&token_file, &token).map_err(|source| BusError::Token {
+        path: token_file.display().to_string(),
+        source,
+    })?;
     let listener = UnixListener::bind(path).map_err(sock_err)?;
     // Only this user may connect: the file is 0600, and each peer's uid is
     // checked against ours (a directory with looser rights does not open it).
@@ -115,6 +189,7 @@ pub async fn serve(
     }
     let me = own_uid(path);
     let path = path.to_path_buf();
+    let token: Arc<str> = token.into();
     Ok(tokio::spawn(async move {
         tokio::pin!(shutdown);
         // Failed accepts in a row (out of descriptors: each retry at once
@@ -140,7 +215,7 @@ pub async fn serve(
                             }
                             continue;
                         }
-                        tokio::spawn(serve_conn(bus.clone(), stream));
+                        tokio::spawn(serve_conn(bus.clone(), stream, token.clone()));
                     }
                     Err(e) => {
                         failing = failing.saturating_add(1);
@@ -156,6 +231,7 @@ pub async fn serve(
             }
         }
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&token_file);
     }))
 }
 
@@ -165,8 +241,26 @@ fn own_uid(path: &Path) -> Option<u32> {
     std::fs::metadata(path).ok().map(|m| m.uid())
 }
 
-async fn serve_conn(bus: LocalBus, stream: UnixStream) {
+/// Peers refused for a wrong or missing token, for the log's 1, 2, 4….
+static NO_TOKEN: AtomicU64 = AtomicU64::new(0);
+
+async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
     let (mut r, mut w) = stream.into_split();
+    // The first frame is the token, or the connection is closed.
+    let admitted = matches!(
+        read_frame(&mut r).await,
+        Ok(Some(Frame::Hello { token: t })) if same(&t, &token)
+    );
+    if !admitted {
+        let n = NO_TOKEN.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(
+                refused = n,
+                "a socket peer without the bus token was refused (logged at 1, 2, 4…)"
+            );
+        }
+        return;
+    }
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
     let writer = tokio::spawn(async move {
         while let Some(f) = rx.recv().await {
@@ -241,7 +335,7 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream) {
             Frame::Ping { id } => {
                 let _ = tx.send(Frame::Pong { id });
             }
-            Frame::Msg { .. } | Frame::Pong { .. } => {}
+            Frame::Msg { .. } | Frame::Pong { .. } | Frame::Hello { .. } => {}
         }
     }
     for (_, h) in forwarders {
@@ -253,6 +347,9 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream) {
 
 struct ClientInner {
     path: PathBuf,
+    /// The token sent first on every connection (read again on reconnect:
+    /// a restarted `xo up` writes a new one).
+    token: Mutex<String>,
     /// The current connection's writer; replaced on every reconnect.
     tx: Mutex<mpsc::UnboundedSender<Frame>>,
     /// Subscriptions by sid, with their pattern (sent again on reconnect).
@@ -312,6 +409,8 @@ fn socket_err(path: &Path, e: std::io::Error) -> BusError {
 fn attach(inner: &Arc<ClientInner>, stream: UnixStream) {
     let (mut r, mut w) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    let token = inner.token.lock().map(|t| t.clone()).unwrap_or_default();
+    let _ = tx.send(Frame::Hello { token });
     if let Ok(mut cur) = inner.tx.lock() {
         *cur = tx;
     }
@@ -378,6 +477,23 @@ async fn reconnect(weak: std::sync::Weak<ClientInner>) {
                 tries += 1;
             }
             Ok(stream) => {
+                match read_token(&inner.path) {
+                    Ok(t) => {
+                        if let Ok(mut cur) = inner.token.lock() {
+                            *cur = t;
+                        }
+                    }
+                    Err(e) => {
+                        if tries.is_multiple_of(20) {
+                            tracing::warn!(error = %e, "cannot reconnect to xo up");
+                        }
+                        tries += 1;
+                        drop(inner);
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(2));
+                        continue;
+                    }
+                }
                 attach(&inner, stream);
                 let subs: Vec<(u64, String)> = inner
                     .subs
@@ -412,9 +528,11 @@ impl SocketBus {
             .await
             .map_err(|e| socket_err(path, e))?;
         check_server(path, &stream)?;
+        let token = read_token(path)?;
         let (tx, _) = mpsc::unbounded_channel::<Frame>();
         let inner = Arc::new(ClientInner {
             path: path.to_path_buf(),
+            token: Mutex::new(token),
             tx: Mutex::new(tx),
             subs: Mutex::default(),
             pongs: Mutex::default(),

@@ -3,8 +3,18 @@
 //! Landlock (Linux ≥ 5.13, unprivileged), each agent process and its
 //! children:
 //!
-//! - may read and run anything, but write only in its task's folder, the
-//!   temp folder, `/dev/null`-like devices and `runner.confine_write`;
+//! - read and run only the system's folders ([`SYSTEM_READ`]), their
+//!   project, their program and `runner.confine_read`: not the state
+//!   directory (the bus token, the console token, the store), not XO's data
+//!   (work logs, task records, the runner's git), not other projects, not
+//!   the NATS password or model key files;
+//! - write only in their task's folder, the temp folder, `/dev/null`-like
+//!   devices and `runner.confine_write`;
+//! - connect over TCP only to the ports of `runner.confine_connect` (Landlock
+//!   ABI 4, Linux ≥ 6.7) and to a UNIX socket only where they may read
+//!   (ABI 9, Linux ≥ 7.1); below those, the runner says at start which rule
+//!   the kernel lacks ([`missing`]) — the bus socket then still refuses a
+//!   peer without the token the agent cannot read;
 //! - cannot read another process's `/proc/<pid>/environ` or memory outside
 //!   its sandbox (Landlock's ptrace check): the runner's API keys and NATS
 //!   password stay the runner's;
@@ -23,12 +33,12 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 
 /// The newest Landlock ABI this code asks for (best effort below it).
-const ABI_WANTED: ABI = ABI::V6;
+const ABI_WANTED: ABI = ABI::V9;
 
 /// Devices any program writes to.
 const DEVICES: [&str; 5] = [
@@ -39,10 +49,37 @@ const DEVICES: [&str; 5] = [
     "/dev/pts",
 ];
 
-/// Where a confined agent may write besides its working folder.
-#[derive(Debug, Clone)]
+/// The system's folders every program reads: programs, libraries, their
+/// configuration, `/proc` and `/sys` (another process's `/proc` stays out
+/// of reach by the ptrace check), devices, the resolver's files. Not `/`,
+/// not `/home`, `/root`, `/var` or `/run` (sockets of other daemons).
+pub const SYSTEM_READ: [&str; 15] = [
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run/systemd/resolve",
+    "/var/lib/ca-certificates",
+];
+
+/// What a confined process may reach besides its working folder.
+#[derive(Debug, Clone, Default)]
 pub struct Confinement {
+    /// Read and run (besides [`SYSTEM_READ`] and everything writable).
+    pub read: Vec<PathBuf>,
+    /// Read, run and write.
     pub write: Vec<PathBuf>,
+    /// TCP ports it may connect to; `None`: any.
+    pub connect: Option<Vec<u16>>,
 }
 
 /// Whether Landlock works here: probed by a throwaway thread that
@@ -66,25 +103,83 @@ pub fn available() -> bool {
     .unwrap_or(false)
 }
 
+/// The rules this kernel's Landlock lacks, each with what it leaves open
+/// (empty: every rule XO asks for is enforced). Probed by creating, not
+/// enforcing, a ruleset that requires each.
+pub fn missing() -> Vec<&'static str> {
+    let hard = || Ruleset::default().set_compatibility(CompatLevel::HardRequirement);
+    let mut out = Vec::new();
+    if hard()
+        .handle_access(AccessNet::ConnectTcp)
+        .and_then(|r| r.create())
+        .is_err()
+    {
+        out.push("TCP connect rules (ABI 4, Linux 6.7): runner.confine_connect is not enforced");
+    }
+    if hard()
+        .scope(Scope::Signal)
+        .and_then(|r| r.create())
+        .is_err()
+    {
+        out.push("signal scoping (ABI 6, Linux 6.12): an agent can signal processes of this user");
+    }
+    if hard()
+        .handle_access(AccessFs::ResolveUnix)
+        .and_then(|r| r.create())
+        .is_err()
+    {
+        out.push("UNIX socket rules (ABI 9, Linux 7.1): an agent can connect to any UNIX socket of this user (the bus socket still asks for its token)");
+    }
+    out
+}
+
+/// `~/x` is under `HOME`; anything else as given.
+fn expand(p: &str, home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~/"), home) {
+        (Some(rest), Some(h)) => h.join(rest),
+        _ => PathBuf::from(p),
+    }
+}
+
 impl Confinement {
-    /// The temp folder, the devices, and `extra` (`~/` is `HOME`).
-    pub fn new(extra: &[String]) -> Self {
+    /// An agent's: it writes the temp folder, the devices and `write`
+    /// (`~/` is `HOME`), reads `read` too, and connects to `connect`.
+    pub fn new(write: &[String], read: &[String], connect: Option<Vec<u16>>) -> Self {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let mut write = vec![std::env::temp_dir()];
-        write.extend(DEVICES.iter().map(PathBuf::from));
-        for p in extra {
-            match (p.strip_prefix("~/"), &home) {
-                (Some(rest), Some(h)) => write.push(h.join(rest)),
-                _ => write.push(PathBuf::from(p)),
-            }
+        let mut w = vec![std::env::temp_dir()];
+        w.extend(DEVICES.iter().map(PathBuf::from));
+        w.extend(write.iter().map(|p| expand(p, home.as_deref())));
+        let mut r: Vec<PathBuf> = read.iter().map(|p| expand(p, home.as_deref())).collect();
+        // `xo hook`, run by an agent (Claude Code's hooks), is this binary.
+        if let Ok(me) = std::env::current_exe() {
+            r.push(me);
         }
-        Self { write }
+        Self {
+            read: r,
+            write: w,
+            connect,
+        }
+    }
+
+    /// The same, also reading `more` (a task's project, its program).
+    pub fn reading(&self, more: impl IntoIterator<Item = PathBuf>) -> Self {
+        let mut c = self.clone();
+        c.read.extend(more);
+        c
+    }
+
+    /// The same, also writing `more`.
+    pub fn writing(&self, more: impl IntoIterator<Item = PathBuf>) -> Self {
+        let mut c = self.clone();
+        c.write.extend(more);
+        c
     }
 
     /// Restricts the calling thread (and whatever it starts from now on):
-    /// reads and runs anywhere, writes under `cwd` and [`Self::write`]
-    /// only, no ptrace (so no `/proc/<pid>/environ`) and no signals
-    /// outside. Call it only on a thread that exists to start one agent.
+    /// reads and runs [`SYSTEM_READ`] and [`Self::read`], writes under
+    /// `cwd` and [`Self::write`] only, connects to [`Self::connect`], no
+    /// ptrace (so no `/proc/<pid>/environ`) and no signals outside. Call
+    /// it only on a thread that exists to start one process.
     pub fn restrict_this_thread(&self, cwd: &Path) -> Result<RulesetStatus, ConfineError> {
         drop_caps()?;
         let abi = ABI_WANTED;
@@ -93,21 +188,77 @@ impl Confinement {
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(abi))
             .map_err(rules)?;
+        if self.connect.is_some() {
+            ruleset = ruleset
+                .handle_access(AccessNet::ConnectTcp)
+                .map_err(rules)?;
+        }
         ruleset = ruleset.scope(Scope::Signal).map_err(rules)?;
         let writable: Vec<&Path> = std::iter::once(cwd)
             .chain(self.write.iter().map(PathBuf::as_path))
             .collect();
-        let status = ruleset
+        let readable: Vec<&Path> = SYSTEM_READ
+            .iter()
+            .map(Path::new)
+            .chain(self.read.iter().map(PathBuf::as_path))
+            .collect();
+        // Reading includes connecting to a UNIX socket there (ABI 9).
+        let read = AccessFs::from_read(abi) | AccessFs::ResolveUnix;
+        let mut created = ruleset
             .create()
             .map_err(rules)?
-            .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))
+            .add_rules(path_beneath_rules(readable, read))
             .map_err(rules)?
             .add_rules(path_beneath_rules(writable, AccessFs::from_all(abi)))
-            .map_err(rules)?
-            .restrict_self()
             .map_err(rules)?;
+        for port in self.connect.iter().flatten() {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(rules)?;
+        }
+        let status = created.restrict_self().map_err(rules)?;
         Ok(status.ruleset)
     }
+}
+
+/// The files a program needs read: the folder of `argv[0]` (found on
+/// `PATH` as the child will find it, symlinks resolved; `<prefix>` when it
+/// is `<prefix>/bin`, where an interpreter keeps its library) and every
+/// absolute path among its arguments that names a file (the script it
+/// runs). A program found nowhere adds nothing (it fails to start, saying so).
+pub fn program_files(argv: &[String], path_var: Option<&str>) -> Vec<PathBuf> {
+    let Some((program, args)) = argv.split_first() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let found = if program.contains('/') {
+        Some(PathBuf::from(program))
+    } else {
+        path_var.and_then(|pv| {
+            pv.split(':')
+                .filter(|d| !d.is_empty())
+                .map(|d| Path::new(d).join(program))
+                .find(|p| p.is_file())
+        })
+    };
+    if let Some(real) = found.and_then(|p| p.canonicalize().ok())
+        && let Some(dir) = real.parent()
+    {
+        out.push(real.clone());
+        match (dir.file_name(), dir.parent()) {
+            (Some(n), Some(prefix)) if n == "bin" && prefix != Path::new("/") => {
+                out.push(prefix.to_path_buf())
+            }
+            _ => out.push(dir.to_path_buf()),
+        }
+    }
+    for a in args {
+        let p = Path::new(a);
+        if p.is_absolute() && p.is_file() {
+            out.push(p.to_path_buf());
+        }
+    }
+    out
 }
 
 /// Why an agent could not be confined (`runner.confine`): it is not
@@ -173,7 +324,7 @@ mod tests {
 
     #[test]
     fn home_paths_and_the_temp_folder_are_writable() {
-        let c = Confinement::new(&["~/.claude".into(), "/srv/cache".into()]);
+        let c = Confinement::new(&["~/.claude".into(), "/srv/cache".into()], &[], None);
         assert!(c.write.contains(&std::env::temp_dir()));
         assert!(c.write.contains(&PathBuf::from("/dev/null")));
         assert!(c.write.contains(&PathBuf::from("/srv/cache")));

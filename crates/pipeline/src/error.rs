@@ -28,6 +28,9 @@ pub enum PipelineError {
         "runner.confine = landlock, but this kernel has no Landlock (Linux 5.13 or later, with landlock in its LSM list); set runner.confine = auto to run unconfined with a warning"
     )]
     NoLandlock,
+    /// `runner.confine_connect` names something that is not a port.
+    #[error("runner.confine_connect: {reason}")]
+    ConfineConnect { reason: String },
     /// The agent could not be confined.
     #[error(transparent)]
     Confine(#[from] ConfineError),

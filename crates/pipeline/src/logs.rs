@@ -1,6 +1,7 @@
 //! The prompt log (`<data>/<project>/prompts.log.jsonl`: every prompt and
 //! response with its type and metadata) and the task work log
-//! (`<sandbox>/<project>/.xo/tasks/<task>.md`, where seed 002's retry events go).
+//! (`<data>/<project>/tasks/<task>.md`, where seed 002's retry events go).
+//! Both are XO's data, outside every tree an agent can write.
 
 use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
@@ -57,11 +58,10 @@ impl PromptLog {
     }
 }
 
-/// Where a task's work log lives: `<project>/.xo/tasks/<task>.md`, with
-/// XO's other files — excluded from git, so a rollback keeps it and it
-/// never enters the project's history.
-pub fn work_log_path(project_dir: &Path, task_id: &str) -> PathBuf {
-    xo_proto::names::work_log(project_dir, task_id)
+/// Where a task's work log lives: `<data>/<project>/tasks/<task>.md`
+/// (`project_data` is `<data>/<project>`), outside the agent's tree.
+pub fn work_log_path(project_data: &Path, task_id: &str) -> PathBuf {
+    xo_proto::names::work_log(project_data, task_id)
 }
 
 /// The task's work log.
@@ -71,9 +71,9 @@ pub struct WorkLog {
 }
 
 impl WorkLog {
-    pub fn new(project_dir: &Path, task_id: &str) -> Self {
+    pub fn new(project_data: &Path, task_id: &str) -> Self {
         Self {
-            path: work_log_path(project_dir, task_id),
+            path: work_log_path(project_data, task_id),
         }
     }
 

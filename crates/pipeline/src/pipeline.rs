@@ -5,7 +5,7 @@
 //! A task ends as [`Outcome::Completed`] only with a [`TaskResult`], which
 //! only a [`Validated`] output makes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
@@ -177,8 +177,19 @@ impl Pipeline {
             return Ok(self);
         }
         if crate::confine::available() {
-            let c = crate::confine::Confinement::new(&self.cfg.confine_write);
-            tracing::info!(write = ?c.write, "agents confined with Landlock: they write only in their task's folder and these, and cannot read or signal this runner");
+            let ports = self
+                .cfg
+                .confine_ports()
+                .map_err(|reason| PipelineError::ConfineConnect { reason })?;
+            let c = crate::confine::Confinement::new(
+                &self.cfg.confine_write,
+                &self.cfg.confine_read,
+                ports,
+            );
+            tracing::info!(write = ?c.write, read = ?c.read, connect = ?c.connect, "agents confined with Landlock: they read the system's folders, their project and these, write only in their task's folder and these, and cannot reach this runner's state, tokens or keys");
+            for gap in crate::confine::missing() {
+                tracing::warn!("this kernel's Landlock lacks {gap}");
+            }
             self.confine = Some(c);
         } else if mode == ConfineMode::Landlock {
             return Err(PipelineError::NoLandlock);
@@ -357,7 +368,11 @@ impl Pipeline {
             turns,
             cancel,
             groups: self.groups.clone(),
-            confine: self.confine.clone(),
+            // The agent reads its own project, not the others.
+            confine: self
+                .confine
+                .as_ref()
+                .map(|c| c.reading([project_dir.clone()])),
         };
         let mut run = TaskRun {
             p: self,
@@ -367,7 +382,12 @@ impl Pipeline {
             pcfg: &pcfg,
             ctx: &ctx,
             log: &log,
-            work: WorkLog::new(&project_dir, &task.task_id),
+            work: WorkLog::new(&self.data_dir.join(&project), &task.task_id),
+            snaps: crate::git::Snapshots::new(
+                &self.data_dir.join(&project),
+                &project_dir,
+                self.confine.as_ref(),
+            ),
             iteration: 0,
             stats: RunStats::default(),
             last_refs: (String::new(), String::new()),
@@ -377,7 +397,7 @@ impl Pipeline {
                 .unwrap_or(self.cfg.max_retries)
                 .min(task.retry_policy.max_retries.max(1)),
         };
-        let mut out = run.go(&project, &project_dir).await;
+        let mut out = run.go(&project).await;
         let mut stats = run.stats;
         stats.agent_runs = run.iteration;
         if let Outcome::Completed(r) = &mut out {
@@ -386,7 +406,7 @@ impl Pipeline {
                 && stats.clarifications == 0;
         }
         if matches!(out, Outcome::Completed(_)) {
-            crate::git::finish(&project_dir, &run.ctx.cwd, &task.task_id).await;
+            run.snaps.finish(&run.ctx.cwd, &task.task_id).await;
             let _ =
                 tokio::fs::remove_file(run.ctx.cwd.join(crate::driver::command::CHECKPOINT)).await;
         }
@@ -415,6 +435,8 @@ struct TaskRun<'a> {
     ctx: &'a RunCtx,
     log: &'a PromptLog,
     work: WorkLog,
+    /// XO's snapshots of the project (rollback).
+    snaps: crate::git::Snapshots,
     iteration: u32,
     stats: RunStats,
     last_refs: (String, String),
@@ -565,7 +587,7 @@ impl TaskRun<'_> {
 }
 
 impl TaskRun<'_> {
-    async fn go(&mut self, project: &str, project_dir: &Path) -> Outcome {
+    async fn go(&mut self, project: &str) -> Outcome {
         let task = self.task;
         let id = task.task_id.as_str();
         // SUP-6: a resumed task is validated before anything runs; a
@@ -615,7 +637,7 @@ impl TaskRun<'_> {
                 }
             }
             Some(ReplayMark::RollbackReplay) => {
-                match crate::git::rollback(project_dir, &self.ctx.cwd, id).await {
+                match self.snaps.rollback(&self.ctx.cwd, id).await {
                     Ok(Some(c)) => {
                         // The dead attempt's checkpoint is of work undone now.
                         let _ = tokio::fs::remove_file(
@@ -645,7 +667,7 @@ impl TaskRun<'_> {
                         )
                         .await;
                 }
-                if let Err(e) = crate::git::record_start(project_dir, &self.ctx.cwd, id).await {
+                if let Err(e) = self.snaps.record_start(&self.ctx.cwd, id).await {
                     warn!(task_id = %id, error = %e, "starting commit not recorded; a replay cannot roll back");
                 }
             }

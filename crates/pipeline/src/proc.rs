@@ -128,7 +128,7 @@ impl Groups {
 /// Starts `cmd` from a new thread that first confines itself: the child
 /// inherits the thread's Landlock domain, the runner's other threads keep
 /// theirs (none). The thread ends once the child is started.
-async fn spawn_confined(
+pub(crate) async fn spawn_confined(
     mut cmd: tokio::process::Command,
     confine: &crate::confine::Confinement,
     cwd: &Path,
@@ -221,7 +221,16 @@ pub async fn run_live(
     let started = Instant::now();
     let spawned = match s.confine {
         None => Ok(cmd.spawn()),
-        Some(c) => spawn_confined(cmd, c, s.cwd).await,
+        Some(c) => {
+            // The program and the script it runs are read where they are.
+            let path_var = s
+                .env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_str());
+            let c = c.reading(crate::confine::program_files(s.argv, path_var));
+            spawn_confined(cmd, &c, s.cwd).await
+        }
     };
     let (program, cwd) = (program.to_string(), s.cwd.display().to_string());
     let mut child = match spawned {

@@ -83,7 +83,7 @@ fn types(data: &Path) -> Vec<String> {
 }
 
 fn work_log(r: &Rig, id: &str) -> String {
-    std::fs::read_to_string(r.project.join(format!(".xo/tasks/{id}.md"))).unwrap_or_default()
+    std::fs::read_to_string(r.data.join(format!("p/tasks/{id}.md"))).unwrap_or_default()
 }
 
 const OK: &str = r#"{ reply = '{"status": "ok", "message": "done"}' }"#;

@@ -18,6 +18,8 @@
 //! - [`limits`]: the file-descriptor limit, raised at start; listeners sized below it.
 //! - [`secret`]: random secrets (the kernel's CSPRNG) and constant-time comparison.
 //! - [`settings`]: operator settings laid over `xo.toml` (which keys, how checked).
+//! - [`untrusted`]: files in an agent's tree read and appended as untrusted input
+//!   (no symlink followed, regular files only, bounded).
 
 pub mod clock;
 pub mod config;
@@ -29,6 +31,7 @@ pub mod service;
 pub mod settings;
 pub mod telemetry;
 pub mod tree;
+pub mod untrusted;
 
 pub use clock::Clock;
 pub use config::{ConfigError, XoConfig};

@@ -39,13 +39,36 @@ pub const PENDING: &str = ".xo/steering.pending";
 pub const CHECKPOINT: &str = ".xo/checkpoint";
 
 async fn write_checkpoint(cwd: &std::path::Path, text: &str) {
-    let path = cwd.join(CHECKPOINT);
-    if let Some(d) = path.parent() {
-        let _ = tokio::fs::create_dir_all(d).await;
+    if let Err(e) = agent_file(cwd, CHECKPOINT, text.as_bytes().to_vec(), false).await {
+        warn!(error = %e, "checkpoint not written; a replay rolls back");
     }
-    if let Err(e) = tokio::fs::write(&path, text).await {
-        warn!(path = %path.display(), error = %e, "checkpoint not written; a replay rolls back");
-    }
+}
+
+/// Writes (or appends to) `rel` in the agent's tree as untrusted ground:
+/// no symlink on the way is followed, only a regular file of its own is
+/// written (see [`xo_runtime::untrusted`]): an agent that put a link in
+/// place of `.xo/steering.pending` gets a refusal, not a write to
+/// `~/.bashrc`.
+pub async fn agent_file(
+    cwd: &Path,
+    rel: &str,
+    bytes: Vec<u8>,
+    append: bool,
+) -> Result<(), xo_runtime::untrusted::UntrustedError> {
+    let shown = cwd.join(rel).display().to_string();
+    let (cwd, rel) = (cwd.to_path_buf(), PathBuf::from(rel));
+    tokio::task::spawn_blocking(move || {
+        if append {
+            xo_runtime::untrusted::append(&cwd, &rel, &bytes)
+        } else {
+            xo_runtime::untrusted::write(&cwd, &rel, &bytes)
+        }
+    })
+    .await
+    .map_err(|e| xo_runtime::untrusted::UntrustedError::Io {
+        path: shown,
+        source: std::io::Error::other(e.to_string()),
+    })?
 }
 pub const DELIVERED: &str = ".xo/steering.delivered";
 
@@ -152,26 +175,28 @@ impl CommandDriver {
             DriverError::Spawn(format!("{what} in {}: {e}", xo_dir.display()))
         };
         if !steering.is_empty() {
-            tokio::fs::create_dir_all(&xo_dir)
-                .await
-                .map_err(|e| io("creating .xo", e))?;
-            tokio::fs::write(
-                xo_dir.join("steering.md"),
-                crate::compose::steering_section(&steering),
+            agent_file(
+                &ctx.cwd,
+                ".xo/steering.md",
+                crate::compose::steering_section(&steering).into_bytes(),
+                false,
             )
             .await
-            .map_err(|e| io("writing steering.md", e))?;
+            .map_err(|e| io("writing steering.md", std::io::Error::other(e.to_string())))?;
         }
         let uses_file = self.argv.iter().any(|a| a.contains("{prompt_file}"));
         let uses_text = self.argv.iter().any(|a| a.contains("{prompt}"));
-        let prompt_file = xo_dir.join(format!("prompt-{}.md", prompt.task_id()));
+        let prompt_name = format!(".xo/prompt-{}.md", prompt.task_id());
+        let prompt_file = ctx.cwd.join(&prompt_name);
         if uses_file {
-            tokio::fs::create_dir_all(&xo_dir)
-                .await
-                .map_err(|e| io("creating .xo", e))?;
-            tokio::fs::write(&prompt_file, prompt.text())
-                .await
-                .map_err(|e| io("writing the prompt", e))?;
+            agent_file(
+                &ctx.cwd,
+                &prompt_name,
+                prompt.text().as_bytes().to_vec(),
+                false,
+            )
+            .await
+            .map_err(|e| io("writing the prompt", std::io::Error::other(e.to_string())))?;
         }
         let file_str = prompt_file.display().to_string();
         let argv: Vec<String> = self
@@ -420,11 +445,25 @@ async fn take_back(ctx: &RunCtx) {
 /// file): the texts of its lines, addressed or not.
 pub async fn take_pending(cwd: &Path) -> Vec<String> {
     let path = cwd.join(PENDING);
-    let text = match tokio::fs::read_to_string(&path).await {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+    let (dir, rel) = (cwd.to_path_buf(), PathBuf::from(PENDING));
+    let read = tokio::task::spawn_blocking(move || {
+        xo_runtime::untrusted::read_head(&dir, &rel, PENDING_MAX_BYTES)
+    })
+    .await;
+    let text = match read {
+        Ok(Ok((b, more))) => {
+            if more {
+                warn!(path = %path.display(), bytes = PENDING_MAX_BYTES, "pending steering longer than its bound; the rest is dropped");
+            }
+            String::from_utf8_lossy(&b).into_owned()
+        }
+        Ok(Err(e)) if e.is_not_found() => return Vec::new(),
+        Ok(Err(e)) => {
+            warn!(error = %e, "pending steering not readable; left where it is");
+            return Vec::new();
+        }
         Err(e) => {
-            warn!(path = %path.display(), error = %e, "pending steering not readable; left where it is");
+            warn!(path = %path.display(), error = %e, "pending steering not read");
             return Vec::new();
         }
     };
@@ -436,6 +475,10 @@ pub async fn take_pending(cwd: &Path) -> Vec<String> {
         .map(|l| addressed(l).1)
         .collect()
 }
+
+/// The most of `.xo/steering.pending` read back (the agent's tree: it may
+/// have made it any size).
+const PENDING_MAX_BYTES: usize = 1 << 20;
 
 /// Whose a line of `.xo/steering.pending` is: `Some(session)` when
 /// addressed (`{"session_id": …, "text": …}`, [`deliver_to`]), and its text.
@@ -463,31 +506,18 @@ pub async fn deliver(cwd: &Path, steering: &[String]) {
 /// [`deliver`] addressed to one session: only that session's hook takes
 /// it (a line `{"session_id": …, "text": …}`; plain lines are for anyone).
 pub async fn deliver_to(cwd: &Path, session: Option<&str>, steering: &[String]) {
-    use tokio::io::AsyncWriteExt;
-    let path = cwd.join(PENDING);
-    let res = async {
-        if let Some(d) = path.parent() {
-            tokio::fs::create_dir_all(d).await?;
-        }
-        let mut f = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .await?;
-        for s in steering {
-            let line = match session {
-                Some(id) => serde_json::json!({"session_id": id, "text": s}).to_string(),
-                // One line a steering: its own line breaks would split it.
-                None => s.replace('\n', " "),
-            };
-            f.write_all(line.as_bytes()).await?;
-            f.write_all(b"\n").await?;
-        }
-        f.flush().await
+    let mut text = String::new();
+    for s in steering {
+        let line = match session {
+            Some(id) => serde_json::json!({"session_id": id, "text": s}).to_string(),
+            // One line a steering: its own line breaks would split it.
+            None => s.replace('\n', " "),
+        };
+        text.push_str(&line);
+        text.push('\n');
     }
-    .await;
-    if let Err(e) = res {
-        warn!(path = %path.display(), error = %e, "steering not handed to the hook");
+    if let Err(e) = agent_file(cwd, PENDING, text.into_bytes(), true).await {
+        warn!(error = %e, "steering not handed to the hook");
     }
 }
 

@@ -51,6 +51,17 @@ pub struct RunnerConfig {
     /// More paths a confined agent may write (e.g. `~/.claude` for Claude
     /// Code's session files); `~/` is the runner's `HOME`.
     pub confine_write: Vec<String>,
+    /// More paths a confined agent may read and run. It reads the system's
+    /// folders (`/usr`, `/etc`, `/opt`…), its project, its program's folder
+    /// (`<prefix>` of `<prefix>/bin/<program>`) and the files its command
+    /// names; an agent installed elsewhere names its install here (e.g.
+    /// `~/.nvm`, `~/.pyenv` for a version manager's shims). Never the state
+    /// directory or XO's data: those hold the tokens and keys.
+    pub confine_read: Vec<String>,
+    /// TCP ports a confined agent may connect to (Landlock ABI 4, Linux
+    /// 6.7): port numbers, or `"*"` for any. The default, `["443"]`, is the
+    /// hosted models' HTTPS endpoints: not NATS, not the console.
+    pub confine_connect: Vec<String>,
     pub timeouts: TimeoutConfig,
     /// Seed 004 SUP-5's `timeout_default_ms`: the agent timeout of the
     /// standard profile (the default one), set under the seed's name; 0
@@ -120,6 +131,8 @@ impl Default for RunnerConfig {
                 .to_vec(),
             confine: ConfineMode::Auto,
             confine_write: Vec::new(),
+            confine_read: Vec::new(),
+            confine_connect: vec!["443".into()],
             timeouts: TimeoutConfig::default(),
             timeout_default_ms: 0,
             fail_on_violation: true,
@@ -144,6 +157,25 @@ pub struct TimeoutConfig {
 }
 
 impl RunnerConfig {
+    /// `confine_connect` as ports (`None`: any port).
+    pub fn confine_ports(&self) -> Result<Option<Vec<u16>>, String> {
+        let mut ports = Vec::new();
+        for p in &self.confine_connect {
+            if p.trim() == "*" {
+                return Ok(None);
+            }
+            match p.trim().parse::<u16>() {
+                Ok(n) if n > 0 => ports.push(n),
+                _ => {
+                    return Err(format!(
+                        "{p:?} is not a TCP port; give port numbers (e.g. \"443\") or \"*\" for any"
+                    ));
+                }
+            }
+        }
+        Ok(Some(ports))
+    }
+
     /// The agent timeout of a profile (`timeout_default_ms`, when set, is
     /// the standard one).
     pub fn timeout_ms(&self, p: xo_proto::queue::TimeoutProfile) -> u64 {

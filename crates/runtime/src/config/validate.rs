@@ -280,6 +280,9 @@ impl XoConfig {
                 "attempts and timeout_ms must be greater than 0".into(),
             ));
         }
+        self.runner
+            .confine_ports()
+            .map_err(|r| invalid("runner.confine_connect", r))?;
         if self.runner.max_output_bytes < 1024 {
             return Err(invalid(
                 "runner.max_output_bytes",

@@ -285,7 +285,7 @@ async fn log_project(c: &Shared, t: &TaskRecord) -> String {
 }
 
 /// A task's prompt log and work log on this console's disk: the runners
-/// write them under `queue.data_dir` and `runner.sandbox`, which the
+/// write them under `queue.data_dir`, which the
 /// console reads as its own (one machine under `xo up`; the shared volume
 /// in compose and the chart).
 fn log_paths(c: &Shared, project: &str, id: &str) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -294,7 +294,7 @@ fn log_paths(c: &Shared, project: &str, id: &str) -> (std::path::PathBuf, std::p
             .data_dir()
             .join(project)
             .join(xo_proto::names::PROMPT_LOG),
-        xo_proto::names::work_log(&c.cfg.sandbox_dir().join(project), id),
+        xo_proto::names::work_log(&c.cfg.data_dir().join(project), id),
     )
 }
 
@@ -331,6 +331,9 @@ async fn log_path(
 pub const PROMPT_LOG_ENTRIES: usize = 200;
 /// At most this much of one entry's text, and of a work log (its end).
 pub const LOG_TEXT_BYTES: usize = 64 * 1024;
+
+/// A prompt-log line longer than this is counted unreadable, not held.
+pub const PROMPT_LINE_BYTES: usize = 8 * 1024 * 1024;
 
 /// `text` cut to `max` bytes on a character boundary, its middle elided.
 pub(crate) fn elide(text: &str, max: usize) -> String {
@@ -382,9 +385,11 @@ pub(crate) async fn task_prompts(
         Ok(p) => p,
         Err(refused) => return refused,
     };
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    // Opened without following a link, read line by line with a cap per
+    // line: one request never holds more than a line's cap of it.
+    let file = match xo_runtime::untrusted::open_read_nofollow(&path) {
+        Ok(file) => tokio::fs::File::from_std(file),
+        Err(e) if e.is_not_found() => {
             return no_log(
                 &f,
                 "prompt log",
@@ -406,19 +411,27 @@ pub(crate) async fn task_prompts(
         #[serde(default)]
         metadata: Value,
     }
-    // Read line by line (the log holds every task of the project), keeping
-    // this task's last entries; a line that does not parse is counted.
-    use tokio::io::AsyncBufReadExt;
-    let mut lines = tokio::io::BufReader::new(file).lines();
+    // Keeping this task's last entries; a line that does not parse (or is
+    // longer than the cap) is counted.
+    let mut reader = tokio::io::BufReader::new(file);
+    let mut line = Vec::new();
+    let needle = format!("\"{id}\"");
     let mut mine = std::collections::VecDeque::new();
     let (mut total, mut unreadable) = (0usize, 0usize);
     loop {
-        match lines.next_line().await {
-            Ok(Some(line)) => {
-                if !line.contains(&format!("\"{id}\"")) {
+        match xo_runtime::untrusted::read_line_capped(&mut reader, &mut line, PROMPT_LINE_BYTES)
+            .await
+        {
+            Ok(Some(cut)) => {
+                let text = String::from_utf8_lossy(&line);
+                if !text.contains(&needle) {
                     continue;
                 }
-                match serde_json::from_str::<Entry>(&line) {
+                if cut {
+                    unreadable += 1;
+                    continue;
+                }
+                match serde_json::from_str::<Entry>(&text) {
                     Ok(e) if e.task_id == id => {
                         total += 1;
                         if mine.len() == PROMPT_LOG_ENTRIES {
@@ -489,9 +502,17 @@ pub(crate) async fn task_worklog(
         Ok(p) => p,
         Err(refused) => return refused,
     };
-    let text = match tokio::fs::read(&path).await {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    // The last LOG_TEXT_BYTES only, never following a link: a log of any
+    // size costs a request that much.
+    let data = c.cfg.data_dir();
+    let rel = path.strip_prefix(&data).unwrap_or(&path).to_path_buf();
+    let read = tokio::task::spawn_blocking(move || {
+        xo_runtime::untrusted::read_tail(&data, &rel, LOG_TEXT_BYTES)
+    })
+    .await;
+    let (text, skipped) = match read {
+        Ok(Ok((b, skipped))) => (String::from_utf8_lossy(&b).into_owned(), skipped),
+        Ok(Err(e)) if e.is_not_found() => {
             return no_log(
                 &f,
                 "work log",
@@ -499,7 +520,13 @@ pub(crate) async fn task_worklog(
                 "Nothing has been logged for this task yet: its work log starts when a runner first runs it.",
             );
         }
+        Ok(Err(e)) => return no_log(&f, "work log", &path, &format!("It cannot be read: {e}.")),
         Err(e) => return no_log(&f, "work log", &path, &format!("It cannot be read: {e}.")),
+    };
+    let text = if skipped > 0 {
+        format!("[… {skipped} earlier bytes not shown: the last {LOG_TEXT_BYTES} are]\n{text}")
+    } else {
+        text
     };
     ok_page(
         &f,
@@ -507,7 +534,7 @@ pub(crate) async fn task_worklog(
             "<p class=\"summary\"><a href=\"/tasks/{ide}\">← task {ide}</a> · <code>{p}</code></p><pre id=\"worklog\">{t}</pre>",
             ide = esc(&id),
             p = esc(&path.display().to_string()),
-            t = esc(&elide(&text, LOG_TEXT_BYTES)),
+            t = esc(&text),
         ),
     )
 }
