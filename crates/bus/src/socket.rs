@@ -625,3 +625,87 @@ impl SocketBus {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A raw peer that sends `first` and then a publication on `xo.t`.
+    async fn raw_peer(path: &Path, first: Option<Frame>) {
+        let mut s = UnixStream::connect(path).await.unwrap();
+        if let Some(f) = first {
+            write_frame(&mut s, &f).await.unwrap();
+        }
+        let _ = write_frame(
+            &mut s,
+            &Frame::Pub {
+                subject: "xo.t".into(),
+                reply: None,
+                headers: Vec::new(),
+                payload: serde_bytes::ByteBuf::from(b"from a peer".to_vec()),
+            },
+        )
+        .await;
+        // The server closes a refused peer: the read ends.
+        let mut buf = [0u8; 1];
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    }
+
+    /// Issue 40, item 2: a confined agent runs as the operator's user and
+    /// (before Landlock's UNIX-socket rules) can connect; without the token
+    /// beside the socket it can publish nothing (no `xo halt`, no claim).
+    #[tokio::test]
+    async fn a_peer_without_the_token_publishes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bus.sock");
+        let bus = LocalBus::new();
+        let (tx, rx) = oneshot::channel::<()>();
+        let server = serve(bus.clone(), &path, async move {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+        let token_file = token_path(&path);
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "bus.token {mode:o}");
+        }
+        let mut sub = bus.subscribe("xo.t");
+        raw_peer(&path, None).await;
+        raw_peer(
+            &path,
+            Some(Frame::Hello {
+                token: "0".repeat(64),
+            }),
+        )
+        .await;
+        raw_peer(&path, Some(Frame::Ping { id: 1 })).await;
+        // The operator's client, which reads the token, is heard.
+        let client = SocketBus::connect(&path).await.unwrap();
+        client
+            .publish_with_reply(
+                "xo.t",
+                None,
+                Headers::new(),
+                Bytes::from_static(b"operator"),
+            )
+            .await
+            .unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(5), sub.next())
+            .await
+            .expect("the operator's message arrives")
+            .unwrap();
+        assert_eq!(
+            &m.payload[..],
+            b"operator",
+            "a refused peer's message got through"
+        );
+        // Without the token file, the client says why.
+        std::fs::remove_file(&token_file).unwrap();
+        let e = SocketBus::connect(&path).await.unwrap_err().to_string();
+        assert!(e.contains("bus token") && e.contains("xo up"), "{e}");
+        let _ = tx.send(());
+        server.await.unwrap();
+    }
+}

@@ -71,6 +71,10 @@ pub const SYSTEM_READ: [&str; 15] = [
     "/var/lib/ca-certificates",
 ];
 
+/// Files of the runner's `HOME` every agent reads: git's own configuration
+/// (git stops at a configuration file it may not read, and agents use git).
+pub const HOME_READ: [&str; 2] = ["~/.gitconfig", "~/.config/git"];
+
 /// What a confined process may reach besides its working folder.
 #[derive(Debug, Clone, Default)]
 pub struct Confinement {
@@ -149,7 +153,12 @@ impl Confinement {
         let mut w = vec![std::env::temp_dir()];
         w.extend(DEVICES.iter().map(PathBuf::from));
         w.extend(write.iter().map(|p| expand(p, home.as_deref())));
-        let mut r: Vec<PathBuf> = read.iter().map(|p| expand(p, home.as_deref())).collect();
+        let mut r: Vec<PathBuf> = HOME_READ
+            .iter()
+            .copied()
+            .chain(read.iter().map(String::as_str))
+            .map(|p| expand(p, home.as_deref()))
+            .collect();
         // `xo hook`, run by an agent (Claude Code's hooks), is this binary.
         if let Ok(me) = std::env::current_exe() {
             r.push(me);
@@ -221,11 +230,14 @@ impl Confinement {
     }
 }
 
-/// The files a program needs read: the folder of `argv[0]` (found on
-/// `PATH` as the child will find it, symlinks resolved; `<prefix>` when it
-/// is `<prefix>/bin`, where an interpreter keeps its library) and every
-/// absolute path among its arguments that names a file (the script it
-/// runs). A program found nowhere adds nothing (it fails to start, saying so).
+/// The files a program needs read: its install, found from `argv[0]` on
+/// `PATH` as the child will find it, both as found and with symlinks
+/// resolved (`<prefix>` of `<prefix>/bin/<program>`, where an interpreter
+/// or a Node package keeps its library; the version manager's root of
+/// `<root>/shims/<program>`, as pyenv, rbenv and asdf lay them out; else
+/// the program's folder), and every absolute path among its arguments that
+/// names a file (the script it runs). A program found nowhere adds nothing
+/// (it fails to start, saying so).
 pub fn program_files(argv: &[String], path_var: Option<&str>) -> Vec<PathBuf> {
     let Some((program, args)) = argv.split_first() else {
         return Vec::new();
@@ -241,15 +253,11 @@ pub fn program_files(argv: &[String], path_var: Option<&str>) -> Vec<PathBuf> {
                 .find(|p| p.is_file())
         })
     };
-    if let Some(real) = found.and_then(|p| p.canonicalize().ok())
-        && let Some(dir) = real.parent()
-    {
-        out.push(real.clone());
-        match (dir.file_name(), dir.parent()) {
-            (Some(n), Some(prefix)) if n == "bin" && prefix != Path::new("/") => {
-                out.push(prefix.to_path_buf())
-            }
-            _ => out.push(dir.to_path_buf()),
+    if let Some(found) = found {
+        out.extend(install_of(&found));
+        if let Ok(real) = found.canonicalize() {
+            out.extend(install_of(&real));
+            out.push(real);
         }
     }
     for a in args {
@@ -259,6 +267,21 @@ pub fn program_files(argv: &[String], path_var: Option<&str>) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The folder a program's install is: `<prefix>` of `<prefix>/bin/x` (or
+/// `sbin`, or `shims`), else the program's own folder; never `/`.
+fn install_of(program: &Path) -> Option<PathBuf> {
+    let dir = program.parent()?;
+    match (dir.file_name(), dir.parent()) {
+        (Some(n), Some(prefix))
+            if (n == "bin" || n == "sbin" || n == "shims") && prefix != Path::new("/") =>
+        {
+            Some(prefix.to_path_buf())
+        }
+        _ if dir != Path::new("/") => Some(dir.to_path_buf()),
+        _ => None,
+    }
 }
 
 /// Why an agent could not be confined (`runner.confine`): it is not
@@ -321,6 +344,49 @@ fn drop_caps() -> Result<(), ConfineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_programs_install_is_read_where_it_is_found_and_where_it_points() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        // A version manager: <root>/shims/python3 runs <root>/versions/…
+        std::fs::create_dir_all(root.join("mgr/shims")).unwrap();
+        std::fs::write(root.join("mgr/shims/python3"), "#!/bin/sh\n").unwrap();
+        // A Node package linked from <prefix>/bin.
+        std::fs::create_dir_all(root.join("node/bin")).unwrap();
+        std::fs::create_dir_all(root.join("node/lib/pkg")).unwrap();
+        std::fs::write(root.join("node/lib/pkg/cli.js"), "").unwrap();
+        std::os::unix::fs::symlink(
+            root.join("node/lib/pkg/cli.js"),
+            root.join("node/bin/agent"),
+        )
+        .unwrap();
+        std::fs::write(root.join("script.py"), "").unwrap();
+        let path = format!(
+            "{}:{}",
+            root.join("mgr/shims").display(),
+            root.join("node/bin").display()
+        );
+        let real = |p: &str| root.join(p).canonicalize().unwrap();
+        let py = program_files(
+            &[
+                "python3".into(),
+                root.join("script.py").display().to_string(),
+                "-v".into(),
+            ],
+            Some(&path),
+        );
+        assert!(py.contains(&root.join("mgr")), "{py:?}");
+        assert!(py.contains(&root.join("script.py")), "{py:?}");
+        let agent = program_files(&["agent".into()], Some(&path));
+        assert!(agent.contains(&root.join("node")), "{agent:?}");
+        assert!(agent.contains(&real("node/lib/pkg")), "{agent:?}");
+        assert!(program_files(&["nowhere".into()], Some(&path)).is_empty());
+        assert_eq!(
+            install_of(Path::new("/bin/sh")),
+            Some(PathBuf::from("/bin"))
+        );
+    }
 
     #[test]
     fn home_paths_and_the_temp_folder_are_writable() {

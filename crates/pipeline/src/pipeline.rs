@@ -190,6 +190,12 @@ impl Pipeline {
             for gap in crate::confine::missing() {
                 tracing::warn!("this kernel's Landlock lacks {gap}");
             }
+            let temp = std::env::temp_dir();
+            if let Ok(data) = self.data_dir.canonicalize()
+                && temp.canonicalize().is_ok_and(|t| data.starts_with(t))
+            {
+                tracing::warn!(data = %data.display(), "queue.data_dir is under the temp folder, which every confined agent may read and write: work logs and XO's git are in their reach; keep the state directory and the data elsewhere");
+            }
             self.confine = Some(c);
         } else if mode == ConfineMode::Landlock {
             return Err(PipelineError::NoLandlock);
