@@ -30,10 +30,13 @@ pub enum AlertKind {
     /// confirmation (seed 001's `needs_user_review`); held out of prompts
     /// until accepted on the console's Knowledge page.
     KnowledgeReview,
+    /// A unit needs a person (its reason in the title: `stuck` when its
+    /// steering of a stretch was spent), once a unit and stretch.
+    UnitNeedsYou,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 8] = [
+    pub const ALL: [AlertKind; 9] = [
         Self::TaskBlocked,
         Self::Question,
         Self::QueueStuck,
@@ -42,6 +45,7 @@ impl AlertKind {
         Self::QueueHalted,
         Self::LeaseRefused,
         Self::KnowledgeReview,
+        Self::UnitNeedsYou,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -53,6 +57,7 @@ impl AlertKind {
             Self::QueueHalted => "queue_halted",
             Self::LeaseRefused => "lease_refused",
             Self::KnowledgeReview => "knowledge_review",
+            Self::UnitNeedsYou => "unit_needs_you",
         }
     }
 }
@@ -76,6 +81,9 @@ pub struct Alert {
     pub task_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
+    /// The unit it is about (`unit_needs_you`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
     /// The service that raised it (`queue`, `fleet`).
     pub source: String,
     pub at: u64,

@@ -372,6 +372,9 @@ pub struct UnitSummary {
     /// The last steering sent: its kind and when (ms since the epoch).
     #[serde(default)]
     pub last_steering: Option<(crate::AnomalyKind, u64)>,
+    /// The unit needs a person, and why (`xo units` NEEDS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<crate::NeedsYou>,
 }
 
 /// `xo units UNIT`: a summary, the latest report and the last steering.

@@ -49,7 +49,9 @@ pub use salute::{
     Action, ActionKind, Activity, Assessor, Equipment, Health, Location, Outcome, Pace,
     SaluteReport, SelfSteered, Size, Status, Time, UnitInfo,
 };
-pub use steering::{AnomalyKind, Evidence, Severity, Steering, SteeringSource};
+pub use steering::{
+    AnomalyKind, Evidence, NeedsReason, NeedsYou, Severity, Steering, SteeringSource,
+};
 pub use subject::{SubjectKind, Subjects, partition_of};
 
 /// Major version of the wire schema this build writes.

@@ -147,3 +147,72 @@ pub enum SteeringSource {
 
 /// Prefix of every steering message.
 pub const STEERING_TAG: &str = "[SUPERVISOR]";
+
+/// Why a unit needs a person (DESIGN §11: the supervisor alone sets it).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum NeedsReason {
+    /// The agent waits on a permission prompt.
+    Permission,
+    /// The agent ended its turn asking its user something.
+    Question,
+    /// Steering of one stretch was spent (escalated, then given up on).
+    Stuck,
+    /// Its spend cap was reached.
+    Budget,
+    /// It ended with an error.
+    Error,
+    /// Its task is blocked on an operator's answer.
+    Answer,
+}
+
+impl NeedsReason {
+    pub const ALL: [NeedsReason; 6] = [
+        Self::Permission,
+        Self::Question,
+        Self::Stuck,
+        Self::Budget,
+        Self::Error,
+        Self::Answer,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Permission => "permission",
+            Self::Question => "question",
+            Self::Stuck => "stuck",
+            Self::Budget => "budget",
+            Self::Error => "error",
+            Self::Answer => "answer",
+        }
+    }
+}
+
+impl fmt::Display for NeedsReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A unit that needs a person: why, since when, and what it rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NeedsYou {
+    pub reason: NeedsReason,
+    /// The unit's turn it was set on.
+    #[serde(default)]
+    pub turn: u64,
+    /// The turn the stretch it rests on began (the last progress).
+    #[serde(default)]
+    pub stretch_from: u64,
+    /// Milliseconds since the Unix epoch (of the report that set it).
+    #[serde(default)]
+    pub since: u64,
+    /// The anomaly whose steering was spent (`stuck`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<AnomalyKind>,
+    /// The last evidence, in words: the steering that was spent, the
+    /// prompt, the question.
+    #[serde(default)]
+    pub detail: String,
+}

@@ -327,3 +327,148 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
     queue.stop().await.unwrap();
     notify.stop().await.unwrap();
 }
+
+/// What an ntfy server would read of one publish: the headers its publish
+/// API documents (docs.ntfy.sh/publish) and the body.
+#[derive(Debug, Clone)]
+struct Push {
+    topic: String,
+    title: String,
+    priority: String,
+    tags: String,
+    click: String,
+    content_type: String,
+    body: String,
+}
+
+type Pushes = Arc<Mutex<Vec<Push>>>;
+
+async fn ntfy_topic(
+    State(p): State<Pushes>,
+    Path(topic): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> StatusCode {
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .map(|v| v.to_str().unwrap_or("<not ascii>").to_string())
+            .unwrap_or_default()
+    };
+    p.lock().unwrap().push(Push {
+        topic,
+        title: h("title"),
+        priority: h("priority"),
+        tags: h("tags"),
+        click: h("click"),
+        content_type: h("content-type"),
+        body,
+    });
+    StatusCode::OK
+}
+
+/// Issue 37, items 2 to 4: a unit stuck on one stretch is steered three
+/// times (its rule, a second notice, a last one), then it needs you: `xo
+/// units` shows it with its reason and evidence, and the phone gets one
+/// ntfy push with ntfy's documented headers and a link to the unit's page.
+/// The same unit, having moved and stuck again, pages again: one push a
+/// stretch, not one a report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_unit_needs_you_and_is_pushed_to_ntfy_once_a_stretch() {
+    let mut sb = common::Sandbox::start(&[]).await;
+    let pushes: Pushes = Default::default();
+    let app = Router::new()
+        .route("/{topic}", post(ntfy_topic))
+        .with_state(pushes.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = sb.cfg.clone();
+    cfg.queue.data_dir = data.path().display().to_string();
+    cfg.alerts.console_url = "http://xo.example:8080/".into();
+    cfg.alerts.webhooks = vec![
+        Webhook {
+            url: format!("{base}/xo-phone"),
+            format: WebhookFormat::Ntfy,
+            kinds: vec![AlertKind::UnitNeedsYou],
+            authorization: String::new(),
+        },
+        // A webhook that does not want the kind gets nothing.
+        Webhook {
+            url: format!("{base}/other"),
+            format: WebhookFormat::Ntfy,
+            kinds: vec![AlertKind::QueueStuck],
+            authorization: String::new(),
+        },
+    ];
+    let notify = xo_notify::start(xo_runtime::ServiceCtx::new(
+        cfg,
+        common::connect(&sb.nats, "xo-notify").await,
+    ))
+    .await
+    .unwrap();
+    // The notifier's subscription is in place before the first alert.
+    sb.client.flush().await.unwrap();
+    let mut steer = sb.steering("coder-1").await;
+    let stuck = |turn: u64, since: u64| {
+        let mut r = common::report("coder-1", turn);
+        r.activity.turns_since_progress = since as u32;
+        r.activity.task_id = Some("T-7".into());
+        r
+    };
+    let mut steered = Vec::new();
+    for turn in 1..=40u64 {
+        steered.extend(sb.exchange(&mut steer, &stuck(turn, turn - 1)).await);
+    }
+    assert_eq!(steered.len(), 3, "{steered:#?}");
+    assert!(
+        steered[2].message.contains("asked a person"),
+        "{}",
+        steered[2].message
+    );
+    let d = sb.show("coder-1").await.unwrap();
+    let needs = d.summary.needs.clone().expect("the unit needs you");
+    assert_eq!(needs.reason, xo_proto::NeedsReason::Stuck);
+    assert_eq!(needs.stretch_from, 1);
+    assert!(needs.detail.contains("third notice"), "{}", needs.detail);
+    let all = typed::all_units(&sb.client, &sb.subjects, T).await.unwrap();
+    assert_eq!(all.iter().filter(|u| u.needs.is_some()).count(), 1);
+    eventually("the push reaches ntfy", || {
+        pushes.lock().unwrap().len() == 1
+    })
+    .await;
+    {
+        let p = pushes.lock().unwrap()[0].clone();
+        assert_eq!(p.topic, "xo-phone");
+        assert!(
+            p.title
+                .starts_with("XO: coder-1 needs you: stuck (stall) on task T-7"),
+            "{p:?}"
+        );
+        assert_eq!(p.priority, "4", "a person waits: high");
+        assert!(p.tags.split(',').any(|t| t == "unit_needs_you"), "{p:?}");
+        assert_eq!(p.click, "http://xo.example:8080/units/coder-1");
+        assert!(p.content_type.starts_with("text/plain"), "{p:?}");
+        assert!(
+            p.body.contains("Turns 1-") && p.body.contains("xo steer coder-1"),
+            "{}",
+            p.body
+        );
+    }
+    // It moves: no longer needs you. Then it sticks again.
+    sb.exchange(&mut steer, &stuck(41, 0)).await;
+    assert!(sb.show("coder-1").await.unwrap().summary.needs.is_none());
+    for turn in 42..=80u64 {
+        sb.exchange(&mut steer, &stuck(turn, turn - 41)).await;
+    }
+    eventually("the second stretch pages again", || {
+        pushes.lock().unwrap().len() >= 2
+    })
+    .await;
+    let p = pushes.lock().unwrap().clone();
+    assert_eq!(p.len(), 2, "one push a stretch: {p:#?}");
+    assert!(p.iter().all(|p| p.topic == "xo-phone"));
+    notify.stop().await.unwrap();
+    sb.stop_supervisor().await.unwrap();
+}

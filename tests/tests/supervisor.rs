@@ -128,9 +128,10 @@ async fn stall_and_cooldown() {
     let s = sb.exchange(&mut sub, &stalled(14, 9)).await;
     assert_eq!(
         kinds(&s),
-        [(AnomalyKind::Stall, Severity::Warning)],
-        "after 3 turns"
+        [(AnomalyKind::Stall, Severity::Urgent)],
+        "after 3 turns, the same stretch: escalated"
     );
+    assert!(s[0].message.contains("second notice"), "{}", s[0].message);
     assert_eq!(sb.show("u1").await.unwrap().summary.health, Health::Amber);
 }
 

@@ -69,6 +69,10 @@ pub enum Cmd {
         unit: Option<String>,
         #[arg(long)]
         json: bool,
+        /// Only the units that need a person (stuck after escalation…), the
+        /// longest waiting first, each with its reason and last evidence.
+        #[arg(long)]
+        needs: bool,
     },
     /// Send an operator's steering to a unit.
     Steer {

@@ -147,7 +147,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             json,
             count,
         } => ops::tap(&cfg, subject, json, count).await,
-        Cmd::Units { unit, json } => ops::units(&cfg, unit, json).await,
+        Cmd::Units { unit, json, needs } => ops::units(&cfg, unit, json, needs).await,
         Cmd::Steer {
             unit,
             text,

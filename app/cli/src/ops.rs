@@ -164,12 +164,12 @@ fn age(last_seen: u64) -> String {
 
 fn table(units: &[UnitSummary]) -> String {
     let mut out = format!(
-        "{:<20} {:<12} {:<7} {:<7} {:<7} {:>6} {:>5} {:>6} {:<10} {}\n",
-        "UNIT", "ROLE", "HEALTH", "SELF", "STATE", "TURN", "CTX", "STEER", "TASK", "SEEN"
+        "{:<20} {:<12} {:<7} {:<7} {:<7} {:<10} {:>6} {:>5} {:>6} {:<10} {}\n",
+        "UNIT", "ROLE", "HEALTH", "SELF", "STATE", "NEEDS", "TURN", "CTX", "STEER", "TASK", "SEEN"
     );
     for u in units {
         out.push_str(&format!(
-            "{:<20} {:<12} {:<7} {:<7} {:<7} {:>6} {:>4}% {:>6} {:<10} {}\n",
+            "{:<20} {:<12} {:<7} {:<7} {:<7} {:<10} {:>6} {:>4}% {:>6} {:<10} {}\n",
             u.unit,
             u.role,
             health(u.health),
@@ -183,6 +183,7 @@ fn table(units: &[UnitSummary]) -> String {
             } else {
                 "live"
             },
+            u.needs.as_ref().map_or("-", |n| n.reason.as_str()),
             u.turn,
             (u.context_fill * 100.0).round(),
             u.steering_sent,
@@ -193,20 +194,56 @@ fn table(units: &[UnitSummary]) -> String {
     out
 }
 
-pub async fn units(cfg: &XoConfig, unit: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+/// The units that need a person, the longest waiting first.
+pub fn needing(mut list: Vec<UnitSummary>) -> Vec<UnitSummary> {
+    list.retain(|u| u.needs.is_some());
+    list.sort_by_key(|u| {
+        (
+            u.needs.as_ref().map_or(u64::MAX, |n| n.since),
+            u.unit.clone(),
+        )
+    });
+    list
+}
+
+pub async fn units(
+    cfg: &XoConfig,
+    unit: Option<String>,
+    json: bool,
+    needs: bool,
+) -> anyhow::Result<ExitCode> {
     let bus = client_bus(cfg).await?;
     let subjects = cfg.subjects();
     match unit {
         None => {
-            let list = typed::all_units(&bus, &subjects, TIMEOUT)
+            let mut list = typed::all_units(&bus, &subjects, TIMEOUT)
                 .await
                 .context("asking the supervisor (is `xo up` or `xo serve supervisor` running?)")?;
+            if needs {
+                list = needing(list);
+            }
             if json {
                 outln!("{}", serde_json::to_string_pretty(&list)?);
+            } else if list.is_empty() && needs {
+                outln!("no unit needs you");
             } else if list.is_empty() {
                 outln!("no units have reported yet");
             } else {
                 out!("{}", table(&list));
+                if needs {
+                    for u in &list {
+                        if let Some(n) = &u.needs {
+                            outln!(
+                                "\n{} needs you ({}, since turn {}, {}): {}",
+                                u.unit,
+                                n.reason,
+                                n.turn,
+                                age(n.since),
+                                n.detail
+                            );
+                        }
+                    }
+                }
             }
         }
         Some(unit) => {
@@ -215,6 +252,15 @@ pub async fn units(cfg: &XoConfig, unit: Option<String>, json: bool) -> anyhow::
                 outln!("{}", serde_json::to_string_pretty(&d)?);
             } else {
                 out!("{}", table(std::slice::from_ref(&d.summary)));
+                if let Some(n) = &d.summary.needs {
+                    outln!(
+                        "\nneeds you ({}, since turn {}, stretch from turn {}): {}",
+                        n.reason,
+                        n.turn,
+                        n.stretch_from,
+                        n.detail
+                    );
+                }
                 if let Some(r) = &d.report {
                     outln!(
                         "\nlatest report: turn {} seq {} pace {} step {} — {}",

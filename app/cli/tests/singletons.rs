@@ -47,6 +47,7 @@ fn alert(title: &str) -> Alert {
         detail: "d".into(),
         task_id: None,
         project: None,
+        unit: None,
         source: "test".into(),
         at: xo_proto::now_ms(),
     }

@@ -29,8 +29,8 @@ pub enum PipelineError {
     )]
     NoLandlock,
     /// `runner.confine_connect` names something that is not a port.
-    #[error("runner.confine_connect: {reason}")]
-    ConfineConnect { reason: String },
+    #[error("runner.confine_connect: {0}")]
+    ConfineConnect(xo_runtime::config::BadPort),
     /// The agent could not be confined.
     #[error(transparent)]
     Confine(#[from] ConfineError),

@@ -180,7 +180,7 @@ impl Pipeline {
             let ports = self
                 .cfg
                 .confine_ports()
-                .map_err(|reason| PipelineError::ConfineConnect { reason })?;
+                .map_err(PipelineError::ConfineConnect)?;
             let c = crate::confine::Confinement::new(
                 &self.cfg.confine_write,
                 &self.cfg.confine_read,

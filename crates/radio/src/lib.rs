@@ -11,10 +11,13 @@
 //! - [`profile`]: role profiles — doctrine thresholds and the PACE plan.
 //! - [`rules`]: one function a rule, each returning a [`Finding`].
 //! - [`Radio`]: per-unit state (cooldowns, seq de-duplication) around the rules.
+//! - [`escalate`]: one stretch gets a kind's steering three times at most
+//!   (the rule's, a second notice, a last one), then the unit needs you.
 //! - [`baseline`]: OpenHands' stuck-detector rules, the baseline of `xo bench detection`.
 //! - [`sample`]: synthetic reports for benchmarks (a mostly healthy fleet, or the worst case).
 
 pub mod baseline;
+pub mod escalate;
 pub mod profile;
 pub mod rules;
 pub mod sample;
@@ -24,7 +27,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use xo_proto::steering::STEERING_TAG;
 use xo_proto::{
-    AnomalyKind, Assessor, Evidence, Health, SaluteReport, Severity, Steering, SteeringSource,
+    AnomalyKind, Assessor, Evidence, Health, NeedsYou, SaluteReport, Severity, Steering,
+    SteeringSource,
 };
 
 pub use profile::{AGENT_ROLE, Doctrine, PaceLevel, PacePlan, RoleProfile, Roles};
@@ -43,6 +47,9 @@ pub struct Assessment {
     pub corrected: bool,
     /// True when the report was a duplicate or out of order and was ignored.
     pub duplicate: bool,
+    /// The unit needs a person: a stretch's steering is spent
+    /// ([`escalate`]). Stays until the unit makes progress.
+    pub needs: Option<NeedsYou>,
     /// True when the report is the first of a new incarnation of the unit
     /// (a restarted process: its `seq` started over in another epoch).
     pub restarted: bool,
@@ -91,6 +98,16 @@ pub struct UnitState {
     /// fill creeps on; it is given again after the context was compacted.
     #[serde(default)]
     pub context_told: Option<Severity>,
+    /// The turn the current stretch began (the last progress seen).
+    #[serde(default)]
+    pub stretch_from: u64,
+    /// Per kind, the stretch its steering is in and how much it had.
+    #[serde(default)]
+    pub stretches: BTreeMap<AnomalyKind, escalate::Stretch>,
+    /// Set when a stretch's steering is spent; cleared on progress (boxed:
+    /// a unit's state is kept for every unit, this is rare).
+    #[serde(default)]
+    pub needs: Option<Box<NeedsYou>>,
 }
 
 /// FNV-1a: unit ids are short, trusted-format keys; SipHash's DoS
@@ -205,6 +222,7 @@ pub fn check_unit(
             health: report.status.health,
             corrected: false,
             duplicate: true,
+            needs: state.needs.as_deref().cloned(),
             restarted: false,
             refused_epoch,
         };
@@ -228,6 +246,10 @@ pub fn check_unit(
     let since = u64::from(report.activity.turns_since_progress);
     if since == 0 || since < turn.saturating_sub(state.last_turn) {
         state.condensations_at_progress = report.size.condensations;
+        // A new stretch: its steering starts over, and a unit that moved
+        // no longer needs a person for the last one.
+        state.stretch_from = turn.saturating_sub(since);
+        state.needs = None;
     }
     state.last_turn = turn;
     // Steering the unit gave itself since its last report counts as
@@ -255,6 +277,7 @@ pub fn check_unit(
     let mut suppressed = Vec::new();
     let mut health = Health::Green;
     for f in findings {
+        let kind = f.kind;
         if profile.doctrine.disabled_rules.contains(&f.kind) {
             continue;
         }
@@ -278,6 +301,22 @@ pub fn check_unit(
             suppressed.push(f.kind);
             continue;
         }
+        let f = if escalate::escalates(f.kind) && !exempt {
+            let st = state.stretches.entry(f.kind).or_default();
+            match escalate::step(st, state.stretch_from, f, turn, report.time.at) {
+                escalate::Step::Steer(f) => f,
+                escalate::Step::GiveUp(f, needs) => {
+                    state.needs = Some(Box::new(needs));
+                    f
+                }
+                escalate::Step::Spent => {
+                    suppressed.push(kind);
+                    continue;
+                }
+            }
+        } else {
+            f
+        };
         if on_fill {
             state.context_told = Some(f.severity);
         }
@@ -302,6 +341,7 @@ pub fn check_unit(
         health,
         corrected,
         duplicate: false,
+        needs: state.needs.as_deref().cloned(),
         restarted,
         refused_epoch: false,
     }

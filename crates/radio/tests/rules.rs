@@ -800,3 +800,93 @@ fn an_anomaly_the_unit_steered_itself_is_under_cooldown_at_the_xo() {
     ];
     assert_eq!(fresh(&other), vec![AnomalyKind::Stall]);
 }
+
+/// Issue 37, item 2: a 660-turn session once got 87 stall steerings, one
+/// every ~3 turns. One stretch (the turns since the last progress) now
+/// gets the rule's steering, a second notice, a last one that says a person
+/// was asked, and nothing more; the unit needs you until it moves.
+#[test]
+fn a_long_stretch_is_steered_three_times_then_the_unit_needs_you_until_it_moves() {
+    let mut radio = Radio::default();
+    let stalled = |turn: u64, since: u64| {
+        let mut r = report(turn);
+        r.activity.turns_since_progress = since as u32;
+        r.activity.task_id = Some("T-1".into());
+        r
+    };
+    // Progress at turn 1, then none for 600 turns.
+    let mut given = Vec::new();
+    let mut needs_from = None;
+    for turn in 1..=600u64 {
+        let a = radio.check(&stalled(turn, turn - 1));
+        given.extend(
+            a.steering
+                .iter()
+                .map(|s| (turn, s.message.clone(), s.severity)),
+        );
+        if needs_from.is_none() && a.needs.is_some() {
+            needs_from = Some(turn);
+        }
+        if let Some(n) = &a.needs {
+            assert_eq!(n.reason, xo_proto::NeedsReason::Stuck);
+            assert_eq!(n.stretch_from, 1);
+            assert_eq!(n.kind, Some(AnomalyKind::Stall));
+        }
+    }
+    assert_eq!(given.len(), 3, "{given:#?}");
+    assert!(
+        given[0]
+            .1
+            .starts_with("[SUPERVISOR] Stall: no progress for"),
+        "{}",
+        given[0].1
+    );
+    assert!(
+        given[1].1.contains("Stall, second notice:"),
+        "{}",
+        given[1].1
+    );
+    assert_eq!(given[1].2, Severity::Urgent);
+    assert!(
+        given[2].1.contains("Stall, third notice:") && given[2].1.contains("asked a person"),
+        "{}",
+        given[2].1
+    );
+    for (_, m, _) in &given {
+        assert!(count_sentences(m) <= 3, "{m}");
+    }
+    assert_eq!(
+        needs_from,
+        Some(given[2].0),
+        "needs you from the last steering on"
+    );
+    // It moves: no longer needs you; a new stretch is steered again.
+    let a = radio.check(&stalled(601, 0));
+    assert!(a.needs.is_none());
+    let later: Vec<_> = (602..=620u64)
+        .flat_map(|t| radio.check(&stalled(t, t - 601)).steering)
+        .collect();
+    assert_eq!(later.len(), 3, "a new stretch starts over: {later:#?}");
+    assert!(!later[0].message.contains("notice"), "{}", later[0].message);
+}
+
+/// The same for a loop: the agent re-runs one failing command for ever.
+#[test]
+fn a_loop_that_goes_on_is_escalated_not_repeated() {
+    let mut radio = Radio::default();
+    let mut steered = 0;
+    for turn in 1..=200u64 {
+        let actions = (turn.saturating_sub(5)..=turn)
+            .map(|t| err("pytest", "tests/x.py", "exit_1", t))
+            .collect();
+        let mut r = with_actions(turn, actions);
+        r.activity.turns_since_progress = (turn - 1) as u32;
+        let a = radio.check(&r);
+        steered += a
+            .steering
+            .iter()
+            .filter(|s| s.kind == AnomalyKind::Loop)
+            .count();
+    }
+    assert_eq!(steered, 3);
+}

@@ -77,6 +77,19 @@ pub async fn render(c: &Shared) -> String {
                 .count();
             let _ = writeln!(out, "xo_units{{health=\"{h}\"}} {n}");
         }
+        family(
+            &mut out,
+            "xo_units_needs_you",
+            "gauge",
+            "Units that need a person, by reason.",
+        );
+        for reason in xo_proto::NeedsReason::ALL {
+            let n = units
+                .iter()
+                .filter(|u| u.needs.as_ref().is_some_and(|x| x.reason == reason))
+                .count();
+            let _ = writeln!(out, "xo_units_needs_you{{reason=\"{reason}\"}} {n}");
+        }
         // Per role: how many, the fullest context, what they spent.
         let mut roles: std::collections::BTreeMap<&str, (u64, f64, f64)> = Default::default();
         for u in units {

@@ -304,6 +304,7 @@ impl FleetActor {
             ),
             task_id: None,
             project: None,
+            unit: None,
             source: "fleet".into(),
             at: xo_proto::now_ms(),
         };

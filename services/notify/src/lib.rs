@@ -243,7 +243,7 @@ impl Actor for NotifyActor {
     }
 }
 
-/// The body a webhook gets.
+/// The body a webhook gets (JSON formats; ntfy's is [`ntfy`]'s text).
 pub fn body(format: WebhookFormat, a: &Alert) -> serde_json::Value {
     match format {
         WebhookFormat::Json => serde_json::to_value(a).unwrap_or(serde_json::Value::Null),
@@ -254,7 +254,89 @@ pub fn body(format: WebhookFormat, a: &Alert) -> serde_json::Value {
             }
             serde_json::json!({ "text": text })
         }
+        WebhookFormat::Ntfy => serde_json::Value::String(ntfy(a, "").body),
     }
+}
+
+/// A notification as ntfy's publish API takes it: the message as the
+/// body, the rest as headers (docs.ntfy.sh/publish: `Title`, `Priority`
+/// 1-5, `Tags` comma-separated, `Click` a URL).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ntfy {
+    pub body: String,
+    pub title: String,
+    pub priority: u8,
+    pub tags: String,
+    /// Empty: no `Click` header.
+    pub click: String,
+}
+
+/// What ntfy gets for `a`; `console` is `alerts.console_url` (links to the
+/// unit's or the task's page when set).
+pub fn ntfy(a: &Alert, console: &str) -> Ntfy {
+    use xo_proto::alert::AlertKind as K;
+    // A person is waiting on these: high; the fabric's own trouble: default.
+    let (priority, tag) = match a.kind {
+        K::UnitNeedsYou => (4, "raising_hand"),
+        K::Question => (4, "question"),
+        K::TaskBlocked | K::BudgetExhausted => (4, "warning"),
+        K::QueueStuck | K::RoleFailed | K::QueueHalted => (3, "rotating_light"),
+        K::LeaseRefused => (3, "lock"),
+        K::KnowledgeReview => (3, "memo"),
+    };
+    let console = console.trim_end_matches('/');
+    let click = match (&a.unit, &a.task_id) {
+        _ if console.is_empty() => String::new(),
+        (Some(u), _) => format!("{console}/units/{}", path_segment(u)),
+        (None, Some(t)) => format!("{console}/tasks/{}", path_segment(t)),
+        (None, None) => console.to_string(),
+    };
+    Ntfy {
+        body: a.detail.clone(),
+        title: format!("XO: {}", a.title),
+        priority,
+        tags: format!("{tag},{}", a.kind),
+        click,
+    }
+}
+
+/// Percent-encodes what is not a URL path's unreserved character.
+fn path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A header value as HTTP carries it: ASCII as is (control characters
+/// dropped), anything else as an RFC 2047 encoded word, which ntfy decodes.
+pub fn header_text(s: &str) -> String {
+    let clean: String = s.chars().filter(|c| !c.is_control()).collect();
+    if clean.is_ascii() {
+        return clean;
+    }
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut enc = String::new();
+    for chunk in clean.as_bytes().chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                enc.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                enc.push('=');
+            }
+        }
+    }
+    format!("=?UTF-8?B?{enc}?=")
 }
 
 fn authorization(w: &Webhook) -> Option<String> {
@@ -279,15 +361,45 @@ async fn deliver_all(d: Delivery, w: Webhook, mut rx: mpsc::UnboundedReceiver<Al
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_outside_ascii_is_an_encoded_word() {
+        assert_eq!(header_text("plain\ntext"), "plaintext");
+        // "é" is C3 A9: base64 "w6k=".
+        assert_eq!(header_text("é"), "=?UTF-8?B?w6k=?=");
+        assert_eq!(header_text("aé→"), "=?UTF-8?B?YcOp4oaS?=");
+    }
+}
+
 /// One alert to one webhook: retried with doubling backoff; a 4xx other
 /// than 408/429 is not retried (the receiver refuses the request itself).
 async fn deliver(d: &Delivery, w: &Webhook, a: &Alert) {
     let body = body(w.format, a);
+    let push = (w.format == WebhookFormat::Ntfy).then(|| ntfy(a, &d.cfg.console_url));
     let auth = authorization(w);
     let mut wait = Duration::from_millis(d.cfg.backoff_ms);
     let mut last = String::new();
     for attempt in 1..=d.cfg.attempts {
-        let mut req = d.client.post(&w.url).json(&body);
+        let mut req = match &push {
+            None => d.client.post(&w.url).json(&body),
+            Some(n) => {
+                let mut r = d
+                    .client
+                    .post(&w.url)
+                    .header("content-type", "text/plain; charset=utf-8")
+                    .header("title", header_text(&n.title))
+                    .header("priority", n.priority.to_string())
+                    .header("tags", header_text(&n.tags))
+                    .body(n.body.clone());
+                if !n.click.is_empty() {
+                    r = r.header("click", header_text(&n.click));
+                }
+                r
+            }
+        };
         if let Some(v) = &auth {
             req = req.header("authorization", v);
         }

@@ -216,6 +216,7 @@ impl State {
                 detail: a.detail,
                 task_id: a.task_id,
                 project: Some(project.clone()),
+                unit: None,
                 source: xo_proto::queue::QUEUE.into(),
                 at: now,
             })

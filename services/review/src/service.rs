@@ -630,6 +630,7 @@ impl Reviews {
             ),
             task_id: None,
             project: None,
+            unit: None,
             source: "review".into(),
             at: xo_proto::now_ms(),
         };

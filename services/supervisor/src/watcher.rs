@@ -68,6 +68,9 @@ pub struct WatcherState {
     /// Its last reports, compact, for the unit page's charts (in memory:
     /// they start over with the supervisor).
     history: std::collections::VecDeque<Point>,
+    /// The unit came to need a person on the last report: the alert to
+    /// publish with its steering.
+    paged: Option<Box<xo_proto::alert::Alert>>,
 }
 
 /// One report for the charts, 16 bytes (memory per unit matters: issue 23).
@@ -161,6 +164,7 @@ impl WatcherState {
             turns_since_progress: r.turns_since_progress,
             cost_usd: r.cost_usd,
             last_steering: r.steering.back().map(|s| (s.kind, s.at)),
+            needs: r.radio.needs.as_deref().cloned(),
         }
     }
 
@@ -213,6 +217,9 @@ impl WatcherState {
         };
         if !steering.is_empty() {
             Box::pin(self.send_all(steering).instrument(span)).await;
+        }
+        if let Some(a) = self.paged.take() {
+            Box::pin(page(&self.ctx, *a)).await;
         }
         self.changed();
     }
@@ -290,6 +297,7 @@ impl WatcherState {
             self.refused(&report, "its epoch is ahead of this supervisor's clock");
             return None;
         }
+        let needed = self.rec.radio.needs.as_ref().map(|n| n.stretch_from);
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
         if a.refused_epoch {
             self.refused(&report, "its epoch is an earlier life of the unit");
@@ -385,11 +393,60 @@ impl WatcherState {
                 info!(unit = %report.unit.unit, turn = report.time.turn, "session went on after its end");
             }
         }
+        // Needs a person since this report (a stretch not paged for yet),
+        // or moved again.
+        match (&a.needs, needed) {
+            (Some(n), before) if before != Some(n.stretch_from) => {
+                warn!(unit = %report.unit.unit, reason = %n.reason, kind = ?n.kind, turn = n.turn, stretch_from = n.stretch_from, "unit needs a person");
+                self.paged = Some(Box::new(needs_alert(&report, n)));
+            }
+            (None, Some(_)) => {
+                info!(unit = %report.unit.unit, turn = report.time.turn, "unit moved again: it no longer needs a person");
+            }
+            _ => {}
+        }
         if !ctx.live.steering() && !a.steering.is_empty() {
             debug!(unit = %report.unit.unit, held = a.steering.len(), "supervision switched off in the settings: steering not sent");
             return Some(Vec::new());
         }
         Some(a.steering)
+    }
+}
+
+/// The alert a unit that needs a person raises: why, the last evidence,
+/// and what answers it.
+fn needs_alert(report: &SaluteReport, n: &xo_proto::NeedsYou) -> xo_proto::alert::Alert {
+    let unit = &report.unit.unit;
+    let on = report
+        .activity
+        .task_id
+        .as_deref()
+        .map(|t| format!(" on task {t}"))
+        .unwrap_or_default();
+    let what = n.kind.map(|k| format!(" ({k})")).unwrap_or_default();
+    xo_proto::alert::Alert {
+        v: xo_proto::PROTOCOL_VERSION,
+        kind: xo_proto::alert::AlertKind::UnitNeedsYou,
+        title: format!("{unit} needs you: {}{what}{on}", n.reason),
+        detail: format!(
+            "Turns {}-{} without progress; the XO steered it, then escalated, and stopped steering this stretch. Last steering: {} Open the unit (`xo units {unit}`, the console's unit page) and steer it (`xo steer {unit} \"...\"`), or stop its task.",
+            n.stretch_from,
+            n.turn,
+            n.detail.trim()
+        ),
+        task_id: report.activity.task_id.clone(),
+        project: None,
+        unit: Some(unit.clone()),
+        source: "supervisor".into(),
+        at: n.since,
+    }
+}
+
+/// Publishes a unit's `unit_needs_you` alert (the notifier pages).
+async fn page(ctx: &Ctx, a: xo_proto::alert::Alert) {
+    let subject = ctx.subjects.alert(a.kind);
+    if let Err(e) = xo_bus::typed::publish(&ctx.bus, &subject, &a, ctx.cfg.wire.format).await {
+        warn!(unit = a.unit.as_deref().unwrap_or(""), error = %e, "needs-you alert not published; `xo units --needs` still lists the unit");
     }
 }
 
@@ -442,6 +499,7 @@ impl WatcherState {
             dirty: false,
             last_saved: 0,
             history: Default::default(),
+            paged: None,
         };
         if unsent {
             // Its previous supervisor died between writing and sending.

@@ -16,6 +16,13 @@ pub enum ConfineMode {
     Off,
 }
 
+/// An entry of `runner.confine_connect` that is not a port.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{entry:?} is not a TCP port; give port numbers (e.g. \"443\") or \"*\" for any")]
+pub struct BadPort {
+    pub entry: String,
+}
+
 /// The runner: sandbox, templates, retries, timeouts and the agent driver.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -158,7 +165,7 @@ pub struct TimeoutConfig {
 
 impl RunnerConfig {
     /// `confine_connect` as ports (`None`: any port).
-    pub fn confine_ports(&self) -> Result<Option<Vec<u16>>, String> {
+    pub fn confine_ports(&self) -> Result<Option<Vec<u16>>, BadPort> {
         let mut ports = Vec::new();
         for p in &self.confine_connect {
             if p.trim() == "*" {
@@ -166,11 +173,7 @@ impl RunnerConfig {
             }
             match p.trim().parse::<u16>() {
                 Ok(n) if n > 0 => ports.push(n),
-                _ => {
-                    return Err(format!(
-                        "{p:?} is not a TCP port; give port numbers (e.g. \"443\") or \"*\" for any"
-                    ));
-                }
+                _ => return Err(BadPort { entry: p.clone() }),
             }
         }
         Ok(Some(ports))

@@ -167,6 +167,10 @@ pub struct AlertsConfig {
     /// Alerts that could not be delivered, one JSON line each; empty:
     /// `<data_dir>/alerts.dead.jsonl`.
     pub dead_letter_file: String,
+    /// The console's address as the people paged reach it (e.g.
+    /// `https://xo.example.org`): ntfy notifications link to the unit's or
+    /// the task's page there. Empty: no link.
+    pub console_url: String,
 }
 
 impl Default for AlertsConfig {
@@ -177,6 +181,7 @@ impl Default for AlertsConfig {
             backoff_ms: 500,
             timeout_ms: 5_000,
             dead_letter_file: String::new(),
+            console_url: String::new(),
         }
     }
 }
@@ -187,11 +192,15 @@ impl Default for AlertsConfig {
 pub struct Webhook {
     /// `http://` or `https://`.
     pub url: String,
-    /// `json` (the alert as it is published) or `slack` (`{"text": ...}`,
-    /// for Slack, Mattermost and other incoming webhooks).
+    /// `json` (the alert as it is published), `slack` (`{"text": ...}`,
+    /// for Slack, Mattermost and other incoming webhooks) or `ntfy` (the
+    /// URL is the topic's, e.g. `https://ntfy.sh/my-xo`: the text as the
+    /// body, `Title`, `Priority`, `Tags` and `Click` as ntfy's publish API
+    /// takes them).
     pub format: WebhookFormat,
     /// Alert kinds to send (`task_blocked`, `question`, `queue_stuck`,
-    /// `role_failed`, `budget_exhausted`, `queue_halted`, `lease_refused`); empty: all.
+    /// `role_failed`, `budget_exhausted`, `queue_halted`, `lease_refused`,
+    /// `knowledge_review`, `unit_needs_you`); empty: all.
     pub kinds: Vec<xo_proto::alert::AlertKind>,
     /// The value of an `Authorization` header, if the receiver wants one;
     /// `env:NAME` reads it from the environment.
@@ -204,6 +213,7 @@ pub enum WebhookFormat {
     #[default]
     Json,
     Slack,
+    Ntfy,
 }
 
 /// Runner containers managed by the XO through the Docker API.

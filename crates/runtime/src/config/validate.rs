@@ -282,7 +282,7 @@ impl XoConfig {
         }
         self.runner
             .confine_ports()
-            .map_err(|r| invalid("runner.confine_connect", r))?;
+            .map_err(|e| invalid("runner.confine_connect", e.to_string()))?;
         if self.runner.max_output_bytes < 1024 {
             return Err(invalid(
                 "runner.max_output_bytes",

@@ -228,6 +228,7 @@ mod tests {
             turns_since_progress: 0,
             cost_usd: 0.0,
             last_steering: None,
+            needs: None,
         }
     }
 
@@ -721,6 +722,7 @@ mod tests {
             turns_since_progress: 2,
             cost_usd: 0.25,
             last_steering: None,
+            needs: None,
         };
         let units = vec![
             u("a-1", "coder", Health::Green),
