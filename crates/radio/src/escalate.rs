@@ -78,6 +78,16 @@ pub fn step(st: &mut Stretch, from: u64, f: Finding, turn: u64, at: u64) -> Step
     }
 }
 
+/// Counts a steering the unit's own check gave (microcosm) in the stretch
+/// that began at `from`; `true` when that spent the stretch's steering.
+pub fn count_own(st: &mut Stretch, from: u64) -> bool {
+    if st.from != from {
+        *st = Stretch { from, given: 0 };
+    }
+    st.given = st.given.saturating_add(1).min(MAX_PER_STRETCH);
+    st.given == MAX_PER_STRETCH
+}
+
 /// The rule's first sentence, split at its `Kind: ` head.
 fn head_and_rest(message: &str) -> (String, String) {
     let body = message

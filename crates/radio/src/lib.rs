@@ -262,6 +262,26 @@ pub fn check_unit(
         if newer && own.turn <= turn {
             state.cooldowns.insert(own.kind, (own.turn, own.severity));
         }
+        // It counts toward the stretch's escalation too: one stretch gets
+        // three steerings of a kind, whoever gives them.
+        if own.turn <= turn && escalate::escalates(own.kind) {
+            let st = state.stretches.entry(own.kind).or_default();
+            if escalate::count_own(st, state.stretch_from) && state.needs.is_none() {
+                state.needs = Some(Box::new(NeedsYou {
+                    reason: xo_proto::NeedsReason::Stuck,
+                    turn: own.turn,
+                    stretch_from: state.stretch_from,
+                    since: report.time.at,
+                    kind: Some(own.kind),
+                    detail: format!(
+                        "the unit's own check steered {} {} times in this stretch (turns since {}) and it did not move",
+                        own.kind,
+                        escalate::MAX_PER_STRETCH,
+                        state.stretch_from
+                    ),
+                }));
+            }
+        }
     }
 
     // Above the warning line a context finding is on the fill (below it, on

@@ -890,3 +890,46 @@ fn a_loop_that_goes_on_is_escalated_not_repeated() {
     }
     assert_eq!(steered, 3);
 }
+
+/// Whoever gives them, one stretch gets three steerings of a kind: a unit
+/// whose own check (microcosm) gave the loop three times in a stretch gets
+/// none from the XO in it, and needs you.
+#[test]
+fn steering_the_unit_gave_itself_counts_toward_the_stretch() {
+    let mut radio = Radio::default();
+    let mut xo_steered = 0;
+    let mut needs = None;
+    for turn in 1..=60u64 {
+        let actions = (turn.saturating_sub(5).max(1)..=turn)
+            .map(|t| err("build", "x", "compile_error", t))
+            .collect();
+        let mut r = with_actions(turn, actions);
+        r.activity.turns_since_progress = (turn - 1) as u32;
+        // The runner steered itself at turns 3, 6 and 9 (its reports say
+        // so, as the runner sends them: with the turn's report).
+        if [3, 6, 9].contains(&turn) {
+            r.status.self_steered = vec![xo_proto::SelfSteered {
+                kind: AnomalyKind::Loop,
+                severity: Severity::Warning,
+                turn,
+            }];
+        }
+        let a = radio.check(&r);
+        xo_steered += a
+            .steering
+            .iter()
+            .filter(|s| s.kind == AnomalyKind::Loop)
+            .count();
+        if needs.is_none() {
+            needs = a.needs.map(|n| (turn, n.reason, n.kind));
+        }
+    }
+    assert_eq!(
+        xo_steered, 0,
+        "the stretch's loop steering was the unit's own"
+    );
+    assert_eq!(
+        needs,
+        Some((9, xo_proto::NeedsReason::Stuck, Some(AnomalyKind::Loop)))
+    );
+}
