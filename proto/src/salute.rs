@@ -108,7 +108,23 @@ pub struct Action {
     pub output_hash: Option<CompactString>,
     #[serde(default)]
     pub turn: u64,
+    /// Evidence, for steering to quote: the command as the agent ran it,
+    /// the one whose status decided the outcome (the last of an `&&` chain,
+    /// the one after `cd`, the script a heredoc wrote and then ran), at
+    /// most [`EVIDENCE_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub cmd: Option<CompactString>,
+    /// Evidence: the line of its output that says what happened (an
+    /// error's last meaningful line), at most [`EVIDENCE_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub line: Option<CompactString>,
 }
+
+/// The most characters of an action's `cmd` or `line` (a longer one is cut
+/// with `…` by the sensor, refused by [`SaluteReport::validate`] past 4×).
+pub const EVIDENCE_CHARS: usize = 120;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -311,6 +327,22 @@ impl SaluteReport {
                 max: MAX_RECENT,
             });
         }
+        for a in &self.activity.recent {
+            for (field, v) in [
+                ("activity.recent.cmd", &a.cmd),
+                ("activity.recent.line", &a.line),
+            ] {
+                if let Some(v) = v
+                    && v.len() > 4 * EVIDENCE_CHARS * 4
+                {
+                    return Err(Invalid::TooMany {
+                        field,
+                        len: v.len(),
+                        max: 4 * EVIDENCE_CHARS * 4,
+                    });
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -325,6 +357,8 @@ impl Action {
             error_type: None,
             output_hash: None,
             turn,
+            cmd: None,
+            line: None,
         }
     }
 
@@ -337,6 +371,8 @@ impl Action {
             error_type: None,
             output_hash: output_hash.map(Into::into),
             turn,
+            cmd: None,
+            line: None,
         }
     }
 
@@ -348,6 +384,26 @@ impl Action {
 
     pub fn with_output(mut self, output_hash: &str) -> Self {
         self.output_hash = Some(output_hash.into());
+        self
+    }
+
+    /// The command as run and the line of its output that tells, each cut
+    /// to [`EVIDENCE_CHARS`] characters (empty ones are left out).
+    pub fn with_evidence(mut self, cmd: Option<&str>, line: Option<&str>) -> Self {
+        let cut = |s: &str| -> Option<CompactString> {
+            let s = s.trim();
+            if s.is_empty() {
+                return None;
+            }
+            if s.chars().count() <= EVIDENCE_CHARS {
+                return Some(s.into());
+            }
+            let mut t: String = s.chars().take(EVIDENCE_CHARS - 1).collect();
+            t.push('…');
+            Some(t.into())
+        };
+        self.cmd = cmd.and_then(cut);
+        self.line = line.and_then(cut);
         self
     }
 }

@@ -304,6 +304,7 @@ impl<'a> Reader<'a> {
     fn action(&mut self) -> Option<Action> {
         let (mut kind, mut outcome) = (None, None);
         let (mut tool, mut args_hash, mut error_type, mut output_hash) = (None, None, None, None);
+        let (mut cmd, mut line) = (None, None);
         let mut turn = 0;
         let mut seen = 0u32;
         for _ in 0..self.map_len()? {
@@ -345,6 +346,14 @@ impl<'a> Reader<'a> {
                     first(&mut seen, 6)?;
                     turn = self.u64()?;
                 }
+                b"cmd" => {
+                    first(&mut seen, 7)?;
+                    cmd = self.opt_compact()?;
+                }
+                b"line" => {
+                    first(&mut seen, 8)?;
+                    line = self.opt_compact()?;
+                }
                 _ => return None,
             }
         }
@@ -356,6 +365,8 @@ impl<'a> Reader<'a> {
             error_type,
             output_hash,
             turn,
+            cmd,
+            line,
         })
     }
 
@@ -606,6 +617,8 @@ mod tests {
                     error_type: g.opt().map(Into::into),
                     output_hash: g.opt().map(Into::into),
                     turn: g.number(),
+                    cmd: g.opt().map(Into::into),
+                    line: g.opt().map(Into::into),
                 })
                 .collect(),
         };

@@ -546,3 +546,95 @@ fn a_claude_background_command_ends_in_its_task_output() {
         "the same failing test run three times in the background is a loop"
     );
 }
+
+// --- mini-swe-agent: the evidence a steering names --------------------------------
+
+/// A mini-swe-agent message list as its trajectories keep it (the shape of
+/// `tests/fixtures/real/mini-swe-agent/github_issue.traj.json`): the
+/// model's replies with one `mswea_bash_command` block, the observations
+/// with `<returncode>` and `<output>`.
+fn mini_swe(steps: &[(&str, i64, &str)]) -> String {
+    let mut m = vec![
+        serde_json::json!({"role": "system", "content": "You are a helpful assistant that can interact with a computer."}),
+        serde_json::json!({"role": "user", "content": "Please solve this issue: lint errors in src/a.py"}),
+    ];
+    for (cmd, code, out) in steps {
+        m.push(serde_json::json!({"role": "assistant", "content": format!("Let me run it.\n\n```mswea_bash_command\n{cmd}\n```")}));
+        m.push(serde_json::json!({"role": "user", "content": format!("<returncode>{code}</returncode>\n<output>\n{out}</output>")}));
+    }
+    serde_json::Value::Array(m).to_string()
+}
+
+/// The XO's steering texts on a mini-swe-agent run.
+fn steering_texts(doc: &str) -> Vec<String> {
+    let (turns, _) = xo_sensor::swe::parse_document(doc).unwrap();
+    let reports = reports(turns);
+    let roles = Roles::new(
+        RoleProfile::default(),
+        [(AGENT_ROLE.to_string(), RoleProfile::agent())].into(),
+    );
+    let mut radio = Radio::new(roles);
+    reports
+        .iter()
+        .flat_map(|r| radio.check(r).steering)
+        .map(|s| s.message)
+        .collect()
+}
+
+/// Issue 37, item 1: a run re-ran pylint five ways and got the same
+/// findings each time; it was told "pylint failed 3 times in a row with the
+/// same error (exit_16)… find the cause of the error". Exit 16 is pylint
+/// reporting convention messages, not an error: the steering now says the
+/// output is the same whatever the agent changes, and quotes it.
+#[test]
+fn pylint_findings_whatever_the_options_are_named_as_such_not_as_a_failure() {
+    let out = "************* Module a\nsrc/a.py:3:0: C0116: Missing function or method docstring (missing-function-docstring)\n\n------------------------------------------------------------------\nYour code has been rated at 8.00/10\n";
+    let steps: Vec<(String, i64, &str)> = [
+        "",
+        " --disable=C0114",
+        " --disable=C0114,C0115",
+        " --score=n --disable=C0114",
+        " --rcfile=/dev/null",
+        " -j 2",
+    ]
+    .iter()
+    .map(|o| (format!("cd /repo && pylint{o} src/a.py"), 16, out))
+    .collect();
+    let steps: Vec<(&str, i64, &str)> =
+        steps.iter().map(|(c, n, o)| (c.as_str(), *n, *o)).collect();
+    let texts = steering_texts(&mini_swe(&steps));
+    let lp: Vec<&String> = texts.iter().filter(|t| t.contains("Loop")).collect();
+    assert!(!lp.is_empty(), "{texts:#?}");
+    let t = lp[0];
+    assert!(
+        t.contains("pylint") && t.contains("different ways") && t.contains("the same each time"),
+        "{t}"
+    );
+    assert!(
+        t.contains("rated at 8.00/10") || t.contains("C0116"),
+        "the output is quoted: {t}"
+    );
+    for t in &texts {
+        assert!(!t.contains("exit_16") && !t.contains("failed"), "{t}");
+        assert!(!t.contains("cd "), "cd is not what ran: {t}");
+    }
+}
+
+/// A run stuck re-running a failing reproduction script written by a
+/// heredoc (`cat <<EOF > t.py … EOF` then `python3 t.py`) was told "cat
+/// failed": the steering names the script that ran and its error.
+#[test]
+fn a_heredoc_script_run_again_and_again_is_named_by_the_script_not_by_cat() {
+    let cmd = "cat <<'EOF' > t.py\nfrom pkg import run\nrun()\nEOF\npython3 t.py";
+    let out = "Traceback (most recent call last):\n  File \"/repo/t.py\", line 1, in <module>\n    from pkg import run\nImportError: cannot import name 'run' from 'pkg' (/repo/pkg/__init__.py)\n";
+    let texts = steering_texts(&mini_swe(&[(cmd, 1, out), (cmd, 1, out), (cmd, 1, out)]));
+    let lp: Vec<&String> = texts.iter().filter(|t| t.contains("Loop")).collect();
+    assert_eq!(lp.len(), 1, "{texts:#?}");
+    assert!(lp[0].contains("`python3 t.py`"), "{}", lp[0]);
+    assert!(
+        lp[0].contains("ImportError: cannot import name 'run'"),
+        "{}",
+        lp[0]
+    );
+    assert!(!lp[0].contains("cat "), "{}", lp[0]);
+}

@@ -205,7 +205,10 @@ fn radio_replay_prints_one_line_per_decision_and_names_bad_lines() {
     // is asked); then the stretch's steering is spent (turns 7 and 8).
     let stdout = text(&out.stdout);
     assert_eq!(stdout.lines().count(), 3, "{stdout}");
-    assert!(stdout.contains("second notice") && stdout.contains("third notice"), "{stdout}");
+    assert!(
+        stdout.contains("second notice") && stdout.contains("third notice"),
+        "{stdout}"
+    );
 
     std::fs::write(d.join("bad.jsonl"), format!("{}\n{{\"v\":1}}\n", lines[0])).unwrap();
     let out = run(d, &["radio", "replay", "bad.jsonl"]);

@@ -67,6 +67,8 @@ static PLACEHOLDER: Action = Action {
     error_type: None,
     output_hash: None,
     turn: 0,
+    cmd: None,
+    line: None,
 };
 
 fn window(recent: &[Action]) -> &[Action] {
@@ -95,6 +97,31 @@ fn same_action(a: &Action, b: &Action) -> bool {
 
 fn tool_name(a: &Action) -> String {
     a.tool.as_deref().unwrap_or("unnamed tool").to_string()
+}
+
+/// How a steering names an action: the command as the agent ran it when
+/// the report carries it, else the tool.
+fn named(a: &Action) -> String {
+    match a.cmd.as_deref() {
+        Some(c) => format!("`{}`", c.replace('`', "'")),
+        None => tool_name(a),
+    }
+}
+
+/// The output line the action ended with, quoted, when the report has it.
+fn said(a: &Action) -> String {
+    a.line
+        .as_deref()
+        .map(|l| format!(": \"{}\"", l.trim_end_matches('.')))
+        .unwrap_or_default()
+}
+
+/// The program of a command (its first word that is not a setting).
+fn program(cmd: &str) -> &str {
+    cmd.split_whitespace()
+        .find(|w| !w.contains('='))
+        .map(|w| w.rsplit('/').next().unwrap_or(w))
+        .unwrap_or("")
 }
 
 fn finding(kind: AnomalyKind, severity: Severity, message: String, evidence: Evidence) -> Finding {
@@ -168,11 +195,12 @@ pub fn stall(report: &SaluteReport, d: &Doctrine) -> Option<Finding> {
         (None, Some(s)) => format!(" on step: {s}"),
         (None, None) => String::new(),
     };
+    let held = stretch_held(report, n);
     Some(finding(
         AnomalyKind::Stall,
         severity,
         format!(
-            "Stall: no progress for {n} turns{on}. Reassess: take a different approach, simplify the step, or ask for clarification."
+            "Stall: no progress for {n} turns{on}{held}. Reassess: take a different approach, simplify the step, or ask for clarification."
         ),
         Evidence {
             turns: vec![report.time.turn],
@@ -181,6 +209,46 @@ pub fn stall(report: &SaluteReport, d: &Doctrine) -> Option<Finding> {
             observed: n.to_string(),
         },
     ))
+}
+
+/// What a stretch of `n` turns held, from the report's window: its tool
+/// calls, how many failed, and the command run most often with one result
+/// (`""` when the window holds none of it).
+fn stretch_held(report: &SaluteReport, n: u32) -> String {
+    let from = report.time.turn.saturating_sub(u64::from(n));
+    let acts: Vec<&Action> = window(&report.activity.recent)
+        .iter()
+        .filter(|a| a.kind == ActionKind::Tool && a.turn > from)
+        .collect();
+    if acts.is_empty() {
+        return String::new();
+    }
+    let failed = acts.iter().filter(|a| a.outcome == Outcome::Error).count();
+    let mut text = format!(
+        ": {} tool call{}",
+        acts.len(),
+        if acts.len() == 1 { "" } else { "s" }
+    );
+    if failed > 0 {
+        text.push_str(&format!(" ({failed} failed)"));
+    }
+    // The same command with the same result, most often.
+    let mut best: Option<(&Action, usize)> = None;
+    for a in &acts {
+        let same = acts
+            .iter()
+            .filter(|b| {
+                same_action(a, b) && b.output_hash == a.output_hash && b.outcome == a.outcome
+            })
+            .count();
+        if same >= 2 && best.is_none_or(|(_, k)| same > k) {
+            best = Some((a, same));
+        }
+    }
+    if let Some((a, k)) = best {
+        text.push_str(&format!(", {} {k} times with the same result", named(a)));
+    }
+    text
 }
 
 /// Loop: the same action (tool + args) at the end of the window, repeated
@@ -208,22 +276,30 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     // Only a named error class is "the same error" across different
     // arguments: `tool_error` says only that the tool refused (an edit
     // whose old text did not match, tried three ways, is work, not a loop).
-    let named = last
+    let named_class = last
         .error_type
         .as_deref()
         .is_some_and(|e| e != "tool_error");
     if last.outcome == Outcome::Error
-        && named
+        && named_class
         && errors < d.loop_error_repeats as usize
         && same_tool_errors >= d.loop_error_repeats as usize
     {
         let et = last.error_type.as_deref().unwrap_or("error");
         let n = same_tool_errors;
+        let how = match et.strip_prefix("exit_") {
+            Some(code) => format!("exited {code} {n} times in a row"),
+            None => format!("failed {n} times in a row with the same error ({et})"),
+        };
+        let last_run = match last.cmd.as_deref() {
+            Some(_) => format!(" (the last, {}{})", named(last), said(last)),
+            None => String::new(),
+        };
         return Some(finding(
             AnomalyKind::Loop,
             Severity::Warning,
             format!(
-                "Loop: {tool} failed {n} times in a row with the same error ({et}), with different arguments. Find the cause of the error before trying {tool} again."
+                "Loop: {tool} {how}, with different arguments{last_run}. Find the cause before trying {tool} again."
             ),
             evidence(
                 &tools[tools.len() - n..],
@@ -235,28 +311,86 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     let (n, rule, what) =
         if last.outcome == Outcome::Error && errors >= d.loop_error_repeats as usize {
             let et = last.error_type.as_deref().unwrap_or("error");
+            let what = match et.strip_prefix("exit_") {
+                Some(code) => format!("it exited {code} each time"),
+                None => format!("got the same error ({et})"),
+            };
             (
                 errors,
                 format!("same action and error type >= {}", d.loop_error_repeats),
-                format!("the same error ({et})"),
+                what,
             )
         } else if outputs >= d.loop_output_repeats as usize {
             (
                 outputs,
                 format!("same action and output >= {}", d.loop_output_repeats),
-                "the same output".to_string(),
+                "got the same output".to_string(),
             )
         } else {
-            return None;
+            return same_output_whatever_changes(tools, d);
         };
+    let matched = &tools[tools.len() - n..];
+    let ran = match last.cmd {
+        Some(_) => named(last),
+        None => format!("{tool} with the same arguments"),
+    };
+    Some(finding(
+        AnomalyKind::Loop,
+        Severity::Warning,
+        format!(
+            "Loop: you ran {ran} {n} times and {what}{}. Stop repeating it and try a different approach.",
+            said(last)
+        ),
+        evidence(matched, rule, n.to_string()),
+    ))
+}
+
+/// Loop, the other way round: one program run again and again with
+/// different arguments (options, flags, files) and the same non-empty
+/// output every time: what the agent changes does not matter to it (a
+/// linter's findings whatever the options). Only for actions whose command
+/// the report carries (the program is read from it).
+fn same_output_whatever_changes(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
+    let last = *tools.last()?;
+    let prog = program(last.cmd.as_deref()?);
+    if prog.is_empty() || last.outcome == Outcome::Empty || last.output_hash.is_none() {
+        return None;
+    }
+    let run: Vec<&&Action> = tools
+        .iter()
+        .rev()
+        .take_while(|a| {
+            a.cmd.as_deref().map(program) == Some(prog)
+                && a.output_hash == last.output_hash
+                && a.outcome == last.outcome
+        })
+        .collect();
+    let variants = {
+        let mut args: Vec<_> = run.iter().map(|a| &a.args_hash).collect();
+        args.sort();
+        args.dedup();
+        args.len()
+    };
+    let n = run.len();
+    if n < d.loop_output_repeats as usize || variants < 2 {
+        return None;
+    }
     let matched = &tools[tools.len() - n..];
     Some(finding(
         AnomalyKind::Loop,
         Severity::Warning,
         format!(
-            "Loop: you ran {tool} with the same arguments {n} times and got {what}. Stop repeating it and try a different approach."
+            "Loop: you ran {prog} {n} times, {variants} different ways, and the output was the same each time{}. What you change does not matter to it: look at what it reports, not at how you run it.",
+            said(last)
         ),
-        evidence(matched, rule, n.to_string()),
+        evidence(
+            matched,
+            format!(
+                "same program and output, different arguments >= {}",
+                d.loop_output_repeats
+            ),
+            n.to_string(),
+        ),
     ))
 }
 

@@ -26,6 +26,7 @@ pub mod claude;
 pub mod codex;
 pub mod cursor;
 pub mod document;
+pub mod evidence;
 pub mod openhands;
 pub mod salute;
 pub mod swe;
@@ -560,18 +561,35 @@ impl Common {
         output: &str,
         exit_code: Option<i64>,
     ) -> TurnEvent {
-        let class = classify::error_class(ok, exit_code, output, command);
+        // The command whose status decided, and what that status means
+        // for its program (grep 1 is no match, pylint 16 is findings).
+        let decided = command.map(evidence::deciding_command);
+        let meaning = match (decided.as_deref().map(evidence::program), exit_code) {
+            (Some(p), Some(code)) if code != 0 => evidence::meaning(p, code),
+            _ => None,
+        };
+        let class = match meaning {
+            Some(_) => None,
+            None => classify::error_class(ok, exit_code, output, command),
+        };
         let outcome = match (&class, output.trim().is_empty()) {
             (Some(_), _) => Outcome::Error,
             (None, true) => Outcome::Empty,
             (None, false) => Outcome::Ok,
         };
-        let mut a =
-            Action::tool(tool, args_hash, outcome, 0).with_output(hex_hash(output).as_str());
+        let mut a = Action::tool(tool, args_hash, outcome, 0)
+            .with_output(hex_hash(output).as_str())
+            .with_evidence(
+                decided.as_deref(),
+                evidence::telling_line(output, class.is_some()),
+            );
         if let Some(c) = &class {
             a = a.with_error(c);
         }
+        // A check that reported findings told the agent something; it did
+        // not move the work.
         let progress = class.is_none()
+            && meaning != Some(evidence::Meaning::Findings)
             && match classify::step_kind(tool, command) {
                 classify::StepKind::Write
                 | classify::StepKind::Check

@@ -95,7 +95,14 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::
                         submitted |= cmd.contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
                             || cmd.contains("MINI_SWE_AGENT_FINAL_OUTPUT");
                         pending = Some(Pending {
-                            tool: cmd.split_whitespace().next().unwrap_or("bash").into(),
+                            // The program whose status decides, not the
+                            // first word (`cd x && pylint …` is pylint's).
+                            tool: match crate::evidence::program(
+                                &crate::evidence::deciding_command(cmd),
+                            ) {
+                                "" => "bash".into(),
+                                p => p.into(),
+                            },
                             args_hash: crate::hex_hash(cmd.trim()).as_str().into(),
                             command: Some(cmd.trim().to_string()),
                         })
@@ -142,12 +149,25 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::
 /// only in the observation's text).
 fn command_turn(c: &mut Common, action: &str, observation: &str, exit: Option<i64>) -> TurnEvent {
     let mut words = action.split_whitespace();
-    let tool = words.next().unwrap_or("bash");
-    // An editor's subcommand (`str_replace_editor view …`) says what it did.
-    let command = if tool.ends_with("editor") {
-        words.next().unwrap_or_default().to_string()
+    let first = words.next().unwrap_or("bash");
+    // An editor's subcommand (`str_replace_editor view …`) says what it
+    // did; a shell line is named by the program whose status decides.
+    // (SWE-agent's own commands span lines, `edit` … `end_of_edit`: only
+    // a first line that chains commands is read as a shell line.)
+    let chained = action
+        .lines()
+        .next()
+        .is_some_and(|l| l.contains("&&") || l.contains("||") || l.contains(';'));
+    let decided = crate::evidence::deciding_command(action);
+    let (tool, command) = if first.ends_with("editor") {
+        (first, words.next().unwrap_or_default().to_string())
+    } else if !chained {
+        (first, action.to_string())
     } else {
-        action.to_string()
+        match crate::evidence::program(&decided) {
+            "" => (first, action.to_string()),
+            p => (p, action.to_string()),
+        }
     };
     let p = Pending {
         tool: tool.into(),

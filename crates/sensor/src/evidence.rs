@@ -1,0 +1,291 @@
+//! Evidence a steering can quote (issue 37, item 1): the command that
+//! decided a shell step's outcome, the line of its output that says what
+//! happened, and what a non-zero status means for the tools whose status
+//! reports findings rather than failure.
+//!
+//! A shell line's status is its last command's: `cd x && pylint a.py` is
+//! pylint's, `cat <<EOF > t.py … EOF` then `python3 t.py` is python's, and
+//! never `cd`'s or `cat`'s, which is what the first word used to name.
+
+/// The command whose status decides a shell line's outcome: heredoc
+/// bodies dropped, the line split at `&&`, `||`, `;` and line breaks
+/// outside quotes, the last part kept (`cd`, `export`, `source`, `set` and
+/// `true` are passed over from the end when something else ran before
+/// them). A `bash -lc '…'` wrapper is opened first.
+pub fn deciding_command(command: &str) -> String {
+    let mut line = command.trim();
+    for prefix in [
+        "bash -lc ",
+        "bash -c ",
+        "sh -c ",
+        "/bin/bash -lc ",
+        "/bin/zsh -lc ",
+        "zsh -lc ",
+    ] {
+        if let Some(r) = line.strip_prefix(prefix) {
+            line = r.trim().trim_matches(|c| c == '\'' || c == '"').trim();
+        }
+    }
+    let parts = split_top_level(&without_heredocs(line));
+    let setup = |p: &str| {
+        let w = p.split_whitespace().next().unwrap_or("");
+        matches!(
+            w,
+            "cd" | "export" | "source" | "." | "set" | "true" | "pushd" | "popd"
+        )
+    };
+    parts
+        .iter()
+        .rev()
+        .find(|p| !setup(p))
+        .or_else(|| parts.last())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The first word of a command, its program (env settings, `sudo`,
+/// `timeout N`, `time`, `env` passed over; a path cut to its name).
+pub fn program(command: &str) -> &str {
+    let mut words = command.split_whitespace().peekable();
+    while let Some(w) = words.next() {
+        if w.contains('=') && !w.starts_with('-') && !w.starts_with('/') {
+            continue;
+        }
+        match w {
+            "sudo" | "time" | "env" | "nohup" | "exec" => continue,
+            "timeout" => {
+                // Its duration.
+                words.next();
+                continue;
+            }
+            _ => return w.rsplit('/').next().unwrap_or(w),
+        }
+    }
+    ""
+}
+
+/// The line drops heredoc bodies: from a line with `<<WORD` (or `<<'WORD'`,
+/// `<<-WORD`, `<<"WORD"`) to the line that is `WORD`.
+fn without_heredocs(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut until: Option<String> = None;
+    for l in line.lines() {
+        if let Some(end) = &until {
+            if l.trim() == end {
+                until = None;
+            }
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+        if let Some(at) = l.find("<<") {
+            let rest = l[at + 2..].trim_start_matches('-').trim_start();
+            let word: String = rest
+                .trim_start_matches(['\'', '"'])
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !word.is_empty() {
+                until = Some(word);
+            }
+        }
+    }
+    out
+}
+
+/// Splits at `&&`, `||`, `;` and line breaks outside quotes and `$(…)`.
+fn split_top_level(line: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let (mut quote, mut depth) = (None::<char>, 0u32);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => {
+                quote = None;
+                cur.push(c);
+            }
+            (Some(_), '\\') => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            (Some(_), _) => cur.push(c),
+            (None, '\'' | '"' | '`') => {
+                quote = Some(c);
+                cur.push(c);
+            }
+            (None, '(') => {
+                depth += 1;
+                cur.push(c);
+            }
+            (None, ')') => {
+                depth = depth.saturating_sub(1);
+                cur.push(c);
+            }
+            (None, '&' | '|') if depth == 0 && chars.peek() == Some(&c) => {
+                chars.next();
+                parts.push(std::mem::take(&mut cur));
+            }
+            (None, ';' | '\n') if depth == 0 => parts.push(std::mem::take(&mut cur)),
+            (None, _) => cur.push(c),
+        }
+    }
+    parts.push(cur);
+    parts
+        .into_iter()
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+/// The line of an output that says what happened: for a failure, the
+/// last line with words in it (a traceback's exception, a compiler's
+/// error, a test summary), passing over rulers, blank lines and a shell's
+/// prompt echo; otherwise the first such line.
+pub fn telling_line(output: &str, failed: bool) -> Option<&str> {
+    let words = |l: &&str| {
+        let t = l.trim();
+        t.chars().filter(|c| c.is_alphanumeric()).count() >= 3
+            && !t
+                .chars()
+                .all(|c| !c.is_alphanumeric() || c == '=' || c == '-')
+    };
+    let lines = output.lines().map(str::trim).filter(words);
+    if failed {
+        // The first error line of the output's end beats the summary
+        // after it ("error[E0425]: …" then "could not compile … due to 1
+        // previous error").
+        let all: Vec<&str> = lines.collect();
+        all[all.len().saturating_sub(12)..]
+            .iter()
+            .find(|l| {
+                let lower = l.to_ascii_lowercase();
+                lower.starts_with("error")
+                    || lower.contains("error:")
+                    || lower.contains("exception")
+            })
+            .or(all.last())
+            .copied()
+    } else {
+        // A finding (`file:line: code: text`) over a banner.
+        let all: Vec<&str> = lines.collect();
+        all.iter()
+            .take(12)
+            .find(|l| l.contains(": "))
+            .or(all.first())
+            .copied()
+    }
+}
+
+/// What a non-zero status means for a program whose status reports
+/// findings: `None` when it is a failure (or unknown: then it is said as
+/// "exited N", not "failed").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Meaning {
+    /// `grep` found nothing: an answer, not a failure.
+    NoMatch,
+    /// `diff`/`cmp`: the inputs differ.
+    Differ,
+    /// A linter or formatter check reported findings in the code it read.
+    Findings,
+}
+
+/// The documented meaning of `code` for `program` (the man pages and the
+/// linters' docs: grep 1 "no lines were selected", diff 1 "inputs differ",
+/// pylint's bit-encoded status where 1, 2 and 32 are fatal, error and
+/// usage, and 4, 8, 16 warning, refactor and convention messages; flake8,
+/// ruff, pycodestyle, pyflakes, eslint, shellcheck, black --check and
+/// isort --check-only exit 1 for findings).
+pub fn meaning(program: &str, code: i64) -> Option<Meaning> {
+    match (program, code) {
+        ("grep" | "egrep" | "fgrep" | "rg" | "ag" | "git-grep", 1) => Some(Meaning::NoMatch),
+        ("diff" | "cmp", 1) => Some(Meaning::Differ),
+        ("pylint", c) if c > 0 && c & (1 | 2 | 32) == 0 => Some(Meaning::Findings),
+        (
+            "flake8" | "ruff" | "pycodestyle" | "pyflakes" | "eslint" | "shellcheck" | "black"
+            | "isort" | "pydocstyle",
+            1,
+        ) => Some(Meaning::Findings),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_that_decided_is_named_not_the_first_word() {
+        assert_eq!(
+            deciding_command("cd repo && pylint --disable=C a.py"),
+            "pylint --disable=C a.py"
+        );
+        assert_eq!(
+            deciding_command("cat <<'EOF' > t.py\nimport x\nprint(x.y())\nEOF\npython3 t.py"),
+            "python3 t.py"
+        );
+        assert_eq!(
+            deciding_command("cat <<EOF > t.py && python3 t.py\nimport x\nEOF"),
+            "python3 t.py"
+        );
+        assert_eq!(
+            deciding_command("bash -lc 'cd /w && cargo test -q'"),
+            "cargo test -q"
+        );
+        assert_eq!(deciding_command("make build; echo done"), "echo done");
+        assert_eq!(
+            deciding_command("python3 -c \"a=1; b=2\" && cd x"),
+            "python3 -c \"a=1; b=2\""
+        );
+        assert_eq!(deciding_command("cd x"), "cd x");
+        assert_eq!(
+            deciding_command("pytest tests/ | tail -5"),
+            "pytest tests/ | tail -5"
+        );
+        assert_eq!(program("FOO=1 timeout 60 /usr/bin/pytest -x"), "pytest");
+        assert_eq!(program("sudo env A=b grep -r x ."), "grep");
+    }
+
+    #[test]
+    fn the_telling_line_is_the_error_not_the_ruler() {
+        let tb = "Traceback (most recent call last):\n  File \"t.py\", line 1\nModuleNotFoundError: No module named 'x'\n\n";
+        assert_eq!(
+            telling_line(tb, true),
+            Some("ModuleNotFoundError: No module named 'x'")
+        );
+        let rustc = "error[E0425]: cannot find value `y`\n --> src/main.rs:2:5\n\nerror: could not compile `a` (bin \"a\") due to 1 previous error";
+        assert_eq!(
+            telling_line(rustc, true),
+            Some("error[E0425]: cannot find value `y`")
+        );
+        assert_eq!(
+            telling_line("==========\n3 failed, 2 passed in 0.1s\n=====", true),
+            Some("3 failed, 2 passed in 0.1s")
+        );
+        assert_eq!(telling_line("\n  \n", true), None);
+        let lint = "************* Module a\nsrc/a.py:3:0: C0116: Missing docstring\n";
+        assert_eq!(
+            telling_line(lint, false),
+            Some("src/a.py:3:0: C0116: Missing docstring")
+        );
+    }
+
+    #[test]
+    fn statuses_that_report_findings_are_read_by_their_meaning() {
+        assert_eq!(meaning("grep", 1), Some(Meaning::NoMatch));
+        assert_eq!(meaning("grep", 2), None, "grep 2 is an error");
+        assert_eq!(meaning("pylint", 16), Some(Meaning::Findings));
+        assert_eq!(meaning("pylint", 4 | 16), Some(Meaning::Findings));
+        assert_eq!(
+            meaning("pylint", 2 | 16),
+            None,
+            "error messages are a failure"
+        );
+        assert_eq!(meaning("pylint", 32), None, "usage error");
+        assert_eq!(meaning("diff", 1), Some(Meaning::Differ));
+        assert_eq!(meaning("pytest", 1), None);
+        assert_eq!(meaning("ruff", 1), Some(Meaning::Findings));
+    }
+}
