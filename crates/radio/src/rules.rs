@@ -371,8 +371,12 @@ fn same_output_whatever_changes(tools: &[&Action], d: &Doctrine) -> Option<Findi
         args.dedup();
         args.len()
     };
+    // Two more than a plain repeat needs: a tool that prints one banner
+    // whatever it does (a key tool writing three files) is not stuck; the
+    // run that re-ran pylint five ways was.
     let n = run.len();
-    if n < d.loop_output_repeats as usize || variants < 2 {
+    let needed = d.loop_output_repeats as usize + 2;
+    if n < needed || variants < 2 {
         return None;
     }
     let matched = &tools[tools.len() - n..];
@@ -385,10 +389,7 @@ fn same_output_whatever_changes(tools: &[&Action], d: &Doctrine) -> Option<Findi
         ),
         evidence(
             matched,
-            format!(
-                "same program and output, different arguments >= {}",
-                d.loop_output_repeats
-            ),
+            format!("same program and output, different arguments >= {needed}"),
             n.to_string(),
         ),
     ))
