@@ -75,6 +75,12 @@ pub struct RunResult {
     pub longest_stall: u32,
     /// The highest fill before each compaction the agent made.
     pub compacted_at: Vec<f64>,
+    /// The most steerings of one kind in one stretch (escalation: at most 3).
+    pub most_per_stretch: u64,
+    /// Steerings whose text quotes a command or an output line.
+    pub quoting: u64,
+    /// Turns from the start of the stretch to "needs you", when it came.
+    pub needs_after: Option<u64>,
 }
 
 /// The format a recording is in: a folder name on its path, else its first bytes.
@@ -171,7 +177,11 @@ fn replay(
         xo_loop_first: None,
         longest_stall: 0,
         compacted_at: Vec::new(),
+        most_per_stretch: 0,
+        quoting: 0,
+        needs_after: None,
     };
+    let mut per_stretch: BTreeMap<(u64, AnomalyKind), u64> = BTreeMap::new();
     let (mut peak, mut condensations) = (0.0f64, 0);
     for report in reports {
         let turn = report.time.turn;
@@ -188,7 +198,22 @@ fn replay(
             r.baseline += 1;
             r.baseline_first.get_or_insert(turn);
         }
-        for s in radio.check(report).steering {
+        let a = radio.check(report);
+        let from = radio
+            .unit_state(&report.unit.unit)
+            .map_or(0, |st| st.stretch_from);
+        if r.needs_after.is_none()
+            && let Some(n) = &a.needs
+        {
+            r.needs_after = Some(n.turn.saturating_sub(n.stretch_from));
+        }
+        for s in a.steering {
+            let k = per_stretch.entry((from, s.kind)).or_default();
+            *k += 1;
+            r.most_per_stretch = r.most_per_stretch.max(*k);
+            if s.message.contains('`') || s.message.contains('"') {
+                r.quoting += 1;
+            }
             r.xo += 1;
             *r.xo_kinds.entry(s.kind.as_str().to_string()).or_default() += 1;
             if LOOP_KINDS.contains(&s.kind) {
@@ -368,6 +393,33 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
                 longest.len()
             );
         }
+    }
+    // What follows a decision: escalation caps a stretch, the text quotes
+    // the evidence, a stuck run reaches a person.
+    println!();
+    for f in &formats {
+        let of: Vec<&RunResult> = runs.iter().filter(|r| r.format == *f).collect();
+        let most = of.iter().map(|r| r.most_per_stretch).max().unwrap_or(0);
+        let steered: u64 = of.iter().map(|r| r.xo).sum();
+        let quoting: u64 = of.iter().map(|r| r.quoting).sum();
+        let mut needs: Vec<u32> = of
+            .iter()
+            .filter_map(|r| r.needs_after)
+            .map(|t| u32::try_from(t).unwrap_or(u32::MAX))
+            .collect();
+        needs.sort_unstable();
+        let needs = if needs.is_empty() {
+            "no run came to need a person".to_string()
+        } else {
+            format!(
+                "{} runs came to need a person, median {} turns after their stretch began",
+                needs.len(),
+                nearest_rank(&needs, 50)
+            )
+        };
+        println!(
+            "{f:<11} after a decision: most steerings of one kind in one stretch {most} (at most 3); {quoting} of {steered} steerings quote the command or its output; {needs}"
+        );
     }
     let (xo, base) = figures(&runs, |r| r.outcome == "succeeded");
     let caught: Vec<&RunResult> = runs.iter().filter(|r| r.baseline_first.is_some()).collect();

@@ -426,6 +426,22 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
             .unwrap_or_else(|| panic!("{line}"));
         assert!(most <= 8, "{line}");
     }
+    // What follows a decision, per format: no stretch gets more than three
+    // steerings of a kind, and the loop steering quotes its evidence.
+    for f in ["claude", "codex", "openhands", "swe-agent"] {
+        let line = goal(&format!("{f:<11} after a decision"));
+        let most: u32 = line
+            .split("in one stretch ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(most <= 3, "{line}");
+    }
+    assert!(
+        goal("swe-agent   after a decision").contains("2 of 2 steerings quote"),
+        "{out}"
+    );
     let claude = goal("claude      longest stretch");
     let highest: f64 = claude
         .rsplit('–')
