@@ -65,7 +65,8 @@ pub fn program(command: &str) -> &str {
 }
 
 /// The line drops heredoc bodies: from a line with `<<WORD` (or `<<'WORD'`,
-/// `<<-WORD`, `<<"WORD"`) to the line that is `WORD`.
+/// `<<-WORD`, `<<"WORD"`) to the line that is `WORD`; and SWE-agent's edit
+/// blocks, from `edit N:M` to `end_of_edit`.
 fn without_heredocs(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut until: Option<String> = None;
@@ -78,6 +79,13 @@ fn without_heredocs(line: &str) -> String {
         }
         out.push_str(l);
         out.push('\n');
+        // SWE-agent's `edit N:M` takes lines up to `end_of_edit`.
+        if l.trim_start().starts_with("edit ")
+            && l.split_whitespace().nth(1).is_some_and(|r| r.contains(':'))
+        {
+            until = Some("end_of_edit".into());
+            continue;
+        }
         if let Some(at) = l.find("<<") {
             let rest = l[at + 2..].trim_start_matches('-').trim_start();
             let word: String = rest
@@ -240,6 +248,11 @@ mod tests {
             "python3 -c \"a=1; b=2\""
         );
         assert_eq!(deciding_command("cd x"), "cd x");
+        assert_eq!(
+            deciding_command("edit 3:4\n    return a / b\nend_of_edit"),
+            "edit 3:4",
+            "SWE-agent's edit block"
+        );
         assert_eq!(
             deciding_command("pytest tests/ | tail -5"),
             "pytest tests/ | tail -5"
