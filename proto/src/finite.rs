@@ -39,11 +39,63 @@ fn fraction<E: Error>(name: &str, v: f64) -> Result<f64, E> {
     }
 }
 
+/// The ceiling of every amount XO takes or keeps (dollars, tokens): a
+/// trillion, beyond any real run, far below where two sums overflow to
+/// `inf`. An amount above it is refused by name; a sum is held at it
+/// ([`add`]), so nothing non-finite is ever kept or serialised.
+pub const MAX_AMOUNT: f64 = 1e12;
+
+/// `a + b`, held at [`MAX_AMOUNT`] (and never `inf` or `NaN`: a sum that
+/// would be is the ceiling).
+pub fn add(a: f64, b: f64) -> f64 {
+    let s = a + b;
+    if s.is_nan() {
+        a.clamp(0.0, MAX_AMOUNT)
+    } else {
+        s.clamp(0.0, MAX_AMOUNT)
+    }
+}
+
+/// `a + b` for counts (tokens, turns, milliseconds), held at `u64::MAX`.
+pub fn add_count(a: u64, b: u64) -> u64 {
+    a.saturating_add(b)
+}
+
 /// For checks after a decode that bypasses serde (the fast report reader).
 pub fn check_amount(field: &'static str, v: f64) -> Result<f64, crate::Invalid> {
-    if v.is_finite() && v >= 0.0 {
+    if v.is_finite() && (0.0..=MAX_AMOUNT).contains(&v) {
         Ok(v)
     } else {
         Err(crate::Invalid::Amount { field, value: v })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40, item 4: two heartbeats with a cost of 1.7e308 once summed
+    /// to `inf`, and no status decoded again.
+    #[test]
+    fn sums_stay_finite_and_amounts_above_the_ceiling_are_refused() {
+        assert_eq!(add(1.7e308, 1.7e308), MAX_AMOUNT);
+        assert_eq!(add(MAX_AMOUNT, 1.0), MAX_AMOUNT);
+        assert_eq!(add(0.25, 0.5), 0.75);
+        assert_eq!(add(2.0, f64::NAN), 2.0);
+        assert_eq!(add(2.0, -5.0), 0.0);
+        assert!(add(f64::INFINITY, 1.0).is_finite());
+        assert!(check_amount("cost_usd", MAX_AMOUNT).is_ok());
+        let e = check_amount("cost_usd", 1.7e308).unwrap_err().to_string();
+        assert!(e.contains("cost_usd") && e.contains("1e12"), "{e}");
+        let mut u = crate::queue::Usage {
+            cost_usd: 9e11,
+            tokens: u64::MAX - 1,
+            ..Default::default()
+        };
+        u.add(&u.clone());
+        assert_eq!((u.cost_usd, u.tokens), (MAX_AMOUNT, u64::MAX));
+        let text = serde_json::to_string(&u).unwrap();
+        let back: crate::queue::Usage = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, u, "a sum at the ceiling decodes again");
     }
 }

@@ -16,9 +16,17 @@ pub enum Invalid {
     /// A fraction outside 0..1 (or not a number).
     #[error("{field} is {value}, must be within 0..1")]
     Fraction { field: &'static str, value: f64 },
-    /// A money amount or a count that is not finite or is negative.
-    #[error("{field} must be a finite number of at least 0, got {value}")]
+    /// A money amount or a count that is not finite, is negative, or is
+    /// above [`MAX_AMOUNT`](crate::finite::MAX_AMOUNT).
+    #[error("{field} must be a finite number from 0 to 1e12, got {value}")]
     Amount { field: &'static str, value: f64 },
+    /// A text longer than the contract allows.
+    #[error("{field} is {len} bytes, at most {max}")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
     /// A list longer than the contract allows.
     #[error("{field} has {len} actions, at most {max}")]
     TooMany {

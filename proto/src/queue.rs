@@ -484,11 +484,15 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds `o`, every field held at its ceiling (a cost at
+    /// [`MAX_AMOUNT`](crate::finite::MAX_AMOUNT), counts at `u64::MAX`): two
+    /// large costs never sum to `inf`, which no status could decode.
     pub fn add(&mut self, o: &Usage) {
-        self.turns += o.turns;
-        self.tokens += o.tokens;
-        self.cost_usd += o.cost_usd;
-        self.wall_ms += o.wall_ms;
+        use crate::finite::{add, add_count};
+        self.turns = add_count(self.turns, o.turns);
+        self.tokens = add_count(self.tokens, o.tokens);
+        self.cost_usd = add(self.cost_usd, o.cost_usd);
+        self.wall_ms = add_count(self.wall_ms, o.wall_ms);
     }
     pub fn is_zero(&self) -> bool {
         *self == Usage::default()

@@ -123,7 +123,8 @@ pub struct Action {
 }
 
 /// The most characters of an action's `cmd` or `line` (a longer one is cut
-/// with `…` by the sensor, refused by [`SaluteReport::validate`] past 4×).
+/// with `…` by the sensor; [`SaluteReport::validate`] refuses one of more
+/// than 16 bytes a character).
 pub const EVIDENCE_CHARS: usize = 120;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -327,18 +328,21 @@ impl SaluteReport {
                 max: MAX_RECENT,
             });
         }
+        // Evidence is cut to EVIDENCE_CHARS characters by the sensors; four
+        // bytes a character, four times over, is the most taken.
+        let max = 16 * EVIDENCE_CHARS;
         for a in &self.activity.recent {
             for (field, v) in [
                 ("activity.recent.cmd", &a.cmd),
                 ("activity.recent.line", &a.line),
             ] {
                 if let Some(v) = v
-                    && v.len() > 4 * EVIDENCE_CHARS * 4
+                    && v.len() > max
                 {
-                    return Err(Invalid::TooMany {
+                    return Err(Invalid::TooLong {
                         field,
                         len: v.len(),
-                        max: 4 * EVIDENCE_CHARS * 4,
+                        max,
                     });
                 }
             }

@@ -419,6 +419,12 @@ pub enum RadioCmd {
         /// With --summary: JSON lines.
         #[arg(long)]
         json: bool,
+        /// Each decision in words with the evidence it rested on: the rule
+        /// and what was observed, the stretch it fell in (and which of its
+        /// three steerings it was), and the actions it names, with the
+        /// command each ran and the line it got back.
+        #[arg(long, conflicts_with = "summary")]
+        explain: bool,
     },
 }
 

@@ -159,8 +159,9 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                     file,
                     summary,
                     json,
+                    explain,
                 },
-        } => ops::replay(&cfg, &file, summary, json),
+        } => ops::replay(&cfg, &file, summary, json, explain),
         Cmd::Watch {
             format,
             dirs,

@@ -355,7 +355,13 @@ impl RunSummary {
 /// line per steering decision, or with `summary` one line per unit (what
 /// steering would have said, when, and what the run spent after it) and
 /// the counts of steered and unsteered runs by outcome.
-pub fn replay(cfg: &XoConfig, file: &str, summary: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub fn replay(
+    cfg: &XoConfig,
+    file: &str,
+    summary: bool,
+    json: bool,
+    explain: bool,
+) -> anyhow::Result<ExitCode> {
     let reader: Box<dyn BufRead> = if file == "-" {
         Box::new(std::io::BufReader::new(std::io::stdin()))
     } else {
@@ -402,6 +408,63 @@ pub fn replay(cfg: &XoConfig, file: &str, summary: bool, json: bool) -> anyhow::
             decisions += 1;
             *run.steering.entry(s.kind.as_str().to_string()).or_default() += 1;
             if summary {
+                continue;
+            }
+            if explain {
+                let st = radio.unit_state(&s.unit);
+                let from = st.map_or(0, |st| st.stretch_from);
+                let given = st
+                    .and_then(|st| st.stretches.get(&s.kind))
+                    .map_or(0, |k| k.given);
+                outln!(
+                    "{} turn {} {} ({}): {}",
+                    s.unit,
+                    s.turn,
+                    s.kind,
+                    s.severity,
+                    s.message
+                );
+                outln!(
+                    "  rule: {} (observed {})",
+                    s.evidence.rule,
+                    s.evidence.observed
+                );
+                if xo_radio::escalate::escalates(s.kind) {
+                    outln!(
+                        "  stretch: since turn {from} without progress; this is steering {given} of at most {} of its kind in it",
+                        xo_radio::escalate::MAX_PER_STRETCH
+                    );
+                }
+                for a in report
+                    .activity
+                    .recent
+                    .iter()
+                    .filter(|a| s.evidence.turns.contains(&a.turn))
+                {
+                    let outcome = match a.outcome {
+                        xo_proto::Outcome::Ok => "ok",
+                        xo_proto::Outcome::Error => "error",
+                        xo_proto::Outcome::Empty => "empty",
+                    };
+                    outln!(
+                        "  turn {:>5}  {:<12} {:<6} {:<24} {}{}",
+                        a.turn,
+                        a.tool.as_deref().unwrap_or("message"),
+                        outcome,
+                        a.error_type.as_deref().unwrap_or("-"),
+                        a.cmd
+                            .as_deref()
+                            .map(|c| format!("`{c}`"))
+                            .unwrap_or_default(),
+                        a.line
+                            .as_deref()
+                            .map(|l| format!("  \"{l}\""))
+                            .unwrap_or_default(),
+                    );
+                }
+                if let Some(n) = &a.needs {
+                    outln!("  needs you: {} since turn {}", n.reason, n.turn);
+                }
                 continue;
             }
             let line = serde_json::json!({

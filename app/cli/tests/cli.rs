@@ -210,6 +210,31 @@ fn radio_replay_prints_one_line_per_decision_and_names_bad_lines() {
         "{stdout}"
     );
 
+    // --explain: each decision with the evidence it rested on.
+    let mut looped = Vec::new();
+    for turn in 1..=4u64 {
+        let recent: Vec<String> = (1..=turn)
+            .map(|t| format!(r#"{{"kind":"tool","tool":"python3","args_hash":"a1","outcome":"error","error_type":"exception:ImportError","turn":{t},"cmd":"python3 t.py","line":"ImportError: cannot import name 'run'"}}"#))
+            .collect();
+        looped.push(format!(
+            r#"{{"v":1,"unit":{{"unit":"u2","role":"coder"}},"time":{{"turn":{turn},"seq":{turn}}},"activity":{{"turns_since_progress":{},"recent":[{}]}}}}"#,
+            turn - 1,
+            recent.join(",")
+        ));
+    }
+    std::fs::write(d.join("loop.jsonl"), looped.join("\n")).unwrap();
+    let out = run(d, &["radio", "replay", "--explain", "loop.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let explained = text(&out.stdout);
+    for part in [
+        "u2 turn 3 loop (warning): [SUPERVISOR] Loop: you ran `python3 t.py` 3 times",
+        "rule: same action and error type >= 3 (observed 3)",
+        "stretch: since turn 1 without progress; this is steering 1 of at most 3",
+        "`python3 t.py`  \"ImportError: cannot import name 'run'\"",
+    ] {
+        assert!(explained.contains(part), "{part:?} missing:\n{explained}");
+    }
+
     std::fs::write(d.join("bad.jsonl"), format!("{}\n{{\"v\":1}}\n", lines[0])).unwrap();
     let out = run(d, &["radio", "replay", "bad.jsonl"]);
     assert_eq!(out.status.code(), Some(1));

@@ -408,7 +408,7 @@ impl Common {
     ) {
         if let Some(c) = cost {
             if c > self.last_cost {
-                self.cost_usd += c - self.last_cost;
+                self.cost_usd = xo_proto::finite::add(self.cost_usd, c - self.last_cost);
             }
             self.last_cost = c;
         }

@@ -129,9 +129,10 @@ impl SaluteState {
         if ev.compacts_at.is_some() {
             self.compacts_at = ev.compacts_at;
         }
-        self.tokens_in += ev.tokens_in;
-        self.tokens_out += ev.tokens_out;
-        self.cost += ev.cost_usd;
+        self.tokens_in = self.tokens_in.saturating_add(ev.tokens_in);
+        self.tokens_out = self.tokens_out.saturating_add(ev.tokens_out);
+        // A transcript is input: its costs are summed at the ceiling.
+        self.cost = xo_proto::finite::add(self.cost, ev.cost_usd);
         if ev.model.is_some() {
             self.model = ev.model;
         }

@@ -765,7 +765,7 @@ impl Reviews {
         while let Ok(Turn { event: ev, .. }) = rx.try_recv() {
             run.tokens_in += ev.tokens_in;
             run.tokens_out += ev.tokens_out;
-            run.cost_usd += ev.cost_usd;
+            run.cost_usd = xo_proto::finite::add(run.cost_usd, ev.cost_usd);
         }
         if matches!(outcome, Outcome::Completed(_)) && self.down.take().is_some() {
             info!("the review model answers again");

@@ -123,8 +123,10 @@ impl Turns {
         {
             let (u, io) = &mut *self.usage.lock().unwrap_or_else(|p| p.into_inner());
             u.turns += 1;
-            u.tokens += ev.tokens_in + ev.tokens_out;
-            u.cost_usd += ev.cost_usd;
+            u.tokens = u
+                .tokens
+                .saturating_add(ev.tokens_in.saturating_add(ev.tokens_out));
+            u.cost_usd = xo_proto::finite::add(u.cost_usd, ev.cost_usd);
             io.input += ev.tokens_in;
             io.output += ev.tokens_out;
         }

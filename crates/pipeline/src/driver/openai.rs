@@ -165,7 +165,7 @@ impl OpenAiDriver {
             let cost = (tin as f64 * self.cfg.price_in_per_mtok
                 + tout as f64 * self.cfg.price_out_per_mtok)
                 / 1e6;
-            out.cost_usd += cost;
+            out.cost_usd = xo_proto::finite::add(out.cost_usd, cost);
             let msg = resp
                 .pointer("/choices/0/message")
                 .cloned()
