@@ -513,12 +513,55 @@ async fn the_token_csrf_and_read_only_rules_hold() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert!(
-        r.headers()["location"]
-            .to_str()
-            .unwrap()
-            .starts_with("/queue?ok=")
-    );
+    let back = r.headers()["location"].to_str().unwrap().to_string();
+    assert!(back.starts_with("/queue?ok="), "{back}");
+    // Issue 40, item 5: the page shows the flash its own redirect signed,
+    // and nothing of a flash someone else wrote into a link.
+    let shown = |path: String| {
+        let rig = &rig;
+        let pair = pair.clone();
+        async move {
+            rig.http
+                .get(rig.u(&path))
+                .header("cookie", &pair)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let page = shown(back.clone()).await;
+    assert!(page.contains("class=\"flash"), "the signed flash is shown");
+    for forged in [
+        "/queue?error=Session%20expired%3A%20call%20%2B1-555-0100".to_string(),
+        back.replace("?ok=", "?ok=Call%20us%20").to_string(),
+    ] {
+        let page = shown(forged.clone()).await;
+        assert!(
+            !page.contains("555-0100") && !page.contains("Call us"),
+            "{forged} was shown"
+        );
+    }
+    // A login's return path is a route of this console, whatever the
+    // browser would make of it.
+    let token = rig.token.clone();
+    for next in [
+        "/%09/evil.example",
+        "/%0d/x",
+        "//evil.example",
+        "/%5Cevil.example",
+    ] {
+        let r = rig
+            .http
+            .get(rig.u(&format!("/login?token={token}&next={next}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{next}");
+        assert_eq!(r.headers()["location"].to_str().unwrap(), "/", "{next}");
+    }
     // A wrong login token.
     let r = rig
         .http

@@ -238,9 +238,14 @@ pub fn refuse(api: bool, status: StatusCode, code: &str, message: &str) -> Respo
 }
 
 /// A path on this console that a login may send the browser back to:
-/// absolute, not another host's (`//host`, `/\\host`), no scheme.
+/// absolute, not another host's (`//host`), no scheme, no `\\` (browsers
+/// read it as `/`) and no control character (browsers drop a tab or a line
+/// break, so `/\t/host` is `//host`; a CR in a `Location` is a 500).
 pub fn local_path(p: &str) -> bool {
-    p.starts_with('/') && !p.starts_with("//") && !p.starts_with("/\\") && !p.contains("://")
+    p.starts_with('/')
+        && !p.starts_with("//")
+        && !p.contains("://")
+        && !p.chars().any(|c| c == '\\' || c.is_control())
 }
 
 /// `127.0.0.1`, `localhost`, `[::1]` (any port), or another 127/8 address.
@@ -259,6 +264,29 @@ pub(crate) fn loopback_host(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::loopback_host;
+
+    /// Issue 40, item 5: `next=/%09/host` once sent Chromium to another
+    /// host after login, and `next=/%0d/x` was a 500.
+    #[test]
+    fn a_login_goes_back_only_to_a_local_route() {
+        for ok in ["/", "/units/u1", "/tasks?state=blocked", "/a b"] {
+            assert!(super::local_path(ok), "{ok}");
+        }
+        for bad in [
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/x",
+            "/\\evil.example",
+            "/\\/evil.example",
+            "https://evil.example",
+            "/x?u=https://evil.example",
+            "evil.example",
+            "",
+        ] {
+            assert!(!super::local_path(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn only_loopback_names_reach_a_loopback_console() {

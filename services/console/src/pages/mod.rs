@@ -85,10 +85,43 @@ pub fn routes() -> Router<Shared> {
         .route("/ui/settings", post(ui_settings))
 }
 
+/// The flash message of a page: only one the console's own redirect
+/// ([`back`]) put in the address, signed with a key made at start. A link
+/// someone else made (`?error=Your session expired, call +1…`) shows
+/// nothing.
 fn flash(q: &BTreeMap<String, String>) -> Option<(bool, String)> {
-    q.get("error")
-        .map(|e| (false, e.clone()))
-        .or_else(|| q.get("ok").map(|m| (true, m.clone())))
+    let sig = q.get("sig")?;
+    let (ok, m) = match (q.get("error"), q.get("ok")) {
+        (Some(e), _) => (false, e),
+        (None, Some(m)) => (true, m),
+        (None, None) => return None,
+    };
+    xo_runtime::secret::same(sig, &flash_sig(ok, m)).then(|| (ok, m.clone()))
+}
+
+/// HMAC-SHA-256 (RFC 2104) of a flash message under the console's flash
+/// key, hex.
+fn flash_sig(ok: bool, message: &str) -> String {
+    use sha2::{Digest, Sha256};
+    static KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let key = KEY.get_or_init(|| {
+        xo_runtime::secret::random_hex(32)
+            .unwrap_or_else(|_| format!("{:?}", std::time::SystemTime::now()))
+            .into_bytes()
+    });
+    let mut block = [0u8; 64];
+    block[..key.len().min(64)].copy_from_slice(&key[..key.len().min(64)]);
+    let pad = |b: u8| block.iter().map(|k| k ^ b).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update([u8::from(ok)])
+        .chain_update(message.as_bytes())
+        .finalize();
+    let outer = Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize();
+    xo_runtime::secret::hex(&outer)
 }
 
 fn frame<'a>(
@@ -188,8 +221,8 @@ pub fn enc(s: &str) -> String {
 fn back(to: &str, r: Result<String, String>) -> Response {
     let sep = if to.contains('?') { '&' } else { '?' };
     let url = match r {
-        Ok(m) => format!("{to}{sep}ok={}", enc(&m)),
-        Err(e) => format!("{to}{sep}error={}", enc(&e)),
+        Ok(m) => format!("{to}{sep}ok={}&sig={}", enc(&m), flash_sig(true, &m)),
+        Err(e) => format!("{to}{sep}error={}&sig={}", enc(&e), flash_sig(false, &e)),
     };
     Redirect::to(&url).into_response()
 }
