@@ -472,3 +472,77 @@ async fn a_stuck_unit_needs_you_and_is_pushed_to_ntfy_once_a_stretch() {
     notify.stop().await.unwrap();
     sb.stop_supervisor().await.unwrap();
 }
+
+/// Issue 37, item 4: many units needing a person at once page once (the
+/// count and the units in the title), and an alert of another kind that
+/// comes meanwhile is not lost or merged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_that_need_you_at_once_are_one_push() {
+    let nats = NatsServer::start();
+    let pushes: Pushes = Default::default();
+    let app = Router::new()
+        .route("/{topic}", post(ntfy_topic))
+        .with_state(pushes.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let data = tempfile::tempdir().unwrap();
+    let d = data.path().display().to_string();
+    let mut cfg = config(&[("queue.data_dir", &d), ("alerts.group_ms", "1500")]);
+    cfg.alerts.webhooks = vec![Webhook {
+        url: format!("{base}/fleet"),
+        format: WebhookFormat::Ntfy,
+        kinds: vec![],
+        authorization: String::new(),
+    }];
+    let notify = xo_notify::start(xo_runtime::ServiceCtx::new(
+        cfg.clone(),
+        connect(&nats, "xo-notify").await,
+    ))
+    .await
+    .unwrap();
+    let client = connect(&nats, "test").await;
+    client.flush().await.unwrap();
+    let s = cfg.subjects();
+    let needs = |unit: &str| Alert {
+        v: xo_proto::PROTOCOL_VERSION,
+        kind: AlertKind::UnitNeedsYou,
+        title: format!("{unit} needs you: stuck (loop)"),
+        detail: "Turns 3-12 without progress.".into(),
+        task_id: None,
+        project: None,
+        unit: Some(unit.into()),
+        source: "supervisor".into(),
+        at: 1,
+    };
+    let send = |a: Alert| {
+        let client = client.clone();
+        let subject = s.alert(a.kind);
+        async move {
+            typed::publish(&client, &subject, &a, xo_proto::Format::Json)
+                .await
+                .unwrap()
+        }
+    };
+    for u in ["c1", "c2", "c3", "c4", "c5", "c6"] {
+        send(needs(u)).await;
+    }
+    send(Alert {
+        kind: AlertKind::QueueHalted,
+        title: "queue halted".into(),
+        unit: None,
+        ..needs("x")
+    })
+    .await;
+    client.flush().await.unwrap();
+    eventually("two pushes", || pushes.lock().unwrap().len() >= 2).await;
+    let p = pushes.lock().unwrap().clone();
+    assert!(
+        p[0].title
+            .starts_with("XO: 6 units need you: c1, c2, c3, c4, c5 (+1 more)"),
+        "{p:#?}"
+    );
+    assert!(p[0].body.contains("c6 needs you"), "{}", p[0].body);
+    assert_eq!(p[1].title, "XO: queue halted");
+    notify.stop().await.unwrap();
+}

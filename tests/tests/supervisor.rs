@@ -999,3 +999,65 @@ async fn the_supervisor_keeps_each_units_last_reports_for_its_charts() {
         "oldest first"
     );
 }
+
+/// Issue 37, item 4: a unit that still needs a person is paged again
+/// after `alerts.remind_after_ms` (owned time, no sleeping), and no more
+/// once it moved.
+#[tokio::test]
+async fn a_unit_that_still_needs_you_is_reminded_until_it_moves() {
+    let sb = Sandbox::start(&[("alerts.remind_after_ms", "1800000")]).await;
+    let mut alerts = sb
+        .client
+        .subscribe(&sb.subjects.alert(xo_proto::alert::AlertKind::UnitNeedsYou))
+        .await
+        .unwrap();
+    let mut sub = sb.steering("u1").await;
+    sb.client.flush().await.unwrap();
+    let stuck = |turn: u64, since: u64| {
+        let mut r = report("u1", turn);
+        r.activity.turns_since_progress = since as u32;
+        r
+    };
+    for turn in 1..=30u64 {
+        sb.exchange(&mut sub, &stuck(turn, turn - 1)).await;
+    }
+    let first = tokio::time::timeout(T, alerts.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let first = typed::decode::<xo_proto::alert::Alert>(&first, 1 << 20).unwrap();
+    assert!(
+        first.title.starts_with("u1 needs you: stuck"),
+        "{}",
+        first.title
+    );
+    // 29 minutes: nothing; 30: a reminder.
+    // A request answered by the supervisor after the tick: its reply comes
+    // on the same connection after anything the tick published.
+    sb.clock.advance(Duration::from_secs(29 * 60));
+    sb.sup().tick().await;
+    sb.show("u1").await.unwrap();
+    assert!(
+        alerts.try_next().is_none(),
+        "no reminder before remind_after"
+    );
+    sb.clock.advance(Duration::from_secs(60));
+    sb.sup().tick().await;
+    let again = tokio::time::timeout(T, alerts.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let again = typed::decode::<xo_proto::alert::Alert>(&again, 1 << 20).unwrap();
+    assert!(again.title.starts_with("Reminder ("), "{}", again.title);
+    assert!(
+        again.title.contains("u1 needs you: stuck"),
+        "{}",
+        again.title
+    );
+    // It moves: no reminder however long.
+    sb.exchange(&mut sub, &stuck(31, 0)).await;
+    sb.clock.advance(Duration::from_secs(3 * 3600));
+    sb.sup().tick().await;
+    sb.show("u1").await.unwrap();
+    assert!(alerts.try_next().is_none(), "reminded after it moved");
+}

@@ -352,12 +352,75 @@ fn authorization(w: &Webhook) -> Option<String> {
 
 /// Delivers one webhook's alerts in order until its queue closes.
 async fn deliver_all(d: Delivery, w: Webhook, mut rx: mpsc::UnboundedReceiver<Alert>) {
-    while let Some(a) = rx.recv().await {
+    let mut held: std::collections::VecDeque<Alert> = Default::default();
+    loop {
+        let a = match held.pop_front() {
+            Some(a) => a,
+            None => match rx.recv().await {
+                Some(a) => a,
+                None => break,
+            },
+        };
         if d.stop.is_triggered() {
             dead_letter(&d, &a, &w.url, 0, "notifier stopped before delivery").await;
             continue;
         }
+        // Many units needing a person at once page once: those that come
+        // within group_ms go together; other alerts wait their turn.
+        let a = if a.kind == xo_proto::alert::AlertKind::UnitNeedsYou && d.cfg.group_ms > 0 {
+            let mut same = vec![a];
+            let until = tokio::time::Instant::now() + Duration::from_millis(d.cfg.group_ms);
+            while let Ok(Some(next)) = tokio::time::timeout_at(until, rx.recv()).await {
+                if next.kind == xo_proto::alert::AlertKind::UnitNeedsYou {
+                    same.push(next);
+                } else {
+                    held.push_back(next);
+                }
+            }
+            grouped(same)
+        } else {
+            a
+        };
         deliver(&d, &w, &a).await;
+    }
+}
+
+/// Several `unit_needs_you` alerts as one: the count and the units in the
+/// title, each unit's line in the text; one alone is itself.
+pub fn grouped(mut alerts: Vec<Alert>) -> Alert {
+    if alerts.len() == 1 {
+        return alerts.remove(0);
+    }
+    let mut units: Vec<String> = Vec::new();
+    for a in &alerts {
+        let u = a.unit.clone().unwrap_or_else(|| "?".into());
+        if !units.contains(&u) {
+            units.push(u);
+        }
+    }
+    let shown = units.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = units.len().saturating_sub(5);
+    let first = alerts.remove(0);
+    let mut lines = vec![first.title.clone()];
+    lines.extend(alerts.iter().map(|a| a.title.clone()));
+    Alert {
+        title: format!(
+            "{} units need you: {shown}{}",
+            units.len(),
+            if more > 0 {
+                format!(" (+{more} more)")
+            } else {
+                String::new()
+            }
+        ),
+        detail: format!(
+            "{}\n`xo units --needs` lists them with their evidence.",
+            lines.join("\n")
+        ),
+        // No one unit to link to: the list.
+        unit: None,
+        task_id: None,
+        ..first
     }
 }
 

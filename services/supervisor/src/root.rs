@@ -407,10 +407,13 @@ impl Actor for Root {
                         gone.push(unit.clone());
                         continue;
                     }
+                    let paged = c.live.paged_at.load(Ordering::Relaxed);
+                    let remind = ctx.cfg.alerts.remind_after_ms;
                     let is_due = !c.live.stale.load(Ordering::Relaxed)
                         && !c.live.ended.load(Ordering::Relaxed)
                         && silent >= cfg.stale_after_ms
-                        || sweep && c.live.dirty.load(Ordering::Relaxed);
+                        || sweep && c.live.dirty.load(Ordering::Relaxed)
+                        || remind > 0 && paged > 0 && now.saturating_sub(paged) >= remind;
                     if is_due {
                         due.entry(c.group).or_default().push(unit.clone());
                     }

@@ -45,6 +45,9 @@ pub struct Liveness {
     pub ended: AtomicBool,
     /// Changed since last handed to the persister.
     pub dirty: AtomicBool,
+    /// The unit needs a person: when it was last paged (ms; 0 when it does
+    /// not), so the tick reaches it for a reminder.
+    pub paged_at: AtomicU64,
 }
 
 pub struct WatcherArgs {
@@ -166,6 +169,17 @@ impl WatcherState {
             last_steering: r.steering.back().map(|s| (s.kind, s.at)),
             needs: r.radio.needs.as_deref().cloned(),
         }
+    }
+
+    /// The reminder for a unit that still needs a person.
+    fn reminder(&self, now: u64) -> Option<xo_proto::alert::Alert> {
+        let n = self.rec.radio.needs.as_deref()?;
+        let report = self.rec.report()?;
+        let mut a = needs_alert(&report, n);
+        let waited = now.saturating_sub(n.since) / 60_000;
+        a.title = format!("Reminder ({waited} min): {}", a.title);
+        a.at = now;
+        Some(a)
     }
 
     async fn send(&mut self, s: Steering) {
@@ -399,9 +413,13 @@ impl WatcherState {
             (Some(n), before) if before != Some(n.stretch_from) => {
                 warn!(unit = %report.unit.unit, reason = %n.reason, kind = ?n.kind, turn = n.turn, stretch_from = n.stretch_from, "unit needs a person");
                 self.paged = Some(Box::new(needs_alert(&report, n)));
+                self.live
+                    .paged_at
+                    .store(ctx.clock.now_ms().max(1), Ordering::Relaxed);
             }
             (None, Some(_)) => {
                 info!(unit = %report.unit.unit, turn = report.time.turn, "unit moved again: it no longer needs a person");
+                self.live.paged_at.store(0, Ordering::Relaxed);
             }
             _ => {}
         }
@@ -490,6 +508,11 @@ impl WatcherState {
         args.live.last_seen.store(now, Ordering::Relaxed);
         args.live.stale.store(rec.stale, Ordering::Relaxed);
         args.live.ended.store(rec.ended, Ordering::Relaxed);
+        // A unit that needed a person before the restart was paged then:
+        // its reminder comes remind_after from now.
+        if rec.radio.needs.is_some() {
+            args.live.paged_at.store(now.max(1), Ordering::Relaxed);
+        }
         let unsent = !rec.unsent.is_empty();
         let mut state = WatcherState {
             roles: (args.ctx.live.version(), args.ctx.live.roles()),
@@ -559,6 +582,17 @@ impl WatcherState {
                     let s = Radio::stale(&state.rec.unit, silent, stale_after, turn, now);
                     Box::pin(state.send(s)).await;
                     state.save(now);
+                }
+                // Still needs a person: a reminder every remind_after.
+                let paged = state.live.paged_at.load(Ordering::Relaxed);
+                let remind = state.ctx.cfg.alerts.remind_after_ms;
+                if remind > 0
+                    && paged > 0
+                    && now.saturating_sub(paged) >= remind
+                    && let Some(a) = state.reminder(now)
+                {
+                    state.live.paged_at.store(now.max(1), Ordering::Relaxed);
+                    Box::pin(page(&state.ctx, a)).await;
                 }
                 if state.dirty
                     && now.saturating_sub(state.last_saved)

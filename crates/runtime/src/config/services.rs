@@ -171,6 +171,12 @@ pub struct AlertsConfig {
     /// `https://xo.example.org`): ntfy notifications link to the unit's or
     /// the task's page there. Empty: no link.
     pub console_url: String,
+    /// A unit that still needs a person is paged again this often (0:
+    /// never).
+    pub remind_after_ms: u64,
+    /// `unit_needs_you` alerts that reach a webhook within this window go
+    /// as one ("5 units need you: …"); 0: each alone.
+    pub group_ms: u64,
 }
 
 impl Default for AlertsConfig {
@@ -182,6 +188,8 @@ impl Default for AlertsConfig {
             timeout_ms: 5_000,
             dead_letter_file: String::new(),
             console_url: String::new(),
+            remind_after_ms: 30 * 60_000,
+            group_ms: 2_000,
         }
     }
 }
