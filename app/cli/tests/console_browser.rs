@@ -1249,3 +1249,76 @@ fn the_console_bench_runs_and_prints_its_figures() {
         assert!(text.contains(figure), "{figure}: {text}");
     }
 }
+
+/// Issue 37, item 3: a unit stuck after escalation needs you, on every
+/// page: the header's "Needs you" counts it (live), its list says why with
+/// the last evidence and the action that answers it, and the fleet page
+/// puts it first.
+#[tokio::test]
+async fn a_unit_that_needs_you_is_counted_in_the_header_listed_and_first() {
+    let mut up = Up::start(&[]).await;
+    let b = browser(&mut up.procs).await;
+    login(&b, &up).await;
+    b.goto(&format!("{}/queue", up.url)).await.unwrap();
+    wait_text(&b, "#live", "live").await;
+    let send = |unit: &str, turn: u64, since: u64, health: &str| {
+        let report = json!({
+            "v": 1,
+            "unit": {"unit": unit, "role": "coder", "pace": "primary"},
+            "status": {"health": health},
+            "activity": {"task_id": "T-9", "step": "fix the parser", "turns_since_progress": since},
+            "time": {"turn": turn, "seq": turn, "at": 1}
+        });
+        let file = write(up.root.path(), &format!("{unit}-{turn}.json"), &report);
+        let out = up
+            .cli(&["report", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    send("calm-1", 1, 0, "red");
+    // A stall steered at turn 7, again at 10 (second notice), at 13 (third:
+    // a person is asked): then the unit needs you.
+    for turn in [7, 10, 13] {
+        send("stuck-1", turn, turn - 1, "green");
+    }
+    wait_text(&b, "header nav a[href=\"/needs\"]", "Needs you (1)").await;
+    shot(&b, "needs-header").await;
+    click(&b, "header nav a[href=\"/needs\"]").await;
+    wait_text(&b, "table#needs", "stuck-1").await;
+    let row = text_of(&b, "table#needs tbody tr").await;
+    assert!(row.contains("stuck") && row.contains("stall"), "{row}");
+    assert!(row.contains("third notice"), "the last evidence: {row}");
+    assert!(row.contains("Open stuck-1"), "the action: {row}");
+    shot(&b, "needs-list").await;
+    // The fleet: it comes first, before a red unit, with its badge.
+    b.goto(&format!("{}/", up.url)).await.unwrap();
+    let first = b
+        .find(Locator::Css("table[data-live] tbody tr"))
+        .await
+        .unwrap()
+        .attr("data-unit")
+        .await
+        .unwrap();
+    assert_eq!(first.as_deref(), Some("stuck-1"));
+    assert!(
+        text_of(&b, "#unit-stuck-1")
+            .await
+            .contains("needs you: stuck")
+    );
+    // It moves: no longer counted.
+    send("stuck-1", 14, 0, "green");
+    // (The header counts again at least every 10 s; a hang guard of 60.)
+    for _ in 0..1200 {
+        let t = text_of(&b, "header nav a[href=\"/needs\"]").await;
+        if t == "Needs you" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the header still counts a unit that moved");
+}

@@ -168,5 +168,27 @@
       banner("Settings changed to version " + c.settings.version + " by " + (c.settings.updated_by || "someone") + ".");
     }
   });
+  // The header's "Needs you" says how many units need a person (every
+  // page; the list itself is the server's /needs page).
+  const needsLink = document.querySelector('header nav a[href="/needs"]');
+  async function needsCount() {
+    if (!needsLink) return;
+    try {
+      const r = await fetch("/api/v1/needs", { credentials: "same-origin" });
+      if (!r.ok) return;
+      const n = (await r.json()).length;
+      needsLink.textContent = n > 0 ? "Needs you (" + n + ")" : "Needs you";
+      needsLink.classList.toggle("alert", n > 0);
+      needsLink.dataset.count = String(n);
+    } catch (e) { /* offline: the link stays as it is */ }
+  }
+  needsCount();
+  setInterval(needsCount, 10000);
+  // A steering may be the one that made a unit need you: counted again,
+  // at most once in 2 s however many come.
+  let needsTimer = null;
+  es.addEventListener("steer", () => {
+    if (!needsTimer) needsTimer = setTimeout(() => { needsTimer = null; needsCount(); }, 2000);
+  });
   void csrf;
 })();

@@ -261,6 +261,12 @@ fn api_routes() -> ApiRouter<Shared> {
             }),
         )
         .api_route(
+            "/needs",
+            get_with(needs, |o| {
+                o.summary("The units that need a person, the longest waiting first")
+            }),
+        )
+        .api_route(
             "/units/{unit}",
             get_with(unit, |o| {
                 o.summary("One unit: latest report, steering, report history")
@@ -451,6 +457,15 @@ async fn units(State(c): State<Shared>) -> Result<NoApi<Response>, ApiError> {
             json,
         )
             .into_response(),
+    ))
+}
+
+/// `/api/v1/needs`: the units that need a person, the longest waiting
+/// first (what the header's "Needs you" counts).
+async fn needs(State(c): State<Shared>) -> ApiResult<Vec<UnitSummary>> {
+    let units = c.units().await?;
+    Ok(Json(
+        crate::pages::needing(&units).into_iter().cloned().collect(),
     ))
 }
 

@@ -62,6 +62,7 @@ pub fn wire<T: serde::Serialize>(v: &T) -> String {
 /// The pages of the navigation bar: path and label.
 pub const NAV: &[(&str, &str)] = &[
     ("/", "Fleet"),
+    ("/needs", "Needs you"),
     ("/queue", "Queue"),
     ("/charts", "Charts"),
     ("/audit", "Audit"),

@@ -412,10 +412,16 @@ impl WatcherState {
         match (&a.needs, needed) {
             (Some(n), before) if before != Some(n.stretch_from) => {
                 warn!(unit = %report.unit.unit, reason = %n.reason, kind = ?n.kind, turn = n.turn, stretch_from = n.stretch_from, "unit needs a person");
-                self.paged = Some(Box::new(needs_alert(&report, n)));
-                self.live
-                    .paged_at
-                    .store(ctx.clock.now_ms().max(1), Ordering::Relaxed);
+                // Since when, by this supervisor's clock (a unit's own
+                // clock may be anything).
+                let now = ctx.clock.now_ms().max(1);
+                let mut n = n.clone();
+                n.since = now;
+                if let Some(kept) = self.rec.radio.needs.as_deref_mut() {
+                    kept.since = now;
+                }
+                self.paged = Some(Box::new(needs_alert(&report, &n)));
+                self.live.paged_at.store(now, Ordering::Relaxed);
             }
             (None, Some(_)) => {
                 info!(unit = %report.unit.unit, turn = report.time.turn, "unit moved again: it no longer needs a person");

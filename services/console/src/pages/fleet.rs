@@ -87,14 +87,20 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         } else {
             String::new()
         },
-        stale = if u.stale {
-            " <span class=\"badge\">stale</span>"
+        stale = if let Some(n) = &u.needs {
+            format!(
+                " <a class=\"badge red needs\" href=\"/needs\" title=\"{}\">needs you: {}</a>",
+                esc(&n.detail),
+                n.reason
+            )
+        } else if u.stale {
+            " <span class=\"badge\">stale</span>".to_string()
         } else if u.refused_reports >= 3 {
-            " <span class=\"badge\" title=\"its reports are refused for their epoch (an earlier life, or its clock too far off) while its heartbeats arrive\">reports refused</span>"
+            " <span class=\"badge\" title=\"its reports are refused for their epoch (an earlier life, or its clock too far off) while its heartbeats arrive\">reports refused</span>".to_string()
         } else if u.ended {
-            " <span class=\"badge ended\">ended</span>"
+            " <span class=\"badge ended\">ended</span>".to_string()
         } else {
-            ""
+            String::new()
         },
         pace = esc(&wire(&u.pace)),
         fill = u.context_fill * 100.0,
@@ -142,7 +148,8 @@ pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
                 .map(|s| s.1)
                 .cmp(&b.last_steering.map(|s| s.1)),
             "seen" => a.last_seen.cmp(&b.last_seen),
-            _ => severity(a).cmp(&severity(b)),
+            // Triage: a unit that needs a person first, then by health.
+            _ => (a.needs.is_none(), severity(a)).cmp(&(b.needs.is_none(), severity(b))),
         };
         let o = if desc { o.reverse() } else { o };
         o.then_with(|| a.unit.cmp(&b.unit))

@@ -34,6 +34,7 @@ mod directives;
 mod fleet;
 mod knowledge;
 mod login;
+mod needs;
 mod queue;
 mod settings;
 mod task;
@@ -47,6 +48,8 @@ use fleet::*;
 use knowledge::*;
 pub use login::login_form;
 use login::*;
+pub use needs::needing;
+use needs::*;
 use queue::*;
 use settings::*;
 use task::*;
@@ -57,6 +60,7 @@ type Q = Query<BTreeMap<String, String>>;
 pub fn routes() -> Router<Shared> {
     Router::new()
         .route("/", get(fleet))
+        .route("/needs", get(needs))
         .route("/units/{unit}", get(unit))
         .route("/queue", get(queue))
         .route("/tasks/{id}", get(task_page))
