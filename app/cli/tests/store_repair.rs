@@ -239,6 +239,15 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
         mode(".xo/data/default"),
         mode(".xo/data/default/audit.log.jsonl"),
     );
+    // Issue 40, item 7: the state directory itself, the knowledge and the
+    // sandbox (another user could plant knowledge or a git config there),
+    // and the bus token.
+    let (root, knowledge, sandbox, token) = (
+        mode(".xo"),
+        mode(".xo/knowledge"),
+        mode(".xo/sandbox"),
+        mode(".xo/bus.token"),
+    );
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
@@ -251,6 +260,10 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
     assert_eq!(data, 0o700, "data {data:o}");
     assert_eq!(project, 0o700, "data/default {project:o}");
     assert_eq!(audit, 0o600, "audit.log.jsonl {audit:o}");
+    assert_eq!(root, 0o700, ".xo {root:o}");
+    assert_eq!(knowledge, 0o700, "knowledge {knowledge:o}");
+    assert_eq!(sandbox, 0o700, "sandbox {sandbox:o}");
+    assert_eq!(token, 0o600, "bus.token {token:o}");
 }
 
 /// The audit file is checked against the store's copy: lines cut from its

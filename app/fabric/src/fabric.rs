@@ -159,6 +159,17 @@ impl Fabric {
         name: &str,
     ) -> anyhow::Result<Fabric> {
         let telemetry = xo_runtime::telemetry::init(&cfg.telemetry, service)?;
+        // XO's folders are this user's alone, whatever the umask.
+        for dir in [
+            cfg.state.dir.clone(),
+            cfg.data_dir(),
+            cfg.sandbox_dir(),
+            cfg.knowledge_dir(),
+        ] {
+            if let Err(e) = xo_runtime::untrusted::private_dir(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "folder not made private (0700)");
+            }
+        }
         let (bus, store, socket) = connect(cfg, transport, name).await?;
         Self::start_on(cfg, plan, bus, store, socket, Some(telemetry)).await
     }

@@ -236,6 +236,30 @@ pub async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
+/// Makes `dir` (and its missing parents) and leaves it `0700`, whatever the
+/// umask: XO's own folders (the state directory, the data, the sandbox
+/// root, the knowledge) are this user's alone, so no other user can plant
+/// a file in them (knowledge, a git config for the runner). A folder owned
+/// by another user is left as it is and said.
+pub fn private_dir(dir: &Path) -> Result<(), UntrustedError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| io(dir, e))?;
+    let meta = std::fs::metadata(dir).map_err(|e| io(dir, e))?;
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if me.is_some_and(|me| me != meta.uid()) {
+        return Ok(());
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io(dir, e))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +316,27 @@ mod tests {
             open_read_nofollow(&base.join(".xo/log.md")),
             Err(UntrustedError::Link { .. })
         ));
+    }
+
+    /// Issue 40, item 7: under `umask 000` the state directory, the
+    /// knowledge and the sandbox were world-writable. (The umask is the
+    /// process's: changing it here would change it under the other tests.
+    /// A folder is made with mode 0700, which a umask can only narrow; one
+    /// made loose, as `umask 000` made them, is tightened.)
+    #[test]
+    fn private_dirs_are_0700_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let made = tmp.path().join("a/b/state");
+        private_dir(&made).unwrap();
+        let loose = tmp.path().join("loose");
+        std::fs::create_dir(&loose).unwrap();
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o777)).unwrap();
+        private_dir(&loose).unwrap();
+        for d in [&made, &loose] {
+            let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}: {mode:o}", d.display());
+        }
     }
 
     #[tokio::test]
