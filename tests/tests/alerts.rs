@@ -367,6 +367,19 @@ async fn ntfy_topic(
     StatusCode::OK
 }
 
+/// A local HTTP server that reads publishes as ntfy does: its base URL
+/// (a topic is a path under it) and what it received.
+async fn ntfy_server() -> (String, Pushes) {
+    let pushes: Pushes = Default::default();
+    let app = Router::new()
+        .route("/{topic}", post(ntfy_topic))
+        .with_state(pushes.clone());
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (base, pushes)
+}
+
 /// Issue 37, items 2 to 4: a unit stuck on one stretch is steered three
 /// times (its rule, a second notice, a last one), then it needs you: `xo
 /// units` shows it with its reason and evidence, and the phone gets one
@@ -376,13 +389,7 @@ async fn ntfy_topic(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_unit_needs_you_and_is_pushed_to_ntfy_once_a_stretch() {
     let mut sb = common::Sandbox::start(&[]).await;
-    let pushes: Pushes = Default::default();
-    let app = Router::new()
-        .route("/{topic}", post(ntfy_topic))
-        .with_state(pushes.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let (base, pushes) = ntfy_server().await;
     let data = tempfile::tempdir().unwrap();
     let mut cfg = sb.cfg.clone();
     cfg.queue.data_dir = data.path().display().to_string();
@@ -479,13 +486,7 @@ async fn a_stuck_unit_needs_you_and_is_pushed_to_ntfy_once_a_stretch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_that_need_you_at_once_are_one_push() {
     let nats = NatsServer::start();
-    let pushes: Pushes = Default::default();
-    let app = Router::new()
-        .route("/{topic}", post(ntfy_topic))
-        .with_state(pushes.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let (base, pushes) = ntfy_server().await;
     let data = tempfile::tempdir().unwrap();
     let d = data.path().display().to_string();
     let mut cfg = config(&[("queue.data_dir", &d), ("alerts.group_ms", "1500")]);

@@ -38,15 +38,18 @@ fn reports(turns: Vec<TurnEvent>) -> Vec<SaluteReport> {
     turns.into_iter().map(|t| st.turn(t)).collect()
 }
 
-/// What the XO steers on `reports`, by kind and severity.
-fn steered(reports: &[SaluteReport]) -> Vec<(AnomalyKind, Severity, u64)> {
-    // External agents are checked as the `agent` role, as `xo import`,
-    // `xo watch` and `xo bench detection` check them.
-    let roles = Roles::new(
+/// The radio external agents are checked with: the `agent` role, as `xo
+/// import`, `xo watch` and `xo bench detection` check them.
+fn agent_radio() -> Radio {
+    Radio::new(Roles::new(
         RoleProfile::default(),
         [(AGENT_ROLE.to_string(), RoleProfile::agent())].into(),
-    );
-    let mut radio = Radio::new(roles);
+    ))
+}
+
+/// What the XO steers on `reports`, by kind and severity.
+fn steered(reports: &[SaluteReport]) -> Vec<(AnomalyKind, Severity, u64)> {
+    let mut radio = agent_radio();
     reports
         .iter()
         .flat_map(|r| {
@@ -569,11 +572,7 @@ fn mini_swe(steps: &[(&str, i64, &str)]) -> String {
 fn steering_texts(doc: &str) -> Vec<String> {
     let (turns, _) = xo_sensor::swe::parse_document(doc).unwrap();
     let reports = reports(turns);
-    let roles = Roles::new(
-        RoleProfile::default(),
-        [(AGENT_ROLE.to_string(), RoleProfile::agent())].into(),
-    );
-    let mut radio = Radio::new(roles);
+    let mut radio = agent_radio();
     reports
         .iter()
         .flat_map(|r| radio.check(r).steering)

@@ -35,6 +35,27 @@ fn outside_temp() -> PathBuf {
         .expect("a writable folder outside the temp folder (/var/tmp, HOME or the target dir)")
 }
 
+/// A job whose task runs `script` (an `xo-script` block) in its project.
+fn scripted(id: &str, script: &str) -> Job {
+    Job {
+        task_list: None,
+        record: TaskRecord::running(
+            Task::new(
+                id,
+                "work",
+                format!("Work.\n```xo-script\n{script}\n```\n"),
+                "coder",
+            ),
+            1,
+        ),
+        goal: Some("g".into()),
+        manual: false,
+        knowledge: String::new(),
+        directives: Vec::new(),
+        settings: Default::default(),
+    }
+}
+
 /// What the agent managed: (wrote outside, read the runner's environment,
 /// signalled the runner, wrote in its own folder).
 async fn attempt(mode: ConfineMode) -> (bool, bool, bool, bool) {
@@ -60,21 +81,7 @@ async fn attempt(mode: ConfineMode) -> (bool, bool, bool, bool) {
     let script = format!(
         "turn_ms = 0\n[[run]]\nsteps = [{{ run = {line:?} }}, {{ reply = '{{\"status\": \"ok\", \"message\": \"done\"}}' }}]"
     );
-    let task = Task::new(
-        "t1",
-        "try everything",
-        format!("Work.\n```xo-script\n{script}\n```\n"),
-        "coder",
-    );
-    let job = Job {
-        task_list: None,
-        record: TaskRecord::running(task, 1),
-        goal: Some("g".into()),
-        manual: false,
-        knowledge: String::new(),
-        directives: Vec::new(),
-        settings: Default::default(),
-    };
+    let job = scripted("t1", &script);
     let mut driver = Driver::Script(ScriptDriver::from_file(None).unwrap());
     let out = pipeline
         .run(&mut driver, &job, Turns::default(), None)
@@ -177,23 +184,7 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
             "turn_ms = 0\n[[run]]\nsteps = [{{ run = {cmd:?} }}, {{ reply = '{{\"status\": \"{status}\", \"message\": \"m\"}}' }}]"
         )
     };
-    let job = |id: &str, script: String| Job {
-        task_list: None,
-        record: TaskRecord::running(
-            Task::new(
-                id,
-                "work",
-                format!("Work.\n```xo-script\n{script}\n```\n"),
-                "coder",
-            ),
-            1,
-        ),
-        goal: Some("g".into()),
-        manual: false,
-        knowledge: String::new(),
-        directives: Vec::new(),
-        settings: Default::default(),
-    };
+    let job = |id: &str, script: String| scripted(id, &script);
     let mut driver = Driver::Script(ScriptDriver::from_file(None).unwrap());
     // t1 plants and finishes (the runner adds and diffs the tree).
     let out = pipeline
