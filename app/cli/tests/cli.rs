@@ -787,3 +787,45 @@ fn fleet_and_nats_config_commands_say_what_is_wrong() {
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("bad unit"), "{}", text(&o.stderr));
 }
+
+/// Issue 37, item 3: `xo units` has a NEEDS column and `xo units --needs`
+/// lists only the units that need a person, with the reason and the
+/// evidence (a unit whose stall was steered three times in one stretch).
+#[test]
+fn xo_units_says_which_unit_needs_you_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let up = start_up(d);
+    let report = |unit: &str, turn: u64, since: u64| {
+        let file = d.join(format!("{unit}-{turn}.json"));
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"v":1,"unit":{{"unit":"{unit}","role":"coder"}},"time":{{"turn":{turn},"seq":{turn}}},"activity":{{"task_id":"T-4","turns_since_progress":{since}}}}}"#
+            ),
+        )
+        .unwrap();
+        let o = run(d, &["report", file.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    };
+    report("fine-1", 1, 0);
+    for turn in [7, 10, 13] {
+        report("stuck-1", turn, turn - 1);
+    }
+    eventually("stuck-1 needs you", || {
+        text(&run(d, &["units", "--json"]).stdout).contains("\"reason\": \"stuck\"")
+    });
+    let all = text(&run(d, &["units"]).stdout);
+    assert!(all.lines().next().unwrap().contains("NEEDS"), "{all}");
+    let row = all.lines().find(|l| l.starts_with("stuck-1")).unwrap();
+    assert!(row.contains(" stuck "), "{row}");
+    let fine = all.lines().find(|l| l.starts_with("fine-1")).unwrap();
+    assert!(!fine.contains("stuck"), "{fine}");
+    let needs = text(&run(d, &["units", "--needs"]).stdout);
+    assert!(!needs.contains("fine-1"), "{needs}");
+    assert!(
+        needs.contains("stuck-1 needs you (stuck, since turn 13") && needs.contains("third notice"),
+        "{needs}"
+    );
+    interrupt(up);
+}
