@@ -637,3 +637,49 @@ fn a_heredoc_script_run_again_and_again_is_named_by_the_script_not_by_cat() {
     );
     assert!(!lp[0].contains("cat "), "{}", lp[0]);
 }
+
+/// Issue 38, item 3 (and 37, item 1): replies mini-swe-agent's harness
+/// refused ("Please always provide EXACTLY ONE action…", no `<returncode>`)
+/// were read as good runs of their first block, a `sed -i` in it as
+/// progress: eight refused replies looked like eight edits. They are failed
+/// actions of kind `format_error`, never progress, and the steering names
+/// the refusal.
+#[test]
+fn replies_the_harness_refused_are_failures_named_as_such_not_edits() {
+    let mut m = vec![
+        serde_json::json!({"role": "system", "content": "You are a helpful assistant that can interact with a computer."}),
+        serde_json::json!({"role": "user", "content": "Please solve this issue: fix the parser"}),
+    ];
+    for i in 0..8 {
+        m.push(serde_json::json!({"role": "assistant", "content": format!(
+            "I'll edit it, then check.\n\n```mswea_bash_command\nsed -i 's/a/b{i}/' src/parser.py\n```\n\n```mswea_bash_command\npython3 -m pytest -q\n```"
+        )}));
+        m.push(serde_json::json!({"role": "user", "content": "Please always provide EXACTLY ONE action in triple backticks, found 2 actions.\n\nPlease format your action in triple backticks as shown in <response_example>."}));
+    }
+    let doc = serde_json::Value::Array(m).to_string();
+    let (turns, _) = xo_sensor::swe::parse_document(&doc).unwrap();
+    let actions: Vec<_> = turns.iter().filter_map(|t| t.action.clone()).collect();
+    assert_eq!(actions.len(), 8, "{actions:#?}");
+    for a in &actions {
+        assert_eq!(a.outcome, Outcome::Error);
+        assert_eq!(a.error_type.as_deref(), Some("format_error"));
+        assert!(
+            a.line
+                .as_deref()
+                .unwrap_or("")
+                .contains("EXACTLY ONE action")
+        );
+    }
+    assert!(
+        turns.iter().all(|t| !t.progress),
+        "a refused reply is no progress"
+    );
+    let texts = steering_texts(&doc);
+    let refused: Vec<&String> = texts.iter().filter(|t| t.contains("Refused")).collect();
+    assert!(!refused.is_empty(), "{texts:#?}");
+    assert!(
+        refused[0].contains("refused by your harness") && refused[0].contains("EXACTLY ONE action"),
+        "{}",
+        refused[0]
+    );
+}

@@ -280,6 +280,26 @@ pub fn repeat_loop(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
         .error_type
         .as_deref()
         .is_some_and(|e| e != "tool_error");
+    // Replies the harness refused, in a row, whatever they held.
+    if last.outcome == Outcome::Error
+        && last.error_type.as_deref() == Some("format_error")
+        && same_tool_errors >= d.loop_error_repeats as usize
+    {
+        let n = same_tool_errors;
+        return Some(finding(
+            AnomalyKind::Loop,
+            Severity::Warning,
+            format!(
+                "Refused: your last {n} replies were refused by your harness{}. Reply exactly as it asks: nothing you sent since ran.",
+                said(last)
+            ),
+            evidence(
+                &tools[tools.len() - n..],
+                format!("refused replies in a row >= {}", d.loop_error_repeats),
+                n.to_string(),
+            ),
+        ));
+    }
     if last.outcome == Outcome::Error
         && named_class
         && errors < d.loop_error_repeats as usize

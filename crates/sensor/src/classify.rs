@@ -13,6 +13,7 @@
 //! | `command_not_found` | "command not found", exit 127 |
 //! | `exit_<n>` | any other non-zero exit code |
 //! | `tool_error` | an error flag with none of the above |
+//! | `format_error` | a reply the harness refused to run (mini-swe-agent's "provide EXACTLY ONE action") |
 //!
 //! Provider classes start with `provider_`: the radio treats them as an
 //! outage, not as the agent's behaviour (no loop, oscillation or cascade
@@ -20,6 +21,9 @@
 
 /// The prefix of every provider error class.
 pub const PROVIDER: &str = "provider_";
+
+/// The class of a reply the agent's harness refused to run.
+pub const FORMAT_ERROR: &str = "format_error";
 
 /// Whether a class is a provider outage rather than the agent's doing.
 pub fn is_provider(class: &str) -> bool {

@@ -603,6 +603,18 @@ impl Common {
         self.turn(Some(a), progress)
     }
 
+    /// A reply the agent's harness refused to run (a format error): a
+    /// failed action of kind `format_error`, tool `reply`, never progress,
+    /// with the harness's words as its line.
+    pub fn refused(&mut self, args_hash: &str, text: &str) -> TurnEvent {
+        let line = text.lines().map(str::trim).find(|l| !l.is_empty());
+        let a = Action::tool("reply", args_hash, Outcome::Error, 0)
+            .with_error(classify::FORMAT_ERROR)
+            .with_output(hex_hash(text).as_str())
+            .with_evidence(None, line);
+        self.turn(Some(a), false)
+    }
+
     /// An agent message: empty replies and repeated text are what the
     /// radio's monologue and empty rules look at.
     pub fn message(&mut self, text: &str) -> TurnEvent {

@@ -110,8 +110,18 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::
                     None => out.push(c.message(&content)),
                 },
                 Some("user" | "tool") => {
-                    if let Some(p) = pending.take() {
-                        let exit = tag(&content, "returncode").and_then(|r| r.trim().parse().ok());
+                    let returncode = tag(&content, "returncode");
+                    if returncode.is_none() && refused(&content) {
+                        // The harness refused the reply (none or several
+                        // commands in it): nothing ran. A failed action of
+                        // its own kind, never a run of its first block.
+                        let hash = pending
+                            .take()
+                            .map(|p| p.args_hash)
+                            .unwrap_or_else(|| crate::hex_hash(&content).as_str().into());
+                        out.push(c.refused(&hash, &content));
+                    } else if let Some(p) = pending.take() {
+                        let exit = returncode.and_then(|r| r.trim().parse().ok());
                         let output = tag(&content, "output").unwrap_or(&content).to_string();
                         out.push(c.tool_turn(&p, true, &output, exit));
                     }
@@ -186,6 +196,14 @@ fn bash_block(text: &str) -> Option<&str> {
     let body = &text[start..];
     let body = &body[body.find('\n')? + 1..];
     Some(&body[..body.find("```")?])
+}
+
+/// mini-swe-agent's answer to a reply it could not run (its
+/// `format_error_template`: "Please always provide EXACTLY ONE action in
+/// triple backticks, found N actions"), with no `<returncode>`.
+fn refused(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.contains("exactly one action") || lower.contains("format error")
 }
 
 fn tag<'a>(text: &'a str, name: &str) -> Option<&'a str> {
