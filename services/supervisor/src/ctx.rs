@@ -57,6 +57,48 @@ pub struct Counters {
     pub minutes: std::sync::Mutex<
         std::collections::VecDeque<(u64, [u32; xo_proto::AnomalyKind::ALL.len()])>,
     >,
+    /// Units that went stale since the last liveness check said so: how
+    /// many, and the first few names. One summary line a check, not a line
+    /// a unit (100k units going silent once logged 520k lines).
+    pub went_stale: std::sync::Mutex<(u64, Vec<String>)>,
+}
+
+/// Names a summary line shows.
+pub const SUMMARY_NAMES: usize = 5;
+
+impl Counters {
+    /// A unit went stale: counted for the next summary.
+    pub fn stale(&self, unit: &str) {
+        let mut b = self.went_stale.lock().unwrap_or_else(|e| e.into_inner());
+        b.0 += 1;
+        if b.1.len() < SUMMARY_NAMES {
+            b.1.push(unit.to_string());
+        }
+    }
+
+    /// Logs, once, the units that went stale since the last call.
+    pub fn summarise_stale(&self) {
+        let (n, names) = {
+            let mut b = self.went_stale.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut *b)
+        };
+        if n == 0 {
+            return;
+        }
+        let more = n.saturating_sub(names.len() as u64);
+        let shown = names.join(", ");
+        if more > 0 {
+            tracing::warn!(
+                units = n,
+                "{n} units went stale: {shown} and {more} more (steered to report; `xo units` lists them)"
+            );
+        } else {
+            tracing::warn!(
+                units = n,
+                "{n} unit(s) went stale: {shown} (steered to report)"
+            );
+        }
+    }
 }
 
 impl Counters {

@@ -11,7 +11,12 @@ use crate::ctx::Ctx;
 
 /// Publishes a steering decision (and appends it to the volume's file).
 pub async fn send(ctx: &Ctx, s: &Steering) {
-    info!(unit = %s.unit, kind = %s.kind, severity = %s.severity, turn = s.turn, "steering sent");
+    // A stale unit's steering is in the stale summary, not a line each.
+    if s.kind == xo_proto::AnomalyKind::Stale {
+        tracing::debug!(unit = %s.unit, kind = %s.kind, severity = %s.severity, turn = s.turn, "steering sent");
+    } else {
+        info!(unit = %s.unit, kind = %s.kind, severity = %s.severity, turn = s.turn, "steering sent");
+    }
     if let Err(e) = typed::publish(
         &ctx.bus,
         &ctx.subjects.steer(&s.unit),

@@ -393,6 +393,8 @@ impl Actor for Root {
             }
             RootMsg::Tick(now, port) => {
                 let ctx = state.ctx.clone();
+                // What the last check found stale, in one line.
+                ctx.counters.summarise_stale();
                 let cfg = &ctx.cfg.supervisor;
                 let sweep = now.saturating_sub(state.last_sweep) >= cfg.persist_interval_ms;
                 if sweep {

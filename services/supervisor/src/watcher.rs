@@ -583,7 +583,9 @@ impl WatcherState {
                     state.rec.stale = true;
                     state.live.stale.store(true, Ordering::Relaxed);
                     state.rec.health = Health::Red;
-                    warn!(unit = %state.rec.unit, silent_ms = silent, "unit is stale");
+                    // Said once a check for all units (Counters::summarise_stale).
+                    debug!(unit = %state.rec.unit, silent_ms = silent, "unit is stale");
+                    state.ctx.counters.stale(&state.rec.unit);
                     let turn = state.rec.turn;
                     let s = Radio::stale(&state.rec.unit, silent, stale_after, turn, now);
                     Box::pin(state.send(s)).await;
