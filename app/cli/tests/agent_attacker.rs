@@ -183,6 +183,9 @@ fn a_confined_agent_cannot_reach_the_fabric_its_tokens_or_its_keys() {
     for (name, rc, out) in &unconfined {
         assert_eq!(*rc, 0, "the operator's {name} probe failed: {out}");
     }
+    // `xo halt` from inside says why: the token, not "nothing is serving".
+    let halt = confined.iter().find(|(n, _, _)| n == "halt").unwrap();
+    assert!(halt.2.contains("bus token"), "{}", halt.2);
     for (name, rc, out) in &confined {
         assert_ne!(*rc, 0, "the confined agent's {name} probe worked: {out}");
         assert!(!out.contains("sk-secret"), "{name}: the key leaked: {out}");

@@ -41,6 +41,8 @@ pub async fn client_bus(cfg: &XoConfig) -> anyhow::Result<Bus> {
         Ok(b) => Ok(Bus::Socket(b)),
         // Served, but not by this user: say so, not "nothing is serving".
         Err(e @ xo_bus::BusError::NotOurs { .. }) => bail!("refused: {e}"),
+        // Served, but its token cannot be read (a confined agent): say so.
+        Err(e @ xo_bus::BusError::Token { .. }) => bail!("refused: {e}"),
         Err(_) => bail!(
             "no bus: nothing is serving {} — start one with `xo up` in this directory, or pass --nats URL (or set XO_NATS_URL)",
             path.display()
