@@ -196,6 +196,33 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
         )
         .await;
     assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    // The plant took, every vector of it: a test whose agent failed to
+    // plant would prove nothing.
+    assert!(
+        !project.join("plant.failed").exists(),
+        "{mode:?}: the agent could not plant: {}",
+        std::fs::read_to_string(project.join("plant.err")).unwrap_or_default()
+    );
+    let config = std::fs::read_to_string(project.join(".git/config")).unwrap();
+    for key in [
+        "[filter \"x\"]",
+        "fsmonitor",
+        "hooksPath",
+        "sshCommand",
+        "external",
+        "textconv",
+    ] {
+        assert!(
+            config.contains(key),
+            "{mode:?}: {key} not planted:\n{config}"
+        );
+    }
+    assert!(project.join(".git/hooks/pre-commit").exists());
+    assert!(
+        std::fs::symlink_metadata(project.join(".xo/steering.pending"))
+            .unwrap()
+            .is_symlink()
+    );
     // t2 starts on the planted tree (add with the filter named), changes a
     // file and blocks; its replay rolls back (checkout with the filter).
     let out = pipeline
