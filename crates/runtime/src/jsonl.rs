@@ -26,9 +26,10 @@ fn refuse(path: &Path, why: &str) -> io::Error {
     )
 }
 
-/// Opens `path` as it is on disk: a symlink or anything but a regular file
-/// is an error naming it.
-fn open_regular(path: &Path, opts: &mut std::fs::OpenOptions) -> io::Result<std::fs::File> {
+/// Opens `path` as it is on disk: a symlink (at its last component) or
+/// anything but a regular file is an error naming it. For files XO keeps
+/// and reads on a request (the console's prompt log), as for the volume's.
+pub fn open_regular(path: &Path, opts: &mut std::fs::OpenOptions) -> io::Result<std::fs::File> {
     let f = opts.custom_flags(flags()).open(path).map_err(|e| {
         if e.raw_os_error() == Some(nix::libc::ELOOP) {
             refuse(path, "is a symlink; not followed")

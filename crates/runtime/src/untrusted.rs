@@ -173,35 +173,6 @@ pub fn write(base: &Path, rel: &Path, bytes: &[u8]) -> Result<(), UntrustedError
     f.write_all(bytes).map_err(|e| io(&shown, e))
 }
 
-/// Opens `path` for reading without following a symlink at its last
-/// component, a regular file only (for files XO keeps, read on a request).
-pub fn open_read_nofollow(path: &Path) -> Result<std::fs::File, UntrustedError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(nix::libc::ELOOP) {
-                UntrustedError::Link {
-                    path: path.display().to_string(),
-                    component: path
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                }
-            } else {
-                io(path, e)
-            }
-        })?;
-    if !f.metadata().map_err(|e| io(path, e))?.is_file() {
-        return Err(UntrustedError::NotFile {
-            path: path.display().to_string(),
-        });
-    }
-    Ok(f)
-}
-
 /// Reads the next line of `r` into `line` (without its `\n`), keeping at
 /// most `cap` bytes of it: the rest of a longer line is read and dropped.
 /// `None` at the end; `Some(true)` when the line was cut.
@@ -312,10 +283,6 @@ mod tests {
                 .unwrap_err()
                 .is_not_found()
         );
-        assert!(matches!(
-            open_read_nofollow(&base.join(".xo/log.md")),
-            Err(UntrustedError::Link { .. })
-        ));
     }
 
     /// Issue 40, item 7: under `umask 000` the state directory, the

@@ -387,9 +387,10 @@ pub(crate) async fn task_prompts(
     };
     // Opened without following a link, read line by line with a cap per
     // line: one request never holds more than a line's cap of it.
-    let file = match xo_runtime::untrusted::open_read_nofollow(&path) {
+    let file = match xo_runtime::jsonl::open_regular(&path, std::fs::OpenOptions::new().read(true))
+    {
         Ok(file) => tokio::fs::File::from_std(file),
-        Err(e) if e.is_not_found() => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return no_log(
                 &f,
                 "prompt log",
