@@ -36,6 +36,7 @@ pub mod names;
 pub mod queue;
 pub mod salute;
 mod salute_reader;
+pub mod secret;
 pub mod settings;
 pub mod steering;
 pub mod subject;

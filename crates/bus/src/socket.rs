@@ -93,14 +93,6 @@ pub fn token_path(socket: &Path) -> PathBuf {
     socket.with_extension("token")
 }
 
-/// A new random token (hex of 32 bytes of the kernel's CSPRNG).
-fn new_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut b = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
-}
-
 /// Writes the token, readable by this user only (a file left by an
 /// earlier run is replaced, not written through: it may be a link).
 fn write_token(path: &Path, token: &str) -> std::io::Result<()> {
@@ -135,15 +127,6 @@ fn read_token(socket: &Path) -> BusResult<String> {
     Ok(s.trim().to_string())
 }
 
-/// Compares without stopping at the first differing byte.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 /// How long an accept loop waits after `failing` failed accepts in a row:
 /// 10 ms doubling to 1 s (a process out of file descriptors gets them back
 /// as connections close; retrying at once only burns a core and the log).
@@ -174,7 +157,7 @@ pub async fn serve(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(sock_err)?;
     }
-    let token = new_token().map_err(sock_err)?;
+    let token = xo_proto::secret::random_hex(32).map_err(sock_err)?;
     let token_file = token_path(path);
     write_token(&token_file, &token).map_err(|source| BusError::Token {
         path: token_file.display().to_string(),
@@ -249,7 +232,7 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
     // The first frame is the token, or the connection is closed.
     let admitted = matches!(
         read_frame(&mut r).await,
-        Ok(Some(Frame::Hello { token: t })) if same(&t, &token)
+        Ok(Some(Frame::Hello { token: t })) if xo_proto::secret::same(&t, &token)
     );
     if !admitted {
         let n = NO_TOKEN.fetch_add(1, Ordering::Relaxed) + 1;
