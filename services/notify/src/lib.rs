@@ -319,23 +319,8 @@ pub fn header_text(s: &str) -> String {
     if clean.is_ascii() {
         return clean;
     }
-    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut enc = String::new();
-    for chunk in clean.as_bytes().chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                enc.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                enc.push('=');
-            }
-        }
-    }
+    use base64::Engine;
+    let enc = base64::engine::general_purpose::STANDARD.encode(clean.as_bytes());
     format!("=?UTF-8?B?{enc}?=")
 }
 
