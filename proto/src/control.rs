@@ -377,6 +377,17 @@ pub struct UnitSummary {
     pub needs: Option<crate::NeedsYou>,
 }
 
+/// The units of `units` that need a person, the longest waiting first
+/// (`xo units --needs`, the console's `/needs` and its header count).
+pub fn needing(units: &[UnitSummary]) -> Vec<&UnitSummary> {
+    let mut v: Vec<&UnitSummary> = units.iter().filter(|u| u.needs.is_some()).collect();
+    v.sort_by(|a, b| {
+        let since = |u: &UnitSummary| u.needs.as_ref().map_or(u64::MAX, |n| n.since);
+        since(a).cmp(&since(b)).then_with(|| a.unit.cmp(&b.unit))
+    });
+    v
+}
+
 /// `xo units UNIT`: a summary, the latest report and the last steering.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UnitDetail {

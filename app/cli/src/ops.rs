@@ -194,18 +194,6 @@ fn table(units: &[UnitSummary]) -> String {
     out
 }
 
-/// The units that need a person, the longest waiting first.
-pub fn needing(mut list: Vec<UnitSummary>) -> Vec<UnitSummary> {
-    list.retain(|u| u.needs.is_some());
-    list.sort_by_key(|u| {
-        (
-            u.needs.as_ref().map_or(u64::MAX, |n| n.since),
-            u.unit.clone(),
-        )
-    });
-    list
-}
-
 pub async fn units(
     cfg: &XoConfig,
     unit: Option<String>,
@@ -220,7 +208,10 @@ pub async fn units(
                 .await
                 .context("asking the supervisor (is `xo up` or `xo serve supervisor` running?)")?;
             if needs {
-                list = needing(list);
+                list = xo_proto::control::needing(&list)
+                    .into_iter()
+                    .cloned()
+                    .collect();
             }
             if json {
                 outln!("{}", serde_json::to_string_pretty(&list)?);

@@ -3,17 +3,7 @@
 
 use super::*;
 
-/// The units of `units` that need a person, the longest waiting first.
-pub fn needing(units: &[UnitSummary]) -> Vec<&UnitSummary> {
-    let mut v: Vec<&UnitSummary> = units.iter().filter(|u| u.needs.is_some()).collect();
-    v.sort_by_key(|u| {
-        (
-            u.needs.as_ref().map_or(u64::MAX, |n| n.since),
-            u.unit.clone(),
-        )
-    });
-    v
-}
+pub use xo_proto::control::needing;
 
 /// What answers a reason, as a link or a form.
 fn answer(u: &UnitSummary, n: &xo_proto::NeedsYou) -> String {
