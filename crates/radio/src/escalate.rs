@@ -25,6 +25,15 @@ pub struct Stretch {
     pub given: u8,
 }
 
+impl Stretch {
+    /// The count of the stretch that began at `from` (a new one starts at 0).
+    fn enter(&mut self, from: u64) {
+        if self.from != from {
+            *self = Stretch { from, given: 0 };
+        }
+    }
+}
+
 /// Kinds that escalate. Context is told once a level already, PACE is
 /// itself the unit's escalation plan, a provider outage is not the agent's
 /// doing; stale and operator steering come from elsewhere.
@@ -53,9 +62,7 @@ pub enum Step {
 
 /// The step for `f` in the stretch that began at `from`, counted in `st`.
 pub fn step(st: &mut Stretch, from: u64, f: Finding, turn: u64, at: u64) -> Step {
-    if st.from != from {
-        *st = Stretch { from, given: 0 };
-    }
+    st.enter(from);
     if st.given >= MAX_PER_STRETCH {
         return Step::Spent;
     }
@@ -81,9 +88,7 @@ pub fn step(st: &mut Stretch, from: u64, f: Finding, turn: u64, at: u64) -> Step
 /// Counts a steering the unit's own check gave (microcosm) in the stretch
 /// that began at `from`; `true` when that spent the stretch's steering.
 pub fn count_own(st: &mut Stretch, from: u64) -> bool {
-    if st.from != from {
-        *st = Stretch { from, given: 0 };
-    }
+    st.enter(from);
     st.given = st.given.saturating_add(1).min(MAX_PER_STRETCH);
     st.given == MAX_PER_STRETCH
 }
