@@ -122,6 +122,27 @@ pub struct Action {
     pub line: Option<CompactString>,
 }
 
+/// The first word of a command, its program (env settings, `sudo`,
+/// `timeout N`, `time`, `env` passed over; a path cut to its name).
+pub fn command_program(command: &str) -> &str {
+    let mut words = command.split_whitespace().peekable();
+    while let Some(w) = words.next() {
+        if w.contains('=') && !w.starts_with('-') && !w.starts_with('/') {
+            continue;
+        }
+        match w {
+            "sudo" | "time" | "env" | "nohup" | "exec" => continue,
+            "timeout" => {
+                // Its duration.
+                words.next();
+                continue;
+            }
+            _ => return w.rsplit('/').next().unwrap_or(w),
+        }
+    }
+    ""
+}
+
 /// The most characters of an action's `cmd` or `line` (a longer one is cut
 /// with `…` by the sensor; [`SaluteReport::validate`] refuses one of more
 /// than 16 bytes a character).

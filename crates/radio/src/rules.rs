@@ -5,6 +5,7 @@ use xo_proto::steering::STEERING_TAG;
 use xo_proto::{Action, ActionKind, AnomalyKind, Evidence, Outcome, Pace, SaluteReport, Severity};
 
 use crate::profile::{Doctrine, RoleProfile};
+use xo_proto::salute::command_program as program;
 
 /// Actions the rules look at: the last 20 of a report.
 pub const WINDOW: usize = 20;
@@ -114,14 +115,6 @@ fn said(a: &Action) -> String {
         .as_deref()
         .map(|l| format!(": \"{}\"", l.trim_end_matches('.')))
         .unwrap_or_default()
-}
-
-/// The program of a command (its first word that is not a setting).
-fn program(cmd: &str) -> &str {
-    cmd.split_whitespace()
-        .find(|w| !w.contains('='))
-        .map(|w| w.rsplit('/').next().unwrap_or(w))
-        .unwrap_or("")
 }
 
 fn finding(kind: AnomalyKind, severity: Severity, message: String, evidence: Evidence) -> Finding {

@@ -43,26 +43,9 @@ pub fn deciding_command(command: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The first word of a command, its program (env settings, `sudo`,
-/// `timeout N`, `time`, `env` passed over; a path cut to its name).
-pub fn program(command: &str) -> &str {
-    let mut words = command.split_whitespace().peekable();
-    while let Some(w) = words.next() {
-        if w.contains('=') && !w.starts_with('-') && !w.starts_with('/') {
-            continue;
-        }
-        match w {
-            "sudo" | "time" | "env" | "nohup" | "exec" => continue,
-            "timeout" => {
-                // Its duration.
-                words.next();
-                continue;
-            }
-            _ => return w.rsplit('/').next().unwrap_or(w),
-        }
-    }
-    ""
-}
+/// The program of a command: [`xo_proto::salute::command_program`] (the
+/// radio reads a report's `cmd` with the same function).
+pub use xo_proto::salute::command_program as program;
 
 /// The line drops heredoc bodies: from a line with `<<WORD` (or `<<'WORD'`,
 /// `<<-WORD`, `<<"WORD"`) to the line that is `WORD`; and SWE-agent's edit
