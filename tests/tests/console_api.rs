@@ -933,17 +933,43 @@ async fn live_events_and_settings_that_apply_without_a_restart() {
     rig.stop().await;
 }
 
+/// A raw connection to `addr` from the loopback address `from`
+/// (127.0.0.x: each a different client to the console).
+async fn connect_from(from: &str, addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    sock.connect(addr).await.unwrap()
+}
+
+/// What the console says on `s` before closing it, or `None` while it
+/// keeps the connection open (nothing within `wait`).
+async fn answer(s: &mut tokio::net::TcpStream, wait: Duration) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    match tokio::time::timeout(wait, s.read_to_end(&mut got)).await {
+        Ok(_) => Some(String::from_utf8_lossy(&got).into_owned()),
+        Err(_) => None,
+    }
+}
+
 /// Issue 23, item 3: about 20,000 `GET /api/v1/events` once took every file
-/// descriptor of the process. Connections and live streams are bounded:
-/// one more is answered 503 and closed, and a slot given back is used again.
+/// descriptor of the process. Issue 40, item 5: 256 idle TCP connections
+/// then kept the console at 503. Connections count against
+/// `console.max_connections` only once a request is parsed, one client's
+/// connections are bounded (`console.max_per_client`), live streams are
+/// bounded; one more is answered 503, and a slot given back is used again.
 #[tokio::test]
 async fn connections_and_event_streams_are_bounded() {
-    use std::io::Read;
     let rig = Rig::start(&[
         ("console.max_connections", "8"),
         ("console.max_event_streams", "3"),
+        ("console.max_per_client", "5"),
+        // No connection here times out: the bounds alone are tested.
+        ("console.header_timeout_ms", "600000"),
+        ("console.idle_timeout_ms", "600000"),
     ])
     .await;
+    let addr = rig.console.as_ref().unwrap().addr;
     // Each stream on its own client: its own connection.
     let client = || {
         let mut h = reqwest::header::HeaderMap::new();
@@ -953,6 +979,7 @@ async fn connections_and_event_streams_are_bounded() {
         );
         reqwest::Client::builder()
             .default_headers(h)
+            .pool_max_idle_per_host(0)
             .build()
             .unwrap()
     };
@@ -967,40 +994,65 @@ async fn connections_and_event_streams_are_bounded() {
     assert_eq!(r.headers()["retry-after"], "5");
     let text = r.text().await.unwrap();
     assert!(text.contains("console.max_event_streams"), "{text}");
-    // Idle connections fill the rest (3 streams + up to 5 = 8: the refused
-    // stream's connection may still hold a slot for a moment); the next one
-    // is told 503 and closed, before it sends anything.
-    let addr = rig.console.as_ref().unwrap().addr;
-    let (idle, busy) = tokio::task::spawn_blocking(move || {
-        let mut idle = Vec::new();
-        for _ in 0..20 {
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(300)))
-                .unwrap();
-            let mut answer = String::new();
-            match s.read_to_string(&mut answer) {
-                // Closed by the console after its answer.
-                Ok(_) => return (idle, answer),
-                // Still open, waiting for a request: it holds a slot.
-                Err(_) if answer.is_empty() => idle.push(s),
-                Err(e) => panic!("{e}: {answer}"),
-            }
-        }
-        (idle, String::new())
-    })
-    .await
-    .unwrap();
+
+    // One client opens sockets and sends nothing: it gets five, the sixth
+    // (accepted last: the accept queue is first in, first out) is told 503
+    // before it sends anything, and the five stay open.
+    let mut idle = Vec::new();
+    for _ in 0..5 {
+        idle.push(connect_from("127.0.0.2", addr).await);
+    }
+    let mut sixth = connect_from("127.0.0.2", addr).await;
+    let busy = answer(&mut sixth, Duration::from_secs(60)).await.unwrap();
     assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
-    assert!(busy.contains("console.max_connections"), "{busy}");
+    assert!(busy.contains("console.max_per_client"), "{busy}");
+    for s in &mut idle {
+        assert_eq!(answer(s, Duration::from_millis(50)).await, None);
+    }
+    // They hold no slot of max_connections: with 3 streams and 5 idle
+    // sockets open (8, the bound), the operator's pages still load.
+    let r = client().get(rig.u("/api/v1/queue")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    drop(r);
+
+    // Parsed connections, each from its own client, fill max_connections
+    // with the 3 streams: the next request is answered 503, naming the
+    // bound. (Up to two closing connections, the refused stream's and the
+    // page's, may still hold a slot for a moment.)
+    let mut held = Vec::new();
+    let refusal = loop {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        assert!(
+            held.len() <= 5,
+            "{} parsed connections besides 3 streams, bound 8",
+            held.len()
+        );
+        let mut s = connect_from(&format!("127.0.0.{}", 10 + held.len()), addr).await;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).await.unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if head.starts_with("HTTP/1.1 200") {
+            held.push(s);
+        } else {
+            // The refusal closes the connection: all of it.
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).await.unwrap();
+            break head + &String::from_utf8_lossy(&rest);
+        }
+    };
+    assert!(refusal.starts_with("HTTP/1.1 503"), "{refusal}");
+    assert!(refusal.contains("retry-after: 1"), "{refusal}");
+    assert!(refusal.contains("console.max_connections"), "{refusal}");
     assert!(
-        (4..=5).contains(&idle.len()),
-        "{} idle connections held besides 3 streams, bound 8",
-        idle.len()
+        held.len() >= 3,
+        "{} parsed connections besides 3 streams, bound 8",
+        held.len()
     );
-    let mut idle = idle;
     // Slots come back as connections close: a page loads again.
-    idle.clear();
-    drop(streams.pop());
+    held.clear();
     let mut ok = false;
     for _ in 0..500 {
         if let Ok(r) = client().get(rig.u("/api/v1/queue")).send().await
@@ -1021,12 +1073,103 @@ async fn connections_and_event_streams_are_bounded() {
         .await
         .unwrap();
     for line in [
-        "xo_console_connections_refused_total 1",
         "xo_console_event_streams_refused_total 1",
+        "xo_console_connections_timed_out_total 0",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
     }
+    // The per-client refusal and the request at max_connections, at least
+    // (a retry while slots came back may add more).
+    let refused: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("xo_console_connections_refused_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(refused >= 2, "{metrics}");
+    drop(idle);
     drop(streams);
+    rig.stop().await;
+}
+
+/// Issue 40, item 5: a socket that sends nothing, one that sends half a
+/// request head, and a kept-alive connection that sends no next request
+/// are each closed after `console.header_timeout_ms`, and counted; a live
+/// event stream, quiet as it may be, is not.
+#[tokio::test]
+async fn sockets_that_send_no_request_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rig = Rig::start(&[("console.header_timeout_ms", "300")]).await;
+    let addr = rig.console.as_ref().unwrap().addr;
+    let stream = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+        .get(rig.u("/api/v1/events"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+
+    let mut silent = connect_from("127.0.0.1", addr).await;
+    let mut half = connect_from("127.0.0.1", addr).await;
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0")
+        .await
+        .unwrap();
+    let mut kept = connect_from("127.0.0.1", addr).await;
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = kept.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // Each is closed by the console (read_to_end returns) with nothing
+    // more said; the wait is a guard against a hang, not a measure.
+    for (what, s) in [
+        ("silent", &mut silent),
+        ("half a head", &mut half),
+        ("kept alive", &mut kept),
+    ] {
+        let a = answer(s, Duration::from_secs(60)).await;
+        assert!(a.is_some(), "{what}: still open after a minute");
+    }
+    // The quiet event stream is still open and still serves.
+    let mut stream = stream;
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    let r = fresh()
+        .get(rig.u("/api/v1/queue"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let chunk = tokio::time::timeout(Duration::from_millis(200), stream.chunk()).await;
+    assert!(
+        !matches!(chunk, Ok(Ok(None)) | Ok(Err(_))),
+        "the event stream was closed: {chunk:?}"
+    );
+    let metrics = fresh()
+        .get(rig.u("/metrics"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "xo_console_connections_timed_out_total 3"),
+        "{metrics}"
+    );
+    drop(stream);
     rig.stop().await;
 }
 

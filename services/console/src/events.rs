@@ -218,7 +218,7 @@ impl Seen {
 }
 
 /// How often an idle stream sends a comment, so proxies keep it open.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+const KEEP_ALIVE: Duration = Duration::from_millis(xo_runtime::config::EVENT_KEEPALIVE_MS);
 /// Frames a client that fell behind gets in one write.
 const BATCH: usize = 64;
 

@@ -12,7 +12,8 @@
 //! - [`api`]: `/api/v1/...`, one route per control request, errors as
 //!   `{code, message}`.
 //! - [`events`]: the bus subscriptions fanned out to `/api/v1/events` (SSE).
-//! - [`listen`]: the listener, bounded (`console.max_connections`, 503 beyond), with accept backoff.
+//! - [`listen`]: the listener and its edges: connections counted once a request is parsed
+//!   (`console.max_connections`), per client, header and idle timeouts, 503 beyond, accept backoff.
 //! - [`metrics`]: `/metrics` in the Prometheus text format.
 //! - [`pages`]: the server-rendered pages and their form actions; [`html`]
 //!   the escaping and the layout. `assets/` holds the CSS and the script,
@@ -343,20 +344,22 @@ pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
     // At most half the process's descriptors: the bus socket, NATS and the
     // services keep the rest whatever the console's clients do.
     let fds = xo_runtime::limits::fd_limit();
-    let max = xo_runtime::limits::share_of(fds, cfg.console.max_connections);
+    // (Connections waiting for their first request are bounded by as many
+    // again: both together take at most that half.)
+    let max = xo_runtime::limits::share_of(fds, cfg.console.max_connections.saturating_mul(2)) / 2;
+    let max = max.max(1);
     if max < cfg.console.max_connections {
-        tracing::warn!(configured = cfg.console.max_connections, max, fd_limit = ?fds, "console.max_connections lowered to half the process's file-descriptor limit");
+        tracing::warn!(configured = cfg.console.max_connections, max, fd_limit = ?fds, "console.max_connections lowered so that its connections and as many waiting ones take at most half the process's file-descriptor limit");
     }
-    let listener = listen::Bounded::new(listener, max, console.conns.clone());
-    let signal = stop.signal();
-    let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
-            .await
-        {
-            tracing::error!(error = %e, "console server ended");
-        }
-    });
+    let c = &cfg.console;
+    let limits = listen::Limits {
+        max,
+        per_client: c.max_per_client,
+        header_timeout: Duration::from_millis(c.header_timeout_ms),
+        idle_timeout: Duration::from_millis(c.idle_timeout_ms),
+    };
+    let server = listen::Server::new(listener, limits, console.conns.clone());
+    let server = tokio::spawn(server.serve(app, stop.clone()));
     let url = format!("http://{local}");
     info!(url = %url, read_only = cfg.console.read_only, open = console.auth.open_reads(), "console serving");
     Ok(ConsoleHandle {

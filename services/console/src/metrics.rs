@@ -199,8 +199,13 @@ pub async fn render(c: &Shared) -> String {
             ),
             (
                 "xo_console_connections_refused_total",
-                "Connections answered 503 at console.max_connections.",
+                "Connections answered 503 at a bound (console.max_connections, console.max_per_client, the waiting connections).",
                 c.conns.refused.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_connections_timed_out_total",
+                "Connections closed by console.header_timeout_ms or console.idle_timeout_ms.",
+                c.conns.timed_out.load(Ordering::Relaxed),
             ),
             (
                 "xo_console_event_streams_refused_total",

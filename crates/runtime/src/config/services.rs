@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// How often the console's live event stream sends a keep-alive comment
+/// when it has nothing else to send (`console.idle_timeout_ms` must be
+/// longer).
+pub const EVENT_KEEPALIVE_MS: u64 = 15_000;
+
 /// The web console (`xo up` serves it; `xo serve console` alone).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -28,6 +33,17 @@ pub struct ConsoleConfig {
     /// Live event streams (`/api/v1/events`) open at once, within
     /// `max_connections`; one more is answered 503.
     pub max_event_streams: usize,
+    /// Connections from one client address, of any kind; one more is
+    /// answered 503 and closed.
+    pub max_per_client: usize,
+    /// A whole request head must arrive within this, from the connection's
+    /// start and between the requests of a kept-alive connection; a client
+    /// that sends nothing is closed after it.
+    pub header_timeout_ms: u64,
+    /// Nothing read or written for this long closes a connection (a client
+    /// that stopped reading its response). Event streams send a keep-alive
+    /// well within it.
+    pub idle_timeout_ms: u64,
 }
 
 impl Default for ConsoleConfig {
@@ -40,6 +56,9 @@ impl Default for ConsoleConfig {
             open_reads: false,
             max_connections: 256,
             max_event_streams: 64,
+            max_per_client: 32,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 300_000,
         }
     }
 }

@@ -83,6 +83,35 @@ impl XoConfig {
                 ),
             ));
         }
+        if c.max_per_client == 0 {
+            return Err(invalid(
+                "console.max_per_client",
+                "0 would refuse every connection: at least 1 (default 32)".into(),
+            ));
+        }
+        for (key, ms, floor) in [
+            ("console.header_timeout_ms", c.header_timeout_ms, 100),
+            ("console.idle_timeout_ms", c.idle_timeout_ms, 100),
+        ] {
+            if ms < floor {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{ms} ms would close connections before a browser sends a request: at least {floor} (defaults 10000 and 300000)"
+                    ),
+                ));
+            }
+        }
+        if c.idle_timeout_ms <= crate::config::EVENT_KEEPALIVE_MS {
+            return Err(invalid(
+                "console.idle_timeout_ms",
+                format!(
+                    "{} ms would close the live event streams between their keep-alives (every {} ms): more than that (default 300000)",
+                    c.idle_timeout_ms,
+                    crate::config::EVENT_KEEPALIVE_MS
+                ),
+            ));
+        }
         let s = &self.supervisor;
         if !(1..=1024).contains(&s.partitions) {
             return Err(invalid(
