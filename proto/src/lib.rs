@@ -60,12 +60,28 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// Oldest major version this build still reads.
 pub const MIN_SUPPORTED_VERSION: u16 = 1;
 
-/// Milliseconds since the Unix epoch, the time unit of every message.
+/// Milliseconds since the Unix epoch by the host's wall clock, the time
+/// unit of every message. It can jump either way (an operator, NTP after a
+/// suspend): durations inside a process are measured by the services'
+/// `Clock`, which runs on the monotonic clock.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
+    let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    wall.saturating_add_signed(WALL_SHIFT_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// What [`shift_wall_clock`] added to the wall clock (0 unless a test moved
+/// it).
+static WALL_SHIFT_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Moves this process's wall clock ([`now_ms`]) by `ms`, either way: the
+/// clock-jump tests do what an operator's `date -s` does to a running
+/// service, without the privilege to do it to the host.
+#[doc(hidden)]
+pub fn shift_wall_clock(ms: i64) {
+    WALL_SHIFT_MS.fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Why an id is not one subject token and store key.

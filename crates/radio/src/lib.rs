@@ -60,17 +60,22 @@ pub struct Assessment {
     pub refused_epoch: bool,
 }
 
-/// How far a reporting process's clock may be from the XO's: an epoch (the
-/// process's start) further ahead of the XO's wall clock is refused (one
-/// report with epoch 2^64-1 would otherwise make every later report of the
-/// unit a duplicate), and a restarted process whose epoch is behind its
-/// last one by at most this much is taken as a restart with a clock behind.
+/// How far behind its last epoch a restarted process's epoch may be and
+/// still be taken as a restart with a clock behind (further back, it is an
+/// earlier life's late report).
 pub const MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
 
+/// How far ahead of the XO's wall clock an epoch (the reporting process's
+/// start) may be. Further ahead it is refused: one report with epoch
+/// 2^64-1 would otherwise make every later report of the unit a
+/// duplicate. A day, so that a supervisor whose own clock is behind (by
+/// minutes, or hours after a bad NTP step) still hears every unit.
+pub const MAX_EPOCH_AHEAD_MS: u64 = 24 * 3_600_000;
+
 /// An epoch from a process that started, by the XO's wall clock `now`,
-/// more than [`MAX_CLOCK_SKEW_MS`] in the future.
+/// more than [`MAX_EPOCH_AHEAD_MS`] in the future.
 pub fn epoch_ahead(epoch: u64, now: u64) -> bool {
-    epoch > now.saturating_add(MAX_CLOCK_SKEW_MS)
+    epoch > now.saturating_add(MAX_EPOCH_AHEAD_MS)
 }
 
 /// Per-unit radio state. Serialisable so a supervisor can persist and resume it.

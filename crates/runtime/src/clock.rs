@@ -1,13 +1,29 @@
 //! The services' notion of now. Tests own time with [`Clock::manual`].
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
+/// Now, in milliseconds since the epoch, for liveness, leases, staleness
+/// and retention.
+///
+/// [`Clock::System`] reads the wall clock once, when the process first asks,
+/// and counts on from there by the monotonic clock: a jump of the host's
+/// wall clock either way (minutes, a day) neither ages every unit at once
+/// nor expires live leases nor keeps a dead runner's task. Times that come
+/// from other processes (a report's epoch) are compared with the wall
+/// clock, within a documented skew (`xo_radio::MAX_EPOCH_AHEAD_MS`).
 #[derive(Debug, Clone)]
 pub enum Clock {
     System,
     Manual(Arc<AtomicU64>),
+}
+
+/// The wall clock at the process's first reading, and the monotonic
+/// instant of that reading.
+fn anchor() -> &'static (Instant, u64) {
+    static ANCHOR: OnceLock<(Instant, u64)> = OnceLock::new();
+    ANCHOR.get_or_init(|| (Instant::now(), xo_proto::now_ms()))
 }
 
 impl Clock {
@@ -16,7 +32,10 @@ impl Clock {
     }
     pub fn now_ms(&self) -> u64 {
         match self {
-            Clock::System => xo_proto::now_ms(),
+            Clock::System => {
+                let (at, wall) = anchor();
+                wall.saturating_add(at.elapsed().as_millis() as u64)
+            }
             Clock::Manual(t) => t.load(Ordering::SeqCst),
         }
     }

@@ -269,7 +269,7 @@ impl<A: Actor + Clone> Actor for OneForOne<A> {
         if state.stopping {
             return Ok(());
         }
-        match state.intensity.restart(xo_proto::now_ms()) {
+        match state.intensity.restart(crate::Clock::System.now_ms()) {
             Ok(n) => {
                 warn!(service = self.name, reason = %reason, restarts = n, "actor stopped; restarting it");
                 match self.start_child(&myself, &state.factory).await {
