@@ -15,6 +15,14 @@ pub const QUEUE_BUCKET: &str = "queue";
 pub const AUDIT_LOG: &str = "audit";
 /// The key of the active queue instance's lease in [`QUEUE_BUCKET`].
 pub const QUEUE_LEADER_KEY: &str = "leader";
+/// The queue's status in [`QUEUE_BUCKET`].
+pub const QUEUE_STATUS_KEY: &str = "status";
+/// The last status that decoded, copied at every start of the queue: what
+/// a status that no longer decodes is recovered from.
+pub const QUEUE_GOOD_STATUS_KEY: &str = "status.good";
+/// An undecodable status, kept as it was when the queue recovered from
+/// [`QUEUE_GOOD_STATUS_KEY`].
+pub const QUEUE_CORRUPT_STATUS_KEY: &str = "status.corrupt";
 /// The store bucket of the supervisor's unit state (a key a unit).
 pub const UNITS_BUCKET: &str = "units";
 /// The store bucket of sharded supervisors: members and partition leases.

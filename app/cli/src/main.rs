@@ -126,7 +126,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         } => queue_ops::audit_verify(&cfg, &project).await,
         Cmd::Store {
             cmd: StoreCmd::Repair { files },
-        } => ops::store_repair(&cfg, &files),
+        } => ops::store_repair(&cfg, &files).await,
         Cmd::Audit {
             cmd:
                 AuditCmd::Tail {

@@ -542,7 +542,7 @@ fn print_summary(runs: &std::collections::BTreeMap<String, RunSummary>, json: bo
 
 /// `xo store repair`: every damaged store file rewritten with its good
 /// records, after a backup; what was dropped is listed.
-pub fn store_repair(cfg: &XoConfig, files: &[String]) -> anyhow::Result<ExitCode> {
+pub async fn store_repair(cfg: &XoConfig, files: &[String]) -> anyhow::Result<ExitCode> {
     let files: Vec<std::path::PathBuf> = if files.is_empty() {
         let mut v = Vec::new();
         for sub in ["kv", "log"] {
@@ -589,7 +589,50 @@ pub fn store_repair(cfg: &XoConfig, files: &[String]) -> anyhow::Result<ExitCode
             Err(e) => anyhow::bail!("{}: {e}", f.display()),
         }
     }
+    queue_status_note(cfg).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the queue's status decodes, on the embedded store; if not, what
+/// the queue does about it at its next start (recover the last good
+/// revision, keep the unreadable one).
+async fn queue_status_note(cfg: &XoConfig) {
+    use xo_proto::names::{QUEUE_BUCKET, QUEUE_GOOD_STATUS_KEY, QUEUE_STATUS_KEY};
+    use xo_proto::queue::QueueStatus;
+    let dir = cfg.state.store_dir();
+    if !dir.join("kv").join(format!("{QUEUE_BUCKET}.kv")).is_file() {
+        return;
+    }
+    let Ok(store) = xo_bus::FileStore::open(&dir) else {
+        return;
+    };
+    let Ok(Some(status)) = store.get(QUEUE_BUCKET, QUEUE_STATUS_KEY).await else {
+        return;
+    };
+    let Err(e) = serde_json::from_slice::<QueueStatus>(&status.value) else {
+        outln!("{QUEUE_BUCKET}/{QUEUE_STATUS_KEY}: decodes");
+        return;
+    };
+    let good = store
+        .get(QUEUE_BUCKET, QUEUE_GOOD_STATUS_KEY)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|g| serde_json::from_slice::<QueueStatus>(&g.value).ok());
+    match good {
+        Some(g) => outln!(
+            "{QUEUE_BUCKET}/{QUEUE_STATUS_KEY}: does not decode ({e}); the queue's next start recovers it from the last good revision, {QUEUE_BUCKET}/{QUEUE_GOOD_STATUS_KEY} (written {}, goal {:?}), and keeps the unreadable one under {QUEUE_BUCKET}/status.corrupt",
+            if g.last_updated.is_empty() {
+                "at an unknown time"
+            } else {
+                g.last_updated.as_str()
+            },
+            g.goal.description
+        ),
+        None => outln!(
+            "{QUEUE_BUCKET}/{QUEUE_STATUS_KEY}: does not decode ({e}) and no good revision is kept: the queue starts uninitialised; set the goal again with `xo init --force`"
+        ),
+    }
 }
 
 /// `xo config`: the configuration in force, secrets masked.

@@ -336,3 +336,70 @@ fn the_audit_file_is_checked_against_the_stores_copy() {
         text(&o.stdout)
     );
 }
+
+/// Issue 40, item 4: a status that no longer decodes (two heartbeats of
+/// 1.7e308 once summed to `inf`, written as `null`: after a restart the
+/// goal was gone and the queue "not initialised") is recovered from the
+/// last good revision, kept at every start; `xo store repair` names it,
+/// and the unreadable status is kept for the operator.
+#[test]
+fn a_status_that_does_not_decode_is_recovered_from_the_last_good_revision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let u = seeded(d, 3);
+    let o = xo(d, &["goal", "set", "ship the parser"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(stop(u).status.success());
+    // A start keeps the good revision; the goal is in it.
+    let u = up(d);
+    assert_eq!(pending(d), 3);
+    assert!(stop(u).status.success());
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let store_dir = d.join(".xo/state");
+    let bad = rt.block_on(async {
+        let store = xo_bus::Store::File(xo_bus::FileStore::open(&store_dir).unwrap());
+        let good = store.get("queue", "status").await.unwrap().unwrap();
+        let mut v: serde_json::Value = serde_json::from_slice(&good.value).unwrap();
+        v["iteration"] = serde_json::Value::Null;
+        let bad = serde_json::to_vec(&v).unwrap();
+        store
+            .put("queue", "status", bytes::Bytes::from(bad.clone()))
+            .await
+            .unwrap();
+        bad
+    });
+
+    let o = xo(d, &["store", "repair"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("queue/status: does not decode")
+            && out.contains("recovers it from the last good revision")
+            && out.contains("ship the parser"),
+        "{out}"
+    );
+
+    let u = up(d);
+    let s: serde_json::Value =
+        serde_json::from_str(&text(&xo(d, &["status", "--json"]).stdout)).unwrap();
+    assert_eq!(s["goal"]["description"], "ship the parser", "{s}");
+    assert_eq!(s["initialised"], true, "{s}");
+    assert_eq!(s["counts"]["pending"], 3, "{s}");
+    let human = text(&xo(d, &["status"]).stdout);
+    assert!(
+        human.contains("CORRUPT")
+            && human.contains("recovered from the last good revision")
+            && human.contains("queue/status.corrupt"),
+        "{human}"
+    );
+    assert!(stop(u).status.success());
+    // The unreadable status was kept as it was.
+    let kept = rt.block_on(async {
+        let store = xo_bus::Store::File(xo_bus::FileStore::open(&store_dir).unwrap());
+        store.get("queue", "status.corrupt").await.unwrap().unwrap()
+    });
+    assert_eq!(&kept.value[..], &bad[..]);
+}

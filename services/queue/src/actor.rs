@@ -87,14 +87,19 @@ fn encode<T: serde::Serialize>(key: &str, value: &T) -> Result<Bytes, QueueError
             source: e,
         })
 }
-const STATUS_KEY: &str = "status";
+use xo_proto::names::{
+    QUEUE_CORRUPT_STATUS_KEY as CORRUPT_STATUS_KEY, QUEUE_GOOD_STATUS_KEY as GOOD_STATUS_KEY,
+    QUEUE_STATUS_KEY as STATUS_KEY,
+};
 /// The operator settings' key in the queue's bucket.
 const SETTINGS_KEY: &str = "settings";
 /// Most audit lines one `audit_tail` returns.
 const MAX_TAIL: usize = 10_000;
 
 /// Loads the machine from the store. An unreadable record is reported (by
-/// key) in the status and left untouched; it never stops the queue.
+/// key) in the status and left untouched; it never stops the queue. A
+/// status that does not decode is recovered from the last good one (kept
+/// at every start), and kept aside under `status.corrupt`.
 pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
     let q = &ctx.cfg.queue;
     let mut m =
@@ -107,6 +112,8 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
         });
     let keys = ctx.store.keys(BUCKET).await?;
     let mut status = None;
+    let mut status_bytes = None;
+    let mut bad_status = None;
     let mut settings = None;
     let mut tasks = Vec::new();
     let mut corrupt = Vec::new();
@@ -114,11 +121,20 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
         let Some(entry) = ctx.store.get(BUCKET, &key).await? else {
             continue;
         };
-        let res = if key == crate::LEADER_KEY {
-            // The active instance's lease, not queue state.
+        let res = if key == crate::LEADER_KEY || key == GOOD_STATUS_KEY || key == CORRUPT_STATUS_KEY
+        {
+            // The active instance's lease, and the status's copies: not
+            // queue state.
             continue;
         } else if key == STATUS_KEY {
-            serde_json::from_slice::<QueueStatus>(&entry.value).map(|s| status = Some(s))
+            match serde_json::from_slice::<QueueStatus>(&entry.value) {
+                Ok(s) => {
+                    status = Some(s);
+                    status_bytes = Some(entry.value.clone());
+                }
+                Err(e) => bad_status = Some((e, entry.value.clone())),
+            }
+            Ok(())
         } else if key == SETTINGS_KEY {
             serde_json::from_slice::<Settings>(&entry.value).map(|s| settings = Some(s))
         } else {
@@ -129,6 +145,19 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
             corrupt.push(format!("{BUCKET}/{key}: {e}"));
         }
     }
+    if let Some(bytes) = status_bytes {
+        // This start's good revision, for a later start that cannot read
+        // the status.
+        ctx.store.put(BUCKET, GOOD_STATUS_KEY, bytes).await?;
+    } else if let Some((e, bytes)) = bad_status {
+        let (recovered, note) = recover_status(ctx, &e).await?;
+        status = recovered;
+        ctx.store.put(BUCKET, CORRUPT_STATUS_KEY, bytes).await?;
+        error!(bucket = BUCKET, key = STATUS_KEY, error = %e, recovered = %note, kept = CORRUPT_STATUS_KEY, "the queue's status does not decode");
+        corrupt.push(format!(
+            "{BUCKET}/{STATUS_KEY}: {e}; {note}; the unreadable status is kept under {BUCKET}/{CORRUPT_STATUS_KEY}"
+        ));
+    }
     let n = tasks.len();
     m.restore(status, tasks);
     m.settings = settings.unwrap_or_default();
@@ -137,6 +166,34 @@ pub async fn load(ctx: &Ctx) -> QueueResult<Machine> {
         info!(tasks = n, "queue state restored from the store");
     }
     Ok(m)
+}
+
+/// The status kept at the last start, if it decodes, and what the
+/// operator is told about it.
+async fn recover_status(
+    ctx: &Ctx,
+    why: &serde_json::Error,
+) -> QueueResult<(Option<QueueStatus>, String)> {
+    let good = ctx.store.get(BUCKET, GOOD_STATUS_KEY).await?;
+    Ok(
+        match good.map(|g| serde_json::from_slice::<QueueStatus>(&g.value)) {
+            Some(Ok(s)) => {
+                let note = format!(
+                    "recovered from the last good revision (written {}, kept at the queue's last start): changes to the status since then (the goal's spend, the iteration) are lost, the tasks are not",
+                    if s.last_updated.is_empty() { "at an unknown time" } else { s.last_updated.as_str() }
+                );
+                (Some(s), note)
+            }
+            Some(Err(e)) => (
+                None,
+                format!("the last good revision does not decode either ({e}): the queue starts uninitialised; set the goal again with `xo init --force` after reading the kept status (why it failed: {why})"),
+            ),
+            None => (
+                None,
+                "no good revision is kept (the queue never started with a readable status): the queue starts uninitialised; set the goal again with `xo init --force`".to_string(),
+            ),
+        },
+    )
 }
 
 impl State {
