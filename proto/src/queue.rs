@@ -833,6 +833,10 @@ pub struct QueueStatus {
     /// Cost spent on the goal so far (every attempt of every task).
     #[serde(default, deserialize_with = "crate::finite::spent_usd")]
     pub spent_usd: f64,
+    /// Set in an answer given while the queue's writes fail (a full disk):
+    /// since when, why, and that what it shows may not be durable yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes_failing: Option<String>,
 }
 
 /// Published on `xo.event.task.<task>` at every transition.

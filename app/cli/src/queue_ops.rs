@@ -115,6 +115,9 @@ fn print_status(s: &QueueStatus) {
     for c in &s.corrupt {
         outln!("CORRUPT    {c}");
     }
+    if let Some(w) = &s.writes_failing {
+        outln!("WRITES     {w}");
+    }
 }
 
 fn parse_mode(mode: &str) -> anyhow::Result<ExecutionMode> {

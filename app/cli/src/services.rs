@@ -12,28 +12,103 @@ use crate::fabric::{Fabric, Plan, Transport};
 
 /// Resolves on ctrl-c or SIGTERM.
 pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    match Stop::install() {
+        Ok(stop) => stop.requested(1).await,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    info!("shutdown requested");
+}
+
+/// SIGINT and SIGTERM, listened to from the moment a command starts (not
+/// once its services are up: a service waiting for NATS or for `xo up`
+/// stops on the first signal too), and counted: the first stops the
+/// services within `state.stop_grace_ms`, a second exits at once.
+#[derive(Clone)]
+pub struct Stop(tokio::sync::watch::Receiver<u32>);
+
+impl Stop {
+    pub fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let (tx, rx) = tokio::sync::watch::channel(0u32);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                tx.send_modify(|n| *n += 1);
             }
-            Err(_) => std::future::pending::<()>().await,
+        });
+        Ok(Self(rx))
+    }
+
+    /// Resolves once `n` signals have come.
+    pub fn requested(&self, n: u32) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|got| *got >= n).await;
+        }
+    }
+}
+
+/// Starts the fabric unless a signal comes first (NATS down, `xo up` not
+/// there yet: starting can wait on them for as long as they are away).
+async fn start_or_stop(
+    stop: &Stop,
+    start: impl std::future::Future<Output = anyhow::Result<Fabric>>,
+    what: &str,
+) -> anyhow::Result<Option<Fabric>> {
+    tokio::select! {
+        f = start => f.map(Some),
+        _ = stop.requested(1) => {
+            errln!("{what}: stopped before it started (it was waiting for its bus)");
+            Ok(None)
+        }
+    }
+}
+
+/// Runs until the first signal, then stops the services; a stop that takes
+/// longer than `state.stop_grace_ms` (a store or NATS that does not answer),
+/// or a second signal, ends the process without waiting, saying so.
+async fn run(fabric: Fabric, stop: &Stop, cfg: &XoConfig, what: &str) -> anyhow::Result<()> {
+    let grace = std::time::Duration::from_millis(cfg.state.stop_grace_ms);
+    let first = stop.requested(1);
+    let running = fabric.run_until(async move {
+        first.await;
+        info!("shutdown requested");
+    });
+    tokio::pin!(running);
+    let over_grace = {
+        let first = stop.requested(1);
+        async move {
+            first.await;
+            tokio::time::sleep(grace).await;
         }
     };
     tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
+        r = &mut running => r,
+        _ = over_grace => anyhow::bail!(
+            "{what}: the services did not stop within state.stop_grace_ms ({} ms; is NATS or the store answering?): exited without waiting; what they had not written is written again by their next start from the store and the runners' heartbeats",
+            grace.as_millis()
+        ),
+        _ = stop.requested(2) => anyhow::bail!(
+            "{what}: a second signal: exited without waiting for the services to stop"
+        ),
     }
-    info!("shutdown requested");
 }
 
 /// Every service in one process: the embedded bus and file store (served to
 /// local `xo` commands over `./.xo/bus.sock`), or NATS when configured.
 pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
-    let fabric = Fabric::start(&cfg, Plan::all(), Transport::UpDefault, "xo", "xo-up").await?;
+    let stop = Stop::install()?;
+    let start = Fabric::start(&cfg, Plan::all(), Transport::UpDefault, "xo", "xo-up");
+    let Some(fabric) = start_or_stop(&stop, start, "xo up").await? else {
+        return Ok(ExitCode::SUCCESS);
+    };
     if cfg.nats.url.is_empty() {
         errln!("xo up: embedded bus, no server needed");
         errln!("  state:  {}", cfg.state.store_dir().display());
@@ -59,7 +134,7 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
         errln!("  knowledge: {}", cfg.knowledge_dir().display());
     }
     say_console(&fabric, &cfg);
-    fabric.run_until(shutdown_signal()).await?;
+    run(fabric, &stop, &cfg, "xo up").await?;
     errln!("xo up: stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }
@@ -107,7 +182,12 @@ pub async fn serve(cfg: XoConfig, plan: Plan, service: &'static str) -> anyhow::
         Some(r) => format!("xo-runner-{}", r.unit),
         None => service.to_string(),
     };
-    let fabric = Fabric::start(&cfg, plan, transport, service, &name).await?;
+    let stop = Stop::install()?;
+    let what = format!("xo serve {}", service.trim_start_matches("xo-"));
+    let start = Fabric::start(&cfg, plan, transport, service, &name);
+    let Some(fabric) = start_or_stop(&stop, start, &what).await? else {
+        return Ok(ExitCode::SUCCESS);
+    };
     if let Some(c) = fabric.console() {
         use std::io::IsTerminal;
         errln!(
@@ -116,7 +196,7 @@ pub async fn serve(cfg: XoConfig, plan: Plan, service: &'static str) -> anyhow::
             c.login_hint(std::io::stderr().is_terminal())
         );
     }
-    fabric.run_until(shutdown_signal()).await?;
+    run(fabric, &stop, &cfg, &what).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -403,3 +403,80 @@ fn a_status_that_does_not_decode_is_recovered_from_the_last_good_revision() {
     });
     assert_eq!(&kept.value[..], &bad[..]);
 }
+
+/// Issue 40, item 7: on a full disk the queue's writes wait and retry, and
+/// reads waited behind them (`xo status` timed out). Now a read is
+/// answered at once while writes fail, saying since when and why; the
+/// store still starts afterwards. The full disk is the file-size limit
+/// (RLIMIT_FSIZE, with SIGXFSZ ignored), as in `crates/bus/tests/full_disk.rs`.
+#[test]
+fn reads_are_answered_while_writes_wait_on_a_full_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // 512 KiB per file: the queue's store fills up with the tasks below.
+    let mut full = Command::new("bash")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 512; exec \"$0\" up")
+        .arg(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(d)
+        .env_remove("XO_NATS_URL")
+        .env("RUST_LOG", "warn")
+        .env("XO__CONSOLE__ENABLED", "false")
+        .env("XO__STATE__STOP_GRACE_MS", "2000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::answered(d, &mut full);
+    assert!(xo(d, &["init"]).status.success());
+    let big = "x".repeat(4096);
+    let tasks: Vec<serde_json::Value> = (0..400)
+        .map(|i| {
+            serde_json::json!({"task_id": format!("t{i:04}"), "intent": "x",
+                "instructions": big, "role": "coder"})
+        })
+        .collect();
+    std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
+    // The enqueue's reply waits for its write, which cannot fit.
+    let mut enqueue = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(["enqueue", "tasks.json"])
+        .current_dir(d)
+        .env_remove("XO_NATS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut said = None;
+    for _ in 0..600 {
+        let o = xo(d, &["status"]);
+        let out = text(&o.stdout);
+        if o.status.success() && out.contains("WRITES") {
+            said = Some(out);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let said = said.expect("xo status never said that writes fail");
+    assert!(
+        said.contains("writes have failed since") && said.contains("may not be durable yet"),
+        "{said}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&text(&xo(d, &["status", "--json"]).stdout)).unwrap();
+    assert!(json["writes_failing"].is_string(), "{json}");
+    let _ = enqueue.kill();
+    let _ = enqueue.wait();
+    let _ = Command::new("kill")
+        .args(["-INT", &full.id().to_string()])
+        .status();
+    let _ = full.wait_with_output().unwrap();
+    // Room again: it starts, nothing asks for a repair.
+    let u = up(d);
+    let s: serde_json::Value =
+        serde_json::from_str(&text(&xo(d, &["status", "--json"]).stdout)).unwrap();
+    assert_eq!(s["initialised"], true, "{s}");
+    assert!(s.get("writes_failing").is_none(), "{s}");
+    assert!(stop(u).status.success());
+}

@@ -37,7 +37,47 @@ pub async fn client_bus(cfg: &XoConfig) -> anyhow::Result<Bus> {
         return Ok(Bus::Nats(bus));
     }
     let path = cfg.state.socket_path();
-    match SocketBus::connect(&path).await {
+    socket_bus(&path).await
+}
+
+/// The bus of a service that runs as a client (`xo serve runner`, `xo serve
+/// console`): NATS (whose client retries by itself), or the socket of
+/// `xo up`, waited for while nothing serves it (started before `xo up`, or
+/// while it restarts), retrying every 100 ms up to every 2 s. A socket
+/// served by another user, or whose token cannot be read, is an error at
+/// once.
+pub async fn service_client_bus(cfg: &XoConfig) -> anyhow::Result<Bus> {
+    if !cfg.nats.url.is_empty() {
+        return client_bus(cfg).await;
+    }
+    let path = cfg.state.socket_path();
+    let mut wait = std::time::Duration::from_millis(100);
+    let mut said = false;
+    loop {
+        match SocketBus::connect(&path).await {
+            Ok(b) => {
+                if said {
+                    tracing::info!(socket = %path.display(), "xo up answered; starting");
+                }
+                return Ok(Bus::Socket(b));
+            }
+            Err(e @ (xo_bus::BusError::NotOurs { .. } | xo_bus::BusError::Token { .. })) => {
+                bail!("refused: {e}")
+            }
+            Err(e) => {
+                if !said {
+                    tracing::warn!(socket = %path.display(), error = %e, "waiting for the bus: nothing serves the socket yet; start `xo up` in this directory (or pass --nats URL); ctrl-c stops");
+                    said = true;
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+async fn socket_bus(path: &std::path::Path) -> anyhow::Result<Bus> {
+    match SocketBus::connect(path).await {
         Ok(b) => Ok(Bus::Socket(b)),
         // Served, but not by this user: say so, not "nothing is serving".
         Err(e @ xo_bus::BusError::NotOurs { .. }) => bail!("refused: {e}"),

@@ -126,7 +126,7 @@ async fn connect(cfg: &XoConfig, transport: Transport, name: &str) -> anyhow::Re
         Transport::Nats => anyhow::bail!(
             "{name} needs NATS: pass --nats URL (or set XO_NATS_URL); for one process with no server use `xo up`"
         ),
-        Transport::Client => Ok((crate::connect::client_bus(cfg).await?, None, None)),
+        Transport::Client => Ok((crate::connect::service_client_bus(cfg).await?, None, None)),
         Transport::Private => Ok((
             Bus::Local(LocalBus::new()),
             Some(embedded_store(cfg)?),

@@ -579,8 +579,14 @@ impl State {
                 self.with_status(r, reply);
             }
             QueueApi::Status(_, reply) => {
-                let s = self.m.status();
-                self.answer(Changes::default(), reply, Ok(s));
+                let mut s = self.m.status();
+                // Writes failing: answered now, saying so, not behind them.
+                if let Some(f) = self.failing() {
+                    s.writes_failing = Some(f.note());
+                    let _ = reply.send(Ok(s));
+                } else {
+                    self.answer(Changes::default(), reply, Ok(s));
+                }
                 return false;
             }
             QueueApi::Tasks(q, reply) => {
@@ -598,7 +604,11 @@ impl State {
                         self.m.page(q.state, q.after_seq, limit, max)
                     }
                 };
-                self.answer(Changes::default(), reply, Ok(list));
+                if self.failing().is_some() {
+                    let _ = reply.send(Ok(list));
+                } else {
+                    self.answer(Changes::default(), reply, Ok(list));
+                }
                 return false;
             }
             QueueApi::Retry(q, reply) => {
@@ -712,6 +722,15 @@ impl State {
 
     fn audit_file(&self, project: &str) -> std::path::PathBuf {
         audit::file_for(&self.ctx.cfg.data_dir(), project)
+    }
+
+    /// Whether the committer's writes are failing now.
+    fn failing(&self) -> Option<crate::commit::Failing> {
+        self.ctx
+            .failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Runs `f` once every change handed to the committer so far is durable.

@@ -127,8 +127,27 @@ async fn may_write(ctx: &Ctx, what: &str) -> bool {
     }
 }
 
+/// Writes failing since `since` (the queue's clock), the last error.
+#[derive(Debug, Clone)]
+pub struct Failing {
+    pub since: u64,
+    pub error: String,
+}
+
+impl Failing {
+    /// What a read answered while writes wait says.
+    pub fn note(&self) -> String {
+        format!(
+            "the queue's writes have failed since {} ({}); they are retried, and what this shows may not be durable yet",
+            xo_runtime::clock::rfc3339(self.since),
+            self.error
+        )
+    }
+}
+
 /// Retries a store write until it succeeds (the replies wait for it), or
-/// until this instance loses the lease (`None`: nothing written).
+/// until this instance loses the lease (`None`: nothing written). While it
+/// fails, [`Ctx::failing`] says so (reads are then answered at once).
 async fn retrying<T, F, Fut>(ctx: &Ctx, what: &str, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
@@ -140,8 +159,25 @@ where
             return None;
         }
         match f().await {
-            Ok(v) => return Some(v),
+            Ok(v) => {
+                let was = ctx.failing.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if was.is_some() {
+                    tracing::info!(what, "queue writes succeed again");
+                }
+                return Some(v);
+            }
             Err(e) => {
+                {
+                    let mut failing = ctx.failing.lock().unwrap_or_else(|p| p.into_inner());
+                    let since = failing
+                        .as_ref()
+                        .map(|f| f.since)
+                        .unwrap_or_else(|| ctx.clock.now_ms());
+                    *failing = Some(Failing {
+                        since,
+                        error: format!("{what}: {e}"),
+                    });
+                }
                 warn!(error = %e, what, "queue write failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));

@@ -70,6 +70,10 @@ pub struct Ctx {
     /// With a standby: whether this instance still holds the queue's lease
     /// (checked before every write; none when it is the only one).
     pub fence: Option<xo_bus::leader::Fence>,
+    /// Set while the committer's writes fail (a full disk, a store that
+    /// does not answer): reads are then answered at once, saying so,
+    /// instead of waiting behind the writes.
+    pub failing: std::sync::Mutex<Option<commit::Failing>>,
 }
 
 /// A running queue.
@@ -111,6 +115,7 @@ pub async fn start(sctx: ServiceCtx) -> QueueResult<QueueHandle> {
         clock,
         cfg,
         fence,
+        failing: Default::default(),
     });
     // The audit log's store copy is read once before serving: a damaged copy
     // stops the start here, named, instead of failing every write later.

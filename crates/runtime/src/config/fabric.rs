@@ -107,12 +107,18 @@ pub(super) fn expand_env(s: &str) -> Result<String, EnvError> {
 pub struct StateConfig {
     /// Where the embedded store and the bus socket live.
     pub dir: PathBuf,
+    /// How long `xo up` and `xo serve` wait, after ctrl-c or SIGTERM, for
+    /// their services to stop (drain, write their state) before exiting
+    /// anyway, saying so: a store or NATS that does not answer never keeps
+    /// the process. A second signal exits at once.
+    pub stop_grace_ms: u64,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from(".xo"),
+            stop_grace_ms: 10_000,
         }
     }
 }
