@@ -48,7 +48,7 @@ pub use heartbeat::Heartbeat;
 pub use invalid::Invalid;
 pub use salute::{
     Action, ActionKind, Activity, Assessor, Equipment, Health, Location, Outcome, Pace,
-    SaluteReport, SelfSteered, Size, Status, Time, UnitInfo,
+    SaluteReport, SelfSteered, Size, Status, Time, UnitInfo, UnitNeeds,
 };
 pub use steering::{
     AnomalyKind, Evidence, NeedsReason, NeedsYou, Severity, Steering, SteeringSource,

@@ -248,6 +248,22 @@ pub struct Status {
     /// the agent gets one steering per anomaly.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub self_steered: Vec<SelfSteered>,
+    /// The unit waits for a person, by its own account: its agent asked
+    /// for a permission or asked its user something (the agent's hooks),
+    /// its spend cap was reached, it ended with an error. The XO marks it
+    /// "needs you" with this reason and does not steer it; a later report
+    /// without it clears it (the unit moved again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needs: Option<UnitNeeds>,
+}
+
+/// Why a unit says it waits for a person ([`Status::needs`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UnitNeeds {
+    pub reason: crate::NeedsReason,
+    /// What it waits on, in words: the prompt, the question, the cap.
+    #[serde(default)]
+    pub detail: String,
 }
 
 /// One steering the unit gave itself ([`Status::self_steered`]).

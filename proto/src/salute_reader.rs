@@ -652,6 +652,7 @@ mod tests {
             note: g.opt(),
             ended: g.flip(),
             self_steered: Vec::new(),
+            needs: None,
         };
         r
     }

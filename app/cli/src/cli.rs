@@ -118,6 +118,19 @@ pub enum Cmd {
         /// their end and reports only what is written from now on.
         #[arg(long)]
         from_start: bool,
+        /// A session's spend cap in USD: a warning at 80%, and at 100% its
+        /// hook refuses its next tool call and the unit needs you.
+        #[arg(long, default_value_t = 0.0)]
+        max_cost: f64,
+        /// A session's token cap (input and output), as --max-cost.
+        #[arg(long, default_value_t = 0)]
+        max_tokens: u64,
+        /// The cost cap of all the watched sessions of one day (UTC).
+        #[arg(long, default_value_t = 0.0)]
+        max_cost_per_day: f64,
+        /// The token cap of all the watched sessions of one day (UTC).
+        #[arg(long, default_value_t = 0)]
+        max_tokens_per_day: u64,
     },
     /// Agent hooks: `xo hook claude` (Claude Code's PostToolUse,
     /// PostToolUseFailure and Stop hook) and `xo hook codex` (Codex's

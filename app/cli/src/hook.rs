@@ -20,6 +20,23 @@
 //! What it hands over moves to `.xo/steering.delivered`. Nothing pending:
 //! no output. A hook must never fail the agent's call: an unreadable
 //! payload is an empty one.
+//!
+//! The same hook tells XO when the session waits for a person, and answers
+//! for it where it was asked to (`xo_pipeline::driver::waiting`):
+//!
+//! - `Notification` (Claude Code) with `permission_prompt`, `idle_prompt`
+//!   or `elicitation_dialog`: a line in `.xo/needs.jsonl`; the transcript
+//!   watch reports the unit "needs you" (`permission`, `question`) until
+//!   the session writes again. No output.
+//! - `PermissionRequest` (Claude Code, Codex): the first `[[hooks.approve]]`
+//!   rule that matches the tool and its command answers `allow` or `deny`
+//!   (`{"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+//!   "decision": {"behavior": …}}}`); `ask`, or no rule, leaves the prompt
+//!   to the person and the unit needs you (`permission`). Every answer a
+//!   rule gives is a line of `<state.dir>/approvals.jsonl` naming the rule.
+//! - `PreToolUse`: a session whose cap a watch marked reached
+//!   (`.xo/spent.jsonl`) has its next tool call refused
+//!   (`permissionDecision: "deny"` with the reason).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -90,7 +107,7 @@ fn answer(event: &str, steering: &str) -> serde_json::Value {
 }
 
 /// `xo hook AGENT`: answers one hook call (its payload on stdin).
-pub fn answer_hook(agent: &str) -> anyhow::Result<ExitCode> {
+pub fn answer_hook(agent: &str, cfg: &xo_runtime::XoConfig) -> anyhow::Result<ExitCode> {
     known(agent)?;
     let mut input = String::new();
     let _ = std::io::stdin().read_to_string(&mut input);
@@ -100,6 +117,17 @@ pub fn answer_hook(agent: &str) -> anyhow::Result<ExitCode> {
         .and_then(|e| e.as_str())
         .unwrap_or("PostToolUse")
         .to_string();
+    match event.as_str() {
+        "Notification" => {
+            waits(&project_dir(agent, &payload), &payload);
+            return Ok(ExitCode::SUCCESS);
+        }
+        "PermissionRequest" => return permission(agent, cfg, &payload),
+        "PreToolUse" => return pre_tool_use(agent, &payload),
+        // The session moved: the transcript says so to the watch.
+        "UserPromptSubmit" | "SessionStart" => return Ok(ExitCode::SUCCESS),
+        _ => {}
+    }
     let session = payload
         .get("session_id")
         .and_then(|s| s.as_str())
@@ -154,5 +182,141 @@ pub fn answer_hook(agent: &str) -> anyhow::Result<ExitCode> {
         }
     }
     let _ = std::fs::remove_file(&taking);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Records that the hook's session waits for a person, if its payload says
+/// so. Never fails the agent's call: a file that cannot be written is said
+/// on stderr.
+fn waits(dir: &std::path::Path, payload: &serde_json::Value) {
+    use xo_pipeline::driver::waiting;
+    if let Some(w) = waiting::from_hook(payload, xo_proto::now_ms())
+        && let Err(e) = waiting::record(dir, &w)
+    {
+        eprintln!("xo hook: {}: {e}", waiting::NEEDS);
+    }
+}
+
+/// The call's subject a rule's `command` is matched against: the command,
+/// the file or the URL.
+fn subject(payload: &serde_json::Value) -> String {
+    let input = payload.get("tool_input");
+    ["command", "file_path", "path", "url", "pattern"]
+        .iter()
+        .find_map(|k| input?.get(*k)?.as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// `PermissionRequest`: the first `[[hooks.approve]]` rule that matches
+/// answers; `ask`, or none, leaves it to the person (the unit needs you).
+fn permission(
+    agent: &str,
+    cfg: &xo_runtime::XoConfig,
+    payload: &serde_json::Value,
+) -> anyhow::Result<ExitCode> {
+    use xo_runtime::config::ApproveDecision;
+    let dir = project_dir(agent, payload);
+    let tool = payload
+        .get("tool_name")
+        .and_then(|t| t.as_str())
+        .unwrap_or("");
+    let subject = subject(payload);
+    let rule = cfg
+        .hooks
+        .approve
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.matches(tool, &subject));
+    let Some((i, rule)) = rule else {
+        waits(&dir, payload);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let label = rule.label(i);
+    audit(
+        cfg,
+        &dir,
+        agent,
+        payload,
+        tool,
+        &subject,
+        rule.decision,
+        &label,
+    );
+    let decision = match rule.decision {
+        ApproveDecision::Allow => serde_json::json!({"behavior": "allow"}),
+        ApproveDecision::Deny => serde_json::json!({
+            "behavior": "deny",
+            "message": format!("refused by the XO rule {label}; do it another way or ask your user"),
+        }),
+        ApproveDecision::Ask => {
+            waits(&dir, payload);
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    println!(
+        "{}",
+        serde_json::json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}})
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line of `<state.dir>/approvals.jsonl`: what a rule answered, for
+/// whom. Said on stderr if it cannot be written (the answer still goes).
+#[allow(clippy::too_many_arguments)]
+fn audit(
+    cfg: &xo_runtime::XoConfig,
+    dir: &std::path::Path,
+    agent: &str,
+    payload: &serde_json::Value,
+    tool: &str,
+    subject: &str,
+    decision: xo_runtime::config::ApproveDecision,
+    rule: &str,
+) {
+    let state = if cfg.state.dir.is_absolute() {
+        cfg.state.dir.clone()
+    } else {
+        dir.join(&cfg.state.dir)
+    };
+    let line = serde_json::json!({
+        "at": xo_runtime::clock::rfc3339(xo_proto::now_ms()),
+        "agent": agent,
+        "session_id": payload.get("session_id"),
+        "cwd": dir.display().to_string(),
+        "tool": tool,
+        "subject": subject,
+        "decision": decision,
+        "rule": rule,
+    });
+    let mut bytes = line.to_string().into_bytes();
+    bytes.push(b'\n');
+    if let Err(e) = xo_runtime::untrusted::append(&state, std::path::Path::new(APPROVALS), &bytes) {
+        eprintln!(
+            "xo hook: the approval was not written to {}: {e}",
+            state.join(APPROVALS).display()
+        );
+    }
+}
+
+/// The hooks' audit log of rule answers, in the state directory.
+pub const APPROVALS: &str = "approvals.jsonl";
+
+/// `PreToolUse`: a session whose cap is reached may make no more calls.
+fn pre_tool_use(agent: &str, payload: &serde_json::Value) -> anyhow::Result<ExitCode> {
+    let Some(session) = payload.get("session_id").and_then(|s| s.as_str()) else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let dir = project_dir(agent, payload);
+    if let Some(why) = xo_pipeline::driver::waiting::spent(&dir, session) {
+        println!(
+            "{}",
+            serde_json::json!({"hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": format!("[SUPERVISOR] this session's cap is reached ({why}): make no more tool calls; stop and tell your user what is left to do"),
+            }})
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

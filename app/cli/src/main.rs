@@ -168,6 +168,10 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             role,
             poll_ms,
             from_start,
+            max_cost,
+            max_tokens,
+            max_cost_per_day,
+            max_tokens_per_day,
         } => {
             let args = xo_runner::watch::WatchArgs {
                 format,
@@ -175,12 +179,18 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                 role,
                 poll_ms,
                 from_start,
+                caps: xo_runner::watch::Caps {
+                    cost_usd: max_cost,
+                    tokens: max_tokens,
+                    cost_usd_per_day: max_cost_per_day,
+                    tokens_per_day: max_tokens_per_day,
+                },
             };
             watch::watch(&cfg, args, services::shutdown_signal()).await
         }
         Cmd::Hook { agent, install } => match install {
             Some(dir) => hook::install(&agent, &dir).await,
-            None => hook::answer_hook(&agent),
+            None => hook::answer_hook(&agent, &cfg),
         },
         Cmd::Import {
             format,

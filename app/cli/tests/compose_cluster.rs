@@ -167,7 +167,18 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
         "(a) {lead} (leading KV_XO_QUEUE) killed: the next task completed {:.1} s later",
         begun.elapsed().as_secs_f64()
     );
-    let new = leader(&bus, "KV_XO_QUEUE").await.expect("a new leader");
+    // The stream's info is asked of the JetStream API, which answers once
+    // the remaining nodes agree on the new leader: a task can complete
+    // before a request made at that moment is answered. Asked until it is.
+    let mut new = None;
+    for _ in 0..60 {
+        new = leader(&bus, "KV_XO_QUEUE").await;
+        if new.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let new = new.expect("a new leader");
     assert_ne!(new, lead, "the bucket has a new leader");
     progress(&bus, 2, &p).await;
     p.run(&["start", dead]);

@@ -527,6 +527,250 @@ fn the_claude_hook_answers_failures_and_stops_and_takes_only_its_sessions_steeri
     assert_eq!(delivered.lines().count(), 2, "{delivered}");
 }
 
+/// The lines of `.xo/needs.jsonl` in `d`.
+fn needs(d: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(d.join(".xo/needs.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Issue 37, items 3 and 6, on Claude Code's documented hook JSON: a
+/// `Notification` with `permission_prompt`, `idle_prompt` or
+/// `elicitation_dialog` tells the XO the session waits for a person (other
+/// types say nothing); a `PermissionRequest` is answered by the first
+/// `[[hooks.approve]]` rule that matches (allow, deny, ask), each answer in
+/// the audit log with its rule, and left to the person (who is told) when
+/// none matches or the rule says ask; a `*` never spans a shell operator.
+#[test]
+fn the_claude_hook_says_when_a_session_waits_and_answers_permissions_by_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let note = |kind: &str, message: &str| {
+        serde_json::json!({
+            "session_id": "s1", "transcript_path": "/t/s1.jsonl", "cwd": d,
+            "hook_event_name": "Notification", "notification_type": kind,
+            "message": message, "title": "Claude Code"
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let o = xo(
+        d,
+        &["hook", "claude"],
+        Some(&note(
+            "permission_prompt",
+            "Claude needs your permission to use Bash",
+        )),
+    );
+    assert!(o.status.success() && o.stdout.is_empty(), "{o:?}");
+    let o = xo(
+        d,
+        &["hook", "claude"],
+        Some(&note("auth_success", "Logged in")),
+    );
+    assert!(o.status.success() && o.stdout.is_empty());
+    let o = xo(
+        d,
+        &["hook", "claude"],
+        Some(&note("idle_prompt", "Claude is waiting for your input")),
+    );
+    assert!(o.status.success() && o.stdout.is_empty());
+    let n = needs(d);
+    assert_eq!(n.len(), 2, "{n:?}");
+    assert_eq!(
+        (
+            n[0]["reason"].as_str(),
+            n[0]["session_id"].as_str(),
+            n[0]["detail"].as_str()
+        ),
+        (
+            Some("permission"),
+            Some("s1"),
+            Some("Claude needs your permission to use Bash")
+        )
+    );
+    assert_eq!(n[1]["reason"], "question");
+
+    let ask = |session: &str, tool: &str, input: serde_json::Value| {
+        serde_json::json!({
+            "session_id": session, "transcript_path": "/t/s1.jsonl", "cwd": d,
+            "permission_mode": "default", "hook_event_name": "PermissionRequest",
+            "tool_name": tool, "tool_input": input,
+            "permission_suggestions": [{"type": "addRules", "behavior": "allow", "destination": "localSettings"}]
+        })
+        .to_string()
+        .into_bytes()
+    };
+    // No rule: the person answers, and is told.
+    let o = xo(
+        d,
+        &["hook", "claude"],
+        Some(&ask(
+            "s1",
+            "Bash",
+            serde_json::json!({"command": "cargo test -p x"}),
+        )),
+    );
+    assert!(o.status.success() && o.stdout.is_empty(), "{o:?}");
+    assert_eq!(
+        needs(d)[2]["detail"],
+        "permission for Bash: cargo test -p x"
+    );
+    assert!(
+        !d.join(".xo/approvals.jsonl").exists(),
+        "no rule, nothing audited"
+    );
+
+    std::fs::write(
+        d.join("xo.toml"),
+        r#"
+[[hooks.approve]]
+tool = "Bash"
+command = "cargo test*"
+decision = "allow"
+
+[[hooks.approve]]
+tool = "Bash"
+command = "rm *"
+decision = "deny"
+name = "no deletions"
+
+[[hooks.approve]]
+tool = "WebFetch"
+decision = "ask"
+"#,
+    )
+    .unwrap();
+    let answer = |o: &std::process::Output| -> serde_json::Value {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    let a = answer(&xo(
+        d,
+        &["hook", "claude"],
+        Some(&ask(
+            "s1",
+            "Bash",
+            serde_json::json!({"command": "cargo test -p x"}),
+        )),
+    ));
+    assert_eq!(
+        a,
+        serde_json::json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}})
+    );
+    let a = answer(&xo(
+        d,
+        &["hook", "claude"],
+        Some(&ask(
+            "s1",
+            "Bash",
+            serde_json::json!({"command": "rm -rf build"}),
+        )),
+    ));
+    assert_eq!(a["hookSpecificOutput"]["decision"]["behavior"], "deny");
+    assert!(
+        a["hookSpecificOutput"]["decision"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no deletions"),
+        "{a}"
+    );
+    // A chained command is no test run: no rule covers it, the person
+    // decides.
+    let before = needs(d).len();
+    let a = answer(&xo(
+        d,
+        &["hook", "claude"],
+        Some(&ask(
+            "s1",
+            "Bash",
+            serde_json::json!({"command": "cargo test; curl x | sh"}),
+        )),
+    ));
+    assert_eq!(a, serde_json::Value::Null);
+    let a = answer(&xo(
+        d,
+        &["hook", "claude"],
+        Some(&ask(
+            "s1",
+            "WebFetch",
+            serde_json::json!({"url": "https://example.com", "prompt": "p"}),
+        )),
+    ));
+    assert_eq!(a, serde_json::Value::Null, "ask: the prompt is shown");
+    let n = needs(d);
+    assert_eq!(n.len(), before + 2);
+    assert_eq!(
+        n[n.len() - 1]["detail"],
+        "permission for WebFetch: https://example.com"
+    );
+    let audit: Vec<serde_json::Value> = std::fs::read_to_string(d.join(".xo/approvals.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|a| (a["decision"].as_str().unwrap(), a["rule"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("allow", "hooks.approve[0] (Bash cargo test*)"),
+            ("deny", "no deletions"),
+            ("ask", "hooks.approve[2] (WebFetch)"),
+        ]
+    );
+    assert_eq!(audit[0]["subject"], "cargo test -p x");
+    assert_eq!(audit[0]["session_id"], "s1");
+
+    // Codex's PermissionRequest (codex-rs/hooks schema): the same answer.
+    let codex = serde_json::json!({
+        "session_id": "c1", "turn_id": "t1", "transcript_path": null, "cwd": d,
+        "hook_event_name": "PermissionRequest", "model": "gpt-5.5", "permission_mode": "default",
+        "tool_name": "Bash", "tool_input": {"command": "cargo test", "description": "run the tests"}
+    });
+    let a = answer(&xo(
+        d,
+        &["hook", "codex"],
+        Some(codex.to_string().as_bytes()),
+    ));
+    assert_eq!(a["hookSpecificOutput"]["decision"]["behavior"], "allow");
+
+    // A session whose cap a watch marked reached: its next call is refused
+    // in PreToolUse's terms; another session's is not.
+    std::fs::write(
+        d.join(".xo/spent.jsonl"),
+        "{\"session_id\":\"s1\",\"reason\":\"12100 tokens of the session's max_tokens 10000 spent\"}\n",
+    )
+    .unwrap();
+    let pre = |session: &str| {
+        serde_json::json!({
+            "session_id": session, "transcript_path": "/t.jsonl", "cwd": d,
+            "permission_mode": "default", "hook_event_name": "PreToolUse",
+            "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "toolu_9"
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let a = answer(&xo(d, &["hook", "claude"], Some(&pre("s1"))));
+    assert_eq!(a["hookSpecificOutput"]["hookEventName"], "PreToolUse");
+    assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "deny");
+    assert!(
+        a["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens 10000"),
+        "{a}"
+    );
+    assert_eq!(
+        answer(&xo(d, &["hook", "claude"], Some(&pre("s2")))),
+        serde_json::Value::Null
+    );
+}
+
 /// Codex's hook contract (codex-rs/hooks/schema/generated): a PostToolUse
 /// answer may carry only `continue`, `decision`, `hookSpecificOutput`
 /// (`hookEventName` = PostToolUse, `additionalContext`,

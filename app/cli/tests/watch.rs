@@ -590,3 +590,157 @@ fn watch_says_what_is_wrong() {
         "{err}"
     );
 }
+
+/// One turn of a Claude Code session that lists a folder, with its usage:
+/// 1000 tokens in, 100 out.
+fn costly_turn(session: &str, i: u32, cwd: &Path) -> String {
+    let c = cwd.display();
+    format!(
+        "{{\"type\":\"assistant\",\"sessionId\":\"{session}\",\"cwd\":\"{c}\",\"message\":{{\"id\":\"m{i}\",\"model\":\"claude-sonnet-4-5\",\"usage\":{{\"input_tokens\":1000,\"output_tokens\":100}},\"content\":[{{\"type\":\"tool_use\",\"id\":\"t{i}\",\"name\":\"Bash\",\"input\":{{\"command\":\"ls d{i}\"}}}}]}}}}\n\
+         {{\"type\":\"user\",\"sessionId\":\"{session}\",\"cwd\":\"{c}\",\"message\":{{\"content\":[{{\"type\":\"tool_result\",\"tool_use_id\":\"t{i}\",\"content\":\"d{i}: a b c\"}}]}}}}\n"
+    )
+}
+
+/// `xo hook claude` in `project` with `payload`, as Claude Code runs it.
+fn hook(project: &Path, payload: serde_json::Value) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(project)
+        .args(["hook", "claude"])
+        .env_remove("CLAUDE_PROJECT_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(payload.to_string().as_bytes())
+        .unwrap();
+    c.wait_with_output().unwrap()
+}
+
+/// Issue 37, items 3 and 5, with the XO and the watch as their own
+/// processes on a real nats-server: a watched Claude Code session whose
+/// hook says a permission prompt is open needs you (`permission`), and no
+/// longer once it writes again; at 80% of its token cap it is warned
+/// through its hook; at the cap its hook is told to refuse its next call
+/// and it needs you (`budget`), whatever it writes after.
+#[tokio::test]
+async fn a_waiting_session_needs_you_and_its_cap_stops_it() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let root_dir = tempfile::tempdir().unwrap();
+    let root = root_dir.path();
+    let sessions = root.join("projects");
+    let project = root.join("p");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
+    procs.0.push(xo(
+        root,
+        &url,
+        "watch",
+        &[
+            "watch",
+            "claude",
+            sessions.to_str().unwrap(),
+            "--poll-ms",
+            "50",
+            "--max-tokens",
+            "10000",
+        ],
+    ));
+    read_what_was_there(root, "watch").await;
+    let file = sessions.join("s-cap.jsonl");
+    let turns = |from: u32, to: u32| -> String {
+        (from..to)
+            .map(|i| costly_turn("s-cap", i, &project))
+            .collect()
+    };
+    std::fs::write(&file, turns(0, 2)).unwrap();
+    let needs_of = |bus: &Bus| {
+        let bus = bus.clone();
+        async move {
+            units(&bus)
+                .await
+                .into_iter()
+                .find(|u| u.unit == "s-cap")
+                .map(|u| u.needs.map(|n| (n.reason, n.detail)))
+        }
+    };
+    eventually("the session is a unit", root, || async {
+        needs_of(&bus).await.is_some()
+    })
+    .await;
+
+    // Claude Code's Notification hook: a permission prompt is open.
+    let o = hook(
+        &project,
+        serde_json::json!({"session_id": "s-cap", "transcript_path": file, "cwd": project,
+            "hook_event_name": "Notification", "notification_type": "permission_prompt",
+            "message": "Claude needs your permission to use Bash", "title": "Claude Code"}),
+    );
+    assert!(o.status.success(), "{o:?}");
+    eventually("the unit needs you for a permission", root, || async {
+        needs_of(&bus).await
+            == Some(Some((
+                xo_proto::NeedsReason::Permission,
+                "Claude needs your permission to use Bash".into(),
+            )))
+    })
+    .await;
+    // The person answered: the session writes again.
+    append(&file, &turns(2, 3));
+    eventually("the unit moved: it no longer needs you", root, || async {
+        needs_of(&bus).await == Some(None)
+    })
+    .await;
+
+    // 80% of 10,000 tokens (1,100 a turn): warned through its hook.
+    append(&file, &turns(3, 9));
+    let pending = project.join(".xo/steering.pending");
+    eventually("warned at 80% of its cap", root, || async {
+        std::fs::read_to_string(&pending).is_ok_and(|p| {
+            p.contains("\"session_id\":\"s-cap\"") && p.contains("of this session's cap is spent")
+        })
+    })
+    .await;
+    // Past the cap: its hook refuses the next call, it needs you.
+    append(&file, &turns(9, 12));
+    eventually("at its cap it needs you", root, || async {
+        matches!(
+            needs_of(&bus).await,
+            Some(Some((xo_proto::NeedsReason::Budget, _)))
+        )
+    })
+    .await;
+    let spent = std::fs::read_to_string(project.join(".xo/spent.jsonl")).unwrap();
+    assert!(
+        spent.contains("\"session_id\":\"s-cap\"") && spent.contains("max_tokens 10000"),
+        "{spent}"
+    );
+    let o = hook(
+        &project,
+        serde_json::json!({"session_id": "s-cap", "transcript_path": file, "cwd": project,
+            "permission_mode": "default", "hook_event_name": "PreToolUse",
+            "tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "toolu_1"}),
+    );
+    let a: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "deny", "{a}");
+    // What the refused session writes after does not clear it.
+    append(&file, &turns(12, 13));
+    eventually("the refused call's turn is read", root, || async {
+        units(&bus)
+            .await
+            .iter()
+            .any(|u| u.unit == "s-cap" && u.turn >= 12)
+    })
+    .await;
+    let last = needs_of(&bus).await;
+    assert!(
+        matches!(last, Some(Some((xo_proto::NeedsReason::Budget, _)))),
+        "{last:?}"
+    );
+    drop(procs);
+}

@@ -289,6 +289,39 @@ pub fn check_unit(
         }
     }
 
+    // The unit's own account of waiting for a person (a permission prompt,
+    // a question, its cap, an error) marks it; a report without one clears
+    // what an earlier one set (escalation's `stuck` is cleared by
+    // progress, above).
+    match &report.status.needs {
+        Some(n) => {
+            let same = state
+                .needs
+                .as_deref()
+                .is_some_and(|k| k.reason == n.reason && k.detail == n.detail);
+            if !same {
+                state.needs = Some(Box::new(NeedsYou {
+                    reason: n.reason,
+                    turn,
+                    stretch_from: state.stretch_from,
+                    since: report.time.at,
+                    kind: None,
+                    detail: n.detail.clone(),
+                }));
+            }
+        }
+        None => {
+            if state
+                .needs
+                .as_deref()
+                .is_some_and(|k| k.reason != xo_proto::NeedsReason::Stuck)
+            {
+                state.needs = None;
+            }
+        }
+    }
+    let waiting = report.status.needs.is_some();
+
     // Above the warning line a context finding is on the fill (below it, on
     // condensations): told once a level until the fill falls below again.
     let (warning_line, _) = rules::context_lines(report, &profile.doctrine);
@@ -312,8 +345,9 @@ pub fn check_unit(
             Severity::Urgent | Severity::Critical => Health::Red,
         });
         // Nothing reaches a session that has ended (or waits for its
-        // user): the finding is in its health, not in steering.
-        if report.status.ended {
+        // user, or for a person's answer): the finding is in its health,
+        // not in steering.
+        if report.status.ended || waiting {
             continue;
         }
         let exempt = f.severity == Severity::Critical;

@@ -935,3 +935,48 @@ fn steering_the_unit_gave_itself_counts_toward_the_stretch() {
         Some((9, xo_proto::NeedsReason::Stuck, Some(AnomalyKind::Loop)))
     );
 }
+
+/// Issue 37, item 3: a unit that says it waits for a person (its hook saw a
+/// permission prompt) needs you with that reason and is not steered, even
+/// stalled; a report without it clears it; a different reason is a new
+/// need; the stuck need of escalation is not cleared by a report that
+/// says nothing (only by progress).
+#[test]
+fn a_unit_waiting_for_a_person_needs_you_by_its_own_account_and_is_not_steered() {
+    use xo_proto::{NeedsReason, UnitNeeds};
+    let mut radio = Radio::default();
+    let stalled = |turn: u64, needs: Option<UnitNeeds>| {
+        let mut r = report(turn);
+        r.activity.turns_since_progress = turn as u32;
+        r.status.needs = needs;
+        r
+    };
+    let permission = UnitNeeds {
+        reason: NeedsReason::Permission,
+        detail: "permission for Bash: cargo publish".into(),
+    };
+    // Waiting for 40 turns' worth of stall: needs you, never steered.
+    for turn in 1..=40 {
+        let a = radio.check(&stalled(turn, Some(permission.clone())));
+        assert!(a.steering.is_empty(), "turn {turn}: {:?}", a.steering);
+        let n = a.needs.expect("needs you");
+        assert_eq!(n.reason, NeedsReason::Permission);
+        assert_eq!(n.detail, "permission for Bash: cargo publish");
+        assert_eq!(n.turn, 1, "set once, at the turn it began");
+    }
+    // Another reason: a new need from that turn.
+    let question = UnitNeeds {
+        reason: NeedsReason::Question,
+        detail: "which port?".into(),
+    };
+    let a = radio.check(&stalled(41, Some(question)));
+    let n = a.needs.unwrap();
+    assert_eq!((n.reason, n.turn), (NeedsReason::Question, 41));
+    // It moved: cleared, and steered again as any unit.
+    let a = radio.check(&stalled(42, None));
+    assert!(a.needs.is_none());
+    assert!(
+        !a.steering.is_empty(),
+        "a stalled unit that no longer waits is steered"
+    );
+}

@@ -143,6 +143,28 @@ pub fn read_tail(base: &Path, rel: &Path, max: usize) -> Result<(Vec<u8>, u64), 
     Ok((out, skip))
 }
 
+/// At most `max` bytes of `base/rel` from byte `from`, and the file's
+/// length: a reader that follows an appended file reads on from where it
+/// was. A file shorter than `from` (truncated, replaced) is read from its
+/// start.
+pub fn read_from(
+    base: &Path,
+    rel: &Path,
+    from: u64,
+    max: usize,
+) -> Result<(Vec<u8>, u64, u64), UntrustedError> {
+    let mut f = open_under(base, rel, OFlag::O_RDONLY, false)?;
+    let shown = base.join(rel);
+    let len = f.metadata().map_err(|e| io(&shown, e))?.len();
+    let start = if from > len { 0 } else { from };
+    f.seek(SeekFrom::Start(start)).map_err(|e| io(&shown, e))?;
+    let mut out = Vec::new();
+    f.take((len - start).min(max as u64))
+        .read_to_end(&mut out)
+        .map_err(|e| io(&shown, e))?;
+    Ok((out, start, len))
+}
+
 /// Appends `bytes` to `base/rel` in one write, making the file (0600) and
 /// its folders (0700) if missing. Refuses a file with other hard links (a
 /// link to a file outside the tree).

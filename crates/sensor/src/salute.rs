@@ -163,6 +163,22 @@ impl SaluteState {
         Some(r)
     }
 
+    /// The state as it is, saying what the unit waits for (a person's
+    /// answer, a permission, its cap): marked ended as well, so that it is
+    /// neither steered nor called stale while it waits. `None` before the
+    /// first turn.
+    pub fn waiting(&mut self, needs: xo_proto::UnitNeeds) -> Option<SaluteReport> {
+        let mut r = self.rest()?;
+        r.status.needs = Some(needs);
+        Some(r)
+    }
+
+    /// What the session has spent so far: its cost in USD and its tokens
+    /// (input and output).
+    pub fn spend(&self) -> (f64, u64) {
+        (self.cost, self.tokens_in.saturating_add(self.tokens_out))
+    }
+
     /// The report of the state as it is, under the current turn and seq.
     fn report(&self) -> SaluteReport {
         let mut r = SaluteReport::new(&self.unit, &self.role, self.turn, self.seq);

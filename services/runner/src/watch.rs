@@ -36,7 +36,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info, warn};
 use xo_bus::{Bus, input, typed};
-use xo_proto::{SaluteReport, Steering, Subjects};
+use xo_proto::{SaluteReport, Steering, Subjects, UnitNeeds};
 use xo_runtime::config::WatchConfig;
 use xo_runtime::service::{BoxFuture, StopError};
 use xo_runtime::tree::{self, Intensity, Running};
@@ -68,6 +68,16 @@ struct Session {
     live: bool,
     /// The XO has been told it rests (its last report said ended).
     rested: bool,
+    /// What it waits for, by its hooks' account or its cap: on every
+    /// report until the session moves (a cap, until the watch restarts).
+    needs: Option<UnitNeeds>,
+    /// The needs was read in this look: lines read with it do not clear it.
+    needs_fresh: bool,
+    /// Told it is at 80% of a cap; its cap reached.
+    warned: bool,
+    spent: bool,
+    /// Its spend already counted into the day's.
+    counted: (f64, u64),
 }
 
 impl Session {
@@ -83,7 +93,18 @@ impl Session {
             skipped: false,
             live: false,
             rested: false,
+            needs: None,
+            needs_fresh: false,
+            warned: false,
+            spent: false,
+            counted: (0.0, 0),
         }
+    }
+
+    /// The session id its hook is called with (a subagent's calls run in
+    /// its parent's session).
+    fn hook_session(&self) -> Option<&str> {
+        self.sensor.parent().or(self.sensor.session())
     }
 
     fn unit(&self) -> Option<&str> {
@@ -100,6 +121,44 @@ pub struct WatchArgs {
     pub poll_ms: u64,
     /// Report the history of the sessions already there.
     pub from_start: bool,
+    /// Spend caps for the sessions (0: none).
+    pub caps: Caps,
+}
+
+/// A watch's spend caps: per session, and for all its sessions of one day
+/// (UTC). 0 is none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Caps {
+    pub cost_usd: f64,
+    pub tokens: u64,
+    pub cost_usd_per_day: f64,
+    pub tokens_per_day: u64,
+}
+
+/// The share of a cap reached at which a session is warned.
+const WARN_AT: f64 = 0.8;
+
+impl Caps {
+    /// The largest share of a cap `cost` and `tokens` reach (0 with no
+    /// cap), and the cap it is, in words.
+    fn share(cost: f64, cap_cost: f64, tokens: u64, cap_tokens: u64, what: &str) -> (f64, String) {
+        let by_cost = (cap_cost > 0.0).then(|| {
+            (
+                cost / cap_cost,
+                format!("${cost:.2} of {what} max_cost_usd ${cap_cost:.2}"),
+            )
+        });
+        let by_tokens = (cap_tokens > 0).then(|| {
+            (
+                tokens as f64 / cap_tokens as f64,
+                format!("{tokens} tokens of {what} max_tokens {cap_tokens}"),
+            )
+        });
+        [by_cost, by_tokens]
+            .into_iter()
+            .flatten()
+            .fold((0.0, String::new()), |a, b| if b.0 > a.0 { b } else { a })
+    }
 }
 
 /// Why a watch cannot start.
@@ -111,6 +170,8 @@ pub enum WatchError {
     WholeDocument(Format),
     #[error("{0} is not a directory to watch")]
     NotADirectory(String),
+    #[error("{what} = {value} is not a cap: a number of dollars from 0 (none) to 1e12")]
+    BadCap { what: &'static str, value: f64 },
     /// The transport, the store or a control call.
     #[error(transparent)]
     Bus(#[from] xo_bus::Error),
@@ -132,6 +193,14 @@ pub fn check(args: &WatchArgs) -> Result<Format, WatchError> {
     for d in &args.dirs {
         if !Path::new(d).is_dir() {
             return Err(WatchError::NotADirectory(d.clone()));
+        }
+    }
+    for (what, value) in [
+        ("max_cost_usd", args.caps.cost_usd),
+        ("max_cost_usd_per_day", args.caps.cost_usd_per_day),
+    ] {
+        if xo_proto::finite::check_amount(what, value).is_err() {
+            return Err(WatchError::BadCap { what, value });
         }
     }
     Ok(format)
@@ -159,6 +228,11 @@ struct Watcher {
 struct Sessions {
     all: BTreeMap<PathBuf, Session>,
     first: bool,
+    /// How far each project's `.xo/needs.jsonl` is read.
+    needs_read: HashMap<PathBuf, u64>,
+    /// The day (days since the epoch, UTC) and what all the sessions spent
+    /// in it since the watch started.
+    day: (u64, f64, u64),
 }
 
 impl Actor for Watcher {
@@ -175,6 +249,8 @@ impl Actor for Watcher {
         Ok(Sessions {
             all: BTreeMap::new(),
             first: true,
+            needs_read: HashMap::new(),
+            day: (0, 0.0, 0),
         })
     }
 
@@ -198,7 +274,20 @@ impl Watcher {
     async fn scan(&self, st: &mut Sessions) -> Result<(), ActorProcessingErr> {
         let (format, dirs, first) = (self.format, self.args.dirs.clone(), st.first);
         let mut all = std::mem::take(&mut st.all);
-        let (all, read) = tokio::task::spawn_blocking(move || {
+        let mut needs_read = std::mem::take(&mut st.needs_read);
+        let (all, read, waits, needs_read) = tokio::task::spawn_blocking(move || {
+            // The hooks' account first: transcript lines read after it
+            // were written after it (the session moved since).
+            let projects: std::collections::BTreeSet<PathBuf> =
+                all.values().filter_map(|s| s.cwd.clone()).collect();
+            let mut waits = Vec::new();
+            for dir in projects {
+                let at = needs_read.entry(dir.clone()).or_default();
+                let w = xo_pipeline::driver::waiting::read_new(&dir, at);
+                if !w.is_empty() {
+                    waits.push((dir, w));
+                }
+            }
             let mut read = Vec::new();
             for (path, dir_mode) in scan(format, &dirs) {
                 let s = all.entry(path.clone()).or_insert_with(|| {
@@ -215,10 +304,11 @@ impl Watcher {
                 };
                 read.push((path, lines));
             }
-            (all, read)
+            (all, read, waits, needs_read)
         })
         .await?;
         st.all = all;
+        st.needs_read = needs_read;
         let out = Out {
             bus: &self.bus,
             subjects: &self.cfg.subjects(),
@@ -243,6 +333,33 @@ impl Watcher {
                 s.skipped = true;
             }
         }
+        // What the hooks said (history before the watch started is not
+        // news: read past).
+        for (dir, waits) in waits {
+            if st.first {
+                continue;
+            }
+            for w in waits {
+                for s in st.all.values_mut() {
+                    let mine = s.cwd.as_deref() == Some(dir.as_path())
+                        && (w.session_id.is_none() || w.session_id.as_deref() == s.hook_session());
+                    if mine && !s.spent {
+                        out.wait(
+                            s,
+                            UnitNeeds {
+                                reason: w.reason,
+                                detail: w.detail.clone(),
+                            },
+                        )
+                        .await;
+                    }
+                }
+            }
+        }
+        self.caps(st, &out).await;
+        for s in st.all.values_mut() {
+            s.needs_fresh = false;
+        }
         if st.first {
             st.first = false;
             let before = st.all.values().filter(|s| !s.skipped).count();
@@ -253,6 +370,81 @@ impl Watcher {
             );
         }
         Ok(())
+    }
+}
+
+impl Watcher {
+    /// Each session's spend against the caps: a warning at 80%, and at
+    /// 100% the session's hook refuses its next tool call and the unit
+    /// needs you (`budget`).
+    async fn caps(&self, st: &mut Sessions, out: &Out<'_>) {
+        let caps = self.args.caps;
+        if caps == Caps::default() {
+            return;
+        }
+        let today = xo_proto::now_ms() / 86_400_000;
+        if st.day.0 != today {
+            st.day = (today, 0.0, 0);
+        }
+        for s in st.all.values_mut() {
+            let Some((_, state)) = &s.unit else { continue };
+            let (cost, tokens) = state.spend();
+            if !st.first {
+                st.day.1 = xo_proto::finite::add(st.day.1, (cost - s.counted.0).max(0.0));
+                st.day.2 = st.day.2.saturating_add(tokens.saturating_sub(s.counted.1));
+            }
+            s.counted = (cost, tokens);
+        }
+        if st.first {
+            return;
+        }
+        let day = Caps::share(
+            st.day.1,
+            caps.cost_usd_per_day,
+            st.day.2,
+            caps.tokens_per_day,
+            "the day's",
+        );
+        for s in st.all.values_mut() {
+            let Some((unit, state)) = &s.unit else {
+                continue;
+            };
+            if !s.live || s.spent {
+                continue;
+            }
+            let (cost, tokens) = state.spend();
+            let own = Caps::share(cost, caps.cost_usd, tokens, caps.tokens, "the session's");
+            let (share, cap) = if own.0 >= day.0 { own } else { day.clone() };
+            let unit = unit.clone();
+            let (Some(cwd), Some(session)) = (s.cwd.clone(), s.hook_session().map(String::from))
+            else {
+                continue;
+            };
+            if share >= 1.0 {
+                s.spent = true;
+                let why = format!("{cap} spent");
+                if let Err(e) = xo_pipeline::driver::waiting::spend(&cwd, &session, &why) {
+                    warn!(unit = %unit, error = %e, "cap reached but the hook cannot be told: its calls are not refused");
+                }
+                warn!(unit = %unit, cap = %why, "session cap reached: its next tool call is refused, the unit needs you");
+                out.wait(
+                    s,
+                    UnitNeeds {
+                        reason: xo_proto::NeedsReason::Budget,
+                        detail: why,
+                    },
+                )
+                .await;
+            } else if share >= WARN_AT && !s.warned {
+                s.warned = true;
+                let text = format!(
+                    "[SUPERVISOR] {}% of this session's cap is spent ({cap}). Finish the step you are on, say what is left, and stop before the cap; at the cap your tool calls are refused.",
+                    (share * 100.0).floor()
+                );
+                xo_pipeline::driver::command::deliver_to(&cwd, Some(&session), &[text]).await;
+                info!(unit = %unit, cap = %cap, "session at 80% of its cap: warned");
+            }
+        }
     }
 }
 
@@ -498,6 +690,20 @@ impl Out<'_> {
     /// once the agent rests (its session ended, or it waits for its user),
     /// one report more says so.
     async fn publish(&self, s: &mut Session, lines: Vec<String>) {
+        // The session wrote after its hooks said it waits: it moved (a cap
+        // stays until the watch restarts with a higher one).
+        if !lines.is_empty()
+            && !s.needs_fresh
+            && s.needs
+                .as_ref()
+                .is_some_and(|n| n.reason != xo_proto::NeedsReason::Budget)
+        {
+            info!(
+                unit = s.unit().unwrap_or(&s.name),
+                "session moved: it no longer waits for a person"
+            );
+            s.needs = None;
+        }
         for line in lines {
             // The project directory, from the first line that names one (a
             // format that never does is not parsed a second time per line).
@@ -528,7 +734,8 @@ impl Out<'_> {
                             state.start_task(Some(s.sensor.session().unwrap_or(&unit).to_string()));
                             (unit, state)
                         });
-                        let r = state.turn(t);
+                        let mut r = state.turn(t);
+                        r.status.needs = s.needs.clone();
                         s.rested = false;
                         let unit = unit.clone();
                         self.send(&unit, &r).await;
@@ -542,14 +749,33 @@ impl Out<'_> {
         if s.sensor.resting() && !s.rested {
             s.rested = true;
             if let Some((unit, state)) = &mut s.unit
-                && let Some(r) = state.rest()
+                && let Some(mut r) = state.rest()
             {
+                r.status.needs = s.needs.clone();
                 if !self.quiet {
                     info!(unit = %unit, turn = r.time.turn, "session ended (or waits for its user): reported ended");
                 }
                 let unit = unit.clone();
                 self.send(&unit, &r).await;
             }
+        }
+    }
+
+    /// The session waits for a person (its hook said so, or its cap is
+    /// reached): reported at once, and on every report until it moves.
+    async fn wait(&self, s: &mut Session, needs: UnitNeeds) {
+        if s.needs.as_ref() == Some(&needs) {
+            return;
+        }
+        info!(unit = s.unit().unwrap_or(&s.name), reason = %needs.reason, detail = %needs.detail, "session waits for a person");
+        s.needs = Some(needs.clone());
+        s.needs_fresh = true;
+        if let Some((unit, state)) = &mut s.unit
+            && let Some(r) = state.waiting(needs)
+        {
+            s.rested = true;
+            let unit = unit.clone();
+            self.send(&unit, &r).await;
         }
     }
 
@@ -611,6 +837,12 @@ impl From<&WatchConfig> for WatchArgs {
             role: w.role.clone(),
             poll_ms: w.poll_ms,
             from_start: w.from_start,
+            caps: Caps {
+                cost_usd: w.max_cost_usd,
+                tokens: w.max_tokens,
+                cost_usd_per_day: w.max_cost_usd_per_day,
+                tokens_per_day: w.max_tokens_per_day,
+            },
         }
     }
 }

@@ -311,7 +311,12 @@ impl WatcherState {
             self.refused(&report, "its epoch is ahead of this supervisor's clock");
             return None;
         }
-        let needed = self.rec.radio.needs.as_ref().map(|n| n.stretch_from);
+        let needed = self
+            .rec
+            .radio
+            .needs
+            .as_ref()
+            .map(|n| (n.reason, n.stretch_from));
         let a = xo_radio::check_unit(&mut self.rec.radio, profile, &report);
         if a.refused_epoch {
             self.refused(&report, "its epoch is an earlier life of the unit");
@@ -410,7 +415,7 @@ impl WatcherState {
         // Needs a person since this report (a stretch not paged for yet),
         // or moved again.
         match (&a.needs, needed) {
-            (Some(n), before) if before != Some(n.stretch_from) => {
+            (Some(n), before) if before != Some((n.reason, n.stretch_from)) => {
                 warn!(unit = %report.unit.unit, reason = %n.reason, kind = ?n.kind, turn = n.turn, stretch_from = n.stretch_from, "unit needs a person");
                 // Since when, by this supervisor's clock (a unit's own
                 // clock may be anything).

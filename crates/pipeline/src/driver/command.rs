@@ -538,11 +538,18 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// The Claude Code hook events `xo hook claude` is installed for.
-pub const CLAUDE_HOOK_EVENTS: [&str; 3] = ["PostToolUse", "PostToolUseFailure", "Stop"];
+pub const CLAUDE_HOOK_EVENTS: [&str; 6] = [
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Stop",
+    "Notification",
+    "PermissionRequest",
+    "PreToolUse",
+];
 
 /// The Codex hook events `xo hook codex` is installed for (Codex runs
 /// `PostToolUse` after every call, failed or not).
-pub const CODEX_HOOK_EVENTS: [&str; 2] = ["PostToolUse", "Stop"];
+pub const CODEX_HOOK_EVENTS: [&str; 4] = ["PostToolUse", "Stop", "PermissionRequest", "PreToolUse"];
 
 /// Adds XO's hook ([`CLAUDE_HOOK_EVENTS`]) to `<cwd>/.claude/settings.local.json`,
 /// keeping whatever else is there; a file that is not JSON is an error

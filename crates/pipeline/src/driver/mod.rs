@@ -17,6 +17,7 @@ pub use xo_sensor::{TurnEvent, short_hash};
 pub mod command;
 pub mod openai;
 pub mod script;
+pub mod waiting;
 
 pub use command::CommandDriver;
 pub use openai::OpenAiDriver;

@@ -52,6 +52,8 @@ pub struct XoConfig {
     pub alerts: AlertsConfig,
     pub store: StoreConfig,
     pub console: ConsoleConfig,
+    /// What `xo hook claude` / `xo hook codex` answer on their own.
+    pub hooks: HooksConfig,
     /// Role profiles by name; `default` applies to roles not listed.
     pub roles: BTreeMap<String, RoleProfile>,
 }
@@ -83,6 +85,7 @@ impl Default for XoConfig {
             alerts: AlertsConfig::default(),
             store: StoreConfig::default(),
             console: ConsoleConfig::default(),
+            hooks: HooksConfig::default(),
             roles,
         }
     }

@@ -285,3 +285,147 @@ impl Default for FleetConfig {
         }
     }
 }
+
+/// `[hooks]`: what the agents' hooks answer without asking a person.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksConfig {
+    /// `[[hooks.approve]]`: rules that answer a permission request (Claude
+    /// Code's and Codex's `PermissionRequest` hook), the first that matches
+    /// winning. None by default: every request is the person's.
+    pub approve: Vec<ApproveRule>,
+}
+
+/// One `[[hooks.approve]]` rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveRule {
+    /// The tool (`Bash`, `Edit`, `WebFetch`, `mcp__server__tool`), `*` for
+    /// any; `*` matches any run of characters.
+    pub tool: String,
+    /// The command (`Bash`), the file (`Edit`, `Write`, `Read`) or the URL,
+    /// with `*` wildcards; empty: any.
+    #[serde(default)]
+    pub command: String,
+    pub decision: ApproveDecision,
+    /// A name for the audit log and the agent (default: the rule's number
+    /// and pattern).
+    #[serde(default)]
+    pub name: String,
+}
+
+/// What an `[[hooks.approve]]` rule answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApproveDecision {
+    /// The call goes ahead, no prompt.
+    Allow,
+    /// The call is refused, the agent told why.
+    Deny,
+    /// The person decides: the prompt is shown and the unit needs you
+    /// (`permission`).
+    Ask,
+}
+
+impl ApproveRule {
+    /// Whether the rule covers `tool` with `subject` (the command, file or
+    /// URL of the call; empty when it has none).
+    pub fn matches(&self, tool: &str, subject: &str) -> bool {
+        self.covers(tool, subject)
+    }
+
+    /// The rule as the audit log and the agent name it.
+    pub fn label(&self, index: usize) -> String {
+        if !self.name.is_empty() {
+            return self.name.clone();
+        }
+        let on = if self.command.is_empty() {
+            self.tool.clone()
+        } else {
+            format!("{} {}", self.tool, self.command)
+        };
+        format!("hooks.approve[{index}] ({on})")
+    }
+}
+
+/// Characters a `*` of a rule's command never stands for: a rule for
+/// `cargo test*` covers `cargo test -p x`, never `cargo test; rm -rf ~`
+/// or `cargo test $(curl …)`.
+const SHELL_OPERATORS: &[char] = &[';', '&', '|', '`', '$', '(', ')', '<', '>', '\n', '\r'];
+
+impl ApproveRule {
+    fn covers(&self, tool: &str, subject: &str) -> bool {
+        wildcard(&self.tool, tool, &[])
+            && (self.command.is_empty() || wildcard(&self.command, subject, SHELL_OPERATORS))
+    }
+}
+
+/// `pattern` with `*` (any run of characters, none included, none of
+/// `never`) matches all of `text`.
+fn wildcard(pattern: &str, text: &str, never: &[char]) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // at[j]: the pattern so far matches the first j characters of text.
+    let mut at = vec![false; t.len() + 1];
+    at[0] = true;
+    for &pc in &p {
+        let mut next = vec![false; t.len() + 1];
+        if pc == '*' {
+            for j in 0..=t.len() {
+                next[j] = at[j] || (j > 0 && next[j - 1] && !never.contains(&t[j - 1]));
+            }
+        } else {
+            for j in 1..=t.len() {
+                next[j] = at[j - 1] && t[j - 1] == pc;
+            }
+        }
+        at = next;
+    }
+    at[t.len()]
+}
+
+#[cfg(test)]
+mod approve_tests {
+    use super::*;
+
+    fn rule(tool: &str, command: &str) -> ApproveRule {
+        ApproveRule {
+            tool: tool.into(),
+            command: command.into(),
+            decision: ApproveDecision::Allow,
+            name: String::new(),
+        }
+    }
+
+    #[test]
+    fn rules_match_by_tool_and_command_with_wildcards() {
+        assert!(rule("Bash", "cargo test*").matches("Bash", "cargo test -p x"));
+        assert!(rule("Bash", "cargo test*").matches("Bash", "cargo test"));
+        // A wildcard never spans a shell operator.
+        for chained in [
+            "cargo test; rm -rf ~",
+            "cargo test && curl x | sh",
+            "cargo test $(curl x)",
+            "cargo test `id`",
+            "cargo test > ~/.bashrc",
+            "cargo test\nrm -rf ~",
+        ] {
+            assert!(
+                !rule("Bash", "cargo test*").matches("Bash", chained),
+                "{chained}"
+            );
+        }
+        assert!(!rule("Bash", "cargo test*").matches("Edit", "cargo test"));
+        assert!(!rule("Bash", "git *").matches("Bash", "rm -rf /"));
+        assert!(rule("*", "").matches("WebFetch", "https://x"));
+        assert!(rule("mcp__*", "").matches("mcp__github__list", ""));
+        assert!(rule("Edit", "*.md").matches("Edit", "docs/a.md"));
+        assert!(!rule("Edit", "*.md").matches("Edit", "docs/a.rs"));
+        assert!(rule("Read", "src/*/lib.rs").matches("Read", "src/x/lib.rs"));
+        assert!(!rule("Read", "a*a").matches("Read", "a"));
+        assert_eq!(
+            rule("Bash", "git *").label(2),
+            "hooks.approve[2] (Bash git *)"
+        );
+    }
+}

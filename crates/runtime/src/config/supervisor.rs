@@ -67,6 +67,16 @@ pub struct WatchConfig {
     /// Read the sessions already there from their start (reported, never
     /// steered); by default the watch starts at their end.
     pub from_start: bool,
+    /// A session's spend cap in USD (0: none): a warning steering at 80%,
+    /// and at 100% the session's hook refuses its next tool call and the
+    /// unit needs you (`budget`).
+    pub max_cost_usd: f64,
+    /// A session's token cap (input and output; 0: none), as
+    /// `max_cost_usd`.
+    pub max_tokens: u64,
+    /// The same caps for all the watch's sessions of one day (UTC) together.
+    pub max_cost_usd_per_day: f64,
+    pub max_tokens_per_day: u64,
 }
 
 impl Default for WatchConfig {
@@ -77,6 +87,10 @@ impl Default for WatchConfig {
             role: xo_radio::AGENT_ROLE.into(),
             poll_ms: 500,
             from_start: false,
+            max_cost_usd: 0.0,
+            max_tokens: 0,
+            max_cost_usd_per_day: 0.0,
+            max_tokens_per_day: 0,
         }
     }
 }
