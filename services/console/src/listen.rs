@@ -1,23 +1,26 @@
 //! The console's listener and its connection edges.
 //!
 //! A connection is one of two kinds. Until its first request head has been
-//! read it is *waiting*: there are at most `max_connections` of those, at
-//! most `console.max_per_client` connections of any kind
-//! from one address, and a waiting connection that has not sent a whole
+//! read it is *waiting*; a waiting connection that has not sent a whole
 //! request head within `console.header_timeout_ms` is closed. Only once a
 //! request is parsed does the connection count against
-//! `console.max_connections`, so idle sockets opened by one client cannot
-//! take the slots the operator's browser needs. The same header timeout
+//! `console.max_connections`. Waiting connections are bounded too (as many
+//! as `max_connections`, and `console.max_per_client` connections of any
+//! kind from one address), but a new connection beyond either bound pushes
+//! out the oldest *waiting* one (of its own address for the per-client
+//! bound) instead of being refused: idle sockets, however many, cannot keep
+//! out a browser that sends its request at once. The same header timeout
 //! closes a kept-alive connection that sends no next request, and
 //! `console.idle_timeout_ms` closes one on which nothing moved either way
 //! (a client that stopped reading its response).
 //!
-//! A connection beyond a bound is answered `503` with `Retry-After`: one
-//! write into an empty socket buffer and closed, nothing held for it. An
-//! accept that fails (out of descriptors) backs off, doubling from 10 ms
+//! A connection that finds nothing to push out (every one of its address's
+//! connections is serving a request) is answered `503` with `Retry-After`:
+//! one write into an empty socket buffer and closed, nothing held for it.
+//! An accept that fails (out of descriptors) backs off, doubling from 10 ms
 //! to 1 s, and is logged at 1, 2, 4… failures in a row, not once each.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -35,7 +38,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tracing::{error, warn};
 use xo_runtime::tree::Shutdown;
@@ -59,6 +62,22 @@ pub struct Counts {
     pub accept_errors: AtomicU64,
     /// Connections closed by the header or the idle timeout.
     pub timed_out: AtomicU64,
+    /// Waiting connections closed to make room for a new one.
+    pub evicted: AtomicU64,
+    /// Connections with a parsed request, open now.
+    pub open: AtomicU64,
+}
+
+/// A connection's place among those with a parsed request.
+struct ActiveSlot {
+    _permit: OwnedSemaphorePermit,
+    counts: Arc<Counts>,
+}
+
+impl Drop for ActiveSlot {
+    fn drop(&mut self) {
+        self.counts.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The listener's bounds, from `[console]`.
@@ -119,24 +138,71 @@ impl Drop for ClientSlot {
     }
 }
 
+/// The connections waiting for their first request, oldest first (by
+/// id), each with its client and the signal that closes it.
+#[derive(Debug, Default)]
+struct WaitList(Mutex<BTreeMap<u64, (IpAddr, Arc<Notify>)>>);
+
+impl WaitList {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, (IpAddr, Arc<Notify>)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the oldest waiting connection (of `ip` only, if given);
+    /// whether there was one.
+    fn evict_oldest(&self, ip: Option<IpAddr>) -> bool {
+        let mut m = self.lock();
+        let Some(id) = m
+            .iter()
+            .find(|(_, (from, _))| ip.is_none_or(|ip| *from == ip))
+            .map(|(id, _)| *id)
+        else {
+            return false;
+        };
+        if let Some((_, close)) = m.remove(&id) {
+            close.notify_one();
+        }
+        true
+    }
+}
+
+/// A connection's place in the wait list, left when its first request is
+/// parsed or when it closes.
+struct WaitSlot {
+    list: Arc<WaitList>,
+    id: u64,
+}
+
+impl Drop for WaitSlot {
+    fn drop(&mut self) {
+        self.list.lock().remove(&self.id);
+    }
+}
+
 /// A connection's admission: waiting until its first request, then
 /// active. The active slot is taken by the first request.
 struct Admission {
-    waiting: Mutex<Option<OwnedSemaphorePermit>>,
-    active: Mutex<Option<OwnedSemaphorePermit>>,
+    waiting: Mutex<Option<WaitSlot>>,
+    active: Mutex<Option<ActiveSlot>>,
+    /// Notified when a newer connection pushes this one out.
+    evicted: Arc<Notify>,
 }
 
 impl Admission {
     /// Whether a request on this connection may be served: true once the
     /// connection holds an active slot (taken here on its first request).
-    fn admit(&self, active: &Arc<Semaphore>) -> bool {
+    fn admit(&self, active: &Arc<Semaphore>, counts: &Arc<Counts>) -> bool {
         let mut slot = self.active.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_some() {
             return true;
         }
         match active.clone().try_acquire_owned() {
             Ok(p) => {
-                *slot = Some(p);
+                counts.open.fetch_add(1, Ordering::Relaxed);
+                *slot = Some(ActiveSlot {
+                    _permit: p,
+                    counts: counts.clone(),
+                });
                 self.waiting
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -157,7 +223,8 @@ pub struct Server {
     limits: Limits,
     counts: Arc<Counts>,
     active: Arc<Semaphore>,
-    waiting: Arc<Semaphore>,
+    waiting: Arc<WaitList>,
+    next_id: u64,
     clients: Arc<Clients>,
     /// Failed accepts in a row.
     failing: u32,
@@ -170,7 +237,8 @@ impl Server {
             limits,
             counts,
             active: Arc::new(Semaphore::new(limits.max)),
-            waiting: Arc::new(Semaphore::new(limits.waiting())),
+            waiting: Arc::default(),
+            next_id: 0,
             clients: Arc::default(),
             failing: 0,
         }
@@ -214,19 +282,33 @@ impl Server {
         open_tx.closed().await;
     }
 
-    /// The bounds at accept: a client's count and the waiting pool.
-    fn admit(&self, stream: TcpStream, addr: SocketAddr) -> Option<Conn> {
+    /// The bounds at accept: a client's count and the waiting pool, each
+    /// making room by pushing out the oldest waiting connection.
+    fn admit(&mut self, stream: TcpStream, addr: SocketAddr) -> Option<Conn> {
         // Small SSE frames must not wait for the previous one's ACK
         // (Nagle with delayed ACKs held events back).
         let _ = stream.set_nodelay(true);
-        let Some(client) = self.clients.enter(addr.ip(), self.limits.per_client) else {
-            self.refuse(&stream, "console.max_per_client");
-            return None;
+        let ip = addr.ip();
+        let client = match self.clients.enter(ip, self.limits.per_client) {
+            Some(c) => c,
+            None if self.waiting.evict_oldest(Some(ip)) => {
+                self.evicted("console.max_per_client");
+                // The pushed-out connection gives its count back as it
+                // closes: this one is counted over the bound meanwhile.
+                self.clients.enter(ip, usize::MAX)?
+            }
+            None => {
+                self.refuse(&stream, "console.max_per_client");
+                return None;
+            }
         };
-        let Ok(waiting) = self.waiting.clone().try_acquire_owned() else {
-            self.refuse(&stream, "its bound of connections waiting for a request");
-            return None;
-        };
+        if self.waiting.lock().len() >= self.limits.waiting() && self.waiting.evict_oldest(None) {
+            self.evicted("its bound of connections waiting for a request");
+        }
+        let evicted = Arc::new(Notify::new());
+        self.next_id += 1;
+        let id = self.next_id;
+        self.waiting.lock().insert(id, (ip, evicted.clone()));
         Some(Conn {
             stream,
             idle: self.limits.idle_timeout,
@@ -234,11 +316,26 @@ impl Server {
             timed_out: Arc::default(),
             counts: self.counts.clone(),
             admission: Arc::new(Admission {
-                waiting: Mutex::new(Some(waiting)),
+                waiting: Mutex::new(Some(WaitSlot {
+                    list: self.waiting.clone(),
+                    id,
+                })),
                 active: Mutex::new(None),
+                evicted,
             }),
             _client: client,
         })
+    }
+
+    fn evicted(&self, bound: &str) {
+        let n = self.counts.evicted.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            warn!(
+                bound,
+                pushed_out = n,
+                "console connection that sent no request pushed out for a newer one (logged at 1, 2, 4…)"
+            );
+        }
     }
 
     fn refuse(&self, stream: &TcpStream, why: &str) {
@@ -298,11 +395,12 @@ async fn serve_one(
     stopping: impl Future<Output = ()>,
 ) {
     let admission = conn.admission.clone();
+    let conn_evicted = conn.admission.evicted.clone();
     let idle = conn.timed_out.clone();
     let refused = counts.clone();
     let tower = TowerToHyperService::new(app);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let ok = admission.admit(&active);
+        let ok = admission.admit(&active, &refused);
         let call = ok.then(|| hyper::service::Service::call(&tower, req));
         if !ok {
             refused.refused.fetch_add(1, Ordering::Relaxed);
@@ -323,6 +421,8 @@ async fn serve_one(
     tokio::pin!(served);
     tokio::pin!(stopping);
     let mut stopped = false;
+    let evicted = conn_evicted.notified();
+    tokio::pin!(evicted);
     let res = loop {
         tokio::select! {
             r = served.as_mut() => break r,
@@ -330,6 +430,8 @@ async fn serve_one(
                 stopped = true;
                 served.as_mut().graceful_shutdown();
             }
+            // Pushed out while still waiting for its first request: closed.
+            _ = &mut evicted => return,
         }
     };
     if let Err(e) = res {
@@ -490,7 +592,7 @@ mod tests {
             idle_timeout: Duration::from_millis(200),
         };
         let counts = Arc::new(Counts::default());
-        let server = Server::new(listener, limits, counts.clone());
+        let mut server = Server::new(listener, limits, counts.clone());
         let mut client = TcpStream::connect(addr).await.unwrap();
         let (stream, from) = server.inner.accept().await.unwrap();
         let mut conn = server.admit(stream, from).unwrap();

@@ -203,6 +203,11 @@ pub async fn render(c: &Shared) -> String {
                 c.conns.refused.load(Ordering::Relaxed),
             ),
             (
+                "xo_console_connections_evicted_total",
+                "Connections waiting for their first request closed to make room for a newer one.",
+                c.conns.evicted.load(Ordering::Relaxed),
+            ),
+            (
                 "xo_console_connections_timed_out_total",
                 "Connections closed by console.header_timeout_ms or console.idle_timeout_ms.",
                 c.conns.timed_out.load(Ordering::Relaxed),
@@ -221,6 +226,17 @@ pub async fn render(c: &Shared) -> String {
             family(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {v}");
         }
+        family(
+            &mut out,
+            "xo_console_connections_open",
+            "gauge",
+            "Connections with a parsed request open now (what console.max_connections bounds).",
+        );
+        let _ = writeln!(
+            out,
+            "xo_console_connections_open {}",
+            c.conns.open.load(Ordering::Relaxed)
+        );
     }
     if let Ok(st) = &status {
         family(&mut out, "xo_tasks", "gauge", "Tasks by state.");
