@@ -148,7 +148,8 @@ pub enum SteeringSource {
 /// Prefix of every steering message.
 pub const STEERING_TAG: &str = "[SUPERVISOR]";
 
-/// Why a unit needs a person (DESIGN §11: the supervisor alone sets it).
+/// Why a unit needs a person (DESIGN §11: the supervisor sets it on the
+/// unit, from escalation or from the reason a unit's own report gives).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]

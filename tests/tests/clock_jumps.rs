@@ -92,9 +92,17 @@ async fn reported(bus: &Bus, subjects: &Subjects, epoch: u64, seq: u64) -> bool 
 #[tokio::test]
 async fn a_jump_of_the_wall_clock_either_way_changes_nothing_that_lives() {
     let nats = NatsServer::start();
+    // The queue's audit log and the state in a folder of this test's own.
+    let data = tempfile::tempdir().unwrap();
+    let (d, s) = (
+        data.path().join("data").display().to_string(),
+        data.path().join("state").display().to_string(),
+    );
     let cfg = config(&[
         ("queue.lease_ms", "5000"),
         ("supervisor.stale_after_ms", "30000"),
+        ("queue.data_dir", &d),
+        ("state.dir", &s),
     ]);
     let prefix = cfg.org.prefix.clone();
     let subjects = cfg.subjects();

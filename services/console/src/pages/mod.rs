@@ -269,6 +269,69 @@ mod tests {
         }
     }
 
+    /// The "Needs you" page answers each reason with what answers it: a
+    /// watched session's prompt or question in its own terminal (never a
+    /// link to a queue task that is its session id), a watch's cap, the
+    /// goal's budget, a blocked task's answer.
+    #[test]
+    fn each_reason_is_answered_where_it_can_be() {
+        use xo_proto::{NeedsReason as R, NeedsYou};
+        let needing = |name: &str, reason: R, detail: &str, task: Option<&str>| {
+            let mut u = unit(name, xo_proto::Health::Green);
+            u.task_id = task.map(String::from);
+            u.needs = Some(NeedsYou {
+                reason,
+                turn: 3,
+                stretch_from: 1,
+                since: 1_000,
+                kind: None,
+                detail: detail.into(),
+            });
+            u
+        };
+        let units = vec![
+            needing(
+                "w-perm",
+                R::Permission,
+                "permission for Bash: rm -rf x",
+                Some("s-1"),
+            ),
+            needing("w-ask", R::Question, "which port?", Some("s-2")),
+            needing(
+                "w-cap",
+                R::Budget,
+                "11000 tokens of the session's max_tokens 10000 spent",
+                Some("s-3"),
+            ),
+            needing(
+                "r-goal",
+                R::Budget,
+                "the goal's budget is spent",
+                Some("T-9"),
+            ),
+            needing("r-blocked", R::Answer, "needs a password", Some("T-4")),
+        ];
+        let body = needs::needs_body(&units, 2_000);
+        let row = |id: &str| {
+            body.split(&format!("<tr data-unit=\"{id}\">"))
+                .nth(1)
+                .and_then(|r| r.split("</tr>").next())
+                .unwrap_or_else(|| panic!("{id}: {body}"))
+                .to_string()
+        };
+        assert!(
+            row("w-perm").contains("in the session's own terminal"),
+            "{}",
+            row("w-perm")
+        );
+        assert!(!row("w-perm").contains("/tasks/"), "{}", row("w-perm"));
+        assert!(row("w-ask").contains("Reply in the session's own terminal"));
+        assert!(!row("w-ask").contains("/tasks/s-2"), "{}", row("w-ask"));
+        assert!(row("w-cap").contains("Raise the watch's cap"));
+        assert!(row("r-goal").contains("href=\"/settings\""));
+        assert!(row("r-blocked").contains("href=\"/tasks/T-4\""));
+    }
+
     fn order(body: &str) -> Vec<String> {
         body.split("<tr id=\"unit-")
             .skip(1)

@@ -7,13 +7,25 @@ pub use xo_proto::control::needing;
 
 /// What answers a reason, as a link or a form.
 fn answer(u: &UnitSummary, n: &xo_proto::NeedsYou) -> String {
+    use xo_proto::NeedsReason as R;
     let id = esc(&u.unit);
+    // A question or a permission waits in the agent's own session (a
+    // watched session's task id is its session id, not a queue task).
     match n.reason {
-        xo_proto::NeedsReason::Answer | xo_proto::NeedsReason::Question => match &u.task_id {
+        R::Answer => match &u.task_id {
             Some(t) => format!("<a href=\"/tasks/{}\">Answer task {}</a>", esc(t), esc(t)),
             None => format!("<a href=\"/units/{id}\">Open {id}</a>"),
         },
-        xo_proto::NeedsReason::Budget => "<a href=\"/settings\">Raise the budget</a>".into(),
+        R::Permission => format!(
+            "Allow or refuse it in the session's own terminal (<a href=\"/units/{id}\">{id}</a>); a <code>[[hooks.approve]]</code> rule answers it next time"
+        ),
+        R::Question => format!(
+            "Reply in the session's own terminal (<a href=\"/units/{id}\">{id}</a>)"
+        ),
+        R::Budget if n.detail.contains("max_cost_usd") || n.detail.contains("max_tokens") => {
+            "Raise the watch's cap (<code>xo watch --max-cost</code>, <code>[[supervisor.watch]] max_cost_usd</code>) and restart it".into()
+        }
+        R::Budget => "<a href=\"/settings\">Raise the budget</a>".into(),
         _ => format!("<a href=\"/units/{id}\">Open {id} and steer it</a>"),
     }
 }
