@@ -501,3 +501,74 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
     );
     rig.stop().await;
 }
+
+/// Issue 37, item 3: a runner whose task waits for the operator's answer
+/// (a question clarifications did not settle) reports that its unit needs
+/// you (`answer`, the question named); one whose agent could not run
+/// (`EXEC_FAILURE`) reports `error`; the next task's first report clears
+/// what the last one waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_an_answer_or_an_agent_that_failed_needs_you() {
+    let mut rig = Rig::start(&[("runner.microcosm", "false")]).await;
+    let mut salutes = rig.bus.subscribe(&rig.subjects.salute("u1")).await.unwrap();
+    let asks = "[[run]]\nsteps = [{ say = \"looking\" }, { reply = '{\"status\": \"ok\", \"message\": \"Which database should the cache use?\"}' }]";
+    let fails = "[[run]]\nsteps = [{ say = \"installing\" }, { reply = '{\"status\": \"error\", \"message\": \"cannot reach the package index\"}' }]";
+    rig.go(vec![scripted("q1", asks), scripted("e1", fails)])
+        .await;
+    rig.wait_task("q1", TaskState::AwaitingResponse).await;
+    rig.wait_task("e1", TaskState::Blocked).await;
+    let mut reports = Vec::new();
+    let mut errored = false;
+    for _ in 0..200 {
+        match tokio::time::timeout(Duration::from_millis(100), salutes.next()).await {
+            Ok(Some(m)) => {
+                let r = typed::decode::<SaluteReport>(&m, 1 << 20).unwrap();
+                errored |= r
+                    .status
+                    .needs
+                    .as_ref()
+                    .is_some_and(|n| n.reason == xo_proto::NeedsReason::Error);
+                reports.push(r);
+                if errored {
+                    break;
+                }
+            }
+            _ => continue,
+        }
+    }
+    let said = |r: &SaluteReport| {
+        (
+            r.activity.task_id.clone().unwrap_or_default(),
+            r.status
+                .needs
+                .as_ref()
+                .map(|n| (n.reason, n.detail.clone())),
+        )
+    };
+    let seen: Vec<_> = reports.iter().map(said).collect();
+    let answer = seen
+        .iter()
+        .position(|(_, n)| {
+            n.as_ref().is_some_and(|(r, d)| {
+                *r == xo_proto::NeedsReason::Answer
+                    && d == "q1 asks: Which database should the cache use?"
+            })
+        })
+        .unwrap_or_else(|| panic!("no answer awaited: {seen:#?}"));
+    let next = seen[answer + 1..]
+        .iter()
+        .position(|(t, _)| t == "e1")
+        .map(|i| i + answer + 1)
+        .unwrap_or_else(|| panic!("no report of e1 after: {seen:#?}"));
+    assert_eq!(seen[next].1, None, "the next task clears it: {seen:#?}");
+    let (task, needs) = seen.last().unwrap();
+    assert_eq!(task, "e1");
+    let (reason, detail) = needs.clone().unwrap();
+    assert_eq!(reason, xo_proto::NeedsReason::Error);
+    assert!(
+        detail.starts_with("e1: EXEC_FAILURE") && detail.contains("cannot reach the package index"),
+        "{detail}"
+    );
+    assert!(reports.last().unwrap().status.ended);
+    rig.stop().await;
+}

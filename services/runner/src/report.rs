@@ -177,17 +177,41 @@ async fn reporter(
     let cooldown = u64::from(profile_cooldown(&cfg, &opts.role));
     // Given since the last report published.
     let mut self_steered: Vec<xo_proto::SelfSteered> = Vec::new();
+    // What the unit waits for, until its next task.
+    let mut waiting: Option<xo_proto::UnitNeeds> = None;
     while let Some(Turn {
         event,
         task: working,
+        waiting: wait,
     }) = rx.recv().await
     {
         let task = working.as_ref().map(|w| w.task_id.clone());
         let new_task = s.task() != task.as_deref();
+        if let Some(needs) = wait {
+            // Reported at once: the task is over, no turn follows it.
+            waiting = Some(needs.clone());
+            if let Some(mut report) = s.waiting(needs) {
+                published += 1;
+                report.time.seq = published;
+                info!(reason = %waiting.as_ref().map(|n| n.reason.as_str()).unwrap_or(""), "the runner's unit waits for a person");
+                if let Some(acked) = &acked {
+                    acked.send(&opts.unit, &report, cfg.wire.format);
+                } else if let Err(e) =
+                    typed::publish(&bus, &subjects.salute(&opts.unit), &report, cfg.wire.format)
+                        .await
+                {
+                    warn!(error = %e, "salute not published");
+                }
+            }
+            continue;
+        }
         if new_task {
             s.start_task(task);
+            // A new task: it no longer waits for the last one's answer.
+            waiting = None;
         }
         let mut report = s.turn(event);
+        report.status.needs = waiting.clone();
         if let Some(m) = micro.as_mut() {
             let task_turn = turns.usage().turns;
             for mut st in m.turn(&mut report) {

@@ -358,6 +358,11 @@ impl Worker {
             .borrow()
             .clone()
             .filter(|_| matches!(outcome, Outcome::Cancelled) && !self.shutdown.is_triggered());
+        // The unit waits for a person until its next task: its task asks
+        // the operator a question, or its agent could not run.
+        if let Some(needs) = waits_for(&id, &outcome) {
+            st.turns.wait(needs);
+        }
         st.turns.end_task();
         if let Outcome::Completed(r) = &outcome
             && !selection.docs.is_empty()
@@ -571,6 +576,22 @@ async fn deliver(bus: &Bus, subjects: &Subjects, held: &lease::Held, ended: Ende
         }
     }
     error!("outcome not delivered after 5 attempts; the lease will lapse and the task be replayed");
+}
+
+/// What the unit waits for after `outcome` of task `id`: an operator's
+/// answer to the task's question (`answer`), or a person to look at an
+/// agent that could not run (`error`, an `EXEC_FAILURE`). Other outcomes
+/// are the queue's to handle.
+fn waits_for(id: &str, outcome: &Outcome) -> Option<xo_proto::UnitNeeds> {
+    let (reason, detail) = match outcome {
+        Outcome::Question(q) => (xo_proto::NeedsReason::Answer, format!("{id} asks: {q}")),
+        Outcome::Blocked(r) if r.starts_with("EXEC_FAILURE") => {
+            (xo_proto::NeedsReason::Error, format!("{id}: {r}"))
+        }
+        _ => return None,
+    };
+    let detail: String = detail.chars().take(240).collect();
+    Some(xo_proto::UnitNeeds { reason, detail })
 }
 
 /// The runner event's name for an outcome.

@@ -100,6 +100,10 @@ pub struct TaskTag {
 pub struct Turn {
     pub event: TurnEvent,
     pub task: Option<TaskTag>,
+    /// Not a turn: the unit now waits for a person (its task blocked on an
+    /// operator's answer, its agent failed); reported at once, until the
+    /// next task ([`Turns::wait`]).
+    pub waiting: Option<xo_proto::UnitNeeds>,
 }
 
 /// How many steering ids a runner remembers.
@@ -136,7 +140,11 @@ impl Turns {
             trace_turn(&t.span, &ev);
         }
         if let Some(tx) = &self.tx {
-            let _ = tx.send(Turn { event: ev, task });
+            let _ = tx.send(Turn {
+                event: ev,
+                task,
+                waiting: None,
+            });
         }
     }
 
@@ -150,6 +158,18 @@ impl Turns {
     pub fn start_task(&self, tag: TaskTag) {
         self.reset();
         *self.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(tag);
+    }
+
+    /// The unit waits for a person until its next task: reported at once
+    /// ([`Turn::waiting`]).
+    pub fn wait(&self, needs: xo_proto::UnitNeeds) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Turn {
+                event: TurnEvent::default(),
+                task: self.task(),
+                waiting: Some(needs),
+            });
+        }
     }
 
     /// The task is over: later turns belong to none.
