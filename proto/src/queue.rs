@@ -425,20 +425,30 @@ pub enum BlockCause {
     Violation,
     /// The task's budget (turns, tokens, cost or wall time) ran out.
     Budget,
+    /// The agent's reply stayed in the wrong format after its retries
+    /// (seed 003's `OUTPUT_FORMAT_INVALID`, critical).
+    OutputFormat,
 }
 
 impl BlockCause {
-    pub const ALL: [BlockCause; 5] = [
+    pub const ALL: [BlockCause; 6] = [
         Self::ExecFailure,
         Self::AgentBlocked,
         Self::Validation,
         Self::Violation,
         Self::Budget,
+        Self::OutputFormat,
     ];
-    /// The seed's halt policy: execution failures, an agent's own BLOCKED
-    /// and violations halt; a task out of retries or budget does not.
-    pub const DEFAULT_HALT_ON: [BlockCause; 3] =
-        [Self::ExecFailure, Self::AgentBlocked, Self::Violation];
+    /// The seed's halt policy: execution failures (a timeout among them),
+    /// an agent's own BLOCKED, violations and a reply still in the wrong
+    /// format after its retries halt; a task out of validation retries or
+    /// budget does not (seed 003, scenario 3).
+    pub const DEFAULT_HALT_ON: [BlockCause; 4] = [
+        Self::ExecFailure,
+        Self::AgentBlocked,
+        Self::Violation,
+        Self::OutputFormat,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -447,6 +457,7 @@ impl BlockCause {
             Self::Validation => "validation",
             Self::Violation => "violation",
             Self::Budget => "budget",
+            Self::OutputFormat => "output_format",
         }
     }
 
@@ -458,6 +469,7 @@ impl BlockCause {
             "EXEC_FAILURE" | "CURSOR_EXEC_FAILURE" => Self::ExecFailure,
             "BLOCKED" if !reason.contains("(out of retries)") => Self::AgentBlocked,
             "BUDGET_EXHAUSTED" => Self::Budget,
+            "OUTPUT_FORMAT_INVALID" => Self::OutputFormat,
             _ if reason.starts_with("supervisor violation") => Self::Violation,
             _ => Self::Validation,
         }

@@ -502,3 +502,42 @@ async fn steering_reaches_every_cli_agent_on_its_next_turn() {
     }
     eprintln!("steering latency per channel:\n{}", table.join("\n"));
 }
+
+/// Issue 39, item 3 (seed 003): an agent run past its timeout is
+/// `EXEC_FAILURE`, a critical halt. It used to end as `BUDGET_EXHAUSTED`
+/// (the task's wall budget was the same bound and fired first) and the
+/// queue went on.
+#[tokio::test]
+async fn an_agent_past_its_timeout_is_an_exec_failure_that_halts_the_queue() {
+    let mut rig = Rig::start();
+    // The plain agent works 40 s without steering; its timeout is 1 s.
+    let config = format!(
+        "[runner]\ntimeout_default_ms = 1000\n[runner.driver]\nkind = \"command\"\ncommand = {}\n",
+        toml_list(&["python3".into(), agent("plain_agent.py")])
+    );
+    let task = Task::new("slow", "x", "work", "coder");
+    let bus = start_goal(&mut rig, &config, task, false, &[]).await;
+    let rec = wait_final(&rig, &bus, "slow").await;
+    assert_eq!(rec.state, TaskState::Blocked, "{rec:?}");
+    assert_eq!(rec.cause, Some(BlockCause::ExecFailure), "{rec:?}");
+    let reason = rec.reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("EXEC_FAILURE") && reason.contains("timed out"),
+        "{reason}"
+    );
+    let st = typed::call(
+        &bus,
+        &Subjects::default(),
+        &GetStatus {},
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.status, RunStatus::Halted, "{st:?}");
+    assert!(
+        st.halt_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("TASK_BLOCKED: slow: EXEC_FAILURE")),
+        "{st:?}"
+    );
+}

@@ -1018,3 +1018,32 @@ fn a_checkpointed_task_that_yields_resumes_and_a_finished_one_is_not_asked_again
         .unwrap();
     assert_eq!(r.mark, Some(ReplayMark::Resume));
 }
+
+/// Issue 39, item 3 (seed 003): a reply still in the wrong format after its
+/// retries (`OUTPUT_FORMAT_INVALID`) is critical and halts the queue by
+/// default; a task out of validation retries does not (scenario 3, above).
+#[test]
+fn an_output_format_still_invalid_after_its_retries_halts_the_queue() {
+    let mut m = running(ExecutionMode::Auto, false);
+    m.enqueue(vec![task("a"), task("b")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    let (_, tok) = claim(&mut m, 1).unwrap();
+    m.block(
+        "a",
+        &tok,
+        "OUTPUT_FORMAT_INVALID: no JSON object in the reply after 3 retries".into(),
+        None,
+        2,
+    )
+    .unwrap();
+    assert_eq!(m.tasks["a"].cause, Some(BlockCause::OutputFormat));
+    let s = m.status();
+    assert_eq!(s.status, RunStatus::Halted, "{s:?}");
+    assert!(
+        s.halt_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("TASK_BLOCKED: a: OUTPUT_FORMAT_INVALID")),
+        "{s:?}"
+    );
+    assert!(claim(&mut m, 3).is_none(), "halted: b waits");
+}

@@ -318,7 +318,12 @@ impl Worker {
             .unwrap_or_default()
             .or(pipeline.cfg().task_budget);
         if budget.max_wall_ms == 0 {
-            budget.max_wall_ms = pipeline.timeout(pipeline.profile_of(&job)).as_millis() as u64;
+            // A separate, larger bound than one agent run's timeout (which
+            // is EXEC_FAILURE, critical): every run the task may take, its
+            // retries included, and one more.
+            let runs = u64::from(pipeline.cfg().max_retries) + 2;
+            budget.max_wall_ms = (pipeline.timeout(pipeline.profile_of(&job)).as_millis() as u64)
+                .saturating_mul(runs);
         }
         let (hit_tx, hit_rx) = watch::channel(None::<String>);
         let watcher = tokio::spawn(lease::watch_budget(
@@ -346,6 +351,9 @@ impl Worker {
         let usage = meter.usage();
         let outcome = match (outcome, hit_rx.borrow().clone()) {
             (Outcome::Completed(r), _) => Outcome::Completed(r),
+            // The agent's own failure (its timeout among them) is what
+            // happened, whatever the budget says after it.
+            (Outcome::Blocked(r), _) if r.starts_with("EXEC_FAILURE") => Outcome::Blocked(r),
             (_, Some(reason)) => {
                 warn!(reason = %reason, "task budget exhausted; the agent was stopped");
                 Outcome::Blocked(reason)

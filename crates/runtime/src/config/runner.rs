@@ -102,8 +102,9 @@ pub struct RunnerConfig {
     /// A task offered again after its runner died (SUP-6).
     pub restart_mode: RestartMode,
     /// Limits on one task's work across all its retries and attempts, for
-    /// tasks that set none (0: no limit). `max_wall_ms = 0` means the task's
-    /// timeout profile bounds the whole task, not each agent run.
+    /// tasks that set none (0: no limit). `max_wall_ms = 0` means the agent
+    /// timeout of the task's profile times `max_retries + 2` (a larger bound
+    /// than one run's timeout, which is EXEC_FAILURE).
     pub task_budget: xo_proto::queue::TaskBudget,
     pub driver: DriverConfig,
 }
