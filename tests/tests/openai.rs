@@ -351,3 +351,47 @@ async fn the_api_key_comes_from_a_file_and_a_bad_file_is_named() {
         assert!(e.contains("api_key_file") && e.contains(want), "{e}");
     }
 }
+
+/// Issue 39, item 3 (seed 003): a task's `agent_mode` reaches the model
+/// endpoint as the model it asks for, and is in the prompt log's metadata;
+/// `auto` leaves the configured model.
+#[tokio::test]
+async fn a_tasks_agent_mode_is_the_model_asked_for_and_logged() {
+    let r = rig();
+    let done = || text("{\"status\": \"ok\", \"message\": \"done\"}");
+    let stub = OpenAiStub::start(vec![done(), done()]);
+    let mut d = driver(&stub, 1);
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut task = Task::new("m1", "x", "say done", "coder");
+    task.agent_mode = Some("big-model".into());
+    let out = r
+        .pipeline
+        .run(&mut d, &job(task), Turns::new(tx), None)
+        .await;
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut task = Task::new("m2", "x", "say done", "coder");
+    task.agent_mode = Some("auto".into());
+    let out = r
+        .pipeline
+        .run(&mut d, &job(task), Turns::new(tx), None)
+        .await;
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    let reqs = stub.requests();
+    assert_eq!(reqs[0].body["model"], "big-model");
+    assert_eq!(
+        reqs[1].body["model"], "test-model",
+        "auto: the configured model"
+    );
+    let logged = everything_written(&r);
+    let modes: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("\"type\":\"PROMPT\"") || l.contains("\"kind\":\"PROMPT\""))
+        .filter_map(|l| {
+            l.split("\"agent_mode\":\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+        })
+        .collect();
+    assert_eq!(modes, ["big-model", "auto"], "{logged}");
+}

@@ -613,3 +613,56 @@ async fn the_status_says_when_it_changed_and_why_it_halted() {
     let s = q.call(&GetStatus {}).await.unwrap();
     assert_eq!(s.last_updated, xo_runtime::clock::rfc3339(EPOCH + 150_000));
 }
+
+/// Issue 39, item 3: a task whose `agent_mode` the runners' driver cannot
+/// pass on (a plain command agent with no model option) is refused at
+/// enqueue, whole, naming the task and the driver; `auto` always goes, and
+/// a driver that takes a mode (Claude Code's `--model`) takes the task.
+#[tokio::test]
+async fn a_mode_the_driver_cannot_pass_on_is_refused_at_enqueue() {
+    let q = Q::start(&[
+        ("runner.driver.kind", "command"),
+        ("runner.driver.command[0]", "my-agent"),
+        ("runner.driver.stream", "none"),
+    ])
+    .await;
+    q.call(&Init::default()).await.unwrap();
+    let with_mode = |id: &str, mode: &str| {
+        let mut t = Task::new(id, "x", "y", "coder");
+        t.agent_mode = Some(mode.into());
+        t
+    };
+    let err = q
+        .call(&Enqueue {
+            tasks: vec![with_mode("a", "auto"), with_mode("b", "opus")],
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("task b: agent_mode \"opus\" cannot reach its agent")
+            && err.contains("runner.driver.stream"),
+        "{err}"
+    );
+    let listed = q.call(&ListTasks::default()).await.unwrap();
+    assert!(listed.is_empty(), "refused whole: {listed:?}");
+    q.call(&Enqueue {
+        tasks: vec![with_mode("a", "auto")],
+    })
+    .await
+    .unwrap();
+    drop(q);
+
+    let q = Q::start(&[
+        ("runner.driver.kind", "command"),
+        ("runner.driver.command[0]", "claude"),
+        ("runner.driver.stream", "claude"),
+    ])
+    .await;
+    q.call(&Init::default()).await.unwrap();
+    q.call(&Enqueue {
+        tasks: vec![with_mode("b", "opus")],
+    })
+    .await
+    .unwrap();
+}

@@ -379,6 +379,7 @@ impl Pipeline {
                 .confine
                 .as_ref()
                 .map(|c| c.reading([project_dir.clone()])),
+            agent_mode: task.agent_mode.clone(),
         };
         let mut run = TaskRun {
             p: self,
@@ -508,6 +509,7 @@ impl TaskRun<'_> {
             "unit": self.p.unit,
             "attempt": self.job.record.attempt,
             "working_directory": self.ctx.cwd.display().to_string(),
+            "agent_mode": self.ctx.mode().unwrap_or("auto"),
             "prompt_length": prompt.text().len(),
             "at": xo_proto::now_ms(),
         });

@@ -453,6 +453,26 @@ impl State {
                 self.with_status(r, reply);
             }
             QueueApi::Enqueue(q, reply) => {
+                // A mode the runners' driver cannot pass on is refused
+                // whole, naming the task and the driver.
+                let driver = &self.ctx.cfg.runner.driver;
+                let refused = q.tasks.iter().find_map(|t| {
+                    let mode = t.agent_mode.as_deref()?;
+                    driver.honours_mode(mode).err().map(|why| {
+                        format!(
+                            "task {}: agent_mode {mode:?} cannot reach its agent: {why}",
+                            t.task_id
+                        )
+                    })
+                });
+                if let Some(why) = refused {
+                    self.answer(
+                        Changes::default(),
+                        reply,
+                        Err(ServiceError::new(ErrorCode::Invalid, why)),
+                    );
+                    return false;
+                }
                 let r = self.m.enqueue(q.tasks, now);
                 self.result(r, reply);
             }

@@ -199,8 +199,8 @@ impl CommandDriver {
             .map_err(|e| io("writing the prompt", std::io::Error::other(e.to_string())))?;
         }
         let file_str = prompt_file.display().to_string();
-        let argv: Vec<String> = self
-            .argv
+        let argv = with_mode(&self.argv, self.stream, ctx.mode());
+        let argv: Vec<String> = argv
             .iter()
             .map(|a| {
                 a.replace("{prompt_file}", &file_str)
@@ -521,6 +521,41 @@ pub async fn deliver_to(cwd: &Path, session: Option<&str>, steering: &[String]) 
     }
 }
 
+/// `argv` with the task's `agent_mode` passed on: into `{agent_mode}`
+/// where the command names it (removed, with the option before it, when
+/// the task asks for none), else as `--model MODE` for the agents whose
+/// CLI documents it (Claude Code `--model`, Codex `--model`, Cursor
+/// `--model`), before a `--` that ends the options. No mode (or `auto`):
+/// the agent's own default.
+pub fn with_mode(argv: &[String], stream: Option<Format>, mode: Option<&str>) -> Vec<String> {
+    if argv.iter().any(|a| a.contains("{agent_mode}")) {
+        let mut out = Vec::with_capacity(argv.len());
+        for a in argv {
+            match mode {
+                Some(m) => out.push(a.replace("{agent_mode}", m)),
+                // `--model {agent_mode}` with no mode: both dropped.
+                None if a == "{agent_mode}" => {
+                    if out.last().is_some_and(|p: &String| p.starts_with('-')) {
+                        out.pop();
+                    }
+                }
+                None => out.push(a.replace("{agent_mode}", "")),
+            }
+        }
+        return out;
+    }
+    let mut out = argv.to_vec();
+    let takes_model = matches!(
+        stream,
+        Some(Format::Claude | Format::Codex | Format::Cursor)
+    );
+    if let (Some(m), true) = (mode, takes_model) {
+        let at = out.iter().position(|a| a == "--").unwrap_or(out.len());
+        out.splice(at..at, ["--model".to_string(), m.to_string()]);
+    }
+    out
+}
+
 /// The hook command: this very binary's `hook <agent>`.
 fn hook_command(agent: &str) -> String {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("xo"));
@@ -692,4 +727,51 @@ async fn add_hooks(
     tokio::fs::write(path, text)
         .await
         .map_err(|e| err("writing", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_tasks_mode_is_the_agents_model_option() {
+        let claude = argv(&["claude", "-p", "{prompt}", "--output-format", "stream-json"]);
+        assert_eq!(
+            with_mode(&claude, Some(Format::Claude), Some("opus")),
+            argv(&[
+                "claude",
+                "-p",
+                "{prompt}",
+                "--output-format",
+                "stream-json",
+                "--model",
+                "opus"
+            ])
+        );
+        assert_eq!(with_mode(&claude, Some(Format::Claude), None), claude);
+        // Before a `--` that ends the options (the prompt after it).
+        let codex = argv(&["codex", "exec", "--json", "--", "{prompt}"]);
+        assert_eq!(
+            with_mode(&codex, Some(Format::Codex), Some("gpt-5.5")),
+            argv(&[
+                "codex", "exec", "--json", "--model", "gpt-5.5", "--", "{prompt}"
+            ])
+        );
+        // A command that names the mode itself: there, and dropped with its
+        // option when the task asks for none.
+        let own = argv(&["agent", "--mode", "{agent_mode}", "{prompt}"]);
+        assert_eq!(
+            with_mode(&own, None, Some("fast")),
+            argv(&["agent", "--mode", "fast", "{prompt}"])
+        );
+        assert_eq!(with_mode(&own, None, None), argv(&["agent", "{prompt}"]));
+        // An agent with no known option gets nothing added (enqueue refuses
+        // such a task: DriverConfig::honours_mode).
+        let plain = argv(&["python3", "agent.py"]);
+        assert_eq!(with_mode(&plain, None, Some("opus")), plain);
+    }
 }

@@ -346,6 +346,19 @@ pub struct RunCtx {
     pub groups: Option<Groups>,
     /// Agents' processes confined so (`None`: unconfined).
     pub confine: Option<crate::confine::Confinement>,
+    /// The task's `agent_mode` (seed 003): passed as the agent's model or
+    /// mode option (`None` or `auto`: the agent's own default).
+    pub agent_mode: Option<String>,
+}
+
+impl RunCtx {
+    /// The mode to ask the agent for, if any (`auto` is its default).
+    pub fn mode(&self) -> Option<&str> {
+        self.agent_mode
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty() && *m != "auto")
+    }
 }
 
 /// The configured agent.

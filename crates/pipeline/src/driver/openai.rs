@@ -92,6 +92,9 @@ impl OpenAiDriver {
     ) -> Result<AgentOutput, DriverError> {
         let started = std::time::Instant::now();
         let mut out = AgentOutput::default();
+        // The task's agent_mode names the model (seed 003), else the
+        // configured one.
+        let model = ctx.mode().unwrap_or(&self.cfg.model).to_string();
         let mut messages = vec![
             json!({"role": "system", "content": SYSTEM}),
             json!({"role": "user", "content": prompt.text()}),
@@ -136,7 +139,7 @@ impl OpenAiDriver {
                 }
             }
             let body = json!({
-                "model": self.cfg.model,
+                "model": model,
                 "messages": messages,
                 "tools": tools(self.read_only),
             });
@@ -150,7 +153,7 @@ impl OpenAiDriver {
                     warn!(error = %e, "the model's context is full; conversation condensed, asking again");
                     condensed = true;
                     let body = json!({
-                        "model": self.cfg.model,
+                        "model": model,
                         "messages": messages,
                         "tools": tools(self.read_only),
                     });
@@ -186,7 +189,7 @@ impl OpenAiDriver {
                 cost_usd: cost,
                 context_tokens: Some(tin),
                 context_limit: Some(self.context_limit),
-                model: Some(self.cfg.model.clone()),
+                model: Some(model.to_string()),
                 condensed,
                 ..Default::default()
             };

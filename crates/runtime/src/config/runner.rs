@@ -248,6 +248,32 @@ pub struct DriverConfig {
     pub max_resumes: u32,
 }
 
+/// The agent streams whose CLI takes a model or mode option (`--model`):
+/// Claude Code, Codex, Cursor.
+pub const MODE_STREAMS: [&str; 3] = ["claude", "codex", "cursor"];
+
+impl DriverConfig {
+    /// Whether a task's `agent_mode` can reach the agent this driver runs
+    /// (`auto` is the agent's own default: always). `Err` names the driver
+    /// and what would let it.
+    pub fn honours_mode(&self, mode: &str) -> Result<(), String> {
+        if mode.trim().is_empty() || mode == "auto" {
+            return Ok(());
+        }
+        match self.kind {
+            DriverKind::Script | DriverKind::Openai => Ok(()),
+            DriverKind::Command if MODE_STREAMS.contains(&self.stream.as_str()) => Ok(()),
+            DriverKind::Command if self.command.iter().any(|a| a.contains("{agent_mode}")) => {
+                Ok(())
+            }
+            DriverKind::Command => Err(format!(
+                "the runner's driver (command, stream {:?}) has no option that takes a mode: set runner.driver.stream to claude, codex or cursor, or put {{agent_mode}} in runner.driver.command",
+                self.stream
+            )),
+        }
+    }
+}
+
 impl Default for DriverConfig {
     fn default() -> Self {
         Self {
