@@ -10,7 +10,8 @@
 //! - [`pipeline`]: the loop above, [`Pipeline::run`] (start here).
 //! - [`compose`]: the only constructor of a [`compose::ComposedPrompt`] (SUP-1, SUP-2),
 //!   the pure `xo-compose` library.
-//! - [`driver`]: `command`, `openai` and `script` agents; each takes only a composed prompt.
+//! - [`driver`]: `command`, `openai` and `script` agents; each takes only a composed prompt;
+//!   `driver::waiting`, what the agents' hooks say of a session waiting for a person.
 //! - [`halt`]: the reply format (seed 002) and halt detection (seed 003).
 //! - [`validate`]: deterministic validation, match quality, confidence, output template.
 //! - [`sandbox`]: paths confined to the project sandbox.
