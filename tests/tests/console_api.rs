@@ -952,16 +952,22 @@ async fn answer(s: &mut tokio::net::TcpStream, wait: Duration) -> Option<String>
     }
 }
 
-/// Sends `GET path` with the console's token on `s` and reads the answer's
-/// head (the connection stays open when the answer keeps it alive).
-async fn request_on(s: &mut tokio::net::TcpStream, path: &str, token: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// Sends `GET path` with the console's token on `s`.
+async fn send_get(s: &mut tokio::net::TcpStream, path: &str, token: &str) {
+    use tokio::io::AsyncWriteExt;
     s.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n")
             .as_bytes(),
     )
     .await
     .unwrap();
+}
+
+/// Sends `GET path` with the console's token on `s` and reads the answer's
+/// head (the connection stays open when the answer keeps it alive).
+async fn request_on(s: &mut tokio::net::TcpStream, path: &str, token: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    send_get(s, path, token).await;
     let mut buf = vec![0u8; 4096];
     let n = s.read(&mut buf).await.unwrap();
     String::from_utf8_lossy(&buf[..n]).into_owned()
@@ -970,13 +976,8 @@ async fn request_on(s: &mut tokio::net::TcpStream, path: &str, token: &str) -> S
 /// `GET path` with the token on `s`, kept alive: the whole answer (its
 /// body read to its `content-length`).
 async fn get_on(s: &mut tokio::net::TcpStream, path: &str, token: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\r\n")
-            .as_bytes(),
-    )
-    .await
-    .unwrap();
+    use tokio::io::AsyncReadExt;
+    send_get(s, path, token).await;
     let mut got = Vec::new();
     let mut buf = vec![0u8; 65536];
     loop {

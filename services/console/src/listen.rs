@@ -477,6 +477,27 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// A write's result: bytes written push the idle deadline on; a write
+    /// still pending past it is an error.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.idle_expired(cx) => Poll::Ready(Err(idle_error())),
+            other => other,
+        }
+    }
+}
+
 fn idle_error() -> io::Error {
     io::Error::new(
         io::ErrorKind::TimedOut,
@@ -510,16 +531,8 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.stream).poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if self.idle_expired(cx) => Poll::Ready(Err(idle_error())),
-            other => other,
-        }
+        let r = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.wrote(cx, r)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -535,16 +548,8 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.stream).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                if n > 0 {
-                    self.moved();
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if self.idle_expired(cx) => Poll::Ready(Err(idle_error())),
-            other => other,
-        }
+        let r = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.wrote(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
