@@ -375,6 +375,10 @@ pub struct UnitSummary {
     /// The unit needs a person, and why (`xo units` NEEDS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needs: Option<crate::NeedsYou>,
+    /// Waiting for its provider's usage limit to reset, until then (ms
+    /// since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_until: Option<u64>,
 }
 
 /// The units of `units` that need a person, the longest waiting first

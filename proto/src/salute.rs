@@ -255,6 +255,11 @@ pub struct Status {
     /// without it clears it (the unit moved again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needs: Option<UnitNeeds>,
+    /// The agent's provider refused it for a usage limit that resets then
+    /// (ms since the epoch; with `ended`): it is waiting, neither stalled
+    /// nor stale, and not steered, until it moves after the reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_until: Option<u64>,
 }
 
 /// Why a unit says it waits for a person ([`Status::needs`]).

@@ -653,6 +653,7 @@ mod tests {
             ended: g.flip(),
             self_steered: Vec::new(),
             needs: None,
+            waiting_until: None,
         };
         r
     }

@@ -162,6 +162,23 @@ fn age(last_seen: u64) -> String {
     format!("{secs}s ago")
 }
 
+/// A unit's STATE in `xo units`: waiting for a usage limit shows until when
+/// (UTC).
+fn state_of(u: &UnitSummary) -> String {
+    if u.stale {
+        "stale".into()
+    } else if u.refused_reports >= 3 {
+        "refused".into()
+    } else if let (true, Some(t)) = (u.ended, u.waiting_until) {
+        let at = xo_runtime::clock::rfc3339(t);
+        format!("until {}Z", at.get(11..16).unwrap_or(&at))
+    } else if u.ended {
+        "ended".into()
+    } else {
+        "live".into()
+    }
+}
+
 fn table(units: &[UnitSummary]) -> String {
     let mut out = format!(
         "{:<20} {:<12} {:<7} {:<7} {:<7} {:<10} {:>6} {:>5} {:>6} {:<10} {}\n",
@@ -174,15 +191,7 @@ fn table(units: &[UnitSummary]) -> String {
             u.role,
             health(u.health),
             health(u.self_health),
-            if u.stale {
-                "stale"
-            } else if u.refused_reports >= 3 {
-                "refused"
-            } else if u.ended {
-                "ended"
-            } else {
-                "live"
-            },
+            state_of(u),
             u.needs.as_ref().map_or("-", |n| n.reason.as_str()),
             u.turn,
             (u.context_fill * 100.0).round(),

@@ -744,3 +744,88 @@ async fn a_waiting_session_needs_you_and_its_cap_stops_it() {
     );
     drop(procs);
 }
+
+/// Issue 37, item 5: a watched Codex session refused by its plan's usage
+/// limit (its rollout's `token_count` says the limit was reached and when
+/// it resets) is "waiting until" then: ended for the XO (neither stale nor
+/// steered), `xo units` says until when; it is back to normal once it
+/// works again after the reset.
+#[tokio::test]
+async fn a_session_at_its_usage_limit_waits_until_the_reset() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let root_dir = tempfile::tempdir().unwrap();
+    let root = root_dir.path();
+    let codex = root.join("codex").join("2026").join("08").join("15");
+    let project = root.join("p");
+    std::fs::create_dir_all(&codex).unwrap();
+    std::fs::create_dir_all(&project).unwrap();
+    let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
+    let c = root.join("codex").display().to_string();
+    procs.0.push(xo(
+        root,
+        &url,
+        "watch",
+        &["watch", "codex", &c, "--poll-ms", "50"],
+    ));
+    read_what_was_there(root, "watch").await;
+    let step = |i: u32| {
+        format!(
+            "{{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call\",\"name\":\"exec_command\",\"arguments\":\"{{\\\"cmd\\\":\\\"ls d{i}\\\"}}\",\"call_id\":\"c{i}\"}}}}\n\
+             {{\"type\":\"response_item\",\"payload\":{{\"type\":\"function_call_output\",\"call_id\":\"c{i}\",\"output\":\"Process exited with code 0\\nOutput:\\nd{i}\"}}}}\n"
+        )
+    };
+    let mut rollout = format!(
+        "{{\"timestamp\":\"2026-08-15T15:00:00.000Z\",\"type\":\"session_meta\",\"payload\":{{\"id\":\"019c-limited\",\"cwd\":{:?}}}}}\n",
+        project.display().to_string()
+    );
+    for i in 0..3 {
+        rollout.push_str(&step(i));
+    }
+    // Refused: the five-hour window is spent; it resets at 16:21:08 UTC.
+    rollout.push_str("{\"timestamp\":\"2026-08-15T15:03:14.540Z\",\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":null,\"rate_limits\":{\"limit_id\":\"codex\",\"primary\":{\"used_percent\":100.0,\"window_minutes\":300,\"resets_at\":1786206068},\"secondary\":{\"used_percent\":31.0,\"window_minutes\":10080,\"resets_at\":1786700000},\"spend_control_reached\":null,\"plan_type\":\"plus\",\"rate_limit_reached_type\":\"primary\"}}}\n");
+    let file = codex.join("rollout-2026-08-15T15-00-00-019c-limited.jsonl");
+    std::fs::write(&file, &rollout).unwrap();
+    let unit = |bus: &Bus| {
+        let bus = bus.clone();
+        async move {
+            units(&bus)
+                .await
+                .into_iter()
+                .find(|u| u.unit == "019c-limited")
+        }
+    };
+    eventually("the session waits for its limit's reset", root, || async {
+        unit(&bus)
+            .await
+            .is_some_and(|u| u.waiting_until == Some(1_786_206_068_000) && u.ended && !u.stale)
+    })
+    .await;
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(root)
+        .args(["--nats", &url, "units"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("019c-limited"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("until 16:21Z"), "{row}");
+    // After the reset it works again: back to normal.
+    append(
+        &file,
+        &format!(
+            "{}{}",
+            "{\"timestamp\":\"2026-08-15T16:22:00.000Z\",\"type\":\"event_msg\",\"payload\":{\"type\":\"token_count\",\"info\":null,\"rate_limits\":{\"limit_id\":\"codex\",\"primary\":{\"used_percent\":0.0,\"window_minutes\":300,\"resets_at\":1786224068},\"secondary\":{\"used_percent\":31.0,\"window_minutes\":10080,\"resets_at\":1786700000},\"rate_limit_reached_type\":null}}}\n",
+            step(3)
+        ),
+    );
+    eventually("it works again after the reset", root, || async {
+        unit(&bus)
+            .await
+            .is_some_and(|u| u.waiting_until.is_none() && !u.ended)
+    })
+    .await;
+    drop(procs);
+}

@@ -184,6 +184,11 @@ pub(crate) fn event(
                 _ => {}
             }
             if str_of(p, "type") == Some("token_count")
+                && let Some(limits) = p.get("rate_limits").filter(|l| !l.is_null())
+            {
+                c.limited_until = limit_reset(limits);
+            }
+            if str_of(p, "type") == Some("token_count")
                 && let Some(info) = p.get("info").filter(|i| !i.is_null())
             {
                 if let Some(t) = info.get("total_token_usage") {
@@ -204,6 +209,36 @@ pub(crate) fn event(
         _ => return Ok(None),
     }
     Ok(Some(out))
+}
+
+/// When a usage limit the snapshot says is reached resets (ms since the
+/// epoch): Codex's `rate_limits` (`primary` and `secondary` windows with
+/// `used_percent` and `resets_at` in seconds, `rate_limit_reached_type`
+/// set once a limit refused the agent). `None` while within the limits, or
+/// when no reset time is given.
+fn limit_reset(limits: &Value) -> Option<u64> {
+    let reached = limits
+        .get("rate_limit_reached_type")
+        .is_some_and(|t| !t.is_null());
+    let windows: Vec<&Value> = ["primary", "secondary"]
+        .iter()
+        .filter_map(|k| limits.get(*k).filter(|w| !w.is_null()))
+        .collect();
+    let spent = |w: &Value| {
+        w.get("used_percent")
+            .and_then(Value::as_f64)
+            .is_some_and(|p| p >= 100.0)
+    };
+    let reset = |w: &Value| w.get("resets_at").and_then(Value::as_u64);
+    let at_limit = windows
+        .iter()
+        .filter(|w| spent(w))
+        .filter_map(|w| reset(w))
+        .max();
+    let latest = windows.iter().filter_map(|w| reset(w)).max();
+    // Reached, but no window at 100% says which: the latest reset.
+    let secs = at_limit.or(latest.filter(|_| reached))?;
+    Some(secs.saturating_mul(1000))
 }
 
 /// `Ok(None)` for an item type this sensor does not know (skipped, counted).

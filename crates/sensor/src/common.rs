@@ -80,6 +80,10 @@ pub(crate) struct Common {
     /// The agent has stopped working: its run ended, or its turn did and
     /// it waits for its user. Work after it clears it.
     pub resting: bool,
+    /// The provider refused the agent for a usage limit that resets then
+    /// (ms since the epoch), by the format's own record of its limits;
+    /// `None` once a record says it is within them again.
+    pub limited_until: Option<u64>,
     /// The session this one was started by (a subagent's parent).
     pub parent: Option<String>,
     /// What the run has looked at (tool and arguments), so that a second

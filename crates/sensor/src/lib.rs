@@ -437,6 +437,14 @@ impl Sensor {
         self.common.resting
     }
 
+    /// When the usage limit the agent's provider refused it for resets
+    /// (ms since the epoch), while the stream says it is over one (Codex's
+    /// `token_count` `rate_limits`: `rate_limit_reached_type` set, or a
+    /// window at 100%).
+    pub fn limited_until(&self) -> Option<u64> {
+        self.common.limited_until
+    }
+
     pub fn model(&self) -> Option<&str> {
         self.common.model.as_deref()
     }

@@ -353,3 +353,46 @@ fn a_bad_line_says_why_as_a_typed_reason() {
         })
     );
 }
+
+/// Issue 37, item 5: Codex records its plan's limits in `token_count`
+/// (`rate_limits`: `primary` and `secondary` windows with `used_percent`,
+/// `window_minutes`, `resets_at` in seconds, and `rate_limit_reached_type`
+/// once a limit refused it; `codex-rs/protocol` `RateLimitSnapshot`). A
+/// reached limit is read as "waiting until" its reset; a snapshot within
+/// the limits, or `null`, clears it.
+#[test]
+fn a_codex_usage_limit_is_waiting_until_its_reset() {
+    let mut s = Sensor::new(Format::Codex);
+    let line = |limits: &str| {
+        format!(
+            "{{\"timestamp\":\"2026-08-15T15:03:14.540Z\",\"type\":\"event_msg\",\"payload\":{{\"type\":\"token_count\",\"info\":null,\"rate_limits\":{limits}}}}}"
+        )
+    };
+    s.line(&line("null")).unwrap();
+    assert_eq!(s.limited_until(), None);
+    s.line(&line(
+        "{\"limit_id\":\"codex\",\"primary\":{\"used_percent\":42.0,\"window_minutes\":300,\"resets_at\":1786206068},\"secondary\":{\"used_percent\":12.0,\"window_minutes\":10080,\"resets_at\":1786700000},\"plan_type\":\"plus\",\"rate_limit_reached_type\":null}",
+    ))
+    .unwrap();
+    assert_eq!(s.limited_until(), None, "within the limits");
+    s.line(&line(
+        "{\"limit_id\":\"codex\",\"primary\":{\"used_percent\":100.0,\"window_minutes\":300,\"resets_at\":1786206068},\"secondary\":{\"used_percent\":31.0,\"window_minutes\":10080,\"resets_at\":1786700000},\"spend_control_reached\":null,\"plan_type\":\"plus\",\"rate_limit_reached_type\":\"primary\"}",
+    ))
+    .unwrap();
+    assert_eq!(
+        s.limited_until(),
+        Some(1_786_206_068_000),
+        "the spent window's reset"
+    );
+    // Reached with no window at 100%: the latest reset.
+    s.line(&line(
+        "{\"limit_id\":\"codex\",\"primary\":{\"used_percent\":80.0,\"window_minutes\":300,\"resets_at\":1786206068},\"secondary\":{\"used_percent\":90.0,\"window_minutes\":10080,\"resets_at\":1786700000},\"rate_limit_reached_type\":\"workspace_member_credits_depleted\"}",
+    ))
+    .unwrap();
+    assert_eq!(s.limited_until(), Some(1_786_700_000_000));
+    s.line(&line(
+        "{\"limit_id\":\"codex\",\"primary\":{\"used_percent\":3.0,\"window_minutes\":300,\"resets_at\":1786224068},\"secondary\":null,\"rate_limit_reached_type\":null}",
+    ))
+    .unwrap();
+    assert_eq!(s.limited_until(), None, "back within the limits");
+}

@@ -78,6 +78,8 @@ struct Session {
     spent: bool,
     /// Its spend already counted into the day's.
     counted: (f64, u64),
+    /// The usage-limit reset the XO was told it waits for.
+    limit_told: Option<u64>,
 }
 
 impl Session {
@@ -98,6 +100,7 @@ impl Session {
             warned: false,
             spent: false,
             counted: (0.0, 0),
+            limit_told: None,
         }
     }
 
@@ -745,6 +748,26 @@ impl Out<'_> {
                     warn!(unit = s.unit().unwrap_or(&s.name), line = e.line, reason = %e.reason, "session line not used")
                 }
             }
+        }
+        // Its provider refused it until a usage limit resets: told once,
+        // as a rest with the time (not stalled, not stale, not steered).
+        let limited = s.sensor.limited_until();
+        if limited.is_some() && limited != s.limit_told {
+            s.limit_told = limited;
+            if let Some((unit, state)) = &mut s.unit
+                && let Some(mut r) = state.rest()
+            {
+                r.status.waiting_until = limited;
+                r.status.needs = s.needs.clone();
+                s.rested = true;
+                if !self.quiet {
+                    info!(unit = %unit, until = ?limited, "session waits for its usage limit to reset");
+                }
+                let unit = unit.clone();
+                self.send(&unit, &r).await;
+            }
+        } else if limited.is_none() {
+            s.limit_told = None;
         }
         if s.sensor.resting() && !s.rested {
             s.rested = true;

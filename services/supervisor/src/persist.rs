@@ -48,6 +48,9 @@ pub struct UnitRecord {
     pub turns_since_progress: u32,
     #[serde(default)]
     pub cost_usd: f64,
+    /// Its last report's `status.waiting_until` (a provider's usage limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_until: Option<u64>,
     /// The latest report as received (MessagePack or JSON): keeping and
     /// persisting it costs a copy, not an encoding, and a fraction of the
     /// memory of the decoded form. Decoded again only for `xo units UNIT`.
@@ -95,6 +98,7 @@ impl UnitRecord {
             pace: xo_proto::Pace::default(),
             turns_since_progress: 0,
             cost_usd: 0.0,
+            waiting_until: None,
             report_raw: None,
             radio: UnitState::default(),
             steering: VecDeque::new(),

@@ -168,6 +168,7 @@ impl WatcherState {
             cost_usd: r.cost_usd,
             last_steering: r.steering.back().map(|s| (s.kind, s.at)),
             needs: r.radio.needs.as_deref().cloned(),
+            waiting_until: r.waiting_until,
         }
     }
 
@@ -400,6 +401,12 @@ impl WatcherState {
                 given,
                 ctx.cfg.supervisor.steering_history,
             );
+        }
+        if self.rec.waiting_until != report.status.waiting_until {
+            self.rec.waiting_until = report.status.waiting_until;
+            if let Some(until) = report.status.waiting_until {
+                info!(unit = %report.unit.unit, until = %xo_runtime::clock::rfc3339(until), "waiting for its provider's usage limit to reset: not stale, not steered");
+            }
         }
         if self.rec.ended != report.status.ended {
             self.rec.ended = report.status.ended;

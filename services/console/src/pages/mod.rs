@@ -266,6 +266,7 @@ mod tests {
             cost_usd: 0.0,
             last_steering: None,
             needs: None,
+            waiting_until: None,
         }
     }
 
@@ -618,6 +619,20 @@ mod tests {
         assert_eq!(directive_source(&t), "—");
     }
 
+    /// A unit waiting for its provider's usage limit says until when.
+    #[test]
+    fn a_unit_at_its_usage_limit_says_until_when() {
+        let mut u = unit("limited-1", xo_proto::Health::Green);
+        u.ended = true;
+        u.waiting_until = Some(1_786_206_068_000);
+        let body = fleet_body(&[u], &BTreeMap::new(), 1_000_000);
+        assert!(body.contains(">waiting until 16:21Z</span>"), "{body}");
+        assert!(
+            body.contains("resets at 2026-08-08T16:21:08.000Z"),
+            "{body}"
+        );
+    }
+
     #[test]
     fn the_fleet_is_in_triage_order_sorts_filters_and_flags() {
         use xo_proto::Health::*;
@@ -823,6 +838,7 @@ mod tests {
             cost_usd: 0.25,
             last_steering: None,
             needs: None,
+            waiting_until: None,
         };
         let units = vec![
             u("a-1", "coder", Health::Green),
