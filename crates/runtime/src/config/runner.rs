@@ -252,11 +252,20 @@ pub struct DriverConfig {
 /// Claude Code, Codex, Cursor.
 pub const MODE_STREAMS: [&str; 3] = ["claude", "codex", "cursor"];
 
+/// Why a task's `agent_mode` cannot reach the agent the driver runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the runner's driver (command, stream {stream:?}) has no option that takes a mode: set runner.driver.stream to claude, codex or cursor, or put {{agent_mode}} in runner.driver.command"
+)]
+pub struct ModeNotPassed {
+    pub stream: String,
+}
+
 impl DriverConfig {
     /// Whether a task's `agent_mode` can reach the agent this driver runs
-    /// (`auto` is the agent's own default: always). `Err` names the driver
-    /// and what would let it.
-    pub fn honours_mode(&self, mode: &str) -> Result<(), String> {
+    /// (`auto` is the agent's own default: always). The error names the
+    /// driver and what would let it.
+    pub fn honours_mode(&self, mode: &str) -> Result<(), ModeNotPassed> {
         if mode.trim().is_empty() || mode == "auto" {
             return Ok(());
         }
@@ -266,10 +275,9 @@ impl DriverConfig {
             DriverKind::Command if self.command.iter().any(|a| a.contains("{agent_mode}")) => {
                 Ok(())
             }
-            DriverKind::Command => Err(format!(
-                "the runner's driver (command, stream {:?}) has no option that takes a mode: set runner.driver.stream to claude, codex or cursor, or put {{agent_mode}} in runner.driver.command",
-                self.stream
-            )),
+            DriverKind::Command => Err(ModeNotPassed {
+                stream: self.stream.clone(),
+            }),
         }
     }
 }
