@@ -75,44 +75,65 @@ pub struct TurnEvent {
 }
 
 /// An RFC 3339 time (`2025-01-27T22:44:56.900854`, `…Z`, `…+02:00`) in ms
-/// since the epoch; a time without a zone is UTC. `None` if it is no time.
+/// since the epoch; a time without a zone is UTC. `None` if it is no time
+/// (an impossible date or hour, an offset past ±25:59, any other text) or
+/// one before 1970. Parsed by `jiff`: text from outside (a report file, a
+/// transcript) never panics it.
 pub fn parse_time_ms(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b' ') {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &s[19..];
-    let mut ms = 0i64;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        let f = &frac[..digits];
-        ms = f.get(..3.min(f.len()))?.parse::<i64>().ok()? * 10i64.pow(3 - 3.min(f.len()) as u32);
-        rest = &frac[digits..];
-    }
-    let offset_min = match rest {
-        "" | "Z" | "z" => 0,
-        r if r.len() == 6 && matches!(&r[..1], "+" | "-") => {
-            let v = r[1..3].parse::<i64>().ok()? * 60 + r[4..6].parse::<i64>().ok()?;
-            if r.starts_with('-') { -v } else { v }
-        }
-        _ => return None,
+    let ts = match s.parse::<jiff::Timestamp>() {
+        Ok(ts) => ts,
+        // No offset: the civil time, read as UTC.
+        Err(_) => s
+            .parse::<jiff::civil::DateTime>()
+            .ok()?
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .ok()?
+            .timestamp(),
     };
-    // Days from the civil date (H. Hinnant's algorithm).
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3_600 + mi * 60 + sec - offset_min * 60;
-    u64::try_from(secs * 1000 + ms).ok()
+    u64::try_from(ts.as_millisecond()).ok()
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::parse_time_ms;
+
+    #[test]
+    fn times_are_read_as_rfc_3339_and_anything_else_is_none() {
+        assert_eq!(parse_time_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_time_ms("2025-01-27T22:44:56.900854"),
+            Some(1_738_017_896_900)
+        );
+        assert_eq!(
+            parse_time_ms("2025-01-27T22:44:56.9Z"),
+            Some(1_738_017_896_900)
+        );
+        assert_eq!(
+            parse_time_ms("2025-01-28T00:44:56+02:00"),
+            Some(1_738_017_896_000)
+        );
+        assert_eq!(
+            parse_time_ms("2025-01-27 22:44:56Z"),
+            Some(1_738_017_896_000),
+            "a space for the T"
+        );
+        // Issue 44: a multibyte character where the fraction goes once
+        // panicked the report-file poller; impossible dates and hours and
+        // offsets were accepted.
+        for bad in [
+            "2025-01-27T22:44:56é1234",
+            "2025-01-27T22:44:56.é",
+            "2025-01-27T-1:44:56",
+            "2025-02-31T10:00:00Z",
+            "2025-01-27T22:44:56+99:00",
+            "2025-01-27T24:00:01Z",
+            "1969-12-31T23:59:59Z",
+            "yesterday",
+            "",
+        ] {
+            assert_eq!(parse_time_ms(bad), None, "{bad:?}");
+        }
+    }
 }
 
 /// A short stable hash of some text, for SALUTE action fields: 12 hex
