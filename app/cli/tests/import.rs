@@ -809,6 +809,67 @@ fn codex_allows(answer: &serde_json::Value, event: &str) {
     }
 }
 
+/// Issue 44, item 3: `features` as an inline table or as dotted keys used
+/// to be left without `codex_hooks = true` while the install said it was
+/// done (the file was edited as text). Each form gets it, kept in its
+/// form; a `features` that is no table is an error that says what to add.
+#[test]
+fn the_codex_hook_install_sets_codex_hooks_whatever_form_features_takes() {
+    for (given, kept) in [
+        (
+            "features = { web_search = true }\n",
+            "features = { web_search = true, codex_hooks = true }",
+        ),
+        (
+            "# dotted\nfeatures.web_search = true\n",
+            "features.codex_hooks = true",
+        ),
+        ("model = \"gpt-5\"\n", "[features]"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join(".codex")).unwrap();
+        std::fs::write(d.join(".codex/config.toml"), given).unwrap();
+        let o = xo(d, &["hook", "codex", "--install", "."], None);
+        assert!(
+            o.status.success(),
+            "{given}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let config = std::fs::read_to_string(d.join(".codex/config.toml")).unwrap();
+        let t: toml::Table = config.parse().unwrap();
+        assert_eq!(
+            t["features"]["codex_hooks"].as_bool(),
+            Some(true),
+            "{given} -> {config}"
+        );
+        assert!(config.contains(kept), "{given} -> {config}");
+        if given.contains("web_search") {
+            assert_eq!(
+                t["features"]["web_search"].as_bool(),
+                Some(true),
+                "{config}"
+            );
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".codex")).unwrap();
+    std::fs::write(d.join(".codex/config.toml"), "features = 1\n").unwrap();
+    let o = xo(d, &["hook", "codex", "--install", "."], None);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("codex_hooks = true") && err.contains("by hand"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join(".codex/config.toml")).unwrap(),
+        "features = 1\n",
+        "left as it was"
+    );
+}
+
 #[test]
 fn the_codex_hook_installs_in_a_project_and_answers_codex() {
     let dir = tempfile::tempdir().unwrap();

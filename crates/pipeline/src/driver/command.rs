@@ -617,23 +617,63 @@ pub async fn install_codex_hook(cwd: &Path) -> Result<Vec<PathBuf>, DriverError>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(err("reading", e.to_string())),
     };
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
         err("the Codex config is not TOML; fix or remove", e.to_string())
     })?;
-    let features = table.get("features").and_then(|f| f.as_table());
-    if features.and_then(|f| f.get("codex_hooks")).is_none() {
-        // Edited as text, so that the user's comments and order stay.
-        let text = match features {
-            None => format!("{text}\n[features]\ncodex_hooks = true\n"),
-            Some(_) => text.replacen("[features]", "[features]\ncodex_hooks = true", 1),
-        };
-        if text.parse::<toml::Table>().is_err() {
+    let on = |doc: &toml_edit::DocumentMut| {
+        doc.get("features")
+            .and_then(|f| f.as_table_like())
+            .and_then(|f| f.get("codex_hooks"))
+            .is_some()
+    };
+    if !on(&doc) {
+        // Edited in place (comments, order and the table's own form kept:
+        // `[features]`, `features = { … }` or `features.x = …`).
+        match doc.get_mut("features") {
+            None => {
+                let mut t = toml_edit::Table::new();
+                t.insert("codex_hooks", toml_edit::value(true));
+                doc.insert("features", toml_edit::Item::Table(t));
+            }
+            Some(f) => match f.as_inline_table_mut() {
+                // `features = { … }`: one more pair, spaced as usual.
+                Some(t) => {
+                    t.insert("codex_hooks", toml_edit::Value::from(true));
+                    t.fmt();
+                }
+                None => match f.as_table_like_mut() {
+                    Some(t) => {
+                        t.insert("codex_hooks", toml_edit::value(true));
+                    }
+                    None => {
+                        return Err(err(
+                            "`features` is not a table; add `codex_hooks = true` under [features] by hand in",
+                            String::new(),
+                        ));
+                    }
+                },
+            },
+        }
+        let written = doc.to_string();
+        // What is written must say it: read back as Codex reads it.
+        let back: toml::Table = written.parse().map_err(|e: toml::de::Error| {
+            err(
+                "cannot add codex_hooks = true under [features] (write it by hand) in",
+                e.to_string(),
+            )
+        })?;
+        let set = back
+            .get("features")
+            .and_then(|f| f.get("codex_hooks"))
+            .and_then(|v| v.as_bool())
+            == Some(true);
+        if !set {
             return Err(err(
                 "cannot add codex_hooks = true under [features] (write it by hand) in",
                 String::new(),
             ));
         }
-        tokio::fs::write(&config, text.trim_start())
+        tokio::fs::write(&config, written.trim_start())
             .await
             .map_err(|e| err("writing", e.to_string()))?;
     }
