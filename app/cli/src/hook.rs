@@ -197,17 +197,6 @@ fn waits(dir: &std::path::Path, payload: &serde_json::Value) {
     }
 }
 
-/// The call's subject a rule's `command` is matched against: the command,
-/// the file or the URL.
-fn subject(payload: &serde_json::Value) -> String {
-    let input = payload.get("tool_input");
-    ["command", "file_path", "path", "url", "pattern"]
-        .iter()
-        .find_map(|k| input?.get(*k)?.as_str())
-        .unwrap_or("")
-        .to_string()
-}
-
 /// `PermissionRequest`: the first `[[hooks.approve]]` rule that matches
 /// answers; `ask`, or none, leaves it to the person (the unit needs you).
 fn permission(
@@ -221,7 +210,10 @@ fn permission(
         .get("tool_name")
         .and_then(|t| t.as_str())
         .unwrap_or("");
-    let subject = subject(payload);
+    // What a rule's `command` is matched against (empty: the call has none).
+    let subject = xo_pipeline::driver::waiting::subject(payload)
+        .unwrap_or("")
+        .to_string();
     let rule = cfg
         .hooks
         .approve

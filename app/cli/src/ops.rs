@@ -170,8 +170,7 @@ fn state_of(u: &UnitSummary) -> String {
     } else if u.refused_reports >= 3 {
         "refused".into()
     } else if let (true, Some(t)) = (u.ended, u.waiting_until) {
-        let at = xo_runtime::clock::rfc3339(t);
-        format!("until {}Z", at.get(11..16).unwrap_or(&at))
+        format!("until {}Z", xo_runtime::clock::hh_mm(t))
     } else if u.ended {
         "ended".into()
     } else {

@@ -47,6 +47,12 @@ impl Clock {
     }
 }
 
+/// `10:17` (UTC) from milliseconds since the epoch.
+pub fn hh_mm(ms: u64) -> String {
+    let at = rfc3339(ms);
+    at.get(11..16).unwrap_or(&at).to_string()
+}
+
 /// `2026-11-22T10:17:20.123Z` from milliseconds since the epoch.
 pub fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;

@@ -598,8 +598,10 @@ fn waits_for(id: &str, outcome: &Outcome) -> Option<xo_proto::UnitNeeds> {
         }
         _ => return None,
     };
-    let detail: String = detail.chars().take(240).collect();
-    Some(xo_proto::UnitNeeds { reason, detail })
+    Some(xo_proto::UnitNeeds {
+        reason,
+        detail: xo_pipeline::driver::waiting::short(&detail),
+    })
 }
 
 /// The runner event's name for an outcome.

@@ -545,10 +545,8 @@ pub fn with_mode(argv: &[String], stream: Option<Format>, mode: Option<&str>) ->
         return out;
     }
     let mut out = argv.to_vec();
-    let takes_model = matches!(
-        stream,
-        Some(Format::Claude | Format::Codex | Format::Cursor)
-    );
+    let takes_model =
+        stream.is_some_and(|f| xo_runtime::config::MODE_STREAMS.contains(&f.as_str()));
     if let (Some(m), true) = (mode, takes_model) {
         let at = out.iter().position(|a| a == "--").unwrap_or(out.len());
         out.splice(at..at, ["--model".to_string(), m.to_string()]);

@@ -49,7 +49,9 @@ pub struct Waiting {
     pub at: u64,
 }
 
-fn short(s: &str) -> String {
+/// `s` on one line, at most 240 characters (cut with `…`): a detail a
+/// person reads in a list.
+pub fn short(s: &str) -> String {
     let s = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if s.chars().count() <= MAX_DETAIL {
         return s;
@@ -66,14 +68,19 @@ pub fn tool_detail(payload: &serde_json::Value) -> String {
         .get("tool_name")
         .and_then(|t| t.as_str())
         .unwrap_or("a tool");
-    let input = payload.get("tool_input");
-    let what = ["command", "file_path", "path", "url", "pattern"]
-        .iter()
-        .find_map(|k| input?.get(*k)?.as_str());
-    match what {
+    match subject(payload) {
         Some(w) => short(&format!("{tool}: {w}")),
         None => short(tool),
     }
+}
+
+/// What a hook payload's tool call acts on: its command, file, path, URL or
+/// pattern (`tool_input`), as the call gives it.
+pub fn subject(payload: &serde_json::Value) -> Option<&str> {
+    let input = payload.get("tool_input")?;
+    ["command", "file_path", "path", "url", "pattern"]
+        .iter()
+        .find_map(|k| input.get(*k)?.as_str())
 }
 
 /// What a hook call says about its session waiting for a person: Claude

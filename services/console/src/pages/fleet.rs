@@ -98,10 +98,10 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         } else if u.refused_reports >= 3 {
             " <span class=\"badge\" title=\"its reports are refused for their epoch (an earlier life, or its clock too far off) while its heartbeats arrive\">reports refused</span>".to_string()
         } else if let (true, Some(t)) = (u.ended, u.waiting_until) {
-            let at = xo_runtime::clock::rfc3339(t);
             format!(
-                " <span class=\"badge ended\" title=\"its provider's usage limit resets at {at}: not stale, not steered until then\">waiting until {}Z</span>",
-                at.get(11..16).unwrap_or(&at)
+                " <span class=\"badge ended\" title=\"its provider's usage limit resets at {}: not stale, not steered until then\">waiting until {}Z</span>",
+                xo_runtime::clock::rfc3339(t),
+                xo_runtime::clock::hh_mm(t)
             )
         } else if u.ended {
             " <span class=\"badge ended\">ended</span>".to_string()
