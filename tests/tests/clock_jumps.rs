@@ -12,8 +12,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{config, connect};
-use xo_bus::{Bus, NatsStore, Store, typed};
+use common::{config, connect, store};
+use xo_bus::{Bus, typed};
 use xo_proto::control::{ShowUnit, UnitDetail};
 use xo_proto::queue::{Claim, Claimed, Complete, Heartbeat, ValidationReport};
 use xo_proto::{Format, SaluteReport, Subjects};
@@ -23,13 +23,6 @@ use xo_tests::NatsServer;
 const T: Duration = Duration::from_secs(10);
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 60 * MINUTE;
-
-async fn store(nats: &NatsServer, name: &str, prefix: &str) -> (Bus, Store) {
-    let bus = connect(nats, name).await;
-    let Bus::Nats(nb) = &bus else { unreachable!() };
-    let store = Store::Nats(NatsStore::new(nb.client().clone(), prefix));
-    (bus, store)
-}
 
 async fn claim(bus: &Bus, who: &str) -> Option<Claimed> {
     xo_tests::ctl::call(
@@ -104,9 +97,8 @@ async fn a_jump_of_the_wall_clock_either_way_changes_nothing_that_lives() {
         ("queue.data_dir", &d),
         ("state.dir", &s),
     ]);
-    let prefix = cfg.org.prefix.clone();
     let subjects = cfg.subjects();
-    let (qbus, qstore) = store(&nats, "xo-queue", &prefix).await;
+    let (qbus, qstore) = store(&nats, "xo-queue", &cfg).await;
     let queue = xo_queue::start(
         xo_runtime::ServiceCtx::new(cfg.clone(), qbus)
             .with_store(qstore)
@@ -114,7 +106,7 @@ async fn a_jump_of_the_wall_clock_either_way_changes_nothing_that_lives() {
     )
     .await
     .unwrap();
-    let (sbus, sstore) = store(&nats, "xo-supervisor", &prefix).await;
+    let (sbus, sstore) = store(&nats, "xo-supervisor", &cfg).await;
     let sup = xo_supervisor::start(
         xo_runtime::ServiceCtx::new(cfg.clone(), sbus)
             .with_store(sstore)

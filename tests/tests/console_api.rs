@@ -8,10 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{config, connect};
+use common::{config, connect, store};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use xo_bus::{NatsStore, Store, typed};
+use xo_bus::typed;
 use xo_console::ConsoleHandle;
 use xo_proto::{Format, SaluteReport};
 use xo_runtime::{Clock, XoConfig};
@@ -29,15 +29,6 @@ struct Rig {
     http: reqwest::Client,
     url: String,
     token: String,
-}
-
-async fn store(nats: &NatsServer, name: &str, cfg: &XoConfig) -> (xo_bus::Bus, Store) {
-    let bus = connect(nats, name).await;
-    let xo_bus::Bus::Nats(nb) = &bus else {
-        unreachable!()
-    };
-    let s = Store::Nats(NatsStore::new(nb.client().clone(), &cfg.org.prefix));
-    (bus, s)
 }
 
 impl Rig {

@@ -42,6 +42,15 @@ pub async fn connect(nats: &NatsServer, name: &str) -> Bus {
     Bus::Nats(NatsBus::connect(&nats.url(), opts).await.unwrap())
 }
 
+/// A connection named `name` and the store on it, under `cfg`'s prefix: what
+/// a stateful service is started with.
+pub async fn store(nats: &NatsServer, name: &str, cfg: &XoConfig) -> (Bus, Store) {
+    let bus = connect(nats, name).await;
+    let Bus::Nats(nb) = &bus else { unreachable!() };
+    let s = Store::Nats(NatsStore::new(nb.client().clone(), &cfg.org.prefix));
+    (bus, s)
+}
+
 impl Sandbox {
     pub async fn start(overrides: &[(&str, &str)]) -> Self {
         let nats = NatsServer::start();
