@@ -141,26 +141,64 @@ pub struct Caps {
 /// The share of a cap reached at which a session is warned.
 const WARN_AT: f64 = 0.8;
 
+/// One cap and what was spent against it, said only when it matters.
+#[derive(Debug, Clone, Copy)]
+enum Cap {
+    None,
+    Cost {
+        spent: f64,
+        cap: f64,
+        of: &'static str,
+    },
+    Tokens {
+        spent: u64,
+        cap: u64,
+        of: &'static str,
+    },
+}
+
+impl std::fmt::Display for Cap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Cap::None => Ok(()),
+            Cap::Cost { spent, cap, of } => write!(f, "${spent:.2} of {of} max_cost_usd ${cap:.2}"),
+            Cap::Tokens { spent, cap, of } => {
+                write!(f, "{spent} tokens of {of} max_tokens {cap}")
+            }
+        }
+    }
+}
+
 impl Caps {
     /// The largest share of a cap `cost` and `tokens` reach (0 with no
-    /// cap), and the cap it is, in words.
-    fn share(cost: f64, cap_cost: f64, tokens: u64, cap_tokens: u64, what: &str) -> (f64, String) {
-        let by_cost = (cap_cost > 0.0).then(|| {
-            (
-                cost / cap_cost,
-                format!("${cost:.2} of {what} max_cost_usd ${cap_cost:.2}"),
-            )
-        });
-        let by_tokens = (cap_tokens > 0).then(|| {
-            (
-                tokens as f64 / cap_tokens as f64,
-                format!("{tokens} tokens of {what} max_tokens {cap_tokens}"),
-            )
-        });
+    /// cap), and which cap it is.
+    fn share(
+        cost: f64,
+        cap_cost: f64,
+        tokens: u64,
+        cap_tokens: u64,
+        of: &'static str,
+    ) -> (f64, Cap) {
+        let by_cost = (cap_cost > 0.0).then_some((
+            cost / cap_cost,
+            Cap::Cost {
+                spent: cost,
+                cap: cap_cost,
+                of,
+            },
+        ));
+        let by_tokens = (cap_tokens > 0).then_some((
+            tokens as f64 / cap_tokens as f64,
+            Cap::Tokens {
+                spent: tokens,
+                cap: cap_tokens,
+                of,
+            },
+        ));
         [by_cost, by_tokens]
             .into_iter()
             .flatten()
-            .fold((0.0, String::new()), |a, b| if b.0 > a.0 { b } else { a })
+            .fold((0.0, Cap::None), |a, b| if b.0 > a.0 { b } else { a })
     }
 }
 
@@ -417,7 +455,11 @@ impl Watcher {
             }
             let (cost, tokens) = state.spend();
             let own = Caps::share(cost, caps.cost_usd, tokens, caps.tokens, "the session's");
-            let (share, cap) = if own.0 >= day.0 { own } else { day.clone() };
+            let (share, cap) = if own.0 >= day.0 { own } else { day };
+            // Below the warning, or warned and below the cap: nothing to do.
+            if share < WARN_AT || (share < 1.0 && s.warned) {
+                continue;
+            }
             let unit = unit.clone();
             let (Some(cwd), Some(session)) = (s.cwd.clone(), s.hook_session().map(String::from))
             else {
