@@ -829,3 +829,94 @@ async fn a_session_at_its_usage_limit_waits_until_the_reset() {
     .await;
     drop(procs);
 }
+
+/// Claude Code writes a usage limit in the model's place: an `assistant`
+/// line with `isApiErrorMessage`, `error: "rate_limit"`,
+/// `apiErrorStatus: 429`, model `<synthetic>` and the notice as its text
+/// (the fields of a Claude Code 2.1.220 transcript line; the wording is
+/// the notice Claude Code itself files as the title of its bug reports,
+/// e.g. anthropics/claude-code#79765 "You've hit your session limit ·
+/// resets 5:10pm (Europe/Paris)"). The session waits until the reset in
+/// the notice's own zone, and a notice without a zone is read in the
+/// machine's (`TZ`).
+#[tokio::test]
+async fn a_claude_session_at_its_usage_limit_waits_until_the_reset() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = root.join("projects");
+    std::fs::create_dir_all(&dir).unwrap();
+    let project = root.join("work");
+    let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
+    let d = dir.display().to_string();
+    procs.0.push(xo_env(
+        root,
+        &url,
+        "watch",
+        &["watch", "claude", &d, "--poll-ms", "50"],
+        &[("TZ", "Asia/Tokyo")],
+    ));
+    read_what_was_there(root, "watch").await;
+    let limit = |text: &str| {
+        format!(
+            "{{\"parentUuid\":\"p\",\"isSidechain\":false,\"type\":\"assistant\",\"uuid\":\"u-limit\",\"timestamp\":\"2026-07-26T15:06:19.592Z\",\"message\":{{\"id\":\"4d66b61c\",\"model\":\"<synthetic>\",\"role\":\"assistant\",\"stop_reason\":\"stop_sequence\",\"type\":\"message\",\"usage\":{{\"input_tokens\":0,\"output_tokens\":0,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0}},\"content\":[{{\"type\":\"text\",\"text\":\"{text}\"}}]}},\"error\":\"rate_limit\",\"isApiErrorMessage\":true,\"apiErrorStatus\":429,\"sessionId\":\"s-limited\",\"cwd\":{:?},\"version\":\"2.1.220\"}}\n",
+            project.display().to_string()
+        )
+    };
+    session_file(&dir, &project, "s-limited", 3, false);
+    let file = dir.join("s-limited.jsonl");
+    let unit = |bus: &Bus| {
+        let bus = bus.clone();
+        async move {
+            units(&bus)
+                .await
+                .into_iter()
+                .find(|u| u.unit == "s-limited")
+        }
+    };
+    eventually("the session is watched", root, || async {
+        unit(&bus).await.is_some()
+    })
+    .await;
+    // 17:06 in Madrid: the limit resets at 17:40 there, 15:40 UTC.
+    append(
+        &file,
+        &limit("You've hit your session limit · resets 5:40pm (Europe/Madrid)"),
+    );
+    eventually("the session waits for its limit's reset", root, || async {
+        unit(&bus)
+            .await
+            .is_some_and(|u| u.waiting_until == Some(1_785_080_400_000) && u.ended && !u.stale)
+    })
+    .await;
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(root)
+        .args(["--nats", &url, "units"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("s-limited"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("until 15:40Z"), "{row}");
+    // The model runs again: back to normal.
+    append(&file, &session_turn("s-limited", 3, &project));
+    eventually("it works again after the reset", root, || async {
+        unit(&bus)
+            .await
+            .is_some_and(|u| u.waiting_until.is_none() && !u.ended)
+    })
+    .await;
+    // Limited again, the notice with no zone: 1am in the machine's zone
+    // (Tokyo, +9) after 00:06 Tokyo time is 16:00 UTC.
+    append(&file, &limit("You've hit your limit · resets 1am"));
+    eventually("the reset in the machine's zone", root, || async {
+        unit(&bus)
+            .await
+            .is_some_and(|u| u.waiting_until == Some(1_785_081_600_000))
+    })
+    .await;
+    drop(procs);
+}

@@ -57,6 +57,12 @@ struct Line<'a> {
     sidechain: Option<bool>,
     #[serde(rename = "agentId", borrow)]
     agent_id: Option<Cow<'a, str>>,
+    /// A message Claude Code wrote in the model's place (an API error, a
+    /// usage limit): `error` names its kind where it is a string.
+    #[serde(rename = "isApiErrorMessage")]
+    api_error: Option<bool>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -235,8 +241,35 @@ pub(crate) fn event(
             Some("turn_duration") => c.resting = true,
             _ => {}
         },
+        "assistant" if v.api_error == Some(true) => {
+            // Not the model's turn: Claude Code's own notice in its place.
+            // A usage limit stops the session until its reset; any other
+            // API error is the turn that failed (read below as its text).
+            let msg = v.message.ok_or("assistant event without \"message\"")?;
+            let text: Vec<&str> = msg
+                .content
+                .0
+                .iter()
+                .filter(|b| b.kind.as_deref() == Some("text"))
+                .filter_map(|b| b.text.as_deref())
+                .collect();
+            let text = text.join("\n");
+            let error = v.error.and_then(|e| serde_json::from_str::<&str>(e.get()).ok());
+            if crate::limit::is_usage_limit(error, &text) {
+                let local = jiff::tz::TimeZone::system();
+                c.limited_until = c
+                    .at_ms
+                    .and_then(|at| crate::limit::reset_ms(&text, at, &local));
+                c.resting = true;
+            } else {
+                out.extend(c.hold("", &text));
+                out.extend(c.flush_held());
+            }
+        }
         "assistant" => {
             let msg = v.message.ok_or("assistant event without \"message\"")?;
+            // The model ran again: a usage limit it was under is over.
+            c.limited_until = None;
             if let Some(m) = msg.model.as_deref()
                 && c.model.as_deref() != Some(m)
             {

@@ -32,6 +32,7 @@ mod common;
 pub mod cursor;
 pub mod document;
 pub mod evidence;
+pub mod limit;
 pub mod openhands;
 pub mod salute;
 pub mod swe;
