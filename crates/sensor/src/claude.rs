@@ -241,10 +241,13 @@ pub(crate) fn event(
             Some("turn_duration") => c.resting = true,
             _ => {}
         },
-        "assistant" if v.api_error == Some(true) => {
-            // Not the model's turn: Claude Code's own notice in its place.
-            // A usage limit stops the session until its reset; any other
-            // API error is the turn that failed (read below as its text).
+        // Not the model's turn: Claude Code's own notice in its place
+        // (a transcript's `isApiErrorMessage`; the stream's assistant
+        // message with its `error` kind). A usage limit stops the session
+        // until its reset; any other API error is the turn that failed.
+        "assistant"
+            if v.api_error == Some(true) || v.error.is_some_and(|e| e.get().starts_with('"')) =>
+        {
             let msg = v.message.ok_or("assistant event without \"message\"")?;
             let text: Vec<&str> = msg
                 .content
@@ -254,7 +257,9 @@ pub(crate) fn event(
                 .filter_map(|b| b.text.as_deref())
                 .collect();
             let text = text.join("\n");
-            let error = v.error.and_then(|e| serde_json::from_str::<&str>(e.get()).ok());
+            let error = v
+                .error
+                .and_then(|e| serde_json::from_str::<&str>(e.get()).ok());
             if crate::limit::is_usage_limit(error, &text) {
                 let local = jiff::tz::TimeZone::system();
                 c.limited_until = c

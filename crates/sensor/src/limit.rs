@@ -202,11 +202,19 @@ mod tests {
             "January after December is next year's"
         );
         assert_eq!(
-            reset_ms("You're out of extra usage · resets 11:59pm (UTC)", at, &TimeZone::UTC),
+            reset_ms(
+                "You're out of extra usage · resets 11:59pm (UTC)",
+                at,
+                &TimeZone::UTC
+            ),
             Some(ms("2026-09-11T23:59:00Z"))
         );
         assert_eq!(
-            reset_ms("Claude AI usage limit reached|1752000000", at, &TimeZone::UTC),
+            reset_ms(
+                "Claude AI usage limit reached|1752000000",
+                at,
+                &TimeZone::UTC
+            ),
             Some(1_752_000_000_000)
         );
     }
@@ -236,8 +244,14 @@ mod tests {
             Some("rate_limit"),
             "You've hit your session limit · resets 9:50pm (Asia/Saigon)"
         ));
-        assert!(is_usage_limit(None, "Claude AI usage limit reached|1752000000"));
-        assert!(is_usage_limit(None, "You're out of extra usage · resets 11:59pm (UTC)"));
+        assert!(is_usage_limit(
+            None,
+            "Claude AI usage limit reached|1752000000"
+        ));
+        assert!(is_usage_limit(
+            None,
+            "You're out of extra usage · resets 11:59pm (UTC)"
+        ));
         assert!(!is_usage_limit(
             Some("server_error"),
             "API Error: 529 Overloaded. This is a server-side issue, usually temporary"

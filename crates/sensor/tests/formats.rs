@@ -396,3 +396,48 @@ fn a_codex_usage_limit_is_waiting_until_its_reset() {
     .unwrap();
     assert_eq!(s.limited_until(), None, "back within the limits");
 }
+
+/// Issue 37, item 5: Claude Code's usage limit is the notice it writes in
+/// the model's place (a transcript's `isApiErrorMessage` line; in
+/// `stream-json` the assistant message with its `error` kind): a wait
+/// until the reset, no turn, no model. Another API error is no limit; the
+/// model writing again ends the wait.
+#[test]
+fn a_claude_usage_limit_is_waiting_until_its_reset() {
+    let mut s = Sensor::new(Format::Claude);
+    s.line(r#"{"type":"system","subtype":"init","session_id":"s1","model":"claude-sonnet-4-5"}"#)
+        .unwrap();
+    let turns = s
+        .line(r#"{"type":"assistant","timestamp":"2026-08-19T13:40:00.123Z","message":{"id":"x1","model":"<synthetic>","content":[{"type":"text","text":"You've hit your session limit · resets 9:50pm (Asia/Saigon)"}]},"error":"rate_limit","isApiErrorMessage":true,"apiErrorStatus":429,"session_id":"s1"}"#)
+        .unwrap();
+    assert!(turns.is_empty(), "the notice is no turn: {turns:?}");
+    // 20:40 in Saigon (+7): 9:50pm is 14:50 UTC.
+    assert_eq!(
+        s.limited_until(),
+        Some(xo_sensor::parse_time_ms("2026-08-19T14:50:00Z").unwrap())
+    );
+    assert_eq!(
+        s.model(),
+        Some("claude-sonnet-4-5"),
+        "<synthetic> is no model"
+    );
+    assert!(s.resting());
+    // The model writes again: the wait is over.
+    s.line(r#"{"type":"assistant","timestamp":"2026-08-19T15:00:00Z","message":{"id":"m2","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Continuing."}],"stop_reason":"end_turn"}}"#)
+        .unwrap();
+    assert_eq!(s.limited_until(), None);
+    // The stream's form: no isApiErrorMessage, the error kind on the message.
+    s.line(r#"{"type":"assistant","timestamp":"2026-09-15T10:00:00Z","message":{"id":"x2","model":"<synthetic>","content":[{"type":"text","text":"You've hit your weekly limit · resets Sep 17 at 10pm (Europe/Lisbon)"}]},"error":"rate_limit","session_id":"s1"}"#)
+        .unwrap();
+    assert_eq!(
+        s.limited_until(),
+        Some(xo_sensor::parse_time_ms("2026-09-17T21:00:00Z").unwrap())
+    );
+    // An outage is no limit: a turn that failed, not a wait.
+    let mut o = Sensor::new(Format::Claude);
+    let turns = o
+        .line(r#"{"type":"assistant","timestamp":"2026-08-19T13:41:00.000Z","message":{"content":[{"type":"text","text":"API Error: 529 Overloaded. This is a server-side issue, usually temporary — try again in a moment."}]},"error":"server_error","isApiErrorMessage":true,"apiErrorStatus":529}"#)
+        .unwrap();
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(o.limited_until(), None);
+}
