@@ -66,11 +66,12 @@ pub fn unit_for(session: Option<&str>, name: &str) -> String {
 /// Every run of one recording's text.
 pub fn read_runs(format: Format, text: &str) -> Result<Vec<Run>, SensorError> {
     if format == Format::SweAgent {
-        let (turns, stats, ended) = swe::read(text)?;
+        let (turns, stats, ended, unfinished) = swe::read(text)?;
         return Ok(vec![Run {
             turns,
             stats,
             ended,
+            unfinished,
             ..Run::default()
         }]);
     }

@@ -14,6 +14,15 @@
 //! or the bare list of messages; an assistant message's bash block
 //! (```` ```bash ````, ```` ```mswea_bash_command ````) is the action, the next user message's
 //! `<returncode>N</returncode>` and `<output>` its result; `info` as above.
+//!
+//! mini-swe-agent 2 (`mini-swe-agent-1.1`): an assistant message's
+//! `extra.actions` (`command`, and `tool_call_id` with a tool-call model,
+//! whose message also has `tool_calls`) are its actions; a `role: "tool"`
+//! message answers the call its `tool_call_id` names (a text-based
+//! model's `role: "user"` observation the oldest), with `extra.returncode`,
+//! `raw_output` and `exception_info`; a `role: "user"` message with
+//! `extra.interrupt_type` `FormatError` is a refused reply; a `role:
+//! "exit"` message ends the run (`extra.exit_status`).
 
 use serde_json::Value;
 
@@ -21,12 +30,15 @@ use crate::{Common, Pending, Stats, TurnEvent, str_of, text_of};
 
 /// A whole trajectory: its turns, in order, and what was read.
 pub fn parse_document(text: &str) -> Result<(Vec<TurnEvent>, Stats), crate::SensorError> {
-    read(text).map(|(turns, stats, _)| (turns, stats))
+    read(text).map(|(turns, stats, _, _)| (turns, stats))
 }
 
-/// A whole trajectory: its turns, what was read, and how it ended
-/// (`None`: the document records no end; `Some(true)`: it ended failed).
-pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::SensorError> {
+/// A whole trajectory: its turns, what was read, how it ended (`None`:
+/// the document records no end; `Some(true)`: it ended failed), and the
+/// calls it holds no observation of.
+pub type Read = (Vec<TurnEvent>, Stats, Option<bool>, usize);
+
+pub fn read(text: &str) -> Result<Read, crate::SensorError> {
     let v: Value = serde_json::from_str(text).map_err(|e| crate::SensorError::Document {
         what: "a JSON trajectory".into(),
         why: e.to_string(),
@@ -35,6 +47,10 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::
     let mut out = Vec::new();
     let info = v.get("info").cloned().unwrap_or(Value::Null);
     let mut submitted = false;
+    let mut unfinished = 0;
+    // mini-swe-agent's `exit` message's status (a run saved before its
+    // `info` was).
+    let mut exit: Option<String> = None;
     let steps = v
         .get("trajectory")
         .and_then(Value::as_array)
@@ -85,50 +101,86 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::
             out.push(command_turn(&mut c, &action, "", None));
         }
     } else if let Some(messages) = messages {
-        let mut pending: Option<Pending> = None;
+        // Calls waiting for their observation, in order, each with its
+        // `tool_call_id` (empty for a text-based model's action).
+        let mut pending: Vec<(String, Pending)> = Vec::new();
         for m in messages {
             c.stats.events += 1;
             let content = m.get("content").map(text_of).unwrap_or_default();
+            let extra = m.get("extra").unwrap_or(&Value::Null);
             match str_of(m, "role") {
-                Some("assistant") => match bash_block(&content) {
-                    Some(cmd) => {
+                Some("assistant") => {
+                    let actions = actions_of(m, &content);
+                    if actions.is_empty() {
+                        out.push(c.message(&content));
+                    }
+                    for (id, cmd) in actions {
                         submitted |= cmd.contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
                             || cmd.contains("MINI_SWE_AGENT_FINAL_OUTPUT");
-                        pending = Some(Pending {
-                            // The program whose status decides, not the
-                            // first word (`cd x && pylint …` is pylint's).
-                            tool: match crate::evidence::program(
-                                &crate::evidence::deciding_command(cmd),
-                            ) {
-                                "" => "bash".into(),
-                                p => p.into(),
-                            },
-                            args_hash: crate::hex_hash(cmd.trim()).as_str().into(),
-                            command: Some(cmd.trim().to_string()),
-                        })
-                    }
-                    None => out.push(c.message(&content)),
-                },
-                Some("user" | "tool") => {
-                    let returncode = tag(&content, "returncode");
-                    if returncode.is_none() && refused(&content) {
-                        // The harness refused the reply (none or several
-                        // commands in it): nothing ran. A failed action of
-                        // its own kind, never a run of its first block.
-                        let hash = pending
-                            .take()
-                            .map(|p| p.args_hash)
-                            .unwrap_or_else(|| crate::hex_hash(&content).as_str().into());
-                        out.push(c.refused(&hash, &content));
-                    } else if let Some(p) = pending.take() {
-                        let exit = returncode.and_then(|r| r.trim().parse().ok());
-                        let output = tag(&content, "output").unwrap_or(&content).to_string();
-                        out.push(c.tool_turn(&p, true, &output, exit));
+                        pending.push((id, mini_call(&cmd)));
                     }
                 }
-                _ => {}
+                Some(role @ ("user" | "tool")) => {
+                    let returncode =
+                        extra.get("returncode").and_then(Value::as_i64).or_else(|| {
+                            tag(&content, "returncode").and_then(|r| r.trim().parse().ok())
+                        });
+                    let format_error = str_of(extra, "interrupt_type") == Some("FormatError")
+                        || returncode.is_none() && refused(&content);
+                    if format_error {
+                        // The harness refused the reply (no action, or
+                        // several, or a call it could not parse): nothing
+                        // ran. A failed action of its own kind, never a
+                        // run of the reply's first block.
+                        let hash = (!pending.is_empty())
+                            .then(|| pending.remove(0).1.args_hash)
+                            .unwrap_or_else(|| crate::hex_hash(&content).as_str().into());
+                        // What the harness said was wrong, where it says.
+                        let said = tag(&content, "error").unwrap_or(&content);
+                        out.push(c.refused(&hash, said));
+                        continue;
+                    }
+                    // A tool message answers the call it names; a user
+                    // message with a return code the oldest action.
+                    let call = match str_of(m, "tool_call_id") {
+                        Some(id) if role == "tool" => pending.iter().position(|(p, _)| p == id),
+                        _ if returncode.is_some() && !pending.is_empty() => Some(0),
+                        _ => None,
+                    };
+                    let Some(i) = call else {
+                        if role == "tool" {
+                            c.stats.orphan_results += 1;
+                        }
+                        continue;
+                    };
+                    let (_, p) = pending.remove(i);
+                    let mut output = str_of(extra, "raw_output")
+                        .map(str::to_string)
+                        .or_else(|| tag(&content, "output").map(str::to_string))
+                        .unwrap_or_else(|| content.clone());
+                    // Not run, or not to its end (a timeout, an action
+                    // never executed): a failure, whatever the code says,
+                    // and what the harness said is its evidence.
+                    let exception = str_of(extra, "exception_info")
+                        .or_else(|| tag(&content, "exception"))
+                        .filter(|e| !e.trim().is_empty());
+                    if let Some(e) = exception {
+                        output = format!("{e}\n{output}");
+                    }
+                    out.push(c.tool_turn(&p, exception.is_none(), &output, returncode));
+                }
+                // The run's end: its status is in `info` too.
+                Some("exit") => {
+                    if exit.is_none() {
+                        exit = str_of(extra, "exit_status").map(str::to_string);
+                    }
+                }
+                Some("system") => {}
+                _ => c.stats.unknown += 1,
             }
         }
+        // Calls the run never saw the output of.
+        unfinished = pending.len();
     } else {
         return Err(crate::SensorError::Document {
             what: "a trajectory".into(),
@@ -142,7 +194,10 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::
             stats.get("tokens_received").and_then(Value::as_u64),
         );
     }
-    let status = str_of(&info, "exit_status").or(submitted.then_some("submitted"));
+    let status = str_of(&info, "exit_status")
+        .filter(|s| !s.is_empty())
+        .or(exit.as_deref())
+        .or(submitted.then_some("submitted"));
     let ended = match status {
         // Every other exit status names why the run stopped early.
         Some(s) => {
@@ -152,7 +207,7 @@ pub fn read(text: &str) -> Result<(Vec<TurnEvent>, Stats, Option<bool>), crate::
         }
         None => None,
     };
-    Ok((out, c.stats, ended))
+    Ok((out, c.stats, ended, unfinished))
 }
 
 /// One command and its observation as a turn (SWE-agent reports failure
@@ -185,6 +240,51 @@ fn command_turn(c: &mut Common, action: &str, observation: &str, exit: Option<i6
         command: Some(command),
     };
     c.tool_turn(&p, !failed_text(observation), observation, exit)
+}
+
+/// A mini-swe-agent assistant message's actions, each with its
+/// `tool_call_id` (empty for a text-based model): the `extra.actions`
+/// mini-swe-agent 2 parsed and ran, else the message's `tool_calls`
+/// (`bash` with a JSON `command`), else (mini-swe-agent 1) its first bash
+/// block.
+fn actions_of(m: &Value, content: &str) -> Vec<(String, String)> {
+    let id_of = |v: &Value, key: &str| str_of(v, key).unwrap_or_default().to_string();
+    if let Some(actions) = m
+        .get("extra")
+        .and_then(|e| e.get("actions"))
+        .and_then(Value::as_array)
+    {
+        return actions
+            .iter()
+            .filter_map(|a| Some((id_of(a, "tool_call_id"), str_of(a, "command")?.to_string())))
+            .collect();
+    }
+    if let Some(calls) = m.get("tool_calls").and_then(Value::as_array) {
+        return calls
+            .iter()
+            .filter_map(|call| {
+                let f = call.get("function")?;
+                let args: Value = serde_json::from_str(str_of(f, "arguments")?).ok()?;
+                Some((id_of(call, "id"), str_of(&args, "command")?.to_string()))
+            })
+            .collect();
+    }
+    bash_block(content)
+        .map(|cmd| vec![(String::new(), cmd.to_string())])
+        .unwrap_or_default()
+}
+
+/// A mini-swe-agent shell command as a call, named by the program whose
+/// status decides (`cd x && pylint …` is pylint's), not its first word.
+fn mini_call(cmd: &str) -> Pending {
+    Pending {
+        tool: match crate::evidence::program(&crate::evidence::deciding_command(cmd)) {
+            "" => "bash".into(),
+            p => p.into(),
+        },
+        args_hash: crate::hex_hash(cmd.trim()).as_str().into(),
+        command: Some(cmd.trim().to_string()),
+    }
 }
 
 /// The first fenced bash block of a message.

@@ -214,3 +214,124 @@ fn the_sensors_tell_when_the_agent_rests() {
     );
     assert!(!s.resting());
 }
+
+/// mini-swe-agent 2 (`trajectory_format` `mini-swe-agent-1.1`) with a
+/// tool-call model, each message as its source writes it
+/// (github.com/SWE-agent/mini-swe-agent @ a83fcae8:
+/// `models/litellm_model.py` `query`: the assistant message is litellm's
+/// `message.model_dump()` with `extra.actions` `[{command, tool_call_id}]`;
+/// `models/utils/actions_toolcall.py`: each observation is
+/// `role: "tool"` with its `tool_call_id`, the `observation_template`'s
+/// `<returncode>`/`<output>` as content and `extra.returncode`,
+/// `raw_output`, `exception_info`; a reply it cannot parse is a
+/// `role: "user"` `Format error:` with `extra.interrupt_type`
+/// `FormatError`, and no assistant message; `agents/default.py`: the run
+/// ends with a `role: "exit"` message). The calls and results are read
+/// (they used to be dropped: message-only turns), two calls of one reply
+/// are paired by id, the refusal is a failed `format_error`, never
+/// progress, and `LimitsExceeded` ends the run failed.
+#[test]
+fn mini_swe_agent_2_tool_call_trajectories_are_read_call_by_call() {
+    let call = |id: &str, cmd: &str| serde_json::json!({"function": {"arguments": serde_json::json!({"command": cmd}).to_string(), "name": "bash"}, "id": id, "type": "function"});
+    let assistant = |content: serde_json::Value, calls: &[(&str, &str)]| {
+        serde_json::json!({
+            "content": content, "role": "assistant",
+            "tool_calls": calls.iter().map(|(i, c)| call(i, c)).collect::<Vec<_>>(),
+            "function_call": null, "provider_specific_fields": {"refusal": null},
+            "extra": {
+                "actions": calls.iter().map(|(i, c)| serde_json::json!({"command": c, "tool_call_id": i})).collect::<Vec<_>>(),
+                "response": {"id": "chatcmpl-1", "object": "chat.completion"},
+                "cost": 0.0021, "timestamp": 1_769_000_000.5
+            }
+        })
+    };
+    let tool = |id: &str, code: i64, out: &str, exception: Option<&str>| {
+        let mut content = String::new();
+        if let Some(e) = exception {
+            content.push_str(&format!("<exception>{e}</exception>\n"));
+        }
+        content.push_str(&format!(
+            "<returncode>{code}</returncode>\n<output>\n{out}</output>"
+        ));
+        serde_json::json!({
+            "content": content,
+            "extra": {"raw_output": out, "returncode": code, "timestamp": 1_769_000_001.0, "exception_info": exception},
+            "tool_call_id": id, "role": "tool"
+        })
+    };
+    let doc = serde_json::json!({
+        "info": {
+            "model_stats": {"instance_cost": 0.0105, "api_calls": 5},
+            "config": {"agent_type": "minisweagent.agents.default.DefaultAgent"},
+            "mini_version": "2.0.0", "exit_status": "LimitsExceeded", "submission": ""
+        },
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant that can interact with a computer."},
+            {"role": "user", "content": "Please solve this issue: the parser drops the last field."},
+            assistant(serde_json::Value::Null, &[("call_a", "ls -la src"), ("call_b", "cd src && grep -n 'def parse' parser.py")]),
+            tool("call_b", 1, "", None),
+            tool("call_a", 0, "parser.py\n", None),
+            assistant(serde_json::json!("Run the tests."), &[("call_c", "python -m pytest tests/test_parser.py -q")]),
+            tool("call_c", 1, "E   AssertionError: assert ['a'] == ['a', 'b']\n1 failed in 0.04s\n", None),
+            {"role": "user", "content": "Format error:\n\n<error>\nNo tool calls found in the response. Every response MUST include at least one tool call.\n</error>\n\nHere is general guidance on how to submit correct toolcalls:", "extra": {"interrupt_type": "FormatError", "cost": 0.0019, "response": {"id": "chatcmpl-2"}}},
+            assistant(serde_json::Value::Null, &[("call_d", "sleep 100")]),
+            tool("call_d", -1, "", Some("An error occurred while executing the command: timed out")),
+            {"role": "exit", "content": "LimitsExceeded", "extra": {"exit_status": "LimitsExceeded", "submission": ""}}
+        ],
+        "trajectory_format": "mini-swe-agent-1.1"
+    });
+    let runs = read_runs(Format::SweAgent, &doc.to_string()).unwrap();
+    let run = &runs[0];
+    let actions: Vec<_> = run.turns.iter().filter_map(|t| t.action.as_ref()).collect();
+    // The last turn is the run's end.
+    let (end, actions) = actions.split_last().unwrap();
+    assert_eq!(
+        end.error_type.as_deref(),
+        Some("run_failed"),
+        "LimitsExceeded"
+    );
+    let tools: Vec<&str> = actions
+        .iter()
+        .map(|a| a.tool.as_deref().unwrap_or("-"))
+        .collect();
+    // grep's 1 (no match) is paired with its own call, whatever the order.
+    assert_eq!(
+        tools,
+        ["grep", "ls", "python", "reply", "sleep"],
+        "{actions:?}"
+    );
+    let o = outcomes(&run.turns);
+    assert_eq!(
+        o[0].0,
+        Outcome::Empty,
+        "grep 1 is no match, no failure: {o:?}"
+    );
+    assert_eq!(o[1].0, Outcome::Ok);
+    assert_eq!(o[2].0, Outcome::Error, "{o:?}");
+    assert_eq!(o[3], (Outcome::Error, Some("format_error".into())), "{o:?}");
+    assert_eq!(
+        actions[3].line.as_deref(),
+        Some(
+            "No tool calls found in the response. Every response MUST include at least one tool call."
+        ),
+        "the refusal quotes what the harness said was wrong"
+    );
+    assert_eq!(o[4], (Outcome::Error, Some("timeout".into())), "{o:?}");
+    assert!(
+        actions[4]
+            .line
+            .as_deref()
+            .is_some_and(|l| l.contains("timed out")),
+        "{:?}",
+        actions[4]
+    );
+    assert!(
+        actions
+            .iter()
+            .all(|a| a.kind != xo_proto::ActionKind::Message),
+        "no message-only turns"
+    );
+    assert_eq!(run.outcome(), "failed", "LimitsExceeded");
+    assert_eq!(run.unfinished, 0);
+    assert_eq!(run.stats.orphan_results, 0);
+}
