@@ -132,9 +132,11 @@ pub fn read(text: &str) -> Result<Read, crate::SensorError> {
                         // several, or a call it could not parse): nothing
                         // ran. A failed action of its own kind, never a
                         // run of the reply's first block.
-                        let hash = (!pending.is_empty())
-                            .then(|| pending.remove(0).1.args_hash)
-                            .unwrap_or_else(|| crate::hex_hash(&content).as_str().into());
+                        let hash = if pending.is_empty() {
+                            crate::hex_hash(&content).as_str().into()
+                        } else {
+                            pending.remove(0).1.args_hash
+                        };
                         // What the harness said was wrong, where it says.
                         let said = tag(&content, "error").unwrap_or(&content);
                         out.push(c.refused(&hash, said));
