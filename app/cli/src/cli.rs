@@ -97,6 +97,14 @@ pub enum Cmd {
         /// The runs' outcome, when the logs do not tell it: succeeded or failed.
         #[arg(long)]
         label: Option<String>,
+        /// Print, per file and record kind, the records read, mapped,
+        /// skipped by name, not known and not readable (on stderr).
+        #[arg(long)]
+        stats: bool,
+        /// Import what could be read of a file whose records the sensor
+        /// could not all read (else `xo import` exits 1 naming them).
+        #[arg(long)]
+        lenient: bool,
     },
     /// Supervise agents running outside XO from their live transcripts:
     /// every session file in the directories is a unit.

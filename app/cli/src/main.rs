@@ -197,12 +197,16 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             files,
             role,
             label,
+            stats,
+            lenient,
         } => import::import(&import::ImportArgs {
             format,
             files,
             role,
             label,
             context_limit: cfg.runner.context_limit,
+            stats,
+            lenient,
         }),
         Cmd::Bench { what } => xo_bench::run(&cfg, what).await,
         Cmd::NatsConfig {

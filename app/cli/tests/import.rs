@@ -74,7 +74,18 @@ fn import_then_replay_summary_shows_what_the_xo_would_have_caught() {
     std::fs::write(dir.path().join("loop.jsonl"), looping_codex()).unwrap();
     std::fs::write(dir.path().join("clean.jsonl"), clean_claude()).unwrap();
 
+    // Its bad line and unknown kinds are named, and the import refused…
     let o = xo(dir.path(), &["import", "codex", "loop.jsonl"], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("not read: 1 not readable of kind \"(unreadable line)\" (first at line 19)")
+            && err.contains("of kind \"event_msg_unknown_0\" (first at line 4)")
+            && err.contains("--lenient"),
+        "{err}"
+    );
+    // …unless asked to take what could be read.
+    let o = xo(dir.path(), &["import", "--lenient", "codex", "loop.jsonl"], None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -202,6 +213,23 @@ fn every_real_recording_imports_with_no_line_rejected() {
         for f in files {
             let o = xo(&real(), &["import", format, f.to_str().unwrap()], None);
             let err = String::from_utf8_lossy(&o.stderr);
+            if f.ends_with("v1_sdk_events.jsonl") {
+                // An excerpt: one action of a parallel pair is not in it,
+                // and its observation is said, with its line.
+                assert!(!o.status.success(), "{err}");
+                assert!(
+                    err.contains("1 results that name no call seen (first at line 7)"),
+                    "{err}"
+                );
+                let o = xo(
+                    &real(),
+                    &["import", "--lenient", format, f.to_str().unwrap()],
+                    None,
+                );
+                assert!(o.status.success());
+                count += 1;
+                continue;
+            }
             assert!(o.status.success(), "{}: {err}", f.display());
             assert!(err.contains(" 0 lines rejected"), "{}: {err}", f.display());
             let reports = String::from_utf8_lossy(&o.stdout).lines().count();
@@ -283,7 +311,7 @@ fn a_real_openhands_v1_runs_usage_comes_from_its_state_updates() {
         }
     }
     assert!(prompt > 0);
-    let o = xo(&real(), &["import", "openhands", file], None);
+    let o = xo(&real(), &["import", "--lenient", "openhands", file], None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let last: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();

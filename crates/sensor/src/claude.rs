@@ -201,6 +201,10 @@ pub(crate) fn event(
     let Some(kind) = v.kind.as_deref() else {
         return Err(crate::SensorError::NoType);
     };
+    match (kind, v.subtype.as_deref()) {
+        ("system", sub) => c.kind(&["system", sub.unwrap_or("-")]),
+        _ => c.kind(&[kind]),
+    }
     if let Some(s) = v.session_id.as_deref().or(v.session_id_camel.as_deref())
         && c.session.is_none()
     {
@@ -239,7 +243,12 @@ pub(crate) fn event(
             Some("compact_boundary") => c.condensed = true,
             // Written when the agent's turn is over: it waits for its user.
             Some("turn_duration") => c.resting = true,
-            _ => {}
+            // What hooks said, a slash command the person ran, a notice,
+            // an API retry: no step of the agent.
+            Some("stop_hook_summary" | "local_command" | "informational" | "api_error") => {
+                c.skip()
+            }
+            _ => c.unknown(),
         },
         // Not the model's turn: Claude Code's own notice in its place
         // (a transcript's `isApiErrorMessage`; the stream's assistant
@@ -411,9 +420,13 @@ pub(crate) fn event(
                 failed.then_some(if text.is_empty() { subtype } else { text }),
             ));
         }
-        // Transcript lines that carry no agent step.
-        "summary" | "file-history-snapshot" | "queue-operation" => {}
-        _ => return Ok(None),
+        // Transcript lines that carry no agent step: a session's title,
+        // the files' backups, prompts queued while it worked, the live
+        // progress of hooks, commands and subagents (their results come
+        // as tool results).
+        "summary" | "file-history-snapshot" | "queue-operation" | "progress" => c.skip(),
+        // Not known: said, and the turn it ended kept.
+        _ => c.unknown(),
     }
     Ok(Some(out))
 }

@@ -66,6 +66,7 @@ pub(crate) fn line(
         && let Some(item) = f.item
     {
         let kind = item.kind.as_deref().or(item.item_type.as_deref());
+        c.kind(&["item.completed", kind.unwrap_or("-")]);
         let status_ok = !matches!(item.status.as_deref(), Some("failed" | "declined"));
         match kind {
             Some("command_execution") => {
@@ -102,6 +103,21 @@ pub(crate) fn event(
     let Some(kind) = str_of(v, "type") else {
         return Err(crate::SensorError::NoType);
     };
+    // An envelope's kind is its payload's (or item's) type.
+    let inner = match kind {
+        "response_item" | "event_msg" => v.get("payload"),
+        "item.completed" | "item.started" | "item.updated" => v.get("item"),
+        _ => None,
+    };
+    match inner {
+        Some(i) => c.kind(&[
+            kind,
+            str_of(i, "type")
+                .or_else(|| str_of(i, "item_type"))
+                .unwrap_or("-"),
+        ]),
+        None => c.kind(&[kind]),
+    }
     if let Some(at) = str_of(v, "timestamp").and_then(crate::parse_time_ms) {
         c.at_ms = Some(at);
     }
@@ -112,7 +128,8 @@ pub(crate) fn event(
                 c.session.get_or_insert_with(|| t.to_string());
             }
         }
-        "turn.started" | "item.started" | "item.updated" => {}
+        // A step's start and progress: its end is the step.
+        "turn.started" | "item.started" | "item.updated" => c.skip(),
         "item.completed" => {
             let item = v.get("item").ok_or("item.completed without \"item\"")?;
             match item_completed(c, item)? {
@@ -181,7 +198,14 @@ pub(crate) fn event(
                     out.extend(exec_end(c, p));
                     return Ok(Some(out));
                 }
-                _ => {}
+                Some("token_count") => {}
+                // The rest of the event stream tells the UI what the
+                // response items already hold (the agent's messages and
+                // reasoning, a command's start and output so far, a
+                // patch, a search) or what the session does (its
+                // settings, a turn's start, background notices): skipped
+                // by name.
+                _ => c.skip(),
             }
             if str_of(p, "type") == Some("token_count")
                 && let Some(limits) = p.get("rate_limits").filter(|l| !l.is_null())
@@ -291,7 +315,10 @@ fn item_completed(
         }
         "agent_message" => vec![c.message(str_of(item, "text").unwrap_or_default())],
         "error" => vec![c.error_message(str_of(item, "message").unwrap_or("error"))],
-        "reasoning" | "todo_list" => Vec::new(),
+        "reasoning" | "todo_list" => {
+            c.skip();
+            Vec::new()
+        }
         _ => return Ok(None),
     }))
 }
@@ -374,7 +401,12 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
                 p.get("content").unwrap_or(&Value::Null),
             ))]))
         }
-        "message" | "reasoning" => Ok(Some(Vec::new())),
+        // The user's and the developer's messages (the prompt is read
+        // from `event_msg` `user_message`), and reasoning: no step.
+        "message" | "reasoning" => {
+            c.skip();
+            Ok(Some(Vec::new()))
+        }
         _ => Ok(None),
     }
 }

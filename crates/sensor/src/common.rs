@@ -73,6 +73,11 @@ pub(crate) struct Common {
     model_told: Option<String>,
     /// OpenHands: the stream is of V1 SDK events.
     pub openhands_v1: bool,
+    /// OpenHands: actions written without an `id` (older outputs), each
+    /// given a number; the next observation without a `cause` is the
+    /// oldest one's.
+    pub unnumbered: std::collections::VecDeque<String>,
+    next_number: u64,
     /// The time of the record being read (ms since the epoch).
     pub at_ms: Option<u64>,
     /// How the run ended, once it did: `Some(true)` failed.
@@ -86,6 +91,13 @@ pub(crate) struct Common {
     pub limited_until: Option<u64>,
     /// The session this one was started by (a subagent's parent).
     pub parent: Option<String>,
+    /// The kind of the record being read, as [`Common::kind`] named it.
+    pub record_kind: String,
+    /// The record being read is of a kind skipped by name.
+    pub record_skipped: bool,
+    /// The record being read is of a kind this sensor does not know
+    /// (though what came before it may have ended a turn).
+    pub record_unknown: bool,
     /// What the run has looked at (tool and arguments), so that a second
     /// look is not progress.
     explored: std::collections::HashSet<String>,
@@ -106,6 +118,39 @@ impl Common {
             },
             ..Self::default()
         }
+    }
+
+    /// A call written without an id: a number of its own, queued for the
+    /// next result written without one.
+    pub fn number_call(&mut self) -> String {
+        self.next_number += 1;
+        let id = format!("#{}", self.next_number);
+        self.unnumbered.push_back(id.clone());
+        id
+    }
+
+    /// Names the kind of the record being read: `parts` joined by `/`
+    /// (`system/init`, `event_msg/token_count`). The buffer is reused.
+    pub fn kind(&mut self, parts: &[&str]) {
+        self.record_kind.clear();
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                self.record_kind.push('/');
+            }
+            self.record_kind.push_str(p);
+        }
+    }
+
+    /// The record being read is of a kind this sensor knows carries no
+    /// step: skipped by name (counted as such, not as unknown).
+    pub fn skip(&mut self) {
+        self.record_skipped = true;
+    }
+
+    /// The record being read is of a kind this sensor does not know: not
+    /// read, counted and said.
+    pub fn unknown(&mut self) {
+        self.record_unknown = true;
     }
 
     /// Takes cumulative totals; adds what grew since the last ones.

@@ -98,6 +98,7 @@ pub(crate) fn line(
         return event(c, &v);
     }
     let t: ToolLine<'_> = crate::parse_object(text)?;
+    c.kind(&["tool_call", t.subtype.as_deref().unwrap_or("-")]);
     if let Some(s) = t.session_id.as_deref()
         && c.session.is_none()
     {
@@ -179,6 +180,7 @@ pub(crate) fn event(
     let Some(kind) = str_of(v, "type") else {
         return Err(crate::SensorError::NoType);
     };
+    c.kind(&[kind]);
     if let Some(s) = str_of(v, "session_id") {
         c.session.get_or_insert_with(|| s.to_string());
     }
@@ -190,7 +192,7 @@ pub(crate) fn event(
             }
         }
         // Thinking goes on between a model call's text and its tools.
-        "thinking" => {}
+        "thinking" => c.skip(),
         "user" => out.extend(c.flush_held()),
         "assistant" => {
             let text = v

@@ -332,10 +332,58 @@ pub struct Stats {
     pub malformed: u64,
     /// Results that named no call seen (out of order, or the call's line lost).
     pub orphan_results: u64,
+    /// The line of the first of them.
+    pub first_orphan: Option<u64>,
     /// Calls the agent cancelled before they ran (Claude Code's "Sibling
     /// tool call errored"): no step, and no failure.
     pub cancelled: u64,
     pub turns: u64,
+    /// Per record kind (`type`, or `type/subtype` where the type is only
+    /// an envelope): what was read, mapped, skipped by name and not known.
+    pub kinds: std::collections::BTreeMap<String, KindCount>,
+}
+
+/// What a sensor did with the records of one kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KindCount {
+    pub read: u64,
+    /// Read into the run (a step, a result, usage, a state).
+    pub mapped: u64,
+    /// Skipped by name: a kind the sensor knows carries no step.
+    pub skipped: u64,
+    /// A kind the sensor does not know: not read, and said.
+    pub unknown: u64,
+    /// Of a known kind but of a shape the sensor could not read.
+    pub malformed: u64,
+    /// The first line (a document: the record's number) not read.
+    pub first_unread: Option<u64>,
+}
+
+impl Stats {
+    /// Records that were not read: of kinds not known, or not readable.
+    pub fn unread(&self) -> u64 {
+        self.unknown + self.malformed
+    }
+
+    /// Counts a record of `kind` and what was done with it (`Some(true)`
+    /// mapped, `Some(false)` skipped by name, `None` not known); `line`
+    /// names it when it was not read.
+    pub fn count_kind(&mut self, kind: &str, done: Option<bool>, malformed: bool, line: u64) {
+        let k = match self.kinds.get_mut(kind) {
+            Some(k) => k,
+            None => self.kinds.entry(kind.to_string()).or_default(),
+        };
+        k.read += 1;
+        match (malformed, done) {
+            (true, _) => k.malformed += 1,
+            (false, Some(true)) => k.mapped += 1,
+            (false, Some(false)) => k.skipped += 1,
+            (false, None) => k.unknown += 1,
+        }
+        if (malformed || done.is_none()) && k.first_unread.is_none() {
+            k.first_unread = Some(line);
+        }
+    }
 }
 
 /// Lines longer than this are malformed (a runaway tool output is not an event).
@@ -383,6 +431,9 @@ impl Sensor {
             self.common.stats.malformed += 1;
             return Err(bad(self.line, SensorError::TooLong { len: text.len() }));
         }
+        self.common.record_kind.clear();
+        self.common.record_skipped = false;
+        self.common.record_unknown = false;
         // A line that marks rest sets it again; work without one clears it.
         let resting = std::mem::take(&mut self.common.resting);
         let out = match self.format {
@@ -401,7 +452,30 @@ impl Sensor {
                 self.common.resting = resting;
             }
         }
+        if self.common.stats.orphan_results > 0 && self.common.stats.first_orphan.is_none() {
+            self.common.stats.first_orphan = Some(self.line);
+        }
+        let kind = if self.common.record_kind.is_empty() {
+            if out.is_err() {
+                "(unreadable line)"
+            } else {
+                "(no type)"
+            }
+        } else {
+            self.common.record_kind.as_str()
+        };
+        let done = match &out {
+            Ok(Some(_)) if !self.common.record_unknown => Some(!self.common.record_skipped),
+            _ => None,
+        };
+        self.common
+            .stats
+            .count_kind(kind, done, out.is_err(), self.line);
         match out {
+            Ok(Some(turns)) if self.common.record_unknown => {
+                self.common.stats.unknown += 1;
+                Ok(turns)
+            }
             Ok(Some(turns)) => {
                 self.common.stats.events += 1;
                 Ok(turns)

@@ -210,6 +210,7 @@ pub(crate) fn line(
     }
     let mut out = Vec::new();
     if let Some(action) = v.action.as_deref() {
+        c.kind(&["action", action]);
         let agent = v.source.as_deref() != Some("user");
         let arg = |k: &str| {
             v.args
@@ -227,7 +228,7 @@ pub(crate) fn line(
             }
             // Its user's message: a new instruction.
             "message" => c.instructed = true,
-            "system" | "think" | "recall" | "change_agent_state" | "null" => {}
+            "system" | "think" | "recall" | "change_agent_state" | "null" => c.skip(),
             "condensation" => c.condensed = true,
             "finish" => {
                 let text = arg("final_thought")
@@ -241,7 +242,12 @@ pub(crate) fn line(
                 ));
             }
             tool => {
-                let id = v.id.map(raw_id).ok_or("action without \"id\"")?;
+                // Older outputs flatten their history without ids: the
+                // call is numbered, and the next observation is its.
+                let id = match v.id.map(raw_id) {
+                    Some(id) => id,
+                    None => c.number_call(),
+                };
                 // The arguments that make the call: sorted, volatile keys left out.
                 let mut stable = String::new();
                 if let Some(a) = &v.args {
@@ -265,20 +271,24 @@ pub(crate) fn line(
         return Ok(Some(out));
     }
     if let Some(obs) = v.observation.as_deref() {
-        if obs == "agent_state_changed"
-            && let Some(state) = v.extras.as_ref().and_then(|e| e.agent_state.as_deref())
-        {
-            c.resting |= RESTING.contains(&state);
+        c.kind(&["observation", obs]);
+        if obs == "agent_state_changed" {
+            if let Some(state) = v.extras.as_ref().and_then(|e| e.agent_state.as_deref()) {
+                c.resting |= RESTING.contains(&state);
+            }
+            return Ok(Some(out));
         }
-        let Some(cause) = v.cause.map(raw_id) else {
+        // The think tool's "Your thought has been logged." answers a
+        // thought, no step.
+        if matches!(obs, "null" | "recall" | "agent_condensation" | "think") {
+            c.skip();
+            return Ok(Some(out));
+        }
+        let Some(cause) = v.cause.map(raw_id).or_else(|| c.unnumbered.pop_front()) else {
+            let content = v.content.as_deref().unwrap_or_default();
+            out.extend(uncaused(c, obs, content));
             return Ok(Some(out));
         };
-        if matches!(
-            obs,
-            "agent_state_changed" | "null" | "recall" | "agent_condensation"
-        ) {
-            return Ok(Some(out));
-        }
         let content = v.content.as_deref().unwrap_or_default();
         let exit = v
             .extras
@@ -327,10 +337,12 @@ pub(crate) fn event(
         }
     }
     if let Some(kind) = str_of(v, "kind") {
+        c.kind(&[kind]);
         return v1(c, kind, v);
     }
     let mut out = Vec::new();
     if let Some(action) = str_of(v, "action") {
+        c.kind(&["action", action]);
         let agent = str_of(v, "source") != Some("user");
         let args = v.get("args").cloned().unwrap_or(Value::Null);
         match action {
@@ -341,7 +353,7 @@ pub(crate) fn event(
                 out.push(c.message(text));
             }
             "message" => c.instructed = true,
-            "system" | "think" | "recall" | "change_agent_state" | "null" => {}
+            "system" | "think" | "recall" | "change_agent_state" | "null" => c.skip(),
             "condensation" => c.condensed = true,
             "finish" => {
                 let text = str_of(&args, "final_thought")
@@ -353,7 +365,10 @@ pub(crate) fn event(
                 ));
             }
             tool => {
-                let id = id_of(v, "id").ok_or("action without \"id\"")?;
+                let id = match id_of(v, "id") {
+                    Some(id) => id,
+                    None => c.number_call(),
+                };
                 c.pending.insert(
                     id,
                     Pending {
@@ -367,21 +382,24 @@ pub(crate) fn event(
         return Ok(Some(out));
     }
     if let Some(obs) = str_of(v, "observation") {
-        if obs == "agent_state_changed"
-            && let Some(state) = v.get("extras").and_then(|e| str_of(e, "agent_state"))
-        {
-            c.resting |= RESTING.contains(&state);
+        c.kind(&["observation", obs]);
+        if obs == "agent_state_changed" {
+            if let Some(state) = v.get("extras").and_then(|e| str_of(e, "agent_state")) {
+                c.resting |= RESTING.contains(&state);
+            }
+            return Ok(Some(out));
         }
-        let Some(cause) = id_of(v, "cause") else {
-            // Observations no action caused (agent state, recalls).
+        // The think tool's "Your thought has been logged." answers a
+        // thought, no step.
+        if matches!(obs, "null" | "recall" | "agent_condensation" | "think") {
+            c.skip();
+            return Ok(Some(out));
+        }
+        // Observations no action caused (and no unnumbered call waits).
+        let Some(cause) = id_of(v, "cause").or_else(|| c.unnumbered.pop_front()) else {
+            out.extend(uncaused(c, obs, str_of(v, "content").unwrap_or_default()));
             return Ok(Some(out));
         };
-        if matches!(
-            obs,
-            "agent_state_changed" | "null" | "recall" | "agent_condensation"
-        ) {
-            return Ok(Some(out));
-        }
         let content = str_of(v, "content").unwrap_or_default();
         let extras = v.get("extras").unwrap_or(&Value::Null);
         let exit = extras
@@ -395,6 +413,17 @@ pub(crate) fn event(
         return Ok(Some(out));
     }
     Ok(None)
+}
+
+/// An observation no action caused: an `error` is the harness refusing a
+/// call it could not run (a parameter out of its schema: no action was
+/// recorded), a failed reply; anything else is a result without its call.
+fn uncaused(c: &mut Common, obs: &str, content: &str) -> Option<TurnEvent> {
+    if obs == "error" {
+        return Some(c.refused(crate::hex_hash(content).as_str(), content));
+    }
+    c.stats.orphan_results += 1;
+    None
 }
 
 /// V1 `ConversationStateUpdateEvent`: `key` `stats` carries the usage
@@ -514,7 +543,7 @@ fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, c
         },
         "Condensation" | "CondensationSummaryEvent" => c.condensed = true,
         "ConversationStateUpdateEvent" => state_update(c, v),
-        "SystemPromptEvent" | "PauseEvent" | "CondensationRequest" => {}
+        "SystemPromptEvent" | "PauseEvent" | "CondensationRequest" => c.skip(),
         _ => return Ok(None),
     }
     Ok(Some(out))

@@ -61,8 +61,9 @@ pub fn read(text: &str) -> Result<Read, crate::SensorError> {
             .filter(|l| l.iter().any(|m| m.get("role").is_some()))
     });
     if let Some(steps) = steps {
-        for step in steps {
+        for (i, step) in steps.iter().enumerate() {
             c.stats.events += 1;
+            c.stats.count_kind("trajectory", Some(true), false, i as u64 + 1);
             let action = str_of(step, "action").unwrap_or_default().trim();
             let observation = step.get("observation").map(text_of).unwrap_or_default();
             if action.is_empty() {
@@ -76,9 +77,19 @@ pub fn read(text: &str) -> Result<Read, crate::SensorError> {
         // SWE-agent's `history`: the model's messages, each action's
         // observation in the next `observation` message.
         let mut pending: Option<String> = None;
-        for m in history {
+        for (i, m) in history.iter().enumerate() {
             c.stats.events += 1;
             let content = m.get("content").map(text_of).unwrap_or_default();
+            let role = str_of(m, "role").unwrap_or("-");
+            let used = role == "assistant" || str_of(m, "message_type") == Some("observation");
+            // The system prompt, the task and demonstrations: no step.
+            let known = used || matches!(role, "system" | "user" | "tool");
+            c.stats.count_kind(
+                &format!("history/{role}"),
+                known.then_some(used),
+                false,
+                i as u64 + 1,
+            );
             match (str_of(m, "role"), str_of(m, "message_type")) {
                 (Some("assistant"), _) => {
                     let action = str_of(m, "action").unwrap_or_default().trim();
@@ -104,10 +115,21 @@ pub fn read(text: &str) -> Result<Read, crate::SensorError> {
         // Calls waiting for their observation, in order, each with its
         // `tool_call_id` (empty for a text-based model's action).
         let mut pending: Vec<(String, Pending)> = Vec::new();
-        for m in messages {
+        for (i, m) in messages.iter().enumerate() {
             c.stats.events += 1;
             let content = m.get("content").map(text_of).unwrap_or_default();
             let extra = m.get("extra").unwrap_or(&Value::Null);
+            let role = str_of(m, "role").unwrap_or("-");
+            // A user message is an observation once a call waits for one
+            // (or the harness refused a reply); before, the task.
+            let done = match role {
+                "assistant" | "tool" | "exit" => Some(true),
+                "user" => Some(!pending.is_empty() || extra.get("interrupt_type").is_some()),
+                "system" => Some(false),
+                _ => None,
+            };
+            c.stats
+                .count_kind(&format!("message/{role}"), done, false, i as u64 + 1);
             match str_of(m, "role") {
                 Some("assistant") => {
                     let actions = actions_of(m, &content);
