@@ -23,6 +23,7 @@ use xo_radio::baseline::OpenHandsStuck;
 use xo_runtime::XoConfig;
 use xo_sensor::Format;
 
+use crate::fidelity;
 use xo_runner::recordings as import;
 
 #[derive(Debug, clap::Args)]
@@ -224,8 +225,13 @@ fn replay(
     r
 }
 
-/// Every run under `dir`, replayed.
-pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<RunResult>> {
+/// Every run under `dir`, replayed; and how faithfully each format's
+/// files were read.
+pub fn measure(
+    cfg: &XoConfig,
+    dir: &Path,
+    role: &str,
+) -> anyhow::Result<(Vec<RunResult>, fidelity::ByFormat)> {
     let mut files = Vec::new();
     recordings(dir, &mut files)?;
     if files.is_empty() {
@@ -234,6 +240,7 @@ pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<Run
     let mut radio = Radio::new(cfg.roles());
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
+    let mut read = fidelity::ByFormat::new();
     for f in files {
         let Some(format) = format_of(&f) else {
             eprintln!(
@@ -242,7 +249,17 @@ pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<Run
             );
             continue;
         };
-        for run in import::read_runs(format, &f)? {
+        let runs = import::read_runs(format, &f)?;
+        // A folder (an OpenHands `events/`) has no one text to count from.
+        let text = if f.is_file() {
+            std::fs::read_to_string(&f).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        read.entry(format.as_str())
+            .or_default()
+            .add(format, &runs, &text);
+        for run in runs {
             if run.run.turns.is_empty() {
                 continue;
             }
@@ -267,7 +284,7 @@ pub fn measure(cfg: &XoConfig, dir: &Path, role: &str) -> anyhow::Result<Vec<Run
             ));
         }
     }
-    Ok(out)
+    Ok((out, read))
 }
 
 /// The `pct` percentile of sorted values, by nearest rank.
@@ -292,7 +309,7 @@ pub fn figures(runs: &[RunResult], keep: impl Fn(&RunResult) -> bool) -> (Figure
 
 pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
-    let runs = measure(cfg, &a.dir, &a.role)?;
+    let (runs, read) = measure(cfg, &a.dir, &a.role)?;
     if a.runs {
         println!(
             "{:<11} {:<58} {:>5} {:<9} {:>3} {:>4}  xo steering",
@@ -419,6 +436,33 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
         };
         println!(
             "{f:<11} after a decision: most steerings of one kind in one stretch {most} (at most 3); {quoting} of {steered} steerings quote the command or its output; {needs}"
+        );
+    }
+    // What the sensors read of the files, and the tool errors they saw
+    // beside an independent count from the raw files.
+    println!();
+    for (f, d) in &read {
+        let errors = match d.raw {
+            Some(raw) => format!(
+                "tool errors: {} read as failures + {} non-zero exits read by their tool's meaning, beside {raw} in the raw files ({:.0}%)",
+                d.failed,
+                d.by_meaning,
+                if raw == 0 {
+                    100.0
+                } else {
+                    (d.failed + d.by_meaning) as f64 * 100.0 / raw as f64
+                }
+            ),
+            None => "tool errors: the format records no exit status".to_string(),
+        };
+        println!(
+            "{f:<11} records: {} read, {:.1}% mapped or skipped by name ({} mapped, {} skipped, {} of kinds not known, {} not readable); {errors}",
+            d.records,
+            d.read_pct(),
+            d.mapped,
+            d.skipped,
+            d.unknown,
+            d.malformed
         );
     }
     let (xo, base) = figures(&runs, |r| r.outcome == "succeeded");

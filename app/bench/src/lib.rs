@@ -17,6 +17,7 @@ use xo_fabric::{connect, fabric, nats_config};
 mod chaos;
 mod console;
 pub mod detection;
+pub mod fidelity;
 mod flow;
 mod pipeline;
 mod queue;

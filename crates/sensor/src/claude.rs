@@ -245,9 +245,7 @@ pub(crate) fn event(
             Some("turn_duration") => c.resting = true,
             // What hooks said, a slash command the person ran, a notice,
             // an API retry: no step of the agent.
-            Some("stop_hook_summary" | "local_command" | "informational" | "api_error") => {
-                c.skip()
-            }
+            Some("stop_hook_summary" | "local_command" | "informational" | "api_error") => c.skip(),
             _ => c.unknown(),
         },
         // Not the model's turn: Claude Code's own notice in its place

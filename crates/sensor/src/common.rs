@@ -322,6 +322,10 @@ impl Common {
             (Some(p), Some(code)) if code != 0 => evidence::meaning(p, code),
             _ => None,
         };
+        if exit_code.is_some_and(|c| c != 0) {
+            self.stats.exits_nonzero += 1;
+            self.stats.exits_by_meaning += u64::from(meaning.is_some());
+        }
         let class = match meaning {
             Some(_) => None,
             None => classify::error_class(ok, exit_code, output, command),

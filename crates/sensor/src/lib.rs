@@ -338,6 +338,11 @@ pub struct Stats {
     /// tool call errored"): no step, and no failure.
     pub cancelled: u64,
     pub turns: u64,
+    /// Tool results whose exit status was not 0, and of those the ones
+    /// read by their tool's documented meaning (grep 1: no match; a
+    /// linter's findings), not as failures.
+    pub exits_nonzero: u64,
+    pub exits_by_meaning: u64,
     /// Per record kind (`type`, or `type/subtype` where the type is only
     /// an envelope): what was read, mapped, skipped by name and not known.
     pub kinds: std::collections::BTreeMap<String, KindCount>,

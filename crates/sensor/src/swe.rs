@@ -63,7 +63,8 @@ pub fn read(text: &str) -> Result<Read, crate::SensorError> {
     if let Some(steps) = steps {
         for (i, step) in steps.iter().enumerate() {
             c.stats.events += 1;
-            c.stats.count_kind("trajectory", Some(true), false, i as u64 + 1);
+            c.stats
+                .count_kind("trajectory", Some(true), false, i as u64 + 1);
             let action = str_of(step, "action").unwrap_or_default().trim();
             let observation = step.get("observation").map(text_of).unwrap_or_default();
             if action.is_empty() {
