@@ -379,6 +379,14 @@ pub struct UnitSummary {
     /// since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_until: Option<u64>,
+    /// Records of its session the sensor could not read (its last
+    /// report's `status.unreadable`): not steered on them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreadable: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The units of `units` that need a person, the longest waiting first

@@ -260,6 +260,14 @@ pub struct Status {
     /// nor stale, and not steered, until it moves after the reset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_until: Option<u64>,
+    /// Records of the session the sensor could not read so far (kinds it
+    /// does not know, lines it could not parse, results that name no
+    /// call): its picture of the run is known to be incomplete, so the XO
+    /// shows the unit "unreadable: N records" and does not steer it on
+    /// what it did (its context, read from its usage, and its PACE are
+    /// still steered).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreadable: u64,
 }
 
 /// Why a unit says it waits for a person ([`Status::needs`]).

@@ -654,6 +654,7 @@ mod tests {
             self_steered: Vec::new(),
             needs: None,
             waiting_until: None,
+            unreadable: 0,
         };
         r
     }

@@ -711,6 +711,8 @@ async fn metrics_parse_as_prometheus_text() {
     r.unit.pace = xo_proto::Pace::Emergency;
     r.size.context_fill = 0.4;
     r.equipment.cost_usd = 1.25;
+    // Two of its records its sensor could not read (issue 38).
+    r.status.unreadable = 2;
     typed::publish(
         &client,
         &rig.cfg.subjects().salute("metric-unit"),
@@ -752,6 +754,8 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(value("xo_service_up", Some(("service", "queue"))), 1.0);
     assert_eq!(value("xo_reports_received_total", None), 1.0);
     assert_eq!(value("xo_queue_running", None), 1.0);
+    assert_eq!(value("xo_units_unreadable", None), 1.0);
+    assert_eq!(value("xo_unit_records_unreadable", None), 2.0);
     assert!(scrape.docs.contains_key("xo_tasks"), "HELP lines are read");
     // Health within the schema: green, amber, red.
     assert!(!text.contains("health=\"black\""), "{text}");

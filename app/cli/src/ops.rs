@@ -198,6 +198,14 @@ fn table(units: &[UnitSummary]) -> String {
             u.task_id.as_deref().unwrap_or("-"),
             age(u.last_seen)
         ));
+        if u.unreadable > 0 {
+            // The row's newline, then what its sensor could not read.
+            out.pop();
+            out.push_str(&format!(
+                " · unreadable: {} records (not steered on them)\n",
+                u.unreadable
+            ));
+        }
     }
     out
 }

@@ -920,3 +920,90 @@ async fn a_claude_session_at_its_usage_limit_waits_until_the_reset() {
     .await;
     drop(procs);
 }
+
+/// Issue 38: a watched session with a record its sensor does not know is
+/// marked `unreadable: N records` (the supervisor's view, `xo units`) and
+/// is not steered while it stalls: its picture is known to be incomplete.
+/// A session beside it that reads whole is steered for the same stall.
+#[tokio::test]
+async fn a_session_with_records_not_read_is_said_and_not_steered() {
+    let nats = NatsServer::start();
+    let url = nats.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = root.join("projects");
+    std::fs::create_dir_all(&dir).unwrap();
+    let project = |n: &str| root.join(format!("work-{n}"));
+    let (mut procs, bus) = supervisor(root, &url, &[], &[]).await;
+    let d = dir.display().to_string();
+    procs.0.push(xo(
+        root,
+        &url,
+        "watch",
+        &["watch", "claude", &d, "--poll-ms", "50"],
+    ));
+    read_what_was_there(root, "watch").await;
+    for n in ["odd", "whole"] {
+        session_file(&dir, &project(n), &format!("s-{n}"), 1, false);
+    }
+    // A kind this Claude Code sensor does not know, then a stall.
+    append(
+        &dir.join("s-odd.jsonl"),
+        &format!(
+            "{{\"type\":\"worktree-state\",\"sessionId\":\"s-odd\",\"cwd\":{:?},\"worktree\":{{\"path\":\"/w\"}}}}\n",
+            project("odd").display().to_string()
+        ),
+    );
+    for i in 1..=11 {
+        for n in ["odd", "whole"] {
+            append(
+                &dir.join(format!("s-{n}.jsonl")),
+                &session_turn(&format!("s-{n}"), i, &project(n)),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let pending = |n: &str| project(n).join(".xo/steering.pending");
+    eventually("the session read whole is steered", root, || async {
+        std::fs::read_to_string(pending("whole")).is_ok_and(|t| t.contains("[SUPERVISOR] Stall"))
+    })
+    .await;
+    eventually(
+        "the other is said unreadable at its last turn",
+        root,
+        || async {
+            units(&bus)
+                .await
+                .iter()
+                .any(|u| u.unit == "s-odd" && u.unreadable == 1 && u.turn >= 12)
+        },
+    )
+    .await;
+    // The supervisor counts a steering when it decides it (before its
+    // delivery): none for this unit through its turn 12.
+    let odd = units(&bus)
+        .await
+        .into_iter()
+        .find(|u| u.unit == "s-odd")
+        .unwrap();
+    assert_eq!(odd.steering_sent, 0, "{odd:?}");
+    assert!(
+        std::fs::read_to_string(pending("odd")).is_err(),
+        "not steered on a picture known to be incomplete"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(root)
+        .args(["--nats", &url, "units"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("s-odd"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        row.ends_with("· unreadable: 1 records (not steered on them)"),
+        "{row}"
+    );
+    drop(procs);
+}

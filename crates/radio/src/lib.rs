@@ -350,6 +350,15 @@ pub fn check_unit(
         if report.status.ended || waiting {
             continue;
         }
+        // Records its sensor could not read: the picture of what it did is
+        // known to be wrong, and nothing is steered on it (its context,
+        // read from its usage, and its PACE still are).
+        if report.status.unreadable > 0
+            && !matches!(f.kind, AnomalyKind::Context | AnomalyKind::Pace)
+        {
+            suppressed.push(f.kind);
+            continue;
+        }
         let exempt = f.severity == Severity::Critical;
         let on_fill = f.kind == AnomalyKind::Context && above_line;
         let told = on_fill && state.context_told.is_some_and(|s| f.severity <= s);

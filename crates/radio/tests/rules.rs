@@ -980,3 +980,31 @@ fn a_unit_waiting_for_a_person_needs_you_by_its_own_account_and_is_not_steered()
         "a stalled unit that no longer waits is steered"
     );
 }
+
+/// Issue 38: a unit whose sensor could not read some of its records
+/// (`status.unreadable`) is not steered on what it did — its picture is
+/// known to be wrong — but its context, read from its usage, still is;
+/// once its reports read whole again it is steered as any unit.
+#[test]
+fn a_unit_whose_records_were_not_all_read_is_not_steered_on_them() {
+    let mut radio = Radio::default();
+    let stalled = |turn: u64, unreadable: u64, fill: f64| {
+        let mut r = report(turn);
+        r.activity.turns_since_progress = turn as u32;
+        r.status.unreadable = unreadable;
+        r.size.context_fill = fill;
+        r
+    };
+    for turn in 1..=40 {
+        let a = radio.check(&stalled(turn, 3, 0.5));
+        assert!(a.steering.is_empty(), "turn {turn}: {:?}", a.steering);
+    }
+    // Its context is still its own.
+    assert_eq!(
+        kinds(&mut radio, &stalled(41, 3, 0.95)),
+        [AnomalyKind::Context]
+    );
+    // Read whole again (a fresh unit's reports): the stall is steered.
+    let mut radio = Radio::default();
+    assert!(kinds(&mut radio, &stalled(40, 0, 0.5)).contains(&AnomalyKind::Stall));
+}

@@ -513,6 +513,14 @@ impl Sensor {
         &self.common.stats
     }
 
+    /// Records read so far that the sensor could not use: of kinds it does
+    /// not know, lines it could not parse, results that named no call.
+    /// Not 0: its picture of the run is known to be incomplete.
+    pub fn unread(&self) -> u64 {
+        let st = &self.common.stats;
+        st.unread() + st.orphan_results
+    }
+
     /// The agent's session id, once the stream named it.
     pub fn session(&self) -> Option<&str> {
         self.common.session.as_deref()

@@ -90,6 +90,29 @@ pub async fn render(c: &Shared) -> String {
                 .count();
             let _ = writeln!(out, "xo_units_needs_you{{reason=\"{reason}\"}} {n}");
         }
+        family(
+            &mut out,
+            "xo_units_unreadable",
+            "gauge",
+            "Units whose sensor could not read some of their records (not steered on them).",
+        );
+        let unread: Vec<u64> = units
+            .iter()
+            .map(|u| u.unreadable)
+            .filter(|n| *n > 0)
+            .collect();
+        let _ = writeln!(out, "xo_units_unreadable {}", unread.len());
+        family(
+            &mut out,
+            "xo_unit_records_unreadable",
+            "gauge",
+            "Records the units' sensors could not read, summed over the units.",
+        );
+        let _ = writeln!(
+            out,
+            "xo_unit_records_unreadable {}",
+            unread.iter().sum::<u64>()
+        );
         // Per role: how many, the fullest context, what they spent.
         let mut roles: std::collections::BTreeMap<&str, (u64, f64, f64)> = Default::default();
         for u in units {

@@ -781,6 +781,7 @@ impl Out<'_> {
                         });
                         let mut r = state.turn(t);
                         r.status.needs = s.needs.clone();
+                        r.status.unreadable = s.sensor.unread();
                         s.rested = false;
                         let unit = unit.clone();
                         self.send(&unit, &r).await;
@@ -801,6 +802,7 @@ impl Out<'_> {
             {
                 r.status.waiting_until = limited;
                 r.status.needs = s.needs.clone();
+                r.status.unreadable = s.sensor.unread();
                 s.rested = true;
                 if !self.quiet {
                     info!(unit = %unit, until = ?limited, "session waits for its usage limit to reset");
@@ -817,6 +819,7 @@ impl Out<'_> {
                 && let Some(mut r) = state.rest()
             {
                 r.status.needs = s.needs.clone();
+                r.status.unreadable = s.sensor.unread();
                 if !self.quiet {
                     info!(unit = %unit, turn = r.time.turn, "session ended (or waits for its user): reported ended");
                 }
@@ -836,8 +839,9 @@ impl Out<'_> {
         s.needs = Some(needs.clone());
         s.needs_fresh = true;
         if let Some((unit, state)) = &mut s.unit
-            && let Some(r) = state.waiting(needs)
+            && let Some(mut r) = state.waiting(needs)
         {
+            r.status.unreadable = s.sensor.unread();
             s.rested = true;
             let unit = unit.clone();
             self.send(&unit, &r).await;

@@ -51,6 +51,9 @@ pub struct UnitRecord {
     /// Its last report's `status.waiting_until` (a provider's usage limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_until: Option<u64>,
+    /// Its last report's `status.unreadable`: records its sensor could not read.
+    #[serde(default)]
+    pub unreadable: u64,
     /// The latest report as received (MessagePack or JSON): keeping and
     /// persisting it costs a copy, not an encoding, and a fraction of the
     /// memory of the decoded form. Decoded again only for `xo units UNIT`.
@@ -99,6 +102,7 @@ impl UnitRecord {
             turns_since_progress: 0,
             cost_usd: 0.0,
             waiting_until: None,
+            unreadable: 0,
             report_raw: None,
             radio: UnitState::default(),
             steering: VecDeque::new(),

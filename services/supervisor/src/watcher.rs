@@ -169,6 +169,7 @@ impl WatcherState {
             last_steering: r.steering.back().map(|s| (s.kind, s.at)),
             needs: r.radio.needs.as_deref().cloned(),
             waiting_until: r.waiting_until,
+            unreadable: r.unreadable,
         }
     }
 
@@ -407,6 +408,12 @@ impl WatcherState {
             if let Some(until) = report.status.waiting_until {
                 info!(unit = %report.unit.unit, until = %xo_runtime::clock::rfc3339(until), "waiting for its provider's usage limit to reset: not stale, not steered");
             }
+        }
+        if self.rec.unreadable != report.status.unreadable {
+            if self.rec.unreadable == 0 {
+                warn!(unit = %report.unit.unit, records = report.status.unreadable, "its sensor could not read some of the session's records: not steered on what it did until it can (xo import --stats on the file names them)");
+            }
+            self.rec.unreadable = report.status.unreadable;
         }
         if self.rec.ended != report.status.ended {
             self.rec.ended = report.status.ended;

@@ -107,7 +107,7 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
             " <span class=\"badge ended\">ended</span>".to_string()
         } else {
             String::new()
-        },
+        } + &unreadable(u.unreadable),
         pace = esc(&wire(&u.pace)),
         fill = u.context_fill * 100.0,
         tsp = u.turns_since_progress,
@@ -316,4 +316,15 @@ pub(crate) async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
         Ok(units) => ok_page(&f, &fleet_body(&units, &q, now())),
         Err(e) => down(&f, &e),
     }
+}
+
+/// A unit whose sensor could not read some of its records: said, with what
+/// it means (its picture is incomplete: not steered on it).
+pub(crate) fn unreadable(n: u64) -> String {
+    if n == 0 {
+        return String::new();
+    }
+    format!(
+        " <span class=\"badge amber unreadable\" title=\"its sensor could not read {n} of its session's records (kinds it does not know, lines it could not parse, results naming no call): XO does not steer it on what it did; xo import --stats on the file names them\">unreadable: {n} records</span>"
+    )
 }

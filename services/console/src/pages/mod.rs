@@ -267,6 +267,7 @@ mod tests {
             last_steering: None,
             needs: None,
             waiting_until: None,
+            unreadable: 0,
         }
     }
 
@@ -633,6 +634,22 @@ mod tests {
         );
     }
 
+    /// A unit whose sensor could not read some of its records says how
+    /// many, beside its state (issue 38).
+    #[test]
+    fn a_unit_with_records_not_read_says_how_many() {
+        let mut u = unit("odd-1", xo_proto::Health::Green);
+        u.unreadable = 3;
+        let body = fleet_body(&[u], &BTreeMap::new(), 1_000_000);
+        assert!(body.contains(">unreadable: 3 records</span>"), "{body}");
+        let whole = fleet_body(
+            &[unit("whole-1", xo_proto::Health::Green)],
+            &BTreeMap::new(),
+            1_000_000,
+        );
+        assert!(!whole.contains("unreadable"), "{whole}");
+    }
+
     #[test]
     fn the_fleet_is_in_triage_order_sorts_filters_and_flags() {
         use xo_proto::Health::*;
@@ -839,6 +856,7 @@ mod tests {
             last_steering: None,
             needs: None,
             waiting_until: None,
+            unreadable: 0,
         };
         let units = vec![
             u("a-1", "coder", Health::Green),
