@@ -318,7 +318,12 @@ impl Common {
         // The command whose status decided, and what that status means
         // for its program (grep 1 is no match, pylint 16 is findings).
         let decided = command.map(evidence::deciding_command);
-        let meaning = match (decided.as_deref().map(evidence::program), exit_code) {
+        let meaning = match (
+            decided
+                .as_deref()
+                .map(|d| evidence::program(evidence::status_command(d))),
+            exit_code,
+        ) {
             (Some(p), Some(code)) if code != 0 => evidence::meaning(p, code),
             _ => None,
         };

@@ -43,6 +43,42 @@ pub fn deciding_command(command: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The command of a pipeline whose exit status is the pipeline's: its last
+/// stage (`pip list | grep x` exits as `grep x`; without `pipefail`, the
+/// earlier stages' statuses are lost). A `|` inside quotes, `$(…)` or a
+/// `||` is no stage break.
+pub fn status_command(command: &str) -> &str {
+    let (mut quote, mut depth) = (None::<u8>, 0u32);
+    let b = command.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), b'\\') => i += 1,
+            (Some(_), _) => {}
+            (None, b'\'' | b'"' | b'`') => quote = Some(c),
+            (None, b'(') => depth += 1,
+            (None, b')') => depth = depth.saturating_sub(1),
+            (None, b'|') if depth == 0 => {
+                match b.get(i + 1) {
+                    Some(b'|') => i += 1,
+                    // `|&`: stdout and stderr piped.
+                    Some(b'&') => {
+                        i += 1;
+                        start = i + 1;
+                    }
+                    _ => start = i + 1,
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    command[start..].trim()
+}
+
 /// The program of a command: [`xo_proto::salute::command_program`] (the
 /// radio reads a report's `cmd` with the same function).
 pub use xo_proto::salute::command_program as program;
@@ -241,6 +277,23 @@ mod tests {
             "pytest tests/ | tail -5"
         );
         assert_eq!(program("FOO=1 timeout 60 /usr/bin/pytest -x"), "pytest");
+        // The status of a pipeline is its last stage's (real command lines
+        // of the committed Codex rollouts and OpenHands outputs).
+        assert_eq!(
+            status_command(r#"ps -ef | rg -i "Google Chrome|chrome.*remote|codemie|codemie-ui""#),
+            r#"rg -i "Google Chrome|chrome.*remote|codemie|codemie-ui""#
+        );
+        assert_eq!(status_command("pip list | grep x"), "grep x");
+        assert_eq!(status_command("pytest tests/ | tail -5"), "tail -5");
+        assert_eq!(
+            status_command("make build || echo failed"),
+            "make build || echo failed"
+        );
+        assert_eq!(
+            status_command("echo \"a|b\" $(ls | wc -l)"),
+            "echo \"a|b\" $(ls | wc -l)"
+        );
+        assert_eq!(status_command("cargo test |& tee log"), "tee log");
         assert_eq!(program("sudo env A=b grep -r x ."), "grep");
     }
 
