@@ -66,6 +66,10 @@ pub struct Task {
     /// The directive it carries out (consumption is tracked through it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directive: Option<String>,
+    /// The branch of the project its worktree starts from
+    /// (`runner.isolation = "worktree"`); unset: the project's main.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 impl Task {
@@ -97,6 +101,7 @@ impl Task {
             depends_on: Vec::new(),
             milestone: None,
             directive: None,
+            branch: None,
         }
     }
 }
@@ -326,6 +331,9 @@ pub struct TaskRecord {
     /// Why it was blocked or failed (decides whether the queue halted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<BlockCause>,
+    /// What it changed, on its branch (worktree isolation), once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<TaskDiff>,
     /// Manager tasks: the pending tasks its prompt listed (only those can
     /// be cancelled by its reply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -365,6 +373,7 @@ impl TaskRecord {
             completed_token: None,
             reconciles: None,
             cause: None,
+            diff: None,
             shown: None,
             spent: Usage::default(),
             attempt_spent: Usage::default(),
@@ -1078,6 +1087,57 @@ pub struct Complete {
     /// The last prompt and reply, for the audit line (bounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange: Option<Exchange>,
+    /// What the task changed, on its branch (worktree isolation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<TaskDiff>,
+}
+
+/// The patch of a [`TaskDiff`] is cut at a line past this many bytes.
+pub const MAX_PATCH: usize = 64 * 1024;
+
+/// What a task changed, on its own branch (`runner.isolation =
+/// "worktree"`): the files with their added and removed lines, and the
+/// patch (at most [`MAX_PATCH`] bytes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskDiff {
+    /// `xo/<task>`.
+    pub branch: String,
+    /// The commit the task started from, and the one it ended with.
+    pub base: String,
+    pub commit: String,
+    #[serde(default)]
+    pub files: Vec<FileChange>,
+    #[serde(default)]
+    pub patch: String,
+    /// The patch was cut at [`MAX_PATCH`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// Where the work went (`runner.merge`): the project's main at this
+    /// commit (`ff`, `merge`), or the remote it was pushed to (`push`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<String>,
+}
+
+impl TaskDiff {
+    /// Lines added and removed over every file.
+    pub fn lines(&self) -> (u64, u64) {
+        self.files.iter().fold((0, 0), |(a, r), f| {
+            (a + f.added.unwrap_or(0), r + f.removed.unwrap_or(0))
+        })
+    }
+}
+
+/// One file of a [`TaskDiff`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FileChange {
+    pub path: String,
+    /// `A` added, `M` modified, `D` deleted, `T` type changed.
+    pub status: String,
+    /// Lines added and removed; `None` for a binary file.
+    #[serde(default)]
+    pub added: Option<u64>,
+    #[serde(default)]
+    pub removed: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -122,6 +122,7 @@ pub async fn complete(bus: &Bus, c: &xo_proto::queue::Claimed) -> bool {
         },
         manager_reply: None,
         exchange: None,
+        diff: None,
     };
     matches!(call(bus, &req).await, Ok(r) if r.state == TaskState::Completed)
 }

@@ -188,6 +188,7 @@ async fn a_jump_of_the_wall_clock_either_way_changes_nothing_that_lives() {
             },
             manager_reply: None,
             exchange: None,
+            diff: None,
         },
     )
     .await

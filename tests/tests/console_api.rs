@@ -701,6 +701,7 @@ async fn metrics_parse_as_prometheus_text() {
                 ..Default::default()
             },
             exchange: None,
+            diff: None,
         },
         t,
     )

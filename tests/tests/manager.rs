@@ -135,6 +135,7 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
             manager_reply: None,
             usage: Default::default(),
             exchange: None,
+            diff: None,
         },
         T,
     )

@@ -154,6 +154,7 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
                 report: ok(),
                 manager_reply: None,
                 exchange: None,
+                diff: None,
             })
             .await
             .unwrap();
@@ -236,6 +237,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
             report: ok(),
             manager_reply: None,
             exchange: None,
+            diff: None,
         })
         .await
         .unwrap_err();
@@ -248,6 +250,7 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
         report: ok(),
         manager_reply: None,
         exchange: None,
+        diff: None,
     })
     .await
     .unwrap();
@@ -333,6 +336,7 @@ async fn thirty_two_concurrent_claimants_never_share_a_task() {
                         report: ok(),
                         manager_reply: None,
                         exchange: None,
+                        diff: None,
                     },
                     T,
                 )
@@ -370,6 +374,7 @@ async fn the_queue_survives_a_nats_server_restart() {
             report: ok(),
             manager_reply: None,
             exchange: None,
+            diff: None,
         };
         // A request sent while the client reconnects is lost: ask again soon.
         match typed::call(&q.client, &q.subjects, &req, Duration::from_secs(1)).await {
@@ -391,6 +396,7 @@ async fn the_queue_survives_a_nats_server_restart() {
             report: ok(),
             manager_reply: None,
             exchange: None,
+            diff: None,
         })
         .await
         .unwrap();

@@ -176,6 +176,7 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
             },
             manager_reply: None,
             exchange: None,
+            diff: None,
         })
         .await
         .unwrap();
@@ -283,6 +284,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
         },
         manager_reply: None,
         exchange: None,
+        diff: None,
     })
     .await
     .unwrap();

@@ -113,6 +113,7 @@ async fn cycles(
                         report,
                         manager_reply: None,
                         exchange: None,
+                        diff: None,
                     },
                     T,
                 )

@@ -442,6 +442,7 @@ async fn no_runner_can_act_for_another() {
         manager_reply: None,
         usage: Default::default(),
         exchange: None,
+        diff: None,
     };
     let err = typed::call(&c2, &s, &done, t)
         .await

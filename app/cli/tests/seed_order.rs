@@ -232,6 +232,7 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
             manager_reply: None,
             usage: Default::default(),
             exchange: None,
+            diff: None,
         },
     )
     .await

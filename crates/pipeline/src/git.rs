@@ -65,9 +65,12 @@ const SAFE_CONFIG: [&str; 14] = [
 /// under `home` (`<data>/<project>`), the project as the work tree.
 #[derive(Debug, Clone)]
 pub struct Snapshots {
-    home: PathBuf,
-    work_tree: PathBuf,
+    pub(crate) home: PathBuf,
+    pub(crate) work_tree: PathBuf,
     confine: Option<Confinement>,
+    /// The work tree is a task's own (a worktree): a rollback keeps no
+    /// other task's paths, there being none.
+    pub(crate) isolated: bool,
 }
 
 impl Snapshots {
@@ -87,18 +90,40 @@ impl Snapshots {
             home: home.to_path_buf(),
             work_tree: work_tree.to_path_buf(),
             confine: git_confine,
+            isolated: false,
         }
     }
 
-    fn git_dir(&self) -> PathBuf {
+    /// The same repository with `dir` as its work tree (a task's
+    /// worktree): git confined to it and XO's folder.
+    pub fn for_tree(&self, dir: &Path) -> Self {
+        let confine = self.confine.as_ref().map(|_| Confinement {
+            read: vec![dir.to_path_buf(), self.home.clone()],
+            write: vec![
+                dir.to_path_buf(),
+                self.home.clone(),
+                PathBuf::from("/dev/null"),
+            ],
+            connect: Some(Vec::new()),
+        });
+        Self {
+            home: self.home.clone(),
+            work_tree: dir.to_path_buf(),
+            confine,
+            isolated: true,
+        }
+    }
+
+    /// XO's repository of the project (`<data>/<project>/git`).
+    pub fn git_dir(&self) -> PathBuf {
         self.home.join("git")
     }
 
-    fn tasks_dir(&self) -> PathBuf {
+    pub(crate) fn tasks_dir(&self) -> PathBuf {
         self.home.join("tasks")
     }
 
-    fn start_file(&self, task: &str) -> PathBuf {
+    pub(crate) fn start_file(&self, task: &str) -> PathBuf {
         self.tasks_dir().join(format!("{task}.start"))
     }
 
@@ -106,12 +131,36 @@ impl Snapshots {
         self.tasks_dir().join(format!("{task}.files"))
     }
 
-    async fn git(
+    pub(crate) async fn git(
         &self,
         cwd: &Path,
         index: Option<&Path>,
         args: &[&str],
     ) -> Result<String, GitError> {
+        self.git_out(cwd, index, args, &[])
+            .await
+            .and_then(|(ok, out, err)| {
+                if ok {
+                    Ok(out.trim().to_string())
+                } else {
+                    Err(GitError {
+                        dir: cwd.display().to_string(),
+                        what: args.join(" "),
+                        detail: err.trim().to_string(),
+                    })
+                }
+            })
+    }
+
+    /// Runs git and gives back whether it succeeded, its stdout (untrimmed)
+    /// and stderr; `env` is passed on beside XO's own.
+    pub(crate) async fn git_out(
+        &self,
+        cwd: &Path,
+        index: Option<&Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<(bool, String, String), GitError> {
         let failed = |detail: String| GitError {
             dir: cwd.display().to_string(),
             what: args.join(" "),
@@ -143,6 +192,9 @@ impl Snapshots {
         if let Some(i) = index {
             c.env("GIT_INDEX_FILE", i);
         }
+        for (k, v) in env {
+            c.env(k, v);
+        }
         if args.first() == Some(&"init") {
             c.env_remove("GIT_WORK_TREE");
         }
@@ -164,17 +216,16 @@ impl Snapshots {
             .wait_with_output()
             .await
             .map_err(|e| failed(e.to_string()))?;
-        if !o.status.success() {
-            return Err(failed(
-                String::from_utf8_lossy(&o.stderr).trim().to_string(),
-            ));
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        Ok((
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        ))
     }
 
     /// Makes XO's repository for the project if there is none (`.xo/`
     /// excluded).
-    async fn ensure_repo(&self) -> Result<(), GitError> {
+    pub(crate) async fn ensure_repo(&self) -> Result<(), GitError> {
         let dir = self.git_dir();
         let failed = |what: &str, e: std::io::Error| GitError {
             dir: dir.display().to_string(),
@@ -245,7 +296,7 @@ impl Snapshots {
     }
 
     /// The working tree of `cwd` as a tree object (through a private index).
-    async fn tree_now(&self, cwd: &Path, index: &Path) -> Result<String, GitError> {
+    pub(crate) async fn tree_now(&self, cwd: &Path, index: &Path) -> Result<String, GitError> {
         let _ = tokio::fs::remove_file(index).await;
         self.git(cwd, Some(index), &["add", "-A", "--", "."])
             .await?;
@@ -300,7 +351,11 @@ impl Snapshots {
             .and_then(|m| m.modified())
             .ok();
         let index = start.with_extension("rollback-index");
-        let keep = self.others_changes(task, started).await;
+        let keep = if self.isolated {
+            Default::default()
+        } else {
+            self.others_changes(task, started).await
+        };
         let _ = tokio::fs::remove_file(&index).await;
         self.git(cwd, Some(&index), &["read-tree", &commit]).await?;
         if !keep.is_empty() {

@@ -18,6 +18,7 @@
 //! - [`proc`]: agent processes in their own process group, bounded capture, orphans.
 //! - [`project`]: `.xo/project.toml`, read at each task start.
 //! - [`git`]: the task's starting commit and rollback.
+//! - [`worktree`]: a worktree per task, its diff, and where its work goes.
 //! - [`logs`]: the prompt log and the work log with retry events.
 //! - [`error`]: [`PipelineError`], the one error of this library.
 
@@ -34,6 +35,7 @@ pub mod proc;
 pub mod project;
 pub mod sandbox;
 pub mod validate;
+pub mod worktree;
 
 pub use error::PipelineError;
 pub use pipeline::{Job, Outcome, Pipeline, RunStats, TaskResult};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use tracing::{info, warn};
 use xo_proto::queue::{ReplayMark, Task, TaskRecord, TimeoutProfile, ValidationReport};
-use xo_runtime::config::{RestartMode, RunnerConfig};
+use xo_runtime::config::{Isolation, MergeMode, RestartMode, RunnerConfig};
 
 use crate::compose::{ComposedPrompt, Context, Feedback, PromptKind, Snapshot, Templates, compose};
 use crate::driver::{AgentOutput, Driver, RunCtx, Turns};
@@ -49,6 +49,8 @@ pub struct RunStats {
     /// The last prompt and the agent's raw reply, bounded, for the audit
     /// line of the task's outcome (seed 003's `prompt` and `response`).
     pub exchange: Option<xo_proto::queue::Exchange>,
+    /// What the task changed on its branch (worktree isolation).
+    pub diff: Option<xo_proto::queue::TaskDiff>,
 }
 
 impl TaskResult {
@@ -230,7 +232,13 @@ impl Pipeline {
             .project
             .clone()
             .unwrap_or_else(|| self.cfg.default_project.clone());
-        let dir = self.sandbox.project_dir(&project).ok()?;
+        let dir = match self.cfg.isolation {
+            Isolation::Worktree => {
+                xo_proto::validate_token("project id", &project).ok()?;
+                crate::worktree::worktree_dir(self.sandbox.root(), &project, &task.task_id)
+            }
+            Isolation::Directory => self.sandbox.project_dir(&project).ok()?,
+        };
         let cwd = self
             .sandbox
             .working_dir(&dir, task.working_directory.as_deref())
@@ -317,9 +325,38 @@ impl Pipeline {
                 );
             }
         };
+        // XO's history of the project, and (worktree isolation) the
+        // task's own tree on its branch.
+        let snaps = crate::git::Snapshots::new(
+            &self.data_dir.join(&project),
+            &project_dir,
+            self.confine.as_ref(),
+        );
+        let worktree = match self.cfg.isolation {
+            Isolation::Directory => None,
+            Isolation::Worktree => {
+                let dir =
+                    crate::worktree::worktree_dir(self.sandbox.root(), &project, &task.task_id);
+                match snaps
+                    .open_worktree(&project_dir, &dir, &task.task_id, task.branch.as_deref())
+                    .await
+                {
+                    Ok(wt) => Some(wt),
+                    Err(e) => {
+                        return (
+                            Outcome::Blocked(format!("EXEC_FAILURE: the task's worktree: {e}")),
+                            RunStats::default(),
+                        );
+                    }
+                }
+            }
+        };
+        let tree_dir = worktree
+            .as_ref()
+            .map_or_else(|| project_dir.clone(), |w| w.dir.clone());
         let cwd = match self
             .sandbox
-            .working_dir(&project_dir, task.working_directory.as_deref())
+            .working_dir(&tree_dir, task.working_directory.as_deref())
         {
             Ok(d) => d,
             Err(e) => {
@@ -374,11 +411,9 @@ impl Pipeline {
             turns,
             cancel,
             groups: self.groups.clone(),
-            // The agent reads its own project, not the others.
-            confine: self
-                .confine
-                .as_ref()
-                .map(|c| c.reading([project_dir.clone()])),
+            // The agent reads its own tree (its project, or its task's
+            // worktree), not the others.
+            confine: self.confine.as_ref().map(|c| c.reading([tree_dir.clone()])),
             agent_mode: task.agent_mode.clone(),
         };
         let mut run = TaskRun {
@@ -390,11 +425,10 @@ impl Pipeline {
             ctx: &ctx,
             log: &log,
             work: WorkLog::new(&self.data_dir.join(&project), &task.task_id),
-            snaps: crate::git::Snapshots::new(
-                &self.data_dir.join(&project),
-                &project_dir,
-                self.confine.as_ref(),
-            ),
+            snaps: match &worktree {
+                Some(w) => snaps.for_tree(&w.dir),
+                None => snaps.clone(),
+            },
             iteration: 0,
             stats: RunStats::default(),
             last_refs: (String::new(), String::new()),
@@ -413,9 +447,18 @@ impl Pipeline {
                 && stats.clarifications == 0;
         }
         if matches!(out, Outcome::Completed(_)) {
-            run.snaps.finish(&run.ctx.cwd, &task.task_id).await;
             let _ =
                 tokio::fs::remove_file(run.ctx.cwd.join(crate::driver::command::CHECKPOINT)).await;
+            match &worktree {
+                None => run.snaps.finish(&run.ctx.cwd, &task.task_id).await,
+                Some(wt) => {
+                    let (o, diff) = self.settle(&snaps, wt, task, &project_dir).await;
+                    stats.diff = diff;
+                    if let Some(o) = o {
+                        out = o;
+                    }
+                }
+            }
         }
         run.work
             .event(
@@ -430,6 +473,68 @@ impl Pipeline {
             )
             .await;
         (out, stats)
+    }
+}
+
+impl Pipeline {
+    /// A completed task in its worktree: its tree committed on its branch,
+    /// and its work brought where `runner.merge` says. The outcome to give
+    /// instead (a conflict, a commit or push that failed) and the diff.
+    async fn settle(
+        &self,
+        snaps: &crate::git::Snapshots,
+        wt: &crate::worktree::Worktree,
+        task: &Task,
+        project_dir: &std::path::Path,
+    ) -> (Option<Outcome>, Option<xo_proto::queue::TaskDiff>) {
+        use crate::worktree::{Merge, MergeError};
+        let id = &task.task_id;
+        let message = format!("{id}: {}", task.intent);
+        let mut diff = match snaps.settle(wt, id, &self.unit, &message).await {
+            Ok(d) => d,
+            Err(e) => {
+                return (
+                    Some(Outcome::Blocked(format!(
+                        "EXEC_FAILURE: the task's work could not be committed on its branch {}: {e}",
+                        wt.branch
+                    ))),
+                    None,
+                );
+            }
+        };
+        let mode = match self.cfg.merge {
+            MergeMode::None => Merge::None,
+            MergeMode::Ff => Merge::Ff,
+            MergeMode::Merge => Merge::Merge,
+            MergeMode::Push => Merge::Push,
+        };
+        match snaps
+            .integrate(&diff, mode, project_dir, &self.cfg.push_remote, &message)
+            .await
+        {
+            Ok(to) => {
+                info!(task_id = %id, branch = %wt.branch, files = diff.files.len(), merged = to.as_deref().unwrap_or("no"), "the task's work is on its branch");
+                diff.merged = to;
+                snaps.remove_worktree(wt, id).await;
+                (None, Some(diff))
+            }
+            Err(e @ MergeError::Conflict { .. }) => {
+                warn!(task_id = %id, error = %e, "the task's work does not apply to main");
+                (Some(Outcome::Blocked(e.to_string())), Some(diff))
+            }
+            Err(MergeError::Git(e)) => (
+                Some(Outcome::Blocked(format!(
+                    "MERGE_FAILED: the task's work is on its branch {} but could not be brought {}: {e}",
+                    wt.branch,
+                    if mode == Merge::Push {
+                        "to the remote"
+                    } else {
+                        "into main"
+                    }
+                ))),
+                Some(diff),
+            ),
+        }
     }
 }
 

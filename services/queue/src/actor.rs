@@ -522,12 +522,18 @@ impl State {
                 };
                 let spent = self.m.spend(&q.task_id, &q.token, q.usage, true);
                 let exchange = q.exchange;
+                let diff = q.diff;
                 let r = self
                     .m
                     .complete(&q.task_id, &q.token, q.report, q.manager_reply, now)
-                    .map(|(rec, mut c)| {
+                    .map(|(mut rec, mut c)| {
                         if let Some(e) = exchange {
                             Machine::attach_exchange(&q.task_id, e, &mut c);
+                        }
+                        if let Some(d) = diff
+                            && let Some(r) = self.m.attach_diff(&q.task_id, d, &c)
+                        {
+                            rec = r;
                         }
                         c.merge(spent);
                         (rec, c)

@@ -427,6 +427,7 @@ impl Worker {
             usage,
             failed_validation: stats.failed_validation,
             exchange: stats.exchange,
+            diff: stats.diff,
         };
         deliver(bus, subjects, &held, ended).await;
     }
@@ -486,6 +487,8 @@ struct Ended {
     failed_validation: Option<q::ValidationReport>,
     /// The last prompt and reply, for the audit line.
     exchange: Option<q::Exchange>,
+    /// What it changed on its branch (worktree isolation).
+    diff: Option<q::TaskDiff>,
 }
 
 async fn deliver(bus: &Bus, subjects: &Subjects, held: &lease::Held, ended: Ended) {
@@ -495,6 +498,7 @@ async fn deliver(bus: &Bus, subjects: &Subjects, held: &lease::Held, ended: Ende
         usage,
         failed_validation,
         exchange,
+        diff,
     } = ended;
     let timeout = Duration::from_secs(10);
     for attempt in 1..=5u32 {
@@ -529,6 +533,7 @@ async fn deliver(bus: &Bus, subjects: &Subjects, held: &lease::Held, ended: Ende
                         manager_reply: Some(serde_json::Value::Object(r.reply().clone())),
                         usage,
                         exchange: exchange.clone(),
+                        diff: diff.clone(),
                     },
                     timeout,
                 )

@@ -114,6 +114,7 @@ impl Rig {
             },
             manager_reply: None,
             exchange: None,
+            diff: None,
         })
         .await;
         id

@@ -101,6 +101,17 @@ pub struct RunnerConfig {
     pub context_limit: u64,
     /// A task offered again after its runner died (SUP-6).
     pub restart_mode: RestartMode,
+    /// Where a task runs: `worktree` (its own tree on a branch `xo/<task>`
+    /// of the project's history) or `directory` (the project directory
+    /// itself, shared with the project's other tasks).
+    pub isolation: Isolation,
+    /// Where a validated task's work goes (worktree isolation): `none`
+    /// (its branch only), `ff` (onto the project's main, and the project
+    /// directory), `merge` (a merge commit on main), `push` (its branch
+    /// pushed to `push_remote`).
+    pub merge: MergeMode,
+    /// The remote `merge = "push"` pushes to (a URL or a path).
+    pub push_remote: String,
     /// Limits on one task's work across all its retries and attempts, for
     /// tasks that set none (0: no limit). `max_wall_ms = 0` means the agent
     /// timeout of the task's profile times `max_retries + 2` (a larger bound
@@ -119,6 +130,26 @@ pub enum RestartMode {
     Resume,
     /// Always roll the sandbox back and replay from the start.
     Rollback,
+}
+
+/// Where a task runs ([`RunnerConfig::isolation`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    #[default]
+    Worktree,
+    Directory,
+}
+
+/// Where a validated task's work goes ([`RunnerConfig::merge`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMode {
+    None,
+    #[default]
+    Ff,
+    Merge,
+    Push,
 }
 
 impl Default for RunnerConfig {
@@ -149,6 +180,9 @@ impl Default for RunnerConfig {
             microcosm_grace_ms: 2_000,
             context_limit: 128_000,
             restart_mode: RestartMode::Resume,
+            isolation: Isolation::Worktree,
+            merge: MergeMode::Ff,
+            push_remote: String::new(),
             task_budget: xo_proto::queue::TaskBudget::default(),
             driver: DriverConfig::default(),
         }

@@ -160,6 +160,23 @@ impl XoConfig {
                 ),
             ));
         }
+        if self.runner.merge == super::runner::MergeMode::Push
+            && self.runner.push_remote.trim().is_empty()
+        {
+            return Err(invalid(
+                "runner.push_remote",
+                "runner.merge = \"push\" needs the remote to push task branches to (a URL or a path)".into(),
+            ));
+        }
+        if self.runner.merge != super::runner::MergeMode::None
+            && self.runner.merge != super::runner::MergeMode::Ff
+            && self.runner.isolation == super::runner::Isolation::Directory
+        {
+            return Err(invalid(
+                "runner.merge",
+                "merge and push need runner.isolation = \"worktree\" (in a shared directory a task has no branch of its own)".into(),
+            ));
+        }
         for (key, v) in [
             ("nats.ping_interval_ms", self.nats.ping_interval_ms),
             ("supervisor.stale_after_ms", s.stale_after_ms),

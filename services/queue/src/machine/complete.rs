@@ -255,6 +255,22 @@ impl Machine {
         }
     }
 
+    /// Keeps what a completed task changed on its branch (worktree
+    /// isolation) on its record; `c` already holds the record's change.
+    /// The record as it now is.
+    pub fn attach_diff(
+        &mut self,
+        id: &str,
+        diff: xo_proto::queue::TaskDiff,
+        c: &Changes,
+    ) -> Option<TaskRecord> {
+        let r = self.tasks.get_mut(id)?;
+        if r.state == TaskState::Completed && c.tasks.contains(id) {
+            r.diff = Some(diff);
+        }
+        Some(r.clone())
+    }
+
     /// Keeps the validation a blocked task failed on: on its record and in
     /// the audit line of its block. The record as it now is.
     pub fn attach_report(

@@ -172,6 +172,7 @@ impl Machine {
                 completed_token: None,
                 reconciles,
                 cause: None,
+                diff: None,
                 shown: None,
                 spent: Usage::default(),
                 attempt_spent: Usage::default(),
