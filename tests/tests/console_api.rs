@@ -1361,3 +1361,98 @@ async fn the_openapi_description_is_every_route_and_only_those() {
     );
     rig.stop().await;
 }
+
+/// Issue 39: a completed task's diff (kept by the queue from the runner's
+/// completion) is served at `/api/v1/tasks/<id>/diff` and shown on its
+/// page: where it went, its files with their lines, the patch; a task
+/// with none is a 404 that says why.
+#[tokio::test]
+async fn a_completed_tasks_diff_is_served_and_shown() {
+    let rig = Rig::start(&[]).await;
+    rig.post("/api/v1/queue/init", json!({})).await;
+    rig.post("/api/v1/tasks", json!({"tasks": [task("d1"), task("d2")]}))
+        .await;
+    rig.post(
+        "/api/v1/queue/goal",
+        json!({"description": "g", "budget_usd": 0.0, "completed": false}),
+    )
+    .await;
+    rig.post("/api/v1/queue/start", json!({})).await;
+    let client = connect(&rig.nats, "test").await;
+    let s = rig.cfg.subjects();
+    let t = Duration::from_secs(10);
+    let claimed = typed::call(
+        &client,
+        &s,
+        &xo_proto::queue::Claim {
+            role: "coder".into(),
+            claimant: "r1".into(),
+            wait_ms: 0,
+        },
+        t,
+    )
+    .await
+    .unwrap()
+    .expect("a task");
+    let id = claimed.record.task.task_id.clone();
+    let diff = xo_proto::queue::TaskDiff {
+        branch: format!("xo/{id}"),
+        base: "1111111111aaaa".into(),
+        commit: "2222222222bbbb".into(),
+        files: vec![xo_proto::queue::FileChange {
+            path: "src/<lib>.rs".into(),
+            status: "M".into(),
+            added: Some(2),
+            removed: Some(1),
+        }],
+        patch: "--- a/src/<lib>.rs\n+++ b/src/<lib>.rs\n@@ -1 +1,2 @@\n-old\n+new\n+more\n".into(),
+        truncated: false,
+        merged: Some("main 2222222222bbbb".into()),
+    };
+    typed::call(
+        &client,
+        &s,
+        &xo_proto::queue::Complete {
+            task_id: id.clone(),
+            token: claimed.token,
+            claimant: "r1".into(),
+            report: xo_proto::queue::ValidationReport {
+                passed: true,
+                ..Default::default()
+            },
+            manager_reply: None,
+            usage: Default::default(),
+            exchange: None,
+            diff: Some(diff.clone()),
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    let (st, v) = rig.get(&format!("/api/v1/tasks/{id}/diff")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let got: xo_proto::queue::TaskDiff = serde_json::from_value(v).unwrap();
+    assert_eq!(got, diff);
+    let other = if id == "d1" { "d2" } else { "d1" };
+    let (st, v) = rig.get(&format!("/api/v1/tasks/{other}/diff")).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert!(v.to_string().contains("has not completed (pending)"), "{v}");
+    let page = rig
+        .fetch(&format!("/tasks/{id}"), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("<h2>Changes</h2>"), "{page}");
+    assert!(
+        page.contains(&format!("branch <code>xo/{id}</code> · 1 files")),
+        "{page}"
+    );
+    assert!(page.contains("brought to main 2222222222bbbb"), "{page}");
+    assert!(
+        page.contains("<code>src/&lt;lib&gt;.rs</code>"),
+        "escaped: {page}"
+    );
+    assert!(page.contains("<span class=\"add\">+more</span>"), "{page}");
+    rig.stop().await;
+}

@@ -237,6 +237,11 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// One task: `xo task diff ID` shows what it changed on its branch.
+    Task {
+        #[command(subcommand)]
+        cmd: TaskCmd,
+    },
     /// Answer a task awaiting an operator's response.
     Answer { task: String, text: String },
     /// Retry a blocked task.
@@ -362,6 +367,21 @@ pub enum StoreCmd {
     Repair {
         /// Files to repair (default: every `.kv` and `.log` of the store).
         files: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCmd {
+    /// What a completed task changed on its branch `xo/<task>` (worktree
+    /// isolation): where it went, its files with added and removed lines,
+    /// and the patch.
+    Diff {
+        task: String,
+        /// Only the files and their lines, not the patch.
+        #[arg(long)]
+        stat: bool,
+        #[arg(long)]
+        json: bool,
     },
 }
 

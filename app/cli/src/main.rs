@@ -46,7 +46,7 @@ use xo_runtime::XoConfig;
 
 use xo_fabric::{connect, fabric, nats_config};
 
-use crate::cli::{AuditCmd, Cli, Cmd, GoalCmd, RadioCmd, ReviewCmd, StoreCmd};
+use crate::cli::{AuditCmd, Cli, Cmd, GoalCmd, RadioCmd, ReviewCmd, StoreCmd, TaskCmd};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -105,6 +105,9 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Halt { reason } => queue_ops::simple(&cfg, xo_proto::queue::Halt { reason }).await,
         Cmd::Status { json } => queue_ops::status(&cfg, json).await,
         Cmd::Tasks { state, json } => queue_ops::tasks(&cfg, state, json).await,
+        Cmd::Task {
+            cmd: TaskCmd::Diff { task, stat, json },
+        } => queue_ops::task_diff(&cfg, &task, stat, json).await,
         Cmd::Answer { task, text } => {
             queue_ops::task_op(
                 &cfg,

@@ -281,6 +281,111 @@ pub async fn status(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `xo task diff ID`: what a completed task changed on its branch. The
+/// patch as the queue keeps it (64 KiB at most); a longer one is read
+/// whole from XO's repository of the project when it is on this machine.
+pub async fn task_diff(
+    cfg: &XoConfig,
+    task: &str,
+    stat: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    xo_proto::validate_token("task id", task).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bus = client_bus(cfg).await?;
+    let list = typed::all_tasks(&bus, &cfg.subjects(), None, TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
+                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
+            ),
+            other => other.into(),
+        })?;
+    let Some(t) = list.into_iter().find(|t| t.task.task_id == task) else {
+        anyhow::bail!("no task {task:?} in the queue (`xo tasks` lists them)");
+    };
+    let Some(d) = t.diff else {
+        anyhow::bail!(
+            "task {task} has no diff: it is {} (a diff is kept once it completes), or it ran in its project directory (runner.isolation = \"directory\")",
+            t.state.as_str()
+        );
+    };
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&d)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (added, removed) = d.lines();
+    outln!(
+        "{task}: branch {} · {} files, +{added} -{removed} · {}..{} · {}",
+        d.branch,
+        d.files.len(),
+        &d.base[..d.base.len().min(10)],
+        &d.commit[..d.commit.len().min(10)],
+        d.merged
+            .as_deref()
+            .map_or("on its branch only".to_string(), |m| format!(
+                "brought to {m}"
+            ))
+    );
+    for f in &d.files {
+        let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        outln!(
+            " {} {:>6} {:>6}  {}",
+            f.status,
+            n(f.added),
+            n(f.removed),
+            f.path
+        );
+    }
+    if stat {
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!();
+    let project = t
+        .task
+        .project
+        .as_deref()
+        .unwrap_or(&cfg.runner.default_project);
+    let repo = cfg.data_dir().join(project).join("git");
+    let whole = if d.truncated && repo.join("HEAD").exists() {
+        std::process::Command::new("git")
+            .env_clear()
+            .env("GIT_DIR", &repo)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .args([
+                "diff",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--no-color",
+                "--no-renames",
+                &d.base,
+                &d.commit,
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        None
+    };
+    match whole {
+        Some(p) => out!("{p}"),
+        None => {
+            out!("{}", d.patch);
+            if d.truncated {
+                outln!(
+                    "(the patch is cut at 64 KiB; the whole of it is in XO's repository of the project on the runner's machine: git --git-dir {} diff {} {})",
+                    repo.display(),
+                    d.base,
+                    d.commit
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
     let state = match state {
         Some(s) => Some(

@@ -541,3 +541,120 @@ async fn an_agent_past_its_timeout_is_an_exec_failure_that_halts_the_queue() {
         "{st:?}"
     );
 }
+
+/// Issue 39: each task runs in its own worktree on a branch `xo/<task>`;
+/// once completed its diff is kept with the task (`xo task diff`), and
+/// with `runner.merge = "ff"` (the default) its work reaches the
+/// project's main and the project directory. A second task, started
+/// after the first finished, starts from the main that has the first's
+/// work. The queue and the runner are their own `xo` processes on a real
+/// nats-server; the agent is the script driver writing real files.
+#[tokio::test]
+async fn each_task_works_in_its_own_tree_and_its_diff_reaches_the_project() {
+    let mut rig = Rig::start();
+    std::fs::create_dir_all(rig.project()).unwrap();
+    std::fs::write(rig.project().join("README"), "before\n").unwrap();
+    let script = |write: &str, content: &str| {
+        format!(
+            "```xo-script\nturn_ms = 0\n[[run]]\nsteps = [{{ run = \"test ! -e ../live && pwd > where.txt\" }}, {{ write = \"{write}\", content = \"{content}\" }}, {{ reply = '{{\"status\": \"ok\", \"message\": \"wrote {write}\"}}' }}]\n```"
+        )
+    };
+    let first = Task::new(
+        "wt-1",
+        "add notes",
+        script("notes.txt", "one\\ntwo\\n"),
+        "coder",
+    );
+    let bus = start_goal(&mut rig, "", first, false, &[]).await;
+    let rec = wait_final(&rig, &bus, "wt-1").await;
+    assert_eq!(
+        rec.state,
+        TaskState::Completed,
+        "{rec:?}\n{}",
+        rig.log("runner")
+    );
+    let d = rec.diff.clone().expect("a completed task's diff");
+    assert_eq!(d.branch, "xo/wt-1");
+    let paths: Vec<&str> = d.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["notes.txt", "where.txt"], "{d:?}");
+    assert_eq!(d.files[0].added, Some(2));
+    assert!(
+        d.merged.as_deref().is_some_and(|m| m.starts_with("main ")),
+        "{d:?}"
+    );
+    // It ran in its own tree, not in the project directory.
+    let tree = rig.root.join("sandbox/.xo-worktrees/live/wt-1");
+    let ran_in = std::fs::read_to_string(rig.project().join("where.txt")).unwrap();
+    assert_eq!(ran_in.trim(), tree.display().to_string());
+    assert!(
+        !tree.exists(),
+        "its tree is removed once its work is on its branch"
+    );
+    // ff: the project directory has its work.
+    assert_eq!(
+        std::fs::read_to_string(rig.project().join("notes.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rig.project().join("README")).unwrap(),
+        "before\n"
+    );
+    // `xo task diff` shows it.
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(&rig.root)
+        .args(["--nats", &rig.url, "task", "diff", "wt-1"])
+        .env("XO__STATE__DIR", rig.root.join("state"))
+        .env("XO__QUEUE__DATA_DIR", rig.root.join("data"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.starts_with("wt-1: branch xo/wt-1 · 2 files, +3 -0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("+++ b/notes.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n"),
+        "{out}"
+    );
+    // The second task starts from the main that holds the first's work.
+    let second = Task::new(
+        "wt-2",
+        "more notes",
+        "```xo-script\nturn_ms = 0\n[[run]]\nsteps = [{ run = \"cat notes.txt > seen.txt\" }, { reply = '{\"status\": \"ok\", \"message\": \"seen\"}' }]\n```",
+        "coder",
+    );
+    typed::call(
+        &bus,
+        &Subjects::default(),
+        &Enqueue {
+            tasks: vec![second],
+        },
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    // The goal was met with the queue empty: started again for it.
+    typed::call(
+        &bus,
+        &Subjects::default(),
+        &Start {},
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let rec = wait_final(&rig, &bus, "wt-2").await;
+    assert_eq!(rec.state, TaskState::Completed, "{rec:?}");
+    assert_eq!(
+        std::fs::read_to_string(rig.project().join("seen.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    // A task that has no diff is said so.
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(&rig.root)
+        .args(["--nats", &rig.url, "task", "diff", "nope"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no task \"nope\""));
+}

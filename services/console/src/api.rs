@@ -307,6 +307,12 @@ fn api_routes() -> ApiRouter<Shared> {
         )
         .api_route("/tasks/{id}", get_with(task, |o| o.summary("One task")))
         .api_route(
+            "/tasks/{id}/diff",
+            get_with(task_diff, |o| {
+                o.summary("What a completed task changed on its branch (worktree isolation)")
+            }),
+        )
+        .api_route(
             "/tasks/{id}/{verb}",
             post_with(task_verb, |o| {
                 o.summary("answer (with the text), retry or cancel a task")
@@ -627,6 +633,21 @@ async fn task(
 ) -> ApiResult<TaskRecord> {
     id("task_id", &task_id)?;
     Ok(Json(find_task(&c, &task_id).await?))
+}
+
+async fn task_diff(
+    State(c): State<Shared>,
+    Path(TaskPath { id: task_id }): Path<TaskPath>,
+) -> ApiResult<xo_proto::queue::TaskDiff> {
+    id("task_id", &task_id)?;
+    let t = find_task(&c, &task_id).await?;
+    match t.diff {
+        Some(d) => Ok(Json(d)),
+        None => Err(ApiError::not_found(format!(
+            "task {task_id} has no diff: it has not completed ({}), or it ran in its project directory (runner.isolation = \"directory\")",
+            t.state.as_str()
+        ))),
+    }
 }
 
 async fn enqueue(

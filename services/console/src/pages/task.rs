@@ -194,6 +194,9 @@ pub(crate) async fn task_page(
             body.push_str(&format!("<h3>Result</h3><pre>{}</pre>", esc(formatted)));
         }
     }
+    if let Some(d) = &t.diff {
+        body.push_str(&diff_section(d));
+    }
     // Its audit lines (the project's last 2,000), prompts and replies folded.
     let audit = c
         .call(&AuditTail {
@@ -538,4 +541,73 @@ pub(crate) async fn task_worklog(
             t = esc(&text),
         ),
     )
+}
+
+/// What a task changed on its branch: where it went, its files with their
+/// lines, and the patch (as kept: cut at 64 KiB).
+pub(crate) fn diff_section(d: &xo_proto::queue::TaskDiff) -> String {
+    let (added, removed) = d.lines();
+    let short = |c: &str| c.chars().take(10).collect::<String>();
+    let went = match &d.merged {
+        Some(m) => format!("brought to {}", esc(m)),
+        None => "on its branch only".to_string(),
+    };
+    let mut out = format!(
+        "<h2>Changes</h2><p id=\"diff-summary\">branch <code>{branch}</code> · {n} files, <span class=\"num add\">+{added}</span> <span class=\"num del\">−{removed}</span> · {base}..{commit} · {went}</p>",
+        branch = esc(&d.branch),
+        n = d.files.len(),
+        base = esc(&short(&d.base)),
+        commit = esc(&short(&d.commit)),
+    );
+    if d.files.is_empty() {
+        out.push_str("<p class=\"empty\">It changed no file.</p>");
+        return out;
+    }
+    out.push_str("<div class=\"scroll\"><table id=\"diff-files\"><thead><tr><th>File</th><th>Change</th><th>Added</th><th>Removed</th></tr></thead><tbody>");
+    for f in &d.files {
+        let n = |v: Option<u64>| v.map_or("binary".to_string(), |v| v.to_string());
+        out.push_str(&format!(
+            "<tr><td><code>{}</code></td><td>{}</td><td class=\"num add\">{}</td><td class=\"num del\">{}</td></tr>",
+            esc(&f.path),
+            match f.status.as_str() {
+                "A" => "added",
+                "D" => "deleted",
+                "M" => "modified",
+                "T" => "type changed",
+                _ => "changed",
+            },
+            n(f.added),
+            n(f.removed)
+        ));
+    }
+    out.push_str("</tbody></table></div><pre class=\"diff\" id=\"diff-patch\">");
+    for line in d.patch.lines() {
+        let class = if line.starts_with("+++") || line.starts_with("---") {
+            ""
+        } else if line.starts_with('+') {
+            "add"
+        } else if line.starts_with('-') {
+            "del"
+        } else if line.starts_with("@@") {
+            "hunk"
+        } else {
+            ""
+        };
+        if class.is_empty() {
+            out.push_str(&esc(line));
+        } else {
+            out.push_str(&format!("<span class=\"{class}\">{}</span>", esc(line)));
+        }
+        out.push('\n');
+    }
+    out.push_str("</pre>");
+    if d.truncated {
+        out.push_str(&format!(
+            "<p class=\"empty\">The patch is cut at 64 KiB; the whole of it: <code>xo task diff {}</code> on the runner's machine, or <code>git diff {}..{}</code> in XO's repository of the project.</p>",
+            esc(d.branch.trim_start_matches("xo/")),
+            esc(&short(&d.base)),
+            esc(&short(&d.commit))
+        ));
+    }
+    out
 }
