@@ -77,6 +77,10 @@ impl Snapshots {
     /// `home` is XO's folder for the project (`<data>/<project>`),
     /// `work_tree` the project's; `confine`: git runs confined so.
     pub fn new(home: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Self {
+        // Git runs in these folders with them in its environment: a
+        // relative path would be read against itself.
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let (home, work_tree) = (&abs(home), &abs(work_tree));
         let git_confine = confine.map(|_| Confinement {
             read: vec![work_tree.to_path_buf(), home.to_path_buf()],
             write: vec![
@@ -97,6 +101,7 @@ impl Snapshots {
     /// The same repository with `dir` as its work tree (a task's
     /// worktree): git confined to it and XO's folder.
     pub fn for_tree(&self, dir: &Path) -> Self {
+        let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         let confine = self.confine.as_ref().map(|_| Confinement {
             read: vec![dir.to_path_buf(), self.home.clone()],
             write: vec![
