@@ -93,7 +93,27 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let st = done.expect("the goal completes");
-    assert_eq!(st.counts.get("completed"), Some(&4));
+    if st.counts.get("completed") != Some(&4) {
+        let tasks = typed::call(&bus, &s, &ListTasks::default(), t)
+            .await
+            .unwrap_or_default();
+        let why: Vec<String> = tasks
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {}: {}",
+                    r.task.task_id,
+                    r.state.as_str(),
+                    r.reason.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        panic!(
+            "4 tasks completed, not {:?}:\n{}",
+            st.counts,
+            why.join("\n")
+        );
+    }
     // Two runners shared the work through the shared volume.
     let units =
         run(Command::new(env!("CARGO_BIN_EXE_xo")).args(["--nats", &url, "units", "--json"]));

@@ -415,9 +415,7 @@ impl Snapshots {
                 let new_main = if mode == Merge::Ff && main == diff.base {
                     diff.commit.clone()
                 } else {
-                    let tree = self
-                        .merged_tree(&diff.base, &main, &diff.commit, &diff.branch)
-                        .await?;
+                    let tree = self.merged_tree(&main, &diff.commit, &diff.branch).await?;
                     let mut args = vec!["commit-tree", tree.as_str(), "-p", main.as_str()];
                     if mode == Merge::Merge {
                         args.extend(["-p", diff.commit.as_str()]);
@@ -437,16 +435,17 @@ impl Snapshots {
         }
     }
 
-    /// The tree of `ours` (main) with the change from `base` to `theirs`
-    /// applied, or the paths that conflict.
+    /// The tree of `ours` (main) with `theirs` merged in, or the paths
+    /// that conflict. `main` only moves forward (a fast-forward, a commit
+    /// on it), so the two meet at the task's base: the merge applies the
+    /// task's change from its base. (Git 2.38's `merge-tree --write-tree`,
+    /// without 2.40's `--merge-base`: the runner image's git.)
     async fn merged_tree(
         &self,
-        base: &str,
         ours: &str,
         theirs: &str,
         branch: &str,
     ) -> Result<String, MergeError> {
-        let merge_base = format!("--merge-base={base}");
         let (ok, out, err) = self
             .git_out(
                 &self.home,
@@ -456,7 +455,6 @@ impl Snapshots {
                     "--write-tree",
                     "--name-only",
                     "--no-messages",
-                    &merge_base,
                     ours,
                     theirs,
                 ],
