@@ -259,6 +259,26 @@ mod tests {
         );
     }
 
+    /// Issue 39: where a task's work goes is checked at start.
+    #[test]
+    fn merge_modes_say_what_they_need() {
+        let cfg = load_toml("[runner]\nmerge = \"merge\"\n").unwrap();
+        assert_eq!(cfg.runner.merge, MergeMode::Merge);
+        assert_eq!(cfg.runner.isolation, Isolation::Worktree);
+        let e = load_toml("[runner]\nmerge = \"push\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("runner.push_remote"), "{e}");
+        let e = load_toml("[runner]\nisolation = \"directory\"\nmerge = \"merge\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("runner.merge") && e.contains("worktree"), "{e}");
+        let e = load_toml("[runner]\nmerge = \"rebase\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("runner.merge"), "{e}");
+    }
+
     #[test]
     fn errors_name_the_key() {
         let e = load_toml("[supervisor]\nstale_after_ms = \"soon\"\n")
