@@ -240,8 +240,10 @@ async fn a_claude_code_agent_is_steered_on_the_embedded_bus() {
 }
 
 async fn claude_steered_through_its_hook(mut rig: Rig) {
+    // In the project directory (`isolation = "directory"`): what the
+    // steering channel left there is read after the task completed.
     let config = format!(
-        "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"claude\"\nhook = \"claude\"\n",
+        "[runner]\nisolation = \"directory\"\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"claude\"\nhook = \"claude\"\n",
         toml_list(&["python3".into(), agent("fake_claude.py")])
     );
     let mut task = Task::new("c1", "fix the build", "make build fails; fix it", "coder");
@@ -285,7 +287,7 @@ async fn a_codex_agent_steered_twice_is_stopped_and_resumed_with_the_steering() 
     let codex_home = rig.root.join("codex-home");
     std::fs::create_dir_all(&codex_home).unwrap();
     let config = format!(
-        "[runner]\nenv_allow = [\"PATH\", \"HOME\", \"CODEX_HOME\"]\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nhook = \"codex\"\nresume = {}\n",
+        "[runner]\nisolation = \"directory\"\nenv_allow = [\"PATH\", \"HOME\", \"CODEX_HOME\"]\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nhook = \"codex\"\nresume = {}\n",
         toml_list(&[
             "python3".into(),
             fake.clone(),
@@ -353,7 +355,7 @@ fn channels(rig: &Rig) -> Vec<Channel> {
         Channel {
             name: "claude (its PostToolUse hook)",
             config: format!(
-                "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"claude\"\nhook = \"claude\"\n",
+                "[runner]\nisolation = \"directory\"\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"claude\"\nhook = \"claude\"\n",
                 py("fake_claude.py", &["-p", "{prompt}"])
             ),
             env: vec![],
@@ -361,7 +363,7 @@ fn channels(rig: &Rig) -> Vec<Channel> {
         Channel {
             name: "codex (its PostToolUse hook)",
             config: format!(
-                "[runner]\nenv_allow = [\"PATH\", \"HOME\", \"CODEX_HOME\"]\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nhook = \"codex\"\nresume = {}\n",
+                "[runner]\nisolation = \"directory\"\nenv_allow = [\"PATH\", \"HOME\", \"CODEX_HOME\"]\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"codex\"\nhook = \"codex\"\nresume = {}\n",
                 py(
                     "fake_codex.py",
                     &[
@@ -381,7 +383,7 @@ fn channels(rig: &Rig) -> Vec<Channel> {
         Channel {
             name: "cursor (a resume at its next turn)",
             config: format!(
-                "[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"cursor\"\nresume = {}\n",
+                "[runner]\nisolation = \"directory\"\n[runner.driver]\nkind = \"command\"\ncommand = {}\nstream = \"cursor\"\nresume = {}\n",
                 py(
                     "fake_cursor.py",
                     &["-p", "{prompt}", "--output-format", "stream-json"]
@@ -403,7 +405,7 @@ fn channels(rig: &Rig) -> Vec<Channel> {
         Channel {
             name: "plain command ($XO_STEERING_FILE)",
             config: format!(
-                "[runner.driver]\nkind = \"command\"\ncommand = {}\n",
+                "[runner]\nisolation = \"directory\"\n[runner.driver]\nkind = \"command\"\ncommand = {}\n",
                 py("plain_agent.py", &[])
             ),
             env: vec![],

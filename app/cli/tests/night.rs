@@ -265,6 +265,7 @@ url = "{base}/alerts"
     let mut kills: BTreeMap<&str, String> = BTreeMap::new();
     let mut marks: BTreeMap<&str, ReplayMark> = BTreeMap::new();
     let mut morning = None;
+    let mut last = String::new();
     for _ in 0..3000 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let Ok(all) =
@@ -284,7 +285,13 @@ url = "{base}/alerts"
                 && r.state == TaskState::Running
                 && r.attempt == 1
                 && let Some(l) = &r.lease
-                && root.join("sandbox/night").join(pid).exists()
+                // Mid-task work is in the task's own tree (worktree
+                // isolation); once completed it reaches the project.
+                && root
+                    .join("sandbox/.xo-worktrees/night")
+                    .join(id)
+                    .join(pid)
+                    .exists()
                 && (id != "ck" || l.checkpoint)
             {
                 night.procs.kill(&l.claimant);
@@ -315,9 +322,24 @@ url = "{base}/alerts"
             morning = Some((s, by));
             break;
         }
+        last = format!(
+            "{done} of 36 completed, kills {kills:?}, stuck {:?}; not completed: {}",
+            s.stuck,
+            by.values()
+                .filter(|r| r.task.role != MANAGER_ROLE && r.state != TaskState::Completed)
+                .map(|r| format!(
+                    "{} {} (attempt {}): {}",
+                    r.task.task_id,
+                    r.state.as_str(),
+                    r.attempt,
+                    r.reason.as_deref().unwrap_or("")
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
     }
     let (status, by) =
-        morning.unwrap_or_else(|| panic!("the night did not settle\n{}", night.logs()));
+        morning.unwrap_or_else(|| panic!("the night did not settle: {last}\n{}", night.logs()));
 
     // Every other task completed; the four that need a human are as said.
     assert_eq!(by["never"].state, TaskState::Blocked);

@@ -232,17 +232,24 @@ impl Pipeline {
             .project
             .clone()
             .unwrap_or_else(|| self.cfg.default_project.clone());
-        let dir = match self.cfg.isolation {
+        let cwd = match self.cfg.isolation {
+            // The task's tree may not be made yet (asked at its claim).
             Isolation::Worktree => {
                 xo_proto::validate_token("project id", &project).ok()?;
-                crate::worktree::worktree_dir(self.sandbox.root(), &project, &task.task_id)
+                let dir =
+                    crate::worktree::worktree_dir(self.sandbox.root(), &project, &task.task_id);
+                match task.working_directory.as_deref() {
+                    Some(rel) => self.sandbox.resolve(&dir, rel).ok()?,
+                    None => dir,
+                }
             }
-            Isolation::Directory => self.sandbox.project_dir(&project).ok()?,
+            Isolation::Directory => {
+                let dir = self.sandbox.project_dir(&project).ok()?;
+                self.sandbox
+                    .working_dir(&dir, task.working_directory.as_deref())
+                    .ok()?
+            }
         };
-        let cwd = self
-            .sandbox
-            .working_dir(&dir, task.working_directory.as_deref())
-            .ok()?;
         Some(cwd.join(crate::driver::command::CHECKPOINT))
     }
 
@@ -354,6 +361,18 @@ impl Pipeline {
         let tree_dir = worktree
             .as_ref()
             .map_or_else(|| project_dir.clone(), |w| w.dir.clone());
+        // A working directory the project has but git does not keep (an
+        // empty folder) is made in the task's tree too.
+        if let (Some(w), Some(rel)) = (&worktree, task.working_directory.as_deref())
+            && self
+                .sandbox
+                .resolve(&project_dir, rel)
+                .is_ok_and(|p| p.is_dir())
+            && let Ok(inside) = self.sandbox.resolve(&w.dir, rel)
+            && !inside.exists()
+        {
+            let _ = std::fs::create_dir_all(&inside);
+        }
         let cwd = match self
             .sandbox
             .working_dir(&tree_dir, task.working_directory.as_deref())
