@@ -10,7 +10,7 @@ use xo_pipeline::driver::{Driver, ScriptDriver, Turns};
 use xo_pipeline::sandbox::Sandbox;
 use xo_pipeline::{Job, Outcome, Pipeline};
 use xo_proto::queue::{Task, TaskRecord};
-use xo_runtime::config::{ConfineMode, RunnerConfig};
+use xo_runtime::config::{ConfineMode, Isolation, RunnerConfig};
 
 /// A folder outside the temp folder (which confined agents may write):
 /// the checkout may itself be under it (a fresh clone in /tmp).
@@ -129,9 +129,14 @@ async fn a_confined_agent_writes_only_its_folder_and_cannot_reach_the_runner() {
 /// sandbox the agent cannot write, so a marker there can only come from
 /// the runner. Run unconfined too: the runner's git must not rely on
 /// Landlock to run nothing.
-async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
+async fn git_vectors(mode: ConfineMode, isolation: Isolation) -> (Vec<String>, String) {
     let tmp = tempfile::tempdir().unwrap();
-    let outside = outside_temp().join(format!("xo-git-{}-{:?}", std::process::id(), mode));
+    let outside = outside_temp().join(format!(
+        "xo-git-{}-{:?}-{:?}",
+        std::process::id(),
+        mode,
+        isolation
+    ));
     let _ = std::fs::remove_dir_all(&outside);
     std::fs::create_dir_all(&outside).unwrap();
     let bashrc = outside.join("bashrc");
@@ -139,10 +144,17 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
     let cfg = RunnerConfig {
         default_project: "p".into(),
         confine: mode,
+        isolation,
         ..Default::default()
     };
     let sandbox = Sandbox::open(&tmp.path().join("sandbox")).unwrap();
     let project = sandbox.project_dir("p").unwrap();
+    // Where a task's agent works: the project, or its own tree.
+    let root = sandbox.root().to_path_buf();
+    let tree = |task: &str| match isolation {
+        Isolation::Directory => project.clone(),
+        Isolation::Worktree => xo_pipeline::worktree::worktree_dir(&root, "p", task),
+    };
     let data = tmp.path().join("data");
     let pipeline = Pipeline::new(cfg, sandbox, data.clone(), "u1", None)
         .unwrap()
@@ -176,6 +188,9 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
         format!("ln -sf {m}/bashrc .xo/steering.pending"),
         format!("ln -sf {m}/bashrc .xo/checkpoint"),
         "echo v1 > work.txt".to_string(),
+        // What it planted, where the test can read it once its tree is
+        // gone (worktree isolation).
+        "cp .git/config planted.config".to_string(),
     ]
     .join(" && ");
     let plant = format!("( {plant} ) 2> plant.err || cp plant.err plant.failed");
@@ -203,7 +218,7 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
         "{mode:?}: the agent could not plant: {}",
         std::fs::read_to_string(project.join("plant.err")).unwrap_or_default()
     );
-    let config = std::fs::read_to_string(project.join(".git/config")).unwrap();
+    let config = std::fs::read_to_string(project.join("planted.config")).unwrap();
     for key in [
         "[filter \"x\"]",
         "fsmonitor",
@@ -217,12 +232,18 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
             "{mode:?}: {key} not planted:\n{config}"
         );
     }
-    assert!(project.join(".git/hooks/pre-commit").exists());
-    assert!(
-        std::fs::symlink_metadata(project.join(".xo/steering.pending"))
-            .unwrap()
-            .is_symlink()
-    );
+    if isolation == Isolation::Directory {
+        assert!(project.join(".git/hooks/pre-commit").exists());
+        assert!(
+            std::fs::symlink_metadata(project.join(".xo/steering.pending"))
+                .unwrap()
+                .is_symlink()
+        );
+    } else {
+        // Its tree's `.git` and `.xo/` never left its tree.
+        assert!(!project.join(".git").exists());
+        assert!(project.join(".gitattributes").exists());
+    }
     // t2 starts on the planted tree (add with the filter named), changes a
     // file and blocks; its replay rolls back (checkout with the filter).
     let out = pipeline
@@ -237,7 +258,7 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
         )
         .await;
     assert!(matches!(out, Outcome::Blocked(_)), "{out:?}");
-    xo_pipeline::driver::command::deliver(&project, &["[SUPERVISOR] steer".into()]).await;
+    xo_pipeline::driver::command::deliver(&tree("t2"), &["[SUPERVISOR] steer".into()]).await;
     let mut replay = job("t2", steps("true", "ok"));
     replay.record.mark = Some(xo_proto::queue::ReplayMark::RollbackReplay);
     let out = pipeline
@@ -275,10 +296,18 @@ async fn git_vectors(mode: ConfineMode) -> (Vec<String>, String) {
 
 #[tokio::test]
 async fn the_runners_git_runs_nothing_the_agent_wrote_and_follows_no_link() {
-    for mode in [ConfineMode::Off, ConfineMode::Landlock] {
-        let (ran, bashrc) = git_vectors(mode).await;
-        assert!(ran.is_empty(), "{mode:?}: the runner ran {ran:?}");
-        assert_eq!(bashrc, "# mine\n", "{mode:?}: a file outside was written");
+    for isolation in [Isolation::Directory, Isolation::Worktree] {
+        for mode in [ConfineMode::Off, ConfineMode::Landlock] {
+            let (ran, bashrc) = git_vectors(mode, isolation).await;
+            assert!(
+                ran.is_empty(),
+                "{mode:?} {isolation:?}: the runner ran {ran:?}"
+            );
+            assert_eq!(
+                bashrc, "# mine\n",
+                "{mode:?} {isolation:?}: a file outside was written"
+            );
+        }
     }
 }
 
