@@ -174,7 +174,8 @@ async fn microcosm_steers_the_agent_out_of_a_loop_with_no_supervisor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_halt_kills_the_agents_process_group() {
     let mut rig = Rig::start(&[("queue.lease_ms", "600")]).await;
-    let sandbox = rig.cfg.sandbox_dir().join("default");
+    // The agent works in its task's own tree (worktree isolation).
+    let sandbox = xo_pipeline::worktree::worktree_dir(&rig.cfg.sandbox_dir(), "default", "h1");
     rig.go(vec![scripted(
         "h1",
         "[[run]]\nsteps = [{ run = \"echo $$ > agent.pid; exec sleep 600\" }]",
