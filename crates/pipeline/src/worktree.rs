@@ -16,7 +16,9 @@
 //! `runner.push_remote`. A conflict blocks the task, naming the paths; the
 //! branch is kept. When `main` moves, the project directory follows it,
 //! unless a path it changes was changed there by hand (then it is left as
-//! it is, and said).
+//! it is, and said). What a person changes in the project directory is
+//! committed on `main` before the next task starts from it: the directory
+//! is the project as its people see it.
 //!
 //! The task's tree has no `.git`: the agent sees plain files, and XO's
 //! repository is never where an agent can write it (the security model of
@@ -150,7 +152,99 @@ impl Snapshots {
         )
         .await?;
         tracing::info!(project = %project_dir.display(), commit = %commit, "the project's main made from its directory");
+        self.set_synced(&commit).await;
         Ok(commit)
+    }
+
+    /// The commit the project directory was last made to match (or
+    /// found matching): what a person changed there is the difference.
+    fn synced_file(&self) -> PathBuf {
+        self.home.join("project.synced")
+    }
+
+    async fn synced(&self) -> Option<String> {
+        let c = tokio::fs::read_to_string(self.synced_file()).await.ok()?;
+        let c = c.trim();
+        (!c.is_empty()).then(|| c.to_string())
+    }
+
+    async fn set_synced(&self, commit: &str) {
+        if let Err(e) = tokio::fs::write(self.synced_file(), commit).await {
+            tracing::warn!(error = %e, "the project directory's commit not recorded");
+        }
+    }
+
+    /// `main`, with what a person changed in the project directory since
+    /// it last matched `main` committed on it (the directory is the project
+    /// as its people see it), so the task that starts from it sees it.
+    /// When one of them conflicts with `main`, they are left out as a
+    /// whole (the directory keeps them), and said.
+    pub async fn sync_main(&self, project_dir: &Path, task: &str) -> Result<String, GitError> {
+        // Made first (under the lock, which is not held twice).
+        self.main_commit(project_dir).await?;
+        let _lock = self.lock().await?;
+        let main = self
+            .commit_of("refs/heads/main")
+            .await
+            .ok_or_else(|| GitError {
+                dir: self.git_dir().display().to_string(),
+                what: "rev-parse main".into(),
+                detail: "the project's main is gone".into(),
+            })?;
+        let synced = self.synced().await.unwrap_or_else(|| main.clone());
+        let proj = self.for_tree(project_dir);
+        let index = self.tasks_dir().join(".sync.index");
+        let tree = proj.tree_now(project_dir, &index).await?;
+        let synced_tree = self
+            .git(
+                &self.home,
+                None,
+                &["rev-parse", &format!("{synced}^{{tree}}")],
+            )
+            .await?;
+        if tree == synced_tree {
+            return Ok(main);
+        }
+        // The person's changes, as a commit on what the directory matched.
+        let message = format!("xo: the project directory as it was when {task} started");
+        let edits = proj
+            .git(
+                project_dir,
+                None,
+                &["commit-tree", &tree, "-p", &synced, "-m", &message],
+            )
+            .await?;
+        let new_main = if synced == main {
+            edits.clone()
+        } else {
+            match self.merged_tree(&main, &edits, "main").await {
+                Ok(merged) => {
+                    self.git(
+                        &self.home,
+                        None,
+                        &["commit-tree", &merged, "-p", &main, "-m", &message],
+                    )
+                    .await?
+                }
+                Err(MergeError::Conflict { paths, .. }) => {
+                    tracing::warn!(project = %project_dir.display(), paths = %paths.join(", "), task, "changes made in the project directory conflict with main: the task starts from main without them");
+                    return Ok(main);
+                }
+                Err(MergeError::Git(e)) => return Err(e),
+            }
+        };
+        self.git(
+            &self.home,
+            None,
+            &["update-ref", "refs/heads/main", &new_main, &main],
+        )
+        .await?;
+        tracing::info!(project = %project_dir.display(), commit = %new_main, "changes made in the project directory are on main");
+        // The directory has the person's changes; main's own it missed
+        // are written to it now.
+        self.set_synced(&edits).await;
+        self.follow_main(project_dir, &new_main).await;
+        Ok(new_main)
     }
 
     /// The task's tree at `dir` on its branch `xo/<task>`: made from `main`
@@ -175,7 +269,7 @@ impl Snapshots {
                 branch,
             });
         }
-        let main = self.main_commit(project_dir).await?;
+        let main = self.sync_main(project_dir, task).await?;
         let base = match from {
             None => main,
             Some(b) => self
@@ -411,7 +505,15 @@ impl Snapshots {
                     return Ok(None);
                 }
                 let _lock = self.lock().await?;
-                let main = self.main_commit(project_dir).await?;
+                // (It exists: the task started from it.)
+                let main = self
+                    .commit_of("refs/heads/main")
+                    .await
+                    .ok_or_else(|| GitError {
+                        dir: self.git_dir().display().to_string(),
+                        what: "rev-parse main".into(),
+                        detail: "the project's main is gone".into(),
+                    })?;
                 let new_main = if mode == Merge::Ff && main == diff.base {
                     diff.commit.clone()
                 } else {
@@ -429,7 +531,7 @@ impl Snapshots {
                     &["update-ref", "refs/heads/main", &new_main, &main],
                 )
                 .await?;
-                self.follow_main(project_dir, &main, &new_main).await;
+                self.follow_main(project_dir, &new_main).await;
                 Ok(Some(format!("main {new_main}")))
             }
         }
@@ -487,7 +589,12 @@ impl Snapshots {
     /// The project directory follows `main` from `old` to `new`: paths
     /// changed there by hand that `main` also changed leave it as it is
     /// (said); it is never forced.
-    async fn follow_main(&self, project_dir: &Path, old: &str, new: &str) {
+    async fn follow_main(&self, project_dir: &Path, new: &str) {
+        let Some(old) = self.synced().await else {
+            tracing::warn!(project = %project_dir.display(), "the project directory's commit is not known: not updated to main");
+            return;
+        };
+        let old = old.as_str();
         let proj = self.for_tree(project_dir);
         let index = self.tasks_dir().join(".follow.index");
         let _ = tokio::fs::remove_file(&index).await;
@@ -506,8 +613,11 @@ impl Snapshots {
         }
         .await;
         let _ = tokio::fs::remove_file(&index).await;
-        if let Err(e) = r {
-            tracing::warn!(project = %project_dir.display(), main = %new, error = %e, "the project directory was not updated to main: a path main changed was changed there too; update it by hand");
+        match r {
+            Ok(_) => self.set_synced(new).await,
+            Err(e) => {
+                tracing::warn!(project = %project_dir.display(), main = %new, error = %e, "the project directory was not updated to main: a path main changed was changed there too; update it by hand")
+            }
         }
     }
 

@@ -1,5 +1,8 @@
 //! Every pipeline path with the script driver and real subprocesses: no
-//! bus needed, the pipeline is driven directly.
+//! bus needed, the pipeline is driven directly. The tasks run in the
+//! project directory (`runner.isolation = "directory"`), where a test can
+//! read what an agent left mid-task; worktrees have their own tests
+//! (`tests/worktree.rs`, and the rollback here).
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +10,7 @@ use xo_pipeline::driver::{CommandDriver, Driver, ScriptDriver, Turns};
 use xo_pipeline::sandbox::Sandbox;
 use xo_pipeline::{Job, Outcome, Pipeline};
 use xo_proto::queue::{ReplayMark, Task, TaskRecord};
-use xo_runtime::config::RunnerConfig;
+use xo_runtime::config::{Isolation, RunnerConfig};
 
 struct Rig {
     _tmp: tempfile::TempDir,
@@ -20,6 +23,7 @@ fn rig(tune: impl FnOnce(&mut RunnerConfig)) -> Rig {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = RunnerConfig {
         default_project: "p".into(),
+        isolation: Isolation::Directory,
         ..Default::default()
     };
     tune(&mut cfg);
@@ -558,6 +562,47 @@ async fn rollback_replay_resets_to_the_starting_commit() {
     let res = completed(run(&r, &mut d, &j).await);
     assert!(res.report().passed, "{:?}", res.report());
     assert!(work_log(&r, "t20").contains("Rollback"));
+}
+
+/// The same in a worktree: the dead attempt's work is in the task's own
+/// tree (never in the project), the replay resets that tree to its base,
+/// and only the replay's work reaches the project.
+#[tokio::test]
+async fn rollback_replay_resets_the_tasks_worktree() {
+    let r = rig(|c| c.isolation = Isolation::Worktree);
+    std::fs::create_dir_all(r.project.join("w")).unwrap();
+    std::fs::write(r.project.join("w/base.txt"), "base").unwrap();
+    let s = format!(
+        "[[run]]\nattempt = 1\nsteps = [{{ write = \"partial.txt\", content = \"half\" }}, {{ write = \"base.txt\", content = \"clobbered\" }}, {{ reply = '{{\"status\": \"error\", \"message\": \"crashed\"}}' }}]\n[[run]]\nattempt = 2\nsteps = [{{ write = \"final.txt\", content = \"ok\" }}, {OK}]"
+    );
+    let mut t = task("t20w", &s);
+    t.working_directory = Some("w".into());
+    t.acceptance_criteria = vec![
+        "command succeeds: test ! -e partial.txt".into(),
+        "file contains: base.txt :: base".into(),
+        "file exists: final.txt".into(),
+    ];
+    let mut d = script_driver();
+    blocked(run(&r, &mut d, &job(t.clone())).await);
+    let tree = xo_pipeline::worktree::worktree_dir(r.pipeline.sandbox().root(), "p", "t20w");
+    assert!(tree.join("w/partial.txt").exists(), "in its tree");
+    assert!(
+        !r.project.join("w/partial.txt").exists(),
+        "not in the project"
+    );
+    let mut j = job(t);
+    j.record.attempt = 2;
+    j.record.mark = Some(ReplayMark::RollbackReplay);
+    let res = completed(run(&r, &mut d, &j).await);
+    assert!(res.report().passed, "{:?}", res.report());
+    assert!(work_log(&r, "t20w").contains("Rollback"));
+    assert_eq!(
+        std::fs::read_to_string(r.project.join("w/base.txt")).unwrap(),
+        "base"
+    );
+    assert!(r.project.join("w/final.txt").exists());
+    assert!(!r.project.join("w/partial.txt").exists());
+    assert!(!tree.exists(), "removed once its work is on its branch");
 }
 
 #[tokio::test]

@@ -278,4 +278,40 @@ async fn a_rollback_resets_the_tree_to_its_base_and_hand_edits_in_the_project_ar
         d.commit,
         "the branch stays"
     );
+    // The next task starts from main with what a person changed in the
+    // directory — unless a change conflicts with main's (a.txt here): then
+    // the directory's changes are left out (as a whole, said in the log)
+    // and the directory keeps them.
+    std::fs::write(r.project.join("g.txt"), "by hand\n").unwrap();
+    let t2 = open(&r, "t2").await;
+    assert_eq!(read(&t2.dir.join("a.txt")), "theirs\n");
+    assert_eq!(read(&t2.dir.join("f.txt")), "f\n");
+    assert!(!t2.dir.join("g.txt").exists());
+    assert_eq!(git(&r, &["rev-parse", "xo/t2"]), t2.base);
+    assert_eq!(read(&r.project.join("a.txt")), "mine\n");
+    // Nothing new by hand: no commit.
+    let t3 = open(&r, "t3").await;
+    assert_eq!(t3.base, t2.base);
+}
+
+/// A change made by hand that main did not touch is on main before the
+/// next task starts, with a commit saying so.
+#[tokio::test]
+async fn hand_edits_in_the_project_directory_reach_the_next_task() {
+    let r = rig();
+    let t1 = open(&r, "t1").await;
+    std::fs::write(r.project.join("b.txt"), "bee, edited\n").unwrap();
+    let t2 = open(&r, "t2").await;
+    assert_eq!(
+        read(&t1.dir.join("b.txt")),
+        "bee\n",
+        "a running task's tree is its own"
+    );
+    assert_eq!(read(&t2.dir.join("b.txt")), "bee, edited\n");
+    assert_eq!(git(&r, &["rev-parse", "main"]), t2.base);
+    assert_eq!(git(&r, &["rev-parse", "main^"]), t1.base);
+    assert_eq!(
+        git(&r, &["log", "-1", "--format=%s", "main"]),
+        "xo: the project directory as it was when t2 started"
+    );
 }
