@@ -234,7 +234,8 @@ async fn three_runners_complete_a_ten_task_goal_through_failures() {
             .collect();
         // Kill whichever runner holds t06 once its agent is mid-task.
         let slow = &by_id["t06"];
-        let pidfile = root.join("sandbox/e2e/slow/sleeper.pid");
+        // In t06's own tree (worktree isolation).
+        let pidfile = root.join("sandbox/.xo-worktrees/e2e/t06/slow/sleeper.pid");
         if killed.is_none()
             && slow.state == TaskState::Running
             && slow.attempt == 1

@@ -313,7 +313,9 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
     call(&f.bus, &Enqueue { tasks: vec![slow] }).await.unwrap();
     call(&f.bus, &Start {}).await.unwrap();
     f.coder("coder-1");
-    let partial = f.root.join("sandbox/m/partial.txt");
+    // Mid-task, its work is in its own tree (worktree isolation); the
+    // critical task starts from main, without it.
+    let partial = f.root.join("sandbox/.xo-worktrees/m/slow/partial.txt");
     let mut midway = false;
     for _ in 0..600 {
         if partial.exists()
@@ -341,6 +343,10 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
     assert_eq!(slow.state, TaskState::Completed, "{slow:?}");
     assert_eq!((slow.attempt, slow.retries), (2, 0), "a yield is no retry");
     assert!(f.root.join("sandbox/m/crit.txt").exists());
+    // Both reached the project: the planned task's work continued in its
+    // tree across the yield (its first half kept).
+    assert!(f.root.join("sandbox/m/partial.txt").exists());
+    assert!(f.root.join("sandbox/m/whole.txt").exists());
     // The order, from the audit: interrupted, given back, the critical task
     // run, then the planned one again.
     let audit = f.audit();
