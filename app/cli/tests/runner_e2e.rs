@@ -311,6 +311,23 @@ async fn three_runners_complete_a_ten_task_goal_through_failures() {
         by_id["t04"].reason.as_deref(),
         Some("BLOCKED: needs a database password")
     );
+    // Each task's changes, and only its own, on its branch: the killed
+    // attempt's half work and pid file are not in t06's; t07, which read
+    // t01's a.txt from main, changed a2.txt only.
+    let files = |id: &str| -> Vec<String> {
+        by_id[id]
+            .diff
+            .as_ref()
+            .unwrap_or_else(|| panic!("{id} has no diff"))
+            .files
+            .iter()
+            .map(|f| f.path.clone())
+            .collect()
+    };
+    assert_eq!(files("t01"), ["a.txt"]);
+    assert_eq!(files("t06"), ["slow/final.txt"]);
+    assert_eq!(files("t07"), ["a2.txt"]);
+    assert!(by_id["t04"].diff.is_none(), "a blocked task has none");
     // The format retry, written as seed 002's retry event.
     assert_eq!(work_log(&root, "t03").matches("Retry Event").count(), 1);
     // The fix prompt.
