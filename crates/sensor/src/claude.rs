@@ -418,11 +418,22 @@ pub(crate) fn event(
                 failed.then_some(if text.is_empty() { subtype } else { text }),
             ));
         }
-        // Transcript lines that carry no agent step: a session's title,
-        // the files' backups, prompts queued while it worked, the live
-        // progress of hooks, commands and subagents (their results come
-        // as tool results).
-        "summary" | "file-history-snapshot" | "queue-operation" | "progress" => c.skip(),
+        // Transcript lines that carry no agent step: a session's title or
+        // name, the files' backups, prompts queued while it worked, the
+        // live progress of hooks, commands and subagents (their results
+        // come as tool results), what was attached to a prompt, the
+        // session's mode and permission mode, its last prompt and cost.
+        "summary"
+        | "file-history-snapshot"
+        | "queue-operation"
+        | "progress"
+        | "custom-title"
+        | "agent-name"
+        | "last-prompt"
+        | "attachment"
+        | "mode"
+        | "permission-mode"
+        | "cost-state" => c.skip(),
         // Not known: said, and the turn it ended kept.
         _ => c.unknown(),
     }

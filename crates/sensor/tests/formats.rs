@@ -441,3 +441,34 @@ fn a_claude_usage_limit_is_waiting_until_its_reset() {
     assert_eq!(turns.len(), 1, "{turns:?}");
     assert_eq!(o.limited_until(), None);
 }
+
+/// Issue 38: the Claude Code transcript kinds that carry no agent step are
+/// skipped by name (a session that writes them is read whole); a kind this
+/// sensor does not know is counted as such, with its line.
+#[test]
+fn claude_metadata_kinds_are_skipped_by_name_and_others_said() {
+    let mut s = Sensor::new(Format::Claude);
+    for kind in [
+        "summary",
+        "file-history-snapshot",
+        "queue-operation",
+        "progress",
+        "custom-title",
+        "agent-name",
+        "last-prompt",
+        "attachment",
+        "mode",
+        "permission-mode",
+        "cost-state",
+    ] {
+        s.line(&format!("{{\"type\":\"{kind}\",\"sessionId\":\"s1\"}}"))
+            .unwrap();
+    }
+    assert_eq!(s.unread(), 0, "{:?}", s.stats().kinds);
+    assert_eq!(s.stats().kinds["attachment"].skipped, 1);
+    s.line(r#"{"type":"worktree-state","sessionId":"s1"}"#)
+        .unwrap();
+    assert_eq!(s.unread(), 1);
+    let k = &s.stats().kinds["worktree-state"];
+    assert_eq!((k.unknown, k.first_unread), (1, Some(12)));
+}
