@@ -281,6 +281,19 @@ pub async fn status(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Every task in `state` (all: `None`), from the running queue.
+async fn all_tasks(cfg: &XoConfig, state: Option<TaskState>) -> anyhow::Result<Vec<TaskRecord>> {
+    let bus = client_bus(cfg).await?;
+    typed::all_tasks(&bus, &cfg.subjects(), state, TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
+                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
+            ),
+            other => other.into(),
+        })
+}
+
 /// `xo task diff ID`: what a completed task changed on its branch. The
 /// patch as the queue keeps it (64 KiB at most); a longer one is read
 /// whole from XO's repository of the project when it is on this machine.
@@ -291,15 +304,7 @@ pub async fn task_diff(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     xo_proto::validate_token("task id", task).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let bus = client_bus(cfg).await?;
-    let list = typed::all_tasks(&bus, &cfg.subjects(), None, TIMEOUT)
-        .await
-        .map_err(|e| match e {
-            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
-                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
-            ),
-            other => other.into(),
-        })?;
+    let list = all_tasks(cfg, None).await?;
     let Some(t) = list.into_iter().find(|t| t.task.task_id == task) else {
         anyhow::bail!("no task {task:?} in the queue (`xo tasks` lists them)");
     };
@@ -394,15 +399,7 @@ pub async fn tasks(cfg: &XoConfig, state: Option<String>, json: bool) -> anyhow:
         ),
         None => None,
     };
-    let bus = client_bus(cfg).await?;
-    let list = typed::all_tasks(&bus, &cfg.subjects(), state, TIMEOUT)
-        .await
-        .map_err(|e| match e {
-            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
-                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
-            ),
-            other => other.into(),
-        })?;
+    let list = all_tasks(cfg, state).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(ExitCode::SUCCESS);

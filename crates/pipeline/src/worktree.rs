@@ -119,6 +119,17 @@ impl Snapshots {
         (ok && !c.is_empty()).then(|| c.to_string())
     }
 
+    /// The project's `main` as it is now (made before: an error if gone).
+    async fn main_now(&self) -> Result<String, GitError> {
+        self.commit_of("refs/heads/main")
+            .await
+            .ok_or_else(|| GitError {
+                dir: self.git_dir().display().to_string(),
+                what: "rev-parse main".into(),
+                detail: "the project's main is gone".into(),
+            })
+    }
+
     /// The project's `main`, made from the project directory the first
     /// time (under the project's lock: one runner makes it, the others
     /// find it).
@@ -183,14 +194,7 @@ impl Snapshots {
         // Made first (under the lock, which is not held twice).
         self.main_commit(project_dir).await?;
         let _lock = self.lock().await?;
-        let main = self
-            .commit_of("refs/heads/main")
-            .await
-            .ok_or_else(|| GitError {
-                dir: self.git_dir().display().to_string(),
-                what: "rev-parse main".into(),
-                detail: "the project's main is gone".into(),
-            })?;
+        let main = self.main_now().await?;
         let synced = self.synced().await.unwrap_or_else(|| main.clone());
         let proj = self.for_tree(project_dir);
         let index = self.tasks_dir().join(".sync.index");
@@ -506,14 +510,7 @@ impl Snapshots {
                 }
                 let _lock = self.lock().await?;
                 // (It exists: the task started from it.)
-                let main = self
-                    .commit_of("refs/heads/main")
-                    .await
-                    .ok_or_else(|| GitError {
-                        dir: self.git_dir().display().to_string(),
-                        what: "rev-parse main".into(),
-                        detail: "the project's main is gone".into(),
-                    })?;
+                let main = self.main_now().await?;
                 let new_main = if mode == Merge::Ff && main == diff.base {
                     diff.commit.clone()
                 } else {
