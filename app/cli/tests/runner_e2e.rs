@@ -360,7 +360,21 @@ async fn three_runners_complete_a_ten_task_goal_through_failures() {
         .collect();
     assert_eq!(finisher.len(), 1);
     assert_ne!(finisher[0], victim, "another runner finished it");
-    // The audit chain is intact.
+    // The audit chain is intact, line for line, through the kill.
     let audit = root.join("data/e2e/audit.log.jsonl");
-    assert!(audit.exists());
+    match xo_queue::audit::verify(&audit).unwrap() {
+        xo_queue::audit::Verdict::Intact { lines } => assert!(lines > 20, "{lines} lines"),
+        broken => panic!("{broken:?}"),
+    }
+    // Every task that completed did so once.
+    let text = std::fs::read_to_string(&audit).unwrap();
+    for id in ["t01", "t02", "t03", "t05", "t06", "t07", "t08", "t09"] {
+        let completions = text
+            .lines()
+            .filter(|l| {
+                l.contains("\"TASK_COMPLETE\"") && l.contains(&format!("\"task_id\":\"{id}\""))
+            })
+            .count();
+        assert_eq!(completions, 1, "{id}");
+    }
 }
