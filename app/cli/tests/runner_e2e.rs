@@ -1,5 +1,6 @@
 //! End to end over a real nats-server, every service its own `xo` process:
-//! supervisor, queue and three runners complete a ten-task goal in which
+//! supervisor, queue and four runners on one project, each task in its own
+//! worktree, complete a ten-task goal in which
 //! one reply needs a format retry, one task ends blocked, one runner is
 //! steered out of a loop by the XO, and a runner SIGKILLed mid-task has its
 //! task finished by another after rollback; restarted, it kills the agent
@@ -167,7 +168,7 @@ fn work_log(root: &Path, task: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_runners_complete_a_ten_task_goal_through_failures() {
+async fn four_runners_complete_a_ten_task_goal_through_failures() {
     let nats = NatsServer::start();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
@@ -214,7 +215,7 @@ async fn three_runners_complete_a_ten_task_goal_through_failures() {
     .unwrap();
     let ids = call(&bus, &Enqueue { tasks: goal() }).await.unwrap();
     assert_eq!(ids.len(), 10);
-    for u in ["r1", "r2", "r3"] {
+    for u in ["r1", "r2", "r3", "r4"] {
         fleet.runner(u);
     }
     call(&bus, &Start {}).await.unwrap();
