@@ -6,7 +6,8 @@
 //! The independent count shares no code with the sensors: it reads each
 //! file as plain JSON and counts what the agent's own format marks as a
 //! failed tool result: Claude Code's `tool_result` with `is_error` (not the
-//! "Sibling tool call errored" cancellations), Codex's calls whose
+//! "Sibling tool call errored" cancellations), Cursor's completed calls
+//! with an `error` or a non-zero `exitCode`, Codex's calls whose
 //! `exec_command_end` or output says an exit code other than 0, OpenHands'
 //! `error` observations, the file editor's `ERROR:` answers and exit
 //! codes other than 0 (V1: `is_error`,
@@ -89,7 +90,24 @@ pub fn raw_errors(format: Format, text: &str) -> Option<u64> {
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
     };
     match format {
-        Format::Claude | Format::Cursor => Some(
+        // Cursor: a completed call whose result is an `error`, or a
+        // `success` with a non-zero `exitCode`.
+        Format::Cursor => Some(
+            lines()
+                .filter(|v| v["type"] == "tool_call" && v["subtype"] == "completed")
+                .filter_map(|v| {
+                    v["tool_call"]
+                        .as_object()
+                        .and_then(|o| o.values().next().cloned())
+                })
+                .filter(|call| {
+                    let r = &call["result"];
+                    r.get("error").is_some()
+                        || r["success"]["exitCode"].as_i64().is_some_and(|c| c != 0)
+                })
+                .count() as u64,
+        ),
+        Format::Claude => Some(
             lines()
                 .filter(|v| v["type"] == "user")
                 .filter_map(|v| v["message"]["content"].as_array().cloned())
@@ -201,4 +219,25 @@ fn openhands_failed(e: &Value) -> bool {
         .as_str()
         .is_some_and(|c| c.trim_start().starts_with("ERROR:"));
     e["observation"] == "error" || editor_error || code.is_some_and(|c| c > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The independent count reads Cursor's documented stream: an `error`
+    /// result, or a shell `success` with a non-zero `exitCode`, is a
+    /// failure; a zero exit and a started call are not.
+    #[test]
+    fn cursor_failures_are_counted_from_the_stream() {
+        let text = [
+            r#"{"type":"tool_call","subtype":"started","call_id":"a","tool_call":{"shellToolCall":{"args":{"command":"ls"}}}}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"a","tool_call":{"shellToolCall":{"args":{"command":"ls"},"result":{"success":{"exitCode":0,"stdout":"x"}}}}}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"b","tool_call":{"shellToolCall":{"args":{"command":"make"},"result":{"success":{"exitCode":2,"stderr":"boom"}}}}}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"c","tool_call":{"readToolCall":{"args":{"path":"nope"},"result":{"error":{"errorMessage":"no such file"}}}}}"#,
+        ]
+        .join("\n");
+        assert_eq!(raw_errors(Format::Cursor, &text), Some(2));
+        assert_eq!(raw_errors(Format::SweAgent, "not json"), None);
+    }
 }
