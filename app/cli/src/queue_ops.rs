@@ -15,6 +15,16 @@ use crate::connect::client_bus;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A call's error, with "no responders" said as what to start.
+fn no_queue(e: typed::CallError) -> anyhow::Error {
+    match e {
+        typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => {
+            anyhow::anyhow!("no queue is running: start `xo up` (or `xo serve queue --nats URL`)")
+        }
+        other => other.into(),
+    }
+}
+
 async fn call<R: Request>(cfg: &XoConfig, req: &R) -> anyhow::Result<R::Response>
 where
     R::Response: serde::de::DeserializeOwned,
@@ -22,12 +32,7 @@ where
     let bus = client_bus(cfg).await?;
     typed::call(&bus, &cfg.subjects(), req, TIMEOUT)
         .await
-        .map_err(|e| match e {
-            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
-                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
-            ),
-            other => other.into(),
-        })
+        .map_err(no_queue)
 }
 
 fn print_status(s: &QueueStatus) {
@@ -286,12 +291,7 @@ async fn all_tasks(cfg: &XoConfig, state: Option<TaskState>) -> anyhow::Result<V
     let bus = client_bus(cfg).await?;
     typed::all_tasks(&bus, &cfg.subjects(), state, TIMEOUT)
         .await
-        .map_err(|e| match e {
-            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
-                "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
-            ),
-            other => other.into(),
-        })
+        .map_err(no_queue)
 }
 
 /// `xo task diff ID`: what a completed task changed on its branch. The

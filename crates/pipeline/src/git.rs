@@ -42,6 +42,15 @@ pub struct GitError {
     pub detail: String,
 }
 
+/// A file operation on `path` that failed, as a [`GitError`].
+pub(crate) fn io_err(path: &Path, what: &str, e: std::io::Error) -> GitError {
+    GitError {
+        dir: path.display().to_string(),
+        what: what.into(),
+        detail: e.to_string(),
+    }
+}
+
 /// Git config that XO's git always runs with (on top of an empty config):
 /// nothing a tree can name is executed.
 const SAFE_CONFIG: [&str; 14] = [
@@ -77,45 +86,32 @@ impl Snapshots {
     /// `home` is XO's folder for the project (`<data>/<project>`),
     /// `work_tree` the project's; `confine`: git runs confined so.
     pub fn new(home: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Self {
-        // Git runs in these folders with them in its environment: a
-        // relative path would be read against itself.
-        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-        let (home, work_tree) = (&abs(home), &abs(work_tree));
-        let git_confine = confine.map(|_| Confinement {
-            read: vec![work_tree.to_path_buf(), home.to_path_buf()],
-            write: vec![
-                work_tree.to_path_buf(),
-                home.to_path_buf(),
-                PathBuf::from("/dev/null"),
-            ],
-            connect: Some(Vec::new()),
-        });
-        Self {
-            home: home.to_path_buf(),
-            work_tree: work_tree.to_path_buf(),
-            confine: git_confine,
-            isolated: false,
-        }
+        Self::at(home, work_tree, confine.is_some(), false)
     }
 
     /// The same repository with `dir` as its work tree (a task's
     /// worktree): git confined to it and XO's folder.
     pub fn for_tree(&self, dir: &Path) -> Self {
-        let dir = &std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-        let confine = self.confine.as_ref().map(|_| Confinement {
-            read: vec![dir.to_path_buf(), self.home.clone()],
-            write: vec![
-                dir.to_path_buf(),
-                self.home.clone(),
-                PathBuf::from("/dev/null"),
-            ],
+        Self::at(&self.home, dir, self.confine.is_some(), true)
+    }
+
+    /// Git on `home`'s repository with `work_tree`, confined (when
+    /// `confined`) to reading and writing those two only. Paths are made
+    /// absolute: git runs in these folders with them in its environment,
+    /// and a relative one would be read against itself.
+    fn at(home: &Path, work_tree: &Path, confined: bool, isolated: bool) -> Self {
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let (home, work_tree) = (abs(home), abs(work_tree));
+        let confine = confined.then(|| Confinement {
+            read: vec![work_tree.clone(), home.clone()],
+            write: vec![work_tree.clone(), home.clone(), PathBuf::from("/dev/null")],
             connect: Some(Vec::new()),
         });
         Self {
-            home: self.home.clone(),
-            work_tree: dir.to_path_buf(),
+            home,
+            work_tree,
             confine,
-            isolated: true,
+            isolated,
         }
     }
 
@@ -232,11 +228,7 @@ impl Snapshots {
     /// excluded).
     pub(crate) async fn ensure_repo(&self) -> Result<(), GitError> {
         let dir = self.git_dir();
-        let failed = |what: &str, e: std::io::Error| GitError {
-            dir: dir.display().to_string(),
-            what: what.into(),
-            detail: e.to_string(),
-        };
+        let failed = |what: &str, e| io_err(&dir, what, e);
         if !dir.join("HEAD").exists() {
             tokio::fs::create_dir_all(&self.home)
                 .await
@@ -271,11 +263,9 @@ impl Snapshots {
         self.ensure_repo().await?;
         let index = file.with_extension("index");
         if let Some(d) = file.parent() {
-            tokio::fs::create_dir_all(d).await.map_err(|e| GitError {
-                dir: d.display().to_string(),
-                what: "mkdir".into(),
-                detail: e.to_string(),
-            })?;
+            tokio::fs::create_dir_all(d)
+                .await
+                .map_err(|e| io_err(d, "mkdir", e))?;
         }
         let tree = self.tree_now(cwd, &index).await?;
         let commit = self
@@ -292,11 +282,7 @@ impl Snapshots {
             .await?;
         tokio::fs::write(&file, &commit)
             .await
-            .map_err(|e| GitError {
-                dir: file.display().to_string(),
-                what: "write".into(),
-                detail: e.to_string(),
-            })?;
+            .map_err(|e| io_err(&file, "write", e))?;
         Ok(commit)
     }
 

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use xo_proto::queue::{FileChange, MAX_PATCH, TaskDiff};
 
-use crate::git::{GitError, Snapshots};
+use crate::git::{GitError, Snapshots, io_err};
 
 /// Where the work of a task goes once it is validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,14 +60,6 @@ pub enum MergeError {
     Conflict { paths: Vec<String>, branch: String },
     #[error("{0}")]
     Git(#[from] GitError),
-}
-
-fn io_err(path: &Path, what: &str, e: std::io::Error) -> GitError {
-    GitError {
-        dir: path.display().to_string(),
-        what: what.into(),
-        detail: e.to_string(),
-    }
 }
 
 /// The project's lock (held while `main` is made or moved): released when
