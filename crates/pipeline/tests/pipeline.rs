@@ -537,9 +537,12 @@ async fn settings_project_templates_win_over_project_toml() {
     );
 }
 
-#[tokio::test]
-async fn rollback_replay_resets_to_the_starting_commit() {
-    let r = rig(|_| {});
+/// A task whose first attempt dies after partial work (here: reports an
+/// error) is replayed with a rollback to its start: in the project
+/// directory, or (worktree) in its own tree — where the dead attempt's
+/// work never reaches the project, and only the replay's does.
+async fn rollback_replay(isolation: Isolation) {
+    let r = rig(|c| c.isolation = isolation);
     std::fs::create_dir_all(r.project.join("w")).unwrap();
     std::fs::write(r.project.join("w/base.txt"), "base").unwrap();
     let s = format!(
@@ -553,56 +556,45 @@ async fn rollback_replay_resets_to_the_starting_commit() {
         "file exists: final.txt".into(),
     ];
     let mut d = script_driver();
-    // Attempt 1 dies mid-task (here: reports an error after partial work).
     blocked(run(&r, &mut d, &job(t.clone())).await);
-    assert!(r.project.join("w/partial.txt").exists());
+    let tree = match isolation {
+        Isolation::Directory => r.project.clone(),
+        Isolation::Worktree => {
+            xo_pipeline::worktree::worktree_dir(r.pipeline.sandbox().root(), "p", "t20")
+        }
+    };
+    assert!(tree.join("w/partial.txt").exists(), "{isolation:?}");
+    if isolation == Isolation::Worktree {
+        assert!(
+            !r.project.join("w/partial.txt").exists(),
+            "not in the project"
+        );
+    }
     let mut j = job(t);
     j.record.attempt = 2;
     j.record.mark = Some(ReplayMark::RollbackReplay);
     let res = completed(run(&r, &mut d, &j).await);
     assert!(res.report().passed, "{:?}", res.report());
     assert!(work_log(&r, "t20").contains("Rollback"));
-}
-
-/// The same in a worktree: the dead attempt's work is in the task's own
-/// tree (never in the project), the replay resets that tree to its base,
-/// and only the replay's work reaches the project.
-#[tokio::test]
-async fn rollback_replay_resets_the_tasks_worktree() {
-    let r = rig(|c| c.isolation = Isolation::Worktree);
-    std::fs::create_dir_all(r.project.join("w")).unwrap();
-    std::fs::write(r.project.join("w/base.txt"), "base").unwrap();
-    let s = format!(
-        "[[run]]\nattempt = 1\nsteps = [{{ write = \"partial.txt\", content = \"half\" }}, {{ write = \"base.txt\", content = \"clobbered\" }}, {{ reply = '{{\"status\": \"error\", \"message\": \"crashed\"}}' }}]\n[[run]]\nattempt = 2\nsteps = [{{ write = \"final.txt\", content = \"ok\" }}, {OK}]"
-    );
-    let mut t = task("t20w", &s);
-    t.working_directory = Some("w".into());
-    t.acceptance_criteria = vec![
-        "command succeeds: test ! -e partial.txt".into(),
-        "file contains: base.txt :: base".into(),
-        "file exists: final.txt".into(),
-    ];
-    let mut d = script_driver();
-    blocked(run(&r, &mut d, &job(t.clone())).await);
-    let tree = xo_pipeline::worktree::worktree_dir(r.pipeline.sandbox().root(), "p", "t20w");
-    assert!(tree.join("w/partial.txt").exists(), "in its tree");
-    assert!(
-        !r.project.join("w/partial.txt").exists(),
-        "not in the project"
-    );
-    let mut j = job(t);
-    j.record.attempt = 2;
-    j.record.mark = Some(ReplayMark::RollbackReplay);
-    let res = completed(run(&r, &mut d, &j).await);
-    assert!(res.report().passed, "{:?}", res.report());
-    assert!(work_log(&r, "t20w").contains("Rollback"));
     assert_eq!(
         std::fs::read_to_string(r.project.join("w/base.txt")).unwrap(),
         "base"
     );
     assert!(r.project.join("w/final.txt").exists());
     assert!(!r.project.join("w/partial.txt").exists());
-    assert!(!tree.exists(), "removed once its work is on its branch");
+    if isolation == Isolation::Worktree {
+        assert!(!tree.exists(), "removed once its work is on its branch");
+    }
+}
+
+#[tokio::test]
+async fn rollback_replay_resets_to_the_starting_commit() {
+    rollback_replay(Isolation::Directory).await;
+}
+
+#[tokio::test]
+async fn rollback_replay_resets_the_tasks_worktree() {
+    rollback_replay(Isolation::Worktree).await;
 }
 
 #[tokio::test]
