@@ -150,6 +150,53 @@ impl Rig {
     }
 }
 
+/// Claims a coder task as `r1` and completes it, passed, with `usage`
+/// and the diff `diff` makes of its id: its id and that diff.
+async fn complete_one(
+    client: &xo_bus::Bus,
+    cfg: &XoConfig,
+    usage: xo_proto::queue::Usage,
+    diff: impl FnOnce(&str) -> Option<xo_proto::queue::TaskDiff>,
+) -> (String, Option<xo_proto::queue::TaskDiff>) {
+    let (s, t) = (cfg.subjects(), Duration::from_secs(10));
+    let claimed = typed::call(
+        client,
+        &s,
+        &xo_proto::queue::Claim {
+            role: "coder".into(),
+            claimant: "r1".into(),
+            wait_ms: 0,
+        },
+        t,
+    )
+    .await
+    .unwrap()
+    .expect("a task");
+    let id = claimed.record.task.task_id.clone();
+    let diff = diff(&id);
+    typed::call(
+        client,
+        &s,
+        &xo_proto::queue::Complete {
+            task_id: id.clone(),
+            token: claimed.token,
+            claimant: "r1".into(),
+            report: xo_proto::queue::ValidationReport {
+                passed: true,
+                ..Default::default()
+            },
+            manager_reply: None,
+            usage,
+            exchange: None,
+            diff: diff.clone(),
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    (id, diff)
+}
+
 fn task(id: &str) -> Value {
     json!({"task_id": id, "intent": format!("do {id}"), "instructions": "x", "role": "coder"})
 }
@@ -668,45 +715,17 @@ async fn metrics_parse_as_prometheus_text() {
     rig.post("/api/v1/queue/start", json!({})).await;
     let client = connect(&rig.nats, "test").await;
     // One task done in 2.5 s of wall time, for the duration histogram.
-    let s = rig.cfg.subjects();
-    let t = Duration::from_secs(10);
-    let claimed = typed::call(
+    complete_one(
         &client,
-        &s,
-        &xo_proto::queue::Claim {
-            role: "coder".into(),
-            claimant: "r1".into(),
-            wait_ms: 0,
+        &rig.cfg,
+        xo_proto::queue::Usage {
+            wall_ms: 2_500,
+            cost_usd: 0.5,
+            ..Default::default()
         },
-        t,
+        |_| None,
     )
-    .await
-    .unwrap()
-    .expect("a task");
-    typed::call(
-        &client,
-        &s,
-        &xo_proto::queue::Complete {
-            task_id: claimed.record.task.task_id.clone(),
-            token: claimed.token,
-            claimant: "r1".into(),
-            report: xo_proto::queue::ValidationReport {
-                passed: true,
-                ..Default::default()
-            },
-            manager_reply: None,
-            usage: xo_proto::queue::Usage {
-                wall_ms: 2_500,
-                cost_usd: 0.5,
-                ..Default::default()
-            },
-            exchange: None,
-            diff: None,
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    .await;
     // A unit in a PACE emergency: the XO steers it (kind pace).
     let mut r = SaluteReport::new("metric-unit", "coder", 1, 1);
     r.unit.pace = xo_proto::Pace::Emergency;
@@ -1379,56 +1398,25 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
     .await;
     rig.post("/api/v1/queue/start", json!({})).await;
     let client = connect(&rig.nats, "test").await;
-    let s = rig.cfg.subjects();
-    let t = Duration::from_secs(10);
-    let claimed = typed::call(
-        &client,
-        &s,
-        &xo_proto::queue::Claim {
-            role: "coder".into(),
-            claimant: "r1".into(),
-            wait_ms: 0,
-        },
-        t,
-    )
-    .await
-    .unwrap()
-    .expect("a task");
-    let id = claimed.record.task.task_id.clone();
-    let diff = xo_proto::queue::TaskDiff {
-        branch: format!("xo/{id}"),
-        base: "1111111111aaaa".into(),
-        commit: "2222222222bbbb".into(),
-        files: vec![xo_proto::queue::FileChange {
-            path: "src/<lib>.rs".into(),
-            status: "M".into(),
-            added: Some(2),
-            removed: Some(1),
-        }],
-        patch: "--- a/src/<lib>.rs\n+++ b/src/<lib>.rs\n@@ -1 +1,2 @@\n-old\n+new\n+more\n".into(),
-        truncated: false,
-        merged: Some("main 2222222222bbbb".into()),
-    };
-    typed::call(
-        &client,
-        &s,
-        &xo_proto::queue::Complete {
-            task_id: id.clone(),
-            token: claimed.token,
-            claimant: "r1".into(),
-            report: xo_proto::queue::ValidationReport {
-                passed: true,
-                ..Default::default()
-            },
-            manager_reply: None,
-            usage: Default::default(),
-            exchange: None,
-            diff: Some(diff.clone()),
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    let (id, diff) = complete_one(&client, &rig.cfg, Default::default(), |id| {
+        Some(xo_proto::queue::TaskDiff {
+            branch: format!("xo/{id}"),
+            base: "1111111111aaaa".into(),
+            commit: "2222222222bbbb".into(),
+            files: vec![xo_proto::queue::FileChange {
+                path: "src/<lib>.rs".into(),
+                status: "M".into(),
+                added: Some(2),
+                removed: Some(1),
+            }],
+            patch: "--- a/src/<lib>.rs\n+++ b/src/<lib>.rs\n@@ -1 +1,2 @@\n-old\n+new\n+more\n"
+                .into(),
+            truncated: false,
+            merged: Some("main 2222222222bbbb".into()),
+        })
+    })
+    .await;
+    let diff = diff.unwrap();
     let (st, v) = rig.get(&format!("/api/v1/tasks/{id}/diff")).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let got: xo_proto::queue::TaskDiff = serde_json::from_value(v).unwrap();
