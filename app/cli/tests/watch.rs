@@ -56,6 +56,21 @@ fn session_turn(session: &str, i: u32, cwd: &Path) -> String {
     )
 }
 
+/// The row of `unit` in `xo units` (the table a person reads).
+fn units_row(root: &Path, url: &str, unit: &str) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .current_dir(root)
+        .args(["--nats", url, "units"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    table
+        .lines()
+        .find(|l| l.starts_with(unit))
+        .unwrap_or_else(|| panic!("{table}"))
+        .to_string()
+}
+
 async fn units(bus: &Bus) -> Vec<xo_proto::control::UnitSummary> {
     typed::call(
         bus,
@@ -801,16 +816,7 @@ async fn a_session_at_its_usage_limit_waits_until_the_reset() {
             .is_some_and(|u| u.waiting_until == Some(1_786_206_068_000) && u.ended && !u.stale)
     })
     .await;
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .current_dir(root)
-        .args(["--nats", &url, "units"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&o.stdout);
-    let row = table
-        .lines()
-        .find(|l| l.starts_with("019c-limited"))
-        .unwrap_or_else(|| panic!("{table}"));
+    let row = units_row(root, &url, "019c-limited");
     assert!(row.contains("until 16:21Z"), "{row}");
     // After the reset it works again: back to normal.
     append(
@@ -890,16 +896,7 @@ async fn a_claude_session_at_its_usage_limit_waits_until_the_reset() {
             .is_some_and(|u| u.waiting_until == Some(1_785_080_400_000) && u.ended && !u.stale)
     })
     .await;
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .current_dir(root)
-        .args(["--nats", &url, "units"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&o.stdout);
-    let row = table
-        .lines()
-        .find(|l| l.starts_with("s-limited"))
-        .unwrap_or_else(|| panic!("{table}"));
+    let row = units_row(root, &url, "s-limited");
     assert!(row.contains("until 15:40Z"), "{row}");
     // The model runs again: back to normal.
     append(&file, &session_turn("s-limited", 3, &project));
@@ -991,16 +988,7 @@ async fn a_session_with_records_not_read_is_said_and_not_steered() {
         std::fs::read_to_string(pending("odd")).is_err(),
         "not steered on a picture known to be incomplete"
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .current_dir(root)
-        .args(["--nats", &url, "units"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&o.stdout);
-    let row = table
-        .lines()
-        .find(|l| l.starts_with("s-odd"))
-        .unwrap_or_else(|| panic!("{table}"));
+    let row = units_row(root, &url, "s-odd");
     assert!(
         row.ends_with("· unreadable: 1 records (not steered on them)"),
         "{row}"
