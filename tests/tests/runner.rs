@@ -10,6 +10,7 @@ use common::LocalQueue;
 use xo_bus::{Bus, typed};
 use xo_proto::queue::*;
 use xo_proto::{Heartbeat, SaluteReport, Subjects};
+use xo_runner::task::supervise::{Stop, Supervision, supervise};
 use xo_runner::{RunnerHandle, RunnerOptions};
 use xo_runtime::XoConfig;
 
@@ -441,8 +442,8 @@ async fn the_audit_holds_the_seed_state_the_validation_and_the_exchange() {
 
 /// Seed 001's interrupt when its message is lost: the queue's
 /// `xo.interrupt.<unit>` reaches no one (here no runner listens), and the
-/// holder's next lease renewal carries it: the lease keeper stops the agent
-/// to yield to the critical task.
+/// holder's next lease renewal carries it: the task's supervision stops
+/// the agent to yield to the critical task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
     let rig = Rig::start(&[("queue.lease_ms", "600")]).await;
@@ -473,33 +474,43 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
     rig.call(&Enqueue { tasks: vec![hot] }).await;
     rig.wait_for("slow", "asked to yield", |r| r.interrupt.is_some())
         .await;
-    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
-    let (yield_tx, yield_rx) = tokio::sync::watch::channel(None::<String>);
-    let keeper = xo_runner::lease::keep(
-        rig.bus.clone(),
-        rig.subjects.clone(),
-        xo_runner::lease::Held {
+    let (cancel, mut cancelled) = tokio::sync::watch::channel(false);
+    let (_interrupt_tx, interrupts) = tokio::sync::watch::channel(None);
+    let supervision = Supervision {
+        bus: rig.bus.clone(),
+        subjects: rig.subjects.clone(),
+        held: xo_runner::lease::Held {
             task_id: "slow".into(),
             token: c.token,
             unit: "u1".into(),
         },
-        c.lease_ms,
-        cancel_tx,
-        yield_tx,
-        xo_runner::lease::Meter {
+        attempt: c.record.attempt,
+        lease_ms: c.lease_ms,
+        budget: Default::default(),
+        spent: Default::default(),
+        meter: xo_runner::lease::Meter {
             turns: Default::default(),
             started: std::time::Instant::now(),
             checkpoint: None,
         },
-    );
-    tokio::time::timeout(T, keeper)
+        interrupts,
+        shutdown: xo_runtime::tree::Shutdown::new(),
+        cancel,
+    };
+    // The agent: it works until it is stopped.
+    let agent = async move {
+        while !*cancelled.borrow_and_update() {
+            if cancelled.changed().await.is_err() {
+                return "the supervision went away";
+            }
+        }
+        "stopped"
+    };
+    let (ran, stop) = tokio::time::timeout(T, supervise(supervision, agent))
         .await
-        .expect("the keeper acts on the renewal");
-    assert_eq!(yield_rx.borrow().as_deref(), Some("hot"));
-    assert!(
-        *cancel_rx.borrow(),
-        "the agent is stopped to give the task back"
-    );
+        .expect("the supervision acts on the renewal");
+    assert_eq!(ran, "stopped", "the agent is stopped to give the task back");
+    assert_eq!(stop, Some(Stop::Yield("hot".into())));
     rig.stop().await;
 }
 

@@ -38,4 +38,4 @@ pub mod validate;
 pub mod worktree;
 
 pub use error::PipelineError;
-pub use pipeline::{Job, Outcome, Pipeline, RunStats, TaskResult};
+pub use pipeline::{Job, Outcome, Pipeline, Prepared, RunStats, TaskResult};

@@ -2,6 +2,14 @@
 //!
 //! compose → execute → detect halts → validate → format → complete | retry | interrogate | block
 //!
+//! A task goes through it in stages, each in a file of its own:
+//! [`prepare`] (its tree, settings, logs; where a replay starts) →
+//! [`agent`] (one run of the agent, its halts and its reply's format) →
+//! [`judge`] (validation, interrogation, the helper agent; complete, fix
+//! or block) → [`settle`] (commit, merge, the work log's result).
+//! [`run`] holds their order. A runner puts its lease, interrupts and
+//! budget around the middle two ([`Pipeline::work`]).
+//!
 //! A task ends as [`Outcome::Completed`] only with a [`TaskResult`], which
 //! only a [`Validated`] output makes.
 
@@ -23,11 +31,15 @@ use crate::project::ProjectConfig;
 use crate::sandbox::Sandbox;
 use crate::validate::{Check, Checker, Criterion, Validated, Validation, format_output};
 
+mod agent;
+mod judge;
+mod prepare;
 mod run;
 mod settle;
 
-/// At most this many questions per uncertain criterion (seed 003).
-pub const MAX_QUESTIONS: u32 = 4;
+pub use judge::{MAX_QUESTIONS, yes_or_no};
+pub use prepare::Prepared;
+use run::TaskRun;
 
 /// A completed task's result; made only from a [`Validated`] output.
 #[derive(Debug, Clone)]
@@ -228,34 +240,6 @@ impl Pipeline {
         }
     }
 
-    /// Where the agent of `task` leaves its checkpoint (`None`: the task's
-    /// directory is not in the sandbox; it fails when it runs).
-    pub fn checkpoint_path(&self, task: &xo_proto::queue::Task) -> Option<PathBuf> {
-        let project = task
-            .project
-            .clone()
-            .unwrap_or_else(|| self.cfg.default_project.clone());
-        let cwd = match self.cfg.isolation {
-            // The task's tree may not be made yet (asked at its claim).
-            Isolation::Worktree => {
-                xo_proto::validate_token("project id", &project).ok()?;
-                let dir =
-                    crate::worktree::worktree_dir(self.sandbox.root(), &project, &task.task_id);
-                match task.working_directory.as_deref() {
-                    Some(rel) => self.sandbox.resolve(&dir, rel).ok()?,
-                    None => dir,
-                }
-            }
-            Isolation::Directory => {
-                let dir = self.sandbox.project_dir(&project).ok()?;
-                self.sandbox
-                    .working_dir(&dir, task.working_directory.as_deref())
-                    .ok()?
-            }
-        };
-        Some(cwd.join(crate::driver::command::CHECKPOINT))
-    }
-
     /// The runner configuration this pipeline runs under.
     pub fn cfg(&self) -> &RunnerConfig {
         &self.cfg
@@ -271,27 +255,6 @@ impl Pipeline {
         Duration::from_millis(self.cfg.timeout_ms(p))
     }
 
-    /// The timeout profile a job runs under: its project's (the operator's
-    /// setting, else `.xo/project.toml`), else the task's own.
-    pub fn profile_of(&self, job: &Job) -> TimeoutProfile {
-        let task = &job.record.task;
-        let project = task
-            .project
-            .clone()
-            .unwrap_or_else(|| self.cfg.default_project.clone());
-        let from_file = self
-            .sandbox
-            .project_dir(&project)
-            .ok()
-            .and_then(|d| ProjectConfig::load(&self.sandbox, &d).ok())
-            .unwrap_or_default();
-        from_file
-            .with_settings(&job.settings, &project)
-            .supervisor_rules
-            .timeout_profile
-            .unwrap_or(task.timeout_profile)
-    }
-
     /// Runs one task to its outcome.
     pub async fn run(
         &self,
@@ -303,7 +266,8 @@ impl Pipeline {
         self.run_counted(driver, job, turns, cancel).await.0
     }
 
-    /// Runs one task to its outcome, with what it took.
+    /// Runs one task to its outcome, with what it took: prepared, worked
+    /// and settled (the stages the runner puts its lease around).
     pub async fn run_counted(
         &self,
         driver: &mut Driver,
@@ -311,156 +275,25 @@ impl Pipeline {
         turns: Turns,
         cancel: Option<tokio::sync::watch::Receiver<bool>>,
     ) -> (Outcome, RunStats) {
-        let task = &job.record.task;
-        let project = task
-            .project
-            .clone()
-            .unwrap_or_else(|| self.cfg.default_project.clone());
-        let project_dir = match self.sandbox.project_dir(&project) {
-            Ok(d) => d,
-            Err(e) => {
-                return (
-                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
-                    RunStats::default(),
-                );
-            }
+        let prep = match self.prepare(job, turns, cancel).await {
+            Ok(p) => p,
+            Err(o) => return (o, RunStats::default()),
         };
-        // SUP-4: read at task start, so an edit applies from the next task.
-        let pcfg = match ProjectConfig::load(&self.sandbox, &project_dir) {
-            Ok(c) => c.with_settings(&job.settings, &project),
-            Err(e) => {
-                return (
-                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
-                    RunStats::default(),
-                );
-            }
-        };
-        // XO's history of the project, and (worktree isolation) the
-        // task's own tree on its branch.
-        let snaps = crate::git::Snapshots::new(
-            &self.data_dir.join(&project),
-            &project_dir,
-            self.confine.as_ref(),
-        );
-        let worktree = match self.cfg.isolation {
-            Isolation::Directory => None,
-            Isolation::Worktree => {
-                let dir =
-                    crate::worktree::worktree_dir(self.sandbox.root(), &project, &task.task_id);
-                match snaps
-                    .open_worktree(&project_dir, &dir, &task.task_id, task.branch.as_deref())
-                    .await
-                {
-                    Ok(wt) => Some(wt),
-                    Err(e) => {
-                        return (
-                            Outcome::Blocked(format!("EXEC_FAILURE: the task's worktree: {e}")),
-                            RunStats::default(),
-                        );
-                    }
-                }
-            }
-        };
-        let tree_dir = worktree
-            .as_ref()
-            .map_or_else(|| project_dir.clone(), |w| w.dir.clone());
-        // A working directory the project has but git does not keep (an
-        // empty folder) is made in the task's tree too.
-        if let (Some(w), Some(rel)) = (&worktree, task.working_directory.as_deref())
-            && self
-                .sandbox
-                .resolve(&project_dir, rel)
-                .is_ok_and(|p| p.is_dir())
-            && let Ok(inside) = self.sandbox.resolve(&w.dir, rel)
-            && !inside.exists()
-        {
-            let _ = std::fs::create_dir_all(&inside);
-        }
-        let cwd = match self
-            .sandbox
-            .working_dir(&tree_dir, task.working_directory.as_deref())
-        {
-            Ok(d) => d,
-            Err(e) => {
-                return (
-                    Outcome::Blocked(format!("EXEC_FAILURE: {e}")),
-                    RunStats::default(),
-                );
-            }
-        };
-        let log = match PromptLog::open(&self.data_dir, &project) {
-            Ok(l) => l,
-            Err(e) => {
-                return (
-                    Outcome::Blocked(format!(
-                        "EXEC_FAILURE: prompt log in {}: {e}",
-                        self.data_dir.display()
-                    )),
-                    RunStats::default(),
-                );
-            }
-        };
-        let env = crate::proc::allowed_env(
-            &self.cfg.env_allow,
-            &[
-                ("XO_UNIT", &self.unit),
-                ("XO_TASK_ID", &task.task_id),
-                ("XO_PROJECT", &project),
-                (
-                    "XO_CHECKPOINT",
-                    &cwd.join(crate::driver::command::CHECKPOINT)
-                        .display()
-                        .to_string(),
-                ),
-                (
-                    "XO_STEERING_FILE",
-                    &cwd.join(crate::driver::command::PENDING)
-                        .display()
-                        .to_string(),
-                ),
-            ],
-        );
-        let profile = pcfg
-            .supervisor_rules
-            .timeout_profile
-            .unwrap_or(task.timeout_profile);
-        let ctx = RunCtx {
-            sandbox: self.sandbox.clone(),
-            cwd: cwd.clone(),
-            timeout: self.timeout(profile),
-            env,
-            max_output: self.cfg.max_output_bytes,
-            turns,
-            cancel,
-            groups: self.groups.clone(),
-            // The agent reads its own tree (its project, or its task's
-            // worktree), not the others.
-            confine: self.confine.as_ref().map(|c| c.reading([tree_dir.clone()])),
-            agent_mode: task.agent_mode.clone(),
-        };
-        let mut run = TaskRun {
-            p: self,
-            driver,
-            job,
-            task,
-            pcfg: &pcfg,
-            ctx: &ctx,
-            log: &log,
-            work: WorkLog::new(&self.data_dir.join(&project), &task.task_id),
-            snaps: match &worktree {
-                Some(w) => snaps.for_tree(&w.dir),
-                None => snaps.clone(),
-            },
-            iteration: 0,
-            stats: RunStats::default(),
-            last_refs: (String::new(), String::new()),
-            max: pcfg
-                .supervisor_rules
-                .max_retries
-                .unwrap_or(self.cfg.max_retries)
-                .min(task.retry_policy.max_retries.max(1)),
-        };
-        let mut out = run.go(&project).await;
+        let (out, stats) = self.work(driver, job, &prep).await;
+        self.settle(prep, &job.record.task, out, stats).await
+    }
+
+    /// Works a prepared task: its agent run and its replies judged, again
+    /// and again, until it ends (stages 3 and 4; [`Pipeline::settle`]
+    /// ends it in its tree).
+    pub async fn work(
+        &self,
+        driver: &mut Driver,
+        job: &Job,
+        prep: &Prepared,
+    ) -> (Outcome, RunStats) {
+        let mut run = TaskRun::new(self, driver, job, prep);
+        let mut out = run.go().await;
         let mut stats = run.stats;
         stats.agent_runs = run.iteration;
         if let Outcome::Completed(r) = &mut out {
@@ -468,233 +301,6 @@ impl Pipeline {
                 && stats.validation_failures == 0
                 && stats.clarifications == 0;
         }
-        if matches!(out, Outcome::Completed(_)) {
-            let _ =
-                tokio::fs::remove_file(run.ctx.cwd.join(crate::driver::command::CHECKPOINT)).await;
-            match &worktree {
-                None => run.snaps.finish(&run.ctx.cwd, &task.task_id).await,
-                Some(wt) => {
-                    let (o, diff) = self.settle(&snaps, wt, task, &project_dir).await;
-                    stats.diff = diff;
-                    if let Some(o) = o {
-                        out = o;
-                    }
-                }
-            }
-        }
-        run.work
-            .event(
-                "Result",
-                &match &out {
-                    Outcome::Completed(r) => format!("completed: {}", r.report().summary),
-                    Outcome::Blocked(r) => format!("blocked: {r}"),
-                    Outcome::Question(q) => format!("awaiting response: {q}"),
-                    Outcome::Violation(v) => v.clone(),
-                    Outcome::Cancelled => "cancelled (halt or shutdown)".into(),
-                },
-            )
-            .await;
         (out, stats)
-    }
-}
-
-struct TaskRun<'a> {
-    p: &'a Pipeline,
-    driver: &'a mut Driver,
-    job: &'a Job,
-    task: &'a Task,
-    pcfg: &'a ProjectConfig,
-    ctx: &'a RunCtx,
-    log: &'a PromptLog,
-    work: WorkLog,
-    /// XO's snapshots of the project (rollback).
-    snaps: crate::git::Snapshots,
-    iteration: u32,
-    stats: RunStats,
-    last_refs: (String, String),
-    max: u32,
-}
-
-impl TaskRun<'_> {
-    fn checker(&self) -> Checker<'_> {
-        Checker {
-            sandbox: &self.p.sandbox,
-            cwd: &self.ctx.cwd,
-            env: &self.ctx.env,
-            timeout: self.ctx.timeout,
-            max_output: self.ctx.max_output,
-            confine: self.ctx.confine.as_ref(),
-        }
-    }
-
-    fn compose(
-        &self,
-        project_id: &str,
-        kind: PromptKind,
-        feedback: Option<&Feedback>,
-    ) -> ComposedPrompt {
-        let rec = &self.job.record;
-        let role_t = self
-            .pcfg
-            .role_templates
-            .get(&self.task.role)
-            .or_else(|| self.p.cfg.role_templates.get(&self.task.role))
-            .map(String::as_str)
-            .unwrap_or("");
-        let templates = Templates {
-            global: &self.p.global_template,
-            project: &self.pcfg.input_template,
-            role: role_t,
-        };
-        let ctx = Context {
-            knowledge: &self.job.knowledge,
-            directives: &self.job.directives,
-            snapshot: Snapshot {
-                project_id: project_id.to_string(),
-                sandbox_root: self.ctx.cwd.display().to_string(),
-                // Smart context: a plain fix does not need the goal.
-                goal: self.job.goal.clone().filter(|_| {
-                    crate::compose::TaskType::detect(self.task) != crate::compose::TaskType::Fix
-                }),
-                attempt: rec.attempt,
-                replay: rec.mark,
-                question: rec.question.clone().filter(|_| rec.answer.is_some()),
-                answer: rec.answer.clone(),
-            },
-            required_sections: &self.pcfg.required_sections,
-            task_list: self.job.task_list.as_deref(),
-        };
-        compose(kind, &templates, self.task, &ctx, feedback)
-    }
-
-    /// One agent run, logged both ways.
-    async fn execute(&mut self, prompt: &ComposedPrompt) -> Result<AgentOutput, PipelineError> {
-        self.iteration += 1;
-        let meta = json!({
-            "unit": self.p.unit,
-            "attempt": self.job.record.attempt,
-            "working_directory": self.ctx.cwd.display().to_string(),
-            "agent_mode": self.ctx.mode().unwrap_or("auto"),
-            "prompt_length": prompt.text().len(),
-            "at": xo_proto::now_ms(),
-        });
-        let pref = self
-            .log
-            .append(&PromptEntry {
-                task_id: &self.task.task_id,
-                iteration: self.iteration,
-                kind: prompt.kind().as_str(),
-                content: prompt.text(),
-                metadata: meta,
-            })
-            .await
-            .unwrap_or_else(|e| {
-                warn!(task_id = %self.task.task_id, error = %e, "prompt log not written");
-                String::new()
-            });
-        let out = self.driver.run(prompt, self.ctx).await?;
-        let meta = json!({
-            "unit": self.p.unit,
-            "exit_code": out.exit_code,
-            "timed_out": out.timed_out,
-            "cancelled": out.cancelled,
-            "truncated": out.truncated,
-            "elapsed_ms": out.elapsed_ms,
-            "turns": out.turns,
-            "tokens_in": out.tokens_in,
-            "tokens_out": out.tokens_out,
-            "stderr": out.stderr.chars().take(4000).collect::<String>(),
-            "at": xo_proto::now_ms(),
-        });
-        let rref = self
-            .log
-            .append(&PromptEntry {
-                task_id: &self.task.task_id,
-                iteration: self.iteration,
-                kind: "RESPONSE",
-                content: &out.stdout,
-                metadata: meta,
-            })
-            .await
-            .unwrap_or_else(|e| {
-                warn!(task_id = %self.task.task_id, error = %e, "prompt log not written (response)");
-                String::new()
-            });
-        self.stats.exchange = Some(xo_proto::queue::Exchange {
-            prompt: xo_proto::queue::Exchange::bounded(prompt.text(), &pref),
-            response: xo_proto::queue::Exchange::bounded(&out.stdout, &rref),
-        });
-        self.last_refs = (pref, rref);
-        Ok(out)
-    }
-}
-
-impl TaskRun<'_> {
-    async fn parse(&self, out: &AgentOutput) -> Result<AgentReply, FormatError> {
-        let manager = self.task.role == xo_proto::queue::MANAGER_ROLE;
-        match parse_reply(&out.stdout, manager, self.pcfg.supervisor_rules.reply_words) {
-            Ok((r, fixes)) => {
-                for f in fixes {
-                    // SUP-7: a minor violation, auto-corrected and revalidated.
-                    info!(task_id = %self.task.task_id, correction = %f.0, "reply auto-corrected");
-                    self.work.event("Violation auto-corrected", &f.0).await;
-                }
-                Ok(r)
-            }
-            Err(_) if !self.pcfg.supervisor_rules.require_format_validation => {
-                let last = out
-                    .stdout
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
-                Ok(AgentReply {
-                    status: ReplyStatus::Ok,
-                    message: last.to_string(),
-                    object: serde_json::Map::new(),
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-}
-
-/// An interrogation answer's verdict: its first word is exactly YES or NO
-/// (any case, then punctuation, space or the end). "Not sure", "None",
-/// "Nope" or "Yesterday…" are no answer, and the question is asked again.
-pub fn yes_or_no(answer: &str) -> Option<bool> {
-    let word: String = answer
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect();
-    match word.to_ascii_lowercase().as_str() {
-        "yes" => Some(true),
-        "no" => Some(false),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod yes_or_no_tests {
-    use super::yes_or_no;
-
-    #[test]
-    fn only_a_plain_yes_or_no_is_an_answer() {
-        for (a, v) in [
-            ("YES: greet.txt says hello", Some(true)),
-            ("yes", Some(true)),
-            ("  Yes. The file exists.", Some(true)),
-            ("NO - the test fails", Some(false)),
-            ("No, it is missing", Some(false)),
-            ("Not sure", None),
-            ("None of the files match", None),
-            ("Nope", None),
-            ("Yesterday it passed", None),
-            ("", None),
-            ("I think YES", None),
-        ] {
-            assert_eq!(yes_or_no(a), v, "{a:?}");
-        }
     }
 }

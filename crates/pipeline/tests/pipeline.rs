@@ -793,7 +793,8 @@ async fn allow_raw_output_keeps_the_agents_output_untemplated() {
 /// The timeout a task runs under: seed 004 SUP-5's `timeout_default_ms` is
 /// the standard (default) profile's; a project's profile (its file, the
 /// operator's setting over it) wins over the task's, for the agent's
-/// timeout and for the runner's wall budget alike (`profile_of`).
+/// timeout and for the runner's wall budget alike (the prepared task's
+/// `timeout`, which the runner's budget is made from).
 #[tokio::test]
 async fn the_projects_timeout_profile_and_timeout_default_ms_apply() {
     use xo_proto::queue::TimeoutProfile;
@@ -828,9 +829,14 @@ async fn the_projects_timeout_profile_and_timeout_default_ms_apply() {
         "[supervisor_rules]\ntimeout_profile = \"long\"\n",
     )
     .unwrap();
+    let pipeline = &r.pipeline;
+    let timeout = |j: Job| async move {
+        let prep = pipeline.prepare(&j, Turns::default(), None).await;
+        prep.expect("prepared").timeout()
+    };
     assert_eq!(
-        r.pipeline.profile_of(&job(hang("h2"))),
-        TimeoutProfile::Long
+        timeout(job(hang("h2"))).await,
+        std::time::Duration::from_millis(600_000)
     );
     let mut j = job(hang("h3"));
     j.settings.version = 1;
@@ -838,7 +844,10 @@ async fn the_projects_timeout_profile_and_timeout_default_ms_apply() {
         "projects.p.timeout_profile".into(),
         serde_json::Value::from("standard"),
     );
-    assert_eq!(r.pipeline.profile_of(&j), TimeoutProfile::Standard);
+    assert_eq!(
+        timeout(j.clone()).await,
+        std::time::Duration::from_millis(250)
+    );
     let ms = killed_after(blocked(run(&r, &mut d, &j).await));
     assert!(
         (250..600_000).contains(&ms),

@@ -9,9 +9,11 @@
 //! - [`start`]: the tree — a one-for-one root over the [`worker`] — in a
 //!   task of its own, and the shutdown order ([`RunnerHandle::stop`]).
 //! - [`worker`]: the claim loop: claim (long-poll) → work the task through
-//!   the pipeline → deliver the outcome, one task at a time.
-//! - [`lease`]: the lease keeper; its renewal also says whether the queue
-//!   is halted.
+//!   its stages → claim the next, one task at a time.
+//! - [`task`]: a task's stages: prepare → supervise (the lease, interrupts,
+//!   budget) around the pipeline's run → settle (the outcome delivered).
+//! - [`lease`]: what a lease holds and meters; whether a renewal says the
+//!   operator halted the queue.
 //! - [`report`]: SALUTE reports from the agent's turns, heartbeats, steering intake.
 //! - [`recordings`]: recorded runs read from disk (`xo import`).
 //! - [`watch`]: the same for agents that run outside XO, from their live
@@ -24,6 +26,7 @@
 pub mod lease;
 pub mod recordings;
 pub mod report;
+pub mod task;
 pub mod watch;
 pub mod worker;
 

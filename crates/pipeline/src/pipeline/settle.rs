@@ -1,21 +1,61 @@
-//! A completed task in its worktree: committed on its branch, its work
-//! brought where `runner.merge` says ([`crate::worktree`]).
+//! Stage 5, settle: a task's end in its tree. A completed task's
+//! checkpoint goes; in a worktree its tree is committed on its branch and
+//! its work brought where `runner.merge` says ([`crate::worktree`]); in
+//! the project's directory its starting commit is let go. The outcome is
+//! written to the work log.
 
 use super::*;
 
 impl Pipeline {
+    /// Settles `prep`'s task after its run ended as `out`: the outcome to
+    /// give (a conflict or a commit that failed replaces a completion)
+    /// and what the run took, with the task's diff.
+    pub async fn settle(
+        &self,
+        prep: Prepared,
+        task: &Task,
+        mut out: Outcome,
+        mut stats: RunStats,
+    ) -> (Outcome, RunStats) {
+        if matches!(out, Outcome::Completed(_)) {
+            let _ = tokio::fs::remove_file(prep.checkpoint()).await;
+            match &prep.worktree {
+                None => prep.tree_snaps.finish(&prep.ctx.cwd, &task.task_id).await,
+                Some(wt) => {
+                    let (o, diff) = self.integrate(&prep, wt, task).await;
+                    stats.diff = diff;
+                    if let Some(o) = o {
+                        out = o;
+                    }
+                }
+            }
+        }
+        prep.work
+            .event(
+                "Result",
+                &match &out {
+                    Outcome::Completed(r) => format!("completed: {}", r.report().summary),
+                    Outcome::Blocked(r) => format!("blocked: {r}"),
+                    Outcome::Question(q) => format!("awaiting response: {q}"),
+                    Outcome::Violation(v) => v.clone(),
+                    Outcome::Cancelled => "cancelled (halt or shutdown)".into(),
+                },
+            )
+            .await;
+        (out, stats)
+    }
+
     /// A completed task in its worktree: its tree committed on its branch,
     /// and its work brought where `runner.merge` says. The outcome to give
     /// instead (a conflict, a commit or push that failed) and the diff.
-    pub(super) async fn settle(
+    async fn integrate(
         &self,
-        snaps: &crate::git::Snapshots,
+        prep: &Prepared,
         wt: &crate::worktree::Worktree,
         task: &Task,
-        project_dir: &std::path::Path,
     ) -> (Option<Outcome>, Option<xo_proto::queue::TaskDiff>) {
         use crate::worktree::{Merge, MergeError};
-        let id = &task.task_id;
+        let (snaps, id) = (&prep.snaps, &task.task_id);
         let message = format!("{id}: {}", task.intent);
         let mut diff = match snaps.settle(wt, id, &self.unit, &message).await {
             Ok(d) => d,
@@ -36,7 +76,13 @@ impl Pipeline {
             MergeMode::Push => Merge::Push,
         };
         match snaps
-            .integrate(&diff, mode, project_dir, &self.cfg.push_remote, &message)
+            .integrate(
+                &diff,
+                mode,
+                &prep.project_dir,
+                &self.cfg.push_remote,
+                &message,
+            )
             .await
         {
             Ok(to) => {
