@@ -320,9 +320,10 @@ pub async fn task_diff(
     }
     let (added, removed) = d.lines();
     outln!(
-        "{task}: branch {} · {} files, +{added} -{removed} · {}..{} · {}",
+        "{task}: branch {} · {} {}, +{added} -{removed} · {}..{} · {}",
         d.branch,
         d.files.len(),
+        if d.files.len() == 1 { "file" } else { "files" },
         &d.base[..d.base.len().min(10)],
         &d.commit[..d.commit.len().min(10)],
         d.merged

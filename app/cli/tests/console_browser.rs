@@ -597,6 +597,8 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
     // MANUAL mode: a task runs when stepped; `hold` is never stepped, so
     // the queue does not run out of work and halt between the steps.
     let ok = "[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]";
+    // s1 changes the project: its page shows the diff on its branch.
+    let writes = "[[run]]\nsteps = [{ write = \"greeting.txt\", content = \"hello from s1\" }, { reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]";
     let ask = "[[run]]\nattempt = 1\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"Which port should the server use?\"}' }]\n[[run]]\nattempt = 2\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"served on the port given\"}' }]";
     // The first reply in the wrong format: a retry event in its work log.
     let fmt = "[[run]]\nsteps = [{ reply = 'All done.' }]\n[[run]]\nsteps = [{ reply = '{\"status\": \"ok\", \"message\": \"done\"}' }]";
@@ -605,7 +607,7 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         .await;
     up.post(
         "/tasks",
-        json!({"tasks": [scripted("s1", ok), scripted("q1", ask), scripted("fmt", fmt), scripted("hold", ok)]}),
+        json!({"tasks": [scripted("s1", writes), scripted("q1", ask), scripted("fmt", fmt), scripted("hold", ok)]}),
     )
     .await;
     up.post("/queue/start", json!({})).await;
@@ -693,6 +695,20 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         found.iter().any(|p| p.to_string_lossy().contains("prompt")),
         "the prompt log has the template: {found:?}"
     );
+    // Its page shows what it changed on its branch: the files, the lines
+    // added and removed, the patch, and where the work went.
+    b.goto(&format!("{}/tasks/s1", up.url)).await.unwrap();
+    wait_text(&b, "#diff-summary", "branch xo/s1").await;
+    assert!(text_of(&b, "#diff-summary").await.contains("1 file, +1 −0"));
+    wait_text(&b, "#diff-files", "greeting.txt").await;
+    wait_text(&b, "#diff-patch", "+hello from s1").await;
+    b.execute(
+        "document.getElementById('diff-summary').previousElementSibling.scrollIntoView();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    shot(&b, "task-diff").await;
 
     // Halt and resume from the queue page.
     b.goto(&format!("{}/queue", up.url)).await.unwrap();

@@ -553,9 +553,10 @@ pub(crate) fn diff_section(d: &xo_proto::queue::TaskDiff) -> String {
         None => "on its branch only".to_string(),
     };
     let mut out = format!(
-        "<h2>Changes</h2><p id=\"diff-summary\">branch <code>{branch}</code> · {n} files, <span class=\"num add\">+{added}</span> <span class=\"num del\">−{removed}</span> · {base}..{commit} · {went}</p>",
+        "<h2>Changes</h2><p id=\"diff-summary\">branch <code>{branch}</code> · {n} {files}, <span class=\"num add\">+{added}</span> <span class=\"num del\">−{removed}</span> · {base}..{commit} · {went}</p>",
         branch = esc(&d.branch),
         n = d.files.len(),
+        files = if d.files.len() == 1 { "file" } else { "files" },
         base = esc(&short(&d.base)),
         commit = esc(&short(&d.commit)),
     );
