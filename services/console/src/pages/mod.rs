@@ -562,6 +562,89 @@ mod tests {
         }
         assert_eq!(html.matches("class=\"field-error\"").count(), 4);
         assert!(html.contains("id=\"field-runner-max_retries\""));
+        // Each error names its key once: in the list at the top, not again
+        // in its reason, and not in the reason beside its field.
+        let top = refusal(&change, false);
+        for (key, why) in &change.errors {
+            assert_eq!(top.matches(key.as_str()).count(), 1, "{key}: {top}");
+            assert!(!why.contains(key.as_str()), "{key} said again: {why}");
+        }
+        assert!(top.contains("4 things to fix"), "{top}");
+    }
+
+    /// Every key an operator may set has its field on the page (seed 004:
+    /// the project's timeout profile a selector), each control labelled by
+    /// its key.
+    #[test]
+    fn every_settable_key_has_a_labelled_field() {
+        let cfg = xo_runtime::XoConfig::default();
+        let v = SettingsView {
+            settings: xo_proto::settings::Settings::default(),
+            defaults: xo_runtime::settings::defaults(&cfg),
+            keys: xo_runtime::settings::keys(),
+        };
+        let f = Frame {
+            title: "t",
+            active: "/settings",
+            csrf: "c",
+            read_only: false,
+            flash: None,
+        };
+        let html = settings_body(
+            &f,
+            &v,
+            "web",
+            &["default".into()],
+            "",
+            &FormChange::default(),
+        );
+        for k in &v.keys {
+            let key = k
+                .key
+                .replace("<role>", "default")
+                .replace("<project>", "web");
+            assert_eq!(
+                html.matches(&format!("data-setting=\"{key}\"")).count(),
+                1,
+                "{key} has one field"
+            );
+        }
+        let profile = html
+            .split("data-setting=\"projects.web.timeout_profile\"")
+            .nth(1)
+            .and_then(|rest| rest.split("</div></div>").next())
+            .unwrap_or_default();
+        assert!(profile.contains("<select"), "{profile}");
+        for p in ["standard", "long", "extended"] {
+            assert!(
+                profile.contains(&format!("<option>{p}</option>"))
+                    || profile.contains(&format!("<option selected>{p}</option>")),
+                "{p}: {profile}"
+            );
+        }
+        // Every visible control of the form has an id a label points to
+        // (a list's boxes sit in their own labels).
+        let html = html
+            .split("id=\"settings-form\"")
+            .nth(1)
+            .and_then(|f| f.split("</form>").next())
+            .unwrap_or_default();
+        let controls = html.matches("<textarea ").count()
+            + html.matches("<select ").count()
+            + html.matches("<input ").count()
+            - html.matches("<input type=\"hidden\"").count()
+            - html.matches("name=\"list:").count()
+            + html.matches("type=\"hidden\" name=\"list:").count()
+            - html.matches("name=\"unset\"").count();
+        let labelled = html.matches("<label for=\"input-").count();
+        assert_eq!(controls, labelled, "every control labelled");
+        for id in html
+            .split("<label for=\"")
+            .skip(1)
+            .map(|r| r.split('"').next().unwrap())
+        {
+            assert_eq!(html.matches(&format!("id=\"{id}\"")).count(), 1, "{id}");
+        }
     }
 
     /// A long log entry keeps its start and end, cut on characters, and

@@ -74,7 +74,13 @@ pub(crate) fn setting_row(
         "<span class=\"src\">not set</span>".to_string()
     };
     let name = format!("set:{key}");
-    let disabled = if f.read_only { " disabled" } else { "" };
+    // The control is labelled by its key (a list's boxes by their names).
+    let control = format!("input-{}", field_id(key));
+    let disabled = if f.read_only {
+        format!(" disabled id=\"{control}\"")
+    } else {
+        format!(" id=\"{control}\"")
+    };
     let editor = match kind {
         "bool" => format!(
             "<input type=\"hidden\" name=\"{n}\" value=\"false\"><input type=\"checkbox\" name=\"{n}\" value=\"true\"{c}{disabled}>",
@@ -123,10 +129,11 @@ pub(crate) fn setting_row(
             );
             for ch in choices {
                 s.push_str(&format!(
-                    "<label class=\"check\"><input type=\"checkbox\" name=\"list:{k}\" value=\"{c}\"{on}{disabled}> {c}</label>",
+                    "<label class=\"check\"><input type=\"checkbox\" name=\"list:{k}\" value=\"{c}\"{on}{off}> {c}</label>",
                     k = esc(key),
                     c = esc(ch),
-                    on = if on.contains(ch) { " checked" } else { "" }
+                    on = if on.contains(ch) { " checked" } else { "" },
+                    off = if f.read_only { " disabled" } else { "" }
                 ));
             }
             s
@@ -170,8 +177,13 @@ pub(crate) fn setting_row(
         None => ("", String::new()),
     };
     format!(
-        "<div class=\"setting{class}\" data-setting=\"{k}\" id=\"field-{id}\"><div class=\"key\"><code>{k}</code> {source}<small>{help}</small></div><div class=\"editor\">{editor}{reset}{why}</div></div>",
+        "<div class=\"setting{class}\" data-setting=\"{k}\" id=\"field-{id}\"><div class=\"key\">{label} {source}<small>{help}</small></div><div class=\"editor\">{editor}{reset}{why}</div></div>",
         k = esc(key),
+        label = if kind == "list" {
+            format!("<code>{}</code>", esc(key))
+        } else {
+            format!("<label for=\"{control}\"><code>{}</code></label>", esc(key))
+        },
         id = field_id(key),
         help = esc(help),
     )
@@ -268,38 +280,20 @@ pub(crate) fn settings_body(
             )
         },
     );
-    body.push_str("<fieldset><legend>Prompt templates</legend>");
-    body.push_str(&row("runner.global_template", "runner.global_template"));
-    body.push_str(&row(
-        &format!("projects.{project}.input_template"),
-        "projects.<project>.input_template",
-    ));
-    body.push_str(&row("runner.output_template", "runner.output_template"));
-    body.push_str(&row(
-        &format!("projects.{project}.output_template"),
-        "projects.<project>.output_template",
-    ));
-    for r in roles {
-        body.push_str(&row(
-            &format!("runner.role_templates.{r}"),
-            "runner.role_templates.<role>",
-        ));
-    }
-    body.push_str("</fieldset><fieldset><legend>Supervision</legend>");
-    body.push_str(&row("supervisor.enabled", "supervisor.enabled"));
+    let mut per_role = String::new();
     for r in roles {
         // A role with a refused field opens, so its error is seen.
         let open = edits
             .errors
             .keys()
             .any(|k| k.starts_with(&format!("roles.{r}.")));
-        body.push_str(&format!(
+        per_role.push_str(&format!(
             "<details{}><summary>Role <b>{}</b>: radio rules and thresholds</summary>",
             if open { " open" } else { "" },
             esc(r)
         ));
         for k in v.keys.iter().filter(|k| k.key.starts_with("roles.<role>.")) {
-            body.push_str(&setting_row(
+            per_role.push_str(&setting_row(
                 f,
                 v,
                 &k.key.replace("<role>", r),
@@ -309,29 +303,96 @@ pub(crate) fn settings_body(
                 edits,
             ));
         }
-        body.push_str("</details>");
+        per_role.push_str("</details>");
     }
-    body.push_str("</fieldset><fieldset><legend>Timeouts and restarts</legend>");
-    for k in [
-        "runner.timeouts.standard_ms",
-        "runner.timeouts.long_ms",
-        "runner.timeouts.extended_ms",
-        "runner.max_retries",
-        "runner.restart_mode",
-    ] {
-        body.push_str(&row(k, k));
+    // Every settable key has its field: those of a section in its
+    // section, any other under "Other settings".
+    let mut shown: Vec<&str> = Vec::new();
+    let mut section = |body: &mut String, legend: &str, keys: &[&'static str], more: &str| {
+        body.push_str(&format!("<fieldset><legend>{legend}</legend>"));
+        for pattern in keys {
+            shown.push(pattern);
+            if pattern.contains("<role>") {
+                for r in roles {
+                    body.push_str(&row(&pattern.replace("<role>", r), pattern));
+                }
+            } else {
+                body.push_str(&row(&pattern.replace("<project>", project), pattern));
+            }
+        }
+        body.push_str(more);
+        body.push_str("</fieldset>");
+    };
+    section(
+        &mut body,
+        "Prompt templates",
+        &[
+            "runner.global_template",
+            "projects.<project>.input_template",
+            "runner.output_template",
+            "projects.<project>.output_template",
+            "runner.role_templates.<role>",
+        ],
+        "",
+    );
+    section(
+        &mut body,
+        "The project's rules",
+        &[
+            "projects.<project>.timeout_profile",
+            "projects.<project>.allow_raw_output",
+            "projects.<project>.fail_on_violation",
+        ],
+        "",
+    );
+    section(&mut body, "Supervision", &["supervisor.enabled"], &per_role);
+    section(
+        &mut body,
+        "Validation and retries",
+        &[
+            "runner.fail_on_violation",
+            "runner.helper_agent",
+            "runner.max_retries",
+        ],
+        "",
+    );
+    section(
+        &mut body,
+        "Timeouts and restarts",
+        &[
+            "runner.timeout_default_ms",
+            "runner.timeouts.standard_ms",
+            "runner.timeouts.long_ms",
+            "runner.timeouts.extended_ms",
+            "runner.restart_mode",
+        ],
+        "",
+    );
+    section(
+        &mut body,
+        "Review supervisors",
+        &[
+            "review.enabled",
+            "review.model.model",
+            "review.model.base_url",
+            "review.daily_budget_usd",
+            "review.project_budget_usd",
+        ],
+        "",
+    );
+    let other: Vec<&str> = v
+        .keys
+        .iter()
+        .map(|k| k.key.as_str())
+        .filter(|k| !k.starts_with("roles.<role>.") && !shown.contains(k))
+        .collect();
+    if !other.is_empty() {
+        body.push_str("<fieldset><legend>Other settings</legend>");
+        for pattern in other {
+            body.push_str(&row(&pattern.replace("<project>", project), pattern));
+        }
+        body.push_str("</fieldset>");
     }
-    body.push_str("</fieldset><fieldset><legend>Review supervisors</legend>");
-    for k in [
-        "review.enabled",
-        "review.model.model",
-        "review.model.base_url",
-        "review.daily_budget_usd",
-        "review.project_budget_usd",
-    ] {
-        body.push_str(&row(k, k));
-    }
-    body.push_str("</fieldset>");
     if !f.read_only {
         body.push_str("<div class=\"actions sticky\"><button type=\"submit\" name=\"do\" value=\"preview\" id=\"preview\">Check and preview</button> <button type=\"submit\" name=\"do\" value=\"save\" id=\"save\" class=\"primary\">Save</button></div>");
     }
@@ -434,11 +495,28 @@ impl FormChange {
             .cloned();
         match key {
             Some(k) => {
-                self.errors.insert(k, message);
+                let why = reason_only(&k, &message);
+                self.errors.insert(k, why);
             }
             None => self.general = Some(message),
         }
     }
+}
+
+/// What is wrong with `key`, without naming it: every error is shown
+/// beside its field and listed after its key, so the key is said once.
+pub(crate) fn reason_only(key: &str, message: &str) -> String {
+    let m = message.trim();
+    for prefix in [
+        format!("config key {key}: "),
+        format!("{key}: "),
+        format!("{key:?}: "),
+    ] {
+        if let Some(rest) = m.strip_prefix(&prefix) {
+            return rest.to_string();
+        }
+    }
+    m.to_string()
 }
 
 /// Reads the settings form: `set:<key>` fields (typed by the key's kind),
@@ -483,8 +561,7 @@ pub(crate) fn read_form(v: &SettingsView, form: &[(String, String)]) -> FormChan
             continue;
         }
         let Some(kind) = kind_of(key) else {
-            out.errors
-                .insert(key.clone(), format!("{key:?} is not a setting"));
+            out.errors.insert(key.clone(), "not a setting".to_string());
             continue;
         };
         // An emptied number is no value: back to xo.toml if it was set,
@@ -497,21 +574,19 @@ pub(crate) fn read_form(v: &SettingsView, form: &[(String, String)]) -> FormChan
         }
         let value = match kind.as_str() {
             "integer" if key.ends_with("_ms") => parse_ms(raw).map(Value::from).ok_or_else(|| {
-                format!(
-                    "{key}: {raw:?} is not a duration (e.g. 30m, 2h, 90s, 1500ms, or milliseconds)"
-                )
+                format!("{raw:?} is not a duration (e.g. 30m, 2h, 90s, 1500ms, or milliseconds)")
             }),
             "bool" => Ok(Value::Bool(raw == "true")),
             "integer" => raw
                 .trim()
                 .parse::<u64>()
                 .map(Value::from)
-                .map_err(|_| format!("{key}: {raw:?} is not a whole number")),
+                .map_err(|_| format!("{raw:?} is not a whole number")),
             "number" => raw
                 .trim()
                 .parse::<f64>()
                 .map(Value::from)
-                .map_err(|_| format!("{key}: {raw:?} is not a number")),
+                .map_err(|_| format!("{raw:?} is not a number")),
             _ => Ok(Value::String(raw.replace("\r\n", "\n"))),
         };
         match value {
@@ -556,7 +631,9 @@ pub(crate) fn check_change(base: &xo_runtime::XoConfig, v: &SettingsView, change
     for (key, value) in &change.set {
         let one = BTreeMap::from([(key.clone(), value.clone())]);
         if let Err(e) = xo_runtime::settings::change(base, &v.settings, &one, &[]) {
-            change.errors.insert(key.clone(), e.to_string());
+            change
+                .errors
+                .insert(key.clone(), reason_only(key, &e.to_string()));
             named = true;
         }
     }
@@ -577,7 +654,12 @@ pub(crate) fn form_change(
     if c.errors.is_empty() {
         Ok((c.set, c.unset))
     } else {
-        Err(c.errors.into_values().collect::<Vec<_>>().join("; "))
+        Err(c
+            .errors
+            .iter()
+            .map(|(k, e)| format!("{k}: {e}"))
+            .collect::<Vec<_>>()
+            .join("; "))
     }
 }
 
@@ -637,27 +719,7 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
         flash: None,
     };
     let extra = if change.refused() {
-        let mut items: String = change
-            .errors
-            .iter()
-            .map(|(k, e)| {
-                format!(
-                    "<li><a href=\"#field-{id}\"><code>{k}</code></a>: {e}</li>",
-                    id = field_id(k),
-                    k = esc(k),
-                    e = esc(e)
-                )
-            })
-            .collect();
-        if let Some(g) = &change.general {
-            items.push_str(&format!("<li>{}</li>", esc(g)));
-        }
-        let n = change.errors.len() + usize::from(change.general.is_some());
-        format!(
-            "<div class=\"flash error\" id=\"check\" role=\"alert\"><p>{n} {what} to fix; nothing was {done}, every edit is still on the page.</p><ul id=\"errors\">{items}</ul></div>",
-            what = if n == 1 { "thing" } else { "things" },
-            done = if preview_asked { "previewed" } else { "saved" },
-        )
+        refusal(&change, preview_asked)
     } else {
         match preview(&c, &values, &project) {
             Ok(text) => format!(
@@ -684,6 +746,33 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
         )),
     )
         .into_response()
+}
+
+/// A refused change, at the top of the page: how many things to fix, and
+/// each, its key a link to its field (the key said once: the reason
+/// beside the field does not repeat it).
+pub(crate) fn refusal(change: &FormChange, preview_asked: bool) -> String {
+    let mut items: String = change
+        .errors
+        .iter()
+        .map(|(k, e)| {
+            format!(
+                "<li><a href=\"#field-{id}\"><code>{k}</code></a>: {e}</li>",
+                id = field_id(k),
+                k = esc(k),
+                e = esc(e)
+            )
+        })
+        .collect();
+    if let Some(g) = &change.general {
+        items.push_str(&format!("<li>{}</li>", esc(g)));
+    }
+    let n = change.errors.len() + usize::from(change.general.is_some());
+    format!(
+        "<div class=\"flash error\" id=\"check\" role=\"alert\"><p>{n} {what} to fix; nothing was {done}, every edit is still on the page.</p><ul id=\"errors\">{items}</ul></div>",
+        what = if n == 1 { "thing" } else { "things" },
+        done = if preview_asked { "previewed" } else { "saved" },
+    )
 }
 
 /// The HTML id of a setting's field (`#field-runner-max_retries`).
