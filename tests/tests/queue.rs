@@ -211,6 +211,45 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
     }
 }
 
+/// A queue killed between its audit file's append and the store copy's
+/// (the line is in the file, not in the copy): the next instance ships
+/// what the copy lacks before it writes, so the copy stays the file's,
+/// line for line, and the chain goes on from the file's last line.
+#[tokio::test]
+async fn lines_the_store_copy_lacks_are_shipped_before_the_next_write() {
+    let mut q = Q::start(&[]).await;
+    q.ready(2, false).await;
+    q.stop_queue().await;
+    let file = xo_queue::audit::file_for(q.data.path(), "p1");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let last = text.lines().last().unwrap();
+    let mut ev: AuditEvent = serde_json::from_str(last).unwrap();
+    ev.seq += 1;
+    ev.prev = xo_queue::audit::hash_line(last.as_bytes());
+    ev.task_id = Some("t000".into());
+    let killed_after_the_file = serde_json::to_string(&ev).unwrap();
+    std::fs::write(&file, format!("{text}{killed_after_the_file}\n")).unwrap();
+    let store = q.store().await;
+    let before = xo_queue::audit::check(&store, q.data.path(), "p1")
+        .await
+        .unwrap();
+    assert_eq!(before.unshipped, 1, "{before:?}");
+    q.start_queue().await;
+    // The next write: a claim starts t000.
+    claim(&q, "u1").await.expect("a task");
+    let after = xo_queue::audit::check(&store, q.data.path(), "p1")
+        .await
+        .unwrap();
+    assert!(after.intact, "{after:?}");
+    assert_eq!(after.store_lines, Some(after.lines), "{after:?}");
+    assert_eq!(after.lines, before.lines + 1, "the claim's line after it");
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .contains(&killed_after_the_file)
+    );
+}
+
 #[tokio::test]
 async fn a_silent_claimant_loses_its_lease_to_the_next() {
     let q = Q::start(&[("queue.lease_ms", "30000")]).await;

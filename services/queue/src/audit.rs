@@ -235,6 +235,52 @@ pub fn compare<'a>(
     Ok(c)
 }
 
+/// Per project, the store records to ship; and the projects left as they are.
+pub type Unshipped = (Vec<(String, Vec<bytes::Bytes>)>, Vec<String>);
+
+/// What each project's file holds that the store's copy lacks at its end
+/// (an instance stopped between its file's append and the copy's ship): a
+/// project and its store records, in the file's order. A project whose
+/// copy differs from its file is left as it is and named in the second
+/// list (`xo audit verify` says where they part).
+pub fn unshipped(
+    data_dir: &Path,
+    store: &[bytes::Bytes],
+) -> std::io::Result<Unshipped> {
+    let (mut ship, mut differ) = (Vec::new(), Vec::new());
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((ship, differ)),
+        Err(e) => return Err(e),
+    };
+    let mut projects: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|p| file_for(data_dir, p).is_file())
+        .collect();
+    projects.sort();
+    for project in projects {
+        let path = file_for(data_dir, &project);
+        let c = compare(&path, &project, store.iter().map(|r| r.as_ref()))?;
+        if c.mismatch.is_some() {
+            differ.push(project);
+            continue;
+        }
+        if c.unshipped == 0 {
+            continue;
+        }
+        let data = std::fs::read(&path)?;
+        let lines: Vec<bytes::Bytes> = data
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .skip(c.store_lines as usize)
+            .map(|l| bytes::Bytes::from(store_record(&project, l)))
+            .collect();
+        ship.push((project, lines));
+    }
+    Ok((ship, differ))
+}
+
 /// The result of checking a chain.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {

@@ -83,6 +83,7 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     });
     let task = tokio::spawn(async move {
         let mut chains = Chains::new(ctx.cfg.data_dir());
+        let mut caught_up = false;
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             while batch.len() < 4096 {
@@ -91,7 +92,7 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
                     Err(_) => break,
                 }
             }
-            apply(&ctx, &mut chains, batch, &ship).await;
+            apply(&ctx, &mut chains, batch, &ship, &mut caught_up).await;
         }
         drop(ship);
         let _ = shipper.await;
@@ -196,11 +197,54 @@ struct Effects {
     stuck: Option<QueueStatus>,
 }
 
+/// Before this instance's first write: the lines the audit files hold and
+/// the store's copy lacks at its end are shipped (an instance killed
+/// between its file's append and the copy's, this one or the one it took
+/// over from), so the copy stays the file's, line for line.
+async fn catch_up(ctx: &Ctx) {
+    let Some(records) = retrying(ctx, "audit log (catch-up read)", || {
+        ctx.store.read(crate::AUDIT_LOG, 1, usize::MAX)
+    })
+    .await
+    else {
+        return;
+    };
+    let records: Vec<Bytes> = records.into_iter().map(|(_, r)| r).collect();
+    let dir = ctx.cfg.data_dir();
+    let found = tokio::task::spawn_blocking(move || crate::audit::unshipped(&dir, &records)).await;
+    let (ship, differ) = match found {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => {
+            warn!(error = %e, "audit files not compared with the store's copy; lines an earlier instance did not ship stay unshipped");
+            return;
+        }
+        Err(e) => {
+            warn!(error = %e, "audit catch-up failed");
+            return;
+        }
+    };
+    for project in differ {
+        warn!(project = %project, "the audit file and the store's copy differ; left as they are (xo audit verify says where)");
+    }
+    for (project, lines) in ship {
+        let n = lines.len();
+        if retrying(ctx, "audit log (catch-up)", || {
+            ctx.store.append_many(AUDIT_LOG, lines.clone())
+        })
+        .await
+        .is_some()
+        {
+            tracing::info!(project = %project, lines = n, "shipped audit lines the store's copy lacked (an earlier instance stopped between the file and the copy)");
+        }
+    }
+}
+
 async fn apply(
     ctx: &Ctx,
     chains: &mut Chains,
     commits: Vec<Commit>,
     ship: &mpsc::UnboundedSender<Vec<Bytes>>,
+    caught_up: &mut bool,
 ) {
     // Replies run last, after every await: split off first.
     let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
@@ -227,6 +271,10 @@ async fn apply(
     if !may_write(ctx, "state").await {
         // Dropped unanswered: the callers time out and retry on the holder.
         return;
+    }
+    if !*caught_up {
+        catch_up(ctx).await;
+        *caught_up = true;
     }
     if !writes.is_empty() {
         let items: Vec<(String, Bytes)> = writes.into_iter().collect();
