@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures::StreamExt;
 use xo_bus::typed;
 use xo_proto::queue::{self as q, EventName, RunStatus, Task, TaskEvent};
 use xo_proto::{SaluteReport, Steering, SubjectKind};
@@ -99,6 +100,7 @@ pub fn demo_tasks() -> Vec<Task> {
 /// until ctrl-c (`xo up --demo --keep`).
 pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     let dir = cfg.state.dir.join("demo");
+    let socket = cfg.state.socket_path();
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     cfg.state.dir = dir.clone();
@@ -127,10 +129,32 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
         },
         ..Plan::default()
     };
-    let fabric = Fabric::start(&cfg, plan, Transport::Private, "xo-demo", "xo-demo").await?;
+    let mut fabric = Fabric::start(&cfg, plan, Transport::Private, "xo-demo", "xo-demo").await?;
+    // Kept, its bus is served where `xo units`, `xo steer`… look for it.
+    let served = if keep {
+        fabric
+            .serve_socket(&socket)
+            .await
+            .map_err(|e| format!("{e:#}"))
+    } else {
+        Err(String::new())
+    };
     let bus = fabric.bus.clone();
     let subjects = cfg.subjects();
-    let mut tap = bus.subscribe(&subjects.all()).await?;
+    // The timeline's subjects only: a tap on everything would take every
+    // request too, and a service that is not running here (reviews,
+    // containers) would be waited for instead of said absent at once.
+    let mut tap = {
+        let mut subs = Vec::new();
+        for s in [
+            subjects.steer_all(),
+            subjects.salute_all(),
+            subjects.task_event_all(),
+        ] {
+            subs.push(bus.subscribe(&s).await?.into_stream());
+        }
+        futures::stream::select_all(subs)
+    };
     // The knowledge store, seeded with one convention the runners' prompts carry.
     let convention = xo_proto::knowledge::KnowledgeDoc {
         tags: Vec::new(),
@@ -204,6 +228,13 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     );
     if keep {
         crate::services::say_console(&fabric, &cfg);
+        match &served {
+            Ok(()) => errln!(
+                "  bus:     {} (xo units, xo steer, xo report… in this directory talk to the demo)",
+                socket.display()
+            ),
+            Err(e) => errln!("  bus:     not served: {e}"),
+        }
     }
     outln!();
     typed::call(&bus, &subjects, &q::Start {}, call_t).await?;

@@ -148,6 +148,30 @@ async fn connect(cfg: &XoConfig, transport: Transport, name: &str) -> anyhow::Re
 }
 
 impl Fabric {
+    /// Serves this fabric's embedded bus to local `xo` commands over the
+    /// socket at `path` (the demo kept running, whose state is elsewhere):
+    /// refused when the bus is not the embedded one or another `xo`
+    /// already serves `path`.
+    pub async fn serve_socket(&mut self, path: &std::path::Path) -> anyhow::Result<()> {
+        let Bus::Local(local) = &self.bus else {
+            anyhow::bail!(
+                "the bus is {}, not the embedded one: nothing to serve",
+                self.bus.kind()
+            );
+        };
+        if self.socket.is_some() {
+            anyhow::bail!("this fabric already serves its bus socket");
+        }
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = xo_bus::socket::serve(local.clone(), path, async move {
+            let _ = stop_rx.await;
+        })
+        .await
+        .with_context(|| format!("serving the bus on {}", path.display()))?;
+        self.socket = Some((stop_tx, server));
+        Ok(())
+    }
+
     /// Connects and starts what `plan` names, in [`Slot::ORDER`].
     /// `service` names the process in telemetry (`xo`, `xo-queue`…), `name`
     /// its NATS connection.

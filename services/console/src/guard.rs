@@ -50,7 +50,7 @@ fn came_from(req: &Request) -> String {
 /// The login page for a browser whose login is gone: the page it was on
 /// comes back after the login, and a form's fields (the steering text, an
 /// answer) are carried back into it — never sent on their own.
-async fn login_again(req: Request) -> Response {
+async fn login_again(req: Request, token_at: String) -> Response {
     use axum::extract::FromRequest;
     let next = came_from(&req);
     let kept: Vec<(String, String)> = if is_write(req.method()) {
@@ -72,6 +72,7 @@ async fn login_again(req: Request) -> Response {
         } else {
             "Your login has ended, so that was not done. Log in again: you go back to the page, with what you typed put back in the form."
         },
+        &token_at,
     );
     (StatusCode::UNAUTHORIZED, axum::response::Html(page)).into_response()
 }
@@ -120,7 +121,7 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
         // the login page, which takes it back where it was and, for a form
         // it sent, with what it typed (nothing was done).
         if !api {
-            return login_again(req).await;
+            return login_again(req, c.auth.where_token()).await;
         }
         return refuse(
             api,

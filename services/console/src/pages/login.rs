@@ -9,7 +9,8 @@ pub const KEEP: &str = "keep.";
 
 /// The login page: a token field, the page to go back to, and the fields
 /// of a form the login interrupted, carried along.
-pub fn login_form(next: &str, kept: &[(String, String)], why: &str) -> String {
+/// `token_at` says where the token is ([`crate::auth::Auth::where_token`]).
+pub fn login_form(next: &str, kept: &[(String, String)], why: &str, token_at: &str) -> String {
     let mut hidden = String::new();
     let mut shown = String::new();
     if crate::auth::local_path(next) {
@@ -45,7 +46,7 @@ pub fn login_form(next: &str, kept: &[(String, String)], why: &str) -> String {
     crate::html::page_plain(
         "Log in",
         &format!(
-            "{why}<form method=\"post\" action=\"/login\" class=\"stack\" id=\"login\">{hidden}<label>Console token (in <code>.xo/console.token</code>, or the chart's Secret)<input name=\"token\" type=\"password\" autocomplete=\"off\" required></label><button type=\"submit\">Log in</button></form>{kept}"
+            "{why}<form method=\"post\" action=\"/login\" class=\"stack\" id=\"login\">{hidden}<label>Console token (in {token_at})<input name=\"token\" type=\"password\" autocomplete=\"off\" required></label><button type=\"submit\">Log in</button></form>{kept}"
         ),
     )
 }
@@ -55,7 +56,7 @@ pub(crate) async fn login_page(State(c): State<Shared>, Query(q): Q) -> Response
         return login_with(&c, t, &q);
     }
     let next = q.get("next").map(String::as_str).unwrap_or("/");
-    Html(login_form(next, &[], "")).into_response()
+    Html(login_form(next, &[], "", &c.auth.where_token())).into_response()
 }
 
 /// Sets the cookie and goes back: to `next` (a path on this console),
