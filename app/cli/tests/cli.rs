@@ -486,7 +486,10 @@ fn the_demo_steers_a_stall_and_a_loop_and_completes() {
 
 /// `xo up --demo --keep`: the console's URL is printed, and after the goal
 /// the fabric and the console stay up (the demo's tasks and units are there
-/// to look at) until ctrl-c, which stops it cleanly.
+/// to look at) until ctrl-c, which stops it cleanly. Whole: its bus is
+/// served to `xo units` in the directory, the pages of services it does not
+/// run say so (not a wait for an answer that never comes), and the login
+/// names the token's file.
 #[test]
 fn the_kept_demo_serves_its_console_until_ctrl_c() {
     use std::io::BufRead;
@@ -553,6 +556,34 @@ fn the_kept_demo_serves_its_console_until_ctrl_c() {
     assert_eq!(done, 6, "{tasks}");
     let units = get("/api/v1/units");
     assert!(units.as_array().unwrap().len() >= 3, "{units}");
+    let page = |path: &str| -> (u16, String) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let r = reqwest::Client::new()
+                .get(format!("{url}{path}"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        })
+    };
+    for (path, service) in [("/containers", "fleet"), ("/reviews", "review")] {
+        let (status, body) = page(path);
+        assert_eq!(status, 503, "{path}: {body}");
+        assert!(
+            body.contains("is not running") && body.contains(&format!("xo serve {service}")),
+            "{path} says what is not running: {body}"
+        );
+    }
+    let (_, login) = page("/login");
+    assert!(login.contains("<code>.xo/demo/console.token</code>"), "{login}");
+    let o = run(dir.path(), &["units"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("coder-1"), "{}", text(&o.stdout));
     let out = interrupt(child);
     let mut rest = String::new();
     let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
