@@ -580,7 +580,10 @@ fn the_kept_demo_serves_its_console_until_ctrl_c() {
         );
     }
     let (_, login) = page("/login");
-    assert!(login.contains("<code>.xo/demo/console.token</code>"), "{login}");
+    assert!(
+        login.contains("<code>.xo/demo/console.token</code>"),
+        "{login}"
+    );
     let o = run(dir.path(), &["units"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("coder-1"), "{}", text(&o.stdout));

@@ -432,12 +432,12 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
     login(&b, &up).await;
     b.goto(&format!("{}/", up.url)).await.unwrap();
     wait_text(&b, "#live", "live").await;
-    let send = |unit: &str, health: &str, cost: f64| {
+    let send_as = |unit: &str, health: &str, cost: f64, tsp: u32, ended: bool| {
         let report = json!({
             "v": 1,
             "unit": {"unit": unit, "role": "coder", "pace": "primary"},
-            "status": {"health": health, "note": "cannot reach the registry"},
-            "activity": {"step": "working", "turns_since_progress": 1},
+            "status": {"health": health, "note": "cannot reach the registry", "ended": ended},
+            "activity": {"step": "working", "turns_since_progress": tsp},
             "size": {"context_tokens": 10000, "context_limit": 100000},
             "equipment": {"cost_usd": cost},
             "time": {"turn": 1, "seq": 1, "at": 1}
@@ -453,6 +453,7 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
+    let send = |unit: &str, health: &str, cost: f64| send_as(unit, health, cost, 1, false);
     // Green first, red last: the page still shows red on top.
     send("calm-1", "green", 0.3);
     b.wait()
@@ -510,6 +511,33 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
     click(&b, "th a[data-sort='cost']").await;
     wait_text(&b, "th[aria-sort='descending'] a[data-sort='cost']", "").await;
     assert_eq!(order().await, json!(["calm-1", "Hot-2", "warm-3"]));
+    // Live, in triage order: a red unit 280 turns without progress goes
+    // above the red one of 1; a unit whose task ended red is idle, last.
+    b.goto(&format!("{}/", up.url)).await.unwrap();
+    wait_text(&b, "#live", "live").await;
+    send_as("Looping-4", "red", 0.4, 280, false);
+    send_as("Done-5", "red", 0.5, 0, true);
+    b.wait()
+        .for_element(Locator::Id("unit-Done-5"))
+        .await
+        .unwrap();
+    b.wait()
+        .for_element(Locator::Id("unit-Looping-4"))
+        .await
+        .unwrap();
+    wait_text(&b, "#count-idle", "1 idle").await;
+    wait_text(&b, "#count-red", "2 red").await;
+    assert_eq!(
+        order().await,
+        json!(["Looping-4", "Hot-2", "warm-3", "calm-1", "Done-5"])
+    );
+    assert!(text_of(&b, "#unit-Done-5").await.contains("idle"));
+    b.refresh().await.unwrap();
+    assert_eq!(
+        order().await,
+        json!(["Looping-4", "Hot-2", "warm-3", "calm-1", "Done-5"]),
+        "the server's order is the same"
+    );
     // A role seen in the fleet (not in xo.toml) can be tuned in Settings,
     // its thresholds filled with the default profile's values.
     let ops = json!({

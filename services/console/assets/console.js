@@ -19,13 +19,24 @@
     return t.content.firstElementChild;
   }
 
+  // The triage buckets, in the server's order (fleet.rs BUCKETS).
+  const BUCKETS = ["red", "amber", "stale", "green", "idle"];
+  // Triage order within the table: bucket, then the most steered, then the
+  // longest without progress (fleet.rs sort_units).
+  function before(a, b) {
+    const k = (r) => [Number(r.dataset.rank), -Number(r.dataset.steered || 0), -Number(r.dataset.tsp || 0)];
+    const x = k(a), y = k(b);
+    for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return x[i] < y[i];
+    return false;
+  }
+
   const table = document.querySelector("table[data-live]");
   const mode = table ? table.dataset.live : null;
   const params = new URLSearchParams(location.search);
   function matches(u) {
     const role = params.get("role"), health = params.get("health"), q = params.get("q");
     if (role && u.role !== role) return false;
-    if (health && ["red", "amber", "stale", "green"][Math.min(u.rank, 3)] !== health) return false;
+    if (health && BUCKETS[Math.min(u.rank, BUCKETS.length - 1)] !== health) return false;
     if (q && u.unit.toLowerCase().indexOf(q.toLowerCase()) < 0) return false;
     return true;
   }
@@ -48,12 +59,13 @@
         const place = () => {
           if (mode !== "fleet" || (table.dataset.sort || "health") !== "health" || params.get("dir") === "desc") return null;
           for (const r of tbody.rows) {
-            if (r !== tr && Number(r.dataset.rank) > u.rank) return r;
+            if (r !== tr && before(tr, r)) return r;
           }
           return null;
         };
         if (old) {
-          if (Number(old.dataset.rank) === u.rank || mode !== "fleet") old.replaceWith(tr);
+          const same = ["rank", "steered", "tsp"].every((k) => old.dataset[k] === tr.dataset[k]);
+          if (same || mode !== "fleet") old.replaceWith(tr);
           else { old.remove(); tbody.insertBefore(tr, place()); }
         } else {
           tbody.insertBefore(tr, place());
@@ -64,7 +76,7 @@
         }
         tr.classList.add("flash-row");
         if (!params.get("health") && !params.get("role") && !params.get("q")) {
-          ["red", "amber", "stale", "green"].forEach((h, rank) => {
+          BUCKETS.forEach((h, rank) => {
             const c = document.querySelector("#count-" + h + " b");
             if (c) c.textContent = String(tbody.querySelectorAll('tr[data-rank="' + rank + '"]').length);
           });

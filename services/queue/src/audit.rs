@@ -243,10 +243,7 @@ pub type Unshipped = (Vec<(String, Vec<bytes::Bytes>)>, Vec<String>);
 /// project and its store records, in the file's order. A project whose
 /// copy differs from its file is left as it is and named in the second
 /// list (`xo audit verify` says where they part).
-pub fn unshipped(
-    data_dir: &Path,
-    store: &[bytes::Bytes],
-) -> std::io::Result<Unshipped> {
+pub fn unshipped(data_dir: &Path, store: &[bytes::Bytes]) -> std::io::Result<Unshipped> {
     let (mut ship, mut differ) = (Vec::new(), Vec::new());
     let entries = match std::fs::read_dir(data_dir) {
         Ok(e) => e,

@@ -5,30 +5,33 @@ use super::*;
 
 /// One row of the fleet table (the script renders the same cells).
 /// Triage order (seed: the operator looks at red first): 0 red (the XO's
-/// assessment or the unit's own), 1 amber, 2 not heard from (stale, or its
-/// reports refused), 3 the rest.
+/// assessment or the unit's own), 1 amber, 2 not heard from (stale, as
+/// `xo units` calls it, or its reports refused: its colour is of its last
+/// report, not of now), 3 the rest, 4 idle (its task or session ended and
+/// it has not reported since: the colour of a finished task is no alarm).
+/// A unit that needs a person keeps its colour (and is sorted first).
 pub fn severity(u: &UnitSummary) -> u8 {
     use xo_proto::Health;
-    if u.health == Health::Red || u.self_health == Health::Red {
+    if u.ended && u.needs.is_none() {
+        4
+    } else if u.stale || u.refused_reports >= 3 {
+        2
+    } else if u.health == Health::Red || u.self_health == Health::Red {
         0
     } else if u.health == Health::Amber || u.self_health == Health::Amber {
         1
-    } else if u.stale || u.refused_reports >= 3 {
-        2
     } else {
         3
     }
 }
 
-/// The triage bucket of a severity: what the count badges and the health
+/// The triage buckets, in order: what the count badges and the health
 /// filter group by.
+pub(crate) const BUCKETS: [&str; 5] = ["red", "amber", "stale", "green", "idle"];
+
+/// The triage bucket of a severity.
 pub(crate) fn bucket(rank: u8) -> &'static str {
-    match rank {
-        0 => "red",
-        1 => "amber",
-        2 => "stale",
-        _ => "green",
-    }
+    BUCKETS[usize::from(rank).min(BUCKETS.len() - 1)]
 }
 
 /// Steered this many times and still red or amber: the steering is not
@@ -66,15 +69,23 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
     } else {
         format!("{}×", u.steering_sent)
     };
+    let health_cell = if rank == 4 {
+        format!(
+            "<span class=\"health idle\" title=\"its task or session ended and it has not reported since; its last assessment was {h}\">idle</span>"
+        )
+    } else {
+        format!("<span class=\"health {h}\">{h}</span>")
+    };
     format!(
-        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\">\
+        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\" data-steered=\"{n_steered}\" data-tsp=\"{tsp}\">\
 <td><a href=\"/units/{id}\">{id}</a></td><td>{role}</td>\
-<td><span class=\"health {h}\">{h}</span>{own_badge}{stale}</td><td class=\"pace\">{pace}</td>\
+<td>{health_cell}{own_badge}{stale}</td><td class=\"pace\">{pace}</td>\
 <td class=\"num fill\">{fill:.0}%</td><td class=\"num tsp\">{tsp}</td><td class=\"num cost\">${cost:.4}</td>\
 <td class=\"task\">{task}</td><td class=\"num steered\">{steered}</td>\
 <td class=\"steer\">{last}</td><td class=\"seen\">{seen}</td></tr>",
         id = esc(&u.unit),
         role = esc(&u.role),
+        n_steered = u.steering_sent,
         own_badge = if u.self_health != u.health && u.self_health != xo_proto::Health::Green {
             format!(
                 " <span class=\"badge self {own}\" title=\"the unit reported itself {own}\">self: {own}</span>{note}",
@@ -104,7 +115,7 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
                 xo_runtime::clock::hh_mm(t)
             )
         } else if u.ended {
-            " <span class=\"badge ended\">ended</span>".to_string()
+            " <span class=\"badge ended\">task ended</span>".to_string()
         } else {
             String::new()
         } + &unreadable(u.unreadable),
@@ -154,8 +165,21 @@ pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
                 .map(|s| s.1)
                 .cmp(&b.last_steering.map(|s| s.1)),
             "seen" => a.last_seen.cmp(&b.last_seen),
-            // Triage: a unit that needs a person first, then by health.
-            _ => (a.needs.is_none(), severity(a)).cmp(&(b.needs.is_none(), severity(b))),
+            // Triage: a unit that needs a person first, then by bucket;
+            // within one, the most steered, then the longest without
+            // progress (the looper of 280 turns before a blip of 3).
+            _ => {
+                use std::cmp::Reverse;
+                let key = |u: &UnitSummary| {
+                    (
+                        u.needs.is_none(),
+                        severity(u),
+                        Reverse(u.steering_sent),
+                        Reverse(u.turns_since_progress),
+                    )
+                };
+                key(a).cmp(&key(b))
+            }
         };
         let o = if desc { o.reverse() } else { o };
         o.then_with(|| a.unit.cmp(&b.unit))
@@ -224,21 +248,18 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
         )
     };
     let role_opts: String = roles.iter().map(|r| opt(r, role)).collect();
-    let health_opts: String = ["red", "amber", "green", "stale"]
-        .iter()
-        .map(|h| opt(h, health))
-        .collect();
-    let mut counts = [0usize; 4];
+    let health_opts: String = BUCKETS.iter().map(|h| opt(h, health)).collect();
+    let mut counts = [0usize; BUCKETS.len()];
     for u in units {
-        counts[usize::from(severity(u))] += 1;
+        counts[usize::from(severity(u)).min(BUCKETS.len() - 1)] += 1;
     }
-    let count = |h: &str| match h {
-        "red" => counts[0],
-        "amber" => counts[1],
-        "stale" => counts[2],
-        _ => counts[3],
+    let count = |h: &str| {
+        BUCKETS
+            .iter()
+            .position(|b| *b == h)
+            .map_or(0, |i| counts[i])
     };
-    let badges: String = ["red", "amber", "green", "stale"]
+    let badges: String = BUCKETS
         .iter()
         .map(|h| {
             let on = health.is_some_and(|x| x == h);

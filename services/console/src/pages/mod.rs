@@ -748,23 +748,59 @@ mod tests {
         steered.task_id = Some("t-7".into());
         steered.last_steering = Some((xo_proto::AnomalyKind::Context, 1));
         steered.cost_usd = 3.0;
+        // Its task ended red minutes ago and it has not reported since:
+        // idle, not an alarm.
+        let mut done = unit("done-6", Red);
+        done.ended = true;
+        done.task_id = Some("t-9".into());
+        // Red when it went silent: counted stale, as `xo units` calls it.
+        let mut gone = unit("gone-7", Red);
+        gone.stale = true;
+        // Within red: the one looping for 280 turns, steered 4 times, before
+        // a blip of 3 turns steered once.
+        let mut looper = unit("zz-loop-8", Red);
+        looper.steering_sent = 4;
+        looper.turns_since_progress = 280;
+        let mut blip = unit("aa-blip-9", Red);
+        blip.steering_sent = 1;
+        blip.turns_since_progress = 3;
         let units = vec![
             unit("alpha-1", Green),
             stale,
             steered,
             self_red,
             unit("Red-3", Red),
+            done,
+            gone,
+            blip,
+            looper,
         ];
         let q = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
             kv.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        // Red (the XO's or the unit's own), then amber, then stale, then the rest.
+        // Red (the XO's or the unit's own; the most steered, then the
+        // longest without progress first), then amber, then stale, then the
+        // rest, then the idle.
         let body = fleet_body(&units, &q(&[]), now);
         assert_eq!(
             order(&body),
-            ["Red-3", "hot-2", "Full-5", "quiet-4", "alpha-1"]
+            [
+                "zz-loop-8",
+                "aa-blip-9",
+                "Red-3",
+                "hot-2",
+                "Full-5",
+                "gone-7",
+                "quiet-4",
+                "alpha-1",
+                "done-6"
+            ]
+        );
+        assert!(
+            body.contains("data-rank=\"4\"") && body.contains(">idle</span>"),
+            "{body}"
         );
         assert!(body.contains("title=\"the unit reported itself red\">self: red</span>"));
         // Steered 60 times and still amber: the steering is not working.
@@ -786,10 +822,13 @@ mod tests {
             body.contains("id=\"count-red\" href=\"/?health=red\""),
             "{body}"
         );
-        assert!(body.contains("<b>2</b> red</a>"));
-        assert!(body.contains("<b>1</b> amber</a>") && body.contains("<b>1</b> stale</a>"));
+        assert!(body.contains("<b>4</b> red</a>"), "{body}");
+        assert!(body.contains("<b>1</b> amber</a>") && body.contains("<b>2</b> stale</a>"));
+        assert!(body.contains("<b>1</b> idle</a>"));
         let reds = fleet_body(&units, &q(&[("health", "red")]), now);
-        assert_eq!(order(&reds), ["Red-3", "hot-2"]);
+        assert_eq!(order(&reds), ["zz-loop-8", "aa-blip-9", "Red-3", "hot-2"]);
+        let idle = fleet_body(&units, &q(&[("health", "idle")]), now);
+        assert_eq!(order(&idle), ["done-6"]);
         assert!(
             reds.contains("class=\"health red on\" id=\"count-red\" href=\"/?\""),
             "clicking again clears it"
@@ -811,7 +850,17 @@ mod tests {
         let by_name = fleet_body(&units, &q(&[("sort", "unit"), ("role", "coder")]), now);
         assert_eq!(
             order(&by_name),
-            ["Full-5", "Red-3", "alpha-1", "hot-2", "quiet-4"]
+            [
+                "Full-5",
+                "Red-3",
+                "aa-blip-9",
+                "alpha-1",
+                "done-6",
+                "gone-7",
+                "hot-2",
+                "quiet-4",
+                "zz-loop-8"
+            ]
         );
         assert!(
             by_name.contains("href=\"/?dir=desc&amp;role=coder&amp;sort=unit\""),
@@ -820,7 +869,7 @@ mod tests {
         // An unknown column falls back to triage order.
         assert_eq!(
             order(&fleet_body(&units, &q(&[("sort", "bogus")]), now))[0],
-            "Red-3"
+            "zz-loop-8"
         );
     }
     use xo_proto::Health;
