@@ -327,6 +327,27 @@ pub struct SteerUnit {
     pub severity: Severity,
 }
 
+/// The longest steering message an operator may send, in characters: the
+/// agent reads it on its next turn, beside its work (say what to do, not
+/// the whole log).
+pub const MAX_STEERING_CHARS: usize = 4_000;
+
+impl SteerUnit {
+    /// What is wrong with this request, in plain words (empty, too long).
+    pub fn check(&self) -> Result<(), String> {
+        if self.message.trim().is_empty() {
+            return Err("the steering message is empty: say what the unit should do".into());
+        }
+        let n = self.message.chars().count();
+        if n > MAX_STEERING_CHARS {
+            return Err(format!(
+                "the steering message is {n} characters; at most {MAX_STEERING_CHARS}: the agent reads it on its next turn, so say what to do, not the whole log"
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn default_operator_severity() -> Severity {
     Severity::Warning
 }
@@ -507,6 +528,22 @@ crate::api! {
 #[cfg(test)]
 mod tests {
     use super::SteeringMinute;
+
+    /// An operator's steering is refused empty or over the bound, counted
+    /// in characters (not bytes), in plain words.
+    #[test]
+    fn a_steering_is_refused_empty_or_too_long() {
+        let steer = |m: String| super::SteerUnit {
+            unit: "u".into(),
+            message: m,
+            severity: crate::Severity::Warning,
+        };
+        assert!(steer("  ".into()).check().unwrap_err().contains("empty"));
+        let at_bound = "é".repeat(super::MAX_STEERING_CHARS);
+        assert_eq!(steer(at_bound.clone()).check(), Ok(()));
+        let why = steer(at_bound + "!").check().unwrap_err();
+        assert!(why.contains("is 4001 characters; at most 4000"), "{why}");
+    }
 
     /// Sharded supervisors' minutes add up by minute and kind, in order.
     #[test]

@@ -1366,3 +1366,89 @@ async fn a_unit_that_needs_you_is_counted_in_the_header_listed_and_first() {
     }
     panic!("the header still counts a unit that moved");
 }
+
+/// A steering message over the bound is refused in plain words with what
+/// was typed back in the form (nothing sent); a form too large to read is
+/// refused in plain words too (never the extractor's type names); an
+/// unknown severity is named.
+#[tokio::test]
+async fn an_oversized_steering_is_refused_in_plain_words_keeping_what_was_typed() {
+    let up = Up::start(&[]).await;
+    let report = json!({
+        "v": 1,
+        "unit": {"unit": "big-1", "role": "coder", "pace": "primary"},
+        "status": {"health": "green"},
+        "time": {"turn": 1, "seq": 1, "at": 1}
+    });
+    let file = write(up.root.path(), "big.json", &report);
+    assert!(
+        up.cli(&["report", file.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let token = up.token.clone();
+    let page = |r: reqwest::RequestBuilder| {
+        let token = token.clone();
+        async move {
+            let r = r.bearer_auth(&token).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let mut unit_page = (0, String::new());
+    for _ in 0..200 {
+        unit_page = page(up.http.get(format!("{}/units/big-1", up.url))).await;
+        if unit_page.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(unit_page.0, 200, "{}", unit_page.1);
+    let csrf = unit_page
+        .1
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the steer form's csrf")
+        .to_string();
+    let steer = |message: String, severity: &str| {
+        up.http
+            .post(format!("{}/ui/units/big-1/steer", up.url))
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("message", message.as_str()),
+                ("severity", severity),
+            ])
+    };
+    let long = format!("KEPT-LONG {}", "x".repeat(5_000));
+    let (status, body) = page(steer(long.clone(), "warning")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("is 5010 characters; at most 4000"),
+        "said in plain words: {body}"
+    );
+    assert!(
+        body.contains(&format!(">{long}</textarea>")),
+        "what was typed is back in the form"
+    );
+    assert!(body.contains("it has not been sent"));
+    let (status, body) = page(steer("look at the tests".into(), "loud")).await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("severity &quot;loud&quot;: use info, warning, urgent or critical"),
+        "{body}"
+    );
+    assert!(body.contains(">look at the tests</textarea>"));
+    // Too large to read at all.
+    let (status, body) = page(steer("y".repeat(3 << 20), "warning")).await;
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body.contains("larger than the console takes") && !body.contains("Failed to buffer"),
+        "{body}"
+    );
+    // A message within the bound is sent.
+    let (status, body) = page(steer("run the tests".into(), "warning")).await;
+    assert!(status == 200 || status == 303, "{status}: {body}");
+    assert!(body.contains("steering sent to big-1"), "{body}");
+}

@@ -262,11 +262,8 @@ impl RootState {
                 let _ = port.send(detail);
             }
             SupervisorApi::Steer(q, port) => {
-                let reply = if q.message.trim().is_empty() {
-                    Err(ServiceError::new(
-                        ErrorCode::Invalid,
-                        "steering message is empty",
-                    ))
+                let reply = if let Err(why) = q.check() {
+                    Err(ServiceError::new(ErrorCode::Invalid, why))
                 } else {
                     match self.units.get(&q.unit) {
                         None => Err(not_found(&q.unit)),

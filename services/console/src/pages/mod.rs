@@ -188,12 +188,34 @@ impl axum::extract::FromRequest<Shared> for UiForm {
     async fn from_request(req: axum::extract::Request, c: &Shared) -> Result<Self, Response> {
         let Form(form) = Form::<Vec<(String, String)>>::from_request(req, c)
             .await
-            .map_err(IntoResponse::into_response)?;
+            .map_err(unreadable_form)?;
         if !csrf_ok(c, &form) {
             return Err(refused_csrf());
         }
         Ok(UiForm(form))
     }
+}
+
+/// A form the console could not read, in plain words (not the
+/// extractor's): too large, or not a form; nothing was done.
+fn unreadable_form(rejection: axum::extract::rejection::FormRejection) -> Response {
+    let status = rejection.status();
+    let why = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        "What was sent is larger than the console takes (2 MB), so nothing was done. Go back: what you typed is still in the page; shorten it (a steering message is at most 4000 characters) and send it again.".to_string()
+    } else {
+        format!(
+            "The console could not read what was sent as a form ({}), so nothing was done. Go back and send it again from the page.",
+            status.canonical_reason().unwrap_or("unreadable")
+        )
+    };
+    let body = crate::html::page_plain(
+        "Not sent",
+        &format!(
+            "<p class=\"flash error\" id=\"unreadable-form\">{}</p>",
+            esc(&why)
+        ),
+    );
+    (status, Html(body)).into_response()
 }
 
 /// A form field's value (the last one wins, like a checkbox after its hidden default).

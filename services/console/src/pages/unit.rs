@@ -214,16 +214,17 @@ pub(crate) async fn unit(
         body.push_str(&format!(
             "<section><h2>Steer</h2><form method=\"post\" action=\"/ui/units/{u}/steer\" id=\"steer-form\" class=\"stack\">\
 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-{kept_note}<label>Message (sent as <code>[SUPERVISOR]</code> steering on <code>xo.steer.{u}</code>)<textarea name=\"message\" rows=\"3\" required>{kept}</textarea></label>\
+{kept_note}<label>Message (sent as <code>[SUPERVISOR]</code> steering on <code>xo.steer.{u}</code>; at most {max} characters)<textarea name=\"message\" rows=\"3\" required>{kept}</textarea></label>\
 <label>Severity <select name=\"severity\">{options}</select></label>\
 <button type=\"submit\">Send steering</button></form></section>",
             u = esc(&unit),
             csrf = esc(f.csrf),
             kept = esc(kept_message),
+            max = xo_proto::control::MAX_STEERING_CHARS,
             kept_note = if kept_message.is_empty() {
                 ""
             } else {
-                "<p class=\"flash ok\" id=\"kept-note\">What you typed before logging in again is back in the form; it has not been sent.</p>"
+                "<p class=\"flash ok\" id=\"kept-note\">What you typed is back in the form; it has not been sent.</p>"
             },
             options = ["info", "warning", "urgent", "critical"]
                 .iter()
@@ -244,35 +245,50 @@ pub(crate) async fn ui_steer(
 ) -> Response {
     let to = format!("/units/{}", enc(&unit));
     let get = |k: &str| field(&form, k).unwrap_or_default();
-    let message = get("message");
-    if message.trim().is_empty() {
-        return back(
-            &to,
-            Err("the steering message is empty: say what the unit should do".into()),
-        );
-    }
-    let severity: Severity = match serde_json::from_value(Value::String(get("severity"))) {
-        Ok(s) => s,
-        Err(_) => {
-            return back(
-                &to,
-                Err("severity: use info, warning, urgent or critical".into()),
-            );
+    let (message, severity_text) = (get("message"), get("severity"));
+    // Refused (by this check or the XO's): the page again, what was typed
+    // back in the form, nothing sent.
+    let refused = |why: String| {
+        let mut q = BTreeMap::new();
+        q.insert(format!("{KEEP}message"), message.clone());
+        q.insert(format!("{KEEP}severity"), severity_text.clone());
+        q.insert("sig".into(), flash_sig(false, &why));
+        q.insert("error".into(), why);
+        let c = c.clone();
+        let unit = unit.clone();
+        async move {
+            let mut r = self::unit(State(c), Path(unit), Query(q)).await;
+            if r.status() == StatusCode::OK {
+                *r.status_mut() = StatusCode::BAD_REQUEST;
+            }
+            r
         }
     };
-    let r = c
-        .call(&SteerUnit {
-            unit,
-            message,
-            severity,
-        })
-        .await
-        .map(|s| {
-            format!(
+    let severity: Severity = match serde_json::from_value(Value::String(severity_text.clone())) {
+        Ok(s) => s,
+        Err(_) => {
+            return refused(format!(
+                "severity {severity_text:?}: use info, warning, urgent or critical"
+            ))
+            .await;
+        }
+    };
+    let req = SteerUnit {
+        unit: unit.clone(),
+        message: message.clone(),
+        severity,
+    };
+    if let Err(why) = req.check() {
+        return refused(why).await;
+    }
+    match c.call(&req).await {
+        Ok(s) => back(
+            &to,
+            Ok(format!(
                 "{} steering sent to {} at its turn {}: its agent sees it on its next turn",
                 s.severity, s.unit, s.turn
-            )
-        })
-        .map_err(|e| e.message);
-    back(&to, r)
+            )),
+        ),
+        Err(e) => refused(e.message).await,
+    }
 }
