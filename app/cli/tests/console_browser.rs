@@ -898,6 +898,16 @@ async fn the_queue_is_set_up_from_the_page() {
     .await;
     click(&b, "form[action='/ui/queue/init'] input[name='force']").await;
     submit("/ui/queue/init").await;
+    // "Start over" asks first, saying what it drops (here: nothing yet).
+    wait_text(&b, "#confirm", "Start over?").await;
+    assert!(
+        text_of(&b, "#confirm")
+            .await
+            .contains("drops no goal and no task"),
+        "{}",
+        text_of(&b, "#confirm").await
+    );
+    click(&b, "#confirm button").await;
     wait_text(&b, ".flash.ok", "initialised").await;
     assert!(text_of(&b, ".flash.ok").await.contains("MANUAL"));
 
@@ -1041,6 +1051,25 @@ async fn the_queue_is_set_up_from_the_page() {
     click(&b, "#confirm button").await;
     wait_text(&b, ".flash.ok", "web1 is cancelled").await;
     assert_eq!(up.task_state("web1").await, "cancelled");
+    // Starting over names what it drops, and only the confirmation drops it.
+    b.goto(&format!("{}/queue", up.url)).await.unwrap();
+    b.execute("document.getElementById('setup').open = true;", vec![])
+        .await
+        .unwrap();
+    click(&b, "form[action='/ui/queue/init'] input[name='force']").await;
+    click(&b, "form[action='/ui/queue/init'] button").await;
+    wait_text(&b, "#confirm", "Start over?").await;
+    let said = text_of(&b, "#confirm").await;
+    assert!(
+        said.contains("drops the goal “a greeting file” and its one task (1 cancelled)"),
+        "{said}"
+    );
+    let all = up.api(reqwest::Method::GET, "/tasks", Value::Null).await;
+    assert_eq!(all.as_array().unwrap().len(), 1, "not yet");
+    click(&b, "#confirm button").await;
+    wait_text(&b, ".flash.ok", "initialised").await;
+    let all = up.api(reqwest::Method::GET, "/tasks", Value::Null).await;
+    assert!(all.as_array().unwrap().is_empty(), "{all}");
     b.close().await.unwrap();
 }
 

@@ -19,6 +19,9 @@ pub(crate) async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
     let manual = status.mode == ExecutionMode::Manual;
     let fresh = status.halt_reason.is_none();
     let mut body = String::new();
+    if q.get("confirm").is_some_and(|v| v == "start-over") && !f.read_only {
+        body.push_str(&start_over_confirm(&f, &status, &tasks, &q));
+    }
     if let Some(stuck) = &status.stuck {
         body.push_str(&format!(
             "<p class=\"flash error\" id=\"stuck\" role=\"alert\">Stuck: {}</p>",
@@ -120,6 +123,48 @@ pub(crate) async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
         body.push_str("</tbody></table></div></section>");
     }
     ok_page(&f, &body)
+}
+
+/// "Start over" asks first, naming what is lost: the goal and every task
+/// by state (their records; the audit log keeps its lines).
+fn start_over_confirm(
+    f: &Frame<'_>,
+    status: &xo_proto::queue::QueueStatus,
+    tasks: &[xo_proto::queue::TaskRecord],
+    q: &BTreeMap<String, String>,
+) -> String {
+    let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in tasks {
+        *by_state.entry(t.state.as_str()).or_default() += 1;
+    }
+    let states: Vec<String> = by_state.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    let goal = if status.goal.description.is_empty() {
+        "no goal".to_string()
+    } else {
+        format!("the goal “{}”", esc(&status.goal.description))
+    };
+    let tasks_lost = if tasks.is_empty() {
+        "no task".to_string()
+    } else if tasks.len() == 1 {
+        format!("its one task ({})", states.join(", "))
+    } else {
+        format!("all {} tasks ({})", tasks.len(), states.join(", "))
+    };
+    let keep = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    format!(
+        "<section class=\"confirm\" id=\"confirm\"><p><b>Start over?</b> This drops {goal} and {tasks_lost}, with their results; running agents are stopped. The audit log keeps its lines.</p>{yes} <a href=\"/queue\">Keep them</a></section>",
+        yes = action(
+            f,
+            "/ui/queue/init",
+            &format!(
+                "<input type=\"hidden\" name=\"force\" value=\"on\"><input type=\"hidden\" name=\"confirm\" value=\"yes\"><input type=\"hidden\" name=\"mode\" value=\"{}\"><input type=\"hidden\" name=\"manager\" value=\"{}\">",
+                esc(keep("mode")),
+                esc(keep("manager"))
+            ),
+            "Yes, start over",
+            "danger"
+        ),
+    )
 }
 
 /// Seed 004: everything from the web. Initialise the queue, set the goal
@@ -310,6 +355,19 @@ pub(crate) async fn ui_queue(
     let reason = field(&form, "reason")
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "halted from the console".into());
+    // Destructive: "start over" is confirmed on the queue page first.
+    if verb == "init"
+        && field(&form, "force").is_some_and(|v| !v.is_empty())
+        && field(&form, "confirm").as_deref() != Some("yes")
+    {
+        let v = |k: &str| field(&form, k).unwrap_or_default();
+        return Redirect::to(&format!(
+            "/queue?confirm=start-over&mode={}&manager={}",
+            enc(&v("mode")),
+            enc(&v("manager"))
+        ))
+        .into_response();
+    }
     if matches!(verb.as_str(), "init" | "goal" | "enqueue") {
         return back("/queue", setup_request(&c, &verb, &form).await);
     }
