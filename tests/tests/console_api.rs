@@ -1433,7 +1433,7 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
         .unwrap();
     assert!(page.contains("<h2>Changes</h2>"), "{page}");
     assert!(
-        page.contains(&format!("branch <code>xo/{id}</code> · 1 files")),
+        page.contains(&format!("branch <code>xo/{id}</code> · 1 file,")),
         "{page}"
     );
     assert!(page.contains("brought to main 2222222222bbbb"), "{page}");
