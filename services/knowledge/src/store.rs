@@ -295,6 +295,11 @@ impl KnowledgeStore {
                 d.status.as_str()
             )));
         }
+        if !accept && note.trim().is_empty() {
+            return Err(KnowledgeError::Refused(format!(
+                "rejecting {id} needs a note: say why, so whoever wrote it (a reviewer, an agent) learns what was wrong"
+            )));
+        }
         let before = d.status;
         d.needs_user_review = false;
         d.status = if accept {
@@ -759,5 +764,31 @@ mod tests {
             + count_tokens(&injection(tables));
         let one = s.select_for(None, &about, budget);
         assert_eq!(one.docs, vec!["domain/tables".to_string()]);
+    }
+
+    /// A document awaiting review is rejected only with a note saying why
+    /// (and is left awaiting without one); accepted with or without.
+    #[test]
+    fn a_rejection_needs_a_note() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = KnowledgeStore::open(tmp.path()).unwrap();
+        let mut d = doc(Category::Lessons, "commas", &["no trailing commas"]);
+        d.needs_user_review = true;
+        let id = s.put(d, Author::Internaliser, None).unwrap().id();
+        let e = s.review(&id, false, "ana", "  ").unwrap_err().to_string();
+        assert!(e.contains("needs a note"), "{e}");
+        assert!(s.get(&id).unwrap().needs_user_review, "still awaiting");
+        let (after, _) = s
+            .review(&id, false, "ana", "says the opposite of the style guide")
+            .unwrap();
+        assert_eq!(after.status, DocStatus::Deprecated);
+        assert!(
+            after
+                .changelog
+                .last()
+                .unwrap()
+                .what
+                .contains("rejected in review: says the opposite")
+        );
     }
 }
