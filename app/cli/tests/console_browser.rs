@@ -971,8 +971,32 @@ async fn the_queue_is_set_up_from_the_page() {
         "write hello.txt",
     )
     .await;
+    click(
+        &b,
+        "form[action='/ui/queue/enqueue'] select[name='lane'] option:nth-child(4)",
+    )
+    .await;
     submit("/ui/queue/enqueue").await;
     wait_text(&b, ".flash.error", "task id").await;
+    // What was typed is back in the form, nothing enqueued.
+    wait_text(&b, "#enqueue-kept", "nothing was enqueued").await;
+    let kept = b
+        .execute(
+            "const f = document.querySelector(\"form[action='/ui/queue/enqueue']\"); return ['task_id','intent','instructions','lane'].map(n => f.elements[n].value);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        json!(["bad id", "greet", "write hello.txt", "critical"]),
+        "every field as typed"
+    );
+    click(
+        &b,
+        "form[action='/ui/queue/enqueue'] select[name='lane'] option:nth-child(2)",
+    )
+    .await;
 
     fill(
         "form[action='/ui/queue/enqueue'] input[name='task_id']",

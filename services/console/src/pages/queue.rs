@@ -82,7 +82,7 @@ pub(crate) async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
             String::new()
         },
     ));
-    body.push_str(&setup_forms(&f, &status, tasks.is_empty()));
+    body.push_str(&setup_forms(&f, &status, tasks.is_empty(), &q));
     for (state, title) in [
         (TaskState::AwaitingResponse, "Awaiting an answer"),
         (TaskState::Blocked, "Blocked"),
@@ -170,15 +170,21 @@ fn start_over_confirm(
 /// Seed 004: everything from the web. Initialise the queue, set the goal
 /// and enqueue a task from the Queue page (the same requests as
 /// `xo init`, `xo goal` and `xo enqueue`); open until there is a goal and a task.
+/// A refused enqueue comes back with every field as it was typed (`q`'s
+/// `keep.` values), the set-up open on it.
 pub(crate) fn setup_forms(
     f: &Frame<'_>,
     status: &xo_proto::queue::QueueStatus,
     no_tasks: bool,
+    q: &BTreeMap<String, String>,
 ) -> String {
     if f.read_only {
         return String::new();
     }
-    let fresh = status.goal.description.is_empty() || no_tasks;
+    let kept = |k: &str| q.get(&format!("{KEEP}{k}")).map(String::as_str);
+    let typed = |k: &str, default: &str| esc(kept(k).unwrap_or(default));
+    let refused = kept("task_id").is_some();
+    let fresh = status.goal.description.is_empty() || no_tasks || refused;
     let open = if fresh { " open" } else { "" };
     let init = action(
         f,
@@ -203,22 +209,44 @@ pub(crate) fn setup_forms(
         "Set goal",
         "",
     );
-    let lanes: String = ["functional", "planned", "cleanup", "critical"]
-        .iter()
-        .map(|l| format!("<option>{l}</option>"))
-        .collect();
+    let options = |all: &[&str], chosen: Option<&str>| -> String {
+        all.iter()
+            .map(|o| {
+                format!(
+                    "<option{}>{o}</option>",
+                    if chosen == Some(*o) { " selected" } else { "" }
+                )
+            })
+            .collect()
+    };
+    let lanes = options(
+        &["functional", "planned", "cleanup", "critical"],
+        kept("lane"),
+    );
+    let profiles = options(&["standard", "long", "extended"], kept("timeout_profile"));
     let enqueue = action(
         f,
         "/ui/queue/enqueue",
         &format!(
-            "<input name=\"task_id\" placeholder=\"task id\" required size=\"10\">\
-             <input name=\"role\" placeholder=\"role\" value=\"coder\" size=\"8\">\
-             <input name=\"intent\" placeholder=\"intent (one line)\" required size=\"28\">\
-             <textarea name=\"instructions\" placeholder=\"instructions\" rows=\"2\" required></textarea>\
-             <textarea name=\"criteria\" placeholder=\"acceptance criteria, one per line (file exists: PATH, file contains: PATH :: TEXT, command succeeds: CMD, …)\" rows=\"2\"></textarea>\
+            "{note}<input name=\"task_id\" placeholder=\"task id\" aria-label=\"task id\" required size=\"10\" value=\"{id}\">\
+             <input name=\"role\" placeholder=\"role\" aria-label=\"role\" value=\"{role}\" size=\"8\">\
+             <input name=\"intent\" placeholder=\"intent (one line)\" aria-label=\"intent\" required size=\"28\" value=\"{intent}\">\
+             <textarea name=\"instructions\" placeholder=\"instructions\" aria-label=\"instructions\" rows=\"2\" required>{instructions}</textarea>\
+             <textarea name=\"criteria\" placeholder=\"acceptance criteria, one per line (file exists: PATH, file contains: PATH :: TEXT, command succeeds: CMD, …)\" aria-label=\"acceptance criteria\" rows=\"2\">{criteria}</textarea>\
              <label>lane <select name=\"lane\">{lanes}</select></label>\
-             <label>timeout <select name=\"timeout_profile\"><option>standard</option><option>long</option><option>extended</option></select></label>\
-             <input name=\"project\" placeholder=\"project (the goal's)\" size=\"12\">"
+             <label>timeout <select name=\"timeout_profile\">{profiles}</select></label>\
+             <input name=\"project\" placeholder=\"project (the goal's)\" aria-label=\"project\" size=\"12\" value=\"{project}\">",
+            note = if refused {
+                "<p class=\"flash ok\" id=\"enqueue-kept\">What you typed is back in the form; nothing was enqueued.</p>"
+            } else {
+                ""
+            },
+            id = typed("task_id", ""),
+            role = typed("role", "coder"),
+            intent = typed("intent", ""),
+            instructions = typed("instructions", ""),
+            criteria = typed("criteria", ""),
+            project = typed("project", ""),
         ),
         "Enqueue",
         "",
@@ -368,7 +396,28 @@ pub(crate) async fn ui_queue(
         ))
         .into_response();
     }
-    if matches!(verb.as_str(), "init" | "goal" | "enqueue") {
+    if verb == "enqueue" {
+        return match setup_request(&c, &verb, &form).await {
+            Ok(m) => back("/queue", Ok(m)),
+            // Refused: the page again with every field as typed.
+            Err(why) => {
+                let mut q: BTreeMap<String, String> = form
+                    .iter()
+                    .filter(|(k, _)| k != "csrf")
+                    .map(|(k, v)| (format!("{KEEP}{k}"), v.clone()))
+                    .collect();
+                q.entry(format!("{KEEP}task_id")).or_default();
+                q.insert("sig".into(), flash_sig(false, &why));
+                q.insert("error".into(), why);
+                let mut r = queue(State(c), Query(q)).await;
+                if r.status() == StatusCode::OK {
+                    *r.status_mut() = StatusCode::BAD_REQUEST;
+                }
+                r
+            }
+        };
+    }
+    if matches!(verb.as_str(), "init" | "goal") {
         return back("/queue", setup_request(&c, &verb, &form).await);
     }
     let r = match verb.as_str() {
