@@ -327,6 +327,61 @@ pub struct SteerUnit {
     pub severity: Severity,
 }
 
+/// An operator's acknowledgement of a unit in trouble: seen, and in hand
+/// (`by`, `why`) until `until`. The console sinks it below the units of
+/// its colour nobody has acknowledged; it lapses at `until`, or as soon as
+/// the unit gets worse than it was (its health worse than `health`, or it
+/// starts to need a person), and does not come back by itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Acknowledged {
+    pub by: String,
+    pub why: String,
+    /// When it was given, and until when it holds (ms since the epoch).
+    pub at: u64,
+    pub until: u64,
+    /// The unit's health when it was given.
+    pub health: crate::Health,
+}
+
+/// Acknowledges a unit (`xo ack UNIT`, the console's unit page).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AckUnit {
+    pub unit: String,
+    /// Who acknowledges (the console's operator, the CLI's user).
+    pub by: String,
+    /// Why: what is being done about it.
+    pub why: String,
+    /// For how long, in milliseconds (at most a week).
+    pub for_ms: u64,
+}
+
+/// How long an acknowledgement holds when none is said: 30 minutes.
+pub const ACK_DEFAULT_MS: u64 = 30 * 60_000;
+
+/// The longest an acknowledgement holds: a week.
+pub const MAX_ACK_MS: u64 = 7 * 24 * 3_600_000;
+
+impl AckUnit {
+    /// What is wrong with this request, in plain words.
+    pub fn check(&self) -> Result<(), String> {
+        if self.why.trim().is_empty() {
+            return Err(
+                "an acknowledgement needs a why: say what is being done about the unit".into(),
+            );
+        }
+        if self.why.chars().count() > 500 {
+            return Err("the why of an acknowledgement is at most 500 characters".into());
+        }
+        if self.for_ms < 60_000 || self.for_ms > MAX_ACK_MS {
+            return Err(format!(
+                "an acknowledgement holds from 1 minute to 7 days, not {} ms",
+                self.for_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The longest steering message an operator may send, in characters: the
 /// agent reads it on its next turn, beside its work (say what to do, not
 /// the whole log).
@@ -404,6 +459,9 @@ pub struct UnitSummary {
     /// report's `status.unreadable`): not steered on them.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unreadable: u64,
+    /// An operator's acknowledgement in force (`xo ack`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack: Option<Acknowledged>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -521,6 +579,7 @@ crate::api! {
         Units(ListUnits) => "units" -> Vec<UnitSummary>;
         Unit(ShowUnit) => "unit" -> UnitDetail;
         Steer(SteerUnit) => "steer" -> Steering;
+        Ack(AckUnit) => "ack" -> UnitSummary;
         Stats(SupervisorStats) => "stats" -> StatsReply;
     }
 }

@@ -896,6 +896,80 @@ async fn control_api_and_operator_steering() {
     assert!(err.to_string().contains("empty"), "{err}");
 }
 
+/// An operator's acknowledgement (`xo ack`): it holds until its time is
+/// up, lapses as soon as the unit gets worse (here: silent, so stale and
+/// red), and does not come back when the unit recovers; one without a why,
+/// for no time or for a unit nobody knows is refused, saying so.
+#[tokio::test]
+async fn an_acknowledgement_holds_until_its_time_or_until_the_unit_gets_worse() {
+    use xo_proto::control::AckUnit;
+    let sb = Sandbox::start(&[("supervisor.stale_after_ms", "300000")]).await;
+    let mut sub = sb.steering("u1").await;
+    sb.exchange(&mut sub, &report("u1", 1)).await;
+    let ack = |why: &str, for_ms: u64| AckUnit {
+        unit: "u1".into(),
+        by: "ana".into(),
+        why: why.into(),
+        for_ms,
+    };
+    let s = typed::call(
+        &sb.client,
+        &sb.subjects,
+        &ack("rebuilding the cache", 120_000),
+        T,
+    )
+    .await
+    .unwrap();
+    let a = s.ack.expect("in force");
+    assert_eq!(
+        (a.by.as_str(), a.why.as_str()),
+        ("ana", "rebuilding the cache")
+    );
+    assert_eq!(a.until - a.at, 120_000);
+    assert_eq!(a.health, Health::Green);
+    sb.clock.advance(Duration::from_secs(60));
+    sb.sup().tick().await;
+    assert!(
+        sb.show("u1").await.unwrap().summary.ack.is_some(),
+        "1 of 2 minutes"
+    );
+    sb.clock.advance(Duration::from_secs(60));
+    sb.sup().tick().await;
+    assert_eq!(
+        sb.show("u1").await.unwrap().summary.ack,
+        None,
+        "its time is up"
+    );
+    // Worse: silent past stale_after, the unit is stale and red.
+    typed::call(&sb.client, &sb.subjects, &ack("on it", 86_400_000), T)
+        .await
+        .unwrap();
+    sb.clock.advance(Duration::from_secs(301));
+    sb.sup().tick().await;
+    let d = sb.show("u1").await.unwrap().summary;
+    assert!(d.stale && d.health == Health::Red, "{d:?}");
+    assert_eq!(d.ack, None, "lapsed: the unit got worse");
+    // Back, it is not acknowledged again by itself.
+    sb.exchange(&mut sub, &report("u1", 2)).await;
+    assert_eq!(sb.show("u1").await.unwrap().summary.ack, None);
+    for (req, says) in [
+        (ack("  ", 60_000), "needs a why"),
+        (ack("x", 0), "from 1 minute to 7 days"),
+        (
+            AckUnit {
+                unit: "ghost".into(),
+                ..ack("x", 60_000)
+            },
+            "unit not found: ghost",
+        ),
+    ] {
+        let err = typed::call(&sb.client, &sb.subjects, &req, T)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(says), "{err}");
+    }
+}
+
 /// A burst of reports from units the supervisor has never seen: every report
 /// is evaluated in its unit's order, none taken for a duplicate (a unit's
 /// first reports and its later ones reach its watcher by one path).

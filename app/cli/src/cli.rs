@@ -82,6 +82,21 @@ pub enum Cmd {
         #[arg(long, default_value = "warning")]
         severity: String,
     },
+    /// Acknowledge a unit in trouble: in hand, and why. It sinks below the
+    /// units of its colour nobody has acknowledged, until the time is up or
+    /// it gets worse.
+    Ack {
+        unit: String,
+        /// What is being done about it.
+        #[arg(long)]
+        why: String,
+        /// For how long: 30m, 2h, 1d (1 minute to 7 days).
+        #[arg(long = "for", default_value = "30m")]
+        for_: String,
+        /// Who acknowledges (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+    },
     /// Recorded agent runs (claude, cursor, codex, openhands, swe-agent) as
     /// SALUTE JSON lines on stdout, one report a turn.
     Import {

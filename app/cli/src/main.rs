@@ -156,6 +156,12 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             text,
             severity,
         } => ops::steer(&cfg, unit, text, &severity).await,
+        Cmd::Ack {
+            unit,
+            why,
+            for_,
+            by,
+        } => ops::ack(&cfg, unit, why, &for_, by).await,
         Cmd::Radio {
             cmd:
                 RadioCmd::Replay {

@@ -206,6 +206,15 @@ fn table(units: &[UnitSummary]) -> String {
                 u.unreadable
             ));
         }
+        if let Some(a) = &u.ack {
+            out.pop();
+            out.push_str(&format!(
+                " · acked by {} until {}: {}\n",
+                a.by,
+                xo_runtime::clock::hh_mm(a.until),
+                a.why
+            ));
+        }
     }
     out
 }
@@ -319,6 +328,42 @@ pub async fn steer(
     )
     .await?;
     outln!("sent {} to {}: {}", s.id, s.unit, s.message);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `xo ack UNIT --why TEXT [--for 30m] [--by NAME]`.
+pub async fn ack(
+    cfg: &XoConfig,
+    unit: String,
+    why: String,
+    for_: &str,
+    by: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let for_ms = xo_runtime::clock::parse_ms(for_)
+        .ok_or_else(|| anyhow::anyhow!("--for {for_:?}: a duration such as 30m, 2h or 1d"))?;
+    let by = by
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|b| !b.trim().is_empty())
+        .unwrap_or_else(|| "cli".into());
+    let req = xo_proto::control::AckUnit {
+        unit,
+        by,
+        why,
+        for_ms,
+    };
+    req.check().map_err(anyhow::Error::msg)?;
+    let bus = client_bus(cfg).await?;
+    let s = typed::call(&bus, &cfg.subjects(), &req, TIMEOUT).await?;
+    match s.ack {
+        Some(a) => outln!(
+            "{} acknowledged by {} until {}: {}",
+            s.unit,
+            a.by,
+            xo_runtime::clock::rfc3339(a.until),
+            a.why
+        ),
+        None => outln!("{} acknowledged", s.unit),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

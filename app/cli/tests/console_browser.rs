@@ -1423,7 +1423,8 @@ async fn a_unit_that_needs_you_is_counted_in_the_header_listed_and_first() {
 /// A steering message over the bound is refused in plain words with what
 /// was typed back in the form (nothing sent); a form too large to read is
 /// refused in plain words too (never the extractor's type names); an
-/// unknown severity is named.
+/// unknown severity is named. Then the unit is acknowledged from its page
+/// and over the API: said on the page, its fleet row and in `xo units`.
 #[tokio::test]
 async fn an_oversized_steering_is_refused_in_plain_words_keeping_what_was_typed() {
     let up = Up::start(&[]).await;
@@ -1504,4 +1505,43 @@ async fn an_oversized_steering_is_refused_in_plain_words_keeping_what_was_typed(
     let (status, body) = page(steer("run the tests".into(), "warning")).await;
     assert!(status == 200 || status == 303, "{status}: {body}");
     assert!(body.contains("steering sent to big-1"), "{body}");
+
+    // Acknowledged from the page: said on it and on its fleet row; one
+    // without a why is refused, saying so.
+    let ack = |why: &str| {
+        up.http
+            .post(format!("{}/ui/units/big-1/ack", up.url))
+            .form(&[("csrf", csrf.as_str()), ("why", why), ("for", "2h")])
+    };
+    let (_, body) = page(ack(" ")).await;
+    assert!(body.contains("an acknowledgement needs a why"), "{body}");
+    let (_, body) = page(ack("watching the registry outage")).await;
+    assert!(
+        body.contains("big-1 acknowledged until") && body.contains("id=\"ack-now\""),
+        "{body}"
+    );
+    let (_, fleet) = page(up.http.get(format!("{}/", up.url))).await;
+    assert!(
+        fleet.contains("acked by console until") && fleet.contains("watching the registry outage"),
+        "{fleet}"
+    );
+    // Over the API, naming who.
+    let r = up
+        .http
+        .post(format!("{}/api/v1/units/big-1/ack", up.url))
+        .bearer_auth(&up.token)
+        .json(&json!({"why": "paged the owner", "for_ms": 600000, "by": "ana"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["ack"]["by"], "ana");
+    assert_eq!(v["ack"]["why"], "paged the owner");
+    let o = up.cli(&["units"]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("acked by ana until") && out.contains("paged the owner"),
+        "{out}"
+    );
 }

@@ -76,6 +76,26 @@ pub fn rfc3339(ms: u64) -> String {
     )
 }
 
+/// A duration as people type it: `30m`, `2h`, `1d`, `90s`, `1500ms`, or
+/// plain milliseconds; `None` when it is none of these.
+pub fn parse_ms(raw: &str) -> Option<u64> {
+    let t = raw.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = t.strip_suffix('d') {
+        (n, 86_400_000)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3_600_000)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1_000)
+    } else {
+        (t, 1)
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

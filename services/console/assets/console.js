@@ -21,10 +21,10 @@
 
   // The triage buckets, in the server's order (fleet.rs BUCKETS).
   const BUCKETS = ["red", "amber", "stale", "green", "idle"];
-  // Triage order within the table: bucket, then the most steered, then the
-  // longest without progress (fleet.rs sort_units).
+  // Triage order within the table: bucket, the unacknowledged first, then
+  // the most steered, then the longest without progress (fleet.rs sort_units).
   function before(a, b) {
-    const k = (r) => [Number(r.dataset.rank), -Number(r.dataset.steered || 0), -Number(r.dataset.tsp || 0)];
+    const k = (r) => [Number(r.dataset.rank), Number(r.dataset.acked || 0), -Number(r.dataset.steered || 0), -Number(r.dataset.tsp || 0)];
     const x = k(a), y = k(b);
     for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return x[i] < y[i];
     return false;
@@ -64,7 +64,7 @@
           return null;
         };
         if (old) {
-          const same = ["rank", "steered", "tsp"].every((k) => old.dataset[k] === tr.dataset[k]);
+          const same = ["rank", "acked", "steered", "tsp"].every((k) => old.dataset[k] === tr.dataset[k]);
           if (same || mode !== "fleet") old.replaceWith(tr);
           else { old.remove(); tbody.insertBefore(tr, place()); }
         } else {

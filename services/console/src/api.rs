@@ -277,6 +277,12 @@ fn api_routes() -> ApiRouter<Shared> {
             post_with(steer, |o| o.summary("Send [SUPERVISOR] steering to a unit")),
         )
         .api_route(
+            "/units/{unit}/ack",
+            post_with(ack, |o| {
+                o.summary("Acknowledge a unit: in hand, by whom, why, for how long")
+            }),
+        )
+        .api_route(
             "/stats",
             get_with(stats, |o| o.summary("The supervisor's counters")),
         )
@@ -511,6 +517,38 @@ async fn steer(
         },
     )
     .await
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AckBody {
+    /// What is being done about the unit.
+    why: String,
+    /// For how long, in milliseconds (default 30 minutes; 1 minute to 7 days).
+    #[serde(default)]
+    for_ms: Option<u64>,
+    /// Who acknowledges (default: `api`).
+    #[serde(default)]
+    by: Option<String>,
+}
+
+async fn ack(
+    State(c): State<Shared>,
+    Path(UnitPath { unit }): Path<UnitPath>,
+    JsonBody(b): JsonBody<AckBody>,
+) -> ApiResult<UnitSummary> {
+    id("unit", &unit)?;
+    let req = xo_proto::control::AckUnit {
+        unit,
+        by: b
+            .by
+            .filter(|b| !b.trim().is_empty())
+            .unwrap_or_else(|| "api".into()),
+        why: b.why,
+        for_ms: b.for_ms.unwrap_or(xo_proto::control::ACK_DEFAULT_MS),
+    };
+    req.check().map_err(ApiError::invalid)?;
+    call(&c, req).await
 }
 
 async fn stats(State(c): State<Shared>) -> ApiResult<xo_proto::control::StatsReply> {

@@ -82,6 +82,10 @@ impl FrontState {
                 let unit = q.unit.clone();
                 let _ = port.send(self.at_owner(&unit, q, SupervisorApi::Steer).await);
             }
+            SupervisorApi::Ack(q, port) => {
+                let unit = q.unit.clone();
+                let _ = port.send(self.at_owner(&unit, q, SupervisorApi::Ack).await);
+            }
             SupervisorApi::Stats(q, port) => {
                 let _ = port.send(self.stats(q).await);
             }

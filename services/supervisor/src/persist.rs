@@ -72,6 +72,9 @@ pub struct UnitRecord {
     pub unsent: Vec<Steering>,
     pub steering_sent: u64,
     pub restarts: u32,
+    /// An operator's acknowledgement (`xo ack`), until it lapses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack: Option<xo_proto::control::Acknowledged>,
 }
 
 impl UnitRecord {
@@ -109,6 +112,7 @@ impl UnitRecord {
             unsent: Vec::new(),
             steering_sent: 0,
             restarts: 0,
+            ack: None,
         }
     }
 }

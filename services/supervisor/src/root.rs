@@ -287,6 +287,32 @@ impl RootState {
                 };
                 let _ = port.send(reply);
             }
+            SupervisorApi::Ack(q, port) => {
+                let reply = if let Err(why) = q.check() {
+                    Err(ServiceError::new(ErrorCode::Invalid, why))
+                } else {
+                    match self.units.get(&q.unit) {
+                        None => Err(not_found(&q.unit)),
+                        Some(c) => {
+                            let unit = q.unit.clone();
+                            match self.groups[c.group]
+                                .call(
+                                    |p| GroupMsg::Unit(unit, WatcherMsg::Ack(q, p)),
+                                    Some(ASK_GROUP),
+                                )
+                                .await
+                            {
+                                Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
+                                _ => Err(ServiceError::new(
+                                    ErrorCode::Unavailable,
+                                    "watcher did not answer",
+                                )),
+                            }
+                        }
+                    }
+                };
+                let _ = port.send(reply);
+            }
             SupervisorApi::Stats(_, port) => {
                 let _ = port.send(Ok(self.ctx.counters.snapshot(self.units.len() as u64)));
             }

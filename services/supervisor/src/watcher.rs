@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use ractor::RpcReplyPort;
 use tracing::{Instrument, debug, info, info_span, warn};
 use xo_bus::Headers;
-use xo_proto::control::{SteerUnit, UnitDetail, UnitSummary};
+use xo_proto::control::{AckUnit, Acknowledged, SteerUnit, UnitDetail, UnitSummary};
 use xo_proto::steering::STEERING_TAG;
 use xo_proto::{AnomalyKind, Evidence, Health, Heartbeat, SaluteReport, Steering, SteeringSource};
 use xo_radio::Radio;
@@ -30,6 +30,8 @@ pub enum WatcherMsg {
     Summary(RpcReplyPort<UnitSummary>),
     Detail(RpcReplyPort<UnitDetail>),
     Operator(SteerUnit, RpcReplyPort<Steering>),
+    /// An operator acknowledges the unit.
+    Ack(AckUnit, RpcReplyPort<UnitSummary>),
 }
 
 /// Reports refused in a row for their epoch that flag the unit amber.
@@ -170,6 +172,27 @@ impl WatcherState {
             needs: r.radio.needs.as_deref().cloned(),
             waiting_until: r.waiting_until,
             unreadable: r.unreadable,
+            ack: self.ack_in_force(self.ctx.clock.now_ms()),
+        }
+    }
+
+    /// The operator's acknowledgement, while it holds: not past its time,
+    /// the unit no worse than it was (its health, a person needed since).
+    fn ack_in_force(&self, now: u64) -> Option<Acknowledged> {
+        let r = &self.rec;
+        let a = r.ack.as_ref()?;
+        let needs_since = r.radio.needs.as_deref().map(|n| n.since);
+        let worse = r.health > a.health || needs_since.is_some_and(|s| s > a.at);
+        (now < a.until && !worse).then(|| a.clone())
+    }
+
+    /// Drops an acknowledgement that no longer holds, saying why: once
+    /// lapsed it does not come back (the unit getting better again).
+    fn lapse_ack(&mut self, now: u64) {
+        if self.rec.ack.is_some() && self.ack_in_force(now).is_none() {
+            let a = self.rec.ack.take();
+            info!(unit = %self.rec.unit, by = a.as_ref().map(|a| a.by.as_str()).unwrap_or(""), "acknowledgement lapsed (its time is up, or the unit got worse)");
+            self.changed();
         }
     }
 
@@ -577,6 +600,7 @@ impl WatcherState {
             WatcherMsg::Report(report, headers, raw) => {
                 let checked = state.check(*report, &headers, raw);
                 state.steer(checked).await;
+                state.lapse_ack(state.ctx.clock.now_ms());
             }
             WatcherMsg::Received(msg) => {
                 let checked = match decode::decode_report(&state.ctx, &msg) {
@@ -587,6 +611,7 @@ impl WatcherState {
                     }
                 };
                 state.steer(checked).await;
+                state.lapse_ack(state.ctx.clock.now_ms());
             }
             WatcherMsg::Heartbeat(hb) => {
                 WatcherState::seen(&mut state.rec, &state.live, state.ctx.clock.now_ms());
@@ -610,6 +635,7 @@ impl WatcherState {
                     Box::pin(state.send(s)).await;
                     state.save(now);
                 }
+                state.lapse_ack(now);
                 // Still needs a person: a reminder every remind_after.
                 let paged = state.live.paged_at.load(Ordering::Relaxed);
                 let remind = state.ctx.cfg.alerts.remind_after_ms;
@@ -666,6 +692,19 @@ impl WatcherState {
                 Box::pin(state.send(s.clone())).await;
                 state.save(now);
                 let _ = port.send(s);
+            }
+            WatcherMsg::Ack(req, port) => {
+                let now = state.ctx.clock.now_ms();
+                info!(unit = %state.rec.unit, by = %req.by, why = %req.why, for_ms = req.for_ms, "acknowledged by an operator");
+                state.rec.ack = Some(Acknowledged {
+                    by: req.by,
+                    why: req.why,
+                    at: now,
+                    until: now.saturating_add(req.for_ms),
+                    health: state.rec.health,
+                });
+                state.save(now);
+                let _ = port.send(state.summary());
             }
         }
     }

@@ -77,7 +77,7 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         format!("<span class=\"health {h}\">{h}</span>")
     };
     format!(
-        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\" data-steered=\"{n_steered}\" data-tsp=\"{tsp}\">\
+        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\" data-acked=\"{acked}\" data-steered=\"{n_steered}\" data-tsp=\"{tsp}\">\
 <td><a href=\"/units/{id}\">{id}</a></td><td>{role}</td>\
 <td>{health_cell}{own_badge}{stale}</td><td class=\"pace\">{pace}</td>\
 <td class=\"num fill\">{fill:.0}%</td><td class=\"num tsp\">{tsp}</td><td class=\"num cost\">${cost:.4}</td>\
@@ -86,6 +86,7 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         id = esc(&u.unit),
         role = esc(&u.role),
         n_steered = u.steering_sent,
+        acked = u8::from(u.ack.is_some()),
         own_badge = if u.self_health != u.health && u.self_health != xo_proto::Health::Green {
             format!(
                 " <span class=\"badge self {own}\" title=\"the unit reported itself {own}\">self: {own}</span>{note}",
@@ -118,7 +119,8 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
             " <span class=\"badge ended\">task ended</span>".to_string()
         } else {
             String::new()
-        } + &unreadable(u.unreadable),
+        } + &unreadable(u.unreadable)
+            + &acked_badge(u),
         pace = esc(&wire(&u.pace)),
         fill = u.context_fill * 100.0,
         tsp = u.turns_since_progress,
@@ -174,6 +176,8 @@ pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
                     (
                         u.needs.is_none(),
                         severity(u),
+                        // Acknowledged: below those of its colour nobody has.
+                        u.ack.is_some(),
                         Reverse(u.steering_sent),
                         Reverse(u.turns_since_progress),
                     )
@@ -337,6 +341,20 @@ pub(crate) async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
         Ok(units) => ok_page(&f, &fleet_body(&units, &q, now())),
         Err(e) => down(&f, &e),
     }
+}
+
+/// An operator's acknowledgement in force: who, until when, why.
+pub(crate) fn acked_badge(u: &UnitSummary) -> String {
+    let Some(a) = &u.ack else {
+        return String::new();
+    };
+    format!(
+        " <span class=\"badge acked\" title=\"acknowledged by {by}: {why} (it lapses at {until}, or as soon as the unit gets worse)\">acked by {by} until {hhmm}Z</span> <small class=\"note ack-why\">{why}</small>",
+        by = esc(&a.by),
+        why = esc(&a.why),
+        until = xo_runtime::clock::rfc3339(a.until),
+        hhmm = xo_runtime::clock::hh_mm(a.until),
+    )
 }
 
 /// A unit whose sensor could not read some of its records: said, with what

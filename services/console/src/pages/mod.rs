@@ -76,6 +76,7 @@ pub fn routes() -> Router<Shared> {
         .route("/settings", get(settings))
         .route("/login", get(login_page).post(login))
         .route("/ui/units/{unit}/steer", post(ui_steer))
+        .route("/ui/units/{unit}/ack", post(ui_ack))
         .route("/ui/units/{unit}/row", get(unit_row_fragment))
         .route("/ui/queue/{verb}", post(ui_queue))
         .route("/ui/tasks/{id}/{verb}", post(ui_task))
@@ -290,6 +291,7 @@ mod tests {
             needs: None,
             waiting_until: None,
             unreadable: 0,
+            ack: None,
         }
     }
 
@@ -786,6 +788,17 @@ mod tests {
         let mut blip = unit("aa-blip-9", Red);
         blip.steering_sent = 1;
         blip.turns_since_progress = 3;
+        let mut looper2 = looper.clone();
+        looper2.unit = "yy-loop-10".into();
+        // Acknowledged, it sinks below the reds nobody has acknowledged,
+        // its steering count notwithstanding.
+        looper.ack = Some(xo_proto::control::Acknowledged {
+            by: "ana".into(),
+            why: "rebuilding the cache by hand".into(),
+            at: 1,
+            until: now + 600_000,
+            health: Red,
+        });
         let units = vec![
             unit("alpha-1", Green),
             stale,
@@ -796,6 +809,7 @@ mod tests {
             gone,
             blip,
             looper,
+            looper2,
         ];
         let q = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
             kv.iter()
@@ -809,10 +823,11 @@ mod tests {
         assert_eq!(
             order(&body),
             [
-                "zz-loop-8",
+                "yy-loop-10",
                 "aa-blip-9",
                 "Red-3",
                 "hot-2",
+                "zz-loop-8",
                 "Full-5",
                 "gone-7",
                 "quiet-4",
@@ -822,6 +837,10 @@ mod tests {
         );
         assert!(
             body.contains("data-rank=\"4\"") && body.contains(">idle</span>"),
+            "{body}"
+        );
+        assert!(
+            body.contains(">acked by ana until ") && body.contains("rebuilding the cache by hand"),
             "{body}"
         );
         assert!(body.contains("title=\"the unit reported itself red\">self: red</span>"));
@@ -844,11 +863,14 @@ mod tests {
             body.contains("id=\"count-red\" href=\"/?health=red\""),
             "{body}"
         );
-        assert!(body.contains("<b>4</b> red</a>"), "{body}");
+        assert!(body.contains("<b>5</b> red</a>"), "{body}");
         assert!(body.contains("<b>1</b> amber</a>") && body.contains("<b>2</b> stale</a>"));
         assert!(body.contains("<b>1</b> idle</a>"));
         let reds = fleet_body(&units, &q(&[("health", "red")]), now);
-        assert_eq!(order(&reds), ["zz-loop-8", "aa-blip-9", "Red-3", "hot-2"]);
+        assert_eq!(
+            order(&reds),
+            ["yy-loop-10", "aa-blip-9", "Red-3", "hot-2", "zz-loop-8"]
+        );
         let idle = fleet_body(&units, &q(&[("health", "idle")]), now);
         assert_eq!(order(&idle), ["done-6"]);
         assert!(
@@ -881,6 +903,7 @@ mod tests {
                 "gone-7",
                 "hot-2",
                 "quiet-4",
+                "yy-loop-10",
                 "zz-loop-8"
             ]
         );
@@ -891,7 +914,7 @@ mod tests {
         // An unknown column falls back to triage order.
         assert_eq!(
             order(&fleet_body(&units, &q(&[("sort", "bogus")]), now))[0],
-            "zz-loop-8"
+            "yy-loop-10"
         );
     }
     use xo_proto::Health;
@@ -1011,6 +1034,7 @@ mod tests {
             needs: None,
             waiting_until: None,
             unreadable: 0,
+            ack: None,
         };
         let units = vec![
             u("a-1", "coder", Health::Green),

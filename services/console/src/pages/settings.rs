@@ -13,23 +13,7 @@ pub(crate) fn human_ms(ms: u64) -> String {
     format!("{ms}ms")
 }
 
-/// A duration typed by a person: `30m`, `2h`, `90s`, `1500ms`, or plain
-/// milliseconds.
-pub(crate) fn parse_ms(raw: &str) -> Option<u64> {
-    let t = raw.trim();
-    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3_600_000)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60_000)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1_000)
-    } else {
-        (t, 1)
-    };
-    num.trim().parse::<u64>().ok()?.checked_mul(mult)
-}
+pub(crate) use xo_runtime::clock::parse_ms;
 
 /// A key's value when the settings do not set it: xo.toml's, or for a
 /// role xo.toml does not name (one seen in the fleet), the default role's.

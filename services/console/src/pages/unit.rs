@@ -216,11 +216,27 @@ pub(crate) async fn unit(
 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
 {kept_note}<label>Message (sent as <code>[SUPERVISOR]</code> steering on <code>xo.steer.{u}</code>; at most {max} characters)<textarea name=\"message\" rows=\"3\" required>{kept}</textarea></label>\
 <label>Severity <select name=\"severity\">{options}</select></label>\
-<button type=\"submit\">Send steering</button></form></section>",
+<button type=\"submit\">Send steering</button></form></section>\
+<section><h2>Acknowledge</h2><p class=\"summary\">{ack_now}Seen, and in hand: the unit sinks below those of its colour nobody has acknowledged, until the time is up or it gets worse.</p><form method=\"post\" action=\"/ui/units/{u}/ack\" id=\"ack-form\" class=\"stack\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+<label>Why (what is being done about it) <input name=\"why\" required maxlength=\"500\"></label>\
+<label>For <select name=\"for\"><option value=\"30m\">30 minutes</option><option value=\"2h\">2 hours</option><option value=\"8h\">8 hours</option><option value=\"24h\">a day</option></select></label>\
+<button type=\"submit\">Acknowledge</button></form></section>",
             u = esc(&unit),
             csrf = esc(f.csrf),
             kept = esc(kept_message),
             max = xo_proto::control::MAX_STEERING_CHARS,
+            ack_now = d
+                .summary
+                .ack
+                .as_ref()
+                .map(|a| format!(
+                    "<b id=\"ack-now\">Acknowledged by {} until {}Z: {}.</b> ",
+                    esc(&a.by),
+                    xo_runtime::clock::hh_mm(a.until),
+                    esc(&a.why)
+                ))
+                .unwrap_or_default(),
             kept_note = if kept_message.is_empty() {
                 ""
             } else {
@@ -291,4 +307,47 @@ pub(crate) async fn ui_steer(
         ),
         Err(e) => refused(e.message).await,
     }
+}
+
+pub(crate) async fn ui_ack(
+    State(c): State<Shared>,
+    Path(unit): Path<String>,
+    UiForm(form): UiForm,
+) -> Response {
+    let to = format!("/units/{}", enc(&unit));
+    let for_ms = match field(&form, "for").filter(|f| !f.is_empty()) {
+        None => xo_proto::control::ACK_DEFAULT_MS,
+        Some(f) => match parse_ms(&f) {
+            Some(ms) => ms,
+            None => {
+                return back(
+                    &to,
+                    Err(format!("for {f:?}: a duration such as 30m, 2h or 24h")),
+                );
+            }
+        },
+    };
+    let req = xo_proto::control::AckUnit {
+        unit,
+        by: "console".into(),
+        why: field(&form, "why").unwrap_or_default().trim().to_string(),
+        for_ms,
+    };
+    if let Err(why) = req.check() {
+        return back(&to, Err(why));
+    }
+    let r = c
+        .call(&req)
+        .await
+        .map(|s| match s.ack {
+            Some(a) => format!(
+                "{} acknowledged until {}Z: {}",
+                s.unit,
+                xo_runtime::clock::hh_mm(a.until),
+                a.why
+            ),
+            None => format!("{} acknowledged", s.unit),
+        })
+        .map_err(|e| e.message);
+    back(&to, r)
 }
