@@ -291,8 +291,69 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
     );
     wait_text(&b, "#count-green", "1").await;
     shot(&b, "fleet").await;
-    // Readable at phone width too.
+    // White on every health colour passes WCAG AA (4.5:1).
+    let ratios = b
+        .execute(
+            r#"const lum = (c) => { const v = c.match(/\d+/g).slice(0, 3).map(Number).map(x => { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); }); return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
+               return ['green', 'amber', 'red'].map(h => { const e = document.createElement('span'); e.className = 'health ' + h; document.body.appendChild(e); const s = getComputedStyle(e); const r = (lum(s.color) + 0.05) / (lum(s.backgroundColor) + 0.05); e.remove(); return r; });"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    for r in ratios.as_array().unwrap() {
+        assert!(r.as_f64().unwrap() >= 4.5, "contrast {ratios}");
+    }
+    // The keyboard's first stop skips to the content.
+    b.goto(&format!("{}/", up.url)).await.unwrap();
+    b.find(Locator::Css("body"))
+        .await
+        .unwrap()
+        .send_keys(&fantoccini::key::Key::Tab.to_string())
+        .await
+        .unwrap();
+    let first = b
+        .execute("return document.activeElement.className;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(first, json!("skip"));
+    b.active_element()
+        .await
+        .unwrap()
+        .send_keys(&fantoccini::key::Key::Enter.to_string())
+        .await
+        .unwrap();
+    let at = b
+        .execute("return document.activeElement.id;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(at, json!("main"));
+    wait_text(&b, "#unit-web-1", "50%").await;
+    // On a phone: the header on one row, the fleet as cards (unit, health,
+    // task shown; the columns that do not fit hidden), nothing wider than
+    // the screen.
     b.set_window_size(390, 844).await.unwrap();
+    let phone = b
+        .execute(
+            "const r = document.getElementById('unit-web-1'); const shown = (sel) => { const e = r.querySelector(sel); return !!e && e.offsetWidth > 0; };
+             return [document.querySelector('header').offsetHeight, document.documentElement.scrollWidth <= window.innerWidth, shown('td:nth-child(1)'), shown('td:nth-child(3)'), shown('td.task'), shown('td.cost'), document.querySelector('#units thead').offsetHeight];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let p = phone.as_array().unwrap();
+    assert!(p[0].as_f64().unwrap() < 60.0, "header on one row: {phone}");
+    assert_eq!(
+        &p[1..],
+        &[
+            json!(true),
+            json!(true),
+            json!(true),
+            json!(true),
+            json!(false),
+            json!(0)
+        ],
+        "{phone}"
+    );
     shot(&b, "fleet-phone").await;
     b.set_window_size(1280, 800).await.unwrap();
 

@@ -110,8 +110,8 @@ pub fn page(f: &Frame<'_>, body: &str) -> String {
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
 <meta name=\"xo-csrf\" content=\"{csrf}\"><meta name=\"xo-read-only\" content=\"{ro_flag}\">\
 <title>{title} · XO</title><link rel=\"stylesheet\" href=\"/assets/console.css\"></head>\
-<body><header><span class=\"brand\">XO</span><nav>{nav}</nav>{ro}<span id=\"live\" class=\"live\" title=\"live updates\">offline</span></header>\
-<main><h1>{title}</h1>{flash}{body}</main><script src=\"/assets/console.js\" defer></script></body></html>",
+<body><a class=\"skip\" href=\"#main\">Skip to the content</a><header><span class=\"brand\">XO</span><nav aria-label=\"pages\">{nav}</nav>{ro}<span id=\"live\" class=\"live\" title=\"live updates\">offline</span></header>\
+<main id=\"main\" tabindex=\"-1\"><h1>{title}</h1>{flash}{body}</main><script src=\"/assets/console.js\" defer></script></body></html>",
         csrf = esc(f.csrf),
         ro_flag = f.read_only,
         title = esc(f.title),
