@@ -325,6 +325,9 @@ pub struct SteerUnit {
     pub message: String,
     #[serde(default = "default_operator_severity")]
     pub severity: Severity,
+    /// Who steers (the console's operator, the CLI's user), for the audit.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 /// An operator's acknowledgement of a unit in trouble: seen, and in hand
@@ -596,6 +599,7 @@ mod tests {
             unit: "u".into(),
             message: m,
             severity: crate::Severity::Warning,
+            by: String::new(),
         };
         assert!(steer("  ".into()).check().unwrap_err().contains("empty"));
         let at_bound = "é".repeat(super::MAX_STEERING_CHARS);

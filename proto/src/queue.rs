@@ -673,13 +673,17 @@ pub enum EventName {
     TaskYielded,
     /// The operator accepted or rejected a knowledge document awaiting review.
     KnowledgeReviewed,
+    /// An operator steered a unit (after: the unit, who, the message).
+    OperatorSteering,
+    /// An operator acknowledged a unit (after: the unit, who, why, until).
+    UnitAcknowledged,
     /// A name from a newer peer (never sent by this build).
     #[serde(other)]
     Unknown,
 }
 
 impl EventName {
-    pub const ALL: [EventName; 27] = [
+    pub const ALL: [EventName; 29] = [
         Self::Init,
         Self::GoalSet,
         Self::Enqueue,
@@ -707,6 +711,8 @@ impl EventName {
         Self::TaskInterrupted,
         Self::TaskYielded,
         Self::KnowledgeReviewed,
+        Self::OperatorSteering,
+        Self::UnitAcknowledged,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -738,6 +744,8 @@ impl EventName {
             Self::TaskInterrupted => "TASK_INTERRUPTED",
             Self::TaskYielded => "TASK_YIELDED",
             Self::KnowledgeReviewed => "KNOWLEDGE_REVIEWED",
+            Self::OperatorSteering => "OPERATOR_STEERING",
+            Self::UnitAcknowledged => "UNIT_ACKNOWLEDGED",
             Self::Unknown => "UNKNOWN",
         }
     }
@@ -1304,6 +1312,21 @@ pub struct RecordKnowledgeReview {
     pub after: serde_json::Value,
 }
 
+/// An operator's action on a unit, for the goal's project audit (the
+/// supervisor asks, once the action is done): `OPERATOR_STEERING` or
+/// `UNIT_ACKNOWLEDGED`, naming the unit and who.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecordOperatorAction {
+    pub unit: String,
+    /// `steer` or `ack`.
+    pub action: String,
+    pub by: String,
+    /// What was done: the steering's message and severity, or the
+    /// acknowledgement's why and until.
+    pub detail: serde_json::Value,
+}
+
 /// Check a project's audit chain.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1362,6 +1385,7 @@ crate::api! {
         AuditVerify(AuditVerify) => "audit_verify" -> AuditCheck;
         /// Replies once the audit line is durable.
         KnowledgeReviewed(RecordKnowledgeReview) => "knowledge_reviewed" -> ();
+        OperatorAction(RecordOperatorAction) => "operator_action" -> ();
         /// The operator settings, their `xo.toml` defaults and the keys that may be set.
         Settings(crate::settings::GetSettings) => "settings" -> crate::settings::SettingsView;
         PutSettings(crate::settings::PutSettings) => "settings_put" -> crate::settings::SettingsView;

@@ -858,6 +858,7 @@ async fn control_api_and_operator_steering() {
             unit: "ghost".into(),
             message: "hi".into(),
             severity: Severity::Info,
+            by: String::new(),
         },
         T,
     )
@@ -873,6 +874,7 @@ async fn control_api_and_operator_steering() {
             unit: "u1".into(),
             message: "rebase on main first".into(),
             severity: Severity::Urgent,
+            by: String::new(),
         },
         T,
     )
@@ -888,6 +890,7 @@ async fn control_api_and_operator_steering() {
             unit: "u1".into(),
             message: "  ".into(),
             severity: Severity::Info,
+            by: String::new(),
         },
         T,
     )

@@ -323,6 +323,7 @@ pub async fn steer(
             unit,
             message: text,
             severity,
+            by: std::env::var("USER").unwrap_or_default(),
         },
         TIMEOUT,
     )

@@ -226,6 +226,7 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
                 unit: unit(i),
                 message: "rebase on main".into(),
                 severity: Severity::Warning,
+                by: String::new(),
             },
             T,
         )

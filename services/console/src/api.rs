@@ -495,6 +495,9 @@ struct SteerBody {
     message: String,
     #[serde(default)]
     severity: Option<Severity>,
+    /// Who steers (default: `api`), for the audit.
+    #[serde(default)]
+    by: Option<String>,
 }
 
 async fn steer(
@@ -514,6 +517,10 @@ async fn steer(
             unit,
             message: b.message,
             severity: b.severity.unwrap_or(Severity::Warning),
+            by: b
+                .by
+                .filter(|b| !b.trim().is_empty())
+                .unwrap_or_else(|| "api".into()),
         },
     )
     .await

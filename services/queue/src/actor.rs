@@ -711,6 +711,38 @@ impl State {
                 self.answer(c, reply, Ok(()));
                 return false;
             }
+            QueueApi::OperatorAction(q, reply) => {
+                let event = match q.action.as_str() {
+                    "steer" => EventName::OperatorSteering,
+                    "ack" => EventName::UnitAcknowledged,
+                    other => {
+                        let e = ServiceError::new(
+                            ErrorCode::Invalid,
+                            format!("operator action {other:?}: steer or ack"),
+                        );
+                        self.answer(Changes::default(), reply, Err(e));
+                        return false;
+                    }
+                };
+                let mut after = serde_json::json!({"unit": q.unit, "by": q.by});
+                if let (Some(o), Some(d)) = (after.as_object_mut(), q.detail.as_object()) {
+                    o.extend(d.clone());
+                }
+                info!(unit = %q.unit, action = %q.action, by = %q.by, "operator action audited");
+                let c = Changes {
+                    audit: vec![AuditDraft {
+                        event,
+                        task_id: None,
+                        before: serde_json::json!({"unit": q.unit}),
+                        after,
+                        report: None,
+                        exchange: None,
+                    }],
+                    ..Changes::default()
+                };
+                self.answer(c, reply, Ok(()));
+                return false;
+            }
             QueueApi::Settings(_, reply) => {
                 let v = self.settings_view();
                 self.answer(Changes::default(), reply, Ok(v));

@@ -262,6 +262,7 @@ impl RootState {
                 let _ = port.send(detail);
             }
             SupervisorApi::Steer(q, port) => {
+                let steer_by = q.by.clone();
                 let reply = if let Err(why) = q.check() {
                     Err(ServiceError::new(ErrorCode::Invalid, why))
                 } else {
@@ -285,6 +286,17 @@ impl RootState {
                         }
                     }
                 };
+                if let Ok(s) = &reply {
+                    audit_operator(
+                        &self.ctx,
+                        xo_proto::queue::RecordOperatorAction {
+                            unit: s.unit.clone(),
+                            action: "steer".into(),
+                            by: by_of(&steer_by),
+                            detail: serde_json::json!({"message": s.message, "severity": s.severity, "steering": s.id}),
+                        },
+                    );
+                }
                 let _ = port.send(reply);
             }
             SupervisorApi::Ack(q, port) => {
@@ -311,6 +323,19 @@ impl RootState {
                         }
                     }
                 };
+                if let Ok(s) = &reply
+                    && let Some(a) = &s.ack
+                {
+                    audit_operator(
+                        &self.ctx,
+                        xo_proto::queue::RecordOperatorAction {
+                            unit: s.unit.clone(),
+                            action: "ack".into(),
+                            by: by_of(&a.by),
+                            detail: serde_json::json!({"why": a.why, "until": xo_runtime::clock::rfc3339(a.until), "health": a.health}),
+                        },
+                    );
+                }
                 let _ = port.send(reply);
             }
             SupervisorApi::Stats(_, port) => {
@@ -556,4 +581,26 @@ impl Actor for Root {
         }
         Ok(())
     }
+}
+
+/// Who did it, for the audit: the name given, else `operator`.
+fn by_of(by: &str) -> String {
+    if by.trim().is_empty() {
+        "operator".into()
+    } else {
+        by.trim().to_string()
+    }
+}
+
+/// An operator's action as a line of the goal's project audit (the queue
+/// writes it): sent beside the reply, which does not wait for it; a queue
+/// that does not take it is logged.
+fn audit_operator(ctx: &Arc<Ctx>, action: xo_proto::queue::RecordOperatorAction) {
+    let (bus, subjects) = (ctx.bus.clone(), ctx.subjects.clone());
+    tokio::spawn(async move {
+        if let Err(e) = xo_bus::typed::call(&bus, &subjects, &action, Duration::from_secs(5)).await
+        {
+            warn!(unit = %action.unit, action = %action.action, error = %e, "operator action not audited: the queue did not take the line");
+        }
+    });
 }

@@ -187,9 +187,32 @@ impl axum::extract::FromRequest<Shared> for UiForm {
     type Rejection = Response;
 
     async fn from_request(req: axum::extract::Request, c: &Shared) -> Result<Self, Response> {
+        // Read here, not by the extractor: a form over the bound is read to
+        // its end (up to FORM_DRAIN) before the refusal goes out, so the
+        // browser gets the page that says why, not a reset connection.
+        use futures::StreamExt;
+        let (parts, body) = req.into_parts();
+        let mut stream = body.into_data_stream();
+        let (mut buf, mut total) = (Vec::new(), 0usize);
+        while let Some(chunk) = stream.next().await {
+            let Ok(chunk) = chunk else {
+                return Err(unreadable(StatusCode::BAD_REQUEST));
+            };
+            total += chunk.len();
+            if total > FORM_DRAIN {
+                break;
+            }
+            if total <= FORM_LIMIT {
+                buf.extend_from_slice(&chunk);
+            }
+        }
+        if total > FORM_LIMIT {
+            return Err(unreadable(StatusCode::PAYLOAD_TOO_LARGE));
+        }
+        let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(buf));
         let Form(form) = Form::<Vec<(String, String)>>::from_request(req, c)
             .await
-            .map_err(unreadable_form)?;
+            .map_err(|r| unreadable(r.status()))?;
         if !csrf_ok(c, &form) {
             return Err(refused_csrf());
         }
@@ -197,10 +220,16 @@ impl axum::extract::FromRequest<Shared> for UiForm {
     }
 }
 
+/// The largest form the console takes (a steering message, an answer, a
+/// template): 2 MB.
+const FORM_LIMIT: usize = 2 << 20;
+/// A larger one is still read to its end up to this much before it is
+/// refused (then the connection is closed on it).
+const FORM_DRAIN: usize = 32 << 20;
+
 /// A form the console could not read, in plain words (not the
 /// extractor's): too large, or not a form; nothing was done.
-fn unreadable_form(rejection: axum::extract::rejection::FormRejection) -> Response {
-    let status = rejection.status();
+fn unreadable(status: StatusCode) -> Response {
     let why = if status == StatusCode::PAYLOAD_TOO_LARGE {
         "What was sent is larger than the console takes (2 MB), so nothing was done. Go back: what you typed is still in the page; shorten it (a steering message is at most 4000 characters) and send it again.".to_string()
     } else {

@@ -293,6 +293,7 @@ pub(crate) async fn ui_steer(
         unit: unit.clone(),
         message: message.clone(),
         severity,
+        by: "console".into(),
     };
     if let Err(why) = req.check() {
         return refused(why).await;
