@@ -144,6 +144,26 @@ impl Up {
         c
     }
 
+    /// A first green report of `unit` (of `role`), through `xo report`.
+    fn report_green(&self, unit: &str, role: &str) {
+        let report = json!({
+            "v": 1,
+            "unit": {"unit": unit, "role": role, "pace": "primary"},
+            "status": {"health": "green"},
+            "time": {"turn": 1, "seq": 1, "at": 1}
+        });
+        let file = write(self.root.path(), &format!("{unit}.json"), &report);
+        let out = self
+            .cli(&["report", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     async fn api(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
         let r = self
             .http
@@ -601,20 +621,7 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
     );
     // A role seen in the fleet (not in xo.toml) can be tuned in Settings,
     // its thresholds filled with the default profile's values.
-    let ops = json!({
-        "v": 1,
-        "unit": {"unit": "ops-1", "role": "devops", "pace": "primary"},
-        "status": {"health": "green"},
-        "time": {"turn": 1, "seq": 1, "at": 1}
-    });
-    let file = write(up.root.path(), "ops.json", &ops);
-    assert!(
-        up.cli(&["report", file.to_str().unwrap()])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    up.report_green("ops-1", "devops");
     b.wait()
         .for_element(Locator::Id("unit-ops-1"))
         .await
@@ -1489,20 +1496,7 @@ async fn a_unit_that_needs_you_is_counted_in_the_header_listed_and_first() {
 #[tokio::test]
 async fn an_oversized_steering_is_refused_in_plain_words_keeping_what_was_typed() {
     let up = Up::start(&[]).await;
-    let report = json!({
-        "v": 1,
-        "unit": {"unit": "big-1", "role": "coder", "pace": "primary"},
-        "status": {"health": "green"},
-        "time": {"turn": 1, "seq": 1, "at": 1}
-    });
-    let file = write(up.root.path(), "big.json", &report);
-    assert!(
-        up.cli(&["report", file.to_str().unwrap()])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    up.report_green("big-1", "coder");
     let token = up.token.clone();
     let page = |r: reqwest::RequestBuilder| {
         let token = token.clone();

@@ -697,17 +697,7 @@ impl State {
                     o.insert("doc".into(), q.doc.clone().into());
                 }
                 info!(doc = %q.doc, accepted = q.accepted, "knowledge review decision audited");
-                let c = Changes {
-                    audit: vec![AuditDraft {
-                        event: EventName::KnowledgeReviewed,
-                        task_id: None,
-                        before,
-                        after,
-                        report: None,
-                        exchange: None,
-                    }],
-                    ..Changes::default()
-                };
+                let c = audit_only(EventName::KnowledgeReviewed, before, after);
                 self.answer(c, reply, Ok(()));
                 return false;
             }
@@ -729,17 +719,7 @@ impl State {
                     o.extend(d.clone());
                 }
                 info!(unit = %q.unit, action = %q.action, by = %q.by, "operator action audited");
-                let c = Changes {
-                    audit: vec![AuditDraft {
-                        event,
-                        task_id: None,
-                        before: serde_json::json!({"unit": q.unit}),
-                        after,
-                        report: None,
-                        exchange: None,
-                    }],
-                    ..Changes::default()
-                };
+                let c = audit_only(event, serde_json::json!({"unit": q.unit}), after);
                 self.answer(c, reply, Ok(()));
                 return false;
             }
@@ -994,6 +974,22 @@ impl Actor for QueueActor {
             Some(e) => Err(e.into()),
             None => Ok(()),
         }
+    }
+}
+
+/// A change that is only an audit line (another service's, an operator's
+/// action): no state of the queue's moves.
+fn audit_only(event: EventName, before: serde_json::Value, after: serde_json::Value) -> Changes {
+    Changes {
+        audit: vec![AuditDraft {
+            event,
+            task_id: None,
+            before,
+            after,
+            report: None,
+            exchange: None,
+        }],
+        ..Changes::default()
     }
 }
 

@@ -263,29 +263,10 @@ impl RootState {
             }
             SupervisorApi::Steer(q, port) => {
                 let steer_by = q.by.clone();
-                let reply = if let Err(why) = q.check() {
-                    Err(ServiceError::new(ErrorCode::Invalid, why))
-                } else {
-                    match self.units.get(&q.unit) {
-                        None => Err(not_found(&q.unit)),
-                        Some(c) => {
-                            let unit = q.unit.clone();
-                            match self.groups[c.group]
-                                .call(
-                                    |p| GroupMsg::Unit(unit, WatcherMsg::Operator(q, p)),
-                                    Some(ASK_GROUP),
-                                )
-                                .await
-                            {
-                                Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
-                                _ => Err(ServiceError::new(
-                                    ErrorCode::Unavailable,
-                                    "watcher did not answer",
-                                )),
-                            }
-                        }
-                    }
-                };
+                let checked = q.check();
+                let reply = self
+                    .operator(checked, &q.unit.clone(), |p| WatcherMsg::Operator(q, p))
+                    .await;
                 if let Ok(s) = &reply {
                     audit_operator(
                         &self.ctx,
@@ -300,29 +281,10 @@ impl RootState {
                 let _ = port.send(reply);
             }
             SupervisorApi::Ack(q, port) => {
-                let reply = if let Err(why) = q.check() {
-                    Err(ServiceError::new(ErrorCode::Invalid, why))
-                } else {
-                    match self.units.get(&q.unit) {
-                        None => Err(not_found(&q.unit)),
-                        Some(c) => {
-                            let unit = q.unit.clone();
-                            match self.groups[c.group]
-                                .call(
-                                    |p| GroupMsg::Unit(unit, WatcherMsg::Ack(q, p)),
-                                    Some(ASK_GROUP),
-                                )
-                                .await
-                            {
-                                Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
-                                _ => Err(ServiceError::new(
-                                    ErrorCode::Unavailable,
-                                    "watcher did not answer",
-                                )),
-                            }
-                        }
-                    }
-                };
+                let checked = q.check();
+                let reply = self
+                    .operator(checked, &q.unit.clone(), |p| WatcherMsg::Ack(q, p))
+                    .await;
                 if let Ok(s) = &reply
                     && let Some(a) = &s.ack
                 {
@@ -341,6 +303,29 @@ impl RootState {
             SupervisorApi::Stats(_, port) => {
                 let _ = port.send(Ok(self.ctx.counters.snapshot(self.units.len() as u64)));
             }
+        }
+    }
+
+    /// An operator's request for `unit`'s watcher, once `checked`: its
+    /// answer, or why there is none (refused, no such unit, no answer).
+    async fn operator<T: Send + 'static>(
+        &self,
+        checked: Result<(), String>,
+        unit: &str,
+        msg: impl FnOnce(ractor::RpcReplyPort<T>) -> WatcherMsg + Send + 'static,
+    ) -> Result<T, ServiceError> {
+        checked.map_err(|why| ServiceError::new(ErrorCode::Invalid, why))?;
+        let c = self.units.get(unit).ok_or_else(|| not_found(unit))?;
+        let u = unit.to_string();
+        match self.groups[c.group]
+            .call(|p| GroupMsg::Unit(u, msg(p)), Some(ASK_GROUP))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(s)) => Ok(s),
+            _ => Err(ServiceError::new(
+                ErrorCode::Unavailable,
+                "watcher did not answer",
+            )),
         }
     }
 

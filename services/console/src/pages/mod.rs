@@ -500,13 +500,7 @@ mod tests {
             Some(&Value::from(3))
         );
         assert_eq!(default_of(&v, "roles.devops.doctrine.cascade_tools"), None);
-        let f = Frame {
-            title: "t",
-            active: "/settings",
-            csrf: "c",
-            read_only: false,
-            flash: None,
-        };
+        let f = settings_frame();
         let row = setting_row(
             &f,
             &v,
@@ -565,16 +559,32 @@ mod tests {
         assert!(e.contains("is not a duration"), "{e}");
     }
 
-    /// A refused form names every field that is wrong (not the first), and
-    /// the page it comes back as shows each as it was typed, with its error.
-    #[test]
-    fn a_refused_settings_form_names_every_error_and_keeps_every_edit() {
+    /// The settings of a default `xo.toml`, as the settings page gets them.
+    fn default_settings() -> (xo_runtime::XoConfig, SettingsView) {
         let cfg = xo_runtime::XoConfig::default();
         let v = SettingsView {
             settings: xo_proto::settings::Settings::default(),
             defaults: xo_runtime::settings::defaults(&cfg),
             keys: xo_runtime::settings::keys(),
         };
+        (cfg, v)
+    }
+
+    fn settings_frame() -> Frame<'static> {
+        Frame {
+            title: "t",
+            active: "/settings",
+            csrf: "c",
+            read_only: false,
+            flash: None,
+        }
+    }
+
+    /// A refused form names every field that is wrong (not the first), and
+    /// the page it comes back as shows each as it was typed, with its error.
+    #[test]
+    fn a_refused_settings_form_names_every_error_and_keeps_every_edit() {
+        let (cfg, v) = default_settings();
         let form = pairs(&[
             ("set:runner.max_retries", "999"),
             ("set:runner.timeouts.long_ms", "soon"),
@@ -600,13 +610,7 @@ mod tests {
         // The good edit is still in the change, shown with the others.
         assert!(change.set.contains_key("runner.global_template"));
         assert!(!change.set.contains_key("runner.max_retries"));
-        let f = Frame {
-            title: "t",
-            active: "/settings",
-            csrf: "c",
-            read_only: false,
-            flash: None,
-        };
+        let f = settings_frame();
         let mut shown = v.clone();
         shown.settings.values.extend(change.set.clone());
         let html = settings_body(&f, &shown, "default", &["default".into()], "", &change);
@@ -630,19 +634,8 @@ mod tests {
     /// its key.
     #[test]
     fn every_settable_key_has_a_labelled_field() {
-        let cfg = xo_runtime::XoConfig::default();
-        let v = SettingsView {
-            settings: xo_proto::settings::Settings::default(),
-            defaults: xo_runtime::settings::defaults(&cfg),
-            keys: xo_runtime::settings::keys(),
-        };
-        let f = Frame {
-            title: "t",
-            active: "/settings",
-            csrf: "c",
-            read_only: false,
-            flash: None,
-        };
+        let (_, v) = default_settings();
+        let f = settings_frame();
         let html = settings_body(
             &f,
             &v,
