@@ -170,7 +170,9 @@ pub fn answer_hook(agent: &str, cfg: &xo_runtime::XoConfig) -> anyhow::Result<Ex
         f.write_all(others.as_bytes())?;
     }
     if !mine.is_empty() {
-        println!("{}", answer(&event, &mine.join("\n")));
+        // Exact JSON for the agent (not made terminal-safe: that would
+        // change its strings); quiet if the agent stopped reading.
+        crate::term::print_out(&format!("{}\n", answer(&event, &mine.join("\n"))));
         let mut kept = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -246,10 +248,10 @@ fn permission(
             return Ok(ExitCode::SUCCESS);
         }
     };
-    println!(
-        "{}",
+    crate::term::print_out(&format!(
+        "{}\n",
         serde_json::json!({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}})
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -301,14 +303,14 @@ fn pre_tool_use(agent: &str, payload: &serde_json::Value) -> anyhow::Result<Exit
     };
     let dir = project_dir(agent, payload);
     if let Some(why) = xo_pipeline::driver::waiting::spent(&dir, session) {
-        println!(
-            "{}",
+        crate::term::print_out(&format!(
+            "{}\n",
             serde_json::json!({"hookSpecificOutput": {
                 "hookEventName": "PreToolUse",
                 "permissionDecision": "deny",
                 "permissionDecisionReason": format!("[SUPERVISOR] this session's cap is reached ({why}): make no more tool calls; stop and tell your user what is left to do"),
             }})
-        );
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }

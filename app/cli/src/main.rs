@@ -72,6 +72,8 @@ fn main() -> ExitCode {
     let res = rt.block_on(dispatch(cli.cmd, cfg));
     match res {
         Ok(code) => code,
+        // Its reader went away (`xo import … | head`): done, quietly.
+        Err(e) if term::is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("error: {e:#}");
             ExitCode::FAILURE

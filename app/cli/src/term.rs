@@ -32,22 +32,53 @@ pub fn safe(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// `println!`, made safe for a terminal ([`safe`]).
+/// Writes `s` to stdout. A reader that went away (`xo tasks | head -3`)
+/// ends the command quietly, as a Unix tool does, instead of a panic;
+/// another failure to write says so and exits 1.
+pub fn print_out(s: &str) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_all(s.as_bytes()) {
+        closed_stdout(&e);
+    }
+}
+
+/// Ends the command for an error writing to stdout (see [`print_out`]).
+pub fn closed_stdout(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("error: cannot write to stdout: {e}");
+    std::process::exit(1);
+}
+
+/// Whether `e` is stdout's reader gone (a closed pipe), anywhere in its chain.
+pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(|j| j.io_error_kind())
+                .is_some_and(|k| k == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `println!`, made safe for a terminal ([`safe`]), quiet on a closed pipe.
 #[macro_export]
 macro_rules! outln {
-    () => { println!() };
+    () => { $crate::term::print_out("\n") };
     ($($t:tt)*) => {{
-        let s = format!($($t)*);
-        println!("{}", $crate::term::safe(&s));
+        let mut s = $crate::term::safe(&format!($($t)*)).into_owned();
+        s.push('\n');
+        $crate::term::print_out(&s);
     }};
 }
 
-/// `print!`, made safe for a terminal ([`safe`]).
+/// `print!`, made safe for a terminal ([`safe`]), quiet on a closed pipe.
 #[macro_export]
 macro_rules! out {
     ($($t:tt)*) => {{
         let s = format!($($t)*);
-        print!("{}", $crate::term::safe(&s));
+        $crate::term::print_out(&$crate::term::safe(&s));
     }};
 }
 

@@ -863,3 +863,37 @@ fn xo_units_says_which_unit_needs_you_and_why() {
     );
     interrupt(up);
 }
+
+/// `xo … | head`: a reader that went away ends the command quietly (exit
+/// 0, nothing on stderr), never a panic, whether it writes JSON lines
+/// (`xo import`) or text (`xo radio replay --explain`). The pipe's read end
+/// is closed before the command writes anything, so its first write fails.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/real/claude/fa812bfe-b295-4cca-9c2f-fdf01028cb46.jsonl");
+    let reports = run(dir.path(), &["import", "claude", fixture.to_str().unwrap()]);
+    assert!(reports.status.success(), "{}", text(&reports.stderr));
+    let file = dir.path().join("reports.jsonl");
+    std::fs::write(&file, &reports.stdout).unwrap();
+    for args in [
+        vec!["import", "claude", fixture.to_str().unwrap()],
+        vec!["radio", "replay", file.to_str().unwrap(), "--summary"],
+    ] {
+        let mut child = xo(dir.path())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
+}
