@@ -344,6 +344,88 @@ mod tests {
         assert!(missing.to_string().contains("/nonexistent/xo.toml"));
     }
 
+    /// The reference `deploy/config/xo.toml` says it holds "every key at
+    /// its default unless noted": every key of the code's defaults is in it
+    /// (roles: the `default` role's, whole; the others inherit the code's
+    /// profile and name what they change), at the code's value unless it is
+    /// one of the examples noted here. A key added to the code without the
+    /// reference, or a default changed in one place only, fails here.
+    #[test]
+    fn the_reference_config_names_every_key_at_its_default() {
+        // Set apart on purpose (the file's comments say they are examples).
+        const NOTED: &[(&str, &str)] = &[
+            (
+                "runner.role_templates.coder",
+                "an example role template, empty",
+            ),
+            (
+                "roles.coder.doctrine.max_turns_without_progress",
+                "the example coder stalls later",
+            ),
+            (
+                "roles.coder.doctrine.exempt_tools",
+                "the example coder polls CI with `wait`",
+            ),
+            (
+                "roles.coder.pace_plan.contingent",
+                "the example coder's contingent plan",
+            ),
+        ];
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/xo.toml");
+        let file: serde_json::Value = config::Config::builder()
+            .add_source(config::File::from(p.as_path()))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        let defaults = serde_json::to_value(XoConfig::default()).unwrap();
+        let loaded = serde_json::to_value(XoConfig::load(Some(&p), &[]).unwrap()).unwrap();
+        fn leaves(v: &serde_json::Value, path: String, out: &mut Vec<String>) {
+            match v.as_object() {
+                Some(o) if !o.is_empty() => {
+                    for (k, v) in o {
+                        let p = if path.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{path}.{k}")
+                        };
+                        leaves(v, p, out);
+                    }
+                }
+                _ => out.push(path),
+            }
+        }
+        let at = |v: &serde_json::Value, path: &str| -> Option<serde_json::Value> {
+            path.split('.')
+                .try_fold(v.clone(), |v, k| v.get(k).cloned())
+        };
+        let (mut keys, mut set) = (Vec::new(), Vec::new());
+        leaves(&defaults, String::new(), &mut keys);
+        leaves(&loaded, String::new(), &mut set);
+        let missing: Vec<&String> = keys
+            .iter()
+            .filter(|k| !k.starts_with("roles.") || k.starts_with("roles.default."))
+            .filter(|k| at(&file, k).is_none())
+            .collect();
+        assert!(missing.is_empty(), "keys the reference lacks: {missing:#?}");
+        let differ: Vec<String> = set
+            .iter()
+            .filter(|k| !NOTED.iter().any(|(n, _)| k.starts_with(n)))
+            .filter(|k| at(&loaded, k) != at(&defaults, k))
+            .map(|k| {
+                format!(
+                    "{k} = {:?} (the code's: {:?})",
+                    at(&loaded, k),
+                    at(&defaults, k)
+                )
+            })
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "values the reference sets apart, not noted: {differ:#?}"
+        );
+    }
+
     #[test]
     fn shipped_example_config_is_valid() {
         let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/xo.toml");
