@@ -365,24 +365,41 @@ pub const ACK_DEFAULT_MS: u64 = 30 * 60_000;
 pub const MAX_ACK_MS: u64 = 7 * 24 * 3_600_000;
 
 impl AckUnit {
-    /// What is wrong with this request, in plain words.
-    pub fn check(&self) -> Result<(), String> {
+    /// What is wrong with this request, if anything.
+    pub fn check(&self) -> Result<(), Refusal> {
         if self.why.trim().is_empty() {
-            return Err(
-                "an acknowledgement needs a why: say what is being done about the unit".into(),
-            );
+            return Err(Refusal::NoWhy);
         }
-        if self.why.chars().count() > 500 {
-            return Err("the why of an acknowledgement is at most 500 characters".into());
+        let chars = self.why.chars().count();
+        if chars > MAX_ACK_WHY_CHARS {
+            return Err(Refusal::WhyTooLong { chars });
         }
         if self.for_ms < 60_000 || self.for_ms > MAX_ACK_MS {
-            return Err(format!(
-                "an acknowledgement holds from 1 minute to 7 days, not {} ms",
-                self.for_ms
-            ));
+            return Err(Refusal::AckDuration { ms: self.for_ms });
         }
         Ok(())
     }
+}
+
+/// The longest why of an acknowledgement, in characters.
+pub const MAX_ACK_WHY_CHARS: usize = 500;
+
+/// Why an operator's request (a steering, an acknowledgement) is refused,
+/// in plain words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the steering message is empty: say what the unit should do")]
+    EmptyMessage,
+    #[error(
+        "the steering message is {chars} characters; at most {MAX_STEERING_CHARS}: the agent reads it on its next turn, so say what to do, not the whole log"
+    )]
+    MessageTooLong { chars: usize },
+    #[error("an acknowledgement needs a why: say what is being done about the unit")]
+    NoWhy,
+    #[error("the why of an acknowledgement is {chars} characters; at most {MAX_ACK_WHY_CHARS}")]
+    WhyTooLong { chars: usize },
+    #[error("an acknowledgement holds from 1 minute to 7 days, not {ms} ms")]
+    AckDuration { ms: u64 },
 }
 
 /// The longest steering message an operator may send, in characters: the
@@ -391,16 +408,14 @@ impl AckUnit {
 pub const MAX_STEERING_CHARS: usize = 4_000;
 
 impl SteerUnit {
-    /// What is wrong with this request, in plain words (empty, too long).
-    pub fn check(&self) -> Result<(), String> {
+    /// What is wrong with this request, if anything (empty, too long).
+    pub fn check(&self) -> Result<(), Refusal> {
         if self.message.trim().is_empty() {
-            return Err("the steering message is empty: say what the unit should do".into());
+            return Err(Refusal::EmptyMessage);
         }
-        let n = self.message.chars().count();
-        if n > MAX_STEERING_CHARS {
-            return Err(format!(
-                "the steering message is {n} characters; at most {MAX_STEERING_CHARS}: the agent reads it on its next turn, so say what to do, not the whole log"
-            ));
+        let chars = self.message.chars().count();
+        if chars > MAX_STEERING_CHARS {
+            return Err(Refusal::MessageTooLong { chars });
         }
         Ok(())
     }
@@ -601,10 +616,11 @@ mod tests {
             severity: crate::Severity::Warning,
             by: String::new(),
         };
-        assert!(steer("  ".into()).check().unwrap_err().contains("empty"));
+        let refused = |m: String| steer(m).check().unwrap_err().to_string();
+        assert!(refused("  ".into()).contains("empty"));
         let at_bound = "é".repeat(super::MAX_STEERING_CHARS);
         assert_eq!(steer(at_bound.clone()).check(), Ok(()));
-        let why = steer(at_bound + "!").check().unwrap_err();
+        let why = refused(at_bound + "!");
         assert!(why.contains("is 4001 characters; at most 4000"), "{why}");
     }
 

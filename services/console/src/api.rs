@@ -554,7 +554,8 @@ async fn ack(
         why: b.why,
         for_ms: b.for_ms.unwrap_or(xo_proto::control::ACK_DEFAULT_MS),
     };
-    req.check().map_err(ApiError::invalid)?;
+    req.check()
+        .map_err(|why| ApiError::invalid(why.to_string()))?;
     call(&c, req).await
 }
 

@@ -310,11 +310,11 @@ impl RootState {
     /// answer, or why there is none (refused, no such unit, no answer).
     async fn operator<T: Send + 'static>(
         &self,
-        checked: Result<(), String>,
+        checked: Result<(), xo_proto::control::Refusal>,
         unit: &str,
         msg: impl FnOnce(ractor::RpcReplyPort<T>) -> WatcherMsg + Send + 'static,
     ) -> Result<T, ServiceError> {
-        checked.map_err(|why| ServiceError::new(ErrorCode::Invalid, why))?;
+        checked.map_err(|why| ServiceError::new(ErrorCode::Invalid, why.to_string()))?;
         let c = self.units.get(unit).ok_or_else(|| not_found(unit))?;
         let u = unit.to_string();
         match self.groups[c.group]

@@ -296,7 +296,7 @@ pub(crate) async fn ui_steer(
         by: "console".into(),
     };
     if let Err(why) = req.check() {
-        return refused(why).await;
+        return refused(why.to_string()).await;
     }
     match c.call(&req).await {
         Ok(s) => back(
@@ -335,7 +335,7 @@ pub(crate) async fn ui_ack(
         for_ms,
     };
     if let Err(why) = req.check() {
-        return back(&to, Err(why));
+        return back(&to, Err(why.to_string()));
     }
     let r = c
         .call(&req)
