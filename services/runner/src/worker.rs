@@ -201,8 +201,9 @@ impl Worker {
 
     /// Works one claimed task through its stages ([`crate::task`]).
     async fn work(&self, st: &mut WorkerState, claimed: Claimed) {
-        let (mut task, supervision) = task::prepare::prepare(self, st, claimed).await;
-        let (ran, stop) = task::supervise::supervise(supervision, task.run(&mut st.driver)).await;
+        let (task, tree, supervision) = task::prepare::prepare(self, st, claimed).await;
+        let run = task.run(tree, &mut st.driver);
+        let (ran, stop) = task::supervise::supervise(supervision, run).await;
         task::settle::settle(self, st, task, ran, stop).await;
     }
 }

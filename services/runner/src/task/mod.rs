@@ -3,8 +3,9 @@
 //! their order:
 //!
 //! 1. [`prepare`]: the operator settings, the knowledge, the job, the
-//!    task's tree (its worktree on its branch) → [`prepare::Prepared`] and
-//!    its [`supervise::Supervision`].
+//!    task's tree (its worktree on its branch) → [`prepare::Prepared`],
+//!    its [`prepare::Tree`] (moved into the run) and its
+//!    [`supervise::Supervision`].
 //! 2. [`supervise`]: the lease, the queue's interrupts, the budget and
 //!    the shutdown in one select around the run → the run's output and
 //!    why its agent was stopped ([`supervise::Stop`]).

@@ -20,19 +20,19 @@ use super::supervise::Supervision;
 use crate::lease::{Held, Meter};
 use crate::worker::{Worker, WorkerState};
 
-/// A claimed task ready to run.
+/// A claimed task ready to run (its tree apart: [`Tree`], moved into the run).
 pub struct Prepared {
     /// The pipeline under the task's operator settings.
     pub pipeline: Pipeline,
     pub job: Job,
     /// The knowledge it carries (its documents' uses are recorded at the end).
     pub selection: Selection,
-    /// Its tree ready (`None` once settled), or why it could not be made
-    /// (an `EXEC_FAILURE` outcome).
-    pub tree: Result<Option<xo_pipeline::Prepared>, Outcome>,
     pub held: Held,
     pub meter: Meter,
 }
+
+/// The task's tree ready, or why it could not be made (an `EXEC_FAILURE`).
+pub type Tree = Result<xo_pipeline::Prepared, Outcome>;
 
 impl Prepared {
     /// Stages 3 and 4, then the task's end in its tree: its agent run and
@@ -40,16 +40,10 @@ impl Prepared {
     /// committed on its branch and merged ([`Pipeline::settle`]). Run under
     /// [`supervise`](super::supervise::supervise): the lease is kept until
     /// the work is on its branch.
-    pub async fn run(&mut self, driver: &mut Driver) -> (Outcome, RunStats) {
-        let tree = match &mut self.tree {
-            Ok(t) => t.take(),
-            Err(o) => return (o.clone(), RunStats::default()),
-        };
-        let Some(tree) = tree else {
-            return (
-                Outcome::Blocked("EXEC_FAILURE: the task was already run".into()),
-                RunStats::default(),
-            );
+    pub async fn run(&self, tree: Tree, driver: &mut Driver) -> (Outcome, RunStats) {
+        let tree = match tree {
+            Ok(t) => t,
+            Err(o) => return (o, RunStats::default()),
         };
         let (out, stats) = self.pipeline.work(driver, &self.job, &tree).await;
         let task = &self.job.record.task;
@@ -62,7 +56,7 @@ pub async fn prepare(
     w: &Worker,
     st: &mut WorkerState,
     claimed: Claimed,
-) -> (Prepared, Supervision) {
+) -> (Prepared, Tree, Supervision) {
     let started = std::time::Instant::now();
     let pipeline = pipeline_for(w, st, &claimed.settings);
     let mut rec = claimed.record;
@@ -150,11 +144,10 @@ pub async fn prepare(
         pipeline,
         job,
         selection,
-        tree: tree.map(Some),
         held,
         meter,
     };
-    (prepared, supervision)
+    (prepared, tree, supervision)
 }
 
 /// The pipeline under the operator settings a claim carried, laid over

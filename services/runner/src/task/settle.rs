@@ -3,7 +3,7 @@
 //! the unit's wait for a person, the knowledge it carried marked used,
 //! its span's outcome, the runner event, and the outcome delivered to the
 //! queue (retried while the queue does not answer). Its work is already
-//! committed and merged ([`Prepared::run`](super::prepare::Prepared::run)).
+//! committed and merged ([`Prepared::run`](super::prepare::Prepared::run), its tree moved into the run).
 
 use std::time::Duration;
 
