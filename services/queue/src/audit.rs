@@ -191,6 +191,15 @@ pub fn compare<'a>(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
     };
+    Ok(compare_data(&data, project, store))
+}
+
+/// [`compare`] on a file's content already read.
+pub fn compare_data<'a>(
+    data: &[u8],
+    project: &str,
+    store: impl IntoIterator<Item = &'a [u8]>,
+) -> Comparison {
     let file: Vec<&[u8]> = data
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
@@ -218,7 +227,7 @@ pub fn compare<'a>(
                 i as u64 + 1,
                 "the line differs from the store's copy of it".into(),
             ));
-            return Ok(c);
+            return c;
         }
     }
     if copy.len() > file.len() {
@@ -232,7 +241,7 @@ pub fn compare<'a>(
     } else {
         c.unshipped = (file.len() - copy.len()) as u64;
     }
-    Ok(c)
+    c
 }
 
 /// Per project, the store records to ship; and the projects left as they are.
@@ -257,8 +266,8 @@ pub fn unshipped(data_dir: &Path, store: &[bytes::Bytes]) -> std::io::Result<Uns
         .collect();
     projects.sort();
     for project in projects {
-        let path = file_for(data_dir, &project);
-        let c = compare(&path, &project, store.iter().map(|r| r.as_ref()))?;
+        let data = std::fs::read(file_for(data_dir, &project))?;
+        let c = compare_data(&data, &project, store.iter().map(|r| r.as_ref()));
         if c.mismatch.is_some() {
             differ.push(project);
             continue;
@@ -266,7 +275,6 @@ pub fn unshipped(data_dir: &Path, store: &[bytes::Bytes]) -> std::io::Result<Uns
         if c.unshipped == 0 {
             continue;
         }
-        let data = std::fs::read(&path)?;
         let lines: Vec<bytes::Bytes> = data
             .split(|b| *b == b'\n')
             .filter(|l| !l.is_empty())
