@@ -401,19 +401,9 @@ pub(crate) async fn ui_queue(
             Ok(m) => back("/queue", Ok(m)),
             // Refused: the page again with every field as typed.
             Err(why) => {
-                let mut q: BTreeMap<String, String> = form
-                    .iter()
-                    .filter(|(k, _)| k != "csrf")
-                    .map(|(k, v)| (format!("{KEEP}{k}"), v.clone()))
-                    .collect();
+                let mut q = kept_refusal(&form, why);
                 q.entry(format!("{KEEP}task_id")).or_default();
-                q.insert("sig".into(), flash_sig(false, &why));
-                q.insert("error".into(), why);
-                let mut r = queue(State(c), Query(q)).await;
-                if r.status() == StatusCode::OK {
-                    *r.status_mut() = StatusCode::BAD_REQUEST;
-                }
-                r
+                refused_page(queue(State(c), Query(q)).await)
             }
         };
     }

@@ -265,20 +265,9 @@ pub(crate) async fn ui_steer(
     // Refused (by this check or the XO's): the page again, what was typed
     // back in the form, nothing sent.
     let refused = |why: String| {
-        let mut q = BTreeMap::new();
-        q.insert(format!("{KEEP}message"), message.clone());
-        q.insert(format!("{KEEP}severity"), severity_text.clone());
-        q.insert("sig".into(), flash_sig(false, &why));
-        q.insert("error".into(), why);
-        let c = c.clone();
-        let unit = unit.clone();
-        async move {
-            let mut r = self::unit(State(c), Path(unit), Query(q)).await;
-            if r.status() == StatusCode::OK {
-                *r.status_mut() = StatusCode::BAD_REQUEST;
-            }
-            r
-        }
+        let q = kept_refusal(&form, why);
+        let (c, unit) = (c.clone(), unit.clone());
+        async move { refused_page(self::unit(State(c), Path(unit), Query(q)).await) }
     };
     let severity: Severity = match serde_json::from_value(Value::String(severity_text.clone())) {
         Ok(s) => s,

@@ -1,0 +1,780 @@
+//! The pages' unit tests: rendering, forms, settings, the fleet's order.
+use super::*;
+
+fn unit(name: &str, health: xo_proto::Health) -> UnitSummary {
+    UnitSummary {
+        unit: name.into(),
+        role: "coder".into(),
+        health,
+        self_health: xo_proto::Health::Green,
+        self_note: None,
+        stale: false,
+        ended: false,
+        refused_reports: 0,
+        turn: 1,
+        seq: 1,
+        last_seen: 1_000_000,
+        task_id: None,
+        context_fill: 0.5,
+        steering_sent: 0,
+        restarts: 0,
+        pace: Default::default(),
+        turns_since_progress: 0,
+        cost_usd: 0.0,
+        last_steering: None,
+        needs: None,
+        waiting_until: None,
+        unreadable: 0,
+        ack: None,
+    }
+}
+
+/// The "Needs you" page answers each reason with what answers it: a
+/// watched session's prompt or question in its own terminal (never a
+/// link to a queue task that is its session id), a watch's cap, the
+/// goal's budget, a blocked task's answer.
+#[test]
+fn each_reason_is_answered_where_it_can_be() {
+    use xo_proto::{NeedsReason as R, NeedsYou};
+    let needing = |name: &str, reason: R, detail: &str, task: Option<&str>| {
+        let mut u = unit(name, xo_proto::Health::Green);
+        u.task_id = task.map(String::from);
+        u.needs = Some(NeedsYou {
+            reason,
+            turn: 3,
+            stretch_from: 1,
+            since: 1_000,
+            kind: None,
+            detail: detail.into(),
+        });
+        u
+    };
+    let units = vec![
+        needing(
+            "w-perm",
+            R::Permission,
+            "permission for Bash: rm -rf x",
+            Some("s-1"),
+        ),
+        needing("w-ask", R::Question, "which port?", Some("s-2")),
+        needing(
+            "w-cap",
+            R::Budget,
+            "11000 tokens of the session's max_tokens 10000 spent",
+            Some("s-3"),
+        ),
+        needing(
+            "r-goal",
+            R::Budget,
+            "the goal's budget is spent",
+            Some("T-9"),
+        ),
+        needing("r-blocked", R::Answer, "needs a password", Some("T-4")),
+    ];
+    let body = needs::needs_body(&units, 2_000);
+    let row = |id: &str| {
+        body.split(&format!("<tr data-unit=\"{id}\">"))
+            .nth(1)
+            .and_then(|r| r.split("</tr>").next())
+            .unwrap_or_else(|| panic!("{id}: {body}"))
+            .to_string()
+    };
+    assert!(
+        row("w-perm").contains("in the session's own terminal"),
+        "{}",
+        row("w-perm")
+    );
+    assert!(!row("w-perm").contains("/tasks/"), "{}", row("w-perm"));
+    assert!(row("w-ask").contains("Reply in the session's own terminal"));
+    assert!(!row("w-ask").contains("/tasks/s-2"), "{}", row("w-ask"));
+    assert!(row("w-cap").contains("Raise the watch's cap"));
+    assert!(row("r-goal").contains("href=\"/settings\""));
+    assert!(row("r-blocked").contains("href=\"/tasks/T-4\""));
+}
+
+fn order(body: &str) -> Vec<String> {
+    body.split("<tr id=\"unit-")
+        .skip(1)
+        .map(|r| r.split('"').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_timeline_shows_evidence_and_collapses_repeats() {
+    use xo_proto::{AnomalyKind, Severity, Steering};
+    let mk = |kind: AnomalyKind, turn: u64, msg: &str| Steering {
+        v: 1,
+        unit: "u1".into(),
+        id: format!("u1-{turn}"),
+        kind,
+        severity: Severity::Urgent,
+        message: msg.into(),
+        turn,
+        at: 0,
+        evidence: xo_proto::Evidence {
+            rule: "context_fill > 0.90".into(),
+            observed: "0.930".into(),
+            turns: vec![turn],
+            tools: Vec::new(),
+        },
+        source: xo_proto::SteeringSource::Xo,
+    };
+    let list = vec![
+        mk(AnomalyKind::Stall, 3, "stalled"),
+        mk(AnomalyKind::Context, 10, "compact"),
+        mk(AnomalyKind::Context, 11, "compact"),
+        mk(AnomalyKind::Context, 12, "compact"),
+    ];
+    let html = steering_timeline(&list, 0);
+    assert_eq!(html.matches("<li").count(), 2, "{html}");
+    let first = html.split("<li").nth(1).unwrap();
+    assert!(
+        first.contains("turn 10–12") && first.contains("×3"),
+        "{first}"
+    );
+    assert!(
+        first.contains("evidence: <code>context_fill &gt; 0.90</code>, observed <b>0.930</b>"),
+        "{first}"
+    );
+    let second = html.split("<li").nth(2).unwrap();
+    assert!(
+        second.contains("turn 3 ") && !second.contains("×"),
+        "{second}"
+    );
+}
+
+#[test]
+fn an_audit_line_shows_what_changed_and_who() {
+    let before = serde_json::json!({"supervisor": {"iteration": 0, "status": "RUNNING"},
+        "task": {"state": "running", "claimant": "coder-1", "reason": null}, "last_updated": "a"});
+    let after = serde_json::json!({"supervisor": {"iteration": 1, "status": "RUNNING"},
+        "task": {"state": "completed", "claimant": null}, "last_updated": "b"});
+    let d = audit_diff(&before, &after);
+    assert!(
+        d.contains("<code>task.state</code>: running → <b>completed</b>"),
+        "{d}"
+    );
+    assert!(
+        d.contains("<code>supervisor.iteration</code>: 0 → <b>1</b>"),
+        "{d}"
+    );
+    assert!(
+        d.contains("<code>task.claimant</code>: coder-1 → <b>—</b>"),
+        "{d}"
+    );
+    assert!(
+        !d.contains("supervisor.status") && !d.contains("last_updated"),
+        "{d}"
+    );
+    assert_eq!(audit_diff(&before, &before), "");
+    let e = |after: Value| xo_proto::queue::AuditEvent {
+        v: 1,
+        seq: 1,
+        event: xo_proto::queue::EventName::Unknown,
+        task_id: None,
+        at: 0,
+        state_before: before.clone(),
+        state_after: after,
+        validation_report: None,
+        prompt_ref: None,
+        response_ref: None,
+        prompt: None,
+        response: None,
+        prev: String::new(),
+    };
+    assert_eq!(
+        audit_actor(&e(after.clone())),
+        "coder-1",
+        "the holder, from before"
+    );
+    assert_eq!(audit_actor(&e(serde_json::json!({"by": "alice"}))), "alice");
+}
+
+#[test]
+fn a_role_xo_toml_does_not_name_shows_the_default_roles_values() {
+    let mut v = view();
+    v.defaults.insert(
+        "roles.default.doctrine.loop_error_repeats".into(),
+        Value::from(3),
+    );
+    v.settings
+        .values
+        .insert("roles.devops.doctrine.cascade_tools".into(), Value::from(5));
+    assert_eq!(
+        default_of(&v, "roles.devops.doctrine.loop_error_repeats"),
+        Some(&Value::from(3))
+    );
+    assert_eq!(default_of(&v, "roles.devops.doctrine.cascade_tools"), None);
+    let f = settings_frame();
+    let row = setting_row(
+        &f,
+        &v,
+        "roles.devops.doctrine.loop_error_repeats",
+        "integer",
+        "",
+        &[],
+        &FormChange::default(),
+    );
+    assert!(
+        row.contains("value=\"3\"") && row.contains("the default role's"),
+        "{row}"
+    );
+    // Shown and sent back unchanged: not a change (the bricked page
+    // sent every one of them).
+    let (set, unset) = form_change(
+        &v,
+        &pairs(&[("set:roles.devops.doctrine.loop_error_repeats", "3")]),
+    )
+    .unwrap();
+    assert!(set.is_empty() && unset.is_empty(), "{set:?}");
+}
+
+#[test]
+fn durations_read_and_type_in_human_units() {
+    assert_eq!(human_ms(1_800_000), "30m");
+    assert_eq!(human_ms(7_200_000), "2h");
+    assert_eq!(human_ms(90_000), "90s");
+    assert_eq!(human_ms(1_500), "1500ms");
+    for (t, ms) in [
+        ("30m", 1_800_000),
+        ("2h", 7_200_000),
+        ("90s", 90_000),
+        ("1500ms", 1_500),
+        (" 250 ", 250),
+    ] {
+        assert_eq!(parse_ms(t), Some(ms), "{t}");
+    }
+    assert_eq!(parse_ms("soon"), None);
+    assert_eq!(parse_ms("-5m"), None);
+    // Through the form: a duration in words is saved in milliseconds,
+    // a wrong one is named.
+    let v = view();
+    let mut v2 = v.clone();
+    v2.keys.push(SettingKey {
+        key: "runner.timeouts.standard_ms".into(),
+        kind: "integer".into(),
+        help: String::new(),
+        choices: Vec::new(),
+    });
+    let (set, _) = form_change(&v2, &pairs(&[("set:runner.timeouts.standard_ms", "45m")])).unwrap();
+    assert_eq!(set["runner.timeouts.standard_ms"], Value::from(2_700_000));
+    let e = form_change(&v2, &pairs(&[("set:runner.timeouts.standard_ms", "soon")])).unwrap_err();
+    assert!(e.contains("is not a duration"), "{e}");
+}
+
+/// The settings of a default `xo.toml`, as the settings page gets them.
+fn default_settings() -> (xo_runtime::XoConfig, SettingsView) {
+    let cfg = xo_runtime::XoConfig::default();
+    let v = SettingsView {
+        settings: xo_proto::settings::Settings::default(),
+        defaults: xo_runtime::settings::defaults(&cfg),
+        keys: xo_runtime::settings::keys(),
+    };
+    (cfg, v)
+}
+
+fn settings_frame() -> Frame<'static> {
+    Frame {
+        title: "t",
+        active: "/settings",
+        csrf: "c",
+        read_only: false,
+        flash: None,
+    }
+}
+
+/// A refused form names every field that is wrong (not the first), and
+/// the page it comes back as shows each as it was typed, with its error.
+#[test]
+fn a_refused_settings_form_names_every_error_and_keeps_every_edit() {
+    let (cfg, v) = default_settings();
+    let form = pairs(&[
+        ("set:runner.max_retries", "999"),
+        ("set:runner.timeouts.long_ms", "soon"),
+        ("set:review.model.base_url", "not a url"),
+        ("set:roles.default.doctrine.loop_error_repeats", "many"),
+        ("set:runner.global_template", "KEEP-ME: small steps"),
+    ]);
+    let mut change = read_form(&v, &form);
+    check_change(&cfg, &v, &mut change);
+    let keys: Vec<&str> = change.errors.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "review.model.base_url",
+            "roles.default.doctrine.loop_error_repeats",
+            "runner.max_retries",
+            "runner.timeouts.long_ms",
+        ],
+        "{:?}",
+        change.errors
+    );
+    assert!(change.errors["runner.max_retries"].contains("1 to 20"));
+    // The good edit is still in the change, shown with the others.
+    assert!(change.set.contains_key("runner.global_template"));
+    assert!(!change.set.contains_key("runner.max_retries"));
+    let f = settings_frame();
+    let mut shown = v.clone();
+    shown.settings.values.extend(change.set.clone());
+    let html = settings_body(&f, &shown, "default", &["default".into()], "", &change);
+    for typed in ["999", "soon", "not a url", "many", "KEEP-ME: small steps"] {
+        assert!(html.contains(&esc(typed)), "{typed} not kept on the page");
+    }
+    assert_eq!(html.matches("class=\"field-error\"").count(), 4);
+    assert!(html.contains("id=\"field-runner-max_retries\""));
+    // Each error names its key once: in the list at the top, not again
+    // in its reason, and not in the reason beside its field.
+    let top = refusal(&change, false);
+    for (key, why) in &change.errors {
+        assert_eq!(top.matches(key.as_str()).count(), 1, "{key}: {top}");
+        assert!(!why.contains(key.as_str()), "{key} said again: {why}");
+    }
+    assert!(top.contains("4 things to fix"), "{top}");
+}
+
+/// Every key an operator may set has its field on the page (seed 004:
+/// the project's timeout profile a selector), each control labelled by
+/// its key.
+#[test]
+fn every_settable_key_has_a_labelled_field() {
+    let (_, v) = default_settings();
+    let f = settings_frame();
+    let html = settings_body(
+        &f,
+        &v,
+        "web",
+        &["default".into()],
+        "",
+        &FormChange::default(),
+    );
+    for k in &v.keys {
+        let key = k
+            .key
+            .replace("<role>", "default")
+            .replace("<project>", "web");
+        assert_eq!(
+            html.matches(&format!("data-setting=\"{key}\"")).count(),
+            1,
+            "{key} has one field"
+        );
+    }
+    let profile = html
+        .split("data-setting=\"projects.web.timeout_profile\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</div></div>").next())
+        .unwrap_or_default();
+    assert!(profile.contains("<select"), "{profile}");
+    for p in ["standard", "long", "extended"] {
+        assert!(
+            profile.contains(&format!("<option>{p}</option>"))
+                || profile.contains(&format!("<option selected>{p}</option>")),
+            "{p}: {profile}"
+        );
+    }
+    // Every visible control of the form has an id a label points to
+    // (a list's boxes sit in their own labels).
+    let html = html
+        .split("id=\"settings-form\"")
+        .nth(1)
+        .and_then(|f| f.split("</form>").next())
+        .unwrap_or_default();
+    let controls = html.matches("<textarea ").count()
+        + html.matches("<select ").count()
+        + html.matches("<input ").count()
+        - html.matches("<input type=\"hidden\"").count()
+        - html.matches("name=\"list:").count()
+        + html.matches("type=\"hidden\" name=\"list:").count()
+        - html.matches("name=\"unset\"").count();
+    let labelled = html.matches("<label for=\"input-").count();
+    assert_eq!(controls, labelled, "every control labelled");
+    for id in html
+        .split("<label for=\"")
+        .skip(1)
+        .map(|r| r.split('"').next().unwrap())
+    {
+        assert_eq!(html.matches(&format!("id=\"{id}\"")).count(), 1, "{id}");
+    }
+}
+
+/// A long log entry keeps its start and end, cut on characters, and
+/// says how much is left out.
+#[test]
+fn long_log_text_is_elided_in_the_middle() {
+    assert_eq!(elide("short", 10), "short");
+    let text = "é".repeat(100); // 200 bytes, 2 a character
+    let out = elide(&text, 51);
+    assert!(
+        out.starts_with(&"é".repeat(12)) && out.ends_with(&"é".repeat(12)),
+        "{out}"
+    );
+    assert!(out.contains("150 bytes elided"), "{out}");
+}
+
+/// The throughput chart's interval: at most 24 bars whatever the span.
+#[test]
+fn chart_intervals_make_at_most_24_bars() {
+    let m = 60_000;
+    assert_eq!(interval(0), m);
+    assert_eq!(interval(23 * m), m);
+    assert_eq!(interval(30 * m), 5 * m);
+    assert_eq!(interval(23 * 60 * m), 60 * m);
+    assert_eq!(interval(72 * 60 * m), 360 * m);
+    for span in [m, 7 * m, 100 * m, 1000 * m, 10_000 * m] {
+        assert!(span / interval(span) < 24, "{span}");
+    }
+    // Stacked bars: one rect per non-zero value, each with its series.
+    let svg = bars(
+        "c",
+        "t",
+        &["a".into(), "b".into()],
+        &[
+            ("loop".into(), vec![1.0, 0.0]),
+            ("stall".into(), vec![2.0, 3.0]),
+        ],
+    );
+    assert_eq!(svg.matches("<rect class=\"bar\"").count(), 3);
+    assert!(
+        svg.contains("loop <b>1</b>") && svg.contains("stall <b>5</b>"),
+        "{svg}"
+    );
+}
+
+#[test]
+fn a_directive_names_its_source() {
+    let mut t = Task::new(
+        "dir-code-style-3-1",
+        "tidy",
+        "Directive from the code_style supervisor (Cleanup, Low): tidy\nRationale: x",
+        "coder",
+    );
+    assert_eq!(directive_source(&t), "code_style");
+    t.instructions = "do it".into();
+    assert_eq!(directive_source(&t), "—");
+}
+
+/// A unit waiting for its provider's usage limit says until when.
+#[test]
+fn a_unit_at_its_usage_limit_says_until_when() {
+    let mut u = unit("limited-1", xo_proto::Health::Green);
+    u.ended = true;
+    u.waiting_until = Some(1_786_206_068_000);
+    let body = fleet_body(&[u], &BTreeMap::new(), 1_000_000);
+    assert!(body.contains(">waiting until 16:21Z</span>"), "{body}");
+    assert!(
+        body.contains("resets at 2026-08-08T16:21:08.000Z"),
+        "{body}"
+    );
+}
+
+/// A unit whose sensor could not read some of its records says how
+/// many, beside its state (issue 38).
+#[test]
+fn a_unit_with_records_not_read_says_how_many() {
+    let mut u = unit("odd-1", xo_proto::Health::Green);
+    u.unreadable = 3;
+    let body = fleet_body(&[u], &BTreeMap::new(), 1_000_000);
+    assert!(body.contains(">unreadable: 3 records</span>"), "{body}");
+    let whole = fleet_body(
+        &[unit("whole-1", xo_proto::Health::Green)],
+        &BTreeMap::new(),
+        1_000_000,
+    );
+    assert!(!whole.contains("unreadable"), "{whole}");
+}
+
+#[test]
+fn the_fleet_is_in_triage_order_sorts_filters_and_flags() {
+    use xo_proto::Health::*;
+    let now = 1_000_000 + 30_000;
+    let mut self_red = unit("hot-2", Green);
+    self_red.self_health = Red;
+    let mut stale = unit("quiet-4", Green);
+    stale.stale = true;
+    stale.last_seen = 1;
+    let mut steered = unit("Full-5", Amber);
+    steered.steering_sent = 60;
+    steered.context_fill = 0.93;
+    steered.task_id = Some("t-7".into());
+    steered.last_steering = Some((xo_proto::AnomalyKind::Context, 1));
+    steered.cost_usd = 3.0;
+    // Its task ended red minutes ago and it has not reported since:
+    // idle, not an alarm.
+    let mut done = unit("done-6", Red);
+    done.ended = true;
+    done.task_id = Some("t-9".into());
+    // Red when it went silent: counted stale, as `xo units` calls it.
+    let mut gone = unit("gone-7", Red);
+    gone.stale = true;
+    // Within red: the one looping for 280 turns, steered 4 times, before
+    // a blip of 3 turns steered once.
+    let mut looper = unit("zz-loop-8", Red);
+    looper.steering_sent = 4;
+    looper.turns_since_progress = 280;
+    let mut blip = unit("aa-blip-9", Red);
+    blip.steering_sent = 1;
+    blip.turns_since_progress = 3;
+    let mut looper2 = looper.clone();
+    looper2.unit = "yy-loop-10".into();
+    // Acknowledged, it sinks below the reds nobody has acknowledged,
+    // its steering count notwithstanding.
+    looper.ack = Some(xo_proto::control::Acknowledged {
+        by: "ana".into(),
+        why: "rebuilding the cache by hand".into(),
+        at: 1,
+        until: now + 600_000,
+        health: Red,
+    });
+    let units = vec![
+        unit("alpha-1", Green),
+        stale,
+        steered,
+        self_red,
+        unit("Red-3", Red),
+        done,
+        gone,
+        blip,
+        looper,
+        looper2,
+    ];
+    let q = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    // Red (the XO's or the unit's own; the most steered, then the
+    // longest without progress first), then amber, then stale, then the
+    // rest, then the idle.
+    let body = fleet_body(&units, &q(&[]), now);
+    assert_eq!(
+        order(&body),
+        [
+            "yy-loop-10",
+            "aa-blip-9",
+            "Red-3",
+            "hot-2",
+            "zz-loop-8",
+            "Full-5",
+            "gone-7",
+            "quiet-4",
+            "alpha-1",
+            "done-6"
+        ]
+    );
+    assert!(
+        body.contains("data-rank=\"4\"") && body.contains(">idle</span>"),
+        "{body}"
+    );
+    assert!(
+        body.contains(">acked by ana until ") && body.contains("rebuilding the cache by hand"),
+        "{body}"
+    );
+    assert!(body.contains("title=\"the unit reported itself red\">self: red</span>"));
+    // Steered 60 times and still amber: the steering is not working.
+    assert!(body.contains("60× <span class=\"badge red\""), "{body}");
+    assert!(body.contains(">no effect</span>"));
+    assert!(body.contains("<code>t-7</code>"), "the current task");
+    // A unit silent for long and steering long ago read as old.
+    assert!(
+        body.contains("<td class=\"seen\"><small class=\"age old\">17m ago</small>"),
+        "{body}"
+    );
+    assert!(body.contains("context <small class=\"age old\">17m ago</small>"));
+    assert!(
+        body.contains("<small class=\"age\">30s ago</small>"),
+        "a fresh one is not"
+    );
+    // The badges count by triage bucket and are filter links.
+    assert!(
+        body.contains("id=\"count-red\" href=\"/?health=red\""),
+        "{body}"
+    );
+    assert!(body.contains("<b>5</b> red</a>"), "{body}");
+    assert!(body.contains("<b>1</b> amber</a>") && body.contains("<b>2</b> stale</a>"));
+    assert!(body.contains("<b>1</b> idle</a>"));
+    let reds = fleet_body(&units, &q(&[("health", "red")]), now);
+    assert_eq!(
+        order(&reds),
+        ["yy-loop-10", "aa-blip-9", "Red-3", "hot-2", "zz-loop-8"]
+    );
+    let idle = fleet_body(&units, &q(&[("health", "idle")]), now);
+    assert_eq!(order(&idle), ["done-6"]);
+    assert!(
+        reds.contains("class=\"health red on\" id=\"count-red\" href=\"/?\""),
+        "clicking again clears it"
+    );
+    // Search is case-insensitive.
+    assert_eq!(
+        order(&fleet_body(&units, &q(&[("q", "RED")]), now)),
+        ["Red-3"]
+    );
+    assert_eq!(
+        order(&fleet_body(&units, &q(&[("q", "full")]), now)),
+        ["Full-5"]
+    );
+    // A header sorts by its column, and again the other way; the
+    // filters stay in its link.
+    let by_cost = fleet_body(&units, &q(&[("sort", "cost"), ("dir", "desc")]), now);
+    assert_eq!(order(&by_cost)[0], "Full-5");
+    assert!(by_cost.contains("aria-sort=\"descending\""));
+    let by_name = fleet_body(&units, &q(&[("sort", "unit"), ("role", "coder")]), now);
+    assert_eq!(
+        order(&by_name),
+        [
+            "Full-5",
+            "Red-3",
+            "aa-blip-9",
+            "alpha-1",
+            "done-6",
+            "gone-7",
+            "hot-2",
+            "quiet-4",
+            "yy-loop-10",
+            "zz-loop-8"
+        ]
+    );
+    assert!(
+        by_name.contains("href=\"/?dir=desc&amp;role=coder&amp;sort=unit\""),
+        "{by_name}"
+    );
+    // An unknown column falls back to triage order.
+    assert_eq!(
+        order(&fleet_body(&units, &q(&[("sort", "bogus")]), now))[0],
+        "yy-loop-10"
+    );
+}
+use xo_proto::Health;
+use xo_proto::settings::{SettingKey, Settings};
+
+fn view() -> SettingsView {
+    let mut defaults = BTreeMap::new();
+    defaults.insert("supervisor.enabled".to_string(), Value::Bool(true));
+    defaults.insert("runner.max_retries".to_string(), Value::from(3));
+    defaults.insert("runner.global_template".to_string(), Value::from(""));
+    SettingsView {
+        settings: Settings::default(),
+        defaults,
+        keys: xo_runtime::settings::keys()
+            .into_iter()
+            .chain([SettingKey {
+                key: "x".into(),
+                kind: "string".into(),
+                help: String::new(),
+                choices: vec![],
+            }])
+            .collect(),
+    }
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_form_sends_only_what_changed_typed_by_kind() {
+    let v = view();
+    let (set, unset) = form_change(
+        &v,
+        &pairs(&[
+            ("set:supervisor.enabled", "false"),
+            ("set:runner.max_retries", "3"),
+            ("set:runner.global_template", "Be brief.\r\nAlways."),
+            ("list:roles.coder.doctrine.disabled_rules", ""),
+            ("list:roles.coder.doctrine.disabled_rules", "stall"),
+            ("set:roles.coder.doctrine.loop_error_repeats", "5"),
+        ]),
+    )
+    .unwrap();
+    assert!(unset.is_empty());
+    assert_eq!(set["supervisor.enabled"], Value::Bool(false));
+    assert!(
+        !set.contains_key("runner.max_retries"),
+        "unchanged values are not sent"
+    );
+    assert_eq!(set["runner.global_template"], "Be brief.\nAlways.");
+    assert_eq!(
+        set["roles.coder.doctrine.disabled_rules"],
+        serde_json::json!(["stall"])
+    );
+    assert_eq!(
+        set["roles.coder.doctrine.loop_error_repeats"],
+        Value::from(5)
+    );
+    // A checked box comes after its hidden "false": the last value wins.
+    let (set, _) = form_change(
+        &v,
+        &pairs(&[
+            ("set:supervisor.enabled", "false"),
+            ("set:supervisor.enabled", "true"),
+        ]),
+    )
+    .unwrap();
+    assert!(set.is_empty());
+    let e = form_change(&v, &pairs(&[("set:runner.max_retries", "many")])).unwrap_err();
+    assert!(e.contains("runner.max_retries"), "{e}");
+    // Issue 24's bricked page: a role's thresholds rendered empty came
+    // back as "" and every Save failed. An emptied number is no value:
+    // nothing to change, or back to xo.toml where it was set.
+    let mut v2 = view();
+    v2.settings
+        .values
+        .insert("runner.max_retries".into(), Value::from(5));
+    let (set, unset) = form_change(
+        &v2,
+        &pairs(&[
+            ("set:roles.devops.doctrine.loop_error_repeats", ""),
+            ("set:runner.max_retries", " "),
+            ("set:supervisor.enabled", "false"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(unset, ["runner.max_retries"]);
+    assert_eq!(set.len(), 1, "{set:?}");
+    assert_eq!(set["supervisor.enabled"], Value::Bool(false));
+}
+
+#[test]
+fn the_fleet_table_filters_and_escapes() {
+    let u = |name: &str, role: &str, h: Health| UnitSummary {
+        unit: name.into(),
+        role: role.into(),
+        health: h,
+        self_health: h,
+        self_note: None,
+        stale: false,
+        ended: false,
+        refused_reports: 0,
+        turn: 1,
+        seq: 1,
+        last_seen: 0,
+        task_id: None,
+        context_fill: 0.5,
+        steering_sent: 0,
+        restarts: 0,
+        pace: Default::default(),
+        turns_since_progress: 2,
+        cost_usd: 0.25,
+        last_steering: None,
+        needs: None,
+        waiting_until: None,
+        unreadable: 0,
+        ack: None,
+    };
+    let units = vec![
+        u("a-1", "coder", Health::Green),
+        u("b-1", "<tester>", Health::Red),
+    ];
+    let mut q = BTreeMap::new();
+    let all = fleet_body(&units, &q, 0);
+    assert!(all.contains("id=\"unit-a-1\"") && all.contains("id=\"unit-b-1\""));
+    assert!(all.contains("&lt;tester&gt;") && !all.contains("<tester>"));
+    q.insert("health".into(), "red".into());
+    let red = fleet_body(&units, &q, 0);
+    assert!(!red.contains("id=\"unit-a-1\"") && red.contains("id=\"unit-b-1\""));
+}
+
+#[test]
+fn query_values_are_percent_encoded() {
+    assert_eq!(enc("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+}
