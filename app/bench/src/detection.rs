@@ -84,8 +84,36 @@ pub struct RunResult {
     pub needs_after: Option<u64>,
 }
 
-/// The format a recording is in: a folder name on its path, else its first bytes.
-pub fn format_of(path: &Path) -> Option<Format> {
+/// The format a recording is in, and the name its figures are printed
+/// under (mini-swe-agent's trajectories are read by the SWE-agent sensor
+/// but counted apart): a folder name on its path, else its first bytes.
+pub fn format_of(path: &Path) -> Option<(Format, &'static str)> {
+    let format = format_in(path)?;
+    let mini = format == Format::SweAgent
+        && (path.components().any(|c| c.as_os_str() == "mini-swe-agent")
+            || head_of(path).is_some_and(|h| h.contains("\"mini-swe-agent")));
+    Some((
+        format,
+        if mini {
+            "mini-swe-agent"
+        } else {
+            format.as_str()
+        },
+    ))
+}
+
+/// The first bytes of a file (a folder has none).
+fn head_of(path: &Path) -> Option<String> {
+    let mut head = Vec::with_capacity(4096);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(path).ok()?, 4096),
+        &mut head,
+    )
+    .ok()?;
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+fn format_in(path: &Path) -> Option<Format> {
     for c in path.components().rev().skip(1) {
         let name = c.as_os_str().to_str().unwrap_or("");
         if name == "mini-swe-agent" {
@@ -99,13 +127,7 @@ pub fn format_of(path: &Path) -> Option<Format> {
         return None;
     }
     // The first bytes tell; the file is read whole once, by the import.
-    let mut head = Vec::with_capacity(4096);
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(std::fs::File::open(path).ok()?, 4096),
-        &mut head,
-    )
-    .ok()?;
-    let head = String::from_utf8_lossy(&head);
+    let head = head_of(path)?;
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if ext == "traj" || head.contains("\"trajectory\"") {
         Some(Format::SweAgent)
@@ -242,7 +264,7 @@ pub fn measure(
     let mut seen = std::collections::HashSet::new();
     let mut read = fidelity::ByFormat::new();
     for f in files {
-        let Some(format) = format_of(&f) else {
+        let Some((format, label)) = format_of(&f) else {
             eprintln!(
                 "{}: format not known (put it under a folder named after its agent); skipped",
                 f.display()
@@ -256,9 +278,7 @@ pub fn measure(
         } else {
             String::new()
         };
-        read.entry(format.as_str())
-            .or_default()
-            .add(format, &runs, &text);
+        read.entry(label).or_default().add(format, &runs, &text);
         for run in runs {
             if run.run.turns.is_empty() {
                 continue;
@@ -277,7 +297,7 @@ pub fn measure(
             let reports = named.reports(role, 200_000, None);
             out.push(replay(
                 &mut radio,
-                format.as_str(),
+                label,
                 &unit,
                 named.run.outcome(),
                 &reports,
@@ -312,13 +332,13 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
     let (runs, read) = measure(cfg, &a.dir, &a.role)?;
     if a.runs {
         println!(
-            "{:<11} {:<58} {:>5} {:<9} {:>3} {:>4}  xo steering",
+            "{:<14} {:<58} {:>5} {:<9} {:>3} {:>4}  xo steering",
             "format", "run", "turns", "outcome", "xo", "base"
         );
         for r in &runs {
             let kinds: Vec<String> = r.xo_kinds.iter().map(|(k, n)| format!("{k}×{n}")).collect();
             println!(
-                "{:<11} {:<58} {:>5} {:<9} {:>3} {:>4}  {}",
+                "{:<14} {:<58} {:>5} {:<9} {:>3} {:>4}  {}",
                 r.format,
                 r.unit.chars().take(58).collect::<String>(),
                 r.turns,
@@ -334,7 +354,7 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
     formats.sort();
     formats.dedup();
     println!(
-        "{:<11} {:<9} {:>5} {:>6} | {:>8} {:>10} {:>9} | {:>8} {:>10} {:>9}",
+        "{:<14} {:<9} {:>5} {:>6} | {:>8} {:>10} {:>9} | {:>8} {:>10} {:>9}",
         "format",
         "runs",
         "",
@@ -352,7 +372,7 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
             return;
         }
         println!(
-            "{:<11} {:<9} {:>5} {:>6} | {:>8} {:>10} {:>9.2} | {:>8} {:>10} {:>9.2}",
+            "{:<14} {:<9} {:>5} {:>6} | {:>8} {:>10} {:>9.2} | {:>8} {:>10} {:>9.2}",
             name,
             which,
             xo.runs,
@@ -403,7 +423,7 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
         };
         if !longest.is_empty() {
             println!(
-                "{f:<11} longest stretch without progress, runs not failed: median {}, 90th percentile {}, most {} ({} runs){compactions}",
+                "{f:<14} longest stretch without progress, runs not failed: median {}, 90th percentile {}, most {} ({} runs){compactions}",
                 nearest_rank(&longest, 50),
                 nearest_rank(&longest, 90),
                 longest[longest.len() - 1],
@@ -435,7 +455,7 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
             )
         };
         println!(
-            "{f:<11} after a decision: most steerings of one kind in one stretch {most} (at most 3); {quoting} of {steered} steerings quote the command or its output; {needs}"
+            "{f:<14} after a decision: most steerings of one kind in one stretch {most} (at most 3); {quoting} of {steered} steerings quote the command or its output; {needs}"
         );
     }
     // What the sensors read of the files, and the tool errors they saw
@@ -456,7 +476,7 @@ pub async fn run(cfg: &XoConfig, a: DetectionArgs) -> anyhow::Result<ExitCode> {
             None => "tool errors: the format records no exit status".to_string(),
         };
         println!(
-            "{f:<11} records: {} read, {:.1}% mapped or skipped by name ({} mapped, {} skipped, {} of kinds not known, {} not readable); {errors}",
+            "{f:<14} records: {} read, {:.1}% mapped or skipped by name ({} mapped, {} skipped, {} of kinds not known, {} not readable); {errors}",
             d.records,
             d.read_pct(),
             d.mapped,

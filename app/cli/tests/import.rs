@@ -293,6 +293,132 @@ fn a_real_codex_rollouts_failed_commands_are_its_failures() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "", "no steering");
 }
 
+/// The actions of one report's own turn (its `recent` holds the window).
+fn own_actions(report: &serde_json::Value) -> Vec<serde_json::Value> {
+    let turn = report["time"]["turn"].as_u64();
+    report["activity"]["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["turn"].as_u64() == turn)
+        .cloned()
+        .collect()
+}
+
+/// Real mini-swe-agent 2 runs (tool calls, `mini-swe-agent-1.1`): each
+/// call paired with its result; the reply the harness could not parse a
+/// `format_error`, never progress; a command the harness timed out a
+/// failure that says so; the context and the spend read call by call
+/// from each response's usage (a spend cap needs them before the end),
+/// and both counted here from the raw file, not by the sensor's code.
+#[test]
+fn real_mini_swe_agent_2_runs_are_read_call_by_call() {
+    let file = "mini-swe-agent/deepseek_lite_dev_noparallel__pvlib__pvlib-python-1606.traj.json";
+    let raw: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(real().join(file)).unwrap()).unwrap();
+    let messages = raw["messages"].as_array().unwrap();
+    let largest_prompt = messages
+        .iter()
+        .filter_map(|m| m["extra"]["response"]["usage"]["prompt_tokens"].as_u64())
+        .max()
+        .unwrap();
+    let failed_in_the_file = messages
+        .iter()
+        .filter(|m| m["role"] == "tool" && m["extra"]["returncode"].as_i64() != Some(0))
+        .count();
+    let o = xo(&real(), &["import", "swe-agent", file], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("; outcome succeeded"), "{err}");
+    let reports: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let actions: Vec<serde_json::Value> = reports.iter().flat_map(own_actions).collect();
+    let refused: Vec<_> = actions
+        .iter()
+        .filter(|a| a["error_type"] == "format_error")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["tool"], "reply");
+    assert!(
+        refused[0]["line"]
+            .as_str()
+            .unwrap()
+            .starts_with("Error parsing tool call arguments"),
+        "{refused:?}"
+    );
+    let timed_out: Vec<_> = actions
+        .iter()
+        .filter(|a| a["error_type"] == "timeout")
+        .collect();
+    assert_eq!(timed_out.len(), 2, "{timed_out:?}");
+    for a in &timed_out {
+        assert_eq!(a["tool"], "pip");
+        assert!(
+            a["line"]
+                .as_str()
+                .unwrap()
+                .ends_with("timed out after 60 seconds"),
+            "{a}"
+        );
+    }
+    // Every command that exited non-zero in the file is a failure here,
+    // the refused reply besides them, but for `pip list | grep -E …`
+    // exiting 1: grep's "no match", an answer (its status decides).
+    let no_match: Vec<_> = actions
+        .iter()
+        .filter(|a| {
+            a["cmd"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("pip list | grep"))
+        })
+        .collect();
+    assert_eq!(no_match.len(), 1, "{no_match:?}");
+    assert_eq!(no_match[0]["outcome"], "empty", "{no_match:?}");
+    let failures = actions.iter().filter(|a| a["outcome"] == "error").count();
+    assert_eq!(failures, failed_in_the_file - 1 + 1, "{actions:?}");
+    // The context as it grew, and the spend as it went.
+    let context = |r: &serde_json::Value| r["size"]["context_tokens"].as_u64().unwrap();
+    assert_eq!(reports.iter().map(context).max(), Some(largest_prompt));
+    let halfway = &reports[reports.len() / 2];
+    assert!(context(halfway) > 0, "{halfway}");
+    assert!(halfway["equipment"]["cost_usd"].as_f64().unwrap() > 0.0);
+    let spent = reports.last().unwrap()["equipment"]["cost_usd"]
+        .as_f64()
+        .unwrap();
+    let total = raw["info"]["model_stats"]["instance_cost"]
+        .as_f64()
+        .unwrap();
+    assert!((spent - total).abs() < 1e-6, "{spent} against {total}");
+
+    // Runs ended by the model's API, not by their agent: failed, with
+    // the status the harness wrote.
+    for (file, status) in [
+        (
+            "mini-swe-agent/deepseek_reasoner_dev__pvlib__pvlib-python-1072.traj.json",
+            "InternalServerError",
+        ),
+        (
+            "mini-swe-agent/deepseek_reasoner_dev__pylint-dev__astroid-1196.traj.json",
+            "Timeout",
+        ),
+    ] {
+        let o = xo(&real(), &["import", "swe-agent", file], None);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(err.contains("; outcome failed"), "{err}");
+        let last: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap())
+                .unwrap();
+        assert_eq!(
+            last["activity"]["summary"],
+            format!("exit_status: {status}"),
+            "{last}"
+        );
+    }
+}
+
 /// A real OpenHands V1 run's usage is read from its state updates: the
 /// tokens of every LLM of the conversation, as the SDK totals them.
 #[test]
@@ -437,7 +563,14 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     let o = xo(&real(), &["bench", "detection", "."], None);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    for f in ["claude", "codex", "openhands", "swe-agent", "total"] {
+    for f in [
+        "claude",
+        "codex",
+        "openhands",
+        "swe-agent",
+        "mini-swe-agent",
+        "total",
+    ] {
         assert!(
             out.lines().any(|l| l.starts_with(f)),
             "{f} row missing:\n{out}"
@@ -453,12 +586,18 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
             .to_string()
     };
     assert!(goal("goal, loops").ends_with("MET"), "{out}");
-    assert!(goal("of 29 steered").ends_with("MET"), "{out}");
+    assert!(goal("of 31 steered").ends_with("MET"), "{out}");
     // The agent role's stall threshold (past 8) rests on these runs: no run
     // that did not fail goes more than 8 turns without progress, in any
     // format; Claude Code compacts itself no later than its 83.5%.
-    for f in ["claude", "codex", "openhands", "swe-agent"] {
-        let line = goal(&format!("{f:<11} longest stretch"));
+    for f in [
+        "claude",
+        "codex",
+        "openhands",
+        "swe-agent",
+        "mini-swe-agent",
+    ] {
+        let line = goal(&format!("{f:<14} longest stretch"));
         let most: u32 = line
             .split("most ")
             .nth(1)
@@ -469,8 +608,14 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     }
     // What follows a decision, per format: no stretch gets more than three
     // steerings of a kind, and the loop steering quotes its evidence.
-    for f in ["claude", "codex", "openhands", "swe-agent"] {
-        let line = goal(&format!("{f:<11} after a decision"));
+    for f in [
+        "claude",
+        "codex",
+        "openhands",
+        "swe-agent",
+        "mini-swe-agent",
+    ] {
+        let line = goal(&format!("{f:<14} after a decision"));
         let most: u32 = line
             .split("in one stretch ")
             .nth(1)
@@ -480,10 +625,16 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
         assert!(most <= 3, "{line}");
     }
     assert!(
-        goal("swe-agent   after a decision").contains("2 of 2 steerings quote"),
+        goal("swe-agent      after a decision").contains("2 of 2 steerings quote"),
         "{out}"
     );
-    let claude = goal("claude      longest stretch");
+    // The cascade on the real mini-swe-agent run that failed names the
+    // command that failed last and what it got back.
+    assert!(
+        goal("mini-swe-agent after a decision").contains("1 of 1 steerings quote"),
+        "{out}"
+    );
+    let claude = goal("claude         longest stretch");
     let highest: f64 = claude
         .rsplit('–')
         .next()
@@ -494,8 +645,14 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     // Issue 38: every record of the real runs is read (mapped or skipped
     // by name), and the tool errors the sensors saw are at least 90% of
     // what an independent reading of the raw files counts.
-    for f in ["claude", "codex", "openhands", "swe-agent"] {
-        let line = goal(&format!("{f:<11} records:"));
+    for f in [
+        "claude",
+        "codex",
+        "openhands",
+        "swe-agent",
+        "mini-swe-agent",
+    ] {
+        let line = goal(&format!("{f:<14} records:"));
         assert!(
             line.contains(", 100.0% mapped or skipped by name"),
             "{line}"
@@ -504,6 +661,15 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
             line.contains(" 0 of kinds not known, 0 not readable"),
             "{line}"
         );
+        // SWE-agent's own trajectories keep no exit status (its tools say
+        // what failed only in their text): nothing to count them against.
+        if f == "swe-agent" {
+            assert!(
+                line.ends_with("the format records no exit status"),
+                "{line}"
+            );
+            continue;
+        }
         let pct: f64 = line
             .rsplit('(')
             .next()

@@ -495,11 +495,16 @@ pub fn cascade(tools: &[&Action], d: &Doctrine) -> Option<Finding> {
     let mut names: Vec<String> = failing.iter().map(|a| tool_name(a)).collect();
     names.sort();
     names.dedup();
+    // The latest failure, as the agent ran it and with what it got back:
+    // the evidence to start from, not only the count.
+    let last = failing.last().map_or_else(String::new, |a| {
+        format!(" The latest: {}{}.", named(a), said(a))
+    });
     Some(finding(
         AnomalyKind::Cascade,
         Severity::Warning,
         format!(
-            "Cascade: {} different tools failed in your last {} actions ({}). Stop and verify your working directory, file paths and environment before going on.",
+            "Cascade: {} different tools failed in your last {} actions ({}).{last} Stop and verify your working directory, file paths and environment before going on.",
             names.len(),
             w.len(),
             names.join(", ")

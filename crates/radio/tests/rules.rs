@@ -292,6 +292,26 @@ fn cascade_three_different_tools_within_five() {
     );
     assert!(a.steering[0].message.contains("working directory"));
     assert_eq!(a.steering[0].evidence.tools, vec!["a", "b", "c"]);
+    // The evidence, not only the count: the latest failure as it was run
+    // and what it got back, when the report carries them.
+    assert!(
+        a.steering[0].message.contains(" The latest: c."),
+        "{}",
+        a.steering[0].message
+    );
+    let mut said = three.clone();
+    said.activity.recent[3] = err("c", "1", "x", 4).with_evidence(
+        Some("python t.py"),
+        Some("ModuleNotFoundError: No module named 'numpy'"),
+    );
+    let a = Radio::default().check(&said);
+    assert!(
+        a.steering[0].message.contains(
+            " The latest: `python t.py`: \"ModuleNotFoundError: No module named 'numpy'\"."
+        ),
+        "{}",
+        a.steering[0].message
+    );
     let spread = with_actions(
         6,
         vec![

@@ -20,7 +20,10 @@
 //! whose message also has `tool_calls`) are its actions; a `role: "tool"`
 //! message answers the call its `tool_call_id` names (a text-based
 //! model's `role: "user"` observation the oldest), with `extra.returncode`,
-//! `raw_output` and `exception_info`; a `role: "user"` message with
+//! `raw_output` and `exception_info`; an assistant message's
+//! `extra.response.usage` (`prompt_tokens`: the context's size,
+//! `completion_tokens`), `extra.cost` and `extra.timestamp` (seconds) are
+//! the model call's; a `role: "user"` message with
 //! `extra.interrupt_type` `FormatError` is a refused reply; a `role:
 //! "exit"` message ends the run (`extra.exit_status`).
 
@@ -116,10 +119,30 @@ pub fn read(text: &str) -> Result<Read, crate::SensorError> {
         // Calls waiting for their observation, in order, each with its
         // `tool_call_id` (empty for a text-based model's action).
         let mut pending: Vec<(String, Pending)> = Vec::new();
+        // mini-swe-agent 2's running totals: each model call's usage and
+        // cost are on its message (`info.model_stats` only at the end).
+        let (mut cost, mut sent, mut received) = (0.0, 0, 0);
         for (i, m) in messages.iter().enumerate() {
             c.stats.events += 1;
             let content = m.get("content").map(text_of).unwrap_or_default();
             let extra = m.get("extra").unwrap_or(&Value::Null);
+            if let Some(at) = extra.get("timestamp").and_then(Value::as_f64) {
+                c.at_ms = Some((at * 1000.0) as u64);
+            }
+            if let Some(u) = extra.get("response").and_then(|r| r.get("usage")) {
+                let prompt = u.get("prompt_tokens").and_then(Value::as_u64);
+                // The prompt is the whole conversation: the context's size.
+                if let Some(p) = prompt {
+                    c.context_tokens = Some(p);
+                }
+                sent += prompt.unwrap_or(0);
+                received += u
+                    .get("completion_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                cost += extra.get("cost").and_then(Value::as_f64).unwrap_or(0.0);
+                c.cumulative(Some(cost), Some(sent), Some(received));
+            }
             let role = str_of(m, "role").unwrap_or("-");
             // A user message is an observation once a call waits for one
             // (or the harness refused a reply); before, the task.
@@ -189,8 +212,16 @@ pub fn read(text: &str) -> Result<Read, crate::SensorError> {
                     let exception = str_of(extra, "exception_info")
                         .or_else(|| tag(&content, "exception"))
                         .filter(|e| !e.trim().is_empty());
+                    // Last, where the telling line is looked for; a
+                    // timeout in the harness's words without the command
+                    // line it quotes whole (`Command '['docker', 'exec', …]'
+                    // timed out after 60 seconds`).
                     if let Some(e) = exception {
-                        output = format!("{e}\n{output}");
+                        let e = match e.find("timed out after") {
+                            Some(i) => format!("{e}\nthe command {}", &e[i..]),
+                            None => e.to_string(),
+                        };
+                        output = format!("{output}\n{e}");
                     }
                     out.push(c.tool_turn(&p, exception.is_none(), &output, returncode));
                 }
