@@ -33,10 +33,14 @@ pub enum AlertKind {
     /// A unit needs a person (its reason in the title: `stuck` when its
     /// steering of a stretch was spent), once a unit and stretch.
     UnitNeedsYou,
+    /// Reports were lost before the supervisor read them: dropped by its
+    /// connection (too slow to read) or missing from units' sequences. At
+    /// most once a minute, with the counts since the last.
+    ReportsLost,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 9] = [
+    pub const ALL: [AlertKind; 10] = [
         Self::TaskBlocked,
         Self::Question,
         Self::QueueStuck,
@@ -46,6 +50,7 @@ impl AlertKind {
         Self::LeaseRefused,
         Self::KnowledgeReview,
         Self::UnitNeedsYou,
+        Self::ReportsLost,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -58,6 +63,7 @@ impl AlertKind {
             Self::LeaseRefused => "lease_refused",
             Self::KnowledgeReview => "knowledge_review",
             Self::UnitNeedsYou => "unit_needs_you",
+            Self::ReportsLost => "reports_lost",
         }
     }
 }

@@ -550,6 +550,11 @@ pub struct StatsReply {
     /// publisher without a connection, or a subject nobody subscribes to).
     #[serde(default)]
     pub missed: u64,
+    /// Messages the supervisor's connection dropped because it read them
+    /// too slowly (the NATS client's slow-consumer count: a lower bound;
+    /// what a unit's sequence shows missing is in `missed`).
+    #[serde(default)]
+    pub dropped: u64,
     /// `steering` by anomaly kind (wire names; kinds never steered left out).
     #[serde(default)]
     pub steering_by_kind: std::collections::BTreeMap<String, u64>,

@@ -567,3 +567,65 @@ async fn a_supervisor_does_not_start_empty_on_a_damaged_unit_store() {
         "{err}"
     );
 }
+
+/// Issue 43, item 3: a NATS subscription read too slowly loses messages
+/// (the client drops what its full buffer cannot hold), and the bus counts
+/// them instead of losing them unseen. The local and socket buses queue
+/// and drop nothing.
+#[tokio::test]
+async fn a_nats_subscriber_too_slow_to_read_counts_what_it_dropped() {
+    let server = NatsServer::start();
+    let slow = Bus::Nats(
+        xo_bus::NatsBus::connect(
+            &server.url(),
+            xo_bus::nats::ConnectOptions {
+                subscription_capacity: Some(4),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let mut sub = slow.subscribe("lost.>").await.unwrap();
+    slow.flush().await.unwrap();
+    let sender = xo_bus::NatsBus::connect(&server.url(), Default::default())
+        .await
+        .unwrap();
+    let sent = 200;
+    for i in 0..sent {
+        sender
+            .publish_with_reply("lost.x", None, Headers::new(), Bytes::from(format!("{i}")))
+            .await
+            .unwrap();
+    }
+    sender.client().flush().await.unwrap();
+    // A round trip on the slow connection: everything sent before it has
+    // reached its client (and been kept or dropped there).
+    slow.flush().await.unwrap();
+    let mut kept = 0;
+    while tokio::time::timeout(Duration::from_millis(200), sub.next())
+        .await
+        .is_ok_and(|m| m.is_some())
+    {
+        kept += 1;
+    }
+    assert!(kept < sent, "the subscription held {kept} of {sent}");
+    // The count is taken from the client's events, delivered by its own
+    // task: wait for them rather than assume they came first.
+    let mut dropped = 0;
+    for _ in 0..500 {
+        dropped = slow.dropped();
+        if dropped > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(dropped > 0, "{} kept, none counted as dropped", kept);
+    assert!(
+        dropped <= (sent - kept) as u64,
+        "{dropped} counted, {} lost",
+        sent - kept
+    );
+    let local = Bus::Local(LocalBus::new());
+    assert_eq!(local.dropped(), 0);
+}

@@ -773,6 +773,9 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(value("xo_tasks", Some(("state", "cancelled"))), 1.0);
     assert_eq!(value("xo_service_up", Some(("service", "queue"))), 1.0);
     assert_eq!(value("xo_reports_received_total", None), 1.0);
+    // Nothing lost (issue 43): both counters there, at zero.
+    assert_eq!(value("xo_reports_gap_total", None), 0.0);
+    assert_eq!(value("xo_reports_dropped_total", None), 0.0);
     assert_eq!(value("xo_queue_running", None), 1.0);
     assert_eq!(value("xo_units_unreadable", None), 1.0);
     assert_eq!(value("xo_unit_records_unreadable", None), 2.0);

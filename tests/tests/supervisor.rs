@@ -1138,3 +1138,81 @@ async fn a_unit_that_still_needs_you_is_reminded_until_it_moves() {
     sb.show("u1").await.unwrap();
     assert!(alerts.try_next().is_none(), "reminded after it moved");
 }
+
+/// Issue 43, item 3: reports lost on the way are not lost unseen. A gap
+/// in a unit's sequence is counted (`missed`, `xo_reports_gap_total`), and
+/// said: one `reports_lost` alert naming the unit and the count, at most
+/// once a minute (owned time), the losses in between added to the next.
+#[tokio::test]
+async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minute() {
+    let sb = Sandbox::start(&[]).await;
+    let mut alerts = sb
+        .client
+        .subscribe(&sb.subjects.alert(xo_proto::alert::AlertKind::ReportsLost))
+        .await
+        .unwrap();
+    sb.client.flush().await.unwrap();
+    let stats = || async {
+        typed::call(
+            &sb.client,
+            &sb.subjects,
+            &xo_proto::control::SupervisorStats {},
+            T,
+        )
+        .await
+        .unwrap()
+    };
+    // Seq 1, then 5: reports 2, 3 and 4 never came.
+    sb.send(&report("gappy", 1)).await;
+    sb.send(&report("gappy", 5)).await;
+    sb.wait_seq("gappy", 5).await;
+    assert_eq!(stats().await.missed, 3);
+    sb.sup().tick().await;
+    // The supervisor's reply comes after anything its tick published.
+    stats().await;
+    let a = alerts
+        .try_next()
+        .expect("a reports_lost alert after the tick");
+    let a = typed::decode::<xo_proto::alert::Alert>(&a, 1 << 20).unwrap();
+    assert!(
+        a.title
+            .ends_with("0 dropped by the supervisor's connection, 3 missing from units' sequences"),
+        "{}",
+        a.title
+    );
+    assert!(a.detail.contains("(gaps in gappy)"), "{}", a.detail);
+    // Nothing new: nothing said.
+    sb.sup().tick().await;
+    stats().await;
+    assert!(alerts.try_next().is_none(), "no alert without a new loss");
+    // Two more missing within the minute: counted now, said once the
+    // minute has passed.
+    sb.send(&report("gappy", 8)).await;
+    sb.wait_seq("gappy", 8).await;
+    sb.sup().tick().await;
+    assert_eq!(stats().await.missed, 5);
+    assert!(alerts.try_next().is_none(), "at most one alert a minute");
+    sb.clock.advance(Duration::from_secs(60));
+    sb.sup().tick().await;
+    stats().await;
+    let a = alerts.try_next().expect("the losses of the minute, said");
+    let a = typed::decode::<xo_proto::alert::Alert>(&a, 1 << 20).unwrap();
+    assert!(
+        a.title.ends_with(", 2 missing from units' sequences"),
+        "{}",
+        a.title
+    );
+    // A restart (a new epoch) starts the sequence over: no gap.
+    let mut again = report("gappy", 9);
+    again.time.epoch += 1;
+    again.time.seq = 1;
+    sb.send(&again).await;
+    for _ in 0..3000 {
+        if sb.show("gappy").await.is_ok_and(|d| d.summary.turn == 9) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(sb.show("gappy").await.unwrap().summary.turn, 9);
+    assert_eq!(stats().await.missed, 5);
+}

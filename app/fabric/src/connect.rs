@@ -21,6 +21,8 @@ pub fn nats_options(cfg: &XoConfig, name: &str, retry: bool) -> ConnectOptions {
             )
         }),
         ping_interval: Some(std::time::Duration::from_millis(cfg.nats.ping_interval_ms)),
+        subscription_capacity: (cfg.nats.subscription_capacity > 0)
+            .then_some(cfg.nats.subscription_capacity),
     }
 }
 

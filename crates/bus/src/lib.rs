@@ -219,6 +219,16 @@ impl Bus {
         }
     }
 
+    /// Messages this connection dropped because a subscription was full
+    /// (NATS: its slow-consumer events, a lower bound). The in-process and
+    /// socket buses queue without dropping: 0.
+    pub fn dropped(&self) -> u64 {
+        match self {
+            Bus::Nats(n) => n.dropped(),
+            _ => 0,
+        }
+    }
+
     pub async fn publish(&self, subject: &str, headers: Headers, payload: Bytes) -> BusResult<()> {
         self.publish_with_reply(subject, None, headers, payload)
             .await

@@ -1,6 +1,8 @@
 //! The NATS transport (async-nats). The client reconnects by itself after a
 //! server restart and restores its subscriptions.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::{HeaderMap, client::RequestErrorKind, service::ServiceExt};
@@ -12,6 +14,11 @@ use crate::{BusError, BusResult, Headers, Message, ServiceEndpoint, ServiceSpec,
 #[derive(Debug, Clone)]
 pub struct NatsBus {
     client: async_nats::Client,
+    /// Messages lost to this client's own slowness: the client's
+    /// slow-consumer events (one per message its full subscription
+    /// dropped) and the server's slow-consumer errors. A lower bound: the
+    /// client drops an event too when its event queue is full.
+    dropped: Arc<AtomicU64>,
 }
 
 /// How to connect.
@@ -34,6 +41,9 @@ pub struct ConnectOptions {
     /// How often to ping the server (a dead link is noticed after two
     /// unanswered pings); `None`: the client's default (a minute).
     pub ping_interval: Option<Duration>,
+    /// Messages a subscription holds before the client drops new ones
+    /// (counted: [`NatsBus::dropped`]); `None`: the client's 65,536.
+    pub subscription_capacity: Option<usize>,
 }
 
 /// A NATS URL with any password replaced by `***`, for logs and errors; a
@@ -110,6 +120,7 @@ impl Default for ConnectOptions {
             tls_ca: None,
             tls_cert: None,
             ping_interval: None,
+            subscription_capacity: None,
         }
     }
 }
@@ -126,6 +137,21 @@ impl NatsBus {
         if let Some(every) = opts.ping_interval {
             o = o.ping_interval(every);
         }
+        if let Some(n) = opts.subscription_capacity {
+            o = o.subscription_capacity(n.max(1));
+        }
+        let dropped = Arc::new(AtomicU64::new(0));
+        let seen = dropped.clone();
+        o = o.event_callback(move |e| {
+            if matches!(
+                e,
+                async_nats::Event::SlowConsumer(_)
+                    | async_nats::Event::ServerError(async_nats::ServerError::SlowConsumer(_))
+            ) {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+            std::future::ready(())
+        });
         // Credentials in the URL are used unless given apart, and never
         // shown: errors name the URL with its password replaced.
         let mut servers = Vec::new();
@@ -175,11 +201,20 @@ impl NatsBus {
             target: shown.clone(),
             reason: e.to_string().replace(url, &shown),
         })?;
-        Ok(Self { client })
+        Ok(Self { client, dropped })
     }
 
     pub fn from_client(client: async_nats::Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            dropped: Arc::default(),
+        }
+    }
+
+    /// Messages this client dropped because a subscription was full (see
+    /// the field): reports a supervisor never read.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     pub fn client(&self) -> &async_nats::Client {

@@ -178,6 +178,16 @@ pub async fn render(c: &Shared) -> String {
                 s.duplicates,
             ),
             (
+                "xo_reports_gap_total",
+                "Reports missing from units' sequence numbers: lost before the supervisor got them.",
+                s.missed,
+            ),
+            (
+                "xo_reports_dropped_total",
+                "Reports the supervisor's NATS connection dropped because it read too slowly (a lower bound).",
+                s.dropped,
+            ),
+            (
                 "xo_dead_letters_total",
                 "Messages sent to the dead-letter subjects.",
                 s.dead_letters,

@@ -280,7 +280,7 @@ pub fn ntfy(a: &Alert, console: &str) -> Ntfy {
         K::UnitNeedsYou => (4, "raising_hand"),
         K::Question => (4, "question"),
         K::TaskBlocked | K::BudgetExhausted => (4, "warning"),
-        K::QueueStuck | K::RoleFailed | K::QueueHalted => (3, "rotating_light"),
+        K::QueueStuck | K::RoleFailed | K::QueueHalted | K::ReportsLost => (3, "rotating_light"),
         K::LeaseRefused => (3, "lock"),
         K::KnowledgeReview => (3, "memo"),
     };

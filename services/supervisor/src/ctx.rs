@@ -61,6 +61,35 @@ pub struct Counters {
     /// many, and the first few names. One summary line a check, not a line
     /// a unit (100k units going silent once logged 520k lines).
     pub went_stale: std::sync::Mutex<(u64, Vec<String>)>,
+    /// Reports missing from units' sequences since the last summary: how
+    /// many, and the first few units.
+    pub gapped: std::sync::Mutex<(u64, Vec<String>)>,
+    /// Losses not yet said (gaps, and the connection's drops past
+    /// `dropped_said`), and when they were last said (ms).
+    lost: std::sync::Mutex<Lost>,
+}
+
+/// What [`Counters::summarise_lost`] has said so far.
+#[derive(Debug, Default)]
+struct Lost {
+    /// The connection's drop count when last said.
+    dropped_said: u64,
+    /// Gaps counted since last said, and the first few units.
+    gaps: u64,
+    units: Vec<String>,
+    said_at: Option<u64>,
+}
+
+/// Losses are said (a log line, a `reports_lost` alert) at most this often.
+pub const LOST_EVERY_MS: u64 = 60_000;
+
+/// Losses to say: reports the connection dropped, reports missing from
+/// units' sequences, and the first few units with gaps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Losses {
+    pub dropped: u64,
+    pub gaps: u64,
+    pub units: Vec<String>,
 }
 
 /// Names a summary line shows.
@@ -74,6 +103,39 @@ impl Counters {
         if b.1.len() < SUMMARY_NAMES {
             b.1.push(unit.to_string());
         }
+    }
+
+    /// `n` reports of `unit` never arrived (a gap in its sequence).
+    pub fn gap(&self, unit: &str, n: u64) {
+        self.missed.fetch_add(n, Ordering::Relaxed);
+        let mut l = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        l.gaps += n;
+        if l.units.len() < SUMMARY_NAMES && !l.units.iter().any(|u| u == unit) {
+            l.units.push(unit.to_string());
+        }
+    }
+
+    /// The losses to say at `now`, given the connection's drop count
+    /// `dropped`: `None` when there are none, or when the last were said
+    /// less than [`LOST_EVERY_MS`] ago (they wait, added up, for the next).
+    pub fn losses_due(&self, dropped: u64, now: u64) -> Option<Losses> {
+        let mut l = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        let new_drops = dropped.saturating_sub(l.dropped_said);
+        if new_drops == 0 && l.gaps == 0 {
+            return None;
+        }
+        if l.said_at
+            .is_some_and(|at| now.saturating_sub(at) < LOST_EVERY_MS)
+        {
+            return None;
+        }
+        l.said_at = Some(now);
+        l.dropped_said = dropped;
+        Some(Losses {
+            dropped: new_drops,
+            gaps: std::mem::take(&mut l.gaps),
+            units: std::mem::take(&mut l.units),
+        })
     }
 
     /// Logs, once, the units that went stale since the last call.
@@ -139,6 +201,7 @@ impl Counters {
             units,
             watcher_restarts: g(&self.watcher_restarts),
             missed: g(&self.missed),
+            dropped: 0,
             evicted: g(&self.evicted),
             steering_by_kind: xo_proto::AnomalyKind::ALL
                 .iter()

@@ -301,7 +301,9 @@ impl RootState {
                 let _ = port.send(reply);
             }
             SupervisorApi::Stats(_, port) => {
-                let _ = port.send(Ok(self.ctx.counters.snapshot(self.units.len() as u64)));
+                let mut s = self.ctx.counters.snapshot(self.units.len() as u64);
+                s.dropped = self.ctx.bus.dropped();
+                let _ = port.send(Ok(s));
             }
         }
     }
@@ -428,6 +430,10 @@ impl Actor for Root {
                 let ctx = state.ctx.clone();
                 // What the last check found stale, in one line.
                 ctx.counters.summarise_stale();
+                // Reports lost on the way: said, and an operator paged.
+                if let Some(l) = ctx.counters.losses_due(ctx.bus.dropped(), now) {
+                    crate::watcher::say_lost(&ctx, &l, now).await;
+                }
                 let cfg = &ctx.cfg.supervisor;
                 let sweep = now.saturating_sub(state.last_sweep) >= cfg.persist_interval_ms;
                 if sweep {

@@ -355,8 +355,7 @@ impl WatcherState {
         // reports lost on the way.
         if !a.duplicate && !a.restarted && last_seq > 0 && report.time.seq > last_seq + 1 {
             ctx.counters
-                .missed
-                .fetch_add(report.time.seq - last_seq - 1, Ordering::Relaxed);
+                .gap(&report.unit.unit, report.time.seq - last_seq - 1);
         }
         if a.duplicate {
             ctx.counters.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -508,11 +507,48 @@ fn needs_alert(report: &SaluteReport, n: &xo_proto::NeedsYou) -> xo_proto::alert
     }
 }
 
+/// Says reports lost on the way: one log line and a `reports_lost` alert
+/// (the notifier pages), with the counts since the last time.
+pub async fn say_lost(ctx: &Ctx, l: &crate::ctx::Losses, at: u64) {
+    let units = if l.units.is_empty() {
+        String::new()
+    } else {
+        format!(" (gaps in {})", l.units.join(", "))
+    };
+    let title = format!(
+        "reports lost: {} dropped by the supervisor's connection, {} missing from units' sequences",
+        l.dropped, l.gaps
+    );
+    warn!(
+        dropped = l.dropped,
+        gaps = l.gaps,
+        "{title}{units}; said at most once a minute (xo_reports_dropped_total, xo_reports_gap_total)"
+    );
+    let detail = format!(
+        "Since the last alert{units}. The XO decided without these reports: a unit's picture may be behind. Dropped reports mean the supervisor reads too slowly for the reports it gets: add supervisors (supervisor.partitions) or raise nats.subscription_capacity. Missing ones were lost before they reached it (a unit's connection, a NATS node). The console's /metrics counts both (xo_reports_dropped_total, xo_reports_gap_total)."
+    );
+    page(
+        ctx,
+        xo_proto::alert::Alert {
+            v: xo_proto::PROTOCOL_VERSION,
+            kind: xo_proto::alert::AlertKind::ReportsLost,
+            title,
+            detail,
+            task_id: None,
+            project: None,
+            unit: None,
+            source: "supervisor".into(),
+            at,
+        },
+    )
+    .await;
+}
+
 /// Publishes a unit's `unit_needs_you` alert (the notifier pages).
 async fn page(ctx: &Ctx, a: xo_proto::alert::Alert) {
     let subject = ctx.subjects.alert(a.kind);
     if let Err(e) = xo_bus::typed::publish(&ctx.bus, &subject, &a, ctx.cfg.wire.format).await {
-        warn!(unit = a.unit.as_deref().unwrap_or(""), error = %e, "needs-you alert not published; `xo units --needs` still lists the unit");
+        warn!(kind = %a.kind, unit = a.unit.as_deref().unwrap_or(""), error = %e, "alert not published; `xo units --needs` and /metrics still show what it said");
     }
 }
 

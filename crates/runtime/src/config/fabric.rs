@@ -46,6 +46,10 @@ pub struct NatsConfig {
     /// (no reset, no close) is noticed after two unanswered pings, and the
     /// client moves to another node of the cluster.
     pub ping_interval_ms: u64,
+    /// Messages each subscription holds before the client drops new ones
+    /// (0: the client's 65,536). Drops are counted
+    /// (`xo_reports_dropped_total`) and alerted (`reports_lost`).
+    pub subscription_capacity: usize,
 }
 
 impl Default for NatsConfig {
@@ -61,6 +65,7 @@ impl Default for NatsConfig {
             tls_key_file: String::new(),
             replicas: 1,
             ping_interval_ms: 5_000,
+            subscription_capacity: 0,
         }
     }
 }
