@@ -17,6 +17,50 @@ use xo_proto::{Format, SaluteReport};
 use xo_runtime::{Clock, XoConfig};
 use xo_tests::NatsServer;
 
+/// A browser's login as the holder of `token`: its cookie, and the CSRF
+/// value the unit page's forms carry.
+async fn browser_login(rig: &Rig, token: &str) -> (String, String) {
+    {
+        let login = login_form(rig, &format!("token={token}&next=/units/op-unit")).await;
+        assert_eq!(login.status(), StatusCode::SEE_OTHER);
+        let cookie = login.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_string();
+        let page = rig
+            .http
+            .get(rig.u("/units/op-unit"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let csrf = page
+            .split("name=\"csrf\" value=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .expect("a form with its CSRF value")
+            .to_string();
+        (cookie, csrf)
+    }
+}
+
+/// The login form, sent as a browser sends it (`body` urlencoded as is).
+async fn login_form(rig: &Rig, body: &str) -> reqwest::Response {
+    rig.http
+        .post(rig.u("/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
 struct Rig {
     nats: NatsServer,
     _dir: tempfile::TempDir,
@@ -342,7 +386,8 @@ async fn every_route_answers_with_the_bus_types() {
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["settings"]["version"], 1);
-    assert_eq!(v["settings"]["updated_by"], "console");
+    // The console token's operator, through the API.
+    assert_eq!(v["settings"]["updated_by"], "console (api)");
     // A change against an old version is refused; so is a key that is not settable.
     let (s, v) = rig
         .send(
@@ -485,12 +530,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     // The cookie of a logged-in browser needs the CSRF value for a write.
-    let login = rig
-        .http
-        .get(rig.u(&format!("/login?token={}", rig.token)))
-        .send()
-        .await
-        .unwrap();
+    let login = login_form(&rig, &format!("token={}", rig.token)).await;
     assert_eq!(login.status(), StatusCode::SEE_OTHER);
     let cookie = login.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(
@@ -591,23 +631,44 @@ async fn the_token_csrf_and_read_only_rules_hold() {
         "//evil.example",
         "/%5Cevil.example",
     ] {
-        let r = rig
-            .http
-            .get(rig.u(&format!("/login?token={token}&next={next}")))
-            .send()
-            .await
-            .unwrap();
+        let r = login_form(&rig, &format!("token={token}&next={next}")).await;
         assert_eq!(r.status(), StatusCode::SEE_OTHER, "{next}");
         assert_eq!(r.headers()["location"].to_str().unwrap(), "/", "{next}");
     }
     // A wrong login token.
+    let r = login_form(&rig, "token=guess-guess-guess").await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // The right one in a URL the browser would keep: not used.
     let r = rig
         .http
-        .get(rig.u("/login?token=guess-guess-guess"))
+        .get(rig.u(&format!("/login?token={token}")))
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.headers().get("set-cookie").is_none());
+    let page = r.text().await.unwrap();
+    assert!(
+        page.contains("so it was not used"),
+        "the page says why: {page}"
+    );
+    // A login link's one-time code logs in once.
+    let link = rig.console.as_ref().unwrap().login_url();
+    let path = &link[link.find("/login").unwrap()..];
+    assert!(!link.contains(&token), "{link}");
+    let r = rig.http.get(rig.u(path)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        r.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next(),
+        Some(pair.as_str())
+    );
+    let again = rig.http.get(rig.u(path)).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED, "used once");
+    assert!(again.headers().get("set-cookie").is_none());
     rig.stop().await;
 
     // Read-only: actions hidden and refused, even with the token.
@@ -1446,4 +1507,110 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
     );
     assert!(page.contains("<span class=\"add\">+more</span>"), "{page}");
     rig.stop().await;
+}
+
+/// Issue 41, item 4: named operators, each with a token of their own
+/// (`console.operators_file`). A write names who made it: the operator
+/// from a browser, `NAME (api: CLIENT)` with a bearer token; each
+/// operator's forms carry their own CSRF value; the file's mistakes are
+/// named with their line.
+#[tokio::test]
+async fn named_operators_sign_their_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("operators");
+    let (ana, bo) = ("ana-token-0123456789abcdef", "bo-token-0123456789abcdef");
+    std::fs::write(&file, format!("# who may steer\nana {ana}\n\nbo {bo}\n")).unwrap();
+    let rig = Rig::start(&[("console.operators_file", file.to_str().unwrap())]).await;
+    let client = connect(&rig.nats, "test").await;
+    typed::publish(
+        &client,
+        &rig.cfg.subjects().salute("op-unit"),
+        &SaluteReport::new("op-unit", "coder", 1, 1),
+        Format::Msgpack,
+    )
+    .await
+    .unwrap();
+    client.flush().await.unwrap();
+    for _ in 0..1000 {
+        if rig.get("/api/v1/units/op-unit").await.0 == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(rig.get("/api/v1/units/op-unit").await.0, StatusCode::OK);
+    // A script with ana's token, naming itself.
+    let r = rig
+        .http
+        .post(rig.u("/api/v1/units/op-unit/ack"))
+        .bearer_auth(ana)
+        .json(&json!({"why": "looking at it", "by": "ci"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["ack"]["by"], "ana (api: ci)", "{v}");
+    // bo in a browser: logs in, and the unit page's form carries bo's
+    // CSRF value, not ana's.
+    let (cookie, csrf) = browser_login(&rig, bo).await;
+    let (_, other) = browser_login(&rig, ana).await;
+    let ack = |csrf: String| {
+        let cookie = cookie.clone();
+        let http = rig.http.clone();
+        let url = rig.u("/ui/units/op-unit/ack");
+        async move {
+            http.post(url)
+                .header("cookie", cookie)
+                .form(&[
+                    ("csrf", csrf.as_str()),
+                    ("why", "restarting its runner"),
+                    ("for", "30m"),
+                ])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    // Another operator's CSRF value is not bo's.
+    assert_ne!(other, csrf);
+    assert_eq!(ack(other).await.status(), StatusCode::FORBIDDEN);
+    let r = ack(csrf).await;
+    assert!(
+        r.status().is_redirection() || r.status().is_success(),
+        "{}",
+        r.status()
+    );
+    let (_, v) = rig.get("/api/v1/units/op-unit").await;
+    assert_eq!(v["summary"]["ack"]["by"], "bo", "{v}");
+    rig.stop().await;
+
+    // A mistake in the file is named with its line, and the console does
+    // not start on it.
+    for (text, says) in [
+        (
+            "ana short\n",
+            "line 1: operator ana's token is 5 characters",
+        ),
+        (
+            &format!("ana {ana}\nana {bo}\n") as &str,
+            "line 2: operator ana is named twice",
+        ),
+        (
+            &format!("console {ana}\n") as &str,
+            "line 1: operator name \"console\"",
+        ),
+        (
+            &format!("ana {ana} extra\n") as &str,
+            "line 1: expected `NAME TOKEN`",
+        ),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let mut cfg = XoConfig::default();
+        cfg.console.operators_file = file.display().to_string();
+        cfg.state.dir = dir.path().join("state");
+        let err = xo_console::auth::Auth::load(&cfg, "127.0.0.1:0".parse().unwrap())
+            .expect_err(text)
+            .to_string();
+        assert!(err.contains(says), "{err}");
+    }
 }

@@ -209,10 +209,19 @@ impl Up {
     }
 }
 
+/// Logs in as a person does: the token typed into the login form (a
+/// token in the address would stay in the browser's history).
 async fn login(b: &Client, up: &Up) {
-    b.goto(&format!("{}/login?token={}", up.url, up.token))
+    b.goto(&format!("{}/login", up.url)).await.unwrap();
+    b.find(Locator::Css("#login input[name=token]"))
+        .await
+        .unwrap()
+        .send_keys(&up.token)
         .await
         .unwrap();
+    click(b, "#login button[type=submit]").await;
+    // The form's answer sends the browser to the fleet.
+    wait_text(b, "body", "Fleet").await;
 }
 
 fn shots_dir() -> PathBuf {
@@ -1577,10 +1586,12 @@ async fn an_oversized_steering_is_refused_in_plain_words_keeping_what_was_typed(
     );
     let (_, fleet) = page(up.http.get(format!("{}/", up.url))).await;
     assert!(
-        fleet.contains("acked by console until") && fleet.contains("watching the registry outage"),
+        fleet.contains("acked by console (api) until")
+            && fleet.contains("watching the registry outage"),
         "{fleet}"
     );
-    // Over the API, naming who.
+    // Over the API, naming its client: the token's operator (the console
+    // token's, `console`) and the client the body names.
     let r = up
         .http
         .post(format!("{}/api/v1/units/big-1/ack", up.url))
@@ -1591,12 +1602,12 @@ async fn an_oversized_steering_is_refused_in_plain_words_keeping_what_was_typed(
         .unwrap();
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
-    assert_eq!(v["ack"]["by"], "ana");
+    assert_eq!(v["ack"]["by"], "console (api: ana)");
     assert_eq!(v["ack"]["why"], "paged the owner");
     let o = up.cli(&["units"]).output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("acked by ana until") && out.contains("paged the owner"),
+        out.contains("acked by console (api: ana) until") && out.contains("paged the owner"),
         "{out}"
     );
 }

@@ -541,7 +541,7 @@ async fn review_doc(
         ReviewDoc {
             id: format!("{category}/{name}"),
             accept: r.accept,
-            by: "console".into(),
+            by: crate::auth::who().by(None),
             note: r.note,
         },
     )
@@ -620,9 +620,8 @@ async fn put_settings(
     State(c): State<Shared>,
     JsonBody(mut p): JsonBody<PutSettings>,
 ) -> ApiResult<xo_proto::settings::SettingsView> {
-    if p.by.is_empty() {
-        p.by = "console".into();
-    }
+    // Whose token it is, and the client the body names.
+    p.by = crate::auth::who().by(Some(&p.by));
     call(&c, p).await
 }
 

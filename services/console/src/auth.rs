@@ -13,6 +13,13 @@
 //!   `X-XO-CSRF`), derived from the token, so another site cannot forge it.
 //!   A write with `Authorization: Bearer` needs no CSRF value.
 //! - Read-only mode refuses every write and the pages hide the actions.
+//! - Named operators (`console.operators_file`: lines `NAME TOKEN`) each
+//!   log in with a token of their own; every write names who made it
+//!   ([`who`]): the operator's name from the browser, `NAME (api)` (or
+//!   `NAME (api: CLIENT)` when the body names its client) with a bearer
+//!   token. The console token is the operator `console`.
+//! - A login URL carries a one-time code, never a token: a URL the browser
+//!   keeps in its history is worthless once used, or after ten minutes.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -30,10 +37,73 @@ pub const COOKIE: &str = "xo_console";
 /// The header a script sends the CSRF value in.
 pub const CSRF_HEADER: &str = "x-xo-csrf";
 
-/// The token and the rules in force.
-pub struct Auth {
+/// One who may use the console: a name and a token.
+pub struct Operator {
+    pub name: String,
     token: String,
     csrf: String,
+}
+
+impl Operator {
+    fn new(name: String, token: String) -> Self {
+        let csrf = hex(&Sha256::digest(
+            format!("xo-console-csrf:{token}").as_bytes(),
+        ));
+        Self { name, token, csrf }
+    }
+}
+
+/// The operator who made the request being answered (set by the guard
+/// around each request): their name and the CSRF value their forms carry.
+#[derive(Debug, Clone, Default)]
+pub struct Who {
+    pub name: String,
+    pub csrf: String,
+    /// Carried by `Authorization: Bearer` (a script), not by a browser.
+    pub api: bool,
+}
+
+impl Who {
+    /// How a write is named in the audit: the operator, and for the API
+    /// the client the body names.
+    pub fn by(&self, client: Option<&str>) -> String {
+        let name = if self.name.is_empty() {
+            "console"
+        } else {
+            &self.name
+        };
+        match (self.api, client.map(str::trim).filter(|c| !c.is_empty())) {
+            (false, _) => name.to_string(),
+            (true, None) => format!("{name} (api)"),
+            (true, Some(c)) => format!("{name} (api: {c})"),
+        }
+    }
+}
+
+tokio::task_local! {
+    static WHO: Who;
+}
+
+/// Who made the request being answered (nobody outside a request, or
+/// for a read let through without a token).
+pub fn who() -> Who {
+    WHO.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// Runs `f` as a request made by `who`.
+pub async fn as_who<F: std::future::Future>(who: Who, f: F) -> F::Output {
+    WHO.scope(who, f).await
+}
+
+/// How long a login code is good for.
+const CODE_MS: u64 = 10 * 60 * 1000;
+
+/// The tokens and the rules in force.
+pub struct Auth {
+    /// The console token first (`console`), then the named operators.
+    operators: Vec<Operator>,
+    /// One-time login codes: code → (operator, good until, ms).
+    codes: std::sync::Mutex<std::collections::HashMap<String, (usize, u64)>>,
     /// Loopback with `console.open_reads`: reads need no token.
     open_reads: bool,
     /// Bound to a loopback address: the `Host` must be a loopback name.
@@ -115,12 +185,32 @@ impl Auth {
                 reason: format!("is {} characters; use at least 16", token.len()),
             });
         }
-        let csrf = hex(&Sha256::digest(
-            format!("xo-console-csrf:{token}").as_bytes(),
-        ));
+        let mut operators = vec![Operator::new("console".into(), token)];
+        if !cfg.console.operators_file.is_empty() {
+            let path = &cfg.console.operators_file;
+            let text = std::fs::read_to_string(path).map_err(|e| ConsoleError::Token {
+                path: path.clone(),
+                reason: format!("{e} (console.operators_file: lines `NAME TOKEN`)"),
+            })?;
+            for op in operators_of(&text).map_err(|reason| ConsoleError::Token {
+                path: path.clone(),
+                reason,
+            })? {
+                if operators.iter().any(|o| o.token == op.token) {
+                    return Err(ConsoleError::Token {
+                        path: path.clone(),
+                        reason: format!(
+                            "operator {}'s token is another's (the console token's, or one above it): give each their own",
+                            op.name
+                        ),
+                    });
+                }
+                operators.push(op);
+            }
+        }
         Ok(Self {
-            token,
-            csrf,
+            operators,
+            codes: Default::default(),
             open_reads: cfg.console.open_reads && bound.ip().is_loopback(),
             loopback: bound.ip().is_loopback(),
             read_only: cfg.console.read_only,
@@ -128,13 +218,51 @@ impl Auth {
         })
     }
 
+    /// The console token (the operator `console`'s).
     pub fn token(&self) -> &str {
-        &self.token
+        &self.operators[0].token
     }
 
-    /// The value forms carry in `csrf`.
-    pub fn csrf(&self) -> &str {
-        &self.csrf
+    /// The names of the operators, the console token's first.
+    pub fn names(&self) -> Vec<&str> {
+        self.operators.iter().map(|o| o.name.as_str()).collect()
+    }
+
+    /// Who a valid credential is.
+    pub fn who(&self, cred: Credential) -> Who {
+        match cred {
+            Credential::Bearer(i) | Credential::Cookie(i) => {
+                let o = &self.operators[i];
+                Who {
+                    name: o.name.clone(),
+                    csrf: o.csrf.clone(),
+                    api: matches!(cred, Credential::Bearer(_)),
+                }
+            }
+            _ => Who::default(),
+        }
+    }
+
+    /// A one-time login code for operator `i`, good for ten minutes from
+    /// `now` (ms): what a login URL carries instead of a token.
+    pub fn login_code(&self, i: usize, now: u64) -> String {
+        let code = xo_runtime::secret::random_hex(16).unwrap_or_default();
+        let mut codes = self.codes.lock().unwrap_or_else(|e| e.into_inner());
+        codes.retain(|_, (_, until)| *until > now);
+        codes.insert(
+            code.clone(),
+            (i.min(self.operators.len() - 1), now + CODE_MS),
+        );
+        code
+    }
+
+    /// The operator a login code is for, once: the code is gone after.
+    pub fn redeem(&self, code: &str, now: u64) -> Option<usize> {
+        let mut codes = self.codes.lock().unwrap_or_else(|e| e.into_inner());
+        match codes.remove(code.trim()) {
+            Some((i, until)) if until > now && !code.is_empty() => Some(i),
+            _ => None,
+        }
     }
 
     pub fn read_only(&self) -> bool {
@@ -164,9 +292,9 @@ impl Auth {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
         {
-            return match v.strip_prefix("Bearer ") {
-                Some(t) if same(t.trim(), &self.token) => Credential::Bearer,
-                _ => Credential::Wrong,
+            return match v.strip_prefix("Bearer ").and_then(|t| self.matches(t)) {
+                Some(i) => Credential::Bearer(i),
+                None => Credential::Wrong,
             };
         }
         let cookie = headers
@@ -177,25 +305,32 @@ impl Auth {
             .filter_map(|c| c.trim().split_once('='))
             .find(|(k, _)| *k == COOKIE)
             .map(|(_, v)| v.to_string());
-        match cookie {
-            Some(c) if same(&c, &self.token) => Credential::Cookie,
-            Some(_) => Credential::Wrong,
+        match cookie.map(|c| self.matches(&c)) {
+            Some(Some(i)) => Credential::Cookie(i),
+            Some(None) => Credential::Wrong,
             None => Credential::None,
         }
     }
 
-    /// Whether a login token is the console's.
-    pub fn matches(&self, token: &str) -> bool {
-        same(token.trim(), &self.token)
+    /// Which operator a token is (every token compared, in constant time
+    /// each, so the answer's time does not tell which one came close).
+    pub fn matches(&self, token: &str) -> Option<usize> {
+        let token = token.trim();
+        let mut found = None;
+        for (i, o) in self.operators.iter().enumerate() {
+            if same(token, &o.token) && found.is_none() {
+                found = Some(i);
+            }
+        }
+        found
     }
 
-    pub fn csrf_ok(&self, value: &str) -> bool {
-        same(value, &self.csrf)
-    }
-
-    /// The `Set-Cookie` value of a login.
-    pub fn cookie(&self) -> String {
-        format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", self.token)
+    /// The `Set-Cookie` value of operator `i`'s login.
+    pub fn cookie(&self, i: usize) -> String {
+        format!(
+            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+            self.operators[i].token
+        )
     }
 }
 
@@ -216,19 +351,59 @@ fn write_private(path: &PathBuf, token: &str) -> std::io::Result<()> {
     f.write_all(b"\n")
 }
 
-/// How a request authenticated.
+/// The operators of a `console.operators_file`: lines `NAME TOKEN`.
+fn operators_of(text: &str) -> Result<Vec<Operator>, String> {
+    let mut out: Vec<Operator> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = n + 1;
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(token), None) = (words.next(), words.next(), words.next()) else {
+            return Err(format!(
+                "line {at}: expected `NAME TOKEN` (two words), found {} words",
+                line.split_whitespace().count()
+            ));
+        };
+        if name.len() > 64
+            || name == "console"
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(format!(
+                "line {at}: operator name {name:?}: use 1-64 letters, digits, '.', '_' or '-' (and not `console`, the console token's)"
+            ));
+        }
+        if token.len() < 16 {
+            return Err(format!(
+                "line {at}: operator {name}'s token is {} characters; use at least 16 (`openssl rand -hex 32`)",
+                token.len()
+            ));
+        }
+        if out.iter().any(|o| o.name == name) {
+            return Err(format!("line {at}: operator {name} is named twice"));
+        }
+        out.push(Operator::new(name.to_string(), token.to_string()));
+    }
+    Ok(out)
+}
+
+/// How a request authenticated: with operator `i`'s token, or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Credential {
     None,
-    /// A token that is not the console's.
+    /// A token that is no operator's.
     Wrong,
-    Bearer,
-    Cookie,
+    Bearer(usize),
+    Cookie(usize),
 }
 
 impl Credential {
     pub fn valid(self) -> bool {
-        matches!(self, Credential::Bearer | Credential::Cookie)
+        matches!(self, Credential::Bearer(_) | Credential::Cookie(_))
     }
 }
 

@@ -134,12 +134,13 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
             },
         );
     }
-    if write && api && cred == Credential::Cookie {
+    let who = c.auth.who(cred);
+    if write && api && matches!(cred, Credential::Cookie(_)) {
         let ok = req
             .headers()
             .get(CSRF_HEADER)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| c.auth.csrf_ok(v));
+            .is_some_and(|v| xo_runtime::secret::same(v, &who.csrf));
         if !ok {
             return refuse(
                 true,
@@ -149,7 +150,9 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
             );
         }
     }
-    next.run(req).await
+    // Who asked, for the pages (their forms' CSRF value) and the writes
+    // (the audit's `by`).
+    crate::auth::as_who(who, next.run(req)).await
 }
 
 #[cfg(test)]

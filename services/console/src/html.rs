@@ -78,7 +78,7 @@ pub const NAV: &[(&str, &str)] = &[
 pub struct Frame<'a> {
     pub title: &'a str,
     pub active: &'a str,
-    pub csrf: &'a str,
+    pub csrf: String,
     pub read_only: bool,
     /// A message from the last action (`?ok=` / `?error=`).
     pub flash: Option<(bool, String)>,
@@ -112,7 +112,7 @@ pub fn page(f: &Frame<'_>, body: &str) -> String {
 <title>{title} · XO</title><link rel=\"stylesheet\" href=\"/assets/console.css\"></head>\
 <body><a class=\"skip\" href=\"#main\">Skip to the content</a><header><span class=\"brand\">XO</span><nav aria-label=\"pages\">{nav}</nav>{ro}<span id=\"live\" class=\"live\" title=\"live updates\">offline</span></header>\
 <main id=\"main\" tabindex=\"-1\"><h1>{title}</h1>{flash}{body}</main><script src=\"/assets/console.js\" defer></script></body></html>",
-        csrf = esc(f.csrf),
+        csrf = esc(&f.csrf),
         ro_flag = f.read_only,
         title = esc(f.title),
     )
@@ -137,7 +137,7 @@ pub fn action(f: &Frame<'_>, to: &str, fields: &str, label: &str, class: &str) -
     format!(
         "<form method=\"post\" action=\"{to}\" class=\"inline\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{fields}<button type=\"submit\" class=\"{class}\">{label}</button></form>",
         to = esc(to),
-        csrf = esc(f.csrf),
+        csrf = esc(&f.csrf),
         label = esc(label),
     )
 }

@@ -233,15 +233,21 @@ pub struct ConsoleView {
 }
 
 impl ConsoleView {
-    /// The URL that logs a browser in (sets the token cookie).
+    /// A URL that logs a browser in as the console token's operator
+    /// once, within ten minutes (a one-time code, not the token: the
+    /// browser keeps the URL in its history).
     pub fn login_url(&self) -> String {
-        format!("{}/login?token={}", self.url, self.console.auth.token())
+        format!(
+            "{}/login?code={}",
+            self.url,
+            self.console.auth.login_code(0, xo_proto::now_ms())
+        )
     }
 
-    /// How to log in, for a start banner: the login URL (token included)
-    /// only to a terminal and only for a token from a file; to a log, or
-    /// for `XO_CONSOLE_TOKEN` (container logs), where the token is, never
-    /// the token itself.
+    /// How to log in, for a start banner: a login link (a one-time code,
+    /// good for ten minutes) only to a terminal and only for a token from
+    /// a file; to a log, or for `XO_CONSOLE_TOKEN` (container logs), where
+    /// the token is.
     pub fn login_hint(&self, terminal: bool) -> String {
         let auth = &self.console.auth;
         if terminal && auth.source != "XO_CONSOLE_TOKEN" {
@@ -264,7 +270,7 @@ impl ConsoleHandle {
         }
     }
 
-    /// The URL that logs a browser in (sets the token cookie).
+    /// A one-time URL that logs a browser in (sets the token cookie).
     pub fn login_url(&self) -> String {
         self.view().login_url()
     }

@@ -20,6 +20,11 @@ pub struct ConsoleConfig {
     /// The bearer token's file; empty: `<state.dir>/console.token`, made
     /// (mode 0600) on first start. `XO_CONSOLE_TOKEN` wins over both.
     pub token_file: String,
+    /// Named operators, each with a token of their own: a file (keep it
+    /// 0600) of lines `NAME TOKEN` (`#` starts a comment). Every write a
+    /// person makes names them in the audit; the console token above
+    /// stays, named `console`. Empty: only the console token.
+    pub operators_file: String,
     /// Read-only: every action is hidden and refused.
     pub read_only: bool,
     /// Let pages and the API be read without the token (loopback only).
@@ -52,6 +57,7 @@ impl Default for ConsoleConfig {
             enabled: true,
             listen: "127.0.0.1:7878".into(),
             token_file: String::new(),
+            operators_file: String::new(),
             read_only: false,
             open_reads: false,
             max_connections: 256,

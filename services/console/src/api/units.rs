@@ -37,7 +37,8 @@ pub(super) struct SteerBody {
     message: String,
     #[serde(default)]
     severity: Option<Severity>,
-    /// Who steers (default: `api`), for the audit.
+    /// The client that steers (a script's name), for the audit: the line
+    /// says `OPERATOR (api: CLIENT)`, the operator being whose token it is.
     #[serde(default)]
     by: Option<String>,
 }
@@ -59,10 +60,7 @@ pub(super) async fn steer(
             unit,
             message: b.message,
             severity: b.severity.unwrap_or(Severity::Warning),
-            by: b
-                .by
-                .filter(|b| !b.trim().is_empty())
-                .unwrap_or_else(|| "api".into()),
+            by: crate::auth::who().by(b.by.as_deref()),
         },
     )
     .await
@@ -76,7 +74,7 @@ pub(super) struct AckBody {
     /// For how long, in milliseconds (default 30 minutes; 1 minute to 7 days).
     #[serde(default)]
     for_ms: Option<u64>,
-    /// Who acknowledges (default: `api`).
+    /// The client that acknowledges, for the audit (as for steering).
     #[serde(default)]
     by: Option<String>,
 }
@@ -89,10 +87,7 @@ pub(super) async fn ack(
     id("unit", &unit)?;
     let req = xo_proto::control::AckUnit {
         unit,
-        by: b
-            .by
-            .filter(|b| !b.trim().is_empty())
-            .unwrap_or_else(|| "api".into()),
+        by: crate::auth::who().by(b.by.as_deref()),
         why: b.why,
         for_ms: b.for_ms.unwrap_or(xo_proto::control::ACK_DEFAULT_MS),
     };

@@ -199,7 +199,7 @@ pub(crate) async fn ui_review(
         .call(&ReviewDoc {
             id: id.clone(),
             accept,
-            by: "console".into(),
+            by: crate::auth::who().by(None),
             note: field(&form, "note").unwrap_or_default(),
         })
         .await

@@ -1,5 +1,6 @@
-//! The login page: the token in, a cookie out, and back to the page the
-//! browser was on, with what it had typed in a form.
+//! The login page: a token (the form's) or a one-time code (a login
+//! link's) in, a cookie out, and back to the page the browser was on, with
+//! what it had typed in a form.
 
 use super::*;
 
@@ -52,26 +53,57 @@ pub fn login_form(next: &str, kept: &[(String, String)], why: &str, token_at: &s
 }
 
 pub(crate) async fn login_page(State(c): State<Shared>, Query(q): Q) -> Response {
-    if let Some(t) = q.get("token") {
-        return login_with(&c, t, &q);
-    }
     let next = q.get("next").map(String::as_str).unwrap_or("/");
+    if let Some(code) = q.get("code") {
+        return match c.auth.redeem(code, xo_proto::now_ms()) {
+            Some(i) => login_as(&c, i, &q),
+            None => (
+                StatusCode::UNAUTHORIZED,
+                Html(login_form(
+                    next,
+                    &[],
+                    "That login link was used already, or is more than ten minutes old. Log in with your token.",
+                    &c.auth.where_token(),
+                )),
+            )
+                .into_response(),
+        };
+    }
+    // A token in a URL stays in the browser's history (and may reach a
+    // proxy's log): refused, not used.
+    if q.contains_key("token") {
+        return (
+            StatusCode::BAD_REQUEST,
+            Html(login_form(
+                next,
+                &[],
+                "A token in the address is kept in the browser's history, so it was not used. Paste it in the form below; a login link (`xo up` prints one) carries a one-time code instead.",
+                &c.auth.where_token(),
+            )),
+        )
+            .into_response();
+    }
     Html(login_form(next, &[], "", &c.auth.where_token())).into_response()
 }
 
-/// Sets the cookie and goes back: to `next` (a path on this console),
-/// with the kept form fields in its query.
+/// Logs in with `token` (the form's) and goes back.
 pub(crate) fn login_with(c: &Shared, token: &str, form: &BTreeMap<String, String>) -> Response {
-    if !c.auth.matches(token) {
-        return crate::auth::refuse(
+    match c.auth.matches(token) {
+        Some(i) => login_as(c, i, form),
+        None => crate::auth::refuse(
             false,
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "that is not this console's token",
-        );
+            "that is not this console's token, nor a named operator's",
+        ),
     }
+}
+
+/// Sets operator `i`'s cookie and goes back: to `next` (a path on this
+/// console), with the kept form fields in its query.
+fn login_as(c: &Shared, i: usize, form: &BTreeMap<String, String>) -> Response {
     let mut headers = HeaderMap::new();
-    if let Ok(v) = c.auth.cookie().parse() {
+    if let Ok(v) = c.auth.cookie(i).parse() {
         headers.insert(header::SET_COOKIE, v);
     }
     let next = form

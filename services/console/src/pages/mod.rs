@@ -138,7 +138,7 @@ fn frame<'a>(
     Frame {
         title,
         active,
-        csrf: c.auth.csrf(),
+        csrf: crate::auth::who().csrf,
         read_only: c.auth.read_only(),
         flash: flash(q),
     }
@@ -213,7 +213,7 @@ impl axum::extract::FromRequest<Shared> for UiForm {
         let Form(form) = Form::<Vec<(String, String)>>::from_request(req, c)
             .await
             .map_err(|r| unreadable_form(r.status()))?;
-        if !csrf_ok(c, &form) {
+        if !csrf_ok(&form) {
             return Err(refused_csrf());
         }
         Ok(UiForm(form))
@@ -256,8 +256,10 @@ fn field(form: &[(String, String)], name: &str) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
-fn csrf_ok(c: &Shared, form: &[(String, String)]) -> bool {
-    field(form, "csrf").is_some_and(|v| c.auth.csrf_ok(&v))
+fn csrf_ok(form: &[(String, String)]) -> bool {
+    let who = crate::auth::who();
+    !who.csrf.is_empty()
+        && field(form, "csrf").is_some_and(|v| xo_runtime::secret::same(&v, &who.csrf))
 }
 
 /// Percent-encodes a query value.

@@ -258,7 +258,7 @@ pub(crate) fn settings_body(
         } else {
             format!(
                 "<form method=\"post\" action=\"/ui/settings\" id=\"settings-form\" class=\"settings\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"base_version\" value=\"{}\"><input type=\"hidden\" name=\"project\" value=\"{}\">",
-                esc(f.csrf),
+                esc(&f.csrf),
                 v.settings.version,
                 esc(project)
             )
@@ -671,7 +671,7 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
                 set: change.set.clone(),
                 unset: change.unset.clone(),
                 base_version,
-                by: "console".into(),
+                by: crate::auth::who().by(None),
             })
             .await
         {
@@ -698,7 +698,7 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
     let f = Frame {
         title: "Settings",
         active: "/settings",
-        csrf: c.auth.csrf(),
+        csrf: crate::auth::who().csrf,
         read_only: c.auth.read_only(),
         flash: None,
     };

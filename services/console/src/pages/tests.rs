@@ -277,7 +277,7 @@ fn settings_frame() -> Frame<'static> {
     Frame {
         title: "t",
         active: "/settings",
-        csrf: "c",
+        csrf: "c".into(),
         read_only: false,
         flash: None,
     }

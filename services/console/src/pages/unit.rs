@@ -223,7 +223,7 @@ pub(crate) async fn unit(
 <label>For <select name=\"for\"><option value=\"30m\">30 minutes</option><option value=\"2h\">2 hours</option><option value=\"8h\">8 hours</option><option value=\"24h\">a day</option></select></label>\
 <button type=\"submit\">Acknowledge</button></form></section>",
             u = esc(&unit),
-            csrf = esc(f.csrf),
+            csrf = esc(&f.csrf),
             kept = esc(kept_message),
             max = xo_proto::control::MAX_STEERING_CHARS,
             ack_now = d
@@ -282,7 +282,7 @@ pub(crate) async fn ui_steer(
         unit: unit.clone(),
         message: message.clone(),
         severity,
-        by: "console".into(),
+        by: crate::auth::who().by(None),
     };
     if let Err(why) = req.check() {
         return refused(why.to_string()).await;
@@ -319,7 +319,7 @@ pub(crate) async fn ui_ack(
     };
     let req = xo_proto::control::AckUnit {
         unit,
-        by: "console".into(),
+        by: crate::auth::who().by(None),
         why: field(&form, "why").unwrap_or_default().trim().to_string(),
         for_ms,
     };
