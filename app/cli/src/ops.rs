@@ -289,9 +289,16 @@ pub async fn units(
                 }
                 if !d.recent_steering.is_empty() {
                     outln!("\nrecent steering:");
-                    for s in &d.recent_steering {
+                    for (i, s) in d.recent_steering.iter().enumerate() {
+                        // What followed it: the console's words.
+                        let then = xo_proto::control::followed(
+                            &d.recent_steering,
+                            i,
+                            &d.history,
+                            d.summary.needs.as_ref(),
+                        );
                         outln!(
-                            "  turn {:>5} {:<11} {:<8} {}",
+                            "  turn {:>5} {:<11} {:<8} {}\n             then: {then}",
                             s.turn,
                             s.kind,
                             s.severity,

@@ -99,6 +99,8 @@ fn up_serves_every_command_over_its_socket_and_keeps_state() {
         one.contains("recent steering") && one.contains("stall") && one.contains("context"),
         "{one}"
     );
+    // What followed each steering: one report, nothing after it yet.
+    assert!(one.contains("then: too soon to say"), "{one}");
 
     let tapped = tap.wait_with_output().unwrap();
     let lines: Vec<serde_json::Value> = text(&tapped.stdout)

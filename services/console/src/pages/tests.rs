@@ -125,8 +125,25 @@ fn the_timeline_shows_evidence_and_collapses_repeats() {
         mk(AnomalyKind::Context, 11, "compact"),
         mk(AnomalyKind::Context, 12, "compact"),
     ];
-    let html = steering_timeline(&list, 0);
+    // Reports to turn 14: progress at 5 (after the stall steering), none
+    // after the compaction steering of 12.
+    let history: Vec<xo_proto::control::ReportPoint> = (1..=14u64)
+        .map(|turn| xo_proto::control::ReportPoint {
+            turn,
+            turns_since_progress: if turn < 5 {
+                turn as u32
+            } else {
+                (turn - 5) as u32
+            },
+            ..Default::default()
+        })
+        .collect();
+    let html = steering_timeline(&list, 0, &history, None);
     assert_eq!(html.matches("<li").count(), 2, "{html}");
+    assert!(
+        html.contains("then: progress within 2 turns") && html.contains("then: too soon to say"),
+        "what followed each, of a run its last: {html}"
+    );
     let first = html.split("<li").nth(1).unwrap();
     assert!(
         first.contains("turn 10–12") && first.contains("×3"),

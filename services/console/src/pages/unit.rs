@@ -62,7 +62,15 @@ pub(crate) fn steering_item(
 
 /// The timeline's items, newest first, a run of the same steering (kind
 /// and message) collapsed into one with its count.
-pub(crate) fn steering_timeline(steering: &[xo_proto::Steering], now: u64) -> String {
+/// Each item says what followed it (of a run, its last), read from the
+/// unit's report points and whether it was handed to a person: the words
+/// of `xo units UNIT`.
+pub(crate) fn steering_timeline(
+    steering: &[xo_proto::Steering],
+    now: u64,
+    history: &[xo_proto::control::ReportPoint],
+    needs: Option<&xo_proto::NeedsYou>,
+) -> String {
     let mut out = String::new();
     let mut i = steering.len();
     while i > 0 {
@@ -72,7 +80,19 @@ pub(crate) fn steering_timeline(steering: &[xo_proto::Steering], now: u64) -> St
         {
             j -= 1;
         }
-        out.push_str(&steering_item(last, i - j, steering[j].turn, now));
+        let item = steering_item(last, i - j, steering[j].turn, now);
+        let then = xo_proto::control::followed(steering, i - 1, history, needs);
+        let class = match then {
+            xo_proto::control::Followed::Progress(_) => "ok",
+            xo_proto::control::Followed::Escalated(_)
+            | xo_proto::control::Followed::NoChange(_) => "bad",
+            _ => "open",
+        };
+        out.push_str(item.strip_suffix("</li>").unwrap_or(&item));
+        out.push_str(&format!(
+            "<p class=\"followed {class}\">then: {}</p></li>",
+            esc(&then.to_string())
+        ));
         i = j;
     }
     out
@@ -195,7 +215,12 @@ pub(crate) async fn unit(
         ));
     }
     body.push_str("<section><h2>Timeline</h2><ol id=\"timeline\" class=\"timeline\" reversed>");
-    body.push_str(&steering_timeline(&d.recent_steering, n));
+    body.push_str(&steering_timeline(
+        &d.recent_steering,
+        n,
+        &d.history,
+        d.summary.needs.as_ref(),
+    ));
     body.push_str("</ol>");
     if d.recent_steering.is_empty() {
         body.push_str("<p class=\"empty\">No steering yet.</p>");
