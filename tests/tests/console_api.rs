@@ -1506,6 +1506,50 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
         "escaped: {page}"
     );
     assert!(page.contains("<span class=\"add\">+more</span>"), "{page}");
+
+    // Linked history (issue 41, item 3): a unit reporting on the task is
+    // named on the task's page, with the steering it got, and its fleet
+    // row links the task.
+    let mut r = SaluteReport::new("linked-unit", "coder", 1, 1);
+    r.activity.task_id = Some(id.clone());
+    typed::publish(
+        &client,
+        &rig.cfg.subjects().salute("linked-unit"),
+        &r,
+        Format::Msgpack,
+    )
+    .await
+    .unwrap();
+    client.flush().await.unwrap();
+    for _ in 0..1000 {
+        if rig.get("/api/v1/units/linked-unit").await.0 == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let page = rig
+        .fetch(&format!("/tasks/{id}"), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let units = page
+        .split("<ul id=\"task-units\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the task's units: {page}"));
+    assert!(
+        units.starts_with("<li><a href=\"/units/linked-unit\">linked-unit</a>"),
+        "{units}"
+    );
+    assert!(
+        units.split("</li>").next().unwrap().contains("steered"),
+        "{units}"
+    );
+    let fleet = rig.fetch("/", None).await.text().await.unwrap();
+    assert!(
+        fleet.contains(&format!("<a href=\"/tasks/{id}\"><code>{id}</code></a>")),
+        "{fleet}"
+    );
     rig.stop().await;
 }
 

@@ -128,7 +128,7 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         task = u
             .task_id
             .as_deref()
-            .map(|t| format!("<code>{}</code>", esc(t)))
+            .map(|t| format!("<a href=\"/tasks/{t}\"><code>{t}</code></a>", t = esc(t)))
             .unwrap_or_default(),
         seen = age_mark(now, u.last_seen, 2 * 60_000),
     )

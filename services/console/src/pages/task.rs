@@ -131,6 +131,35 @@ pub(crate) async fn task_page(
     if let Some(r) = runner {
         facts.push_str(&row("Runner", r));
     }
+    // The units on it, each with the steering it got (linked both ways:
+    // a unit's row links its task).
+    if let Ok(units) = c.units().await {
+        let on: Vec<String> = units
+            .iter()
+            .filter(|u| u.task_id.as_deref() == Some(id.as_str()))
+            .map(|u| {
+                let steered = match (u.steering_sent, u.last_steering) {
+                    (0, _) => "not steered".to_string(),
+                    (times, Some((kind, at))) => {
+                        format!("steered {times}×, last {kind} {}", age(n, at))
+                    }
+                    (times, None) => format!("steered {times}×"),
+                };
+                format!(
+                    "<li><a href=\"/units/{u}\">{u}</a> <span class=\"health {h}\">{h}</span> {s}</li>",
+                    u = esc(&u.unit),
+                    h = esc(&wire(&u.health)),
+                    s = esc(&steered),
+                )
+            })
+            .collect();
+        if !on.is_empty() {
+            facts.push_str(&row(
+                "Units",
+                format!("<ul id=\"task-units\">{}</ul>", on.concat()),
+            ));
+        }
+    }
     facts.push_str(&row(
         "Spent",
         format!(
