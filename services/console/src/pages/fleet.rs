@@ -275,6 +275,31 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
             )
         })
         .collect();
+    // Per role: its units, how many in each bucket, what they spent; the
+    // role links to its rows alone.
+    let mut by_role: BTreeMap<&str, ([usize; BUCKETS.len()], f64)> = BTreeMap::new();
+    for u in units {
+        let e = by_role.entry(u.role.as_str()).or_default();
+        e.0[usize::from(severity(u)).min(BUCKETS.len() - 1)] += 1;
+        e.1 += u.cost_usd;
+    }
+    let rollups: String = by_role
+        .iter()
+        .map(|(r, (n, cost))| {
+            let cells: String = n
+                .iter()
+                .zip(BUCKETS)
+                .map(|(n, b)| format!("<td class=\"num {b}\">{n}</td>"))
+                .collect();
+            format!(
+                "<tr data-role=\"{r}\"><th scope=\"row\"><a href=\"{href}\">{r}</a></th><td class=\"num\">{all}</td>{cells}<td class=\"num\">${cost:.2}</td></tr>",
+                r = esc(r),
+                href = link(&[("role", r)]),
+                all = n.iter().sum::<usize>(),
+            )
+        })
+        .collect();
+    let rollup_heads: String = BUCKETS.iter().map(|b| format!("<th>{b}</th>")).collect();
     let heads: String = FLEET_COLUMNS
         .iter()
         .map(|(k, title)| {
@@ -305,9 +330,13 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
 <label>Health <select name=\"health\"><option value=\"\">all</option>{health_opts}</select></label>\
 <label>Unit <input name=\"q\" value=\"{f}\" placeholder=\"name contains (any case)\"></label>\
 <input type=\"hidden\" name=\"sort\" value=\"{sort}\"><button type=\"submit\">Filter</button></form>\
+<details class=\"roles\"{open}><summary>By role ({roles})</summary><div class=\"scroll\"><table id=\"roles\"><thead><tr><th>role</th><th>units</th>{rollup_heads}<th>cost</th></tr></thead><tbody>{rollups}</tbody></table></div></details>\
 <div class=\"scroll\"><table id=\"units\" data-live=\"fleet\" data-sort=\"{sort}\"><thead><tr>{heads}</tr></thead>\
 <tbody>{rows}</tbody></table></div>{empty}",
         n = units.len(),
+        roles = by_role.len(),
+        // Open where there is more than one role to tell apart.
+        open = if by_role.len() > 1 { " open" } else { "" },
         f = esc(find.map(String::as_str).unwrap_or("")),
         empty = if shown.is_empty() {
             "<p class=\"empty\" id=\"no-units\">No units match. Units appear here when they send their first SALUTE report (`xo report FILE`, or a runner).</p>"

@@ -795,3 +795,55 @@ fn the_fleet_table_filters_and_escapes() {
 fn query_values_are_percent_encoded() {
     assert_eq!(enc("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
 }
+
+/// Issue 41, item 2: the fleet rolls up by role — its units, how many in
+/// each bucket, what they spent — each role linking to its rows alone,
+/// the table open only when there is more than one role to tell apart.
+#[test]
+fn the_fleet_rolls_up_by_role() {
+    let mk = |name: &str, role: &str, health: xo_proto::Health, cost: f64| {
+        let mut u = unit(name, health);
+        u.role = role.into();
+        u.cost_usd = cost;
+        u
+    };
+    let units = [
+        mk("c1", "coder", xo_proto::Health::Red, 1.5),
+        mk("c2", "coder", xo_proto::Health::Green, 0.25),
+        mk("c3", "coder", xo_proto::Health::Green, 0.25),
+        mk("r1", "reviewer", xo_proto::Health::Amber, 2.0),
+    ];
+    let body = fleet_body(&units, &BTreeMap::new(), 1_000_000);
+    let roles = body
+        .split("<table id=\"roles\">")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no role table: {body}"));
+    let row = |r: &str| {
+        roles
+            .split(&format!("<tr data-role=\"{r}\">"))
+            .nth(1)
+            .and_then(|t| t.split("</tr>").next())
+            .unwrap_or_else(|| panic!("{r}: {roles}"))
+            .to_string()
+    };
+    let coder = row("coder");
+    assert!(
+        coder.contains("<a href=\"/?role=coder\">coder</a>"),
+        "{coder}"
+    );
+    // units, red, amber, stale, green, idle, cost.
+    let nums: Vec<&str> = coder
+        .split("<td class=\"num")
+        .skip(1)
+        .map(|c| c.split('>').nth(1).unwrap().split('<').next().unwrap())
+        .collect();
+    assert_eq!(nums, ["3", "1", "0", "0", "2", "0", "$2.00"], "{coder}");
+    assert!(row("reviewer").contains("<td class=\"num amber\">1</td>"));
+    assert!(body.contains("<details class=\"roles\" open>"), "{body}");
+    let one = fleet_body(&units[..1], &BTreeMap::new(), 1_000_000);
+    assert!(
+        one.contains("<details class=\"roles\"><summary>By role (1)"),
+        "{one}"
+    );
+}
