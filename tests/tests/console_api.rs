@@ -17,37 +17,40 @@ use xo_proto::{Format, SaluteReport};
 use xo_runtime::{Clock, XoConfig};
 use xo_tests::NatsServer;
 
+/// The CSRF value a page carries (its `xo-csrf` meta) for the browser
+/// whose cookie is `cookie`.
+async fn page_csrf(rig: &Rig, cookie: &str, path: &str) -> String {
+    let page = rig
+        .http
+        .get(rig.u(path))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    page.split("name=\"xo-csrf\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no CSRF value on {path}: {page}"))
+        .to_string()
+}
+
 /// A browser's login as the holder of `token`: its cookie, and the CSRF
-/// value the unit page's forms carry.
+/// value its pages carry.
 async fn browser_login(rig: &Rig, token: &str) -> (String, String) {
-    {
-        let login = login_form(rig, &format!("token={token}&next=/units/op-unit")).await;
-        assert_eq!(login.status(), StatusCode::SEE_OTHER);
-        let cookie = login.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_string();
-        let page = rig
-            .http
-            .get(rig.u("/units/op-unit"))
-            .header("cookie", &cookie)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let csrf = page
-            .split("name=\"csrf\" value=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .expect("a form with its CSRF value")
-            .to_string();
-        (cookie, csrf)
-    }
+    let login = login_form(rig, &format!("token={token}")).await;
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let csrf = page_csrf(rig, &cookie, "/units/op-unit").await;
+    (cookie, csrf)
 }
 
 /// The login form, sent as a browser sends it (`body` urlencoded as is).
@@ -547,24 +550,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["code"], "csrf");
-    let page = rig
-        .http
-        .get(rig.u("/queue"))
-        .header("cookie", &pair)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let csrf = page
-        .split("name=\"xo-csrf\" content=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_string();
+    let csrf = page_csrf(&rig, &pair, "/queue").await;
     let r = post("/api/v1/queue/halt")
         .header("cookie", &pair)
         .header("x-xo-csrf", &csrf)

@@ -558,19 +558,21 @@ fn an_openhands_events_folder_is_one_run() {
     assert!(runs[0].contains("abc123"), "{out}");
 }
 
+/// The formats `xo bench detection` prints a row of figures for.
+const FORMATS: [&str; 5] = [
+    "claude",
+    "codex",
+    "openhands",
+    "swe-agent",
+    "mini-swe-agent",
+];
+
 #[test]
 fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     let o = xo(&real(), &["bench", "detection", "."], None);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    for f in [
-        "claude",
-        "codex",
-        "openhands",
-        "swe-agent",
-        "mini-swe-agent",
-        "total",
-    ] {
+    for f in FORMATS.iter().chain(&["total"]) {
         assert!(
             out.lines().any(|l| l.starts_with(f)),
             "{f} row missing:\n{out}"
@@ -590,13 +592,7 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     // The agent role's stall threshold (past 8) rests on these runs: no run
     // that did not fail goes more than 8 turns without progress, in any
     // format; Claude Code compacts itself no later than its 83.5%.
-    for f in [
-        "claude",
-        "codex",
-        "openhands",
-        "swe-agent",
-        "mini-swe-agent",
-    ] {
+    for f in FORMATS {
         let line = goal(&format!("{f:<14} longest stretch"));
         let most: u32 = line
             .split("most ")
@@ -608,13 +604,7 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     }
     // What follows a decision, per format: no stretch gets more than three
     // steerings of a kind, and the loop steering quotes its evidence.
-    for f in [
-        "claude",
-        "codex",
-        "openhands",
-        "swe-agent",
-        "mini-swe-agent",
-    ] {
+    for f in FORMATS {
         let line = goal(&format!("{f:<14} after a decision"));
         let most: u32 = line
             .split("in one stretch ")
@@ -645,13 +635,7 @@ fn the_detection_benchmark_prints_xo_beside_the_openhands_rules() {
     // Issue 38: every record of the real runs is read (mapped or skipped
     // by name), and the tool errors the sensors saw are at least 90% of
     // what an independent reading of the raw files counts.
-    for f in [
-        "claude",
-        "codex",
-        "openhands",
-        "swe-agent",
-        "mini-swe-agent",
-    ] {
+    for f in FORMATS {
         let line = goal(&format!("{f:<14} records:"));
         assert!(
             line.contains(", 100.0% mapped or skipped by name"),

@@ -40,15 +40,28 @@ impl Fleet {
 
     /// Observes, plans and applies once; returns what was done. An action
     /// that fails is reported and retried on the next pass.
+    ///
+    /// `stale` is the supervisor's list when the pass began; restarts take
+    /// seconds each, so before a unit is restarted for being stale,
+    /// `still_stale` asks again: a unit heard from meanwhile (its runner
+    /// back after a network outage) is left running.
     pub async fn reconcile(
         &mut self,
         stale: &BTreeSet<String>,
         now: u64,
+        mut still_stale: impl AsyncFnMut(&str) -> bool,
     ) -> Result<Vec<(Action, Result<(), FleetError>)>, FleetError> {
         let observed = self.docker.observe().await?;
         let actions = self.planner.plan(&self.desired, &observed, stale, now);
         let mut done = Vec::with_capacity(actions.len());
         for a in actions {
+            if let Action::Restart { unit, reason, .. } = &a
+                && reason == "stale"
+                && !still_stale(unit).await
+            {
+                self.planner.unplan_restart(unit);
+                continue;
+            }
             let r = self.docker.apply(&a).await;
             done.push((a, r));
         }

@@ -83,6 +83,15 @@ impl Planner {
             .retain(|u, _| !u.starts_with(&format!("{role}-")));
     }
 
+    /// Takes back the restart of `unit` just planned (it was not done: the
+    /// unit was heard from before it could be): it counts against nothing.
+    pub fn unplan_restart(&mut self, unit: &str) {
+        self.last_restart.remove(unit);
+        if let Some(q) = self.restarts.get_mut(unit) {
+            q.pop_back();
+        }
+    }
+
     /// Records a restart of `unit` of `role`; false if that exceeds the intensity.
     fn allow_restart(&mut self, role: &str, unit: &str, now: u64) -> bool {
         let q = self.restarts.entry(unit.to_string()).or_default();

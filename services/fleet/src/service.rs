@@ -213,7 +213,24 @@ impl FleetActor {
 
     async fn pass(&self, st: &mut State) {
         let stale = self.stale_units().await;
-        let done = match st.fleet.reconcile(&stale, xo_proto::now_ms()).await {
+        let (bus, subjects) = (self.bus.clone(), self.subjects.clone());
+        // Asked again just before its restart; no answer: not restarted on
+        // a list that may be old.
+        let still_stale = async move |unit: &str| {
+            typed::call(
+                &bus,
+                &subjects,
+                &xo_proto::control::ShowUnit { unit: unit.into() },
+                Duration::from_secs(2),
+            )
+            .await
+            .is_ok_and(|d| d.summary.stale)
+        };
+        let done = match st
+            .fleet
+            .reconcile(&stale, xo_proto::now_ms(), still_stale)
+            .await
+        {
             Ok(d) => d,
             Err(e) => {
                 warn!(error = %e, "fleet reconcile failed; will retry");

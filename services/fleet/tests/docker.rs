@@ -104,7 +104,10 @@ async fn reconcile_creates_restarts_fails_scales_and_removes_orphans() {
         60_000,
     );
     let none = BTreeSet::new();
-    let done = fleet.reconcile(&none, 0).await.unwrap();
+    let done = fleet
+        .reconcile(&none, 0, async |_: &str| true)
+        .await
+        .unwrap();
     assert_eq!(
         kinds(&done),
         [
@@ -121,19 +124,50 @@ async fn reconcile_creates_restarts_fails_scales_and_removes_orphans() {
         ]
     );
     assert!(
-        kinds(&fleet.reconcile(&none, 1).await.unwrap()).is_empty(),
+        kinds(
+            &fleet
+                .reconcile(&none, 1, async |_: &str| true)
+                .await
+                .unwrap()
+        )
+        .is_empty(),
         "steady state"
     );
 
     // An exited runner is restarted; so is a stale one.
     docker(&["kill", &format!("xo-{org}-coder-1")]);
     assert_eq!(
-        kinds(&fleet.reconcile(&none, 1_000).await.unwrap()),
+        kinds(
+            &fleet
+                .reconcile(&none, 1_000, async |_: &str| true)
+                .await
+                .unwrap()
+        ),
         ["restart coder-1 exited"]
     );
     let stale = BTreeSet::from(["coder-2".to_string()]);
+    // Heard from since the list was read (asked again before its restart):
+    // left running, and not counted against its restarts — twice would
+    // have reached the intensity (2) below.
+    for now in [1_500, 1_600] {
+        assert!(
+            kinds(
+                &fleet
+                    .reconcile(&stale, now, async |_: &str| false)
+                    .await
+                    .unwrap()
+            )
+            .is_empty(),
+            "a unit no longer stale is not restarted"
+        );
+    }
     assert_eq!(
-        kinds(&fleet.reconcile(&stale, 2_000).await.unwrap()),
+        kinds(
+            &fleet
+                .reconcile(&stale, 2_000, async |_: &str| true)
+                .await
+                .unwrap()
+        ),
         ["restart coder-2 stale"]
     );
     assert!(ours(&org).iter().all(|(_, s)| s == "running"));
@@ -141,26 +175,52 @@ async fn reconcile_creates_restarts_fails_scales_and_removes_orphans() {
     // Past the intensity (2 in 60 s): the role is failed, not restarted.
     docker(&["kill", &format!("xo-{org}-coder-1")]);
     assert_eq!(
-        kinds(&fleet.reconcile(&none, 3_000).await.unwrap()),
+        kinds(
+            &fleet
+                .reconcile(&none, 3_000, async |_: &str| true)
+                .await
+                .unwrap()
+        ),
         ["restart coder-1 exited"]
     );
     docker(&["kill", &format!("xo-{org}-coder-1")]);
     assert_eq!(
-        kinds(&fleet.reconcile(&none, 4_000).await.unwrap()),
+        kinds(
+            &fleet
+                .reconcile(&none, 4_000, async |_: &str| true)
+                .await
+                .unwrap()
+        ),
         ["failed coder"]
     );
-    assert!(kinds(&fleet.reconcile(&none, 5_000).await.unwrap()).is_empty());
+    assert!(
+        kinds(
+            &fleet
+                .reconcile(&none, 5_000, async |_: &str| true)
+                .await
+                .unwrap()
+        )
+        .is_empty()
+    );
     assert!(ours(&org).contains(&("coder-1".into(), "exited".into())));
 
     // The operator scales to 1: the role is cleared, the extra removed, the exited one restarted.
     fleet.scale("coder", 1);
-    let k = kinds(&fleet.reconcile(&none, 6_000).await.unwrap());
+    let k = kinds(
+        &fleet
+            .reconcile(&none, 6_000, async |_: &str| true)
+            .await
+            .unwrap(),
+    );
     assert_eq!(k, ["remove coder-2 not desired", "restart coder-1 exited"]);
     assert_eq!(ours(&org), [("coder-1".into(), "running".into())]);
 
     // Teardown leaves nothing of this organisation.
     fleet.scale("coder", 0);
-    fleet.reconcile(&none, 7_000).await.unwrap();
+    fleet
+        .reconcile(&none, 7_000, async |_: &str| true)
+        .await
+        .unwrap();
     assert!(ours(&org).is_empty());
 }
 
