@@ -192,10 +192,7 @@ impl Auth {
                 path: path.clone(),
                 reason: format!("{e} (console.operators_file: lines `NAME TOKEN`)"),
             })?;
-            for op in operators_of(&text).map_err(|reason| ConsoleError::Token {
-                path: path.clone(),
-                reason,
-            })? {
+            for op in operators_of(path, &text)? {
                 if operators.iter().any(|o| o.token == op.token) {
                     return Err(ConsoleError::Token {
                         path: path.clone(),
@@ -351,8 +348,13 @@ fn write_private(path: &PathBuf, token: &str) -> std::io::Result<()> {
     f.write_all(b"\n")
 }
 
-/// The operators of a `console.operators_file`: lines `NAME TOKEN`.
-fn operators_of(text: &str) -> Result<Vec<Operator>, String> {
+/// The operators of a `console.operators_file` (at `path`): lines `NAME
+/// TOKEN`; a mistake names its line.
+fn operators_of(path: &str, text: &str) -> Result<Vec<Operator>, ConsoleError> {
+    let err = |reason: String| ConsoleError::Token {
+        path: path.to_string(),
+        reason,
+    };
     let mut out: Vec<Operator> = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -362,10 +364,10 @@ fn operators_of(text: &str) -> Result<Vec<Operator>, String> {
         let at = n + 1;
         let mut words = line.split_whitespace();
         let (Some(name), Some(token), None) = (words.next(), words.next(), words.next()) else {
-            return Err(format!(
+            return Err(err(format!(
                 "line {at}: expected `NAME TOKEN` (two words), found {} words",
                 line.split_whitespace().count()
-            ));
+            )));
         };
         if name.len() > 64
             || name == "console"
@@ -373,18 +375,18 @@ fn operators_of(text: &str) -> Result<Vec<Operator>, String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
         {
-            return Err(format!(
+            return Err(err(format!(
                 "line {at}: operator name {name:?}: use 1-64 letters, digits, '.', '_' or '-' (and not `console`, the console token's)"
-            ));
+            )));
         }
         if token.len() < 16 {
-            return Err(format!(
+            return Err(err(format!(
                 "line {at}: operator {name}'s token is {} characters; use at least 16 (`openssl rand -hex 32`)",
                 token.len()
-            ));
+            )));
         }
         if out.iter().any(|o| o.name == name) {
-            return Err(format!("line {at}: operator {name} is named twice"));
+            return Err(err(format!("line {at}: operator {name} is named twice")));
         }
         out.push(Operator::new(name.to_string(), token.to_string()));
     }
