@@ -141,6 +141,28 @@ impl Rig {
         }
     }
 
+    /// Publishes a unit's report and waits until the console lists the unit.
+    async fn report(&self, client: &xo_bus::Bus, r: &SaluteReport) {
+        let unit = &r.unit.unit;
+        typed::publish(
+            client,
+            &self.cfg.subjects().salute(unit),
+            r,
+            Format::Msgpack,
+        )
+        .await
+        .unwrap();
+        client.flush().await.unwrap();
+        let path = format!("/api/v1/units/{unit}");
+        for _ in 0..1000 {
+            if self.get(&path).await.0 == StatusCode::OK {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{unit} never listed after its report");
+    }
+
     fn u(&self, path: &str) -> String {
         format!("{}{path}", self.url)
     }
@@ -1498,21 +1520,7 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
     // row links the task.
     let mut r = SaluteReport::new("linked-unit", "coder", 1, 1);
     r.activity.task_id = Some(id.clone());
-    typed::publish(
-        &client,
-        &rig.cfg.subjects().salute("linked-unit"),
-        &r,
-        Format::Msgpack,
-    )
-    .await
-    .unwrap();
-    client.flush().await.unwrap();
-    for _ in 0..1000 {
-        if rig.get("/api/v1/units/linked-unit").await.0 == StatusCode::OK {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    rig.report(&client, &r).await;
     let page = rig
         .fetch(&format!("/tasks/{id}"), None)
         .await
@@ -1552,22 +1560,8 @@ async fn named_operators_sign_their_writes() {
     std::fs::write(&file, format!("# who may steer\nana {ana}\n\nbo {bo}\n")).unwrap();
     let rig = Rig::start(&[("console.operators_file", file.to_str().unwrap())]).await;
     let client = connect(&rig.nats, "test").await;
-    typed::publish(
-        &client,
-        &rig.cfg.subjects().salute("op-unit"),
-        &SaluteReport::new("op-unit", "coder", 1, 1),
-        Format::Msgpack,
-    )
-    .await
-    .unwrap();
-    client.flush().await.unwrap();
-    for _ in 0..1000 {
-        if rig.get("/api/v1/units/op-unit").await.0 == StatusCode::OK {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(rig.get("/api/v1/units/op-unit").await.0, StatusCode::OK);
+    rig.report(&client, &SaluteReport::new("op-unit", "coder", 1, 1))
+        .await;
     // A script with ana's token, naming itself.
     let r = rig
         .http
