@@ -28,6 +28,7 @@ pub mod codec;
 pub mod control;
 pub mod finite;
 pub mod fleet;
+pub mod followed;
 pub mod heartbeat;
 pub mod invalid;
 pub mod knowledge;
