@@ -220,11 +220,6 @@ impl Auth {
         &self.operators[0].token
     }
 
-    /// The names of the operators, the console token's first.
-    pub fn names(&self) -> Vec<&str> {
-        self.operators.iter().map(|o| o.name.as_str()).collect()
-    }
-
     /// Who a valid credential is.
     pub fn who(&self, cred: Credential) -> Who {
         match cred {
