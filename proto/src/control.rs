@@ -557,6 +557,11 @@ pub struct StatsReply {
     /// what a unit's sequence shows missing is in `missed`).
     #[serde(default)]
     pub dropped: u64,
+    /// Inputs (a message, a report file) whose handling panicked: each
+    /// was counted, logged and skipped, and the input went on with the
+    /// next (this process's inputs, the supervisor's file poller among them).
+    #[serde(default)]
+    pub panics: u64,
     /// `steering` by anomaly kind (wire names; kinds never steered left out).
     #[serde(default)]
     pub steering_by_kind: std::collections::BTreeMap<String, u64>,

@@ -19,6 +19,8 @@
 //! - [`settings`]: operator settings layered over `xo.toml` (served by the queue).
 //! - [`subject`]: the only place subject strings are spelled.
 //! - [`codec`]: MessagePack (named fields) or JSON, size limit, version checks.
+//! - [`secret`]: secrets made and compared; here so that the bus, below
+//!   the runtime, uses them too.
 //!
 //! Start with [`SaluteReport`] and [`codec::decode`]; for a service's API,
 //! with [`control`].

@@ -1,25 +1,21 @@
-//! Secrets made and compared: values from the kernel's CSPRNG
-//! (`/dev/urandom`, opened once), compared in constant time.
+//! Secrets made and compared: values from the operating system's CSPRNG
+//! (`getrandom`: the `getrandom(2)` call, no file to open, so it works in a
+//! container without `/dev` and after confinement), compared in constant
+//! time (`subtle`).
 
-use std::fs::File;
-use std::io::Read;
-use std::sync::OnceLock;
+use subtle::ConstantTimeEq;
 
-static URANDOM: OnceLock<std::io::Result<File>> = OnceLock::new();
-
-/// `bytes` random bytes from the kernel's CSPRNG as lowercase hex
-/// (`2 * bytes` characters). Fails only where `/dev/urandom` cannot be
-/// read: the error names it.
+/// `bytes` random bytes from the operating system's CSPRNG as lowercase
+/// hex (`2 * bytes` characters). Fails only where the system gives no
+/// randomness; the error says so. Each call asks again: a failure is never
+/// kept for the next one.
 pub fn random_hex(bytes: usize) -> Result<String, std::io::Error> {
-    let file = URANDOM
-        .get_or_init(|| File::open("/dev/urandom"))
-        .as_ref()
-        .map_err(|e| std::io::Error::new(e.kind(), format!("/dev/urandom: {e}")))?;
     let mut buf = vec![0u8; bytes];
-    // `&File` reads without a lock: callers on several threads share it.
-    (&*file)
-        .read_exact(&mut buf)
-        .map_err(|e| std::io::Error::other(format!("/dev/urandom: {e}")))?;
+    getrandom::fill(&mut buf).map_err(|e| {
+        std::io::Error::other(format!(
+            "the system's random number generator (getrandom) failed: {e}"
+        ))
+    })?;
     Ok(hex(&buf))
 }
 
@@ -37,11 +33,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// time taken says nothing about how much of a guess was right; only the
 /// length may show).
 pub fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! Property-based fuzzing of every reader of outside input: the SALUTE
 //! codec (and its direct MessagePack reader, held to serde's answer), the
 //! task-file parser, the knowledge document parser, the file store's record
-//! reader and repair, the agent sensors' line parsers, and the console's
-//! request bodies (over HTTP, against a running console and queue).
+//! reader and repair, the agent sensors' line parsers, the console's
+//! request bodies (over HTTP, against a running console and queue), report
+//! files in seed 000's shape and every timestamp, URLs (NATS credentials
+//! and their redaction, a login's return path), operator settings, and the
+//! hook payloads agents send.
 //!
 //! Each target gets random bytes, random JSON and mutations of valid input
 //! (bytes flipped, cut, repeated, spliced). What must hold: no panic; every
@@ -724,5 +727,206 @@ fn console_bodies() {
     rt.block_on(async {
         console.stop().await;
         q.queue.stop().await.unwrap();
+    });
+}
+
+// --- report files on the shared volume, times, URLs, settings, hook payloads --
+
+/// A report file as a unit (or seed 000's host) writes it to
+/// `<volume>/reports/`: seed-shaped or XO-shaped JSON, timestamps of any
+/// text (multibyte characters where digits go, impossible dates), read the
+/// way the supervisor's poller reads it. A reading that panics is what
+/// once stopped file mode for good.
+#[test]
+fn report_files() {
+    const KEYS: &[&str] = &[
+        "role_id",
+        "timestamp",
+        "turn",
+        "iteration",
+        "context_fill_pct",
+        "size",
+        "status",
+        "health",
+        "turns_since_progress",
+        "GREEN",
+        "AMBER",
+        "RED",
+        "2025-01-27T22:44:56.1234Z",
+        "2025-01-27T22:44:56é1234",
+        "2025-02-31T25:61:00+99:00",
+    ];
+    let time_text = prop_oneof![
+        ".{0,40}",
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9é]{0,9})?(Z|[+-][0-9]{2}:[0-9]{2})?",
+    ];
+    let file = (json_value(KEYS), time_text, ".{0,12}").prop_map(|(mut v, t, role)| {
+        if let Value::Object(o) = &mut v {
+            o.insert("role_id".into(), json!(role));
+            o.insert("timestamp".into(), json!(t));
+        }
+        v
+    });
+    fuzz("report files (seed 000's shape)", 1, file, |v| {
+        let bytes = serde_json::to_vec(&v).unwrap();
+        let (r, largest) = measured(|| {
+            let mapped = xo_supervisor::decode::seed_shaped(&bytes);
+            let report = match &mapped {
+                Some(Ok(m)) => {
+                    codec::decode::<SaluteReport>(m, Some(codec::JSON), 1 << 20).map(Some)
+                }
+                _ => Ok(None),
+            };
+            if let Ok(Some(mut r)) = report {
+                xo_supervisor::decode::fill_from_pct(&mut r, &bytes);
+            }
+            mapped
+        });
+        check_alloc("report file", bytes.len(), largest)?;
+        if let Some(Err(e)) = r {
+            prop_assert!(!e.to_string().is_empty());
+        }
+        Ok(())
+    });
+    fuzz("timestamps", 1, ".{0,48}", |t| {
+        // A value or nothing; a value is a real instant, after 1970.
+        if let Some(ms) = xo_sensor::parse_time_ms(&t) {
+            prop_assert!(ms > 0, "{t:?} read as {ms}");
+        }
+        Ok(())
+    });
+}
+
+/// URLs from outside: a NATS URL (with credentials) is split and
+/// redacted, a login's `next` is kept only as a local route. Beyond no
+/// panic: a password never survives redaction, and a kept route never
+/// leaves this console (starts with one `/`, no control character, and a
+/// browser joining it on any page of the console stays on the console).
+#[test]
+fn urls() {
+    let any_url = prop_oneof![
+        ".{0,40}",
+        "(nats|tls|ws|https?)://[a-z%@:/\\[\\]é.]{0,30}",
+        "/[a-z/\\\\\t\n%.:@?#é]{0,30}",
+    ];
+    fuzz(
+        "urls: redaction, credentials, return paths",
+        1,
+        any_url,
+        |u| {
+            let _ = xo_bus::nats::redact_url(&u);
+            let _ = xo_bus::nats::split_credentials(&u);
+            if let Some(to) = xo_console::auth::local_target(&u) {
+                prop_assert!(
+                    to.starts_with('/') && !to.starts_with("//"),
+                    "{u:?} -> {to:?}"
+                );
+                prop_assert!(!to.chars().any(char::is_control), "{u:?} -> {to:?}");
+                // A browser on any host joins what is sent back to that host.
+                let here = url::Url::parse("https://xo.example:7878/units/a").unwrap();
+                let went = here.join(&to).unwrap();
+                prop_assert_eq!(went.origin(), here.origin(), "{:?} -> {:?}", u, to);
+            }
+            Ok(())
+        },
+    );
+    let creds = (
+        "[a-z]{1,8}",
+        "Pw[A-Za-z0-9%é@:]{6,16}",
+        "[a-z]{1,10}(:[0-9]{1,5})?",
+        prop::sample::select(&["nats://", "tls://", "ws://", ""][..]),
+    );
+    fuzz(
+        "urls: a password never survives redaction",
+        1,
+        creds,
+        |(user, pass, host, scheme)| {
+            let url = format!("{scheme}{user}:{pass}@{host}");
+            let shown = xo_bus::nats::redact_url(&url);
+            prop_assert!(!shown.contains(&pass), "{url:?} shown as {shown:?}");
+            Ok(())
+        },
+    );
+}
+
+/// Operator settings as the console's settings page and `xo settings set`
+/// send them: any key (known or not), any JSON value. Applied over the
+/// defaults they give a config or an error that names the key.
+#[test]
+fn settings_values() {
+    let keys: Vec<String> = xo_runtime::settings::keys()
+        .into_iter()
+        .map(|k| k.key.replace("<role>", "default").replace("<project>", "p"))
+        .collect();
+    let keys: &'static [String] = Box::leak(keys.into_boxed_slice());
+    let pairs = prop::collection::vec(
+        (
+            prop_oneof![
+                4 => prop::sample::select(keys),
+                1 => "[a-z_.<>/]{1,24}",
+            ],
+            json_value(&["true", "3", "-1", "1e308", "{output}", "http://"]),
+        ),
+        1..4,
+    );
+    let base = xo_runtime::XoConfig::default();
+    fuzz("settings", 1, pairs, |pairs| {
+        let s = xo_proto::settings::Settings {
+            version: 1,
+            values: pairs.iter().cloned().collect(),
+            ..Default::default()
+        };
+        if let Err(e) = xo_runtime::settings::apply(&base, &s) {
+            let said = e.to_string();
+            prop_assert!(
+                pairs
+                    .iter()
+                    .any(|(k, _)| said.contains(k.split('.').next().unwrap_or(k))),
+                "{pairs:?}: {said}"
+            );
+        }
+        Ok(())
+    });
+}
+
+/// Hook payloads as Claude Code and Codex send them on stdin (`xo hook`):
+/// any JSON, with their field names. A waiting session is read or not;
+/// what it says is bounded by the payload.
+#[test]
+fn hook_payloads() {
+    use xo_pipeline::driver::waiting;
+    const KEYS: &[&str] = &[
+        "hook_event_name",
+        "Notification",
+        "PermissionRequest",
+        "PreToolUse",
+        "PostToolUse",
+        "Stop",
+        "session_id",
+        "transcript_path",
+        "cwd",
+        "message",
+        "notification_type",
+        "permission_prompt",
+        "idle_prompt",
+        "tool_name",
+        "tool_input",
+        "command",
+        "file_path",
+        "url",
+        "stop_hook_active",
+    ];
+    fuzz("hook payloads", 1, json_value(KEYS), |v| {
+        let text = v.to_string();
+        let (w, largest) = measured(|| {
+            let _ = waiting::subject(&v);
+            waiting::from_hook(&v, 1)
+        });
+        check_alloc("hook payload", text.len(), largest)?;
+        if let Some(w) = w {
+            let said = format!("{w:?}");
+            prop_assert!(said.len() <= 4 * text.len() + 1024, "{said}");
+        }
+        Ok(())
     });
 }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::files::{Mode, replace};
 use crate::{Cas, Entry, StoreError, StoreResult, validate_key};
 
 #[derive(Serialize, Deserialize)]
@@ -374,12 +375,7 @@ pub fn repair_file(path: &Path) -> StoreResult<Option<Repair>> {
     for (_, body) in &scan.records {
         out.extend_from_slice(&frame(body));
     }
-    let tmp = path.with_extension("repair");
-    let mut t = create_private(&tmp)?;
-    t.write_all(&out).map_err(|e| io_err(&tmp, e))?;
-    t.sync_data().map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-    sync_dir(path)?;
+    replace(path, &out, Mode::Private).map_err(|e| io_err(path, e))?;
     Ok(Some(Repair {
         backup,
         kept: scan.records.len(),
@@ -419,23 +415,6 @@ fn truncate_tail(path: &Path, at: usize) -> StoreResult<()> {
         .open(path)
         .map_err(|e| io_err(path, e))?;
     f.set_len(at as u64).map_err(|e| io_err(path, e))
-}
-
-/// A new file (replacing one left by a crash) readable by this user only,
-/// whatever the umask: compaction and repair once wrote 0644.
-fn create_private(path: &Path) -> StoreResult<File> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| io_err(path, e))?;
-    // An existing file keeps its mode through `open`: set it.
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| io_err(path, e))?;
-    Ok(f)
 }
 
 fn open_append(path: &Path) -> StoreResult<File> {
@@ -529,7 +508,6 @@ impl Bucket {
     }
 
     fn compact(&mut self) -> StoreResult<()> {
-        let tmp = self.path.with_extension("compact");
         let mut out = Vec::new();
         for (key, (rev, v)) in &self.live {
             let rec = KvRecord {
@@ -540,11 +518,7 @@ impl Bucket {
             let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
             out.extend_from_slice(&frame(&body));
         }
-        let mut t = create_private(&tmp)?;
-        t.write_all(&out).map_err(|e| io_err(&tmp, e))?;
-        t.sync_data().map_err(|e| io_err(&tmp, e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| io_err(&self.path, e))?;
-        sync_dir(&self.path)?;
+        replace(&self.path, &out, Mode::Private).map_err(|e| io_err(&self.path, e))?;
         self.file = open_append(&self.path)?;
         self.records = self.live.len() as u64;
         Ok(())

@@ -12,8 +12,15 @@
 //!   (`Current` of a one-for-one root), wrapped in its message.
 //!
 //! Each returns the input's task, to be waited for at stop (`tree::Running::input`).
+//!
+//! A handler that panics on a message does not end its input: the panic
+//! is caught, logged with the subject, counted ([`panics`]) and the input
+//! reads the next message (one bad message must not deafen a service).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::FutureExt;
 
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
@@ -22,6 +29,28 @@ use xo_proto::{CodecError, Subjects};
 
 use crate::api::Target;
 use crate::{Bus, Headers, Message, Subscription, typed as codec};
+
+static PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// Messages whose handler panicked in this process (each skipped).
+pub fn panics() -> u64 {
+    PANICS.load(Ordering::Relaxed)
+}
+
+/// Counts and logs a panic caught while handling `what`.
+pub fn caught(what: &str, panic: &(dyn std::any::Any + Send)) {
+    PANICS.fetch_add(1, Ordering::Relaxed);
+    let said = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    tracing::error!(
+        input = what,
+        panic = said,
+        "handling an input panicked; it was skipped and the input goes on (counted: xo_input_panics_total)"
+    );
+}
 
 /// What an input does after a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +97,14 @@ pub fn raw<H: Handler<Message>>(
                     _ = &mut shutdown => None,
                 };
                 let Some(msg) = msg else { break };
-                if handler.handle(msg).await == Next::Stop {
-                    break;
+                let subject = msg.subject.clone();
+                match std::panic::AssertUnwindSafe(handler.handle(msg))
+                    .catch_unwind()
+                    .await
+                {
+                    Ok(Next::Stop) => break,
+                    Ok(Next::Go) => {}
+                    Err(panic) => caught(&subject, panic.as_ref()),
                 }
             }
         }

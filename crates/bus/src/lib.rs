@@ -11,6 +11,8 @@
 //! - [`Store`]: [`nats_store`] (JetStream key-value buckets and streams) or
 //!   [`file_store`] (records with checksums under `./.xo/state`).
 //! - [`trace`]: W3C trace context in message headers.
+//! - [`files`]: files replaced whole (`tempfile` in the same folder, fsync,
+//!   rename, fsync of the folder), for the store and every service.
 //! - [`subject_match`]: subject and wildcard validation and matching (the
 //!   local transports' routing).
 //! - [`typed`]: versioned messages with `Content-Type`, control calls, and the
@@ -25,6 +27,7 @@
 
 pub mod api;
 pub mod file_store;
+pub mod files;
 pub mod input;
 pub mod kept;
 pub mod leader;

@@ -47,66 +47,84 @@ pub struct ConnectOptions {
 }
 
 /// A NATS URL with any password replaced by `***`, for logs and errors; a
-/// lone `nats://TOKEN@host` is a token, replaced whole.
+/// lone `nats://TOKEN@host` is a token, replaced whole. A URL that does not
+/// parse keeps nothing between its scheme and its last `@`.
 pub fn redact_url(url: &str) -> String {
     url.split(',')
-        .map(|one| match split_credentials(one) {
-            (rest, Some((user, Some(_)))) => with_user(&rest, &format!("{user}:***")),
-            (rest, Some((_, None))) => with_user(&rest, "***"),
-            _ => one.to_string(),
+        .map(|one| match parse_server(one) {
+            Some((mut u, schemed)) => {
+                let hidden = if u.password().is_some() {
+                    u.set_password(Some("***"))
+                } else if !u.username().is_empty() {
+                    u.set_username("***")
+                } else {
+                    return one.to_string();
+                };
+                match hidden {
+                    Ok(()) => shown(&u, schemed),
+                    Err(()) => hide_by_hand(one),
+                }
+            }
+            None => hide_by_hand(one),
         })
         .collect::<Vec<_>>()
         .join(",")
 }
 
-fn with_user(url_without: &str, userinfo: &str) -> String {
-    match url_without.split_once("://") {
-        Some((scheme, rest)) => format!("{scheme}://{userinfo}@{rest}"),
-        None => format!("{userinfo}@{url_without}"),
+/// What [`redact_url`] shows of a URL it cannot parse.
+fn hide_by_hand(one: &str) -> String {
+    match one.rfind('@') {
+        Some(at) => {
+            let from = one.find("://").map_or(0, |i| i + 3).min(at);
+            format!("{}***{}", &one[..from], &one[at..])
+        }
+        None => one.to_string(),
+    }
+}
+
+/// One server URL parsed (`url`); `host:port` without a scheme is read as
+/// `nats://host:port`. The flag says whether it had a scheme.
+fn parse_server(one: &str) -> Option<(url::Url, bool)> {
+    let one = one.trim();
+    if one.contains("://") {
+        url::Url::parse(one).ok().map(|u| (u, true))
+    } else {
+        url::Url::parse(&format!("nats://{one}"))
+            .ok()
+            .map(|u| (u, false))
+    }
+}
+
+/// A parsed server URL as text, without the scheme it was not given.
+fn shown(u: &url::Url, schemed: bool) -> String {
+    let s = u.as_str();
+    if schemed {
+        s.to_string()
+    } else {
+        s.strip_prefix("nats://").unwrap_or(s).to_string()
     }
 }
 
 /// Splits `scheme://user:password@host:port` into the URL without its
-/// credentials and the credentials (user, password).
+/// credentials and the credentials (user, password), percent-decoded
+/// (`percent-encoding`: `%40` is `@`; a broken escape is kept as typed).
 pub fn split_credentials(url: &str) -> (String, Option<(String, Option<String>)>) {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
-    };
-    let host_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..host_end].rfind('@') else {
+    let Some((mut u, schemed)) = parse_server(url) else {
         return (url.to_string(), None);
     };
-    let (info, host) = (&rest[..at], &rest[at + 1..]);
-    let plain = match scheme {
-        Some(s) => format!("{s}://{host}"),
-        None => host.to_string(),
-    };
-    let creds = match info.split_once(':') {
-        Some((u, p)) => (percent_decode(u), Some(percent_decode(p))),
-        None => (percent_decode(info), None),
-    };
-    (plain, Some(creds))
-}
-
-/// `%40` → `@` and so on (a URL's user and password are percent-encoded).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
+    if u.username().is_empty() && u.password().is_none() {
+        return (url.to_string(), None);
     }
-    String::from_utf8_lossy(&out).into_owned()
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let creds = (decode(u.username()), u.password().map(decode));
+    if u.set_password(None).is_err() || u.set_username("").is_err() {
+        return (url.to_string(), None);
+    }
+    (shown(&u, schemed), Some(creds))
 }
 
 impl Default for ConnectOptions {
@@ -432,5 +450,42 @@ mod tests {
             split_credentials("nats://u:p%40ss@h:4222").1,
             Some(("u".to_string(), Some("p@ss".to_string())))
         );
+    }
+
+    /// Issue 44: the hand-written decoder sliced `%a` followed by a
+    /// multibyte character by byte index and panicked.
+    #[test]
+    fn broken_escapes_and_odd_urls_are_read_without_panic() {
+        assert_eq!(
+            split_credentials("nats://u:%aé@h:4222").1,
+            Some(("u".to_string(), Some("%aé".to_string())))
+        );
+        assert_eq!(
+            split_credentials("u:p%40ss@h:4222"),
+            (
+                "h:4222".to_string(),
+                Some(("u".to_string(), Some("p@ss".to_string())))
+            )
+        );
+        for odd in [
+            "nats://u:p@",
+            "nats://@",
+            "nats://:p@h",
+            "%",
+            "nats://[::1",
+            "@@@",
+            "",
+        ] {
+            let shown = redact_url(odd);
+            assert!(!shown.contains(":p@"), "{odd:?} shown as {shown:?}");
+            let _ = split_credentials(odd);
+        }
+        for odd in [
+            "nats://[::1:u:s3cret@h",
+            "nats://u:s3cret@h:99999",
+            "nats://u:s3cret@h h",
+        ] {
+            assert!(!redact_url(odd).contains("s3cret"), "{odd:?}");
+        }
     }
 }

@@ -96,18 +96,7 @@ pub fn token_path(socket: &Path) -> PathBuf {
 /// Writes the token, readable by this user only (a file left by an
 /// earlier run is replaced, not written through: it may be a link).
 fn write_token(path: &Path, token: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("token.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(token.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    crate::files::replace(path, token.as_bytes(), crate::files::Mode::Private)
 }
 
 /// The token a client sends (at most 1 KiB of the file, trimmed).

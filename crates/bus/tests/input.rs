@@ -171,3 +171,34 @@ async fn a_handler_saying_stop_ends_the_input() {
         .unwrap();
     assert_eq!(*seen.lock().unwrap(), 1);
 }
+
+/// Issue 44, item 7: a handler that panics on one message does not end
+/// its input (before, the input's task died with it and the service went
+/// deaf to that subject for good): the panic is counted and the next
+/// message is handled.
+#[tokio::test]
+async fn a_handler_that_panics_on_one_message_is_counted_and_the_input_goes_on() {
+    let bus = Bus::Local(LocalBus::new());
+    let sub = bus.subscribe("x.>").await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let before = input::panics();
+    let task = input::raw(sub, std::future::pending(), move |m: xo_bus::Message| {
+        let tx = tx.clone();
+        async move {
+            if m.subject == "x.boom" {
+                panic!("a handler's bug on {}", m.subject);
+            }
+            let _ = tx.send(m.subject);
+            Next::Go
+        }
+    });
+    for s in ["x.a", "x.boom", "x.b"] {
+        bus.publish(s, Headers::new(), Bytes::new()).await.unwrap();
+    }
+    assert_eq!(rx.recv().await.as_deref(), Some("x.a"));
+    assert_eq!(rx.recv().await.as_deref(), Some("x.b"));
+    // Other tests of this binary may panic in their handlers too: at least ours.
+    assert!(input::panics() > before, "the panic was not counted");
+    assert!(!task.is_finished(), "the input ended with the panic");
+    task.abort();
+}

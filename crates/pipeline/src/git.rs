@@ -280,7 +280,7 @@ impl Snapshots {
                 ],
             )
             .await?;
-        tokio::fs::write(&file, &commit)
+        xo_runtime::files::replace(&file, commit.as_bytes(), xo_runtime::files::Mode::Private)
             .await
             .map_err(|e| io_err(&file, "write", e))?;
         Ok(commit)
@@ -416,7 +416,13 @@ impl Snapshots {
                 Ok(paths) => {
                     let mut text = paths.join("\n");
                     text.push('\n');
-                    if let Err(e) = tokio::fs::write(self.files_file(task), text).await {
+                    if let Err(e) = xo_runtime::files::replace(
+                        self.files_file(task),
+                        text,
+                        xo_runtime::files::Mode::Private,
+                    )
+                    .await
+                    {
                         tracing::warn!(task, error = %e, "changed paths not recorded");
                     }
                 }

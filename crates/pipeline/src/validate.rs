@@ -611,7 +611,8 @@ pub struct FormattedOutput {
 }
 
 /// `{status}`, `{message}`, `{task_id}` and `{output}` (the raw output) are
-/// replaced; an empty template gives the message unchanged.
+/// replaced, in one pass (text the agent wrote is never expanded again);
+/// an empty template gives the message unchanged.
 pub fn format_output(template: &str, v: &Validated, task_id: &str, raw: &str) -> FormattedOutput {
     let r = v.reply();
     if template.trim().is_empty() {
@@ -621,11 +622,15 @@ pub fn format_output(template: &str, v: &Validated, task_id: &str, raw: &str) ->
             template_applied: false,
         };
     }
-    let formatted = template
-        .replace("{status}", r.status.as_str())
-        .replace("{message}", &r.message)
-        .replace("{task_id}", task_id)
-        .replace("{output}", raw);
+    let formatted = xo_runtime::template::fill(
+        template,
+        &[
+            ("{status}", r.status.as_str()),
+            ("{message}", &r.message),
+            ("{task_id}", task_id),
+            ("{output}", raw),
+        ],
+    );
     FormattedOutput {
         raw: raw.to_string(),
         formatted,

@@ -172,7 +172,13 @@ impl Snapshots {
     }
 
     async fn set_synced(&self, commit: &str) {
-        if let Err(e) = tokio::fs::write(self.synced_file(), commit).await {
+        if let Err(e) = xo_runtime::files::replace(
+            self.synced_file(),
+            commit.as_bytes(),
+            xo_runtime::files::Mode::Private,
+        )
+        .await
+        {
             tracing::warn!(error = %e, "the project directory's commit not recorded");
         }
     }
@@ -302,7 +308,7 @@ impl Snapshots {
             &["update-ref", &format!("refs/heads/{branch}"), &base],
         )
         .await?;
-        tokio::fs::write(&start, &base)
+        xo_runtime::files::replace(&start, base.as_bytes(), xo_runtime::files::Mode::Private)
             .await
             .map_err(|e| io_err(&start, "write", e))?;
         Ok(Worktree {

@@ -53,27 +53,14 @@ pub fn hh_mm(ms: u64) -> String {
     at.get(11..16).unwrap_or(&at).to_string()
 }
 
-/// `2026-11-22T10:17:20.123Z` from milliseconds since the epoch.
+/// `2026-11-22T10:17:20.123Z` from milliseconds since the epoch (`jiff`;
+/// past jiff's last instant, late in 9999, that instant).
 pub fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+    let at = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .unwrap_or(jiff::Timestamp::MAX);
+    format!("{at:.3}")
 }
 
 /// A duration as people type it: `30m`, `2h`, `1d`, `90s`, `1500ms`, or
@@ -105,5 +92,12 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_795_350_000_123), "2026-11-22T12:20:00.123Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(1_000), "1970-01-01T00:00:01.000Z");
+        assert!(
+            rfc3339(u64::MAX).starts_with("9999-12-30T"),
+            "{}",
+            rfc3339(u64::MAX)
+        );
+        assert_eq!(hh_mm(1_795_350_000_123), "12:20");
     }
 }

@@ -16,7 +16,10 @@
 //! - [`clock`]: the services' notion of now (tests own time), RFC 3339 stamps.
 //! - [`jsonl`]: appending whole JSON lines to a file.
 //! - [`limits`]: the file-descriptor limit, raised at start; listeners sized below it.
-//! - [`secret`]: random secrets (the kernel's CSPRNG) and constant-time comparison.
+//! - [`secret`]: random secrets (`getrandom`) and constant-time comparison (`subtle`).
+//! - [`files`]: files replaced whole (`tempfile` in the same folder, fsync, rename).
+//! - [`retry`]: one retry policy per kind of call (`backon`, with jitter).
+//! - [`template`]: placeholders filled in one pass (text put in is never read again).
 //! - [`settings`]: operator settings laid over `xo.toml` (which keys, how checked).
 //! - [`untrusted`]: files in an agent's tree read and appended as untrusted input
 //!   (no symlink followed, regular files only, bounded).
@@ -24,12 +27,15 @@
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod jsonl;
 pub mod limits;
+pub mod retry;
 pub mod secret;
 pub mod service;
 pub mod settings;
 pub mod telemetry;
+pub mod template;
 pub mod tree;
 pub mod untrusted;
 

@@ -569,6 +569,21 @@ mod tests {
                 Value::from("http://"),
                 "is not a URL",
             ),
+            (
+                "review.model.base_url",
+                Value::from("http://a host/v1"),
+                "is not a URL",
+            ),
+            (
+                "review.model.base_url",
+                Value::from("ftp://host/v1"),
+                "scheme \"ftp\"",
+            ),
+            (
+                "review.model.base_url",
+                Value::from("http://[::1/v1"),
+                "is not a URL",
+            ),
         ] {
             let err = apply(&base, &settings(&[(key, v)]))
                 .unwrap_err()

@@ -236,16 +236,23 @@ impl Auth {
     }
 
     /// A one-time login code for operator `i`, good for ten minutes from
-    /// `now` (ms): what a login URL carries instead of a token.
-    pub fn login_code(&self, i: usize, now: u64) -> String {
-        let code = xo_runtime::secret::random_hex(16).unwrap_or_default();
+    /// `now` (ms): what a login URL carries instead of a token. `None`
+    /// (logged) when the system gives no randomness: no code is made.
+    pub fn login_code(&self, i: usize, now: u64) -> Option<String> {
+        let code = match xo_runtime::secret::random_hex(16) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "no login code made; log in with the token");
+                return None;
+            }
+        };
         let mut codes = self.codes.lock().unwrap_or_else(|e| e.into_inner());
         codes.retain(|_, (_, until)| *until > now);
         codes.insert(
             code.clone(),
             (i.min(self.operators.len() - 1), now + CODE_MS),
         );
-        code
+        Some(code)
     }
 
     /// The operator a login code is for, once: the code is gone after.
@@ -424,15 +431,38 @@ pub fn refuse(api: bool, status: StatusCode, code: &str, message: &str) -> Respo
     }
 }
 
-/// A path on this console that a login may send the browser back to:
-/// absolute, not another host's (`//host`), no scheme, no `\\` (browsers
-/// read it as `/`) and no control character (browsers drop a tab or a line
-/// break, so `/\t/host` is `//host`; a CR in a `Location` is a 500).
-pub fn local_path(p: &str) -> bool {
-    p.starts_with('/')
-        && !p.starts_with("//")
-        && !p.contains("://")
-        && !p.chars().any(|c| c == '\\' || c.is_control())
+/// Where a login may send the browser back to: `p` joined against a fixed
+/// base the way a browser joins it (`url`: tabs and line breaks dropped,
+/// `\` read as `/`), kept only when it stays on that base's origin, and
+/// given back as the joined path, query and fragment, so a `Location`
+/// holds exactly what was checked. `//host`, `/\host`, `/\t/host`,
+/// `/.//host` and `https://host` name another origin and are refused; so
+/// is anything not starting with `/` (a relative path).
+pub fn local_target(p: &str) -> Option<String> {
+    const BASE: &str = "http://console.invalid/";
+    if !p.starts_with('/') {
+        return None;
+    }
+    let base = url::Url::parse(BASE).ok()?;
+    let u = base.join(p).ok()?;
+    // A path that begins `//` after its dots are resolved (`/.//host`)
+    // is on this origin to the join, and another host to the browser that
+    // reads it back.
+    if u.origin() != base.origin()
+        || !u.username().is_empty()
+        || u.password().is_some()
+        || u.path().starts_with("//")
+    {
+        return None;
+    }
+    Some(path_onwards(&u))
+}
+
+/// A URL's path, query and fragment, as it serializes them.
+pub(crate) fn path_onwards(u: &url::Url) -> String {
+    let s = u.as_str();
+    let start = s.len() - u[url::Position::BeforePath..].len();
+    s[start..].to_string()
 }
 
 /// `127.0.0.1`, `localhost`, `[::1]` (any port), or another 127/8 address.
@@ -453,11 +483,20 @@ mod tests {
     use super::loopback_host;
 
     /// Issue 40, item 5: `next=/%09/host` once sent Chromium to another
-    /// host after login, and `next=/%0d/x` was a 500.
+    /// host after login, and `next=/%0d/x` was a 500. Issue 44: the check is
+    /// the browser's own join, and what goes back is what was joined.
     #[test]
     fn a_login_goes_back_only_to_a_local_route() {
-        for ok in ["/", "/units/u1", "/tasks?state=blocked", "/a b"] {
-            assert!(super::local_path(ok), "{ok}");
+        for (ok, to) in [
+            ("/", "/"),
+            ("/units/u1", "/units/u1"),
+            ("/tasks?state=blocked", "/tasks?state=blocked"),
+            ("/a b", "/a%20b"),
+            // A URL in the query is a local route's query.
+            ("/x?u=https://evil.example", "/x?u=https://evil.example"),
+            ("/a/../b#top", "/b#top"),
+        ] {
+            assert_eq!(super::local_target(ok).as_deref(), Some(to), "{ok:?}");
         }
         for bad in [
             "//evil.example",
@@ -466,12 +505,17 @@ mod tests {
             "/\r/x",
             "/\\evil.example",
             "/\\/evil.example",
+            "/\t\t/evil.example",
             "https://evil.example",
-            "/x?u=https://evil.example",
             "evil.example",
+            "//u:p@console.invalid/",
+            // Found by the fuzz test: dots resolved leave `//host`.
+            "/.//evil.example",
+            "/a/..//evil.example",
+            "/.\\/evil.example",
             "",
         ] {
-            assert!(!super::local_path(bad), "{bad:?}");
+            assert_eq!(super::local_target(bad), None, "{bad:?}");
         }
     }
 

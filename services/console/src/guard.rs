@@ -8,7 +8,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::Shared;
-use crate::auth::{CSRF_HEADER, Credential, local_path, refuse};
+use crate::auth::{CSRF_HEADER, Credential, local_target, refuse};
 
 /// Where a refused request came from: a form action goes back to the page
 /// it was sent from (its `Referer`, on this console), a page to itself.
@@ -29,10 +29,16 @@ fn came_from(req: &Request) -> String {
         .headers()
         .get(header::REFERER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|r| r.split_once("://"))
-        .and_then(|(_, rest)| rest.split_once('/'))
-        .filter(|(authority, _)| host.is_some_and(|h| h.eq_ignore_ascii_case(authority)))
-        .map(|(_, p)| format!("/{p}"));
+        .and_then(|r| url::Url::parse(r).ok())
+        .filter(|u| {
+            let authority = match (u.host_str(), u.port()) {
+                (Some(h), Some(p)) => format!("{h}:{p}"),
+                (Some(h), None) => h.to_string(),
+                (None, _) => return false,
+            };
+            host.is_some_and(|h| h.eq_ignore_ascii_case(&authority))
+        })
+        .map(|u| crate::auth::path_onwards(&u));
     // Without a Referer: the page a form action belongs to.
     let from_action = || {
         let rest = path.trim_start_matches("/ui");
@@ -43,7 +49,7 @@ fn came_from(req: &Request) -> String {
         }
     };
     referer
-        .filter(|p| local_path(p))
+        .and_then(|p| local_target(&p))
         .unwrap_or_else(from_action)
 }
 
@@ -158,14 +164,14 @@ pub async fn guard(State(c): State<Shared>, req: Request, next: Next) -> Respons
 #[cfg(test)]
 mod tests {
     use super::came_from;
-    use crate::auth::local_path;
+    use crate::auth::local_target;
 
     /// A login sends the browser back only to a page of this console (no
     /// open redirect), and a form action back to the page it was sent from.
     #[test]
     fn a_login_goes_back_only_to_this_console() {
         for ok in ["/", "/units/web-1", "/settings?project=web"] {
-            assert!(local_path(ok), "{ok}");
+            assert_eq!(local_target(ok).as_deref(), Some(ok), "{ok}");
         }
         for bad in [
             "//evil.example/",
@@ -173,7 +179,7 @@ mod tests {
             "https://evil.example/",
             "units",
         ] {
-            assert!(!local_path(bad), "{bad}");
+            assert_eq!(local_target(bad), None, "{bad}");
         }
         let req = |path: &str, referer: Option<&str>| {
             let mut b = axum::http::Request::builder()

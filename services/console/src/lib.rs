@@ -235,13 +235,13 @@ pub struct ConsoleView {
 impl ConsoleView {
     /// A URL that logs a browser in as the console token's operator
     /// once, within ten minutes (a one-time code, not the token: the
-    /// browser keeps the URL in its history).
+    /// browser keeps the URL in its history); the login page that asks
+    /// for the token when no code could be made.
     pub fn login_url(&self) -> String {
-        format!(
-            "{}/login?code={}",
-            self.url,
-            self.console.auth.login_code(0, xo_proto::now_ms())
-        )
+        match self.console.auth.login_code(0, xo_proto::now_ms()) {
+            Some(code) => format!("{}/login?code={code}", self.url),
+            None => format!("{}/login", self.url),
+        }
     }
 
     /// How to log in, for a start banner: a login link (a one-time code,

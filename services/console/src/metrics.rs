@@ -192,6 +192,11 @@ pub async fn render(c: &Shared) -> String {
                 "Messages sent to the dead-letter subjects.",
                 s.dead_letters,
             ),
+            (
+                "xo_input_panics_total",
+                "Inputs (messages, report files) whose handling panicked in the supervisor's process: each skipped, the input went on.",
+                s.panics,
+            ),
             ("xo_heartbeats_total", "Heartbeats received.", s.heartbeats),
         ] {
             family(&mut out, name, "counter", help);

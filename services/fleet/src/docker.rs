@@ -152,7 +152,7 @@ impl DockerFleet {
         let cmd: Vec<String> = s
             .command
             .iter()
-            .map(|a| a.replace("{role}", role).replace("{unit}", unit))
+            .map(|a| xo_runtime::template::fill(a, &[("{role}", role), ("{unit}", unit)]))
             .collect();
         let mut env = s.env.clone();
         env.push(format!("XO_UNIT={unit}"));

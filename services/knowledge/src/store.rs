@@ -13,6 +13,7 @@ use xo_proto::knowledge::{
 };
 
 use crate::doc::{self, DocError};
+use xo_bus::files::{Mode, replace};
 
 /// Default knowledge budget of a prompt (seed 001: ~2k tokens).
 pub const DEFAULT_BUDGET: usize = 2_000;
@@ -185,9 +186,7 @@ impl KnowledgeStore {
 
     fn write(&self, d: &KnowledgeDoc) -> Result<(), KnowledgeError> {
         let p = self.path(d.category, &d.name);
-        let tmp = p.with_extension("md.tmp");
-        std::fs::write(&tmp, doc::render(d)).map_err(|e| io(&tmp, e))?;
-        std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))?;
+        replace(&p, doc::render(d).as_bytes(), Mode::Shared).map_err(|e| io(&p, e))?;
         self.write_index()
     }
 
@@ -483,9 +482,7 @@ impl KnowledgeStore {
             }
         }
         let p = self.root.join("_index.md");
-        let tmp = self.root.join("_index.md.tmp");
-        std::fs::write(&tmp, s).map_err(|e| io(&tmp, e))?;
-        std::fs::rename(&tmp, &p).map_err(|e| io(&p, e))
+        replace(&p, s.as_bytes(), Mode::Shared).map_err(|e| io(&p, e))
     }
 
     /// A fingerprint of every document file (for noticing edits by hand).

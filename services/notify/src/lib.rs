@@ -300,16 +300,16 @@ pub fn ntfy(a: &Alert, console: &str) -> Ntfy {
     }
 }
 
-/// Percent-encodes what is not a URL path's unreserved character.
+/// Percent-encodes what is not a URL path's unreserved character
+/// (`percent-encoding`).
 fn path_segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 /// A header value as HTTP carries it: ASCII as is (control characters
@@ -422,13 +422,15 @@ mod tests {
     }
 }
 
-/// One alert to one webhook: retried with doubling backoff; a 4xx other
+/// One alert to one webhook: retried with doubling backoff and jitter
+/// (`xo_runtime::retry::webhook`); a 4xx other
 /// than 408/429 is not retried (the receiver refuses the request itself).
 async fn deliver(d: &Delivery, w: &Webhook, a: &Alert) {
     let body = body(w.format, a);
     let push = (w.format == WebhookFormat::Ntfy).then(|| ntfy(a, &d.cfg.console_url));
     let auth = authorization(w);
-    let mut wait = Duration::from_millis(d.cfg.backoff_ms);
+    let mut delays =
+        xo_runtime::retry::webhook(Duration::from_millis(d.cfg.backoff_ms), d.cfg.attempts);
     let mut last = String::new();
     for attempt in 1..=d.cfg.attempts {
         let mut req = match &push {
@@ -471,9 +473,9 @@ async fn deliver(d: &Delivery, w: &Webhook, a: &Alert) {
             dead_letter(d, a, &w.url, attempt, &last).await;
             return;
         }
-        if attempt == d.cfg.attempts {
+        let Some(wait) = delays.next() else {
             break;
-        }
+        };
         warn!(url = %w.url, attempt, error = %last, "alert not delivered; retrying");
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
@@ -482,7 +484,6 @@ async fn deliver(d: &Delivery, w: &Webhook, a: &Alert) {
                 return;
             }
         }
-        wait = (wait * 2).min(Duration::from_secs(60));
     }
     error!(url = %w.url, attempts = d.cfg.attempts, error = %last, "alert not delivered; dead-lettered");
     dead_letter(d, a, &w.url, d.cfg.attempts, &last).await;

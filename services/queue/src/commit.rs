@@ -154,7 +154,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = xo_bus::StoreResult<T>>,
 {
-    let mut backoff = Duration::from_millis(50);
+    let mut delays = xo_runtime::retry::store_write();
     loop {
         if !may_write(ctx, what).await {
             return None;
@@ -180,8 +180,8 @@ where
                     });
                 }
                 warn!(error = %e, what, "queue write failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                let wait = delays.next().unwrap_or(Duration::from_secs(2));
+                tokio::time::sleep(wait).await;
             }
         }
     }

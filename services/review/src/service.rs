@@ -289,14 +289,12 @@ impl Reviews {
             ours: self.ours.clone(),
         };
         let path = kept_path(&self.cfg);
-        let tmp = path.with_extension("json.tmp");
         let res = async {
             if let Some(d) = path.parent() {
                 tokio::fs::create_dir_all(d).await?;
             }
             let bytes = serde_json::to_vec(&k).map_err(std::io::Error::other)?;
-            tokio::fs::write(&tmp, bytes).await?;
-            tokio::fs::rename(&tmp, &path).await
+            xo_runtime::files::replace(&path, bytes, xo_runtime::files::Mode::Private).await
         }
         .await;
         if let Err(e) = res {

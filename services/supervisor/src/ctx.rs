@@ -50,6 +50,8 @@ pub struct Counters {
     /// `steering` by kind, in `AnomalyKind::ALL`'s order.
     pub steering_by_kind: [AtomicU64; xo_proto::AnomalyKind::ALL.len()],
     pub watcher_restarts: AtomicU64,
+    /// Report files whose reading panicked (skipped; the poller goes on).
+    pub panics: AtomicU64,
     pub missed: AtomicU64,
     pub evicted: AtomicU64,
     /// Steering by kind per minute, the last `SteeringMinute::KEPT` minutes
@@ -202,6 +204,7 @@ impl Counters {
             watcher_restarts: g(&self.watcher_restarts),
             missed: g(&self.missed),
             dropped: 0,
+            panics: g(&self.panics) + xo_bus::input::panics(),
             evicted: g(&self.evicted),
             steering_by_kind: xo_proto::AnomalyKind::ALL
                 .iter()

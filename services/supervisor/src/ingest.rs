@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
+use futures::FutureExt;
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -275,65 +276,82 @@ async fn poll_once(
             continue;
         }
         file.stamp = Some(stamp);
-        ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-        // Never through a symlink, only a regular file, never past the
-        // payload limit: the volume is writable by others.
-        let bytes = match xo_runtime::jsonl::read_bounded(&path, ctx.cfg.wire.max_payload).await {
-            Ok(b) => b,
-            Err(e) => {
-                let err = CodecError::Invalid {
-                    ty: "SaluteReport",
-                    reason: xo_proto::Invalid::Unreadable(e.to_string()),
-                };
-                decode::reject_file(ctx, &path, unit, Vec::new(), &err).await;
-                continue;
-            }
-        };
-        let decode_file = |bytes: &[u8]| {
-            xo_proto::codec::decode::<SaluteReport>(
-                bytes,
-                Some(xo_proto::codec::JSON),
-                ctx.cfg.wire.max_payload,
-            )
-        };
-        // A file that is no report in XO's shape may be one in seed 000's
-        // own: read as the same report in XO's (looked at only then, so a
-        // report in XO's shape is parsed once).
-        let (bytes, report) = match decode_file(&bytes) {
-            Ok(r) => (bytes, Ok(r)),
-            Err(e) => match decode::seed_shaped(&bytes) {
-                None => (bytes, Err(e)),
-                Some(Ok(mapped)) => {
-                    let r = decode_file(&mapped);
-                    (mapped, r)
+        // A file whose reading panics is counted, logged and skipped (its
+        // stamp is kept: read again only once rewritten); the poller goes
+        // on with the next file, now and at every start.
+        let read = std::panic::AssertUnwindSafe(async {
+            ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+            // Never through a symlink, only a regular file, never past the
+            // payload limit: the volume is writable by others.
+            let bytes = match xo_runtime::jsonl::read_bounded(&path, ctx.cfg.wire.max_payload).await
+            {
+                Ok(b) => b,
+                Err(e) => {
+                    let err = CodecError::Invalid {
+                        ty: "SaluteReport",
+                        reason: xo_proto::Invalid::Unreadable(e.to_string()),
+                    };
+                    decode::reject_file(ctx, &path, unit, Vec::new(), &err).await;
+                    return Ok(());
                 }
-                Some(Err(seed)) => (bytes, Err(seed)),
-            },
-        };
-        let report = report.and_then(|r| {
-            if r.unit.unit == unit {
-                Ok(r)
-            } else {
-                Err(CodecError::Invalid {
-                    ty: "SaluteReport",
-                    reason: xo_proto::Invalid::NotFileUnit {
-                        named: r.unit.unit.clone(),
-                        file: unit.to_string(),
-                    },
-                })
-            }
-        });
-        match report {
-            Ok(mut r) => {
-                file.read(&path, &r);
-                decode::fill_from_pct(&mut r, &bytes);
-                let unit = r.unit.unit.clone();
-                let m = WatcherMsg::Report(Box::new(r), Headers::new(), bytes.into());
-                if !route(routes, root, &unit, m) {
-                    return Err(());
+            };
+            let decode_file = |bytes: &[u8]| {
+                xo_proto::codec::decode::<SaluteReport>(
+                    bytes,
+                    Some(xo_proto::codec::JSON),
+                    ctx.cfg.wire.max_payload,
+                )
+            };
+            // A file that is no report in XO's shape may be one in seed 000's
+            // own: read as the same report in XO's (looked at only then, so a
+            // report in XO's shape is parsed once).
+            let (bytes, report) = match decode_file(&bytes) {
+                Ok(r) => (bytes, Ok(r)),
+                Err(e) => match decode::seed_shaped(&bytes) {
+                    None => (bytes, Err(e)),
+                    Some(Ok(mapped)) => {
+                        let r = decode_file(&mapped);
+                        (mapped, r)
+                    }
+                    Some(Err(seed)) => (bytes, Err(seed)),
+                },
+            };
+            let report = report.and_then(|r| {
+                if r.unit.unit == unit {
+                    Ok(r)
+                } else {
+                    Err(CodecError::Invalid {
+                        ty: "SaluteReport",
+                        reason: xo_proto::Invalid::NotFileUnit {
+                            named: r.unit.unit.clone(),
+                            file: unit.to_string(),
+                        },
+                    })
                 }
+            });
+            match report {
+                Ok(mut r) => {
+                    file.read(&path, &r);
+                    decode::fill_from_pct(&mut r, &bytes);
+                    let unit = r.unit.unit.clone();
+                    let m = WatcherMsg::Report(Box::new(r), Headers::new(), bytes.into());
+                    if !route(routes, root, &unit, m) {
+                        return Err(());
+                    }
+                }
+                Err(e) => decode::reject_file(ctx, &path, unit, bytes, &e).await,
             }
-            Err(e) => decode::reject_file(ctx, &path, unit, bytes, &e).await,
+            Ok(())
+        })
+        .catch_unwind()
+        .await;
+        match read {
+            Ok(Ok(())) => {}
+            Ok(Err(())) => return Err(()),
+            Err(panic) => {
+                ctx.counters.panics.fetch_add(1, Ordering::Relaxed);
+                xo_bus::input::caught(&path.display().to_string(), panic.as_ref());
+            }
         }
     }
     Ok(())

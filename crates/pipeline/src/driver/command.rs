@@ -203,8 +203,10 @@ impl CommandDriver {
         let argv: Vec<String> = argv
             .iter()
             .map(|a| {
-                a.replace("{prompt_file}", &file_str)
-                    .replace("{prompt}", prompt.text())
+                xo_runtime::template::fill(
+                    a,
+                    &[("{prompt_file}", &file_str), ("{prompt}", prompt.text())],
+                )
             })
             .collect();
         let stdin = (!uses_file && !uses_text).then(|| prompt.text().as_bytes());
@@ -377,7 +379,12 @@ impl CommandDriver {
                 argv = self
                     .resume
                     .iter()
-                    .map(|a| a.replace("{session}", &session).replace("{prompt}", &next))
+                    .map(|a| {
+                        xo_runtime::template::fill(
+                            a,
+                            &[("{session}", &session), ("{prompt}", &next)],
+                        )
+                    })
                     .collect();
                 stdin = None;
                 continue;
@@ -671,9 +678,13 @@ pub async fn install_codex_hook(cwd: &Path) -> Result<Vec<PathBuf>, DriverError>
                 String::new(),
             ));
         }
-        tokio::fs::write(&config, written.trim_start())
-            .await
-            .map_err(|e| err("writing", e.to_string()))?;
+        xo_runtime::files::replace(
+            &config,
+            written.trim_start(),
+            xo_runtime::files::Mode::Shared,
+        )
+        .await
+        .map_err(|e| err("writing", e.to_string()))?;
     }
     Ok(vec![hooks, config])
 }
@@ -762,7 +773,7 @@ async fn add_hooks(
     }
     let text =
         serde_json::to_string_pretty(&settings).map_err(|e| err("encoding", e.to_string()))?;
-    tokio::fs::write(path, text)
+    xo_runtime::files::replace(path, text, xo_runtime::files::Mode::Shared)
         .await
         .map_err(|e| err("writing", e.to_string()))
 }

@@ -288,21 +288,25 @@ impl OpenAiDriver {
         Ok(out)
     }
 
-    /// One chat-completions call with backoff on 429, 5xx and unreadable replies.
+    /// One chat-completions call with backoff on 429, 5xx and unreadable
+    /// replies (`xo_runtime::retry::model_call`: doubling from `backoff_ms`,
+    /// with jitter; a `Retry-After` header wins).
     async fn call(&self, body: &Value) -> Result<Value, DriverError> {
         let url = format!(
             "{}/chat/completions",
             self.cfg.base_url.trim_end_matches('/')
         );
         let mut last = String::new();
+        let mut delays = xo_runtime::retry::model_call(
+            Duration::from_millis(self.cfg.backoff_ms),
+            self.cfg.max_attempts,
+        );
         for attempt in 0..self.cfg.max_attempts {
             let mut req = self.client.post(&url).json(body);
             if let Some(k) = self.key() {
                 req = req.bearer_auth(k);
             }
-            let mut wait =
-                Duration::from_millis(self.cfg.backoff_ms.saturating_mul(1 << attempt.min(10)))
-                    .min(Duration::from_secs(60));
+            let mut retry_after = None;
             match req.send().await {
                 Err(e) => {
                     last = format!("{url}: {e}");
@@ -315,7 +319,7 @@ impl OpenAiDriver {
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok())
                     {
-                        wait = Duration::from_secs(s.min(60));
+                        retry_after = Some(Duration::from_secs(s.min(60)));
                     }
                     let text = resp.text().await.unwrap_or_default();
                     if status.as_u16() == 429 || status.is_server_error() {
@@ -338,7 +342,7 @@ impl OpenAiDriver {
                 }
             }
             let last_s = self.scrub(&last);
-            if attempt + 1 < self.cfg.max_attempts {
+            if let Some(wait) = delays.next().map(|d| retry_after.unwrap_or(d)) {
                 warn!(attempt = attempt + 1, wait_ms = wait.as_millis() as u64, error = %last_s, "model call failed; backing off");
                 tokio::time::sleep(wait).await;
             }

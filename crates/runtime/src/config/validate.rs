@@ -248,17 +248,11 @@ impl XoConfig {
             ),
             ("review.model.base_url", &self.review.model.base_url),
         ] {
-            let ok = url.is_empty()
-                || ((url.starts_with("http://") || url.starts_with("https://"))
-                    && url.split("://").nth(1).is_some_and(|rest| {
-                        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-                        !host.is_empty() && !host.contains(char::is_whitespace)
-                    }));
-            if !ok {
+            if let (false, Some(why)) = (url.is_empty(), not_http_url(url)) {
                 return Err(invalid(
                     key,
                     format!(
-                        "{url:?} is not a URL: give http(s)://HOST[:PORT]/PATH, e.g. http://localhost:11434/v1"
+                        "{url:?} is not a URL ({why}): give http(s)://HOST[:PORT]/PATH, e.g. http://localhost:11434/v1"
                     ),
                 ));
             }
@@ -276,15 +270,27 @@ impl XoConfig {
                 ),
             ));
         }
-        let schemes = ["nats://", "tls://", "ws://", "wss://"];
-        if !self.nats.url.is_empty() && !schemes.iter().any(|s| self.nats.url.starts_with(s)) {
-            return Err(invalid(
-                "nats.url",
-                format!(
-                    "{:?} is not a nats://, tls://, ws:// or wss:// URL",
-                    self.nats.url
-                ),
-            ));
+        if !self.nats.url.is_empty() {
+            for one in self.nats.url.split(',') {
+                let parsed = url::Url::parse(one.trim());
+                let why = match &parsed {
+                    Err(e) => Some(e.to_string()),
+                    Ok(u) if !["nats", "tls", "ws", "wss"].contains(&u.scheme()) => {
+                        Some(format!("scheme {:?}", u.scheme()))
+                    }
+                    Ok(u) if u.host_str().is_none_or(str::is_empty) => Some("no host".into()),
+                    Ok(_) => None,
+                };
+                if let Some(why) = why {
+                    return Err(invalid(
+                        "nats.url",
+                        format!(
+                            "{:?} is not a nats://, tls://, ws:// or wss:// URL ({why}); several servers are separated by commas",
+                            xo_bus::nats::redact_url(one)
+                        ),
+                    ));
+                }
+            }
         }
         let roles = self.task_roles();
         let known = || roles.iter().cloned().collect::<Vec<_>>().join(", ");
@@ -313,10 +319,10 @@ impl XoConfig {
             ));
         }
         for (i, w) in self.alerts.webhooks.iter().enumerate() {
-            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+            if let Some(why) = not_http_url(&w.url) {
                 return Err(invalid(
                     &format!("alerts.webhooks[{i}].url"),
-                    format!("{:?} is not an http:// or https:// URL", w.url),
+                    format!("{:?} is not an http:// or https:// URL ({why})", w.url),
                 ));
             }
         }
@@ -431,5 +437,17 @@ impl XoConfig {
                 })?;
         }
         Ok(())
+    }
+}
+
+/// Why `s` is no http(s) URL with a host (`url`); `None`: it is one.
+fn not_http_url(s: &str) -> Option<String> {
+    match url::Url::parse(s) {
+        Err(e) => Some(e.to_string()),
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+            Some(format!("scheme {:?}", u.scheme()))
+        }
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => Some("no host".into()),
+        Ok(_) => None,
     }
 }

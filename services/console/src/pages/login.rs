@@ -14,10 +14,10 @@ pub const KEEP: &str = "keep.";
 pub fn login_form(next: &str, kept: &[(String, String)], why: &str, token_at: &str) -> String {
     let mut hidden = String::new();
     let mut shown = String::new();
-    if crate::auth::local_path(next) {
+    if let Some(next) = crate::auth::local_target(next) {
         hidden.push_str(&format!(
             "<input type=\"hidden\" name=\"next\" value=\"{}\">",
-            esc(next)
+            esc(&next)
         ));
     }
     for (k, v) in kept {
@@ -108,16 +108,15 @@ fn login_as(c: &Shared, i: usize, form: &BTreeMap<String, String>) -> Response {
     }
     let next = form
         .get("next")
-        .filter(|n| crate::auth::local_path(n))
-        .map(String::as_str)
-        .unwrap_or("/");
+        .and_then(|n| crate::auth::local_target(n))
+        .unwrap_or_else(|| "/".to_string());
     let kept: Vec<String> = form
         .iter()
         .filter(|(k, _)| k.starts_with(KEEP))
         .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
         .collect();
     let to = if kept.is_empty() {
-        next.to_string()
+        next
     } else {
         let sep = if next.contains('?') { '&' } else { '?' };
         format!("{next}{sep}{}", kept.join("&"))

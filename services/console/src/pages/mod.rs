@@ -262,18 +262,16 @@ fn csrf_ok(form: &[(String, String)]) -> bool {
         && field(form, "csrf").is_some_and(|v| xo_runtime::secret::same(&v, &who.csrf))
 }
 
-/// Percent-encodes a query value.
+/// Percent-encodes a query value (`percent-encoding`: all but the
+/// unreserved `A-Z a-z 0-9 - _ . ~`).
 pub fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    const VALUE: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    utf8_percent_encode(s, VALUE).to_string()
 }
 
 /// A refused form's page query: every field as typed (`keep.<name>`, the

@@ -162,7 +162,8 @@ async fn deliver(bus: &Bus, subjects: &Subjects, held: &Held, ended: Ended) {
         diff,
     } = ended;
     let timeout = Duration::from_secs(10);
-    for attempt in 1..=5u32 {
+    let mut delays = xo_runtime::retry::outcome();
+    for attempt in 1.. {
         let res: Result<(), CallError> = match (&outcome, &yielded) {
             (_, Some(y)) => {
                 info!(critical = %y.critical, checkpoint = y.checkpoint, "task given back for the critical task");
@@ -244,12 +245,15 @@ async fn deliver(bus: &Bus, subjects: &Subjects, held: &Held, ended: Ended) {
                 return;
             }
             Err(e) => {
+                let Some(wait) = delays.next() else {
+                    error!(attempts = attempt, error = %e, "outcome not delivered; the lease will lapse and the task be replayed");
+                    return;
+                };
                 warn!(attempt, error = %e, "outcome not delivered; retrying");
-                tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+                tokio::time::sleep(wait).await;
             }
         }
     }
-    error!("outcome not delivered after 5 attempts; the lease will lapse and the task be replayed");
 }
 
 /// What the unit waits for after `outcome` of task `id`: an operator's
