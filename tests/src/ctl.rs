@@ -48,6 +48,7 @@ pub async fn begin(bus: &Bus, tasks: Vec<Task>) {
     must(
         bus,
         &Init {
+            by: Default::default(),
             mode: ExecutionMode::Auto,
             manager: false,
             force: false,
@@ -57,6 +58,7 @@ pub async fn begin(bus: &Bus, tasks: Vec<Task>) {
     must(
         bus,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "g".into(),
             project_id: None,
@@ -64,8 +66,21 @@ pub async fn begin(bus: &Bus, tasks: Vec<Task>) {
         },
     )
     .await;
-    must(bus, &Enqueue { tasks }).await;
-    must(bus, &Start {}).await;
+    must(
+        bus,
+        &Enqueue {
+            by: Default::default(),
+            tasks,
+        },
+    )
+    .await;
+    must(
+        bus,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await;
 }
 
 /// What one claim gave.

@@ -140,13 +140,23 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
         &client,
         &s,
         &Enqueue {
+            by: Default::default(),
             tasks: vec![task("a", &[]), task("b", &[]), task("c", &["a"])],
         },
         T,
     )
     .await
     .unwrap();
-    typed::call(&client, &s, &Start {}, T).await.unwrap();
+    typed::call(
+        &client,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
     let claim = || Claim {
         role: "coder".into(),
         claimant: "r1".into(),

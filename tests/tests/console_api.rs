@@ -1552,6 +1552,88 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
 /// from a browser, `NAME (api: CLIENT)` with a bearer token; each
 /// operator's forms carry their own CSRF value; the file's mistakes are
 /// named with their line.
+/// Issue 41, item 4: every queue write is signed on its audit line with
+/// the operator the token names; a body's `by` names a client, never
+/// another operator.
+#[tokio::test]
+async fn queue_writes_are_signed_on_their_audit_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("operators");
+    let (ana, bo) = ("ana-token-0123456789abcdef", "bo-token-0123456789abcdef");
+    std::fs::write(&file, format!("ana {ana}\nbo {bo}\n")).unwrap();
+    let rig = Rig::start(&[("console.operators_file", file.to_str().unwrap())]).await;
+    let client = connect(&rig.nats, "test").await;
+    rig.report(&client, &SaluteReport::new("op-unit", "coder", 1, 1))
+        .await;
+    let as_ana = |path: &str, body: Value| {
+        let req = rig.http.post(rig.u(path)).bearer_auth(ana).json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            let s = r.status();
+            (s, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (s, v) = as_ana("/api/v1/queue/init", json!({"mode": "MANUAL"})).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // The body tries to sign as bo: it only names ana's client.
+    let (s, v) = as_ana(
+        "/api/v1/tasks",
+        json!({"tasks": [task("s1"), task("s2")], "by": "bo"}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // bo, in a browser, cancels s1 (confirmed on the task's page).
+    let (cookie, csrf) = browser_login(&rig, bo).await;
+    let r = rig
+        .http
+        .post(rig.u("/ui/tasks/s1/cancel"))
+        .header("cookie", cookie)
+        .form(&[("csrf", csrf.as_str()), ("confirm", "yes")])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_redirection(), "{}", r.status());
+    let (s, lines) = rig.get("/api/v1/audit?lines=100").await;
+    assert_eq!(s, StatusCode::OK, "{lines}");
+    let by = |event: &str| -> Vec<String> {
+        lines
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["event"] == event)
+            .map(|l| {
+                l["state_after"]["by"]
+                    .as_str()
+                    .unwrap_or("(unsigned)")
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(by("INIT"), vec!["ana (api)"], "{lines}");
+    let enq = by("ENQUEUE");
+    assert!(
+        !enq.is_empty() && enq.iter().all(|b| b == "ana (api: bo)"),
+        "{enq:?}"
+    );
+    assert_eq!(by("TASK_CANCELLED"), vec!["bo"], "{lines}");
+    // The audit page names them too.
+    let page = rig
+        .http
+        .get(rig.u("/audit"))
+        .bearer_auth(&rig.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("<td>bo</td>"),
+        "the audit page does not name bo"
+    );
+    rig.stop().await;
+}
+
 #[tokio::test]
 async fn named_operators_sign_their_writes() {
     let dir = tempfile::tempdir().unwrap();

@@ -91,8 +91,27 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
         })
         .collect();
     tasks[3].depends_on = vec!["t3".into()];
-    typed::call(&bus, &s, &Enqueue { tasks }, T).await.unwrap();
-    typed::call(&bus, &s, &Start {}, T).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks,
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
     let claim = Claim {
         role: "coder".into(),
         claimant: "test".into(),

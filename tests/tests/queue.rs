@@ -85,6 +85,7 @@ impl Q {
 
     async fn ready(&self, n: usize, manager: bool) -> Vec<String> {
         self.call(&Init {
+            by: Default::default(),
             mode: ExecutionMode::Auto,
             manager,
             force: false,
@@ -92,6 +93,7 @@ impl Q {
         .await
         .unwrap();
         self.call(&SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "g".into(),
             project_id: Some("p1".into()),
@@ -100,8 +102,18 @@ impl Q {
         .await
         .unwrap();
         let tasks: Vec<Task> = (0..n).map(|i| task(&format!("t{i:03}"))).collect();
-        let ids = self.call(&Enqueue { tasks }).await.unwrap();
-        self.call(&Start {}).await.unwrap();
+        let ids = self
+            .call(&Enqueue {
+                by: Default::default(),
+                tasks,
+            })
+            .await
+            .unwrap();
+        self.call(&Start {
+            by: Default::default(),
+        })
+        .await
+        .unwrap();
         ids
     }
 }
@@ -331,6 +343,7 @@ async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     q.call(&Enqueue {
+        by: Default::default(),
         tasks: vec![task("late")],
     })
     .await
@@ -499,6 +512,7 @@ async fn bad_tasks_over_the_wire_enqueue_nothing() {
     };
     let err = q
         .call(&Enqueue {
+            by: Default::default(),
             tasks: vec![task("fine"), bad],
         })
         .await
@@ -513,7 +527,10 @@ async fn bad_tasks_over_the_wire_enqueue_nothing() {
         ..task("w2")
     };
     let err = q
-        .call(&Enqueue { tasks: vec![abs] })
+        .call(&Enqueue {
+            by: Default::default(),
+            tasks: vec![abs],
+        })
         .await
         .unwrap_err()
         .to_string();
@@ -565,6 +582,7 @@ async fn a_question_survives_a_restart_and_is_answered() {
         .unwrap();
     assert_eq!(list[0].question.as_deref(), Some("which db?"));
     q.call(&Answer {
+        by: Default::default(),
         task_id: "t000".into(),
         text: "postgres".into(),
     })
@@ -614,7 +632,12 @@ async fn the_status_says_when_it_changed_and_why_it_halted() {
     // An operator's words have no code: no details to split off. The
     // reply to a change carries the time it is stored with.
     q.clock.advance(Duration::from_secs(30));
-    let resumed = q.call(&Resume {}).await.unwrap();
+    let resumed = q
+        .call(&Resume {
+            by: Default::default(),
+        })
+        .await
+        .unwrap();
     assert_eq!(
         resumed.last_updated,
         xo_runtime::clock::rfc3339(EPOCH + 120_000)
@@ -622,6 +645,7 @@ async fn the_status_says_when_it_changed_and_why_it_halted() {
     q.clock.advance(Duration::from_secs(30));
     let halted = q
         .call(&Halt {
+            by: Default::default(),
             reason: "lunch".into(),
         })
         .await
@@ -679,6 +703,7 @@ async fn a_mode_the_driver_cannot_pass_on_is_refused_at_enqueue() {
     };
     let err = q
         .call(&Enqueue {
+            by: Default::default(),
             tasks: vec![with_mode("a", "auto"), with_mode("b", "opus")],
         })
         .await
@@ -692,6 +717,7 @@ async fn a_mode_the_driver_cannot_pass_on_is_refused_at_enqueue() {
     let listed = q.call(&ListTasks::default()).await.unwrap();
     assert!(listed.is_empty(), "refused whole: {listed:?}");
     q.call(&Enqueue {
+        by: Default::default(),
         tasks: vec![with_mode("a", "auto")],
     })
     .await
@@ -706,6 +732,7 @@ async fn a_mode_the_driver_cannot_pass_on_is_refused_at_enqueue() {
     .await;
     q.call(&Init::default()).await.unwrap();
     q.call(&Enqueue {
+        by: Default::default(),
         tasks: vec![with_mode("b", "opus")],
     })
     .await

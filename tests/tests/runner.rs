@@ -55,14 +55,22 @@ impl Rig {
     async fn go(&mut self, tasks: Vec<Task>) {
         self.call(&Init::default()).await;
         self.call(&SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "g".into(),
             project_id: None,
             completed: true,
         })
         .await;
-        self.call(&Enqueue { tasks }).await;
-        self.call(&Start {}).await;
+        self.call(&Enqueue {
+            by: Default::default(),
+            tasks,
+        })
+        .await;
+        self.call(&Start {
+            by: Default::default(),
+        })
+        .await;
         self.runner = Some(
             xo_runner::start(
                 xo_runtime::ServiceCtx::new(self.cfg.clone(), self.bus.clone()),
@@ -196,6 +204,7 @@ async fn an_operator_halt_kills_the_agents_process_group() {
     }
     assert!(pid > 0);
     rig.call(&Halt {
+        by: Default::default(),
         reason: "operator intervention".into(),
     })
     .await;
@@ -211,7 +220,10 @@ async fn an_operator_halt_kills_the_agents_process_group() {
     }
     assert!(!alive(pid), "the agent outlived the halt");
     // The stopped task is replayed (rolled back) once the operator resumes.
-    rig.call(&Resume {}).await;
+    rig.call(&Resume {
+        by: Default::default(),
+    })
+    .await;
     let r = rig
         .wait_for("h1", "a second attempt", |r| {
             r.state == TaskState::Running && r.attempt == 2
@@ -449,6 +461,7 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
     let rig = Rig::start(&[("queue.lease_ms", "600")]).await;
     rig.call(&Init::default()).await;
     rig.call(&SetGoal {
+        by: Default::default(),
         budget_usd: 0.0,
         description: "g".into(),
         project_id: None,
@@ -456,10 +469,14 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
     })
     .await;
     rig.call(&Enqueue {
+        by: Default::default(),
         tasks: vec![Task::new("slow", "planned work", "x", "coder")],
     })
     .await;
-    rig.call(&Start {}).await;
+    rig.call(&Start {
+        by: Default::default(),
+    })
+    .await;
     let c = rig
         .call(&Claim {
             role: "coder".into(),
@@ -471,7 +488,11 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
     // Critical work and no idle runner: the queue asks the holder to yield.
     let mut hot = Task::new("hot", "critical fix", "x", "coder");
     hot.lane = Lane::Critical;
-    rig.call(&Enqueue { tasks: vec![hot] }).await;
+    rig.call(&Enqueue {
+        by: Default::default(),
+        tasks: vec![hot],
+    })
+    .await;
     rig.wait_for("slow", "asked to yield", |r| r.interrupt.is_some())
         .await;
     let (cancel, mut cancelled) = tokio::sync::watch::channel(false);

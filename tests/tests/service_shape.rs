@@ -133,8 +133,21 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
     let tasks = (1..=5)
         .map(|i| Task::new(format!("t{i}"), "x", "x", "coder"))
         .collect();
-    assert_eq!(rig.call(&Enqueue { tasks }).await.unwrap().len(), 5);
-    rig.call(&Start {}).await.unwrap();
+    assert_eq!(
+        rig.call(&Enqueue {
+            by: Default::default(),
+            tasks
+        })
+        .await
+        .unwrap()
+        .len(),
+        5
+    );
+    rig.call(&Start {
+        by: Default::default(),
+    })
+    .await
+    .unwrap();
     let c = rig
         .call(&Claim {
             role: "coder".into(),
@@ -223,6 +236,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     .await
     .unwrap();
     rig.call(&SetGoal {
+        by: Default::default(),
         budget_usd: 0.0,
         description: "ship the parser".into(),
         project_id: None,
@@ -238,11 +252,16 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     hot.lane = Lane::Critical;
     let work = Task::new("w1", "write the parser", "x", "coder");
     rig.call(&Enqueue {
+        by: Default::default(),
         tasks: vec![dir, hot, work],
     })
     .await
     .unwrap();
-    rig.call(&Start {}).await.unwrap();
+    rig.call(&Start {
+        by: Default::default(),
+    })
+    .await
+    .unwrap();
     let c = rig
         .call(&Claim {
             role: "coder".into(),
@@ -289,6 +308,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     .await
     .unwrap();
     rig.call(&Enqueue {
+        by: Default::default(),
         tasks: vec![Task::new("w2", "write the lexer", "x", "coder")],
     })
     .await
@@ -314,6 +334,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     assert_eq!((r.status, r.halt_reason), (RunStatus::Running, None));
     assert_eq!(r.record.state, TaskState::Running);
     rig.call(&Halt {
+        by: Default::default(),
         reason: "lunch".into(),
     })
     .await

@@ -156,13 +156,23 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
         &bus,
         &s,
         &Enqueue {
+            by: Default::default(),
             tasks: vec![looping("l1")],
         },
         T,
     )
     .await
     .unwrap();
-    typed::call(&bus, &s, &Start {}, T).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
 
     let r1 = start_runner(&cfg, &bus).await;
     wait_completed(&bus, &cfg, "l1").await;
@@ -187,13 +197,23 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
         &bus,
         &s,
         &Enqueue {
+            by: Default::default(),
             tasks: vec![looping("l2")],
         },
         T,
     )
     .await
     .unwrap();
-    typed::call(&bus, &s, &Resume {}, T).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Resume {
+            by: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
     wait_completed(&bus, &cfg, "l2").await;
     let sent2 = drain_loops(&mut steer).await;
     let got2 = received(&cfg, "l2");

@@ -166,8 +166,25 @@ where
 
 /// Enqueues and waits until every task of the batch is finished.
 async fn work(bus: &Bus, s: &Subjects, tasks: Vec<Task>) -> anyhow::Result<Vec<String>> {
-    let ids = must(bus, s, &Enqueue { tasks }, Duration::from_secs(60)).await?;
-    must(bus, s, &Start {}, Duration::from_secs(60)).await?;
+    let ids = must(
+        bus,
+        s,
+        &Enqueue {
+            by: Default::default(),
+            tasks,
+        },
+        Duration::from_secs(60),
+    )
+    .await?;
+    must(
+        bus,
+        s,
+        &Start {
+            by: Default::default(),
+        },
+        Duration::from_secs(60),
+    )
+    .await?;
     Ok(ids)
 }
 
@@ -362,12 +379,14 @@ async fn drive(
     );
     let s = Subjects::default();
     let init = Init {
+        by: Default::default(),
         mode: ExecutionMode::Auto,
         manager: false,
         force: false,
     };
     must(&bus, &s, &init, Duration::from_secs(60)).await?;
     let goal = SetGoal {
+        by: Default::default(),
         budget_usd: 0.0,
         description: "chaos".into(),
         project_id: None,

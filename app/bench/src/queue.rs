@@ -48,6 +48,7 @@ async fn cycles(
         &first,
         subjects,
         &Init {
+            by: Default::default(),
             mode: ExecutionMode::Auto,
             manager: false,
             force: true,
@@ -59,6 +60,7 @@ async fn cycles(
         &first,
         subjects,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "bench".into(),
             project_id: Some("bench".into()),
@@ -72,13 +74,22 @@ async fn cycles(
             &first,
             subjects,
             &Enqueue {
+                by: Default::default(),
                 tasks: chunk.to_vec(),
             },
             T,
         )
         .await?;
     }
-    typed::call(&first, subjects, &Start {}, T).await?;
+    typed::call(
+        &first,
+        subjects,
+        &Start {
+            by: Default::default(),
+        },
+        T,
+    )
+    .await?;
     let begun = Instant::now();
     let mut joins = Vec::new();
     for (i, bus) in clients.into_iter().enumerate() {

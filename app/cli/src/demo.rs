@@ -201,6 +201,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
         &bus,
         &subjects,
         &q::SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "a tiny greeting toolkit".into(),
             project_id: Some(PROJECT.into()),
@@ -211,7 +212,16 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     .await?;
     let tasks = demo_tasks();
     let n_tasks = tasks.len();
-    typed::call(&bus, &subjects, &q::Enqueue { tasks }, call_t).await?;
+    typed::call(
+        &bus,
+        &subjects,
+        &q::Enqueue {
+            by: Default::default(),
+            tasks,
+        },
+        call_t,
+    )
+    .await?;
     // The runners join once the goal and the tasks are in place.
     let runners: Vec<RunnerOptions> = RUNNERS
         .iter()
@@ -237,7 +247,15 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
         }
     }
     outln!();
-    typed::call(&bus, &subjects, &q::Start {}, call_t).await?;
+    typed::call(
+        &bus,
+        &subjects,
+        &q::Start {
+            by: Default::default(),
+        },
+        call_t,
+    )
+    .await?;
 
     let started = Instant::now();
     let mut tl = Timeline {

@@ -101,10 +101,29 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                 },
         } => queue_ops::goal(&cfg, description, project, completed, budget_usd).await,
         Cmd::Enqueue { file } => queue_ops::enqueue(&cfg, &file).await,
-        Cmd::Start => queue_ops::simple(&cfg, xo_proto::queue::Start {}).await,
+        Cmd::Start => {
+            queue_ops::simple(
+                &cfg,
+                xo_proto::queue::Start {
+                    by: queue_ops::by(),
+                },
+            )
+            .await
+        }
         Cmd::Step => queue_ops::simple(&cfg, xo_proto::queue::Step {}).await,
-        Cmd::Resume => queue_ops::simple(&cfg, xo_proto::queue::Resume {}).await,
-        Cmd::Halt { reason } => queue_ops::simple(&cfg, xo_proto::queue::Halt { reason }).await,
+        Cmd::Resume => {
+            queue_ops::simple(
+                &cfg,
+                xo_proto::queue::Resume {
+                    by: queue_ops::by(),
+                },
+            )
+            .await
+        }
+        Cmd::Halt { reason } => {
+            let by = queue_ops::by();
+            queue_ops::simple(&cfg, xo_proto::queue::Halt { reason, by }).await
+        }
         Cmd::Status { json } => queue_ops::status(&cfg, json).await,
         Cmd::Tasks { state, json } => queue_ops::tasks(&cfg, state, json).await,
         Cmd::Task {
@@ -116,15 +135,18 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
                 xo_proto::queue::Answer {
                     task_id: task,
                     text,
+                    by: queue_ops::by(),
                 },
             )
             .await
         }
         Cmd::Retry { task } => {
-            queue_ops::task_op(&cfg, xo_proto::queue::RetryTask { task_id: task }).await
+            let by = queue_ops::by();
+            queue_ops::task_op(&cfg, xo_proto::queue::RetryTask { task_id: task, by }).await
         }
         Cmd::Cancel { task } => {
-            queue_ops::task_op(&cfg, xo_proto::queue::Cancel { task_id: task }).await
+            let by = queue_ops::by();
+            queue_ops::task_op(&cfg, xo_proto::queue::Cancel { task_id: task, by }).await
         }
         Cmd::Audit {
             cmd: AuditCmd::Verify { project },

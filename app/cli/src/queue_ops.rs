@@ -133,6 +133,15 @@ fn parse_mode(mode: &str) -> anyhow::Result<ExecutionMode> {
     }
 }
 
+/// How `xo` signs a queue write on the audit line: `USER (cli)` (`cli`
+/// when `USER` is unset).
+pub fn by() -> String {
+    match std::env::var("USER") {
+        Ok(u) if !u.trim().is_empty() => format!("{} (cli)", u.trim()),
+        _ => "cli".into(),
+    }
+}
+
 pub async fn init(
     cfg: &XoConfig,
     mode: &str,
@@ -145,6 +154,7 @@ pub async fn init(
             mode: parse_mode(mode)?,
             manager,
             force,
+            by: by(),
         },
     )
     .await?;
@@ -166,6 +176,7 @@ pub async fn goal(
             description,
             project_id,
             completed,
+            by: by(),
         },
     )
     .await?;
@@ -194,7 +205,16 @@ pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
     let count = parts.len();
     for (i, part) in parts.into_iter().enumerate() {
         let len = part.len();
-        let r = typed::call(&bus, &cfg.subjects(), &Enqueue { tasks: part }, TIMEOUT).await;
+        let r = typed::call(
+            &bus,
+            &cfg.subjects(),
+            &Enqueue {
+                tasks: part,
+                by: by(),
+            },
+            TIMEOUT,
+        )
+        .await;
         match r {
             Ok(ids) => {
                 added += ids.len();

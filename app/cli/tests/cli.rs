@@ -422,7 +422,17 @@ fn the_control_plane_from_the_command_line() {
     let halted = ok(&["halt", "--reason", "lunch"]);
     assert!(halted.contains("HALTED (lunch)"), "{halted}");
     ok(&["resume"]);
-    assert!(ok(&["cancel", "T-2"]).contains("T-2: cancelled"));
+    // Signed on the audit line as the user who ran it.
+    let cancel = xo(d)
+        .args(["cancel", "T-2"])
+        .env("USER", "ana")
+        .output()
+        .unwrap();
+    assert!(
+        text(&cancel.stdout).contains("T-2: cancelled"),
+        "{}",
+        text(&cancel.stderr)
+    );
     let pending: serde_json::Value =
         serde_json::from_slice(&run(d, &["tasks", "--state", "pending", "--json"]).stdout).unwrap();
     assert_eq!(pending.as_array().unwrap().len(), 1);
@@ -442,6 +452,7 @@ fn the_control_plane_from_the_command_line() {
         .collect();
     assert_eq!(last.len(), 2);
     assert_eq!(last[1]["event"], "TASK_CANCELLED");
+    assert_eq!(last[1]["state_after"]["by"], "ana (cli)", "{}", last[1]);
     let path = d.join(".xo/data/parser/audit.log.jsonl");
     let log = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, log.replacen("\"GOAL_SET\"", "\"GOAL_SET \"", 1)).unwrap();

@@ -59,6 +59,7 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         &bus,
         &s,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "compose".into(),
             project_id: None,
@@ -80,8 +81,27 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
             task
         })
         .collect();
-    typed::call(&bus, &s, &Enqueue { tasks }, t).await.unwrap();
-    typed::call(&bus, &s, &Start {}, t).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks,
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        t,
+    )
+    .await
+    .unwrap();
     let mut done = None;
     for _ in 0..600 {
         if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, t).await

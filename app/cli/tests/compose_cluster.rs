@@ -134,6 +134,7 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
         &bus,
         &s,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "faults".into(),
             project_id: None,
@@ -153,8 +154,27 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
             )
         })
         .collect();
-    typed::call(&bus, &s, &Enqueue { tasks }, T).await.unwrap();
-    typed::call(&bus, &s, &Start {}, T).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks,
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        T,
+    )
+    .await
+    .unwrap();
     progress(&bus, 2, &p).await;
 
     // (a) The node leading the queue's bucket dies; it comes back later.

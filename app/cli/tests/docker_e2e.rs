@@ -241,6 +241,7 @@ coder = 3
         &bus,
         &s,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "containers".into(),
             project_id: None,
@@ -255,9 +256,26 @@ coder = 3
         (u.iter().filter(|x| !x.stale).count() >= 3).then_some(())
     })
     .await;
-    call(&bus, &s, &Enqueue { tasks: tasks() }).await.unwrap();
+    call(
+        &bus,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks: tasks(),
+        },
+    )
+    .await
+    .unwrap();
     let started = Instant::now();
-    call(&bus, &s, &Start {}).await.unwrap();
+    call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
     let mut figures: BTreeMap<&str, f64> = BTreeMap::new();
 
     // 1. Kill the runner holding slow-kill mid-task.
@@ -301,13 +319,22 @@ coder = 3
         &bus,
         &s,
         &Enqueue {
+            by: Default::default(),
             tasks: vec![slow("slow-net")],
         },
     )
     .await
     .unwrap();
     // The first tasks may all be done: the queue completed; run again.
-    call(&bus, &s, &Start {}).await.unwrap();
+    call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
     let cut = wait("slow-net runs", async || {
         let r = task(&bus, &s, "slow-net").await?;
         (r.state == TaskState::Running)
@@ -348,8 +375,25 @@ coder = 3
             "coder",
         ));
     }
-    call(&bus, &s, &Enqueue { tasks: more }).await.unwrap();
-    call(&bus, &s, &Start {}).await.unwrap();
+    call(
+        &bus,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks: more,
+        },
+    )
+    .await
+    .unwrap();
+    call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
     docker(&["stop", &format!("{n}-nats")]);
     tokio::time::sleep(Duration::from_secs(10)).await;
     let back = Instant::now();

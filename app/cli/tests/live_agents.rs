@@ -193,6 +193,7 @@ async fn start_goal(
         &bus,
         &s,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "live supervision".into(),
             project_id: Some("live".into()),
@@ -202,10 +203,27 @@ async fn start_goal(
     )
     .await
     .unwrap();
-    typed::call(&bus, &s, &Enqueue { tasks: vec![task] }, t)
-        .await
-        .unwrap();
-    typed::call(&bus, &s, &Start {}, t).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks: vec![task],
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        t,
+    )
+    .await
+    .unwrap();
     bus
 }
 
@@ -630,6 +648,7 @@ async fn each_task_works_in_its_own_tree_and_its_diff_reaches_the_project() {
         &bus,
         &Subjects::default(),
         &Enqueue {
+            by: Default::default(),
             tasks: vec![second],
         },
         Duration::from_secs(10),
@@ -640,7 +659,9 @@ async fn each_task_works_in_its_own_tree_and_its_diff_reaches_the_project() {
     typed::call(
         &bus,
         &Subjects::default(),
-        &Start {},
+        &Start {
+            by: Default::default(),
+        },
         Duration::from_secs(10),
     )
     .await

@@ -215,6 +215,7 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
         &bus,
         &s,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "g".into(),
             project_id: None,
@@ -232,10 +233,27 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
     );
     // Completes only if the XO's steering reached the runner through its permissions.
     t.acceptance_criteria = vec!["output contains: [steering received] [SUPERVISOR] Loop".into()];
-    typed::call(&bus, &s, &Enqueue { tasks: vec![t] }, call_t)
-        .await
-        .unwrap();
-    typed::call(&bus, &s, &Start {}, call_t).await.unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks: vec![t],
+        },
+        call_t,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &bus,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        call_t,
+    )
+    .await
+    .unwrap();
     let mut done = None;
     for _ in 0..1000 {
         if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, call_t).await
@@ -348,6 +366,7 @@ async fn no_runner_can_act_for_another() {
     }
     assert!(ready, "the queue never answered");
     let goal = SetGoal {
+        by: Default::default(),
         budget_usd: 0.0,
         description: "g".into(),
         project_id: None,
@@ -358,8 +377,27 @@ async fn no_runner_can_act_for_another() {
         Task::new("a", "build", "do a", "coder"),
         Task::new("b", "build", "do b", "coder"),
     ];
-    typed::call(&op, &s, &Enqueue { tasks }, t).await.unwrap();
-    typed::call(&op, &s, &Start {}, t).await.unwrap();
+    typed::call(
+        &op,
+        &s,
+        &Enqueue {
+            by: Default::default(),
+            tasks,
+        },
+        t,
+    )
+    .await
+    .unwrap();
+    typed::call(
+        &op,
+        &s,
+        &Start {
+            by: Default::default(),
+        },
+        t,
+    )
+    .await
+    .unwrap();
     let mut alerts = op.subscribe("xo.event.alert.lease_refused").await.unwrap();
     op.flush().await.unwrap();
 

@@ -233,11 +233,20 @@ url = "{base}/alerts"
     )
     .await
     .unwrap();
-    let ids = call(&bus, &Enqueue { tasks: goal() }).await.unwrap();
+    let ids = call(
+        &bus,
+        &Enqueue {
+            by: Default::default(),
+            tasks: goal(),
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(ids.len(), 40);
     call(
         &bus,
         &Cancel {
+            by: Default::default(),
             task_id: "dep0".into(),
         },
     )
@@ -259,7 +268,14 @@ url = "{base}/alerts"
             "manager-1",
         ],
     );
-    call(&bus, &Start {}).await.unwrap();
+    call(
+        &bus,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
 
     // The night: nobody answers, nobody resumes. The test only kills.
     let mut kills: BTreeMap<&str, String> = BTreeMap::new();

@@ -385,7 +385,7 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
     typed::call(
         &bus,
         &subjects,
-        &Enqueue {
+        &Enqueue { by: Default::default(),
             tasks: vec![
                 // Loops on a failing build until steered (the XO's loop rule).
                 task(
@@ -399,7 +399,16 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
     )
     .await
     .unwrap();
-    typed::call(&bus, &subjects, &Start {}, t).await.unwrap();
+    typed::call(
+        &bus,
+        &subjects,
+        &Start {
+            by: Default::default(),
+        },
+        t,
+    )
+    .await
+    .unwrap();
     spawn(
         &mut procs,
         "runner",

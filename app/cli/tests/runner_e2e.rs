@@ -236,6 +236,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
     call(
         &bus,
         &SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "eleven tasks".into(),
             project_id: Some("e2e".into()),
@@ -244,12 +245,27 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
     )
     .await
     .unwrap();
-    let ids = call(&bus, &Enqueue { tasks: goal() }).await.unwrap();
+    let ids = call(
+        &bus,
+        &Enqueue {
+            by: Default::default(),
+            tasks: goal(),
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(ids.len(), 11);
     for u in runners {
         fleet.runner(u);
     }
-    call(&bus, &Start {}).await.unwrap();
+    call(
+        &bus,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
 
     // t06's runner (rollback), then t11's (resume).
     let mut victims: BTreeMap<&str, Victim> = BTreeMap::new();
@@ -333,7 +349,14 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
                     fleet.logs()
                 );
                 // The operator acknowledges the blocked task and resumes.
-                call(&bus, &Resume {}).await.unwrap();
+                call(
+                    &bus,
+                    &Resume {
+                        by: Default::default(),
+                    },
+                )
+                .await
+                .unwrap();
                 resumed += 1;
             }
             RunStatus::Completed if victims.len() == 2 && victims.values().all(|v| v.restarted) => {

@@ -204,12 +204,20 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
     call(
         &bus,
         &Enqueue {
+            by: Default::default(),
             tasks: vec![task("t1"), task("t2"), task("t3")],
         },
     )
     .await
     .unwrap();
-    call(&bus, &Start {}).await.unwrap();
+    call(
+        &bus,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
     // The test does t1; its completion makes the Manager task.
     let claim = Claim {
         role: "coder".into(),
@@ -271,6 +279,7 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
     call(
         &bus,
         &Enqueue {
+            by: Default::default(),
             tasks: vec![task("d")],
         },
     )
@@ -310,8 +319,23 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
         "file exists: partial.txt".into(),
         "file exists: whole.txt".into(),
     ];
-    call(&f.bus, &Enqueue { tasks: vec![slow] }).await.unwrap();
-    call(&f.bus, &Start {}).await.unwrap();
+    call(
+        &f.bus,
+        &Enqueue {
+            by: Default::default(),
+            tasks: vec![slow],
+        },
+    )
+    .await
+    .unwrap();
+    call(
+        &f.bus,
+        &Start {
+            by: Default::default(),
+        },
+    )
+    .await
+    .unwrap();
     f.coder("coder-1");
     // Mid-task, its work is in its own tree (worktree isolation); the
     // critical task starts from main, without it.
@@ -336,7 +360,15 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
     // A critical directive's task, while the only coder is busy.
     let mut crit = task("crit");
     crit.lane = Lane::Critical;
-    call(&f.bus, &Enqueue { tasks: vec![crit] }).await.unwrap();
+    call(
+        &f.bus,
+        &Enqueue {
+            by: Default::default(),
+            tasks: vec![crit],
+        },
+    )
+    .await
+    .unwrap();
     f.completed().await;
 
     let slow = state_of(&f.bus, "slow").await.unwrap();

@@ -12,6 +12,11 @@ pub struct Init {
     /// Re-initialise a queue that has state (drops every task).
     #[serde(default)]
     pub force: bool,
+    /// Who asked: the operator's name as the console or `xo` gives it
+    /// (`NAME`, `NAME (api)`, `USER (cli)`), written on the audit line
+    /// (`state_after.by`); empty from a program that gives none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -24,11 +29,17 @@ pub struct SetGoal {
     /// The goal's cost budget in USD (0: the queue's `goal_budget_usd`).
     #[serde(default, deserialize_with = "crate::finite::budget_usd")]
     pub budget_usd: f64,
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Enqueue {
     pub tasks: Vec<Task>,
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,18 +249,32 @@ impl crate::Message for Interrupt {
 pub struct Answer {
     pub task_id: String,
     pub text: String,
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Halt {
     pub reason: String,
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Resume {}
+pub struct Resume {
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Start {}
+pub struct Start {
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Step {}
@@ -292,11 +317,17 @@ impl ListTasks {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetryTask {
     pub task_id: String,
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cancel {
     pub task_id: String,
+    /// Who asked (as [`Init::by`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
 }
 
 /// The last lines of a project's audit log (the goal's project if none).

@@ -440,7 +440,10 @@ impl State {
     fn api(&mut self, api: QueueApi<ActorPorts>, now: u64) -> bool {
         match api {
             QueueApi::Init(q, reply) => {
-                let r = self.m.init(q.mode, q.manager, q.force);
+                let r = self.m.init(q.mode, q.manager, q.force).map(|mut c| {
+                    c.sign(&q.by);
+                    c
+                });
                 self.with_status(r, reply);
             }
             QueueApi::SetGoal(q, reply) => {
@@ -449,6 +452,10 @@ impl State {
                     project_id: q.project_id,
                     completed: q.completed,
                     budget_usd: q.budget_usd,
+                });
+                let r = r.map(|mut c| {
+                    c.sign(&q.by);
+                    c
                 });
                 self.with_status(r, reply);
             }
@@ -473,7 +480,7 @@ impl State {
                     );
                     return false;
                 }
-                let r = self.m.enqueue(q.tasks, now);
+                let r = Changes::signed(self.m.enqueue(q.tasks, now), &q.by);
                 self.result(r, reply);
             }
             QueueApi::Claim(q, reply) => match self.m.claim(&q.role, &q.claimant, now) {
@@ -585,19 +592,28 @@ impl State {
                 self.result(r, reply);
             }
             QueueApi::Answer(q, reply) => {
-                let r = self.m.answer(&q.task_id, q.text, now);
+                let r = Changes::signed(self.m.answer(&q.task_id, q.text, now), &q.by);
                 self.result(r, reply);
             }
             QueueApi::Halt(q, reply) => {
-                let r = self.m.halt(q.reason);
+                let r = self.m.halt(q.reason).map(|mut c| {
+                    c.sign(&q.by);
+                    c
+                });
                 self.with_status(r, reply);
             }
-            QueueApi::Resume(_, reply) => {
-                let r = self.m.resume(EventName::Resume);
+            QueueApi::Resume(q, reply) => {
+                let r = self.m.resume(EventName::Resume).map(|mut c| {
+                    c.sign(&q.by);
+                    c
+                });
                 self.with_status(r, reply);
             }
-            QueueApi::Start(_, reply) => {
-                let r = self.m.resume(EventName::Start);
+            QueueApi::Start(q, reply) => {
+                let r = self.m.resume(EventName::Start).map(|mut c| {
+                    c.sign(&q.by);
+                    c
+                });
                 self.with_status(r, reply);
             }
             QueueApi::Step(_, reply) => {
@@ -638,11 +654,11 @@ impl State {
                 return false;
             }
             QueueApi::Retry(q, reply) => {
-                let r = self.m.retry(&q.task_id, now);
+                let r = Changes::signed(self.m.retry(&q.task_id, now), &q.by);
                 self.result(r, reply);
             }
             QueueApi::Cancel(q, reply) => {
-                let r = self.m.cancel(&q.task_id, now);
+                let r = Changes::signed(self.m.cancel(&q.task_id, now), &q.by);
                 self.result(r, reply);
             }
             QueueApi::AuditTail(q, reply) => {

@@ -471,6 +471,7 @@ impl Reviews {
                         self.ours.insert(r.task.task_id.clone());
                         let _ = self
                             .call(&q::Cancel {
+                                by: Default::default(),
                                 task_id: r.task.task_id.clone(),
                             })
                             .await;
@@ -851,6 +852,7 @@ impl Reviews {
                     warn!(summary = %findings.summary, "assessor: major drift; halting for the operator");
                     let _ = self
                         .call(&q::Halt {
+                            by: Default::default(),
                             reason: format!("assessor: major drift: {}", findings.summary),
                         })
                         .await;
@@ -942,7 +944,12 @@ impl Reviews {
         t.lane = directive.lane();
         t.directive = Some(id);
         t.project = Some(self.cfg.review.project.clone());
-        self.call(&q::Enqueue { tasks: vec![t] }).await.is_some()
+        self.call(&q::Enqueue {
+            by: Default::default(),
+            tasks: vec![t],
+        })
+        .await
+        .is_some()
     }
 
     /// Compressed inputs (seed 001: summarised state, not the full context).

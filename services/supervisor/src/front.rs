@@ -197,6 +197,7 @@ impl FrontState {
             sum.watcher_restarts += s.watcher_restarts;
             sum.missed += s.missed;
             sum.dropped += s.dropped;
+            sum.panics += s.panics;
             sum.evicted += s.evicted;
             for (k, n) in s.steering_by_kind {
                 *sum.steering_by_kind.entry(k).or_default() += n;

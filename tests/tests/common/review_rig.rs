@@ -70,6 +70,7 @@ impl Rig {
         };
         rig.call(&Init::default()).await;
         rig.call(&SetGoal {
+            by: Default::default(),
             budget_usd: 0.0,
             description: "a parser".into(),
             project_id: None,
@@ -79,8 +80,15 @@ impl Rig {
         let tasks = (1..=8)
             .map(|i| Task::new(format!("t{i}"), format!("step {i}"), "x", "coder"))
             .collect();
-        rig.call(&Enqueue { tasks }).await;
-        rig.call(&Start {}).await;
+        rig.call(&Enqueue {
+            by: Default::default(),
+            tasks,
+        })
+        .await;
+        rig.call(&Start {
+            by: Default::default(),
+        })
+        .await;
         rig
     }
 
@@ -131,11 +139,13 @@ impl Rig {
             .collect();
         for id in ids.iter().skip(1) {
             self.call(&Cancel {
+                by: Default::default(),
                 task_id: id.clone(),
             })
             .await;
         }
         self.call(&Enqueue {
+            by: Default::default(),
             tasks: cleanup_tasks(n),
         })
         .await;

@@ -9,15 +9,17 @@ pub(super) async fn status(State(c): State<Shared>) -> ApiResult<xo_proto::queue
 
 pub(super) async fn init(
     State(c): State<Shared>,
-    JsonBody(b): JsonBody<Init>,
+    JsonBody(mut b): JsonBody<Init>,
 ) -> ApiResult<xo_proto::queue::QueueStatus> {
+    b.by = by(Some(&b.by));
     call(&c, b).await
 }
 
 pub(super) async fn goal(
     State(c): State<Shared>,
-    JsonBody(b): JsonBody<SetGoal>,
+    JsonBody(mut b): JsonBody<SetGoal>,
 ) -> ApiResult<xo_proto::queue::QueueStatus> {
+    b.by = by(Some(&b.by));
     call(&c, b).await
 }
 
@@ -34,15 +36,16 @@ pub(super) async fn queue_verb(
     NoApi(b): NoApi<Bytes>,
 ) -> ApiResult<xo_proto::queue::QueueStatus> {
     match verb.as_str() {
-        "start" => call(&c, Start {}).await,
+        "start" => call(&c, Start { by: by(None) }).await,
         "step" => call(&c, Step {}).await,
-        "resume" => call(&c, Resume {}).await,
+        "resume" => call(&c, Resume { by: by(None) }).await,
         "halt" => {
             let h: HaltBody = body(&b)?;
             call(
                 &c,
                 Halt {
                     reason: h.reason.unwrap_or_else(|| "halted from the console".into()),
+                    by: by(None),
                 },
             )
             .await
@@ -141,8 +144,10 @@ pub(super) async fn task_diff(
 
 pub(super) async fn enqueue(
     State(c): State<Shared>,
-    JsonBody(e): JsonBody<Enqueue>,
+    JsonBody(mut e): JsonBody<Enqueue>,
 ) -> ApiResult<Vec<String>> {
+    // The body's `by` names the client; who it is comes from the token.
+    e.by = by(Some(&e.by));
     if e.tasks.is_empty() {
         return Err(ApiError::invalid(
             "body field `tasks`: empty; give at least one task",
@@ -174,10 +179,36 @@ pub(super) async fn task_verb(
                     "body field `text`: empty; give the answer",
                 ));
             }
-            call(&c, Answer { task_id, text }).await
+            call(
+                &c,
+                Answer {
+                    task_id,
+                    text,
+                    by: by(None),
+                },
+            )
+            .await
         }
-        "retry" => call(&c, RetryTask { task_id }).await,
-        "cancel" => call(&c, Cancel { task_id }).await,
+        "retry" => {
+            call(
+                &c,
+                RetryTask {
+                    task_id,
+                    by: by(None),
+                },
+            )
+            .await
+        }
+        "cancel" => {
+            call(
+                &c,
+                Cancel {
+                    task_id,
+                    by: by(None),
+                },
+            )
+            .await
+        }
         other => Err(ApiError::not_found(format!(
             "no task action {other:?}; use answer, retry or cancel"
         ))),
@@ -218,4 +249,10 @@ pub(super) async fn audit_verify(
         id("project", p)?;
     }
     call(&c, AuditVerify { project }).await
+}
+
+/// How a write is signed: the token's operator, and the client a body
+/// names (`NAME (api: CLIENT)`); a body cannot name someone else.
+fn by(client: Option<&str>) -> String {
+    crate::auth::who().by(client)
 }

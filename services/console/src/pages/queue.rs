@@ -282,6 +282,7 @@ pub(crate) async fn setup_request(
                     mode,
                     manager: on("manager"),
                     force: on("force"),
+                    by: crate::auth::who().by(None),
                 })
                 .await
                 .map_err(|e| e.message)?;
@@ -320,6 +321,7 @@ pub(crate) async fn setup_request(
                 project_id: Some(project).filter(|p| !p.is_empty()),
                 completed: on("completed"),
                 budget_usd,
+                by: crate::auth::who().by(None),
             })
             .await
             .map_err(|e| e.message)?;
@@ -362,7 +364,10 @@ pub(crate) async fn setup_request(
                 t.project = Some(project);
             }
             let added = c
-                .call(&Enqueue { tasks: vec![t] })
+                .call(&Enqueue {
+                    tasks: vec![t],
+                    by: crate::auth::who().by(None),
+                })
                 .await
                 .map_err(|e| e.message)?;
             Ok(if added.is_empty() {
@@ -411,10 +416,16 @@ pub(crate) async fn ui_queue(
         return back("/queue", setup_request(&c, &verb, &form).await);
     }
     let r = match verb.as_str() {
-        "start" => c.call(&Start {}).await,
+        "start" => c.call(&Start { by: who_by() }).await,
         "step" => c.call(&Step {}).await,
-        "resume" => c.call(&Resume {}).await,
-        "halt" => c.call(&Halt { reason }).await,
+        "resume" => c.call(&Resume { by: who_by() }).await,
+        "halt" => {
+            c.call(&Halt {
+                reason,
+                by: who_by(),
+            })
+            .await
+        }
         other => return back("/queue", Err(format!("no queue action {other:?}"))),
     };
     back(
@@ -422,4 +433,9 @@ pub(crate) async fn ui_queue(
         r.map(|s| format!("{verb}: queue is {}", wire(&s.status)))
             .map_err(|e| e.message),
     )
+}
+
+/// The signed-in operator, as a write names them.
+fn who_by() -> String {
+    crate::auth::who().by(None)
 }

@@ -278,12 +278,14 @@ pub(crate) async fn ui_task(
             c.call(&Answer {
                 task_id: task_id.clone(),
                 text,
+                by: crate::auth::who().by(None),
             })
             .await
         }
         "retry" => {
             c.call(&RetryTask {
                 task_id: task_id.clone(),
+                by: crate::auth::who().by(None),
             })
             .await
         }
@@ -295,6 +297,7 @@ pub(crate) async fn ui_task(
         "cancel" => {
             c.call(&Cancel {
                 task_id: task_id.clone(),
+                by: crate::auth::who().by(None),
             })
             .await
         }

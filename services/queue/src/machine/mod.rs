@@ -79,6 +79,35 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// Names who asked for this change on each of its audit lines
+    /// (`state_after.by`); nothing when `by` is empty (a program's own
+    /// write: a runner's claim names its claimant in the record).
+    pub fn sign(&mut self, by: &str) {
+        if by.is_empty() {
+            return;
+        }
+        for a in &mut self.audit {
+            match &mut a.after {
+                serde_json::Value::Object(o) => {
+                    o.insert("by".into(), by.into());
+                }
+                v @ serde_json::Value::Null => *v = serde_json::json!({ "by": by }),
+                _ => {}
+            }
+        }
+    }
+
+    /// [`Changes::sign`] on a request's result.
+    pub fn signed<T>(
+        r: Result<(T, Changes), ServiceError>,
+        by: &str,
+    ) -> Result<(T, Changes), ServiceError> {
+        r.map(|(v, mut c)| {
+            c.sign(by);
+            (v, c)
+        })
+    }
+
     pub fn merge(&mut self, other: Changes) {
         self.tasks.extend(other.tasks);
         self.status |= other.status;
