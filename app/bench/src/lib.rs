@@ -1,16 +1,16 @@
 //! `xo bench …`: every figure next to a baseline measured in the same run.
 //!
-//! - [`radio`]: detector, ingest over NATS, steering latency, fleet soak;
-//!   [`sharded`]: with `--supervisors N`, sharded supervisors (one server or a cluster).
-//! - [`queue`]: claim + complete cycles beside raw key-value put + get.
-//! - [`pipeline`]: the supervised pipeline's cost per task without the agent.
-//! - [`watch`]: the CPU of `xo watch` over many live transcripts.
-//! - [`detection`]: real recordings replayed, XO beside OpenHands' stuck-detector rules.
-//! - [`sensor`]: agent event lines read per second, beside generic JSON parsing.
-//! - [`console`]: SSE fan-out beside a raw bus subscription; pages with many units.
-//! - [`chaos`]: the fabric as processes, SIGKILLed at random under load; invariants checked.
-//! - [`flow`]: the raw NATS baseline, paced publishing and latency, shared by radio and sharded.
-//! - [`util`]: a nats-server of the bench's own, percentiles, verdicts.
+//! - `radio`: detector, ingest over NATS, steering latency, fleet soak;
+//!   `sharded`: with `--supervisors N`, sharded supervisors (one server or a cluster).
+//! - `queue`: claim + complete cycles beside raw key-value put + get.
+//! - `pipeline`: the supervised pipeline's cost per task without the agent.
+//! - `watch`: the CPU of `xo watch` over many live transcripts.
+//! - `detection`: real recordings replayed, XO beside OpenHands' stuck-detector rules.
+//! - `sensor`: agent event lines read per second, beside generic JSON parsing.
+//! - `console`: SSE fan-out beside a raw bus subscription; pages with many units.
+//! - `chaos`: the fabric as processes, SIGKILLed at random under load; invariants checked.
+//! - `flow`: the raw NATS baseline, paced publishing and latency, shared by radio and sharded.
+//! - `util`: a nats-server of the bench's own, percentiles, verdicts.
 
 use xo_fabric::{connect, fabric, nats_config};
 

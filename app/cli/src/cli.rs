@@ -324,7 +324,7 @@ pub enum KnowledgeCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Seed documents from DIR/<category>/*.md (as the operator).
+    /// Seed documents from `DIR/<category>/*.md` (as the operator).
     Seed { dir: PathBuf },
     /// Deprecate a document: it is never injected again.
     Deprecate {

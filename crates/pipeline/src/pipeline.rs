@@ -3,11 +3,11 @@
 //! compose → execute → detect halts → validate → format → complete | retry | interrogate | block
 //!
 //! A task goes through it in stages, each in a file of its own:
-//! [`prepare`] (its tree, settings, logs; where a replay starts) →
-//! [`agent`] (one run of the agent, its halts and its reply's format) →
-//! [`judge`] (validation, interrogation, the helper agent; complete, fix
-//! or block) → [`settle`] (commit, merge, the work log's result).
-//! [`run`] holds their order. A runner puts its lease, interrupts and
+//! `prepare` (its tree, settings, logs; where a replay starts) →
+//! `agent` (one run of the agent, its halts and its reply's format) →
+//! `judge` (validation, interrogation, the helper agent; complete, fix
+//! or block) → `settle` (commit, merge, the work log's result).
+//! `run` holds their order. A runner puts its lease, interrupts and
 //! budget around the middle two ([`Pipeline::work`]).
 //!
 //! A task ends as [`Outcome::Completed`] only with a [`TaskResult`], which

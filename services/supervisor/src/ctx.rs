@@ -71,7 +71,7 @@ pub struct Counters {
     lost: std::sync::Mutex<Lost>,
 }
 
-/// What [`Counters::summarise_lost`] has said so far.
+/// What [`Counters::losses_due`] has said so far.
 #[derive(Debug, Default)]
 struct Lost {
     /// The connection's drop count when last said.

@@ -3,8 +3,8 @@
 //!
 //! # Layout
 //!
-//! - this file: wiring only — [`start`] builds the tree and its inputs,
-//!   [`run`] takes the shutdown signal, [`SupervisorHandle::stop`] stops in order.
+//! - this file: wiring only — [`start`] builds the tree and its inputs (each
+//!   ending on the service's shutdown signal), [`SupervisorHandle::stop`] stops in order.
 //! - [`ctx`]: what every part shares (configuration, handles, counters).
 //! - [`ingest`]: the inputs — the report pump, the heartbeat pump, the
 //!   macrocosm file poller (`<volume>/reports`), the settings follower.

@@ -1,7 +1,7 @@
 //! A prepared task's run (DESIGN §5): where its replay starts
-//! ([`prepare`](super::prepare)), then the agent run on a composed prompt
-//! ([`agent`](super::agent)) and its reply judged
-//! ([`judge`](super::judge)), again on a clarification, the same prompt or
+//! (`prepare`), then the agent run on a composed prompt
+//! (`agent`) and its reply judged
+//! (`judge`), again on a clarification, the same prompt or
 //! a fix prompt, until the task ends. This file holds that order and the
 //! state the stages share.
 

@@ -1,10 +1,10 @@
 //! Layered configuration: defaults → file → environment → flags.
 //!
 //! - this file: [`XoConfig`], loading and the paths it derives;
-//! - [`fabric`]: `org`, `nats`, `state`, `wire`, `telemetry`;
-//! - [`supervisor`], [`queue`], [`runner`]: their sections;
-//! - [`services`]: `console`, `knowledge`, `review`, `store`, `alerts`, `fleet`;
-//! - [`validate`]: every key checked, errors naming the key.
+//! - `fabric`: `org`, `nats`, `state`, `wire`, `telemetry`;
+//! - `supervisor`, `queue`, `runner`: their sections;
+//! - `services`: `console`, `knowledge`, `review`, `store`, `alerts`, `fleet`;
+//! - `validate`: every key checked, errors naming the key.
 
 mod fabric;
 mod queue;

@@ -3,11 +3,23 @@
 use super::*;
 
 impl XoConfig {
+    /// Checks every key; the error names the first key that is wrong and
+    /// why. One check per part of the configuration, in this order.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: &str, reason: String| ConfigError::Invalid {
-            key: key.to_string(),
-            reason,
-        };
+        self.check_bus()?;
+        self.check_console()?;
+        self.check_supervisor()?;
+        self.check_positive()?;
+        self.check_runner()?;
+        self.check_queue()?;
+        self.check_alerts()?;
+        self.check_review()?;
+        self.check_roles()?;
+        Ok(())
+    }
+
+    /// The bus and its messages: the subject prefix, NATS replicas and TLS files, the message size limit, the server URLs.
+    fn check_bus(&self) -> Result<(), ConfigError> {
         xo_proto::Subjects::validate_prefix(&self.org.prefix)
             .map_err(|r| invalid("org.prefix", r.into()))?;
         if !(1..=5).contains(&self.nats.replicas) {
@@ -34,23 +46,39 @@ impl XoConfig {
                 ),
             ));
         }
+        if !self.nats.url.is_empty() {
+            for one in self.nats.url.split(',') {
+                let parsed = url::Url::parse(one.trim());
+                let why = match &parsed {
+                    Err(e) => Some(e.to_string()),
+                    Ok(u) if !["nats", "tls", "ws", "wss"].contains(&u.scheme()) => {
+                        Some(format!("scheme {:?}", u.scheme()))
+                    }
+                    Ok(u) if u.host_str().is_none_or(str::is_empty) => Some("no host".into()),
+                    Ok(_) => None,
+                };
+                if let Some(why) = why {
+                    return Err(invalid(
+                        "nats.url",
+                        format!(
+                            "{:?} is not a nats://, tls://, ws:// or wss:// URL ({why}); several servers are separated by commas",
+                            xo_bus::nats::redact_url(one)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The console: its listen address, open reads, connection limits and timeouts.
+    fn check_console(&self) -> Result<(), ConfigError> {
         if self.console.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(invalid(
                 "console.listen",
                 format!(
                     "{:?} is not an address and port (like 127.0.0.1:7878)",
                     self.console.listen
-                ),
-            ));
-        }
-        if self.supervisor.unit_retention_ms > 0
-            && self.supervisor.unit_retention_ms < self.supervisor.stale_after_ms
-        {
-            return Err(invalid(
-                "supervisor.unit_retention_ms",
-                format!(
-                    "{} ms would forget units before they are even stale (supervisor.stale_after_ms {} ms): at least that, or 0 to never forget",
-                    self.supervisor.unit_retention_ms, self.supervisor.stale_after_ms
                 ),
             ));
         }
@@ -112,6 +140,22 @@ impl XoConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The supervisor: retention, partitions and their leases, the sessions it watches.
+    fn check_supervisor(&self) -> Result<(), ConfigError> {
+        if self.supervisor.unit_retention_ms > 0
+            && self.supervisor.unit_retention_ms < self.supervisor.stale_after_ms
+        {
+            return Err(invalid(
+                "supervisor.unit_retention_ms",
+                format!(
+                    "{} ms would forget units before they are even stale (supervisor.stale_after_ms {} ms): at least that, or 0 to never forget",
+                    self.supervisor.unit_retention_ms, self.supervisor.stale_after_ms
+                ),
+            ));
+        }
         let s = &self.supervisor;
         if !(1..=1024).contains(&s.partitions) {
             return Err(invalid(
@@ -160,23 +204,30 @@ impl XoConfig {
                 ),
             ));
         }
-        if self.runner.merge == super::runner::MergeMode::Push
-            && self.runner.push_remote.trim().is_empty()
-        {
-            return Err(invalid(
-                "runner.push_remote",
-                "runner.merge = \"push\" needs the remote to push task branches to (a URL or a path)".into(),
-            ));
+        for (i, w) in self.supervisor.watch.iter().enumerate() {
+            let key = format!("supervisor.watch[{i}]");
+            if !STREAM_FORMATS.contains(&w.format.as_str()) || w.format == "none" {
+                return Err(invalid(
+                    &format!("{key}.format"),
+                    format!(
+                        "{:?} is no live format; use claude, cursor, codex or openhands",
+                        w.format
+                    ),
+                ));
+            }
+            if w.dirs.is_empty() {
+                return Err(invalid(
+                    &format!("{key}.dirs"),
+                    "name at least one directory to watch".into(),
+                ));
+            }
         }
-        if self.runner.merge != super::runner::MergeMode::None
-            && self.runner.merge != super::runner::MergeMode::Ff
-            && self.runner.isolation == super::runner::Isolation::Directory
-        {
-            return Err(invalid(
-                "runner.merge",
-                "merge and push need runner.isolation = \"worktree\" (in a shared directory a task has no branch of its own)".into(),
-            ));
-        }
+        Ok(())
+    }
+
+    /// Every period, count and size that must be greater than 0.
+    fn check_positive(&self) -> Result<(), ConfigError> {
+        let s = &self.supervisor;
         for (key, v) in [
             ("nats.ping_interval_ms", self.nats.ping_interval_ms),
             ("supervisor.stale_after_ms", s.stale_after_ms),
@@ -232,6 +283,28 @@ impl XoConfig {
                 return Err(invalid(key, "must be greater than 0".into()));
             }
         }
+        Ok(())
+    }
+
+    /// The runner: merge mode, numbers in range, retries, model URLs, timeouts, confinement, output sizes, the driver.
+    fn check_runner(&self) -> Result<(), ConfigError> {
+        if self.runner.merge == super::runner::MergeMode::Push
+            && self.runner.push_remote.trim().is_empty()
+        {
+            return Err(invalid(
+                "runner.push_remote",
+                "runner.merge = \"push\" needs the remote to push task branches to (a URL or a path)".into(),
+            ));
+        }
+        if self.runner.merge != super::runner::MergeMode::None
+            && self.runner.merge != super::runner::MergeMode::Ff
+            && self.runner.isolation == super::runner::Isolation::Directory
+        {
+            return Err(invalid(
+                "runner.merge",
+                "merge and push need runner.isolation = \"worktree\" (in a shared directory a task has no branch of its own)".into(),
+            ));
+        }
         if !(1..=20).contains(&self.runner.max_retries) {
             return Err(invalid(
                 "runner.max_retries",
@@ -270,68 +343,6 @@ impl XoConfig {
                 ),
             ));
         }
-        if !self.nats.url.is_empty() {
-            for one in self.nats.url.split(',') {
-                let parsed = url::Url::parse(one.trim());
-                let why = match &parsed {
-                    Err(e) => Some(e.to_string()),
-                    Ok(u) if !["nats", "tls", "ws", "wss"].contains(&u.scheme()) => {
-                        Some(format!("scheme {:?}", u.scheme()))
-                    }
-                    Ok(u) if u.host_str().is_none_or(str::is_empty) => Some("no host".into()),
-                    Ok(_) => None,
-                };
-                if let Some(why) = why {
-                    return Err(invalid(
-                        "nats.url",
-                        format!(
-                            "{:?} is not a nats://, tls://, ws:// or wss:// URL ({why}); several servers are separated by commas",
-                            xo_bus::nats::redact_url(one)
-                        ),
-                    ));
-                }
-            }
-        }
-        let roles = self.task_roles();
-        let known = || roles.iter().cloned().collect::<Vec<_>>().join(", ");
-        if !roles.contains(&self.queue.default_role) {
-            return Err(invalid(
-                "queue.default_role",
-                format!(
-                    "{:?} is not a role (known: {})",
-                    self.queue.default_role,
-                    known()
-                ),
-            ));
-        }
-        for (phase, role) in &self.queue.phase_roles {
-            if !roles.contains(role) {
-                return Err(invalid(
-                    &format!("queue.phase_roles.{}", phase.as_str()),
-                    format!("{role:?} is not a role (known: {})", known()),
-                ));
-            }
-        }
-        if !self.queue.goal_budget_usd.is_finite() || self.queue.goal_budget_usd < 0.0 {
-            return Err(invalid(
-                "queue.goal_budget_usd",
-                "must be 0 (no budget) or a positive amount".into(),
-            ));
-        }
-        for (i, w) in self.alerts.webhooks.iter().enumerate() {
-            if let Some(why) = not_http_url(&w.url) {
-                return Err(invalid(
-                    &format!("alerts.webhooks[{i}].url"),
-                    format!("{:?} is not an http:// or https:// URL ({why})", w.url),
-                ));
-            }
-        }
-        if self.alerts.attempts == 0 || self.alerts.timeout_ms == 0 {
-            return Err(invalid(
-                "alerts.attempts",
-                "attempts and timeout_ms must be greater than 0".into(),
-            ));
-        }
         self.runner
             .confine_ports()
             .map_err(|e| invalid("runner.confine_connect", e.to_string()))?;
@@ -346,46 +357,12 @@ impl XoConfig {
         }
         xo_proto::validate_token("runner.default_project", &self.runner.default_project)
             .map_err(|r| invalid("runner.default_project", r.into()))?;
-        xo_proto::validate_token("review.project", &self.review.project)
-            .map_err(|r| invalid("review.project", r.into()))?;
-        if !(0.0..=1.0).contains(&self.review.convergence_similarity) {
-            return Err(invalid(
-                "review.convergence_similarity",
-                format!("{} is not within 0..1", self.review.convergence_similarity),
-            ));
-        }
-        for (k, v) in [
-            ("review.daily_budget_usd", self.review.daily_budget_usd),
-            ("review.project_budget_usd", self.review.project_budget_usd),
-        ] {
-            if v < 0.0 || !v.is_finite() {
-                return Err(invalid(k, format!("{v} must be 0 (no limit) or more")));
-            }
-        }
         let d = &self.runner.driver;
         if d.kind == DriverKind::Command && d.command.is_empty() {
             return Err(invalid(
                 "runner.driver.command",
                 "the command driver needs an argv, e.g. [\"my-agent\", \"--prompt-file\", \"{prompt_file}\"]".into(),
             ));
-        }
-        for (i, w) in self.supervisor.watch.iter().enumerate() {
-            let key = format!("supervisor.watch[{i}]");
-            if !STREAM_FORMATS.contains(&w.format.as_str()) || w.format == "none" {
-                return Err(invalid(
-                    &format!("{key}.format"),
-                    format!(
-                        "{:?} is no live format; use claude, cursor, codex or openhands",
-                        w.format
-                    ),
-                ));
-            }
-            if w.dirs.is_empty() {
-                return Err(invalid(
-                    &format!("{key}.dirs"),
-                    "name at least one directory to watch".into(),
-                ));
-            }
         }
         if !d.stream.is_empty() && !STREAM_FORMATS.contains(&d.stream.as_str()) {
             return Err(invalid(
@@ -427,6 +404,82 @@ impl XoConfig {
                 "the openai driver needs a model name".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// The queue: its roles and budget.
+    fn check_queue(&self) -> Result<(), ConfigError> {
+        let roles = self.task_roles();
+        let known = || roles.iter().cloned().collect::<Vec<_>>().join(", ");
+        if !roles.contains(&self.queue.default_role) {
+            return Err(invalid(
+                "queue.default_role",
+                format!(
+                    "{:?} is not a role (known: {})",
+                    self.queue.default_role,
+                    known()
+                ),
+            ));
+        }
+        for (phase, role) in &self.queue.phase_roles {
+            if !roles.contains(role) {
+                return Err(invalid(
+                    &format!("queue.phase_roles.{}", phase.as_str()),
+                    format!("{role:?} is not a role (known: {})", known()),
+                ));
+            }
+        }
+        if !self.queue.goal_budget_usd.is_finite() || self.queue.goal_budget_usd < 0.0 {
+            return Err(invalid(
+                "queue.goal_budget_usd",
+                "must be 0 (no budget) or a positive amount".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Alerts: webhook URLs, attempts and timeouts.
+    fn check_alerts(&self) -> Result<(), ConfigError> {
+        for (i, w) in self.alerts.webhooks.iter().enumerate() {
+            if let Some(why) = not_http_url(&w.url) {
+                return Err(invalid(
+                    &format!("alerts.webhooks[{i}].url"),
+                    format!("{:?} is not an http:// or https:// URL ({why})", w.url),
+                ));
+            }
+        }
+        if self.alerts.attempts == 0 || self.alerts.timeout_ms == 0 {
+            return Err(invalid(
+                "alerts.attempts",
+                "attempts and timeout_ms must be greater than 0".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Review: its project and convergence numbers.
+    fn check_review(&self) -> Result<(), ConfigError> {
+        xo_proto::validate_token("review.project", &self.review.project)
+            .map_err(|r| invalid("review.project", r.into()))?;
+        if !(0.0..=1.0).contains(&self.review.convergence_similarity) {
+            return Err(invalid(
+                "review.convergence_similarity",
+                format!("{} is not within 0..1", self.review.convergence_similarity),
+            ));
+        }
+        for (k, v) in [
+            ("review.daily_budget_usd", self.review.daily_budget_usd),
+            ("review.project_budget_usd", self.review.project_budget_usd),
+        ] {
+            if v < 0.0 || !v.is_finite() {
+                return Err(invalid(k, format!("{v} must be 0 (no limit) or more")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each role's doctrine.
+    fn check_roles(&self) -> Result<(), ConfigError> {
         for (name, profile) in &self.roles {
             profile
                 .doctrine
@@ -449,5 +502,13 @@ fn not_http_url(s: &str) -> Option<String> {
         }
         Ok(u) if u.host_str().is_none_or(str::is_empty) => Some("no host".into()),
         Ok(_) => None,
+    }
+}
+
+/// A key that is wrong, and why.
+fn invalid(key: &str, reason: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        reason,
     }
 }
