@@ -592,3 +592,259 @@ fn nothing_below_the_cli_returns_a_string_as_its_error() {
     );
     assert!(stringly("fn d() -> Result<String, MyError> {").is_empty());
 }
+
+// --- size budget (issue 42, item 6) ------------------------------------------
+
+/// Lines a source file may have.
+const FILE_BUDGET: usize = 800;
+/// Lines a function may have (its signature to its closing brace).
+const FN_BUDGET: usize = 150;
+
+/// Source files over the budget, each with why it is not split yet.
+const LONG_FILES: &[(&str, &str)] = &[
+    (
+        "services/queue/src/actor.rs",
+        "the queue's verbs are one match in `api`; to be split by verb into methods (actor/verbs.rs)",
+    ),
+    (
+        "services/review/src/service.rs",
+        "the four reviewers' schedule, runs and budgets in one actor; its findings and run log are split out already",
+    ),
+    (
+        "crates/bus/src/file_store.rs",
+        "the file store's record format, scan, repair and compaction share the frame reader; repair is the next cut",
+    ),
+];
+
+/// Functions over the budget, each with why.
+const LONG_FNS: &[(&str, &str, &str)] = &[
+    (
+        "services/console/src/metrics.rs",
+        "render",
+        "one metric family after another, in the order /metrics prints them",
+    ),
+    (
+        "services/queue/src/actor.rs",
+        "api",
+        "a match with one arm per queue verb (see LONG_FILES)",
+    ),
+    (
+        "app/cli/src/demo.rs",
+        "demo",
+        "the demo's script, step by step, printing as it goes",
+    ),
+    (
+        "app/bench/src/radio.rs",
+        "run",
+        "a bench's script: each measurement beside its baseline, in the order printed",
+    ),
+    (
+        "crates/sensor/src/claude.rs",
+        "event",
+        "a match over Claude Code's event types, one arm each",
+    ),
+    (
+        "app/bench/src/console.rs",
+        "run",
+        "a bench's script: each measurement beside its baseline, in the order printed",
+    ),
+    (
+        "proto/src/knowledge_doc.rs",
+        "parse",
+        "the document's sections read in order, each refusal naming its line",
+    ),
+    (
+        "crates/sensor/src/swe.rs",
+        "read",
+        "SWE-agent's and mini-swe-agent's trajectory shapes, one pass",
+    ),
+    (
+        "app/bench/src/chaos.rs",
+        "drive",
+        "the chaos run's loop: kill, restart, check, in one place",
+    ),
+    (
+        "services/console/src/pages/task.rs",
+        "task_page",
+        "the task page's sections in the order shown",
+    ),
+    (
+        "crates/radio/src/lib.rs",
+        "check_unit",
+        "the radio check: its rules in the seed's priority order, read top to bottom",
+    ),
+    (
+        "crates/pipeline/src/driver/openai.rs",
+        "run",
+        "the model loop: call, tools, halts, in one turn order",
+    ),
+    (
+        "app/bench/src/detection.rs",
+        "run",
+        "a bench's script: each recording's figures, in the order printed",
+    ),
+    (
+        "app/cli/src/main.rs",
+        "dispatch",
+        "a match with one arm per command, each one call",
+    ),
+    (
+        "app/bench/src/sharded.rs",
+        "run",
+        "a bench's script: each measurement beside its baseline, in the order printed",
+    ),
+    (
+        "services/supervisor/src/lib.rs",
+        "start",
+        "the supervisor's tree and inputs started in their order",
+    ),
+    (
+        "services/console/src/pages/settings.rs",
+        "settings_body",
+        "the settings form's fields in the order shown",
+    ),
+    (
+        "services/supervisor/src/watcher.rs",
+        "evaluate",
+        "one report's path: duplicate, gap, check, steering, in order",
+    ),
+    (
+        "crates/pipeline/src/driver/command.rs",
+        "run_streamed",
+        "one streamed run's select over output, steering and its end",
+    ),
+    (
+        "services/console/src/pages/fleet.rs",
+        "fleet_body",
+        "the fleet page's sections in the order shown",
+    ),
+    (
+        "services/console/src/pages/unit.rs",
+        "unit",
+        "the unit page's sections in the order shown",
+    ),
+];
+
+/// Source files of the workspace's crates (under a `src/`, tests aside:
+/// `tests/` folders and `tests.rs` files), relative to the root, with their text.
+fn product_sources() -> Vec<(String, String)> {
+    let root = root();
+    let mut out = Vec::new();
+    for top in ["proto", "crates", "services", "app", "tests/src"] {
+        for (p, text) in sources(&root.join(top)) {
+            let rel = p
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let after_src = rel.split_once("/src/").map(|(_, r)| r);
+            let Some(inner) = after_src else { continue };
+            if inner.split('/').any(|c| c == "tests") || rel.ends_with("/tests.rs") {
+                continue;
+            }
+            out.push((rel, text));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Functions of `text` longer than `budget` lines: (name, lines). A
+/// function runs from its `fn` line to the first line after it that is its
+/// indentation and `}` (rustfmt's layout); a `#[cfg(test)]` at the left
+/// margin ends the scan (the tests).
+fn long_fns(text: &str, budget: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .iter()
+        .position(|l| l.starts_with("#[cfg(test)]"))
+        .unwrap_or(lines.len());
+    let mut out = Vec::new();
+    for i in 0..end {
+        let l = lines[i];
+        let body = l.trim_start();
+        let indent = &l[..l.len() - body.len()];
+        let mut words = body;
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            words = words.strip_prefix(prefix).unwrap_or(words);
+        }
+        let Some(rest) = words.strip_prefix("fn ") else {
+            continue;
+        };
+        if l.trim_end().ends_with(';') {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let close = format!("{indent}}}");
+        let last = (i..end).find(|&j| lines[j] == close).unwrap_or(end);
+        let n = last - i + 1;
+        if n > budget {
+            out.push((name, n));
+        }
+    }
+    out
+}
+
+#[test]
+fn files_and_functions_stay_within_their_size_budget() {
+    let mut over = Vec::new();
+    let mut listed_files = std::collections::BTreeSet::new();
+    let mut listed_fns = std::collections::BTreeSet::new();
+    for (path, text) in product_sources() {
+        let n = text.lines().count();
+        if n > FILE_BUDGET {
+            if LONG_FILES.iter().any(|(p, _)| *p == path) {
+                listed_files.insert(path.clone());
+            } else {
+                over.push(format!(
+                    "{path}: {n} lines (budget {FILE_BUDGET}): split it by what it does"
+                ));
+            }
+        }
+        for (name, n) in long_fns(&text, FN_BUDGET) {
+            if LONG_FNS.iter().any(|(p, f, _)| *p == path && *f == name) {
+                listed_fns.insert((path.clone(), name));
+            } else {
+                over.push(format!(
+                    "{path}: fn {name} is {n} lines (budget {FN_BUDGET}): split it by what it does"
+                ));
+            }
+        }
+    }
+    // An exception that is gone (split, renamed) leaves the list.
+    for (p, _) in LONG_FILES {
+        if !listed_files.contains(*p) {
+            over.push(format!(
+                "{p} is within the budget now: remove it from LONG_FILES"
+            ));
+        }
+    }
+    for (p, f, _) in LONG_FNS {
+        if !listed_fns.contains(&(p.to_string(), f.to_string())) {
+            over.push(format!(
+                "{p}: fn {f} is within the budget now (or gone): remove it from LONG_FNS"
+            ));
+        }
+    }
+    assert!(over.is_empty(), "size budget:\n{}", over.join("\n"));
+}
+
+#[test]
+fn the_size_check_measures_functions_as_rustfmt_lays_them_out() {
+    let long_body = "        x();\n".repeat(160);
+    let text = format!(
+        "pub fn short() {{\n    a();\n}}\n\nimpl A {{\n    pub(crate) async fn long(&self) {{\n{long_body}    }}\n    fn decl(&self);\n}}\n#[cfg(test)]\nmod tests {{\n    fn also_long() {{\n{long_body}    }}\n}}\n"
+    );
+    assert_eq!(long_fns(&text, 150), vec![("long".to_string(), 162)]);
+    assert!(long_fns(&text, 200).is_empty());
+}

@@ -15,6 +15,7 @@ use crate::sandbox::Sandbox;
 pub use xo_sensor::{TurnEvent, short_hash};
 
 pub mod command;
+pub mod hooks;
 pub mod openai;
 pub mod script;
 pub mod waiting;
