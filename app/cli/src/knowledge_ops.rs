@@ -211,22 +211,48 @@ pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
+/// `xo review log`: the review supervisors' runs, from their `runs` verb
+/// (so it works against a fabric on other machines); with no review
+/// service answering, from the run log here, and that is said.
+pub async fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
+    let asked = match client_bus(cfg).await {
+        Ok(bus) => {
+            let req = ListReviewRuns { last: None };
+            match typed::call(&bus, &cfg.subjects(), &req, Duration::from_secs(10)).await {
+                Ok(runs) => return print_review_log(&runs, json, "the review service"),
+                Err(e) if crate::queue_ops::unanswered(&e) => e.to_string(),
+                Err(e) => return Err(e).context("the review service's runs"),
+            }
+        }
+        Err(e) => format!("{e:#}"),
+    };
     let path = xo_review::runlog::run_log_path(cfg);
+    if !json {
+        outln!(
+            "no review service answered ({asked}); reading {}",
+            path.display()
+        );
+    }
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => anyhow::bail!("cannot read the review run log {}: {e}", path.display()),
     };
     let log = xo_review::runlog::parse_run_log(&path, &text);
+    print_review_log(&log, json, &path.display().to_string())
+}
+
+/// The runs as a table (or JSON lines), `from` naming where they came from
+/// when there are none.
+fn print_review_log(log: &[ReviewRun], json: bool, from: &str) -> anyhow::Result<ExitCode> {
     if json {
-        for r in &log {
+        for r in log {
             outln!("{}", serde_json::to_string(r)?);
         }
         return Ok(ExitCode::SUCCESS);
     }
     if log.is_empty() {
-        outln!("no review runs yet ({})", path.display());
+        outln!("no review runs yet ({from})");
         return Ok(ExitCode::SUCCESS);
     }
     outln!(
@@ -239,7 +265,7 @@ pub fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
         "cost"
     );
     let mut total = 0.0;
-    for r in &log {
+    for r in log {
         total += r.cost_usd;
         outln!(
             "{:<24} {:<13} {:<10} {:>5} {:>9} {:>9.4}  {}{}",

@@ -167,7 +167,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
         Cmd::Directives { json } => knowledge_ops::directives(&cfg, json).await,
         Cmd::Review {
             cmd: ReviewCmd::Log { json },
-        } => knowledge_ops::review_log(&cfg, json),
+        } => knowledge_ops::review_log(&cfg, json).await,
         Cmd::Report { file } => ops::report(&cfg, &file).await,
         Cmd::Tap {
             subject,

@@ -466,7 +466,42 @@ pub async fn task_op<R: Request<Response = TaskRecord>>(
 
 /// Checks a project's audit file: its chain, then line for line against the
 /// store's copy (exit 1 when either fails).
+/// No service answers the verb (none runs, or the bus is unreachable):
+/// what the CLI may then do on its own. A service that answered with an
+/// error is not this: its error is the answer.
+pub fn unanswered(e: &typed::CallError) -> bool {
+    matches!(
+        e,
+        typed::CallError::Bus(
+            xo_bus::BusError::NoResponders { .. } | xo_bus::BusError::Timeout { .. }
+        )
+    )
+}
+
+/// `xo audit verify`: the queue's own check (its `audit_verify` verb: the
+/// file where the queue runs, against the store's copy), so it works
+/// against a fabric on other machines; with no queue answering, the files
+/// here are checked and that is said.
 pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitCode> {
+    let asked = match client_bus(cfg).await {
+        Ok(bus) => {
+            let req = AuditVerify {
+                project: Some(project.to_string()),
+            };
+            match typed::call(&bus, &cfg.subjects(), &req, TIMEOUT).await {
+                Ok(c) => return Ok(print_check(&c, &format!("project {}", c.project))),
+                Err(e) if unanswered(&e) => e.to_string(),
+                Err(e) => return Err(e).context("the queue's audit check"),
+            }
+        }
+        Err(e) => format!("{e:#}"),
+    };
+    outln!("no queue answered ({asked}); checking the files here");
+    audit_verify_here(cfg, project).await
+}
+
+/// The audit check on this machine's files (and the store's copy).
+async fn audit_verify_here(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitCode> {
     let path = audit::file_for(&cfg.data_dir(), project);
     let store = match crate::fabric::store_of(cfg).await {
         Ok(s) => s,
@@ -488,6 +523,12 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
     let c = audit::check(&store, &cfg.data_dir(), project)
         .await
         .with_context(|| format!("reading {}", path.display()))?;
+    Ok(print_check(&c, &path.display().to_string()))
+}
+
+/// Prints an audit check as `WHERE: chain intact, N lines` and the store's
+/// copy, or where it broke; the exit code says which.
+fn print_check(c: &AuditCheck, at: &str) -> ExitCode {
     if !c.intact {
         let what = if c.store_lines.is_some() {
             "broken at line {} against the store's copy"
@@ -495,14 +536,13 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
             "chain broken at line {}"
         };
         outln!(
-            "{}: {}: {}",
-            path.display(),
+            "{at}: {}: {}",
             what.replace("{}", &c.broken_at.unwrap_or(c.lines).to_string()),
             c.reason.as_deref().unwrap_or("")
         );
-        return Ok(ExitCode::from(1));
+        return ExitCode::from(1);
     }
-    outln!("{}: chain intact, {} lines", path.display(), c.lines);
+    outln!("{at}: chain intact, {} lines", c.lines);
     match (c.store_lines, &c.reason) {
         (Some(n), _) => {
             let pending = if c.unshipped > 0 {
@@ -511,13 +551,13 @@ pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitC
                 String::new()
             };
             outln!("store's copy: {n} lines, the same{pending}");
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
         (None, Some(why)) => {
             outln!("{why}");
-            Ok(ExitCode::from(1))
+            ExitCode::from(1)
         }
-        (None, None) => Ok(ExitCode::SUCCESS),
+        (None, None) => ExitCode::SUCCESS,
     }
 }
 
