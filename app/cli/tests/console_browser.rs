@@ -898,6 +898,31 @@ async fn settings_queue_actions_and_answers_from_the_pages() {
         .unwrap();
     assert_eq!(sums, json!([3, 3, 1, ["operator"], 1]), "{sums}");
     assert!(text_of(&b, "#chart-duration").await.contains("3 tasks"));
+    // Marked where they happened: the settings change made above (on the
+    // throughput and steering charts) and the operator's steering (on the
+    // throughput chart, in this minute's slot).
+    let marks = b
+        .execute(
+            "const n = css => document.querySelectorAll(css).length;\n\
+             return [n('#chart-throughput line.mark.settings'), n('#chart-steering line.mark.settings'), n('#chart-throughput line.mark.steering'), (document.querySelector('#chart-throughput line.mark.settings title') || {}).textContent || ''];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let (settings, on_steering, steering, said) = (
+        marks[0].as_u64().unwrap_or(0),
+        marks[1].as_u64().unwrap_or(0),
+        marks[2].as_u64().unwrap_or(0),
+        marks[3].as_str().unwrap_or(""),
+    );
+    assert!(
+        settings >= 1 && on_steering >= 1 && steering >= 1,
+        "{marks}"
+    );
+    assert!(
+        said.contains("settings version") && said.contains(" by "),
+        "{said}"
+    );
     shot(&b, "charts").await;
 
     // The audit page verifies the chain, SETTINGS_CHANGED among its lines.

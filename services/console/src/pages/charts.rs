@@ -20,6 +20,65 @@ const H: f64 = 160.0;
 const LEFT: f64 = 44.0;
 const BOTTOM: f64 = 18.0;
 
+/// Something that happened, marked on a chart's time axis: a settings
+/// change or steering, with what a pointer over it shows.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Mark {
+    pub at: u64,
+    pub kind: MarkKind,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MarkKind {
+    Settings,
+    Steering,
+}
+
+impl MarkKind {
+    fn name(self) -> &'static str {
+        match self {
+            MarkKind::Settings => "settings",
+            MarkKind::Steering => "steering",
+        }
+    }
+}
+
+/// The marks whose time `x` places on the chart, as dashed vertical lines
+/// (each with its label as a tooltip), and a legend line counting them.
+fn marks_drawn(marks: &[Mark], x: impl Fn(u64) -> Option<f64>) -> (String, String) {
+    let mut svg = String::new();
+    let mut shown = [0usize; 2];
+    for m in marks {
+        let Some(at) = x(m.at) else { continue };
+        shown[m.kind as usize] += 1;
+        svg.push_str(&format!(
+            "<line x1=\"{at:.1}\" y1=\"4\" x2=\"{at:.1}\" y2=\"{b}\" class=\"mark {k}\" data-mark=\"{k}\" data-at=\"{t}\"><title>{when} {l}</title></line>",
+            b = H - BOTTOM,
+            k = m.kind.name(),
+            t = m.at,
+            when = hhmm(m.at),
+            l = esc(&m.label),
+        ));
+    }
+    let legend: Vec<String> = [MarkKind::Settings, MarkKind::Steering]
+        .into_iter()
+        .filter(|k| shown[*k as usize] > 0)
+        .map(|k| {
+            format!(
+                "<li><span class=\"mark-swatch {n}\"></span>{what} <b>{c}</b></li>",
+                n = k.name(),
+                what = match k {
+                    MarkKind::Settings => "settings changed",
+                    MarkKind::Steering => "minutes with steering",
+                },
+                c = shown[k as usize]
+            )
+        })
+        .collect();
+    (svg, legend.concat())
+}
+
 /// A bar chart: one bar per slot, each stacked from `series` (name, values
 /// per slot). Labels under the first, middle and last slots.
 pub(crate) fn bars(
@@ -27,6 +86,18 @@ pub(crate) fn bars(
     title: &str,
     slots: &[String],
     series: &[(String, Vec<f64>)],
+) -> String {
+    bars_marked(id, title, slots, series, None)
+}
+
+/// [`bars`] on a time axis (`starts` of equal slots of `step` ms) with
+/// `marks` drawn where they fall.
+pub(crate) fn bars_marked(
+    id: &str,
+    title: &str,
+    slots: &[String],
+    series: &[(String, Vec<f64>)],
+    time: Option<(&[u64], u64, &[Mark])>,
 ) -> String {
     let n = slots.len().max(1);
     let totals: Vec<f64> = (0..n)
@@ -79,7 +150,7 @@ pub(crate) fn bars(
             ));
         }
     }
-    let legend: String = series
+    let mut legend: String = series
         .iter()
         .enumerate()
         .map(|(k, (name, v))| {
@@ -91,6 +162,14 @@ pub(crate) fn bars(
             )
         })
         .collect();
+    if let Some((starts, step, marks)) = time {
+        let (lines, more) = marks_drawn(marks, |t| {
+            let i = starts.iter().position(|s| t >= *s && t < s + step)?;
+            Some(LEFT + (i as f64 + 0.5) * slot)
+        });
+        svg.push_str(&lines);
+        legend.push_str(&more);
+    }
     figure(
         id,
         title,
@@ -132,6 +211,7 @@ pub(crate) fn spend(
     now: u64,
     spent_now: f64,
     budget: f64,
+    marks: &[Mark],
 ) -> String {
     let start = points.first().map_or(now, |p| p.0);
     let span = (now.saturating_sub(start)).max(1) as f64;
@@ -163,8 +243,10 @@ pub(crate) fn spend(
             b = y(budget)
         ));
     }
+    let (lines, marked) = marks_drawn(marks, |t| (t >= start && t <= now).then(|| x(t)));
+    svg.push_str(&lines);
     let under = format!(
-        "<p class=\"legend\">spent <b id=\"chart-spent\">${spent_now:.2}</b>{}</p>",
+        "<p class=\"legend\">spent <b id=\"chart-spent\">${spent_now:.2}</b>{}</p>{}",
         if budget > 0.0 {
             format!(
                 " of a <b>${budget:.2}</b> budget ({:.0}%)",
@@ -172,6 +254,11 @@ pub(crate) fn spend(
             )
         } else {
             " (no budget)".to_string()
+        },
+        if marked.is_empty() {
+            String::new()
+        } else {
+            format!("<ul class=\"legend\">{marked}</ul>")
         }
     );
     figure(id, "Goal spend against its budget", &svg, &under)
@@ -203,11 +290,27 @@ fn hhmm(ms: u64) -> String {
 pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Charts", "/charts", &q);
     let n = now();
-    let (stats, status, tasks) = tokio::join!(
+    let (stats, status, tasks, audit) = tokio::join!(
         c.call(&xo_proto::control::SupervisorStats {}),
         c.call(&GetStatus {}),
-        crate::api::all_tasks(&c, None)
+        crate::api::all_tasks(&c, None),
+        c.call(&xo_proto::queue::AuditTail {
+            project: None,
+            lines: Some(MARKED_AUDIT_LINES),
+        })
     );
+    let marks = marks_of(
+        audit.as_deref().unwrap_or_default(),
+        stats
+            .as_ref()
+            .map(|s| &s.steering_minutes[..])
+            .unwrap_or_default(),
+    );
+    let settings_marks: Vec<Mark> = marks
+        .iter()
+        .filter(|m| m.kind == MarkKind::Settings)
+        .cloned()
+        .collect();
     let mut body = String::from(
         "<p class=\"summary\">From what XO keeps: the supervisor's steering of the last hour, the queue's tasks and goal. The same series are on <a href=\"/metrics\"><code>/metrics</code></a> for Prometheus.</p><div class=\"charts-grid\">",
     );
@@ -241,11 +344,12 @@ pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
                 })
                 .collect();
             let labels: Vec<String> = slots.iter().map(|t| hhmm(*t)).collect();
-            body.push_str(&bars(
+            body.push_str(&bars_marked(
                 "chart-steering",
                 "Steering per minute by kind, the last hour (UTC)",
                 &labels,
                 &series,
+                Some((&slots, 60_000, &settings_marks)),
             ));
             if kinds.is_empty() {
                 body.push_str("<p class=\"empty\">No steering in the last hour.</p>");
@@ -283,6 +387,7 @@ pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
                 n,
                 status.spent_usd,
                 status.goal.budget_usd,
+                &marks,
             ));
             // Throughput and duration: completed tasks.
             let completed: Vec<&TaskRecord> = tasks
@@ -302,11 +407,12 @@ pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
                         .count() as f64
                 })
                 .collect();
-            body.push_str(&bars(
+            body.push_str(&bars_marked(
                 "chart-throughput",
                 &format!("Tasks completed per {} (UTC)", interval_name(step)),
                 &slots.iter().map(|t| hhmm(*t)).collect::<Vec<_>>(),
                 &[("completed".to_string(), per)],
+                Some((&slots, step, &marks)),
             ));
             let mut secs: Vec<f64> = completed
                 .iter()
@@ -348,4 +454,41 @@ pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
     }
     body.push_str("</div>");
     ok_page(&f, &body)
+}
+
+/// The audit lines read for settings changes to mark.
+const MARKED_AUDIT_LINES: usize = 2000;
+
+/// What the charts mark: each settings change in the audit (its version
+/// and who), and each minute the supervisor steered (how many, by kind).
+pub(crate) fn marks_of(
+    audit: &[xo_proto::queue::AuditEvent],
+    minutes: &[xo_proto::control::SteeringMinute],
+) -> Vec<Mark> {
+    let mut marks: Vec<Mark> = audit
+        .iter()
+        .filter(|e| e.event == xo_proto::queue::EventName::SettingsChanged)
+        .map(|e| {
+            let a = &e.state_after;
+            Mark {
+                at: e.at,
+                kind: MarkKind::Settings,
+                label: format!(
+                    "settings version {} by {}",
+                    a["version"],
+                    a["by"].as_str().unwrap_or("someone")
+                ),
+            }
+        })
+        .collect();
+    marks.extend(minutes.iter().filter(|m| !m.by_kind.is_empty()).map(|m| {
+        let kinds: Vec<String> = m.by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        Mark {
+            at: m.minute,
+            kind: MarkKind::Steering,
+            label: format!("steering: {}", kinds.join(", ")),
+        }
+    }));
+    marks.sort_by_key(|m| m.at);
+    marks
 }

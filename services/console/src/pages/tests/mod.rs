@@ -457,6 +457,73 @@ fn chart_intervals_make_at_most_24_bars() {
     );
 }
 
+/// Issue 41, item 3: the charts mark settings changes (from the audit:
+/// version and who) and the minutes with steering, where they fall on the
+/// time axis, each with what a pointer over it says; a mark outside the
+/// chart's span is not drawn.
+#[test]
+fn charts_mark_settings_changes_and_steering_where_they_fall() {
+    use super::charts::{MarkKind, bars_marked, marks_of, spend};
+    use xo_proto::control::SteeringMinute;
+    use xo_proto::queue::{AuditEvent, EventName};
+    let m = 60_000u64;
+    let t0 = 1_795_350_000_000 - 1_795_350_000_000 % m;
+    let line = |event: EventName, at: u64, after: serde_json::Value| AuditEvent {
+        v: 1,
+        seq: 1,
+        event,
+        task_id: None,
+        at,
+        state_before: serde_json::Value::Null,
+        state_after: after,
+        validation_report: None,
+        prompt_ref: None,
+        response_ref: None,
+        prompt: None,
+        response: None,
+        prev: String::new(),
+    };
+    let audit = vec![
+        line(
+            EventName::SettingsChanged,
+            t0 + 2 * m + 5,
+            serde_json::json!({"version": 3, "by": "ana"}),
+        ),
+        line(EventName::Enqueue, t0 + 3 * m, serde_json::json!({})),
+        line(
+            EventName::SettingsChanged,
+            t0 - 90 * m,
+            serde_json::json!({"version": 2, "by": "bo"}),
+        ),
+    ];
+    let minutes = vec![SteeringMinute {
+        minute: t0 + m,
+        by_kind: [("loop".to_string(), 2u64)].into(),
+    }];
+    let marks = marks_of(&audit, &minutes);
+    assert_eq!(marks.len(), 3, "{marks:?}");
+    assert_eq!(marks[2].kind, MarkKind::Settings);
+    assert_eq!(marks[2].label, "settings version 3 by ana");
+    assert_eq!(marks[1].label, "steering: 2 loop");
+    // Four one-minute slots from t0: the old change falls outside.
+    let starts: Vec<u64> = (0..4).map(|i| t0 + i * m).collect();
+    let labels: Vec<String> = starts.iter().map(|t| t.to_string()).collect();
+    let svg = bars_marked(
+        "c",
+        "t",
+        &labels,
+        &[("completed".into(), vec![1.0, 0.0, 2.0, 0.0])],
+        Some((&starts, m, &marks)),
+    );
+    assert_eq!(svg.matches("data-mark=\"settings\"").count(), 1, "{svg}");
+    assert_eq!(svg.matches("data-mark=\"steering\"").count(), 1, "{svg}");
+    assert!(svg.contains("settings version 3 by ana</title>"), "{svg}");
+    assert!(svg.contains("settings changed <b>1</b>"), "{svg}");
+    // The spend line marks what falls within its span only.
+    let line_svg = spend("s", &[(t0, 0.5)], t0 + 4 * m, 0.5, 0.0, &marks);
+    assert_eq!(line_svg.matches("class=\"mark ").count(), 2, "{line_svg}");
+}
+
 #[test]
 fn a_directive_names_its_source() {
     let mut t = Task::new(
