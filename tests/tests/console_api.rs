@@ -1552,19 +1552,30 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
 /// from a browser, `NAME (api: CLIENT)` with a bearer token; each
 /// operator's forms carry their own CSRF value; the file's mistakes are
 /// named with their line.
+/// Two named operators' tokens (`console.operators_file`).
+const ANA: &str = "ana-token-0123456789abcdef";
+const BO: &str = "bo-token-0123456789abcdef";
+
+/// A rig whose console knows ana and bo (the operators file in `dir`,
+/// `head` before their lines), with one unit, `op-unit`, reporting.
+async fn with_operators(dir: &std::path::Path, head: &str) -> Rig {
+    let file = dir.join("operators");
+    std::fs::write(&file, format!("{head}ana {ANA}\n\nbo {BO}\n")).unwrap();
+    let rig = Rig::start(&[("console.operators_file", file.to_str().unwrap())]).await;
+    let client = connect(&rig.nats, "test").await;
+    rig.report(&client, &SaluteReport::new("op-unit", "coder", 1, 1))
+        .await;
+    rig
+}
+
 /// Issue 41, item 4: every queue write is signed on its audit line with
 /// the operator the token names; a body's `by` names a client, never
 /// another operator.
 #[tokio::test]
 async fn queue_writes_are_signed_on_their_audit_lines() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("operators");
-    let (ana, bo) = ("ana-token-0123456789abcdef", "bo-token-0123456789abcdef");
-    std::fs::write(&file, format!("ana {ana}\nbo {bo}\n")).unwrap();
-    let rig = Rig::start(&[("console.operators_file", file.to_str().unwrap())]).await;
-    let client = connect(&rig.nats, "test").await;
-    rig.report(&client, &SaluteReport::new("op-unit", "coder", 1, 1))
-        .await;
+    let rig = with_operators(dir.path(), "").await;
+    let (ana, bo) = (ANA, BO);
     let as_ana = |path: &str, body: Value| {
         let req = rig.http.post(rig.u(path)).bearer_auth(ana).json(&body);
         async move {
@@ -1637,13 +1648,9 @@ async fn queue_writes_are_signed_on_their_audit_lines() {
 #[tokio::test]
 async fn named_operators_sign_their_writes() {
     let dir = tempfile::tempdir().unwrap();
+    let rig = with_operators(dir.path(), "# who may steer\n").await;
     let file = dir.path().join("operators");
-    let (ana, bo) = ("ana-token-0123456789abcdef", "bo-token-0123456789abcdef");
-    std::fs::write(&file, format!("# who may steer\nana {ana}\n\nbo {bo}\n")).unwrap();
-    let rig = Rig::start(&[("console.operators_file", file.to_str().unwrap())]).await;
-    let client = connect(&rig.nats, "test").await;
-    rig.report(&client, &SaluteReport::new("op-unit", "coder", 1, 1))
-        .await;
+    let (ana, bo) = (ANA, BO);
     // A script with ana's token, naming itself.
     let r = rig
         .http
