@@ -8,6 +8,12 @@
 //! on kernels before Landlock's UNIX-socket rules it can still connect; it
 //! cannot read the token (its reads stop at its project), so it cannot
 //! halt the queue or read other tasks' leases through the socket.
+//!
+//! A client that reads slower than its subscriptions fill holds at most
+//! [`CLIENT_BACKLOG`] frames in the server; past that, messages for it are
+//! dropped and counted ([`dropped`], `xo_socket_dropped_total` on the
+//! console's `/metrics`), the way NATS treats a slow consumer, instead of
+//! queuing without bound in `xo up`'s memory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -216,6 +222,31 @@ fn own_uid(path: &Path) -> Option<u32> {
 /// Peers refused for a wrong or missing token, for the log's 1, 2, 4….
 static NO_TOKEN: AtomicU64 = AtomicU64::new(0);
 
+/// Frames a socket client may have waiting in the server before messages
+/// for it are dropped (NATS's default for a subscription is the same).
+pub const CLIENT_BACKLOG: usize = 65_536;
+
+/// Messages dropped in this process for socket clients that read too slowly.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Messages this process's socket server dropped for slow clients.
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Counts a message dropped for a slow client (logged at 1, 2, 4…).
+fn drop_for_slow_client(subject: &str) {
+    let n = DROPPED.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        tracing::warn!(
+            dropped = n,
+            subject,
+            backlog = CLIENT_BACKLOG,
+            "a socket client reads too slowly: messages for it dropped (counted: xo_socket_dropped_total; logged at 1, 2, 4…)"
+        );
+    }
+}
+
 async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
     let (mut r, mut w) = stream.into_split();
     // The first frame is the token, or the connection is closed.
@@ -233,7 +264,7 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
         }
         return;
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    let (tx, mut rx) = mpsc::channel::<Frame>(CLIENT_BACKLOG);
     let writer = tokio::spawn(async move {
         while let Some(f) = rx.recv().await {
             if write_frame(&mut w, &f).await.is_err() {
@@ -292,8 +323,14 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
                                 headers: m.headers.0,
                                 payload: serde_bytes::ByteBuf::from(m.payload.to_vec()),
                             };
-                            if tx.send(f).is_err() {
-                                break;
+                            match tx.try_send(f) {
+                                Ok(()) => {}
+                                Err(mpsc::error::TrySendError::Full(Frame::Msg {
+                                    subject,
+                                    ..
+                                })) => drop_for_slow_client(&subject),
+                                Err(mpsc::error::TrySendError::Full(_)) => drop_for_slow_client(""),
+                                Err(mpsc::error::TrySendError::Closed(_)) => break,
                             }
                         }
                     }),
@@ -305,7 +342,8 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
                 }
             }
             Frame::Ping { id } => {
-                let _ = tx.send(Frame::Pong { id });
+                // Waits for room: a pong is never dropped.
+                let _ = tx.send(Frame::Pong { id }).await;
             }
             Frame::Msg { .. } | Frame::Pong { .. } | Frame::Hello { .. } => {}
         }
@@ -678,6 +716,75 @@ mod tests {
         let e = SocketBus::connect(&path).await.unwrap_err().to_string();
         assert!(e.contains("bus token") && e.contains("xo up"), "{e}");
         let _ = tx.send(());
+        server.await.unwrap();
+    }
+
+    /// Issue 43, item 3: a client that does not read holds at most
+    /// `CLIENT_BACKLOG` frames in the server; the rest are dropped and
+    /// counted, and what it reads later plus what was dropped is every
+    /// message published (nothing lost unseen).
+    #[tokio::test]
+    async fn a_client_that_does_not_read_is_bounded_and_its_drops_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bus.sock");
+        let bus = LocalBus::new();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = serve(bus.clone(), &path, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+        let token = std::fs::read_to_string(token_path(&path)).unwrap();
+        let mut s = UnixStream::connect(&path).await.unwrap();
+        write_frame(&mut s, &Frame::Hello { token }).await.unwrap();
+        write_frame(
+            &mut s,
+            &Frame::Sub {
+                sid: 1,
+                pattern: "xo.flood".into(),
+            },
+        )
+        .await
+        .unwrap();
+        // The subscription is in place once the ping after it is answered.
+        write_frame(&mut s, &Frame::Ping { id: 7 }).await.unwrap();
+        loop {
+            match read_frame(&mut s).await.unwrap() {
+                Some(Frame::Pong { id: 7 }) => break,
+                Some(_) => {}
+                None => panic!("the server closed the connection"),
+            }
+        }
+        let before = dropped();
+        let n = CLIENT_BACKLOG as u64 + 50_000;
+        for i in 0..n {
+            bus.publish_with_reply(
+                "xo.flood",
+                None,
+                Headers::new(),
+                Bytes::from(i.to_le_bytes().to_vec()),
+            );
+        }
+        // Now read: every message is either here or counted as dropped.
+        let mut got = 0u64;
+        let read_all = async {
+            while got + (dropped() - before) < n {
+                match read_frame(&mut s).await.unwrap() {
+                    Some(Frame::Msg { .. }) => got += 1,
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+        };
+        // A hang guard, not a timing assertion.
+        tokio::time::timeout(Duration::from_secs(120), read_all)
+            .await
+            .expect("neither delivered nor counted");
+        let lost = dropped() - before;
+        assert!(lost > 0, "nothing was dropped: the backlog is not bounded");
+        assert!(got >= CLIENT_BACKLOG as u64, "only {got} delivered");
+        assert_eq!(got + lost, n);
+        let _ = stop.send(());
         server.await.unwrap();
     }
 }

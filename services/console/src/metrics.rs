@@ -236,6 +236,11 @@ pub async fn render(c: &Shared) -> String {
                 seen.reports.load(Ordering::Relaxed),
             ),
             (
+                "xo_socket_dropped_total",
+                "Messages the local bus socket dropped for clients that read too slowly (in this process: xo up serves the socket).",
+                xo_bus::socket::dropped(),
+            ),
+            (
                 "xo_console_connections_refused_total",
                 "Connections answered 503 at a bound (console.max_connections, console.max_per_client, the waiting connections).",
                 c.conns.refused.load(Ordering::Relaxed),

@@ -316,45 +316,7 @@ pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
     );
     // Steering per minute, by kind, the last hour.
     match &stats {
-        Ok(s) => {
-            let first = (n - n % 60_000).saturating_sub(59 * 60_000);
-            let slots: Vec<u64> = (0..60).map(|i| first + i * 60_000).collect();
-            let mut kinds: Vec<String> = s
-                .steering_minutes
-                .iter()
-                .flat_map(|m| m.by_kind.keys().cloned())
-                .collect();
-            kinds.sort();
-            kinds.dedup();
-            let series: Vec<(String, Vec<f64>)> = kinds
-                .iter()
-                .map(|k| {
-                    let v = slots
-                        .iter()
-                        .map(|slot| {
-                            s.steering_minutes
-                                .iter()
-                                .find(|m| m.minute == *slot)
-                                .and_then(|m| m.by_kind.get(k))
-                                .copied()
-                                .unwrap_or(0) as f64
-                        })
-                        .collect();
-                    (k.clone(), v)
-                })
-                .collect();
-            let labels: Vec<String> = slots.iter().map(|t| hhmm(*t)).collect();
-            body.push_str(&bars_marked(
-                "chart-steering",
-                "Steering per minute by kind, the last hour (UTC)",
-                &labels,
-                &series,
-                Some((&slots, 60_000, &settings_marks)),
-            ));
-            if kinds.is_empty() {
-                body.push_str("<p class=\"empty\">No steering in the last hour.</p>");
-            }
-        }
+        Ok(s) => body.push_str(&steering_chart(s, n, &settings_marks)),
         Err(e) => body.push_str(&format!(
             "<p class=\"flash error\">Steering: {}</p>",
             esc(&e.message)
@@ -454,6 +416,49 @@ pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
     }
     body.push_str("</div>");
     ok_page(&f, &body)
+}
+
+/// Steering per minute by kind over the last hour, settings changes marked.
+fn steering_chart(s: &xo_proto::control::StatsReply, n: u64, settings_marks: &[Mark]) -> String {
+    let mut body = String::new();
+    let first = (n - n % 60_000).saturating_sub(59 * 60_000);
+    let slots: Vec<u64> = (0..60).map(|i| first + i * 60_000).collect();
+    let mut kinds: Vec<String> = s
+        .steering_minutes
+        .iter()
+        .flat_map(|m| m.by_kind.keys().cloned())
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    let series: Vec<(String, Vec<f64>)> = kinds
+        .iter()
+        .map(|k| {
+            let v = slots
+                .iter()
+                .map(|slot| {
+                    s.steering_minutes
+                        .iter()
+                        .find(|m| m.minute == *slot)
+                        .and_then(|m| m.by_kind.get(k))
+                        .copied()
+                        .unwrap_or(0) as f64
+                })
+                .collect();
+            (k.clone(), v)
+        })
+        .collect();
+    let labels: Vec<String> = slots.iter().map(|t| hhmm(*t)).collect();
+    body.push_str(&bars_marked(
+        "chart-steering",
+        "Steering per minute by kind, the last hour (UTC)",
+        &labels,
+        &series,
+        Some((&slots, 60_000, settings_marks)),
+    ));
+    if kinds.is_empty() {
+        body.push_str("<p class=\"empty\">No steering in the last hour.</p>");
+    }
+    body
 }
 
 /// The audit lines read for settings changes to mark.
