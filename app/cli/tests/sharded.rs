@@ -202,7 +202,13 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
         }
     }
     assert_eq!(stats.units, UNITS as u64, "{stats:?}\n{}", procs.logs(40));
-    assert_eq!(stats.evaluated, UNITS as u64, "each report checked once");
+    // Each report published is checked once. On a loaded machine a unit
+    // may be listed late and report again (a report of its own, with its
+    // next seq): what is counted is what was published, not one a unit.
+    // (Fixed after a fresh-clone run under load saw 3249 for 3000 units.)
+    let published: u64 = seqs.iter().sum();
+    let stats = stats_when(&bus, 200, |s| s.evaluated >= published).await;
+    assert_eq!(stats.evaluated, published, "each report checked once");
     let listed = typed::all_units(&bus, &subjects, T).await.unwrap();
     assert_eq!(listed.len(), UNITS);
     assert!(listed.windows(2).all(|w| w[0].unit < w[1].unit));
