@@ -15,17 +15,33 @@ use crate::plan::{Action, Observed};
 
 pub use xo_proto::names::{LABEL_MANAGED, LABEL_ORG, LABEL_ROLE, LABEL_UNIT};
 
+/// The fleet crate's one error, each cause kept as its type: a caller can
+/// tell the engine's refusal from a dead bus.
 #[derive(Debug, thiserror::Error)]
-#[error("docker: {what}: {reason}")]
-pub struct FleetError {
-    pub what: String,
-    pub reason: String,
+pub enum FleetError {
+    /// A call to the Docker engine failed: what XO asked, and the engine's
+    /// own error.
+    #[error("docker: {what}: {source}")]
+    Docker {
+        what: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The transport, the store or a control call.
+    #[error(transparent)]
+    Bus(#[from] xo_bus::Error),
+    /// The runtime: the fleet actor's tree did not start or gave up.
+    #[error(transparent)]
+    Runtime(#[from] xo_runtime::RuntimeError),
 }
 
-fn err(what: impl Into<String>, e: impl std::fmt::Display) -> FleetError {
-    FleetError {
+xo_bus::bus_error_from!(FleetError);
+xo_runtime::runtime_error_from!(FleetError);
+
+fn err(what: impl Into<String>, source: bollard::errors::Error) -> FleetError {
+    FleetError::Docker {
         what: what.into(),
-        reason: e.to_string(),
+        source,
     }
 }
 
@@ -123,9 +139,10 @@ impl DockerFleet {
             }
             Action::Remove { unit, id, reason } => {
                 info!(unit = %unit, reason = %reason, "removing runner container");
-                self.remove(id)
-                    .await
-                    .map_err(|e| err(format!("removing {unit}"), e.reason))
+                self.remove(id).await.map_err(|e| match e {
+                    FleetError::Docker { source, .. } => err(format!("removing {unit}"), source),
+                    other => other,
+                })
             }
             Action::RoleFailed { .. } => Ok(()),
         }

@@ -74,10 +74,7 @@ impl FleetHandle {
     pub async fn stop(self) -> Result<(), FleetError> {
         let escalated = self.running.stop().await;
         let _ = self.bus.flush().await;
-        escalated.map_err(|reason| FleetError {
-            what: "fleet manager".into(),
-            reason: reason.to_string(),
-        })
+        escalated.map_err(FleetError::from)
     }
 }
 
@@ -120,13 +117,8 @@ pub async fn start(ctx: ServiceCtx) -> Result<FleetHandle, FleetError> {
         format: cfg.wire.format,
         audit: cfg.data_dir().join("fleet").join("audit.log.jsonl"),
     };
-    let err = |what: &str, e: String| FleetError {
-        what: what.into(),
-        reason: e,
-    };
     let mut running = Running::one_for_one("fleet", actor, Intensity::of(cfg), factory)
-        .await
-        .map_err(|e| err("starting the fleet actor", e.to_string()))?
+        .await?
         .ending_on(shutdown);
     running.input(
         xo_bus::api::serve::<FleetApi<ActorPorts>, _>(
@@ -137,8 +129,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<FleetHandle, FleetError> {
             running.current.clone(),
             running.signal(),
         )
-        .await
-        .map_err(|e| err("serving the fleet API", e.to_string()))?,
+        .await?,
     );
     running.every(Duration::from_millis(f.reconcile_ms), || {
         FleetMsg::Reconcile

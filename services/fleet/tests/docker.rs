@@ -330,3 +330,38 @@ async fn the_fleet_api_lists_scales_restarts_and_the_loop_heals() {
     assert!(ours(&org).is_empty());
     tasks.stop().await.unwrap();
 }
+
+/// Issue 42, item 5: the engine's refusal reaches the caller as the
+/// engine's own error (its status code), not as text: removing a container
+/// the engine does not have is a 404 a caller can tell from a dead engine.
+#[tokio::test]
+async fn an_engine_refusal_keeps_its_cause_as_a_type() {
+    let spec = ContainerSpec {
+        org: format!("t{}", std::process::id()),
+        image: test_image(),
+        command: vec![],
+        env: vec![],
+        binds: vec![],
+        network: None,
+    };
+    let fleet = DockerFleet::connect(spec).await.unwrap();
+    let e = fleet
+        .apply(&Action::Remove {
+            unit: "coder-404".into(),
+            id: "xo-no-such-container-404".into(),
+            reason: "test".into(),
+        })
+        .await
+        .unwrap_err();
+    match &e {
+        xo_fleet::FleetError::Docker {
+            what,
+            source: bollard::errors::Error::DockerResponseServerError { status_code, .. },
+        } => {
+            assert_eq!(*status_code, 404, "{e}");
+            assert!(what.contains("coder-404"), "{e}");
+        }
+        other => panic!("not the engine's own error: {other:?}"),
+    }
+    assert!(std::error::Error::source(&e).is_some(), "{e}");
+}
