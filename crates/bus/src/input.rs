@@ -14,7 +14,7 @@
 //! Each returns the input's task, to be waited for at stop (`tree::Running::input`).
 //!
 //! A handler that panics on a message does not end its input: the panic
-//! is caught, logged with the subject, counted ([`panics`]) and the input
+//! is caught, logged with the handler it happened in, counted ([`panics`]) and the input
 //! reads the next message (one bad message must not deafen a service).
 
 use std::future::Future;
@@ -97,14 +97,15 @@ pub fn raw<H: Handler<Message>>(
                     _ = &mut shutdown => None,
                 };
                 let Some(msg) = msg else { break };
-                let subject = msg.subject.clone();
+                // No per-message copy for the log (this is the report
+                // pump's path): a panic is named by its handler's type.
                 match std::panic::AssertUnwindSafe(handler.handle(msg))
                     .catch_unwind()
                     .await
                 {
                     Ok(Next::Stop) => break,
                     Ok(Next::Go) => {}
-                    Err(panic) => caught(&subject, panic.as_ref()),
+                    Err(panic) => caught(std::any::type_name::<H>(), panic.as_ref()),
                 }
             }
         }
