@@ -74,13 +74,7 @@ pub async fn begin(bus: &Bus, tasks: Vec<Task>) {
         },
     )
     .await;
-    must(
-        bus,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await;
+    must(bus, &Start::default()).await;
 }
 
 /// What one claim gave.

@@ -147,16 +147,9 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
     )
     .await
     .unwrap();
-    typed::call(
-        &client,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&client, &s, &Start::default(), T)
+        .await
+        .unwrap();
     let claim = || Claim {
         role: "coder".into(),
         claimant: "r1".into(),

@@ -102,16 +102,7 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Start::default(), T).await.unwrap();
     let claim = Claim {
         role: "coder".into(),
         claimant: "test".into(),

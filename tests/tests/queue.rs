@@ -109,11 +109,7 @@ impl Q {
             })
             .await
             .unwrap();
-        self.call(&Start {
-            by: Default::default(),
-        })
-        .await
-        .unwrap();
+        self.call(&Start::default()).await.unwrap();
         ids
     }
 }
@@ -632,12 +628,7 @@ async fn the_status_says_when_it_changed_and_why_it_halted() {
     // An operator's words have no code: no details to split off. The
     // reply to a change carries the time it is stored with.
     q.clock.advance(Duration::from_secs(30));
-    let resumed = q
-        .call(&Resume {
-            by: Default::default(),
-        })
-        .await
-        .unwrap();
+    let resumed = q.call(&Resume::default()).await.unwrap();
     assert_eq!(
         resumed.last_updated,
         xo_runtime::clock::rfc3339(EPOCH + 120_000)

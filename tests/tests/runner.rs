@@ -67,10 +67,7 @@ impl Rig {
             tasks,
         })
         .await;
-        self.call(&Start {
-            by: Default::default(),
-        })
-        .await;
+        self.call(&Start::default()).await;
         self.runner = Some(
             xo_runner::start(
                 xo_runtime::ServiceCtx::new(self.cfg.clone(), self.bus.clone()),
@@ -220,10 +217,7 @@ async fn an_operator_halt_kills_the_agents_process_group() {
     }
     assert!(!alive(pid), "the agent outlived the halt");
     // The stopped task is replayed (rolled back) once the operator resumes.
-    rig.call(&Resume {
-        by: Default::default(),
-    })
-    .await;
+    rig.call(&Resume::default()).await;
     let r = rig
         .wait_for("h1", "a second attempt", |r| {
             r.state == TaskState::Running && r.attempt == 2
@@ -473,10 +467,7 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
         tasks: vec![Task::new("slow", "planned work", "x", "coder")],
     })
     .await;
-    rig.call(&Start {
-        by: Default::default(),
-    })
-    .await;
+    rig.call(&Start::default()).await;
     let c = rig
         .call(&Claim {
             role: "coder".into(),

@@ -143,11 +143,7 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
         .len(),
         5
     );
-    rig.call(&Start {
-        by: Default::default(),
-    })
-    .await
-    .unwrap();
+    rig.call(&Start::default()).await.unwrap();
     let c = rig
         .call(&Claim {
             role: "coder".into(),
@@ -257,11 +253,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     })
     .await
     .unwrap();
-    rig.call(&Start {
-        by: Default::default(),
-    })
-    .await
-    .unwrap();
+    rig.call(&Start::default()).await.unwrap();
     let c = rig
         .call(&Claim {
             role: "coder".into(),

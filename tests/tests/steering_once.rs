@@ -163,16 +163,7 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Start::default(), T).await.unwrap();
 
     let r1 = start_runner(&cfg, &bus).await;
     wait_completed(&bus, &cfg, "l1").await;
@@ -204,16 +195,7 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Resume {
-            by: Default::default(),
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Resume::default(), T).await.unwrap();
     wait_completed(&bus, &cfg, "l2").await;
     let sent2 = drain_loops(&mut steer).await;
     let got2 = received(&cfg, "l2");

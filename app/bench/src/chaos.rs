@@ -176,15 +176,7 @@ async fn work(bus: &Bus, s: &Subjects, tasks: Vec<Task>) -> anyhow::Result<Vec<S
         Duration::from_secs(60),
     )
     .await?;
-    must(
-        bus,
-        s,
-        &Start {
-            by: Default::default(),
-        },
-        Duration::from_secs(60),
-    )
-    .await?;
+    must(bus, s, &Start::default(), Duration::from_secs(60)).await?;
     Ok(ids)
 }
 

@@ -81,15 +81,7 @@ async fn cycles(
         )
         .await?;
     }
-    typed::call(
-        &first,
-        subjects,
-        &Start {
-            by: Default::default(),
-        },
-        T,
-    )
-    .await?;
+    typed::call(&first, subjects, &Start::default(), T).await?;
     let begun = Instant::now();
     let mut joins = Vec::new();
     for (i, bus) in clients.into_iter().enumerate() {

@@ -247,15 +247,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
         }
     }
     outln!();
-    typed::call(
-        &bus,
-        &subjects,
-        &q::Start {
-            by: Default::default(),
-        },
-        call_t,
-    )
-    .await?;
+    typed::call(&bus, &subjects, &q::Start::default(), call_t).await?;
 
     let started = Instant::now();
     let mut tl = Timeline {

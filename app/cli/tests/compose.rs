@@ -92,16 +92,7 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Start::default(), t).await.unwrap();
     let mut done = None;
     for _ in 0..600 {
         if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, t).await

@@ -165,16 +165,7 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Start::default(), T).await.unwrap();
     progress(&bus, 2, &p).await;
 
     // (a) The node leading the queue's bucket dies; it comes back later.

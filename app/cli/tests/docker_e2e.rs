@@ -267,15 +267,7 @@ coder = 3
     .await
     .unwrap();
     let started = Instant::now();
-    call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &s, &Start::default()).await.unwrap();
     let mut figures: BTreeMap<&str, f64> = BTreeMap::new();
 
     // 1. Kill the runner holding slow-kill mid-task.
@@ -326,15 +318,7 @@ coder = 3
     .await
     .unwrap();
     // The first tasks may all be done: the queue completed; run again.
-    call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &s, &Start::default()).await.unwrap();
     let cut = wait("slow-net runs", async || {
         let r = task(&bus, &s, "slow-net").await?;
         (r.state == TaskState::Running)
@@ -385,15 +369,7 @@ coder = 3
     )
     .await
     .unwrap();
-    call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &s, &Start::default()).await.unwrap();
     docker(&["stop", &format!("{n}-nats")]);
     tokio::time::sleep(Duration::from_secs(10)).await;
     let back = Instant::now();

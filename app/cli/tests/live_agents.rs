@@ -214,16 +214,7 @@ async fn start_goal(
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Start::default(), t).await.unwrap();
     bus
 }
 
@@ -659,9 +650,7 @@ async fn each_task_works_in_its_own_tree_and_its_diff_reaches_the_project() {
     typed::call(
         &bus,
         &Subjects::default(),
-        &Start {
-            by: Default::default(),
-        },
+        &Start::default(),
         Duration::from_secs(10),
     )
     .await

@@ -244,16 +244,9 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        call_t,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Start::default(), call_t)
+        .await
+        .unwrap();
     let mut done = None;
     for _ in 0..1000 {
         if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, call_t).await
@@ -388,16 +381,7 @@ async fn no_runner_can_act_for_another() {
     )
     .await
     .unwrap();
-    typed::call(
-        &op,
-        &s,
-        &Start {
-            by: Default::default(),
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    typed::call(&op, &s, &Start::default(), t).await.unwrap();
     let mut alerts = op.subscribe("xo.event.alert.lease_refused").await.unwrap();
     op.flush().await.unwrap();
 

@@ -268,14 +268,7 @@ url = "{base}/alerts"
             "manager-1",
         ],
     );
-    call(
-        &bus,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &Start::default()).await.unwrap();
 
     // The night: nobody answers, nobody resumes. The test only kills.
     let mut kills: BTreeMap<&str, String> = BTreeMap::new();

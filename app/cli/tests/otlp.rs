@@ -399,16 +399,9 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &subjects,
-        &Start {
-            by: Default::default(),
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &subjects, &Start::default(), t)
+        .await
+        .unwrap();
     spawn(
         &mut procs,
         "runner",

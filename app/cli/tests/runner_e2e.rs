@@ -258,14 +258,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
     for u in runners {
         fleet.runner(u);
     }
-    call(
-        &bus,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &Start::default()).await.unwrap();
 
     // t06's runner (rollback), then t11's (resume).
     let mut victims: BTreeMap<&str, Victim> = BTreeMap::new();
@@ -349,14 +342,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
                     fleet.logs()
                 );
                 // The operator acknowledges the blocked task and resumes.
-                call(
-                    &bus,
-                    &Resume {
-                        by: Default::default(),
-                    },
-                )
-                .await
-                .unwrap();
+                call(&bus, &Resume::default()).await.unwrap();
                 resumed += 1;
             }
             RunStatus::Completed if victims.len() == 2 && victims.values().all(|v| v.restarted) => {

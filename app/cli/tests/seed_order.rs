@@ -210,14 +210,7 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
     )
     .await
     .unwrap();
-    call(
-        &bus,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &Start::default()).await.unwrap();
     // The test does t1; its completion makes the Manager task.
     let claim = Claim {
         role: "coder".into(),
@@ -328,14 +321,7 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
     )
     .await
     .unwrap();
-    call(
-        &f.bus,
-        &Start {
-            by: Default::default(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&f.bus, &Start::default()).await.unwrap();
     f.coder("coder-1");
     // Mid-task, its work is in its own tree (worktree isolation); the
     // critical task starts from main, without it.

@@ -85,10 +85,7 @@ impl Rig {
             tasks,
         })
         .await;
-        rig.call(&Start {
-            by: Default::default(),
-        })
-        .await;
+        rig.call(&Start::default()).await;
         rig
     }
 
