@@ -201,7 +201,7 @@ async fn wait_finished(bus: &Bus, s: &Subjects, deadline: Duration) -> anyhow::R
 }
 
 pub async fn run(_cfg: &XoConfig, a: ChaosArgs) -> anyhow::Result<ExitCode> {
-    let xo = std::env::current_exe().context("the xo binary")?;
+    let xo = crate::util::xo_exe()?;
     let dir = tempfile_dir::Dir::new("chaos")?;
     let root = dir.0.clone();
     let logs = root.join("logs");

@@ -336,7 +336,7 @@ async fn soak(
     units: u64,
     secs: u64,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
-    let exe = std::env::current_exe()?;
+    let exe = crate::util::xo_exe()?;
     let prefix = format!("{}soak", cfg.org.prefix);
     let mut child = Command::new(exe)
         .args(["serve", "supervisor", "--nats", url, "--prefix", &prefix])

@@ -9,6 +9,23 @@ use anyhow::Context;
 /// A port free on the loopback now.
 pub use xo_tests::free_port;
 
+/// The `xo` binary the benches start services with: `XO_BIN` (set by
+/// `xo bench`, which runs this binary in its place), else the `xo` beside
+/// this one.
+pub fn xo_exe() -> anyhow::Result<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("XO_BIN") {
+        return Ok(p.into());
+    }
+    let me = std::env::current_exe().context("this binary's path")?;
+    let xo = me.with_file_name("xo");
+    anyhow::ensure!(
+        xo.is_file(),
+        "the xo binary is not beside {} (run the benches as `xo bench …`, or set XO_BIN)",
+        me.display()
+    );
+    Ok(xo)
+}
+
 /// A temporary directory, removed on drop (no dependency for one folder).
 pub mod tempfile_dir {
     pub struct Dir(pub std::path::PathBuf);

@@ -55,7 +55,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<ExitCode> {
             c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
-    let exe = std::env::current_exe()?;
+    let exe = crate::util::xo_exe()?;
     let mut child = Command::new(exe)
         .args(["--nats", nats.url(), "watch", "claude"])
         .arg(&dir.0)

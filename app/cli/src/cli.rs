@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+pub use crate::globals::Globals;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "xo",
@@ -12,21 +14,8 @@ use clap::{Parser, Subcommand};
     about = "XO: a supervision fabric for fleets of AI agents"
 )]
 pub struct Cli {
-    /// Config file (default: ./xo.toml if present).
-    #[arg(long, global = true)]
-    pub config: Option<PathBuf>,
-    /// NATS server URL; without it, commands use the socket of a running `xo up`.
-    #[arg(long, global = true, env = "XO_NATS_URL")]
-    pub nats: Option<String>,
-    /// Subject prefix (config org.prefix).
-    #[arg(long, global = true)]
-    pub prefix: Option<String>,
-    /// State directory (config state.dir).
-    #[arg(long, global = true)]
-    pub state_dir: Option<PathBuf>,
-    /// Log format: pretty or json (config telemetry.log_format).
-    #[arg(long, global = true)]
-    pub log_format: Option<String>,
+    #[command(flatten)]
+    pub globals: Globals,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -175,9 +164,12 @@ pub enum Cmd {
         cmd: RadioCmd,
     },
     /// Benchmarks that print figures against a baseline measured in the same run.
+    /// Run by the `xo-bench` binary beside `xo` (`xo bench --help` lists them).
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        what: xo_bench::BenchCmd,
+        /// The bench and its options, handed to `xo-bench` as they are.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
     /// Print the effective configuration (after file, environment and flags).
     Config,
@@ -482,23 +474,4 @@ pub enum RadioCmd {
         #[arg(long, conflicts_with = "summary")]
         explain: bool,
     },
-}
-
-impl Cli {
-    pub fn overrides(&self) -> Vec<(String, String)> {
-        let mut o = Vec::new();
-        if let Some(n) = &self.nats {
-            o.push(("nats.url".into(), n.clone()));
-        }
-        if let Some(p) = &self.prefix {
-            o.push(("org.prefix".into(), p.clone()));
-        }
-        if let Some(d) = &self.state_dir {
-            o.push(("state.dir".into(), d.display().to_string()));
-        }
-        if let Some(f) = &self.log_format {
-            o.push(("telemetry.log_format".into(), f.clone()));
-        }
-        o
-    }
 }

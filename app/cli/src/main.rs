@@ -19,13 +19,17 @@
 //! - [`queue_ops`]: the control plane (`init`, `goal`, `enqueue`, `start`, `status`, `audit`…).
 //! - [`knowledge_ops`]: `knowledge ls|show|seed|deprecate`, `directives`, `review log`.
 //! - [`nats_config`]: `xo nats-config` (NATS users and permissions per service and runner).
-//! - `xo bench …`: the `xo-bench` crate (`app/bench`).
+//! - [`globals`]: the options every command takes.
+//! - `xo bench …`: handed to the `xo-bench` binary beside `xo`
+//!   (`src/bin/xo-bench.rs`, the `xo-bench` crate in `app/bench`): the
+//!   benches and their test harness are not linked into `xo`.
 
 #[macro_use]
 mod term;
 mod cli;
 mod demo;
 mod fleet_ops;
+mod globals;
 mod hook;
 mod import;
 mod knowledge_ops;
@@ -50,7 +54,10 @@ use crate::cli::{AuditCmd, Cli, Cmd, GoalCmd, RadioCmd, ReviewCmd, StoreCmd, Tas
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let cfg = match XoConfig::load(cli.config.as_deref(), &cli.overrides()) {
+    if let Cmd::Bench { args } = &cli.cmd {
+        return bench(&cli.globals, args);
+    }
+    let cfg = match XoConfig::load(cli.globals.config.as_deref(), &cli.globals.overrides()) {
         Ok(c) => c,
         Err(e) => {
             errln!("error: {e}");
@@ -79,6 +86,43 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `xo bench …`: the `xo-bench` binary beside this one (or `XO_BENCH_BIN`)
+/// runs in this process's place, with the same options; it finds this
+/// binary through `XO_BIN` to start services as processes.
+fn bench(globals: &globals::Globals, args: &[std::ffi::OsString]) -> ExitCode {
+    let me = std::env::current_exe().ok();
+    if let Some(named) = std::env::var_os("XO_BENCH_BIN").map(std::path::PathBuf::from)
+        && !named.is_file()
+    {
+        errln!(
+            "error: XO_BENCH_BIN names {}, which is not a file: point it at the xo-bench binary, or unset it to use the one beside xo",
+            named.display()
+        );
+        return ExitCode::from(2);
+    }
+    let bin = std::env::var_os("XO_BENCH_BIN")
+        .map(std::path::PathBuf::from)
+        .or_else(|| me.as_ref().map(|m| m.with_file_name("xo-bench")));
+    let Some(bin) = bin.filter(|b| b.is_file()) else {
+        errln!(
+            "error: `xo bench` runs the xo-bench binary, which is not beside {}; build it with \
+             `cargo build --release -p xo-cli --bin xo-bench` (or set XO_BENCH_BIN to its path)",
+            me.map(|m| m.display().to_string())
+                .unwrap_or_else(|| "xo".into())
+        );
+        return ExitCode::from(2);
+    };
+    let mut cmd = std::process::Command::new(&bin);
+    cmd.args(globals.args()).args(args);
+    if let Some(m) = me {
+        cmd.env("XO_BIN", m);
+    }
+    use std::os::unix::process::CommandExt;
+    let e = cmd.exec();
+    errln!("error: cannot run {}: {e}", bin.display());
+    ExitCode::FAILURE
 }
 
 async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
@@ -241,7 +285,7 @@ async fn dispatch(cmd: Cmd, cfg: XoConfig) -> anyhow::Result<ExitCode> {
             stats,
             lenient,
         }),
-        Cmd::Bench { what } => xo_bench::run(&cfg, what).await,
+        Cmd::Bench { .. } => unreachable!("handed to xo-bench before the runtime starts"),
         Cmd::NatsConfig {
             runners,
             port,

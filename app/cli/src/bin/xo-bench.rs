@@ -1,0 +1,58 @@
+//! `xo-bench`: the benches (`xo bench …` runs this binary in its place).
+//! They start services through the fabric and nats-servers through the
+//! tests' guards, so they live beside `xo`, not in it: the product binary
+//! links neither the benches nor the test harness.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[path = "../globals.rs"]
+mod globals;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xo bench",
+    bin_name = "xo bench",
+    version,
+    about = "Benchmarks that print figures against a baseline measured in the same run"
+)]
+struct BenchCli {
+    #[command(flatten)]
+    globals: globals::Globals,
+    #[command(subcommand)]
+    what: xo_bench::BenchCmd,
+}
+
+fn main() -> ExitCode {
+    let cli = BenchCli::parse();
+    let cfg =
+        match xo_runtime::XoConfig::load(cli.globals.config.as_deref(), &cli.globals.overrides()) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    xo_runtime::limits::raise_fd_limit();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(xo_bench::run(&cfg, cli.what)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
