@@ -4,12 +4,23 @@
 
 use std::path::{Component, Path, PathBuf};
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
+    /// What about the path puts it outside (a description of the input).
     #[error("path {path:?} escapes the sandbox: {reason}")]
     Escape { path: String, reason: String },
-    #[error("sandbox {path}: {reason}")]
-    Io { path: String, reason: String },
+    #[error("sandbox {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("sandbox {path}: the working directory is not a directory")]
+    NotADirectory { path: String },
+    #[error("sandbox {path}: the working directory does not exist ({source})")]
+    NoWorkingDirectory {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// The sandbox root, canonical (symlinks resolved), and the project
@@ -117,13 +128,12 @@ impl Sandbox {
         };
         match dir.metadata() {
             Ok(m) if m.is_dir() => Ok(dir),
-            Ok(_) => Err(SandboxError::Io {
+            Ok(_) => Err(SandboxError::NotADirectory {
                 path: dir.display().to_string(),
-                reason: "working directory is not a directory".into(),
             }),
-            Err(e) => Err(SandboxError::Io {
+            Err(e) => Err(SandboxError::NoWorkingDirectory {
                 path: dir.display().to_string(),
-                reason: format!("working directory does not exist ({e})"),
+                source: e,
             }),
         }
     }
@@ -132,7 +142,7 @@ impl Sandbox {
 fn io(p: &Path, e: std::io::Error) -> SandboxError {
     SandboxError::Io {
         path: p.display().to_string(),
-        reason: e.to_string(),
+        source: e,
     }
 }
 

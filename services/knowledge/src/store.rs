@@ -33,8 +33,11 @@ pub enum KnowledgeError {
     /// A request the store does not do (a bad id, an unsafe write).
     #[error("{0}")]
     Refused(String),
-    #[error("knowledge store {path}: {reason}")]
-    Io { path: String, reason: String },
+    #[error("knowledge store {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     /// The transport, the store or a control call.
     #[error(transparent)]
     Bus(#[from] xo_bus::Error),
@@ -49,7 +52,7 @@ xo_runtime::runtime_error_from!(KnowledgeError);
 fn io(p: &Path, e: std::io::Error) -> KnowledgeError {
     KnowledgeError::Io {
         path: p.display().to_string(),
-        reason: e.to_string(),
+        source: e,
     }
 }
 

@@ -40,8 +40,11 @@ use xo_runtime::{ServiceCtx, XoConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
-    #[error("runner {what}: {reason}")]
-    Setup { what: String, reason: String },
+    #[error("runner {what}: {source}")]
+    Setup {
+        what: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The transport, the store or a control call.
     #[error(transparent)]
     Bus(#[from] xo_bus::Error),
@@ -53,10 +56,10 @@ pub enum RunnerError {
 xo_bus::bus_error_from!(RunnerError);
 xo_runtime::runtime_error_from!(RunnerError);
 
-fn setup(what: &str, reason: impl ToString) -> RunnerError {
+fn setup(what: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunnerError {
     RunnerError::Setup {
         what: what.to_string(),
-        reason: reason.to_string(),
+        source: source.into(),
     }
 }
 
