@@ -830,3 +830,168 @@ fn the_size_check_measures_functions_as_rustfmt_lays_them_out() {
     assert_eq!(long_fns(&text, 150), vec![("long".to_string(), 162)]);
     assert!(long_fns(&text, 200).is_empty());
 }
+
+// --- causes kept as types (issue 42, item 5) --------------------------------
+
+/// Fields of error types (those deriving `thiserror::Error`) that hold a
+/// text where a cause would be: `reason`, `detail`, `cause`, `error` or
+/// `message` of type `String`. Each is `Type.field`. An item runs from its
+/// derive to the first line after it that is its indentation and `}`.
+fn text_causes(text: &str) -> Vec<String> {
+    let code = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i].trim_start();
+        let derives_error = l.starts_with("#[derive(")
+            && l.split(['(', ')', ',', ' '])
+                .any(|w| w == "thiserror::Error" || w == "Error");
+        if !derives_error {
+            i += 1;
+            continue;
+        }
+        let Some(decl) = (i + 1..lines.len()).find(|&j| {
+            let t = lines[j].trim_start();
+            !t.starts_with("#[") && !t.starts_with("//")
+        }) else {
+            break;
+        };
+        let indent = lines[decl].len() - lines[decl].trim_start().len();
+        let name = lines[decl]
+            .split_whitespace()
+            .skip_while(|w| *w != "enum" && *w != "struct")
+            .nth(1)
+            .unwrap_or("?")
+            .trim_end_matches(['{', '(', ';'])
+            .to_string();
+        let close = format!("{}}}", " ".repeat(indent));
+        let end = (decl..lines.len())
+            .find(|&j| lines[j] == close || lines[j].ends_with(';') && j == decl)
+            .unwrap_or(lines.len() - 1);
+        for l in &lines[decl..=end] {
+            for field in ["reason", "detail", "cause", "error", "message"] {
+                let pat = format!("{field}: String");
+                for (k, _) in l.match_indices(&pat) {
+                    let before = l[..k].chars().last();
+                    if before.is_none_or(|c| !c.is_alphanumeric() && c != '_') {
+                        out.push(format!("{name}.{field}"));
+                    }
+                }
+            }
+        }
+        i = end + 1;
+    }
+    out
+}
+
+/// Error types whose text field is a description, not a flattened cause:
+/// (file, `Type.field`, why). A cause (an `io::Error`, NATS's answer, a
+/// serde error from our own encoding) goes in `source` as its type.
+const TEXT_FIELDS: &[(&str, &str, &str)] = &[
+    (
+        "crates/bus/src/lib.rs",
+        "BusError.reason",
+        "InvalidSubject: what about the subject is wrong",
+    ),
+    (
+        "crates/bus/src/lib.rs",
+        "StoreError.reason",
+        "InvalidKey and Corrupt: what about the key or the bytes at an offset is wrong",
+    ),
+    (
+        "crates/pipeline/src/git.rs",
+        "GitError.detail",
+        "git's own stderr: the cause is another process's text",
+    ),
+    (
+        "crates/pipeline/src/project.rs",
+        "ProjectError.reason",
+        "what is wrong in the project's .xo/project.toml, key by key",
+    ),
+    (
+        "crates/pipeline/src/sandbox.rs",
+        "SandboxError.reason",
+        "Escape: how the path leaves the sandbox",
+    ),
+    (
+        "crates/runtime/src/config/mod.rs",
+        "ConfigError.reason",
+        "Invalid: what is wrong with a configuration key's value",
+    ),
+    (
+        "proto/src/codec.rs",
+        "CodecError.reason",
+        "serde's description of bytes from outside; compared in tests (PartialEq)",
+    ),
+    (
+        "proto/src/control.rs",
+        "ServiceError.message",
+        "the wire form of a service's error: it crosses the bus as text",
+    ),
+    (
+        "proto/src/knowledge_doc.rs",
+        "DocError.reason",
+        "what is wrong at a line of a knowledge document",
+    ),
+    (
+        "proto/src/task_file.rs",
+        "TaskFileError.reason",
+        "what is wrong at a line of a task file",
+    ),
+    (
+        "services/console/src/lib.rs",
+        "ConsoleError.reason",
+        "Token: what is wrong in a token or operators file (io failures are TokenFile)",
+    ),
+    (
+        "services/review/src/findings.rs",
+        "BadFindings.reason",
+        "what is wrong in the model's findings",
+    ),
+    (
+        "services/review/src/service.rs",
+        "Skip.reason",
+        "the review model's last failure, kept across calls and shown on the console",
+    ),
+];
+
+#[test]
+fn error_types_keep_causes_not_their_text() {
+    let mut bad = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (rel, text) in product_sources() {
+        for f in text_causes(&text) {
+            match TEXT_FIELDS.iter().find(|(p, t, _)| *p == rel && *t == f) {
+                Some(_) => {
+                    seen.insert((rel.clone(), f));
+                }
+                None => bad.push(format!("{rel}: {f}")),
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "error types holding a cause as text; keep it as its type (`source: io::Error`, \
+         `#[source] BoxError`), or list a description in TEXT_FIELDS with why:\n{}",
+        bad.join("\n")
+    );
+    let stale: Vec<_> = TEXT_FIELDS
+        .iter()
+        .filter(|(p, t, _)| !seen.contains(&(p.to_string(), t.to_string())))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "TEXT_FIELDS names fields that are gone: {stale:?}"
+    );
+    // The check can fail: an enum's and a struct's text fields, a field
+    // whose name only ends so, a type that is not an error, a test's.
+    let sample = "#[derive(Debug, thiserror::Error)]\npub enum E {\n    #[error(\"x\")]\n    A { path: String, reason: String },\n    B { my_reason: String },\n}\n\n#[derive(Debug, Error)]\n#[error(\"{detail}\")]\npub struct F {\n    pub detail: String,\n}\n#[derive(Debug)]\npub struct G {\n    pub reason: String,\n}\n#[cfg(test)]\nmod tests {\n#[derive(Debug, thiserror::Error)]\nenum H { A { reason: String } }\n}\n";
+    assert_eq!(
+        text_causes(sample),
+        vec!["E.reason".to_string(), "F.detail".to_string()]
+    );
+}

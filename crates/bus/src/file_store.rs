@@ -296,7 +296,7 @@ impl Bucket {
     fn write(&mut self, key: &str, value: Option<Bytes>) -> StoreResult<u64> {
         let mut revs = self.write_many(vec![(key.to_string(), value)])?;
         revs.pop()
-            .ok_or_else(|| StoreError::Backend("no revision".into()))
+            .ok_or_else(|| StoreError::Broken("a write gave no revision"))
     }
 
     /// Appends every record with one write call. Compaction, when due, is
@@ -314,7 +314,7 @@ impl Bucket {
                     .as_ref()
                     .map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
             };
-            let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.into()))?;
             buf.extend_from_slice(&frame(&body));
             revs.push(rev);
         }
@@ -342,7 +342,7 @@ impl Bucket {
                 rev: *rev,
                 value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
             };
-            let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.into()))?;
             out.extend_from_slice(&frame(&body));
         }
         replace(&self.path, &out, Mode::Private).map_err(|e| io_err(&self.path, e))?;
@@ -412,10 +412,7 @@ impl FileStore {
         f: impl FnOnce(&Path, &mut State) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
         let (res, due, to_sync) = {
-            let mut guard = self
-                .state
-                .lock()
-                .map_err(|_| StoreError::Backend("store lock poisoned".into()))?;
+            let mut guard = self.state.lock().map_err(|_| StoreError::Poisoned)?;
             let res = f(&self.dir, &mut guard);
             let due: Vec<String> = guard
                 .buckets
@@ -437,14 +434,12 @@ impl FileStore {
             // Durable before the caller hears of it; off the async threads.
             tokio::task::spawn_blocking(move || sync_files(to_sync))
                 .await
-                .map_err(|e| StoreError::Backend(e.to_string()))??;
+                .map_err(|e| StoreError::Backend(e.into()))??;
         }
         if !due.is_empty() {
             let state = self.state.clone();
             let compacted = tokio::task::spawn_blocking(move || -> StoreResult<()> {
-                let mut guard = state
-                    .lock()
-                    .map_err(|_| StoreError::Backend("store lock poisoned".into()))?;
+                let mut guard = state.lock().map_err(|_| StoreError::Poisoned)?;
                 for name in due {
                     if let Some(b) = guard.buckets.get_mut(&name)
                         && b.needs_compaction()
@@ -455,7 +450,7 @@ impl FileStore {
                 Ok(())
             })
             .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+            .map_err(|e| StoreError::Backend(e.into()))?;
             if let Err(e) = compacted {
                 tracing::warn!(error = %e, "store compaction failed; will retry");
             }
@@ -471,13 +466,11 @@ impl FileStore {
         let state = self.state.clone();
         let dir = self.dir.clone();
         tokio::task::spawn_blocking(move || {
-            let mut guard = state
-                .lock()
-                .map_err(|_| StoreError::Backend("store lock poisoned".into()))?;
+            let mut guard = state.lock().map_err(|_| StoreError::Poisoned)?;
             f(&dir, &mut guard)
         })
         .await
-        .map_err(|e| StoreError::Backend(e.to_string()))?
+        .map_err(|e| StoreError::Backend(e.into()))?
     }
 
     fn bucket<'a>(dir: &Path, state: &'a mut State, name: &str) -> StoreResult<&'a mut Bucket> {
@@ -489,7 +482,7 @@ impl FileStore {
         state
             .buckets
             .get_mut(name)
-            .ok_or_else(|| StoreError::Backend("bucket vanished".into()))
+            .ok_or_else(|| StoreError::Broken("a bucket it holds vanished"))
     }
 
     fn log<'a>(dir: &Path, state: &'a mut State, name: &str) -> StoreResult<&'a mut Log> {
@@ -510,7 +503,7 @@ impl FileStore {
         state
             .logs
             .get_mut(name)
-            .ok_or_else(|| StoreError::Backend("log vanished".into()))
+            .ok_or_else(|| StoreError::Broken("a log it holds vanished"))
     }
 
     pub async fn get(&self, bucket: &str, key: &str) -> StoreResult<Option<Entry>> {

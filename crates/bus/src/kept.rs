@@ -38,15 +38,18 @@ pub struct Kept {
 fn nats(bus: &Bus, what: &str) -> BusResult<async_nats::Client> {
     match bus {
         Bus::Nats(n) => Ok(n.client().clone()),
-        other => Err(BusError::Nats(format!(
-            "{what} needs NATS (JetStream); the {} bus keeps nothing",
-            other.kind()
-        ))),
+        other => Err(BusError::NeedsNats {
+            what: what.to_string(),
+            kind: other.kind(),
+        }),
     }
 }
 
-fn err(what: &str, e: impl std::fmt::Display) -> BusError {
-    BusError::Nats(format!("{what}: {e}"))
+fn err(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> BusError {
+    BusError::Nats {
+        op: what.to_string(),
+        source: Box::new(e),
+    }
 }
 
 fn context(client: async_nats::Client) -> jetstream::Context {

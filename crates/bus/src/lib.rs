@@ -60,10 +60,24 @@ pub enum BusError {
     InvalidSubject { subject: String, reason: String },
     #[error("bus connection closed")]
     Closed,
-    #[error("cannot connect to {target}: {reason}")]
-    Connect { target: String, reason: String },
-    #[error("nats: {0}")]
-    Nats(String),
+    #[error("cannot connect to {target}: {source}")]
+    Connect {
+        target: String,
+        source: ConnectError,
+    },
+    /// What NATS answered to `op`, as its own type (a caller can tell a
+    /// refused publish from a dead connection by downcasting).
+    #[error("nats {op}: {source}")]
+    Nats { op: String, source: BoxError },
+    /// A message that could not be encoded: nothing was sent.
+    #[error("{subject}: not encodable: {source}")]
+    Encode {
+        subject: String,
+        source: xo_proto::codec::CodecError,
+    },
+    /// Something only NATS (JetStream) keeps, asked of another bus.
+    #[error("{what} needs NATS (JetStream); the {kind} bus keeps nothing")]
+    NeedsNats { what: String, kind: &'static str },
     #[error("socket {path}: {source}")]
     Socket {
         path: String,
@@ -86,6 +100,25 @@ pub enum BusError {
 }
 
 pub type BusResult<T> = Result<T, BusError>;
+
+/// A cause of any type, kept as it is.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a connection to NATS was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(
+        "user {user:?} has no password: set nats.password (or XO__NATS__PASSWORD, or nats.password_file)"
+    )]
+    NoPassword { user: String },
+    #[error("not a NATS URL (or a comma-separated list of them): {0}")]
+    NotAUrl(#[source] std::io::Error),
+    /// The server's or the network's answer (its kind says which:
+    /// refused, authentication, TLS, timed out…). The URLs it was given
+    /// carry no credentials, so neither does this.
+    #[error(transparent)]
+    Refused(#[from] async_nats::ConnectError),
+}
 
 /// Errors of the store. Each names the bucket/key or file it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -112,14 +145,26 @@ pub enum StoreError {
         path: String,
         source: std::io::Error,
     },
+    /// What the backend (NATS key-value, a worker thread) answered, as its type.
     #[error("store backend: {0}")]
-    Backend(String),
+    Backend(#[source] BoxError),
+    /// The same, for one bucket or log.
+    #[error("store backend, {what}: {source}")]
+    BackendAt { what: String, source: BoxError },
+    /// A writer panicked holding the store's lock: what it held is not
+    /// trusted; the service restarts (its supervisor tree does).
+    #[error("store lock poisoned by a writer that panicked: restart the service")]
+    Poisoned,
+    /// The store's own invariant broke (a bucket or log it holds is gone,
+    /// a write gave no revision): a defect, never the input's fault.
+    #[error("store: {0} (a defect in the store; please report it)")]
+    Broken(&'static str),
     /// A record could not be encoded: nothing was written.
-    #[error("{bucket}/{key}: record not encodable: {reason}")]
+    #[error("{bucket}/{key}: record not encodable: {source}")]
     Encode {
         bucket: String,
         key: String,
-        reason: String,
+        source: BoxError,
     },
 }
 
@@ -472,7 +517,10 @@ impl ServiceRequest {
             Responder::Nats(req) => req
                 .respond_with_headers(Ok(payload), nats::to_nats_headers(&headers))
                 .await
-                .map_err(|e| BusError::Nats(e.to_string())),
+                .map_err(|e| BusError::Nats {
+                    op: "respond".into(),
+                    source: e.into(),
+                }),
         }
     }
 }

@@ -190,9 +190,7 @@ impl NatsBus {
             (Some(u), None, _) => {
                 return Err(BusError::Connect {
                     target: shown,
-                    reason: format!(
-                        "user {u:?} has no password: set nats.password (or XO__NATS__PASSWORD, or nats.password_file)"
-                    ),
+                    source: crate::ConnectError::NoPassword { user: u },
                 });
             }
             _ => {}
@@ -213,11 +211,13 @@ impl NatsBus {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BusError::Connect {
                 target: shown.clone(),
-                reason: format!("not a NATS URL (or a comma-separated list of them): {e}"),
+                source: crate::ConnectError::NotAUrl(e),
             })?;
+        // `servers` hold no credentials (they were split off above), so
+        // the error, which may quote them, holds none either.
         let client = o.connect(addrs).await.map_err(|e| BusError::Connect {
             target: shown.clone(),
-            reason: e.to_string().replace(url, &shown),
+            source: e.into(),
         })?;
         Ok(Self { client, dropped })
     }
@@ -265,7 +265,7 @@ impl NatsBus {
                     .await
             }
         };
-        res.map_err(|e| BusError::Nats(e.to_string()))
+        res.map_err(|e| nats_err("publish", e))
     }
 
     /// Subscribes, and returns once the server has the subscription (a
@@ -276,11 +276,11 @@ impl NatsBus {
             .client
             .subscribe(pattern.to_string())
             .await
-            .map_err(|e| BusError::Nats(e.to_string()))?;
+            .map_err(|e| nats_err("subscribe", e))?;
         self.client
             .flush()
             .await
-            .map_err(|e| BusError::Nats(e.to_string()))?;
+            .map_err(|e| nats_err("flush", e))?;
         Ok(Subscription::Nats(sub))
     }
 
@@ -305,7 +305,7 @@ impl NatsBus {
                     subject: subject.to_string(),
                     timeout,
                 },
-                _ => BusError::Nats(e.to_string()),
+                _ => nats_err("request", e),
             }),
         }
     }
@@ -313,27 +313,36 @@ impl NatsBus {
     /// A round trip through the server: everything this client sent before
     /// (subscriptions included) has been processed when it returns.
     pub async fn flush(&self) -> BusResult<()> {
-        let err = |e: String| BusError::Nats(e);
         let inbox = self.client.new_inbox();
         let mut echo = self
             .client
             .subscribe(inbox.clone())
             .await
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| nats_err("flush (subscribe)", e))?;
         self.client
-            .publish(inbox, Bytes::new())
+            .publish(inbox.clone(), Bytes::new())
             .await
-            .map_err(|e| err(e.to_string()))?;
-        self.client.flush().await.map_err(|e| err(e.to_string()))?;
-        match tokio::time::timeout(Duration::from_secs(10), echo.next()).await {
+            .map_err(|e| nats_err("flush (publish)", e))?;
+        self.client
+            .flush()
+            .await
+            .map_err(|e| nats_err("flush", e))?;
+        let timeout = Duration::from_secs(10);
+        match tokio::time::timeout(timeout, echo.next()).await {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(BusError::Closed),
-            Err(_) => Err(err("flush: no round trip within 10 s".into())),
+            Err(_) => Err(BusError::Timeout {
+                subject: inbox,
+                timeout,
+            }),
         }
     }
 
     pub async fn serve(&self, spec: ServiceSpec) -> BusResult<ServiceEndpoint> {
-        let err = |e: async_nats::Error| BusError::Nats(e.to_string());
+        let err = |e: async_nats::Error| BusError::Nats {
+            op: format!("serve {}", spec.name),
+            source: e,
+        };
         let service = self
             .client
             .service_builder()
@@ -487,5 +496,13 @@ mod tests {
         ] {
             assert!(!redact_url(odd).contains("s3cret"), "{odd:?}");
         }
+    }
+}
+
+/// NATS's answer to `op`, kept as its type.
+fn nats_err(op: &str, e: impl std::error::Error + Send + Sync + 'static) -> BusError {
+    BusError::Nats {
+        op: op.to_string(),
+        source: Box::new(e),
     }
 }

@@ -31,8 +31,8 @@ impl std::fmt::Debug for NatsStore {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+fn backend(e: impl Into<crate::BoxError>) -> StoreError {
+    StoreError::Backend(e.into())
 }
 
 impl NatsStore {
@@ -110,11 +110,15 @@ impl NatsStore {
                 }
                 // Another process created it between our look and our
                 // create (services and operators start together): use it.
-                Err(e) => self
-                    .js
-                    .get_key_value(&full)
-                    .await
-                    .map_err(|_| StoreError::Backend(format!("bucket {full}: {e}")))?,
+                Err(e) => {
+                    self.js
+                        .get_key_value(&full)
+                        .await
+                        .map_err(|_| StoreError::BackendAt {
+                            what: format!("bucket {full}"),
+                            source: e.into(),
+                        })?
+                }
             },
         };
         cache.insert(name.to_string(), store.clone());
@@ -249,7 +253,10 @@ impl NatsStore {
                         ..Default::default()
                     })
                     .await
-                    .map_err(|e| StoreError::Backend(format!("log {name}: {e}")))?;
+                    .map_err(|e| StoreError::BackendAt {
+                        what: format!("log {name}"),
+                        source: e.into(),
+                    })?;
                 tracing::info!(log = %name, replicas = self.replicas, "store log created");
                 s
             }

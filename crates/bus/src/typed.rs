@@ -29,7 +29,10 @@ pub async fn publish<T: Serialize>(
     value: &T,
     format: Format,
 ) -> Result<(), BusError> {
-    let (h, payload) = encode(value, format).map_err(|e| BusError::Nats(e.to_string()))?;
+    let (h, payload) = encode(value, format).map_err(|source| BusError::Encode {
+        subject: subject.to_string(),
+        source,
+    })?;
     bus.publish(subject, h, payload).await
 }
 

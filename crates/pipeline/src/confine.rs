@@ -295,11 +295,11 @@ pub enum ConfineError {
     #[error("cannot confine the agent: Landlock enforced nothing (runner.confine)")]
     NotEnforced,
     /// A capability that reaches other processes could not be dropped.
-    #[error("cannot confine the agent (runner.confine): cannot drop {cap} ({set}): {reason}")]
+    #[error("cannot confine the agent (runner.confine): cannot drop {cap} ({set}): {source}")]
     Capability {
         cap: String,
         set: String,
-        reason: String,
+        source: caps::errors::CapsError,
     },
     /// The thread that confines itself to start the agent.
     #[error("cannot start the confining thread: {0}")]
@@ -333,7 +333,7 @@ fn drop_caps() -> Result<(), ConfineError> {
                 caps::drop(None, set, cap).map_err(|e| ConfineError::Capability {
                     cap: cap.to_string(),
                     set: format!("{set:?}"),
-                    reason: e.to_string(),
+                    source: e,
                 })?;
             }
         }

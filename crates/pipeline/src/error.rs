@@ -12,10 +12,10 @@ use crate::sandbox::SandboxError;
 
 /// `runner.global_template_file` could not be read.
 #[derive(Debug, thiserror::Error)]
-#[error("runner.global_template_file {path}: {reason}")]
+#[error("runner.global_template_file {path}: {source}")]
 pub struct TemplateError {
     pub path: String,
-    pub reason: String,
+    pub source: std::io::Error,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -167,7 +167,7 @@ impl Pipeline {
         } else {
             std::fs::read_to_string(&cfg.global_template_file).map_err(|e| TemplateError {
                 path: cfg.global_template_file.clone(),
-                reason: e.to_string(),
+                source: e,
             })?
         };
         Ok(Self {

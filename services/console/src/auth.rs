@@ -170,12 +170,22 @@ impl Auth {
                         ));
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        let t = random_token()
-                            .map_err(|e| err(&path, format!("no randomness: {e}")))?;
-                        write_private(&path, &t).map_err(|e| err(&path, e.to_string()))?;
+                        let file = |what, source| ConsoleError::TokenFile {
+                            path: path.display().to_string(),
+                            what,
+                            source,
+                        };
+                        let t = random_token().map_err(|e| file("no randomness", e))?;
+                        write_private(&path, &t).map_err(|e| file("writing a new token", e))?;
                         (t, path.display().to_string())
                     }
-                    Err(e) => return Err(err(&path, e.to_string())),
+                    Err(e) => {
+                        return Err(ConsoleError::TokenFile {
+                            path: path.display().to_string(),
+                            what: "reading",
+                            source: e,
+                        });
+                    }
                 }
             }
         };
@@ -188,9 +198,10 @@ impl Auth {
         let mut operators = vec![Operator::new("console".into(), token)];
         if !cfg.console.operators_file.is_empty() {
             let path = &cfg.console.operators_file;
-            let text = std::fs::read_to_string(path).map_err(|e| ConsoleError::Token {
+            let text = std::fs::read_to_string(path).map_err(|e| ConsoleError::TokenFile {
                 path: path.clone(),
-                reason: format!("{e} (console.operators_file: lines `NAME TOKEN`)"),
+                what: "reading console.operators_file (lines `NAME TOKEN`)",
+                source: e,
             })?;
             for op in operators_of(path, &text)? {
                 if operators.iter().any(|o| o.token == op.token) {

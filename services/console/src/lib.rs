@@ -199,8 +199,16 @@ pub enum ConsoleError {
         addr: String,
         source: std::io::Error,
     },
+    /// A token or operators file that is wrong (what is wrong, said).
     #[error("console token {path}: {reason}")]
     Token { path: String, reason: String },
+    /// A token file that could not be read or written (`what` it was doing).
+    #[error("console token {path}: {what}: {source}")]
+    TokenFile {
+        path: String,
+        what: &'static str,
+        source: std::io::Error,
+    },
     /// The transport, the store or a control call.
     #[error(transparent)]
     Bus(#[from] xo_bus::Error),

@@ -250,7 +250,7 @@ fn rmp_serde_encode(record: &UnitRecord) -> Result<Bytes, StoreError> {
         .map_err(|e| StoreError::Encode {
             bucket: BUCKET.into(),
             key: record.unit.clone(),
-            reason: e.to_string(),
+            source: e.into(),
         })
 }
 

@@ -220,7 +220,7 @@ impl Manager {
         let beat = Bytes::from(serde_json::to_vec(&beat).map_err(|e| StoreError::Encode {
             bucket: BUCKET.into(),
             key: member_key(&me),
-            reason: e.to_string(),
+            source: e.into(),
         })?);
         let alive = self.alive(&store).await?;
         store.put(BUCKET, &member_key(&me), beat).await?;
