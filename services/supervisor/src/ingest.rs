@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
@@ -279,7 +279,7 @@ async fn poll_once(
         // A file whose reading panics is counted, logged and skipped (its
         // stamp is kept: read again only once rewritten); the poller goes
         // on with the next file, now and at every start.
-        let read = std::panic::AssertUnwindSafe(async {
+        let read = async {
             ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
             // Never through a symlink, only a regular file, never past the
             // payload limit: the volume is writable by others.
@@ -342,19 +342,28 @@ async fn poll_once(
                 Err(e) => decode::reject_file(ctx, &path, unit, bytes, &e).await,
             }
             Ok(())
-        })
-        .catch_unwind()
-        .await;
-        match read {
-            Ok(Ok(())) => {}
-            Ok(Err(())) => return Err(()),
-            Err(panic) => {
-                ctx.counters.panics.fetch_add(1, Ordering::Relaxed);
-                xo_bus::input::caught(&path.display().to_string(), panic.as_ref());
-            }
-        }
+        };
+        guarded(&path, &ctx.counters.panics, read).await?;
     }
     Ok(())
+}
+
+/// Runs the reading of one file; a panic in it is caught, counted in
+/// `panics`, logged with the file's path, and is `Ok`: the poller goes on
+/// with the next file. `Err(())` is the reading's own (the fleet stopped).
+async fn guarded(
+    path: &Path,
+    panics: &AtomicU64,
+    read: impl Future<Output = Result<(), ()>>,
+) -> Result<(), ()> {
+    match std::panic::AssertUnwindSafe(read).catch_unwind().await {
+        Ok(r) => r,
+        Err(panic) => {
+            panics.fetch_add(1, Ordering::Relaxed);
+            xo_bus::input::caught(&path.display().to_string(), panic.as_ref());
+            Ok(())
+        }
+    }
 }
 
 /// Follows the settings: subscribes to `xo.event.settings`, then asks the
@@ -397,4 +406,32 @@ pub async fn follow_settings(
         };
         let _ = input::typed(sub, limit, dead, shutdown, settings).await;
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file whose reading panics is counted and skipped; the poller's
+    /// own stop is passed on.
+    #[tokio::test]
+    async fn a_file_whose_reading_panics_is_counted_and_the_poller_goes_on() {
+        let panics = AtomicU64::new(0);
+        let p = Path::new("/reports/u1_latest.json");
+        let boom = async {
+            if panics.load(Ordering::Relaxed) == 0 {
+                panic!("a parser broke on this file");
+            }
+            Ok(())
+        };
+        assert_eq!(guarded(p, &panics, boom).await, Ok(()));
+        assert_eq!(panics.load(Ordering::Relaxed), 1);
+        assert_eq!(guarded(p, &panics, async { Ok(()) }).await, Ok(()));
+        assert_eq!(guarded(p, &panics, async { Err(()) }).await, Err(()));
+        assert_eq!(
+            panics.load(Ordering::Relaxed),
+            1,
+            "only the panic is counted"
+        );
+    }
 }
