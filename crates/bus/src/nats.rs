@@ -424,6 +424,14 @@ pub(crate) fn from_nats(m: async_nats::Message) -> Message {
     }
 }
 
+/// NATS's answer to `op`, kept as its type.
+fn nats_err(op: &str, e: impl std::error::Error + Send + Sync + 'static) -> BusError {
+    BusError::Nats {
+        op: op.to_string(),
+        source: Box::new(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,13 +504,5 @@ mod tests {
         ] {
             assert!(!redact_url(odd).contains("s3cret"), "{odd:?}");
         }
-    }
-}
-
-/// NATS's answer to `op`, kept as its type.
-fn nats_err(op: &str, e: impl std::error::Error + Send + Sync + 'static) -> BusError {
-    BusError::Nats {
-        op: op.to_string(),
-        source: Box::new(e),
     }
 }
