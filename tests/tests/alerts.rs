@@ -139,10 +139,7 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
     typed::call(
         &client,
         &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![task("a", &[]), task("b", &[]), task("c", &["a"])],
-        },
+        &Enqueue::new(vec![task("a", &[]), task("b", &[]), task("c", &["a"])]),
         T,
     )
     .await

@@ -91,17 +91,9 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
         })
         .collect();
     tasks[3].depends_on = vec!["t3".into()];
-    typed::call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks,
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Enqueue::new(tasks), T)
+        .await
+        .unwrap();
     typed::call(&bus, &s, &Start::default(), T).await.unwrap();
     let claim = Claim {
         role: "coder".into(),

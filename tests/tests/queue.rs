@@ -102,13 +102,7 @@ impl Q {
         .await
         .unwrap();
         let tasks: Vec<Task> = (0..n).map(|i| task(&format!("t{i:03}"))).collect();
-        let ids = self
-            .call(&Enqueue {
-                by: Default::default(),
-                tasks,
-            })
-            .await
-            .unwrap();
+        let ids = self.call(&Enqueue::new(tasks)).await.unwrap();
         self.call(&Start::default()).await.unwrap();
         ids
     }
@@ -338,12 +332,7 @@ async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
         .await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    q.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![task("late")],
-    })
-    .await
-    .unwrap();
+    q.call(&Enqueue::new(vec![task("late")])).await.unwrap();
     let got = waiting.await.unwrap().unwrap().expect("a task");
     assert_eq!(got.record.task.task_id, "late");
 }
@@ -507,10 +496,7 @@ async fn bad_tasks_over_the_wire_enqueue_nothing() {
         ..task("w1")
     };
     let err = q
-        .call(&Enqueue {
-            by: Default::default(),
-            tasks: vec![task("fine"), bad],
-        })
+        .call(&Enqueue::new(vec![task("fine"), bad]))
         .await
         .unwrap_err()
         .to_string();
@@ -523,10 +509,7 @@ async fn bad_tasks_over_the_wire_enqueue_nothing() {
         ..task("w2")
     };
     let err = q
-        .call(&Enqueue {
-            by: Default::default(),
-            tasks: vec![abs],
-        })
+        .call(&Enqueue::new(vec![abs]))
         .await
         .unwrap_err()
         .to_string();
@@ -693,10 +676,10 @@ async fn a_mode_the_driver_cannot_pass_on_is_refused_at_enqueue() {
         t
     };
     let err = q
-        .call(&Enqueue {
-            by: Default::default(),
-            tasks: vec![with_mode("a", "auto"), with_mode("b", "opus")],
-        })
+        .call(&Enqueue::new(vec![
+            with_mode("a", "auto"),
+            with_mode("b", "opus"),
+        ]))
         .await
         .unwrap_err()
         .to_string();
@@ -707,12 +690,9 @@ async fn a_mode_the_driver_cannot_pass_on_is_refused_at_enqueue() {
     );
     let listed = q.call(&ListTasks::default()).await.unwrap();
     assert!(listed.is_empty(), "refused whole: {listed:?}");
-    q.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![with_mode("a", "auto")],
-    })
-    .await
-    .unwrap();
+    q.call(&Enqueue::new(vec![with_mode("a", "auto")]))
+        .await
+        .unwrap();
     drop(q);
 
     let q = Q::start(&[
@@ -722,10 +702,7 @@ async fn a_mode_the_driver_cannot_pass_on_is_refused_at_enqueue() {
     ])
     .await;
     q.call(&Init::default()).await.unwrap();
-    q.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![with_mode("b", "opus")],
-    })
-    .await
-    .unwrap();
+    q.call(&Enqueue::new(vec![with_mode("b", "opus")]))
+        .await
+        .unwrap();
 }

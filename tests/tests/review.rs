@@ -355,11 +355,7 @@ async fn the_schedule_survives_a_restart_and_dropped_cleanup_is_not_churn() {
     let mut rig = Rig::start(None, &[("review.code_style_every", "3")]).await;
     // Cleanup directives past the cap are dropped by the queue: not churn
     // (50 drops at +0.2 each would have pulled a run by urgency).
-    rig.call(&Enqueue {
-        by: Default::default(),
-        tasks: cleanup_tasks(60),
-    })
-    .await;
+    rig.call(&Enqueue::new(cleanup_tasks(60))).await;
     assert!(
         tokio::time::timeout(Duration::from_millis(500), rig.runs.next())
             .await
@@ -424,11 +420,7 @@ async fn new_functional_work_ends_the_polish_phase() {
     // New functional work arrives: the polish phase ends, reviews resume.
     let mut t = Task::new("f1", "a new feature", "x", "coder");
     t.lane = Lane::Critical;
-    rig.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![t],
-    })
-    .await;
+    rig.call(&Enqueue::new(vec![t])).await;
     assert_eq!(rig.complete_one().await, "f1");
     let r = rig.next_run().await;
     assert_eq!(r.reviewer, "code_style");

@@ -62,11 +62,7 @@ impl Rig {
             completed: true,
         })
         .await;
-        self.call(&Enqueue {
-            by: Default::default(),
-            tasks,
-        })
-        .await;
+        self.call(&Enqueue::new(tasks)).await;
         self.call(&Start::default()).await;
         self.runner = Some(
             xo_runner::start(
@@ -462,10 +458,12 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
         completed: false,
     })
     .await;
-    rig.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![Task::new("slow", "planned work", "x", "coder")],
-    })
+    rig.call(&Enqueue::new(vec![Task::new(
+        "slow",
+        "planned work",
+        "x",
+        "coder",
+    )]))
     .await;
     rig.call(&Start::default()).await;
     let c = rig
@@ -479,11 +477,7 @@ async fn a_lost_interrupt_comes_with_the_next_lease_renewal() {
     // Critical work and no idle runner: the queue asks the holder to yield.
     let mut hot = Task::new("hot", "critical fix", "x", "coder");
     hot.lane = Lane::Critical;
-    rig.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![hot],
-    })
-    .await;
+    rig.call(&Enqueue::new(vec![hot])).await;
     rig.wait_for("slow", "asked to yield", |r| r.interrupt.is_some())
         .await;
     let (cancel, mut cancelled) = tokio::sync::watch::channel(false);

@@ -133,16 +133,7 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
     let tasks = (1..=5)
         .map(|i| Task::new(format!("t{i}"), "x", "x", "coder"))
         .collect();
-    assert_eq!(
-        rig.call(&Enqueue {
-            by: Default::default(),
-            tasks
-        })
-        .await
-        .unwrap()
-        .len(),
-        5
-    );
+    assert_eq!(rig.call(&Enqueue::new(tasks)).await.unwrap().len(), 5);
     rig.call(&Start::default()).await.unwrap();
     let c = rig
         .call(&Claim {
@@ -247,12 +238,7 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     hot.directive = Some("dir-2".into());
     hot.lane = Lane::Critical;
     let work = Task::new("w1", "write the parser", "x", "coder");
-    rig.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![dir, hot, work],
-    })
-    .await
-    .unwrap();
+    rig.call(&Enqueue::new(vec![dir, hot, work])).await.unwrap();
     rig.call(&Start::default()).await.unwrap();
     let c = rig
         .call(&Claim {
@@ -299,10 +285,12 @@ async fn a_claim_carries_what_the_prompt_needs_and_renewal_says_halted() {
     })
     .await
     .unwrap();
-    rig.call(&Enqueue {
-        by: Default::default(),
-        tasks: vec![Task::new("w2", "write the lexer", "x", "coder")],
-    })
+    rig.call(&Enqueue::new(vec![Task::new(
+        "w2",
+        "write the lexer",
+        "x",
+        "coder",
+    )]))
     .await
     .unwrap();
     let c2 = rig

@@ -152,17 +152,9 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![looping("l1")],
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Enqueue::new(vec![looping("l1")]), T)
+        .await
+        .unwrap();
     typed::call(&bus, &s, &Start::default(), T).await.unwrap();
 
     let r1 = start_runner(&cfg, &bus).await;
@@ -184,17 +176,9 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     // next task and leave it to lease expiry: let it lapse first.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let r2 = start_runner(&cfg, &bus).await;
-    typed::call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![looping("l2")],
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Enqueue::new(vec![looping("l2")]), T)
+        .await
+        .unwrap();
     typed::call(&bus, &s, &Resume::default(), T).await.unwrap();
     wait_completed(&bus, &cfg, "l2").await;
     let sent2 = drain_loops(&mut steer).await;

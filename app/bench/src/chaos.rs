@@ -166,16 +166,7 @@ where
 
 /// Enqueues and waits until every task of the batch is finished.
 async fn work(bus: &Bus, s: &Subjects, tasks: Vec<Task>) -> anyhow::Result<Vec<String>> {
-    let ids = must(
-        bus,
-        s,
-        &Enqueue {
-            by: Default::default(),
-            tasks,
-        },
-        Duration::from_secs(60),
-    )
-    .await?;
+    let ids = must(bus, s, &Enqueue::new(tasks), Duration::from_secs(60)).await?;
     must(bus, s, &Start::default(), Duration::from_secs(60)).await?;
     Ok(ids)
 }

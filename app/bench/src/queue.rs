@@ -70,16 +70,7 @@ async fn cycles(
     )
     .await?;
     for chunk in tasks(n, tag).chunks(1000) {
-        typed::call(
-            &first,
-            subjects,
-            &Enqueue {
-                by: Default::default(),
-                tasks: chunk.to_vec(),
-            },
-            T,
-        )
-        .await?;
+        typed::call(&first, subjects, &Enqueue::new(chunk.to_vec()), T).await?;
     }
     typed::call(&first, subjects, &Start::default(), T).await?;
     let begun = Instant::now();

@@ -81,17 +81,9 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
             task
         })
         .collect();
-    typed::call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks,
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Enqueue::new(tasks), t)
+        .await
+        .unwrap();
     typed::call(&bus, &s, &Start::default(), t).await.unwrap();
     let mut done = None;
     for _ in 0..600 {

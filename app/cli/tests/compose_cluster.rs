@@ -154,17 +154,9 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
             )
         })
         .collect();
-    typed::call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks,
-        },
-        T,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Enqueue::new(tasks), T)
+        .await
+        .unwrap();
     typed::call(&bus, &s, &Start::default(), T).await.unwrap();
     progress(&bus, 2, &p).await;
 

@@ -256,16 +256,7 @@ coder = 3
         (u.iter().filter(|x| !x.stale).count() >= 3).then_some(())
     })
     .await;
-    call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: tasks(),
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &s, &Enqueue::new(tasks())).await.unwrap();
     let started = Instant::now();
     call(&bus, &s, &Start::default()).await.unwrap();
     let mut figures: BTreeMap<&str, f64> = BTreeMap::new();
@@ -307,16 +298,9 @@ coder = 3
     );
 
     // 2. Cut the runner holding slow-net off the network.
-    call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![slow("slow-net")],
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &s, &Enqueue::new(vec![slow("slow-net")]))
+        .await
+        .unwrap();
     // The first tasks may all be done: the queue completed; run again.
     call(&bus, &s, &Start::default()).await.unwrap();
     let cut = wait("slow-net runs", async || {
@@ -359,16 +343,7 @@ coder = 3
             "coder",
         ));
     }
-    call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: more,
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &s, &Enqueue::new(more)).await.unwrap();
     call(&bus, &s, &Start::default()).await.unwrap();
     docker(&["stop", &format!("{n}-nats")]);
     tokio::time::sleep(Duration::from_secs(10)).await;

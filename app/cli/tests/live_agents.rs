@@ -203,17 +203,9 @@ async fn start_goal(
     )
     .await
     .unwrap();
-    typed::call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![task],
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Enqueue::new(vec![task]), t)
+        .await
+        .unwrap();
     typed::call(&bus, &s, &Start::default(), t).await.unwrap();
     bus
 }
@@ -638,10 +630,7 @@ async fn each_task_works_in_its_own_tree_and_its_diff_reaches_the_project() {
     typed::call(
         &bus,
         &Subjects::default(),
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![second],
-        },
+        &Enqueue::new(vec![second]),
         Duration::from_secs(10),
     )
     .await

@@ -233,17 +233,9 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
     );
     // Completes only if the XO's steering reached the runner through its permissions.
     t.acceptance_criteria = vec!["output contains: [steering received] [SUPERVISOR] Loop".into()];
-    typed::call(
-        &bus,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![t],
-        },
-        call_t,
-    )
-    .await
-    .unwrap();
+    typed::call(&bus, &s, &Enqueue::new(vec![t]), call_t)
+        .await
+        .unwrap();
     typed::call(&bus, &s, &Start::default(), call_t)
         .await
         .unwrap();
@@ -370,17 +362,7 @@ async fn no_runner_can_act_for_another() {
         Task::new("a", "build", "do a", "coder"),
         Task::new("b", "build", "do b", "coder"),
     ];
-    typed::call(
-        &op,
-        &s,
-        &Enqueue {
-            by: Default::default(),
-            tasks,
-        },
-        t,
-    )
-    .await
-    .unwrap();
+    typed::call(&op, &s, &Enqueue::new(tasks), t).await.unwrap();
     typed::call(&op, &s, &Start::default(), t).await.unwrap();
     let mut alerts = op.subscribe("xo.event.alert.lease_refused").await.unwrap();
     op.flush().await.unwrap();

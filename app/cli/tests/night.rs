@@ -233,15 +233,7 @@ url = "{base}/alerts"
     )
     .await
     .unwrap();
-    let ids = call(
-        &bus,
-        &Enqueue {
-            by: Default::default(),
-            tasks: goal(),
-        },
-    )
-    .await
-    .unwrap();
+    let ids = call(&bus, &Enqueue::new(goal())).await.unwrap();
     assert_eq!(ids.len(), 40);
     call(
         &bus,

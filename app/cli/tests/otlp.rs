@@ -385,16 +385,14 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
     typed::call(
         &bus,
         &subjects,
-        &Enqueue { by: Default::default(),
-            tasks: vec![
+        &Enqueue::new(vec![
                 // Loops on a failing build until steered (the XO's loop rule).
                 task(
                     "looping",
                     r#"{ repeat = 1000, tool = "build", args = "--all", fail = "compile_error", until_steered = true }, { write = "built.txt", content = "x" }"#,
                 ),
                 task("plain", r#"{ tool = "read_file", args = "a.txt" }, { write = "b.txt", content = "b" }"#),
-            ],
-        },
+        ]),
         t,
     )
     .await

@@ -245,15 +245,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
     )
     .await
     .unwrap();
-    let ids = call(
-        &bus,
-        &Enqueue {
-            by: Default::default(),
-            tasks: goal(),
-        },
-    )
-    .await
-    .unwrap();
+    let ids = call(&bus, &Enqueue::new(goal())).await.unwrap();
     assert_eq!(ids.len(), 11);
     for u in runners {
         fleet.runner(u);

@@ -203,10 +203,7 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
     call(
         &bus,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![task("t1"), task("t2"), task("t3")],
-        },
+        &Enqueue::new(vec![task("t1"), task("t2"), task("t3")]),
     )
     .await
     .unwrap();
@@ -269,15 +266,7 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
     }
     assert!(claimed, "the Manager never claimed\n{}", f.procs.logs(20));
     // New work the Manager was not shown, then a coder process.
-    call(
-        &bus,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![task("d")],
-        },
-    )
-    .await
-    .unwrap();
+    call(&bus, &Enqueue::new(vec![task("d")])).await.unwrap();
     f.coder("coder-1");
     f.completed().await;
     let t2 = state_of(&bus, "t2").await.unwrap();
@@ -312,15 +301,7 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
         "file exists: partial.txt".into(),
         "file exists: whole.txt".into(),
     ];
-    call(
-        &f.bus,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![slow],
-        },
-    )
-    .await
-    .unwrap();
+    call(&f.bus, &Enqueue::new(vec![slow])).await.unwrap();
     call(&f.bus, &Start::default()).await.unwrap();
     f.coder("coder-1");
     // Mid-task, its work is in its own tree (worktree isolation); the
@@ -346,15 +327,7 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
     // A critical directive's task, while the only coder is busy.
     let mut crit = task("crit");
     crit.lane = Lane::Critical;
-    call(
-        &f.bus,
-        &Enqueue {
-            by: Default::default(),
-            tasks: vec![crit],
-        },
-    )
-    .await
-    .unwrap();
+    call(&f.bus, &Enqueue::new(vec![crit])).await.unwrap();
     f.completed().await;
 
     let slow = state_of(&f.bus, "slow").await.unwrap();

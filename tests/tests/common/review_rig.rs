@@ -80,11 +80,7 @@ impl Rig {
         let tasks = (1..=8)
             .map(|i| Task::new(format!("t{i}"), format!("step {i}"), "x", "coder"))
             .collect();
-        rig.call(&Enqueue {
-            by: Default::default(),
-            tasks,
-        })
-        .await;
+        rig.call(&Enqueue::new(tasks)).await;
         rig.call(&Start::default()).await;
         rig
     }
@@ -141,11 +137,7 @@ impl Rig {
             })
             .await;
         }
-        self.call(&Enqueue {
-            by: Default::default(),
-            tasks: cleanup_tasks(n),
-        })
-        .await;
+        self.call(&Enqueue::new(cleanup_tasks(n))).await;
         while tokio::time::timeout(Duration::from_millis(200), self.runs.next())
             .await
             .is_ok()

@@ -252,12 +252,7 @@ impl Reviews {
         t.lane = directive.lane();
         t.directive = Some(id);
         t.project = Some(self.cfg.review.project.clone());
-        self.call(&q::Enqueue {
-            by: Default::default(),
-            tasks: vec![t],
-        })
-        .await
-        .is_some()
+        self.call(&q::Enqueue::new(vec![t])).await.is_some()
     }
 
     /// Compressed inputs (seed 001: summarised state, not the full context).
