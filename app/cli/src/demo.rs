@@ -212,16 +212,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     .await?;
     let tasks = demo_tasks();
     let n_tasks = tasks.len();
-    typed::call(
-        &bus,
-        &subjects,
-        &q::Enqueue {
-            by: Default::default(),
-            tasks,
-        },
-        call_t,
-    )
-    .await?;
+    typed::call(&bus, &subjects, &q::Enqueue::new(tasks), call_t).await?;
     // The runners join once the goal and the tasks are in place.
     let runners: Vec<RunnerOptions> = RUNNERS
         .iter()

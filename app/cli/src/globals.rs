@@ -43,6 +43,28 @@ impl Globals {
         o
     }
 
+    /// The configuration these options give, and the runtime a command
+    /// runs on (the descriptor limit raised first: every connection takes
+    /// one). `Err`: the exit code and what to say (2 for the configuration).
+    pub fn start(
+        &self,
+    ) -> Result<(xo_runtime::XoConfig, tokio::runtime::Runtime), (std::process::ExitCode, String)>
+    {
+        let cfg = xo_runtime::XoConfig::load(self.config.as_deref(), &self.overrides())
+            .map_err(|e| (std::process::ExitCode::from(2), format!("error: {e}")))?;
+        xo_runtime::limits::raise_fd_limit();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                (
+                    std::process::ExitCode::FAILURE,
+                    format!("error: cannot start the runtime: {e}"),
+                )
+            })?;
+        Ok((cfg, rt))
+    }
+
     /// The same options as arguments, to hand to another binary.
     #[allow(dead_code)] // used by `xo` only; this file is shared with `xo-bench`
     pub fn args(&self) -> Vec<OsString> {

@@ -57,23 +57,11 @@ fn main() -> ExitCode {
     if let Cmd::Bench { args } = &cli.cmd {
         return bench(&cli.globals, args);
     }
-    let cfg = match XoConfig::load(cli.globals.config.as_deref(), &cli.globals.overrides()) {
-        Ok(c) => c,
-        Err(e) => {
-            errln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    // Every connection takes a descriptor: use what the system allows.
-    xo_runtime::limits::raise_fd_limit();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+    let (cfg, rt) = match cli.globals.start() {
+        Ok(started) => started,
+        Err((code, why)) => {
+            errln!("{why}");
+            return code;
         }
     };
     let res = rt.block_on(dispatch(cli.cmd, cfg));
@@ -93,18 +81,15 @@ fn main() -> ExitCode {
 /// binary through `XO_BIN` to start services as processes.
 fn bench(globals: &globals::Globals, args: &[std::ffi::OsString]) -> ExitCode {
     let me = std::env::current_exe().ok();
-    if let Some(named) = std::env::var_os("XO_BENCH_BIN").map(std::path::PathBuf::from)
-        && !named.is_file()
-    {
+    let named = std::env::var_os("XO_BENCH_BIN").map(std::path::PathBuf::from);
+    if let Some(n) = named.as_ref().filter(|n| !n.is_file()) {
         errln!(
             "error: XO_BENCH_BIN names {}, which is not a file: point it at the xo-bench binary, or unset it to use the one beside xo",
-            named.display()
+            n.display()
         );
         return ExitCode::from(2);
     }
-    let bin = std::env::var_os("XO_BENCH_BIN")
-        .map(std::path::PathBuf::from)
-        .or_else(|| me.as_ref().map(|m| m.with_file_name("xo-bench")));
+    let bin = named.or_else(|| me.as_ref().map(|m| m.with_file_name("xo-bench")));
     let Some(bin) = bin.filter(|b| b.is_file()) else {
         errln!(
             "error: `xo bench` runs the xo-bench binary, which is not beside {}; build it with \

@@ -29,23 +29,11 @@ struct BenchCli {
 
 fn main() -> ExitCode {
     let cli = BenchCli::parse();
-    let cfg =
-        match xo_runtime::XoConfig::load(cli.globals.config.as_deref(), &cli.globals.overrides()) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        };
-    xo_runtime::limits::raise_fd_limit();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
+    let (cfg, rt) = match cli.globals.start() {
+        Ok(started) => started,
+        Err((code, why)) => {
+            eprintln!("{why}");
+            return code;
         }
     };
     match rt.block_on(xo_bench::run(&cfg, cli.what)) {
