@@ -1547,11 +1547,6 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
     rig.stop().await;
 }
 
-/// Issue 41, item 4: named operators, each with a token of their own
-/// (`console.operators_file`). A write names who made it: the operator
-/// from a browser, `NAME (api: CLIENT)` with a bearer token; each
-/// operator's forms carry their own CSRF value; the file's mistakes are
-/// named with their line.
 /// Two named operators' tokens (`console.operators_file`).
 const ANA: &str = "ana-token-0123456789abcdef";
 const BO: &str = "bo-token-0123456789abcdef";
@@ -1628,16 +1623,7 @@ async fn queue_writes_are_signed_on_their_audit_lines() {
     );
     assert_eq!(by("TASK_CANCELLED"), vec!["bo"], "{lines}");
     // The audit page names them too.
-    let page = rig
-        .http
-        .get(rig.u("/audit"))
-        .bearer_auth(&rig.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = rig.fetch("/audit", None).await.text().await.unwrap();
     assert!(
         page.contains("<td>bo</td>"),
         "the audit page does not name bo"
@@ -1645,6 +1631,11 @@ async fn queue_writes_are_signed_on_their_audit_lines() {
     rig.stop().await;
 }
 
+/// Issue 41, item 4: named operators, each with a token of their own
+/// (`console.operators_file`). A write names who made it: the operator
+/// from a browser, `NAME (api: CLIENT)` with a bearer token; each
+/// operator's forms carry their own CSRF value; the file's mistakes are
+/// named with their line.
 #[tokio::test]
 async fn named_operators_sign_their_writes() {
     let dir = tempfile::tempdir().unwrap();

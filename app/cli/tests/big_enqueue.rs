@@ -9,15 +9,9 @@ use std::time::Duration;
 use xo_proto::queue::QueueStatus;
 use xo_tests::NatsServer;
 
-fn xo(url: &str, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
-        .args(args)
-        .args(["--nats", url])
-        .env("XO__STATE__DIR", state)
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("xo")
-}
+mod common;
+
+use common::xo_nats as xo;
 
 fn serve_queue(url: &str, state: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_xo"))

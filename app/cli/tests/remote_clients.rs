@@ -10,15 +10,9 @@ use std::time::Duration;
 
 use xo_tests::NatsServer;
 
-fn xo(url: &str, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
-        .args(args)
-        .args(["--nats", url])
-        .env("XO__STATE__DIR", state)
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("xo")
-}
+mod common;
+
+use common::xo_nats as xo;
 
 /// The fabric (`xo up`) in its own process, killed when dropped.
 struct Fabric(Child);

@@ -7,6 +7,18 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+/// `xo ARGS --nats URL` with `state` as its state directory: a client of
+/// a fabric over nats-server, with no file of that fabric to read.
+pub fn xo_nats(url: &str, state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(args)
+        .args(["--nats", url])
+        .env("XO__STATE__DIR", state)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("xo")
+}
+
 /// `xo ARGS` in `dir` against the `xo up` there (no NATS, no console).
 pub fn xo(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xo"))
