@@ -66,14 +66,7 @@ pub async fn begin(bus: &Bus, tasks: Vec<Task>) {
         },
     )
     .await;
-    must(
-        bus,
-        &Enqueue {
-            by: Default::default(),
-            tasks,
-        },
-    )
-    .await;
+    must(bus, &Enqueue::new(tasks)).await;
     must(bus, &Start::default()).await;
 }
 
