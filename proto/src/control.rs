@@ -296,6 +296,10 @@ pub struct ListUnits {
     /// At most this many.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+    /// Only these units (those the supervisor knows; empty: every unit).
+    /// The console asks for the rows that changed this way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<String>,
 }
 
 impl ListUnits {
@@ -308,6 +312,15 @@ impl ListUnits {
         Self {
             after,
             limit: Some(Self::PAGE),
+            units: Vec::new(),
+        }
+    }
+
+    /// Only `units` (at most [`Self::PAGE`] of them make one reply).
+    pub fn only(units: Vec<String>) -> Self {
+        Self {
+            units,
+            ..Self::default()
         }
     }
 }

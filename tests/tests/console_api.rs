@@ -894,6 +894,17 @@ async fn metrics_parse_as_prometheus_text() {
 /// Reads SSE frames until one of `event` arrives; returns its data.
 async fn next_event(resp: &mut reqwest::Response, buf: &mut String, event: &str) -> Value {
     loop {
+        let (name, data) = next_frame(resp, buf).await;
+        if name == event {
+            return data;
+        }
+    }
+}
+
+/// The next event of a stream, whatever its name (keep-alive comments
+/// skipped).
+async fn next_frame(resp: &mut reqwest::Response, buf: &mut String) -> (String, Value) {
+    loop {
         while let Some(end) = buf.find("\n\n") {
             let frame: String = buf.drain(..end + 2).collect();
             let mut name = "";
@@ -905,8 +916,8 @@ async fn next_event(resp: &mut reqwest::Response, buf: &mut String, event: &str)
                     data.push_str(d);
                 }
             }
-            if name == event {
-                return serde_json::from_str(&data).unwrap();
+            if !name.is_empty() {
+                return (name.to_string(), serde_json::from_str(&data).unwrap());
             }
         }
         let chunk = tokio::time::timeout(Duration::from_secs(20), resp.chunk())
@@ -916,6 +927,107 @@ async fn next_event(resp: &mut reqwest::Response, buf: &mut String, event: &str)
             .expect("stream open");
         buf.push_str(&String::from_utf8_lossy(&chunk));
     }
+}
+
+/// Issue 41, item 2: the fleet page's live rows come on the stream,
+/// rendered by the console, a batch at a time with the fleet's counts (a
+/// tab makes no request per report); a stream takes only the events it
+/// names (`?only=`, unknown names refused) and one unit's (`?unit=`).
+#[tokio::test]
+async fn the_fleet_rows_come_batched_and_a_stream_takes_only_what_it_asks() {
+    use std::collections::BTreeSet;
+    let rig = Rig::start(&[]).await;
+    let r = rig.fetch("/api/v1/events?only=rows,bogus", None).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("\"bogus\"") && text.contains("salute, steer") && text.contains("rows"),
+        "{text}"
+    );
+    let r = rig.fetch("/api/v1/events?unit=a%20b", None).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+
+    let mut rows = rig.fetch("/api/v1/events?only=rows", None).await;
+    let mut one = rig
+        .fetch("/api/v1/events?only=salute&unit=batch-07", None)
+        .await;
+    let (mut rbuf, mut obuf) = (String::new(), String::new());
+    let client = connect(&rig.nats, "test").await;
+    let subjects = rig.cfg.subjects();
+    // 20 units report three times each; batch-07 is the last of each round.
+    const UNITS: usize = 20;
+    for seq in 1..=3u64 {
+        for i in (0..UNITS).filter(|i| *i != 7).chain([7]) {
+            let unit = format!("batch-{i:02}");
+            let mut r = SaluteReport::new(&unit, "coder", seq, seq);
+            if i % 5 == 0 {
+                r.status.health = xo_proto::Health::Amber;
+            }
+            typed::publish(&client, &subjects.salute(&unit), &r, Format::Msgpack)
+                .await
+                .unwrap();
+        }
+    }
+    client.flush().await.unwrap();
+    // The one-unit stream: only batch-07's reports, in order.
+    for seq in 1..=3u64 {
+        let (name, ev) = next_frame(&mut one, &mut obuf).await;
+        assert_eq!(name, "salute");
+        assert_eq!(ev["unit"]["unit"], "batch-07", "{ev}");
+        assert_eq!(ev["time"]["seq"], seq);
+    }
+    // The rows stream: only `rows`; every unit's row arrives, never twice
+    // in one batch, at its last report; the counts are the fleet's.
+    let mut latest: std::collections::BTreeMap<String, Value> = Default::default();
+    let mut last = Value::Null;
+    while latest.len() < UNITS
+        || latest.values().any(|r| r["seq"] != 3)
+        || last["units"] != json!(UNITS)
+    {
+        let (name, batch) = next_frame(&mut rows, &mut rbuf).await;
+        assert_eq!(name, "rows", "{batch}");
+        let mut in_batch = BTreeSet::new();
+        for row in batch["rows"].as_array().unwrap() {
+            let unit = row["unit"].as_str().unwrap().to_string();
+            assert!(in_batch.insert(unit.clone()), "{unit} twice in {batch}");
+            let html = row["html"].as_str().unwrap();
+            assert!(
+                html.starts_with(&format!("<tr id=\"unit-{unit}\"")),
+                "{html}"
+            );
+            assert_eq!(row["role"], "coder");
+            latest.insert(unit, row.clone());
+        }
+        last = batch;
+    }
+    for (unit, row) in &latest {
+        let amber = unit.ends_with("00")
+            || unit.ends_with("05")
+            || unit.ends_with("10")
+            || unit.ends_with("15");
+        assert_eq!(row["rank"], if amber { 1 } else { 3 }, "{row}");
+    }
+    let counts: Vec<u64> = last["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    // red, amber, stale, green, idle.
+    assert_eq!(counts, [0, 4, 0, 16, 0], "{last}");
+    let metrics = rig.fetch("/metrics", None).await.text().await.unwrap();
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing:\n{metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("xo_console_row_batches_total") >= 1);
+    assert!(value("xo_console_live_bytes_total") > 0);
+    // Two refused streams, two open ones; the metrics themselves not counted.
+    assert!(value("xo_console_requests_total") >= 4);
 }
 
 #[tokio::test]

@@ -528,16 +528,7 @@ async fn drive(
     let begun = Instant::now();
     let mut missing: Vec<String> = units.to_vec();
     while !missing.is_empty() && begun.elapsed() < Duration::from_secs(30) {
-        if let Some(list) = call(
-            &bus,
-            &s,
-            &xo_proto::control::ListUnits {
-                after: None,
-                limit: None,
-            },
-        )
-        .await
-        {
+        if let Some(list) = call(&bus, &s, &xo_proto::control::ListUnits::default()).await {
             missing.retain(|u| !list.iter().any(|x| &x.unit == u && !x.stale));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

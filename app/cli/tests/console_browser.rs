@@ -628,6 +628,69 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
         json!(["Looping-4", "Hot-2", "warm-3", "calm-1", "Done-5"]),
         "the server's order is the same"
     );
+    // Issue 41, item 2: a page of rows at a time. A red unit arriving live
+    // comes in on page 1, which keeps its length; page 2 does not take a
+    // row that belongs on page 1.
+    b.goto(&format!("{}/?per=3", up.url)).await.unwrap();
+    wait_text(&b, "#live", "live").await;
+    assert_eq!(order().await, json!(["Looping-4", "Hot-2", "warm-3"]));
+    wait_text(&b, "#pages", "rows 1–3 of 5").await;
+    send_as("Fire-7", "red", 0.1, 500, false);
+    b.wait()
+        .for_element(Locator::Id("unit-Fire-7"))
+        .await
+        .unwrap();
+    assert_eq!(order().await, json!(["Fire-7", "Looping-4", "Hot-2"]));
+    wait_text(&b, "#unit-count", "6").await;
+    // The live rows came in the stream's `rows` batches: the tab asked the
+    // server for nothing per report (only the header's "Needs you" count,
+    // on its own timer).
+    let asked = b
+        .execute(
+            "return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname).filter(p => !p.startsWith('/assets/') && p !== '/api/v1/needs' && p !== '/api/v1/events');",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(asked, json!([]), "requests the fleet tab made");
+    b.goto(&format!("{}/?per=3&page=2", up.url)).await.unwrap();
+    wait_text(&b, "#live", "live").await;
+    assert_eq!(order().await, json!(["warm-3", "calm-1", "Done-5"]));
+    send_as("Fire-8", "red", 0.1, 0, false);
+    // The batch that counted it has come: its row was not placed here.
+    wait_text(&b, "#count-red", "4 red").await;
+    assert_eq!(order().await, json!(["warm-3", "calm-1", "Done-5"]));
+    // A long note without a space wraps inside its cell instead of
+    // pushing the columns off the table.
+    let long = "x".repeat(3000);
+    let report = json!({
+        "v": 1,
+        "unit": {"unit": "Long-9", "role": "coder", "pace": "primary"},
+        "status": {"health": "red", "note": long},
+        "activity": {"step": "working", "turns_since_progress": 1},
+        "time": {"turn": 1, "seq": 1, "at": 1}
+    });
+    let file = write(up.root.path(), "long.json", &report);
+    assert!(
+        up.cli(&["report", file.to_str().unwrap()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    b.goto(&format!("{}/", up.url)).await.unwrap();
+    b.wait()
+        .for_element(Locator::Id("unit-Long-9"))
+        .await
+        .unwrap();
+    let fits = b
+        .execute(
+            "const t = document.getElementById('units'); const n = document.querySelector('#unit-Long-9 .note'); return [t.scrollWidth <= t.parentElement.clientWidth + 1, n.getBoundingClientRect().width < window.innerWidth];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(fits, json!([true, true]), "the long note wraps");
+    shot(&b, "fleet-long-note").await;
     // A role seen in the fleet (not in xo.toml) can be tuned in Settings,
     // its thresholds filled with the default profile's values.
     up.report_green("ops-1", "devops");

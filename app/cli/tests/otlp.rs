@@ -103,10 +103,7 @@ async fn a_report_and_its_steering_are_one_trace_at_the_collector() {
         if typed::call(
             &bus,
             &subjects,
-            &xo_proto::control::ListUnits {
-                after: None,
-                limit: None,
-            },
+            &xo_proto::control::ListUnits::default(),
             Duration::from_millis(500),
         )
         .await
@@ -341,17 +338,9 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
         )
         .await
         .is_ok()
-            && typed::call(
-                &bus,
-                &subjects,
-                &xo_proto::control::ListUnits {
-                    after: None,
-                    limit: None,
-                },
-                t,
-            )
-            .await
-            .is_ok();
+            && typed::call(&bus, &subjects, &xo_proto::control::ListUnits::default(), t)
+                .await
+                .is_ok();
         if ready {
             break;
         }

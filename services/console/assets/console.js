@@ -10,12 +10,11 @@
       "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
     })[c]);
   }
-  // A unit's row as the server renders it (one row builder: the server's).
-  async function rowOf(unit) {
-    const r = await fetch("/ui/units/" + encodeURIComponent(unit) + "/row", { credentials: "same-origin" });
-    if (!r.ok) return null;
+  // A unit's row as the server rendered it (one row builder: the server's;
+  // the rows come in the `rows` event, no request per row).
+  function rowOf(html) {
     const t = document.createElement("template");
-    t.innerHTML = (await r.text()).trim();
+    t.innerHTML = String(html).trim();
     return t.content.firstElementChild;
   }
 
@@ -41,48 +40,58 @@
     return true;
   }
 
-  // A unit's row is refreshed from the API at most twice a second.
-  const pending = new Map();
-  function refresh(unit) {
-    if (!table || pending.has(unit)) return;
-    if (mode === "unit" && table.dataset.unit !== unit) return;
-    pending.set(unit, setTimeout(async () => {
-      pending.delete(unit);
-      try {
-        const tr = await rowOf(unit);
-        if (!tr) return;
-        const u = { unit: tr.dataset.unit, role: tr.dataset.role, health: tr.dataset.health, rank: Number(tr.dataset.rank) };
-        const tbody = table.tBodies[0];
-        const old = document.getElementById("unit-" + u.unit);
-        if (!matches(u)) { if (old) old.remove(); return; }
-        // In triage order (the default), a row goes before the first less severe one.
-        const place = () => {
-          if (mode !== "fleet" || (table.dataset.sort || "health") !== "health" || params.get("dir") === "desc") return null;
-          for (const r of tbody.rows) {
-            if (r !== tr && before(tr, r)) return r;
-          }
-          return null;
-        };
-        if (old) {
-          const same = ["rank", "acked", "steered", "tsp"].every((k) => old.dataset[k] === tr.dataset[k]);
-          if (same || mode !== "fleet") old.replaceWith(tr);
-          else { old.remove(); tbody.insertBefore(tr, place()); }
-        } else {
-          tbody.insertBefore(tr, place());
-          const none = document.getElementById("no-units");
-          if (none) none.remove();
-          const n = document.getElementById("unit-count");
-          if (n) n.textContent = String(Number(n.textContent) + 1);
-        }
-        tr.classList.add("flash-row");
-        if (!params.get("health") && !params.get("role") && !params.get("q")) {
-          BUCKETS.forEach((h, rank) => {
-            const c = document.querySelector("#count-" + h + " b");
-            if (c) c.textContent = String(tbody.querySelectorAll('tr[data-rank="' + rank + '"]').length);
-          });
-        }
-      } catch (e) { /* the next event tries again */ }
-    }, 500));
+  // The changed rows of a `rows` event (at most one a second, however
+  // many reports): each swapped in or placed in triage order; on page 1 a
+  // row that ranks into the page comes in and the page keeps its length.
+  const page1 = table && Number(table.dataset.page || 1) === 1;
+  const perPage = table ? Number(table.dataset.per || 0) : 0;
+  function applyRow(row) {
+    const tr = rowOf(row.html);
+    if (!tr) return;
+    if (mode === "unit" && table.dataset.unit !== row.unit) return;
+    const u = { unit: row.unit, role: row.role, rank: Number(row.rank) };
+    const tbody = table.tBodies[0];
+    const old = document.getElementById("unit-" + u.unit);
+    if (!matches(u)) { if (old) old.remove(); return; }
+    const triage = mode === "fleet" && (table.dataset.sort || "health") === "health" && params.get("dir") !== "desc";
+    // In triage order (the default), a row goes before the first less severe one.
+    const place = () => {
+      if (!triage) return null;
+      for (const r of tbody.rows) {
+        if (r !== tr && r !== old && before(tr, r)) return r;
+      }
+      return null;
+    };
+    if (old) {
+      const same = ["rank", "acked", "steered", "tsp"].every((k) => old.dataset[k] === tr.dataset[k]);
+      if (same || mode !== "fleet") old.replaceWith(tr);
+      else { const at = place(); old.remove(); tbody.insertBefore(tr, at); }
+    } else {
+      if (mode !== "fleet" || !page1) return;
+      const at = place();
+      // Past the end of a full page: on a later page, not this one.
+      if (!at && perPage && tbody.rows.length >= perPage) return;
+      tbody.insertBefore(tr, at);
+      while (perPage && tbody.rows.length > perPage) tbody.deleteRow(-1);
+      const none = document.getElementById("no-units");
+      if (none) none.remove();
+    }
+    tr.classList.add("flash-row");
+  }
+  function applyRows(batch) {
+    if (!table) return;
+    for (const row of batch.rows || []) {
+      try { applyRow(row); } catch (e) { /* the next batch carries it again */ }
+    }
+    // The counts are the whole fleet's, as the server counted them.
+    if (mode === "fleet" && batch.counts) {
+      BUCKETS.forEach((h, rank) => {
+        const c = document.querySelector("#count-" + h + " b");
+        if (c && batch.counts[rank] != null) c.textContent = String(batch.counts[rank]);
+      });
+      const n = document.getElementById("unit-count");
+      if (n && batch.units != null) n.textContent = String(batch.units);
+    }
   }
 
   function timeline(html) {
@@ -118,7 +127,12 @@
 
   if (!window.EventSource) return;
   const page = location.pathname;
-  const es = new EventSource("/api/v1/events");
+  // Only the events this page uses: the fleet its rows, a unit page its
+  // unit's reports and steering; a tab is sent nothing per report elsewhere.
+  const only = mode === "fleet" ? "only=rows,steer"
+    : mode === "unit" ? "only=rows,salute,steer&unit=" + encodeURIComponent(table.dataset.unit)
+    : "only=task,fleet,review,settings,steer";
+  const es = new EventSource("/api/v1/events?" + only);
   // Browsers allow six connections per host: a stream left open by each
   // page visited would starve the seventh page. Close it when leaving.
   window.addEventListener("pagehide", () => es.close());
@@ -149,11 +163,11 @@
     }, 500);
   }
 
+  es.addEventListener("rows", (ev) => applyRows(JSON.parse(ev.data)));
   es.addEventListener("salute", (ev) => {
     const r = JSON.parse(ev.data);
     const unit = r.unit && r.unit.unit;
     if (!unit) return;
-    refresh(unit);
     if (mode === "unit" && table.dataset.unit === unit) {
       refreshReport(unit);
       timeline('<span class="when">turn ' + r.time.turn + " · now</span> report: <b>" + esc((r.activity && r.activity.step) || "—") +
@@ -163,7 +177,6 @@
   });
   es.addEventListener("steer", (ev) => {
     const s = JSON.parse(ev.data);
-    refresh(s.unit);
     if (mode === "unit" && table.dataset.unit === s.unit) {
       timeline('<span class="when">turn ' + s.turn + " · now</span> <b>" + esc(s.kind) + '</b> <span class="sev">' + esc(s.severity) +
         "</span> <span class=\"src\">" + esc(s.source) + "</span><p>" + esc(s.message) + "</p>");

@@ -37,6 +37,8 @@ use crate::Shared;
 pub struct Live {
     pub name: &'static str,
     pub frame: Bytes,
+    /// The unit a report or a steering is about (`?unit=` keeps only its).
+    pub unit: Option<Arc<str>>,
 }
 
 impl Live {
@@ -57,7 +59,14 @@ impl Live {
         Self {
             name,
             frame: f.freeze(),
+            unit: None,
         }
+    }
+
+    /// The same, about `unit`.
+    fn about(mut self, unit: Option<&str>) -> Self {
+        self.unit = unit.map(Arc::from);
+        self
     }
 }
 
@@ -67,6 +76,13 @@ pub struct Seen {
     pub reports: AtomicU64,
     pub claims: AtomicU64,
     pub lease_expiries: AtomicU64,
+    /// Requests answered (all but `/metrics` and `/healthz`), and the
+    /// bytes of the bodies whose size was known.
+    pub requests: AtomicU64,
+    pub response_bytes: AtomicU64,
+    /// Bytes written to live event streams, and the `rows` batches sent.
+    pub live_bytes: AtomicU64,
+    pub row_batches: AtomicU64,
 }
 
 /// The fan-out.
@@ -80,7 +96,13 @@ pub struct Hub {
     max_streams: usize,
     /// Streams refused for the bound.
     pub streams_refused: std::sync::atomic::AtomicU64,
+    /// Units reported or steered since the last `rows` batch, with the
+    /// sequence number of the latest report seen (0: a steering) (see
+    /// [`crate::rows`]); kept only while a stream is open.
+    changed: Changed,
 }
+
+type Changed = Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, u64>>>;
 
 /// Clients may fall this many events behind before they are told to reload.
 const BACKLOG: usize = 8192;
@@ -139,12 +161,14 @@ impl Hub {
         let subjects = cfg.subjects();
         let (tx, _) = broadcast::channel(BACKLOG);
         let seen = Arc::new(Seen::default());
+        let changed: Changed = Arc::default();
         let hub = Hub {
             tx: tx.clone(),
             seen: seen.clone(),
             streams: Arc::new(tokio::sync::Semaphore::new(cfg.console.max_event_streams)),
             max_streams: cfg.console.max_event_streams,
             streams_refused: Default::default(),
+            changed: changed.clone(),
         };
         let mut subs = Vec::new();
         for pattern in patterns(&subjects) {
@@ -174,7 +198,23 @@ impl Hub {
                 && let Some(data) = json_of(kind, &m, limit)
             {
                 seen.count(name, &data);
-                let _ = tx.send(Live::new(name, &data.to_string()));
+                let unit = match kind {
+                    SubjectKind::Salute => data.pointer("/unit/unit"),
+                    SubjectKind::Steer => data.get("unit"),
+                    _ => None,
+                }
+                .and_then(Value::as_str);
+                let live = Live::new(name, &data.to_string()).about(unit);
+                if tx.receiver_count() > 0 {
+                    if let Some(u) = &live.unit
+                        && let Ok(mut c) = changed.lock()
+                    {
+                        let seq = data.pointer("/time/seq").and_then(Value::as_u64);
+                        let at = c.entry(u.clone()).or_default();
+                        *at = (*at).max(seq.unwrap_or(0));
+                    }
+                    let _ = tx.send(live);
+                }
             }
             async { Next::Go }
         };
@@ -189,6 +229,25 @@ impl Hub {
     /// A new client's receiver.
     pub fn subscribe(&self) -> broadcast::Receiver<Live> {
         self.tx.subscribe()
+    }
+
+    /// Live streams open now.
+    pub fn listeners(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// The units reported or steered since the last call, each with the
+    /// sequence number of its latest report seen (0: steered only).
+    pub fn take_changed(&self) -> Vec<(Arc<str>, u64)> {
+        self.changed
+            .lock()
+            .map(|mut c| c.drain().collect())
+            .unwrap_or_default()
+    }
+
+    /// Sends an event the console made itself (a `rows` batch).
+    pub fn send(&self, live: Live) {
+        let _ = self.tx.send(live);
     }
 }
 
@@ -222,16 +281,31 @@ const KEEP_ALIVE: Duration = Duration::from_millis(xo_runtime::config::EVENT_KEE
 /// Frames a client that fell behind gets in one write.
 const BATCH: usize = 64;
 
+/// The event names a stream can ask for with `?only=` (`lagged` always comes).
+pub const NAMES: [&str; 9] = [
+    "salute",
+    "steer",
+    "task",
+    "runner",
+    "review",
+    "fleet",
+    "settings",
+    "directive",
+    "rows",
+];
+
 /// `GET /api/v1/events`: the live feed as Server-Sent Events. `?only=`
-/// takes a comma-separated list of event names. Frames are formatted once
-/// in the hub and shared; a client with several waiting gets them in one
-/// write.
-/// `?only=` of the event stream.
+/// takes a comma-separated list of event names, `?unit=` keeps only the
+/// reports and steering of one unit. Frames are formatted once in the hub
+/// and shared; a client with several waiting gets them in one write.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct EventsQuery {
     /// Comma-separated event names to receive (default: every event).
     #[serde(default)]
     pub only: Option<String>,
+    /// Only this unit's `salute` and `steer` events.
+    #[serde(default)]
+    pub unit: Option<String>,
 }
 
 pub async fn sse(
@@ -244,10 +318,42 @@ pub async fn sse(
 }
 
 async fn sse_stream(c: Shared, q: BTreeMap<String, String>) -> Response {
-    let only: Option<Vec<String>> = q
-        .get("only")
-        .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
-    let wanted = move |ev: &Live| only.as_ref().is_none_or(|o| o.iter().any(|n| n == ev.name));
+    let only: Option<Vec<&'static str>> = match q.get("only") {
+        None => None,
+        Some(s) => {
+            let mut names = Vec::new();
+            for n in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                match NAMES.iter().find(|k| **k == n) {
+                    Some(k) => names.push(*k),
+                    None => {
+                        return (
+                            StatusCode::BAD_REQUEST,
+                            format!(
+                                "?only= names an event {n:?} the console does not send; the events are {}\n",
+                                NAMES.join(", ")
+                            ),
+                        )
+                            .into_response();
+                    }
+                }
+            }
+            Some(names)
+        }
+    };
+    let unit: Option<Arc<str>> = match q.get("unit").filter(|u| !u.is_empty()) {
+        None => None,
+        Some(u) => match xo_proto::validate_token("unit", u) {
+            Ok(()) => Some(Arc::from(u.as_str())),
+            Err(e) => {
+                return (StatusCode::BAD_REQUEST, format!("?unit=: {e}\n")).into_response();
+            }
+        },
+    };
+    let wanted = move |ev: &Live| {
+        only.as_ref().is_none_or(|o| o.contains(&ev.name))
+            && (unit.is_none() || ev.unit.is_none() || ev.unit == unit)
+    };
+    let seen = c.hub.seen.clone();
     // A slot a stream, held until it closes: beyond the bound, 503.
     let Ok(slot) = c.hub.streams.clone().try_acquire_owned() else {
         use std::sync::atomic::Ordering;
@@ -270,39 +376,44 @@ async fn sse_stream(c: Shared, q: BTreeMap<String, String>) -> Response {
             .into_response();
     };
     let rx = c.hub.subscribe();
-    let stream = futures::stream::unfold((rx, wanted, slot), |(mut rx, wanted, slot)| async move {
-        loop {
-            let first = match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
-                Err(_) => {
-                    return Some((
-                        Ok::<_, Infallible>(Bytes::from_static(b": keep-alive\n\n")),
-                        (rx, wanted, slot),
-                    ));
+    let stream = futures::stream::unfold((rx, wanted, slot), move |(mut rx, wanted, slot)| {
+        let seen = seen.clone();
+        async move {
+            loop {
+                let first = match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
+                    Err(_) => {
+                        return Some((
+                            Ok::<_, Infallible>(Bytes::from_static(b": keep-alive\n\n")),
+                            (rx, wanted, slot),
+                        ));
+                    }
+                    Ok(Ok(ev)) => ev,
+                    Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
+                        let frame = Live::new("lagged", &format!("{{\"missed\":{n}}}")).frame;
+                        return Some((Ok(frame), (rx, wanted, slot)));
+                    }
+                    Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+                };
+                // The waiting frames this client wants, in one write.
+                let mut frames: Vec<Bytes> = Vec::new();
+                let mut next = Some(first);
+                while let Some(ev) = next.take() {
+                    if wanted(&ev) {
+                        frames.push(ev.frame);
+                    }
+                    if frames.len() < BATCH {
+                        next = rx.try_recv().ok();
+                    }
                 }
-                Ok(Ok(ev)) => ev,
-                Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
-                    let frame = Live::new("lagged", &format!("{{\"missed\":{n}}}")).frame;
-                    return Some((Ok(frame), (rx, wanted, slot)));
-                }
-                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
-            };
-            // The waiting frames this client wants, in one write.
-            let mut frames: Vec<Bytes> = Vec::new();
-            let mut next = Some(first);
-            while let Some(ev) = next.take() {
-                if wanted(&ev) {
-                    frames.push(ev.frame);
-                }
-                if frames.len() < BATCH {
-                    next = rx.try_recv().ok();
-                }
+                let chunk = match frames.len() {
+                    0 => continue,
+                    1 => frames.swap_remove(0),
+                    _ => Bytes::from(frames.concat()),
+                };
+                seen.live_bytes
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                return Some((Ok(chunk), (rx, wanted, slot)));
             }
-            let chunk = match frames.len() {
-                0 => continue,
-                1 => frames.swap_remove(0),
-                _ => Bytes::from(frames.concat()),
-            };
-            return Some((Ok(chunk), (rx, wanted, slot)));
         }
     });
     // Open streams end when the console stops (graceful shutdown waits for them).

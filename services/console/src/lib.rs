@@ -12,6 +12,8 @@
 //! - [`api`]: `/api/v1/...`, one route per control request, errors as
 //!   `{code, message}`.
 //! - [`events`]: the bus subscriptions fanned out to `/api/v1/events` (SSE).
+//! - [`rows`]: the fleet page's changed rows, rendered once a second and
+//!   sent on the same stream (a tab makes no request per report).
 //! - [`listen`]: the listener and its edges: connections counted once a request is parsed
 //!   (`console.max_connections`), per client, header and idle timeouts, 503 beyond, accept backoff.
 //! - [`metrics`]: `/metrics` in the Prometheus text format.
@@ -27,6 +29,7 @@ pub mod html;
 pub mod listen;
 pub mod metrics;
 pub mod pages;
+pub mod rows;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -229,6 +232,7 @@ pub struct ConsoleHandle {
     /// awaited once).
     server: Option<JoinHandle<()>>,
     hub: JoinHandle<()>,
+    rows: JoinHandle<()>,
 }
 
 /// Where a running console is and how to log in to it (a copy of the
@@ -290,6 +294,7 @@ impl ConsoleHandle {
             let _ = server.await;
         }
         let _ = self.hub.await;
+        let _ = self.rows.await;
     }
 
     /// Waits for `shutdown`, or for the server to end on its own (it
@@ -320,6 +325,10 @@ pub fn router(console: Shared) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
             guard::guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            metrics::count,
         ))
         .with_state(console)
 }
@@ -355,6 +364,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
         conns: Arc::default(),
     });
     let app = router(console.clone());
+    let rows = rows::start(console.clone());
     // At most half the process's descriptors: the bus socket, NATS and the
     // services keep the rest whatever the console's clients do.
     let fds = xo_runtime::limits::fd_limit();
@@ -383,6 +393,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
         stop,
         server: Some(server),
         hub: hub_task,
+        rows,
     })
 }
 

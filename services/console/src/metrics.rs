@@ -34,6 +34,27 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// Counts a request and the bytes of its answer when their number is
+/// known (`/metrics` and `/healthz`, the scrapes and probes, are not counted):
+/// what `xo bench console` reads as a tab's work.
+pub async fn count(
+    State(c): State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::body::HttpBody;
+    let counted = !matches!(req.uri().path(), "/metrics" | "/healthz");
+    let resp = next.run(req).await;
+    if counted {
+        let seen = &c.hub.seen;
+        seen.requests.fetch_add(1, Ordering::Relaxed);
+        if let Some(n) = resp.body().size_hint().exact() {
+            seen.response_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    resp
+}
+
 /// The whole exposition.
 pub async fn render(c: &Shared) -> String {
     let (units, stats, status, runs, done) = tokio::join!(
@@ -234,6 +255,26 @@ pub async fn render(c: &Shared) -> String {
                 "xo_console_reports_seen_total",
                 "SALUTE reports the console's live feed saw.",
                 seen.reports.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_requests_total",
+                "HTTP requests the console answered, but for /metrics and /healthz.",
+                seen.requests.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_response_bytes_total",
+                "Bytes of the answers to those requests whose size was known (pages, fragments, JSON; not the live streams).",
+                seen.response_bytes.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_live_bytes_total",
+                "Bytes written to live event streams (/api/v1/events), summed over the streams.",
+                seen.live_bytes.load(Ordering::Relaxed),
+            ),
+            (
+                "xo_console_row_batches_total",
+                "`rows` events sent: the fleet page's changed rows, at most one a second.",
+                seen.row_batches.load(Ordering::Relaxed),
             ),
             (
                 "xo_socket_dropped_total",

@@ -220,12 +220,25 @@ impl RootState {
                     None => Bound::Unbounded,
                 };
                 let limit = q.limit.unwrap_or(usize::MAX);
-                let page: Vec<(&String, usize)> = self
-                    .units
-                    .range((from, Bound::Unbounded))
-                    .take(limit)
-                    .map(|(u, c)| (u, c.group))
-                    .collect();
+                let page: Vec<(&String, usize)> = if q.units.is_empty() {
+                    self.units
+                        .range((from, Bound::Unbounded))
+                        .take(limit)
+                        .map(|(u, c)| (u, c.group))
+                        .collect()
+                } else {
+                    // Only the named units this member knows, in unit order.
+                    let mut named: Vec<&String> = q.units.iter().collect();
+                    named.sort_unstable();
+                    named.dedup();
+                    named
+                        .into_iter()
+                        .filter(|u| q.after.as_ref().is_none_or(|a| u.as_str() > a.as_str()))
+                        .filter_map(|u| self.units.get_key_value(u))
+                        .take(limit)
+                        .map(|(u, c)| (u, c.group))
+                        .collect()
+                };
                 let mut by_group: FnvMap<usize, Vec<String>> = FnvMap::default();
                 for (u, g) in &page {
                     by_group.entry(*g).or_default().push((*u).clone());

@@ -190,6 +190,11 @@ pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
     });
 }
 
+/// Rows on one page of the fleet (`?per=` sets another, up to
+/// [`MAX_PER_PAGE`]).
+pub(crate) const PER_PAGE: usize = 100;
+pub(crate) const MAX_PER_PAGE: usize = 1000;
+
 /// The fleet table for `units` with the filters and order of `q`: red
 /// first by default; a header sorts by its column (again: the other way).
 pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
@@ -217,8 +222,23 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
         })
         .collect();
     sort_units(&mut shown, sort, desc);
-    let mut rows = String::with_capacity(shown.len() * 450);
-    for u in &shown {
+    // A page of rows at a time: a fleet of thousands is not one page
+    // thousands of rows tall (the counts and rollups stay the whole fleet's).
+    let per = q
+        .get("per")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(PER_PAGE)
+        .clamp(1, MAX_PER_PAGE);
+    let pages = shown.len().div_ceil(per).max(1);
+    let page = q
+        .get("page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(1)
+        .clamp(1, pages);
+    let first = (page - 1) * per;
+    let on_page = &shown[first.min(shown.len())..(first + per).min(shown.len())];
+    let mut rows = String::with_capacity(on_page.len() * 450);
+    for u in on_page {
         rows.push_str(&unit_row(u, now));
     }
     // Links keep the other filters and the order.
@@ -226,8 +246,9 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
         let mut kv: BTreeMap<&str, &str> = q
             .iter()
             .filter(|(k, v)| {
-                ["role", "health", "q", "sort", "dir"].contains(&k.as_str()) && !v.is_empty()
+                ["role", "health", "q", "sort", "dir", "per"].contains(&k.as_str()) && !v.is_empty()
             })
+            // Another filter or order starts at its first page.
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         for (k, v) in set {
@@ -238,7 +259,11 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
             }
         }
         let qs: Vec<String> = kv.iter().map(|(k, v)| format!("{k}={}", enc(v))).collect();
-        esc(&format!("/?{}", qs.join("&")))
+        if qs.is_empty() {
+            "/".to_string()
+        } else {
+            esc(&format!("/?{}", qs.join("&")))
+        }
     };
     let opt = |v: &str, sel: Option<&String>| {
         format!(
@@ -324,16 +349,48 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
             )
         })
         .collect();
+    let nav = if pages > 1 {
+        let to = |p: usize, text: &str, rel: &str| {
+            let n = p.to_string();
+            format!(
+                "<a href=\"{href}\" rel=\"{rel}\">{text}</a>",
+                href = link(&[("page", if p == 1 { "" } else { &n })])
+            )
+        };
+        format!(
+            "<nav class=\"pages\" aria-label=\"pages of units\" id=\"pages\">{prev} <span>rows {from}–{to_row} of {all} · page {page} of {pages}</span> {next}</nav>",
+            prev = if page > 1 {
+                to(page - 1, "‹ previous", "prev")
+            } else {
+                String::new()
+            },
+            next = if page < pages {
+                to(page + 1, "next ›", "next")
+            } else {
+                String::new()
+            },
+            from = first + 1,
+            to_row = first + on_page.len(),
+            all = shown.len(),
+        )
+    } else {
+        String::new()
+    };
     format!(
         "<p class=\"summary\"><span id=\"unit-count\">{n}</span> units · {badges}</p>\
 <form method=\"get\" class=\"filters\"><label>Role <select name=\"role\"><option value=\"\">all</option>{role_opts}</select></label>\
 <label>Health <select name=\"health\"><option value=\"\">all</option>{health_opts}</select></label>\
 <label>Unit <input name=\"q\" value=\"{f}\" placeholder=\"name contains (any case)\"></label>\
-<input type=\"hidden\" name=\"sort\" value=\"{sort}\"><button type=\"submit\">Filter</button></form>\
+<input type=\"hidden\" name=\"sort\" value=\"{sort}\">{per_field}<button type=\"submit\">Filter</button></form>\
 <details class=\"roles\"{open}><summary>By role ({roles})</summary><div class=\"scroll\"><table id=\"roles\"><thead><tr><th>role</th><th>units</th>{rollup_heads}<th>cost</th></tr></thead><tbody>{rollups}</tbody></table></div></details>\
-<div class=\"scroll\"><table id=\"units\" data-live=\"fleet\" data-sort=\"{sort}\"><thead><tr>{heads}</tr></thead>\
-<tbody>{rows}</tbody></table></div>{empty}",
+<div class=\"scroll\"><table id=\"units\" data-live=\"fleet\" data-sort=\"{sort}\" data-page=\"{page}\" data-per=\"{per}\"><thead><tr>{heads}</tr></thead>\
+<tbody>{rows}</tbody></table></div>{nav}{empty}",
         n = units.len(),
+        per_field = if per == PER_PAGE {
+            String::new()
+        } else {
+            format!("<input type=\"hidden\" name=\"per\" value=\"{per}\">")
+        },
         roles = by_role.len(),
         // Open where there is more than one role to tell apart.
         open = if by_role.len() > 1 { " open" } else { "" },

@@ -31,7 +31,7 @@ mod audit;
 mod charts;
 mod containers;
 mod directives;
-mod fleet;
+pub(crate) mod fleet;
 mod knowledge;
 mod login;
 mod needs;

@@ -148,7 +148,7 @@ fn the_fleet_is_in_triage_order_sorts_filters_and_flags() {
     let idle = fleet_body(&units, &q(&[("health", "idle")]), now);
     assert_eq!(order(&idle), ["done-6"]);
     assert!(
-        reds.contains("class=\"health red on\" id=\"count-red\" href=\"/?\""),
+        reds.contains("class=\"health red on\" id=\"count-red\" href=\"/\""),
         "clicking again clears it"
     );
     // Search is case-insensitive.
@@ -283,4 +283,76 @@ fn the_fleet_rolls_up_by_role() {
         one.contains("<details class=\"roles\"><summary>By role (1)"),
         "{one}"
     );
+}
+
+/// A fleet larger than a page is shown a page of rows at a time, in the
+/// same order; the counts stay the whole fleet's; another filter or order
+/// starts again at page 1; a page past the end shows the last.
+#[test]
+fn a_large_fleet_is_paged_and_its_counts_stay_whole() {
+    use xo_proto::Health::*;
+    let units: Vec<UnitSummary> = (0..250)
+        .map(|i| unit(&format!("u{i:03}"), if i % 50 == 7 { Red } else { Green }))
+        .collect();
+    let ids = |body: &str| -> Vec<String> {
+        body.split("<tr id=\"unit-")
+            .skip(1)
+            .map(|r| r.split('"').next().unwrap().to_string())
+            .collect()
+    };
+    let q = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let first = fleet_body(&units, &q(&[]), 1_000_000);
+    let rows = ids(&first);
+    assert_eq!(rows.len(), PER_PAGE, "{first}");
+    // Triage order across pages: the five red ones lead page 1.
+    assert_eq!(&rows[..5], ["u007", "u057", "u107", "u157", "u207"]);
+    assert!(first.contains("rows 1–100 of 250 · page 1 of 3"), "{first}");
+    assert!(first.contains("href=\"/?page=2\" rel=\"next\""), "{first}");
+    assert!(!first.contains("rel=\"prev\""), "{first}");
+    assert!(first.contains("<b>5</b> red"), "{first}");
+    assert!(first.contains("<b>245</b> green"), "{first}");
+    assert!(
+        first.contains("<span id=\"unit-count\">250</span>"),
+        "{first}"
+    );
+
+    let second = fleet_body(&units, &q(&[("page", "2")]), 1_000_000);
+    let rows2 = ids(&second);
+    assert_eq!(rows2.len(), PER_PAGE);
+    assert!(rows2.iter().all(|r| !rows.contains(r)), "pages overlap");
+    assert!(
+        second.contains("rows 101–200 of 250 · page 2 of 3"),
+        "{second}"
+    );
+    assert!(second.contains("href=\"/\" rel=\"prev\""), "{second}");
+    assert!(second.contains("data-page=\"2\""), "{second}");
+    // The filters' and headers' links start again at page 1.
+    assert!(!second.contains("page=2&amp;health"), "{second}");
+    assert!(second.contains("href=\"/?sort=unit\""), "{second}");
+
+    let past = fleet_body(&units, &q(&[("page", "99")]), 1_000_000);
+    assert_eq!(ids(&past).len(), 50);
+    assert!(past.contains("rows 201–250 of 250 · page 3 of 3"), "{past}");
+    let junk = fleet_body(&units, &q(&[("page", "x")]), 1_000_000);
+    assert_eq!(ids(&junk), rows, "an unreadable page is the first");
+
+    // Another page length, kept by the links; bounded.
+    let ten = fleet_body(&units, &q(&[("per", "10"), ("page", "3")]), 1_000_000);
+    assert_eq!(ids(&ten).len(), 10);
+    assert!(ten.contains("rows 21–30 of 250 · page 3 of 25"), "{ten}");
+    assert!(
+        ten.contains("href=\"/?page=4&amp;per=10\" rel=\"next\""),
+        "{ten}"
+    );
+    assert!(ten.contains("name=\"per\" value=\"10\""), "{ten}");
+    let huge = fleet_body(&units, &q(&[("per", "1000000")]), 1_000_000);
+    assert_eq!(ids(&huge).len(), 250);
+    // Filtered: the pages are of the rows shown.
+    let red = fleet_body(&units, &q(&[("health", "red")]), 1_000_000);
+    assert_eq!(ids(&red).len(), 5);
+    assert!(!red.contains("id=\"pages\""), "{red}");
 }
