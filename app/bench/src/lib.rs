@@ -16,6 +16,7 @@ use xo_fabric::{connect, fabric, nats_config};
 
 mod chaos;
 mod console;
+mod console_tab;
 pub mod detection;
 pub mod fidelity;
 mod flow;
