@@ -419,6 +419,33 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
     let _ = tap.wait();
     assert!(line.contains("Stop rewriting the tests"), "{line}");
     wait_text(&b, "#timeline", "Stop rewriting the tests").await;
+    // Issue 41, item 1: what followed a steering is said, and changes
+    // live as the unit reports (the server's words, as `xo units UNIT`).
+    wait_text(&b, "#timeline", "then: too soon to say").await;
+    b.execute("window.__stayed = 'same page';", vec![])
+        .await
+        .unwrap();
+    let report = json!({
+        "v": 1,
+        "unit": {"unit": "web-1", "role": "coder", "pace": "primary"},
+        "status": {"health": "green"},
+        "activity": {"step": "tests pass", "turns_since_progress": 1},
+        "size": {"context_tokens": 61000, "context_limit": 100000},
+        "equipment": {"cost_usd": 0.55},
+        "time": {"turn": 10, "seq": 3, "at": 3}
+    });
+    let file = write(up.root.path(), "report3.json", &report);
+    assert!(
+        up.cli(&["report", file.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    wait_text(&b, "#timeline", "then: progress within 1 turn").await;
+    wait_text(&b, "#latest-report", "tests pass").await;
+    let stayed = b.execute("return window.__stayed;", vec![]).await.unwrap();
+    assert_eq!(stayed, json!("same page"), "no reload");
     shot(&b, "unit").await;
 
     // The login ends (the cookie is gone) while a steering is being typed:

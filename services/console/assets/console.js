@@ -94,15 +94,6 @@
     }
   }
 
-  function timeline(html) {
-    const tl = document.getElementById("timeline");
-    if (!tl) return;
-    const li = document.createElement("li");
-    li.innerHTML = html;
-    li.className = "new";
-    tl.insertBefore(li, tl.firstChild);
-    while (tl.children.length > 200) tl.removeChild(tl.lastChild);
-  }
 
   let reloadTimer = null;
   function reloadSoon() {
@@ -130,7 +121,7 @@
   // Only the events this page uses: the fleet its rows, a unit page its
   // unit's reports and steering; a tab is sent nothing per report elsewhere.
   const only = mode === "fleet" ? "only=rows,steer"
-    : mode === "unit" ? "only=rows,salute,steer&unit=" + encodeURIComponent(table.dataset.unit)
+    : mode === "unit" ? "only=rows,steer&unit=" + encodeURIComponent(table.dataset.unit)
     : "only=task,fleet,review,settings,steer";
   const es = new EventSource("/api/v1/events?" + only);
   // Browsers allow six connections per host: a stream left open by each
@@ -139,48 +130,45 @@
   es.onopen = () => { if (live) { live.textContent = "live"; live.classList.add("on"); } };
   es.onerror = () => { if (live) { live.textContent = "reconnecting"; live.classList.remove("on"); } };
   es.addEventListener("lagged", () => { if (mode) location.reload(); });
-  // The unit page's latest report, as the server renders it, at most
-  // twice a second.
-  let reportTimer = null;
-  function refreshReport(unit) {
-    if (reportTimer) return;
-    reportTimer = setTimeout(async () => {
-      reportTimer = null;
+  // The unit page's latest report, charts and steering timeline (each
+  // steering with its evidence and what followed it, runs collapsed), as
+  // the server renders them, at most twice a second: when a `rows` batch
+  // carries the unit (it reported) or it is steered.
+  let unitTimer = null;
+  function refreshUnit(unit) {
+    if (unitTimer) return;
+    unitTimer = setTimeout(async () => {
+      unitTimer = null;
       try {
         const r = await fetch("/units/" + encodeURIComponent(unit), { credentials: "same-origin" });
         if (!r.ok) return;
         const doc = new DOMParser().parseFromString(await r.text(), "text/html");
-        const fresh = doc.getElementById("latest-report");
-        const cur = document.getElementById("latest-report");
-        if (!fresh) return;
-        if (cur) cur.replaceWith(fresh);
-        else {
+        for (const id of ["latest-report", "history", "timeline"]) {
+          const fresh = doc.getElementById(id);
+          const cur = document.getElementById(id);
+          if (!fresh) continue;
+          if (cur) { cur.replaceWith(fresh); continue; }
+          // Not on the page yet (the first report, the first charts):
+          // before the timeline's section.
           const tl = document.getElementById("timeline");
           const sec = tl && tl.closest("section");
-          if (sec) sec.parentNode.insertBefore(fresh, sec);
+          if (sec && id !== "timeline") sec.parentNode.insertBefore(fresh, sec);
         }
-      } catch (e) { /* the next report tries again */ }
+        const tl = document.getElementById("timeline");
+        const none = tl && tl.children.length && tl.closest("section").querySelector("p.empty");
+        if (none) none.remove();
+      } catch (e) { /* the next batch tries again */ }
     }, 500);
   }
 
-  es.addEventListener("rows", (ev) => applyRows(JSON.parse(ev.data)));
-  es.addEventListener("salute", (ev) => {
-    const r = JSON.parse(ev.data);
-    const unit = r.unit && r.unit.unit;
-    if (!unit) return;
-    if (mode === "unit" && table.dataset.unit === unit) {
-      refreshReport(unit);
-      timeline('<span class="when">turn ' + r.time.turn + " · now</span> report: <b>" + esc((r.activity && r.activity.step) || "—") +
-        "</b> " + esc((r.activity && r.activity.summary) || "") + " <span class=\"health " + esc(String(r.status.health).toLowerCase()) + "\">" +
-        esc(String(r.status.health).toLowerCase()) + "</span>");
-    }
+  es.addEventListener("rows", (ev) => {
+    const batch = JSON.parse(ev.data);
+    applyRows(batch);
+    if (mode === "unit" && (batch.rows || []).some((r) => r.unit === table.dataset.unit)) refreshUnit(table.dataset.unit);
   });
   es.addEventListener("steer", (ev) => {
     const s = JSON.parse(ev.data);
-    if (mode === "unit" && table.dataset.unit === s.unit) {
-      timeline('<span class="when">turn ' + s.turn + " · now</span> <b>" + esc(s.kind) + '</b> <span class="sev">' + esc(s.severity) +
-        "</span> <span class=\"src\">" + esc(s.source) + "</span><p>" + esc(s.message) + "</p>");
-    }
+    if (mode === "unit" && table.dataset.unit === s.unit) refreshUnit(s.unit);
   });
   es.addEventListener("task", () => { if (page === "/queue" || page === "/directives" || page === "/audit") reloadSoon(); });
   es.addEventListener("fleet", () => { if (page === "/containers") reloadSoon(); });
