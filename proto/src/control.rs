@@ -300,6 +300,9 @@ pub struct ListUnits {
     /// The console asks for the rows that changed this way.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub units: Vec<String>,
+    /// Only the units on this task (the task page names its units).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
 }
 
 impl ListUnits {
@@ -312,7 +315,15 @@ impl ListUnits {
         Self {
             after,
             limit: Some(Self::PAGE),
-            units: Vec::new(),
+            ..Self::default()
+        }
+    }
+
+    /// Only the units on `task`.
+    pub fn on_task(task: impl Into<String>) -> Self {
+        Self {
+            task: Some(task.into()),
+            ..Self::default()
         }
     }
 

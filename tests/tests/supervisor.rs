@@ -1050,6 +1050,61 @@ async fn a_large_fleet_is_listed_in_pages() {
     assert_eq!(next[0].unit, all[ListUnits::PAGE].unit);
 }
 
+/// The console asks for the rows that changed and for a task's units by
+/// name: only those come back, in unit order (a unit it does not know is
+/// left out; a limit applies after the task's filter).
+#[tokio::test]
+async fn units_are_listed_by_name_and_by_task() {
+    let sb = Sandbox::start(&[]).await;
+    for i in 0..30u64 {
+        let mut r = report(&format!("named-{i:02}"), 1);
+        r.activity.task_id = Some(if i % 10 == 3 { "t-3" } else { "t-other" }.into());
+        sb.send(&r).await;
+    }
+    sb.client.flush().await.unwrap();
+    for i in 0..30u64 {
+        sb.wait_seq(&format!("named-{i:02}"), 1).await;
+    }
+    let ids = |l: &[xo_proto::control::UnitSummary]| -> Vec<String> {
+        l.iter().map(|u| u.unit.clone()).collect()
+    };
+    let named = typed::call(
+        &sb.client,
+        &sb.subjects,
+        &ListUnits::only(vec![
+            "named-17".into(),
+            "nobody".into(),
+            "named-02".into(),
+            "named-17".into(),
+        ]),
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(&named), ["named-02", "named-17"]);
+    let on = typed::call(&sb.client, &sb.subjects, &ListUnits::on_task("t-3"), T)
+        .await
+        .unwrap();
+    assert_eq!(ids(&on), ["named-03", "named-13", "named-23"]);
+    assert!(on.iter().all(|u| u.task_id.as_deref() == Some("t-3")));
+    let two = typed::call(
+        &sb.client,
+        &sb.subjects,
+        &ListUnits {
+            limit: Some(2),
+            ..ListUnits::on_task("t-3")
+        },
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(&two), ["named-03", "named-13"]);
+    let none = typed::call(&sb.client, &sb.subjects, &ListUnits::on_task("t-none"), T)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
 /// The unit page's charts: the supervisor keeps a unit's last reports as
 /// points, oldest first, at most `HISTORY_POINTS` (the oldest dropped).
 #[tokio::test]

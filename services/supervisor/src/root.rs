@@ -219,7 +219,12 @@ impl RootState {
                     Some(a) => Bound::Excluded(a.clone()),
                     None => Bound::Unbounded,
                 };
-                let limit = q.limit.unwrap_or(usize::MAX);
+                // On a task: the summaries say which, so every unit is
+                // read and the limit applies after.
+                let limit = match q.task {
+                    Some(_) => usize::MAX,
+                    None => q.limit.unwrap_or(usize::MAX),
+                };
                 let page: Vec<(&String, usize)> = if q.units.is_empty() {
                     self.units
                         .range((from, Bound::Unbounded))
@@ -255,6 +260,8 @@ impl RootState {
                 let out = page
                     .iter()
                     .filter_map(|(u, _)| found.remove(u.as_str()))
+                    .filter(|s| q.task.is_none() || s.task_id == q.task)
+                    .take(q.limit.unwrap_or(usize::MAX))
                     .collect();
                 let _ = port.send(Ok(out));
             }

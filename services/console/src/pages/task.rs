@@ -133,10 +133,12 @@ pub(crate) async fn task_page(
     }
     // The units on it, each with the steering it got (linked both ways:
     // a unit's row links its task).
-    if let Ok(units) = c.units().await {
+    if let Ok(units) = c
+        .call(&xo_proto::control::ListUnits::on_task(id.as_str()))
+        .await
+    {
         let on: Vec<String> = units
             .iter()
-            .filter(|u| u.task_id.as_deref() == Some(id.as_str()))
             .map(|u| {
                 let steered = match (u.steering_sent, u.last_steering) {
                     (0, _) => "not steered".to_string(),
