@@ -629,6 +629,7 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
         .unwrap();
     assert_eq!(order().await, json!(["Fire-7", "Looping-4", "Hot-2"]));
     wait_text(&b, "#unit-count", "6").await;
+    shot(&b, "fleet-pages").await;
     // The live rows came in the stream's `rows` batches: the tab asked the
     // server for nothing per report (only the header's "Needs you" count,
     // on its own timer).
