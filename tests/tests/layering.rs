@@ -995,3 +995,77 @@ fn error_types_keep_causes_not_their_text() {
         vec!["E.reason".to_string(), "F.detail".to_string()]
     );
 }
+
+/// Where code outside `xo_bus` reads a stream by hand (`.next().await`),
+/// and why that is not a subscription loop that belongs in
+/// `xo_bus::input` (which decodes once, dead-letters what it cannot read,
+/// survives a handler's panic and stops with its service): (file, count,
+/// why). A new hand-written read fails the test until it moves into
+/// `input` or is listed here with its reason.
+const HAND_READS: &[(&str, usize, &str)] = &[
+    (
+        "services/supervisor/src/shard.rs",
+        1,
+        "the partition events only wake the lease loop early; their payload is not read (the loop polls anyway)",
+    ),
+    (
+        "services/console/src/events.rs",
+        1,
+        "the pump moves the merged subscriptions' messages into the feeder's channel; the feeder is input::raw",
+    ),
+    (
+        "services/console/src/pages/mod.rs",
+        1,
+        "an HTTP request body read a chunk at a time, with its size bounded; not a bus subscription",
+    ),
+];
+
+/// `.next().await` reads outside the bus crate and the test harness.
+fn hand_reads(text: &str) -> usize {
+    let end = text.find("\n#[cfg(test)]").unwrap_or(text.len());
+    text[..end].matches(".next().await").count()
+}
+
+/// Issue 42, item 5: every subscription of a service is read through
+/// `xo_bus::input`, not by a loop of its own.
+#[test]
+fn subscriptions_are_read_through_the_bus_input_not_by_hand() {
+    let mut bad = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (rel, text) in product_sources() {
+        if rel.starts_with("crates/bus/")
+            || rel.starts_with("tests/src/")
+            || rel.starts_with("app/bench/")
+        {
+            continue;
+        }
+        let n = hand_reads(&text);
+        if n == 0 {
+            continue;
+        }
+        match HAND_READS.iter().find(|(p, _, _)| *p == rel) {
+            Some((_, allowed, _)) if n <= *allowed => {
+                seen.insert(rel);
+            }
+            Some((_, allowed, _)) => bad.push(format!("{rel}: {n} hand reads, {allowed} listed")),
+            None => bad.push(format!("{rel}: {n} hand reads")),
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "streams read by hand (`.next().await`) outside xo_bus: read a subscription through \
+         xo_bus::input (typed, raw or requests), or list the read in HAND_READS with why:\n{}",
+        bad.join("\n")
+    );
+    let stale: Vec<_> = HAND_READS
+        .iter()
+        .filter(|(p, _, _)| !seen.contains(*p))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "HAND_READS names reads that are gone: {stale:?}"
+    );
+    // The check can fail: a loop over a subscription; a test's is not counted.
+    let sample = "async fn f(mut sub: Subscription) {\n    while let Some(m) = sub.next().await {\n        handle(m);\n    }\n}\n#[cfg(test)]\nmod tests {\n    async fn g() { s.next().await; }\n}\n";
+    assert_eq!(hand_reads(sample), 1);
+}

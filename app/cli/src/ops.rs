@@ -119,11 +119,14 @@ pub async fn tap(
 ) -> anyhow::Result<ExitCode> {
     let bus = client_bus(cfg).await?;
     let pattern = subject.unwrap_or_else(|| cfg.subjects().all());
-    let mut sub = bus.subscribe(&pattern).await?;
+    let sub = bus.subscribe(&pattern).await?;
     bus.flush().await?;
     errln!("tapping {pattern} on {} (ctrl-c stops)", bus.kind());
+    let cfg = cfg.clone();
     let mut seen = 0u64;
-    while let Some(m) = sub.next().await {
+    // Read as every service reads: through the bus's input (a message that
+    // cannot be shown does not end the tap).
+    let tap = xo_bus::input::raw(sub, std::future::pending(), move |m: xo_bus::Message| {
         if json {
             let headers: serde_json::Map<String, serde_json::Value> = m
                 .headers
@@ -139,13 +142,17 @@ pub async fn tap(
             });
             outln!("{line}");
         } else {
-            outln!("{:<32} {}", m.subject, summarize(cfg, &m));
+            outln!("{:<32} {}", m.subject, summarize(&cfg, &m));
         }
         seen += 1;
-        if count.is_some_and(|c| seen >= c) {
-            break;
-        }
-    }
+        let next = if count.is_some_and(|c| seen >= c) {
+            xo_bus::input::Next::Stop
+        } else {
+            xo_bus::input::Next::Go
+        };
+        async move { next }
+    });
+    let _ = tap.await;
     Ok(ExitCode::SUCCESS)
 }
 
