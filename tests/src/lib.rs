@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod compose;
 pub mod ctl;
 pub mod docker;
+pub mod fuzz;
 pub mod openai;
 pub mod procs;
 

@@ -20,6 +20,7 @@ mod console_tab;
 pub mod detection;
 pub mod fidelity;
 mod flow;
+mod fuzz;
 mod pipeline;
 mod queue;
 mod radio;
@@ -50,7 +51,13 @@ pub enum BenchCmd {
     Pipeline(pipeline::PipelineArgs),
     /// The fabric as processes over a real nats-server, one SIGKILLed at random every few seconds; invariants checked at the end.
     Chaos(chaos::ChaosArgs),
+    /// The tests' fuzz targets (every reader of outside input), run long: no panic, named errors, bounded allocations.
+    Fuzz(fuzz::FuzzArgs),
 }
+
+/// The allocator `xo-bench` installs around its own: it counts the largest
+/// allocation for `xo bench fuzz` (one relaxed load an allocation before).
+pub use xo_tests::fuzz::Peak;
 
 pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
     match what {
@@ -62,5 +69,7 @@ pub async fn run(cfg: &XoConfig, what: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Watch(a) => watch::run(a).await,
         BenchCmd::Console(a) => console::run(cfg, a).await,
         BenchCmd::Chaos(a) => chaos::run(cfg, a).await,
+        // The targets start their own runtimes: off this one's threads.
+        BenchCmd::Fuzz(a) => tokio::task::spawn_blocking(move || fuzz::run(a)).await?,
     }
 }

@@ -960,3 +960,62 @@ fn the_benches_live_beside_the_product_binary_not_in_it() {
         "{err}"
     );
 }
+
+/// Issue 44, item 7: the long fuzz run is a bench (`xo bench fuzz`) over
+/// the tests' own targets; a short run here, and a wrong target named.
+#[test]
+fn the_fuzz_targets_run_long_as_a_bench() {
+    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args([
+            "bench",
+            "fuzz",
+            "--cases",
+            "30",
+            "--only",
+            "urls",
+            "--only",
+            "report_files",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("xo bench fuzz: 30 cases per target"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fuzz urls: a password never survives redaction: 30 cases"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  urls ") && text.contains("  report_files "),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 targets in") && text.contains("no failure"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("not counted"),
+        "the bench counts allocations: {text}"
+    );
+    assert!(
+        !text.contains("salute_codec"),
+        "only what was asked: {text}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+        .args(["bench", "fuzz", "--only", "nope"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--only nope: no such fuzz target") && err.contains("hook_payloads"),
+        "{err}"
+    );
+}

@@ -10,8 +10,10 @@ use clap::Parser;
 #[path = "../globals.rs"]
 mod globals;
 
+/// The product's allocator, inside the fuzz bench's counter of the largest
+/// allocation (idle until `xo bench fuzz` runs).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: xo_bench::Peak<mimalloc::MiMalloc> = xo_bench::Peak(mimalloc::MiMalloc);
 
 #[derive(Debug, Parser)]
 #[command(
