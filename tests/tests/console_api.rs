@@ -1798,6 +1798,55 @@ async fn named_operators_sign_their_writes() {
     );
     let (_, v) = rig.get("/api/v1/units/op-unit").await;
     assert_eq!(v["summary"]["ack"]["by"], "bo", "{v}");
+    // Issue 41, item 3: operator steering and acknowledgements are audit
+    // lines naming the unit and who; the audit page links the unit.
+    let r = rig
+        .http
+        .post(rig.u("/api/v1/units/op-unit/steer"))
+        .bearer_auth(ana)
+        .json(&json!({"message": "read the failing test first"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut lines = Vec::new();
+    for _ in 0..500 {
+        let (_, v) = rig.get("/api/v1/audit?lines=100").await;
+        lines = v.as_array().cloned().unwrap_or_default();
+        let of = |ev: &str| lines.iter().filter(|l| l["event"] == ev).count();
+        if of("UNIT_ACKNOWLEDGED") >= 2 && of("OPERATOR_STEERING") >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let said: Vec<(String, String, String)> = lines
+        .iter()
+        .filter(|l| l["event"] == "UNIT_ACKNOWLEDGED" || l["event"] == "OPERATOR_STEERING")
+        .map(|l| {
+            let a = &l["state_after"];
+            (
+                l["event"].as_str().unwrap_or("").to_string(),
+                a["unit"].as_str().unwrap_or("").to_string(),
+                a["by"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    for want in [
+        ("UNIT_ACKNOWLEDGED", "op-unit", "ana (api: ci)"),
+        ("UNIT_ACKNOWLEDGED", "op-unit", "bo"),
+        ("OPERATOR_STEERING", "op-unit", "ana (api)"),
+    ] {
+        assert!(
+            said.iter()
+                .any(|(e, u, b)| (e.as_str(), u.as_str(), b.as_str()) == want),
+            "{want:?} not in {said:?}"
+        );
+    }
+    let page = rig.fetch("/audit", None).await.text().await.unwrap();
+    assert!(
+        page.contains("unit <a href=\"/units/op-unit\"><code>op-unit</code></a>"),
+        "the audit page links the unit"
+    );
     rig.stop().await;
 
     // A mistake in the file is named with its line, and the console does

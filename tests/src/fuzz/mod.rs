@@ -38,9 +38,7 @@ mod edges;
 mod readers;
 
 pub use edges::{console_bodies, hook_payloads, report_files, settings_values, urls};
-pub use readers::{
-    file_store_records, knowledge_documents, salute_codec, sensor_lines, task_file,
-};
+pub use readers::{file_store_records, knowledge_documents, salute_codec, sensor_lines, task_file};
 
 // --- the largest single allocation, per thread -----------------------------
 

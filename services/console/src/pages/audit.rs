@@ -170,7 +170,7 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
             )),
         }
     }
-    body.push_str("<div class=\"scroll\"><table id=\"audit\" data-live-reload=\"1\"><thead><tr><th>#</th><th>At</th><th>Event</th><th>Task</th><th>By</th><th>Changed</th></tr></thead><tbody>");
+    body.push_str("<div class=\"scroll\"><table id=\"audit\" data-live-reload=\"1\"><thead><tr><th>#</th><th>At</th><th>Event</th><th>Task or unit</th><th>By</th><th>Changed</th></tr></thead><tbody>");
     let shown: Vec<&xo_proto::queue::AuditEvent> = events
         .iter()
         .rev()
@@ -192,11 +192,15 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
             seq = e.seq,
             at = esc(&xo_runtime::clock::rfc3339(e.at)),
             ev = esc(e.event.as_str()),
-            task = e
-                .task_id
-                .as_deref()
-                .map(|t| format!("<a href=\"/tasks/{t}\"><code>{t}</code></a>", t = esc(t)))
-                .unwrap_or_default(),
+            // A task's line links its task; an operator's steering or
+            // acknowledgement its unit.
+            task = match (e.task_id.as_deref(), e.state_after.get("unit").and_then(Value::as_str)) {
+                (Some(t), _) => format!("<a href=\"/tasks/{t}\"><code>{t}</code></a>", t = esc(t)),
+                (None, Some(u)) if xo_proto::validate_token("unit", u).is_ok() => {
+                    format!("unit <a href=\"/units/{u}\"><code>{u}</code></a>", u = esc(u))
+                }
+                _ => String::new(),
+            },
             by = esc(&audit_actor(e)),
             diff = audit_diff(&e.state_before, &e.state_after),
             b = esc(&compact(&e.state_before)),
