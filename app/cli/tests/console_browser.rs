@@ -106,13 +106,19 @@ impl Up {
 
     /// A first green report of `unit` (of `role`), through `xo report`.
     fn report_green(&self, unit: &str, role: &str) {
-        let report = json!({
+        self.report(&json!({
             "v": 1,
             "unit": {"unit": unit, "role": role, "pace": "primary"},
             "status": {"health": "green"},
             "time": {"turn": 1, "seq": 1, "at": 1}
-        });
-        let file = write(self.root.path(), &format!("{unit}.json"), &report);
+        }));
+    }
+
+    /// Sends `report` with `xo report FILE`, as a unit's host would.
+    fn report(&self, report: &Value) {
+        let unit = report["unit"]["unit"].as_str().unwrap_or("unit");
+        let seq = &report["time"]["seq"];
+        let file = write(self.root.path(), &format!("{unit}-{seq}.json"), report);
         let out = self
             .cli(&["report", file.to_str().unwrap()])
             .output()
@@ -256,16 +262,7 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
         "equipment": {"cost_usd": 0.42},
         "time": {"turn": 4, "seq": 1, "at": 1}
     });
-    let file = write(up.root.path(), "report.json", &report);
-    let out = up
-        .cli(&["report", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    up.report(&report);
     b.wait()
         .for_element(Locator::Id("unit-web-1"))
         .await
@@ -367,14 +364,7 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
         "equipment": {"cost_usd": 0.5},
         "time": {"turn": 8, "seq": 2, "at": 2}
     });
-    let file = write(up.root.path(), "report2.json", &report);
-    assert!(
-        up.cli(&["report", file.to_str().unwrap()])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    up.report(&report);
     wait_text(&b, "#latest-report", "running the tests").await;
     wait_text(&b, "#recent-actions", "cargo_test").await;
     assert!(
@@ -434,14 +424,7 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
         "equipment": {"cost_usd": 0.55},
         "time": {"turn": 10, "seq": 3, "at": 3}
     });
-    let file = write(up.root.path(), "report3.json", &report);
-    assert!(
-        up.cli(&["report", file.to_str().unwrap()])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    up.report(&report);
     wait_text(&b, "#timeline", "then: progress within 1 turn").await;
     wait_text(&b, "#latest-report", "tests pass").await;
     let stayed = b.execute("return window.__stayed;", vec![]).await.unwrap();
@@ -519,16 +502,7 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
             "equipment": {"cost_usd": cost},
             "time": {"turn": 1, "seq": 1, "at": 1}
         });
-        let file = write(up.root.path(), &format!("{unit}.json"), &report);
-        let out = up
-            .cli(&["report", file.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        up.report(&report);
     };
     let send = |unit: &str, health: &str, cost: f64| send_as(unit, health, cost, 1, false);
     // Green first, red last: the page still shows red on top.
@@ -658,13 +632,7 @@ async fn the_fleet_page_puts_red_first_live_and_filters_and_sorts() {
         "activity": {"step": "working", "turns_since_progress": 1},
         "time": {"turn": 1, "seq": 1, "at": 1}
     });
-    let file = write(up.root.path(), "long.json", &report);
-    assert!(
-        up.cli(&["report", file.to_str().unwrap()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    up.report(&report);
     b.goto(&format!("{}/", up.url)).await.unwrap();
     b.wait()
         .for_element(Locator::Id("unit-Long-9"))
@@ -1537,16 +1505,7 @@ async fn a_unit_that_needs_you_is_counted_in_the_header_listed_and_first() {
             "activity": {"task_id": "T-9", "step": "fix the parser", "turns_since_progress": since},
             "time": {"turn": turn, "seq": turn, "at": 1}
         });
-        let file = write(up.root.path(), &format!("{unit}-{turn}.json"), &report);
-        let out = up
-            .cli(&["report", file.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        up.report(&report);
     };
     send("calm-1", 1, 0, "red");
     // A stall steered at turn 7, again at 10 (second notice), at 13 (third:
