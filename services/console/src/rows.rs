@@ -54,10 +54,12 @@ struct Batch<'a> {
     units: usize,
 }
 
-/// What the batcher knows between ticks: each unit's bucket.
+/// What the batcher knows between ticks: each unit's bucket, and a hash
+/// of the row it last sent (a row that reads the same is not sent again).
 #[derive(Debug, Default)]
 struct Ranks {
     of: HashMap<String, u8>,
+    sent: HashMap<String, u64>,
     /// False until a whole list was read.
     whole: bool,
 }
@@ -149,17 +151,32 @@ pub fn start(c: Shared) -> JoinHandle<()> {
                 continue;
             }
             let now = xo_proto::now_ms();
+            ranks.sent.retain(|u, _| ranks.of.contains_key(u));
+            let mut rows = Vec::with_capacity(sums.len());
+            for u in &sums {
+                let html = unit_row(u, now);
+                let hash = {
+                    use std::hash::{Hash, Hasher};
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    html.hash(&mut h);
+                    h.finish()
+                };
+                if ranks.sent.insert(u.unit.clone(), hash) == Some(hash) {
+                    continue;
+                }
+                rows.push(Row {
+                    unit: &u.unit,
+                    role: &u.role,
+                    rank: severity(u),
+                    seq: u.seq,
+                    html,
+                });
+            }
+            if rows.is_empty() && !resync {
+                continue;
+            }
             let batch = Batch {
-                rows: sums
-                    .iter()
-                    .map(|u| Row {
-                        unit: &u.unit,
-                        role: &u.role,
-                        rank: severity(u),
-                        seq: u.seq,
-                        html: unit_row(u, now),
-                    })
-                    .collect(),
+                rows,
                 counts: ranks.counts(),
                 units: ranks.of.len(),
             };
