@@ -64,12 +64,19 @@ impl Project {
 
     /// The container id of a service (its first replica).
     pub fn container(&self, service: &str) -> String {
-        self.run(&["ps", "-q", service])
-            .lines()
+        self.containers(service)
+            .into_iter()
             .next()
             .unwrap_or_default()
-            .trim()
-            .to_string()
+    }
+
+    /// The ids of every replica of `service`.
+    pub fn containers(&self, service: &str) -> Vec<String> {
+        self.run(&["ps", "-q", service])
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
     }
 }
 

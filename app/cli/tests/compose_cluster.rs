@@ -346,16 +346,26 @@ async fn supervisor_killed(p: &Project, bus: &Bus) {
     }
     let Bus::Nats(nb) = bus else { unreachable!() };
     let store = xo_bus::Store::Nats(xo_bus::NatsStore::new(nb.client().clone(), "xo"));
-    let victim = p.container("supervisor");
+    // The victim is a replica that holds partitions now (which one does
+    // depends on who joined first): the one holding the most.
+    let holders = xo_supervisor::shard::holders(&store, 12).await.unwrap();
+    let victim = p
+        .containers("supervisor")
+        .into_iter()
+        .max_by_key(|c| {
+            holders
+                .iter()
+                .filter(|(_, h)| h.starts_with(&c[..12]))
+                .count()
+        })
+        .expect("supervisor replicas");
     let short = &victim[..12];
-    let dead: Vec<u32> = xo_supervisor::shard::holders(&store, 12)
-        .await
-        .unwrap()
+    let dead: Vec<u32> = holders
         .into_iter()
         .filter(|(_, h)| h.starts_with(short))
         .map(|(k, _)| k)
         .collect();
-    assert!(!dead.is_empty(), "the victim {short} holds no partition");
+    assert!(!dead.is_empty(), "no supervisor replica holds a partition");
     run(Command::new("docker").args(["kill", &victim]));
     let killed = Instant::now();
     let of_dead = |unit: &str| dead.contains(&xo_proto::partition_of(unit, 12));
