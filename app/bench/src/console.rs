@@ -85,6 +85,11 @@ async fn sse_client(
     s.write_all(head.as_bytes()).await?;
     let mut r = BufReader::new(s);
     let mut line = String::new();
+    // The status: a refused stream (a bound of the console) is said.
+    r.read_line(&mut line).await?;
+    if !line.contains(" 200 ") {
+        anyhow::bail!("the console answered the event stream with {}", line.trim());
+    }
     // Headers.
     loop {
         line.clear();
@@ -115,6 +120,11 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = cfg.clone();
     cfg.state.dir = dir.0.clone();
     cfg.console.listen = "127.0.0.1:0".into();
+    // Every client of the bench is on loopback: the bounds per client and
+    // on streams make room for them (the browser's tab and the replay too).
+    cfg.console.max_per_client = cfg.console.max_per_client.max(a.clients + 8);
+    cfg.console.max_event_streams = cfg.console.max_event_streams.max(a.clients + 8);
+    cfg.console.max_connections = cfg.console.max_connections.max(2 * a.clients + 16);
     cfg.supervisor.persist_interval_ms = 60_000;
     let connect = |name: &str| {
         let url = server.url().to_string();
@@ -230,14 +240,22 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     fan_lat.sort();
     let mut sse_lat = Vec::new();
     let mut short = 0usize;
+    let mut refused: Option<String> = None;
     for c in clients {
         match tokio::time::timeout(wait, c).await {
             Ok(Ok(Ok(v))) => {
                 short += total - v.len().min(total);
                 sse_lat.extend(v);
             }
+            Ok(Ok(Err(e))) => {
+                refused.get_or_insert_with(|| e.to_string());
+                short += total;
+            }
             _ => short += total,
         }
+    }
+    if let Some(why) = refused {
+        println!("  some SSE clients got nothing: {why}");
     }
     raw_lat.sort();
     sse_lat.sort();
