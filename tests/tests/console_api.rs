@@ -929,6 +929,90 @@ async fn next_frame(resp: &mut reqwest::Response, buf: &mut String) -> (String, 
     }
 }
 
+/// Issue 41, item 2: a fleet page's stream carries only the rows its page
+/// uses (`?view=` names the page as rendered): its own, and on page 1 in
+/// triage order a row that ranks into it; the others' are not sent to it.
+#[tokio::test]
+async fn a_fleet_tab_gets_only_the_rows_of_its_page() {
+    use std::collections::BTreeSet;
+    let rig = Rig::start(&[]).await;
+    let client = connect(&rig.nats, "test").await;
+    let subjects = rig.cfg.subjects();
+    let send = |unit: String, seq: u64, health: xo_proto::Health| {
+        let client = client.clone();
+        let subjects = subjects.clone();
+        async move {
+            let mut r = SaluteReport::new(&unit, "coder", seq, seq);
+            r.equipment.cost_usd = seq as f64 / 10.0;
+            r.status.health = health;
+            typed::publish(&client, &subjects.salute(&unit), &r, Format::Msgpack)
+                .await
+                .unwrap();
+        }
+    };
+    for i in 0..20 {
+        rig.report(
+            &client,
+            &SaluteReport::new(format!("view-{i:02}"), "coder", 1, 1),
+        )
+        .await;
+    }
+    // Page 1 of 5 rows, triage order: all green, so by id.
+    let page = rig.fetch("/?per=5", None).await.text().await.unwrap();
+    let view = page
+        .split("data-view=\"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .unwrap_or_else(|| panic!("no view on the fleet table: {page}"))
+        .to_string();
+    let mut tab = rig
+        .fetch(&format!("/api/v1/events?only=rows&view={view}"), None)
+        .await;
+    assert_eq!(tab.status(), StatusCode::OK);
+    let mut buf = String::new();
+    // Every unit reports again; one turns red (it ranks into page 1).
+    for i in 0..20 {
+        let h = if i == 15 {
+            xo_proto::Health::Red
+        } else {
+            xo_proto::Health::Green
+        };
+        send(format!("view-{i:02}"), 2, h).await;
+    }
+    client.flush().await.unwrap();
+    let allowed: BTreeSet<String> = (0..5)
+        .map(|i| format!("view-{i:02}"))
+        .chain(["view-15".to_string()])
+        .collect();
+    let mut got: BTreeSet<String> = BTreeSet::new();
+    let mut red_in = false;
+    let mut page_fresh = false;
+    while !(red_in && page_fresh) {
+        let (name, batch) = next_frame(&mut tab, &mut buf).await;
+        assert_eq!(name, "rows");
+        assert_eq!(
+            batch["units"], 20,
+            "the counts are the whole fleet's: {batch}"
+        );
+        for row in batch["rows"].as_array().unwrap() {
+            let unit = row["unit"].as_str().unwrap().to_string();
+            red_in |= unit == "view-15" && row["rank"] == 0;
+            page_fresh |= unit == "view-00" && row["seq"] == 2;
+            got.insert(unit);
+        }
+    }
+    let others: Vec<&String> = got.difference(&allowed).collect();
+    assert!(
+        others.is_empty(),
+        "rows not on the page were sent: {others:?}"
+    );
+    // A view not known (or claimed already) gets every row, as before.
+    let r = rig
+        .fetch(&format!("/api/v1/events?only=rows&view={view}"), None)
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
 /// Issue 41, item 2: the fleet page's live rows come on the stream,
 /// rendered by the console, a batch at a time with the fleet's counts (a
 /// tab makes no request per report), each at the unit's latest report; a

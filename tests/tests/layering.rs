@@ -697,7 +697,7 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
     ),
     (
         "services/console/src/pages/fleet.rs",
-        "fleet_body",
+        "fleet_view",
         "the fleet page's sections in the order shown",
     ),
     (

@@ -20,10 +20,12 @@
 
   // The triage buckets, in the server's order (fleet.rs BUCKETS).
   const BUCKETS = ["red", "amber", "stale", "green", "idle"];
-  // Triage order within the table: bucket, the unacknowledged first, then
-  // the most steered, then the longest without progress (fleet.rs sort_units).
+  // Triage order within the table (fleet.rs triage_key, which the
+  // server's view of this page follows too): a unit that needs a person
+  // first, then its bucket, the unacknowledged, the most steered, the
+  // longest without progress, then its id.
   function before(a, b) {
-    const k = (r) => [Number(r.dataset.rank), Number(r.dataset.acked || 0), -Number(r.dataset.steered || 0), -Number(r.dataset.tsp || 0)];
+    const k = (r) => [1 - Number(r.dataset.needs || 0), Number(r.dataset.rank), Number(r.dataset.acked || 0), -Number(r.dataset.steered || 0), -Number(r.dataset.tsp || 0), r.dataset.unit];
     const x = k(a), y = k(b);
     for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return x[i] < y[i];
     return false;
@@ -63,7 +65,7 @@
       return null;
     };
     if (old) {
-      const same = ["rank", "acked", "steered", "tsp"].every((k) => old.dataset[k] === tr.dataset[k]);
+      const same = ["needs", "rank", "acked", "steered", "tsp"].every((k) => old.dataset[k] === tr.dataset[k]);
       if (same || mode !== "fleet") old.replaceWith(tr);
       else { const at = place(); old.remove(); tbody.insertBefore(tr, at); }
     } else {
@@ -120,7 +122,9 @@
   const page = location.pathname;
   // Only the events this page uses: the fleet its rows, a unit page its
   // unit's reports and steering; a tab is sent nothing per report elsewhere.
-  const only = mode === "fleet" ? "only=rows,steer"
+  // The fleet page names its view: its stream carries only the rows it
+  // shows and, on page 1 in triage order, those that rank into it.
+  const only = mode === "fleet" ? "only=rows,steer" + (table.dataset.view ? "&view=" + encodeURIComponent(table.dataset.view) : "")
     : mode === "unit" ? "only=rows,steer&unit=" + encodeURIComponent(table.dataset.unit)
     : "only=task,fleet,review,settings,steer";
   const es = new EventSource("/api/v1/events?" + only);

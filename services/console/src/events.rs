@@ -39,6 +39,8 @@ pub struct Live {
     pub frame: Bytes,
     /// The unit a report or a steering is about (`?unit=` keeps only its).
     pub unit: Option<Arc<str>>,
+    /// A `rows` batch, for the streams that take some of its rows.
+    pub rows: Option<Arc<crate::rows::Rows>>,
 }
 
 impl Live {
@@ -60,6 +62,16 @@ impl Live {
             name,
             frame: f.freeze(),
             unit: None,
+            rows: None,
+        }
+    }
+
+    /// A `rows` event: every row in the shared frame, and the batch for
+    /// the streams that take fewer.
+    pub fn rows(batch: Arc<crate::rows::Rows>) -> Self {
+        Self {
+            rows: Some(batch.clone()),
+            ..Self::new("rows", &batch.json(|_| true))
         }
     }
 
@@ -296,16 +308,20 @@ pub const NAMES: [&str; 9] = [
 
 /// `GET /api/v1/events`: the live feed as Server-Sent Events. `?only=`
 /// takes a comma-separated list of event names, `?unit=` keeps only the
-/// reports and steering of one unit. Frames are formatted once in the hub
+/// reports, steering and row of one unit, `?view=` only the rows a fleet
+/// page shows (the id on its table, [`crate::views`]). Frames are formatted once in the hub
 /// and shared; a client with several waiting gets them in one write.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct EventsQuery {
     /// Comma-separated event names to receive (default: every event).
     #[serde(default)]
     pub only: Option<String>,
-    /// Only this unit's `salute` and `steer` events.
+    /// Only this unit's `salute`, `steer` and row.
     #[serde(default)]
     pub unit: Option<String>,
+    /// Only the rows of this fleet page (the `data-view` of its table).
+    #[serde(default)]
+    pub view: Option<String>,
 }
 
 pub async fn sse(
@@ -349,10 +365,9 @@ async fn sse_stream(c: Shared, q: BTreeMap<String, String>) -> Response {
             }
         },
     };
-    let wanted = move |ev: &Live| {
-        only.as_ref().is_none_or(|o| o.contains(&ev.name))
-            && (unit.is_none() || ev.unit.is_none() || ev.unit == unit)
-    };
+    // A page's view not (or no longer) known: every row, as without one.
+    let view = q.get("view").and_then(|id| c.views.claim(id));
+    let wanted = Filter { only, unit, view };
     let seen = c.hub.seen.clone();
     // A slot a stream, held until it closes: beyond the bound, 503.
     let Ok(slot) = c.hub.streams.clone().try_acquire_owned() else {
@@ -376,7 +391,7 @@ async fn sse_stream(c: Shared, q: BTreeMap<String, String>) -> Response {
             .into_response();
     };
     let rx = c.hub.subscribe();
-    let stream = futures::stream::unfold((rx, wanted, slot), move |(mut rx, wanted, slot)| {
+    let stream = futures::stream::unfold((rx, wanted, slot), move |(mut rx, mut wanted, slot)| {
         let seen = seen.clone();
         async move {
             loop {
@@ -398,8 +413,8 @@ async fn sse_stream(c: Shared, q: BTreeMap<String, String>) -> Response {
                 let mut frames: Vec<Bytes> = Vec::new();
                 let mut next = Some(first);
                 while let Some(ev) = next.take() {
-                    if wanted(&ev) {
-                        frames.push(ev.frame);
+                    if let Some(frame) = wanted.frame(ev) {
+                        frames.push(frame);
                     }
                     if frames.len() < BATCH {
                         next = rx.try_recv().ok();
@@ -428,6 +443,37 @@ async fn sse_stream(c: Shared, q: BTreeMap<String, String>) -> Response {
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// What one stream takes of the feed.
+struct Filter {
+    only: Option<Vec<&'static str>>,
+    unit: Option<Arc<str>>,
+    view: Option<crate::views::View>,
+}
+
+impl Filter {
+    /// The frame this stream sends for `ev`, if any: a `rows` batch cut
+    /// down to the rows its unit or its page takes.
+    fn frame(&mut self, ev: Live) -> Option<Bytes> {
+        if self.only.as_ref().is_some_and(|o| !o.contains(&ev.name)) {
+            return None;
+        }
+        if let (Some(want), Some(of)) = (&self.unit, &ev.unit)
+            && want != of
+        {
+            return None;
+        }
+        match (&ev.rows, &self.unit, &mut self.view) {
+            (Some(rows), Some(unit), _) => {
+                Some(Live::new("rows", &rows.json(|r| *r.unit == **unit)).frame)
+            }
+            (Some(rows), None, Some(view)) => {
+                Some(Live::new("rows", &rows.json(|r| view.wants(r))).frame)
+            }
+            _ => Some(ev.frame),
+        }
+    }
 }
 
 /// The subjects the hub listens on (for the docs and the tests).

@@ -13,7 +13,8 @@
 //!   `{code, message}`.
 //! - [`events`]: the bus subscriptions fanned out to `/api/v1/events` (SSE).
 //! - [`rows`]: the fleet page's changed rows, rendered once a second and
-//!   sent on the same stream (a tab makes no request per report).
+//!   sent on the same stream (a tab makes no request per report);
+//!   [`views`]: what each tab shows, so that its stream carries only those.
 //! - [`listen`]: the listener and its edges: connections counted once a request is parsed
 //!   (`console.max_connections`), per client, header and idle timeouts, 503 beyond, accept backoff.
 //! - [`metrics`]: `/metrics` in the Prometheus text format.
@@ -30,6 +31,7 @@ pub mod listen;
 pub mod metrics;
 pub mod pages;
 pub mod rows;
+pub mod views;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +64,8 @@ pub struct Console {
     pub stop: Shutdown,
     /// Connections refused for `console.max_connections`, failed accepts.
     pub conns: Arc<listen::Counts>,
+    /// Fleet pages rendered, waiting for their tab's stream.
+    pub views: views::Views,
 }
 
 pub type Shared = Arc<Console>;
@@ -362,6 +366,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
         hub,
         stop: stop.clone(),
         conns: Arc::default(),
+        views: views::Views::default(),
     });
     let app = router(console.clone());
     let rows = rows::start(console.clone());

@@ -77,7 +77,7 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         format!("<span class=\"health {h}\">{h}</span>")
     };
     format!(
-        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\" data-acked=\"{acked}\" data-steered=\"{n_steered}\" data-tsp=\"{tsp}\">\
+        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\" data-needs=\"{needs}\" data-acked=\"{acked}\" data-steered=\"{n_steered}\" data-tsp=\"{tsp}\">\
 <td><a href=\"/units/{id}\">{id}</a></td><td>{role}</td>\
 <td>{health_cell}{own_badge}{stale}</td><td class=\"pace\">{pace}</td>\
 <td class=\"num fill\">{fill:.0}%</td><td class=\"num tsp\">{tsp}</td><td class=\"num cost\">${cost:.4}</td>\
@@ -87,6 +87,7 @@ pub fn unit_row(u: &UnitSummary, now: u64) -> String {
         role = esc(&u.role),
         n_steered = u.steering_sent,
         acked = u8::from(u.ack.is_some()),
+        needs = u8::from(u.needs.is_some()),
         own_badge = if u.self_health != u.health && u.self_health != xo_proto::Health::Green {
             format!(
                 " <span class=\"badge self {own}\" title=\"the unit reported itself {own}\">self: {own}</span>{note}",
@@ -149,6 +150,32 @@ pub(crate) const FLEET_COLUMNS: [(&str, &str); 11] = [
     ("seen", "Seen"),
 ];
 
+/// Where a unit sorts in triage order: a unit that needs a person first,
+/// then by bucket; within one, the unacknowledged, the most steered, then
+/// the longest without progress (the looper of 280 turns before a blip of
+/// 3); then its id.
+pub(crate) type TriageKey = (
+    bool,
+    u8,
+    bool,
+    std::cmp::Reverse<u64>,
+    std::cmp::Reverse<u32>,
+    String,
+);
+
+pub(crate) fn triage_key(u: &UnitSummary) -> TriageKey {
+    use std::cmp::Reverse;
+    (
+        u.needs.is_none(),
+        severity(u),
+        // Acknowledged: below those of its colour nobody has.
+        u.ack.is_some(),
+        Reverse(u.steering_sent),
+        Reverse(u.turns_since_progress),
+        u.unit.clone(),
+    )
+}
+
 pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
     use std::cmp::Ordering;
     let f = |a: f64, b: f64| a.partial_cmp(&b).unwrap_or(Ordering::Equal);
@@ -167,23 +194,7 @@ pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
                 .map(|s| s.1)
                 .cmp(&b.last_steering.map(|s| s.1)),
             "seen" => a.last_seen.cmp(&b.last_seen),
-            // Triage: a unit that needs a person first, then by bucket;
-            // within one, the most steered, then the longest without
-            // progress (the looper of 280 turns before a blip of 3).
-            _ => {
-                use std::cmp::Reverse;
-                let key = |u: &UnitSummary| {
-                    (
-                        u.needs.is_none(),
-                        severity(u),
-                        // Acknowledged: below those of its colour nobody has.
-                        u.ack.is_some(),
-                        Reverse(u.steering_sent),
-                        Reverse(u.turns_since_progress),
-                    )
-                };
-                key(a).cmp(&key(b))
-            }
+            _ => triage_key(a).cmp(&triage_key(b)),
         };
         let o = if desc { o.reverse() } else { o };
         o.then_with(|| a.unit.cmp(&b.unit))
@@ -195,9 +206,24 @@ pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
 pub(crate) const PER_PAGE: usize = 100;
 pub(crate) const MAX_PER_PAGE: usize = 1000;
 
+/// The fleet table for `units` with the filters and order of `q` (no
+/// live view: the tests').
+#[cfg(test)]
+pub(crate) fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
+    fleet_view(units, q, now, |_| None).0
+}
+
 /// The fleet table for `units` with the filters and order of `q`: red
 /// first by default; a header sorts by its column (again: the other way).
-pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
+/// What its page shows is a [`crate::views::View`]: `register` keeps it
+/// and gives its id, which the table carries (`data-view`) for the tab's
+/// live stream.
+pub(crate) fn fleet_view(
+    units: &[UnitSummary],
+    q: &BTreeMap<String, String>,
+    now: u64,
+    register: impl FnOnce(crate::views::View) -> Option<String>,
+) -> (String, Option<String>) {
     let role = q.get("role").filter(|s| !s.is_empty());
     let health = q.get("health").filter(|s| !s.is_empty());
     let find = q.get("q").filter(|s| !s.is_empty());
@@ -241,6 +267,19 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
     for u in on_page {
         rows.push_str(&unit_row(u, now));
     }
+    let view = register(crate::views::View {
+        filters: crate::views::Filters {
+            role: role.cloned(),
+            health: health.cloned(),
+            q: needle.clone(),
+        },
+        per,
+        grows: page == 1 && sort == "health" && !desc,
+        shown: on_page
+            .iter()
+            .map(|u| (u.unit.clone(), triage_key(u)))
+            .collect(),
+    });
     // Links keep the other filters and the order.
     let link = |set: &[(&str, &str)]| {
         let mut kv: BTreeMap<&str, &str> = q
@@ -376,16 +415,20 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
     } else {
         String::new()
     };
-    format!(
+    let html = format!(
         "<p class=\"summary\"><span id=\"unit-count\">{n}</span> units · {badges}</p>\
 <form method=\"get\" class=\"filters\"><label>Role <select name=\"role\"><option value=\"\">all</option>{role_opts}</select></label>\
 <label>Health <select name=\"health\"><option value=\"\">all</option>{health_opts}</select></label>\
 <label>Unit <input name=\"q\" value=\"{f}\" placeholder=\"name contains (any case)\"></label>\
 <input type=\"hidden\" name=\"sort\" value=\"{sort}\">{per_field}<button type=\"submit\">Filter</button></form>\
 <details class=\"roles\"{open}><summary>By role ({roles})</summary><div class=\"scroll\"><table id=\"roles\"><thead><tr><th>role</th><th>units</th>{rollup_heads}<th>cost</th></tr></thead><tbody>{rollups}</tbody></table></div></details>\
-<div class=\"scroll\"><table id=\"units\" data-live=\"fleet\" data-sort=\"{sort}\" data-page=\"{page}\" data-per=\"{per}\"><thead><tr>{heads}</tr></thead>\
+<div class=\"scroll\"><table id=\"units\" data-live=\"fleet\" data-sort=\"{sort}\" data-page=\"{page}\" data-per=\"{per}\"{view_attr}><thead><tr>{heads}</tr></thead>\
 <tbody>{rows}</tbody></table></div>{nav}{empty}",
         n = units.len(),
+        view_attr = view
+            .as_deref()
+            .map(|v| format!(" data-view=\"{}\"", esc(v)))
+            .unwrap_or_default(),
         per_field = if per == PER_PAGE {
             String::new()
         } else {
@@ -400,7 +443,8 @@ pub fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64)
         } else {
             ""
         },
-    )
+    );
+    (html, view)
 }
 
 /// One unit's fleet row, for the live page to swap in (the server's row
@@ -424,7 +468,11 @@ pub(crate) async fn unit_row_fragment(
 pub(crate) async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Fleet", "/", &q);
     match c.units().await {
-        Ok(units) => ok_page(&f, &fleet_body(&units, &q, now())),
+        Ok(units) => {
+            let n = now();
+            let (body, _) = fleet_view(&units, &q, n, |v| c.views.register(v, n));
+            ok_page(&f, &body)
+        }
         Err(e) => down(&f, &e),
     }
 }
