@@ -206,13 +206,6 @@ pub(crate) fn sort_units(units: &mut [&UnitSummary], key: &str, desc: bool) {
 pub(crate) const PER_PAGE: usize = 100;
 pub(crate) const MAX_PER_PAGE: usize = 1000;
 
-/// The fleet table for `units` with the filters and order of `q` (no
-/// live view: the tests').
-#[cfg(test)]
-pub(crate) fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
-    fleet_view(units, q, now, |_| None).0
-}
-
 /// The fleet table for `units` with the filters and order of `q`: red
 /// first by default; a header sorts by its column (again: the other way).
 /// What its page shows is a [`crate::views::View`]: `register` keeps it

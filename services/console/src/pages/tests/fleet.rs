@@ -1,6 +1,12 @@
 //! The fleet page's tests: its order, filters, badges and role rollups.
 use super::*;
 
+/// The fleet table for `units` with the filters and order of `q` (no
+/// live view).
+fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
+    fleet_view(units, q, now, |_| None).0
+}
+
 /// A unit waiting for its provider's usage limit says until when.
 #[test]
 fn a_unit_at_its_usage_limit_says_until_when() {
