@@ -581,6 +581,11 @@ pub struct StatsReply {
     /// what a unit's sequence shows missing is in `missed`).
     #[serde(default)]
     pub dropped: u64,
+    /// Reports shed on purpose under overload: each replaced, while it
+    /// waited for its watcher, by a newer report of its unit (every unit
+    /// is judged on its latest; `supervisor.inbox_high`).
+    #[serde(default)]
+    pub shed: u64,
     /// Inputs (a message, a report file) whose handling panicked: each
     /// was counted, logged and skipped, and the input went on with the
     /// next (this process's inputs, the supervisor's file poller among them).

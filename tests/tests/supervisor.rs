@@ -1231,7 +1231,7 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
     let a = typed::decode::<xo_proto::alert::Alert>(&a, 1 << 20).unwrap();
     assert!(
         a.title
-            .ends_with("0 dropped by the supervisor's connection, 3 missing from units' sequences"),
+            .ends_with("0 dropped by the supervisor's connection, 3 missing from units' sequences, 0 shed under load"),
         "{}",
         a.title
     );
@@ -1253,7 +1253,8 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
     let a = alerts.try_next().expect("the losses of the minute, said");
     let a = typed::decode::<xo_proto::alert::Alert>(&a, 1 << 20).unwrap();
     assert!(
-        a.title.ends_with(", 2 missing from units' sequences"),
+        a.title
+            .ends_with(", 2 missing from units' sequences, 0 shed under load"),
         "{}",
         a.title
     );
@@ -1270,4 +1271,71 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
     }
     assert_eq!(sb.show("gappy").await.unwrap().summary.turn, 9);
     assert_eq!(stats().await.missed, 5);
+}
+
+/// Issue 43, item 3: under overload the supervisor sheds deliberately.
+/// With `supervisor.inbox_high = 1` a burst of one unit's reports waits
+/// for its watcher group: past the mark a newer report replaces the older
+/// one still waiting. Whatever the timing: the unit is judged on its
+/// latest report, every report is either checked or counted as shed, and a
+/// shed report is never counted as lost (no gap); shedding is said.
+#[tokio::test]
+async fn under_overload_a_units_latest_report_is_kept_and_the_superseded_counted() {
+    let sb = Sandbox::start(&[("supervisor.inbox_high", "1")]).await;
+    let stats = || async {
+        typed::call(
+            &sb.client,
+            &sb.subjects,
+            &xo_proto::control::SupervisorStats {},
+            T,
+        )
+        .await
+        .unwrap()
+    };
+    // Known (its route in the pump), then a burst without a pause.
+    sb.send(&report("busy", 1)).await;
+    sb.wait_seq("busy", 1).await;
+    const N: u64 = 400;
+    for seq in 2..=N {
+        let mut r = report("busy", seq);
+        r.activity.turns_since_progress = 0;
+        typed::publish(&sb.client, &sb.subjects.salute("busy"), &r, Format::Msgpack)
+            .await
+            .unwrap();
+    }
+    sb.client.flush().await.unwrap();
+    let d = sb.wait_seq("busy", N).await;
+    assert_eq!(d.summary.seq, N, "the latest report is the one kept");
+    let st = stats().await;
+    assert_eq!(st.reports, N, "{st:?}");
+    assert_eq!(
+        st.evaluated + st.shed + st.duplicates,
+        N,
+        "every report checked or shed: {st:?}"
+    );
+    assert_eq!(st.missed, 0, "a shed report is not a lost one: {st:?}");
+    println!("shed {} of {N} reports", st.shed);
+    // Said with the losses (a log line and the reports_lost alert) when
+    // any was shed; nothing said when none was.
+    let mut alerts = sb
+        .client
+        .subscribe(&sb.subjects.alert(xo_proto::alert::AlertKind::ReportsLost))
+        .await
+        .unwrap();
+    sb.client.flush().await.unwrap();
+    sb.sup().tick().await;
+    stats().await;
+    match (st.shed, alerts.try_next()) {
+        (0, None) => {}
+        (0, Some(_)) => panic!("an alert with nothing lost"),
+        (n, Some(a)) => {
+            let a = typed::decode::<xo_proto::alert::Alert>(&a, 1 << 20).unwrap();
+            assert!(
+                a.title.ends_with(&format!(", {n} shed under load")),
+                "{}",
+                a.title
+            );
+        }
+        (n, None) => panic!("{n} reports shed and not said"),
+    }
 }

@@ -209,6 +209,11 @@ pub async fn render(c: &Shared) -> String {
                 s.dropped,
             ),
             (
+                "xo_reports_shed_total",
+                "Reports replaced, while they waited for the supervisor's watchers past supervisor.inbox_high, by a newer report of their unit (shed on purpose: each unit judged on its latest).",
+                s.shed,
+            ),
+            (
                 "xo_dead_letters_total",
                 "Messages sent to the dead-letter subjects.",
                 s.dead_letters,

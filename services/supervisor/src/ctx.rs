@@ -53,6 +53,9 @@ pub struct Counters {
     /// Report files whose reading panicked (skipped; the poller goes on).
     pub panics: AtomicU64,
     pub missed: AtomicU64,
+    /// Reports replaced by a newer one of their unit while waiting for a
+    /// watcher group past `supervisor.inbox_high` (shed on purpose).
+    pub shed: AtomicU64,
     pub evicted: AtomicU64,
     /// Steering by kind per minute, the last `SteeringMinute::KEPT` minutes
     /// that had any (a steering is rare next to a report: one lock is fine).
@@ -76,6 +79,8 @@ pub struct Counters {
 struct Lost {
     /// The connection's drop count when last said.
     dropped_said: u64,
+    /// The shed count when last said.
+    shed_said: u64,
     /// Gaps counted since last said, and the first few units.
     gaps: u64,
     units: Vec<String>,
@@ -91,6 +96,8 @@ pub const LOST_EVERY_MS: u64 = 60_000;
 pub struct Losses {
     pub dropped: u64,
     pub gaps: u64,
+    /// Reports superseded by a newer one of their unit and not checked.
+    pub shed: u64,
     pub units: Vec<String>,
 }
 
@@ -123,7 +130,9 @@ impl Counters {
     pub fn losses_due(&self, dropped: u64, now: u64) -> Option<Losses> {
         let mut l = self.lost.lock().unwrap_or_else(|e| e.into_inner());
         let new_drops = dropped.saturating_sub(l.dropped_said);
-        if new_drops == 0 && l.gaps == 0 {
+        let shed = self.shed.load(Ordering::Relaxed);
+        let new_shed = shed.saturating_sub(l.shed_said);
+        if new_drops == 0 && l.gaps == 0 && new_shed == 0 {
             return None;
         }
         if l.said_at
@@ -133,8 +142,10 @@ impl Counters {
         }
         l.said_at = Some(now);
         l.dropped_said = dropped;
+        l.shed_said = shed;
         Some(Losses {
             dropped: new_drops,
+            shed: new_shed,
             gaps: std::mem::take(&mut l.gaps),
             units: std::mem::take(&mut l.units),
         })
@@ -203,6 +214,7 @@ impl Counters {
             units,
             watcher_restarts: g(&self.watcher_restarts),
             missed: g(&self.missed),
+            shed: g(&self.shed),
             dropped: 0,
             panics: g(&self.panics) + xo_bus::input::panics(),
             evicted: g(&self.evicted),
@@ -242,6 +254,8 @@ pub struct Ctx {
     pub live: crate::live::Live,
     pub clock: Clock,
     pub counters: Counters,
+    /// What waits for each watcher group (index: `group::group_of`).
+    pub inboxes: Vec<Arc<crate::inbox::Inbox>>,
     pub persist: persist::Persister,
     /// Macrocosm volume, if file mode is on.
     pub volume: Option<PathBuf>,

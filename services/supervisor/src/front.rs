@@ -196,6 +196,7 @@ impl FrontState {
             sum.units += s.units;
             sum.watcher_restarts += s.watcher_restarts;
             sum.missed += s.missed;
+            sum.shed += s.shed;
             sum.dropped += s.dropped;
             sum.panics += s.panics;
             sum.evicted += s.evicted;

@@ -9,12 +9,14 @@
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{error, warn};
 use xo_radio::FnvMap;
 
+use crate::inbox::Inbox;
 pub use crate::msg::GroupMsg;
 use crate::msg::RootMsg;
 use crate::watcher::{WatcherArgs, WatcherMsg, WatcherState};
@@ -35,6 +37,8 @@ pub struct Group;
 
 pub struct GroupArgs {
     pub root: ActorRef<RootMsg>,
+    /// What waits for this group (kept across its restarts).
+    pub inbox: Arc<Inbox>,
 }
 
 enum Slot {
@@ -45,6 +49,7 @@ enum Slot {
 
 pub struct GroupState {
     root: ActorRef<RootMsg>,
+    inbox: Arc<Inbox>,
     units: FnvMap<String, Slot>,
 }
 
@@ -104,11 +109,16 @@ impl Actor for Group {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<GroupMsg>,
+        myself: ActorRef<GroupMsg>,
         args: GroupArgs,
     ) -> Result<GroupState, ActorProcessingErr> {
+        // Started again: an overflow left from before needs its drain.
+        if args.inbox.restarted() {
+            let _ = myself.cast(GroupMsg::Drain);
+        }
         Ok(GroupState {
             root: args.root,
+            inbox: args.inbox,
             units: FnvMap::default(),
         })
     }
@@ -133,7 +143,19 @@ impl Actor for Group {
         state: &mut GroupState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GroupMsg::Unit(unit, msg) => state.deliver(unit, msg).await,
+            GroupMsg::Unit(unit, msg) => {
+                if matches!(msg, WatcherMsg::Received(_)) {
+                    state.inbox.handled();
+                }
+                state.deliver(unit, msg).await
+            }
+            GroupMsg::Drain => {
+                for (unit, msg, superseded) in state.inbox.drain() {
+                    state
+                        .deliver(unit, WatcherMsg::Latest(msg, superseded))
+                        .await;
+                }
+            }
             GroupMsg::Start(args) => state.start(*args).await,
             GroupMsg::Tick(units, now, port) => {
                 for unit in units {

@@ -27,6 +27,7 @@ use crate::SupervisorResult;
 use crate::ctx::Ctx;
 use crate::decode;
 use crate::group::GroupMsg;
+use crate::inbox::Offer;
 use crate::root::{RootMsg, Routes};
 use crate::watcher::WatcherMsg;
 
@@ -90,6 +91,22 @@ impl input::Handler<Message> for ReportPump {
             .and_then(|unit| route_to(&self.shared, &mut self.routes, unit));
         let msg = match route {
             Some((unit, g)) => {
+                // Past `supervisor.inbox_high` waiting for the group, the
+                // unit's latest report is kept, not queued (crate::inbox).
+                let inbox = &ctx.inboxes[crate::group::group_of(unit)];
+                let msg = match inbox.offer(unit, msg, ctx.cfg.supervisor.inbox_high) {
+                    Offer::Send(msg) => msg,
+                    Offer::Kept { drain, shed } => {
+                        if shed {
+                            ctx.counters.shed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // A group that stopped drains when it starts again.
+                        if drain {
+                            let _ = g.cast(GroupMsg::Drain);
+                        }
+                        return Next::Go;
+                    }
+                };
                 match g.cast(GroupMsg::Unit(unit.clone(), WatcherMsg::Received(msg))) {
                     Ok(()) => return Next::Go,
                     // Its group stopped (and is being restarted): ask the
@@ -98,11 +115,13 @@ impl input::Handler<Message> for ReportPump {
                         _,
                         WatcherMsg::Received(m),
                     ))) => {
+                        inbox.handled();
                         let unit = unit.clone();
                         self.routes.remove(&unit);
                         m
                     }
                     Err(e) => {
+                        inbox.handled();
                         let unit = unit.clone();
                         self.routes.remove(&unit);
                         warn!(unit = %unit, error = %e, "report lost: its watcher is gone");

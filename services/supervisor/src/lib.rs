@@ -15,7 +15,8 @@
 //!   one-for-one with an intensity limit; answers the control API
 //!   (`xo.ctl.supervisor.*`).
 //! - [`group`]: actors holding the watchers of many units each (a unit's
-//!   group fixed by its id).
+//!   group fixed by its id); [`inbox`]: what waits for a group, bounded
+//!   (past `supervisor.inbox_high`, each unit's latest report only).
 //! - [`watcher`]: a unit's radio state, latest report, health and steering.
 //! - [`live`]: operator settings in force (role profiles, steering on/off).
 //! - [`outbox`]: where steering goes (the bus, and the volume's steering files).
@@ -31,6 +32,7 @@ pub mod ctx;
 pub mod decode;
 pub mod front;
 pub mod group;
+pub mod inbox;
 pub mod ingest;
 pub mod live;
 pub mod membership;
@@ -114,6 +116,7 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
         store,
         clock,
         counters: Counters::default(),
+        inboxes: (0..group::GROUPS).map(|_| Arc::default()).collect(),
         volume,
         shard,
         cfg,

@@ -52,4 +52,6 @@ pub enum GroupMsg {
     /// Stops these units' watchers (evicted, or their partition handed
     /// back): their state goes to the persister; answered when done.
     Stop(Vec<String>, RpcReplyPort<()>),
+    /// Its inbox overflowed: take each unit's latest report from it.
+    Drain,
 }

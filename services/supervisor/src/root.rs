@@ -88,6 +88,7 @@ impl RootState {
                 Group,
                 GroupArgs {
                     root: myself.clone(),
+                    inbox: self.ctx.inboxes[i].clone(),
                 },
             )
             .await?;

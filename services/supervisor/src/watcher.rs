@@ -24,6 +24,9 @@ pub enum WatcherMsg {
     Report(Box<SaluteReport>, Headers, bytes::Bytes),
     /// A report as it arrived on the bus, decoded by the watcher.
     Received(xo_bus::Message),
+    /// A unit's latest report out of its group's overflow, and how many
+    /// older ones it replaced there (shed: not counted as a gap).
+    Latest(xo_bus::Message, u64),
     Heartbeat(Heartbeat),
     /// The liveness check at `now` (ms), and a save if one is due.
     Tick(u64),
@@ -76,6 +79,9 @@ pub struct WatcherState {
     /// The unit came to need a person on the last report: the alert to
     /// publish with its steering.
     paged: Option<Box<xo_proto::alert::Alert>>,
+    /// Reports of the unit shed before the one being checked: part of its
+    /// sequence gap that was received, not lost.
+    superseded: u64,
 }
 
 /// One report for the charts, 16 bytes (memory per unit matters: issue 23).
@@ -230,6 +236,22 @@ impl WatcherState {
     /// Synchronous, and the sending apart: an actor's task reserves room
     /// for the largest future its handler awaits, for as long as it lives,
     /// so the report (and the publish future) must not live in one.
+    /// A report as it arrived, after `superseded` older ones of the unit
+    /// were shed while it waited: decoded, checked, steered on.
+    async fn received(&mut self, msg: xo_bus::Message, superseded: u64) {
+        self.superseded = superseded;
+        let checked = match decode::decode_report(&self.ctx, &msg) {
+            Ok(report) => self.check(report, &msg.headers, msg.payload),
+            Err(e) => {
+                Box::pin(decode::reject(&self.ctx, &msg, &e)).await;
+                None
+            }
+        };
+        self.superseded = 0;
+        self.steer(checked).await;
+        self.lapse_ack(self.ctx.clock.now_ms());
+    }
+
     fn check(
         &mut self,
         report: SaluteReport,
@@ -353,9 +375,12 @@ impl WatcherState {
         }
         // A gap in the unit's sequence (not a restart, which starts over):
         // reports lost on the way.
+        let superseded = std::mem::take(&mut self.superseded);
         if !a.duplicate && !a.restarted && last_seq > 0 && report.time.seq > last_seq + 1 {
-            ctx.counters
-                .gap(&report.unit.unit, report.time.seq - last_seq - 1);
+            let lost = (report.time.seq - last_seq - 1).saturating_sub(superseded);
+            if lost > 0 {
+                ctx.counters.gap(&report.unit.unit, lost);
+            }
         }
         if a.duplicate {
             ctx.counters.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -516,16 +541,17 @@ pub async fn say_lost(ctx: &Ctx, l: &crate::ctx::Losses, at: u64) {
         format!(" (gaps in {})", l.units.join(", "))
     };
     let title = format!(
-        "reports lost: {} dropped by the supervisor's connection, {} missing from units' sequences",
-        l.dropped, l.gaps
+        "reports lost: {} dropped by the supervisor's connection, {} missing from units' sequences, {} shed under load",
+        l.dropped, l.gaps, l.shed
     );
     warn!(
         dropped = l.dropped,
         gaps = l.gaps,
-        "{title}{units}; said at most once a minute (xo_reports_dropped_total, xo_reports_gap_total)"
+        shed = l.shed,
+        "{title}{units}; said at most once a minute (xo_reports_dropped_total, xo_reports_gap_total, xo_reports_shed_total)"
     );
     let detail = format!(
-        "Since the last alert{units}. The XO decided without these reports: a unit's picture may be behind. Dropped reports mean the supervisor reads too slowly for the reports it gets: add supervisors (supervisor.partitions) or raise nats.subscription_capacity. Missing ones were lost before they reached it (a unit's connection, a NATS node). The console's /metrics counts both (xo_reports_dropped_total, xo_reports_gap_total)."
+        "Since the last alert{units}. The XO decided without these reports: a unit's picture may be behind. Dropped reports mean the supervisor reads too slowly for the reports it gets: add supervisors (supervisor.partitions) or raise nats.subscription_capacity. Missing ones were lost before they reached it (a unit's connection, a NATS node). Shed ones were replaced, while they waited for the watchers, by a newer report of the same unit (supervisor.inbox_high): every unit was judged on its latest report, the ones in between were not checked. The console's /metrics counts all three (xo_reports_dropped_total, xo_reports_gap_total, xo_reports_shed_total)."
     );
     page(
         ctx,
@@ -607,6 +633,7 @@ impl WatcherState {
             last_saved: 0,
             history: Default::default(),
             paged: None,
+            superseded: 0,
         };
         if unsent {
             // Its previous supervisor died between writing and sending.
@@ -638,17 +665,8 @@ impl WatcherState {
                 state.steer(checked).await;
                 state.lapse_ack(state.ctx.clock.now_ms());
             }
-            WatcherMsg::Received(msg) => {
-                let checked = match decode::decode_report(&state.ctx, &msg) {
-                    Ok(report) => state.check(report, &msg.headers, msg.payload),
-                    Err(e) => {
-                        Box::pin(decode::reject(&state.ctx, &msg, &e)).await;
-                        None
-                    }
-                };
-                state.steer(checked).await;
-                state.lapse_ack(state.ctx.clock.now_ms());
-            }
+            WatcherMsg::Received(msg) => state.received(msg, 0).await,
+            WatcherMsg::Latest(msg, superseded) => state.received(msg, superseded).await,
             WatcherMsg::Heartbeat(hb) => {
                 WatcherState::seen(&mut state.rec, &state.live, state.ctx.clock.now_ms());
                 if state.rec.role.is_empty() {

@@ -30,6 +30,11 @@ pub struct SupervisorConfig {
     pub file_poll_ms: u64,
     /// Steering messages kept per unit for `xo units UNIT`.
     pub steering_history: usize,
+    /// Reports waiting for one watcher group before the supervisor sheds:
+    /// past it, a unit's newer report replaces its older one still waiting
+    /// (each unit's latest is kept, the superseded ones counted in
+    /// `xo_reports_shed_total`) instead of the queue growing without bound.
+    pub inbox_high: u64,
     /// Directories of live agent transcripts the XO's process watches
     /// (`[[supervisor.watch]]`, as `xo watch` does), for containers.
     pub watch: Vec<WatchConfig>,
@@ -109,6 +114,7 @@ impl Default for SupervisorConfig {
             volume: String::new(),
             file_poll_ms: 500,
             steering_history: 20,
+            inbox_high: 4096,
             watch: Vec::new(),
             partitions: 1,
             partition_lease_ms: 10_000,

@@ -236,6 +236,7 @@ impl XoConfig {
             ("supervisor.persist_interval_ms", s.persist_interval_ms),
             ("supervisor.restart_window_ms", s.restart_window_ms),
             ("supervisor.file_poll_ms", s.file_poll_ms),
+            ("supervisor.inbox_high", s.inbox_high),
             ("supervisor.report_retention_mb", s.report_retention_mb),
             ("queue.lease_ms", self.queue.lease_ms),
             ("queue.tick_ms", self.queue.tick_ms),
