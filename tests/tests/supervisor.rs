@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use xo_bus::{Headers, typed};
-use xo_proto::control::{ListUnits, SteerUnit, SupervisorStats};
+use xo_proto::control::{ListUnits, SteerUnit};
 use xo_proto::{Action, AnomalyKind, Format, Health, Heartbeat, Outcome, Pace, Severity};
 use xo_radio::{Microcosm, RoleProfile};
 
@@ -88,9 +88,7 @@ async fn normal_operation_injects_nothing() {
     let d = sb.show("u1").await.unwrap();
     assert_eq!(d.summary.health, Health::Green);
     assert_eq!(d.summary.steering_sent, 0);
-    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-        .await
-        .unwrap();
+    let stats = sb.stats().await;
     assert_eq!(
         (stats.reports, stats.evaluated, stats.steering),
         (20, 20, 0)
@@ -290,9 +288,7 @@ async fn supervisor_restart_resumes_from_the_store() {
         sb.exchange(&mut sub, &stalled(13)).await.len() == 1,
         "cooldown over"
     );
-    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-        .await
-        .unwrap();
+    let stats = sb.stats().await;
     assert_eq!(
         stats.duplicates, 1,
         "a replayed seq is a duplicate after the restart too"
@@ -332,9 +328,7 @@ async fn epochs_are_bounded_and_a_unit_heard_only_by_heartbeat_is_flagged() {
     let sb = &Sandbox::start(&[]).await;
     let refused = |n: u64| async move {
         for _ in 0..3000 {
-            let st = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-                .await
-                .unwrap();
+            let st = sb.stats().await;
             if st.duplicates >= n {
                 return;
             }
@@ -415,9 +409,7 @@ async fn silent_units_are_forgotten_after_the_retention() {
         }
     };
     assert_eq!(units(&sb).await, vec!["chatty".to_string()]);
-    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-        .await
-        .unwrap();
+    let stats = sb.stats().await;
     assert_eq!((stats.evicted, stats.units), (1, 1));
     // Gone from the store too: a restarted supervisor does not bring it back.
     sb.stop_supervisor().await.unwrap();
@@ -575,9 +567,7 @@ async fn bad_input_is_dead_lettered(watched: bool) {
             "the unit is still served after its bad reports"
         );
     }
-    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-        .await
-        .unwrap();
+    let stats = sb.stats().await;
     assert_eq!(stats.dead_letters, 5);
     if watched {
         assert_eq!(stats.units, 2);
@@ -691,9 +681,7 @@ async fn macrocosm_file_mode() {
         .collect();
     assert_eq!(kinds(&steer), [(AnomalyKind::Stall, Severity::Warning)]);
     assert_eq!(drain(&mut sub), steer, "the bus gets the same steering");
-    let stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-        .await
-        .unwrap();
+    let stats = sb.stats().await;
     assert_eq!(
         stats.dead_letters, 1,
         "the broken file is rejected, not fatal"
@@ -988,17 +976,13 @@ async fn a_burst_from_new_units_is_evaluated_in_order() {
         }
     }
     sb.client.flush().await.unwrap();
-    let mut stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-        .await
-        .unwrap();
+    let mut stats = sb.stats().await;
     for _ in 0..3000 {
         if stats.evaluated + stats.duplicates >= units * turns {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-        stats = typed::call(&sb.client, &sb.subjects, &SupervisorStats {}, T)
-            .await
-            .unwrap();
+        stats = sb.stats().await;
     }
     assert_eq!(stats.duplicates, 0, "reports overtook each other");
     assert_eq!(stats.evaluated, units * turns);
@@ -1207,24 +1191,14 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
         .await
         .unwrap();
     sb.client.flush().await.unwrap();
-    let stats = || async {
-        typed::call(
-            &sb.client,
-            &sb.subjects,
-            &xo_proto::control::SupervisorStats {},
-            T,
-        )
-        .await
-        .unwrap()
-    };
     // Seq 1, then 5: reports 2, 3 and 4 never came.
     sb.send(&report("gappy", 1)).await;
     sb.send(&report("gappy", 5)).await;
     sb.wait_seq("gappy", 5).await;
-    assert_eq!(stats().await.missed, 3);
+    assert_eq!(sb.stats().await.missed, 3);
     sb.sup().tick().await;
     // The supervisor's reply comes after anything its tick published.
-    stats().await;
+    sb.stats().await;
     let a = alerts
         .try_next()
         .expect("a reports_lost alert after the tick");
@@ -1238,18 +1212,18 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
     assert!(a.detail.contains("(gaps in gappy)"), "{}", a.detail);
     // Nothing new: nothing said.
     sb.sup().tick().await;
-    stats().await;
+    sb.stats().await;
     assert!(alerts.try_next().is_none(), "no alert without a new loss");
     // Two more missing within the minute: counted now, said once the
     // minute has passed.
     sb.send(&report("gappy", 8)).await;
     sb.wait_seq("gappy", 8).await;
     sb.sup().tick().await;
-    assert_eq!(stats().await.missed, 5);
+    assert_eq!(sb.stats().await.missed, 5);
     assert!(alerts.try_next().is_none(), "at most one alert a minute");
     sb.clock.advance(Duration::from_secs(60));
     sb.sup().tick().await;
-    stats().await;
+    sb.stats().await;
     let a = alerts.try_next().expect("the losses of the minute, said");
     let a = typed::decode::<xo_proto::alert::Alert>(&a, 1 << 20).unwrap();
     assert!(
@@ -1270,7 +1244,7 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(sb.show("gappy").await.unwrap().summary.turn, 9);
-    assert_eq!(stats().await.missed, 5);
+    assert_eq!(sb.stats().await.missed, 5);
 }
 
 /// Issue 43, item 3: under overload the supervisor sheds deliberately.
@@ -1282,16 +1256,6 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
 #[tokio::test]
 async fn under_overload_a_units_latest_report_is_kept_and_the_superseded_counted() {
     let sb = Sandbox::start(&[("supervisor.inbox_high", "1")]).await;
-    let stats = || async {
-        typed::call(
-            &sb.client,
-            &sb.subjects,
-            &xo_proto::control::SupervisorStats {},
-            T,
-        )
-        .await
-        .unwrap()
-    };
     // Known (its route in the pump), then a burst without a pause.
     sb.send(&report("busy", 1)).await;
     sb.wait_seq("busy", 1).await;
@@ -1306,7 +1270,7 @@ async fn under_overload_a_units_latest_report_is_kept_and_the_superseded_counted
     sb.client.flush().await.unwrap();
     let d = sb.wait_seq("busy", N).await;
     assert_eq!(d.summary.seq, N, "the latest report is the one kept");
-    let st = stats().await;
+    let st = sb.stats().await;
     assert_eq!(st.reports, N, "{st:?}");
     assert_eq!(
         st.evaluated + st.shed + st.duplicates,
@@ -1324,7 +1288,7 @@ async fn under_overload_a_units_latest_report_is_kept_and_the_superseded_counted
         .unwrap();
     sb.client.flush().await.unwrap();
     sb.sup().tick().await;
-    stats().await;
+    sb.stats().await;
     match (st.shed, alerts.try_next()) {
         (0, None) => {}
         (0, Some(_)) => panic!("an alert with nothing lost"),

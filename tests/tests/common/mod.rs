@@ -124,6 +124,18 @@ impl Sandbox {
         drain(sub)
     }
 
+    /// The supervisor's counters (`xo.ctl.supervisor.stats`).
+    pub async fn stats(&self) -> xo_proto::control::StatsReply {
+        typed::call(
+            &self.client,
+            &self.subjects,
+            &xo_proto::control::SupervisorStats {},
+            T,
+        )
+        .await
+        .expect("the supervisor's stats")
+    }
+
     pub async fn show(&self, unit: &str) -> Result<UnitDetail, typed::CallError> {
         typed::call(
             &self.client,
