@@ -8,7 +8,9 @@
 //! 3. steering latency (report published → steering received) against raw
 //!    NATS request/reply, p50 and p99;
 //! 4. soak: N simulated units at 1 report/s for S seconds against a
-//!    supervisor in its own process: its CPU, resident memory, dropped reports.
+//!    supervisor in its own process: its CPU, resident memory, reports lost
+//!    unseen (neither checked nor counted) and the counted losses (dropped,
+//!    missing, shed under load).
 
 use crate::fabric::{Fabric, Plan};
 use std::process::{Command, ExitCode, Stdio};
@@ -392,8 +394,8 @@ async fn soak(
     let cpu = (proc_cpu_ticks(pid)? - cpu0) as f64 / ticks;
     let mut last = stats().await?;
     let settle = Instant::now();
-    while last.evaluated + last.duplicates < published && settle.elapsed() < Duration::from_secs(30)
-    {
+    let accounted = |s: &xo_proto::control::StatsReply| s.evaluated + s.duplicates + s.shed;
+    while accounted(&last) < published && settle.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         last = stats().await?;
     }
@@ -403,7 +405,8 @@ async fn soak(
         .args(["-TERM", &pid.to_string()])
         .status();
     let _ = child.wait();
-    let dropped = published.saturating_sub(last.evaluated + last.duplicates);
+    // Reports neither checked nor counted anywhere: lost unseen.
+    let dropped = published.saturating_sub(accounted(&last));
     let cpu_pct = 100.0 * cpu / wall;
     let mib = |k: u64| k as f64 / 1024.0;
     let peak = hwm.max(peak_rss);
@@ -428,11 +431,16 @@ async fn soak(
         verdict(per_unit <= 10.0)
     );
     println!(
-        "   dropped reports    {dropped:>12}   (evaluated {}, duplicates {}, dead letters {})   target 0: {}",
+        "   lost unseen        {dropped:>12}   (of {published}: evaluated {}, duplicates {}, shed under load {}, dead letters {})   target 0: {}",
         last.evaluated,
         last.duplicates,
+        last.shed,
         last.dead_letters,
         verdict(dropped == 0)
+    );
+    println!(
+        "   counted losses     {:>12} dropped by the connection, {} missing from units' sequences, {} shed (each unit judged on its latest)",
+        last.dropped, last.missed, last.shed
     );
     Ok(vec![
         ("soak_cpu_pct".into(), cpu_pct.into()),
@@ -441,5 +449,7 @@ async fn soak(
         ("soak_peak_rss_mib".into(), mib(peak).into()),
         ("soak_published".into(), published.into()),
         ("soak_dropped".into(), dropped.into()),
+        ("soak_shed".into(), last.shed.into()),
+        ("soak_missed".into(), last.missed.into()),
     ])
 }
