@@ -90,8 +90,10 @@ impl View {
 
 /// How long a rendered page's view waits for its tab's stream.
 const CLAIM_WITHIN_MS: u64 = 5 * 60_000;
-/// At most this many views wait at once (the oldest go first).
-const MAX_WAITING: usize = 4096;
+/// At most this many views wait at once (the oldest go first): a view
+/// holds up to `MAX_PER_PAGE` keys, so pages fetched without a tab (a
+/// script, a bench) cost at most some tens of MiB, whatever their number.
+const MAX_WAITING: usize = 256;
 
 /// Views rendered and not yet claimed by a stream.
 #[derive(Debug, Default)]
