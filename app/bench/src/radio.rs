@@ -373,6 +373,10 @@ async fn soak(
     let per_slice = units.div_ceil(slices);
     let mut published = 0u64;
     let mut peak_rss = 0u64;
+    // Each minute: the supervisor's CPU over that minute and its memory at
+    // its end (flat over hours is the goal: compare the first and the last).
+    let mut minute_cpu = cpu0;
+    let mut minute_at = Instant::now();
     for second in 0..secs {
         for slice in 0..slices {
             let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
@@ -387,7 +391,22 @@ async fn soak(
                 published += 1;
             }
         }
-        peak_rss = peak_rss.max(proc_status_kib(pid, "VmRSS:")?);
+        let rss_now = proc_status_kib(pid, "VmRSS:")?;
+        peak_rss = peak_rss.max(rss_now);
+        if (second + 1) % 60 == 0 {
+            let cpu_now = proc_cpu_ticks(pid)?;
+            let pct = 100.0 * (cpu_now - minute_cpu) as f64
+                / ticks
+                / minute_at.elapsed().as_secs_f64().max(1e-9);
+            println!(
+                "   soak minute {:>3}: supervisor cpu {pct:>5.1}% of one core, memory {:>7.1} MiB ({:.1} KiB a unit)",
+                (second + 1) / 60,
+                rss_now as f64 / 1024.0,
+                rss_now.saturating_sub(rss0) as f64 / units.max(1) as f64
+            );
+            minute_cpu = cpu_now;
+            minute_at = Instant::now();
+        }
     }
     publisher.flush().await?;
     let wall = t0.elapsed().as_secs_f64();
