@@ -40,7 +40,7 @@ pub struct Live {
     /// The unit a report or a steering is about (`?unit=` keeps only its).
     pub unit: Option<Arc<str>>,
     /// A `rows` batch, for the streams that take some of its rows.
-    pub rows: Option<Arc<crate::rows::Rows>>,
+    pub rows: Option<Arc<crate::views::Rows>>,
 }
 
 impl Live {
@@ -68,7 +68,7 @@ impl Live {
 
     /// A `rows` event: every row in the shared frame, and the batch for
     /// the streams that take fewer.
-    pub fn rows(batch: Arc<crate::rows::Rows>) -> Self {
+    pub fn rows(batch: Arc<crate::views::Rows>) -> Self {
         Self {
             rows: Some(batch.clone()),
             ..Self::new("rows", &batch.json(|_| true))

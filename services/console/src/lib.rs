@@ -14,7 +14,8 @@
 //! - [`events`]: the bus subscriptions fanned out to `/api/v1/events` (SSE).
 //! - [`rows`]: the fleet page's changed rows, rendered once a second and
 //!   sent on the same stream (a tab makes no request per report);
-//!   [`views`]: what each tab shows, so that its stream carries only those.
+//!   [`views`]: what each tab shows, so that its stream carries only those;
+//!   [`triage`]: a unit's bucket and where it sorts, for all three.
 //! - [`listen`]: the listener and its edges: connections counted once a request is parsed
 //!   (`console.max_connections`), per client, header and idle timeouts, 503 beyond, accept backoff.
 //! - [`metrics`]: `/metrics` in the Prometheus text format.
@@ -31,6 +32,7 @@ pub mod listen;
 pub mod metrics;
 pub mod pages;
 pub mod rows;
+pub mod triage;
 pub mod views;
 
 use std::net::SocketAddr;

@@ -24,8 +24,9 @@ use xo_proto::control::{ListUnits, UnitSummary};
 
 use crate::Shared;
 use crate::events::Live;
-use crate::pages::fleet::{BUCKETS, severity, triage_key, unit_row};
-use crate::views::RowOut;
+use crate::pages::fleet::unit_row;
+use crate::triage::{BUCKETS, severity, triage_key};
+use crate::views::{RowOut, Rows};
 
 /// How often changed rows are sent.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -52,38 +53,6 @@ struct Tail {
     /// Units in each bucket, in [`BUCKETS`] order, over the whole fleet.
     counts: [usize; BUCKETS.len()],
     units: usize,
-}
-
-/// A `rows` batch: each row's JSON made once, a stream's event made of the
-/// rows it takes ([`crate::views`]).
-#[derive(Debug)]
-pub struct Rows {
-    pub rows: Vec<RowOut>,
-    /// The batch's `counts` and `units` as a JSON object.
-    tail: String,
-}
-
-impl Rows {
-    /// The event's JSON with the rows `take` keeps.
-    pub fn json(&self, mut take: impl FnMut(&RowOut) -> bool) -> String {
-        let mut out =
-            String::with_capacity(64 + self.rows.iter().map(|r| r.json.len() + 1).sum::<usize>());
-        out.push_str("{\"rows\":[");
-        let mut first = true;
-        for r in &self.rows {
-            if take(r) {
-                if !first {
-                    out.push(',');
-                }
-                first = false;
-                out.push_str(&r.json);
-            }
-        }
-        out.push_str("],");
-        // The tail's own braces dropped: its fields follow the rows.
-        out.push_str(self.tail.trim_start_matches('{'));
-        out
-    }
 }
 
 /// What the batcher knows between ticks: each unit's bucket, and a hash
@@ -224,7 +193,7 @@ pub fn start(c: Shared) -> JoinHandle<()> {
             match serde_json::to_string(&tail) {
                 Ok(tail) => {
                     c.hub.seen.row_batches.fetch_add(1, Ordering::Relaxed);
-                    c.hub.send(Live::rows(Arc::new(Rows { rows, tail })));
+                    c.hub.send(Live::rows(Arc::new(Rows::new(rows, tail))));
                 }
                 Err(e) => debug!(error = %e, "console: a rows batch not encoded"),
             }

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::pages::fleet::{TriageKey, bucket};
+use crate::triage::{TriageKey, bucket};
 
 /// One row of a `rows` batch, as a view decides on it.
 #[derive(Debug)]
@@ -21,6 +21,43 @@ pub struct RowOut {
     pub key: TriageKey,
     /// The row's JSON in the batch (`{"unit":…,"html":…}`).
     pub json: String,
+}
+
+/// A `rows` batch: each row's JSON made once, a stream's event made of the
+/// rows it takes ([`crate::views`]).
+#[derive(Debug)]
+pub struct Rows {
+    pub rows: Vec<RowOut>,
+    /// The batch's `counts` and `units` as a JSON object.
+    tail: String,
+}
+
+impl Rows {
+    /// `rows`, and the rest of the event as a JSON object (`tail`).
+    pub fn new(rows: Vec<RowOut>, tail: String) -> Self {
+        Self { rows, tail }
+    }
+
+    /// The event's JSON with the rows `take` keeps.
+    pub fn json(&self, mut take: impl FnMut(&RowOut) -> bool) -> String {
+        let mut out =
+            String::with_capacity(64 + self.rows.iter().map(|r| r.json.len() + 1).sum::<usize>());
+        out.push_str("{\"rows\":[");
+        let mut first = true;
+        for r in &self.rows {
+            if take(r) {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                out.push_str(&r.json);
+            }
+        }
+        out.push_str("],");
+        // The tail's own braces dropped: its fields follow the rows.
+        out.push_str(self.tail.trim_start_matches('{'));
+        out
+    }
 }
 
 /// The filters of a fleet page (`?role=`, `?health=`, `?q=`).
