@@ -465,9 +465,13 @@ impl Filter {
             return None;
         }
         match (&ev.rows, &self.unit, &mut self.view) {
-            (Some(rows), Some(unit), _) => {
-                Some(Live::new("rows", &rows.json(|r| *r.unit == **unit)).frame)
-            }
+            // A unit page: its row, when the batch has it (the counts are
+            // the fleet page's).
+            (Some(rows), Some(unit), _) => rows
+                .rows
+                .iter()
+                .any(|r| *r.unit == **unit)
+                .then(|| Live::new("rows", &rows.json(|r| *r.unit == **unit)).frame),
             (Some(rows), None, Some(view)) => {
                 Some(Live::new("rows", &rows.json(|r| view.wants(r))).frame)
             }

@@ -25,7 +25,7 @@ use xo_proto::control::{ListUnits, UnitSummary};
 use crate::Shared;
 use crate::events::Live;
 use crate::pages::fleet::unit_row;
-use crate::triage::{BUCKETS, severity, triage_key};
+use crate::triage::{BUCKETS, counts, severity, triage_key};
 use crate::views::{RowOut, Rows};
 
 /// How often changed rows are sent.
@@ -63,16 +63,6 @@ struct Ranks {
     sent: HashMap<String, u64>,
     /// False until a whole list was read.
     whole: bool,
-}
-
-impl Ranks {
-    fn counts(&self) -> [usize; BUCKETS.len()] {
-        let mut n = [0; BUCKETS.len()];
-        for r in self.of.values() {
-            n[usize::from(*r).min(BUCKETS.len() - 1)] += 1;
-        }
-        n
-    }
 }
 
 /// Sends `rows` events until the console stops.
@@ -114,7 +104,7 @@ pub fn start(c: Shared) -> JoinHandle<()> {
                             let r = severity(&u);
                             ranks.of.insert(u.unit.clone(), r);
                             let moved = was.get(&u.unit) != Some(&r);
-                            if moved || changed.iter().any(|c| **c == *u.unit) {
+                            if moved || want.contains_key(u.unit.as_str()) {
                                 out.push(u);
                             }
                         }
@@ -142,8 +132,9 @@ pub fn start(c: Shared) -> JoinHandle<()> {
                 }
             };
             // Rows older than the report seen: again at the next tick.
+            let got: HashMap<&str, u64> = sums.iter().map(|s| (s.unit.as_str(), s.seq)).collect();
             for (u, (seq, left)) in want {
-                let caught = sums.iter().any(|s| *s.unit == *u && s.seq >= seq);
+                let caught = got.get(&*u).is_some_and(|s| *s >= seq);
                 if !caught && left > 1 {
                     behind.insert(u, (seq, left - 1));
                 }
@@ -187,7 +178,7 @@ pub fn start(c: Shared) -> JoinHandle<()> {
                 continue;
             }
             let tail = Tail {
-                counts: ranks.counts(),
+                counts: counts(ranks.of.values().copied()),
                 units: ranks.of.len(),
             };
             match serde_json::to_string(&tail) {

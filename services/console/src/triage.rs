@@ -34,6 +34,15 @@ pub(crate) fn bucket(rank: u8) -> &'static str {
     BUCKETS[usize::from(rank).min(BUCKETS.len() - 1)]
 }
 
+/// Units in each bucket, in [`BUCKETS`] order, of these severities.
+pub(crate) fn counts(ranks: impl IntoIterator<Item = u8>) -> [usize; BUCKETS.len()] {
+    let mut n = [0; BUCKETS.len()];
+    for r in ranks {
+        n[usize::from(r).min(BUCKETS.len() - 1)] += 1;
+    }
+    n
+}
+
 /// Where a unit sorts in triage order: a unit that needs a person first,
 /// then by bucket; within one, the unacknowledged, the most steered, then
 /// the longest without progress (the looper of 280 turns before a blip of

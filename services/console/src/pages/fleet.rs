@@ -257,10 +257,7 @@ pub(crate) fn fleet_view(
     };
     let role_opts: String = roles.iter().map(|r| opt(r, role)).collect();
     let health_opts: String = BUCKETS.iter().map(|h| opt(h, health)).collect();
-    let mut counts = [0usize; BUCKETS.len()];
-    for u in units {
-        counts[usize::from(severity(u)).min(BUCKETS.len() - 1)] += 1;
-    }
+    let counts = crate::triage::counts(units.iter().map(severity));
     let count = |h: &str| {
         BUCKETS
             .iter()
