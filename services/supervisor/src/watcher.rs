@@ -79,9 +79,6 @@ pub struct WatcherState {
     /// The unit came to need a person on the last report: the alert to
     /// publish with its steering.
     paged: Option<Box<xo_proto::alert::Alert>>,
-    /// Reports of the unit shed before the one being checked: part of its
-    /// sequence gap that was received, not lost.
-    superseded: u64,
 }
 
 /// One report for the charts, 16 bytes (memory per unit matters: issue 23).
@@ -229,6 +226,20 @@ impl WatcherState {
         );
     }
 
+    /// A report as it arrived, after `superseded` older ones of the unit
+    /// were shed while it waited: decoded, checked, steered on.
+    async fn received(&mut self, msg: xo_bus::Message, superseded: u64) {
+        let checked = match decode::decode_report(&self.ctx, &msg) {
+            Ok(report) => self.check(report, &msg.headers, msg.payload, superseded),
+            Err(e) => {
+                Box::pin(decode::reject(&self.ctx, &msg, &e)).await;
+                None
+            }
+        };
+        self.steer(checked).await;
+        self.lapse_ack(self.ctx.clock.now_ms());
+    }
+
     /// Runs the radio check on a decoded report in a span that carries the
     /// unit, task, turn and seq, linked to the trace of the report. Returns
     /// the steering to send in that span, or `None` for a duplicate.
@@ -236,27 +247,14 @@ impl WatcherState {
     /// Synchronous, and the sending apart: an actor's task reserves room
     /// for the largest future its handler awaits, for as long as it lives,
     /// so the report (and the publish future) must not live in one.
-    /// A report as it arrived, after `superseded` older ones of the unit
-    /// were shed while it waited: decoded, checked, steered on.
-    async fn received(&mut self, msg: xo_bus::Message, superseded: u64) {
-        self.superseded = superseded;
-        let checked = match decode::decode_report(&self.ctx, &msg) {
-            Ok(report) => self.check(report, &msg.headers, msg.payload),
-            Err(e) => {
-                Box::pin(decode::reject(&self.ctx, &msg, &e)).await;
-                None
-            }
-        };
-        self.superseded = 0;
-        self.steer(checked).await;
-        self.lapse_ack(self.ctx.clock.now_ms());
-    }
-
+    /// `superseded` reports of the unit were shed before this one: that part
+    /// of a gap in its sequence arrived, and is not counted as lost.
     fn check(
         &mut self,
         report: SaluteReport,
         headers: &Headers,
         raw: bytes::Bytes,
+        superseded: u64,
     ) -> Option<(tracing::Span, Vec<Steering>)> {
         let span = info_span!(
             "radio.check",
@@ -266,7 +264,7 @@ impl WatcherState {
             seq = report.time.seq,
         );
         xo_bus::trace::link(&span, headers);
-        let steering = span.in_scope(|| self.evaluate(report, raw))?;
+        let steering = span.in_scope(|| self.evaluate(report, raw, superseded))?;
         Some((span, steering))
     }
 
@@ -338,7 +336,12 @@ impl WatcherState {
 
     /// Runs the radio check and updates the unit's record; returns the
     /// steering to send, or `None` for a duplicate.
-    fn evaluate(&mut self, report: SaluteReport, raw: bytes::Bytes) -> Option<Vec<Steering>> {
+    fn evaluate(
+        &mut self,
+        report: SaluteReport,
+        raw: bytes::Bytes,
+        superseded: u64,
+    ) -> Option<Vec<Steering>> {
         if self.rec.role != report.unit.role {
             self.rec.role = report.unit.role.clone();
         }
@@ -375,7 +378,6 @@ impl WatcherState {
         }
         // A gap in the unit's sequence (not a restart, which starts over):
         // reports lost on the way.
-        let superseded = std::mem::take(&mut self.superseded);
         if !a.duplicate && !a.restarted && last_seq > 0 && report.time.seq > last_seq + 1 {
             let lost = (report.time.seq - last_seq - 1).saturating_sub(superseded);
             if lost > 0 {
@@ -633,7 +635,6 @@ impl WatcherState {
             last_saved: 0,
             history: Default::default(),
             paged: None,
-            superseded: 0,
         };
         if unsent {
             // Its previous supervisor died between writing and sending.
@@ -661,7 +662,7 @@ impl WatcherState {
         let state = self;
         match msg {
             WatcherMsg::Report(report, headers, raw) => {
-                let checked = state.check(*report, &headers, raw);
+                let checked = state.check(*report, &headers, raw, 0);
                 state.steer(checked).await;
                 state.lapse_ack(state.ctx.clock.now_ms());
             }
