@@ -94,14 +94,11 @@ impl Inbox {
             .is_empty()
     }
 
-    /// Reports waiting, in the mailbox and the overflow (for the tests).
-    pub fn len(&self) -> u64 {
+    /// Reports waiting, in the mailbox and the overflow.
+    #[cfg(test)]
+    fn waiting(&self) -> u64 {
         self.waiting.load(Ordering::Relaxed)
             + self.overflow.lock().map(|o| o.len() as u64).unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -166,7 +163,7 @@ mod tests {
         );
         // Drained: sent on again.
         assert!(matches!(inbox.offer("a", report(6), 2), Offer::Send(_)));
-        assert_eq!(inbox.len(), 1);
+        assert_eq!(inbox.waiting(), 1);
     }
 
     #[test]
