@@ -1,6 +1,6 @@
 //! The fleet page's live rows: once a second, the rows of the units that
 //! reported or were steered since the last second, rendered here (the one
-//! row builder, [`crate::pages::fleet::unit_row`]) and sent to every open
+//! row builder, `pages::fleet::unit_row`) and sent to every open
 //! stream as one `rows` event with the fleet's bucket counts. A tab swaps
 //! them in: it makes no request per report, whatever the fleet's rate.
 //!
