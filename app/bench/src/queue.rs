@@ -271,7 +271,27 @@ async fn row(
     out: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
     let clients = buses.len();
+    let counts = |s: &Store| match s {
+        Store::File(f) => Some((f.writes(), f.syncs())),
+        Store::Nats(_) => None,
+    };
+    let before = counts(store);
     let rate = cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
+    // Group commit at work: how many writes each fdatasync covered.
+    let shared = match (before, counts(store)) {
+        (Some((w0, s0)), Some((w1, s1))) if s1 > s0 => {
+            let (w, s) = (w1 - w0, s1 - s0);
+            out.insert(
+                format!("{label}_{clients}_writes_per_sync"),
+                (w as f64 / s as f64).into(),
+            );
+            format!(
+                "   {w} writes, {s} fdatasyncs ({:.1} a sync)",
+                w as f64 / s as f64
+            )
+        }
+        _ => String::new(),
+    };
     let raw = raw_kv(store, clients, n).await?;
     let verdict = if clients == 32 {
         let v = if rate >= target {
@@ -284,7 +304,7 @@ async fn row(
         String::new()
     };
     println!(
-        "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}",
+        "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}{shared}",
         rate / raw
     );
     out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());

@@ -52,6 +52,16 @@ struct State {
     logs: HashMap<String, Log>,
     /// Files written since their last fsync (handles of the same files).
     dirty: Vec<(PathBuf, File)>,
+    /// Writes made so far (a count): a write is durable once `synced`
+    /// reaches its number.
+    written: u64,
+    /// Every write up to this number is on disk (`SyncMode::Always`).
+    synced: u64,
+    /// A sync is running; it covers the writes made before it began, and
+    /// the callers of later writes wait for the next one.
+    syncing: bool,
+    /// Syncs run by writers' calls (`SyncMode::Always`).
+    syncs: u64,
 }
 
 /// When the file store makes its writes durable (`store.sync`).
@@ -70,6 +80,27 @@ pub enum SyncMode {
     Never,
 }
 
+/// Writes made and not yet known to be on disk: [`FileStore::put_many_staged`].
+#[derive(Debug, Clone)]
+pub enum Staged {
+    /// On disk once a sync covers write number `upto`.
+    Written { store: FileStore, upto: u64 },
+    /// Nothing to wait for (nothing written, or the store does not sync
+    /// before answering).
+    Durable,
+}
+
+impl Staged {
+    /// Returns once the writes are on disk. A failed sync is an error and
+    /// leaves them to be synced again: call it again to retry.
+    pub async fn durable(&self) -> StoreResult<()> {
+        match self {
+            Staged::Written { store, upto } => store.durable(*upto).await,
+            Staged::Durable => Ok(()),
+        }
+    }
+}
+
 /// How often `SyncMode::Batch` syncs.
 const BATCH_SYNC: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -84,6 +115,7 @@ fn sync_dir(path: &Path) -> StoreResult<()> {
 }
 
 fn mark_dirty(state: &mut State, path: &Path, file: &File) -> StoreResult<()> {
+    state.written += 1;
     if state.dirty.iter().any(|(p, _)| p == path) {
         return Ok(());
     }
@@ -92,9 +124,9 @@ fn mark_dirty(state: &mut State, path: &Path, file: &File) -> StoreResult<()> {
     Ok(())
 }
 
-fn sync_files(files: Vec<(PathBuf, File)>) -> StoreResult<()> {
+fn sync_files(files: &[(PathBuf, File)]) -> StoreResult<()> {
     for (p, f) in files {
-        f.sync_data().map_err(|e| io_err(&p, e))?;
+        f.sync_data().map_err(|e| io_err(p, e))?;
     }
     Ok(())
 }
@@ -105,7 +137,13 @@ pub struct FileStore {
     dir: PathBuf,
     state: Arc<Mutex<State>>,
     sync: SyncMode,
+    /// Told when a sync ends (`SyncMode::Always`).
+    synced: Arc<tokio::sync::Notify>,
+    /// What makes files durable: [`sync_files`] (a test holds it shut).
+    syncer: Syncer,
 }
+
+type Syncer = Arc<dyn Fn(&[(PathBuf, File)]) -> StoreResult<()> + Send + Sync>;
 
 impl std::fmt::Debug for FileStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -384,14 +422,31 @@ impl FileStore {
                             Err(_) => return,
                         };
                         drop(state);
-                        if let Err(e) = sync_files(files) {
+                        if let Err(e) = sync_files(&files) {
                             tracing::error!(error = %e, "store sync failed; writes of the last 100 ms may not survive a power cut");
                         }
                     }
                 })
                 .map_err(|e| io_err(&dir, e))?;
         }
-        Ok(Self { dir, state, sync })
+        Ok(Self {
+            dir,
+            state,
+            sync,
+            synced: Arc::new(tokio::sync::Notify::new()),
+            syncer: Arc::new(sync_files),
+        })
+    }
+
+    /// How many syncs writers' calls have run (`SyncMode::Always`): with
+    /// [`Self::writes`], how many writes share one fdatasync.
+    pub fn syncs(&self) -> u64 {
+        self.state.lock().map(|g| g.syncs).unwrap_or(0)
+    }
+
+    /// How many writes (one per file a call wrote) were made.
+    pub fn writes(&self) -> u64 {
+        self.state.lock().map(|g| g.written).unwrap_or(0)
     }
 
     /// The durability this store was opened with.
@@ -406,13 +461,27 @@ impl FileStore {
     /// Runs `f` on the store's state. Appends to the page cache take
     /// microseconds, so they run inline (a blocking-pool hop costs more than
     /// the write); a bucket due for compaction is compacted on the blocking
-    /// pool afterwards.
+    /// pool afterwards. With `SyncMode::Always`, a call that wrote returns
+    /// once its writes are on disk ([`Self::durable`]).
     async fn with<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Path, &mut State) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
-        let (res, due, to_sync) = {
+        let (res, staged) = self.write(f).await?;
+        staged.durable().await?;
+        Ok(res)
+    }
+
+    /// Runs `f` as [`Self::with`] does, without waiting for its writes to be
+    /// on disk: they are written (in call order), and the [`Staged`] says
+    /// when they are durable.
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Path, &mut State) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<(T, Staged)> {
+        let (res, due, wrote) = {
             let mut guard = self.state.lock().map_err(|_| StoreError::Poisoned)?;
+            let before = guard.written;
             let res = f(&self.dir, &mut guard);
             let due: Vec<String> = guard
                 .buckets
@@ -420,22 +489,12 @@ impl FileStore {
                 .filter(|(_, b)| b.needs_compaction())
                 .map(|(n, _)| n.clone())
                 .collect();
-            let to_sync = match self.sync {
-                SyncMode::Always => std::mem::take(&mut guard.dirty),
-                SyncMode::Never => {
-                    guard.dirty.clear();
-                    Vec::new()
-                }
-                SyncMode::Batch => Vec::new(),
-            };
-            (res, due, to_sync)
+            let wrote = (guard.written != before).then_some(guard.written);
+            if self.sync == SyncMode::Never {
+                guard.dirty.clear();
+            }
+            (res, due, wrote)
         };
-        if !to_sync.is_empty() {
-            // Durable before the caller hears of it; off the async threads.
-            tokio::task::spawn_blocking(move || sync_files(to_sync))
-                .await
-                .map_err(|e| StoreError::Backend(e.into()))??;
-        }
         if !due.is_empty() {
             let state = self.state.clone();
             let compacted = tokio::task::spawn_blocking(move || -> StoreResult<()> {
@@ -445,6 +504,11 @@ impl FileStore {
                         && b.needs_compaction()
                     {
                         b.compact()?;
+                        // The new file is on disk whole; a handle of the old
+                        // one left in the list would stand for it, and the
+                        // new file's next appends would never be synced.
+                        let path = b.path.clone();
+                        guard.dirty.retain(|(p, _)| *p != path);
                     }
                 }
                 Ok(())
@@ -455,7 +519,73 @@ impl FileStore {
                 tracing::warn!(error = %e, "store compaction failed; will retry");
             }
         }
-        res
+        let staged = match wrote {
+            Some(upto) if self.sync == SyncMode::Always => Staged::Written {
+                store: self.clone(),
+                upto,
+            },
+            _ => Staged::Durable,
+        };
+        Ok((res?, staged))
+    }
+
+    /// Returns once every write up to number `upto` is on disk: group
+    /// commit. One caller at a time syncs the files written so far (off the
+    /// async threads); callers whose writes it covers return with it, and
+    /// the writes made while it ran wait for the next one, which covers
+    /// them all. So concurrent writers share each fdatasync instead of
+    /// queueing one each.
+    async fn durable(&self, upto: u64) -> StoreResult<()> {
+        loop {
+            // Registered before the state is read, so the end of a sync
+            // that begins after the read is not missed.
+            let ended = self.synced.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let leader = {
+                let mut g = self.state.lock().map_err(|_| StoreError::Poisoned)?;
+                if g.synced >= upto {
+                    return Ok(());
+                }
+                if g.syncing {
+                    None
+                } else {
+                    g.syncing = true;
+                    g.syncs += 1;
+                    Some((std::mem::take(&mut g.dirty), g.written))
+                }
+            };
+            let Some((files, target)) = leader else {
+                ended.await;
+                continue;
+            };
+            // The sync and what it records run to the end on the blocking
+            // pool even if this caller goes away, so `syncing` is always
+            // cleared and the waiting callers always told.
+            let state = self.state.clone();
+            let told = self.synced.clone();
+            let syncer = self.syncer.clone();
+            tokio::task::spawn_blocking(move || {
+                let res = syncer(&files);
+                if let Ok(mut g) = state.lock() {
+                    g.syncing = false;
+                    if res.is_ok() {
+                        g.synced = g.synced.max(target);
+                    } else {
+                        // Not on disk: the next sync tries these files again.
+                        for (p, f) in files {
+                            if !g.dirty.iter().any(|(q, _)| *q == p) {
+                                g.dirty.push((p, f));
+                            }
+                        }
+                    }
+                }
+                told.notify_waiters();
+                res
+            })
+            .await
+            .map_err(|e| StoreError::Backend(e.into()))??;
+        }
     }
 
     /// Like `with`, on the blocking pool, for work that reads whole files.
@@ -552,11 +682,23 @@ impl FileStore {
         bucket: &str,
         items: Vec<(String, Bytes)>,
     ) -> StoreResult<Vec<u64>> {
+        let (revs, staged) = self.put_many_staged(bucket, items).await?;
+        staged.durable().await?;
+        Ok(revs)
+    }
+
+    /// Writes several keys now, in call order, and returns before they
+    /// are on disk: [`Staged::durable`] says when they are.
+    pub async fn put_many_staged(
+        &self,
+        bucket: &str,
+        items: Vec<(String, Bytes)>,
+    ) -> StoreResult<(Vec<u64>, Staged)> {
         for (k, _) in &items {
             validate_key(k)?;
         }
         let bucket = bucket.to_string();
-        self.with(move |dir, st| {
+        self.write(move |dir, st| {
             let b = Self::bucket(dir, st, &bucket)?;
             let revs = b.write_many(items.into_iter().map(|(k, v)| (k, Some(v))).collect())?;
             let (path, file) = (
@@ -651,3 +793,6 @@ impl FileStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests;

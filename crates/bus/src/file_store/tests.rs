@@ -1,0 +1,155 @@
+//! Group commit of the file store: writers share a sync, none returns
+//! before a sync that began after its write has ended, a failed sync is
+//! tried again.
+
+use super::*;
+use std::sync::Condvar;
+
+/// A syncer held shut until opened, counting the files it was given, and
+/// failing the first `fail` calls.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+    calls: Mutex<Vec<usize>>,
+    fail: Mutex<usize>,
+}
+
+impl Gate {
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+fn gated(dir: &Path, gate: &Arc<Gate>) -> FileStore {
+    let mut store = FileStore::open_with(dir, SyncMode::Always).unwrap();
+    let g = gate.clone();
+    store.syncer = Arc::new(move |files: &[(PathBuf, File)]| {
+        let mut open = g.open.lock().unwrap();
+        while !*open {
+            open = g.opened.wait(open).unwrap();
+        }
+        drop(open);
+        g.calls.lock().unwrap().push(files.len());
+        let mut fail = g.fail.lock().unwrap();
+        if *fail > 0 {
+            *fail -= 1;
+            return Err(StoreError::Broken("the test's disk refused the sync"));
+        }
+        sync_files(files)
+    });
+    store
+}
+
+/// Waits until the store has taken `n` writes (each task writes at its
+/// first poll; this yields until they all have).
+async fn written(store: &FileStore, n: u64) {
+    while store.writes() < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_waiting_on_a_sync_share_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let store = gated(dir.path(), &gate);
+    // The first writer's sync is held shut: it cannot end.
+    let first = tokio::spawn({
+        let s = store.clone();
+        async move { s.put("b", "k0", Bytes::from_static(b"v"), Cas::Any).await }
+    });
+    written(&store, 1).await;
+    // Ten more writers (a bucket and a log) while it is held.
+    let mut rest = Vec::new();
+    for i in 1..=10 {
+        let s = store.clone();
+        rest.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                s.put("b", &format!("k{i}"), Bytes::from_static(b"v"), Cas::Any)
+                    .await
+                    .map(|_| ())
+            } else {
+                s.append("l", Bytes::from_static(b"r")).await.map(|_| ())
+            }
+        }));
+    }
+    written(&store, 11).await;
+    // None has returned: each waits for a sync that covers its write.
+    assert!(!first.is_finished());
+    assert!(rest.iter().all(|t| !t.is_finished()));
+    assert_eq!(store.syncs(), 1, "one sync running, the others waiting");
+    gate.open();
+    first.await.unwrap().unwrap();
+    for t in rest {
+        t.await.unwrap().unwrap();
+    }
+    // The held sync (the bucket), then one for the ten writes made during
+    // it (the bucket and the log): two, where one a call would be eleven.
+    assert_eq!(store.syncs(), 2);
+    assert_eq!(*gate.calls.lock().unwrap(), vec![1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_is_the_callers_error_and_the_files_are_synced_next_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    *gate.fail.lock().unwrap() = 1;
+    gate.open();
+    let store = gated(dir.path(), &gate);
+    let err = store
+        .put("b", "k", Bytes::from_static(b"v"), Cas::Any)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("refused the sync"), "{err}");
+    // The next write's sync takes the file the failed one could not.
+    store.append("l", Bytes::from_static(b"r")).await.unwrap();
+    assert_eq!(*gate.calls.lock().unwrap(), vec![1, 2]);
+}
+
+#[tokio::test]
+async fn a_read_waits_for_no_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let store = gated(dir.path(), &gate);
+    // Held shut: a read would hang here if it waited for a sync.
+    assert!(store.get("b", "k").await.unwrap().is_none());
+    assert!(store.keys("b").await.unwrap().is_empty());
+    assert_eq!(store.syncs(), 0);
+}
+
+#[test]
+fn after_compaction_the_new_file_is_the_one_synced() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = FileStore::open_with(dir.path(), SyncMode::Batch).unwrap();
+    let put = |i: u32| {
+        rt.block_on(store.put("b", "k", Bytes::from(i.to_string()), Cas::Any))
+            .unwrap();
+    };
+    // Rewrites of one key until the bucket is compacted.
+    for i in 0..1100 {
+        put(i);
+    }
+    // A write after it: the handle listed to sync is the new file's. (The
+    // background sync may take the list between the write and the look:
+    // then write again.)
+    for i in 0..100 {
+        put(i);
+        let g = store.state.lock().unwrap();
+        let b = &g.buckets["b"];
+        assert!(b.records < 1100, "compacted ({} records)", b.records);
+        if let Some((_, f)) = g.dirty.iter().find(|(p, _)| *p == b.path) {
+            let current = b.file.metadata().unwrap().ino();
+            assert_eq!(
+                f.metadata().unwrap().ino(),
+                current,
+                "a handle of the replaced file"
+            );
+            return;
+        }
+    }
+    panic!("the bucket's file was never listed to sync after a write");
+}
