@@ -21,7 +21,10 @@ use crate::files::{Mode, replace};
 use crate::{Cas, Entry, StoreError, StoreResult, validate_key};
 
 mod repair;
+mod sync;
 pub use repair::{Repair, Scan, repair_file, scan_file};
+pub use sync::Staged;
+use sync::sync_files;
 
 #[derive(Serialize, Deserialize)]
 struct KvRecord {
@@ -80,27 +83,6 @@ pub enum SyncMode {
     Never,
 }
 
-/// Writes made and not yet known to be on disk: [`FileStore::put_many_staged`].
-#[derive(Debug, Clone)]
-pub enum Staged {
-    /// On disk once a sync covers write number `upto`.
-    Written { store: FileStore, upto: u64 },
-    /// Nothing to wait for (nothing written, or the store does not sync
-    /// before answering).
-    Durable,
-}
-
-impl Staged {
-    /// Returns once the writes are on disk. A failed sync is an error and
-    /// leaves them to be synced again: call it again to retry.
-    pub async fn durable(&self) -> StoreResult<()> {
-        match self {
-            Staged::Written { store, upto } => store.durable(*upto).await,
-            Staged::Durable => Ok(()),
-        }
-    }
-}
-
 /// How often `SyncMode::Batch` syncs.
 const BATCH_SYNC: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -121,13 +103,6 @@ fn mark_dirty(state: &mut State, path: &Path, file: &File) -> StoreResult<()> {
     }
     let f = file.try_clone().map_err(|e| io_err(path, e))?;
     state.dirty.push((path.to_path_buf(), f));
-    Ok(())
-}
-
-fn sync_files(files: &[(PathBuf, File)]) -> StoreResult<()> {
-    for (p, f) in files {
-        f.sync_data().map_err(|e| io_err(p, e))?;
-    }
     Ok(())
 }
 
@@ -527,65 +502,6 @@ impl FileStore {
             _ => Staged::Durable,
         };
         Ok((res?, staged))
-    }
-
-    /// Returns once every write up to number `upto` is on disk: group
-    /// commit. One caller at a time syncs the files written so far (off the
-    /// async threads); callers whose writes it covers return with it, and
-    /// the writes made while it ran wait for the next one, which covers
-    /// them all. So concurrent writers share each fdatasync instead of
-    /// queueing one each.
-    async fn durable(&self, upto: u64) -> StoreResult<()> {
-        loop {
-            // Registered before the state is read, so the end of a sync
-            // that begins after the read is not missed.
-            let ended = self.synced.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            let leader = {
-                let mut g = self.state.lock().map_err(|_| StoreError::Poisoned)?;
-                if g.synced >= upto {
-                    return Ok(());
-                }
-                if g.syncing {
-                    None
-                } else {
-                    g.syncing = true;
-                    g.syncs += 1;
-                    Some((std::mem::take(&mut g.dirty), g.written))
-                }
-            };
-            let Some((files, target)) = leader else {
-                ended.await;
-                continue;
-            };
-            // The sync and what it records run to the end on the blocking
-            // pool even if this caller goes away, so `syncing` is always
-            // cleared and the waiting callers always told.
-            let state = self.state.clone();
-            let told = self.synced.clone();
-            let syncer = self.syncer.clone();
-            tokio::task::spawn_blocking(move || {
-                let res = syncer(&files);
-                if let Ok(mut g) = state.lock() {
-                    g.syncing = false;
-                    if res.is_ok() {
-                        g.synced = g.synced.max(target);
-                    } else {
-                        // Not on disk: the next sync tries these files again.
-                        for (p, f) in files {
-                            if !g.dirty.iter().any(|(q, _)| *q == p) {
-                                g.dirty.push((p, f));
-                            }
-                        }
-                    }
-                }
-                told.notify_waiters();
-                res
-            })
-            .await
-            .map_err(|e| StoreError::Backend(e.into()))??;
-        }
     }
 
     /// Like `with`, on the blocking pool, for work that reads whole files.
