@@ -320,7 +320,17 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
 
     // 4. soak against a supervisor in its own process.
     if args.soak_secs > 0 {
-        let soak = soak(cfg, &url, &publisher, args.soak_units, args.soak_secs).await?;
+        // A report's unavoidable work, measured above in this run: the
+        // baseline of the soak's CPU per report.
+        let decode_check_us = 1e6 / decode_rate + 1e6 / check_rate;
+        let soak = soak(
+            cfg,
+            &url,
+            &publisher,
+            (args.soak_units, args.soak_secs),
+            decode_check_us,
+        )
+        .await?;
         for (k, v) in soak {
             out.insert(k, v);
         }
@@ -335,8 +345,8 @@ async fn soak(
     cfg: &XoConfig,
     url: &str,
     publisher: &Bus,
-    units: u64,
-    secs: u64,
+    (units, secs): (u64, u64),
+    decode_check_us: f64,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     let exe = crate::util::xo_exe()?;
     let prefix = format!("{}soak", cfg.org.prefix);
@@ -377,6 +387,7 @@ async fn soak(
     // its end (flat over hours is the goal: compare the first and the last).
     let mut minute_cpu = cpu0;
     let mut minute_at = Instant::now();
+    let mut minutes: Vec<(f64, u64)> = Vec::new();
     for second in 0..secs {
         for slice in 0..slices {
             let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
@@ -404,6 +415,7 @@ async fn soak(
                 rss_now as f64 / 1024.0,
                 rss_now.saturating_sub(rss0) as f64 / units.max(1) as f64
             );
+            minutes.push((pct, rss_now));
             minute_cpu = cpu_now;
             minute_at = Instant::now();
         }
@@ -452,6 +464,19 @@ async fn soak(
         mib(rss0),
         verdict(per_unit <= 10.0)
     );
+    let per_report_us = cpu * 1e6 / published.max(1) as f64;
+    println!(
+        "   cpu per report     {per_report_us:>11.2} µs   baseline decode + check {decode_check_us:.2} µs (this run)   ratio {:.1}   target <= 3: {}",
+        per_report_us / decode_check_us,
+        verdict(per_report_us <= 3.0 * decode_check_us)
+    );
+    let flat = flatness(&minutes);
+    if let Some((cpu_ratio, mem_ratio)) = flat {
+        println!(
+            "   flat over time     last ten minutes ÷ first ten: cpu {cpu_ratio:.2}, memory {mem_ratio:.2}   target within 10%: {}",
+            verdict((0.9..=1.1).contains(&cpu_ratio) && (0.9..=1.1).contains(&mem_ratio))
+        );
+    }
     println!(
         "   not checked        {dropped:>12}   (of {published}: evaluated {}, duplicates {}, shed under load {}, dead letters {})   target 0: {}",
         last.evaluated,
@@ -474,5 +499,44 @@ async fn soak(
         ("soak_trailing".into(), trailing.into()),
         ("soak_shed".into(), last.shed.into()),
         ("soak_missed".into(), last.missed.into()),
+        ("soak_cpu_per_report_us".into(), per_report_us.into()),
+        ("soak_decode_check_us".into(), decode_check_us.into()),
+        ("soak_flat_cpu".into(), flat.map(|f| f.0).into()),
+        ("soak_flat_memory".into(), flat.map(|f| f.1).into()),
     ])
+}
+
+/// The last ten minutes' mean CPU and memory, each over the first ten's,
+/// from each minute's (CPU %, resident KiB); a soak under 20 minutes has
+/// no such pair.
+fn flatness(minutes: &[(f64, u64)]) -> Option<(f64, f64)> {
+    if minutes.len() < 20 {
+        return None;
+    }
+    let mean = |m: &[(f64, u64)]| {
+        let n = m.len() as f64;
+        (
+            m.iter().map(|x| x.0).sum::<f64>() / n,
+            m.iter().map(|x| x.1 as f64).sum::<f64>() / n,
+        )
+    };
+    let (first, last) = (mean(&minutes[..10]), mean(&minutes[minutes.len() - 10..]));
+    Some((last.0 / first.0.max(1e-9), last.1 / first.1.max(1e-9)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flatness;
+
+    #[test]
+    fn flatness_compares_the_last_ten_minutes_with_the_first_ten() {
+        // 19 minutes: no pair of ten-minute windows that do not overlap.
+        assert_eq!(flatness(&[(10.0, 1000); 19]), None);
+        assert_eq!(flatness(&[(10.0, 1000); 25]), Some((1.0, 1.0)));
+        // CPU up by half and memory doubled over the last ten minutes.
+        let mut m = vec![(10.0, 1000); 10];
+        m.extend([(99.0, 5000); 5]);
+        m.extend([(15.0, 2000); 10]);
+        assert_eq!(flatness(&m), Some((1.5, 2.0)));
+    }
 }
