@@ -126,6 +126,51 @@ pub(super) async fn steering_latency(
     Ok(lat)
 }
 
+/// Report → steering round trips while other load runs, one every half
+/// second until `stop`: the latencies, and how many probes had no steering
+/// within 5 s (a report lost under load: counted, not fatal), and how
+/// many reports it sent.
+pub(super) async fn steering_probe(
+    publisher: Bus,
+    subjects: xo_proto::Subjects,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(Vec<Duration>, u64, u64)> {
+    let unit = "bench-probe";
+    let mut steer_sub = publisher.subscribe(&subjects.steer(unit)).await?;
+    publisher.flush().await?;
+    let (mut lat, mut missed) = (Vec::new(), 0u64);
+    let mut turn = 0u64;
+    while !*stop.borrow() {
+        turn += 1;
+        let mut r = sample::realistic(7, turn);
+        r.unit.unit = unit.into();
+        r.unit.pace = Pace::Emergency;
+        r.time.seq = turn;
+        let (h, body) = typed::encode(&r, Format::Msgpack)?;
+        let t = Instant::now();
+        publisher.publish(&subjects.salute(unit), h, body).await?;
+        let answered = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(m) = steer_sub.next().await {
+                if typed::decode::<Steering>(&m, usize::MAX).is_ok_and(|s| s.turn == turn) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        match answered {
+            Ok(true) => lat.push(t.elapsed()),
+            Ok(false) => bail!("steering subscription closed"),
+            Err(_) => missed += 1,
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+    Ok((lat, missed, turn))
+}
+
 /// Publishes every payload in windows, waiting after each window until
 /// `done()` has caught up; returns messages per second.
 pub(super) async fn paced(

@@ -388,6 +388,13 @@ async fn soak(
     let mut minute_cpu = cpu0;
     let mut minute_at = Instant::now();
     let mut minutes: Vec<(f64, u64)> = Vec::new();
+    // Steering under the load: a probe unit's round trips throughout.
+    let (stop_probe, probe_stop) = tokio::sync::watch::channel(false);
+    let probe = tokio::spawn(super::flow::steering_probe(
+        publisher.clone(),
+        subjects.clone(),
+        probe_stop,
+    ));
     for second in 0..secs {
         for slice in 0..slices {
             let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
@@ -422,6 +429,11 @@ async fn soak(
     }
     publisher.flush().await?;
     let wall = t0.elapsed().as_secs_f64();
+    let _ = stop_probe.send(true);
+    let (mut steer, steer_missed, probes) = probe.await??;
+    steer.sort();
+    // The probe's reports are the supervisor's work too.
+    published += probes;
     let cpu = (proc_cpu_ticks(pid)? - cpu0) as f64 / ticks;
     let mut last = stats().await?;
     let settle = Instant::now();
@@ -470,6 +482,14 @@ async fn soak(
         per_report_us / decode_check_us,
         verdict(per_report_us <= 3.0 * decode_check_us)
     );
+    let p99 = pct(&steer, 0.99);
+    println!(
+        "   steering (load on)  p50 {:>8.1} ms   p99 {:>8.1} ms   ({} round trips, {steer_missed} without steering within 5 s)   target p99 <= 2 s: {}",
+        us(pct(&steer, 0.5)) / 1000.0,
+        us(p99) / 1000.0,
+        steer.len(),
+        verdict(!steer.is_empty() && steer_missed == 0 && p99 <= Duration::from_secs(2))
+    );
     let flat = flatness(&minutes);
     if let Some((cpu_ratio, mem_ratio)) = flat {
         println!(
@@ -500,6 +520,8 @@ async fn soak(
         ("soak_shed".into(), last.shed.into()),
         ("soak_missed".into(), last.missed.into()),
         ("soak_cpu_per_report_us".into(), per_report_us.into()),
+        ("soak_steering_p99_us".into(), us(p99).into()),
+        ("soak_steering_missed".into(), steer_missed.into()),
         ("soak_decode_check_us".into(), decode_check_us.into()),
         ("soak_flat_cpu".into(), flat.map(|f| f.0).into()),
         ("soak_flat_memory".into(), flat.map(|f| f.1).into()),
