@@ -53,18 +53,26 @@ struct Log {
 struct State {
     buckets: HashMap<String, Bucket>,
     logs: HashMap<String, Log>,
-    /// Files written since their last fsync (handles of the same files).
-    dirty: Vec<(PathBuf, File)>,
-    /// Writes made so far (a count): a write is durable once `synced`
-    /// reaches its number.
+    /// Each file written to, and how far its writes are synced.
+    files: HashMap<PathBuf, FileSync>,
+    /// Writes made so far (one per file a call wrote).
     written: u64,
-    /// Every write up to this number is on disk (`SyncMode::Always`).
-    synced: u64,
-    /// A sync is running; it covers the writes made before it began, and
-    /// the callers of later writes wait for the next one.
-    syncing: bool,
+    /// The files a call being run has written, and each one's write
+    /// number: what it waits for ([`Staged`]).
+    touched: Vec<(PathBuf, u64)>,
     /// Syncs run by writers' calls (`SyncMode::Always`).
     syncs: u64,
+}
+
+/// One file's writes and syncs. A write is durable once `synced` reaches
+/// its number; a sync covers the writes made before it began.
+#[derive(Default)]
+struct FileSync {
+    written: u64,
+    synced: u64,
+    syncing: bool,
+    /// A handle to sync with, while writes are not synced.
+    dirty: Option<File>,
 }
 
 /// When the file store makes its writes durable (`store.sync`).
@@ -98,12 +106,28 @@ fn sync_dir(path: &Path) -> StoreResult<()> {
 
 fn mark_dirty(state: &mut State, path: &Path, file: &File) -> StoreResult<()> {
     state.written += 1;
-    if state.dirty.iter().any(|(p, _)| p == path) {
-        return Ok(());
+    let f = match state.files.get_mut(path) {
+        Some(f) => f,
+        None => state.files.entry(path.to_path_buf()).or_default(),
+    };
+    f.written += 1;
+    if f.dirty.is_none() {
+        f.dirty = Some(file.try_clone().map_err(|e| io_err(path, e))?);
     }
-    let f = file.try_clone().map_err(|e| io_err(path, e))?;
-    state.dirty.push((path.to_path_buf(), f));
+    let n = f.written;
+    state.touched.push((path.to_path_buf(), n));
     Ok(())
+}
+
+/// Every file with writes not synced: its handle, taken (the batch syncer).
+fn take_dirty(state: &mut State) -> Vec<(PathBuf, File)> {
+    let mut out = Vec::new();
+    for (p, f) in &mut state.files {
+        if let Some(h) = f.dirty.take() {
+            out.push((p.clone(), h));
+        }
+    }
+    out
 }
 
 /// The file store. Clones share state; file I/O runs on the blocking pool.
@@ -393,7 +417,7 @@ impl FileStore {
                         std::thread::sleep(BATCH_SYNC);
                         let Some(state) = weak.upgrade() else { return };
                         let files = match state.lock() {
-                            Ok(mut g) => std::mem::take(&mut g.dirty),
+                            Ok(mut g) => take_dirty(&mut g),
                             Err(_) => return,
                         };
                         drop(state);
@@ -454,9 +478,9 @@ impl FileStore {
         &self,
         f: impl FnOnce(&Path, &mut State) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<(T, Staged)> {
-        let (res, due, wrote) = {
+        let (res, due, touched) = {
             let mut guard = self.state.lock().map_err(|_| StoreError::Poisoned)?;
-            let before = guard.written;
+            guard.touched.clear();
             let res = f(&self.dir, &mut guard);
             let due: Vec<String> = guard
                 .buckets
@@ -464,11 +488,11 @@ impl FileStore {
                 .filter(|(_, b)| b.needs_compaction())
                 .map(|(n, _)| n.clone())
                 .collect();
-            let wrote = (guard.written != before).then_some(guard.written);
+            let touched = std::mem::take(&mut guard.touched);
             if self.sync == SyncMode::Never {
-                guard.dirty.clear();
+                take_dirty(&mut guard);
             }
-            (res, due, wrote)
+            (res, due, touched)
         };
         if !due.is_empty() {
             let state = self.state.clone();
@@ -479,11 +503,15 @@ impl FileStore {
                         && b.needs_compaction()
                     {
                         b.compact()?;
-                        // The new file is on disk whole; a handle of the old
-                        // one left in the list would stand for it, and the
-                        // new file's next appends would never be synced.
+                        // The new file is on disk whole, with every write
+                        // made so far; a handle of the old one kept to sync
+                        // would stand for it, and the new file's next
+                        // appends would never be synced.
                         let path = b.path.clone();
-                        guard.dirty.retain(|(p, _)| *p != path);
+                        if let Some(f) = guard.files.get_mut(&path) {
+                            f.dirty = None;
+                            f.synced = f.written;
+                        }
                     }
                 }
                 Ok(())
@@ -494,12 +522,13 @@ impl FileStore {
                 tracing::warn!(error = %e, "store compaction failed; will retry");
             }
         }
-        let staged = match wrote {
-            Some(upto) if self.sync == SyncMode::Always => Staged::Written {
+        let staged = if self.sync == SyncMode::Always && !touched.is_empty() {
+            Staged::Written {
                 store: self.clone(),
-                upto,
-            },
-            _ => Staged::Durable,
+                files: touched,
+            }
+        } else {
+            Staged::Durable
         };
         Ok((res?, staged))
     }

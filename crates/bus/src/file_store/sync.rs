@@ -3,15 +3,18 @@
 //! each fdatasync instead of queueing one each.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{FileStore, StoreError, StoreResult, io_err};
 
 /// Writes made and not yet known to be on disk: [`FileStore::put_many_staged`].
 #[derive(Debug, Clone)]
 pub enum Staged {
-    /// On disk once a sync covers write number `upto`.
-    Written { store: FileStore, upto: u64 },
+    /// On disk once each file's syncs cover its write number.
+    Written {
+        store: FileStore,
+        files: Vec<(PathBuf, u64)>,
+    },
     /// Nothing to wait for (nothing written, or the store does not sync
     /// before answering).
     Durable,
@@ -22,7 +25,11 @@ impl Staged {
     /// leaves them to be synced again: call it again to retry.
     pub async fn durable(&self) -> StoreResult<()> {
         match self {
-            Staged::Written { store, upto } => store.durable(*upto).await,
+            Staged::Written { store, files } => {
+                futures::future::try_join_all(files.iter().map(|(p, n)| store.durable(p, *n)))
+                    .await?;
+                Ok(())
+            }
             Staged::Durable => Ok(()),
         }
     }
@@ -36,13 +43,13 @@ pub(super) fn sync_files(files: &[(PathBuf, File)]) -> StoreResult<()> {
 }
 
 impl FileStore {
-    /// Returns once every write up to number `upto` is on disk: group
-    /// commit. One caller at a time syncs the files written so far (off the
-    /// async threads); callers whose writes it covers return with it, and
-    /// the writes made while it ran wait for the next one, which covers
-    /// them all. So concurrent writers share each fdatasync instead of
-    /// queueing one each.
-    pub(super) async fn durable(&self, upto: u64) -> StoreResult<()> {
+    /// Returns once write number `upto` of the file at `path` is on disk:
+    /// group commit, per file. One caller at a time syncs a file (off the
+    /// async threads), covering its writes made so far; callers whose
+    /// writes it covers return with it, and the writes made while it ran
+    /// wait for the next one, which covers them all. Different files sync
+    /// side by side.
+    pub(super) async fn durable(&self, path: &Path, upto: u64) -> StoreResult<()> {
         loop {
             // Registered before the state is read, so the end of a sync
             // that begins after the read is not missed.
@@ -51,18 +58,22 @@ impl FileStore {
             ended.as_mut().enable();
             let leader = {
                 let mut g = self.state.lock().map_err(|_| StoreError::Poisoned)?;
-                if g.synced >= upto {
+                let Some(f) = g.files.get_mut(path) else {
+                    return Err(StoreError::Broken("a file written to is not tracked"));
+                };
+                if f.synced >= upto {
                     return Ok(());
                 }
-                if g.syncing {
+                if f.syncing {
                     None
                 } else {
-                    g.syncing = true;
+                    f.syncing = true;
+                    let lead = (f.dirty.take(), f.written);
                     g.syncs += 1;
-                    Some((std::mem::take(&mut g.dirty), g.written))
+                    Some(lead)
                 }
             };
-            let Some((files, target)) = leader else {
+            let Some((handle, target)) = leader else {
                 ended.await;
                 continue;
             };
@@ -72,19 +83,20 @@ impl FileStore {
             let state = self.state.clone();
             let told = self.synced.clone();
             let syncer = self.syncer.clone();
+            let path = path.to_path_buf();
             tokio::task::spawn_blocking(move || {
+                let files: Vec<(PathBuf, File)> =
+                    handle.into_iter().map(|h| (path.clone(), h)).collect();
                 let res = syncer(&files);
-                if let Ok(mut g) = state.lock() {
-                    g.syncing = false;
+                if let Ok(mut g) = state.lock()
+                    && let Some(f) = g.files.get_mut(&path)
+                {
+                    f.syncing = false;
                     if res.is_ok() {
-                        g.synced = g.synced.max(target);
-                    } else {
-                        // Not on disk: the next sync tries these files again.
-                        for (p, f) in files {
-                            if !g.dirty.iter().any(|(q, _)| *q == p) {
-                                g.dirty.push((p, f));
-                            }
-                        }
+                        f.synced = f.synced.max(target);
+                    } else if f.dirty.is_none() {
+                        // Not on disk: the next sync tries again.
+                        f.dirty = files.into_iter().next().map(|(_, h)| h);
                     }
                 }
                 told.notify_waiters();

@@ -1,14 +1,16 @@
-//! Group commit of the file store: writers share a sync, none returns
-//! before a sync that began after its write has ended, a failed sync is
-//! tried again.
+//! Group commit of the file store: writers of a file share a sync, none
+//! returns before a sync that began after its write has ended, files sync
+//! side by side, a failed sync is tried again.
 
 use super::*;
 use std::sync::Condvar;
 
-/// A syncer held shut until opened, counting the files it was given, and
-/// failing the first `fail` calls.
+/// A syncer held shut until opened (for every file, or those whose path
+/// holds `only`), counting the files it was given, and failing the first
+/// `fail` calls.
 #[derive(Default)]
 struct Gate {
+    only: Option<&'static str>,
     open: Mutex<bool>,
     opened: Condvar,
     calls: Mutex<Vec<usize>>,
@@ -26,8 +28,14 @@ fn gated(dir: &Path, gate: &Arc<Gate>) -> FileStore {
     let mut store = FileStore::open_with(dir, SyncMode::Always).unwrap();
     let g = gate.clone();
     store.syncer = Arc::new(move |files: &[(PathBuf, File)]| {
+        let held = match g.only {
+            Some(only) => files
+                .iter()
+                .any(|(p, _)| p.to_string_lossy().contains(only)),
+            None => true,
+        };
         let mut open = g.open.lock().unwrap();
-        while !*open {
+        while held && !*open {
             open = g.opened.wait(open).unwrap();
         }
         drop(open);
@@ -61,18 +69,13 @@ async fn writers_waiting_on_a_sync_share_the_next_one() {
         async move { s.put("b", "k0", Bytes::from_static(b"v"), Cas::Any).await }
     });
     written(&store, 1).await;
-    // Ten more writers (a bucket and a log) while it is held.
+    // Ten more writers of the same file while it is held.
     let mut rest = Vec::new();
     for i in 1..=10 {
         let s = store.clone();
         rest.push(tokio::spawn(async move {
-            if i % 2 == 0 {
-                s.put("b", &format!("k{i}"), Bytes::from_static(b"v"), Cas::Any)
-                    .await
-                    .map(|_| ())
-            } else {
-                s.append("l", Bytes::from_static(b"r")).await.map(|_| ())
-            }
+            s.put("b", &format!("k{i}"), Bytes::from_static(b"v"), Cas::Any)
+                .await
         }));
     }
     written(&store, 11).await;
@@ -85,27 +88,52 @@ async fn writers_waiting_on_a_sync_share_the_next_one() {
     for t in rest {
         t.await.unwrap().unwrap();
     }
-    // The held sync (the bucket), then one for the ten writes made during
-    // it (the bucket and the log): two, where one a call would be eleven.
+    // The held sync, then one for the ten writes made during it: two,
+    // where one a call would be eleven.
     assert_eq!(store.syncs(), 2);
-    assert_eq!(*gate.calls.lock().unwrap(), vec![1, 2]);
+    assert_eq!(*gate.calls.lock().unwrap(), vec![1, 1]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_sync_is_the_callers_error_and_the_files_are_synced_next_time() {
+async fn files_sync_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate {
+        only: Some("b.kv"),
+        ..Gate::default()
+    });
+    let store = gated(dir.path(), &gate);
+    // The bucket's sync is held shut...
+    let held = tokio::spawn({
+        let s = store.clone();
+        async move { s.put("b", "k", Bytes::from_static(b"v"), Cas::Any).await }
+    });
+    written(&store, 1).await;
+    // ...and a log's write is synced and answered meanwhile.
+    store.append("l", Bytes::from_static(b"r")).await.unwrap();
+    assert!(!held.is_finished());
+    gate.open();
+    held.await.unwrap().unwrap();
+    assert_eq!(store.syncs(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_sync_is_the_callers_error_and_asking_again_syncs_again() {
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
     *gate.fail.lock().unwrap() = 1;
     gate.open();
     let store = gated(dir.path(), &gate);
-    let err = store
-        .put("b", "k", Bytes::from_static(b"v"), Cas::Any)
+    let (_, staged) = store
+        .put_many_staged("b", vec![("k".into(), Bytes::from_static(b"v"))])
         .await
-        .unwrap_err();
+        .unwrap();
+    let err = staged.durable().await.unwrap_err();
     assert!(err.to_string().contains("refused the sync"), "{err}");
-    // The next write's sync takes the file the failed one could not.
-    store.append("l", Bytes::from_static(b"r")).await.unwrap();
-    assert_eq!(*gate.calls.lock().unwrap(), vec![1, 2]);
+    // Asked again: the file the failed sync could not make durable is
+    // synced (its handle was kept for it).
+    staged.durable().await.unwrap();
+    assert_eq!(*gate.calls.lock().unwrap(), vec![1, 1]);
+    assert_eq!(store.syncs(), 2);
 }
 
 #[tokio::test]
@@ -141,7 +169,7 @@ fn after_compaction_the_new_file_is_the_one_synced() {
         let g = store.state.lock().unwrap();
         let b = &g.buckets["b"];
         assert!(b.records < 1100, "compacted ({} records)", b.records);
-        if let Some((_, f)) = g.dirty.iter().find(|(p, _)| *p == b.path) {
+        if let Some(f) = g.files.get(&b.path).and_then(|f| f.dirty.as_ref()) {
             let current = b.file.metadata().unwrap().ino();
             assert_eq!(
                 f.metadata().unwrap().ino(),
