@@ -379,15 +379,6 @@ async fn soak(
     let ticks = clock_ticks() as f64;
     let cpu0 = proc_cpu_ticks(pid)?;
     let t0 = Instant::now();
-    let slices = 100u64;
-    let per_slice = units.div_ceil(slices);
-    let mut published = 0u64;
-    let mut peak_rss = 0u64;
-    // Each minute: the supervisor's CPU over that minute and its memory at
-    // its end (flat over hours is the goal: compare the first and the last).
-    let mut minute_cpu = cpu0;
-    let mut minute_at = Instant::now();
-    let mut minutes: Vec<(f64, u64)> = Vec::new();
     // Steering under the load: a probe unit's round trips throughout.
     let (stop_probe, probe_stop) = tokio::sync::watch::channel(false);
     let probe = tokio::spawn(super::flow::steering_probe(
@@ -395,38 +386,17 @@ async fn soak(
         subjects.clone(),
         probe_stop,
     ));
-    for second in 0..secs {
-        for slice in 0..slices {
-            let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
-            tokio::time::sleep_until(due.into()).await;
-            for u in (slice * per_slice)..((slice + 1) * per_slice).min(units) {
-                let mut r = sample::realistic(u, second + 1);
-                r.time.seq = second + 1;
-                let (h, body) = typed::encode(&r, Format::Msgpack)?;
-                publisher
-                    .publish(&subjects.salute(&r.unit.unit), h, body)
-                    .await?;
-                published += 1;
-            }
-        }
-        let rss_now = proc_status_kib(pid, "VmRSS:")?;
-        peak_rss = peak_rss.max(rss_now);
-        if (second + 1) % 60 == 0 {
-            let cpu_now = proc_cpu_ticks(pid)?;
-            let pct = 100.0 * (cpu_now - minute_cpu) as f64
-                / ticks
-                / minute_at.elapsed().as_secs_f64().max(1e-9);
-            println!(
-                "   soak minute {:>3}: supervisor cpu {pct:>5.1}% of one core, memory {:>7.1} MiB ({:.1} KiB a unit)",
-                (second + 1) / 60,
-                rss_now as f64 / 1024.0,
-                rss_now.saturating_sub(rss0) as f64 / units.max(1) as f64
-            );
-            minutes.push((pct, rss_now));
-            minute_cpu = cpu_now;
-            minute_at = Instant::now();
-        }
-    }
+    let at_start = Baseline {
+        pid,
+        rss0,
+        cpu0,
+        ticks,
+    };
+    let Load {
+        mut published,
+        peak_rss,
+        minutes,
+    } = load(publisher, &subjects, (units, secs), &at_start, t0).await?;
     publisher.flush().await?;
     let wall = t0.elapsed().as_secs_f64();
     let _ = stop_probe.send(true);
@@ -484,21 +454,7 @@ async fn soak(
         per_report_us / decode_check_us,
         verdict(per_report_us <= 3.0 * decode_check_us)
     );
-    let p99 = pct(&steer, 0.99);
-    println!(
-        "   steering (load on)  p50 {:>8.1} ms   p99 {:>8.1} ms   ({} round trips, {steer_missed} without steering within 5 s)   target p99 <= 2 s: {}",
-        us(pct(&steer, 0.5)) / 1000.0,
-        us(p99) / 1000.0,
-        steer.len(),
-        verdict(!steer.is_empty() && steer_missed == 0 && p99 <= Duration::from_secs(2))
-    );
-    let flat = flatness(&minutes);
-    if let Some((cpu_ratio, mem_ratio)) = flat {
-        println!(
-            "   flat over time     last ten minutes ÷ first ten: cpu {cpu_ratio:.2}, memory {mem_ratio:.2}   target within 10%: {}",
-            verdict((0.9..=1.1).contains(&cpu_ratio) && (0.9..=1.1).contains(&mem_ratio))
-        );
-    }
+    let (p99, flat) = print_steering_and_flatness(&steer, steer_missed, &minutes);
     println!(
         "   not checked        {dropped:>12}   (of {published}: evaluated {}, duplicates {}, shed under load {}, dead letters {})   target 0: {}",
         last.evaluated,
@@ -528,6 +484,113 @@ async fn soak(
         ("soak_flat_cpu".into(), flat.map(|f| f.0).into()),
         ("soak_flat_memory".into(), flat.map(|f| f.1).into()),
     ])
+}
+
+/// Prints steering under the load (sorted latencies, probes unanswered)
+/// and, for a long enough soak, whether it stayed flat: the p99 and the
+/// (CPU, memory) ratios.
+fn print_steering_and_flatness(
+    steer: &[Duration],
+    steer_missed: u64,
+    minutes: &[(f64, u64)],
+) -> (Duration, Option<(f64, f64)>) {
+    let p99 = pct(steer, 0.99);
+    println!(
+        "   steering (load on)  p50 {:>8.1} ms   p99 {:>8.1} ms   ({} round trips, {steer_missed} without steering within 5 s)   target p99 <= 2 s: {}",
+        us(pct(steer, 0.5)) / 1000.0,
+        us(p99) / 1000.0,
+        steer.len(),
+        verdict(!steer.is_empty() && steer_missed == 0 && p99 <= Duration::from_secs(2))
+    );
+    let flat = flatness(minutes);
+    if let Some((cpu_ratio, mem_ratio)) = flat {
+        println!(
+            "   flat over time     last ten minutes ÷ first ten: cpu {cpu_ratio:.2}, memory {mem_ratio:.2}   target within 10%: {}",
+            verdict((0.9..=1.1).contains(&cpu_ratio) && (0.9..=1.1).contains(&mem_ratio))
+        );
+    }
+    (p99, flat)
+}
+
+/// The supervisor's figures when the load began.
+#[derive(Clone, Copy)]
+struct Baseline {
+    pid: u32,
+    rss0: u64,
+    cpu0: u64,
+    ticks: f64,
+}
+
+/// What the soak's load left: reports published, the peak resident memory
+/// seen (once a second), and each minute's (CPU %, resident KiB).
+struct Load {
+    published: u64,
+    peak_rss: u64,
+    minutes: Vec<(f64, u64)>,
+}
+
+/// Publishes one report a second for each of `units` units for `secs`
+/// seconds, spread over each second in 100 slices from `t0`; prints each
+/// minute's CPU and memory of the supervisor as it goes.
+async fn load(
+    publisher: &Bus,
+    subjects: &xo_proto::Subjects,
+    (units, secs): (u64, u64),
+    at_start: &Baseline,
+    t0: Instant,
+) -> anyhow::Result<Load> {
+    let slices = 100u64;
+    let per_slice = units.div_ceil(slices);
+    let mut published = 0u64;
+    let mut peak_rss = 0u64;
+    // Each minute: the supervisor's CPU over that minute and its memory at
+    // its end (flat over hours is the goal: compare the first and the last).
+    let Baseline {
+        pid,
+        rss0,
+        cpu0,
+        ticks,
+    } = *at_start;
+    let mut minute_cpu = cpu0;
+    let mut minute_at = Instant::now();
+    let mut minutes: Vec<(f64, u64)> = Vec::new();
+    for second in 0..secs {
+        for slice in 0..slices {
+            let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
+            tokio::time::sleep_until(due.into()).await;
+            for u in (slice * per_slice)..((slice + 1) * per_slice).min(units) {
+                let mut r = sample::realistic(u, second + 1);
+                r.time.seq = second + 1;
+                let (h, body) = typed::encode(&r, Format::Msgpack)?;
+                publisher
+                    .publish(&subjects.salute(&r.unit.unit), h, body)
+                    .await?;
+                published += 1;
+            }
+        }
+        let rss_now = proc_status_kib(pid, "VmRSS:")?;
+        peak_rss = peak_rss.max(rss_now);
+        if (second + 1) % 60 == 0 {
+            let cpu_now = proc_cpu_ticks(pid)?;
+            let pct = 100.0 * (cpu_now - minute_cpu) as f64
+                / ticks
+                / minute_at.elapsed().as_secs_f64().max(1e-9);
+            println!(
+                "   soak minute {:>3}: supervisor cpu {pct:>5.1}% of one core, memory {:>7.1} MiB ({:.1} KiB a unit)",
+                (second + 1) / 60,
+                rss_now as f64 / 1024.0,
+                rss_now.saturating_sub(rss0) as f64 / units.max(1) as f64
+            );
+            minutes.push((pct, rss_now));
+            minute_cpu = cpu_now;
+            minute_at = Instant::now();
+        }
+    }
+    Ok(Load {
+        published,
+        peak_rss,
+        minutes,
+    })
 }
 
 /// The last ten minutes' mean CPU and memory, each over the first ten's,

@@ -210,14 +210,22 @@ async fn text_of(b: &Client, css: &str) -> String {
         .unwrap()
 }
 
-/// Clicks the first element `css` finds.
+/// Clicks the first element `css` finds. The live rows replace a row
+/// between its finding and its click when a batch comes in (the element
+/// found is then stale): it is found again, once per replacement seen.
 async fn click(b: &Client, css: &str) {
-    b.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    for _ in 0..50 {
+        let found = b
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        match found.click().await {
+            Ok(()) => return,
+            Err(e) if e.is_stale_element_reference() => continue,
+            Err(e) => panic!("{css}: {e}"),
+        }
+    }
+    panic!("{css}: replaced 50 times in a row before it could be clicked");
 }
 
 /// Waits (bounded; a hang guard) until the page's text contains `what`.
