@@ -93,6 +93,38 @@ pub(super) async fn reqreply_latency(
     Ok(lat)
 }
 
+/// One report → steering round trip: `unit`'s report for `turn` with a
+/// PACE emergency published, then its steering awaited on `steer_sub` (the
+/// unit's steering subject) for up to 5 s. `None`: none came in time.
+async fn round_trip(
+    publisher: &Bus,
+    steer_sub: &mut xo_bus::Subscription,
+    subjects: &xo_proto::Subjects,
+    unit: &str,
+    turn: u64,
+) -> anyhow::Result<Option<Duration>> {
+    let mut r = sample::realistic(7, turn);
+    r.unit.unit = unit.into();
+    r.unit.pace = Pace::Emergency;
+    let (h, body) = typed::encode(&r, Format::Msgpack)?;
+    let t = Instant::now();
+    publisher.publish(&subjects.salute(unit), h, body).await?;
+    let answered = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(m) = steer_sub.next().await {
+            let s: Steering = typed::decode(&m, usize::MAX)?;
+            if s.turn == turn {
+                return Ok(t.elapsed());
+            }
+        }
+        bail!("steering subscription closed")
+    })
+    .await;
+    match answered {
+        Ok(done) => done.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
 /// `samples` times: a report with a PACE emergency published, its steering
 /// received (whichever supervisor holds the unit).
 pub(super) async fn steering_latency(
@@ -104,24 +136,11 @@ pub(super) async fn steering_latency(
     let mut steer_sub = publisher.subscribe(&subjects.steer(unit)).await?;
     publisher.flush().await?;
     let mut lat = Vec::with_capacity(samples);
-    for i in 0..samples as u64 {
-        let mut r = sample::realistic(7, i + 1);
-        r.unit.unit = unit.into();
-        r.unit.pace = Pace::Emergency;
-        let (h, body) = typed::encode(&r, Format::Msgpack)?;
-        let t = Instant::now();
-        publisher.publish(&subjects.salute(unit), h, body).await?;
-        loop {
-            let m = tokio::time::timeout(Duration::from_secs(5), steer_sub.next())
-                .await
-                .context("no steering within 5 s")?
-                .context("steering subscription closed")?;
-            let s: Steering = typed::decode(&m, usize::MAX)?;
-            if s.turn == i + 1 {
-                break;
-            }
-        }
-        lat.push(t.elapsed());
+    for turn in 1..=samples as u64 {
+        let t = round_trip(publisher, &mut steer_sub, subjects, unit, turn)
+            .await?
+            .context("no steering within 5 s")?;
+        lat.push(t);
     }
     Ok(lat)
 }
@@ -142,26 +161,9 @@ pub(super) async fn steering_probe(
     let mut turn = 0u64;
     while !*stop.borrow() {
         turn += 1;
-        let mut r = sample::realistic(7, turn);
-        r.unit.unit = unit.into();
-        r.unit.pace = Pace::Emergency;
-        r.time.seq = turn;
-        let (h, body) = typed::encode(&r, Format::Msgpack)?;
-        let t = Instant::now();
-        publisher.publish(&subjects.salute(unit), h, body).await?;
-        let answered = tokio::time::timeout(Duration::from_secs(5), async {
-            while let Some(m) = steer_sub.next().await {
-                if typed::decode::<Steering>(&m, usize::MAX).is_ok_and(|s| s.turn == turn) {
-                    return true;
-                }
-            }
-            false
-        })
-        .await;
-        match answered {
-            Ok(true) => lat.push(t.elapsed()),
-            Ok(false) => bail!("steering subscription closed"),
-            Err(_) => missed += 1,
+        match round_trip(&publisher, &mut steer_sub, &subjects, unit, turn).await? {
+            Some(t) => lat.push(t),
+            None => missed += 1,
         }
         tokio::select! {
             _ = stop.changed() => {}
