@@ -136,15 +136,28 @@ async fn a_failed_sync_is_the_callers_error_and_asking_again_syncs_again() {
     assert_eq!(store.syncs(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_waits_for_no_sync() {
+    use futures::FutureExt;
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
     let store = gated(dir.path(), &gate);
-    // Held shut: a read would hang here if it waited for a sync.
-    assert!(store.get("b", "k").await.unwrap().is_none());
-    assert!(store.keys("b").await.unwrap().is_empty());
-    assert_eq!(store.syncs(), 0);
+    // A write whose sync is held shut...
+    let held = tokio::spawn({
+        let s = store.clone();
+        async move { s.put("b", "k", Bytes::from_static(b"v"), Cas::Any).await }
+    });
+    written(&store, 1).await;
+    // ...and reads answer at their first poll meanwhile (a read that
+    // waited for a sync would be pending here).
+    let got = store.get("b", "k").now_or_never().expect("a read waited");
+    assert_eq!(got.unwrap().unwrap().value, Bytes::from_static(b"v"));
+    let keys = store.keys("b").now_or_never().expect("a read waited");
+    assert_eq!(keys.unwrap(), vec!["k".to_string()]);
+    assert!(!held.is_finished());
+    gate.open();
+    held.await.unwrap().unwrap();
+    assert_eq!(store.syncs(), 1);
 }
 
 #[test]
