@@ -104,7 +104,9 @@ fn sync_dir(path: &Path) -> StoreResult<()> {
     Ok(())
 }
 
-fn mark_dirty(state: &mut State, path: &Path, file: &File) -> StoreResult<()> {
+/// Counts a write to the file at `path`; `file` (a handle of it) is kept
+/// to sync with if none is.
+fn mark_dirty(state: &mut State, path: &Path, file: File) {
     state.written += 1;
     let f = match state.files.get_mut(path) {
         Some(f) => f,
@@ -112,11 +114,10 @@ fn mark_dirty(state: &mut State, path: &Path, file: &File) -> StoreResult<()> {
     };
     f.written += 1;
     if f.dirty.is_none() {
-        f.dirty = Some(file.try_clone().map_err(|e| io_err(path, e))?);
+        f.dirty = Some(file);
     }
     let n = f.written;
     state.touched.push((path.to_path_buf(), n));
-    Ok(())
 }
 
 /// Every file with writes not synced: its handle, taken (the batch syncer).
@@ -616,7 +617,7 @@ impl FileStore {
                 b.path.clone(),
                 b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
             );
-            mark_dirty(st, &path, &file)?;
+            mark_dirty(st, &path, file);
             Ok(rev)
         })
         .await
@@ -650,7 +651,7 @@ impl FileStore {
                 b.path.clone(),
                 b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
             );
-            mark_dirty(st, &path, &file)?;
+            mark_dirty(st, &path, file);
             Ok(revs)
         })
         .await
@@ -678,7 +679,7 @@ impl FileStore {
                 l.path.clone(),
                 l.file.try_clone().map_err(|e| io_err(&l.path, e))?,
             );
-            mark_dirty(st, &path, &file)?;
+            mark_dirty(st, &path, file);
             Ok(n)
         })
         .await
@@ -695,7 +696,7 @@ impl FileStore {
                     b.path.clone(),
                     b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
                 );
-                mark_dirty(st, &path, &file)?;
+                mark_dirty(st, &path, file);
             }
             Ok(())
         })
