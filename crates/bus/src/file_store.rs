@@ -23,7 +23,7 @@ use crate::{Cas, Entry, StoreError, StoreResult, validate_key};
 mod repair;
 mod sync;
 pub use repair::{Repair, Scan, repair_file, scan_file};
-pub use sync::Staged;
+use sync::Staged;
 use sync::sync_files;
 
 #[derive(Serialize, Deserialize)]
@@ -635,7 +635,7 @@ impl FileStore {
 
     /// Writes several keys now, in call order, and returns before they
     /// are on disk: [`Staged::durable`] says when they are.
-    pub async fn put_many_staged(
+    async fn put_many_staged(
         &self,
         bucket: &str,
         items: Vec<(String, Bytes)>,

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use file_store::{FileStore, Staged};
+pub use file_store::FileStore;
 pub use local::LocalBus;
 pub use nats::NatsBus;
 pub use nats_store::NatsStore;
@@ -661,20 +661,6 @@ impl Store {
         match self {
             Store::File(s) => s.put_many(bucket, items).await,
             Store::Nats(s) => s.put_many(bucket, items).await,
-        }
-    }
-    /// Writes several keys now and returns before they are durable: the
-    /// [`Staged`] says when they are. On files the writes are made in call
-    /// order, so a caller can write its next batch while this one syncs
-    /// (group commit); on NATS the call returns once they are stored.
-    pub async fn put_many_staged(
-        &self,
-        bucket: &str,
-        items: Vec<(String, Bytes)>,
-    ) -> StoreResult<(Vec<u64>, Staged)> {
-        match self {
-            Store::File(s) => s.put_many_staged(bucket, items).await,
-            Store::Nats(s) => Ok((s.put_many(bucket, items).await?, Staged::Durable)),
         }
     }
     /// Appends several records in order; returns the last sequence.

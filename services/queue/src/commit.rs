@@ -84,39 +84,7 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     let task = tokio::spawn(async move {
         let mut chains = Chains::new(ctx.cfg.data_dir());
         let mut caught_up = false;
-        // Batches written and waiting for their sync, oldest first. While
-        // one syncs, the next is written, so its sync starts the moment the
-        // first ends (on the file store, writes made during a sync share
-        // the next one). Each is finished (audit, events, replies) in order.
-        let mut syncing: std::collections::VecDeque<Staged> = Default::default();
-        let mut open = true;
-        while open || !syncing.is_empty() {
-            let next = if syncing.is_empty() {
-                rx.recv().await
-            } else if open && syncing.len() < PIPELINE {
-                let oldest = syncing[0].durable.clone();
-                tokio::select! {
-                    biased;
-                    done = durable(&ctx, &oldest) => {
-                        let staged = syncing.pop_front().expect("looked at above");
-                        if done {
-                            finish(&ctx, &mut chains, staged, &ship).await;
-                        }
-                        continue;
-                    }
-                    c = rx.recv() => c,
-                }
-            } else {
-                let staged = syncing.pop_front().expect("not empty");
-                if durable(&ctx, &staged.durable).await {
-                    finish(&ctx, &mut chains, staged, &ship).await;
-                }
-                continue;
-            };
-            let Some(first) = next else {
-                open = false;
-                continue;
-            };
+        while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             while batch.len() < 4096 {
                 match rx.try_recv() {
@@ -124,19 +92,13 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
                     Err(_) => break,
                 }
             }
-            if let Some(staged) = stage(&ctx, batch, &mut caught_up).await {
-                syncing.push_back(staged);
-            }
+            apply(&ctx, &mut chains, batch, &ship, &mut caught_up).await;
         }
         drop(ship);
         let _ = shipper.await;
     });
     (tx, task)
 }
-
-/// Batches written and not yet finished at most: one syncing, one written
-/// behind it.
-const PIPELINE: usize = 2;
 
 /// Waits until this instance may write: at once without a standby; while
 /// its lease is held; `false` once the lease is lost to another instance
@@ -277,18 +239,13 @@ async fn catch_up(ctx: &Ctx) {
     }
 }
 
-/// A batch whose state is written, waiting for its sync, then for its
-/// audit lines, events and replies.
-struct Staged {
-    batch: Vec<Effects>,
-    replies: Vec<Box<dyn FnOnce() + Send>>,
-    durable: xo_bus::Staged,
-}
-
-/// Writes a batch's state (the last write of each key), in the order the
-/// batches came. `None`: this instance lost its lease, and the batch is
-/// dropped unanswered (the callers time out and retry on the holder).
-async fn stage(ctx: &Ctx, commits: Vec<Commit>, caught_up: &mut bool) -> Option<Staged> {
+async fn apply(
+    ctx: &Ctx,
+    chains: &mut Chains,
+    commits: Vec<Commit>,
+    ship: &mpsc::UnboundedSender<Vec<Bytes>>,
+    caught_up: &mut bool,
+) {
     // Replies run last, after every await: split off first.
     let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
     let mut batch = Vec::with_capacity(commits.len());
@@ -312,46 +269,22 @@ async fn stage(ctx: &Ctx, commits: Vec<Commit>, caught_up: &mut bool) -> Option<
         }
     }
     if !may_write(ctx, "state").await {
-        return None;
+        // Dropped unanswered: the callers time out and retry on the holder.
+        return;
     }
     if !*caught_up {
         catch_up(ctx).await;
         *caught_up = true;
     }
-    let durable = if writes.is_empty() {
-        xo_bus::Staged::Durable
-    } else {
+    if !writes.is_empty() {
         let items: Vec<(String, Bytes)> = writes.into_iter().collect();
-        retrying(ctx, "state", || {
-            ctx.store.put_many_staged(BUCKET, items.clone())
-        })
-        .await?
-        .1
-    };
-    Some(Staged {
-        batch,
-        replies,
-        durable,
-    })
-}
-
-/// Waits until a staged batch's state is on disk; a failed sync is retried
-/// (the store syncs the files again). `false`: the lease was lost first.
-async fn durable(ctx: &Ctx, staged: &xo_bus::Staged) -> bool {
-    retrying(ctx, "state (sync)", || staged.durable())
-        .await
-        .is_some()
-}
-
-/// Once a batch's state is durable: its audit lines (the chain, the local
-/// file, the store's copy, the live feed), its events, then its replies.
-async fn finish(
-    ctx: &Ctx,
-    chains: &mut Chains,
-    staged: Staged,
-    ship: &mpsc::UnboundedSender<Vec<Bytes>>,
-) {
-    let Staged { batch, replies, .. } = staged;
+        if retrying(ctx, "state", || ctx.store.put_many(BUCKET, items.clone()))
+            .await
+            .is_none()
+        {
+            return;
+        }
+    }
     let now = ctx.clock.now_ms();
     let mut lines: Vec<(String, Vec<u8>)> = Vec::new();
     for c in &batch {

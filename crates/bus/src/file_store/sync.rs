@@ -9,7 +9,7 @@ use super::{FileStore, StoreError, StoreResult, io_err};
 
 /// Writes made and not yet known to be on disk: [`FileStore::put_many_staged`].
 #[derive(Debug, Clone)]
-pub enum Staged {
+pub(crate) enum Staged {
     /// On disk once each file's syncs cover its write number.
     Written {
         store: FileStore,
@@ -23,7 +23,7 @@ pub enum Staged {
 impl Staged {
     /// Returns once the writes are on disk. A failed sync is an error and
     /// leaves them to be synced again: call it again to retry.
-    pub async fn durable(&self) -> StoreResult<()> {
+    pub(crate) async fn durable(&self) -> StoreResult<()> {
         match self {
             Staged::Written { store, files } => {
                 futures::future::try_join_all(files.iter().map(|(p, n)| store.durable(p, *n)))
