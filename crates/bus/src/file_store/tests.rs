@@ -58,17 +58,26 @@ async fn written(store: &FileStore, n: u64) {
     }
 }
 
+/// Puts `key` in bucket `b` on a task of its own, the store's first write,
+/// and returns once it is written (its sync may be held).
+async fn first_put(
+    store: &FileStore,
+    key: &'static str,
+) -> tokio::task::JoinHandle<StoreResult<u64>> {
+    let s = store.clone();
+    let put =
+        tokio::spawn(async move { s.put("b", key, Bytes::from_static(b"v"), Cas::Any).await });
+    written(store, 1).await;
+    put
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_waiting_on_a_sync_share_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
     let store = gated(dir.path(), &gate);
     // The first writer's sync is held shut: it cannot end.
-    let first = tokio::spawn({
-        let s = store.clone();
-        async move { s.put("b", "k0", Bytes::from_static(b"v"), Cas::Any).await }
-    });
-    written(&store, 1).await;
+    let first = first_put(&store, "k0").await;
     // Ten more writers of the same file while it is held.
     let mut rest = Vec::new();
     for i in 1..=10 {
@@ -103,11 +112,7 @@ async fn files_sync_side_by_side() {
     });
     let store = gated(dir.path(), &gate);
     // The bucket's sync is held shut...
-    let held = tokio::spawn({
-        let s = store.clone();
-        async move { s.put("b", "k", Bytes::from_static(b"v"), Cas::Any).await }
-    });
-    written(&store, 1).await;
+    let held = first_put(&store, "k").await;
     // ...and a log's write is synced and answered meanwhile.
     store.append("l", Bytes::from_static(b"r")).await.unwrap();
     assert!(!held.is_finished());
@@ -143,11 +148,7 @@ async fn a_read_waits_for_no_sync() {
     let gate = Arc::new(Gate::default());
     let store = gated(dir.path(), &gate);
     // A write whose sync is held shut...
-    let held = tokio::spawn({
-        let s = store.clone();
-        async move { s.put("b", "k", Bytes::from_static(b"v"), Cas::Any).await }
-    });
-    written(&store, 1).await;
+    let held = first_put(&store, "k").await;
     // ...and reads answer at their first poll meanwhile (a read that
     // waited for a sync would be pending here).
     let got = store.get("b", "k").now_or_never().expect("a read waited");
