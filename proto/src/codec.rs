@@ -140,6 +140,16 @@ pub fn encode<T: Serialize>(value: &T, format: Format) -> Result<Vec<u8>, CodecE
     })
 }
 
+/// Encodes a value as MessagePack into `buf` (cleared first): a buffer
+/// kept and reused does not grow again for each value.
+pub fn encode_msgpack_into<T: Serialize>(value: &T, buf: &mut Vec<u8>) -> Result<(), CodecError> {
+    buf.clear();
+    rmp_serde::encode::write_named(buf, value).map_err(|e| CodecError::Encode {
+        ty: std::any::type_name::<T>(),
+        reason: e.to_string(),
+    })
+}
+
 #[derive(serde::Deserialize)]
 struct VersionProbe {
     #[serde(default)]

@@ -25,6 +25,11 @@ pub const QUEUE_GOOD_STATUS_KEY: &str = "status.good";
 pub const QUEUE_CORRUPT_STATUS_KEY: &str = "status.corrupt";
 /// The store bucket of the supervisor's unit state (a key a unit).
 pub const UNITS_BUCKET: &str = "units";
+/// The store bucket of units' steering histories, apart from their state
+/// so that a unit's state is saved without them: a key a kept steering,
+/// `<unit>.<slot>`, each unit's slots reused in turn
+/// (`supervisor.steering_history` of them).
+pub const UNIT_STEERING_BUCKET: &str = "unit_steering";
 /// The store bucket of sharded supervisors: members and partition leases.
 pub const SUPERVISORS_BUCKET: &str = "supervisors";
 /// The store bucket of leases of services run once per deployment.

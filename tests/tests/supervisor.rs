@@ -278,6 +278,14 @@ async fn supervisor_restart_resumes_from_the_store() {
         ("u1", Health::Amber, 10)
     );
     assert_eq!(list[0].steering_sent, 1);
+    // Its steering history, kept apart from its state, came back with it.
+    let d = sb.show("u1").await.unwrap();
+    let kept: Vec<_> = d.recent_steering.iter().map(|s| (s.kind, s.turn)).collect();
+    assert_eq!(kept, [(AnomalyKind::Stall, 10)]);
+    assert_eq!(
+        d.summary.last_steering.map(|l| l.0),
+        Some(AnomalyKind::Stall)
+    );
     assert!(
         sb.exchange(&mut sub, &stalled(11)).await.is_empty(),
         "cooldown survived the restart"
@@ -293,6 +301,59 @@ async fn supervisor_restart_resumes_from_the_store() {
         stats.duplicates, 1,
         "a replayed seq is a duplicate after the restart too"
     );
+}
+
+/// A unit's state written when its steering history was kept inside it
+/// (before issue 43) is read by this version: the history moves to its own
+/// bucket, is shown, and is not written back into the state.
+#[tokio::test]
+async fn a_state_with_its_history_inside_is_moved_out() {
+    use xo_bus::{Bus, NatsStore, Store};
+    use xo_supervisor::persist::{BUCKET, UnitRecord};
+    let mut sb = Sandbox::start(&[]).await;
+    let mut sub = sb.steering("u1").await;
+    let mut r = report("u1", 10);
+    r.activity.turns_since_progress = 9;
+    let sent = sb.exchange(&mut sub, &r).await;
+    assert_eq!(sent.len(), 1);
+    sb.stop_supervisor().await.unwrap();
+    let Bus::Nats(nb) = &sb.client else {
+        unreachable!()
+    };
+    let store = Store::Nats(NatsStore::new(nb.client().clone(), &sb.cfg.org.prefix));
+    let stored = store.get(BUCKET, "u1").await.unwrap().unwrap().value;
+    let rec: UnitRecord = xo_proto::codec::decode_plain(&stored, None, usize::MAX).unwrap();
+    #[derive(serde::Serialize)]
+    struct Before<'a> {
+        #[serde(flatten)]
+        rec: &'a UnitRecord,
+        steering: Vec<xo_proto::Steering>,
+    }
+    let mut older = sent[0].clone();
+    older.turn = 3;
+    older.id = "u1-3-old".into();
+    let before = Before {
+        rec: &UnitRecord {
+            steering_kept: 0,
+            last_steering: None,
+            ..rec
+        },
+        steering: vec![older, sent[0].clone()],
+    };
+    let bytes = xo_proto::codec::encode(&before, Format::Msgpack).unwrap();
+    store.put(BUCKET, "u1", Bytes::from(bytes)).await.unwrap();
+    sb.start_supervisor().await;
+    let d = sb.show("u1").await.unwrap();
+    let turns: Vec<u64> = d.recent_steering.iter().map(|s| s.turn).collect();
+    assert_eq!(turns, [3, 10]);
+    sb.stop_supervisor().await.unwrap();
+    let stored = store.get(BUCKET, "u1").await.unwrap().unwrap().value;
+    let rec: UnitRecord = xo_proto::codec::decode_plain(&stored, None, usize::MAX).unwrap();
+    assert!(rec.legacy_steering.is_empty());
+    assert_eq!(rec.steering_kept, 2);
+    sb.start_supervisor().await;
+    let d = sb.show("u1").await.unwrap();
+    assert_eq!(d.recent_steering.len(), 2);
 }
 
 /// Waits until the unit's detail satisfies `ok`.

@@ -111,7 +111,7 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
     let ctx = Arc::new(Ctx {
         subjects: cfg.subjects(),
         live: live::Live::new(&cfg),
-        persist: persist::Persister::new(store.clone()),
+        persist: persist::Persister::new(store.clone(), cfg.supervisor.steering_history),
         bus,
         store,
         clock,

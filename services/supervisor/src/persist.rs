@@ -1,8 +1,15 @@
 //! Coalesced persistence of unit state. Watchers hand their latest record to
 //! the [`Persister`]; a flusher writes the newest record of each dirty unit
 //! every `flush_interval_ms`, so ingest is never bounded by store writes.
+//!
+//! A unit's steering history is kept apart from its record
+//! ([`HISTORY_BUCKET`]): a record is saved every persist interval of a unit
+//! that reports, a steering is written once, when it is kept. Neither the
+//! record nor the watcher holds the history, so a unit's state does not grow
+//! as it is steered.
 
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,9 +17,11 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tracing::{error, warn};
 use xo_bus::{Store, StoreError};
-use xo_proto::{Health, SaluteReport, Steering};
+use xo_proto::{AnomalyKind, Health, SaluteReport, Steering};
 use xo_radio::UnitState;
 
+/// The bucket of units' steering histories: `<unit>.<slot>`.
+pub use xo_proto::names::UNIT_STEERING_BUCKET as HISTORY_BUCKET;
 /// The bucket unit state lives in.
 pub use xo_proto::names::UNITS_BUCKET as BUCKET;
 
@@ -63,7 +72,18 @@ pub struct UnitRecord {
     #[serde(default, with = "raw_bytes")]
     pub report_raw: Option<Vec<u8>>,
     pub radio: UnitState,
-    pub steering: VecDeque<Steering>,
+    /// Steering kept in the unit's history so far (sent, or given by its
+    /// own check): the history holds the last `supervisor.steering_history`
+    /// of them, in [`HISTORY_BUCKET`].
+    #[serde(default)]
+    pub steering_kept: u64,
+    /// The kind and time of the last one.
+    #[serde(default)]
+    pub last_steering: Option<(AnomalyKind, u64)>,
+    /// The history as records written before it had its own bucket held
+    /// it: moved there when the unit's watcher starts, never written.
+    #[serde(default, rename = "steering", skip_serializing)]
+    pub legacy_steering: Vec<Steering>,
     /// Sharded: steering decided and written before it was published, not
     /// yet known to be published. A supervisor taking the unit over sends
     /// these again, under the same ids (a unit ignores a steering id it has
@@ -108,7 +128,9 @@ impl UnitRecord {
             unreadable: 0,
             report_raw: None,
             radio: UnitState::default(),
-            steering: VecDeque::new(),
+            steering_kept: 0,
+            last_steering: None,
+            legacy_steering: Vec::new(),
             unsent: Vec::new(),
             steering_sent: 0,
             restarts: 0,
@@ -117,27 +139,48 @@ impl UnitRecord {
     }
 }
 
+/// One steering of a unit's history, with its number in the unit's count
+/// (`steering_kept`): the order the slots do not give.
+#[derive(Debug, Serialize, Deserialize)]
+struct Kept {
+    n: u64,
+    steering: Steering,
+}
+
 /// Coalesces writes: only the newest record of a unit is written.
 #[derive(Debug, Clone)]
 pub struct Persister {
     store: Store,
     dirty: Arc<Mutex<HashMap<String, Bytes>>>,
+    /// Steering kept and not yet written, by history key.
+    kept: Arc<Mutex<HashMap<String, Bytes>>>,
+    /// Steering kept per unit (`supervisor.steering_history`).
+    limit: u64,
     /// Serialises flushes (the periodic one and the final one).
     flushing: Arc<tokio::sync::Mutex<()>>,
 }
 
+thread_local! {
+    /// The encoder's buffer, reused save after save: a record encoded into
+    /// a fresh buffer grows it several times over (measured: a quarter of
+    /// the supervisor's CPU in a long soak, issue 43).
+    static ENCODED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 impl Persister {
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Store, steering_history: usize) -> Self {
         Self {
             store,
             dirty: Arc::default(),
+            kept: Arc::default(),
+            limit: steering_history as u64,
             flushing: Arc::default(),
         }
     }
 
     /// Marks a unit dirty with its newest record.
     pub fn save(&self, record: &UnitRecord) {
-        match rmp_serde_encode(record) {
+        match encode_reused(record, BUCKET, &record.unit) {
             Ok(bytes) => {
                 if let Ok(mut d) = self.dirty.lock() {
                     d.insert(record.unit.clone(), bytes);
@@ -145,6 +188,63 @@ impl Persister {
             }
             Err(e) => error!(unit = %record.unit, error = %e, "unit record could not be encoded"),
         }
+    }
+
+    /// Keeps `steering`, the unit's `n`th (from 1), in its history: written
+    /// at the next flush, over the oldest of its last `steering_history`.
+    pub fn keep_steering(&self, unit: &str, n: u64, steering: &Steering) {
+        if self.limit == 0 || n == 0 {
+            return;
+        }
+        let key = history_key(unit, (n - 1) % self.limit);
+        let kept = Kept {
+            n,
+            steering: steering.clone(),
+        };
+        match encode_reused(&kept, HISTORY_BUCKET, &key) {
+            Ok(bytes) => {
+                if let Ok(mut k) = self.kept.lock() {
+                    k.insert(key, bytes);
+                }
+            }
+            Err(e) => {
+                error!(unit, error = %e, "steering could not be encoded for the unit's history")
+            }
+        }
+    }
+
+    /// A unit's last steering (at most `steering_history`), oldest first,
+    /// of the `kept` it has had: what is not written yet, else the store.
+    /// A slot that cannot be read is logged and left out.
+    pub async fn steering_history(&self, unit: &str, kept: u64) -> Vec<Steering> {
+        let slots = self.limit.min(kept);
+        let reads = (0..slots).map(|slot| async move {
+            let key = history_key(unit, slot);
+            let pending = self.kept.lock().ok().and_then(|k| k.get(&key).cloned());
+            let bytes = match pending {
+                Some(b) => b,
+                None => match self.store.get(HISTORY_BUCKET, &key).await {
+                    Ok(e) => e?.value,
+                    Err(e) => {
+                        warn!(unit, key = %key, error = %e, "steering history could not be read");
+                        return None;
+                    }
+                },
+            };
+            xo_proto::codec::decode_plain::<Kept>(&bytes, None, usize::MAX)
+                .map_err(|e| warn!(bucket = HISTORY_BUCKET, key = %key, error = %e, "kept steering could not be decoded; left out"))
+                .ok()
+        });
+        let mut out: Vec<Kept> = futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            // A slot written before a count the record lost (a supervisor
+            // that died before saving it) is older than the unit's last.
+            .filter(|k| k.n <= kept && k.n + self.limit > kept)
+            .collect();
+        out.sort_by_key(|k| k.n);
+        out.into_iter().map(|k| k.steering).collect()
     }
 
     /// The newest record of a unit: pending, else stored.
@@ -174,7 +274,7 @@ impl Persister {
     /// knows the steering was sent (and its cooldown) and does not send it
     /// again.
     pub async fn write_now(&self, record: &UnitRecord) -> Result<(), StoreError> {
-        let bytes = rmp_serde_encode(record)?;
+        let bytes = encode_reused(record, BUCKET, &record.unit)?;
         if let Ok(mut d) = self.dirty.lock() {
             d.remove(&record.unit);
         }
@@ -194,31 +294,31 @@ impl Persister {
         }
     }
 
-    /// Forgets a unit for good: its pending record and its stored one.
+    /// Forgets a unit for good: its pending record and its stored one,
+    /// and its steering history.
     pub async fn forget(&self, unit: &str) -> Result<(), StoreError> {
         self.discard(&[unit.to_string()]);
+        let keys: Vec<String> = (0..self.limit).map(|s| history_key(unit, s)).collect();
+        if let Ok(mut k) = self.kept.lock() {
+            for key in &keys {
+                k.remove(key);
+            }
+        }
         let _one = self.flushing.lock().await;
-        self.store.delete(BUCKET, unit).await
+        self.store.delete(BUCKET, unit).await?;
+        for key in &keys {
+            self.store.delete(HISTORY_BUCKET, key).await?;
+        }
+        Ok(())
     }
 
-    /// Writes every dirty record.
+    /// Writes every dirty record and every steering kept since the last
+    /// flush. A write that fails is tried again at the next flush (unless
+    /// a newer one replaced it meanwhile).
     pub async fn flush(&self) {
         let _one = self.flushing.lock().await;
-        let batch: Vec<(String, Bytes)> = match self.dirty.lock() {
-            Ok(mut d) => d.drain().collect(),
-            Err(_) => return,
-        };
-        use futures::StreamExt;
-        futures::stream::iter(batch)
-            .for_each_concurrent(64, |(unit, bytes)| async move {
-                if let Err(e) = self.store.put(BUCKET, &unit, bytes.clone()).await {
-                    warn!(unit = %unit, error = %e, "unit state write failed; will retry");
-                    if let Ok(mut d) = self.dirty.lock() {
-                        d.entry(unit).or_insert(bytes);
-                    }
-                }
-            })
-            .await;
+        write_all(&self.store, BUCKET, &self.dirty).await;
+        write_all(&self.store, HISTORY_BUCKET, &self.kept).await;
     }
 
     /// Writes pending records every `every` until `shutdown` (never in the
@@ -244,12 +344,48 @@ impl Persister {
     }
 }
 
-fn rmp_serde_encode(record: &UnitRecord) -> Result<Bytes, StoreError> {
-    xo_proto::codec::encode(record, xo_proto::Format::Msgpack)
-        .map(Bytes::from)
-        .map_err(|e| StoreError::Encode {
-            bucket: BUCKET.into(),
-            key: record.unit.clone(),
+/// Writes what `pending` holds to `bucket`, putting back what failed.
+async fn write_all(store: &Store, bucket: &str, pending: &Mutex<HashMap<String, Bytes>>) {
+    let batch: Vec<(String, Bytes)> = match pending.lock() {
+        Ok(mut d) => d.drain().collect(),
+        Err(_) => return,
+    };
+    use futures::StreamExt;
+    futures::stream::iter(batch)
+        .for_each_concurrent(64, |(key, bytes)| async move {
+            if let Err(e) = store.put(bucket, &key, bytes.clone()).await {
+                warn!(bucket, key = %key, error = %e, "unit state write failed; will retry");
+                if let Ok(mut d) = pending.lock() {
+                    d.entry(key).or_insert(bytes);
+                }
+            }
+        })
+        .await;
+}
+
+/// The most of the encoder's buffer kept between values.
+const KEPT_BUFFER: usize = 64 * 1024;
+
+/// The key of a unit's history slot.
+fn history_key(unit: &str, slot: u64) -> String {
+    format!("{unit}.{slot}")
+}
+
+/// Encodes into the thread's reused buffer; the bytes kept are a copy of
+/// exactly their size.
+/// (One that grew past [`KEPT_BUFFER`] for an outsized value is let go.)
+fn encode_reused<T: Serialize>(value: &T, bucket: &str, key: &str) -> Result<Bytes, StoreError> {
+    ENCODED
+        .with_borrow_mut(|buf| {
+            xo_proto::codec::encode_msgpack_into(value, buf)?;
+            let bytes = Bytes::copy_from_slice(buf);
+            buf.clear();
+            buf.shrink_to(KEPT_BUFFER);
+            Ok(bytes)
+        })
+        .map_err(|e: xo_proto::CodecError| StoreError::Encode {
+            bucket: bucket.into(),
+            key: key.to_string(),
             source: e.into(),
         })
 }
@@ -302,4 +438,104 @@ pub async fn load_where(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steering(unit: &str, i: u64) -> Steering {
+        Steering {
+            v: xo_proto::PROTOCOL_VERSION,
+            unit: unit.into(),
+            id: format!("{unit}-{i}"),
+            kind: AnomalyKind::Loop,
+            severity: xo_proto::Severity::Warning,
+            message: format!("[SUPERVISOR] loop {i}"),
+            turn: i,
+            at: 1_000 + i,
+            evidence: Default::default(),
+            source: Default::default(),
+        }
+    }
+
+    fn store(dir: &std::path::Path) -> Store {
+        Store::File(xo_bus::FileStore::open(dir).unwrap())
+    }
+
+    fn turns(h: &[Steering]) -> Vec<u64> {
+        h.iter().map(|s| s.turn).collect()
+    }
+
+    /// The history keeps a unit's last `limit`, oldest first: before it is
+    /// written, once written, and read by another supervisor from the store.
+    #[tokio::test]
+    async fn the_history_keeps_the_last_steering_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Persister::new(store(dir.path()), 4);
+        for n in 1..=6 {
+            p.keep_steering("u1", n, &steering("u1", n));
+        }
+        p.keep_steering("u2", 1, &steering("u2", 1));
+        assert_eq!(turns(&p.steering_history("u1", 6).await), [3, 4, 5, 6]);
+        p.flush().await;
+        assert_eq!(turns(&p.steering_history("u1", 6).await), [3, 4, 5, 6]);
+        assert_eq!(turns(&p.steering_history("u2", 1).await), [1]);
+        let other = Persister::new(store(dir.path()), 4);
+        assert_eq!(turns(&other.steering_history("u1", 6).await), [3, 4, 5, 6]);
+        // Fewer kept than the limit: only those.
+        assert_eq!(
+            turns(&other.steering_history("u1", 0).await),
+            Vec::<u64>::new()
+        );
+        // A record that lost its count (saved before its last two steering):
+        // the two written after it are not shown as older ones.
+        assert_eq!(turns(&other.steering_history("u1", 4).await), [3, 4]);
+        other.forget("u1").await.unwrap();
+        let again = Persister::new(store(dir.path()), 4);
+        assert!(again.steering_history("u1", 6).await.is_empty());
+        assert_eq!(turns(&again.steering_history("u2", 1).await), [1]);
+    }
+
+    /// Steering does not grow a unit's record: saved after a hundred, it is
+    /// the size it was after one.
+    #[tokio::test]
+    async fn a_record_does_not_grow_with_its_steering() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Persister::new(store(dir.path()), 20);
+        let mut rec = UnitRecord::new("u1", "coder", 1);
+        let size = |rec: &UnitRecord| encode_reused(rec, BUCKET, "u1").unwrap().len();
+        let mut sizes = Vec::new();
+        for n in 1..=100u64 {
+            let s = steering("u1", n);
+            rec.steering_kept = n;
+            rec.last_steering = Some((s.kind, s.at));
+            p.keep_steering("u1", n, &s);
+            sizes.push(size(&rec));
+        }
+        assert_eq!(sizes[0], sizes[99], "{sizes:?}");
+        assert_eq!(p.steering_history("u1", 100).await.len(), 20);
+    }
+
+    /// A record written when the history was in it still reads: its
+    /// history is there to move, and it is not written back into the record.
+    #[test]
+    fn a_record_with_its_history_inside_still_reads() {
+        #[derive(Serialize)]
+        struct Old<'a> {
+            #[serde(flatten)]
+            rec: &'a UnitRecord,
+            steering: Vec<Steering>,
+        }
+        let rec = UnitRecord::new("u1", "coder", 1);
+        let old = Old {
+            rec: &rec,
+            steering: vec![steering("u1", 1), steering("u1", 2)],
+        };
+        let bytes = xo_proto::codec::encode(&old, xo_proto::Format::Msgpack).unwrap();
+        let read = decode(&bytes).unwrap();
+        assert_eq!(turns(&read.legacy_steering), [1, 2]);
+        let again = decode(&encode_reused(&read, BUCKET, "u1").unwrap()).unwrap();
+        assert!(again.legacy_steering.is_empty());
+    }
 }

@@ -171,7 +171,7 @@ impl WatcherState {
             pace: r.pace,
             turns_since_progress: r.turns_since_progress,
             cost_usd: r.cost_usd,
-            last_steering: r.steering.back().map(|s| (s.kind, s.at)),
+            last_steering: r.last_steering,
             needs: r.radio.needs.as_deref().cloned(),
             waiting_until: r.waiting_until,
             unreadable: r.unreadable,
@@ -215,15 +215,11 @@ impl WatcherState {
         self.record(s);
     }
 
-    /// Keeps a steering sent (or about to be) in the unit's record.
+    /// Keeps a steering sent (or about to be) in the unit's history.
     fn record(&mut self, s: Steering) {
         self.ctx.counters.steered(s.kind, s.at);
         self.rec.steering_sent += 1;
-        keep(
-            &mut self.rec.steering,
-            s,
-            self.ctx.cfg.supervisor.steering_history,
-        );
+        keep(&mut self.rec, &self.ctx.persist, &s);
     }
 
     /// A report as it arrived, after `superseded` older ones of the unit
@@ -446,11 +442,7 @@ impl WatcherState {
                 evidence: Evidence::default(),
                 source: SteeringSource::SelfCheck,
             };
-            keep(
-                &mut self.rec.steering,
-                given,
-                ctx.cfg.supervisor.steering_history,
-            );
+            keep(&mut self.rec, &ctx.persist, &given);
         }
         if self.rec.waiting_until != report.status.waiting_until {
             self.rec.waiting_until = report.status.waiting_until;
@@ -580,12 +572,12 @@ async fn page(ctx: &Ctx, a: xo_proto::alert::Alert) {
     }
 }
 
-/// Adds `s` to a unit's steering history, which keeps its last `limit`.
-fn keep(history: &mut std::collections::VecDeque<Steering>, s: Steering, limit: usize) {
-    history.push_back(s);
-    while history.len() > limit {
-        history.pop_front();
-    }
+/// Adds `s` to a unit's steering history (written apart from its record,
+/// at the next flush).
+fn keep(rec: &mut UnitRecord, persist: &crate::persist::Persister, s: &Steering) {
+    rec.steering_kept += 1;
+    rec.last_steering = Some((s.kind, s.at));
+    persist.keep_steering(&rec.unit, rec.steering_kept, s);
 }
 
 /// Copies `raw` into `kept`, in a buffer of exactly its size (reused when
@@ -625,6 +617,7 @@ impl WatcherState {
         if rec.radio.needs.is_some() {
             args.live.paged_at.store(now.max(1), Ordering::Relaxed);
         }
+        let legacy = std::mem::take(&mut rec.legacy_steering);
         let unsent = !rec.unsent.is_empty();
         let mut state = WatcherState {
             roles: (args.ctx.live.version(), args.ctx.live.roles()),
@@ -636,6 +629,14 @@ impl WatcherState {
             history: Default::default(),
             paged: None,
         };
+        if !legacy.is_empty() {
+            // Kept by a version that held the history in the record: it
+            // moves to its own bucket, in its order.
+            for s in &legacy {
+                keep(&mut state.rec, &state.ctx.persist, s);
+            }
+            state.changed();
+        }
         if unsent {
             // Its previous supervisor died between writing and sending.
             info!(unit = %state.rec.unit, steering = state.rec.unsent.len(), "steering recorded but maybe not sent by the previous supervisor: sending it again under the same ids");
@@ -716,7 +717,11 @@ impl WatcherState {
                 let _ = port.send(UnitDetail {
                     summary: state.summary(),
                     report: state.rec.report(),
-                    recent_steering: state.rec.steering.iter().cloned().collect(),
+                    recent_steering: state
+                        .ctx
+                        .persist
+                        .steering_history(&state.rec.unit, state.rec.steering_kept)
+                        .await,
                     history: state.history.iter().map(|p| p.wire()).collect(),
                 });
             }
