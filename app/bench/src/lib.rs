@@ -1,7 +1,8 @@
 //! `xo bench …`: every figure next to a baseline measured in the same run.
 //!
 //! - `radio`: detector, ingest over NATS, steering latency, fleet soak;
-//!   `sharded`: with `--supervisors N`, sharded supervisors (one server or a cluster).
+//!   `sharded`: with `--supervisors N`, sharded supervisors (one server or a cluster);
+//!   `scaling`: with `--supervisors N --scale-units U`, CPU per report as supervisors and units grow together.
 //! - `queue`: claim + complete cycles beside raw key-value put + get.
 //! - `pipeline`: the supervised pipeline's cost per task without the agent.
 //! - `watch`: the CPU of `xo watch` over many live transcripts.
@@ -24,6 +25,7 @@ mod fuzz;
 mod pipeline;
 mod queue;
 mod radio;
+mod scaling;
 mod sensor;
 mod sharded;
 mod util;

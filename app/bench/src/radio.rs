@@ -78,6 +78,11 @@ pub struct RadioArgs {
     /// With --supervisors: the partitions the units are spread over.
     #[arg(long, default_value_t = 12)]
     partitions: u32,
+    /// With --supervisors N: the scaling soak instead (issue 43, item 4):
+    /// one supervisor process carrying this many units, then N carrying N
+    /// times as many, for --soak-secs each; CPU per report side by side.
+    #[arg(long)]
+    scale_units: Option<u64>,
 }
 
 pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
@@ -121,6 +126,20 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
     out.insert("detector_reports_per_s".into(), check_rate.into());
     out.insert("decode_reports_per_s".into(), decode_rate.into());
     drop(reports);
+    if let (Some(supervisors), Some(units_each)) = (args.supervisors, args.scale_units) {
+        let a = super::scaling::ScalingArgs {
+            supervisors,
+            units_each,
+            secs: args.soak_secs,
+            partitions: args.partitions,
+            cluster: args.cluster,
+            nats_server: args.nats_server.clone(),
+        };
+        return super::scaling::run(cfg, &a).await;
+    }
+    if args.scale_units.is_some() {
+        bail!("--scale-units goes with --supervisors N");
+    }
     if let Some(supervisors) = args.supervisors {
         let a = super::sharded::ShardedArgs {
             supervisors,
