@@ -145,8 +145,16 @@ async fn set(cfg: &XoConfig, a: &ScalingArgs, n: usize) -> anyhow::Result<Vec<Sh
         })
         .collect::<Result<_, _>>()?;
     let units = n as u64 * a.units_each;
-    // Every unit heard once, and the partitions settled: each member holds
-    // units, and the counts held still for three seconds.
+    // Every member up (the reports stream exists once one is), every unit
+    // heard once, and the partitions settled: each member holds units, and
+    // the counts held still for three seconds.
+    let begun = Instant::now();
+    while let Err(e) = sample_all(&publisher, &subjects, &members).await {
+        if begun.elapsed() > Duration::from_secs(60) {
+            return Err(e.context("the supervisors did not start"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     publish_second(&publisher, &subjects, units, 1).await?;
     settle(&publisher, &subjects, &members, units).await?;
     let ticks = clock_ticks() as f64;
