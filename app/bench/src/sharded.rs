@@ -271,7 +271,9 @@ where
             .filter_map(|s| s.ctx.shard.as_ref())
             .all(|s| {
                 let want: Vec<u32> = (0..partitions)
-                    .filter(|k| xo_supervisor::shard::preferred(&names, *k, partitions) == Some(&s.me))
+                    .filter(|k| {
+                        xo_supervisor::shard::preferred(&names, *k, partitions) == Some(&s.me)
+                    })
                     .collect();
                 s.held() == want
             });

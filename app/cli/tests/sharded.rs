@@ -64,7 +64,9 @@ async fn settled(store: &Store, members: &[&str], procs: &Procs) -> BTreeMap<u32
         .map(|k| {
             (
                 k,
-                xo_supervisor::shard::preferred(&names, k, PARTITIONS).unwrap().clone(),
+                xo_supervisor::shard::preferred(&names, k, PARTITIONS)
+                    .unwrap()
+                    .clone(),
             )
         })
         .collect();

@@ -108,7 +108,12 @@ pub fn assignment(members: &[String], partitions: u32) -> Vec<Option<&String>> {
     let mut extra = partitions % n;
     let mut held = vec![0u32; names.len()];
     let mut pairs: Vec<(u64, usize, u32)> = (0..partitions)
-        .flat_map(|k| names.iter().enumerate().map(move |(i, m)| (score(m, k), i, k)))
+        .flat_map(|k| {
+            names
+                .iter()
+                .enumerate()
+                .map(move |(i, m)| (score(m, k), i, k))
+        })
         .collect();
     pairs.sort_unstable_by(|a, b| b.cmp(a));
     for (_, i, k) in pairs {
@@ -130,7 +135,10 @@ pub fn assignment(members: &[String], partitions: u32) -> Vec<Option<&String>> {
 /// The member that should hold partition `k` of `partitions`: see
 /// [`assignment`].
 pub fn preferred(members: &[String], k: u32, partitions: u32) -> Option<&String> {
-    assignment(members, partitions).get(k as usize).copied().flatten()
+    assignment(members, partitions)
+        .get(k as usize)
+        .copied()
+        .flatten()
 }
 
 /// A well-mixed 64-bit score of (member, partition): FNV-1a of the name,
@@ -554,7 +562,10 @@ mod tests {
                     .collect();
                 shares.sort();
                 let (lo, hi) = (shares[0], shares[n - 1]);
-                assert!(hi - lo <= 1, "{n} members, {partitions} partitions: shares {shares:?}");
+                assert!(
+                    hi - lo <= 1,
+                    "{n} members, {partitions} partitions: shares {shares:?}"
+                );
                 assert_eq!(shares.iter().sum::<usize>(), partitions as usize);
             }
         }
@@ -601,6 +612,9 @@ mod tests {
             }
         }
         // Mostly none move: on average under one of the survivors' partitions.
-        assert!(total < cases, "{total} survivors' partitions moved over {cases} deaths");
+        assert!(
+            total < cases,
+            "{total} survivors' partitions moved over {cases} deaths"
+        );
     }
 }
