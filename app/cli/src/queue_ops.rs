@@ -373,25 +373,15 @@ pub async fn task_diff(
         .unwrap_or(&cfg.runner.default_project);
     let repo = cfg.data_dir().join(project).join("git");
     let whole = if d.truncated && repo.join("HEAD").exists() {
-        std::process::Command::new("git")
-            .env_clear()
-            .env("GIT_DIR", &repo)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .args([
-                "diff",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--no-color",
-                "--no-renames",
-                &d.base,
-                &d.commit,
-            ])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        match xo_pipeline::git::whole_patch(&repo, &d.base, &d.commit) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!(
+                    "warning: the whole patch could not be read ({e}); the kept part follows"
+                );
+                None
+            }
+        }
     } else {
         None
     };

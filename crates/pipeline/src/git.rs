@@ -1,7 +1,7 @@
 //! SUP-6 rollback: before a task runs, its working directory is recorded as
-//! a git commit (made with a private index, touching no branch, so runners
-//! sharing a project do not race on one index); a `rollback_replay` resets
-//! the directory to that commit.
+//! a git commit (made through an index of its own, touching no branch, so
+//! runners sharing a project do not race on one index); a `rollback_replay`
+//! resets the directory to that commit.
 //!
 //! The project's tree is the agent's: it can write `.git/config`, hooks,
 //! `.gitattributes` naming a filter, anything. So none of XO's git runs
@@ -10,65 +10,43 @@
 //!
 //! - the repository is XO's, `<data>/<project>/git` (outside every tree
 //!   an agent can write), with the project as its work tree; the agent's own
-//!   `.git` folders are never read as a repository (git skips `.git`);
+//!   `.git` folders are never read as the repository;
 //! - the start and changed-path records are `<data>/<project>/tasks/<task>.start`
 //!   and `.files`, on the same volume as the data, so whichever runner replays
 //!   the task finds them;
-//! - git runs with a cleared environment, no system or global config
-//!   (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`), hooks, the
-//!   fsmonitor, external diff and textconv off: a `filter=` in an agent's
-//!   `.gitattributes` names a driver no config defines, so nothing runs;
-//! - and, where agents are confined, git is too: it writes only the project
-//!   and XO's folder for it, reads only those and the system, connects nowhere.
+//! - git is a library, libgit2 ([`crate::repo`]), not the `git` program: it
+//!   runs no hook, fsmonitor, filter driver, external diff or textconv,
+//!   whatever a tree or a configuration names, and reads no configuration
+//!   but XO's repository's own; no process is started.
 //!
 //! A rollback does not undo other tasks' finished work: a finished task
 //! leaves the paths it changed in its `.files`, and a rollback keeps, as
 //! they are now, the paths of tasks finished since its start. Work of a task
 //! still running in the same directory is not told apart from the dead
-//! attempt's (no per-task worktree yet): give concurrent tasks their own
-//! `working_directory`.
+//! attempt's (isolation `directory`): give concurrent tasks their own
+//! `working_directory`, or their own tree (`worktree`, the default).
 
 use std::path::{Path, PathBuf};
 
-use tokio::process::Command;
+pub use crate::repo::{Cause, GitError};
+use crate::repo::{Repo, oid};
 
-use crate::confine::Confinement;
-
-#[derive(Debug, thiserror::Error)]
-#[error("git in {dir}: {what}: {detail}")]
-pub struct GitError {
-    pub dir: String,
-    pub what: String,
-    pub detail: String,
-}
+/// Who XO's own commits are by (the project as it was, a task's start).
+pub(crate) const XO: (&str, &str) = ("xo", "xo@localhost");
 
 /// A file operation on `path` that failed, as a [`GitError`].
 pub(crate) fn io_err(path: &Path, what: &str, e: std::io::Error) -> GitError {
-    GitError {
-        dir: path.display().to_string(),
-        what: what.into(),
-        detail: e.to_string(),
-    }
+    GitError::new(path, what, e)
 }
 
-/// Git config that XO's git always runs with (on top of an empty config):
-/// nothing a tree can name is executed.
-const SAFE_CONFIG: [&str; 14] = [
-    "user.name=xo",
-    "user.email=xo@localhost",
-    "commit.gpgsign=false",
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.untrackedCache=false",
-    "core.symlinks=true",
-    "core.autocrlf=false",
-    "core.sshCommand=false",
-    "core.askPass=",
-    "protocol.allow=never",
-    "diff.external=",
-    "gc.auto=0",
-    "maintenance.auto=false",
-];
+/// The whole patch from `base` to `commit` in XO's repository of a project
+/// (`git_dir`, `<data>/<project>/git`): what `xo task diff` shows on the
+/// runner's machine when the task's record holds the patch cut. Blocking.
+pub fn whole_patch(git_dir: &Path, base: &str, commit: &str) -> Result<String, GitError> {
+    let r = Repo::open(git_dir, None)?;
+    r.patch(oid(git_dir, base)?, oid(git_dir, commit)?, usize::MAX)
+        .map(|(p, _)| p)
+}
 
 /// XO's snapshots of one project: its own repository and task records
 /// under `home` (`<data>/<project>`), the project as the work tree.
@@ -76,7 +54,6 @@ const SAFE_CONFIG: [&str; 14] = [
 pub struct Snapshots {
     pub(crate) home: PathBuf,
     pub(crate) work_tree: PathBuf,
-    confine: Option<Confinement>,
     /// The work tree is a task's own (a worktree): a rollback keeps no
     /// other task's paths, there being none.
     pub(crate) isolated: bool,
@@ -84,33 +61,23 @@ pub struct Snapshots {
 
 impl Snapshots {
     /// `home` is XO's folder for the project (`<data>/<project>`),
-    /// `work_tree` the project's; `confine`: git runs confined so.
-    pub fn new(home: &Path, work_tree: &Path, confine: Option<&Confinement>) -> Self {
-        Self::at(home, work_tree, confine.is_some(), false)
+    /// `work_tree` the project's.
+    pub fn new(home: &Path, work_tree: &Path) -> Self {
+        Self::at(home, work_tree, false)
     }
 
     /// The same repository with `dir` as its work tree (a task's
-    /// worktree): git confined to it and XO's folder.
+    /// worktree).
     pub fn for_tree(&self, dir: &Path) -> Self {
-        Self::at(&self.home, dir, self.confine.is_some(), true)
+        Self::at(&self.home, dir, true)
     }
 
-    /// Git on `home`'s repository with `work_tree`, confined (when
-    /// `confined`) to reading and writing those two only. Paths are made
-    /// absolute: git runs in these folders with them in its environment,
-    /// and a relative one would be read against itself.
-    fn at(home: &Path, work_tree: &Path, confined: bool, isolated: bool) -> Self {
+    /// Paths are made absolute: a work tree is compared by its path.
+    fn at(home: &Path, work_tree: &Path, isolated: bool) -> Self {
         let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-        let (home, work_tree) = (abs(home), abs(work_tree));
-        let confine = confined.then(|| Confinement {
-            read: vec![work_tree.clone(), home.clone()],
-            write: vec![work_tree.clone(), home.clone(), PathBuf::from("/dev/null")],
-            connect: Some(Vec::new()),
-        });
         Self {
-            home,
-            work_tree,
-            confine,
+            home: abs(home),
+            work_tree: abs(work_tree),
             isolated,
         }
     }
@@ -132,96 +99,19 @@ impl Snapshots {
         self.tasks_dir().join(format!("{task}.files"))
     }
 
-    pub(crate) async fn git(
+    /// Runs `f` on XO's repository (with the work tree when `tree`), off
+    /// the async runtime: libgit2's calls block.
+    pub(crate) async fn with_repo<T: Send + 'static>(
         &self,
-        cwd: &Path,
-        index: Option<&Path>,
-        args: &[&str],
-    ) -> Result<String, GitError> {
-        self.git_out(cwd, index, args, &[])
+        tree: bool,
+        f: impl FnOnce(&Repo) -> Result<T, GitError> + Send + 'static,
+    ) -> Result<T, GitError> {
+        let git_dir = self.git_dir();
+        let work_tree = tree.then(|| self.work_tree.clone());
+        let dir = git_dir.clone();
+        tokio::task::spawn_blocking(move || f(&Repo::open(&git_dir, work_tree.as_deref())?))
             .await
-            .and_then(|(ok, out, err)| {
-                if ok {
-                    Ok(out.trim().to_string())
-                } else {
-                    Err(GitError {
-                        dir: cwd.display().to_string(),
-                        what: args.join(" "),
-                        detail: err.trim().to_string(),
-                    })
-                }
-            })
-    }
-
-    /// Runs git and gives back whether it succeeded, its stdout (untrimmed)
-    /// and stderr; `env` is passed on beside XO's own.
-    pub(crate) async fn git_out(
-        &self,
-        cwd: &Path,
-        index: Option<&Path>,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<(bool, String, String), GitError> {
-        let failed = |detail: String| GitError {
-            dir: cwd.display().to_string(),
-            what: args.join(" "),
-            detail,
-        };
-        let mut c = Command::new("git");
-        c.current_dir(cwd).env_clear();
-        for kv in SAFE_CONFIG {
-            c.args(["-c", kv]);
-        }
-        c.args(args)
-            .env("GIT_DIR", self.git_dir())
-            .env("GIT_WORK_TREE", &self.work_tree)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_ATTR_NOSYSTEM", "1")
-            .env("GIT_NO_REPLACE_OBJECTS", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_OPTIONAL_LOCKS", "0")
-            .env("HOME", &self.home)
-            .env("LC_ALL", "C")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        if let Some(p) = std::env::var_os("PATH") {
-            c.env("PATH", p);
-        }
-        if let Some(i) = index {
-            c.env("GIT_INDEX_FILE", i);
-        }
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        if args.first() == Some(&"init") {
-            c.env_remove("GIT_WORK_TREE");
-        }
-        let child = match &self.confine {
-            None => c.spawn().map_err(|e| failed(e.to_string()))?,
-            Some(conf) => {
-                let path_var = std::env::var("PATH").ok();
-                let conf = conf.reading(crate::confine::program_files(
-                    &["git".to_string()],
-                    path_var.as_deref(),
-                ));
-                crate::proc::spawn_confined(c, &conf, cwd)
-                    .await
-                    .map_err(|e| failed(e.to_string()))?
-                    .map_err(|e| failed(e.to_string()))?
-            }
-        };
-        let o = child
-            .wait_with_output()
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        Ok((
-            o.status.success(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        ))
+            .map_err(|e| GitError::said(&dir, "git", e.to_string()))?
     }
 
     /// Makes XO's repository for the project if there is none (`.xo/`
@@ -233,8 +123,10 @@ impl Snapshots {
             tokio::fs::create_dir_all(&self.home)
                 .await
                 .map_err(|e| failed("mkdir", e))?;
-            self.git(&self.home, None, &["init", "-q", "--bare"])
-                .await?;
+            let d = dir.clone();
+            tokio::task::spawn_blocking(move || crate::repo::init(&d))
+                .await
+                .map_err(|e| GitError::said(&dir, "init", e.to_string()))??;
         }
         let exclude = dir.join("info/exclude");
         let text = tokio::fs::read_to_string(&exclude)
@@ -261,70 +153,56 @@ impl Snapshots {
             return Ok(c.trim().to_string());
         }
         self.ensure_repo().await?;
-        let index = file.with_extension("index");
         if let Some(d) = file.parent() {
             tokio::fs::create_dir_all(d)
                 .await
                 .map_err(|e| io_err(d, "mkdir", e))?;
         }
-        let tree = self.tree_now(cwd, &index).await?;
+        let (cwd_owned, message) = (cwd.to_path_buf(), format!("xo: start of task {task}"));
         let commit = self
-            .git(
-                cwd,
-                Some(&index),
-                &[
-                    "commit-tree",
-                    &tree,
-                    "-m",
-                    &format!("xo: start of task {task}"),
-                ],
-            )
-            .await?;
+            .with_repo(true, move |r| {
+                let tree = r.tree_of_dir(&cwd_owned)?;
+                r.commit(tree, &[], &message, XO)
+            })
+            .await?
+            .to_string();
         xo_runtime::files::replace(&file, commit.as_bytes(), xo_runtime::files::Mode::Private)
             .await
             .map_err(|e| io_err(&file, "write", e))?;
         Ok(commit)
     }
 
-    /// The working tree of `cwd` as a tree object (through a private index).
-    pub(crate) async fn tree_now(&self, cwd: &Path, index: &Path) -> Result<String, GitError> {
-        let _ = tokio::fs::remove_file(index).await;
-        self.git(cwd, Some(index), &["add", "-A", "--", "."])
-            .await?;
-        let tree = self.git(cwd, Some(index), &["write-tree"]).await;
-        let _ = tokio::fs::remove_file(index).await;
-        tree
+    /// The working tree of `cwd` as a tree object (through an index of
+    /// its own).
+    pub(crate) async fn tree_now(&self, cwd: &Path) -> Result<String, GitError> {
+        let cwd = cwd.to_path_buf();
+        self.with_repo(true, move |r| r.tree_of_dir(&cwd))
+            .await
+            .map(|t| t.to_string())
     }
 
     /// Paths (relative to `cwd`) that differ between `commit` and the tree now.
-    async fn changed_since(
-        &self,
-        cwd: &Path,
-        commit: &str,
-        index: &Path,
-    ) -> Result<Vec<String>, GitError> {
-        let tree = self.tree_now(cwd, index).await?;
-        let out = self
-            .git(
-                cwd,
-                None,
-                &[
-                    "diff",
-                    "--no-ext-diff",
-                    "--no-textconv",
-                    "--name-only",
-                    "--no-renames",
-                    "--relative",
-                    commit,
-                    &tree,
-                ],
-            )
-            .await?;
-        Ok(out
-            .lines()
-            .map(str::to_string)
-            .filter(|l| !l.is_empty())
-            .collect())
+    async fn changed_since(&self, cwd: &Path, commit: &str) -> Result<Vec<String>, GitError> {
+        let (cwd, commit, root) = (
+            cwd.to_path_buf(),
+            commit.to_string(),
+            self.work_tree.clone(),
+        );
+        self.with_repo(true, move |r| {
+            let now = r.tree_of_dir(&cwd)?;
+            let then = r.tree_of(oid(&cwd, &commit)?)?;
+            let prefix = cwd
+                .strip_prefix(&root)
+                .ok()
+                .and_then(Path::to_str)
+                .unwrap_or_default()
+                .to_string();
+            Ok(r.changes(then, now, Some(&prefix), false)?
+                .into_iter()
+                .map(|c| c.path)
+                .collect())
+        })
+        .await
     }
 
     /// Resets the working directory to the task's starting commit: files
@@ -342,34 +220,19 @@ impl Snapshots {
             .and_then(|m| m.modified())
             .ok();
         let index = start.with_extension("rollback-index");
-        let keep = if self.isolated {
-            Default::default()
+        let keep: Vec<String> = if self.isolated {
+            Vec::new()
         } else {
-            self.others_changes(task, started).await
+            self.others_changes(task, started)
+                .await
+                .into_iter()
+                .collect()
         };
-        let _ = tokio::fs::remove_file(&index).await;
-        self.git(cwd, Some(&index), &["read-tree", &commit]).await?;
-        if !keep.is_empty() {
-            // Their current content goes into the index, so neither the
-            // clean nor the checkout touches them.
-            let (present, gone): (Vec<&String>, Vec<&String>) =
-                keep.iter().partition(|p| cwd.join(p).exists());
-            for chunk in present.chunks(200) {
-                let mut args = vec!["add", "-f", "--"];
-                args.extend(chunk.iter().map(|s| s.as_str()));
-                self.git(cwd, Some(&index), &args).await?;
-            }
-            for chunk in gone.chunks(200) {
-                let mut args = vec!["rm", "-q", "--cached", "--ignore-unmatch", "--"];
-                args.extend(chunk.iter().map(|s| s.as_str()));
-                self.git(cwd, Some(&index), &args).await?;
-            }
-        }
-        self.git(cwd, Some(&index), &["clean", "-fdq", "--", "."])
-            .await?;
-        self.git(cwd, Some(&index), &["checkout-index", "-a", "-f"])
-            .await?;
-        let _ = tokio::fs::remove_file(&index).await;
+        let (cwd, c) = (cwd.to_path_buf(), commit.clone());
+        self.with_repo(true, move |r| {
+            r.reset_dir(&cwd, oid(&cwd, &c)?, &keep, &index)
+        })
+        .await?;
         Ok(Some(commit))
     }
 
@@ -411,8 +274,7 @@ impl Snapshots {
     pub async fn finish(&self, cwd: &Path, task: &str) {
         let start = self.start_file(task);
         if let Ok(c) = tokio::fs::read_to_string(&start).await {
-            let index = start.with_extension("finish-index");
-            match self.changed_since(cwd, c.trim(), &index).await {
+            match self.changed_since(cwd, c.trim()).await {
                 Ok(paths) => {
                     let mut text = paths.join("\n");
                     text.push('\n');
@@ -452,7 +314,7 @@ mod tests {
     async fn rollback_restores_the_start_and_leaves_other_dirs_alone() {
         let tmp = tempfile::tempdir().unwrap();
         let proj = tmp.path().join("p");
-        let snaps = Snapshots::new(&tmp.path().join("data/p"), &proj, None);
+        let snaps = Snapshots::new(&tmp.path().join("data/p"), &proj);
         let work = proj.join("t1");
         let other = proj.join("t2");
         std::fs::create_dir_all(&work).unwrap();
@@ -491,7 +353,7 @@ mod tests {
     async fn tasks_in_one_directory_do_not_roll_back_each_other() {
         let tmp = tempfile::tempdir().unwrap();
         let proj = tmp.path().join("p");
-        let snaps = Snapshots::new(&tmp.path().join("data/p"), &proj, None);
+        let snaps = Snapshots::new(&tmp.path().join("data/p"), &proj);
         std::fs::create_dir_all(&proj).unwrap();
         std::fs::write(proj.join("shared.txt"), "v0").unwrap();
         std::fs::write(proj.join("lib.rs"), "v0").unwrap();
@@ -534,5 +396,62 @@ mod tests {
         // XO's repository is its own: the project is not made one.
         assert!(!proj.join(".git").exists());
         assert!(tmp.path().join("data/p/git/HEAD").exists());
+    }
+}
+
+#[cfg(test)]
+mod links {
+    use super::*;
+
+    /// The agent swaps a directory of its start for a link to a folder
+    /// outside, and leaves a new link to it: the rollback writes through
+    /// neither and removes nothing behind them.
+    #[tokio::test]
+    async fn a_rollback_writes_and_removes_nothing_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let proj = tmp.path().join("p");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(proj.join("src")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(proj.join("src/lib.rs"), "fn main() {}").unwrap();
+        std::fs::write(proj.join("top.txt"), "top").unwrap();
+        std::fs::write(outside.join("secret"), "mine").unwrap();
+        let snaps = Snapshots::new(&tmp.path().join("data/p"), &proj);
+        snaps.record_start(&proj, "t").await.unwrap();
+        std::fs::remove_dir_all(proj.join("src")).unwrap();
+        std::os::unix::fs::symlink(&outside, proj.join("src")).unwrap();
+        std::os::unix::fs::symlink(&outside, proj.join("new-link")).unwrap();
+        std::fs::remove_file(proj.join("top.txt")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), proj.join("top.txt")).unwrap();
+        snaps.rollback(&proj, "t").await.unwrap().unwrap();
+        let src = std::fs::symlink_metadata(proj.join("src")).unwrap();
+        assert!(src.is_dir(), "src is a folder again, not the link");
+        assert_eq!(
+            std::fs::read_to_string(proj.join("top.txt")).unwrap(),
+            "top"
+        );
+        assert!(
+            !std::fs::symlink_metadata(proj.join("top.txt"))
+                .unwrap()
+                .is_symlink()
+        );
+        assert_eq!(
+            std::fs::read_to_string(proj.join("src/lib.rs")).unwrap(),
+            "fn main() {}"
+        );
+        assert!(
+            std::fs::symlink_metadata(proj.join("new-link")).is_err(),
+            "the new link is removed"
+        );
+        let mut left: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec![std::ffi::OsString::from("secret")]);
+        assert_eq!(
+            std::fs::read_to_string(outside.join("secret")).unwrap(),
+            "mine"
+        );
     }
 }

@@ -17,7 +17,7 @@
 //! - [`sandbox`]: paths confined to the project sandbox.
 //! - [`proc`]: agent processes in their own process group, bounded capture, orphans.
 //! - [`project`]: `.xo/project.toml`, read at each task start.
-//! - [`git`]: the task's starting commit and rollback.
+//! - [`git`]: the task's starting commit and rollback; `repo`, XO's git through libgit2.
 //! - [`worktree`]: a worktree per task, its diff, and where its work goes.
 //! - [`logs`]: the prompt log and the work log with retry events.
 //! - [`error`]: [`PipelineError`], the one error of this library.
@@ -33,6 +33,7 @@ pub mod logs;
 pub mod pipeline;
 pub mod proc;
 pub mod project;
+pub(crate) mod repo;
 pub mod sandbox;
 pub mod validate;
 pub mod worktree;

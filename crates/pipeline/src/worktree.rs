@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 
 use xo_proto::queue::{FileChange, MAX_PATCH, TaskDiff};
 
-use crate::git::{GitError, Snapshots, io_err};
+use crate::git::{GitError, Snapshots, XO, io_err};
+use crate::repo::{Was, oid};
 
 /// Where the work of a task goes once it is validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,42 +85,31 @@ impl Snapshots {
                 .map_err(|(_, e)| io_err(&path, "lock", std::io::Error::from(e)))
         })
         .await
-        .map_err(|e| GitError {
-            dir: self.home.display().to_string(),
-            what: "lock".into(),
-            detail: e.to_string(),
-        })?
+        .map_err(|e| GitError::said(&self.home, "lock", e.to_string()))?
     }
 
     /// The commit `refname` names, if it exists.
     async fn commit_of(&self, refname: &str) -> Option<String> {
-        let (ok, out, _) = self
-            .git_out(
-                &self.home,
-                None,
-                &[
-                    "rev-parse",
-                    "-q",
-                    "--verify",
-                    &format!("{refname}^{{commit}}"),
-                ],
-                &[],
-            )
+        if !self.git_dir().join("HEAD").exists() {
+            return None;
+        }
+        let refname = refname.to_string();
+        self.with_repo(false, move |r| Ok(r.commit_of(&refname)))
             .await
-            .ok()?;
-        let c = out.trim();
-        (ok && !c.is_empty()).then(|| c.to_string())
+            .ok()
+            .flatten()
+            .map(|c| c.to_string())
     }
 
     /// The project's `main` as it is now (made before: an error if gone).
     async fn main_now(&self) -> Result<String, GitError> {
-        self.commit_of("refs/heads/main")
-            .await
-            .ok_or_else(|| GitError {
-                dir: self.git_dir().display().to_string(),
-                what: "rev-parse main".into(),
-                detail: "the project's main is gone".into(),
-            })
+        self.commit_of("refs/heads/main").await.ok_or_else(|| {
+            GitError::said(
+                &self.git_dir(),
+                "rev-parse main",
+                "the project's main is gone",
+            )
+        })
     }
 
     /// The project's `main`, made from the project directory the first
@@ -138,22 +128,16 @@ impl Snapshots {
         tokio::fs::create_dir_all(&tasks)
             .await
             .map_err(|e| io_err(&tasks, "mkdir", e))?;
-        let proj = self.for_tree(project_dir);
-        let index = tasks.join(".main.index");
-        let tree = proj.tree_now(project_dir, &index).await?;
-        let commit = proj
-            .git(
-                project_dir,
-                None,
-                &["commit-tree", &tree, "-m", "xo: the project as it was"],
-            )
+        let dir = project_dir.to_path_buf();
+        let commit = self
+            .for_tree(project_dir)
+            .with_repo(true, move |r| {
+                let tree = r.tree_of_dir(&dir)?;
+                let c = r.commit(tree, &[], "xo: the project as it was", XO)?;
+                r.set_ref("refs/heads/main", c, Was::Absent)?;
+                Ok(c.to_string())
+            })
             .await?;
-        self.git(
-            &self.home,
-            None,
-            &["update-ref", "refs/heads/main", &commit, ""],
-        )
-        .await?;
         tracing::info!(project = %project_dir.display(), commit = %commit, "the project's main made from its directory");
         self.set_synced(&commit).await;
         Ok(commit)
@@ -195,38 +179,28 @@ impl Snapshots {
         let main = self.main_now().await?;
         let synced = self.synced().await.unwrap_or_else(|| main.clone());
         let proj = self.for_tree(project_dir);
-        let index = self.tasks_dir().join(".sync.index");
-        let tree = proj.tree_now(project_dir, &index).await?;
+        let tree = proj.tree_now(project_dir).await?;
+        let s2 = synced.clone();
         let synced_tree = self
-            .git(
-                &self.home,
-                None,
-                &["rev-parse", &format!("{synced}^{{tree}}")],
-            )
+            .with_repo(false, move |r| {
+                Ok(r.tree_of(oid(Path::new(&s2), &s2)?)?.to_string())
+            })
             .await?;
         if tree == synced_tree {
             return Ok(main);
         }
         // The person's changes, as a commit on what the directory matched.
         let message = format!("xo: the project directory as it was when {task} started");
-        let edits = proj
-            .git(
-                project_dir,
-                None,
-                &["commit-tree", &tree, "-p", &synced, "-m", &message],
-            )
+        let edits = self
+            .commit_tree(&tree, &[synced.as_str()], &message, XO)
             .await?;
         let new_main = if synced == main {
             edits.clone()
         } else {
             match self.merged_tree(&main, &edits, "main").await {
                 Ok(merged) => {
-                    self.git(
-                        &self.home,
-                        None,
-                        &["commit-tree", &merged, "-p", &main, "-m", &message],
-                    )
-                    .await?
+                    self.commit_tree(&merged, &[main.as_str()], &message, XO)
+                        .await?
                 }
                 Err(MergeError::Conflict { paths, .. }) => {
                     tracing::warn!(project = %project_dir.display(), paths = %paths.join(", "), task, "changes made in the project directory conflict with main: the task starts from main without them");
@@ -235,12 +209,8 @@ impl Snapshots {
                 Err(MergeError::Git(e)) => return Err(e),
             }
         };
-        self.git(
-            &self.home,
-            None,
-            &["update-ref", "refs/heads/main", &new_main, &main],
-        )
-        .await?;
+        self.move_ref("refs/heads/main", &new_main, Some(&main))
+            .await?;
         tracing::info!(project = %project_dir.display(), commit = %new_main, "changes made in the project directory are on main");
         // The directory has the person's changes; main's own it missed
         // are written to it now.
@@ -277,11 +247,12 @@ impl Snapshots {
             Some(b) => self
                 .commit_of(&format!("refs/heads/{b}"))
                 .await
-                .ok_or_else(|| GitError {
-                    dir: self.git_dir().display().to_string(),
-                    what: format!("the task's branch {b}"),
-                    detail: "no such branch in the project (its branches: main and xo/<task>)"
-                        .into(),
+                .ok_or_else(|| {
+                    GitError::said(
+                        &self.git_dir(),
+                        format!("the task's branch {b}"),
+                        "no such branch in the project (its branches: main and xo/<task>)",
+                    )
                 })?,
         };
         if dir.exists() {
@@ -295,19 +266,15 @@ impl Snapshots {
         tokio::fs::create_dir_all(self.tasks_dir())
             .await
             .map_err(|e| io_err(&self.tasks_dir(), "mkdir", e))?;
-        let wt = self.for_tree(dir);
         let index = self.tasks_dir().join(format!("{task}.wt-index"));
-        let _ = tokio::fs::remove_file(&index).await;
-        wt.git(dir, Some(&index), &["read-tree", &base]).await?;
-        wt.git(dir, Some(&index), &["checkout-index", "-a", "-f"])
+        let (b2, branch_ref) = (base.clone(), format!("refs/heads/{branch}"));
+        self.for_tree(dir)
+            .with_repo(true, move |r| {
+                let c = oid(&index, &b2)?;
+                r.check_out(c, &index)?;
+                r.set_ref(&branch_ref, c, Was::Any)
+            })
             .await?;
-        let _ = tokio::fs::remove_file(&index).await;
-        self.git(
-            &self.home,
-            None,
-            &["update-ref", &format!("refs/heads/{branch}"), &base],
-        )
-        .await?;
         xo_runtime::files::replace(&start, base.as_bytes(), xo_runtime::files::Mode::Private)
             .await
             .map_err(|e| io_err(&start, "write", e))?;
@@ -328,46 +295,27 @@ impl Snapshots {
         unit: &str,
         message: &str,
     ) -> Result<TaskDiff, GitError> {
-        let tree_snaps = self.for_tree(&wt.dir);
-        let index = self.tasks_dir().join(format!("{task}.settle-index"));
-        let tree = tree_snaps.tree_now(&wt.dir, &index).await?;
+        let _ = task;
+        let tree = self.for_tree(&wt.dir).tree_now(&wt.dir).await?;
         let refname = format!("refs/heads/{}", wt.branch);
         let parent = self
             .commit_of(&refname)
             .await
             .unwrap_or_else(|| wt.base.clone());
+        let p2 = parent.clone();
         let parent_tree = self
-            .git(
-                &self.home,
-                None,
-                &["rev-parse", &format!("{parent}^{{tree}}")],
-            )
+            .with_repo(false, move |r| {
+                Ok(r.tree_of(oid(Path::new(&p2), &p2)?)?.to_string())
+            })
             .await?;
         let commit = if parent_tree == tree {
             parent
         } else {
-            let name = format!("user.name={unit}");
-            let email = format!("user.email={unit}@xo");
+            let email = format!("{unit}@xo");
             let c = self
-                .git(
-                    &self.home,
-                    None,
-                    &[
-                        "-c",
-                        &name,
-                        "-c",
-                        &email,
-                        "commit-tree",
-                        &tree,
-                        "-p",
-                        &parent,
-                        "-m",
-                        message,
-                    ],
-                )
+                .commit_tree(&tree, &[parent.as_str()], message, (unit, &email))
                 .await?;
-            self.git(&self.home, None, &["update-ref", &refname, &c, &parent])
-                .await?;
+            self.move_ref(&refname, &c, Some(&parent)).await?;
             c
         };
         self.diff(&wt.base, &commit, &wt.branch).await
@@ -376,75 +324,24 @@ impl Snapshots {
     /// What changed from `base` to `commit`: files with their lines, and
     /// the patch cut at [`MAX_PATCH`].
     pub async fn diff(&self, base: &str, commit: &str, branch: &str) -> Result<TaskDiff, GitError> {
-        let h = &self.home;
-        let status = self
-            .git(
-                h,
-                None,
-                &[
-                    "diff-tree",
-                    "-r",
-                    "--no-renames",
-                    "--name-status",
-                    base,
-                    commit,
-                ],
-            )
+        let (b, c) = (base.to_string(), commit.to_string());
+        let (files, (patch, truncated)) = self
+            .with_repo(false, move |r| {
+                let dir = Path::new(&c);
+                let (bo, co) = (oid(dir, &b)?, oid(dir, &c)?);
+                let files = r.changes(r.tree_of(bo)?, r.tree_of(co)?, None, true)?;
+                Ok((files, r.patch(bo, co, MAX_PATCH)?))
+            })
             .await?;
-        let numstat = self
-            .git(
-                h,
-                None,
-                &["diff-tree", "-r", "--no-renames", "--numstat", base, commit],
-            )
-            .await?;
-        let mut files: Vec<FileChange> = status
-            .lines()
-            .filter_map(|l| {
-                let (s, path) = l.split_once('\t')?;
-                Some(FileChange {
-                    path: path.to_string(),
-                    status: s.to_string(),
-                    added: None,
-                    removed: None,
-                })
+        let files = files
+            .into_iter()
+            .map(|f| FileChange {
+                path: f.path,
+                status: f.status.to_string(),
+                added: f.lines.map(|l| l.0 as u64),
+                removed: f.lines.map(|l| l.1 as u64),
             })
             .collect();
-        for l in numstat.lines() {
-            let mut parts = l.splitn(3, '\t');
-            let (Some(a), Some(r), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-                continue;
-            };
-            if let Some(f) = files.iter_mut().find(|f| f.path == path) {
-                f.added = a.parse().ok();
-                f.removed = r.parse().ok();
-            }
-        }
-        let (_, mut patch, _) = self
-            .git_out(
-                h,
-                None,
-                &[
-                    "diff",
-                    "--no-ext-diff",
-                    "--no-textconv",
-                    "--no-color",
-                    "--no-renames",
-                    base,
-                    commit,
-                ],
-                &[],
-            )
-            .await?;
-        let truncated = patch.len() > MAX_PATCH;
-        if truncated {
-            let mut cut = MAX_PATCH;
-            while !patch.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            let cut = patch[..cut].rfind('\n').map_or(cut, |i| i + 1);
-            patch.truncate(cut);
-        }
         Ok(TaskDiff {
             branch: branch.to_string(),
             base: base.to_string(),
@@ -454,6 +351,43 @@ impl Snapshots {
             truncated,
             merged: None,
         })
+    }
+
+    /// A commit of the tree `tree` (hex) on `parents`, by `who`.
+    async fn commit_tree(
+        &self,
+        tree: &str,
+        parents: &[&str],
+        message: &str,
+        who: (&str, &str),
+    ) -> Result<String, GitError> {
+        let (tree, message) = (tree.to_string(), message.to_string());
+        let parents: Vec<String> = parents.iter().map(|p| p.to_string()).collect();
+        let who = (who.0.to_string(), who.1.to_string());
+        self.with_repo(false, move |r| {
+            let d = Path::new(&tree);
+            let parents = parents
+                .iter()
+                .map(|p| oid(d, p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let c = r.commit(oid(d, &tree)?, &parents, &message, (&who.0, &who.1))?;
+            Ok(c.to_string())
+        })
+        .await
+    }
+
+    /// Moves `refname` to `to`, if it is still `was` (or whatever it is).
+    async fn move_ref(&self, refname: &str, to: &str, was: Option<&str>) -> Result<(), GitError> {
+        let (refname, to, was) = (refname.to_string(), to.to_string(), was.map(str::to_string));
+        self.with_repo(false, move |r| {
+            let d = Path::new(&to);
+            let was = match &was {
+                Some(w) => Was::At(oid(d, w)?),
+                None => Was::Any,
+            };
+            r.set_ref(&refname, oid(d, &to)?, was)
+        })
+        .await
     }
 
     /// Brings a settled task's work where `mode` says (see the module);
@@ -469,37 +403,8 @@ impl Snapshots {
         match mode {
             Merge::None => Ok(None),
             Merge::Push => {
-                let spec = format!("refs/heads/{0}:refs/heads/{0}", diff.branch);
-                let ssh = std::env::var("SSH_AUTH_SOCK").unwrap_or_default();
-                let env: Vec<(&str, &str)> = if ssh.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![("SSH_AUTH_SOCK", ssh.as_str())]
-                };
-                let (ok, _, err) = self
-                    .git_out(
-                        &self.home,
-                        None,
-                        &[
-                            "-c",
-                            "protocol.allow=always",
-                            "-c",
-                            "core.sshCommand=ssh",
-                            "push",
-                            "--porcelain",
-                            remote,
-                            &spec,
-                        ],
-                        &env,
-                    )
-                    .await?;
-                if !ok {
-                    return Err(MergeError::Git(GitError {
-                        dir: remote.to_string(),
-                        what: format!("push {}", diff.branch),
-                        detail: err.trim().to_string(),
-                    }));
-                }
+                let (to, branch) = (remote.to_string(), diff.branch.clone());
+                self.with_repo(false, move |r| r.push(&to, &branch)).await?;
                 Ok(Some(format!("{remote} {}", diff.branch)))
             }
             Merge::Ff | Merge::Merge => {
@@ -513,19 +418,14 @@ impl Snapshots {
                     diff.commit.clone()
                 } else {
                     let tree = self.merged_tree(&main, &diff.commit, &diff.branch).await?;
-                    let mut args = vec!["commit-tree", tree.as_str(), "-p", main.as_str()];
+                    let mut parents = vec![main.as_str()];
                     if mode == Merge::Merge {
-                        args.extend(["-p", diff.commit.as_str()]);
+                        parents.push(diff.commit.as_str());
                     }
-                    args.extend(["-m", message]);
-                    self.git(&self.home, None, &args).await?
+                    self.commit_tree(&tree, &parents, message, XO).await?
                 };
-                self.git(
-                    &self.home,
-                    None,
-                    &["update-ref", "refs/heads/main", &new_main, &main],
-                )
-                .await?;
+                self.move_ref("refs/heads/main", &new_main, Some(&main))
+                    .await?;
                 self.follow_main(project_dir, &new_main).await;
                 Ok(Some(format!("main {new_main}")))
             }
@@ -535,50 +435,27 @@ impl Snapshots {
     /// The tree of `ours` (main) with `theirs` merged in, or the paths
     /// that conflict. `main` only moves forward (a fast-forward, a commit
     /// on it), so the two meet at the task's base: the merge applies the
-    /// task's change from its base. (Git 2.38's `merge-tree --write-tree`,
-    /// without 2.40's `--merge-base`: the runner image's git.)
+    /// task's change from its base.
     async fn merged_tree(
         &self,
         ours: &str,
         theirs: &str,
         branch: &str,
     ) -> Result<String, MergeError> {
-        let (ok, out, err) = self
-            .git_out(
-                &self.home,
-                None,
-                &[
-                    "merge-tree",
-                    "--write-tree",
-                    "--name-only",
-                    "--no-messages",
-                    ours,
-                    theirs,
-                ],
-                &[],
-            )
+        let (o, t) = (ours.to_string(), theirs.to_string());
+        let merged = self
+            .with_repo(false, move |r| {
+                let d = Path::new(&o);
+                r.merge(oid(d, &o)?, oid(d, &t)?)
+            })
             .await?;
-        let mut lines = out.lines();
-        let tree = lines.next().unwrap_or_default().trim().to_string();
-        if ok && !tree.is_empty() {
-            return Ok(tree);
+        match merged {
+            Ok(tree) => Ok(tree.to_string()),
+            Err(paths) => Err(MergeError::Conflict {
+                paths,
+                branch: branch.to_string(),
+            }),
         }
-        let paths: Vec<String> = lines
-            .map(str::trim)
-            .take_while(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
-        if paths.is_empty() {
-            return Err(MergeError::Git(GitError {
-                dir: self.git_dir().display().to_string(),
-                what: "merge-tree".into(),
-                detail: err.trim().to_string(),
-            }));
-        }
-        Err(MergeError::Conflict {
-            paths,
-            branch: branch.to_string(),
-        })
     }
 
     /// The project directory follows `main` from `old` to `new`: paths
@@ -589,29 +466,22 @@ impl Snapshots {
             tracing::warn!(project = %project_dir.display(), "the project directory's commit is not known: not updated to main");
             return;
         };
-        let old = old.as_str();
-        let proj = self.for_tree(project_dir);
         let index = self.tasks_dir().join(".follow.index");
-        let _ = tokio::fs::remove_file(&index).await;
-        // The index holds the directory as it is (stat data fresh), so a
-        // two-tree read-tree keeps local changes git can keep and refuses
-        // to overwrite any it cannot.
-        let r = async {
-            proj.git(project_dir, Some(&index), &["add", "-A", "--", "."])
-                .await?;
-            proj.git(
-                project_dir,
-                Some(&index),
-                &["read-tree", "-m", "-u", old, new],
-            )
-            .await
-        }
-        .await;
-        let _ = tokio::fs::remove_file(&index).await;
+        let (o, n) = (old.clone(), new.to_string());
+        let r = self
+            .for_tree(project_dir)
+            .with_repo(true, move |r| {
+                let d = Path::new(&o);
+                r.advance(oid(d, &o)?, oid(d, &n)?, &index)
+            })
+            .await;
         match r {
-            Ok(_) => self.set_synced(new).await,
+            Ok(Ok(())) => self.set_synced(new).await,
+            Ok(Err(paths)) => {
+                tracing::warn!(project = %project_dir.display(), main = %new, paths = %paths.join(", "), "the project directory was not updated to main: these paths main changed were changed there too; update it by hand")
+            }
             Err(e) => {
-                tracing::warn!(project = %project_dir.display(), main = %new, error = %e, "the project directory was not updated to main: a path main changed was changed there too; update it by hand")
+                tracing::warn!(project = %project_dir.display(), main = %new, error = %e, "the project directory was not updated to main")
             }
         }
     }

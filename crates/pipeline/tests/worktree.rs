@@ -27,7 +27,7 @@ fn rig() -> Rig {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("a.txt"), "one\ntwo\nthree\n").unwrap();
     std::fs::write(project.join("b.txt"), "bee\n").unwrap();
-    let snaps = Snapshots::new(&tmp.path().join("data/p"), &project, None);
+    let snaps = Snapshots::new(&tmp.path().join("data/p"), &project);
     Rig {
         root: root.clone(),
         project,
@@ -237,10 +237,37 @@ async fn merge_makes_a_merge_commit_and_push_reaches_the_remote() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), d.commit);
-    // A remote that is not there: said, with git's words.
+    // A remote that is not there: said.
     let e = r
         .snaps
         .integrate(&d, Merge::Push, &r.project, "/nonexistent/remote.git", "")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("push xo/t1") && e.to_string().contains("no repository"),
+        "{e}"
+    );
+    // A remote whose branch moved elsewhere refuses: said, with its words.
+    let other = Command::new("git")
+        .env("GIT_DIR", &remote)
+        .args(["commit-tree", "-m", "elsewhere"])
+        .arg(format!("{}^{{tree}}", d.base))
+        .output()
+        .unwrap();
+    let other = String::from_utf8_lossy(&other.stdout).trim().to_string();
+    // (The remote has the base's objects: the branch was pushed.)
+    assert!(
+        Command::new("git")
+            .env("GIT_DIR", &remote)
+            .args(["update-ref", "refs/heads/xo/t1", &other])
+            .status()
+            .unwrap()
+            .success(),
+        "{other}"
+    );
+    let e = r
+        .snaps
+        .integrate(&d, Merge::Push, &r.project, &url, "")
         .await
         .unwrap_err();
     assert!(e.to_string().contains("push xo/t1"), "{e}");
@@ -314,4 +341,152 @@ async fn hand_edits_in_the_project_directory_reach_the_next_task() {
         git(&r, &["log", "-1", "--format=%s", "main"]),
         "xo: the project directory as it was when t2 started"
     );
+}
+
+/// libgit2 reads no configuration but XO's repository's: a user's
+/// `~/.gitconfig` (which an unconfined agent can write) that ignores every
+/// `.txt` and rewrites the push URL changes neither the snapshot nor where
+/// a push goes. Run in a child process with its own `HOME` (libgit2 reads
+/// it once per process).
+#[test]
+fn the_users_git_configuration_is_not_read() {
+    const CHILD: &str = "XO_TEST_GIT_HOME_CHILD";
+    let Ok(home) = std::env::var(CHILD) else {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(home.join(".config/git")).unwrap();
+        std::fs::write(home.join("ignore"), "*.txt\n").unwrap();
+        let elsewhere = tmp.path().join("elsewhere.git");
+        std::fs::write(
+            home.join(".gitconfig"),
+            format!(
+                "[core]\n\texcludesFile = {}\n[url \"{}\"]\n\tpushInsteadOf = /\n",
+                home.join("ignore").display(),
+                elsewhere.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(home.join(".config/git/ignore"), "*.txt\n").unwrap();
+        // The vector is live for git itself.
+        let probe = tmp.path().join("probe");
+        std::fs::create_dir_all(&probe).unwrap();
+        std::fs::write(probe.join("a.txt"), "a").unwrap();
+        let ignored = Command::new("git")
+            .current_dir(&probe)
+            .env("HOME", &home)
+            .env_remove("GIT_CONFIG_GLOBAL")
+            .env_remove("XDG_CONFIG_HOME")
+            .args(["-c", "init.defaultBranch=main", "init", "-q"])
+            .status()
+            .unwrap()
+            .success()
+            && Command::new("git")
+                .current_dir(&probe)
+                .env("HOME", &home)
+                .env_remove("GIT_CONFIG_GLOBAL")
+                .env_remove("XDG_CONFIG_HOME")
+                .args(["check-ignore", "-q", "a.txt"])
+                .status()
+                .unwrap()
+                .success();
+        assert!(ignored, "git itself reads the planted ~/.gitconfig");
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "the_users_git_configuration_is_not_read",
+                "--nocapture",
+            ])
+            .env(CHILD, &home)
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the child: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    };
+    assert_eq!(std::env::var("HOME").unwrap(), home);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let r = rig();
+        let t1 = open(&r, "t1").await;
+        assert_eq!(
+            read(&t1.dir.join("a.txt")),
+            "one\ntwo\nthree\n",
+            "the .txt files are in main"
+        );
+        std::fs::write(t1.dir.join("c.txt"), "c\n").unwrap();
+        let d = r.snaps.settle(&t1, "t1", "u", "t1: c").await.unwrap();
+        assert!(
+            d.files.iter().any(|f| f.path == "c.txt" && f.status == "A"),
+            "{:?}",
+            d.files
+        );
+        let remote = r.root.parent().unwrap().join("remote.git");
+        assert!(
+            Command::new("git")
+                .args(["init", "-q", "--bare"])
+                .arg(&remote)
+                .status()
+                .unwrap()
+                .success()
+        );
+        r.snaps
+            .integrate(
+                &d,
+                Merge::Push,
+                &r.project,
+                &remote.display().to_string(),
+                "",
+            )
+            .await
+            .unwrap();
+        let o = Command::new("git")
+            .env("GIT_DIR", &remote)
+            .args(["rev-parse", "xo/t1"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), d.commit);
+    });
+}
+
+/// A change larger than the kept patch: the record holds it cut at a line,
+/// and the whole of it is read from XO's repository (`xo task diff` on the
+/// runner's machine), the same as git's own diff.
+#[tokio::test]
+async fn a_large_patch_is_cut_in_the_record_and_whole_in_the_repository() {
+    let r = rig();
+    let t1 = open(&r, "t1").await;
+    let big: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(t1.dir.join("big.txt"), &big).unwrap();
+    std::fs::write(t1.dir.join("bin.dat"), [0u8, 1, 2, 0, 255]).unwrap();
+    let d = r.snaps.settle(&t1, "t1", "u", "t1: big").await.unwrap();
+    assert!(d.truncated);
+    assert!(d.patch.len() <= xo_proto::queue::MAX_PATCH);
+    assert!(d.patch.ends_with('\n'), "cut at a line");
+    let big_file = d.files.iter().find(|f| f.path == "big.txt").unwrap();
+    assert_eq!((big_file.added, big_file.removed), (Some(10_000), Some(0)));
+    let bin = d.files.iter().find(|f| f.path == "bin.dat").unwrap();
+    assert_eq!(bin.status, "A");
+    assert_eq!(bin.added, None, "a binary file has no lines");
+    let whole = xo_pipeline::git::whole_patch(&r.snaps.git_dir(), &d.base, &d.commit).unwrap();
+    assert!(whole.len() > xo_proto::queue::MAX_PATCH);
+    assert!(whole.starts_with(&d.patch[..200]));
+    // Git's own diff has the same changed lines.
+    let theirs = git(&r, &["diff", "--no-color", &d.base, &d.commit]);
+    let lines = |p: &str| {
+        p.lines()
+            .filter(|l| l.starts_with('+') || l.starts_with('-') || l.starts_with("diff --git"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(lines(&whole), lines(&theirs));
+    assert!(whole.contains("+line 9999\n"));
 }

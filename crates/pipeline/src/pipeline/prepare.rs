@@ -69,11 +69,7 @@ impl Pipeline {
             .with_settings(&job.settings, &project);
         // XO's history of the project, and (worktree isolation) the
         // task's own tree on its branch.
-        let snaps = crate::git::Snapshots::new(
-            &self.data_dir.join(&project),
-            &project_dir,
-            self.confine.as_ref(),
-        );
+        let snaps = crate::git::Snapshots::new(&self.data_dir.join(&project), &project_dir);
         let worktree = match self.cfg.isolation {
             Isolation::Directory => None,
             Isolation::Worktree => {
