@@ -344,19 +344,29 @@ impl Persister {
     }
 }
 
-/// Writes what `pending` holds to `bucket`, putting back what failed.
+/// Writes what `pending` holds to `bucket`. An entry stays pending until
+/// its write succeeded (a reader between the two finds it pending, never
+/// in neither place), and is then removed unless a newer one replaced it
+/// meanwhile; one that failed stays for the next flush.
 async fn write_all(store: &Store, bucket: &str, pending: &Mutex<HashMap<String, Bytes>>) {
     let batch: Vec<(String, Bytes)> = match pending.lock() {
-        Ok(mut d) => d.drain().collect(),
+        Ok(d) => d.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         Err(_) => return,
     };
     use futures::StreamExt;
     futures::stream::iter(batch)
         .for_each_concurrent(64, |(key, bytes)| async move {
-            if let Err(e) = store.put(bucket, &key, bytes.clone()).await {
-                warn!(bucket, key = %key, error = %e, "unit state write failed; will retry");
-                if let Ok(mut d) = pending.lock() {
-                    d.entry(key).or_insert(bytes);
+            match store.put(bucket, &key, bytes.clone()).await {
+                Ok(_) => {
+                    if let Ok(mut d) = pending.lock()
+                        // The same value (each encoding is a fresh copy).
+                        && d.get(&key).is_some_and(|b| b.as_ptr() == bytes.as_ptr())
+                    {
+                        d.remove(&key);
+                    }
+                }
+                Err(e) => {
+                    warn!(bucket, key = %key, error = %e, "unit state write failed; will retry")
                 }
             }
         })
