@@ -44,6 +44,11 @@ fn supervisor(url: &str, name: &str) -> Command {
         .env("XO__SUPERVISOR__PARTITIONS", PARTITIONS.to_string())
         .env("XO__SUPERVISOR__PARTITION_LEASE_MS", LEASE_MS.to_string())
         .env("XO__SUPERVISOR__INSTANCE", name)
+        // The rounds report only the units not steered yet, and the
+        // hand-back waits for the counters to settle: on a loaded machine a
+        // unit steered early is silent for longer than the default 30 s,
+        // and its stale steering is not what this test is about.
+        .env("XO__SUPERVISOR__STALE_AFTER_MS", "3600000")
         .env("RUST_LOG", "info");
     c
 }
@@ -209,7 +214,9 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
     // next seq): what is counted is what was published, not one a unit.
     // (Fixed after a fresh-clone run under load saw 3249 for 3000 units.)
     let published: u64 = seqs.iter().sum();
-    let stats = stats_when(&bus, 200, |s| s.evaluated >= published).await;
+    // (Up to a minute: two cores shared with other tests' supervisors
+    // took longer than the ten seconds this once waited.)
+    let stats = stats_when(&bus, 1200, |s| s.evaluated >= published).await;
     assert_eq!(stats.evaluated, published, "each report checked once");
     let listed = typed::all_units(&bus, &subjects, T).await.unwrap();
     assert_eq!(listed.len(), UNITS);
@@ -433,14 +440,30 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
         lost, 0,
         "a hand-over to a live supervisor loses no report (it subscribes before it is seen)"
     );
-    let mut again = 0;
-    while steer_sub.try_next().is_some() {
-        again += 1;
+    // Every steering since the take-over's rounds: a new decision (an id
+    // the unit has not had) is a steering again in its cooldown. The same
+    // id sent again is the resend of a decision a supervisor recorded but
+    // may not have sent (the unit ignores an id it had), and only for s2's
+    // units, as above; it may arrive late, under load, after the rounds.
+    let mut again = Vec::new();
+    let mut resent_late = 0;
+    while let Some(m) = steer_sub.try_next() {
+        let s: Steering = typed::decode(&m, 1 << 20).unwrap();
+        let had = steered
+            .get(&s.unit)
+            .is_some_and(|v| v.iter().any(|o| o.id == s.id));
+        if had && of_dead(s.unit[1..].parse().unwrap()) {
+            resent_late += 1;
+        } else {
+            again.push(format!("{} {} turn {} at {}", s.unit, s.id, s.turn, s.at));
+        }
     }
-    assert_eq!(
-        again,
-        0,
-        "an anomaly in its cooldown was steered again after the hand-back\n{}",
+    println!("steering resent late under the same id: {resent_late}");
+    assert!(
+        again.is_empty(),
+        "an anomaly in its cooldown was steered again after the hand-back: {} ({:?})\n{}",
+        again.len(),
+        again.iter().take(5).collect::<Vec<_>>(),
         procs.logs(20)
     );
     let summary = typed::all_units(&bus, &subjects, T).await.unwrap();

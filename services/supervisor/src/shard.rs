@@ -184,6 +184,12 @@ pub fn spawn(
             seen: HashMap::new(),
         };
         let poll = (m.shard.lease / 5).max(Duration::from_millis(20));
+        // Membership is renewed on its own, as the leases are: a step
+        // that takes a while (adopting partitions reads their units'
+        // state) must not let the others see this one dead and take its
+        // share meanwhile (they did, and steered its units again).
+        renew(&m.ctx, &m.shard.me).await;
+        let beat = tokio::spawn(beat(m.ctx.clone(), m.shard.me.clone(), poll));
         let mut shutdown = std::pin::pin!(shutdown);
         let mut wake = match m
             .ctx
@@ -223,6 +229,8 @@ pub fn spawn(
                 wake = None;
             }
         }
+        beat.abort();
+        let _ = beat.await;
         let held = std::mem::take(&mut m.held);
         for (_, h) in held {
             h.stop.trigger();
@@ -234,6 +242,30 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// Renews `me`'s membership every `poll`, until aborted.
+async fn beat(ctx: Arc<Ctx>, me: String, poll: Duration) {
+    loop {
+        tokio::time::sleep(poll).await;
+        renew(&ctx, &me).await;
+    }
+}
+
+/// Writes `me`'s membership key, now.
+async fn renew(ctx: &Ctx, me: &str) {
+    let beat = Holder {
+        holder: me.to_string(),
+        renewed_at: ctx.clock.now_ms(),
+    };
+    match serde_json::to_vec(&beat) {
+        Ok(b) => {
+            if let Err(e) = ctx.store.put(BUCKET, &member_key(me), Bytes::from(b)).await {
+                warn!(error = %e, "membership not renewed; trying again");
+            }
+        }
+        Err(e) => warn!(error = %e, "membership not encoded"),
+    }
 }
 
 struct Manager {
@@ -265,17 +297,7 @@ impl Manager {
         let store = self.ctx.store.clone();
         let me = self.shard.me.clone();
         let lease = self.shard.lease;
-        let beat = Holder {
-            holder: me.clone(),
-            renewed_at: self.ctx.clock.now_ms(),
-        };
-        let beat = Bytes::from(serde_json::to_vec(&beat).map_err(|e| StoreError::Encode {
-            bucket: BUCKET.into(),
-            key: member_key(&me),
-            source: e.into(),
-        })?);
         let alive = self.alive(&store).await?;
-        store.put(BUCKET, &member_key(&me), beat).await?;
         if let Ok(mut m) = self.shard.members.lock() {
             *m = alive.clone();
         }
