@@ -14,7 +14,7 @@
 //! - the start and changed-path records are `<data>/<project>/tasks/<task>.start`
 //!   and `.files`, on the same volume as the data, so whichever runner replays
 //!   the task finds them;
-//! - git is a library, libgit2 ([`crate::repo`]), not the `git` program: it
+//! - git is a library, libgit2 (`crate::repo`), not the `git` program: it
 //!   runs no hook, fsmonitor, filter driver, external diff or textconv,
 //!   whatever a tree or a configuration names, and reads no configuration
 //!   but XO's repository's own; no process is started.
