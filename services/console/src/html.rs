@@ -3,6 +3,7 @@
 
 use axum::http::header;
 use axum::response::IntoResponse;
+use maud::{DOCTYPE, PreEscaped, html};
 
 pub const CSS: &str = include_str!("../assets/console.css");
 pub const JS: &str = include_str!("../assets/console.js");
@@ -84,62 +85,85 @@ pub struct Frame<'a> {
     pub flash: Option<(bool, String)>,
 }
 
-/// A whole page around `body`.
+/// A whole page around `body` (its HTML, made by a page's template).
 pub fn page(f: &Frame<'_>, body: &str) -> String {
-    let mut nav = String::new();
-    for (href, label) in NAV {
-        let cls = if *href == f.active {
-            " class=\"active\""
-        } else {
-            ""
-        };
-        nav.push_str(&format!("<a href=\"{href}\"{cls}>{label}</a>"));
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="xo-csrf" content=(f.csrf);
+                meta name="xo-read-only" content=(f.read_only);
+                title { (f.title) " · XO" }
+                link rel="stylesheet" href="/assets/console.css";
+            }
+            body {
+                a.skip href="#main" { "Skip to the content" }
+                header {
+                    span.brand { "XO" }
+                    nav aria-label="pages" {
+                        @for (href, label) in NAV {
+                            a href=(href) class=[(*href == f.active).then_some("active")] { (label) }
+                        }
+                    }
+                    @if f.read_only {
+                        span.badge.ro title="console.read_only = true" { "read-only" }
+                    }
+                    span #live .live title="live updates" { "offline" }
+                }
+                main #main tabindex="-1" {
+                    h1 { (f.title) }
+                    @match &f.flash {
+                        Some((true, m)) => p.flash.ok role="status" { (m) },
+                        Some((false, m)) => p.flash.error role="alert" { (m) },
+                        None => {},
+                    }
+                    // The body is HTML its own template made (escaped there).
+                    (PreEscaped(body))
+                }
+                script src="/assets/console.js" defer {}
+            }
+        }
     }
-    let flash = match &f.flash {
-        Some((true, m)) => format!("<p class=\"flash ok\" role=\"status\">{}</p>", esc(m)),
-        Some((false, m)) => format!("<p class=\"flash error\" role=\"alert\">{}</p>", esc(m)),
-        None => String::new(),
-    };
-    let ro = if f.read_only {
-        "<span class=\"badge ro\" title=\"console.read_only = true\">read-only</span>"
-    } else {
-        ""
-    };
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<meta name=\"xo-csrf\" content=\"{csrf}\"><meta name=\"xo-read-only\" content=\"{ro_flag}\">\
-<title>{title} · XO</title><link rel=\"stylesheet\" href=\"/assets/console.css\"></head>\
-<body><a class=\"skip\" href=\"#main\">Skip to the content</a><header><span class=\"brand\">XO</span><nav aria-label=\"pages\">{nav}</nav>{ro}<span id=\"live\" class=\"live\" title=\"live updates\">offline</span></header>\
-<main id=\"main\" tabindex=\"-1\"><h1>{title}</h1>{flash}{body}</main><script src=\"/assets/console.js\" defer></script></body></html>",
-        csrf = esc(&f.csrf),
-        ro_flag = f.read_only,
-        title = esc(f.title),
-    )
+    .into_string()
 }
 
 /// A bare page (errors before a frame exists: login, refusals).
 pub fn page_plain(title: &str, body: &str) -> String {
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<title>{t} · XO</title><link rel=\"stylesheet\" href=\"/assets/console.css\"></head>\
-<body><header><span class=\"brand\">XO</span></header><main><h1>{t}</h1>{body}</main></body></html>",
-        t = esc(title)
-    )
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · XO" }
+                link rel="stylesheet" href="/assets/console.css";
+            }
+            body {
+                header { span.brand { "XO" } }
+                // The body is HTML its own template made (escaped there).
+                main { h1 { (title) } (PreEscaped(body)) }
+            }
+        }
+    }
+    .into_string()
 }
 
-/// A form that posts an action (hidden in read-only mode).
+/// A form that posts an action (hidden in read-only mode); `fields`, the
+/// HTML of its fields, made by the caller's template.
 pub fn action(f: &Frame<'_>, to: &str, fields: &str, label: &str, class: &str) -> String {
     if f.read_only {
         return String::new();
     }
-    format!(
-        "<form method=\"post\" action=\"{to}\" class=\"inline\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">{fields}<button type=\"submit\" class=\"{class}\">{label}</button></form>",
-        to = esc(to),
-        csrf = esc(&f.csrf),
-        label = esc(label),
-    )
+    html! {
+        form method="post" action=(to) class="inline" {
+            input type="hidden" name="csrf" value=(f.csrf);
+            (PreEscaped(fields))
+            button type="submit" class=(class) { (label) }
+        }
+    }
+    .into_string()
 }
 
 /// "3s ago", "5m ago"… from milliseconds.

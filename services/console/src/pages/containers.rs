@@ -1,5 +1,7 @@
 //! The containers page: the fleet manager's units, scale and restart.
 
+use maud::{PreEscaped, html};
+
 use super::*;
 
 pub(crate) async fn containers(State(c): State<Shared>, Query(q): Q) -> Response {
@@ -20,51 +22,48 @@ pub(crate) async fn containers(State(c): State<Shared>, Query(q): Q) -> Response
             return down(&f, &e);
         }
     };
-    let mut body = format!(
-        "<p>Backend <b>{}</b></p><h2>Roles</h2><div class=\"scroll\"><table><thead><tr><th>Role</th><th>Desired</th><th>Running</th><th></th></tr></thead><tbody>",
-        esc(&st.backend)
-    );
-    for (role, n) in &st.desired {
-        let running = st
-            .units
-            .iter()
-            .filter(|u| &u.role == role && u.running)
-            .count();
-        let failed = if st.failed.contains(role) {
-            " <span class=\"badge red\">failed</span>"
-        } else {
-            ""
-        };
-        body.push_str(&format!(
-            "<tr><td>{r}{failed}</td><td class=\"num\">{n}</td><td class=\"num\">{running}</td><td>{act}</td></tr>",
-            r = esc(role),
-            act = action(
-                &f,
-                &format!("/ui/fleet/{role}/scale"),
-                &format!("<input name=\"replicas\" type=\"number\" min=\"0\" max=\"100\" value=\"{n}\">"),
-                "Scale",
-                ""
-            ),
-        ));
+    let body = html! {
+        p { "Backend " b { (st.backend) } }
+        h2 { "Roles" }
+        div.scroll { table {
+            thead { tr { th { "Role" } th { "Desired" } th { "Running" } th {} } }
+            tbody {
+                @for (role, n) in &st.desired {
+                    tr {
+                        td {
+                            (role)
+                            @if st.failed.contains(role) { " " span.badge.red { "failed" } }
+                        }
+                        td.num { (n) }
+                        td.num { (st.units.iter().filter(|u| &u.role == role && u.running).count()) }
+                        td { (PreEscaped(action(
+                            &f,
+                            &format!("/ui/fleet/{role}/scale"),
+                            &html! { input name="replicas" type="number" min="0" max="100" value=(n); }.into_string(),
+                            "Scale",
+                            "",
+                        ))) }
+                    }
+                }
+            }
+        } }
+        h2 { "Containers" }
+        div.scroll { table {
+            thead { tr { th { "Unit" } th { "Role" } th { "Running" } th { "Container" } th {} } }
+            tbody {
+                @for u in &st.units {
+                    tr {
+                        td { (u.unit) }
+                        td { (u.role) }
+                        td { @if u.running { "yes" } @else { "no" } }
+                        td { code { (u.container) } }
+                        td { (PreEscaped(action(&f, &format!("/ui/fleet/units/{}/restart", u.unit), "", "Restart", ""))) }
+                    }
+                }
+            }
+        } }
     }
-    body.push_str("</tbody></table></div><h2>Containers</h2><div class=\"scroll\"><table><thead><tr><th>Unit</th><th>Role</th><th>Running</th><th>Container</th><th></th></tr></thead><tbody>");
-    for u in &st.units {
-        body.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
-            esc(&u.unit),
-            esc(&u.role),
-            if u.running { "yes" } else { "no" },
-            esc(&u.container),
-            action(
-                &f,
-                &format!("/ui/fleet/units/{}/restart", u.unit),
-                "",
-                "Restart",
-                ""
-            )
-        ));
-    }
-    body.push_str("</tbody></table></div>");
+    .into_string();
     ok_page(&f, &body)
 }
 

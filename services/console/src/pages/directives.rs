@@ -1,5 +1,7 @@
 //! Directives (with their source) and the review supervisors' runs.
 
+use maud::html;
+
 use super::*;
 
 /// Who gave a directive: the reviewer its task names ("Directive from the
@@ -23,29 +25,31 @@ pub(crate) async fn directives(State(c): State<Shared>, Query(q): Q) -> Response
             );
         }
     };
-    let mut body = String::from(
-        "<div class=\"scroll\"><table id=\"directives\"><thead><tr><th>Directive</th><th>Source</th><th>Lane</th><th>State</th><th>Task</th><th>What</th></tr></thead><tbody>",
-    );
-    for t in &rows {
-        let state = match t.state {
-            TaskState::Completed => "consumed",
-            TaskState::Cancelled => "dropped",
-            s => s.as_str(),
-        };
-        body.push_str(&format!(
-            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td><a href=\"/tasks/{t}\"><code>{t}</code></a></td><td>{}</td></tr>",
-            esc(t.task.directive.as_deref().unwrap_or("")),
-            esc(&directive_source(&t.task)),
-            esc(t.task.lane.as_str()),
-            esc(state),
-            esc(&t.task.intent),
-            t = esc(&t.task.task_id),
-        ));
+    let body = html! {
+        div.scroll { table #directives {
+            thead { tr {
+                th { "Directive" } th { "Source" } th { "Lane" } th { "State" } th { "Task" } th { "What" }
+            } }
+            tbody {
+                @for t in &rows {
+                    tr {
+                        td { code { (t.task.directive.as_deref().unwrap_or("")) } }
+                        td { (directive_source(&t.task)) }
+                        td { (t.task.lane.as_str()) }
+                        td { (match t.state {
+                            TaskState::Completed => "consumed",
+                            TaskState::Cancelled => "dropped",
+                            s => s.as_str(),
+                        }) }
+                        td { a href={ "/tasks/" (t.task.task_id) } { code { (t.task.task_id) } } }
+                        td { (t.task.intent) }
+                    }
+                }
+            }
+        } }
+        @if rows.is_empty() { p.empty { "No directives." } }
     }
-    body.push_str("</tbody></table></div>");
-    if rows.is_empty() {
-        body.push_str("<p class=\"empty\">No directives.</p>");
-    }
+    .into_string();
     ok_page(&f, &body)
 }
 
@@ -57,23 +61,29 @@ pub(crate) async fn reviews(State(c): State<Shared>, Query(q): Q) -> Response {
     };
     let total: f64 = runs.iter().map(|r| r.cost_usd).sum();
     let tokens: u64 = runs.iter().map(|r| r.tokens_in + r.tokens_out).sum();
-    let mut body = format!(
-        "<p class=\"summary\">{} runs · {tokens} tokens · <b>${total:.4}</b></p><div class=\"scroll\"><table id=\"reviews\"><thead><tr><th>At</th><th>Reviewer</th><th>Outcome</th><th>Trigger</th><th>Tasks</th><th>Tokens</th><th>Cost</th><th>Summary</th></tr></thead><tbody>",
-        runs.len()
-    );
-    for r in runs.iter().rev() {
-        body.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">${:.4}</td><td>{}</td></tr>",
-            esc(&xo_runtime::clock::rfc3339(r.at)),
-            esc(&r.reviewer),
-            esc(r.outcome.as_str()),
-            esc(&r.trigger),
-            r.task_count,
-            r.tokens_in + r.tokens_out,
-            r.cost_usd,
-            esc(&r.summary)
-        ));
+    let body = html! {
+        p.summary { (runs.len()) " runs · " (tokens) " tokens · " b { "$" (format!("{total:.4}")) } }
+        div.scroll { table #reviews {
+            thead { tr {
+                th { "At" } th { "Reviewer" } th { "Outcome" } th { "Trigger" } th { "Tasks" }
+                th { "Tokens" } th { "Cost" } th { "Summary" }
+            } }
+            tbody {
+                @for r in runs.iter().rev() {
+                    tr {
+                        td { (xo_runtime::clock::rfc3339(r.at)) }
+                        td { (r.reviewer) }
+                        td { (r.outcome.as_str()) }
+                        td { (r.trigger) }
+                        td.num { (r.task_count) }
+                        td.num { (r.tokens_in + r.tokens_out) }
+                        td.num { "$" (format!("{:.4}", r.cost_usd)) }
+                        td { (r.summary) }
+                    }
+                }
+            }
+        } }
     }
-    body.push_str("</tbody></table></div>");
+    .into_string();
     ok_page(&f, &body)
 }

@@ -24,6 +24,8 @@ use xo_proto::queue::{
 };
 use xo_proto::settings::{GetSettings, PutSettings, SettingsView};
 
+use maud::html;
+
 use crate::Shared;
 use crate::html::{Frame, action, age, esc, health_name, page, wire};
 
@@ -153,19 +155,16 @@ fn ok_page(f: &Frame<'_>, body: &str) -> Response {
 fn bad_request(f: &Frame<'_>, why: &str) -> Response {
     (
         StatusCode::BAD_REQUEST,
-        Html(page(
-            f,
-            &format!("<p class=\"flash error\">{}</p>", esc(why)),
-        )),
+        Html(page(f, &html! { p.flash.error { (why) } }.into_string())),
     )
         .into_response()
 }
 
 fn down(f: &Frame<'_>, e: &ServiceError) -> Response {
-    let body = format!(
-        "<div class=\"down\" role=\"alert\"><h2>Not available</h2><p>{}</p></div>",
-        esc(&e.message)
-    );
+    let body = html! {
+        div.down role="alert" { h2 { "Not available" } p { (e.message) } }
+    }
+    .into_string();
     let status = crate::api::status_of(e.code);
     let status = if status == StatusCode::INTERNAL_SERVER_ERROR {
         StatusCode::BAD_GATEWAY

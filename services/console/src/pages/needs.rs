@@ -1,65 +1,75 @@
 //! "Needs you": the units that need a person, the longest waiting first,
 //! each with its reason, the last evidence and the action that answers it.
 
+use maud::{Markup, html};
+
 use super::*;
 
 pub use xo_proto::control::needing;
 
 /// What answers a reason, as a link or a form.
-fn answer(u: &UnitSummary, n: &xo_proto::NeedsYou) -> String {
+fn answer(u: &UnitSummary, n: &xo_proto::NeedsYou) -> Markup {
     use xo_proto::NeedsReason as R;
-    let id = esc(&u.unit);
+    let id = &u.unit;
+    let open = html! { a href={ "/units/" (id) } { (id) } };
     // A question or a permission waits in the agent's own session (a
     // watched session's task id is its session id, not a queue task).
     match n.reason {
         R::Answer => match &u.task_id {
-            Some(t) => format!("<a href=\"/tasks/{}\">Answer task {}</a>", esc(t), esc(t)),
-            None => format!("<a href=\"/units/{id}\">Open {id}</a>"),
+            Some(t) => html! { a href={ "/tasks/" (t) } { "Answer task " (t) } },
+            None => html! { a href={ "/units/" (id) } { "Open " (id) } },
         },
-        R::Permission => format!(
-            "Allow or refuse it in the session's own terminal (<a href=\"/units/{id}\">{id}</a>); a <code>[[hooks.approve]]</code> rule answers it next time"
-        ),
-        R::Question => format!(
-            "Reply in the session's own terminal (<a href=\"/units/{id}\">{id}</a>)"
-        ),
+        R::Permission => html! {
+            "Allow or refuse it in the session's own terminal (" (open) "); a "
+            code { "[[hooks.approve]]" } " rule answers it next time"
+        },
+        R::Question => html! { "Reply in the session's own terminal (" (open) ")" },
         R::Budget if n.detail.contains("max_cost_usd") || n.detail.contains("max_tokens") => {
-            "Raise the watch's cap (<code>xo watch --max-cost</code>, <code>[[supervisor.watch]] max_cost_usd</code>) and restart it".into()
+            html! {
+                "Raise the watch's cap (" code { "xo watch --max-cost" } ", "
+                code { "[[supervisor.watch]] max_cost_usd" } ") and restart it"
+            }
         }
-        R::Budget => "<a href=\"/settings\">Raise the budget</a>".into(),
-        _ => format!("<a href=\"/units/{id}\">Open {id} and steer it</a>"),
+        R::Budget => html! { a href="/settings" { "Raise the budget" } },
+        _ => html! { a href={ "/units/" (id) } { "Open " (id) " and steer it" } },
     }
 }
 
 pub fn needs_body(units: &[UnitSummary], now: u64) -> String {
     let list = needing(units);
     if list.is_empty() {
-        return "<p class=\"empty\" id=\"no-needs\">No unit needs you.</p>".into();
+        return html! { p.empty #no-needs { "No unit needs you." } }.into_string();
     }
-    let mut out = format!(
-        "<p class=\"summary\">{} unit{} need{} you, the longest waiting first.</p><table id=\"needs\"><thead><tr><th>unit</th><th>reason</th><th>waiting</th><th>stretch</th><th>last evidence</th><th>answer</th></tr></thead><tbody>",
-        list.len(),
-        if list.len() == 1 { "" } else { "s" },
-        if list.len() == 1 { "s" } else { "" },
-    );
-    for u in list {
-        let Some(n) = &u.needs else { continue };
-        out.push_str(&format!(
-            "<tr data-unit=\"{id}\"><td><a href=\"/units/{id}\">{id}</a></td><td><span class=\"badge red\">{reason}</span>{kind}</td><td>{since}</td><td class=\"num\">turns {from}–{turn}</td><td class=\"evidence\">{detail}</td><td>{answer}</td></tr>",
-            id = esc(&u.unit),
-            reason = n.reason,
-            kind = n
-                .kind
-                .map(|k| format!(" <small>{k}</small>"))
-                .unwrap_or_default(),
-            since = age(now, n.since),
-            from = n.stretch_from,
-            turn = n.turn,
-            detail = esc(&n.detail),
-            answer = answer(u, n),
-        ));
+    let one = list.len() == 1;
+    html! {
+        p.summary {
+            (list.len()) " unit" @if !one { "s" } " need" @if one { "s" } " you, the longest waiting first."
+        }
+        table #needs {
+            thead { tr {
+                th { "unit" } th { "reason" } th { "waiting" } th { "stretch" }
+                th { "last evidence" } th { "answer" }
+            } }
+            tbody {
+                @for u in &list {
+                    @if let Some(n) = &u.needs {
+                        tr data-unit=(u.unit) {
+                            td { a href={ "/units/" (u.unit) } { (u.unit) } }
+                            td {
+                                span.badge.red { (n.reason) }
+                                @if let Some(k) = n.kind { " " small { (k) } }
+                            }
+                            td { (age(now, n.since)) }
+                            td.num { "turns " (n.stretch_from) "–" (n.turn) }
+                            td.evidence { (n.detail) }
+                            td { (answer(u, n)) }
+                        }
+                    }
+                }
+            }
+        }
     }
-    out.push_str("</tbody></table>");
-    out
+    .into_string()
 }
 
 pub(crate) async fn needs(State(c): State<Shared>, Query(q): Q) -> Response {

@@ -632,3 +632,54 @@ fn query_values_are_percent_encoded() {
 }
 
 mod fleet;
+
+/// The templates escape every value: a unit's name and an agent's words
+/// reach the page as text, in content and in attributes.
+#[test]
+fn what_an_agent_wrote_is_text_on_the_page() {
+    use xo_proto::{NeedsReason as R, NeedsYou};
+    let mut u = unit("u\"><script>x()</script>", xo_proto::Health::Red);
+    u.task_id = Some("T\"onclick=\"y()".into());
+    u.needs = Some(NeedsYou {
+        reason: R::Answer,
+        turn: 3,
+        stretch_from: 1,
+        since: 1_000,
+        kind: None,
+        detail: "<img src=x onerror=alert(1)> & more".into(),
+    });
+    let body = needs::needs_body(&[u], 2_000);
+    assert!(!body.contains("<script>"), "{body}");
+    assert!(!body.contains("<img"), "{body}");
+    assert!(!body.contains("\"onclick"), "{body}");
+    assert!(
+        body.contains("&lt;img src=x onerror=alert(1)&gt; &amp; more"),
+        "{body}"
+    );
+    assert!(
+        body.contains("data-unit=\"u&quot;&gt;&lt;script&gt;x()&lt;/script&gt;\""),
+        "{body}"
+    );
+    let f = Frame {
+        title: "<b>t</b>",
+        active: "/needs",
+        csrf: "c\"x".into(),
+        read_only: false,
+        flash: Some((false, "<i>no</i>".into())),
+    };
+    let page = crate::html::page(&f, &body);
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(
+        page.contains("<title>&lt;b&gt;t&lt;/b&gt; · XO</title>"),
+        "{page}"
+    );
+    assert!(page.contains("content=\"c&quot;x\""), "{page}");
+    assert!(page.contains("&lt;i&gt;no&lt;/i&gt;"), "{page}");
+    assert!(
+        page.contains("<a href=\"/needs\" class=\"active\">Needs you</a>"),
+        "{page}"
+    );
+    let form = crate::html::action(&f, "/ui/x\"y", "", "<go>", "danger");
+    assert!(form.contains("action=\"/ui/x&quot;y\""), "{form}");
+    assert!(form.contains("&lt;go&gt;</button>"), "{form}");
+}
