@@ -3,7 +3,7 @@
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use maud::{DOCTYPE, PreEscaped, html};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 pub const CSS: &str = include_str!("../assets/console.css");
 pub const JS: &str = include_str!("../assets/console.js");
@@ -150,20 +150,25 @@ pub fn page_plain(title: &str, body: &str) -> String {
     .into_string()
 }
 
-/// A form that posts an action (hidden in read-only mode); `fields`, the
-/// HTML of its fields, made by the caller's template.
-pub fn action(f: &Frame<'_>, to: &str, fields: &str, label: &str, class: &str) -> String {
+/// A form that posts an action to `to`, with `fields` (nothing in
+/// read-only mode).
+pub fn post_form(f: &Frame<'_>, to: &str, fields: Markup, label: &str, class: &str) -> Markup {
     if f.read_only {
-        return String::new();
+        return html! {};
     }
     html! {
         form method="post" action=(to) class="inline" {
             input type="hidden" name="csrf" value=(f.csrf);
-            (PreEscaped(fields))
+            (fields)
             button type="submit" class=(class) { (label) }
         }
     }
-    .into_string()
+}
+
+/// [`post_form`] for the pages not yet on templates: `fields` is HTML
+/// their own `format!` made, escaping each value with [`esc`].
+pub fn action(f: &Frame<'_>, to: &str, fields: &str, label: &str, class: &str) -> String {
+    post_form(f, to, PreEscaped(fields.to_string()), label, class).into_string()
 }
 
 /// "3s ago", "5m ago"… from milliseconds.

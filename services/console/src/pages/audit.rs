@@ -1,19 +1,19 @@
 //! The audit page: who changed what, before → after, filtered, live.
 
+use maud::{PreEscaped, html};
+
 use super::*;
 
 /// An audit line's prompt and reply (seed 003), folded.
 pub(crate) fn exchange_details(e: &xo_proto::queue::AuditEvent) -> String {
-    let mut s = String::new();
-    for (label, text) in [("prompt", &e.prompt), ("response", &e.response)] {
-        if let Some(t) = text {
-            s.push_str(&format!(
-                "<details class=\"exchange\"><summary>{label}</summary><pre>{}</pre></details>",
-                esc(t)
-            ));
+    html! {
+        @for (label, text) in [("prompt", &e.prompt), ("response", &e.response)] {
+            @if let Some(t) = text {
+                details.exchange { summary { (label) } pre { (t) } }
+            }
         }
     }
-    s
+    .into_string()
 }
 
 /// Who made an audit line's change: the operator or service it names
@@ -61,36 +61,32 @@ pub(crate) fn audit_diff(before: &Value, after: &Value) -> String {
     leaves(before, String::new(), &mut b);
     leaves(after, String::new(), &mut a);
     let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
-    let mut out = String::from("<ul class=\"diff\">");
-    let mut n = 0;
-    for k in keys {
-        let (x, y) = (b.get(k), a.get(k));
-        if x == y || k == "last_updated" {
-            continue;
-        }
-        n += 1;
-        let show = |v: Option<&String>| {
-            v.map(|s| {
-                let mut t: String = s.chars().take(120).collect();
-                if s.chars().count() > 120 {
-                    t.push('…');
-                }
-                t
-            })
-            .unwrap_or_else(|| "—".into())
-        };
-        out.push_str(&format!(
-            "<li><code>{}</code>: {} → <b>{}</b></li>",
-            esc(k),
-            esc(&show(x)),
-            esc(&show(y))
-        ));
-    }
-    if n == 0 {
+    let changed: Vec<(&String, Option<&String>, Option<&String>)> = keys
+        .into_iter()
+        .map(|k| (k, b.get(k), a.get(k)))
+        .filter(|(k, x, y)| x != y && k.as_str() != "last_updated")
+        .collect();
+    if changed.is_empty() {
         return String::new();
     }
-    out.push_str("</ul>");
-    out
+    let show = |v: Option<&String>| {
+        v.map(|s| {
+            let mut t: String = s.chars().take(120).collect();
+            if s.chars().count() > 120 {
+                t.push('…');
+            }
+            t
+        })
+        .unwrap_or_else(|| "—".into())
+    };
+    html! {
+        ul.diff {
+            @for (k, x, y) in &changed {
+                li { code { (k) } ": " (show(*x)) " → " b { (show(*y)) } }
+            }
+        }
+    }
+    .into_string()
 }
 
 pub(crate) fn compact(v: &Value) -> String {
@@ -128,49 +124,25 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
         Ok(e) => e,
         Err(e) => return down(&f, &e),
     };
-    let mut body = format!(
-        "<form method=\"get\" class=\"filters\"><label>Project <input name=\"project\" value=\"{p}\" placeholder=\"the goal's\"></label>\
-<label>Lines <input name=\"lines\" type=\"number\" min=\"1\" max=\"10000\" value=\"{lines}\"></label>\
-<label>Event <input name=\"event\" value=\"{ev}\" placeholder=\"e.g. TASK_BLOCKED\"></label>\
-<label>Task <input name=\"task\" value=\"{tk}\" placeholder=\"task id\"></label>\
-<button type=\"submit\">Show</button> <button type=\"submit\" name=\"verify\" value=\"1\" id=\"verify\">Verify the chain</button></form>",
-        p = esc(project.as_deref().unwrap_or("")),
-        ev = esc(q.get("event").map(String::as_str).unwrap_or("")),
-        tk = esc(q.get("task").map(String::as_str).unwrap_or("")),
-    );
     let want_event = q
         .get("event")
         .filter(|e| !e.is_empty())
         .map(|e| e.to_uppercase());
     let want_task = q.get("task").filter(|t| !t.is_empty());
-    let mut broken_at = None;
-    if q.contains_key("verify") {
-        match c
-            .call(&AuditVerify {
+    let verdict = if q.contains_key("verify") {
+        Some(
+            c.call(&AuditVerify {
                 project: project.clone(),
             })
-            .await
-        {
-            Ok(v) if v.intact => body.push_str(&format!(
-                "<p class=\"flash ok\" id=\"verdict\">Chain intact: {} lines of project {}.</p>",
-                v.lines,
-                esc(&v.project)
-            )),
-            Ok(v) => {
-                broken_at = v.broken_at;
-                body.push_str(&format!(
-                    "<p class=\"flash error\" id=\"verdict\">Chain broken at line {}: {}</p>",
-                    v.broken_at.unwrap_or(0),
-                    esc(v.reason.as_deref().unwrap_or(""))
-                ))
-            }
-            Err(e) => body.push_str(&format!(
-                "<p class=\"flash error\" id=\"verdict\">{}</p>",
-                esc(&e.message)
-            )),
-        }
-    }
-    body.push_str("<div class=\"scroll\"><table id=\"audit\" data-live-reload=\"1\"><thead><tr><th>#</th><th>At</th><th>Event</th><th>Task or unit</th><th>By</th><th>Changed</th></tr></thead><tbody>");
+            .await,
+        )
+    } else {
+        None
+    };
+    let broken_at = match &verdict {
+        Some(Ok(v)) if !v.intact => v.broken_at,
+        _ => None,
+    };
     let shown: Vec<&xo_proto::queue::AuditEvent> = events
         .iter()
         .rev()
@@ -181,36 +153,65 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
         })
         .filter(|e| want_task.is_none_or(|t| e.task_id.as_deref() == Some(t.as_str())))
         .collect();
-    for e in &shown {
-        let cls = if broken_at == Some(e.seq) {
-            " class=\"broken\""
-        } else {
-            ""
-        };
-        body.push_str(&format!(
-            "<tr{cls}><td class=\"num\">{seq}</td><td>{at}</td><td><b>{ev}</b></td><td>{task}</td><td>{by}</td><td>{diff}<details class=\"raw\"><summary>before / after</summary><code>{b}</code><br><code>{a}</code></details>{ex}</td></tr>",
-            seq = e.seq,
-            at = esc(&xo_runtime::clock::rfc3339(e.at)),
-            ev = esc(e.event.as_str()),
-            // A task's line links its task; an operator's steering or
-            // acknowledgement its unit.
-            task = match (e.task_id.as_deref(), e.state_after.get("unit").and_then(Value::as_str)) {
-                (Some(t), _) => format!("<a href=\"/tasks/{t}\"><code>{t}</code></a>", t = esc(t)),
-                (None, Some(u)) if xo_proto::validate_token("unit", u).is_ok() => {
-                    format!("unit <a href=\"/units/{u}\"><code>{u}</code></a>", u = esc(u))
-                }
-                _ => String::new(),
+    let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let body = html! {
+        form method="get" class="filters" {
+            label { "Project " input name="project" value=(project.as_deref().unwrap_or("")) placeholder="the goal's"; }
+            label { "Lines " input name="lines" type="number" min="1" max="10000" value=(lines); }
+            label { "Event " input name="event" value=(get("event")) placeholder="e.g. TASK_BLOCKED"; }
+            label { "Task " input name="task" value=(get("task")) placeholder="task id"; }
+            button type="submit" { "Show" }
+            " "
+            button type="submit" name="verify" value="1" #verify { "Verify the chain" }
+        }
+        @match &verdict {
+            Some(Ok(v)) if v.intact => p.flash.ok #verdict {
+                "Chain intact: " (v.lines) " lines of project " (v.project) "."
             },
-            by = esc(&audit_actor(e)),
-            diff = audit_diff(&e.state_before, &e.state_after),
-            b = esc(&compact(&e.state_before)),
-            a = esc(&compact(&e.state_after)),
-            ex = exchange_details(e),
-        ));
+            Some(Ok(v)) => p.flash.error #verdict {
+                "Chain broken at line " (v.broken_at.unwrap_or(0)) ": " (v.reason.as_deref().unwrap_or(""))
+            },
+            Some(Err(e)) => p.flash.error #verdict { (e.message) },
+            None => {},
+        }
+        div.scroll { table #audit data-live-reload="1" {
+            thead { tr {
+                th { "#" } th { "At" } th { "Event" } th { "Task or unit" } th { "By" } th { "Changed" }
+            } }
+            tbody {
+                @for e in &shown {
+                    tr class=[(broken_at == Some(e.seq)).then_some("broken")] {
+                        td.num { (e.seq) }
+                        td { (xo_runtime::clock::rfc3339(e.at)) }
+                        td { b { (e.event.as_str()) } }
+                        // A task's line links its task; an operator's
+                        // steering or acknowledgement its unit.
+                        td {
+                            @match (e.task_id.as_deref(), e.state_after.get("unit").and_then(Value::as_str)) {
+                                (Some(t), _) => a href={ "/tasks/" (t) } { code { (t) } },
+                                (None, Some(u)) if xo_proto::validate_token("unit", u).is_ok() => {
+                                    "unit " a href={ "/units/" (u) } { code { (u) } }
+                                },
+                                _ => {},
+                            }
+                        }
+                        td { (audit_actor(e)) }
+                        td {
+                            (PreEscaped(audit_diff(&e.state_before, &e.state_after)))
+                            details.raw {
+                                summary { "before / after" }
+                                code { (compact(&e.state_before)) }
+                                br;
+                                code { (compact(&e.state_after)) }
+                            }
+                            (PreEscaped(exchange_details(e)))
+                        }
+                    }
+                }
+            }
+        } }
+        @if events.is_empty() { p.empty { "No audit lines yet for this project." } }
     }
-    body.push_str("</tbody></table></div>");
-    if events.is_empty() {
-        body.push_str("<p class=\"empty\">No audit lines yet for this project.</p>");
-    }
+    .into_string();
     ok_page(&f, &body)
 }

@@ -1,6 +1,8 @@
 //! The containers page: the fleet manager's units, scale and restart.
 
-use maud::{PreEscaped, html};
+use maud::html;
+
+use crate::html::post_form;
 
 use super::*;
 
@@ -36,13 +38,13 @@ pub(crate) async fn containers(State(c): State<Shared>, Query(q): Q) -> Response
                         }
                         td.num { (n) }
                         td.num { (st.units.iter().filter(|u| &u.role == role && u.running).count()) }
-                        td { (PreEscaped(action(
+                        td { (post_form(
                             &f,
                             &format!("/ui/fleet/{role}/scale"),
-                            &html! { input name="replicas" type="number" min="0" max="100" value=(n); }.into_string(),
+                            html! { input name="replicas" type="number" min="0" max="100" value=(n); },
                             "Scale",
                             "",
-                        ))) }
+                        )) }
                     }
                 }
             }
@@ -57,7 +59,7 @@ pub(crate) async fn containers(State(c): State<Shared>, Query(q): Q) -> Response
                         td { (u.role) }
                         td { @if u.running { "yes" } @else { "no" } }
                         td { code { (u.container) } }
-                        td { (PreEscaped(action(&f, &format!("/ui/fleet/units/{}/restart", u.unit), "", "Restart", ""))) }
+                        td { (post_form(&f, &format!("/ui/fleet/units/{}/restart", u.unit), html! {}, "Restart", "")) }
                     }
                 }
             }
