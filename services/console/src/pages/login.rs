@@ -2,6 +2,8 @@
 //! link's) in, a cookie out, and back to the page the browser was on, with
 //! what it had typed in a form.
 
+use maud::html;
+
 use super::*;
 
 /// The prefix of a kept form field in the login form and in the query of
@@ -12,44 +14,28 @@ pub const KEEP: &str = "keep.";
 /// of a form the login interrupted, carried along.
 /// `token_at` says where the token is ([`crate::auth::Auth::where_token`]).
 pub fn login_form(next: &str, kept: &[(String, String)], why: &str, token_at: &str) -> String {
-    let mut hidden = String::new();
-    let mut shown = String::new();
-    if let Some(next) = crate::auth::local_target(next) {
-        hidden.push_str(&format!(
-            "<input type=\"hidden\" name=\"next\" value=\"{}\">",
-            esc(&next)
-        ));
-    }
-    for (k, v) in kept {
-        hidden.push_str(&format!(
-            "<input type=\"hidden\" name=\"{KEEP}{}\" value=\"{}\">",
-            esc(k),
-            esc(v)
-        ));
-        shown.push_str(&format!(
-            "<dt>{}</dt><dd><pre>{}</pre></dd>",
-            esc(k),
-            esc(v)
-        ));
-    }
-    let kept = if shown.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "<details open id=\"kept\"><summary>What you typed (kept, not sent)</summary><dl>{shown}</dl></details>"
-        )
+    let next = crate::auth::local_target(next);
+    let body = html! {
+        @if !why.is_empty() { p.flash.error role="alert" { (why) } }
+        form method="post" action="/login" class="stack" #login {
+            @if let Some(next) = &next { input type="hidden" name="next" value=(next); }
+            @for (k, v) in kept {
+                input type="hidden" name={ (KEEP) (k) } value=(v);
+            }
+            label {
+                "Console token (in " (token_at) ")"
+                input name="token" type="password" autocomplete="off" required;
+            }
+            button type="submit" { "Log in" }
+        }
+        @if !kept.is_empty() {
+            details open #kept {
+                summary { "What you typed (kept, not sent)" }
+                dl { @for (k, v) in kept { dt { (k) } dd { pre { (v) } } } }
+            }
+        }
     };
-    let why = if why.is_empty() {
-        String::new()
-    } else {
-        format!("<p class=\"flash error\" role=\"alert\">{}</p>", esc(why))
-    };
-    crate::html::page_plain(
-        "Log in",
-        &format!(
-            "{why}<form method=\"post\" action=\"/login\" class=\"stack\" id=\"login\">{hidden}<label>Console token (in {token_at})<input name=\"token\" type=\"password\" autocomplete=\"off\" required></label><button type=\"submit\">Log in</button></form>{kept}"
-        ),
-    )
+    crate::html::page_plain("Log in", &body.into_string())
 }
 
 pub(crate) async fn login_page(State(c): State<Shared>, Query(q): Q) -> Response {
