@@ -903,11 +903,6 @@ const TEXT_FIELDS: &[(&str, &str, &str)] = &[
         "InvalidKey and Corrupt: what about the key or the bytes at an offset is wrong",
     ),
     (
-        "crates/pipeline/src/git.rs",
-        "GitError.detail",
-        "git's own stderr: the cause is another process's text",
-    ),
-    (
         "crates/pipeline/src/project.rs",
         "ProjectError.reason",
         "what is wrong in the project's .xo/project.toml, key by key",
