@@ -132,16 +132,16 @@ impl Auth {
     /// Where a person finds the token, for the login page: the file it is
     /// in (relative to the working directory when under it), or the
     /// environment variable the console started with.
-    pub fn where_token(&self) -> String {
+    pub fn where_token(&self) -> maud::Markup {
         if self.source == "XO_CONSOLE_TOKEN" {
-            return "the XO_CONSOLE_TOKEN the console started with (the chart's Secret)".into();
+            return maud::html! { "the XO_CONSOLE_TOKEN the console started with (the chart's Secret)" };
         }
         let path = std::path::Path::new(&self.source);
         let shown = std::env::current_dir()
             .ok()
             .and_then(|d| path.strip_prefix(d).ok().map(|p| p.display().to_string()))
             .unwrap_or_else(|| self.source.clone());
-        format!("<code>{}</code>", crate::html::esc(&shown))
+        maud::html! { code { (shown) } }
     }
 
     /// The token from the environment, the configured file, or a new one

@@ -56,7 +56,7 @@ fn came_from(req: &Request) -> String {
 /// The login page for a browser whose login is gone: the page it was on
 /// comes back after the login, and a form's fields (the steering text, an
 /// answer) are carried back into it — never sent on their own.
-async fn login_again(req: Request, token_at: String) -> Response {
+async fn login_again(req: Request, token_at: maud::Markup) -> Response {
     use axum::extract::FromRequest;
     let next = came_from(&req);
     let kept: Vec<(String, String)> = if is_write(req.method()) {

@@ -13,7 +13,12 @@ pub const KEEP: &str = "keep.";
 /// The login page: a token field, the page to go back to, and the fields
 /// of a form the login interrupted, carried along.
 /// `token_at` says where the token is ([`crate::auth::Auth::where_token`]).
-pub fn login_form(next: &str, kept: &[(String, String)], why: &str, token_at: &str) -> String {
+pub fn login_form(
+    next: &str,
+    kept: &[(String, String)],
+    why: &str,
+    token_at: &maud::Markup,
+) -> String {
     let next = crate::auth::local_target(next);
     let body = html! {
         @if !why.is_empty() { p.flash.error role="alert" { (why) } }

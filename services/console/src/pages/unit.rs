@@ -1,63 +1,56 @@
 //! A unit's page: its latest report, the steering with its evidence, the
 //! report history's charts, and the steering form.
 
+use maud::{Markup, PreEscaped, html};
+
 use super::*;
 
 /// One steering on the timeline: when, what, its evidence (the rule, the
-/// value observed, the turns and tools), and how many times in a row the
-/// same steering was sent (`×N`, turns first to last).
+/// value observed, the turns and tools), how many times in a row the same
+/// steering was sent (`×N`, turns first to last), and what followed it.
 pub(crate) fn steering_item(
     s: &xo_proto::Steering,
     repeats: usize,
     first_turn: u64,
     now: u64,
-) -> String {
+    then: Option<(&str, String)>,
+) -> Markup {
     let e = &s.evidence;
-    let mut evidence = Vec::new();
-    if !e.rule.is_empty() {
-        evidence.push(format!(
-            "<code>{}</code>{}",
-            esc(&e.rule),
-            if e.observed.is_empty() {
-                String::new()
-            } else {
-                format!(", observed <b>{}</b>", esc(&e.observed))
+    let sev = s.severity.to_string();
+    let turns: Vec<String> = e.turns.iter().map(u64::to_string).collect();
+    let has_evidence = !e.rule.is_empty() || !e.turns.is_empty() || !e.tools.is_empty();
+    html! {
+        li class={ "steer " (sev) } {
+            span.when {
+                "turn "
+                @if repeats > 1 { (first_turn) "–" (s.turn) } @else { (s.turn) }
+                " · " (age(now, s.at))
             }
-        ));
+            " " b { (s.kind.to_string()) }
+            @if repeats > 1 { " " span.badge.repeat { "×" (repeats) } }
+            " " span.sev { (sev) }
+            " " span.src { (wire(&s.source)) }
+            p { (s.message) }
+            @if has_evidence {
+                p.evidence {
+                    "evidence: "
+                    @if !e.rule.is_empty() {
+                        code { (e.rule) }
+                        @if !e.observed.is_empty() { ", observed " b { (e.observed) } }
+                        @if !e.turns.is_empty() || !e.tools.is_empty() { " · " }
+                    }
+                    @if !e.turns.is_empty() {
+                        "turns " (turns.join(", "))
+                        @if !e.tools.is_empty() { " · " }
+                    }
+                    @if !e.tools.is_empty() { "tools " (e.tools.join(", ")) }
+                }
+            }
+            @if let Some((class, text)) = &then {
+                p class={ "followed " (class) } { "then: " (text) }
+            }
+        }
     }
-    if !e.turns.is_empty() {
-        let turns: Vec<String> = e.turns.iter().map(u64::to_string).collect();
-        evidence.push(format!("turns {}", esc(&turns.join(", "))));
-    }
-    if !e.tools.is_empty() {
-        evidence.push(format!("tools {}", esc(&e.tools.join(", "))));
-    }
-    format!(
-        "<li class=\"steer {sev}\"><span class=\"when\">turn {turns} · {age}</span> <b>{kind}</b>{times} <span class=\"sev\">{sev}</span> <span class=\"src\">{src}</span><p>{msg}</p>{ev}</li>",
-        sev = esc(&s.severity.to_string()),
-        turns = if repeats > 1 {
-            format!("{first_turn}–{}", s.turn)
-        } else {
-            s.turn.to_string()
-        },
-        times = if repeats > 1 {
-            format!(" <span class=\"badge repeat\">×{repeats}</span>")
-        } else {
-            String::new()
-        },
-        age = age(now, s.at),
-        kind = esc(&s.kind.to_string()),
-        src = esc(&wire(&s.source)),
-        msg = esc(&s.message),
-        ev = if evidence.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "<p class=\"evidence\">evidence: {}</p>",
-                evidence.join(" · ")
-            )
-        },
-    )
 }
 
 /// The timeline's items, newest first, a run of the same steering (kind
@@ -80,7 +73,6 @@ pub(crate) fn steering_timeline(
         {
             j -= 1;
         }
-        let item = steering_item(last, i - j, steering[j].turn, now);
         let then = xo_proto::control::followed(steering, i - 1, history, needs);
         let class = match then {
             xo_proto::control::Followed::Progress(_) => "ok",
@@ -88,11 +80,14 @@ pub(crate) fn steering_timeline(
             | xo_proto::control::Followed::NoChange(_) => "bad",
             _ => "open",
         };
-        out.push_str(item.strip_suffix("</li>").unwrap_or(&item));
-        out.push_str(&format!(
-            "<p class=\"followed {class}\">then: {}</p></li>",
-            esc(&then.to_string())
-        ));
+        let item = steering_item(
+            last,
+            i - j,
+            steering[j].turn,
+            now,
+            Some((class, then.to_string())),
+        );
+        out.push_str(&item.into_string());
         i = j;
     }
     out
@@ -100,7 +95,7 @@ pub(crate) fn steering_timeline(
 
 /// A small line chart (inline SVG, no script): `values` oldest first, the
 /// axis from 0 to `max` (0: the largest value), the last value named.
-pub(crate) fn chart(title: &str, values: &[f64], max: f64, show: impl Fn(f64) -> String) -> String {
+pub(crate) fn chart(title: &str, values: &[f64], max: f64, show: impl Fn(f64) -> String) -> Markup {
     const W: f64 = 220.0;
     const H: f64 = 48.0;
     let top = if max > 0.0 {
@@ -118,13 +113,17 @@ pub(crate) fn chart(title: &str, values: &[f64], max: f64, show: impl Fn(f64) ->
         })
         .collect();
     let last = values.last().copied().unwrap_or_default();
-    format!(
-        "<figure class=\"chart\" data-chart=\"{t}\"><svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{t}\"><polyline fill=\"none\" stroke=\"currentColor\" stroke-width=\"1.5\" points=\"{p}\"/></svg><figcaption>{t}: <b>{v}</b> <small>(max {m})</small></figcaption></figure>",
-        t = esc(title),
-        p = points.join(" "),
-        v = esc(&show(last)),
-        m = esc(&show(values.iter().cloned().fold(0.0, f64::max))),
-    )
+    html! {
+        figure.chart data-chart=(title) {
+            svg viewBox={ "0 0 " (W) " " (H) } width=(W) height=(H) role="img" aria-label=(title) {
+                polyline fill="none" stroke="currentColor" stroke-width="1.5" points=(points.join(" ")) {}
+            }
+            figcaption {
+                (title) ": " b { (show(last)) } " "
+                small { "(max " (show(values.iter().cloned().fold(0.0, f64::max))) ")" }
+            }
+        }
+    }
 }
 
 pub(crate) async fn unit(
@@ -142,140 +141,132 @@ pub(crate) async fn unit(
         Err(e) => return down(&f, &e),
     };
     let n = now();
-    let mut body = format!(
-        "<div class=\"scroll\"><table id=\"units\" data-live=\"unit\" data-unit=\"{u}\"><thead><tr>{heads}</tr></thead><tbody>{row}</tbody></table></div>",
-        u = esc(&unit),
-        heads = FLEET_COLUMNS
-            .iter()
-            .map(|(_, t)| format!("<th>{t}</th>"))
-            .collect::<String>(),
-        row = unit_row(&d.summary, n)
-    );
-    if let Some(r) = &d.report {
-        let actions: String = r
-            .activity
-            .recent
-            .iter()
-            .rev()
-            .map(|a| {
-                format!(
-                    "<li><span class=\"when\">turn {}</span> {} <span class=\"outcome {o}\">{o}</span>{}</li>",
-                    a.turn,
-                    esc(&match (&a.kind, &a.tool) {
-                        (xo_proto::ActionKind::Tool, Some(t)) => t.to_string(),
-                        (xo_proto::ActionKind::Tool, None) => "tool".into(),
-                        (xo_proto::ActionKind::Message, _) => "message".into(),
-                    }),
-                    a.error_type
-                        .as_deref()
-                        .map(|e| format!(" <code>{}</code>", esc(e)))
-                        .unwrap_or_default(),
-                    o = esc(&wire(&a.outcome)),
-                )
-            })
-            .collect();
-        body.push_str(&format!(
-            "<section class=\"report\" id=\"latest-report\"><h2>Latest report</h2><p>turn {} · seq {} · step <b>{}</b> — {}</p><p>tokens {} in / {} out · {} turns without progress · ${:.4}{note}</p>{acts}</section>",
-            r.time.turn,
-            r.time.seq,
-            esc(r.activity.step.as_deref().unwrap_or("—")),
-            esc(r.activity.summary.as_deref().unwrap_or("")),
-            r.equipment.tokens_in,
-            r.equipment.tokens_out,
-            r.activity.turns_since_progress,
-            r.equipment.cost_usd,
-            note = r
-                .status
-                .note
-                .as_deref()
-                .map(|n| format!(" · its note: “{}”", esc(n)))
-                .unwrap_or_default(),
-            acts = if actions.is_empty() {
-                String::new()
-            } else {
-                format!("<h3>Recent actions (newest first)</h3><ol class=\"actions\" id=\"recent-actions\">{actions}</ol>")
-            },
-        ));
+    // A steering typed before a login ended comes back (never sent).
+    let kept_message = q
+        .get(&format!("{KEEP}message"))
+        .map(String::as_str)
+        .unwrap_or("");
+    let kept_severity = q
+        .get(&format!("{KEEP}severity"))
+        .map(String::as_str)
+        .unwrap_or("warning");
+    let body = html! {
+        div.scroll { table #units data-live="unit" data-unit=(unit) {
+            thead { tr { @for (_, t) in FLEET_COLUMNS { th { (t) } } } }
+            // The row's HTML is the fleet page's (a row it also sends live).
+            tbody { (PreEscaped(unit_row(&d.summary, n))) }
+        } }
+        @if let Some(r) = &d.report {
+            section.report #latest-report {
+                h2 { "Latest report" }
+                p {
+                    "turn " (r.time.turn) " · seq " (r.time.seq) " · step "
+                    b { (r.activity.step.as_deref().unwrap_or("—")) }
+                    " — " (r.activity.summary.as_deref().unwrap_or(""))
+                }
+                p {
+                    "tokens " (r.equipment.tokens_in) " in / " (r.equipment.tokens_out) " out · "
+                    (r.activity.turns_since_progress) " turns without progress · $"
+                    (format!("{:.4}", r.equipment.cost_usd))
+                    @if let Some(note) = &r.status.note { " · its note: “" (note) "”" }
+                }
+                @if !r.activity.recent.is_empty() {
+                    h3 { "Recent actions (newest first)" }
+                    ol.actions #recent-actions {
+                        @for a in r.activity.recent.iter().rev() {
+                            @let o = wire(&a.outcome);
+                            li {
+                                span.when { "turn " (a.turn) } " "
+                                (match (&a.kind, &a.tool) {
+                                    (xo_proto::ActionKind::Tool, Some(t)) => t.to_string(),
+                                    (xo_proto::ActionKind::Tool, None) => "tool".into(),
+                                    (xo_proto::ActionKind::Message, _) => "message".into(),
+                                })
+                                " " span class={ "outcome " (o) } { (o) }
+                                @if let Some(e) = &a.error_type { " " code { (e) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if d.history.len() >= 2 {
+            @let fill: Vec<f64> = d.history.iter().map(|p| p.context_fill).collect();
+            @let cost: Vec<f64> = d.history.iter().map(|p| p.cost_usd).collect();
+            @let tsp: Vec<f64> = d.history.iter().map(|p| f64::from(p.turns_since_progress)).collect();
+            section.charts #history {
+                h2 {
+                    "Last " (d.history.len()) " reports "
+                    small { "turns " (d.history[0].turn) "–" (d.history[d.history.len() - 1].turn) }
+                }
+                div.chart-row {
+                    (chart("context fill", &fill, 1.0, |v| format!("{:.0}%", v * 100.0)))
+                    (chart("cost", &cost, 0.0, |v| format!("${v:.4}")))
+                    (chart("turns without progress", &tsp, 0.0, |v| format!("{v:.0}")))
+                }
+            }
+        }
+        section {
+            h2 { "Timeline" }
+            ol #timeline .timeline reversed {
+                // Items made by `steering_item`'s template.
+                (PreEscaped(steering_timeline(&d.recent_steering, n, &d.history, d.summary.needs.as_ref())))
+            }
+            @if d.recent_steering.is_empty() { p.empty { "No steering yet." } }
+        }
+        @if !f.read_only {
+            section {
+                h2 { "Steer" }
+                form method="post" action={ "/ui/units/" (unit) "/steer" } #steer-form .stack {
+                    input type="hidden" name="csrf" value=(f.csrf);
+                    @if !kept_message.is_empty() {
+                        p.flash.ok #kept-note { "What you typed is back in the form; it has not been sent." }
+                    }
+                    label {
+                        "Message (sent as " code { "[SUPERVISOR]" } " steering on " code { "xo.steer." (unit) }
+                        "; at most " (xo_proto::control::MAX_STEERING_CHARS) " characters)"
+                        textarea name="message" rows="3" required { (kept_message) }
+                    }
+                    label {
+                        "Severity "
+                        select name="severity" {
+                            @for s in ["info", "warning", "urgent", "critical"] {
+                                option selected[s == kept_severity] { (s) }
+                            }
+                        }
+                    }
+                    button type="submit" { "Send steering" }
+                }
+            }
+            section {
+                h2 { "Acknowledge" }
+                p.summary {
+                    @if let Some(a) = &d.summary.ack {
+                        b #ack-now {
+                            "Acknowledged by " (a.by) " until " (xo_runtime::clock::hh_mm(a.until)) "Z: " (a.why) "."
+                        }
+                        " "
+                    }
+                    "Seen, and in hand: the unit sinks below those of its colour nobody has acknowledged, until the time is up or it gets worse."
+                }
+                form method="post" action={ "/ui/units/" (unit) "/ack" } #ack-form .stack {
+                    input type="hidden" name="csrf" value=(f.csrf);
+                    label { "Why (what is being done about it) " input name="why" required maxlength="500"; }
+                    label {
+                        "For "
+                        select name="for" {
+                            option value="30m" { "30 minutes" }
+                            option value="2h" { "2 hours" }
+                            option value="8h" { "8 hours" }
+                            option value="24h" { "a day" }
+                        }
+                    }
+                    button type="submit" { "Acknowledge" }
+                }
+            }
+        }
     }
-    if d.history.len() >= 2 {
-        let fill: Vec<f64> = d.history.iter().map(|p| p.context_fill).collect();
-        let cost: Vec<f64> = d.history.iter().map(|p| p.cost_usd).collect();
-        let tsp: Vec<f64> = d
-            .history
-            .iter()
-            .map(|p| f64::from(p.turns_since_progress))
-            .collect();
-        let (first, last) = (d.history[0].turn, d.history[d.history.len() - 1].turn);
-        body.push_str(&format!(
-            "<section class=\"charts\" id=\"history\"><h2>Last {n} reports <small>turns {first}–{last}</small></h2><div class=\"chart-row\">{a}{b}{c}</div></section>",
-            n = d.history.len(),
-            a = chart("context fill", &fill, 1.0, |v| format!("{:.0}%", v * 100.0)),
-            b = chart("cost", &cost, 0.0, |v| format!("${v:.4}")),
-            c = chart("turns without progress", &tsp, 0.0, |v| format!("{v:.0}")),
-        ));
-    }
-    body.push_str("<section><h2>Timeline</h2><ol id=\"timeline\" class=\"timeline\" reversed>");
-    body.push_str(&steering_timeline(
-        &d.recent_steering,
-        n,
-        &d.history,
-        d.summary.needs.as_ref(),
-    ));
-    body.push_str("</ol>");
-    if d.recent_steering.is_empty() {
-        body.push_str("<p class=\"empty\">No steering yet.</p>");
-    }
-    body.push_str("</section>");
-    if !f.read_only {
-        // A steering typed before a login ended comes back (never sent).
-        let kept_message = q
-            .get(&format!("{KEEP}message"))
-            .map(String::as_str)
-            .unwrap_or("");
-        let kept_severity = q
-            .get(&format!("{KEEP}severity"))
-            .map(String::as_str)
-            .unwrap_or("warning");
-        body.push_str(&format!(
-            "<section><h2>Steer</h2><form method=\"post\" action=\"/ui/units/{u}/steer\" id=\"steer-form\" class=\"stack\">\
-<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-{kept_note}<label>Message (sent as <code>[SUPERVISOR]</code> steering on <code>xo.steer.{u}</code>; at most {max} characters)<textarea name=\"message\" rows=\"3\" required>{kept}</textarea></label>\
-<label>Severity <select name=\"severity\">{options}</select></label>\
-<button type=\"submit\">Send steering</button></form></section>\
-<section><h2>Acknowledge</h2><p class=\"summary\">{ack_now}Seen, and in hand: the unit sinks below those of its colour nobody has acknowledged, until the time is up or it gets worse.</p><form method=\"post\" action=\"/ui/units/{u}/ack\" id=\"ack-form\" class=\"stack\">\
-<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-<label>Why (what is being done about it) <input name=\"why\" required maxlength=\"500\"></label>\
-<label>For <select name=\"for\"><option value=\"30m\">30 minutes</option><option value=\"2h\">2 hours</option><option value=\"8h\">8 hours</option><option value=\"24h\">a day</option></select></label>\
-<button type=\"submit\">Acknowledge</button></form></section>",
-            u = esc(&unit),
-            csrf = esc(&f.csrf),
-            kept = esc(kept_message),
-            max = xo_proto::control::MAX_STEERING_CHARS,
-            ack_now = d
-                .summary
-                .ack
-                .as_ref()
-                .map(|a| format!(
-                    "<b id=\"ack-now\">Acknowledged by {} until {}Z: {}.</b> ",
-                    esc(&a.by),
-                    xo_runtime::clock::hh_mm(a.until),
-                    esc(&a.why)
-                ))
-                .unwrap_or_default(),
-            kept_note = if kept_message.is_empty() {
-                ""
-            } else {
-                "<p class=\"flash ok\" id=\"kept-note\">What you typed is back in the form; it has not been sent.</p>"
-            },
-            options = ["info", "warning", "urgent", "critical"]
-                .iter()
-                .map(|s| format!(
-                    "<option{}>{s}</option>",
-                    if *s == kept_severity { " selected" } else { "" }
-                ))
-                .collect::<String>(),
-        ));
-    }
+    .into_string();
     ok_page(&f, &body)
 }
 

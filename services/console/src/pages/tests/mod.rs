@@ -683,3 +683,23 @@ fn what_an_agent_wrote_is_text_on_the_page() {
     assert!(form.contains("action=\"/ui/x&quot;y\""), "{form}");
     assert!(form.contains("&lt;go&gt;</button>"), "{form}");
 }
+
+/// The login page names where the token is (a path, in code) and keeps
+/// what was typed as text.
+#[test]
+fn the_login_page_names_the_token_file_and_keeps_typed_text_as_text() {
+    let at = maud::html! { code { ".xo/<x>/console.token" } };
+    let page = login::login_form(
+        "/units/u1",
+        &[("message".into(), "</pre><script>x()</script>".into())],
+        "",
+        &at,
+    );
+    assert!(
+        page.contains("<code>.xo/&lt;x&gt;/console.token</code>"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>"), "{page}");
+    assert!(page.contains("name=\"keep.message\""), "{page}");
+    assert!(page.contains("name=\"next\" value=\"/units/u1\""), "{page}");
+}
