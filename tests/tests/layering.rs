@@ -700,11 +700,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "fleet_view",
         "the fleet page's sections in the order shown",
     ),
-    (
-        "services/console/src/pages/unit.rs",
-        "unit",
-        "the unit page's sections in the order shown",
-    ),
 ];
 
 /// Source files of the workspace's crates (under a `src/`, tests aside:
