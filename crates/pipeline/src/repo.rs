@@ -301,14 +301,18 @@ impl Repo {
             .map_err(self.err(format!("the tree of {commit}")))
     }
 
+    /// The tree object of `commit`.
+    fn commit_tree(&self, commit: Oid) -> Result<git2::Tree<'_>, GitError> {
+        self.repo
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(self.err(format!("the tree of {commit}")))
+    }
+
     /// Writes `commit`'s files into the (empty) work tree.
     pub(crate) fn check_out(&self, commit: Oid, index_file: &Path) -> Result<(), GitError> {
         let dir = self.tree_dir()?.to_path_buf();
-        let tree = self
-            .repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
-            .map_err(self.err(format!("the tree of {commit}")))?;
+        let tree = self.commit_tree(commit)?;
         let mut index = self.index(Some(index_file))?;
         index.read_tree(&tree).map_err(self.err("read the tree"))?;
         unlink_leading_links(&dir, &index, "")?;
@@ -340,11 +344,7 @@ impl Repo {
                 format!("{prefix}/{p}")
             }
         };
-        let tree = self
-            .repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
-            .map_err(self.err(format!("the tree of {commit}")))?;
+        let tree = self.commit_tree(commit)?;
         let mut index = self.index(Some(index_file))?;
         let r = (|| {
             index.read_tree(&tree).map_err(self.err("read the tree"))?;
