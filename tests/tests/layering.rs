@@ -646,11 +646,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "the chaos run's loop: kill, restart, check, in one place",
     ),
     (
-        "services/console/src/pages/task.rs",
-        "task_page",
-        "the task page's sections in the order shown",
-    ),
-    (
         "crates/radio/src/lib.rs",
         "check_unit",
         "the radio check: its rules in the seed's priority order, read top to bottom",
@@ -679,11 +674,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "services/supervisor/src/lib.rs",
         "start",
         "the supervisor's tree and inputs started in their order",
-    ),
-    (
-        "services/console/src/pages/settings.rs",
-        "settings_body",
-        "the settings form's fields in the order shown",
     ),
     (
         "services/supervisor/src/watcher.rs",
@@ -1058,4 +1048,114 @@ fn subscriptions_are_read_through_the_bus_input_not_by_hand() {
     // The check can fail: a loop over a subscription; a test's is not counted.
     let sample = "async fn f(mut sub: Subscription) {\n    while let Some(m) = sub.next().await {\n        handle(m);\n    }\n}\n#[cfg(test)]\nmod tests {\n    async fn g() { s.next().await; }\n}\n";
     assert_eq!(hand_reads(sample), 1);
+}
+
+/// HTML elements a hand-written page would open or close in a string.
+const TAGS: &[&str] = &[
+    "a",
+    "b",
+    "i",
+    "p",
+    "br",
+    "div",
+    "span",
+    "small",
+    "code",
+    "pre",
+    "td",
+    "tr",
+    "th",
+    "table",
+    "thead",
+    "tbody",
+    "ul",
+    "ol",
+    "li",
+    "dl",
+    "dt",
+    "dd",
+    "form",
+    "input",
+    "button",
+    "label",
+    "select",
+    "option",
+    "textarea",
+    "details",
+    "summary",
+    "section",
+    "nav",
+    "h1",
+    "h2",
+    "h3",
+    "svg",
+    "line",
+    "rect",
+    "text",
+    "path",
+    "figure",
+    "figcaption",
+    "script",
+    "style",
+    "meta",
+    "link",
+    "img",
+    "html",
+    "head",
+    "body",
+    "main",
+    "header",
+];
+
+/// Lines of `text` (its tests aside) that write HTML by hand: raw HTML
+/// through `PreEscaped`, or a string literal that opens or closes a tag.
+fn hand_html(text: &str) -> Vec<String> {
+    let end = text.find("\n#[cfg(test)]").unwrap_or(text.len());
+    text[..end]
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let code = line.split("//").next().unwrap_or("");
+            code.contains("PreEscaped")
+                || code.match_indices("\"<").any(|(i, _)| {
+                    let rest = code[i + 2..].trim_start_matches('/');
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric())
+                        .collect();
+                    let after = rest[name.len()..].chars().next();
+                    TAGS.contains(&name.as_str()) && matches!(after, Some(' ' | '>' | '/' | '\\'))
+                })
+        })
+        .map(|(n, line)| format!("{}: {}", n + 1, line.trim()))
+        .collect()
+}
+
+/// Issue 44, item 6: the console's pages are compile-time templates that
+/// escape what they are given; nothing in its sources writes HTML by
+/// hand (raw HTML is in its tests only, each saying why).
+#[test]
+fn the_console_writes_no_html_by_hand() {
+    let found: Vec<String> = product_sources()
+        .into_iter()
+        .filter(|(rel, _)| rel.starts_with("services/console/src/"))
+        .flat_map(|(rel, text)| {
+            hand_html(&text)
+                .into_iter()
+                .map(move |l| format!("{rel}:{l}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "HTML written by hand in the console (make it a maud template):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_hand_html_check_finds_a_tag_in_a_string_and_raw_html() {
+    let text = "let a = format!(\"<td class=\\\"num\\\">{n}</td>\");\nlet b = maud::PreEscaped(x);\nlet c = key.replace(\"<role>\", r);\nlet d = \"</span>\";\n";
+    let found = hand_html(text);
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found[0].starts_with("1:") && found[1].starts_with("2:") && found[2].starts_with("4:"));
 }

@@ -433,10 +433,10 @@ pub fn refuse(api: bool, status: StatusCode, code: &str, message: &str) -> Respo
     } else {
         let body = crate::html::page_plain(
             "Not allowed",
-            &format!(
-                "<p class=\"flash error\">{}</p><p><a href=\"/login\">Log in with the console token</a></p>",
-                crate::html::esc(message)
-            ),
+            maud::html! {
+                p.flash.error { (message) }
+                p { a href="/login" { "Log in with the console token" } }
+            },
         );
         (status, axum::response::Html(body)).into_response()
     }

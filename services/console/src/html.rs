@@ -1,28 +1,12 @@
-//! HTML: escaping, the page layout, and the embedded assets (the CSS and
+//! HTML: the page layout, and the embedded assets (the CSS and
 //! the script are files in `assets/`, compiled into the binary).
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use maud::{DOCTYPE, Markup, PreEscaped, html};
+use maud::{DOCTYPE, Markup, html};
 
 pub const CSS: &str = include_str!("../assets/console.css");
 pub const JS: &str = include_str!("../assets/console.js");
-
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 pub async fn css() -> impl IntoResponse {
     (
@@ -86,7 +70,7 @@ pub struct Frame<'a> {
 }
 
 /// A whole page around `body` (its HTML, made by a page's template).
-pub fn page(f: &Frame<'_>, body: &str) -> String {
+pub fn page(f: &Frame<'_>, body: Markup) -> String {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -119,8 +103,7 @@ pub fn page(f: &Frame<'_>, body: &str) -> String {
                         Some((false, m)) => p.flash.error role="alert" { (m) },
                         None => {},
                     }
-                    // The body is HTML its own template made (escaped there).
-                    (PreEscaped(body))
+                    (body)
                 }
                 script src="/assets/console.js" defer {}
             }
@@ -130,7 +113,7 @@ pub fn page(f: &Frame<'_>, body: &str) -> String {
 }
 
 /// A bare page (errors before a frame exists: login, refusals).
-pub fn page_plain(title: &str, body: &str) -> String {
+pub fn page_plain(title: &str, body: Markup) -> String {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -142,8 +125,7 @@ pub fn page_plain(title: &str, body: &str) -> String {
             }
             body {
                 header { span.brand { "XO" } }
-                // The body is HTML its own template made (escaped there).
-                main { h1 { (title) } (PreEscaped(body)) }
+                main { h1 { (title) } (body) }
             }
         }
     }
@@ -165,12 +147,6 @@ pub fn post_form(f: &Frame<'_>, to: &str, fields: Markup, label: &str, class: &s
     }
 }
 
-/// [`post_form`] for the pages not yet on templates: `fields` is HTML
-/// their own `format!` made, escaping each value with [`esc`].
-pub fn action(f: &Frame<'_>, to: &str, fields: &str, label: &str, class: &str) -> String {
-    post_form(f, to, PreEscaped(fields.to_string()), label, class).into_string()
-}
-
 /// "3s ago", "5m ago"… from milliseconds.
 pub fn age(now_ms: u64, at_ms: u64) -> String {
     if at_ms == 0 {
@@ -188,14 +164,6 @@ pub fn age(now_ms: u64, at_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escapes_markup_and_quotes() {
-        assert_eq!(
-            esc("<script>alert(\"x\")</script>&'"),
-            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;"
-        );
-    }
 
     #[test]
     fn ages_read_like_a_person_would_say_them() {

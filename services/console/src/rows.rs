@@ -146,7 +146,7 @@ pub fn start(c: Shared) -> JoinHandle<()> {
             ranks.sent.retain(|u, _| ranks.of.contains_key(u));
             let mut rows = Vec::with_capacity(sums.len());
             for u in &sums {
-                let html = unit_row(u, now);
+                let html = unit_row(u, now).into_string();
                 let hash = {
                     use std::hash::{Hash, Hasher};
                     let mut h = std::collections::hash_map::DefaultHasher::new();

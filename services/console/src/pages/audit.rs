@@ -1,11 +1,11 @@
 //! The audit page: who changed what, before → after, filtered, live.
 
-use maud::{PreEscaped, html};
+use maud::{Markup, html};
 
 use super::*;
 
 /// An audit line's prompt and reply (seed 003), folded.
-pub(crate) fn exchange_details(e: &xo_proto::queue::AuditEvent) -> String {
+pub(crate) fn exchange_details(e: &xo_proto::queue::AuditEvent) -> Markup {
     html! {
         @for (label, text) in [("prompt", &e.prompt), ("response", &e.response)] {
             @if let Some(t) = text {
@@ -13,7 +13,6 @@ pub(crate) fn exchange_details(e: &xo_proto::queue::AuditEvent) -> String {
             }
         }
     }
-    .into_string()
 }
 
 /// Who made an audit line's change: the operator or service it names
@@ -38,7 +37,7 @@ pub(crate) fn audit_actor(e: &xo_proto::queue::AuditEvent) -> String {
 
 /// What an audit line changed: each leaf that differs between before and
 /// after (`task.state: running → completed`), not the two whole states.
-pub(crate) fn audit_diff(before: &Value, after: &Value) -> String {
+pub(crate) fn audit_diff(before: &Value, after: &Value) -> Markup {
     fn leaves(v: &Value, path: String, out: &mut BTreeMap<String, String>) {
         match v {
             Value::Object(m) => {
@@ -67,7 +66,7 @@ pub(crate) fn audit_diff(before: &Value, after: &Value) -> String {
         .filter(|(k, x, y)| x != y && k.as_str() != "last_updated")
         .collect();
     if changed.is_empty() {
-        return String::new();
+        return html! {};
     }
     let show = |v: Option<&String>| {
         v.map(|s| {
@@ -86,7 +85,6 @@ pub(crate) fn audit_diff(before: &Value, after: &Value) -> String {
             }
         }
     }
-    .into_string()
 }
 
 pub(crate) fn compact(v: &Value) -> String {
@@ -197,21 +195,20 @@ pub(crate) async fn audit(State(c): State<Shared>, Query(q): Q) -> Response {
                         }
                         td { (audit_actor(e)) }
                         td {
-                            (PreEscaped(audit_diff(&e.state_before, &e.state_after)))
+                            (audit_diff(&e.state_before, &e.state_after))
                             details.raw {
                                 summary { "before / after" }
                                 code { (compact(&e.state_before)) }
                                 br;
                                 code { (compact(&e.state_after)) }
                             }
-                            (PreEscaped(exchange_details(e)))
+                            (exchange_details(e))
                         }
                     }
                 }
             }
         } }
         @if events.is_empty() { p.empty { "No audit lines yet for this project." } }
-    }
-    .into_string();
-    ok_page(&f, &body)
+    };
+    ok_page(&f, body)
 }

@@ -3,6 +3,8 @@
 //! its budget, tasks completed per interval and how long they took (the
 //! queue's tasks). Inline SVG, drawn on the server: no script, no build.
 
+use maud::{Markup, html};
+
 use super::*;
 
 /// A kind's colour: the same kind the same colour on every chart.
@@ -46,37 +48,40 @@ impl MarkKind {
 
 /// The marks whose time `x` places on the chart, as dashed vertical lines
 /// (each with its label as a tooltip), and a legend line counting them.
-fn marks_drawn(marks: &[Mark], x: impl Fn(u64) -> Option<f64>) -> (String, String) {
-    let mut svg = String::new();
+fn marks_drawn(marks: &[Mark], x: impl Fn(u64) -> Option<f64>) -> (Markup, Markup) {
+    let placed: Vec<(f64, &Mark)> = marks.iter().filter_map(|m| Some((x(m.at)?, m))).collect();
     let mut shown = [0usize; 2];
-    for m in marks {
-        let Some(at) = x(m.at) else { continue };
+    for (_, m) in &placed {
         shown[m.kind as usize] += 1;
-        svg.push_str(&format!(
-            "<line x1=\"{at:.1}\" y1=\"4\" x2=\"{at:.1}\" y2=\"{b}\" class=\"mark {k}\" data-mark=\"{k}\" data-at=\"{t}\"><title>{when} {l}</title></line>",
-            b = H - BOTTOM,
-            k = m.kind.name(),
-            t = m.at,
-            when = hhmm(m.at),
-            l = esc(&m.label),
-        ));
     }
-    let legend: Vec<String> = [MarkKind::Settings, MarkKind::Steering]
-        .into_iter()
-        .filter(|k| shown[*k as usize] > 0)
-        .map(|k| {
-            format!(
-                "<li><span class=\"mark-swatch {n}\"></span>{what} <b>{c}</b></li>",
-                n = k.name(),
-                what = match k {
-                    MarkKind::Settings => "settings changed",
-                    MarkKind::Steering => "minutes with steering",
-                },
-                c = shown[k as usize]
-            )
-        })
-        .collect();
-    (svg, legend.concat())
+    let svg = html! {
+        @for (at, m) in &placed {
+            line x1=(f1(*at)) y1="4" x2=(f1(*at)) y2=(H - BOTTOM) class={ "mark " (m.kind.name()) }
+                data-mark=(m.kind.name()) data-at=(m.at) {
+                title { (hhmm(m.at)) " " (m.label) }
+            }
+        }
+    };
+    let legend = html! {
+        @for k in [MarkKind::Settings, MarkKind::Steering] {
+            @if shown[k as usize] > 0 {
+                li {
+                    span class={ "mark-swatch " (k.name()) } {}
+                    (match k {
+                        MarkKind::Settings => "settings changed",
+                        MarkKind::Steering => "minutes with steering",
+                    })
+                    " " b { (shown[k as usize]) }
+                }
+            }
+        }
+    };
+    (svg, legend)
+}
+
+/// A coordinate with one decimal, as the charts print them.
+fn f1(v: f64) -> String {
+    format!("{v:.1}")
 }
 
 /// A bar chart: one bar per slot, each stacked from `series` (name, values
@@ -86,7 +91,7 @@ pub(crate) fn bars(
     title: &str,
     slots: &[String],
     series: &[(String, Vec<f64>)],
-) -> String {
+) -> Markup {
     bars_marked(id, title, slots, series, None)
 }
 
@@ -98,7 +103,7 @@ pub(crate) fn bars_marked(
     slots: &[String],
     series: &[(String, Vec<f64>)],
     time: Option<(&[u64], u64, &[Mark])>,
-) -> String {
+) -> Markup {
     let n = slots.len().max(1);
     let totals: Vec<f64> = (0..n)
         .map(|i| {
@@ -110,13 +115,8 @@ pub(crate) fn bars_marked(
         .collect();
     let top = totals.iter().cloned().fold(0.0, f64::max).max(1.0);
     let slot = (W - LEFT) / n as f64;
-    let mut svg = axes(top, |v| {
-        if v.fract() == 0.0 {
-            format!("{v:.0}")
-        } else {
-            format!("{v:.1}")
-        }
-    });
+    // Each slot's bars, stacked from the baseline: (x, y, height, series, value).
+    let mut rects = Vec::new();
     for i in 0..n {
         let mut y = H - BOTTOM;
         for (k, (name, values)) in series.iter().enumerate() {
@@ -126,80 +126,76 @@ pub(crate) fn bars_marked(
             }
             let h = v / top * (H - BOTTOM - 4.0);
             y -= h;
-            svg.push_str(&format!(
-                "<rect class=\"bar\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{h:.1}\" fill=\"{c}\" data-series=\"{s}\" data-value=\"{v}\"><title>{l}: {v} {s}</title></rect>",
-                x = LEFT + i as f64 * slot + 1.0,
-                w = (slot - 2.0).max(1.0),
-                c = colour(k),
-                s = esc(name),
-                l = esc(&slots[i.min(slots.len().saturating_sub(1))]),
-            ));
+            rects.push((i, k, y, h, name, v));
         }
     }
-    for (i, anchor) in [(0, "start"), (n / 2, "middle"), (n - 1, "end")] {
-        if let Some(l) = slots.get(i) {
+    let ticks: Vec<(f64, &str, &String)> = [(0, "start"), (n / 2, "middle"), (n - 1, "end")]
+        .into_iter()
+        .filter_map(|(i, anchor)| {
+            let l = slots.get(i)?;
             let x = match anchor {
                 "start" => LEFT + i as f64 * slot,
                 "middle" => LEFT + (i as f64 + 0.5) * slot,
                 _ => W,
             };
-            svg.push_str(&format!(
-                "<text x=\"{x:.1}\" y=\"{:.1}\" class=\"tick\" text-anchor=\"{anchor}\">{}</text>",
-                H - 4.0,
-                esc(l)
-            ));
-        }
-    }
-    let mut legend: String = series
-        .iter()
-        .enumerate()
-        .map(|(k, (name, v))| {
-            format!(
-                "<li><span class=\"swatch\" style=\"background:{}\"></span>{} <b>{}</b></li>",
-                colour(k),
-                esc(name),
-                v.iter().sum::<f64>()
-            )
+            Some((x, anchor, l))
         })
         .collect();
-    if let Some((starts, step, marks)) = time {
-        let (lines, more) = marks_drawn(marks, |t| {
+    let (lines, more) = match time {
+        Some((starts, step, marks)) => marks_drawn(marks, |t| {
             let i = starts.iter().position(|s| t >= *s && t < s + step)?;
             Some(LEFT + (i as f64 + 0.5) * slot)
-        });
-        svg.push_str(&lines);
-        legend.push_str(&more);
-    }
-    figure(
-        id,
-        title,
-        &svg,
-        &format!("<ul class=\"legend\">{legend}</ul>"),
-    )
+        }),
+        None => (html! {}, html! {}),
+    };
+    let svg = html! {
+        (axes(top, |v| if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.1}") }))
+        @for (i, k, y, h, name, v) in &rects {
+            rect.bar x=(f1(LEFT + *i as f64 * slot + 1.0)) y=(f1(*y)) width=(f1((slot - 2.0).max(1.0)))
+                height=(f1(*h)) fill=(colour(*k)) data-series=(name) data-value=(v) {
+                title { (slots[(*i).min(slots.len().saturating_sub(1))]) ": " (v) " " (name) }
+            }
+        }
+        @for (x, anchor, l) in &ticks {
+            text x=(f1(*x)) y=(f1(H - 4.0)) class="tick" text-anchor=(anchor) { (l) }
+        }
+        (lines)
+    };
+    let legend = html! {
+        ul.legend {
+            @for (k, (name, v)) in series.iter().enumerate() {
+                li {
+                    span.swatch style={ "background:" (colour(k)) } {}
+                    (name) " " b { (v.iter().sum::<f64>()) }
+                }
+            }
+            (more)
+        }
+    };
+    figure(id, title, svg, legend)
 }
 
 /// The y axis: a baseline, the top value and the middle.
-fn axes(top: f64, show: impl Fn(f64) -> String) -> String {
-    let mut s = format!(
-        "<line x1=\"{LEFT}\" y1=\"{b}\" x2=\"{W}\" y2=\"{b}\" class=\"axis\"/>",
-        b = H - BOTTOM
-    );
-    for f in [0.5, 1.0] {
-        let y = H - BOTTOM - f * (H - BOTTOM - 4.0);
-        s.push_str(&format!(
-            "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{W}\" y2=\"{y:.1}\" class=\"grid\"/><text x=\"2\" y=\"{:.1}\" class=\"tick\">{}</text>",
-            y + 4.0,
-            esc(&show(top * f))
-        ));
+fn axes(top: f64, show: impl Fn(f64) -> String) -> Markup {
+    let b = H - BOTTOM;
+    html! {
+        line x1=(LEFT) y1=(b) x2=(W) y2=(b) class="axis" {}
+        @for f in [0.5, 1.0] {
+            @let y = H - BOTTOM - f * (H - BOTTOM - 4.0);
+            line x1=(LEFT) y1=(f1(y)) x2=(W) y2=(f1(y)) class="grid" {}
+            text x="2" y=(f1(y + 4.0)) class="tick" { (show(top * f)) }
+        }
     }
-    s
 }
 
-fn figure(id: &str, title: &str, svg: &str, under: &str) -> String {
-    format!(
-        "<figure class=\"chart wide\" id=\"{id}\"><figcaption>{t}</figcaption><svg viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{t}\" preserveAspectRatio=\"none\">{svg}</svg>{under}</figure>",
-        t = esc(title)
-    )
+fn figure(id: &str, title: &str, svg: Markup, under: Markup) -> Markup {
+    html! {
+        figure.chart.wide id=(id) {
+            figcaption { (title) }
+            svg viewBox={ "0 0 " (W) " " (H) } role="img" aria-label=(title) preserveAspectRatio="none" { (svg) }
+            (under)
+        }
+    }
 }
 
 /// The goal's spend over time (finished attempts, by when they finished)
@@ -212,7 +208,7 @@ pub(crate) fn spend(
     spent_now: f64,
     budget: f64,
     marks: &[Mark],
-) -> String {
+) -> Markup {
     let start = points.first().map_or(now, |p| p.0);
     let span = (now.saturating_sub(start)).max(1) as f64;
     let top = spent_now
@@ -222,46 +218,33 @@ pub(crate) fn spend(
         * 1.1;
     let x = |t: u64| LEFT + (t.saturating_sub(start)) as f64 / span * (W - LEFT - 4.0);
     let y = |v: f64| H - BOTTOM - v / top * (H - BOTTOM - 4.0);
-    let mut svg = axes(top, |v| {
-        if top >= 1.0 {
-            format!("${v:.2}")
-        } else {
-            format!("${v:.4}")
-        }
-    });
     let mut path = format!("M{:.1},{:.1}", x(start), y(0.0));
     for (t, v) in points {
         path.push_str(&format!(" H{:.1} V{:.1}", x(*t), y(*v)));
     }
     path.push_str(&format!(" H{:.1} V{:.1}", x(now), y(spent_now)));
-    svg.push_str(&format!(
-        "<path d=\"{path}\" fill=\"none\" stroke=\"#3182ce\" stroke-width=\"2\" class=\"spend\"/>"
-    ));
-    if budget > 0.0 {
-        svg.push_str(&format!(
-            "<line x1=\"{LEFT}\" y1=\"{b:.1}\" x2=\"{W}\" y2=\"{b:.1}\" class=\"budget\" stroke=\"#e53e3e\" stroke-dasharray=\"6 4\"/>",
-            b = y(budget)
-        ));
-    }
     let (lines, marked) = marks_drawn(marks, |t| (t >= start && t <= now).then(|| x(t)));
-    svg.push_str(&lines);
-    let under = format!(
-        "<p class=\"legend\">spent <b id=\"chart-spent\">${spent_now:.2}</b>{}</p>{}",
-        if budget > 0.0 {
-            format!(
-                " of a <b>${budget:.2}</b> budget ({:.0}%)",
-                100.0 * spent_now / budget
-            )
-        } else {
-            " (no budget)".to_string()
-        },
-        if marked.is_empty() {
-            String::new()
-        } else {
-            format!("<ul class=\"legend\">{marked}</ul>")
+    let svg = html! {
+        (axes(top, |v| if top >= 1.0 { format!("${v:.2}") } else { format!("${v:.4}") }))
+        path d=(path) fill="none" stroke="#3182ce" stroke-width="2" class="spend" {}
+        @if budget > 0.0 {
+            line x1=(LEFT) y1=(f1(y(budget))) x2=(W) y2=(f1(y(budget))) class="budget"
+                stroke="#e53e3e" stroke-dasharray="6 4" {}
         }
-    );
-    figure(id, "Goal spend against its budget", &svg, &under)
+        (lines)
+    };
+    let under = html! {
+        p.legend {
+            "spent " b #chart-spent { (format!("${spent_now:.2}")) }
+            @if budget > 0.0 {
+                " of a " b { (format!("${budget:.2}")) } (format!(" budget ({:.0}%)", 100.0 * spent_now / budget))
+            } @else {
+                " (no budget)"
+            }
+        }
+        @if !marked.0.is_empty() { ul.legend { (marked) } }
+    };
+    figure(id, "Goal spend against its budget", svg, under)
 }
 
 /// The interval a chart of `span` ms is cut into: the smallest of a
@@ -311,116 +294,118 @@ pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
         .filter(|m| m.kind == MarkKind::Settings)
         .cloned()
         .collect();
-    let mut body = String::from(
-        "<p class=\"summary\">From what XO keeps: the supervisor's steering of the last hour, the queue's tasks and goal. The same series are on <a href=\"/metrics\"><code>/metrics</code></a> for Prometheus.</p><div class=\"charts-grid\">",
-    );
-    // Steering per minute, by kind, the last hour.
-    match &stats {
-        Ok(s) => body.push_str(&steering_chart(s, n, &settings_marks)),
-        Err(e) => body.push_str(&format!(
-            "<p class=\"flash error\">Steering: {}</p>",
-            esc(&e.message)
-        )),
-    }
-    match (&status, &tasks) {
-        (Ok(status), Ok(tasks)) => {
-            // Spend: each finished task's cost at the time it finished.
-            let mut done: Vec<&TaskRecord> = tasks
-                .iter()
-                .filter(|t| {
-                    matches!(
-                        t.state,
-                        TaskState::Completed | TaskState::Failed | TaskState::Cancelled
-                    ) && t.spent.cost_usd > 0.0
-                })
-                .collect();
-            done.sort_by_key(|t| t.updated_at);
-            let mut sum = 0.0;
-            let points: Vec<(u64, f64)> = done
-                .iter()
-                .map(|t| {
-                    sum += t.spent.cost_usd;
-                    (t.updated_at, sum)
-                })
-                .collect();
-            body.push_str(&spend(
-                "chart-spend",
-                &points,
-                n,
-                status.spent_usd,
-                status.goal.budget_usd,
-                &marks,
-            ));
-            // Throughput and duration: completed tasks.
-            let completed: Vec<&TaskRecord> = tasks
-                .iter()
-                .filter(|t| t.state == TaskState::Completed)
-                .collect();
-            let first = completed.iter().map(|t| t.updated_at).min().unwrap_or(n);
-            let step = interval(n.saturating_sub(first));
-            let start = (n - n % step).saturating_sub(23 * step);
-            let slots: Vec<u64> = (0..24).map(|i| start + i * step).collect();
-            let per: Vec<f64> = slots
-                .iter()
-                .map(|s| {
-                    completed
-                        .iter()
-                        .filter(|t| t.updated_at >= *s && t.updated_at < s + step)
-                        .count() as f64
-                })
-                .collect();
-            body.push_str(&bars_marked(
-                "chart-throughput",
-                &format!("Tasks completed per {} (UTC)", interval_name(step)),
-                &slots.iter().map(|t| hhmm(*t)).collect::<Vec<_>>(),
-                &[("completed".to_string(), per)],
-                Some((&slots, step, &marks)),
-            ));
-            let mut secs: Vec<f64> = completed
-                .iter()
-                .map(|t| t.spent.wall_ms as f64 / 1000.0)
-                .collect();
-            secs.sort_by(f64::total_cmp);
-            let buckets = crate::metrics::TASK_DURATION_BUCKETS;
-            let mut counts = vec![0.0; buckets.len() + 1];
-            for s in &secs {
-                let i = buckets.iter().position(|b| s <= b).unwrap_or(buckets.len());
-                counts[i] += 1.0;
-            }
-            let mut labels: Vec<String> = buckets
-                .iter()
-                .map(|b| format!("≤{}", human_ms((b * 1000.0) as u64)))
-                .collect();
-            labels.push("more".into());
-            let pct = |p: f64| {
-                secs.get(((secs.len() as f64 - 1.0) * p).round() as usize)
-                    .map(|s| human_ms((s * 1000.0) as u64))
-                    .unwrap_or_else(|| "—".into())
-            };
-            body.push_str(&bars(
-                "chart-duration",
-                &format!(
-                    "How long completed tasks took (all attempts): p50 {}, p90 {}, {} tasks",
-                    pct(0.5),
-                    pct(0.9),
-                    secs.len()
-                ),
-                &labels,
-                &[("tasks".to_string(), counts)],
-            ));
+    let queue_charts = match (&status, &tasks) {
+        (Ok(status), Ok(tasks)) => queue_charts(status, tasks, n, &marks),
+        (Err(e), _) | (_, Err(e)) => html! { p.flash.error { "Queue: " (e.message) } },
+    };
+    let body = html! {
+        p.summary {
+            "From what XO keeps: the supervisor's steering of the last hour, the queue's tasks and goal. The same series are on "
+            a href="/metrics" { code { "/metrics" } } " for Prometheus."
         }
-        (Err(e), _) | (_, Err(e)) => body.push_str(&format!(
-            "<p class=\"flash error\">Queue: {}</p>",
-            esc(&e.message)
-        )),
+        div.charts-grid {
+            // Steering per minute, by kind, the last hour.
+            @match &stats {
+                Ok(s) => (steering_chart(s, n, &settings_marks)),
+                Err(e) => p.flash.error { "Steering: " (e.message) },
+            }
+            (queue_charts)
+        }
+    };
+    ok_page(&f, body)
+}
+
+/// The queue's charts: the goal's spend, tasks completed per interval,
+/// and how long completed tasks took.
+fn queue_charts(
+    status: &xo_proto::queue::QueueStatus,
+    tasks: &[TaskRecord],
+    n: u64,
+    marks: &[Mark],
+) -> Markup {
+    // Spend: each finished task's cost at the time it finished.
+    let mut done: Vec<&TaskRecord> = tasks
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.state,
+                TaskState::Completed | TaskState::Failed | TaskState::Cancelled
+            ) && t.spent.cost_usd > 0.0
+        })
+        .collect();
+    done.sort_by_key(|t| t.updated_at);
+    let mut sum = 0.0;
+    let points: Vec<(u64, f64)> = done
+        .iter()
+        .map(|t| {
+            sum += t.spent.cost_usd;
+            (t.updated_at, sum)
+        })
+        .collect();
+    // Throughput and duration: completed tasks.
+    let completed: Vec<&TaskRecord> = tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Completed)
+        .collect();
+    let first = completed.iter().map(|t| t.updated_at).min().unwrap_or(n);
+    let step = interval(n.saturating_sub(first));
+    let start = (n - n % step).saturating_sub(23 * step);
+    let slots: Vec<u64> = (0..24).map(|i| start + i * step).collect();
+    let per: Vec<f64> = slots
+        .iter()
+        .map(|s| {
+            completed
+                .iter()
+                .filter(|t| t.updated_at >= *s && t.updated_at < s + step)
+                .count() as f64
+        })
+        .collect();
+    let mut secs: Vec<f64> = completed
+        .iter()
+        .map(|t| t.spent.wall_ms as f64 / 1000.0)
+        .collect();
+    secs.sort_by(f64::total_cmp);
+    let buckets = crate::metrics::TASK_DURATION_BUCKETS;
+    let mut counts = vec![0.0; buckets.len() + 1];
+    for s in &secs {
+        let i = buckets.iter().position(|b| s <= b).unwrap_or(buckets.len());
+        counts[i] += 1.0;
     }
-    body.push_str("</div>");
-    ok_page(&f, &body)
+    let mut labels: Vec<String> = buckets
+        .iter()
+        .map(|b| format!("≤{}", human_ms((b * 1000.0) as u64)))
+        .collect();
+    labels.push("more".into());
+    let pct = |p: f64| {
+        secs.get(((secs.len() as f64 - 1.0) * p).round() as usize)
+            .map(|s| human_ms((s * 1000.0) as u64))
+            .unwrap_or_else(|| "—".into())
+    };
+    html! {
+        (spend("chart-spend", &points, n, status.spent_usd, status.goal.budget_usd, marks))
+        (bars_marked(
+            "chart-throughput",
+            &format!("Tasks completed per {} (UTC)", interval_name(step)),
+            &slots.iter().map(|t| hhmm(*t)).collect::<Vec<_>>(),
+            &[("completed".to_string(), per)],
+            Some((&slots, step, marks)),
+        ))
+        (bars(
+            "chart-duration",
+            &format!(
+                "How long completed tasks took (all attempts): p50 {}, p90 {}, {} tasks",
+                pct(0.5),
+                pct(0.9),
+                secs.len()
+            ),
+            &labels,
+            &[("tasks".to_string(), counts)],
+        ))
+    }
 }
 
 /// Steering per minute by kind over the last hour, settings changes marked.
-fn steering_chart(s: &xo_proto::control::StatsReply, n: u64, settings_marks: &[Mark]) -> String {
-    let mut body = String::new();
+fn steering_chart(s: &xo_proto::control::StatsReply, n: u64, settings_marks: &[Mark]) -> Markup {
     let first = (n - n % 60_000).saturating_sub(59 * 60_000);
     let slots: Vec<u64> = (0..60).map(|i| first + i * 60_000).collect();
     let mut kinds: Vec<String> = s
@@ -448,17 +433,16 @@ fn steering_chart(s: &xo_proto::control::StatsReply, n: u64, settings_marks: &[M
         })
         .collect();
     let labels: Vec<String> = slots.iter().map(|t| hhmm(*t)).collect();
-    body.push_str(&bars_marked(
-        "chart-steering",
-        "Steering per minute by kind, the last hour (UTC)",
-        &labels,
-        &series,
-        Some((&slots, 60_000, settings_marks)),
-    ));
-    if kinds.is_empty() {
-        body.push_str("<p class=\"empty\">No steering in the last hour.</p>");
+    html! {
+        (bars_marked(
+            "chart-steering",
+            "Steering per minute by kind, the last hour (UTC)",
+            &labels,
+            &series,
+            Some((&slots, 60_000, settings_marks)),
+        ))
+        @if kinds.is_empty() { p.empty { "No steering in the last hour." } }
     }
-    body
 }
 
 /// The audit lines read for settings changes to mark.

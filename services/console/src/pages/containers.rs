@@ -2,8 +2,6 @@
 
 use maud::html;
 
-use crate::html::post_form;
-
 use super::*;
 
 pub(crate) async fn containers(State(c): State<Shared>, Query(q): Q) -> Response {
@@ -64,9 +62,8 @@ pub(crate) async fn containers(State(c): State<Shared>, Query(q): Q) -> Response
                 }
             }
         } }
-    }
-    .into_string();
-    ok_page(&f, &body)
+    };
+    ok_page(&f, body)
 }
 
 pub(crate) async fn ui_scale(

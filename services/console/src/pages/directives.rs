@@ -48,9 +48,8 @@ pub(crate) async fn directives(State(c): State<Shared>, Query(q): Q) -> Response
             }
         } }
         @if rows.is_empty() { p.empty { "No directives." } }
-    }
-    .into_string();
-    ok_page(&f, &body)
+    };
+    ok_page(&f, body)
 }
 
 pub(crate) async fn reviews(State(c): State<Shared>, Query(q): Q) -> Response {
@@ -83,7 +82,6 @@ pub(crate) async fn reviews(State(c): State<Shared>, Query(q): Q) -> Response {
                 }
             }
         } }
-    }
-    .into_string();
-    ok_page(&f, &body)
+    };
+    ok_page(&f, body)
 }

@@ -1,6 +1,8 @@
 //! The fleet page: every unit in triage order, sortable, filtered by the
 //! count badges and the search; one row builder shared with the live script.
 
+use maud::{Markup, html};
+
 use super::*;
 
 use crate::triage::triage_key;
@@ -12,100 +14,86 @@ pub(crate) const NO_EFFECT_AFTER: u64 = 3;
 
 /// A relative age, marked `old` past `old_after_ms` (a unit not heard from
 /// in minutes, steering long ago) so it does not read as current.
-pub(crate) fn age_mark(now: u64, at: u64, old_after_ms: u64) -> String {
+pub(crate) fn age_mark(now: u64, at: u64, old_after_ms: u64) -> Markup {
     let old = at > 0 && now.saturating_sub(at) > old_after_ms;
-    format!(
-        "<small class=\"age{}\">{}</small>",
-        if old { " old" } else { "" },
-        age(now, at)
-    )
+    html! { small.age.old[old] { (age(now, at)) } }
 }
 
 /// One row of the fleet table (the live script swaps it in as it is).
-pub fn unit_row(u: &UnitSummary, now: u64) -> String {
+pub fn unit_row(u: &UnitSummary, now: u64) -> Markup {
     let h = health_name(u.health);
     let own = health_name(u.self_health);
-    let last = match u.last_steering {
-        Some((k, at)) => format!("{} {}", esc(&k.to_string()), age_mark(now, at, 10 * 60_000)),
-        None => "—".into(),
-    };
     let rank = severity(u);
-    let steered = if u.steering_sent == 0 {
-        String::new()
-    } else if u.steering_sent >= NO_EFFECT_AFTER && rank <= 1 {
-        format!(
-            "{}× <span class=\"badge red\" title=\"steered {} times and still {}: the steering is not working\">no effect</span>",
-            u.steering_sent,
-            u.steering_sent,
-            if rank == 0 { "red" } else { "amber" }
-        )
-    } else {
-        format!("{}×", u.steering_sent)
-    };
-    let health_cell = if rank == 4 {
-        format!(
-            "<span class=\"health idle\" title=\"its task or session ended and it has not reported since; its last assessment was {h}\">idle</span>"
-        )
-    } else {
-        format!("<span class=\"health {h}\">{h}</span>")
-    };
-    format!(
-        "<tr id=\"unit-{id}\" data-unit=\"{id}\" data-role=\"{role}\" data-health=\"{h}\" data-rank=\"{rank}\" data-needs=\"{needs}\" data-acked=\"{acked}\" data-steered=\"{n_steered}\" data-tsp=\"{tsp}\">\
-<td><a href=\"/units/{id}\">{id}</a></td><td>{role}</td>\
-<td>{health_cell}{own_badge}{stale}</td><td class=\"pace\">{pace}</td>\
-<td class=\"num fill\">{fill:.0}%</td><td class=\"num tsp\">{tsp}</td><td class=\"num cost\">${cost:.4}</td>\
-<td class=\"task\">{task}</td><td class=\"num steered\">{steered}</td>\
-<td class=\"steer\">{last}</td><td class=\"seen\">{seen}</td></tr>",
-        id = esc(&u.unit),
-        role = esc(&u.role),
-        n_steered = u.steering_sent,
-        acked = u8::from(u.ack.is_some()),
-        needs = u8::from(u.needs.is_some()),
-        own_badge = if u.self_health != u.health && u.self_health != xo_proto::Health::Green {
-            format!(
-                " <span class=\"badge self {own}\" title=\"the unit reported itself {own}\">self: {own}</span>{note}",
-                note = u
-                    .self_note
-                    .as_deref()
-                    .map(|n| format!(" <small class=\"note\">{}</small>", esc(n)))
-                    .unwrap_or_default()
-            )
-        } else {
-            String::new()
-        },
-        stale = if let Some(n) = &u.needs {
-            format!(
-                " <a class=\"badge red needs\" href=\"/needs\" title=\"{}\">needs you: {}</a>",
-                esc(&n.detail),
-                n.reason
-            )
-        } else if u.stale {
-            " <span class=\"badge\">stale</span>".to_string()
-        } else if u.refused_reports >= 3 {
-            " <span class=\"badge\" title=\"its reports are refused for their epoch (an earlier life, or its clock too far off) while its heartbeats arrive\">reports refused</span>".to_string()
-        } else if let (true, Some(t)) = (u.ended, u.waiting_until) {
-            format!(
-                " <span class=\"badge ended\" title=\"its provider's usage limit resets at {}: not stale, not steered until then\">waiting until {}Z</span>",
-                xo_runtime::clock::rfc3339(t),
-                xo_runtime::clock::hh_mm(t)
-            )
-        } else if u.ended {
-            " <span class=\"badge ended\">task ended</span>".to_string()
-        } else {
-            String::new()
-        } + &unreadable(u.unreadable)
-            + &acked_badge(u),
-        pace = esc(&wire(&u.pace)),
-        fill = u.context_fill * 100.0,
-        tsp = u.turns_since_progress,
-        cost = u.cost_usd,
-        task = u
-            .task_id
-            .as_deref()
-            .map(|t| format!("<a href=\"/tasks/{t}\"><code>{t}</code></a>", t = esc(t)))
-            .unwrap_or_default(),
-        seen = age_mark(now, u.last_seen, 2 * 60_000),
-    )
+    let own_differs = u.self_health != u.health && u.self_health != xo_proto::Health::Green;
+    html! {
+        tr id={ "unit-" (u.unit) } data-unit=(u.unit) data-role=(u.role) data-health=(h)
+            data-rank=(rank) data-needs=(u8::from(u.needs.is_some()))
+            data-acked=(u8::from(u.ack.is_some())) data-steered=(u.steering_sent)
+            data-tsp=(u.turns_since_progress) {
+            td { a href={ "/units/" (u.unit) } { (u.unit) } }
+            td { (u.role) }
+            td {
+                @if rank == 4 {
+                    span.health.idle title={ "its task or session ended and it has not reported since; its last assessment was " (h) } { "idle" }
+                } @else {
+                    span class={ "health " (h) } { (h) }
+                }
+                @if own_differs {
+                    " " span class={ "badge self " (own) } title={ "the unit reported itself " (own) } { "self: " (own) }
+                    @if let Some(n) = &u.self_note { " " small.note { (n) } }
+                }
+                (state_badge(u))
+                (unreadable(u.unreadable))
+                (acked_badge(u))
+            }
+            td.pace { (wire(&u.pace)) }
+            td.num.fill { (format!("{:.0}%", u.context_fill * 100.0)) }
+            td.num.tsp { (u.turns_since_progress) }
+            td.num.cost { (format!("${:.4}", u.cost_usd)) }
+            td.task { @if let Some(t) = &u.task_id { a href={ "/tasks/" (t) } { code { (t) } } } }
+            td.num.steered { (steered_cell(u, rank)) }
+            td.steer {
+                @match u.last_steering {
+                    Some((k, at)) => { (k.to_string()) " " (age_mark(now, at, 10 * 60_000)) },
+                    None => "—",
+                }
+            }
+            td.seen { (age_mark(now, u.last_seen, 2 * 60_000)) }
+        }
+    }
+}
+
+/// How often a unit was steered, and whether the steering is failing it.
+fn steered_cell(u: &UnitSummary, rank: u8) -> Markup {
+    let n = u.steering_sent;
+    html! {
+        @if n >= NO_EFFECT_AFTER && rank <= 1 {
+            (n) "× "
+            span.badge.red title={ "steered " (n) " times and still " (if rank == 0 { "red" } else { "amber" }) ": the steering is not working" } { "no effect" }
+        } @else if n > 0 {
+            (n) "×"
+        }
+    }
+}
+
+/// The one state badge of a row: needs a person, stale, reports refused,
+/// waiting out a usage limit, or its task ended.
+fn state_badge(u: &UnitSummary) -> Markup {
+    html! {
+        @if let Some(n) = &u.needs {
+            " " a.badge.red.needs href="/needs" title=(n.detail) { "needs you: " (n.reason) }
+        } @else if u.stale {
+            " " span.badge { "stale" }
+        } @else if u.refused_reports >= 3 {
+            " " span.badge title="its reports are refused for their epoch (an earlier life, or its clock too far off) while its heartbeats arrive" { "reports refused" }
+        } @else if let (true, Some(t)) = (u.ended, u.waiting_until) {
+            " " span.badge.ended title={ "its provider's usage limit resets at " (xo_runtime::clock::rfc3339(t)) ": not stale, not steered until then" } {
+                "waiting until " (xo_runtime::clock::hh_mm(t)) "Z"
+            }
+        } @else if u.ended {
+            " " span.badge.ended { "task ended" }
+        }
+    }
 }
 
 /// The fleet's sortable columns: (query key, header).
@@ -163,7 +151,7 @@ pub(crate) fn fleet_view(
     q: &BTreeMap<String, String>,
     now: u64,
     register: impl FnOnce(crate::views::View) -> Option<String>,
-) -> (String, Option<String>) {
+) -> (Markup, Option<String>) {
     let role = q.get("role").filter(|s| !s.is_empty());
     let health = q.get("health").filter(|s| !s.is_empty());
     let find = q.get("q").filter(|s| !s.is_empty());
@@ -203,10 +191,6 @@ pub(crate) fn fleet_view(
         .clamp(1, pages);
     let first = (page - 1) * per;
     let on_page = &shown[first.min(shown.len())..(first + per).min(shown.len())];
-    let mut rows = String::with_capacity(on_page.len() * 450);
-    for u in on_page {
-        rows.push_str(&unit_row(u, now));
-    }
     let view = register(crate::views::View {
         filters: crate::views::Filters {
             role: role.cloned(),
@@ -241,41 +225,10 @@ pub(crate) fn fleet_view(
         if qs.is_empty() {
             "/".to_string()
         } else {
-            esc(&format!("/?{}", qs.join("&")))
+            format!("/?{}", qs.join("&"))
         }
     };
-    let opt = |v: &str, sel: Option<&String>| {
-        format!(
-            "<option value=\"{v}\"{}>{v}</option>",
-            if sel.is_some_and(|s| s == v) {
-                " selected"
-            } else {
-                ""
-            },
-            v = esc(v)
-        )
-    };
-    let role_opts: String = roles.iter().map(|r| opt(r, role)).collect();
-    let health_opts: String = BUCKETS.iter().map(|h| opt(h, health)).collect();
     let counts = crate::triage::counts(units.iter().map(severity));
-    let count = |h: &str| {
-        BUCKETS
-            .iter()
-            .position(|b| *b == h)
-            .map_or(0, |i| counts[i])
-    };
-    let badges: String = BUCKETS
-        .iter()
-        .map(|h| {
-            let on = health.is_some_and(|x| x == h);
-            format!(
-                "<a class=\"health {h}{on}\" id=\"count-{h}\" href=\"{href}\" title=\"show only the {h} units\"><b>{n}</b> {h}</a> ",
-                on = if on { " on" } else { "" },
-                href = link(&[("health", if on { "" } else { h })]),
-                n = count(h),
-            )
-        })
-        .collect();
     // Per role: its units, how many in each bucket, what they spent; the
     // role links to its rows alone.
     let mut by_role: BTreeMap<&str, ([usize; BUCKETS.len()], f64)> = BTreeMap::new();
@@ -284,104 +237,85 @@ pub(crate) fn fleet_view(
         e.0[usize::from(severity(u)).min(BUCKETS.len() - 1)] += 1;
         e.1 += u.cost_usd;
     }
-    let rollups: String = by_role
-        .iter()
-        .map(|(r, (n, cost))| {
-            let cells: String = n
-                .iter()
-                .zip(BUCKETS)
-                .map(|(n, b)| format!("<td class=\"num {b}\">{n}</td>"))
-                .collect();
-            format!(
-                "<tr data-role=\"{r}\"><th scope=\"row\"><a href=\"{href}\">{r}</a></th><td class=\"num\">{all}</td>{cells}<td class=\"num\">${cost:.2}</td></tr>",
-                r = esc(r),
-                href = link(&[("role", r)]),
-                all = n.iter().sum::<usize>(),
-            )
-        })
-        .collect();
-    let rollup_heads: String = BUCKETS.iter().map(|b| format!("<th>{b}</th>")).collect();
-    let heads: String = FLEET_COLUMNS
-        .iter()
-        .map(|(k, title)| {
-            let current = *k == sort;
-            let next = if current && !desc { "desc" } else { "" };
-            format!(
-                "<th{aria}><a href=\"{href}\" data-sort=\"{k}\">{title}{arrow}</a></th>",
-                aria = if current {
-                    format!(
-                        " aria-sort=\"{}\"",
-                        if desc { "descending" } else { "ascending" }
-                    )
-                } else {
-                    String::new()
-                },
-                href = link(&[("sort", k), ("dir", next)]),
-                arrow = if current {
-                    if desc { " ▾" } else { " ▴" }
-                } else {
-                    ""
-                },
-            )
-        })
-        .collect();
-    let nav = if pages > 1 {
-        let to = |p: usize, text: &str, rel: &str| {
-            let n = p.to_string();
-            format!(
-                "<a href=\"{href}\" rel=\"{rel}\">{text}</a>",
-                href = link(&[("page", if p == 1 { "" } else { &n })])
-            )
-        };
-        format!(
-            "<nav class=\"pages\" aria-label=\"pages of units\" id=\"pages\">{prev} <span>rows {from}–{to_row} of {all} · page {page} of {pages}</span> {next}</nav>",
-            prev = if page > 1 {
-                to(page - 1, "‹ previous", "prev")
-            } else {
-                String::new()
-            },
-            next = if page < pages {
-                to(page + 1, "next ›", "next")
-            } else {
-                String::new()
-            },
-            from = first + 1,
-            to_row = first + on_page.len(),
-            all = shown.len(),
-        )
-    } else {
-        String::new()
+    let to_page = |p: usize| {
+        let n = p.to_string();
+        link(&[("page", if p == 1 { "" } else { &n })])
     };
-    let html = format!(
-        "<p class=\"summary\"><span id=\"unit-count\">{n}</span> units · {badges}</p>\
-<form method=\"get\" class=\"filters\"><label>Role <select name=\"role\"><option value=\"\">all</option>{role_opts}</select></label>\
-<label>Health <select name=\"health\"><option value=\"\">all</option>{health_opts}</select></label>\
-<label>Unit <input name=\"q\" value=\"{f}\" placeholder=\"name contains (any case)\"></label>\
-<input type=\"hidden\" name=\"sort\" value=\"{sort}\">{per_field}<button type=\"submit\">Filter</button></form>\
-<details class=\"roles\"{open}><summary>By role ({roles})</summary><div class=\"scroll\"><table id=\"roles\"><thead><tr><th>role</th><th>units</th>{rollup_heads}<th>cost</th></tr></thead><tbody>{rollups}</tbody></table></div></details>\
-<div class=\"scroll\"><table id=\"units\" data-live=\"fleet\" data-sort=\"{sort}\" data-page=\"{page}\" data-per=\"{per}\"{view_attr}><thead><tr>{heads}</tr></thead>\
-<tbody>{rows}</tbody></table></div>{nav}{empty}",
-        n = units.len(),
-        view_attr = view
-            .as_deref()
-            .map(|v| format!(" data-view=\"{}\"", esc(v)))
-            .unwrap_or_default(),
-        per_field = if per == PER_PAGE {
-            String::new()
-        } else {
-            format!("<input type=\"hidden\" name=\"per\" value=\"{per}\">")
-        },
-        roles = by_role.len(),
+    let markup = html! {
+        p.summary {
+            span #unit-count { (units.len()) } " units · "
+            @for (i, h) in BUCKETS.iter().enumerate() {
+                @let on = health.is_some_and(|x| x == h);
+                a class={ "health " (h) @if on { " on" } } id={ "count-" (h) }
+                    href=(link(&[("health", if on { "" } else { h })]))
+                    title={ "show only the " (h) " units" } { b { (counts[i]) } " " (h) }
+                " "
+            }
+        }
+        form method="get" class="filters" {
+            label { "Role " select name="role" {
+                option value="" { "all" }
+                @for r in &roles { option value=(r) selected[role.is_some_and(|s| s == r)] { (r) } }
+            } }
+            label { "Health " select name="health" {
+                option value="" { "all" }
+                @for h in BUCKETS { option value=(h) selected[health.is_some_and(|s| s == h)] { (h) } }
+            } }
+            label { "Unit " input name="q" value=(find.map(String::as_str).unwrap_or("")) placeholder="name contains (any case)"; }
+            input type="hidden" name="sort" value=(sort);
+            @if per != PER_PAGE { input type="hidden" name="per" value=(per); }
+            button type="submit" { "Filter" }
+        }
         // Open where there is more than one role to tell apart.
-        open = if by_role.len() > 1 { " open" } else { "" },
-        f = esc(find.map(String::as_str).unwrap_or("")),
-        empty = if shown.is_empty() {
-            "<p class=\"empty\" id=\"no-units\">No units match. Units appear here when they send their first SALUTE report (`xo report FILE`, or a runner).</p>"
-        } else {
-            ""
-        },
-    );
-    (html, view)
+        details.roles open[by_role.len() > 1] {
+            summary { "By role (" (by_role.len()) ")" }
+            div.scroll { table #roles {
+                thead { tr {
+                    th { "role" } th { "units" }
+                    @for b in BUCKETS { th { (b) } }
+                    th { "cost" }
+                } }
+                tbody {
+                    @for (r, (n, cost)) in &by_role {
+                        tr data-role=(r) {
+                            th scope="row" { a href=(link(&[("role", r)])) { (r) } }
+                            td.num { (n.iter().sum::<usize>()) }
+                            @for (n, b) in n.iter().zip(BUCKETS) { td class={ "num " (b) } { (n) } }
+                            td.num { (format!("${cost:.2}")) }
+                        }
+                    }
+                }
+            } }
+        }
+        div.scroll {
+            table #units data-live="fleet" data-sort=(sort) data-page=(page) data-per=(per) data-view=[view.as_deref()] {
+                thead { tr {
+                    @for (k, title) in FLEET_COLUMNS {
+                        @let current = k == sort;
+                        @let next = if current && !desc { "desc" } else { "" };
+                        th aria-sort=[current.then_some(if desc { "descending" } else { "ascending" })] {
+                            a href=(link(&[("sort", k), ("dir", next)])) data-sort=(k) {
+                                (title)
+                                @if current { (if desc { " ▾" } else { " ▴" }) }
+                            }
+                        }
+                    }
+                } }
+                tbody { @for u in on_page { (unit_row(u, now)) } }
+            }
+        }
+        @if pages > 1 {
+            nav.pages #pages aria-label="pages of units" {
+                @if page > 1 { a href=(to_page(page - 1)) rel="prev" { "‹ previous" } }
+                " " span { "rows " (first + 1) "–" (first + on_page.len()) " of " (shown.len()) " · page " (page) " of " (pages) } " "
+                @if page < pages { a href=(to_page(page + 1)) rel="next" { "next ›" } }
+            }
+        }
+        @if shown.is_empty() {
+            p.empty #no-units { "No units match. Units appear here when they send their first SALUTE report (`xo report FILE`, or a runner)." }
+        }
+    };
+    (markup, view)
 }
 
 /// One unit's fleet row, for the live page to swap in (the server's row
@@ -394,7 +328,7 @@ pub(crate) async fn unit_row_fragment(
         return StatusCode::BAD_REQUEST.into_response();
     }
     match c.call(&ShowUnit { unit }).await {
-        Ok(d) => Html(unit_row(&d.summary, now())).into_response(),
+        Ok(d) => Html(unit_row(&d.summary, now()).into_string()).into_response(),
         Err(e) if e.code == xo_proto::control::ErrorCode::NotFound => {
             StatusCode::NOT_FOUND.into_response()
         }
@@ -408,33 +342,34 @@ pub(crate) async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
         Ok(units) => {
             let n = now();
             let (body, _) = fleet_view(&units, &q, n, |v| c.views.register(v, n));
-            ok_page(&f, &body)
+            ok_page(&f, body)
         }
         Err(e) => down(&f, &e),
     }
 }
 
 /// An operator's acknowledgement in force: who, until when, why.
-pub(crate) fn acked_badge(u: &UnitSummary) -> String {
+pub(crate) fn acked_badge(u: &UnitSummary) -> Markup {
     let Some(a) = &u.ack else {
-        return String::new();
+        return html! {};
     };
-    format!(
-        " <span class=\"badge acked\" title=\"acknowledged by {by}: {why} (it lapses at {until}, or as soon as the unit gets worse)\">acked by {by} until {hhmm}Z</span> <small class=\"note ack-why\">{why}</small>",
-        by = esc(&a.by),
-        why = esc(&a.why),
-        until = xo_runtime::clock::rfc3339(a.until),
-        hhmm = xo_runtime::clock::hh_mm(a.until),
-    )
+    html! {
+        " " span.badge.acked title={
+            "acknowledged by " (a.by) ": " (a.why) " (it lapses at "
+            (xo_runtime::clock::rfc3339(a.until)) ", or as soon as the unit gets worse)"
+        } { "acked by " (a.by) " until " (xo_runtime::clock::hh_mm(a.until)) "Z" }
+        " " small.note.ack-why { (a.why) }
+    }
 }
 
 /// A unit whose sensor could not read some of its records: said, with what
 /// it means (its picture is incomplete: not steered on it).
-pub(crate) fn unreadable(n: u64) -> String {
-    if n == 0 {
-        return String::new();
+pub(crate) fn unreadable(n: u64) -> Markup {
+    html! {
+        @if n > 0 {
+            " " span.badge.amber.unreadable title={ "its sensor could not read " (n) " of its session's records (kinds it does not know, lines it could not parse, results naming no call): XO does not steer it on what it did; xo import --stats on the file names them" } {
+                "unreadable: " (n) " records"
+            }
+        }
     }
-    format!(
-        " <span class=\"badge amber unreadable\" title=\"its sensor could not read {n} of its session's records (kinds it does not know, lines it could not parse, results naming no call): XO does not steer it on what it did; xo import --stats on the file names them\">unreadable: {n} records</span>"
-    )
 }

@@ -4,7 +4,6 @@
 use maud::html;
 
 use super::*;
-use crate::html::post_form;
 
 pub(crate) async fn knowledge(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Knowledge", "/knowledge", &q);
@@ -88,9 +87,8 @@ pub(crate) async fn knowledge(State(c): State<Shared>, Query(q): Q) -> Response 
                 }
             }
         }
-    }
-    .into_string();
-    ok_page(&f, &body)
+    };
+    ok_page(&f, body)
 }
 
 /// One knowledge document, readable: status, rules, examples, rationale,
@@ -131,9 +129,8 @@ pub(crate) async fn knowledge_doc(
                 }
             }
         }
-    }
-    .into_string();
-    ok_page(&f, &body)
+    };
+    ok_page(&f, body)
 }
 
 pub(crate) async fn ui_deprecate(

@@ -40,7 +40,7 @@ pub fn login_form(
             }
         }
     };
-    crate::html::page_plain("Log in", &body.into_string())
+    crate::html::page_plain("Log in", body)
 }
 
 pub(crate) async fn login_page(State(c): State<Shared>, Query(q): Q) -> Response {

@@ -27,7 +27,7 @@ use xo_proto::settings::{GetSettings, PutSettings, SettingsView};
 use maud::html;
 
 use crate::Shared;
-use crate::html::{Frame, action, age, esc, health_name, page, wire};
+use crate::html::{Frame, age, health_name, page, post_form, wire};
 
 mod audit;
 mod charts;
@@ -146,7 +146,7 @@ fn frame<'a>(
     }
 }
 
-fn ok_page(f: &Frame<'_>, body: &str) -> Response {
+fn ok_page(f: &Frame<'_>, body: maud::Markup) -> Response {
     Html(page(f, body)).into_response()
 }
 
@@ -155,7 +155,7 @@ fn ok_page(f: &Frame<'_>, body: &str) -> Response {
 fn bad_request(f: &Frame<'_>, why: &str) -> Response {
     (
         StatusCode::BAD_REQUEST,
-        Html(page(f, &html! { p.flash.error { (why) } }.into_string())),
+        Html(page(f, html! { p.flash.error { (why) } })),
     )
         .into_response()
 }
@@ -163,15 +163,14 @@ fn bad_request(f: &Frame<'_>, why: &str) -> Response {
 fn down(f: &Frame<'_>, e: &ServiceError) -> Response {
     let body = html! {
         div.down role="alert" { h2 { "Not available" } p { (e.message) } }
-    }
-    .into_string();
+    };
     let status = crate::api::status_of(e.code);
     let status = if status == StatusCode::INTERNAL_SERVER_ERROR {
         StatusCode::BAD_GATEWAY
     } else {
         status
     };
-    (status, Html(page(f, &body))).into_response()
+    (status, Html(page(f, body))).into_response()
 }
 
 fn now() -> u64 {
@@ -239,10 +238,7 @@ fn unreadable_form(status: StatusCode) -> Response {
     };
     let body = crate::html::page_plain(
         "Not sent",
-        &format!(
-            "<p class=\"flash error\" id=\"unreadable-form\">{}</p>",
-            esc(&why)
-        ),
+        html! { p.flash.error #unreadable-form { (why) } },
     );
     (status, Html(body)).into_response()
 }

@@ -35,10 +35,10 @@ fn answer(u: &UnitSummary, n: &xo_proto::NeedsYou) -> Markup {
     }
 }
 
-pub fn needs_body(units: &[UnitSummary], now: u64) -> String {
+pub fn needs_body(units: &[UnitSummary], now: u64) -> Markup {
     let list = needing(units);
     if list.is_empty() {
-        return html! { p.empty #no-needs { "No unit needs you." } }.into_string();
+        return html! { p.empty #no-needs { "No unit needs you." } };
     }
     let one = list.len() == 1;
     html! {
@@ -69,13 +69,12 @@ pub fn needs_body(units: &[UnitSummary], now: u64) -> String {
             }
         }
     }
-    .into_string()
 }
 
 pub(crate) async fn needs(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Needs you", "/needs", &q);
     match c.units().await {
-        Ok(units) => ok_page(&f, &needs_body(&units, now())),
+        Ok(units) => ok_page(&f, needs_body(&units, now())),
         Err(e) => down(&f, &e),
     }
 }

@@ -1,5 +1,7 @@
 //! The queue page: status, goal, budget, tasks, and the set-up forms.
 
+use maud::{Markup, html};
+
 use super::*;
 
 pub(crate) async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
@@ -9,7 +11,6 @@ pub(crate) async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
         (Ok(s), Ok(t)) => (s, t),
         (Err(e), _) | (_, Err(e)) => return down(&f, &e),
     };
-    let run = wire(&status.status);
     // Only the controls the state allows.
     use xo_proto::queue::{ExecutionMode, RunStatus};
     let (running, halted) = (
@@ -18,111 +19,85 @@ pub(crate) async fn queue(State(c): State<Shared>, Query(q): Q) -> Response {
     );
     let manual = status.mode == ExecutionMode::Manual;
     let fresh = status.halt_reason.is_none();
-    let mut body = String::new();
-    if q.get("confirm").is_some_and(|v| v == "start-over") && !f.read_only {
-        body.push_str(&start_over_confirm(&f, &status, &tasks, &q));
-    }
-    if let Some(stuck) = &status.stuck {
-        body.push_str(&format!(
-            "<p class=\"flash error\" id=\"stuck\" role=\"alert\">Stuck: {}</p>",
-            esc(stuck)
-        ));
-    }
-    let spend = if status.goal.budget_usd > 0.0 {
-        format!(
-            " · spent <b id=\"goal-spent\">${:.2}</b> of ${:.2} ({:.0}%)",
-            status.spent_usd,
-            status.goal.budget_usd,
-            100.0 * status.spent_usd / status.goal.budget_usd
-        )
-    } else {
-        format!(
-            " · spent <b id=\"goal-spent\">${:.2}</b> (no budget)",
-            status.spent_usd
-        )
+    let goal = &status.goal;
+    let body = html! {
+        @if q.get("confirm").is_some_and(|v| v == "start-over") && !f.read_only {
+            (start_over_confirm(&f, &status, &tasks, &q))
+        }
+        @if let Some(stuck) = &status.stuck {
+            p.flash.error #stuck role="alert" { "Stuck: " (stuck) }
+        }
+        section.status {
+            p {
+                "Status " b #queue-status { (wire(&status.status)) }
+                @if let Some(r) = &status.halt_reason { " " span.reason { "(" (r) ")" } }
+                " · mode " b { (wire(&status.mode)) } " · iteration " (status.iteration)
+            }
+            p {
+                "Goal: "
+                @if goal.description.is_empty() { i { "none set" } } @else { (goal.description) }
+                " · spent " b #goal-spent { (format!("${:.2}", status.spent_usd)) }
+                @if goal.budget_usd > 0.0 {
+                    (format!(" of ${:.2} ({:.0}%)", goal.budget_usd, 100.0 * status.spent_usd / goal.budget_usd))
+                } @else {
+                    " (no budget)"
+                }
+            }
+            div.actions {
+                @if halted && fresh { (post_form(&f, "/ui/queue/start", html! {}, "Start", "")) }
+                @if manual && (running || halted) { (post_form(&f, "/ui/queue/step", html! {}, "Step", "")) }
+                @if running {
+                    (post_form(&f, "/ui/queue/halt", html! { input name="reason" placeholder="reason"; }, "Halt", "danger"))
+                }
+                @if halted && !fresh { (post_form(&f, "/ui/queue/resume", html! {}, "Resume", "")) }
+            }
+        }
+        (setup_forms(&f, &status, tasks.is_empty(), &q))
+        @for (state, title) in [
+            (TaskState::AwaitingResponse, "Awaiting an answer"),
+            (TaskState::Blocked, "Blocked"),
+            (TaskState::Running, "Running"),
+            (TaskState::Pending, "Pending"),
+            (TaskState::Completed, "Completed"),
+            (TaskState::Cancelled, "Cancelled"),
+        ] {
+            @let rows: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == state).collect();
+            section.tasks id={ "tasks-" (state.as_str()) } {
+                h2 { (title) " " small { (rows.len()) } }
+                @if !rows.is_empty() {
+                    div.scroll { table {
+                        thead { tr {
+                            th { "Task" } th { "Role" } th { "Intent" } th { "Attempt" } th { "Detail" } th {}
+                        } }
+                        tbody { @for t in rows { (task_row(&f, t)) } }
+                    } }
+                }
+            }
+        }
     };
-    body.push_str(&format!(
-        "<section class=\"status\"><p>Status <b id=\"queue-status\">{run}</b>{reason} · mode <b>{mode}</b> · iteration {it}</p><p>Goal: {goal}{spend}</p><div class=\"actions\">{start}{step}{halt}{resume}</div></section>",
-        reason = status
-            .halt_reason
-            .as_ref()
-            .map(|r| format!(" <span class=\"reason\">({})</span>", esc(r)))
-            .unwrap_or_default(),
-        mode = esc(&wire(&status.mode)),
-        it = status.iteration,
-        goal = if status.goal.description.is_empty() {
-            "<i>none set</i>".to_string()
-        } else {
-            esc(&status.goal.description)
-        },
-        start = if halted && fresh {
-            action(&f, "/ui/queue/start", "", "Start", "")
-        } else {
-            String::new()
-        },
-        step = if manual && (running || halted) {
-            action(&f, "/ui/queue/step", "", "Step", "")
-        } else {
-            String::new()
-        },
-        halt = if running {
-            action(
-                &f,
-                "/ui/queue/halt",
-                "<input name=\"reason\" placeholder=\"reason\">",
-                "Halt",
-                "danger",
-            )
-        } else {
-            String::new()
-        },
-        resume = if halted && !fresh {
-            action(&f, "/ui/queue/resume", "", "Resume", "")
-        } else {
-            String::new()
-        },
-    ));
-    body.push_str(&setup_forms(&f, &status, tasks.is_empty(), &q));
-    for (state, title) in [
-        (TaskState::AwaitingResponse, "Awaiting an answer"),
-        (TaskState::Blocked, "Blocked"),
-        (TaskState::Running, "Running"),
-        (TaskState::Pending, "Pending"),
-        (TaskState::Completed, "Completed"),
-        (TaskState::Cancelled, "Cancelled"),
-    ] {
-        let rows: Vec<&TaskRecord> = tasks.iter().filter(|t| t.state == state).collect();
-        body.push_str(&format!(
-            "<section class=\"tasks\" id=\"tasks-{s}\"><h2>{title} <small>{n}</small></h2>",
-            s = state.as_str(),
-            n = rows.len()
-        ));
-        if rows.is_empty() {
-            body.push_str("</section>");
-            continue;
+    ok_page(&f, body)
+}
+
+/// One task's row in the queue's tables.
+fn task_row(f: &Frame<'_>, t: &TaskRecord) -> Markup {
+    let detail = t
+        .question
+        .as_ref()
+        .map(|q| format!("asks: {q}"))
+        .or_else(|| t.reason.clone())
+        .or_else(|| t.answer.as_ref().map(|a| format!("answered: {a}")))
+        .unwrap_or_default();
+    let id = &t.task.task_id;
+    html! {
+        tr id={ "task-" (id) } {
+            td { a href={ "/tasks/" (id) } { code { (id) } } }
+            td { (t.task.role) }
+            td { (t.task.intent) }
+            td.num { (t.attempt) }
+            td { (detail) }
+            td.actions { (task_actions(f, t)) }
         }
-        body.push_str("<div class=\"scroll\"><table><thead><tr><th>Task</th><th>Role</th><th>Intent</th><th>Attempt</th><th>Detail</th><th></th></tr></thead><tbody>");
-        for t in rows {
-            let detail = t
-                .question
-                .as_ref()
-                .map(|q| format!("asks: {q}"))
-                .or_else(|| t.reason.clone())
-                .or_else(|| t.answer.as_ref().map(|a| format!("answered: {a}")))
-                .unwrap_or_default();
-            body.push_str(&format!(
-                "<tr id=\"task-{id}\"><td><a href=\"/tasks/{id}\"><code>{id}</code></a></td><td>{role}</td><td>{intent}</td><td class=\"num\">{att}</td><td>{detail}</td><td class=\"actions\">{acts}</td></tr>",
-                id = esc(&t.task.task_id),
-                role = esc(&t.task.role),
-                intent = esc(&t.task.intent),
-                att = t.attempt,
-                detail = esc(&detail),
-                acts = task_actions(&f, t),
-            ));
-        }
-        body.push_str("</tbody></table></div></section>");
     }
-    ok_page(&f, &body)
 }
 
 /// "Start over" asks first, naming what is lost: the goal and every task
@@ -132,17 +107,12 @@ fn start_over_confirm(
     status: &xo_proto::queue::QueueStatus,
     tasks: &[xo_proto::queue::TaskRecord],
     q: &BTreeMap<String, String>,
-) -> String {
+) -> Markup {
     let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
     for t in tasks {
         *by_state.entry(t.state.as_str()).or_default() += 1;
     }
     let states: Vec<String> = by_state.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    let goal = if status.goal.description.is_empty() {
-        "no goal".to_string()
-    } else {
-        format!("the goal “{}”", esc(&status.goal.description))
-    };
     let tasks_lost = if tasks.is_empty() {
         "no task".to_string()
     } else if tasks.len() == 1 {
@@ -151,20 +121,23 @@ fn start_over_confirm(
         format!("all {} tasks ({})", tasks.len(), states.join(", "))
     };
     let keep = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
-    format!(
-        "<section class=\"confirm\" id=\"confirm\"><p><b>Start over?</b> This drops {goal} and {tasks_lost}, with their results; running agents are stopped. The audit log keeps its lines.</p>{yes} <a href=\"/queue\">Keep them</a></section>",
-        yes = action(
-            f,
-            "/ui/queue/init",
-            &format!(
-                "<input type=\"hidden\" name=\"force\" value=\"on\"><input type=\"hidden\" name=\"confirm\" value=\"yes\"><input type=\"hidden\" name=\"mode\" value=\"{}\"><input type=\"hidden\" name=\"manager\" value=\"{}\">",
-                esc(keep("mode")),
-                esc(keep("manager"))
-            ),
-            "Yes, start over",
-            "danger"
-        ),
-    )
+    let fields = html! {
+        input type="hidden" name="force" value="on";
+        input type="hidden" name="confirm" value="yes";
+        input type="hidden" name="mode" value=(keep("mode"));
+        input type="hidden" name="manager" value=(keep("manager"));
+    };
+    html! {
+        section.confirm #confirm {
+            p {
+                b { "Start over?" } " This drops "
+                @if status.goal.description.is_empty() { "no goal" } @else { "the goal “" (status.goal.description) "”" }
+                " and " (tasks_lost) ", with their results; running agents are stopped. The audit log keeps its lines."
+            }
+            (post_form(f, "/ui/queue/init", fields, "Yes, start over", "danger"))
+            " " a href="/queue" { "Keep them" }
+        }
+    }
 }
 
 /// Seed 004: everything from the web. Initialise the queue, set the goal
@@ -177,84 +150,51 @@ pub(crate) fn setup_forms(
     status: &xo_proto::queue::QueueStatus,
     no_tasks: bool,
     q: &BTreeMap<String, String>,
-) -> String {
+) -> Markup {
     if f.read_only {
-        return String::new();
+        return html! {};
     }
     let kept = |k: &str| q.get(&format!("{KEEP}{k}")).map(String::as_str);
-    let typed = |k: &str, default: &str| esc(kept(k).unwrap_or(default));
+    let typed = |k: &str, default: &'static str| kept(k).unwrap_or(default).to_string();
     let refused = kept("task_id").is_some();
     let fresh = status.goal.description.is_empty() || no_tasks || refused;
-    let open = if fresh { " open" } else { "" };
-    let init = action(
-        f,
-        "/ui/queue/init",
-        "<label>mode <select name=\"mode\"><option>AUTO</option><option>MANUAL</option></select></label>\
-         <label class=\"check\"><input type=\"checkbox\" name=\"manager\"> a Manager after each task</label>\
-         <label class=\"check\"><input type=\"checkbox\" name=\"force\"> start over (drops every task)</label>",
-        "Initialise",
-        "",
-    );
-    let goal = action(
-        f,
-        "/ui/queue/goal",
-        &format!(
-            "<input name=\"description\" placeholder=\"what the fleet should achieve\" required size=\"48\" value=\"{d}\">\
-             <input name=\"project\" placeholder=\"project\" size=\"12\" value=\"{p}\">\
-             <input name=\"budget_usd\" placeholder=\"budget USD (0: default)\" inputmode=\"decimal\" size=\"10\">\
-             <label class=\"check\"><input type=\"checkbox\" name=\"completed\"> met once the queue is empty</label>",
-            d = esc(&status.goal.description),
-            p = esc(status.goal.project_id.as_deref().unwrap_or("")),
-        ),
-        "Set goal",
-        "",
-    );
-    let options = |all: &[&str], chosen: Option<&str>| -> String {
-        all.iter()
-            .map(|o| {
-                format!(
-                    "<option{}>{o}</option>",
-                    if chosen == Some(*o) { " selected" } else { "" }
-                )
-            })
-            .collect()
+    let init = html! {
+        label { "mode " select name="mode" { option { "AUTO" } option { "MANUAL" } } }
+        label.check { input type="checkbox" name="manager"; " a Manager after each task" }
+        label.check { input type="checkbox" name="force"; " start over (drops every task)" }
     };
-    let lanes = options(
-        &["functional", "planned", "cleanup", "critical"],
-        kept("lane"),
-    );
-    let profiles = options(&["standard", "long", "extended"], kept("timeout_profile"));
-    let enqueue = action(
-        f,
-        "/ui/queue/enqueue",
-        &format!(
-            "{note}<input name=\"task_id\" placeholder=\"task id\" aria-label=\"task id\" required size=\"10\" value=\"{id}\">\
-             <input name=\"role\" placeholder=\"role\" aria-label=\"role\" value=\"{role}\" size=\"8\">\
-             <input name=\"intent\" placeholder=\"intent (one line)\" aria-label=\"intent\" required size=\"28\" value=\"{intent}\">\
-             <textarea name=\"instructions\" placeholder=\"instructions\" aria-label=\"instructions\" rows=\"2\" required>{instructions}</textarea>\
-             <textarea name=\"criteria\" placeholder=\"acceptance criteria, one per line (file exists: PATH, file contains: PATH :: TEXT, command succeeds: CMD, …)\" aria-label=\"acceptance criteria\" rows=\"2\">{criteria}</textarea>\
-             <label>lane <select name=\"lane\">{lanes}</select></label>\
-             <label>timeout <select name=\"timeout_profile\">{profiles}</select></label>\
-             <input name=\"project\" placeholder=\"project (the goal's)\" aria-label=\"project\" size=\"12\" value=\"{project}\">",
-            note = if refused {
-                "<p class=\"flash ok\" id=\"enqueue-kept\">What you typed is back in the form; nothing was enqueued.</p>"
-            } else {
-                ""
-            },
-            id = typed("task_id", ""),
-            role = typed("role", "coder"),
-            intent = typed("intent", ""),
-            instructions = typed("instructions", ""),
-            criteria = typed("criteria", ""),
-            project = typed("project", ""),
-        ),
-        "Enqueue",
-        "",
-    );
-    format!(
-        "<details id=\"setup\"{open}><summary>Set up: initialise, goal, enqueue a task</summary>\
-         <div class=\"setup\"><h3>Initialise</h3>{init}<h3>Goal</h3>{goal}<h3>Enqueue a task</h3>{enqueue}</div></details>"
-    )
+    let goal = html! {
+        input name="description" placeholder="what the fleet should achieve" required size="48" value=(status.goal.description);
+        input name="project" placeholder="project" size="12" value=(status.goal.project_id.as_deref().unwrap_or(""));
+        input name="budget_usd" placeholder="budget USD (0: default)" inputmode="decimal" size="10";
+        label.check { input type="checkbox" name="completed"; " met once the queue is empty" }
+    };
+    let options = |all: &[&str], chosen: Option<&str>| {
+        html! { @for o in all { option selected[chosen == Some(*o)] { (o) } } }
+    };
+    let enqueue = html! {
+        @if refused {
+            p.flash.ok #enqueue-kept { "What you typed is back in the form; nothing was enqueued." }
+        }
+        input name="task_id" placeholder="task id" aria-label="task id" required size="10" value=(typed("task_id", ""));
+        input name="role" placeholder="role" aria-label="role" value=(typed("role", "coder")) size="8";
+        input name="intent" placeholder="intent (one line)" aria-label="intent" required size="28" value=(typed("intent", ""));
+        textarea name="instructions" placeholder="instructions" aria-label="instructions" rows="2" required { (typed("instructions", "")) }
+        textarea name="criteria" placeholder="acceptance criteria, one per line (file exists: PATH, file contains: PATH :: TEXT, command succeeds: CMD, …)" aria-label="acceptance criteria" rows="2" { (typed("criteria", "")) }
+        label { "lane " select name="lane" { (options(&["functional", "planned", "cleanup", "critical"], kept("lane"))) } }
+        label { "timeout " select name="timeout_profile" { (options(&["standard", "long", "extended"], kept("timeout_profile"))) } }
+        input name="project" placeholder="project (the goal's)" aria-label="project" size="12" value=(typed("project", ""));
+    };
+    html! {
+        details #setup open[fresh] {
+            summary { "Set up: initialise, goal, enqueue a task" }
+            div.setup {
+                h3 { "Initialise" } (post_form(f, "/ui/queue/init", init, "Initialise", ""))
+                h3 { "Goal" } (post_form(f, "/ui/queue/goal", goal, "Set goal", ""))
+                h3 { "Enqueue a task" } (post_form(f, "/ui/queue/enqueue", enqueue, "Enqueue", ""))
+            }
+        }
+    }
 }
 
 /// The queue's set-up requests from the page's forms; an error names the

@@ -1,6 +1,8 @@
 //! The settings page: every key with its default and source, typed
 //! per-field, previewed, saved.
 
+use maud::{Markup, html};
+
 use super::*;
 
 /// Milliseconds in the largest unit that divides them: `1800000` → `30m`.
@@ -34,7 +36,7 @@ pub(crate) fn setting_row(
     help: &str,
     choices: &[String],
     edits: &FormChange,
-) -> String {
+) -> Markup {
     let set = v.settings.values.get(key);
     // A refused field shows what was typed, and why it was refused.
     let error = edits.errors.get(key);
@@ -44,133 +46,81 @@ pub(crate) fn setting_row(
         .cloned()
         .unwrap_or(Value::Null);
     let source = if edits.set.contains_key(key) || error.is_some() {
-        "<span class=\"src edited\">edited, not saved</span>".to_string()
+        html! { span.src.edited { "edited, not saved" } }
     } else if set.is_some() {
-        format!(
-            "<span class=\"src set\">settings v{}</span>",
-            v.settings.version
-        )
+        html! { span.src.set { "settings v" (v.settings.version) } }
     } else if v.defaults.contains_key(key) {
-        "<span class=\"src\">xo.toml</span>".to_string()
+        html! { span.src { "xo.toml" } }
     } else if default_of(v, key).is_some() {
-        "<span class=\"src\">the default role's</span>".to_string()
+        html! { span.src { "the default role's" } }
     } else {
-        "<span class=\"src\">not set</span>".to_string()
+        html! { span.src { "not set" } }
     };
     let name = format!("set:{key}");
     // The control is labelled by its key (a list's boxes by their names).
     let control = format!("input-{}", field_id(key));
-    let disabled = if f.read_only {
-        format!(" disabled id=\"{control}\"")
-    } else {
-        format!(" id=\"{control}\"")
+    let ro = f.read_only;
+    let as_text = |value: &Value| match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
     };
     let editor = match kind {
-        "bool" => format!(
-            "<input type=\"hidden\" name=\"{n}\" value=\"false\"><input type=\"checkbox\" name=\"{n}\" value=\"true\"{c}{disabled}>",
-            n = esc(&name),
-            c = if value.as_bool().unwrap_or(false) {
-                " checked"
-            } else {
-                ""
+        "bool" => html! {
+            input type="hidden" name=(name) value="false";
+            input type="checkbox" name=(name) value="true" checked[value.as_bool().unwrap_or(false)] disabled[ro] id=(control);
+        },
+        "template" => html! {
+            textarea name=(name) rows="4" data-key=(key) disabled[ro] id=(control) {
+                (typed.map_or(value.as_str().unwrap_or(""), String::as_str))
             }
-        ),
-        "template" => format!(
-            "<textarea name=\"{n}\" rows=\"4\" data-key=\"{k}\"{disabled}>{t}</textarea>",
-            n = esc(&name),
-            k = esc(key),
-            t = esc(typed.map_or(value.as_str().unwrap_or(""), String::as_str))
-        ),
-        "choice" => {
-            let opts: String = choices
-                .iter()
-                .map(|ch| {
-                    format!(
-                        "<option{}>{}</option>",
-                        if value.as_str() == Some(ch) {
-                            " selected"
-                        } else {
-                            ""
-                        },
-                        esc(ch)
-                    )
-                })
-                .collect();
-            format!("<select name=\"{}\"{disabled}>{opts}</select>", esc(&name))
-        }
+        },
+        "choice" => html! {
+            select name=(name) disabled[ro] id=(control) {
+                @for ch in choices { option selected[value.as_str() == Some(ch)] { (ch) } }
+            }
+        },
         "list" => {
-            let on: Vec<String> = value
+            let on: Vec<&str> = value
                 .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(str::to_string))
-                        .collect()
-                })
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
-            let mut s = format!(
-                "<input type=\"hidden\" name=\"list:{}\" value=\"\">",
-                esc(key)
-            );
-            for ch in choices {
-                s.push_str(&format!(
-                    "<label class=\"check\"><input type=\"checkbox\" name=\"list:{k}\" value=\"{c}\"{on}{off}> {c}</label>",
-                    k = esc(key),
-                    c = esc(ch),
-                    on = if on.contains(ch) { " checked" } else { "" },
-                    off = if f.read_only { " disabled" } else { "" }
-                ));
+            html! {
+                input type="hidden" name={ "list:" (key) } value="";
+                @for ch in choices {
+                    label.check {
+                        input type="checkbox" name={ "list:" (key) } value=(ch) checked[on.contains(&ch.as_str())] disabled[ro];
+                        " " (ch)
+                    }
+                }
             }
-            s
         }
         // Durations read and typed in human units (`30m`, `2h`, `1500ms`).
-        _ if key.ends_with("_ms") => format!(
-            "<input name=\"{n}\" value=\"{val}\" data-kind=\"duration\" placeholder=\"e.g. 30m, 2h, 90s\"{disabled}>",
-            n = esc(&name),
-            val = esc(&typed
-                .cloned()
-                .unwrap_or_else(|| value.as_u64().map(human_ms).unwrap_or_default())),
-        ),
-        _ => format!(
-            "<input name=\"{n}\" value=\"{val}\" data-kind=\"{kind}\"{disabled}>",
-            n = esc(&name),
-            val = esc(&typed.cloned().unwrap_or_else(|| match &value {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            }))
-        ),
-    };
-    let reset = if (set.is_some() || edits.unset.iter().any(|u| u == key)) && !f.read_only {
-        format!(
-            "<label class=\"check\"><input type=\"checkbox\" name=\"unset\" value=\"{}\"{}> back to xo.toml</label>",
-            esc(key),
-            if edits.unset.iter().any(|u| u == key) {
-                " checked"
-            } else {
-                ""
-            }
-        )
-    } else {
-        String::new()
-    };
-    let (class, why) = match error {
-        Some(e) => (
-            " invalid",
-            format!("<p class=\"field-error\" role=\"alert\">{}</p>", esc(e)),
-        ),
-        None => ("", String::new()),
-    };
-    format!(
-        "<div class=\"setting{class}\" data-setting=\"{k}\" id=\"field-{id}\"><div class=\"key\">{label} {source}<small>{help}</small></div><div class=\"editor\">{editor}{reset}{why}</div></div>",
-        k = esc(key),
-        label = if kind == "list" {
-            format!("<code>{}</code>", esc(key))
-        } else {
-            format!("<label for=\"{control}\"><code>{}</code></label>", esc(key))
+        _ if key.ends_with("_ms") => html! {
+            input name=(name)
+                value=(typed.cloned().unwrap_or_else(|| value.as_u64().map(human_ms).unwrap_or_default()))
+                data-kind="duration" placeholder="e.g. 30m, 2h, 90s" disabled[ro] id=(control);
         },
-        id = field_id(key),
-        help = esc(help),
-    )
+        _ => html! {
+            input name=(name) value=(typed.cloned().unwrap_or_else(|| as_text(&value))) data-kind=(kind) disabled[ro] id=(control);
+        },
+    };
+    let unsetting = edits.unset.iter().any(|u| u == key);
+    html! {
+        div class={ "setting" @if error.is_some() { " invalid" } } data-setting=(key) id={ "field-" (field_id(key)) } {
+            div.key {
+                @if kind == "list" { code { (key) } } @else { label for=(control) { code { (key) } } }
+                " " (source) small { (help) }
+            }
+            div.editor {
+                (editor)
+                @if (set.is_some() || unsetting) && !ro {
+                    label.check { input type="checkbox" name="unset" value=(key) checked[unsetting]; " back to xo.toml" }
+                }
+                @if let Some(e) = error { p.field-error role="alert" { (e) } }
+            }
+        }
+    }
 }
 
 /// The sample task of the preview.
@@ -230,162 +180,139 @@ pub(crate) fn settings_body(
     v: &SettingsView,
     project: &str,
     roles: &[String],
-    extra: &str,
+    extra: Markup,
     edits: &FormChange,
-) -> String {
+) -> Markup {
     let key_of = |k: &str| v.keys.iter().find(|x| x.key == k);
     let row = |key: &str, pattern: &str| {
-        key_of(pattern)
-            .map(|k| setting_row(f, v, key, &k.kind, &k.help, &k.choices, edits))
-            .unwrap_or_default()
+        key_of(pattern).map(|k| setting_row(f, v, key, &k.kind, &k.help, &k.choices, edits))
     };
-    let mut body = format!(
-        "<p class=\"summary\">Settings version <b id=\"settings-version\">{ver}</b>{by}. Values set here win over <code>xo.toml</code> and apply from the next task and the next report, without a restart; every change is a <code>SETTINGS_CHANGED</code> line in the audit.</p>{extra}\
-{open}",
-        ver = v.settings.version,
-        by = if v.settings.updated_by.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " (by {}, {})",
-                esc(&v.settings.updated_by),
-                age(now(), v.settings.updated_at)
-            )
-        },
-        // Read-only: the values, and no form to send.
-        open = if f.read_only {
-            "<div class=\"settings\" id=\"settings-form\">".to_string()
-        } else {
-            format!(
-                "<form method=\"post\" action=\"/ui/settings\" id=\"settings-form\" class=\"settings\"><input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"base_version\" value=\"{}\"><input type=\"hidden\" name=\"project\" value=\"{}\">",
-                esc(&f.csrf),
-                v.settings.version,
-                esc(project)
-            )
-        },
-    );
-    let mut per_role = String::new();
-    for r in roles {
-        // A role with a refused field opens, so its error is seen.
-        let open = edits
-            .errors
-            .keys()
-            .any(|k| k.starts_with(&format!("roles.{r}.")));
-        per_role.push_str(&format!(
-            "<details{}><summary>Role <b>{}</b>: radio rules and thresholds</summary>",
-            if open { " open" } else { "" },
-            esc(r)
-        ));
-        for k in v.keys.iter().filter(|k| k.key.starts_with("roles.<role>.")) {
-            per_role.push_str(&setting_row(
-                f,
-                v,
-                &k.key.replace("<role>", r),
-                &k.kind,
-                &k.help,
-                &k.choices,
-                edits,
-            ));
-        }
-        per_role.push_str("</details>");
-    }
-    // Every settable key has its field: those of a section in its
-    // section, any other under "Other settings".
-    let mut shown: Vec<&str> = Vec::new();
-    let mut section = |body: &mut String, legend: &str, keys: &[&'static str], more: &str| {
-        body.push_str(&format!("<fieldset><legend>{legend}</legend>"));
-        for pattern in keys {
-            shown.push(pattern);
-            if pattern.contains("<role>") {
-                for r in roles {
-                    body.push_str(&row(&pattern.replace("<role>", r), pattern));
+    let per_role = html! {
+        @for r in roles {
+            // A role with a refused field opens, so its error is seen.
+            @let open = edits.errors.keys().any(|k| k.starts_with(&format!("roles.{r}.")));
+            details open[open] {
+                summary { "Role " b { (r) } ": radio rules and thresholds" }
+                @for k in v.keys.iter().filter(|k| k.key.starts_with("roles.<role>.")) {
+                    (setting_row(f, v, &k.key.replace("<role>", r), &k.kind, &k.help, &k.choices, edits))
                 }
-            } else {
-                body.push_str(&row(&pattern.replace("<project>", project), pattern));
             }
         }
-        body.push_str(more);
-        body.push_str("</fieldset>");
     };
-    section(
-        &mut body,
-        "Prompt templates",
-        &[
-            "runner.global_template",
-            "projects.<project>.input_template",
-            "runner.output_template",
-            "projects.<project>.output_template",
-            "runner.role_templates.<role>",
-        ],
-        "",
-    );
-    section(
-        &mut body,
-        "The project's rules",
-        &[
-            "projects.<project>.timeout_profile",
-            "projects.<project>.allow_raw_output",
-            "projects.<project>.fail_on_violation",
-        ],
-        "",
-    );
-    section(&mut body, "Supervision", &["supervisor.enabled"], &per_role);
-    section(
-        &mut body,
-        "Validation and retries",
-        &[
-            "runner.fail_on_violation",
-            "runner.helper_agent",
-            "runner.max_retries",
-        ],
-        "",
-    );
-    section(
-        &mut body,
-        "Timeouts and restarts",
-        &[
-            "runner.timeout_default_ms",
-            "runner.timeouts.standard_ms",
-            "runner.timeouts.long_ms",
-            "runner.timeouts.extended_ms",
-            "runner.restart_mode",
-        ],
-        "",
-    );
-    section(
-        &mut body,
-        "Review supervisors",
-        &[
-            "review.enabled",
-            "review.model.model",
-            "review.model.base_url",
-            "review.daily_budget_usd",
-            "review.project_budget_usd",
-        ],
-        "",
-    );
+    // Every settable key has its field: those of a section in its
+    // section, any other under "Other settings".
+    let sections: [(&str, &[&str]); 6] = [
+        (
+            "Prompt templates",
+            &[
+                "runner.global_template",
+                "projects.<project>.input_template",
+                "runner.output_template",
+                "projects.<project>.output_template",
+                "runner.role_templates.<role>",
+            ],
+        ),
+        (
+            "The project's rules",
+            &[
+                "projects.<project>.timeout_profile",
+                "projects.<project>.allow_raw_output",
+                "projects.<project>.fail_on_violation",
+            ],
+        ),
+        ("Supervision", &["supervisor.enabled"]),
+        (
+            "Validation and retries",
+            &[
+                "runner.fail_on_violation",
+                "runner.helper_agent",
+                "runner.max_retries",
+            ],
+        ),
+        (
+            "Timeouts and restarts",
+            &[
+                "runner.timeout_default_ms",
+                "runner.timeouts.standard_ms",
+                "runner.timeouts.long_ms",
+                "runner.timeouts.extended_ms",
+                "runner.restart_mode",
+            ],
+        ),
+        (
+            "Review supervisors",
+            &[
+                "review.enabled",
+                "review.model.model",
+                "review.model.base_url",
+                "review.daily_budget_usd",
+                "review.project_budget_usd",
+            ],
+        ),
+    ];
+    let shown: Vec<&str> = sections
+        .iter()
+        .flat_map(|(_, keys)| keys.iter().copied())
+        .collect();
     let other: Vec<&str> = v
         .keys
         .iter()
         .map(|k| k.key.as_str())
         .filter(|k| !k.starts_with("roles.<role>.") && !shown.contains(k))
         .collect();
-    if !other.is_empty() {
-        body.push_str("<fieldset><legend>Other settings</legend>");
-        for pattern in other {
-            body.push_str(&row(&pattern.replace("<project>", project), pattern));
+    let fields = html! {
+        @for (legend, keys) in sections {
+            fieldset {
+                legend { (legend) }
+                @for pattern in keys {
+                    @if pattern.contains("<role>") {
+                        @for r in roles { (row(&pattern.replace("<role>", r), pattern).unwrap_or_default()) }
+                    } @else {
+                        (row(&pattern.replace("<project>", project), pattern).unwrap_or_default())
+                    }
+                }
+                @if legend == "Supervision" { (per_role) }
+            }
         }
-        body.push_str("</fieldset>");
+        @if !other.is_empty() {
+            fieldset {
+                legend { "Other settings" }
+                @for pattern in &other { (row(&pattern.replace("<project>", project), pattern).unwrap_or_default()) }
+            }
+        }
+    };
+    html! {
+        p.summary {
+            "Settings version " b #settings-version { (v.settings.version) }
+            @if !v.settings.updated_by.is_empty() {
+                " (by " (v.settings.updated_by) ", " (age(now(), v.settings.updated_at)) ")"
+            }
+            ". Values set here win over " code { "xo.toml" }
+            " and apply from the next task and the next report, without a restart; every change is a "
+            code { "SETTINGS_CHANGED" } " line in the audit."
+        }
+        (extra)
+        // Read-only: the values, and no form to send.
+        @if f.read_only {
+            div.settings #settings-form { (fields) }
+        } @else {
+            form method="post" action="/ui/settings" id="settings-form" class="settings" {
+                input type="hidden" name="csrf" value=(f.csrf);
+                input type="hidden" name="base_version" value=(v.settings.version);
+                input type="hidden" name="project" value=(project);
+                (fields)
+                div.actions.sticky {
+                    button type="submit" name="do" value="preview" id="preview" { "Check and preview" }
+                    " "
+                    button type="submit" name="do" value="save" id="save" class="primary" { "Save" }
+                }
+            }
+        }
+        form method="get" class="filters" {
+            label { "Project for its templates " input name="project" value=(project); }
+            button type="submit" { "Switch" }
+        }
     }
-    if !f.read_only {
-        body.push_str("<div class=\"actions sticky\"><button type=\"submit\" name=\"do\" value=\"preview\" id=\"preview\">Check and preview</button> <button type=\"submit\" name=\"do\" value=\"save\" id=\"save\" class=\"primary\">Save</button></div>");
-    }
-    body.push_str(if f.read_only { "</div>" } else { "</form>" });
-    body.push_str(&format!(
-        "<form method=\"get\" class=\"filters\"><label>Project for its templates <input name=\"project\" value=\"{}\"></label><button type=\"submit\">Switch</button></form>",
-        esc(project)
-    ));
-    body
 }
 
 /// The roles the settings page offers: xo.toml's, those in the settings,
@@ -442,7 +369,7 @@ pub(crate) async fn settings(State(c): State<Shared>, Query(q): Q) -> Response {
     let roles = roles_of(&c, &v).await;
     ok_page(
         &f,
-        &settings_body(&f, &v, &project, &roles, "", &FormChange::default()),
+        settings_body(&f, &v, &project, &roles, html! {}, &FormChange::default()),
     )
 }
 
@@ -706,12 +633,16 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
         refusal(&change, preview_asked)
     } else {
         match preview(&c, &values, &project) {
-            Ok(text) => format!(
-                "<section class=\"preview\"><p class=\"flash ok\" id=\"check\">The templates check out ({} changed, not saved yet).</p><h2>Composed prompt of a sample task</h2><pre id=\"preview-text\">{}</pre></section>",
-                change.set.len() + change.unset.len(),
-                esc(&text)
-            ),
-            Err(e) => format!("<p class=\"flash error\" id=\"check\">{}</p>", esc(&e)),
+            Ok(text) => html! {
+                section.preview {
+                    p.flash.ok #check {
+                        "The templates check out (" (change.set.len() + change.unset.len()) " changed, not saved yet)."
+                    }
+                    h2 { "Composed prompt of a sample task" }
+                    pre #preview-text { (text) }
+                }
+            },
+            Err(e) => html! { p.flash.error #check { (e) } },
         }
     };
     let mut shown = v.clone();
@@ -726,7 +657,7 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
         status,
         Html(page(
             &f,
-            &settings_body(&f, &shown, &project, &roles, &extra, &change),
+            settings_body(&f, &shown, &project, &roles, extra, &change),
         )),
     )
         .into_response()
@@ -735,28 +666,22 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
 /// A refused change, at the top of the page: how many things to fix, and
 /// each, its key a link to its field (the key said once: the reason
 /// beside the field does not repeat it).
-pub(crate) fn refusal(change: &FormChange, preview_asked: bool) -> String {
-    let mut items: String = change
-        .errors
-        .iter()
-        .map(|(k, e)| {
-            format!(
-                "<li><a href=\"#field-{id}\"><code>{k}</code></a>: {e}</li>",
-                id = field_id(k),
-                k = esc(k),
-                e = esc(e)
-            )
-        })
-        .collect();
-    if let Some(g) = &change.general {
-        items.push_str(&format!("<li>{}</li>", esc(g)));
-    }
+pub(crate) fn refusal(change: &FormChange, preview_asked: bool) -> Markup {
     let n = change.errors.len() + usize::from(change.general.is_some());
-    format!(
-        "<div class=\"flash error\" id=\"check\" role=\"alert\"><p>{n} {what} to fix; nothing was {done}, every edit is still on the page.</p><ul id=\"errors\">{items}</ul></div>",
-        what = if n == 1 { "thing" } else { "things" },
-        done = if preview_asked { "previewed" } else { "saved" },
-    )
+    html! {
+        div.flash.error #check role="alert" {
+            p {
+                (n) " " (if n == 1 { "thing" } else { "things" }) " to fix; nothing was "
+                (if preview_asked { "previewed" } else { "saved" }) ", every edit is still on the page."
+            }
+            ul #errors {
+                @for (k, e) in &change.errors {
+                    li { a href={ "#field-" (field_id(k)) } { code { (k) } } ": " (e) }
+                }
+                @if let Some(g) = &change.general { li { (g) } }
+            }
+        }
+    }
 }
 
 /// The HTML id of a setting's field (`#field-runner-max_retries`).

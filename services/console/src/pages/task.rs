@@ -1,50 +1,25 @@
 //! A task's page: state, runner, spend, validation, result and audit
 //! history, with the actions its state allows.
 
+use maud::{Markup, html};
+
 use super::*;
 
-pub(crate) fn task_actions(f: &Frame<'_>, t: &TaskRecord) -> String {
-    let mut a = String::new();
-    match t.state {
-        TaskState::AwaitingResponse | TaskState::Blocked => {
-            if t.state == TaskState::AwaitingResponse || t.question.is_some() {
-                a.push_str(&action(
-                    f,
-                    &format!("/ui/tasks/{}/answer", t.task.task_id),
-                    "<input name=\"text\" placeholder=\"answer\" required>",
-                    "Answer",
-                    "",
-                ));
-            }
-            if t.state == TaskState::Blocked {
-                a.push_str(&action(
-                    f,
-                    &format!("/ui/tasks/{}/retry", t.task.task_id),
-                    "",
-                    "Retry",
-                    "",
-                ));
-            }
-            a.push_str(&action(
-                f,
-                &format!("/ui/tasks/{}/cancel", t.task.task_id),
-                "",
-                "Cancel",
-                "danger",
-            ));
+pub(crate) fn task_actions(f: &Frame<'_>, t: &TaskRecord) -> Markup {
+    let to = |verb: &str| format!("/ui/tasks/{}/{verb}", t.task.task_id);
+    let open = matches!(
+        t.state,
+        TaskState::AwaitingResponse | TaskState::Blocked | TaskState::Pending | TaskState::Running
+    );
+    let answers = t.state == TaskState::AwaitingResponse
+        || (t.state == TaskState::Blocked && t.question.is_some());
+    html! {
+        @if answers {
+            (post_form(f, &to("answer"), html! { input name="text" placeholder="answer" required; }, "Answer", ""))
         }
-        TaskState::Pending | TaskState::Running => {
-            a.push_str(&action(
-                f,
-                &format!("/ui/tasks/{}/cancel", t.task.task_id),
-                "",
-                "Cancel",
-                "danger",
-            ));
-        }
-        _ => {}
+        @if t.state == TaskState::Blocked { (post_form(f, &to("retry"), html! {}, "Retry", "")) }
+        @if open { (post_form(f, &to("cancel"), html! {}, "Cancel", "danger")) }
     }
-    a
 }
 
 /// One task: what it is, where it stands, what it cost, its validation,
@@ -63,171 +38,26 @@ pub(crate) async fn task_page(
     let t = match crate::api::find_task(&c, &id).await {
         Ok(t) => t,
         Err(e) => {
-            return (
-                e.0,
-                Html(page(
-                    &f,
-                    &format!(
-                        "<div class=\"down\" role=\"alert\"><h2>Not found</h2><p>{}</p></div>",
-                        esc(&e.2)
-                    ),
-                )),
-            )
-                .into_response();
+            let body = html! { div.down role="alert" { h2 { "Not found" } p { (e.2) } } };
+            return (e.0, Html(page(&f, body))).into_response();
         }
     };
     let n = now();
     let task = &t.task;
-    let mut body = String::new();
-    if q.get("confirm").is_some_and(|v| v == "cancel")
+    let confirm = q.get("confirm").is_some_and(|v| v == "cancel")
         && matches!(
             t.state,
             TaskState::Pending
                 | TaskState::Running
                 | TaskState::Blocked
                 | TaskState::AwaitingResponse
-        )
-    {
-        body.push_str(&format!(
-            "<section class=\"confirm\" id=\"confirm\"><p><b>Cancel task {id}?</b> It will not run again{running}.</p>{yes} <a href=\"/tasks/{id}\">Keep it</a></section>",
-            id = esc(&id),
-            running = if t.state == TaskState::Running { "; its agent is stopped" } else { "" },
-            yes = action(
-                &f,
-                &format!("/ui/tasks/{}/cancel", task.task_id),
-                "<input type=\"hidden\" name=\"confirm\" value=\"yes\">",
-                "Yes, cancel it",
-                "danger"
-            ),
-        ));
-    }
-    let runner = t.lease.as_ref().map(|l| {
-        format!(
-            "{} (lease renewed {}{})",
-            esc(&l.claimant),
-            age(n, l.renewed_at),
-            if l.checkpoint { ", checkpointed" } else { "" }
-        )
-    });
-    let mut spent = t.spent;
-    spent.add(&t.attempt_spent);
-    let row = |k: &str, v: String| format!("<tr><th>{k}</th><td>{v}</td></tr>");
-    let mut facts = String::new();
-    facts.push_str(&row(
-        "State",
-        format!("<b id=\"task-state\">{}</b>", esc(t.state.as_str())),
-    ));
-    facts.push_str(&row("Intent", esc(&task.intent)));
-    facts.push_str(&row("Role", esc(&task.role)));
-    facts.push_str(&row("Lane", esc(task.lane.as_str())));
-    facts.push_str(&row(
-        "Project",
-        esc(task.project.as_deref().unwrap_or("(the goal's)")),
-    ));
-    facts.push_str(&row(
-        "Attempt",
-        format!("{} · {} validation retries", t.attempt, t.retries),
-    ));
-    if let Some(r) = runner {
-        facts.push_str(&row("Runner", r));
-    }
+        );
     // The units on it, each with the steering it got (linked both ways:
     // a unit's row links its task).
-    if let Ok(units) = c
+    let units = c
         .call(&xo_proto::control::ListUnits::on_task(id.as_str()))
         .await
-    {
-        let on: Vec<String> = units
-            .iter()
-            .map(|u| {
-                let steered = match (u.steering_sent, u.last_steering) {
-                    (0, _) => "not steered".to_string(),
-                    (times, Some((kind, at))) => {
-                        format!("steered {times}×, last {kind} {}", age(n, at))
-                    }
-                    (times, None) => format!("steered {times}×"),
-                };
-                format!(
-                    "<li><a href=\"/units/{u}\">{u}</a> <span class=\"health {h}\">{h}</span> {s}</li>",
-                    u = esc(&u.unit),
-                    h = esc(&wire(&u.health)),
-                    s = esc(&steered),
-                )
-            })
-            .collect();
-        if !on.is_empty() {
-            facts.push_str(&row(
-                "Units",
-                format!("<ul id=\"task-units\">{}</ul>", on.concat()),
-            ));
-        }
-    }
-    facts.push_str(&row(
-        "Spent",
-        format!(
-            "{} turns · {} tokens · ${:.4} · {:.1}s",
-            spent.turns,
-            spent.tokens,
-            spent.cost_usd,
-            spent.wall_ms as f64 / 1000.0
-        ),
-    ));
-    facts.push_str(&row("Updated", age(n, t.updated_at)));
-    facts.push_str(&row(
-        "Logs",
-        format!(
-            "<a href=\"/tasks/{id}/prompts\" id=\"prompt-log-link\">prompt log</a> · <a href=\"/tasks/{id}/worklog\" id=\"work-log-link\">work log</a>",
-            id = esc(&task.task_id)
-        ),
-    ));
-    for (k, v) in [
-        ("Reason", &t.reason),
-        ("Question", &t.question),
-        ("Answer", &t.answer),
-        ("Yielding to", &t.interrupt),
-    ] {
-        if let Some(v) = v {
-            facts.push_str(&row(k, esc(v)));
-        }
-    }
-    body.push_str(&format!(
-        "<div class=\"actions\">{acts}</div><div class=\"scroll\"><table class=\"facts\" id=\"task\"><tbody>{facts}</tbody></table></div>\
-<h2>Instructions</h2><pre class=\"instructions\">{ins}</pre>",
-        acts = task_actions(&f, &t),
-        ins = esc(&task.instructions),
-    ));
-    if !task.acceptance_criteria.is_empty() {
-        body.push_str("<h2>Acceptance criteria</h2><ul>");
-        for c in &task.acceptance_criteria {
-            body.push_str(&format!("<li>{}</li>", esc(c)));
-        }
-        body.push_str("</ul>");
-    }
-    if let Some(r) = &t.report {
-        body.push_str(&format!(
-            "<h2>Validation</h2><p id=\"validation\">{verdict} · confidence <b>{level}</b> — {summary}</p>",
-            verdict = if r.passed { "passed" } else { "failed" },
-            level = r.confidence_level.map(|l| wire(&l)).unwrap_or_else(|| "—".into()),
-            summary = esc(&r.summary),
-        ));
-        body.push_str("<div class=\"scroll\"><table><thead><tr><th>Criterion</th><th>Met</th><th>Quality</th><th>Detail</th></tr></thead><tbody>");
-        for c in &r.criteria {
-            body.push_str(&format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&c.criterion),
-                if c.passed { "yes" } else { "no" },
-                esc(c.quality.as_deref().unwrap_or("")),
-                esc(&c.detail)
-            ));
-        }
-        body.push_str("</tbody></table></div>");
-        if let Some(formatted) = &r.formatted {
-            body.push_str(&format!("<h3>Result</h3><pre>{}</pre>", esc(formatted)));
-        }
-    }
-    if let Some(d) = &t.diff {
-        body.push_str(&diff_section(d));
-    }
+        .unwrap_or_default();
     // Its audit lines (the project's last 2,000), prompts and replies folded.
     let audit = c
         .call(&AuditTail {
@@ -240,29 +70,133 @@ pub(crate) async fn task_page(
         .iter()
         .filter(|a| a.task_id.as_deref() == Some(task.task_id.as_str()))
         .collect();
-    body.push_str("<h2>History</h2>");
-    if mine.is_empty() {
-        body.push_str(
-            "<p class=\"empty\">No audit lines for it in the last 2,000 of its project.</p>",
-        );
-    } else {
-        body.push_str("<ol class=\"timeline\" id=\"history\">");
-        for a in mine {
-            body.push_str(&format!(
-                "<li><span class=\"when\">#{seq} · {at}</span> <b>{ev}</b> {state}{ex}</li>",
-                seq = a.seq,
-                at = esc(&xo_runtime::clock::rfc3339(a.at)),
-                ev = esc(a.event.as_str()),
-                state = a.state_after["task"]["state"]
-                    .as_str()
-                    .map(|s| format!("→ {}", esc(s)))
-                    .unwrap_or_default(),
-                ex = exchange_details(a),
-            ));
+    let body = html! {
+        @if confirm {
+            section.confirm #confirm {
+                p {
+                    b { "Cancel task " (id) "?" } " It will not run again"
+                    @if t.state == TaskState::Running { "; its agent is stopped" } "."
+                }
+                (post_form(
+                    &f,
+                    &format!("/ui/tasks/{}/cancel", task.task_id),
+                    html! { input type="hidden" name="confirm" value="yes"; },
+                    "Yes, cancel it",
+                    "danger",
+                ))
+                " " a href={ "/tasks/" (id) } { "Keep it" }
+            }
         }
-        body.push_str("</ol>");
+        div.actions { (task_actions(&f, &t)) }
+        div.scroll { table.facts #task { tbody { (task_facts(&t, &units, n)) } } }
+        h2 { "Instructions" } pre.instructions { (task.instructions) }
+        @if !task.acceptance_criteria.is_empty() {
+            h2 { "Acceptance criteria" }
+            ul { @for c in &task.acceptance_criteria { li { (c) } } }
+        }
+        @if let Some(r) = &t.report {
+            h2 { "Validation" }
+            p #validation {
+                (if r.passed { "passed" } else { "failed" }) " · confidence "
+                b { (r.confidence_level.map(|l| wire(&l)).unwrap_or_else(|| "—".into())) }
+                " — " (r.summary)
+            }
+            div.scroll { table {
+                thead { tr { th { "Criterion" } th { "Met" } th { "Quality" } th { "Detail" } } }
+                tbody {
+                    @for c in &r.criteria {
+                        tr {
+                            td { (c.criterion) }
+                            td { (if c.passed { "yes" } else { "no" }) }
+                            td { (c.quality.as_deref().unwrap_or("")) }
+                            td { (c.detail) }
+                        }
+                    }
+                }
+            } }
+            @if let Some(formatted) = &r.formatted { h3 { "Result" } pre { (formatted) } }
+        }
+        @if let Some(d) = &t.diff { (diff_section(d)) }
+        h2 { "History" }
+        @if mine.is_empty() {
+            p.empty { "No audit lines for it in the last 2,000 of its project." }
+        } @else {
+            ol.timeline #history {
+                @for a in mine {
+                    li {
+                        span.when { "#" (a.seq) " · " (xo_runtime::clock::rfc3339(a.at)) }
+                        " " b { (a.event.as_str()) } " "
+                        @if let Some(s) = a.state_after["task"]["state"].as_str() { "→ " (s) }
+                        (exchange_details(a))
+                    }
+                }
+            }
+        }
+    };
+    ok_page(&f, body)
+}
+
+/// The facts table of a task's page: state, what it is, its runner and
+/// units, what it spent, its logs, and its question and answer.
+fn task_facts(t: &TaskRecord, units: &[UnitSummary], n: u64) -> Markup {
+    let task = &t.task;
+    let mut spent = t.spent;
+    spent.add(&t.attempt_spent);
+    let row = |k: &str, v: Markup| html! { tr { th { (k) } td { (v) } } };
+    let text = |s: &str| html! { (s) };
+    html! {
+        (row("State", html! { b #task-state { (t.state.as_str()) } }))
+        (row("Intent", text(&task.intent)))
+        (row("Role", text(&task.role)))
+        (row("Lane", text(task.lane.as_str())))
+        (row("Project", text(task.project.as_deref().unwrap_or("(the goal's)"))))
+        (row("Attempt", html! { (t.attempt) " · " (t.retries) " validation retries" }))
+        @if let Some(l) = &t.lease {
+            (row("Runner", html! {
+                (l.claimant) " (lease renewed " (age(n, l.renewed_at))
+                @if l.checkpoint { ", checkpointed" } ")"
+            }))
+        }
+        @if !units.is_empty() {
+            (row("Units", html! { ul #task-units { @for u in units { (unit_on_task(u, n)) } } }))
+        }
+        (row("Spent", html! {
+            (format!(
+                "{} turns · {} tokens · ${:.4} · {:.1}s",
+                spent.turns,
+                spent.tokens,
+                spent.cost_usd,
+                spent.wall_ms as f64 / 1000.0
+            ))
+        }))
+        (row("Updated", text(&age(n, t.updated_at))))
+        (row("Logs", html! {
+            a href={ "/tasks/" (task.task_id) "/prompts" } id="prompt-log-link" { "prompt log" }
+            " · "
+            a href={ "/tasks/" (task.task_id) "/worklog" } id="work-log-link" { "work log" }
+        }))
+        @for (k, v) in [
+            ("Reason", &t.reason),
+            ("Question", &t.question),
+            ("Answer", &t.answer),
+            ("Yielding to", &t.interrupt),
+        ] {
+            @if let Some(v) = v { (row(k, text(v))) }
+        }
     }
-    ok_page(&f, &body)
+}
+
+/// A unit on a task, with the steering it got.
+fn unit_on_task(u: &UnitSummary, n: u64) -> Markup {
+    let steered = match (u.steering_sent, u.last_steering) {
+        (0, _) => "not steered".to_string(),
+        (times, Some((kind, at))) => format!("steered {times}×, last {kind} {}", age(n, at)),
+        (times, None) => format!("steered {times}×"),
+    };
+    let h = wire(&u.health);
+    html! {
+        li { a href={ "/units/" (u.unit) } { (u.unit) } " " span class={ "health " (h) } { (h) } " " (steered) }
+    }
 }
 
 pub(crate) async fn ui_task(
@@ -355,7 +289,7 @@ async fn log_path(
     }
     let t = crate::api::find_task(c, id)
         .await
-        .map_err(|e| (e.0, Html(page(f, &esc(&e.2)))).into_response())?;
+        .map_err(|e| (e.0, Html(page(f, html! { p { (e.2) } }))).into_response())?;
     let project = log_project(c, &t).await;
     let (prompts, work) = log_paths(c, &project, id);
     Ok(match which {
@@ -396,17 +330,18 @@ pub(crate) fn elide(text: &str, max: usize) -> String {
 /// The page a log is missing from: where the runner writes it, and why the
 /// console may not see it.
 fn no_log(f: &Frame<'_>, what: &str, path: &std::path::Path, why: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Html(page(
-            f,
-            &format!(
-                "<div class=\"down\" role=\"alert\" id=\"no-log\"><h2>No {what} here</h2><p>{why} The runner writes it to <code>{}</code>; the console reads it from its own disk, so a console on another machine than the runners needs their <code>queue.data_dir</code> and <code>runner.sandbox</code> (the shared volume in compose and the chart).</p></div>",
-                esc(&path.display().to_string())
-            ),
-        )),
-    )
-        .into_response()
+    let body = html! {
+        div.down #no-log role="alert" {
+            h2 { "No " (what) " here" }
+            p {
+                (why) " The runner writes it to " code { (path.display()) }
+                "; the console reads it from its own disk, so a console on another machine than the runners needs their "
+                code { "queue.data_dir" } " and " code { "runner.sandbox" }
+                " (the shared volume in compose and the chart)."
+            }
+        }
+    };
+    (StatusCode::NOT_FOUND, Html(page(f, body))).into_response()
 }
 
 /// `/tasks/<id>/prompts`: every prompt the task's agent was given and every
@@ -488,43 +423,29 @@ pub(crate) async fn task_prompts(
             }
         }
     }
-    let mut body = format!(
-        "<p class=\"summary\"><a href=\"/tasks/{ide}\">← task {ide}</a> · {total} entries in <code>{p}</code>{more}{bad}</p><ol class=\"prompt-log\" id=\"prompt-log\">",
-        ide = esc(&id),
-        p = esc(&path.display().to_string()),
-        more = if total > mine.len() {
-            format!(" (the last {} shown)", mine.len())
-        } else {
-            String::new()
-        },
-        bad = if unreadable > 0 {
-            format!(" · {unreadable} lines that do not parse skipped")
-        } else {
-            String::new()
-        },
-    );
-    for e in &mine {
-        let meta = if e.metadata.is_null() {
-            String::new()
-        } else {
-            format!(
-                "<details><summary>metadata</summary><pre>{}</pre></details>",
-                esc(&serde_json::to_string_pretty(&e.metadata).unwrap_or_default())
-            )
-        };
-        body.push_str(&format!(
-            "<li class=\"entry {cls}\"><h3>{kind} <small>run {it}</small></h3><pre>{text}</pre>{meta}</li>",
-            cls = if e.kind == "RESPONSE" { "response" } else { "prompt" },
-            kind = esc(&e.kind),
-            it = e.iteration,
-            text = esc(&elide(&e.content, LOG_TEXT_BYTES)),
-        ));
-    }
-    body.push_str("</ol>");
-    if mine.is_empty() {
-        body.push_str("<p class=\"empty\">No prompt of this task is in the log yet.</p>");
-    }
-    ok_page(&f, &body)
+    let body = html! {
+        p.summary {
+            a href={ "/tasks/" (id) } { "← task " (id) } " · " (total) " entries in " code { (path.display()) }
+            @if total > mine.len() { " (the last " (mine.len()) " shown)" }
+            @if unreadable > 0 { " · " (unreadable) " lines that do not parse skipped" }
+        }
+        ol.prompt-log #prompt-log {
+            @for e in &mine {
+                li class={ "entry " (if e.kind == "RESPONSE" { "response" } else { "prompt" }) } {
+                    h3 { (e.kind) " " small { "run " (e.iteration) } }
+                    pre { (elide(&e.content, LOG_TEXT_BYTES)) }
+                    @if !e.metadata.is_null() {
+                        details {
+                            summary { "metadata" }
+                            pre { (serde_json::to_string_pretty(&e.metadata).unwrap_or_default()) }
+                        }
+                    }
+                }
+            }
+        }
+        @if mine.is_empty() { p.empty { "No prompt of this task is in the log yet." } }
+    };
+    ok_page(&f, body)
 }
 
 /// `/tasks/<id>/worklog`: the task's work log (retry events, fix prompts,
@@ -566,83 +487,83 @@ pub(crate) async fn task_worklog(
     } else {
         text
     };
-    ok_page(
-        &f,
-        &format!(
-            "<p class=\"summary\"><a href=\"/tasks/{ide}\">← task {ide}</a> · <code>{p}</code></p><pre id=\"worklog\">{t}</pre>",
-            ide = esc(&id),
-            p = esc(&path.display().to_string()),
-            t = esc(&text),
-        ),
-    )
+    let body = html! {
+        p.summary { a href={ "/tasks/" (id) } { "← task " (id) } " · " code { (path.display()) } }
+        pre #worklog { (text) }
+    };
+    ok_page(&f, body)
 }
 
 /// What a task changed on its branch: where it went, its files with their
 /// lines, and the patch (as kept: cut at 64 KiB).
-pub(crate) fn diff_section(d: &xo_proto::queue::TaskDiff) -> String {
+pub(crate) fn diff_section(d: &xo_proto::queue::TaskDiff) -> Markup {
     let (added, removed) = d.lines();
     let short = |c: &str| c.chars().take(10).collect::<String>();
-    let went = match &d.merged {
-        Some(m) => format!("brought to {}", esc(m)),
-        None => "on its branch only".to_string(),
-    };
-    let mut out = format!(
-        "<h2>Changes</h2><p id=\"diff-summary\">branch <code>{branch}</code> · {n} {files}, <span class=\"num add\">+{added}</span> <span class=\"num del\">−{removed}</span> · {base}..{commit} · {went}</p>",
-        branch = esc(&d.branch),
-        n = d.files.len(),
-        files = if d.files.len() == 1 { "file" } else { "files" },
-        base = esc(&short(&d.base)),
-        commit = esc(&short(&d.commit)),
-    );
-    if d.files.is_empty() {
-        out.push_str("<p class=\"empty\">It changed no file.</p>");
-        return out;
-    }
-    out.push_str("<div class=\"scroll\"><table id=\"diff-files\"><thead><tr><th>File</th><th>Change</th><th>Added</th><th>Removed</th></tr></thead><tbody>");
-    for f in &d.files {
-        let n = |v: Option<u64>| v.map_or("binary".to_string(), |v| v.to_string());
-        out.push_str(&format!(
-            "<tr><td><code>{}</code></td><td>{}</td><td class=\"num add\">{}</td><td class=\"num del\">{}</td></tr>",
-            esc(&f.path),
-            match f.status.as_str() {
-                "A" => "added",
-                "D" => "deleted",
-                "M" => "modified",
-                "T" => "type changed",
-                _ => "changed",
-            },
-            n(f.added),
-            n(f.removed)
-        ));
-    }
-    out.push_str("</tbody></table></div><pre class=\"diff\" id=\"diff-patch\">");
-    for line in d.patch.lines() {
-        let class = if line.starts_with("+++") || line.starts_with("---") {
-            ""
-        } else if line.starts_with('+') {
-            "add"
-        } else if line.starts_with('-') {
-            "del"
-        } else if line.starts_with("@@") {
-            "hunk"
-        } else {
-            ""
-        };
-        if class.is_empty() {
-            out.push_str(&esc(line));
-        } else {
-            out.push_str(&format!("<span class=\"{class}\">{}</span>", esc(line)));
+    let count = |v: Option<u64>| v.map_or("binary".to_string(), |v| v.to_string());
+    html! {
+        h2 { "Changes" }
+        p #diff-summary {
+            "branch " code { (d.branch) } " · " (d.files.len())
+            (if d.files.len() == 1 { " file" } else { " files" }) ", "
+            span.num.add { "+" (added) } " " span.num.del { "−" (removed) }
+            " · " (short(&d.base)) ".." (short(&d.commit)) " · "
+            @match &d.merged { Some(m) => { "brought to " (m) }, None => "on its branch only" }
         }
-        out.push('\n');
+        @if d.files.is_empty() {
+            p.empty { "It changed no file." }
+        } @else {
+            div.scroll { table #diff-files {
+                thead { tr { th { "File" } th { "Change" } th { "Added" } th { "Removed" } } }
+                tbody {
+                    @for f in &d.files {
+                        tr {
+                            td { code { (f.path) } }
+                            td { (match f.status.as_str() {
+                                "A" => "added",
+                                "D" => "deleted",
+                                "M" => "modified",
+                                "T" => "type changed",
+                                _ => "changed",
+                            }) }
+                            td.num.add { (count(f.added)) }
+                            td.num.del { (count(f.removed)) }
+                        }
+                    }
+                }
+            } }
+            pre.diff #diff-patch {
+                @for line in d.patch.lines() {
+                    @match patch_line_class(line) {
+                        Some(class) => { span class=(class) { (line) } },
+                        None => { (line) },
+                    }
+                    "\n"
+                }
+            }
+            @if d.truncated {
+                p.empty {
+                    "The patch is cut at 64 KiB; the whole of it: "
+                    code { "xo task diff " (d.branch.trim_start_matches("xo/")) }
+                    " on the runner's machine, or "
+                    code { "git diff " (short(&d.base)) ".." (short(&d.commit)) }
+                    " in XO's repository of the project."
+                }
+            }
+        }
     }
-    out.push_str("</pre>");
-    if d.truncated {
-        out.push_str(&format!(
-            "<p class=\"empty\">The patch is cut at 64 KiB; the whole of it: <code>xo task diff {}</code> on the runner's machine, or <code>git diff {}..{}</code> in XO's repository of the project.</p>",
-            esc(d.branch.trim_start_matches("xo/")),
-            esc(&short(&d.base)),
-            esc(&short(&d.commit))
-        ));
+}
+
+/// The class a patch line is shown with: added, removed, a hunk's head.
+fn patch_line_class(line: &str) -> Option<&'static str> {
+    if line.starts_with("+++") || line.starts_with("---") {
+        None
+    } else if line.starts_with('+') {
+        Some("add")
+    } else if line.starts_with('-') {
+        Some("del")
+    } else if line.starts_with("@@") {
+        Some("hunk")
+    } else {
+        None
     }
-    out
 }

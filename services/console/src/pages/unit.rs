@@ -1,7 +1,7 @@
 //! A unit's page: its latest report, the steering with its evidence, the
 //! report history's charts, and the steering form.
 
-use maud::{Markup, PreEscaped, html};
+use maud::{Markup, html};
 
 use super::*;
 
@@ -63,8 +63,8 @@ pub(crate) fn steering_timeline(
     now: u64,
     history: &[xo_proto::control::ReportPoint],
     needs: Option<&xo_proto::NeedsYou>,
-) -> String {
-    let mut out = String::new();
+) -> Markup {
+    let mut items = Vec::new();
     let mut i = steering.len();
     while i > 0 {
         let last = &steering[i - 1];
@@ -87,10 +87,10 @@ pub(crate) fn steering_timeline(
             now,
             Some((class, then.to_string())),
         );
-        out.push_str(&item.into_string());
+        items.push(item);
         i = j;
     }
-    out
+    html! { @for item in items { (item) } }
 }
 
 /// A small line chart (inline SVG, no script): `values` oldest first, the
@@ -154,7 +154,7 @@ pub(crate) async fn unit(
         div.scroll { table #units data-live="unit" data-unit=(unit) {
             thead { tr { @for (_, t) in FLEET_COLUMNS { th { (t) } } } }
             // The row's HTML is the fleet page's (a row it also sends live).
-            tbody { (PreEscaped(unit_row(&d.summary, n))) }
+            tbody { (unit_row(&d.summary, n)) }
         } }
         @if let Some(r) = &d.report {
             section.report #latest-report {
@@ -210,7 +210,7 @@ pub(crate) async fn unit(
             h2 { "Timeline" }
             ol #timeline .timeline reversed {
                 // Items made by `steering_item`'s template.
-                (PreEscaped(steering_timeline(&d.recent_steering, n, &d.history, d.summary.needs.as_ref())))
+                (steering_timeline(&d.recent_steering, n, &d.history, d.summary.needs.as_ref()))
             }
             @if d.recent_steering.is_empty() { p.empty { "No steering yet." } }
         }
@@ -265,9 +265,8 @@ pub(crate) async fn unit(
                 }
             }
         }
-    }
-    .into_string();
-    ok_page(&f, &body)
+    };
+    ok_page(&f, body)
 }
 
 pub(crate) async fn ui_steer(

@@ -4,7 +4,7 @@ use super::*;
 /// The fleet table for `units` with the filters and order of `q` (no
 /// live view).
 fn fleet_body(units: &[UnitSummary], q: &BTreeMap<String, String>, now: u64) -> String {
-    fleet_view(units, q, now, |_| None).0
+    fleet_view(units, q, now, |_| None).0.into_string()
 }
 
 /// A unit waiting for its provider's usage limit says until when.

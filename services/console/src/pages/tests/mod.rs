@@ -72,7 +72,7 @@ fn each_reason_is_answered_where_it_can_be() {
         ),
         needing("r-blocked", R::Answer, "needs a password", Some("T-4")),
     ];
-    let body = needs::needs_body(&units, 2_000);
+    let body = needs::needs_body(&units, 2_000).into_string();
     let row = |id: &str| {
         body.split(&format!("<tr data-unit=\"{id}\">"))
             .nth(1)
@@ -139,7 +139,7 @@ fn the_timeline_shows_evidence_and_collapses_repeats() {
             ..Default::default()
         })
         .collect();
-    let html = steering_timeline(&list, 0, &history, None);
+    let html = steering_timeline(&list, 0, &history, None).into_string();
     assert_eq!(html.matches("<li").count(), 2, "{html}");
     assert!(
         html.contains("then: progress within 2 turns") && html.contains("then: too soon to say"),
@@ -167,7 +167,7 @@ fn an_audit_line_shows_what_changed_and_who() {
         "task": {"state": "running", "claimant": "coder-1", "reason": null}, "last_updated": "a"});
     let after = serde_json::json!({"supervisor": {"iteration": 1, "status": "RUNNING"},
         "task": {"state": "completed", "claimant": null}, "last_updated": "b"});
-    let d = audit_diff(&before, &after);
+    let d = audit_diff(&before, &after).into_string();
     assert!(
         d.contains("<code>task.state</code>: running → <b>completed</b>"),
         "{d}"
@@ -184,7 +184,7 @@ fn an_audit_line_shows_what_changed_and_who() {
         !d.contains("supervisor.status") && !d.contains("last_updated"),
         "{d}"
     );
-    assert_eq!(audit_diff(&before, &before), "");
+    assert_eq!(audit_diff(&before, &before).into_string(), "");
     let e = |after: Value| xo_proto::queue::AuditEvent {
         v: 1,
         seq: 1,
@@ -232,7 +232,8 @@ fn a_role_xo_toml_does_not_name_shows_the_default_roles_values() {
         "",
         &[],
         &FormChange::default(),
-    );
+    )
+    .into_string();
     assert!(
         row.contains("value=\"3\"") && row.contains("the default role's"),
         "{row}"
@@ -334,15 +335,24 @@ fn a_refused_settings_form_names_every_error_and_keeps_every_edit() {
     let f = settings_frame();
     let mut shown = v.clone();
     shown.settings.values.extend(change.set.clone());
-    let html = settings_body(&f, &shown, "default", &["default".into()], "", &change);
+    let html = settings_body(
+        &f,
+        &shown,
+        "default",
+        &["default".into()],
+        maud::html! {},
+        &change,
+    )
+    .into_string();
     for typed in ["999", "soon", "not a url", "many", "KEEP-ME: small steps"] {
-        assert!(html.contains(&esc(typed)), "{typed} not kept on the page");
+        let as_text = maud::html! { (typed) }.into_string();
+        assert!(html.contains(&as_text), "{typed} not kept on the page");
     }
     assert_eq!(html.matches("class=\"field-error\"").count(), 4);
     assert!(html.contains("id=\"field-runner-max_retries\""));
     // Each error names its key once: in the list at the top, not again
     // in its reason, and not in the reason beside its field.
-    let top = refusal(&change, false);
+    let top = refusal(&change, false).into_string();
     for (key, why) in &change.errors {
         assert_eq!(top.matches(key.as_str()).count(), 1, "{key}: {top}");
         assert!(!why.contains(key.as_str()), "{key} said again: {why}");
@@ -362,9 +372,10 @@ fn every_settable_key_has_a_labelled_field() {
         &v,
         "web",
         &["default".into()],
-        "",
+        maud::html! {},
         &FormChange::default(),
-    );
+    )
+    .into_string();
     for k in &v.keys {
         let key = k
             .key
@@ -449,7 +460,8 @@ fn chart_intervals_make_at_most_24_bars() {
             ("loop".into(), vec![1.0, 0.0]),
             ("stall".into(), vec![2.0, 3.0]),
         ],
-    );
+    )
+    .into_string();
     assert_eq!(svg.matches("<rect class=\"bar\"").count(), 3);
     assert!(
         svg.contains("loop <b>1</b>") && svg.contains("stall <b>5</b>"),
@@ -514,13 +526,14 @@ fn charts_mark_settings_changes_and_steering_where_they_fall() {
         &labels,
         &[("completed".into(), vec![1.0, 0.0, 2.0, 0.0])],
         Some((&starts, m, &marks)),
-    );
+    )
+    .into_string();
     assert_eq!(svg.matches("data-mark=\"settings\"").count(), 1, "{svg}");
     assert_eq!(svg.matches("data-mark=\"steering\"").count(), 1, "{svg}");
     assert!(svg.contains("settings version 3 by ana</title>"), "{svg}");
     assert!(svg.contains("settings changed <b>1</b>"), "{svg}");
     // The spend line marks what falls within its span only.
-    let line_svg = spend("s", &[(t0, 0.5)], t0 + 4 * m, 0.5, 0.0, &marks);
+    let line_svg = spend("s", &[(t0, 0.5)], t0 + 4 * m, 0.5, 0.0, &marks).into_string();
     assert_eq!(line_svg.matches("class=\"mark ").count(), 2, "{line_svg}");
 }
 
@@ -648,7 +661,7 @@ fn what_an_agent_wrote_is_text_on_the_page() {
         kind: None,
         detail: "<img src=x onerror=alert(1)> & more".into(),
     });
-    let body = needs::needs_body(&[u], 2_000);
+    let body = needs::needs_body(&[u], 2_000).into_string();
     assert!(!body.contains("<script>"), "{body}");
     assert!(!body.contains("<img"), "{body}");
     assert!(!body.contains("\"onclick"), "{body}");
@@ -667,7 +680,8 @@ fn what_an_agent_wrote_is_text_on_the_page() {
         read_only: false,
         flash: Some((false, "<i>no</i>".into())),
     };
-    let page = crate::html::page(&f, &body);
+    // The body as its own template made it (escaped there, checked above).
+    let page = crate::html::page(&f, maud::PreEscaped(body.clone()));
     assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
     assert!(
         page.contains("<title>&lt;b&gt;t&lt;/b&gt; · XO</title>"),
@@ -679,7 +693,8 @@ fn what_an_agent_wrote_is_text_on_the_page() {
         page.contains("<a href=\"/needs\" class=\"active\">Needs you</a>"),
         "{page}"
     );
-    let form = crate::html::action(&f, "/ui/x\"y", "", "<go>", "danger");
+    let form =
+        crate::html::post_form(&f, "/ui/x\"y", maud::html! {}, "<go>", "danger").into_string();
     assert!(form.contains("action=\"/ui/x&quot;y\""), "{form}");
     assert!(form.contains("&lt;go&gt;</button>"), "{form}");
 }
