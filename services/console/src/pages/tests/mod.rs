@@ -661,6 +661,38 @@ fn what_an_agent_wrote_is_text_on_the_page() {
         kind: None,
         detail: "<img src=x onerror=alert(1)> & more".into(),
     });
+    u.self_health = xo_proto::Health::Red;
+    u.health = xo_proto::Health::Amber;
+    u.self_note = Some("</small><script>z()</script>".into());
+    // The fleet's row, as the page and the live script get it.
+    let row = unit_row(&u, 2_000).into_string();
+    assert!(!row.contains("<script>"), "{row}");
+    assert!(!row.contains("\"onclick"), "{row}");
+    assert!(
+        row.contains("&lt;/small&gt;&lt;script&gt;z()&lt;/script&gt;"),
+        "{row}"
+    );
+    // A task's patch: a file name and its lines are text.
+    let diff = xo_proto::queue::TaskDiff {
+        branch: "xo/t1".into(),
+        base: "a".repeat(40),
+        commit: "b".repeat(40),
+        files: vec![xo_proto::queue::FileChange {
+            path: "<img src=x onerror=a()>.rs".into(),
+            status: "A".into(),
+            added: Some(1),
+            removed: Some(0),
+        }],
+        patch: "+<script>evil()</script>\n".into(),
+        truncated: false,
+        merged: Some("main at <b>".into()),
+    };
+    let shown = diff_section(&diff).into_string();
+    assert!(!shown.contains("<script>") && !shown.contains("<img") && !shown.contains("<b>"));
+    assert!(
+        shown.contains("<span class=\"add\">+&lt;script&gt;evil()&lt;/script&gt;</span>"),
+        "{shown}"
+    );
     let body = needs::needs_body(&[u], 2_000).into_string();
     assert!(!body.contains("<script>"), "{body}");
     assert!(!body.contains("<img"), "{body}");
