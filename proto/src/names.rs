@@ -50,6 +50,13 @@ pub fn work_log(project_data: &std::path::Path, task_id: &str) -> std::path::Pat
     project_data.join("tasks").join(format!("{task_id}.md"))
 }
 
+/// A project's audit file: `<data>/<project>/audit.log.jsonl`, the queue's
+/// hash-chained lines (what `xo audit verify` checks, through the queue's
+/// `audit_verify` verb). A path, not a read.
+pub fn audit_file(data_dir: &std::path::Path, project: &str) -> std::path::PathBuf {
+    data_dir.join(project).join("audit.log.jsonl")
+}
+
 /// Docker labels of the runner containers the fleet manager owns.
 pub const LABEL_ORG: &str = "xo.org";
 pub const LABEL_UNIT: &str = "xo.unit";

@@ -3,21 +3,24 @@
 
 use std::time::Duration;
 
-use xo_bus::{Bus, typed};
+use xo_bus::{Bus, Client, typed};
 use xo_proto::queue::Task;
 
+/// A client of the default deployment's services on `bus`, its calls
+/// waiting at most `timeout`.
+pub fn client(bus: &Bus, timeout: Duration) -> Client {
+    Client::new(bus.clone(), xo_proto::Subjects::default()).with_timeout(timeout)
+}
+
 /// One call with the default subjects and a 2 s timeout.
-pub async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Result<R::Response, typed::CallError>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(
-        bus,
-        &xo_proto::Subjects::default(),
-        r,
-        Duration::from_secs(2),
-    )
-    .await
+pub async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Result<R::Response, typed::CallError> {
+    client(bus, Duration::from_secs(2)).call(r).await
+}
+
+/// One call with the default subjects and a 3 s timeout: its answer, or
+/// nothing (for a test that asks again until it is what it waits for).
+pub async fn ask<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response> {
+    client(bus, Duration::from_secs(3)).call(r).await.ok()
 }
 
 /// Retries for up to 30 s while nothing answers; panics after.

@@ -17,7 +17,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use xo_bus::{Bus, NatsBus, NatsStore, Store, typed};
+use xo_bus::{Bus, Client, NatsBus};
 use xo_proto::Subjects;
 use xo_proto::queue::*;
 use xo_runtime::XoConfig;
@@ -132,26 +132,16 @@ fn batch(tag: &str, n: usize) -> Vec<Task> {
         .collect()
 }
 
-async fn call<R: xo_proto::Request>(bus: &Bus, s: &Subjects, r: &R) -> Option<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(bus, s, r, T).await.ok()
-}
-
 /// Retries through outages until `deadline`.
 async fn must<R: xo_proto::Request>(
-    bus: &Bus,
-    s: &Subjects,
+    c: &Client,
     r: &R,
     deadline: Duration,
-) -> anyhow::Result<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
+) -> anyhow::Result<R::Response> {
     let begun = Instant::now();
     loop {
-        if let Some(v) = call(bus, s, r).await {
+        // Any refusal too: a queue failing over refuses until it leads.
+        if let Ok(v) = c.call(r).await {
             return Ok(v);
         }
         if begun.elapsed() > deadline {
@@ -165,14 +155,14 @@ where
 }
 
 /// Enqueues and waits until every task of the batch is finished.
-async fn work(bus: &Bus, s: &Subjects, tasks: Vec<Task>) -> anyhow::Result<Vec<String>> {
-    let ids = must(bus, s, &Enqueue::new(tasks), Duration::from_secs(60)).await?;
-    must(bus, s, &Start::default(), Duration::from_secs(60)).await?;
+async fn work(c: &Client, tasks: Vec<Task>) -> anyhow::Result<Vec<String>> {
+    let ids = must(c, &Enqueue::new(tasks), Duration::from_secs(60)).await?;
+    must(c, &Start::default(), Duration::from_secs(60)).await?;
     Ok(ids)
 }
 
-async fn finished(bus: &Bus, s: &Subjects) -> Option<bool> {
-    let st = call(bus, s, &GetStatus {}).await?;
+async fn finished(c: &Client) -> Option<bool> {
+    let st = c.call(&GetStatus {}).await.ok()?;
     Some(
         matches!(st.status, RunStatus::Completed | RunStatus::Halted)
             && st.counts.get("pending").copied().unwrap_or(0) == 0
@@ -180,9 +170,9 @@ async fn finished(bus: &Bus, s: &Subjects) -> Option<bool> {
     )
 }
 
-async fn wait_finished(bus: &Bus, s: &Subjects, deadline: Duration) -> anyhow::Result<()> {
+async fn wait_finished(c: &Client, deadline: Duration) -> anyhow::Result<()> {
     let begun = Instant::now();
-    while finished(bus, s).await != Some(true) {
+    while finished(c).await != Some(true) {
         if begun.elapsed() > deadline {
             bail!("the goal did not finish within {deadline:?}");
         }
@@ -360,14 +350,14 @@ async fn drive(
         )
         .await?,
     );
-    let s = Subjects::default();
+    let c = Client::new(bus, Subjects::default()).with_timeout(T);
     let init = Init {
         by: Default::default(),
         mode: ExecutionMode::Auto,
         manager: false,
         force: false,
     };
-    must(&bus, &s, &init, Duration::from_secs(60)).await?;
+    must(&c, &init, Duration::from_secs(60)).await?;
     let goal = SetGoal {
         by: Default::default(),
         budget_usd: 0.0,
@@ -375,13 +365,13 @@ async fn drive(
         project_id: None,
         completed: true,
     };
-    must(&bus, &s, &goal, Duration::from_secs(30)).await?;
+    must(&c, &goal, Duration::from_secs(30)).await?;
 
     // The baseline: one batch, calm.
     let calm_n = a.tasks;
     let begun = Instant::now();
-    let mut acked: Vec<String> = work(&bus, &s, batch("calm", calm_n)).await?;
-    wait_finished(&bus, &s, Duration::from_secs(300)).await?;
+    let mut acked: Vec<String> = work(&c, batch("calm", calm_n)).await?;
+    wait_finished(&c, Duration::from_secs(300)).await?;
     let calm_rate = calm_n as f64 / begun.elapsed().as_secs_f64();
 
     // Chaos: batches while a random process is killed and started again.
@@ -398,7 +388,7 @@ async fn drive(
     let mut chaos_tasks = 0usize;
     let mut next_kill = Instant::now() + Duration::from_millis(a.kill_every_ms);
     let mut pending_batch = true;
-    acked.extend(work(&bus, &s, batch(&format!("b{batches}"), a.tasks)).await?);
+    acked.extend(work(&c, batch(&format!("b{batches}"), a.tasks)).await?);
     let mut kills = 0u32;
     while chaos_begun.elapsed() < Duration::from_secs(a.secs) && (a.kills == 0 || kills < a.kills) {
         if Instant::now() >= next_kill {
@@ -410,20 +400,20 @@ async fn drive(
             p.start(logs)?;
             next_kill = Instant::now() + Duration::from_millis(a.kill_every_ms);
         }
-        if pending_batch && finished(&bus, &s).await == Some(true) {
+        if pending_batch && finished(&c).await == Some(true) {
             chaos_tasks += a.tasks;
             batches += 1;
             pending_batch = false;
         }
         if !pending_batch {
-            let ids = work(&bus, &s, batch(&format!("b{batches}"), a.tasks)).await?;
+            let ids = work(&c, batch(&format!("b{batches}"), a.tasks)).await?;
             acked.extend(ids);
             pending_batch = true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Calm again: the last batch finishes.
-    wait_finished(&bus, &s, Duration::from_secs(300)).await?;
+    wait_finished(&c, Duration::from_secs(300)).await?;
     if pending_batch {
         chaos_tasks += a.tasks;
         batches += 1;
@@ -449,7 +439,10 @@ async fn drive(
         chaos_tasks as f64 / chaos_secs,
         (chaos_tasks as f64 / chaos_secs) / calm_rate
     );
-    let records = typed::all_tasks(&bus, &s, None, Duration::from_secs(30))
+    let records = c
+        .clone()
+        .with_timeout(Duration::from_secs(30))
+        .all_tasks(None)
         .await
         .context("listing the tasks")?;
     let states: BTreeMap<String, TaskState> = records
@@ -467,7 +460,7 @@ async fn drive(
         acked.len(),
         if lost.is_empty() { "ok" } else { "FAIL" }
     );
-    let file = xo_queue::audit::file_for(&root.join("data"), "default");
+    let file = xo_proto::names::audit_file(&root.join("data"), "default");
     let text = std::fs::read_to_string(&file).unwrap_or_default();
     let mut completes: BTreeMap<String, u32> = BTreeMap::new();
     for line in text.lines() {
@@ -505,30 +498,30 @@ async fn drive(
     if !twice.is_empty() || !unreported.is_empty() {
         let _ = writeln!(out, "  {twice:?} {unreported:?}");
     }
-    let xo_bus::Bus::Nats(nb) = &bus else {
-        bail!("not NATS")
+    // The queue's own check: its file against the store's copy.
+    let verify = AuditVerify {
+        project: Some("default".into()),
     };
-    let store = Store::Nats(NatsStore::new(nb.client().clone(), "xo"));
-    let c = xo_queue::audit::check(&store, &root.join("data"), "default").await?;
+    let check = must(&c, &verify, Duration::from_secs(60)).await?;
     let _ = writeln!(
         out,
         "audit chain intact and equal to the store's copy: {} lines, copy {:?} {}",
-        c.lines,
-        c.store_lines,
-        if c.intact && c.store_lines.is_some() {
+        check.lines,
+        check.store_lines,
+        if check.intact && check.store_lines.is_some() {
             "ok"
         } else {
             "FAIL"
         }
     );
-    if !c.intact {
-        let _ = writeln!(out, "  {:?}", c.reason);
+    if !check.intact {
+        let _ = writeln!(out, "  {:?}", check.reason);
     }
     // Every runner unit is supervised again: known, and reporting.
     let begun = Instant::now();
     let mut missing: Vec<String> = units.to_vec();
     while !missing.is_empty() && begun.elapsed() < Duration::from_secs(30) {
-        if let Some(list) = call(&bus, &s, &xo_proto::control::ListUnits::default()).await {
+        if let Ok(list) = c.call(&xo_proto::control::ListUnits::default()).await {
             missing.retain(|u| !list.iter().any(|x| &x.unit == u && !x.stale));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

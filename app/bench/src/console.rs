@@ -306,11 +306,9 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
     client.flush().await?;
     let want = a.units as usize + 10;
     let mut known = 0;
+    let asker = xo_bus::Client::new(client.clone(), subjects.clone());
     for _ in 0..600 {
-        known = typed::all_units(&client, &subjects, Duration::from_secs(30))
-            .await
-            .map(|l| l.len())
-            .unwrap_or(0);
+        known = asker.all_units().await.map(|l| l.len()).unwrap_or(0);
         if known >= want {
             break;
         }
@@ -329,7 +327,7 @@ pub async fn run(cfg: &XoConfig, a: ConsoleArgs) -> anyhow::Result<ExitCode> {
         for _ in 0..a.fetches {
             let t = Instant::now();
             if path.is_empty() {
-                let l = typed::all_units(&client, &subjects, Duration::from_secs(30)).await?;
+                let l = asker.all_units().await?;
                 bytes = l.len();
             } else {
                 let body = http

@@ -205,8 +205,10 @@ pub async fn run(
     let stop = Arc::new(AtomicBool::new(false));
     let publisher = fleet(client.clone(), subjects.clone(), units, stop.clone());
     // Every unit known before the first window.
+    let asker = xo_bus::Client::new(client.clone(), subjects.clone());
     for _ in 0..600 {
-        let n = typed::all_units(client, subjects, Duration::from_secs(30))
+        let n = asker
+            .all_units()
             .await
             .map(|l| l.iter().filter(|u| u.unit.starts_with("tab-")).count())
             .unwrap_or(0);

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store, typed};
+use xo_bus::{Bus, Client, FileStore, LocalBus, NatsBus, NatsStore, Store};
 use xo_proto::queue::*;
 use xo_runtime::XoConfig;
 
@@ -43,63 +43,52 @@ async fn cycles(
     n: usize,
     tag: &str,
 ) -> anyhow::Result<f64> {
+    let clients: Vec<Client> = clients
+        .into_iter()
+        .map(|b| Client::new(b, subjects.clone()).with_timeout(T))
+        .collect();
     let first = clients[0].clone();
-    typed::call(
-        &first,
-        subjects,
-        &Init {
+    first
+        .call(&Init {
             by: Default::default(),
             mode: ExecutionMode::Auto,
             manager: false,
             force: true,
-        },
-        T,
-    )
-    .await?;
-    typed::call(
-        &first,
-        subjects,
-        &SetGoal {
+        })
+        .await?;
+    first
+        .call(&SetGoal {
             by: Default::default(),
             budget_usd: 0.0,
             description: "bench".into(),
             project_id: Some("bench".into()),
             completed: true,
-        },
-        T,
-    )
-    .await?;
+        })
+        .await?;
     for chunk in tasks(n, tag).chunks(1000) {
-        typed::call(&first, subjects, &Enqueue::new(chunk.to_vec()), T).await?;
+        first.call(&Enqueue::new(chunk.to_vec())).await?;
     }
-    typed::call(&first, subjects, &Start::default(), T).await?;
+    first.call(&Start::default()).await?;
     let begun = Instant::now();
     let mut joins = Vec::new();
-    for (i, bus) in clients.into_iter().enumerate() {
-        let subjects = subjects.clone();
+    for (i, client) in clients.into_iter().enumerate() {
         joins.push(tokio::spawn(async move {
             let mut done = 0u64;
             loop {
-                let c = typed::call(
-                    &bus,
-                    &subjects,
-                    &Claim {
+                let c = client
+                    .call(&Claim {
                         role: "coder".into(),
                         claimant: format!("b{i}"),
                         wait_ms: 0,
-                    },
-                    T,
-                )
-                .await?;
+                    })
+                    .await?;
                 let Some(c) = c else { break };
                 let report = ValidationReport {
                     passed: true,
                     ..Default::default()
                 };
-                typed::call(
-                    &bus,
-                    &subjects,
-                    &Complete {
+                client
+                    .call(&Complete {
                         usage: Default::default(),
                         task_id: c.record.task.task_id,
                         token: c.token,
@@ -108,10 +97,8 @@ async fn cycles(
                         manager_reply: None,
                         exchange: None,
                         diff: None,
-                    },
-                    T,
-                )
-                .await?;
+                    })
+                    .await?;
                 done += 1;
             }
             anyhow::Ok(done)

@@ -377,14 +377,9 @@ async fn soak(
         .spawn()?;
     let pid = child.id();
     let subjects = xo_proto::Subjects::new(&prefix);
-    let stats = || {
-        typed::call(
-            publisher,
-            &subjects,
-            &SupervisorStats {},
-            Duration::from_secs(10),
-        )
-    };
+    let asker = xo_bus::Client::new(publisher.clone(), subjects.clone())
+        .with_timeout(Duration::from_secs(10));
+    let stats = || asker.call(&SupervisorStats {});
     let begun = Instant::now();
     while stats().await.is_err() {
         if begun.elapsed() > Duration::from_secs(30) {

@@ -250,19 +250,17 @@ async fn sample_all(
     members: &[Member],
 ) -> anyhow::Result<Vec<(u64, StatsReply)>> {
     let mut out = Vec::with_capacity(members.len());
+    let asker = xo_bus::Client::new(publisher.clone(), subjects.clone())
+        .with_timeout(Duration::from_secs(10));
     for m in members {
         let subject = format!(
             "{}.stats",
             subjects.ctl_instance_group("supervisor", &m.name)
         );
-        let stats = typed::call_to(
-            publisher,
-            &subject,
-            &SupervisorStats {},
-            Duration::from_secs(10),
-        )
-        .await
-        .with_context(|| format!("supervisor {} did not answer", m.name))?;
+        let stats = asker
+            .call_to(&subject, &SupervisorStats {})
+            .await
+            .with_context(|| format!("supervisor {} did not answer", m.name))?;
         out.push((proc_cpu_ticks(m.child.id())?, stats));
     }
     Ok(out)

@@ -260,23 +260,16 @@ where
         };
         sups.push(Fabric::start_with(&c, plan, bus, Some(store)).await?);
     }
-    // Settled: each holds exactly the partitions it is preferred for
-    // among all of them (no hand-over left to happen while measuring).
-    let mut names: Vec<String> = (0..n).map(|i| format!("bench-{set}-{i}")).collect();
-    names.sort();
+    // Settled: every partition held by exactly one of them, and the
+    // shares even (no hand-over left to happen while measuring).
     for _ in 0..1200 {
-        let settled = sups
+        let held: Vec<Vec<u32>> = sups
             .iter()
             .filter_map(|f| f.get::<SupervisorHandle>())
             .filter_map(|s| s.ctx.shard.as_ref())
-            .all(|s| {
-                let want: Vec<u32> = (0..partitions)
-                    .filter(|k| {
-                        xo_supervisor::shard::preferred(&names, *k, partitions) == Some(&s.me)
-                    })
-                    .collect();
-                s.held() == want
-            });
+            .map(|s| s.held())
+            .collect();
+        let settled = settled(&held, partitions);
         if settled {
             return Ok(sups);
         }
@@ -286,4 +279,29 @@ where
         "the partitions never settled on {n} supervisors"
     ))
     .context("sharded bench")
+}
+
+/// Whether the partitions each supervisor holds (`held`, one list a
+/// supervisor) cover `0..partitions` once each, in even shares (no two
+/// differing by more than one).
+fn settled(held: &[Vec<u32>], partitions: u32) -> bool {
+    let mut all: Vec<u32> = held.iter().flatten().copied().collect();
+    all.sort_unstable();
+    let sizes = held.iter().map(Vec::len);
+    let even = sizes.clone().max().unwrap_or(0) - sizes.min().unwrap_or(0) <= 1;
+    even && all == (0..partitions).collect::<Vec<_>>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settled;
+
+    #[test]
+    fn settled_is_every_partition_once_in_even_shares() {
+        assert!(settled(&[vec![0, 2], vec![1, 3]], 4));
+        assert!(settled(&[vec![0, 1], vec![2]], 3));
+        assert!(!settled(&[vec![0, 1, 2], vec![3]], 4), "uneven");
+        assert!(!settled(&[vec![0, 1], vec![1, 3]], 4), "held twice");
+        assert!(!settled(&[vec![0], vec![1]], 3), "one unheld");
+    }
 }

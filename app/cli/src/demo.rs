@@ -141,6 +141,8 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     };
     let bus = fabric.bus.clone();
     let subjects = cfg.subjects();
+    let client =
+        xo_bus::Client::new(bus.clone(), subjects.clone()).with_timeout(Duration::from_secs(10));
     // The timeline's subjects only: a tap on everything would take every
     // request too, and a service that is not running here (reviews,
     // containers) would be waited for instead of said absent at once.
@@ -175,44 +177,31 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
         rationale: "Tools that read line by line lose an unterminated last line.".into(),
         changelog: Vec::new(),
     };
-    typed::call(
-        &bus,
-        &subjects,
-        &xo_proto::knowledge::PutDoc {
+    client
+        .call(&xo_proto::knowledge::PutDoc {
             doc: convention,
             author: xo_proto::knowledge::Author::Operator,
             task: None,
-        },
-        Duration::from_secs(10),
-    )
-    .await?;
-    let call_t = Duration::from_secs(10);
-    typed::call(
-        &bus,
-        &subjects,
-        &q::Init {
+        })
+        .await?;
+    client
+        .call(&q::Init {
             force: true,
             ..Default::default()
-        },
-        call_t,
-    )
-    .await?;
-    typed::call(
-        &bus,
-        &subjects,
-        &q::SetGoal {
+        })
+        .await?;
+    client
+        .call(&q::SetGoal {
             by: Default::default(),
             budget_usd: 0.0,
             description: "a tiny greeting toolkit".into(),
             project_id: Some(PROJECT.into()),
             completed: true,
-        },
-        call_t,
-    )
-    .await?;
+        })
+        .await?;
     let tasks = demo_tasks();
     let n_tasks = tasks.len();
-    typed::call(&bus, &subjects, &q::Enqueue::new(tasks), call_t).await?;
+    client.call(&q::Enqueue::new(tasks)).await?;
     // The runners join once the goal and the tasks are in place.
     let runners: Vec<RunnerOptions> = RUNNERS
         .iter()
@@ -238,7 +227,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
         }
     }
     outln!();
-    typed::call(&bus, &subjects, &q::Start::default(), call_t).await?;
+    client.call(&q::Start::default()).await?;
 
     let started = Instant::now();
     let mut tl = Timeline {
@@ -257,7 +246,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
                 tl.show(&subjects, cfg.wire.max_payload, &m);
             }
             _ = poll.tick() => {
-                if let Ok(s) = typed::call(&bus, &subjects, &q::GetStatus {}, call_t).await
+                if let Ok(s) = client.call(&q::GetStatus {}).await
                     && (s.status == RunStatus::Completed
                         || (s.status == RunStatus::Halted && s.halt_reason.is_some()))
                 {
@@ -269,9 +258,7 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let records = typed::all_tasks(&bus, &subjects, None, call_t)
-        .await
-        .unwrap_or_default();
+    let records = client.all_tasks(None).await.unwrap_or_default();
     // The status can be read before the last completions' events are
     // published: the timeline waits (briefly) for each of them.
     let drain = Instant::now() + Duration::from_secs(5);

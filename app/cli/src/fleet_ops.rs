@@ -8,20 +8,19 @@ use crate::cli::FleetCmd;
 use crate::connect;
 
 pub async fn run(cfg: &XoConfig, cmd: FleetCmd) -> anyhow::Result<ExitCode> {
-    let bus = connect::client_bus(cfg).await?;
-    let t = std::time::Duration::from_secs(60);
-    let s = cfg.subjects();
+    let client = connect::client(cfg)
+        .await?
+        .with_timeout(std::time::Duration::from_secs(60));
     let (st, json) = match cmd {
-        FleetCmd::Ls { json } => (
-            xo_bus::typed::call(&bus, &s, &xo_proto::fleet::FleetLs {}, t).await,
-            json,
-        ),
+        FleetCmd::Ls { json } => (client.call(&xo_proto::fleet::FleetLs {}).await, json),
         FleetCmd::Scale { role, replicas } => (
-            xo_bus::typed::call(&bus, &s, &xo_proto::fleet::FleetScale { role, replicas }, t).await,
+            client
+                .call(&xo_proto::fleet::FleetScale { role, replicas })
+                .await,
             false,
         ),
         FleetCmd::Restart { unit } => (
-            xo_bus::typed::call(&bus, &s, &xo_proto::fleet::FleetRestart { unit }, t).await,
+            client.call(&xo_proto::fleet::FleetRestart { unit }).await,
             false,
         ),
     };

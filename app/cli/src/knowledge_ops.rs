@@ -5,29 +5,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use xo_bus::typed;
 use xo_proto::Request;
 use xo_proto::knowledge::*;
 use xo_proto::queue::TaskState;
 use xo_runtime::XoConfig;
 
-use crate::connect::client_bus;
+use crate::connect::{client, no_service};
 
-async fn call<R: Request>(cfg: &XoConfig, req: &R) -> anyhow::Result<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    let bus = client_bus(cfg).await?;
-    typed::call(&bus, &cfg.subjects(), req, Duration::from_secs(30))
-        .await
-        .map_err(|e| match e {
-            typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => anyhow::anyhow!(
-                "no {} service is running: start `xo up` (or `xo serve {} --nats URL`)",
-                R::SERVICE,
-                R::SERVICE
-            ),
-            other => other.into(),
-        })
+async fn call<R: Request>(cfg: &XoConfig, req: &R) -> anyhow::Result<R::Response> {
+    client(cfg).await?.call(req).await.map_err(no_service::<R>)
 }
 
 pub async fn ls(cfg: &XoConfig, category: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
@@ -182,8 +168,11 @@ pub async fn review(
 }
 
 pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
-    let bus = client_bus(cfg).await?;
-    let tasks = typed::all_tasks(&bus, &cfg.subjects(), None, Duration::from_secs(30)).await?;
+    let tasks = client(cfg)
+        .await?
+        .all_tasks(None)
+        .await
+        .map_err(no_service::<xo_proto::queue::GetStatus>)?;
     let mut rows: Vec<_> = tasks
         .iter()
         .filter(|t| t.task.directive.is_some())
@@ -215,12 +204,16 @@ pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> 
 /// (so it works against a fabric on other machines); with no review
 /// service answering, from the run log here, and that is said.
 pub async fn review_log(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
-    let asked = match client_bus(cfg).await {
-        Ok(bus) => {
+    let asked = match client(cfg).await {
+        Ok(client) => {
             let req = ListReviewRuns { last: None };
-            match typed::call(&bus, &cfg.subjects(), &req, Duration::from_secs(10)).await {
+            match client
+                .with_timeout(Duration::from_secs(10))
+                .call(&req)
+                .await
+            {
                 Ok(runs) => return print_review_log(&runs, json, "the review service"),
-                Err(e) if crate::queue_ops::unanswered(&e) => e.to_string(),
+                Err(e) if e.unanswered() => e.to_string(),
                 Err(e) => return Err(e).context("the review service's runs"),
             }
         }

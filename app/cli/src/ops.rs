@@ -12,7 +12,7 @@ use xo_proto::{Health, SaluteReport, Severity, Steering};
 use xo_radio::Radio;
 use xo_runtime::XoConfig;
 
-use crate::connect::client_bus;
+use crate::connect::{client, client_bus};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -232,11 +232,11 @@ pub async fn units(
     json: bool,
     needs: bool,
 ) -> anyhow::Result<ExitCode> {
-    let bus = client_bus(cfg).await?;
-    let subjects = cfg.subjects();
+    let client = client(cfg).await?.with_timeout(TIMEOUT);
     match unit {
         None => {
-            let mut list = typed::all_units(&bus, &subjects, TIMEOUT)
+            let mut list = client
+                .all_units()
                 .await
                 .context("asking the supervisor (is `xo up` or `xo serve supervisor` running?)")?;
             if needs {
@@ -270,7 +270,7 @@ pub async fn units(
             }
         }
         Some(unit) => {
-            let d = typed::call(&bus, &subjects, &ShowUnit { unit }, TIMEOUT).await?;
+            let d = client.call(&ShowUnit { unit }).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&d)?);
             } else {
@@ -329,19 +329,16 @@ pub async fn steer(
         .map_err(|_| {
             anyhow::anyhow!("--severity {severity:?}: use info, warning, urgent or critical")
         })?;
-    let bus = client_bus(cfg).await?;
-    let s = typed::call(
-        &bus,
-        &cfg.subjects(),
-        &SteerUnit {
+    let s = client(cfg)
+        .await?
+        .with_timeout(TIMEOUT)
+        .call(&SteerUnit {
             unit,
             message: text,
             severity,
             by: std::env::var("USER").unwrap_or_default(),
-        },
-        TIMEOUT,
-    )
-    .await?;
+        })
+        .await?;
     outln!("sent {} to {}: {}", s.id, s.unit, s.message);
     Ok(ExitCode::SUCCESS)
 }
@@ -367,8 +364,7 @@ pub async fn ack(
         for_ms,
     };
     req.check().map_err(anyhow::Error::msg)?;
-    let bus = client_bus(cfg).await?;
-    let s = typed::call(&bus, &cfg.subjects(), &req, TIMEOUT).await?;
+    let s = client(cfg).await?.with_timeout(TIMEOUT).call(&req).await?;
     match s.ack {
         Some(a) => outln!(
             "{} acknowledged by {} until {}: {}",

@@ -5,34 +5,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use xo_bus::typed;
 use xo_proto::Request;
 use xo_proto::queue::*;
 use xo_queue::audit::{self, Verdict};
 use xo_runtime::XoConfig;
 
-use crate::connect::client_bus;
+use crate::connect::{client, no_service};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A call's error, with "no responders" said as what to start.
-fn no_queue(e: typed::CallError) -> anyhow::Error {
-    match e {
-        typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => {
-            anyhow::anyhow!("no queue is running: start `xo up` (or `xo serve queue --nats URL`)")
-        }
-        other => other.into(),
-    }
-}
-
-async fn call<R: Request>(cfg: &XoConfig, req: &R) -> anyhow::Result<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    let bus = client_bus(cfg).await?;
-    typed::call(&bus, &cfg.subjects(), req, TIMEOUT)
-        .await
-        .map_err(no_queue)
+async fn call<R: Request>(cfg: &XoConfig, req: &R) -> anyhow::Result<R::Response> {
+    client(cfg).await?.call(req).await.map_err(no_service::<R>)
 }
 
 fn print_status(s: &QueueStatus) {
@@ -200,21 +181,17 @@ pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
     let tasks =
         xo_proto::task_file::dependency_order(tasks).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     let parts = enqueue_parts(tasks, cfg.queue.enqueue_batch, cfg.wire.max_payload / 2)?;
-    let bus = client_bus(cfg).await?;
+    let client = client(cfg).await?;
     let (mut added, mut sent) = (0usize, 0usize);
     let count = parts.len();
     for (i, part) in parts.into_iter().enumerate() {
         let len = part.len();
-        let r = typed::call(
-            &bus,
-            &cfg.subjects(),
-            &Enqueue {
+        let r = client
+            .call(&Enqueue {
                 tasks: part,
                 by: by(),
-            },
-            TIMEOUT,
-        )
-        .await;
+            })
+            .await;
         match r {
             Ok(ids) => {
                 added += ids.len();
@@ -226,15 +203,10 @@ pub async fn enqueue(cfg: &XoConfig, file: &str) -> anyhow::Result<ExitCode> {
                         "the first {sent} tasks ({i} of {count} parts) are enqueued; enqueue the same file again once this is fixed (tasks already queued are skipped)"
                     );
                 }
-                return Err(match e {
-                    typed::CallError::Bus(xo_bus::BusError::NoResponders { .. }) => {
-                        anyhow::anyhow!(
-                            "no queue is running: start `xo up` (or `xo serve queue --nats URL`)"
-                        )
-                    }
-                    other => {
-                        anyhow::Error::from(other).context(format!("part {} of {count}", i + 1))
-                    }
+                return Err(if e.unanswered() {
+                    no_service::<Enqueue>(e)
+                } else {
+                    anyhow::Error::from(e).context(format!("part {} of {count}", i + 1))
                 });
             }
         }
@@ -308,10 +280,11 @@ pub async fn status(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> {
 
 /// Every task in `state` (all: `None`), from the running queue.
 async fn all_tasks(cfg: &XoConfig, state: Option<TaskState>) -> anyhow::Result<Vec<TaskRecord>> {
-    let bus = client_bus(cfg).await?;
-    typed::all_tasks(&bus, &cfg.subjects(), state, TIMEOUT)
+    client(cfg)
+        .await?
+        .all_tasks(state)
         .await
-        .map_err(no_queue)
+        .map_err(no_service::<GetStatus>)
 }
 
 /// `xo task diff ID`: what a completed task changed on its branch. The
@@ -456,31 +429,19 @@ pub async fn task_op<R: Request<Response = TaskRecord>>(
 
 /// Checks a project's audit file: its chain, then line for line against the
 /// store's copy (exit 1 when either fails).
-/// No service answers the verb (none runs, or the bus is unreachable):
-/// what the CLI may then do on its own. A service that answered with an
-/// error is not this: its error is the answer.
-pub fn unanswered(e: &typed::CallError) -> bool {
-    matches!(
-        e,
-        typed::CallError::Bus(
-            xo_bus::BusError::NoResponders { .. } | xo_bus::BusError::Timeout { .. }
-        )
-    )
-}
-
 /// `xo audit verify`: the queue's own check (its `audit_verify` verb: the
 /// file where the queue runs, against the store's copy), so it works
 /// against a fabric on other machines; with no queue answering, the files
 /// here are checked and that is said.
 pub async fn audit_verify(cfg: &XoConfig, project: &str) -> anyhow::Result<ExitCode> {
-    let asked = match client_bus(cfg).await {
-        Ok(bus) => {
+    let asked = match client(cfg).await {
+        Ok(client) => {
             let req = AuditVerify {
                 project: Some(project.to_string()),
             };
-            match typed::call(&bus, &cfg.subjects(), &req, TIMEOUT).await {
+            match client.call(&req).await {
                 Ok(c) => return Ok(print_check(&c, &format!("project {}", c.project))),
-                Err(e) if unanswered(&e) => e.to_string(),
+                Err(e) if e.unanswered() => e.to_string(),
                 Err(e) => return Err(e).context("the queue's audit check"),
             }
         }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use xo_bus::{Bus, NatsBus, typed};
+use xo_bus::{Bus, NatsBus};
 use xo_proto::Subjects;
 use xo_proto::control::ListUnits;
 use xo_proto::queue::*;
@@ -91,11 +91,12 @@ fn slow(id: &str) -> Task {
     }
 }
 
-async fn call<R: xo_proto::Request>(bus: &Bus, s: &Subjects, r: &R) -> Option<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(bus, s, r, Duration::from_secs(3)).await.ok()
+async fn call<R: xo_proto::Request>(bus: &Bus, s: &Subjects, r: &R) -> Option<R::Response> {
+    xo_bus::Client::new(bus.clone(), s.clone())
+        .with_timeout(Duration::from_secs(3))
+        .call(r)
+        .await
+        .ok()
 }
 
 async fn task(bus: &Bus, s: &Subjects, id: &str) -> Option<TaskRecord> {

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use xo_tests::ctl::ask;
 
 use axum::Router;
 use axum::extract::State;
@@ -144,15 +145,6 @@ async fn model(body: axum::Json<serde_json::Value>) -> axum::Json<serde_json::Va
     axum::Json(xo_tests::openai::manager_keeping_pending(&body))
 }
 
-async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(bus, &Subjects::default(), r, Duration::from_secs(3))
-        .await
-        .ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_night_alone() {
     let nats = NatsServer::start();
@@ -209,7 +201,7 @@ url = "{base}/alerts"
     );
     let mut init = None;
     for _ in 0..400 {
-        init = call(
+        init = ask(
             &bus,
             &Init {
                 manager: true,
@@ -223,7 +215,7 @@ url = "{base}/alerts"
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(init.is_some(), "the queue never answered\n{}", night.logs());
-    call(
+    ask(
         &bus,
         &SetGoal {
             description: "forty tasks overnight".into(),
@@ -233,9 +225,9 @@ url = "{base}/alerts"
     )
     .await
     .unwrap();
-    let ids = call(&bus, &Enqueue::new(goal())).await.unwrap();
+    let ids = ask(&bus, &Enqueue::new(goal())).await.unwrap();
     assert_eq!(ids.len(), 40);
-    call(
+    ask(
         &bus,
         &Cancel {
             by: Default::default(),
@@ -260,7 +252,7 @@ url = "{base}/alerts"
             "manager-1",
         ],
     );
-    call(&bus, &Start::default()).await.unwrap();
+    ask(&bus, &Start::default()).await.unwrap();
 
     // The night: nobody answers, nobody resumes. The test only kills.
     let mut kills: BTreeMap<&str, String> = BTreeMap::new();
@@ -305,7 +297,7 @@ url = "{base}/alerts"
                 marks.insert(id, m);
             }
         }
-        let Some(s) = call(&bus, &GetStatus {}).await else {
+        let Some(s) = ask(&bus, &GetStatus {}).await else {
             continue;
         };
         assert_eq!(
@@ -435,7 +427,7 @@ url = "{base}/alerts"
     );
 
     // The audit chain is intact.
-    let check = call(
+    let check = ask(
         &bus,
         &AuditVerify {
             project: Some("night".into()),

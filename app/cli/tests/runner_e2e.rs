@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+use xo_tests::ctl::ask;
 
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::queue::*;
-use xo_proto::{Steering, Subjects};
+use xo_proto::Steering;
 use xo_tests::NatsServer;
 use xo_tests::procs::Procs;
 
@@ -171,15 +172,6 @@ struct Victim {
     restarted: bool,
 }
 
-async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(bus, &Subjects::default(), r, Duration::from_secs(3))
-        .await
-        .ok()
-}
-
 fn pid_alive(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     !stat.is_empty() && !stat.contains(") Z ")
@@ -219,7 +211,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
     let mut steer = bus.subscribe("xo.steer.>").await.unwrap();
     let mut init = None;
     for _ in 0..400 {
-        init = call(
+        init = ask(
             &bus,
             &Init {
                 force: true,
@@ -233,7 +225,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(init.is_some(), "the queue never answered\n{}", fleet.logs());
-    call(
+    ask(
         &bus,
         &SetGoal {
             by: Default::default(),
@@ -245,12 +237,12 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
     )
     .await
     .unwrap();
-    let ids = call(&bus, &Enqueue::new(goal())).await.unwrap();
+    let ids = ask(&bus, &Enqueue::new(goal())).await.unwrap();
     assert_eq!(ids.len(), 11);
     for u in runners {
         fleet.runner(u);
     }
-    call(&bus, &Start::default()).await.unwrap();
+    ask(&bus, &Start::default()).await.unwrap();
 
     // t06's runner (rollback), then t11's (resume).
     let mut victims: BTreeMap<&str, Victim> = BTreeMap::new();
@@ -258,7 +250,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
     let mut final_status = None;
     for _ in 0..3000 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let Some(tasks) = call(&bus, &ListTasks::default()).await else {
+        let Some(tasks) = ask(&bus, &ListTasks::default()).await else {
             continue;
         };
         let by_id: BTreeMap<String, TaskRecord> = tasks
@@ -322,7 +314,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
             );
             v.restarted = true;
         }
-        let Some(s) = call(&bus, &GetStatus {}).await else {
+        let Some(s) = ask(&bus, &GetStatus {}).await else {
             continue;
         };
         match s.status {
@@ -334,7 +326,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
                     fleet.logs()
                 );
                 // The operator acknowledges the blocked task and resumes.
-                call(&bus, &Resume::default()).await.unwrap();
+                ask(&bus, &Resume::default()).await.unwrap();
                 resumed += 1;
             }
             RunStatus::Completed if victims.len() == 2 && victims.values().all(|v| v.restarted) => {
@@ -354,7 +346,7 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
         status.counts
     );
     assert_eq!(status.counts.get("blocked"), Some(&1));
-    let tasks = call(&bus, &ListTasks::default()).await.unwrap();
+    let tasks = ask(&bus, &ListTasks::default()).await.unwrap();
     let by_id: BTreeMap<String, TaskRecord> = tasks
         .into_iter()
         .map(|r| (r.task.task_id.clone(), r))

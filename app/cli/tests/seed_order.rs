@@ -14,31 +14,23 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
+use xo_tests::ctl::ask;
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
-use xo_bus::{Bus, NatsBus, typed};
-use xo_proto::Subjects;
+use xo_bus::{Bus, NatsBus};
 use xo_proto::queue::*;
 use xo_tests::NatsServer;
 use xo_tests::procs::Procs;
 
-const T: Duration = Duration::from_secs(3);
-
-async fn call<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response>
-where
-    R::Response: serde::de::DeserializeOwned,
-{
-    typed::call(bus, &Subjects::default(), r, T).await.ok()
-}
 
 async fn state_of(bus: &Bus, id: &str) -> Option<TaskRecord> {
     let req = ListTasks {
         task_id: Some(id.into()),
         ..ListTasks::of(None)
     };
-    call(bus, &req).await.and_then(|v| v.into_iter().next())
+    ask(bus, &req).await.and_then(|v| v.into_iter().next())
 }
 
 /// The Manager's model. Asked to reconcile a list in which `t2` is pending,
@@ -113,7 +105,7 @@ impl Fabric {
         f.spawn("queue", &["serve", "queue"], &[]);
         let mut init = None;
         for _ in 0..400 {
-            init = call(
+            init = ask(
                 &f.bus,
                 &Init {
                     manager,
@@ -132,7 +124,7 @@ impl Fabric {
             "the queue never answered\n{}",
             f.procs.logs(20)
         );
-        call(
+        ask(
             &f.bus,
             &SetGoal {
                 description: "a few steps".into(),
@@ -177,7 +169,7 @@ impl Fabric {
     async fn completed(&self) {
         for _ in 0..1200 {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            if let Some(s) = call(&self.bus, &GetStatus {}).await
+            if let Some(s) = ask(&self.bus, &GetStatus {}).await
                 && s.status == RunStatus::Completed
             {
                 return;
@@ -201,22 +193,22 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/v1", l.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
-    call(
+    ask(
         &bus,
         &Enqueue::new(vec![task("t1"), task("t2"), task("t3")]),
     )
     .await
     .unwrap();
-    call(&bus, &Start::default()).await.unwrap();
+    ask(&bus, &Start::default()).await.unwrap();
     // The test does t1; its completion makes the Manager task.
     let claim = Claim {
         role: "coder".into(),
         claimant: "test".into(),
         wait_ms: 0,
     };
-    let c1 = call(&bus, &claim).await.unwrap().unwrap();
+    let c1 = ask(&bus, &claim).await.unwrap().unwrap();
     assert_eq!(c1.record.task.task_id, "t1");
-    call(
+    ask(
         &bus,
         &Complete {
             task_id: "t1".into(),
@@ -266,7 +258,7 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
     }
     assert!(claimed, "the Manager never claimed\n{}", f.procs.logs(20));
     // New work the Manager was not shown, then a coder process.
-    call(&bus, &Enqueue::new(vec![task("d")])).await.unwrap();
+    ask(&bus, &Enqueue::new(vec![task("d")])).await.unwrap();
     f.coder("coder-1");
     f.completed().await;
     let t2 = state_of(&bus, "t2").await.unwrap();
@@ -301,8 +293,8 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
         "file exists: partial.txt".into(),
         "file exists: whole.txt".into(),
     ];
-    call(&f.bus, &Enqueue::new(vec![slow])).await.unwrap();
-    call(&f.bus, &Start::default()).await.unwrap();
+    ask(&f.bus, &Enqueue::new(vec![slow])).await.unwrap();
+    ask(&f.bus, &Start::default()).await.unwrap();
     f.coder("coder-1");
     // Mid-task, its work is in its own tree (worktree isolation); the
     // critical task starts from main, without it.
@@ -327,7 +319,7 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
     // A critical directive's task, while the only coder is busy.
     let mut crit = task("crit");
     crit.lane = Lane::Critical;
-    call(&f.bus, &Enqueue::new(vec![crit])).await.unwrap();
+    ask(&f.bus, &Enqueue::new(vec![crit])).await.unwrap();
     f.completed().await;
 
     let slow = state_of(&f.bus, "slow").await.unwrap();

@@ -3,8 +3,29 @@
 //! clear error saying how to start one.
 
 use anyhow::{Context, bail};
-use xo_bus::{Bus, NatsBus, SocketBus, nats::ConnectOptions};
+use xo_bus::typed::CallError;
+use xo_bus::{Bus, BusError, Client, NatsBus, SocketBus, nats::ConnectOptions};
+use xo_proto::Request;
 use xo_runtime::XoConfig;
+
+/// A command's client of the fabric's services: [`client_bus`]'s
+/// connection and this configuration's subjects.
+pub async fn client(cfg: &XoConfig) -> anyhow::Result<Client> {
+    Ok(Client::new(client_bus(cfg).await?, cfg.subjects()))
+}
+
+/// A call's error as a command says it: with no service answering `R`'s
+/// verb, which service to start.
+pub fn no_service<R: Request>(e: CallError) -> anyhow::Error {
+    match e {
+        CallError::Bus(BusError::NoResponders { .. }) => anyhow::anyhow!(
+            "no {} service is running: start `xo up` (or `xo serve {} --nats URL`)",
+            R::SERVICE,
+            R::SERVICE
+        ),
+        other => other.into(),
+    }
+}
 
 pub fn nats_options(cfg: &XoConfig, name: &str, retry: bool) -> ConnectOptions {
     ConnectOptions {

@@ -17,6 +17,9 @@
 //!   local transports' routing).
 //! - [`typed`]: versioned messages with `Content-Type`, control calls, and the
 //!   dead-letter path for undecodable input.
+//! - [`client`]: the front door for everything that is not a service (the
+//!   CLI, the console, the benches, the tests): a [`Client`] calls the
+//!   services' verbs and nothing else.
 //! - [`api`]: the one serve loop of every control API: requests decoded by
 //!   verb, handed to the service's actor, answered.
 //! - [`input`]: the one event input of every service: a subscription read
@@ -26,6 +29,7 @@
 //! Every transport passes the same conformance suite (`tests/tests/conformance.rs`).
 
 pub mod api;
+pub mod client;
 pub mod file_store;
 pub mod files;
 pub mod input;
@@ -43,6 +47,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+pub use client::Client;
 pub use file_store::FileStore;
 pub use local::LocalBus;
 pub use nats::NatsBus;

@@ -42,10 +42,9 @@ use std::time::Duration;
 use axum::Router;
 use tokio::task::JoinHandle;
 use tracing::info;
-use xo_bus::Bus;
+use xo_bus::Client;
 use xo_bus::typed::{self, CallError};
 use xo_proto::Request;
-use xo_proto::Subjects;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_runtime::ServiceCtx;
 use xo_runtime::XoConfig;
@@ -57,8 +56,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// What every handler shares.
 #[derive(Debug)]
 pub struct Console {
-    pub bus: Bus,
-    pub subjects: Subjects,
+    /// The services' front door: every page and API call asks through it.
+    pub client: Client,
     pub cfg: XoConfig,
     pub auth: auth::Auth,
     pub hub: events::Hub,
@@ -76,9 +75,7 @@ impl Console {
     /// Calls a service's control API; a failure says which service and
     /// what to do.
     pub async fn call<R: Request>(&self, req: &R) -> Result<R::Response, ServiceError> {
-        typed::call(&self.bus, &self.subjects, req, CALL_TIMEOUT + req.wait())
-            .await
-            .map_err(|e| call_error::<R>(e))
+        self.client.call(req).await.map_err(|e| call_error::<R>(e))
     }
 }
 
@@ -100,9 +97,10 @@ impl Console {
             let (h, payload) = typed::encode(&req, xo_proto::Format::Json)
                 .map_err(|e| ServiceError::new(ErrorCode::Internal, e.to_string()))?;
             let reply = self
-                .bus
+                .client
+                .bus()
                 .request(
-                    &ListUnits::subject(&self.subjects),
+                    &ListUnits::subject(self.client.subjects()),
                     h,
                     payload,
                     CALL_TIMEOUT,
@@ -144,7 +142,8 @@ impl Console {
 
     /// Every unit, a page at a time (a large fleet's list exceeds one message).
     pub async fn units(&self) -> Result<Vec<xo_proto::control::UnitSummary>, ServiceError> {
-        typed::all_units(&self.bus, &self.subjects, CALL_TIMEOUT)
+        self.client
+            .all_units()
             .await
             .map_err(call_error::<xo_proto::control::ListUnits>)
     }
@@ -361,9 +360,8 @@ pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
     let stop = shutdown;
     let (hub, hub_task) = events::Hub::start(&bus, cfg, stop.signal()).await?;
     let console = Arc::new(Console {
-        subjects: cfg.subjects(),
+        client: Client::new(bus, cfg.subjects()).with_timeout(CALL_TIMEOUT),
         cfg: cfg.clone(),
-        bus,
         auth,
         hub,
         stop: stop.clone(),

@@ -17,7 +17,7 @@ pub fn hash_line(line: &[u8]) -> String {
 }
 
 pub fn file_for(data_dir: &Path, project: &str) -> PathBuf {
-    data_dir.join(project).join("audit.log.jsonl")
+    xo_proto::names::audit_file(data_dir, project)
 }
 
 /// The chain head of each project's file.

@@ -101,7 +101,8 @@ pub async fn all_tasks(
     c: &Shared,
     state: Option<TaskState>,
 ) -> Result<Vec<TaskRecord>, xo_proto::control::ServiceError> {
-    xo_bus::typed::all_tasks(&c.bus, &c.subjects, state, crate::CALL_TIMEOUT)
+    c.client
+        .all_tasks(state)
         .await
         .map_err(crate::call_error::<ListTasks>)
 }
