@@ -14,8 +14,8 @@ use std::time::Duration;
 use xo_tests::ctl::ask;
 
 use xo_bus::{Bus, NatsBus, typed};
-use xo_proto::queue::*;
 use xo_proto::Steering;
+use xo_proto::queue::*;
 use xo_tests::NatsServer;
 use xo_tests::procs::Procs;
 

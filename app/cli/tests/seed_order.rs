@@ -24,7 +24,6 @@ use xo_proto::queue::*;
 use xo_tests::NatsServer;
 use xo_tests::procs::Procs;
 
-
 async fn state_of(bus: &Bus, id: &str) -> Option<TaskRecord> {
     let req = ListTasks {
         task_id: Some(id.into()),

@@ -26,6 +26,11 @@ pub fn deciding_command(command: &str) -> String {
             line = r.trim().trim_matches(|c| c == '\'' || c == '"').trim();
         }
     }
+    // One command alone (no separator, no heredoc): itself, as the split
+    // below would give it, without its copies.
+    if !line.contains(['\n', ';', '&', '|', '<']) {
+        return line.to_string();
+    }
     let parts = split_top_level(&without_heredocs(line));
     let setup = |p: &str| {
         let w = p.split_whitespace().next().unwrap_or("");
@@ -179,31 +184,51 @@ pub fn telling_line(output: &str, failed: bool) -> Option<&str> {
                 .chars()
                 .all(|c| !c.is_alphanumeric() || c == '=' || c == '-')
     };
-    let lines = output.lines().map(str::trim).filter(words);
     if failed {
         // The first error line of the output's end beats the summary
         // after it ("error[E0425]: …" then "could not compile … due to 1
-        // previous error").
-        let all: Vec<&str> = lines.collect();
-        all[all.len().saturating_sub(12)..]
-            .iter()
+        // previous error"): the last 12 lines with words, read from the
+        // end, searched in their order.
+        let mut end: Vec<&str> = output
+            .lines()
+            .rev()
+            .map(str::trim)
+            .filter(words)
+            .take(12)
+            .collect();
+        end.reverse();
+        end.iter()
             .find(|l| {
-                let lower = l.to_ascii_lowercase();
-                lower.starts_with("error")
-                    || lower.contains("error:")
-                    || lower.contains("exception")
+                starts_with_ci(l, "error")
+                    || contains_ci(l, "error:")
+                    || contains_ci(l, "exception")
             })
-            .or(all.last())
+            .or(end.last())
             .copied()
     } else {
         // A finding (`file:line: code: text`) over a banner.
-        let all: Vec<&str> = lines.collect();
-        all.iter()
-            .take(12)
-            .find(|l| l.contains(": "))
-            .or(all.first())
-            .copied()
+        let mut first = None;
+        for l in output.lines().map(str::trim).filter(words).take(12) {
+            if l.contains(": ") {
+                return Some(l);
+            }
+            first.get_or_insert(l);
+        }
+        first
     }
+}
+
+/// `text` starts with `lower` (lower-case ASCII), in any case.
+fn starts_with_ci(text: &str, lower: &str) -> bool {
+    text.len() >= lower.len()
+        && text.as_bytes()[..lower.len()].eq_ignore_ascii_case(lower.as_bytes())
+}
+
+/// `text` contains `lower` (lower-case ASCII), in any case.
+fn contains_ci(text: &str, lower: &str) -> bool {
+    text.as_bytes()
+        .windows(lower.len())
+        .any(|w| w.eq_ignore_ascii_case(lower.as_bytes()))
 }
 
 /// What a non-zero status means for a program whose status reports
@@ -336,5 +361,98 @@ mod tests {
         assert_eq!(meaning("diff", 1), Some(Meaning::Differ));
         assert_eq!(meaning("pytest", 1), None);
         assert_eq!(meaning("ruff", 1), Some(Meaning::Findings));
+    }
+}
+
+#[cfg(test)]
+mod same_as_before {
+    use super::*;
+
+    /// The telling line as first written (every line collected, each of
+    /// the last twelve lower-cased): the faster one must pick the same.
+    fn reference(output: &str, failed: bool) -> Option<&str> {
+        let words = |l: &&str| {
+            let t = l.trim();
+            t.chars().filter(|c| c.is_alphanumeric()).count() >= 3
+                && !t
+                    .chars()
+                    .all(|c| !c.is_alphanumeric() || c == '=' || c == '-')
+        };
+        let all: Vec<&str> = output.lines().map(str::trim).filter(words).collect();
+        if failed {
+            all[all.len().saturating_sub(12)..]
+                .iter()
+                .find(|l| {
+                    let lower = l.to_ascii_lowercase();
+                    lower.starts_with("error")
+                        || lower.contains("error:")
+                        || lower.contains("exception")
+                })
+                .or(all.last())
+                .copied()
+        } else {
+            all.iter()
+                .take(12)
+                .find(|l| l.contains(": "))
+                .or(all.first())
+                .copied()
+        }
+    }
+
+    #[test]
+    fn the_telling_line_is_the_one_the_first_version_picked() {
+        const PIECES: [&str; 12] = [
+            "ERROR: x",
+            "Error[E0425]: y",
+            "  ok done  ",
+            "=====",
+            "--",
+            "a: b",
+            "Exception z",
+            "1 failed",
+            "",
+            "Traceback",
+            "warn: w",
+            "ÉRROR é",
+        ];
+        // A fixed pseudo-random walk over outputs of 0 to 40 lines.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..4000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = (x % 41) as usize;
+            let lines: Vec<&str> = (0..n)
+                .map(|i| PIECES[((x >> (i % 50)) as usize + i * 7) % PIECES.len()])
+                .collect();
+            let out = lines.join(if x & 1 == 0 { "\n" } else { "\r\n" });
+            for failed in [true, false] {
+                assert_eq!(
+                    telling_line(&out, failed),
+                    reference(&out, failed),
+                    "{out:?} failed={failed}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn one_command_alone_is_itself() {
+        for c in [
+            "cargo test -q",
+            "  pytest -x  ",
+            "echo 'a b'",
+            "",
+            "bash -lc 'make'",
+        ] {
+            let parts = split_top_level(&without_heredocs(c.trim()));
+            let want = parts.last().cloned().unwrap_or_default();
+            let got = deciding_command(c);
+            if !c.starts_with("bash") {
+                assert_eq!(got, want, "{c:?}");
+            } else {
+                assert_eq!(got, "make");
+            }
+        }
     }
 }
