@@ -195,11 +195,12 @@ async fn no_model_malformed_replies_and_budgets_skip_reviews() {
     // A reply that breaks the schema is discarded: nothing is written.
     let mut bad = code_style();
     bad["directives"][0]["priority"] = serde_json::json!("asap");
-    let stub = OpenAiStub::start(vec![reply(bad), reply(code_style())]);
+    let stub = OpenAiStub::start(vec![reply(bad), reply(code_style()), reply(code_style())]);
     let mut rig = Rig::start(
         Some(&stub),
         &[
             ("review.code_style_every", "1"),
+            ("review.internaliser_every", "100"),
             ("review.daily_budget_usd", "0.001"),
         ],
     )
@@ -222,6 +223,24 @@ async fn no_model_malformed_replies_and_budgets_skip_reviews() {
         2,
         "no model call once the budget is spent"
     );
+    // The next day (by the service's clock) the daily budget is there again.
+    rig.clock.advance(std::time::Duration::from_secs(86_400));
+    rig.complete_one().await;
+    let r = rig.next_run().await;
+    assert_eq!(r.reviewer, "code_style");
+    assert_eq!(
+        r.outcome,
+        "ran",
+        "{} ({} requests)",
+        r.summary,
+        stub.requests().len()
+    );
+    assert_eq!(
+        r.at,
+        1_795_350_000_000 + 86_400_000,
+        "stamped by the service's clock"
+    );
+    assert_eq!(stub.requests().len(), 3);
     rig.stop().await;
 }
 

@@ -40,6 +40,8 @@ impl From<FleetApi<ActorPorts>> for FleetMsg {
 #[derive(Debug, Clone)]
 pub struct FleetActor {
     bus: Bus,
+    /// Now, for the restart window, its alerts and its audit lines.
+    clock: xo_runtime::Clock,
     subjects: Subjects,
     format: Format,
     audit: std::path::PathBuf,
@@ -81,7 +83,11 @@ impl FleetHandle {
 /// Starts the fleet manager; fails at once if the engine cannot be reached.
 pub async fn start(ctx: ServiceCtx) -> Result<FleetHandle, FleetError> {
     let ServiceCtx {
-        cfg, bus, shutdown, ..
+        cfg,
+        bus,
+        shutdown,
+        clock,
+        ..
     } = ctx;
     let cfg = &cfg;
     let f = &cfg.fleet;
@@ -113,6 +119,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<FleetHandle, FleetError> {
     };
     let actor = FleetActor {
         bus: bus.clone(),
+        clock,
         subjects: cfg.subjects(),
         format: cfg.wire.format,
         audit: cfg.data_dir().join("fleet").join("audit.log.jsonl"),
@@ -219,7 +226,7 @@ impl FleetActor {
         };
         let done = match st
             .fleet
-            .reconcile(&stale, xo_proto::now_ms(), still_stale)
+            .reconcile(&stale, self.clock.now_ms(), still_stale)
             .await
         {
             Ok(d) => d,
@@ -314,7 +321,7 @@ impl FleetActor {
             project: None,
             unit: None,
             source: "fleet".into(),
-            at: xo_proto::now_ms(),
+            at: self.clock.now_ms(),
         };
         let subject = self.subjects.alert(a.kind);
         if let Err(e) = typed::publish(&self.bus, &subject, &a, self.format).await {
@@ -331,7 +338,7 @@ impl FleetActor {
             role: role.into(),
             unit,
             detail,
-            at: xo_proto::now_ms(),
+            at: self.clock.now_ms(),
         };
         if let Err(e) = xo_runtime::jsonl::append(&self.audit, &ev).await {
             warn!(path = %self.audit.display(), error = %e, "fleet audit line not written");

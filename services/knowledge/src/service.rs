@@ -41,6 +41,8 @@ impl From<KnowledgeApi<ActorPorts>> for KnowledgeMsg {
 #[derive(Debug, Clone)]
 pub struct KnowledgeActor {
     bus: Bus,
+    /// Now, for the changes it announces.
+    clock: xo_runtime::Clock,
     subjects: Subjects,
     format: Format,
     budget: usize,
@@ -90,7 +92,11 @@ fn service_error(e: KnowledgeError) -> ServiceError {
 /// Opens the store, starts the tree, serves the API and watches the folder.
 pub async fn start(ctx: ServiceCtx) -> Result<KnowledgeHandle, KnowledgeError> {
     let ServiceCtx {
-        cfg, bus, shutdown, ..
+        cfg,
+        bus,
+        shutdown,
+        clock,
+        ..
     } = ctx;
     let cfg = &cfg;
     let dir = cfg.knowledge_dir();
@@ -98,6 +104,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<KnowledgeHandle, KnowledgeError> {
     KnowledgeStore::open(&dir)?;
     let actor = KnowledgeActor {
         bus: bus.clone(),
+        clock,
         subjects: cfg.subjects(),
         format: cfg.wire.format,
         budget: cfg.knowledge.budget_tokens,
@@ -204,7 +211,7 @@ impl KnowledgeActor {
             id: id.to_string(),
             change: change.to_string(),
             by: by.to_string(),
-            at: xo_proto::now_ms(),
+            at: self.clock.now_ms(),
         };
         if let Err(e) = typed::publish(
             &self.bus,

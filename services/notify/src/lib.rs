@@ -70,6 +70,8 @@ struct Delivery {
     bus: Bus,
     subjects: Subjects,
     format: Format,
+    /// Now, for a dead letter's time.
+    clock: xo_runtime::Clock,
     /// Triggered at shutdown: no more retries; what waits is dead-lettered.
     stop: Shutdown,
 }
@@ -142,7 +144,11 @@ pub fn dead_letter_file(cfg: &XoConfig) -> PathBuf {
 /// Subscribes to the alerts and starts the tree.
 pub async fn start(ctx: ServiceCtx) -> Result<NotifyHandle, NotifyError> {
     let ServiceCtx {
-        cfg, bus, shutdown, ..
+        cfg,
+        bus,
+        shutdown,
+        clock,
+        ..
     } = ctx;
     let cfg = &cfg;
     let client = reqwest::Client::builder()
@@ -160,6 +166,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<NotifyHandle, NotifyError> {
             bus: bus.clone(),
             subjects: cfg.subjects(),
             format: cfg.wire.format,
+            clock,
             stop: stop.clone(),
         },
     };
@@ -495,7 +502,7 @@ async fn dead_letter(d: &Delivery, a: &Alert, url: &str, attempts: u32, error: &
         url: url.to_string(),
         attempts,
         error: error.to_string(),
-        at: xo_proto::now_ms(),
+        at: d.clock.now_ms(),
     };
     if let Err(e) = xo_runtime::jsonl::append(&d.dead, &rec).await {
         error!(path = %d.dead.display(), error = %e, "dead letter not written");

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{self, Intensity, Running};
+use xo_runtime::{Clock, ServiceCtx};
 
 use tokio::sync::mpsc;
 use tracing::{Instrument, error, info, warn};
@@ -32,6 +32,9 @@ pub struct Reviews {
     base: XoConfig,
     settings_version: u64,
     bus: Bus,
+    /// Now, for the run log's times, the daily budget and the model's
+    /// back-off (the service's clock: a test's manual one).
+    clock: Clock,
     subjects: Subjects,
     format: Format,
     pipeline: Option<Pipeline>,
@@ -85,6 +88,7 @@ pub enum Input {
 pub struct ReviewActor {
     cfg: XoConfig,
     bus: Bus,
+    clock: Clock,
 }
 
 impl Actor for ReviewActor {
@@ -97,7 +101,11 @@ impl Actor for ReviewActor {
         _myself: ActorRef<Input>,
         _: (),
     ) -> Result<Reviews, ActorProcessingErr> {
-        Ok(Reviews::new(self.cfg.clone(), self.bus.clone()))
+        Ok(Reviews::new(
+            self.cfg.clone(),
+            self.bus.clone(),
+            self.clock.clone(),
+        ))
     }
 
     async fn handle(
@@ -145,7 +153,11 @@ impl ReviewHandle {
 /// root over the review actor, fed by the task and runner events.
 pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
     let ServiceCtx {
-        cfg, bus, shutdown, ..
+        cfg,
+        bus,
+        shutdown,
+        clock,
+        ..
     } = ctx;
     let cfg_for_runs = cfg.clone();
     let subjects = cfg.subjects();
@@ -156,7 +168,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ReviewHandle, ReviewError> {
     let model = cfg.review.model.model.clone();
     let runs_actor = crate::runs::RunsActor { cfg: cfg.clone() };
     let api_bus = bus.clone();
-    let actor = ReviewActor { cfg, bus };
+    let actor = ReviewActor { cfg, bus, clock };
     let mut running =
         Running::one_for_one("review", actor, intensity, tree::no_args::<ReviewActor>())
             .await?
@@ -305,7 +317,7 @@ impl Reviews {
     }
 
     /// The reviewers' state: the pipeline on the sandbox, the review model.
-    pub(crate) fn new(cfg: XoConfig, bus: Bus) -> Self {
+    pub(crate) fn new(cfg: XoConfig, bus: Bus, clock: Clock) -> Self {
         let sandbox = Sandbox::open(&cfg.sandbox_dir()).ok();
         let pipeline = sandbox.and_then(|s| {
             Pipeline::new(cfg.runner.clone(), s, cfg.data_dir(), "xo-review", None).ok()
@@ -327,6 +339,7 @@ impl Reviews {
             format: cfg.wire.format,
             subjects: cfg.subjects(),
             bus,
+            clock,
             pipeline,
             driver,
             last: BTreeMap::new(),
@@ -504,7 +517,7 @@ impl Reviews {
     /// Appends the run to the run log and announces it.
     async fn record(&mut self, mut run: ReviewRun) {
         run.v = xo_proto::PROTOCOL_VERSION;
-        run.at = xo_proto::now_ms();
+        run.at = self.clock.now_ms();
         let path = run_log_path(&self.cfg);
         if let Err(e) = runlog::append(&path, &run).await {
             warn!(path = %path.display(), error = %e, "review run log not written");
@@ -590,7 +603,7 @@ impl Reviews {
             return Err(Skip::Off);
         }
         if let Some(d) = &self.down {
-            let now = xo_proto::now_ms();
+            let now = self.clock.now_ms();
             if d.permanent && d.settings_version == self.settings_version {
                 return Err(Skip::ModelRefused {
                     reason: d.reason.clone(),
@@ -605,7 +618,7 @@ impl Reviews {
             }
         }
         let log = runlog::read_run_log(&run_log_path(&self.cfg)).await;
-        runlog::within_budget(&self.cfg.review, &log, xo_proto::now_ms())?;
+        runlog::within_budget(&self.cfg.review, &log, self.clock.now_ms())?;
         if self.driver.is_none() {
             return Err(Skip::NoModel);
         }
@@ -633,7 +646,7 @@ impl Reviews {
             project: None,
             unit: None,
             source: "review".into(),
-            at: xo_proto::now_ms(),
+            at: self.clock.now_ms(),
         };
         let subject = self.subjects.alert(a.kind);
         if let Err(e) = typed::publish(&self.bus, &subject, &a, self.cfg.wire.format).await {
@@ -646,7 +659,7 @@ impl Reviews {
         let failures = self.down.as_ref().map_or(0, |d| d.failures) + 1;
         let permanent = permanent_model_error(reason);
         let wait_s = (30u64 << (failures - 1).min(5)).min(900);
-        let until_ms = xo_proto::now_ms() + wait_s * 1000;
+        let until_ms = self.clock.now_ms() + wait_s * 1000;
         if permanent {
             error!(
                 reason,

@@ -25,6 +25,9 @@ pub struct Rig {
     pub queue: xo_queue::QueueHandle,
     pub knowledge: xo_knowledge::service::KnowledgeHandle,
     pub review: xo_review::service::ReviewHandle,
+    /// The review service's clock: manual, at noon UTC, so that its day
+    /// (the daily budget's) turns only when a test moves it.
+    pub clock: xo_runtime::Clock,
 }
 
 impl Rig {
@@ -53,9 +56,13 @@ impl Rig {
                 .unwrap();
         let runs = bus.subscribe("xo.event.review.*").await.unwrap();
         let directives = bus.subscribe("xo.directive.*").await.unwrap();
-        let review = xo_review::start(xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()))
-            .await
-            .unwrap();
+        // 2026-11-22T12:20:00Z.
+        let clock = xo_runtime::Clock::manual(1_795_350_000_000);
+        let review = xo_review::start(
+            xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()).with_clock(clock.clone()),
+        )
+        .await
+        .unwrap();
         let s = cfg.subjects();
         let rig = Self {
             _dir: dir,
@@ -67,6 +74,7 @@ impl Rig {
             queue,
             knowledge,
             review,
+            clock,
         };
         rig.call(&Init::default()).await;
         rig.call(&SetGoal {

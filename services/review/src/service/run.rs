@@ -219,7 +219,7 @@ impl Reviews {
             rationale: d.rationale.clone(),
             priority: d.priority,
             files: d.files.clone(),
-            at: xo_proto::now_ms(),
+            at: self.clock.now_ms(),
         };
         if let Err(e) = typed::publish(
             &self.bus,
