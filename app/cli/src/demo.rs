@@ -338,14 +338,8 @@ pub async fn demo(mut cfg: XoConfig, keep: bool) -> anyhow::Result<ExitCode> {
     outln!(
         "logs:     {} (work logs), {} (prompts), {} (audit)",
         project_data.join("tasks").display(),
-        cfg.data_dir()
-            .join(PROJECT)
-            .join("prompts.log.jsonl")
-            .display(),
-        cfg.data_dir()
-            .join(PROJECT)
-            .join("audit.log.jsonl")
-            .display()
+        project_data.join(xo_proto::names::PROMPT_LOG).display(),
+        xo_proto::names::audit_file(&cfg.data_dir(), PROJECT).display()
     );
     if let Some(fabric) = fabric {
         outln!();

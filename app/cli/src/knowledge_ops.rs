@@ -172,7 +172,7 @@ pub async fn directives(cfg: &XoConfig, json: bool) -> anyhow::Result<ExitCode> 
         .await?
         .all_tasks(None)
         .await
-        .map_err(no_service::<xo_proto::queue::GetStatus>)?;
+        .map_err(no_service::<xo_proto::queue::ListTasks>)?;
     let mut rows: Vec<_> = tasks
         .iter()
         .filter(|t| t.task.directive.is_some())

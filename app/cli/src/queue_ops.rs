@@ -284,7 +284,7 @@ async fn all_tasks(cfg: &XoConfig, state: Option<TaskState>) -> anyhow::Result<V
         .await?
         .all_tasks(state)
         .await
-        .map_err(no_service::<GetStatus>)
+        .map_err(no_service::<ListTasks>)
 }
 
 /// `xo task diff ID`: what a completed task changed on its branch. The

@@ -85,27 +85,6 @@ impl Client {
         typed::call_to(&self.bus, subject, req, self.timeout + req.wait()).await
     }
 
-    /// [`Client::call`] again, `pause` apart, while no service answers
-    /// (none runs yet, or it is restarting or failing over), at most
-    /// `tries` times; a service's own refusal is its answer at once.
-    pub async fn call_until_answered<R: Request>(
-        &self,
-        req: &R,
-        tries: u32,
-        pause: Duration,
-    ) -> Result<R::Response, CallError> {
-        let mut left = tries.max(1);
-        loop {
-            match self.call(req).await {
-                Err(e) if e.unanswered() && left > 1 => {
-                    left -= 1;
-                    tokio::time::sleep(pause).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
     /// Every task in `state` (all: `None`) in enqueue order, a page at a
     /// time, so a queue of any size fits the bus's message limit.
     pub async fn all_tasks(&self, state: Option<TaskState>) -> Result<Vec<TaskRecord>, CallError> {
@@ -141,16 +120,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_call_nobody_serves_is_unanswered_and_tried_as_often_as_told() {
-        let c = local();
-        let e = c.call(&GetStatus {}).await.unwrap_err();
+    async fn a_call_nobody_serves_is_unanswered_and_names_its_subject() {
+        let e = local().call(&GetStatus {}).await.unwrap_err();
         assert!(e.unanswered(), "{e}");
         assert!(e.to_string().contains("xo.ctl.queue.status"), "{e}");
-        let e = c
-            .call_until_answered(&GetStatus {}, 3, Duration::from_millis(1))
-            .await
-            .unwrap_err();
-        assert!(e.unanswered(), "{e}");
     }
 
     #[test]

@@ -177,13 +177,7 @@ fn split_top_level(line: &str) -> Vec<String> {
 /// error, a test summary), passing over rulers, blank lines and a shell's
 /// prompt echo; otherwise the first such line.
 pub fn telling_line(output: &str, failed: bool) -> Option<&str> {
-    let words = |l: &&str| {
-        let t = l.trim();
-        t.chars().filter(|c| c.is_alphanumeric()).count() >= 3
-            && !t
-                .chars()
-                .all(|c| !c.is_alphanumeric() || c == '=' || c == '-')
-    };
+    let words = |l: &&str| has_words(l);
     if failed {
         // The first error line of the output's end beats the summary
         // after it ("error[E0425]: …" then "could not compile … due to 1
@@ -216,6 +210,16 @@ pub fn telling_line(output: &str, failed: bool) -> Option<&str> {
         }
         first
     }
+}
+
+/// A line with words in it: three letters or digits at least, and not a
+/// ruler (`====`, `-- --`).
+fn has_words(l: &str) -> bool {
+    let t = l.trim();
+    t.chars().filter(|c| c.is_alphanumeric()).count() >= 3
+        && !t
+            .chars()
+            .all(|c| !c.is_alphanumeric() || c == '=' || c == '-')
 }
 
 /// `text` starts with `lower` (lower-case ASCII), in any case.
@@ -370,15 +374,13 @@ mod same_as_before {
 
     /// The telling line as first written (every line collected, each of
     /// the last twelve lower-cased): the faster one must pick the same.
+    /// (Which lines have words is shared: only the choice among them changed.)
     fn reference(output: &str, failed: bool) -> Option<&str> {
-        let words = |l: &&str| {
-            let t = l.trim();
-            t.chars().filter(|c| c.is_alphanumeric()).count() >= 3
-                && !t
-                    .chars()
-                    .all(|c| !c.is_alphanumeric() || c == '=' || c == '-')
-        };
-        let all: Vec<&str> = output.lines().map(str::trim).filter(words).collect();
+        let all: Vec<&str> = output
+            .lines()
+            .map(str::trim)
+            .filter(|l| has_words(l))
+            .collect();
         if failed {
             all[all.len().saturating_sub(12)..]
                 .iter()

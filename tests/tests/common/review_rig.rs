@@ -25,7 +25,7 @@ pub struct Rig {
     pub queue: xo_queue::QueueHandle,
     pub knowledge: xo_knowledge::service::KnowledgeHandle,
     pub review: xo_review::service::ReviewHandle,
-    /// The review service's clock: manual, at noon UTC, so that its day
+    /// The review service's clock: manual, at 12:20 UTC, so that its day
     /// (the daily budget's) turns only when a test moves it.
     pub clock: xo_runtime::Clock,
 }
