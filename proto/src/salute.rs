@@ -449,7 +449,8 @@ impl Action {
             if s.is_empty() {
                 return None;
             }
-            if s.chars().count() <= EVIDENCE_CHARS {
+            // No more bytes than the most characters: no count needed.
+            if s.len() <= EVIDENCE_CHARS || s.chars().count() <= EVIDENCE_CHARS {
                 return Some(s.into());
             }
             let mut t: String = s.chars().take(EVIDENCE_CHARS - 1).collect();

@@ -14,6 +14,9 @@ pub struct SensorArgs {
     /// Lines per format (each of the 7 rounds reads them all, twice).
     #[arg(long, default_value_t = 50_000)]
     lines: usize,
+    /// One format only (`claude`, `cursor`, `codex`, `openhands`), as for a profile.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 /// A realistic stream of `n` lines: tool calls and results (a third
@@ -118,6 +121,9 @@ pub async fn run(args: SensorArgs) -> anyhow::Result<ExitCode> {
         Format::Codex,
         Format::OpenHands,
     ] {
+        if args.only.as_deref().is_some_and(|o| o != format.as_str()) {
+            continue;
+        }
         let lines = stream(format, args.lines);
         let bytes: usize = lines.iter().map(String::len).sum();
         let (mut bases, mut rates, mut turns) = (Vec::new(), Vec::new(), 0usize);

@@ -42,39 +42,43 @@ pub fn error_class(
     if !failed {
         return None;
     }
-    // Only failed results get here: one lower-case copy, then fast searches.
-    let lower = text.to_ascii_lowercase();
-    let has = |s: &str| lower.contains(s);
-    if has("rate limit")
-        || has("rate_limit")
-        || has("too many requests")
-        || has(" 429")
+    // Only failed results get here: every clue found in one pass.
+    let found = clues(text);
+    macro_rules! has {
+        ($clue:literal) => {
+            found & (1 << const { clue($clue) }) != 0
+        };
+    }
+    if has!("rate limit")
+        || has!("rate_limit")
+        || has!("too many requests")
+        || has!(" 429")
         || text.starts_with("429")
     {
         return Some("provider_rate_limit".into());
     }
-    if has("overloaded") || has(" 529") {
+    if has!("overloaded") || has!(" 529") {
         return Some("provider_overloaded".into());
     }
-    if has("api error")
-        || has("internal server error")
-        || has("bad gateway")
-        || has("service unavailable")
-        || has("gateway timeout")
+    if has!("api error")
+        || has!("internal server error")
+        || has!("bad gateway")
+        || has!("service unavailable")
+        || has!("gateway timeout")
     {
         return Some("provider_error".into());
     }
-    if has("timed out") || has("timeout") || exit_code == Some(124) {
+    if has!("timed out") || has!("timeout") || exit_code == Some(124) {
         return Some("timeout".into());
     }
-    if has("error[e") || has("could not compile") || has("syntaxerror") {
+    if has!("error[e") || has!("could not compile") || has!("syntaxerror") {
         return Some("compile_error".into());
     }
-    if has("test result: failed")
-        || has("assertionerror")
+    if has!("test result: failed")
+        || has!("assertionerror")
         || text.contains("FAILED")
-        || has(" failed,")
-        || has(" failed in ")
+        || has!(" failed,")
+        || has!(" failed in ")
     {
         return Some("test_failure".into());
     }
@@ -84,13 +88,92 @@ pub fn error_class(
     if command.is_some_and(is_test_command) {
         return Some("test_failure".into());
     }
-    if has("command not found") || exit_code == Some(127) {
+    if has!("command not found") || exit_code == Some(127) {
         return Some("command_not_found".into());
     }
     if let Some(c) = exit_code.filter(|c| *c != 0) {
         return Some(format!("exit_{c}"));
     }
     Some("tool_error".into())
+}
+
+/// What [`error_class`] looks for in a failed result's text, in any case
+/// (lower-case here).
+const CLUES: [&str; 21] = [
+    "rate limit",
+    "rate_limit",
+    "too many requests",
+    " 429",
+    "overloaded",
+    " 529",
+    "api error",
+    "internal server error",
+    "bad gateway",
+    "service unavailable",
+    "gateway timeout",
+    "timed out",
+    "timeout",
+    "error[e",
+    "could not compile",
+    "syntaxerror",
+    "test result: failed",
+    "assertionerror",
+    " failed,",
+    " failed in ",
+    "command not found",
+];
+
+/// The index of `c` in [`CLUES`] (at compile time: a clue not listed
+/// does not build).
+const fn clue(c: &str) -> usize {
+    let mut k = 0;
+    while k < CLUES.len() {
+        let (a, b) = (CLUES[k].as_bytes(), c.as_bytes());
+        if a.len() == b.len() {
+            let mut i = 0;
+            while i < a.len() && a[i] == b[i] {
+                i += 1;
+            }
+            if i == a.len() {
+                return k;
+            }
+        }
+        k += 1;
+    }
+    panic!("not one of CLUES")
+}
+
+/// For each byte, the clues that start with it (in either case).
+static CLUE_STARTS: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut k = 0;
+    while k < CLUES.len() {
+        let b = CLUES[k].as_bytes()[0];
+        t[b as usize] |= 1 << k;
+        t[b.to_ascii_uppercase() as usize] |= 1 << k;
+        k += 1;
+    }
+    t
+};
+
+/// The clues `text` contains, in any case, as bits of their index: one
+/// pass over the text, where a search a clue read it twenty times (and a
+/// lower-case copy first).
+fn clues(text: &str) -> u32 {
+    let b = text.as_bytes();
+    let mut found = 0u32;
+    for i in 0..b.len() {
+        let mut m = CLUE_STARTS[usize::from(b[i])] & !found;
+        while m != 0 {
+            let k = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let n = CLUES[k].as_bytes();
+            if b.len() - i >= n.len() && b[i..i + n.len()].eq_ignore_ascii_case(n) {
+                found |= 1 << k;
+            }
+        }
+    }
+    found
 }
 
 /// The exception type a Python traceback ends with.
@@ -286,7 +369,10 @@ const SHELL_WRITES: [&str; 6] = ["apply_patch", "patch", "touch", "mkdir", "tee"
 /// The last part of a `server.tool` or `mcp__server__tool` name.
 fn base_name(tool: &str) -> &str {
     let t = tool.rsplit('.').next().unwrap_or(tool);
-    t.rsplit("__").next().unwrap_or(t)
+    match t.as_bytes().windows(2).rposition(|w| w == b"__") {
+        Some(at) => &t[at + 2..],
+        None => t,
+    }
 }
 
 /// The first command of a shell line, after `cd DIR &&` and env settings.
@@ -297,7 +383,7 @@ fn first_command(command: &str) -> &str {
             rest = r.trim_matches(|c| c == '\'' || c == '"' || c == ' ');
         }
     }
-    while let Some(at) = rest.find("&&") {
+    while let Some(at) = rest.as_bytes().windows(2).position(|w| w == b"&&") {
         let head = rest[..at].trim();
         if head.starts_with("cd ") || head.starts_with("export ") || head.starts_with("source ") {
             rest = rest[at + 2..].trim();
@@ -333,7 +419,10 @@ pub fn step_kind(tool: &str, command: Option<&str>) -> StepKind {
         return StepKind::Other;
     };
     let first = first_command(cmd);
-    if contains_any(first, &["git commit", "git push", "git am ", "git merge"]) {
+    // Each starts with `git `: one search first.
+    if contains_any(first, &["git "])
+        && contains_any(first, &["git commit", "git push", "git am ", "git merge"])
+    {
         return StepKind::Commit;
     }
     // A runner in front (`uv run pytest`, `npx tsc`) says nothing itself.
@@ -505,5 +594,122 @@ mod tests {
         assert_eq!(context_window("claude-sonnet-4-5[1m]"), Some(1_000_000));
         assert_eq!(context_window("gpt-5-codex"), Some(272_000));
         assert_eq!(context_window("mystery-7b"), None);
+    }
+}
+
+#[cfg(test)]
+mod same_as_before {
+    use super::*;
+
+    /// The error class as first written (a lower-case copy, a search a
+    /// clue): the one-pass version must give the same class.
+    fn reference(
+        ok: bool,
+        exit_code: Option<i64>,
+        text: &str,
+        command: Option<&str>,
+    ) -> Option<String> {
+        let failed = !ok || exit_code.is_some_and(|c| c != 0);
+        if !failed {
+            return None;
+        }
+        let lower = text.to_ascii_lowercase();
+        let has = |s: &str| lower.contains(s);
+        if has("rate limit")
+            || has("rate_limit")
+            || has("too many requests")
+            || has(" 429")
+            || text.starts_with("429")
+        {
+            return Some("provider_rate_limit".into());
+        }
+        if has("overloaded") || has(" 529") {
+            return Some("provider_overloaded".into());
+        }
+        if has("api error")
+            || has("internal server error")
+            || has("bad gateway")
+            || has("service unavailable")
+            || has("gateway timeout")
+        {
+            return Some("provider_error".into());
+        }
+        if has("timed out") || has("timeout") || exit_code == Some(124) {
+            return Some("timeout".into());
+        }
+        if has("error[e") || has("could not compile") || has("syntaxerror") {
+            return Some("compile_error".into());
+        }
+        if has("test result: failed")
+            || has("assertionerror")
+            || text.contains("FAILED")
+            || has(" failed,")
+            || has(" failed in ")
+        {
+            return Some("test_failure".into());
+        }
+        if let Some(exc) = traceback_exception(text) {
+            return Some(format!("exception:{exc}"));
+        }
+        if command.is_some_and(is_test_command) {
+            return Some("test_failure".into());
+        }
+        if has("command not found") || exit_code == Some(127) {
+            return Some("command_not_found".into());
+        }
+        if let Some(c) = exit_code.filter(|c| *c != 0) {
+            return Some(format!("exit_{c}"));
+        }
+        Some("tool_error".into())
+    }
+
+    #[test]
+    fn the_one_pass_class_is_the_first_one() {
+        // Texts made of clues (cut, in mixed case, overlapping, at either
+        // end) and the words around them in real outputs.
+        let mut parts: Vec<String> = CLUES.iter().map(|c| c.to_string()).collect();
+        parts.extend(CLUES.iter().map(|c| c.to_ascii_uppercase()));
+        parts.extend(CLUES.iter().map(|c| c[..c.len() / 2].to_string()));
+        parts.extend(
+            [
+                "429",
+                "FAILED",
+                "failed",
+                "Traceback (most recent call last)\n  File \"x.py\"\nValueError: bad",
+                "\n",
+                " ",
+                "é",
+                "Error: ",
+                "ok",
+                "exit",
+                "rate",
+                "time",
+                "out",
+                "gate",
+                "way",
+                "test ",
+            ]
+            .map(String::from),
+        );
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..20_000 {
+            let text: String = (0..next(6))
+                .map(|_| parts[next(parts.len())].as_str())
+                .collect();
+            let exit = [None, Some(0), Some(1), Some(124), Some(127), Some(2)][next(6)];
+            let ok = next(2) == 0;
+            let command = [None, Some("pytest -q"), Some("ls")][next(3)];
+            assert_eq!(
+                error_class(ok, exit, &text, command),
+                reference(ok, exit, &text, command),
+                "{text:?} {exit:?} {ok} {command:?}"
+            );
+        }
     }
 }

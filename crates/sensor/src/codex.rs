@@ -22,78 +22,77 @@
 //!   `info.last_token_usage`, `info.model_context_window`).
 //! - `compacted`: a condensation.
 
-use std::borrow::Cow;
-
 use serde_json::Value;
 
 use crate::{Common, Pending, Running, TurnEvent, str_of, text_of, u64_of, value_hash};
 
-/// The lines most of a stream is made of (`item.completed` of a command or
-/// a message), read into borrowing types; anything else goes to [`event`].
-#[derive(serde::Deserialize)]
-struct Fast<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    item: Option<FastItem<'a>>,
-}
-
-#[derive(serde::Deserialize)]
-struct FastItem<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    item_type: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    command: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    aggregated_output: Option<Cow<'a, str>>,
-    exit_code: Option<i64>,
-    #[serde(borrow)]
-    status: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    text: Option<Cow<'a, str>>,
-}
-
-/// Reads one line: the common lines typed, the rest through [`event`].
+/// Reads one line: the lines most of a stream is made of (`item.completed`
+/// of a command or a message) through [`fast`], the rest through [`event`].
 pub(crate) fn line(
     c: &mut Common,
     text: &str,
 ) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
     if text.contains("\"item.completed\"")
-        && let Ok(f) = serde_json::from_str::<Fast<'_>>(text)
-        && f.kind.as_deref() == Some("item.completed")
-        && let Some(item) = f.item
+        && let Some(turn) = fast(c, text)
     {
-        let kind = item.kind.as_deref().or(item.item_type.as_deref());
-        c.kind(&["item.completed", kind.unwrap_or("-")]);
-        let status_ok = !matches!(item.status.as_deref(), Some("failed" | "declined"));
-        match kind {
-            Some("command_execution") => {
-                let command = item.command.as_deref().unwrap_or_default();
-                let p = Pending {
-                    tool: "shell".into(),
-                    args_hash: crate::hex_hash(command).as_str().into(),
-                    command: Some(command.to_string()),
-                };
-                let output = item.aggregated_output.as_deref().unwrap_or_default();
-                return Ok(Some(vec![c.tool_turn(
-                    &p,
-                    status_ok,
-                    output,
-                    item.exit_code,
-                )]));
-            }
-            Some("agent_message") => {
-                return Ok(Some(vec![
-                    c.message(item.text.as_deref().unwrap_or_default()),
-                ]));
-            }
-            _ => {}
-        }
+        return Ok(Some(vec![turn]));
     }
     let v: Value = crate::parse_object(text)?;
     event(c, &v)
+}
+
+/// An `item.completed` of a command or a message, its few fields found
+/// without building the line ([`crate::scan`]); `None` for any other line
+/// (another item, a field of an unexpected kind, a line that is no plain
+/// JSON object), which [`event`] reads.
+fn fast(c: &mut Common, text: &str) -> Option<TurnEvent> {
+    use crate::scan::{int, members_in, string};
+    let ([kind], item) = members_in(
+        text,
+        ["type"],
+        "item",
+        [
+            "type",
+            "item_type",
+            "command",
+            "aggregated_output",
+            "exit_code",
+            "status",
+            "text",
+        ],
+    )?;
+    if string(kind).ok()?.as_deref() != Some("item.completed") {
+        return None;
+    }
+    let [kind, item_type, command, output, exit_code, status, words] = item?;
+    let (kind, item_type) = (string(kind).ok()?, string(item_type).ok()?);
+    let (command, output) = (string(command).ok()?, string(output).ok()?);
+    let (exit_code, status, words) = (
+        int(exit_code).ok()?,
+        string(status).ok()?,
+        string(words).ok()?,
+    );
+    let kind = kind.as_deref().or(item_type.as_deref());
+    match kind {
+        Some("command_execution") => {
+            c.kind(&["item.completed", "command_execution"]);
+            let status_ok = !matches!(status.as_deref(), Some("failed" | "declined"));
+            let command = command.as_deref().unwrap_or_default();
+            Some(c.tool_turn_with(
+                "shell",
+                crate::hex_hash(command).as_str(),
+                Some(command),
+                status_ok,
+                output.as_deref().unwrap_or_default(),
+                exit_code,
+            ))
+        }
+        Some("agent_message") => {
+            c.kind(&["item.completed", "agent_message"]);
+            Some(c.message(words.as_deref().unwrap_or_default()))
+        }
+        _ => None,
+    }
 }
 
 pub(crate) fn event(
@@ -542,4 +541,78 @@ fn tool_output(raw: &str) -> (String, Option<i64>) {
 fn looks_failed(text: &str) -> bool {
     let t = text.trim_start().to_ascii_lowercase();
     t.starts_with("error") || t.starts_with("failed to")
+}
+#[cfg(test)]
+mod fast_path {
+    use super::*;
+
+    /// `item.completed` lines as `codex exec --json` writes them, and the
+    /// variants a reader meets (an older build's `item_type`, escapes, a
+    /// null or odd field, a field of another kind, a bad line).
+    fn lines() -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, (output, code, status)) in [
+            (r#""1 failed, 12 passed in 0.31s\n""#, "1", r#""failed""#),
+            (r#""13 passed in 0.29s\n""#, "0", r#""completed""#),
+            (
+                r#""tab\there \"quoted\" \\ caf\u00e9\n""#,
+                "0",
+                r#""completed""#,
+            ),
+            ("null", "null", "null"),
+            (r#""""#, "127", r#""declined""#),
+            (r#""x""#, r#""1""#, r#""failed""#),
+            (r#""x""#, "1.5", r#""failed""#),
+            ("7", "1", r#""failed""#),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for kind in [
+                r#""type":"command_execution""#,
+                r#""item_type":"command_execution""#,
+            ] {
+                out.push(format!(
+                    r#"{{"type":"item.completed","item":{{"id":"item_{i}",{kind},"command":"bash -lc 'pytest -q tests/test_{i}.py'","aggregated_output":{output},"exit_code":{code},"status":{status}}}}}"#
+                ));
+            }
+        }
+        out.extend(
+            [
+                r#"{"type":"item.completed","item":{"id":"m1","type":"agent_message","text":"Looking at the failures next."}}"#,
+                r#"{"type":"item.completed","item":{"id":"m2","type":"agent_message","text":"line\none"}}"#,
+                r#"{"type":"item.completed","item":{"id":"m3","type":"agent_message","text":null}}"#,
+                r#"{"type":"item.completed","item":{"id":"m4","type":"agent_message","text":3}}"#,
+                r#"{"type":"item.completed","item":{"id":"m5","type":"reasoning","text":"think"}}"#,
+                r#"{"type":"item.completed","item":{"id":"m6","type":"web_search","query":"rust serde"}}"#,
+                r#"{"type":"item.completed","item":null}"#,
+                r#"{"type":"item.completed"}"#,
+                r#"{"type":"item.completed","item":{"type":"agent_message","text":"a"},"item":{}}"#,
+                r#"{"type":"item.completed","item":{"type":"agent_message","text":"a"}"#,
+                r#"{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":2}}"#,
+            ]
+            .map(String::from),
+        );
+        out
+    }
+
+    /// The fast path gives what the general reader gives, line for line,
+    /// for every line it takes (and refuses none that it should read).
+    #[test]
+    fn it_reads_what_the_general_reader_reads() {
+        let (mut fast_side, mut general) = (Common::default(), Common::default());
+        let mut taken = 0;
+        for l in lines() {
+            let ours = line(&mut fast_side, &l);
+            let theirs = match crate::parse_object::<Value>(&l) {
+                Ok(v) => event(&mut general, &v),
+                Err(e) => Err(e),
+            };
+            taken += usize::from(fast(&mut Common::default(), &l).is_some());
+            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "{l}");
+            assert_eq!(fast_side.record_kind, general.record_kind, "{l}");
+        }
+        // The common lines went the fast way.
+        assert_eq!(taken, 13, "lines taken by the fast path");
+    }
 }

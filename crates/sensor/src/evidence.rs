@@ -183,13 +183,13 @@ pub fn telling_line(output: &str, failed: bool) -> Option<&str> {
         // after it ("error[E0425]: …" then "could not compile … due to 1
         // previous error"): the last 12 lines with words, read from the
         // end, searched in their order.
-        let mut end: Vec<&str> = output
-            .lines()
-            .rev()
-            .map(str::trim)
-            .filter(words)
-            .take(12)
-            .collect();
+        let mut last = [""; 12];
+        let mut n = 0;
+        for l in output.lines().rev().map(str::trim).filter(words).take(12) {
+            last[n] = l;
+            n += 1;
+        }
+        let end = &mut last[..n];
         end.reverse();
         end.iter()
             .find(|l| {
@@ -212,14 +212,12 @@ pub fn telling_line(output: &str, failed: bool) -> Option<&str> {
     }
 }
 
-/// A line with words in it: three letters or digits at least, and not a
-/// ruler (`====`, `-- --`).
+/// A line with words in it: three letters or digits at least (a ruler,
+/// `====` or `-- --`, has none).
 fn has_words(l: &str) -> bool {
-    let t = l.trim();
-    t.chars().filter(|c| c.is_alphanumeric()).count() >= 3
-        && !t
-            .chars()
-            .all(|c| !c.is_alphanumeric() || c == '=' || c == '-')
+    // A ruler's `=` and `-` are no letters: three letters or digits are
+    // the whole test, and the third ends it.
+    l.chars().filter(|c| c.is_alphanumeric()).nth(2).is_some()
 }
 
 /// `text` starts with `lower` (lower-case ASCII), in any case.

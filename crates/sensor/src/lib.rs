@@ -35,6 +35,7 @@ pub mod evidence;
 pub mod limit;
 pub mod openhands;
 pub mod salute;
+mod scan;
 pub mod swe;
 
 use std::collections::HashMap;

@@ -1,0 +1,552 @@
+//! A JSON object's members found without building it: the few fields a
+//! sensor reads, as the slices of the line that hold them.
+//!
+//! Most of an agent's stream is a handful of line shapes (a command's end,
+//! a message), and a sensor reads three to seven of their fields. Building
+//! the line (into `serde_json::Value`, or a borrowing struct through serde)
+//! costs more than everything the sensor then does with it; this reader
+//! walks the line once, checking that it is JSON as it goes (the grammar of
+//! RFC 8259: strings without raw control characters and with valid escapes,
+//! numbers, literals, nesting at most 127 deep, nothing after the object but
+//! white space), and hands back the raw text of the members it was asked
+//! for. It never decides a line is bad: whatever it cannot take plainly
+//! (invalid JSON, a wanted member twice, a key written with escapes) is
+//! `None`, and the caller reads that line the general way, which says what
+//! was wrong with it.
+
+use std::borrow::Cow;
+
+/// The most levels of nesting: serde_json refuses a 128th, so that what
+/// this reader passes over, the general one would have read.
+const MAX_DEPTH: usize = 127;
+
+/// The raw text of the members of the object `text` named in `names` (in
+/// their order; `None` where absent). `None` if `text` is not one JSON
+/// object, if a wanted member comes twice, or if any key has an escape.
+#[cfg(test)]
+pub(crate) fn members<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Option<Found<'a, N>> {
+    members_in(text, names, "", []).map(|(found, _)| found)
+}
+
+/// The members of `text` named in `names` (as `members` finds them), and
+/// in the same pass those named in `inner` of the member
+/// `into` (`None` if it is absent or `null`; `None` for the whole if it is
+/// anything else but an object).
+pub(crate) fn members_in<'a, const N: usize, const M: usize>(
+    text: &'a str,
+    names: [&str; N],
+    into: &str,
+    inner: [&str; M],
+) -> Option<(Found<'a, N>, Option<Found<'a, M>>)> {
+    let mut r = Reader {
+        s: text.as_bytes(),
+        i: 0,
+    };
+    let (mut found, mut nested) = ([None; N], [None; M]);
+    let mut entered = false;
+    r.ws();
+    r.object(
+        0,
+        &names,
+        &mut found,
+        Some(Into {
+            key: into,
+            names: &inner,
+            found: &mut nested,
+            entered: &mut entered,
+        }),
+    )?;
+    r.ws();
+    (r.i == r.s.len()).then_some((found, entered.then_some(nested)))
+}
+
+/// The raw text of each wanted member, where it was found.
+pub(crate) type Found<'a, const N: usize> = [Option<&'a str>; N];
+
+/// The member whose own members are wanted too.
+struct Into<'n, 'f, 'a> {
+    key: &'n str,
+    names: &'n [&'n str],
+    found: &'f mut [Option<&'a str>],
+    entered: &'f mut bool,
+}
+
+/// A string member's text: borrowed when it has no escape, unescaped
+/// otherwise. `None` for `null`; `Err` for any other kind of value.
+pub(crate) fn string(raw: Option<&str>) -> Result<Option<Cow<'_, str>>, ()> {
+    let Some(raw) = raw else { return Ok(None) };
+    match raw.as_bytes().first() {
+        Some(b'"') => {
+            let inner = &raw[1..raw.len() - 1];
+            if !inner.contains('\\') {
+                Ok(Some(Cow::Borrowed(inner)))
+            } else if inner.contains("\\u") {
+                // `\u` escapes (and their surrogate pairs) as serde reads them.
+                serde_json::from_str::<String>(raw)
+                    .map(|s| Some(Cow::Owned(s)))
+                    .map_err(|_| ())
+            } else {
+                Ok(Some(Cow::Owned(unescape(inner))))
+            }
+        }
+        Some(b'n') => Ok(None),
+        _ => Err(()),
+    }
+}
+
+/// A string's text with its one-character escapes read (the reader has
+/// checked each; `\\u` is not among them).
+fn unescape(inner: &str) -> String {
+    let mut out = String::with_capacity(inner.len());
+    let mut parts = inner.split('\\');
+    out.push_str(parts.next().unwrap_or_default());
+    let mut pending_slash = false;
+    for part in parts {
+        if pending_slash {
+            // `\\\\`: the second backslash of the pair began this part.
+            out.push('\\');
+            out.push_str(part);
+            pending_slash = false;
+            continue;
+        }
+        let Some(c) = part.chars().next() else {
+            // An empty part: this backslash and the next are `\\\\`.
+            pending_slash = true;
+            continue;
+        };
+        out.push(match c {
+            'n' => '\n',
+            't' => '\t',
+            'r' => '\r',
+            'b' => '\u{8}',
+            'f' => '\u{c}',
+            other => other,
+        });
+        out.push_str(&part[c.len_utf8()..]);
+    }
+    out
+}
+
+/// An integer member, as serde reads an `Option<i64>`: `None` for `null`;
+/// `Err` for a fraction, an exponent, one out of range or any other kind.
+pub(crate) fn int(raw: Option<&str>) -> Result<Option<i64>, ()> {
+    match raw {
+        None | Some("null") => Ok(None),
+        Some(n) => n.parse::<i64>().map(Some).map_err(|_| ()),
+    }
+}
+
+struct Reader<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, b: u8) -> Option<()> {
+        (self.peek()? == b).then(|| self.i += 1)
+    }
+
+    /// An object at `self.i`: the raw values of the members named in
+    /// `names` into `found`, and `into`'s members read as well.
+    fn object(
+        &mut self,
+        depth: usize,
+        names: &[&str],
+        found: &mut [Option<&'a str>],
+        mut into: Option<Into<'_, '_, 'a>>,
+    ) -> Option<()> {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        self.eat(b'{')?;
+        self.ws();
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            self.ws();
+            let start = self.i;
+            if self.string()? {
+                // A key with an escape might be a wanted one: the general
+                // reader decides.
+                return None;
+            }
+            let key = &self.s[start + 1..self.i - 1];
+            self.ws();
+            self.eat(b':')?;
+            self.ws();
+            let at = self.i;
+            match &mut into {
+                Some(n) if !n.key.is_empty() && n.key.as_bytes() == key => {
+                    if *n.entered {
+                        return None;
+                    }
+                    if self.peek()? == b'{' {
+                        *n.entered = true;
+                        self.object(depth + 1, n.names, n.found, None)?;
+                    } else if self.literal(b"null").is_none() {
+                        return None;
+                    }
+                }
+                _ => self.value(depth + 1)?,
+            }
+            if let Some(k) = names.iter().position(|n| n.as_bytes() == key) {
+                if found[k].is_some() {
+                    return None;
+                }
+                // Slicing at ASCII bytes of valid UTF-8 never splits a character.
+                found[k] = Some(std::str::from_utf8(&self.s[at..self.i]).ok()?);
+            }
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' => self.object(depth, &[], &mut [], None),
+            b'[' => self.array(depth),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Option<()> {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        self.eat(b'[')?;
+        self.ws();
+        if self.eat(b']').is_some() {
+            return Some(());
+        }
+        loop {
+            self.ws();
+            self.value(depth + 1)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.i + word.len();
+        (self.s.get(self.i..end)? == word).then(|| self.i = end)
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    fn number(&mut self) -> Option<()> {
+        let _ = self.eat(b'-');
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.eat(b'.').is_some() {
+            self.peek().filter(u8::is_ascii_digit)?;
+            self.digits();
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.i += 1;
+            }
+            self.peek().filter(u8::is_ascii_digit)?;
+            self.digits();
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.i += 1;
+        }
+    }
+
+    /// A string at `self.i`, passed over; whether it has an escape.
+    fn string(&mut self) -> Option<bool> {
+        self.eat(b'"')?;
+        let s = self.s;
+        let mut escaped = false;
+        loop {
+            // The plain run, eight bytes at a time, to the first byte that
+            // ends it.
+            while let Some(chunk) = s.get(self.i..self.i + 8) {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                let m = special(u64::from_le_bytes(w));
+                if m != 0 {
+                    self.i += m.trailing_zeros() as usize / 8;
+                    break;
+                }
+                self.i += 8;
+            }
+            match *s.get(self.i)? {
+                b'"' => {
+                    self.i += 1;
+                    return Some(escaped);
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.i += 1;
+                    match self.peek()? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
+                        b'u' => {
+                            let hex = s.get(self.i + 1..self.i + 5)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            self.i += 5;
+                        }
+                        _ => return None,
+                    }
+                }
+                0..=0x1f => return None,
+                _ => self.i += 1,
+            }
+        }
+    }
+}
+
+/// The bytes of `w` that are `"`, `\\` or below 0x20, as the high bit of
+/// each (SWAR: a byte of `x` is zero exactly where it matched). Bits above
+/// the lowest may be false (a borrow carries), never the lowest: it marks
+/// the first such byte.
+fn special(w: u64) -> u64 {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
+    let quote = zero(w ^ (LO * u64::from(b'"')));
+    let slash = zero(w ^ (LO * u64::from(b'\\')));
+    // Below 0x20: subtracting 0x20 borrows into the high bit of a byte that
+    // had it clear.
+    let control = w.wrapping_sub(LO * 0x20) & !w & HI;
+    quote | slash | control
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serde_ok(text: &str) -> bool {
+        serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object())
+    }
+
+    #[test]
+    fn finds_the_wanted_members_as_written() {
+        let line = r#" {"type":"item.completed","item":{"id":"i_1","exit_code":-2,"out":"a\nb"},"n":null} "#;
+        let [kind, item, missing] = members(line, ["type", "item", "nope"]).unwrap();
+        assert_eq!(kind, Some(r#""item.completed""#));
+        assert_eq!(item, Some(r#"{"id":"i_1","exit_code":-2,"out":"a\nb"}"#));
+        assert_eq!(missing, None);
+        let [code, out, id] = members(item.unwrap(), ["exit_code", "out", "id"]).unwrap();
+        assert_eq!(int(code), Ok(Some(-2)));
+        assert_eq!(string(out).unwrap().as_deref(), Some("a\nb"));
+        assert!(matches!(string(id), Ok(Some(Cow::Borrowed("i_1")))));
+        assert_eq!(string(Some("null")), Ok(None));
+        assert_eq!(string(Some("3")), Err(()));
+        assert_eq!(int(Some("1.0")), Err(()));
+        assert_eq!(int(Some("\"1\"")), Err(()));
+        assert_eq!(int(Some("99999999999999999999")), Err(()));
+    }
+
+    #[test]
+    fn what_it_cannot_take_plainly_it_leaves_to_the_general_reader() {
+        // A wanted member twice, a key with an escape: valid JSON, not taken.
+        assert!(members(r#"{"a":1,"a":2}"#, ["a"]).is_none());
+        assert!(members(r#"{"a":1,"a":2}"#, ["b"]).is_some());
+        assert!(members(r#"{"\u0061":1}"#, ["a"]).is_none());
+        // Not one object.
+        for bad in ["[1]", "\"x\"", "", "{} {}", "{}x", "1"] {
+            assert!(members(bad, ["a"]).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn it_agrees_with_serde_json_on_what_is_json() {
+        let cases = [
+            r#"{"a":[1,2,{"b":[true,false,null]}],"c":"d"}"#,
+            r#"{"a":-0.5e+10,"b":0,"c":1E5,"d":-0}"#,
+            r#"{ "a" : "\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00" }"#,
+            r#"{"a":"é ünïcødé 😀"}"#,
+            "{\"a\":\t[ ]\r\n, \"b\" : { } }",
+            r#"{"a":01}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":.5}"#,
+            r#"{"a":1e}"#,
+            r#"{"a":+1}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":nul}"#,
+            r#"{"a":"\x"}"#,
+            r#"{"a":"\u12g4"}"#,
+            "{\"a\":\"tab\there\"}",
+            r#"{"a":[1,]}"#,
+            r#"{"a":1,}"#,
+            r#"{"a" 1}"#,
+            r#"{a:1}"#,
+            r#"{"a":1"#,
+            r#"{"a":"unterminated}"#,
+            r#"{"a":[1 2]}"#,
+        ];
+        for c in cases {
+            assert_eq!(members(c, ["a"]).is_some(), serde_ok(c), "{c}");
+        }
+        // Nesting: serde_json's limit is this one's.
+        for depth in [126, 127, 128, 129] {
+            let c = format!("{{\"a\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
+            assert_eq!(members(&c, ["a"]).is_some(), serde_ok(&c), "depth {depth}");
+        }
+    }
+
+    #[test]
+    fn every_cut_and_every_changed_byte_of_real_lines_is_judged_as_serde_judges_it() {
+        let lines = [
+            r#"{"type":"item.completed","item":{"id":"item_3","type":"command_execution","command":"bash -lc 'pytest -q tests/test_3.py'","aggregated_output":"1 failed, 12 passed in 0.31s\n","exit_code":1,"status":"failed"}}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"call_1","tool_call":{"shellToolCall":{"args":{"command":"npm test"},"result":{"success":{"exitCode":0,"stdout":"3 passing","stderr":""}}}},"session_id":"c-1"}"#,
+        ];
+        let swaps = [
+            b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b'0', b'e', b'-', b' ', 0x01,
+        ];
+        for line in lines {
+            for cut in 0..line.len() {
+                if line.is_char_boundary(cut) {
+                    let c = &line[..cut];
+                    assert_eq!(members(c, ["type"]).is_some(), serde_ok(c), "{c}");
+                }
+            }
+            for at in 0..line.len() {
+                for &b in &swaps {
+                    let mut bytes = line.as_bytes().to_vec();
+                    bytes[at] = b;
+                    let Ok(c) = String::from_utf8(bytes) else {
+                        continue;
+                    };
+                    // Where serde takes it, this one takes it too, or it is
+                    // a case this one leaves aside on purpose (a key now
+                    // holding an escape, a member now twice).
+                    let ours = members(&c, ["type", "item", "tool_call"]).is_some();
+                    let theirs = serde_ok(&c);
+                    if ours {
+                        assert!(theirs, "taken but not JSON: {c}");
+                    } else if theirs {
+                        assert!(
+                            members(&c, []).is_some() || c.contains('\\'),
+                            "JSON but not taken: {c}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_nested_members_come_in_the_same_pass() {
+        let line = r#"{"type":"t","item":{"a":"x","b":2},"c":3}"#;
+        let (top, item) = members_in(line, ["type", "c"], "item", ["a", "b", "z"]).unwrap();
+        assert_eq!(top, [Some(r#""t""#), Some("3")]);
+        assert_eq!(item, Some([Some(r#""x""#), Some("2"), None]));
+        // Absent or null: no members; anything else, or twice: not taken.
+        assert_eq!(
+            members_in(r#"{"item":null}"#, [], "item", ["a"]),
+            Some(([], None))
+        );
+        assert_eq!(
+            members_in(r#"{"x":1}"#, [], "item", ["a"]),
+            Some(([], None))
+        );
+        assert!(members_in(r#"{"item":[1]}"#, [], "item", ["a"]).is_none());
+        assert!(members_in(r#"{"item":{},"item":{}}"#, [], "item", ["a"]).is_none());
+        // Deeper objects are passed over, not entered.
+        let (_, item) = members_in(r#"{"item":{"o":{"a":1},"a":2}}"#, [], "item", ["a"]).unwrap();
+        assert_eq!(item, Some([Some("2")]));
+    }
+
+    #[test]
+    fn strings_are_unescaped_as_serde_unescapes_them() {
+        let pieces = [
+            "a",
+            "\\n",
+            "\\\\",
+            "\\\"",
+            "\\/",
+            "\\t",
+            "\\r",
+            "\\b",
+            "\\f",
+            "é",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            " ",
+            "n",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..5_000 {
+            let mut raw = String::from("\"");
+            for _ in 0..(state % 7) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                raw.push_str(pieces[(state % pieces.len() as u64) as usize]);
+            }
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            raw.push('"');
+            let ours = string(Some(&raw)).map(|s| s.map(Cow::into_owned));
+            assert_eq!(ours, Ok(serde_json::from_str::<String>(&raw).ok()), "{raw}");
+        }
+    }
+
+    #[test]
+    fn the_eight_byte_test_finds_each_byte_that_ends_a_plain_run() {
+        for b in 0u8..=255 {
+            for pos in 0..8 {
+                let mut w = [b'a'; 8];
+                w[pos] = b;
+                let is = b == b'"' || b == b'\\' || b < 0x20;
+                let m = special(u64::from_le_bytes(w));
+                assert_eq!(m != 0, is, "{b} at {pos}");
+                if is {
+                    assert_eq!(m.trailing_zeros() as usize / 8, pos, "{b} at {pos}");
+                    // With another after it, it is still the first found.
+                    for later in pos + 1..8 {
+                        w[later] = b'"';
+                        let m = special(u64::from_le_bytes(w));
+                        assert_eq!(
+                            m.trailing_zeros() as usize / 8,
+                            pos,
+                            "{b} at {pos}, '\"' at {later}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
