@@ -28,10 +28,11 @@ pub(crate) fn members<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Op
     members_in(text, names, "", []).map(|(found, _)| found)
 }
 
-/// The members of `text` named in `names` (as `members` finds them), and
-/// in the same pass those named in `inner` of the member
-/// `into` (`None` if it is absent or `null`; `None` for the whole if it is
-/// anything else but an object).
+/// The raw text of the members of the object `text` named in `names`, and
+/// in the same pass of those named in `inner` of its member `into` (`None`
+/// if that is absent or `null`). `None` for the whole if `text` is not one
+/// JSON object, if `into` is neither an object nor `null`, if a wanted
+/// member (or `into`) comes twice, or if any key has an escape.
 pub(crate) fn members_in<'a, const N: usize, const M: usize>(
     text: &'a str,
     names: [&str; N],
