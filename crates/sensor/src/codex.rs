@@ -46,25 +46,38 @@ pub(crate) fn line(
 /// (another item, a field of an unexpected kind, a line that is no plain
 /// JSON object), which [`event`] reads.
 fn fast(c: &mut Common, text: &str) -> Option<TurnEvent> {
-    use crate::scan::{int, members_in, string};
-    let ([kind], item) = members_in(
-        text,
-        ["type"],
-        "item",
-        [
-            "type",
-            "item_type",
-            "command",
-            "aggregated_output",
-            "exit_code",
-            "status",
-            "text",
-        ],
-    )?;
+    use crate::scan::{Found, Want, int, read, string};
+    const WANT: Want<'static> = Want {
+        take: &[("type", 0)],
+        enter: &[(
+            "item",
+            Want::take(&[
+                ("type", 1),
+                ("item_type", 2),
+                ("command", 3),
+                ("aggregated_output", 4),
+                ("exit_code", 5),
+                ("status", 6),
+                ("text", 7),
+            ]),
+        )],
+        first: None,
+    };
+    let found: Found<'_, 8> = read(text, &WANT)?;
+    let [kind, ..] = found;
     if string(kind).ok()?.as_deref() != Some("item.completed") {
         return None;
     }
-    let [kind, item_type, command, output, exit_code, status, words] = item?;
+    let [
+        _,
+        kind,
+        item_type,
+        command,
+        output,
+        exit_code,
+        status,
+        words,
+    ] = found;
     let (kind, item_type) = (string(kind).ok()?, string(item_type).ok()?);
     let (command, output) = (string(command).ok()?, string(output).ok()?);
     let (exit_code, status, words) = (

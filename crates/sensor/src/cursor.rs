@@ -87,6 +87,134 @@ struct Detail<'a> {
     error_message: Option<&'a RawValue>,
 }
 
+/// A `tool_call` line as the sensor uses it, however it was read.
+#[derive(Debug, PartialEq)]
+struct Tool<'a> {
+    subtype: Option<Cow<'a, str>>,
+    call_id: Option<Cow<'a, str>>,
+    session_id: Option<Cow<'a, str>>,
+    model_call_id: Option<Cow<'a, str>>,
+    /// The call's first entry: its name and body.
+    call: Option<(Cow<'a, str>, Body<'a>)>,
+}
+
+#[derive(Debug, PartialEq)]
+struct Body<'a> {
+    /// The arguments as written (JSON).
+    args: Option<&'a str>,
+    /// The result's first entry (`success`, `error`…), its exit code, and
+    /// the raw text of its output fields (stdout, stderr, content, output,
+    /// message, errorMessage) that are not `null`.
+    result: Option<(Cow<'a, str>, Option<i64>, Outputs<'a>)>,
+}
+
+/// A result's output fields, raw: stdout, stderr, content, output,
+/// message, errorMessage.
+type Outputs<'a> = [Option<&'a str>; 6];
+
+impl<'a> From<ToolLine<'a>> for Tool<'a> {
+    fn from(t: ToolLine<'a>) -> Self {
+        Tool {
+            subtype: t.subtype,
+            call_id: t.call_id,
+            session_id: t.session_id,
+            model_call_id: t.model_call_id,
+            call: t.tool_call.map(|First(name, body)| {
+                let result = body.result.map(|First(k, d)| {
+                    let raw = [
+                        d.stdout,
+                        d.stderr,
+                        d.content,
+                        d.output,
+                        d.message,
+                        d.error_message,
+                    ]
+                    .map(|r| r.map(RawValue::get));
+                    (k, d.exit_code, raw)
+                });
+                (
+                    name,
+                    Body {
+                        args: body.args.map(RawValue::get),
+                        result,
+                    },
+                )
+            }),
+        }
+    }
+}
+
+/// A `tool_call` line read by [`crate::scan`] (one pass, nothing built);
+/// `None` for any line it cannot take plainly, which serde reads.
+fn scanned<'a>(text: &'a str) -> Option<Tool<'a>> {
+    use crate::scan::{Found, Want, int, read, string};
+    const DETAIL: Want<'static> = Want::take(&[
+        ("exitCode", 7),
+        ("stdout", 8),
+        ("stderr", 9),
+        ("content", 10),
+        ("output", 11),
+        ("message", 12),
+        ("errorMessage", 13),
+    ]);
+    const BODY: Want<'static> = Want {
+        take: &[("args", 5)],
+        enter: &[(
+            "result",
+            Want {
+                take: &[],
+                enter: &[],
+                first: Some((6, &DETAIL)),
+            },
+        )],
+        first: None,
+    };
+    const WANT: Want<'static> = Want {
+        take: &[
+            ("subtype", 0),
+            ("call_id", 1),
+            ("session_id", 2),
+            ("model_call_id", 3),
+        ],
+        enter: &[(
+            "tool_call",
+            Want {
+                take: &[],
+                enter: &[],
+                first: Some((4, &BODY)),
+            },
+        )],
+        first: None,
+    };
+    let f: Found<'_, 14> = read(text, &WANT)?;
+    // A null is no value: as serde reads an `Option`.
+    let raw = |r: Option<&'a str>| r.filter(|r| *r != "null");
+    let call = match f[4] {
+        None => None,
+        Some(name) => Some((
+            Cow::Borrowed(name),
+            Body {
+                args: raw(f[5]),
+                result: match f[6] {
+                    None => None,
+                    Some(k) => Some((
+                        Cow::Borrowed(k),
+                        int(f[7]).ok()?,
+                        [f[8], f[9], f[10], f[11], f[12], f[13]].map(raw),
+                    )),
+                },
+            },
+        )),
+    };
+    Some(Tool {
+        subtype: string(f[0]).ok()?,
+        call_id: string(f[1]).ok()?,
+        session_id: string(f[2]).ok()?,
+        model_call_id: string(f[3]).ok()?,
+        call,
+    })
+}
+
 /// Reads one line: `tool_call` lines (most of a stream) typed, the rest
 /// through [`event`]. Arguments are hashed as the agent wrote them.
 pub(crate) fn line(
@@ -97,7 +225,10 @@ pub(crate) fn line(
         let v: Value = crate::parse_object(text)?;
         return event(c, &v);
     }
-    let t: ToolLine<'_> = crate::parse_object(text)?;
+    let t = match scanned(text) {
+        Some(t) => t,
+        None => Tool::from(crate::parse_object::<ToolLine<'_>>(text)?),
+    };
     c.kind(&["tool_call", t.subtype.as_deref().unwrap_or("-")]);
     if let Some(s) = t.session_id.as_deref()
         && c.session.is_none()
@@ -108,8 +239,8 @@ pub(crate) fn line(
         .call_id
         .as_deref()
         .ok_or("tool_call without \"call_id\"")?;
-    let First(name, body) = t
-        .tool_call
+    let (name, body) = t
+        .call
         .as_ref()
         .ok_or("tool_call without a \"tool_call\" object")?;
     let tool = name.strip_suffix("ToolCall").unwrap_or(name);
@@ -120,7 +251,7 @@ pub(crate) fn line(
     }
     match t.subtype.as_deref() {
         Some("started") => {
-            let args = body.args.map(RawValue::get).unwrap_or("null");
+            let args = body.args.unwrap_or("null");
             c.pending.insert(
                 call.to_string(),
                 Pending {
@@ -131,24 +262,17 @@ pub(crate) fn line(
             );
         }
         Some("completed") => {
-            let (ok, d) = match &body.result {
-                Some(First(k, d)) => (k == "success", Some(d)),
-                None => (false, None),
+            let (ok, exit, raw) = match &body.result {
+                Some((k, exit, raw)) => (k == "success", *exit, Some(raw)),
+                None => (false, None, None),
             };
-            let text: Cow<'_, str> = match d {
-                Some(d) => {
-                    let mut parts = [
-                        d.stdout,
-                        d.stderr,
-                        d.content,
-                        d.output,
-                        d.message,
-                        d.error_message,
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .map(crate::raw_text)
-                    .filter(|t| !t.is_empty());
+            let text: Cow<'_, str> = match raw {
+                Some(raw) => {
+                    let mut parts = raw
+                        .iter()
+                        .flatten()
+                        .map(|r| crate::raw_text(r))
+                        .filter(|t| !t.is_empty());
                     match (parts.next(), parts.next()) {
                         (None, _) => Cow::Borrowed(""),
                         (Some(one), None) => one,
@@ -161,7 +285,6 @@ pub(crate) fn line(
                 }
                 None => Cow::Borrowed(""),
             };
-            let exit = d.and_then(|d| d.exit_code);
             out.extend(c.complete(call, ok, &text, exit));
         }
         other => {
@@ -225,4 +348,53 @@ pub(crate) fn event(
         _ => return Ok(None),
     }
     Ok(Some(out))
+}
+
+#[cfg(test)]
+mod scanned_as_serde_reads {
+    use super::*;
+
+    /// What the scanner takes of a `tool_call` line is what serde reads of
+    /// it, for lines as `cursor-agent` writes them, every changed byte of
+    /// them, and the odd variants.
+    #[test]
+    fn the_scanner_reads_what_serde_reads() {
+        let mut lines: Vec<String> = [
+            r#"{"type":"tool_call","subtype":"started","call_id":"call_1","tool_call":{"shellToolCall":{"args":{"command":"npm test -- --grep case1"}}},"session_id":"c-1"}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"call_1","tool_call":{"shellToolCall":{"args":{"command":"npm test"},"result":{"error":{"exitCode":1,"stdout":"3 passing\n1 failing","stderr":"boom"}}}},"session_id":"c-1"}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"c2","model_call_id":"m1","tool_call":{"readToolCall":{"args":{"path":"a.rs"},"result":{"success":{"content":"fn main() {}\n","stdout":null}}},"otherToolCall":{}}}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"c3","tool_call":{"editToolCall":{"args":null,"result":{"success":{"exitCode":null,"message":"caf\u00e9"}}}}}"#,
+            r#"{"type":"tool_call","subtype":"started","call_id":"c4","tool_call":{}}"#,
+            r#"{"type":"tool_call","subtype":"started","call_id":"c5","tool_call":null}"#,
+            r#"{"type":"tool_call","subtype":"started","call_id":"c6","tool_call":{"x":[1]}}"#,
+            r#"{"type":"tool_call","subtype":"completed","call_id":"c7","tool_call":{"x":{"result":{"error":{"exitCode":1.5}}}}}"#,
+            r#"{"type":"tool_call","subtype":7,"call_id":"c8","tool_call":{"x":{}}}"#,
+            r#"{"type":"tool_call","call_id":"c9","call_id":"c9","tool_call":{"x":{}}}"#,
+        ]
+        .map(String::from)
+        .to_vec();
+        let first = lines[1].clone();
+        for at in 0..first.len() {
+            for b in [b'"', b'{', b'}', b'n', b'1', b',', b':', b'\\'] {
+                let mut bytes = first.clone().into_bytes();
+                bytes[at] = b;
+                if let Ok(l) = String::from_utf8(bytes) {
+                    lines.push(l);
+                }
+            }
+        }
+        let mut taken = 0;
+        for l in &lines {
+            let Some(ours) = scanned(l) else { continue };
+            taken += 1;
+            let theirs = crate::parse_object::<ToolLine<'_>>(l)
+                .unwrap_or_else(|e| panic!("scanned, but serde refuses it ({e}): {l}"));
+            assert_eq!(ours, Tool::from(theirs), "{l}");
+        }
+        // The lines as written, and most of their variants, went the fast way.
+        assert!(taken > lines.len() / 3, "{taken} of {}", lines.len());
+        for l in &lines[..4] {
+            assert!(scanned(l).is_some(), "{l}");
+        }
+    }
 }

@@ -582,13 +582,14 @@ pub(crate) fn parse_object<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Resu
 }
 
 /// The text of a raw JSON value: a string unescaped, anything else as written.
-pub(crate) fn raw_text(raw: &serde_json::value::RawValue) -> std::borrow::Cow<'_, str> {
-    let t = raw.get();
-    if t.starts_with('"') {
-        serde_json::from_str::<std::borrow::Cow<'_, str>>(t)
-            .unwrap_or(std::borrow::Cow::Borrowed(t))
-    } else {
-        std::borrow::Cow::Borrowed(t)
+pub(crate) fn raw_text(t: &str) -> std::borrow::Cow<'_, str> {
+    match t.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        // No escape: the text as it stands.
+        Some(inner) if !inner.contains('\\') => std::borrow::Cow::Borrowed(inner),
+        Some(_) => serde_json::from_str::<String>(t)
+            .map(std::borrow::Cow::Owned)
+            .unwrap_or(std::borrow::Cow::Borrowed(t)),
+        None => std::borrow::Cow::Borrowed(t),
     }
 }
 
@@ -601,6 +602,13 @@ pub(crate) fn command_of(args: &str) -> Option<String> {
     }
     if !args.contains("\"command\"") {
         return None;
+    }
+    const WANT: scan::Want<'static> = scan::Want::take(&[("command", 0)]);
+    if let Some([raw]) = scan::read::<1>(args, &WANT) {
+        return scan::string(raw)
+            .ok()
+            .flatten()
+            .map(std::borrow::Cow::into_owned);
     }
     serde_json::from_str::<Command<'_>>(args)
         .ok()

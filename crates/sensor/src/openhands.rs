@@ -216,7 +216,7 @@ pub(crate) fn line(
             v.args
                 .as_ref()
                 .and_then(|a| a.get(k))
-                .map(|r| crate::raw_text(r))
+                .map(|r| crate::raw_text(r.get()))
         };
         match action {
             "message" if agent => {

@@ -20,57 +20,55 @@ use std::borrow::Cow;
 /// this reader passes over, the general one would have read.
 const MAX_DEPTH: usize = 127;
 
-/// The raw text of the members of the object `text` named in `names` (in
-/// their order; `None` where absent). `None` if `text` is not one JSON
-/// object, if a wanted member comes twice, or if any key has an escape.
-#[cfg(test)]
-pub(crate) fn members<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Option<Found<'a, N>> {
-    members_in(text, names, "", []).map(|(found, _)| found)
+/// What to take from an object: the raw text of some members (each into
+/// a slot of the whole read's [`Found`]), some members read as objects of
+/// their own (or `null`), and perhaps its first member (its name into a
+/// slot, its value an object read as well). A member named twice, a key
+/// with an escape where something is wanted, an entered member that is
+/// neither object nor `null`: the whole read is `None`.
+#[derive(Clone, Copy)]
+pub(crate) struct Want<'w> {
+    pub take: &'w [(&'w str, usize)],
+    pub enter: &'w [(&'w str, Want<'w>)],
+    pub first: Option<(usize, &'w Want<'w>)>,
 }
 
-/// The raw text of the members of the object `text` named in `names`, and
-/// in the same pass of those named in `inner` of its member `into` (`None`
-/// if that is absent or `null`). `None` for the whole if `text` is not one
-/// JSON object, if `into` is neither an object nor `null`, if a wanted
-/// member (or `into`) comes twice, or if any key has an escape.
-pub(crate) fn members_in<'a, const N: usize, const M: usize>(
-    text: &'a str,
-    names: [&str; N],
-    into: &str,
-    inner: [&str; M],
-) -> Option<(Found<'a, N>, Option<Found<'a, M>>)> {
+impl Want<'_> {
+    /// Members' raw text and nothing more.
+    pub(crate) const fn take<'w>(take: &'w [(&'w str, usize)]) -> Want<'w> {
+        Want {
+            take,
+            enter: &[],
+            first: None,
+        }
+    }
+}
+
+/// The slots `want` names, filled from the object `text`, in one pass that
+/// checks the whole line is one JSON object. `None` for a line that is not,
+/// or that breaks a rule of [`Want`]: the general reader reads it.
+pub(crate) fn read<'a, const N: usize>(text: &'a str, want: &Want<'_>) -> Option<Found<'a, N>> {
     let mut r = Reader {
         s: text.as_bytes(),
         i: 0,
     };
-    let (mut found, mut nested) = ([None; N], [None; M]);
-    let mut entered = false;
+    let mut found = [None; N];
     r.ws();
-    r.object(
-        0,
-        &names,
-        &mut found,
-        Some(Into {
-            key: into,
-            names: &inner,
-            found: &mut nested,
-            entered: &mut entered,
-        }),
-    )?;
+    r.object(0, Some(want), &mut found)?;
     r.ws();
-    (r.i == r.s.len()).then_some((found, entered.then_some(nested)))
+    (r.i == r.s.len()).then_some(found)
+}
+
+/// The raw text of the members of the object `text` named in `names` (in
+/// their order; `None` where absent).
+#[cfg(test)]
+pub(crate) fn members<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Option<Found<'a, N>> {
+    let take: [(&str, usize); N] = std::array::from_fn(|k| (names[k], k));
+    read(text, &Want::take(&take))
 }
 
 /// The raw text of each wanted member, where it was found.
 pub(crate) type Found<'a, const N: usize> = [Option<&'a str>; N];
-
-/// The member whose own members are wanted too.
-struct Into<'n, 'f, 'a> {
-    key: &'n str,
-    names: &'n [&'n str],
-    found: &'f mut [Option<&'a str>],
-    entered: &'f mut bool,
-}
 
 /// A string member's text: borrowed when it has no escape, unescaped
 /// otherwise. `None` for `null`; `Err` for any other kind of value.
@@ -157,14 +155,12 @@ impl<'a> Reader<'a> {
         (self.peek()? == b).then(|| self.i += 1)
     }
 
-    /// An object at `self.i`: the raw values of the members named in
-    /// `names` into `found`, and `into`'s members read as well.
+    /// An object at `self.i`, and what `want` takes from it into `found`.
     fn object(
         &mut self,
         depth: usize,
-        names: &[&str],
+        want: Option<&Want<'_>>,
         found: &mut [Option<&'a str>],
-        mut into: Option<Into<'_, '_, 'a>>,
     ) -> Option<()> {
         if depth >= MAX_DEPTH {
             return None;
@@ -172,12 +168,24 @@ impl<'a> Reader<'a> {
         self.eat(b'{')?;
         self.ws();
         if self.eat(b'}').is_some() {
-            return Some(());
+            // An object whose first member is wanted has one.
+            return want.is_none_or(|w| w.first.is_none()).then_some(());
         }
+        // The members entered so far (a second one is refused).
+        let mut entered = 0u64;
+        let mut first = true;
         loop {
             self.ws();
             let start = self.i;
-            if self.string()? {
+            let escaped = self.string()?;
+            let Some(w) = want else {
+                self.member_value(depth)?;
+                if !self.next_member()? {
+                    return Some(());
+                }
+                continue;
+            };
+            if escaped {
                 // A key with an escape might be a wanted one: the general
                 // reader decides.
                 return None;
@@ -187,43 +195,67 @@ impl<'a> Reader<'a> {
             self.eat(b':')?;
             self.ws();
             let at = self.i;
-            match &mut into {
-                Some(n) if !n.key.is_empty() && n.key.as_bytes() == key => {
-                    if *n.entered {
-                        return None;
-                    }
-                    if self.peek()? == b'{' {
-                        *n.entered = true;
-                        self.object(depth + 1, n.names, n.found, None)?;
-                    } else if self.literal(b"null").is_none() {
-                        return None;
-                    }
+            if let Some((slot, inner)) = w.first.filter(|_| first) {
+                found[slot] = Some(std::str::from_utf8(key).ok()?);
+                if self.peek()? != b'{' {
+                    return None;
                 }
-                _ => self.value(depth + 1)?,
+                self.object(depth + 1, Some(inner), found)?;
+            } else if let Some(k) = w.enter.iter().position(|(n, _)| n.as_bytes() == key) {
+                if entered & (1 << k) != 0 {
+                    return None;
+                }
+                entered |= 1 << k;
+                if self.peek()? == b'{' {
+                    self.object(depth + 1, Some(&w.enter[k].1), found)?;
+                } else {
+                    self.literal(b"null")?;
+                }
+            } else {
+                self.value(depth + 1)?;
             }
-            if let Some(k) = names.iter().position(|n| n.as_bytes() == key) {
-                if found[k].is_some() {
+            first = false;
+            if let Some((_, slot)) = w.take.iter().find(|(n, _)| n.as_bytes() == key) {
+                if found[*slot].is_some() {
                     return None;
                 }
                 // Slicing at ASCII bytes of valid UTF-8 never splits a character.
-                found[k] = Some(std::str::from_utf8(&self.s[at..self.i]).ok()?);
+                found[*slot] = Some(std::str::from_utf8(&self.s[at..self.i]).ok()?);
             }
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.next_member()? {
+                return Some(());
             }
+        }
+    }
+
+    /// After a key: `:` and the value, passed over.
+    fn member_value(&mut self, depth: usize) -> Option<()> {
+        self.ws();
+        self.eat(b':')?;
+        self.ws();
+        self.value(depth + 1)
+    }
+
+    /// After a member: `,` (another follows) or `}` (the object ended).
+    fn next_member(&mut self) -> Option<bool> {
+        self.ws();
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                Some(true)
+            }
+            b'}' => {
+                self.i += 1;
+                Some(false)
+            }
+            _ => None,
         }
     }
 
     fn value(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
             b'"' => self.string().map(drop),
-            b'{' => self.object(depth, &[], &mut [], None),
+            b'{' => self.object(depth, None, &mut []),
             b'[' => self.array(depth),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
@@ -469,24 +501,71 @@ mod tests {
 
     #[test]
     fn the_nested_members_come_in_the_same_pass() {
+        const ITEM: Want<'static> = Want::take(&[("a", 2), ("b", 3), ("z", 4)]);
+        const WANT: Want<'static> = Want {
+            take: &[("type", 0), ("c", 1)],
+            enter: &[("item", ITEM)],
+            first: None,
+        };
         let line = r#"{"type":"t","item":{"a":"x","b":2},"c":3}"#;
-        let (top, item) = members_in(line, ["type", "c"], "item", ["a", "b", "z"]).unwrap();
-        assert_eq!(top, [Some(r#""t""#), Some("3")]);
-        assert_eq!(item, Some([Some(r#""x""#), Some("2"), None]));
-        // Absent or null: no members; anything else, or twice: not taken.
+        let found: Found<'_, 5> = read(line, &WANT).unwrap();
         assert_eq!(
-            members_in(r#"{"item":null}"#, [], "item", ["a"]),
-            Some(([], None))
+            found,
+            [Some(r#""t""#), Some("3"), Some(r#""x""#), Some("2"), None]
         );
+        // Absent or null: nothing from it; anything else, or twice: not taken.
+        assert_eq!(read::<5>(r#"{"item":null}"#, &WANT), Some([None; 5]));
+        assert_eq!(read::<5>(r#"{"x":1}"#, &WANT), Some([None; 5]));
+        assert!(read::<5>(r#"{"item":[1]}"#, &WANT).is_none());
+        assert!(read::<5>(r#"{"item":{},"item":{}}"#, &WANT).is_none());
+        // Deeper objects are passed over, not entered; their keys may be escaped.
+        let found: Found<'_, 5> =
+            read(r#"{"item":{"o":{"a":1,"\u0062":1},"a":2}}"#, &WANT).unwrap();
+        assert_eq!(found[2], Some("2"));
+    }
+
+    #[test]
+    fn the_first_member_is_named_and_entered() {
+        const RESULT: Want<'static> = Want::take(&[("exitCode", 2)]);
+        const BODY: Want<'static> = Want {
+            take: &[("args", 1)],
+            enter: &[],
+            first: None,
+        };
+        const CALL: Want<'static> = Want {
+            take: &[],
+            enter: &[],
+            first: Some((0, &BODY)),
+        };
+        const WANT: Want<'static> = Want {
+            take: &[],
+            enter: &[
+                ("tool_call", CALL),
+                (
+                    "result",
+                    Want {
+                        take: &[],
+                        enter: &[],
+                        first: Some((3, &RESULT)),
+                    },
+                ),
+            ],
+            first: None,
+        };
+        let line = r#"{"tool_call":{"shellToolCall":{"args":{"command":"ls"}},"other":{"args":1}},"result":{"success":{"exitCode":0}}}"#;
+        let found: Found<'_, 4> = read(line, &WANT).unwrap();
         assert_eq!(
-            members_in(r#"{"x":1}"#, [], "item", ["a"]),
-            Some(([], None))
+            found,
+            [
+                Some("shellToolCall"),
+                Some(r#"{"command":"ls"}"#),
+                Some("0"),
+                Some("success")
+            ]
         );
-        assert!(members_in(r#"{"item":[1]}"#, [], "item", ["a"]).is_none());
-        assert!(members_in(r#"{"item":{},"item":{}}"#, [], "item", ["a"]).is_none());
-        // Deeper objects are passed over, not entered.
-        let (_, item) = members_in(r#"{"item":{"o":{"a":1},"a":2}}"#, [], "item", ["a"]).unwrap();
-        assert_eq!(item, Some([Some("2")]));
+        // The first member must be an object, and be there.
+        assert!(read::<4>(r#"{"tool_call":{}}"#, &WANT).is_none());
+        assert!(read::<4>(r#"{"tool_call":{"a":1}}"#, &WANT).is_none());
     }
 
     #[test]
