@@ -71,6 +71,8 @@ pub(crate) struct Common {
     pub final_text: Option<String>,
     /// The model the last turn told.
     model_told: Option<String>,
+    /// A model and its context window ([`classify::context_window`]).
+    window_of: Option<(String, Option<u64>)>,
     /// OpenHands: the stream is of V1 SDK events.
     pub openhands_v1: bool,
     /// OpenHands: actions written without an `id` (older outputs), each
@@ -238,12 +240,26 @@ impl Common {
         }
     }
 
+    /// The context window of the model last told, worked out once a model.
+    fn model_window(&mut self) -> Option<u64> {
+        let model = self.model.as_deref()?;
+        match &self.window_of {
+            Some((m, w)) if m == model => *w,
+            _ => {
+                let w = classify::context_window(model);
+                self.window_of = Some((model.to_string(), w));
+                w
+            }
+        }
+    }
+
     /// A turn carrying the usage accumulated since the last one.
     pub fn turn(&mut self, action: Option<Action>, progress: bool) -> TurnEvent {
         self.stats.turns += 1;
-        let context_limit = self
-            .context_limit
-            .or_else(|| self.model.as_deref().and_then(classify::context_window));
+        let context_limit = match self.context_limit {
+            Some(l) => Some(l),
+            None => self.model_window(),
+        };
         TurnEvent {
             action,
             summary: None,

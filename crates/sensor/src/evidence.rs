@@ -12,7 +12,7 @@
 /// outside quotes, the last part kept (`cd`, `export`, `source`, `set` and
 /// `true` are passed over from the end when something else ran before
 /// them). A `bash -lc '…'` wrapper is opened first.
-pub fn deciding_command(command: &str) -> String {
+pub fn deciding_command(command: &str) -> std::borrow::Cow<'_, str> {
     let mut line = command.trim();
     for prefix in [
         "bash -lc ",
@@ -29,7 +29,7 @@ pub fn deciding_command(command: &str) -> String {
     // One command alone (no separator, no heredoc): itself, as the split
     // below would give it, without its copies.
     if !line.contains(['\n', ';', '&', '|', '<']) {
-        return line.to_string();
+        return std::borrow::Cow::Borrowed(line);
     }
     let parts = split_top_level(&without_heredocs(line));
     let setup = |p: &str| {
@@ -46,6 +46,7 @@ pub fn deciding_command(command: &str) -> String {
         .or_else(|| parts.last())
         .cloned()
         .unwrap_or_default()
+        .into()
 }
 
 /// The command of a pipeline whose exit status is the pipeline's: its last
