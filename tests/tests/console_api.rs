@@ -80,6 +80,12 @@ struct Rig {
 
 impl Rig {
     async fn start(extra: &[(&str, &str)]) -> Self {
+        Self::start_with_clock(extra, Clock::System).await
+    }
+
+    /// The rig with the console on `clock` (the other services on the
+    /// system's).
+    async fn start_with_clock(extra: &[(&str, &str)], clock: Clock) -> Self {
         let nats = NatsServer::start();
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state").display().to_string();
@@ -116,9 +122,10 @@ impl Rig {
         .await
         .unwrap();
         let cbus = connect(&nats, "xo-console").await;
-        let console = xo_console::start(xo_runtime::ServiceCtx::new(cfg.clone(), cbus))
-            .await
-            .unwrap();
+        let console =
+            xo_console::start(xo_runtime::ServiceCtx::new(cfg.clone(), cbus).with_clock(clock))
+                .await
+                .unwrap();
         let token = std::fs::read_to_string(cfg.state.console_token_path())
             .unwrap()
             .trim()
@@ -1966,4 +1973,26 @@ async fn named_operators_sign_their_writes() {
             .to_string();
         assert!(err.contains(says), "{err}");
     }
+}
+
+/// A login link lapses ten minutes after it was made by the console's
+/// clock, which the test owns: no wait, and no dependence on the host's.
+#[tokio::test]
+async fn a_login_link_lapses_by_the_console_clock() {
+    let clock = Clock::manual(xo_proto::now_ms());
+    let rig = Rig::start_with_clock(&[], clock.clone()).await;
+    let console = rig.console.as_ref().unwrap();
+    let path = |link: String| link[link.find("/login").unwrap()..].to_string();
+    // Nine minutes on: still good.
+    let fresh = path(console.login_url());
+    clock.advance(Duration::from_secs(9 * 60));
+    let r = rig.http.get(rig.u(&fresh)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "within its ten minutes");
+    // Ten minutes on: refused, though the host's clock barely moved.
+    let stale = path(console.login_url());
+    clock.advance(Duration::from_secs(10 * 60));
+    let r = rig.http.get(rig.u(&stale)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "lapsed");
+    assert!(r.headers().get("set-cookie").is_none());
+    rig.stop().await;
 }

@@ -67,6 +67,9 @@ pub struct Frame<'a> {
     pub read_only: bool,
     /// A message from the last action (`?ok=` / `?error=`).
     pub flash: Option<(bool, String)>,
+    /// Now, by the console's clock (ms since the epoch): what ages are
+    /// counted from.
+    pub now: u64,
 }
 
 /// A whole page around `body` (its HTML, made by a page's template).

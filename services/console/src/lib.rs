@@ -67,6 +67,8 @@ pub struct Console {
     pub conns: Arc<listen::Counts>,
     /// Fleet pages rendered, waiting for their tab's stream.
     pub views: views::Views,
+    /// The service clock: ages, login codes and live rows are timed by it.
+    pub clock: xo_runtime::Clock,
 }
 
 pub type Shared = Arc<Console>;
@@ -255,7 +257,7 @@ impl ConsoleView {
     /// browser keeps the URL in its history); the login page that asks
     /// for the token when no code could be made.
     pub fn login_url(&self) -> String {
-        match self.console.auth.login_code(0, xo_proto::now_ms()) {
+        match self.console.auth.login_code(0, self.console.clock.now_ms()) {
             Some(code) => format!("{}/login?code={code}", self.url),
             None => format!("{}/login", self.url),
         }
@@ -342,7 +344,11 @@ pub fn router(console: Shared) -> Router {
 /// serves until [`ConsoleHandle::stop`].
 pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
     let ServiceCtx {
-        cfg, bus, shutdown, ..
+        cfg,
+        bus,
+        shutdown,
+        clock,
+        ..
     } = ctx;
     let cfg = &cfg;
     let addr = cfg.console.listen.clone();
@@ -367,6 +373,7 @@ pub async fn start(ctx: ServiceCtx) -> Result<ConsoleHandle, ConsoleError> {
         stop: stop.clone(),
         conns: Arc::default(),
         views: views::Views::default(),
+        clock,
     });
     let app = router(console.clone());
     let rows = rows::start(console.clone());

@@ -142,7 +142,7 @@ pub fn start(c: Shared) -> JoinHandle<()> {
             if sums.is_empty() && !resync {
                 continue;
             }
-            let now = xo_proto::now_ms();
+            let now = c.clock.now_ms();
             ranks.sent.retain(|u, _| ranks.of.contains_key(u));
             let mut rows = Vec::with_capacity(sums.len());
             for u in &sums {

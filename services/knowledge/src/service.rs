@@ -149,7 +149,7 @@ impl Actor for KnowledgeActor {
         _myself: ActorRef<KnowledgeMsg>,
         dir: std::path::PathBuf,
     ) -> Result<State, ActorProcessingErr> {
-        let store = KnowledgeStore::open(&dir)?;
+        let store = KnowledgeStore::open(&dir)?.with_clock(self.clock.clone());
         let (_, invalid) = store.load_all();
         for i in &invalid {
             warn!(path = %i.path, error = %i.error, "knowledge document does not parse; not used until fixed");

@@ -69,6 +69,8 @@ pub fn count_tokens(text: &str) -> usize {
 #[derive(Debug, Clone)]
 pub struct KnowledgeStore {
     root: PathBuf,
+    /// What documents are dated by (the service's clock).
+    clock: xo_runtime::Clock,
 }
 
 /// Splits `<category>/<name>`.
@@ -106,10 +108,6 @@ pub fn md_files(dir: &Path) -> Vec<(Category, String, PathBuf)> {
     out
 }
 
-fn now_rfc3339() -> String {
-    xo_runtime::clock::rfc3339(xo_proto::now_ms())
-}
-
 impl KnowledgeStore {
     pub fn open(root: &Path) -> Result<Self, KnowledgeError> {
         for c in Category::ALL {
@@ -118,11 +116,22 @@ impl KnowledgeStore {
         }
         let s = Self {
             root: root.to_path_buf(),
+            clock: xo_runtime::Clock::System,
         };
         if !root.join("_index.md").exists() {
             s.write_index()?;
         }
         Ok(s)
+    }
+
+    /// The store dating what it writes by `clock` (the service's).
+    pub fn with_clock(mut self, clock: xo_runtime::Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn now_rfc3339(&self) -> String {
+        xo_runtime::clock::rfc3339(self.clock.now_ms())
     }
 
     pub fn root(&self) -> &Path {
@@ -247,7 +256,7 @@ impl KnowledgeStore {
         d.updated_by = author.as_str().to_string();
         d.after_task = task.map(String::from);
         d.changelog.push(ChangeEntry {
-            at: now_rfc3339(),
+            at: self.now_rfc3339(),
             by: author.as_str().to_string(),
             task: task.map(String::from),
             what: what.to_string(),
@@ -271,7 +280,7 @@ impl KnowledgeStore {
         }
         d.status = DocStatus::Deprecated;
         d.changelog.push(ChangeEntry {
-            at: now_rfc3339(),
+            at: self.now_rfc3339(),
             by: author.as_str().to_string(),
             task: None,
             what: format!("deprecated: {reason}"),
@@ -325,7 +334,7 @@ impl KnowledgeStore {
             what.push_str(&format!(": {}", note.trim()));
         }
         d.changelog.push(ChangeEntry {
-            at: now_rfc3339(),
+            at: self.now_rfc3339(),
             by: by.to_string(),
             task: None,
             what,
@@ -356,7 +365,7 @@ impl KnowledgeStore {
             if d.status == DocStatus::Provisional && d.uses >= threshold {
                 d.status = DocStatus::Established;
                 d.changelog.push(ChangeEntry {
-                    at: now_rfc3339(),
+                    at: self.now_rfc3339(),
                     by: "xo".into(),
                     task: None,
                     what: format!("established after {} clean tasks", d.uses),
@@ -543,6 +552,32 @@ mod tests {
             rationale: String::new(),
             changelog: vec![],
         }
+    }
+
+    #[test]
+    fn documents_are_dated_by_the_service_clock() {
+        let tmp = tempfile::tempdir().unwrap();
+        let start = 1_795_000_000_000;
+        let clock = xo_runtime::Clock::manual(start);
+        let s = KnowledgeStore::open(tmp.path())
+            .unwrap()
+            .with_clock(clock.clone());
+        let put = s
+            .put(doc(Category::Lessons, "l", &["x"]), Author::Operator, None)
+            .unwrap();
+        let at = |d: &KnowledgeDoc| d.changelog.last().unwrap().at.clone();
+        assert_eq!(at(&put), xo_runtime::clock::rfc3339(start));
+        // A day on, by the clock alone: the next change is dated then.
+        clock.advance(std::time::Duration::from_secs(86_400));
+        let put = s
+            .put(
+                doc(Category::Lessons, "l", &["x", "y"]),
+                Author::Operator,
+                None,
+            )
+            .unwrap();
+        assert_eq!(put.changelog.len(), 2);
+        assert_eq!(at(&put), xo_runtime::clock::rfc3339(start + 86_400_000));
     }
 
     #[test]

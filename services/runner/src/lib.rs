@@ -109,7 +109,7 @@ pub async fn start(ctx: ServiceCtx, opts: RunnerOptions) -> Result<RunnerHandle,
     xo_proto::validate_token("role", &opts.role).map_err(|e| setup("role", e))?;
     let unit = opts.unit.clone();
     let signal = ctx.shutdown.signal();
-    let task = tokio::spawn(run(ctx.cfg, ctx.bus, opts, signal));
+    let task = tokio::spawn(run(ctx.cfg, ctx.bus, ctx.clock, opts, signal));
     Ok(RunnerHandle {
         unit,
         shutdown: ctx.shutdown,
@@ -174,6 +174,7 @@ impl xo_runtime::Service for RunnerHandle {
 async fn run(
     cfg: XoConfig,
     bus: Bus,
+    clock: xo_runtime::Clock,
     opts: RunnerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunnerError> {
@@ -185,6 +186,7 @@ async fn run(
             bus: bus.clone(),
             opts,
             shutdown: stop.clone(),
+            clock,
         };
         let mut running = Running::one_for_one(
             "runner",

@@ -270,6 +270,8 @@ struct Watcher {
     cfg: XoConfig,
     args: WatchArgs,
     format: Format,
+    /// The service clock: the spend caps' day is its.
+    clock: xo_runtime::Clock,
 }
 
 /// The sessions seen, and whether the next look is the first.
@@ -430,7 +432,7 @@ impl Watcher {
         if caps == Caps::default() {
             return;
         }
-        let today = xo_proto::now_ms() / 86_400_000;
+        let today = self.clock.now_ms() / 86_400_000;
         if st.day.0 != today {
             st.day = (today, 0.0, 0);
         }
@@ -513,7 +515,11 @@ pub struct WatchHandle {
 pub async fn start(ctx: ServiceCtx, args: WatchArgs) -> Result<WatchHandle, WatchError> {
     let format = check(&args)?;
     let ServiceCtx {
-        cfg, bus, shutdown, ..
+        cfg,
+        bus,
+        shutdown,
+        clock,
+        ..
     } = ctx;
     let subjects = cfg.subjects();
     let steering = bus.subscribe(&subjects.steer_all()).await?;
@@ -524,6 +530,7 @@ pub async fn start(ctx: ServiceCtx, args: WatchArgs) -> Result<WatchHandle, Watc
         cfg: cfg.clone(),
         args,
         format,
+        clock,
     };
     let mut running = Running::one_for_one(
         "watch",

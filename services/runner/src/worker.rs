@@ -36,6 +36,8 @@ pub struct Worker {
     /// Triggered at shutdown: no new claim; the task in flight is stopped
     /// (its agent's process group killed) and left to the queue to replay.
     pub shutdown: Shutdown,
+    /// The service clock: what a task's end is dated by.
+    pub clock: xo_runtime::Clock,
 }
 
 /// What the worker holds while it lives.

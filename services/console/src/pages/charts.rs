@@ -272,7 +272,7 @@ fn hhmm(ms: u64) -> String {
 
 pub(crate) async fn charts(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Charts", "/charts", &q);
-    let n = now();
+    let n = c.clock.now_ms();
     let (stats, status, tasks, audit) = tokio::join!(
         c.call(&xo_proto::control::SupervisorStats {}),
         c.call(&GetStatus {}),

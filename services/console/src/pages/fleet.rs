@@ -328,7 +328,7 @@ pub(crate) async fn unit_row_fragment(
         return StatusCode::BAD_REQUEST.into_response();
     }
     match c.call(&ShowUnit { unit }).await {
-        Ok(d) => Html(unit_row(&d.summary, now()).into_string()).into_response(),
+        Ok(d) => Html(unit_row(&d.summary, c.clock.now_ms()).into_string()).into_response(),
         Err(e) if e.code == xo_proto::control::ErrorCode::NotFound => {
             StatusCode::NOT_FOUND.into_response()
         }
@@ -340,7 +340,7 @@ pub(crate) async fn fleet(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Fleet", "/", &q);
     match c.units().await {
         Ok(units) => {
-            let n = now();
+            let n = c.clock.now_ms();
             let (body, _) = fleet_view(&units, &q, n, |v| c.views.register(v, n));
             ok_page(&f, body)
         }

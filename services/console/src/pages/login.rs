@@ -46,7 +46,7 @@ pub fn login_form(
 pub(crate) async fn login_page(State(c): State<Shared>, Query(q): Q) -> Response {
     let next = q.get("next").map(String::as_str).unwrap_or("/");
     if let Some(code) = q.get("code") {
-        return match c.auth.redeem(code, xo_proto::now_ms()) {
+        return match c.auth.redeem(code, c.clock.now_ms()) {
             Some(i) => login_as(&c, i, &q),
             None => (
                 StatusCode::UNAUTHORIZED,

@@ -143,6 +143,7 @@ fn frame<'a>(
         csrf: crate::auth::who().csrf,
         read_only: c.auth.read_only(),
         flash: flash(q),
+        now: c.clock.now_ms(),
     }
 }
 
@@ -171,10 +172,6 @@ fn down(f: &Frame<'_>, e: &ServiceError) -> Response {
         status
     };
     (status, Html(page(f, body))).into_response()
-}
-
-fn now() -> u64 {
-    xo_proto::now_ms()
 }
 
 /// A form action's fields, once its CSRF value checked out (every

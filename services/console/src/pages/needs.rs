@@ -74,7 +74,7 @@ pub fn needs_body(units: &[UnitSummary], now: u64) -> Markup {
 pub(crate) async fn needs(State(c): State<Shared>, Query(q): Q) -> Response {
     let f = frame(&c, "Needs you", "/needs", &q);
     match c.units().await {
-        Ok(units) => ok_page(&f, needs_body(&units, now())),
+        Ok(units) => ok_page(&f, needs_body(&units, f.now)),
         Err(e) => down(&f, &e),
     }
 }

@@ -285,7 +285,7 @@ pub(crate) fn settings_body(
         p.summary {
             "Settings version " b #settings-version { (v.settings.version) }
             @if !v.settings.updated_by.is_empty() {
-                " (by " (v.settings.updated_by) ", " (age(now(), v.settings.updated_at)) ")"
+                " (by " (v.settings.updated_by) ", " (age(f.now, v.settings.updated_at)) ")"
             }
             ". Values set here win over " code { "xo.toml" }
             " and apply from the next task and the next report, without a restart; every change is a "
@@ -628,6 +628,7 @@ pub(crate) async fn ui_settings(State(c): State<Shared>, UiForm(form): UiForm) -
         csrf: crate::auth::who().csrf,
         read_only: c.auth.read_only(),
         flash: None,
+        now: c.clock.now_ms(),
     };
     let extra = if change.refused() {
         refusal(&change, preview_asked)

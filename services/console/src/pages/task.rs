@@ -42,7 +42,7 @@ pub(crate) async fn task_page(
             return (e.0, Html(page(&f, body))).into_response();
         }
     };
-    let n = now();
+    let n = f.now;
     let task = &t.task;
     let confirm = q.get("confirm").is_some_and(|v| v == "cancel")
         && matches!(

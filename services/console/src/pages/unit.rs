@@ -140,7 +140,7 @@ pub(crate) async fn unit(
         Ok(d) => d,
         Err(e) => return down(&f, &e),
     };
-    let n = now();
+    let n = f.now;
     // A steering typed before a login ended comes back (never sent).
     let kept_message = q
         .get(&format!("{KEEP}message"))

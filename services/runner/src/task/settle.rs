@@ -90,7 +90,7 @@ pub async fn settle(
         validation_failures: stats.validation_failures,
         clarifications: stats.clarifications,
         knowledge: t.selection.docs.clone(),
-        at: xo_proto::now_ms(),
+        at: w.clock.now_ms(),
     };
     if let Err(e) = typed::publish(
         bus,

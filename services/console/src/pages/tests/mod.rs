@@ -298,6 +298,7 @@ fn settings_frame() -> Frame<'static> {
         active: "/settings",
         csrf: "c".into(),
         read_only: false,
+        now: 1_795_000_000_000,
         flash: None,
     }
 }
@@ -710,6 +711,7 @@ fn what_an_agent_wrote_is_text_on_the_page() {
         active: "/needs",
         csrf: "c\"x".into(),
         read_only: false,
+        now: 1_795_000_000_000,
         flash: Some((false, "<i>no</i>".into())),
     };
     // The body as its own template made it (escaped there, checked above).
