@@ -50,6 +50,7 @@ impl Want<'_> {
 pub(crate) fn read<'a, const N: usize>(text: &'a str, want: &Want<'_>) -> Option<Found<'a, N>> {
     let mut r = Reader {
         s: text.as_bytes(),
+        t: text,
         i: 0,
     };
     let mut found = [None; N];
@@ -137,6 +138,9 @@ pub(crate) fn int(raw: Option<&str>) -> Result<Option<i64>, ()> {
 
 struct Reader<'a> {
     s: &'a [u8],
+    /// The same text, as text: members are sliced from it (at ASCII bytes,
+    /// never inside a character).
+    t: &'a str,
     i: usize,
 }
 
@@ -196,7 +200,7 @@ impl<'a> Reader<'a> {
             self.ws();
             let at = self.i;
             if let Some((slot, inner)) = w.first.filter(|_| first) {
-                found[slot] = Some(std::str::from_utf8(key).ok()?);
+                found[slot] = Some(self.t.get(start + 1..start + 1 + key.len())?);
                 if self.peek()? != b'{' {
                     return None;
                 }
@@ -219,8 +223,7 @@ impl<'a> Reader<'a> {
                 if found[*slot].is_some() {
                     return None;
                 }
-                // Slicing at ASCII bytes of valid UTF-8 never splits a character.
-                found[*slot] = Some(std::str::from_utf8(&self.s[at..self.i]).ok()?);
+                found[*slot] = Some(self.t.get(at..self.i)?);
             }
             if !self.next_member()? {
                 return Some(());
