@@ -82,6 +82,10 @@ pub struct TurnEvent {
 /// one before 1970. Parsed by `jiff`: text from outside (a report file, a
 /// transcript) never panics it.
 pub fn parse_time_ms(s: &str) -> Option<u64> {
+    // Most records write the one plain shape: read here, the rest by jiff.
+    if let Some(ms) = plain_time_ms(s) {
+        return Some(ms);
+    }
     let ts = match s.parse::<jiff::Timestamp>() {
         Ok(ts) => ts,
         // No offset: the civil time, read as UTC.
@@ -95,9 +99,131 @@ pub fn parse_time_ms(s: &str) -> Option<u64> {
     u64::try_from(ts.as_millisecond()).ok()
 }
 
+/// `YYYY-MM-DDTHH:MM:SS`, then perhaps a fraction of up to nine digits,
+/// then `Z` or nothing (UTC either way), from 1970 to 9998: the ms since the
+/// epoch, as jiff gives them (a fraction past the millisecond dropped).
+/// `None` for anything else, which [`parse_time_ms`] hands to jiff (an
+/// impossible date too: jiff says why not).
+fn plain_time_ms(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let num = |from: usize, len: usize| -> Option<u64> {
+        let d = b.get(from..from + len)?;
+        d.iter().try_fold(0u64, |n, c| {
+            c.is_ascii_digit().then(|| n * 10 + u64::from(c - b'0'))
+        })
+    };
+    if b.len() < 19 || [b[4], b[7], b[10], b[13], b[16]] != [b'-', b'-', b'T', b':', b':'] {
+        return None;
+    }
+    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    // (jiff's last instant is late in 9999: that year is its to read.)
+    if !(1970..=9998).contains(&year)
+        || day == 0
+        || day > days_in_month
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let mut rest = &b[19..];
+    let mut ms = 0;
+    if let Some(frac) = rest.strip_prefix(b".") {
+        let n = frac.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 || n > 9 {
+            return None;
+        }
+        ms = frac[..n.min(3)]
+            .iter()
+            .fold(0u64, |m, c| m * 10 + u64::from(c - b'0'))
+            * [100, 10, 1][n.min(3) - 1];
+        rest = &frac[n..];
+    }
+    if !(rest.is_empty() || rest == b"Z") {
+        return None;
+    }
+    // Days since the epoch of a proleptic Gregorian date (Howard Hinnant's
+    // days_from_civil, for years from 1970).
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + ms)
+}
+
 #[cfg(test)]
 mod time_tests {
     use super::parse_time_ms;
+
+    /// jiff's reading, which the plain shape's own must give.
+    fn by_jiff(s: &str) -> Option<u64> {
+        let ts = match s.parse::<jiff::Timestamp>() {
+            Ok(ts) => ts,
+            Err(_) => s
+                .parse::<jiff::civil::DateTime>()
+                .ok()?
+                .to_zoned(jiff::tz::TimeZone::UTC)
+                .ok()?
+                .timestamp(),
+        };
+        u64::try_from(ts.as_millisecond()).ok()
+    }
+
+    #[test]
+    fn the_plain_shape_is_read_as_jiff_reads_it() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let fracs = [
+            "",
+            ".",
+            ".9",
+            ".90",
+            ".900",
+            ".900854",
+            ".123456789",
+            ".1234567891",
+            ".x",
+        ];
+        let ends = ["", "Z", "z", "+00:00", "-05:00", " ", "ZZ"];
+        let mut plain = 0;
+        for _ in 0..20_000 {
+            let s = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{}{}",
+                [1969, 1970, 1999, 2000, 2024, 2025, 2100, 2400, 9999][next(9) as usize],
+                next(14),
+                next(33),
+                next(26),
+                next(62),
+                next(62),
+                fracs[next(fracs.len() as u64) as usize],
+                ends[next(ends.len() as u64) as usize],
+            );
+            plain += usize::from(super::plain_time_ms(&s).is_some());
+            assert_eq!(parse_time_ms(&s), by_jiff(&s), "{s}");
+        }
+        // Most of them went the plain way (the rest: impossible, or not plain).
+        assert!(plain > 2_000, "{plain}");
+    }
 
     #[test]
     fn times_are_read_as_rfc_3339_and_anything_else_is_none() {
