@@ -71,6 +71,40 @@ pub(crate) fn members<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Op
 /// The raw text of each wanted member, where it was found.
 pub(crate) type Found<'a, const N: usize> = [Option<&'a str>; N];
 
+/// The members of the object `raw` (read and checked by [`read`]) as they
+/// come: each key's text and its value's raw text. `None` if a key has an
+/// escape (serde's key would be its unescaped text) or `raw` is no object.
+pub(crate) fn entries(raw: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
+    let mut r = Reader {
+        s: raw.as_bytes(),
+        t: raw,
+        i: 0,
+    };
+    let mut out = Vec::with_capacity(8);
+    r.eat(b'{')?;
+    r.ws();
+    if r.eat(b'}').is_some() {
+        return Some(out);
+    }
+    loop {
+        r.ws();
+        let start = r.i;
+        if r.string()? {
+            return None;
+        }
+        let key = r.t.get(start + 1..r.i - 1)?;
+        r.ws();
+        r.eat(b':')?;
+        r.ws();
+        let at = r.i;
+        r.value(1)?;
+        out.push((Cow::Borrowed(key), r.t.get(at..r.i)?));
+        if !r.next_member()? {
+            return Some(out);
+        }
+    }
+}
+
 /// A string member's text: borrowed when it has no escape, unescaped
 /// otherwise. `None` for `null`; `Err` for any other kind of value.
 pub(crate) fn string(raw: Option<&str>) -> Result<Option<Cow<'_, str>>, ()> {
