@@ -29,7 +29,7 @@ use crate::{Common, Pending, TurnEvent};
 /// `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` can only lower it.
 pub const AUTO_COMPACT_RESERVE: u64 = 33_000;
 
-#[derive(Deserialize, Debug)]
+#[derive(Deserialize)]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
@@ -65,7 +65,7 @@ struct Line<'a> {
     error: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize, Debug)]
+#[derive(Deserialize)]
 struct Message<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
@@ -80,7 +80,7 @@ struct Message<'a> {
 
 /// A message's content: its blocks, or none when it is a plain string
 /// (then whether that string has any text).
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct Blocks<'a>(Vec<Block<'a>>, bool);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
@@ -113,7 +113,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
 }
 
 /// A tool result's text: a string, or its text blocks joined.
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct ResultText<'a>(Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for ResultText<'a> {
@@ -152,7 +152,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ResultText<'a> {
     }
 }
 
-#[derive(Deserialize, Debug)]
+#[derive(Deserialize)]
 struct Usage {
     input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
@@ -160,7 +160,7 @@ struct Usage {
     output_tokens: Option<u64>,
 }
 
-#[derive(Deserialize, Debug)]
+#[derive(Deserialize)]
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
@@ -191,110 +191,13 @@ struct Text<'a> {
     text: Option<Cow<'a, str>>,
 }
 
-/// A line read by [`crate::scan`] into the same [`Line`] serde makes (one
-/// pass; the message's content blocks, numbers and flags read by serde
-/// from their own text, so exactly as serde reads them); `None` for any
-/// line it cannot take plainly, which serde reads.
-fn scanned(text: &str) -> Option<Line<'_>> {
-    use crate::scan::{Found, Want, read, string};
-    const USAGE: Want<'static> = Want::take(&[
-        ("input_tokens", 17),
-        ("cache_creation_input_tokens", 18),
-        ("cache_read_input_tokens", 19),
-        ("output_tokens", 20),
-    ]);
-    const MESSAGE: Want<'static> = Want {
-        take: &[
-            ("id", 12),
-            ("model", 13),
-            ("content", 14),
-            ("usage", 15),
-            ("stop_reason", 16),
-        ],
-        enter: &[("usage", USAGE)],
-        first: None,
-    };
-    const WANT: Want<'static> = Want {
-        take: &[
-            ("type", 0),
-            ("subtype", 1),
-            ("session_id", 2),
-            ("sessionId", 3),
-            ("model", 4),
-            ("message", 5),
-            ("isCompactSummary", 6),
-            ("isMeta", 7),
-            ("total_cost_usd", 8),
-            ("is_error", 9),
-            ("result", 10),
-            ("timestamp", 11),
-            ("isSidechain", 21),
-            ("agentId", 22),
-            ("isApiErrorMessage", 23),
-            ("error", 24),
-        ],
-        enter: &[("message", MESSAGE)],
-        first: None,
-    };
-    let f: Found<'_, 25> = read(text, &WANT)?;
-    // A value serde reads from its own text (`null` and absent: `None`).
-    fn own<'a, T: Deserialize<'a>>(raw: Option<&'a str>) -> Option<Option<T>> {
-        match raw {
-            None => Some(None),
-            Some(r) => serde_json::from_str::<Option<T>>(r).ok(),
-        }
-    }
-    let message = match f[5].filter(|r| *r != "null") {
-        None => None,
-        Some(_) => Some(Message {
-            id: string(f[12]).ok()?,
-            model: string(f[13]).ok()?,
-            content: match f[14] {
-                None => Blocks::default(),
-                Some(r) => serde_json::from_str(r).ok()?,
-            },
-            usage: match f[15].filter(|r| *r != "null") {
-                None => None,
-                Some(_) => Some(Usage {
-                    input_tokens: own(f[17])?,
-                    cache_creation_input_tokens: own(f[18])?,
-                    cache_read_input_tokens: own(f[19])?,
-                    output_tokens: own(f[20])?,
-                }),
-            },
-            stop_reason: string(f[16]).ok()?,
-        }),
-    };
-    Some(Line {
-        kind: string(f[0]).ok()?,
-        subtype: string(f[1]).ok()?,
-        session_id: string(f[2]).ok()?,
-        session_id_camel: string(f[3]).ok()?,
-        model: string(f[4]).ok()?,
-        message,
-        compact: own(f[6])?,
-        meta: own(f[7])?,
-        total_cost_usd: own(f[8])?,
-        is_error: own(f[9])?,
-        result: string(f[10]).ok()?,
-        timestamp: string(f[11]).ok()?,
-        sidechain: own(f[21])?,
-        agent_id: string(f[22]).ok()?,
-        api_error: own(f[23])?,
-        error: own(f[24])?,
-    })
-}
-
 /// `Ok(None)` for an event type this sensor does not know.
 pub(crate) fn event(
     c: &mut Common,
     last_message: &mut (String, u64, u64),
     text: &str,
 ) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
-    let v: Line<'_> = match scanned(text) {
-        Some(v) => v,
-        None => crate::parse_object(text)?,
-    };
+    let v: Line<'_> = crate::parse_object(text)?;
     let Some(kind) = v.kind.as_deref() else {
         return Err(crate::SensorError::NoType);
     };
@@ -606,58 +509,4 @@ fn exit_code(text: &str) -> Option<i64> {
         .next()?
         .parse()
         .ok()
-}
-
-#[cfg(test)]
-mod scanned_as_serde_reads {
-    use super::*;
-
-    /// What the scanner takes of a line is what serde reads of it: on the
-    /// first 400 lines of every real transcript under
-    /// `tests/fixtures/real/claude`, on `claude -p` stream lines, and on
-    /// every changed byte of one of them.
-    #[test]
-    fn the_scanner_reads_what_serde_reads() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures/real/claude");
-        let mut real = Vec::new();
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().and_then(|e| e.to_str()) == Some("jsonl") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                real.extend(text.lines().take(400).map(String::from));
-            }
-        }
-        assert!(real.len() > 1000, "{} real lines", real.len());
-        let stream = r#"{"type":"assistant","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"cargo build -p crate1","description":"build"}}],"stop_reason":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":45000,"output_tokens":90}},"session_id":"5f0c2a7e"}"#;
-        let mut lines = real.clone();
-        lines.push(stream.to_string());
-        lines.push(r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":"error[E0425]: cannot find value\n --> src/lib.rs:10:5","is_error":true}]},"session_id":"5f0c2a7e"}"#.to_string());
-        lines.push(r#"{"type":"result","subtype":"success","is_error":false,"total_cost_usd":0.1234,"result":"done","session_id":"s"}"#.to_string());
-        lines.push(r#"{"type":"assistant","message":{"content":"plain"},"isApiErrorMessage":true,"error":"rate_limit"}"#.to_string());
-        for at in 0..stream.len() {
-            for b in [b'"', b'{', b'}', b'n', b'1', b',', b':', b'[', b']', b'\\'] {
-                let mut bytes = stream.as_bytes().to_vec();
-                bytes[at] = b;
-                if let Ok(l) = String::from_utf8(bytes) {
-                    lines.push(l);
-                }
-            }
-        }
-        let mut taken = 0;
-        for l in &lines {
-            let Some(ours) = scanned(l) else { continue };
-            taken += 1;
-            let theirs = crate::parse_object::<Line<'_>>(l)
-                .unwrap_or_else(|e| panic!("scanned, but serde refuses it ({e}): {l}"));
-            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "{l}");
-        }
-        let real_taken = real.iter().filter(|l| scanned(l).is_some()).count();
-        assert!(
-            real_taken * 10 >= real.len() * 9,
-            "{real_taken} of {}",
-            real.len()
-        );
-        assert!(taken > real_taken, "{taken}");
-    }
 }
