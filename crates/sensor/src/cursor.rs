@@ -373,16 +373,8 @@ mod scanned_as_serde_reads {
         ]
         .map(String::from)
         .to_vec();
-        let first = lines[1].clone();
-        for at in 0..first.len() {
-            for b in [b'"', b'{', b'}', b'n', b'1', b',', b':', b'\\'] {
-                let mut bytes = first.clone().into_bytes();
-                bytes[at] = b;
-                if let Ok(l) = String::from_utf8(bytes) {
-                    lines.push(l);
-                }
-            }
-        }
+        let changed = crate::scan::every_changed_byte(&lines[1], b"\"{}n1,:\\");
+        lines.extend(changed);
         let mut taken = 0;
         for l in &lines {
             let Some(ours) = scanned(l) else { continue };

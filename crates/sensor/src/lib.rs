@@ -83,9 +83,12 @@ pub struct TurnEvent {
 /// transcript) never panics it.
 pub fn parse_time_ms(s: &str) -> Option<u64> {
     // Most records write the one plain shape: read here, the rest by jiff.
-    if let Some(ms) = plain_time_ms(s) {
-        return Some(ms);
-    }
+    plain_time_ms(s).or_else(|| jiff_time_ms(s))
+}
+
+/// [`parse_time_ms`] by jiff: an instant with its offset, or else a civil
+/// time read as UTC.
+fn jiff_time_ms(s: &str) -> Option<u64> {
     let ts = match s.parse::<jiff::Timestamp>() {
         Ok(ts) => ts,
         // No offset: the civil time, read as UTC.
@@ -170,20 +173,6 @@ fn plain_time_ms(s: &str) -> Option<u64> {
 mod time_tests {
     use super::parse_time_ms;
 
-    /// jiff's reading, which the plain shape's own must give.
-    fn by_jiff(s: &str) -> Option<u64> {
-        let ts = match s.parse::<jiff::Timestamp>() {
-            Ok(ts) => ts,
-            Err(_) => s
-                .parse::<jiff::civil::DateTime>()
-                .ok()?
-                .to_zoned(jiff::tz::TimeZone::UTC)
-                .ok()?
-                .timestamp(),
-        };
-        u64::try_from(ts.as_millisecond()).ok()
-    }
-
     #[test]
     fn the_plain_shape_is_read_as_jiff_reads_it() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -219,7 +208,7 @@ mod time_tests {
                 ends[next(ends.len() as u64) as usize],
             );
             plain += usize::from(super::plain_time_ms(&s).is_some());
-            assert_eq!(parse_time_ms(&s), by_jiff(&s), "{s}");
+            assert_eq!(parse_time_ms(&s), super::jiff_time_ms(&s), "{s}");
         }
         // Most of them went the plain way (the rest: impossible, or not plain).
         assert!(plain > 2_000, "{plain}");

@@ -738,15 +738,7 @@ mod scanned_as_serde_reads {
         let metrics = r#"{"id":8,"timestamp":"2026-11-20T10:00:00","source":"agent","message":"Running command","action":"run","args":{"command":"pytest -x tests/test_3.py","is_input":false,"thought":"run step 3","blocking":false,"hidden":false,"confirmation_state":"confirmed"},"llm_metrics":{"accumulated_cost":0.003,"accumulated_token_usage":{"prompt_tokens":300,"completion_tokens":30,"context_window":128000},"token_usages":[{"prompt_tokens":7}]}}"#;
         lines.push(metrics.to_string());
         lines.push(r#"{"id":9,"timestamp":"2026-11-20T10:00:01","source":"agent","cause":8,"observation":"run","content":"E   AssertionError\n1 failed","extras":{"command":"pytest","metadata":{"exit_code":1}}}"#.to_string());
-        for at in 0..metrics.len() {
-            for b in [b'"', b'{', b'}', b'n', b'1', b'.', b',', b':', b'[', b'\\'] {
-                let mut bytes = metrics.as_bytes().to_vec();
-                bytes[at] = b;
-                if let Ok(l) = String::from_utf8(bytes) {
-                    lines.push(l);
-                }
-            }
-        }
+        lines.extend(crate::scan::every_changed_byte(metrics, b"\"{}n1.,:[\\"));
         let mut taken = 0;
         for l in &lines {
             let Some(ours) = scanned(l) else { continue };

@@ -68,6 +68,21 @@ pub(crate) fn members<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Op
     read(text, &Want::take(&take))
 }
 
+/// `line` with each of its bytes changed in turn to each of `to` (those
+/// that are still UTF-8): the variants a reader is tested on.
+#[cfg(test)]
+pub(crate) fn every_changed_byte(line: &str, to: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    for at in 0..line.len() {
+        for &b in to {
+            let mut bytes = line.as_bytes().to_vec();
+            bytes[at] = b;
+            out.extend(String::from_utf8(bytes).ok());
+        }
+    }
+    out
+}
+
 /// The raw text of each wanted member, where it was found.
 pub(crate) type Found<'a, const N: usize> = [Option<&'a str>; N];
 
@@ -511,13 +526,8 @@ mod tests {
                     assert_eq!(members(c, ["type"]).is_some(), serde_ok(c), "{c}");
                 }
             }
-            for at in 0..line.len() {
-                for &b in &swaps {
-                    let mut bytes = line.as_bytes().to_vec();
-                    bytes[at] = b;
-                    let Ok(c) = String::from_utf8(bytes) else {
-                        continue;
-                    };
+            for c in every_changed_byte(line, &swaps) {
+                {
                     // Where serde takes it, this one takes it too, or it is
                     // a case this one leaves aside on purpose (a key now
                     // holding an escape, a member now twice).
