@@ -126,7 +126,10 @@ pub(crate) fn string(raw: Option<&str>) -> Result<Option<Cow<'_, str>>, ()> {
     let Some(raw) = raw else { return Ok(None) };
     match raw.as_bytes().first() {
         Some(b'"') => {
-            let inner = &raw[1..raw.len() - 1];
+            let inner = raw
+                .strip_prefix('"')
+                .and_then(|r| r.strip_suffix('"'))
+                .ok_or(())?;
             if !inner.contains('\\') {
                 Ok(Some(Cow::Borrowed(inner)))
             } else if inner.contains("\\u") {
@@ -249,7 +252,7 @@ impl<'a> Reader<'a> {
             self.ws();
             let at = self.i;
             if let Some((slot, inner)) = w.first.filter(|_| first) {
-                found[slot] = Some(self.t.get(start + 1..start + 1 + key.len())?);
+                *found.get_mut(slot)? = Some(self.t.get(start + 1..start + 1 + key.len())?);
                 if self.peek()? != b'{' {
                     return None;
                 }
@@ -269,10 +272,11 @@ impl<'a> Reader<'a> {
             }
             first = false;
             if let Some((_, slot)) = w.take.iter().find(|(n, _)| n.as_bytes() == key) {
-                if found[*slot].is_some() {
+                let slot = found.get_mut(*slot)?;
+                if slot.is_some() {
                     return None;
                 }
-                found[*slot] = Some(self.t.get(at..self.i)?);
+                *slot = Some(self.t.get(at..self.i)?);
             }
             if !self.next_member()? {
                 return Some(());
@@ -569,6 +573,14 @@ mod tests {
         let found: Found<'_, 5> =
             read(r#"{"item":{"o":{"a":1,"\u0062":1},"a":2}}"#, &WANT).unwrap();
         assert_eq!(found[2], Some("2"));
+    }
+
+    #[test]
+    fn a_want_that_names_a_slot_past_the_end_reads_nothing_and_does_not_panic() {
+        const WANT: Want<'static> = Want::take(&[("a", 3)]);
+        assert_eq!(read::<2>(r#"{"a":1}"#, &WANT), None);
+        assert_eq!(read::<2>(r#"{"b":1}"#, &WANT), Some([None, None]));
+        assert_eq!(string(Some("\"")), Err(()));
     }
 
     #[test]
