@@ -22,6 +22,9 @@
 //!   results, commands still running, turns made with progress and evidence).
 //! - [`evidence`]: the command that decided a shell step, the line that
 //!   tells, and what a tool's status means.
+//! - `scan`: the common lines' few fields found in one pass that checks
+//!   the line is JSON, without building it (what it cannot take plainly,
+//!   serde reads).
 //!
 //! Start with [`Sensor::line`]; docs/sensors.md maps every field.
 
