@@ -696,21 +696,46 @@ fn v1(c: &mut Common, kind: &str, v: &Value) -> Result<Option<Vec<TurnEvent>>, c
 mod scanned_as_serde_reads {
     use super::*;
 
-    /// The V0 events of the real recordings (`tests/fixtures/real/openhands`:
-    /// event arrays, and the histories of an evaluation's output), one a line.
+    /// The real recordings (`tests/fixtures/real/openhands`), built in: the
+    /// sensor does no I/O, its tests neither.
+    const REAL: [(&str, &str); 6] = [
+        (
+            "basic.json",
+            include_str!("../../../tests/fixtures/real/openhands/basic.json"),
+        ),
+        (
+            "basic_gui_mode.json",
+            include_str!("../../../tests/fixtures/real/openhands/basic_gui_mode.json"),
+        ),
+        (
+            "basic_interactions.json",
+            include_str!("../../../tests/fixtures/real/openhands/basic_interactions.json"),
+        ),
+        (
+            "multi_swe_bench_output.jsonl",
+            include_str!("../../../tests/fixtures/real/openhands/multi_swe_bench_output.jsonl"),
+        ),
+        (
+            "v1_sdk_events.jsonl",
+            include_str!("../../../tests/fixtures/real/openhands/v1_sdk_events.jsonl"),
+        ),
+        (
+            "wrong_initial_state.json",
+            include_str!("../../../tests/fixtures/real/openhands/wrong_initial_state.json"),
+        ),
+    ];
+
+    /// The V0 events of the real recordings (event arrays, and the
+    /// histories of an evaluation's output), one a line.
     fn real_lines() -> Vec<String> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures/real/openhands");
         let mut out = Vec::new();
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let docs: Vec<Value> = match path.extension().and_then(|e| e.to_str()) {
-                Some("json") => vec![serde_json::from_str(&text).unwrap()],
-                _ => text
-                    .lines()
+        for (name, text) in REAL {
+            let docs: Vec<Value> = if name.ends_with(".json") {
+                vec![serde_json::from_str(text).unwrap()]
+            } else {
+                text.lines()
                     .map(|l| serde_json::from_str(l).unwrap())
-                    .collect(),
+                    .collect()
             };
             for d in docs {
                 let events = match d {
