@@ -147,7 +147,7 @@ impl<'a> From<ToolLine<'a>> for Tool<'a> {
 /// A `tool_call` line read by [`crate::scan`] (one pass, nothing built);
 /// `None` for any line it cannot take plainly, which serde reads.
 fn scanned<'a>(text: &'a str) -> Option<Tool<'a>> {
-    use crate::scan::{Found, Want, int, read, string};
+    use crate::scan::{Found, Want, int, present, read, string};
     const DETAIL: Want<'static> = Want::take(&[
         ("exitCode", 7),
         ("stdout", 8),
@@ -188,19 +188,18 @@ fn scanned<'a>(text: &'a str) -> Option<Tool<'a>> {
     };
     let f: Found<'_, 14> = read(text, &WANT)?;
     // A null is no value: as serde reads an `Option`.
-    let raw = |r: Option<&'a str>| r.filter(|r| *r != "null");
     let call = match f[4] {
         None => None,
         Some(name) => Some((
             Cow::Borrowed(name),
             Body {
-                args: raw(f[5]),
+                args: present(f[5]),
                 result: match f[6] {
                     None => None,
                     Some(k) => Some((
                         Cow::Borrowed(k),
                         int(f[7]).ok()?,
-                        [f[8], f[9], f[10], f[11], f[12], f[13]].map(raw),
+                        [f[8], f[9], f[10], f[11], f[12], f[13]].map(present),
                     )),
                 },
             },

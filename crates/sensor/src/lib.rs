@@ -701,13 +701,10 @@ pub(crate) fn parse_object<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Resu
 
 /// The text of a raw JSON value: a string unescaped, anything else as written.
 pub(crate) fn raw_text(t: &str) -> std::borrow::Cow<'_, str> {
-    match t.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
-        // No escape: the text as it stands.
-        Some(inner) if !inner.contains('\\') => std::borrow::Cow::Borrowed(inner),
-        Some(_) => serde_json::from_str::<String>(t)
-            .map(std::borrow::Cow::Owned)
-            .unwrap_or(std::borrow::Cow::Borrowed(t)),
-        None => std::borrow::Cow::Borrowed(t),
+    match scan::string(Some(t)) {
+        Ok(Some(text)) => text,
+        // `null`, a number, an object: as written.
+        _ => std::borrow::Cow::Borrowed(t),
     }
 }
 

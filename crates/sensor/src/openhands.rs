@@ -138,7 +138,7 @@ impl<'a> From<V0Serde<'a>> for V0<'a> {
 /// serde reads. Numbers are read by serde from their own text, so that
 /// they are exactly serde's.
 fn scanned<'a>(text: &'a str) -> Option<V0<'a>> {
-    use crate::scan::{Found, Want, int, read, string};
+    use crate::scan::{Found, Want, int, own, present, read, string};
     const META: Want<'static> = Want::take(&[("exit_code", 14)]);
     const EXTRAS: Want<'static> = Want {
         take: &[("exit_code", 12), ("agent_state", 13), ("metadata", 20)],
@@ -178,21 +178,17 @@ fn scanned<'a>(text: &'a str) -> Option<V0<'a>> {
         first: None,
     };
     let f: Found<'_, 22> = read(text, &WANT)?;
-    let raw = |r: Option<&'a str>| r.filter(|r| *r != "null");
-    let num = |r: Option<&str>| -> Option<Option<u64>> {
-        r.map_or(Some(None), |r| serde_json::from_str(r).ok())
-    };
     let usage = |at: usize| -> Option<Usage> {
         Some(Usage {
-            prompt_tokens: num(f[at])?,
-            completion_tokens: num(f[at + 1])?,
-            context_window: num(f[at + 2])?,
+            prompt_tokens: own(f[at])?,
+            completion_tokens: own(f[at + 1])?,
+            context_window: own(f[at + 2])?,
         })
     };
-    let extras = match raw(f[10]) {
+    let extras = match present(f[10]) {
         None => None,
         Some(_) => Some(Extras {
-            metadata: match raw(f[20]) {
+            metadata: match present(f[20]) {
                 None => None,
                 Some(_) => Some(Meta {
                     exit_code: int(f[14]).ok()?,
@@ -202,28 +198,28 @@ fn scanned<'a>(text: &'a str) -> Option<V0<'a>> {
             agent_state: string(f[13]).ok()?.map(Cow::into_owned),
         }),
     };
-    let llm_metrics = match raw(f[11]) {
+    let llm_metrics = match present(f[11]) {
         None => None,
         Some(_) => Some(Metrics {
-            accumulated_cost: f[15].map_or(Some(None), |r| serde_json::from_str(r).ok())?,
-            accumulated_token_usage: match raw(f[21]) {
+            accumulated_cost: own(f[15])?,
+            accumulated_token_usage: match present(f[21]) {
                 None => None,
                 Some(_) => Some(usage(17)?),
             },
-            token_usages: f[16].map_or(Some(None), |r| serde_json::from_str(r).ok())?,
+            token_usages: own(f[16])?,
         }),
     };
-    let args = match raw(f[8]) {
+    let args = match present(f[8]) {
         None => None,
         Some(a) => Some(Args::of(crate::scan::entries(a)?)),
     };
     Some(V0 {
         kind: string(f[0]).ok()?,
-        id: raw(f[1]),
+        id: present(f[1]),
         source: string(f[2]).ok()?,
         action: string(f[3]).ok()?,
         observation: string(f[4]).ok()?,
-        cause: raw(f[5]),
+        cause: present(f[5]),
         content: string(f[6]).ok()?,
         message: string(f[7]).ok()?,
         args,

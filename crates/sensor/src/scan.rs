@@ -179,6 +179,21 @@ fn unescape(inner: &str) -> String {
     out
 }
 
+/// A member's raw text, `None` for `null` (as serde reads an `Option` of
+/// a raw value).
+pub(crate) fn present(raw: Option<&str>) -> Option<&str> {
+    raw.filter(|r| *r != "null")
+}
+
+/// A member read by serde from its own text, so exactly as serde reads it
+/// (`None` when absent or `null`); `None` for the whole when serde refuses it.
+pub(crate) fn own<'a, T: serde::Deserialize<'a>>(raw: Option<&'a str>) -> Option<Option<T>> {
+    match raw {
+        None => Some(None),
+        Some(r) => serde_json::from_str(r).ok(),
+    }
+}
+
 /// An integer member, as serde reads an `Option<i64>`: `None` for `null`;
 /// `Err` for a fraction, an exponent, one out of range or any other kind.
 pub(crate) fn int(raw: Option<&str>) -> Result<Option<i64>, ()> {
