@@ -32,7 +32,9 @@ pub(crate) fn line(
     c: &mut Common,
     text: &str,
 ) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
-    if text.contains("\"item.completed\"")
+    // Codex writes the type first: most such lines are known by their
+    // head, without a search of the whole.
+    if (text.starts_with(r#"{"type":"item.completed""#) || text.contains("\"item.completed\""))
         && let Some(turn) = fast(c, text)
     {
         return Ok(Some(vec![turn]));

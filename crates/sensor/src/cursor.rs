@@ -220,7 +220,8 @@ pub(crate) fn line(
     c: &mut Common,
     text: &str,
 ) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
-    if !text.contains("\"tool_call\"") {
+    // Cursor writes the type first: most tool lines are known by their head.
+    if !text.starts_with(r#"{"type":"tool_call""#) && !text.contains("\"tool_call\"") {
         let v: Value = crate::parse_object(text)?;
         return event(c, &v);
     }

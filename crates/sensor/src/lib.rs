@@ -546,10 +546,18 @@ impl Sensor {
     pub fn line(&mut self, text: &str) -> Result<Vec<TurnEvent>, LineError> {
         self.line += 1;
         self.common.stats.lines += 1;
-        let text = text.trim_end_matches('\r');
-        if text.trim().is_empty() {
+        // Read from its start: a line is touched at its end only when it
+        // is no JSON object (to every reader of one, a trailing `\r` is
+        // white space), so a line not yet in the cache is fetched in order.
+        let start = text.trim_start();
+        if start.is_empty() {
             return Ok(Vec::new());
         }
+        let text = if start.starts_with('{') {
+            text
+        } else {
+            text.trim_end_matches('\r')
+        };
         let bad = |line, reason: SensorError| LineError { line, reason };
         if text.len() > MAX_LINE {
             self.common.stats.malformed += 1;

@@ -472,3 +472,33 @@ fn claude_metadata_kinds_are_skipped_by_name_and_others_said() {
     let k = &s.stats().kinds["worktree-state"];
     assert_eq!((k.unknown, k.first_unread), (1, Some(12)));
 }
+
+/// A transcript written with CRLF line ends (a file from Windows, a pipe
+/// through a tool that adds them) reads as the same turns, and a line of
+/// white space only (ASCII or not) is passed over, wherever it comes.
+#[test]
+fn crlf_line_ends_and_blank_lines_change_nothing() {
+    for (format, name) in [
+        (Format::Claude, "claude_stream.jsonl"),
+        (Format::Claude, "claude_transcript.jsonl"),
+        (Format::Cursor, "cursor_stream.jsonl"),
+        (Format::Codex, "codex_exec.jsonl"),
+        (Format::Codex, "codex_rollout.jsonl"),
+        (Format::OpenHands, "openhands_v0.jsonl"),
+        (Format::OpenHands, "openhands_v1.jsonl"),
+    ] {
+        let (_, plain) = read(format, name);
+        assert!(!plain.is_empty(), "{name}: no turns to compare");
+        let mut s = Sensor::new(format);
+        let mut crlf = Vec::new();
+        for line in fixture(name).lines() {
+            for blank in ["", "\r", "  \r", "\t", "\u{a0}\u{2003}"] {
+                let turns = s.line(blank).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(turns.is_empty(), "{name}: {blank:?} made a turn");
+            }
+            let turns = s.line(&format!("{line}\r"));
+            crlf.extend(turns.unwrap_or_else(|e| panic!("{name}, CRLF: {e}")));
+        }
+        assert_eq!(format!("{crlf:?}"), format!("{plain:?}"), "{name}");
+    }
+}
