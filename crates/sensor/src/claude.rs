@@ -30,6 +30,7 @@ use crate::{Common, Pending, TurnEvent};
 pub const AUTO_COMPACT_RESERVE: u64 = 33_000;
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Line<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
@@ -61,11 +62,12 @@ struct Line<'a> {
     /// usage limit): `error` names its kind where it is a string.
     #[serde(rename = "isApiErrorMessage")]
     api_error: Option<bool>,
-    #[serde(borrow)]
-    error: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw")]
+    error: Option<&'a str>,
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Message<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
@@ -81,6 +83,7 @@ struct Message<'a> {
 /// A message's content: its blocks, or none when it is a plain string
 /// (then whether that string has any text).
 #[derive(Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Blocks<'a>(Vec<Block<'a>>, bool);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
@@ -114,6 +117,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
 
 /// A tool result's text: a string, or its text blocks joined.
 #[derive(Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct ResultText<'a>(Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for ResultText<'a> {
@@ -153,6 +157,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ResultText<'a> {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Usage {
     input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
@@ -161,6 +166,7 @@ struct Usage {
 }
 
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Cow<'a, str>>,
@@ -170,8 +176,8 @@ struct Block<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     name: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    input: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw")]
+    input: Option<&'a str>,
     #[serde(borrow)]
     tool_use_id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -191,13 +197,167 @@ struct Text<'a> {
     text: Option<Cow<'a, str>>,
 }
 
+/// A member's raw text, as serde's `RawValue` holds it (`None` for `null`).
+fn raw<'de: 'a, 'a, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'a str>, D::Error> {
+    Ok(Option::<&'de RawValue>::deserialize(d)?.map(RawValue::get))
+}
+
+/// A line read by [`crate::scan`]: the same [`Line`] serde reads, its
+/// content blocks read too, without building the rest; `None` for any
+/// line it cannot take plainly (then serde reads it, and says what is
+/// wrong with it). Numbers and flags are read by serde from their own text.
+fn scanned(text: &str) -> Option<Line<'_>> {
+    use crate::scan::{Found, Want, flag, own, present, read, string, uint};
+    const USAGE: Want<'static> = Want::take(&[
+        ("input_tokens", 21),
+        ("cache_creation_input_tokens", 22),
+        ("cache_read_input_tokens", 23),
+        ("output_tokens", 24),
+    ]);
+    const MESSAGE: Want<'static> = Want {
+        take: &[
+            ("id", 16),
+            ("model", 17),
+            ("content", 18),
+            ("usage", 19),
+            ("stop_reason", 20),
+        ],
+        enter: &[("usage", USAGE)],
+        first: None,
+    };
+    const WANT: Want<'static> = Want {
+        take: &[
+            ("type", 0),
+            ("subtype", 1),
+            ("session_id", 2),
+            ("sessionId", 3),
+            ("model", 4),
+            ("isCompactSummary", 5),
+            ("isMeta", 6),
+            ("total_cost_usd", 7),
+            ("is_error", 8),
+            ("result", 9),
+            ("timestamp", 10),
+            ("isSidechain", 11),
+            ("agentId", 12),
+            ("isApiErrorMessage", 13),
+            ("error", 14),
+            ("message", 15),
+        ],
+        enter: &[("message", MESSAGE)],
+        first: None,
+    };
+    let f: Found<'_, 25> = read(text, &WANT)?;
+    let s = |at: usize| string(f[at]).ok();
+    let message = match present(f[15]) {
+        None => None,
+        Some(_) => Some(Message {
+            id: s(16)?,
+            model: s(17)?,
+            content: blocks(f[18])?,
+            usage: match present(f[19]) {
+                None => None,
+                Some(_) => Some(Usage {
+                    input_tokens: uint(f[21])?,
+                    cache_creation_input_tokens: uint(f[22])?,
+                    cache_read_input_tokens: uint(f[23])?,
+                    output_tokens: uint(f[24])?,
+                }),
+            },
+            stop_reason: s(20)?,
+        }),
+    };
+    Some(Line {
+        kind: s(0)?,
+        subtype: s(1)?,
+        session_id: s(2)?,
+        session_id_camel: s(3)?,
+        model: s(4)?,
+        message,
+        compact: flag(f[5])?,
+        meta: flag(f[6])?,
+        total_cost_usd: own(f[7])?,
+        is_error: flag(f[8])?,
+        result: s(9)?,
+        timestamp: s(10)?,
+        sidechain: flag(f[11])?,
+        agent_id: s(12)?,
+        api_error: flag(f[13])?,
+        error: present(f[14]),
+    })
+}
+
+/// A message's content as [`Blocks`] reads it: a string, `null`, or an
+/// array of blocks (each read by the scanner).
+fn blocks(raw: Option<&str>) -> Option<Blocks<'_>> {
+    use crate::scan::{each, flag, present, string};
+    const BLOCK: crate::scan::Want<'static> = crate::scan::Want::take(&[
+        ("type", 0),
+        ("text", 1),
+        ("id", 2),
+        ("name", 3),
+        ("input", 4),
+        ("tool_use_id", 5),
+        ("content", 6),
+        ("is_error", 7),
+    ]);
+    match raw.map(str::as_bytes).and_then(<[u8]>::first) {
+        None | Some(b'n') => Some(Blocks::default()),
+        Some(b'"') => Some(Blocks(Vec::new(), !string(raw).ok()??.trim().is_empty())),
+        Some(b'[') => {
+            let found = each::<8>(raw?, &BLOCK)?;
+            let mut out = Vec::with_capacity(found.len());
+            for f in found {
+                let s = |at: usize| string(f[at]).ok();
+                out.push(Block {
+                    kind: s(0)?,
+                    text: s(1)?,
+                    id: s(2)?,
+                    name: s(3)?,
+                    input: present(f[4]),
+                    tool_use_id: s(5)?,
+                    content: result_text(f[6])?,
+                    is_error: flag(f[7])?,
+                });
+            }
+            Some(Blocks(out, false))
+        }
+        _ => None,
+    }
+}
+
+/// A tool result's content as [`ResultText`] reads it: a string, `null`,
+/// or an array of text blocks joined.
+fn result_text(raw: Option<&str>) -> Option<ResultText<'_>> {
+    use crate::scan::{Want, each, string};
+    match raw.map(str::as_bytes).and_then(<[u8]>::first) {
+        None | Some(b'n') => Some(ResultText::default()),
+        Some(b'"') => Some(ResultText(string(raw).ok()??)),
+        Some(b'[') => {
+            let mut parts = Vec::new();
+            for [text] in each::<1>(raw?, &Want::take(&[("text", 0)]))? {
+                parts.extend(string(text).ok()?);
+            }
+            Some(ResultText(if parts.len() == 1 {
+                parts.pop().unwrap_or_default()
+            } else {
+                Cow::Owned(parts.join("\n"))
+            }))
+        }
+        _ => None,
+    }
+}
+
 /// `Ok(None)` for an event type this sensor does not know.
 pub(crate) fn event(
     c: &mut Common,
     last_message: &mut (String, u64, u64),
     text: &str,
 ) -> Result<Option<Vec<TurnEvent>>, crate::SensorError> {
-    let v: Line<'_> = crate::parse_object(text)?;
+    let v = match scanned(text) {
+        Some(v) => v,
+        None => crate::parse_object::<Line<'_>>(text)?,
+    };
     let Some(kind) = v.kind.as_deref() else {
         return Err(crate::SensorError::NoType);
     };
@@ -252,9 +412,7 @@ pub(crate) fn event(
         // (a transcript's `isApiErrorMessage`; the stream's assistant
         // message with its `error` kind). A usage limit stops the session
         // until its reset; any other API error is the turn that failed.
-        "assistant"
-            if v.api_error == Some(true) || v.error.is_some_and(|e| e.get().starts_with('"')) =>
-        {
+        "assistant" if v.api_error == Some(true) || v.error.is_some_and(|e| e.starts_with('"')) => {
             let msg = v.message.ok_or("assistant event without \"message\"")?;
             let text: Vec<&str> = msg
                 .content
@@ -264,9 +422,7 @@ pub(crate) fn event(
                 .filter_map(|b| b.text.as_deref())
                 .collect();
             let text = text.join("\n");
-            let error = v
-                .error
-                .and_then(|e| serde_json::from_str::<&str>(e.get()).ok());
+            let error = v.error.and_then(|e| serde_json::from_str::<&str>(e).ok());
             if crate::limit::is_usage_limit(error, &text) {
                 let local = jiff::tz::TimeZone::system();
                 c.limited_until = c
@@ -317,7 +473,7 @@ pub(crate) fn event(
                 match b.kind.as_deref() {
                     Some("tool_use") => {
                         let call = b.id.as_deref().ok_or("tool_use without \"id\"")?;
-                        let input = b.input.map(RawValue::get).unwrap_or("null");
+                        let input = b.input.unwrap_or("null");
                         let command = input
                             .contains("\"command\"")
                             .then(|| serde_json::from_str::<Command<'_>>(input).ok())
@@ -509,4 +665,79 @@ fn exit_code(text: &str) -> Option<i64> {
         .next()?
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod scanned_as_serde_reads {
+    use super::*;
+
+    /// Real transcripts (`tests/fixtures/real/claude`) and the crate's
+    /// stream and transcript fixtures, built in: the sensor does no I/O,
+    /// its tests neither.
+    const REAL: [&str; 7] = [
+        include_str!("../../../tests/fixtures/real/claude/short.jsonl"),
+        include_str!("../../../tests/fixtures/real/claude/tool_heavy.jsonl"),
+        include_str!("../../../tests/fixtures/real/claude/subagent.jsonl"),
+        include_str!(
+            "../../../tests/fixtures/real/claude/6c2214d7-b87e-4432-8e41-22ba294ea584-agent-afc096d.jsonl"
+        ),
+        include_str!(
+            "../../../tests/fixtures/real/claude/4d5611e5-241a-462a-8d15-5122611a9569-agent-acompact-e1f845.jsonl"
+        ),
+        include_str!("../tests/fixtures/claude_stream.jsonl"),
+        include_str!("../tests/fixtures/claude_transcript.jsonl"),
+    ];
+
+    /// What the scanner takes of a line is the [`Line`] serde reads: on
+    /// every line of the real recordings, on the bench's lines, on the odd
+    /// shapes of content, numbers and flags, and on every changed byte of
+    /// a tool call and of a tool result.
+    #[test]
+    fn the_scanner_reads_what_serde_reads() {
+        let real: Vec<&str> = REAL.iter().flat_map(|t| t.lines()).collect();
+        assert!(real.len() > 300, "{} real lines", real.len());
+        let call = r#"{"type":"assistant","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Let me build."},{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"cargo build -p crate1","description":"build"}}],"stop_reason":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":300,"cache_read_input_tokens":45000,"output_tokens":90}},"session_id":"5f0c2a7e"}"#;
+        let result = r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_1","type":"tool_result","content":"error[E0425]: cannot find value `x`\n --> src/lib.rs:10:5","is_error":true}]},"session_id":"5f0c2a7e","isSidechain":false,"timestamp":"2026-02-10T21:11:52.481Z"}"#;
+        let mut lines: Vec<String> = real.iter().map(|l| l.to_string()).collect();
+        lines.extend(
+            [
+                call,
+                result,
+                r#"{"type":"user","message":{"role":"user","content":"run the tests\u00e9"},"isMeta":null}"#,
+                r#"{"type":"user","message":{"role":"user","content":"  "}}"#,
+                r#"{"type":"user","message":{"role":"user","content":null}}"#,
+                r#"{"type":"user","message":null}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a"},{"type":"text","text":"b\tc"},{"type":"image"}]}]}}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"one"}],"is_error":null}]}}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":[]}]}}"#,
+                r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t","content":7}]}}"#,
+                r#"{"type":"user","message":{"content":[["text"]]}}"#,
+                r#"{"type":"assistant","message":{"id":"m","content":[],"usage":{"input_tokens":1.0,"output_tokens":-0}}}"#,
+                r#"{"type":"assistant","message":{"id":"m","usage":{"input_tokens":18446744073709551616}}}"#,
+                r#"{"type":"assistant","message":{"id":"m","id":"n","content":[]}}"#,
+                r#"{"type":"assistant","message":[1],"error":"rate_limit","isApiErrorMessage":true}"#,
+                r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t","name":"Write","input":null}]},"error":{"x":1}}"#,
+                r#"{"type":"result","subtype":"success","total_cost_usd":0.0123,"is_error":false,"result":"done \"quoted\""}"#,
+                r#"{"type":"system","subtype":"init","model":"claude-opus-4-1","session_id":"s","tools":["Bash"]}"#,
+                r#"{"type":"system","subtype":"init","model":7}"#,
+                r#"{"type":"summary","isSidechain":"no"}"#,
+            ]
+            .map(String::from),
+        );
+        lines.extend(crate::scan::every_changed_byte(call, b"\"{}[]n1.,:\\"));
+        lines.extend(crate::scan::every_changed_byte(result, b"\"{}[]nt,:\\"));
+        let mut taken = 0;
+        for l in &lines {
+            let Some(ours) = scanned(l) else { continue };
+            taken += 1;
+            let theirs = crate::parse_object::<Line<'_>>(l)
+                .unwrap_or_else(|e| panic!("scanned, but serde refuses it ({e}): {l}"));
+            assert_eq!(ours, theirs, "{l}");
+        }
+        // Every real line goes the fast way (none is written with escaped
+        // keys or in a shape serde alone reads), and most variants do.
+        let real_taken = real.iter().filter(|l| scanned(l).is_some()).count();
+        assert_eq!(real_taken, real.len());
+        assert!(taken > lines.len() / 2, "{taken} of {}", lines.len());
+    }
 }

@@ -138,7 +138,7 @@ impl<'a> From<V0Serde<'a>> for V0<'a> {
 /// serde reads. Numbers are read by serde from their own text, so that
 /// they are exactly serde's.
 fn scanned<'a>(text: &'a str) -> Option<V0<'a>> {
-    use crate::scan::{Found, Want, int, own, present, read, string};
+    use crate::scan::{Found, Want, int, own, present, read, string, uint};
     const META: Want<'static> = Want::take(&[("exit_code", 14)]);
     const EXTRAS: Want<'static> = Want {
         take: &[("exit_code", 12), ("agent_state", 13), ("metadata", 20)],
@@ -180,9 +180,9 @@ fn scanned<'a>(text: &'a str) -> Option<V0<'a>> {
     let f: Found<'_, 22> = read(text, &WANT)?;
     let usage = |at: usize| -> Option<Usage> {
         Some(Usage {
-            prompt_tokens: own(f[at])?,
-            completion_tokens: own(f[at + 1])?,
-            context_window: own(f[at + 2])?,
+            prompt_tokens: uint(f[at])?,
+            completion_tokens: uint(f[at + 1])?,
+            context_window: uint(f[at + 2])?,
         })
     };
     let extras = match present(f[10]) {
@@ -390,7 +390,9 @@ pub(crate) fn line(
                 // The arguments that make the call: sorted, volatile keys left out.
                 let mut stable = String::new();
                 if let Some(a) = &v.args {
-                    for (k, val) in a.iter().filter(|(k, _)| !VOLATILE.contains(&k.as_ref())) {
+                    let kept = || a.iter().filter(|(k, _)| !VOLATILE.contains(&k.as_ref()));
+                    stable.reserve(kept().map(|(k, val)| k.len() + val.len() + 2).sum());
+                    for (k, val) in kept() {
                         stable.push_str(k);
                         stable.push('=');
                         stable.push_str(val);

@@ -120,6 +120,38 @@ pub(crate) fn entries(raw: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
     }
 }
 
+/// The elements of the array `raw` (read and checked by [`read`]), each
+/// an object read with `want`; `None` if `raw` is no array, an element is
+/// no object, or one breaks a rule of [`Want`].
+pub(crate) fn each<'a, const N: usize>(raw: &'a str, want: &Want<'_>) -> Option<Vec<Found<'a, N>>> {
+    let mut r = Reader {
+        s: raw.as_bytes(),
+        t: raw,
+        i: 0,
+    };
+    let mut out = Vec::new();
+    r.eat(b'[')?;
+    r.ws();
+    if r.eat(b']').is_none() {
+        loop {
+            r.ws();
+            let mut found = [None; N];
+            r.object(1, Some(want), &mut found)?;
+            out.push(found);
+            r.ws();
+            match r.peek()? {
+                b',' => r.i += 1,
+                b']' => {
+                    r.i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    (r.i == r.s.len()).then_some(out)
+}
+
 /// A string member's text: borrowed when it has no escape, unescaped
 /// otherwise. `None` for `null`; `Err` for any other kind of value.
 pub(crate) fn string(raw: Option<&str>) -> Result<Option<Cow<'_, str>>, ()> {
@@ -191,6 +223,30 @@ pub(crate) fn own<'a, T: serde::Deserialize<'a>>(raw: Option<&'a str>) -> Option
     match raw {
         None => Some(None),
         Some(r) => serde_json::from_str(r).ok(),
+    }
+}
+
+/// An unsigned integer member, as serde reads an `Option<u64>`: the
+/// reader checked it is a JSON number, so plain digits are what serde
+/// reads; any other (a sign, a fraction, past `u64`) is left to serde.
+pub(crate) fn uint(raw: Option<&str>) -> Option<Option<u64>> {
+    match raw {
+        None | Some("null") => Some(None),
+        Some(n) => match n.parse::<u64>() {
+            Ok(v) => Some(Some(v)),
+            Err(_) => own(raw),
+        },
+    }
+}
+
+/// A flag member, as serde reads an `Option<bool>` (`None` for the whole
+/// when it is no flag: serde refuses it).
+pub(crate) fn flag(raw: Option<&str>) -> Option<Option<bool>> {
+    match raw {
+        None | Some("null") => Some(None),
+        Some("true") => Some(Some(true)),
+        Some("false") => Some(Some(false)),
+        Some(_) => None,
     }
 }
 
@@ -272,7 +328,7 @@ impl<'a> Reader<'a> {
                     return None;
                 }
                 self.object(depth + 1, Some(inner), found)?;
-            } else if let Some(k) = w.enter.iter().position(|(n, _)| n.as_bytes() == key) {
+            } else if let Some(k) = w.enter.iter().position(|(n, _)| named(n, key)) {
                 if entered & (1 << k) != 0 {
                     return None;
                 }
@@ -286,7 +342,7 @@ impl<'a> Reader<'a> {
                 self.value(depth + 1)?;
             }
             first = false;
-            if let Some((_, slot)) = w.take.iter().find(|(n, _)| n.as_bytes() == key) {
+            if let Some((_, slot)) = w.take.iter().find(|(n, _)| named(n, key)) {
                 let slot = found.get_mut(*slot)?;
                 if slot.is_some() {
                     return None;
@@ -437,6 +493,13 @@ impl<'a> Reader<'a> {
             }
         }
     }
+}
+
+/// Whether `key` is `name`, compared in line: keys are short, and a call
+/// to compare them costs more than the comparison.
+fn named(name: &str, key: &[u8]) -> bool {
+    let name = name.as_bytes();
+    name.len() == key.len() && name.iter().zip(key).all(|(a, b)| a == b)
 }
 
 /// The bytes of `w` that are `"`, `\\` or below 0x20, as the high bit of
