@@ -366,6 +366,18 @@ const SHELL_READS: [&str; 26] = [
 /// First words of shell commands that write files.
 const SHELL_WRITES: [&str; 6] = ["apply_patch", "patch", "touch", "mkdir", "tee", "cp"];
 
+/// The lengths of a list's names, a bit each (bit 63 for any longer).
+const fn lengths(list: &[&str]) -> u64 {
+    let mut bits = 0u64;
+    let mut i = 0;
+    while i < list.len() {
+        let n = list[i].len();
+        bits |= 1 << if n < 63 { n } else { 63 };
+        i += 1;
+    }
+    bits
+}
+
 /// The last part of a `server.tool` or `mcp__server__tool` name.
 fn base_name(tool: &str) -> &str {
     let t = tool.rsplit('.').next().unwrap_or(tool);
@@ -398,21 +410,24 @@ fn first_command(command: &str) -> &str {
 /// editor's `command` argument (`view`, `create`…) is passed as `command`.
 pub fn step_kind(tool: &str, command: Option<&str>) -> StepKind {
     let base = base_name(tool);
-    let is = |list: &[&str]| list.iter().any(|w| base.eq_ignore_ascii_case(w));
-    if EDITORS.iter().any(|e| base.eq_ignore_ascii_case(e)) {
+    // A name of a length none of a list's has is not compared to each.
+    let is = |list: &[&str], lengths: u64| {
+        lengths >> base.len().min(63) & 1 == 1 && list.iter().any(|w| base.eq_ignore_ascii_case(w))
+    };
+    if is(&EDITORS, const { lengths(&EDITORS) }) {
         return match command.map(str::trim) {
             Some("view") => StepKind::Explore,
             Some(_) => StepKind::Write,
             None => StepKind::Other,
         };
     }
-    if is(&WRITES) {
+    if is(&WRITES, const { lengths(&WRITES) }) {
         return StepKind::Write;
     }
-    if is(&READS) {
+    if is(&READS, const { lengths(&READS) }) {
         return StepKind::Explore;
     }
-    if is(&DELEGATES) {
+    if is(&DELEGATES, const { lengths(&DELEGATES) }) {
         return StepKind::Check;
     }
     let Some(cmd) = command else {
