@@ -19,6 +19,8 @@
 //! outage, not as the agent's behaviour (no loop, oscillation or cascade
 //! steering for them).
 
+use std::borrow::Cow;
+
 /// The prefix of every provider error class.
 pub const PROVIDER: &str = "provider_";
 
@@ -37,7 +39,7 @@ pub fn error_class(
     exit_code: Option<i64>,
     text: &str,
     command: Option<&str>,
-) -> Option<String> {
+) -> Option<Cow<'static, str>> {
     let failed = !ok || exit_code.is_some_and(|c| c != 0);
     if !failed {
         return None;
@@ -55,10 +57,10 @@ pub fn error_class(
         || has!(" 429")
         || text.starts_with("429")
     {
-        return Some("provider_rate_limit".into());
+        return Some(Cow::Borrowed("provider_rate_limit"));
     }
     if has!("overloaded") || has!(" 529") {
-        return Some("provider_overloaded".into());
+        return Some(Cow::Borrowed("provider_overloaded"));
     }
     if has!("api error")
         || has!("internal server error")
@@ -66,13 +68,13 @@ pub fn error_class(
         || has!("service unavailable")
         || has!("gateway timeout")
     {
-        return Some("provider_error".into());
+        return Some(Cow::Borrowed("provider_error"));
     }
     if has!("timed out") || has!("timeout") || exit_code == Some(124) {
-        return Some("timeout".into());
+        return Some(Cow::Borrowed("timeout"));
     }
     if has!("error[e") || has!("could not compile") || has!("syntaxerror") {
-        return Some("compile_error".into());
+        return Some(Cow::Borrowed("compile_error"));
     }
     if has!("test result: failed")
         || has!("assertionerror")
@@ -80,21 +82,21 @@ pub fn error_class(
         || has!(" failed,")
         || has!(" failed in ")
     {
-        return Some("test_failure".into());
+        return Some(Cow::Borrowed("test_failure"));
     }
     if let Some(exc) = traceback_exception(text) {
-        return Some(format!("exception:{exc}"));
+        return Some(Cow::Owned(format!("exception:{exc}")));
     }
     if command.is_some_and(is_test_command) {
-        return Some("test_failure".into());
+        return Some(Cow::Borrowed("test_failure"));
     }
     if has!("command not found") || exit_code == Some(127) {
-        return Some("command_not_found".into());
+        return Some(Cow::Borrowed("command_not_found"));
     }
     if let Some(c) = exit_code.filter(|c| *c != 0) {
-        return Some(format!("exit_{c}"));
+        return Some(Cow::Owned(format!("exit_{c}")));
     }
-    Some("tool_error".into())
+    Some(Cow::Borrowed("tool_error"))
 }
 
 /// What [`error_class`] looks for in a failed result's text, in any case
@@ -721,8 +723,8 @@ mod same_as_before {
             let ok = next(2) == 0;
             let command = [None, Some("pytest -q"), Some("ls")][next(3)];
             assert_eq!(
-                error_class(ok, exit, &text, command),
-                reference(ok, exit, &text, command),
+                error_class(ok, exit, &text, command).as_deref(),
+                reference(ok, exit, &text, command).as_deref(),
                 "{text:?} {exit:?} {ok} {command:?}"
             );
         }
