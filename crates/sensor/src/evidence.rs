@@ -54,6 +54,10 @@ pub fn deciding_command(command: &str) -> std::borrow::Cow<'_, str> {
 /// earlier stages' statuses are lost). A `|` inside quotes, `$(…)` or a
 /// `||` is no stage break.
 pub fn status_command(command: &str) -> &str {
+    // No pipe at all: the command itself, as the walk below would find.
+    if !command.contains('|') {
+        return command.trim();
+    }
     let (mut quote, mut depth) = (None::<u8>, 0u32);
     let b = command.as_bytes();
     let mut start = 0;
