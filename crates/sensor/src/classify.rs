@@ -196,12 +196,19 @@ pub fn is_test_command(command: &str) -> bool {
     contains_any(command, &TEST_RUNNERS)
 }
 
-/// Case-insensitive substring search without copying the haystack.
+/// Case-insensitive substring search without copying the haystack: the
+/// rest of a needle is compared only where its first byte is.
 fn contains_any(text: &str, needles: &[&str]) -> bool {
     let b = text.as_bytes();
     needles.iter().any(|t| {
-        let n = t.as_bytes();
-        b.len() >= n.len() && b.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
+        let Some((first, rest)) = t.as_bytes().split_first() else {
+            return true;
+        };
+        b.len() > rest.len()
+            && b[..b.len() - rest.len()].iter().enumerate().any(|(i, c)| {
+                c.eq_ignore_ascii_case(first)
+                    && b[i + 1..i + 1 + rest.len()].eq_ignore_ascii_case(rest)
+            })
     })
 }
 
@@ -727,6 +734,37 @@ mod same_as_before {
                 reference(ok, exit, &text, command).as_deref(),
                 "{text:?} {exit:?} {ok} {command:?}"
             );
+        }
+    }
+
+    /// The search of commands for test runners (and of a command's head
+    /// for `git `) is the plain search of a lower-case copy, needle by
+    /// needle: on texts made of the needles whole, cut and upper-cased.
+    #[test]
+    fn the_case_blind_search_is_a_lower_case_search() {
+        let mut parts: Vec<String> = TEST_RUNNERS.iter().map(|n| n.to_string()).collect();
+        parts.extend(TEST_RUNNERS.iter().map(|n| n.to_ascii_uppercase()));
+        parts.extend(TEST_RUNNERS.iter().map(|n| n[1..].to_string()));
+        parts.extend(["git ", "GIT", " ", "-q", "é", "t"].map(String::from));
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for _ in 0..20_000 {
+            let text: String = (0..next(4))
+                .map(|_| parts[next(parts.len())].as_str())
+                .collect();
+            let lower = text.to_ascii_lowercase();
+            for needle in TEST_RUNNERS.iter().chain(&["git "]) {
+                assert_eq!(
+                    contains_any(&text, &[needle]),
+                    lower.contains(&needle.to_ascii_lowercase()),
+                    "{text:?} {needle:?}"
+                );
+            }
         }
     }
 }
