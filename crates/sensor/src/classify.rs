@@ -198,7 +198,7 @@ pub fn is_test_command(command: &str) -> bool {
 
 /// Case-insensitive substring search without copying the haystack: the
 /// rest of a needle is compared only where its first byte is.
-fn contains_any(text: &str, needles: &[&str]) -> bool {
+pub(crate) fn contains_any(text: &str, needles: &[&str]) -> bool {
     let b = text.as_bytes();
     needles.iter().any(|t| {
         let Some((first, rest)) = t.as_bytes().split_first() else {

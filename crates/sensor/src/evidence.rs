@@ -199,8 +199,7 @@ pub fn telling_line(output: &str, failed: bool) -> Option<&str> {
         end.iter()
             .find(|l| {
                 starts_with_ci(l, "error")
-                    || contains_ci(l, "error:")
-                    || contains_ci(l, "exception")
+                    || crate::classify::contains_any(l, &["error:", "exception"])
             })
             .or(end.last())
             .copied()
@@ -229,13 +228,6 @@ fn has_words(l: &str) -> bool {
 fn starts_with_ci(text: &str, lower: &str) -> bool {
     text.len() >= lower.len()
         && text.as_bytes()[..lower.len()].eq_ignore_ascii_case(lower.as_bytes())
-}
-
-/// `text` contains `lower` (lower-case ASCII), in any case.
-fn contains_ci(text: &str, lower: &str) -> bool {
-    text.as_bytes()
-        .windows(lower.len())
-        .any(|w| w.eq_ignore_ascii_case(lower.as_bytes()))
 }
 
 /// What a non-zero status means for a program whose status reports

@@ -163,14 +163,14 @@ pub(crate) fn string(raw: Option<&str>) -> Result<Option<Cow<'_, str>>, ()> {
                 .and_then(|r| r.strip_suffix('"'))
                 .ok_or(())?;
             if !inner.contains('\\') {
-                Ok(Some(Cow::Borrowed(inner)))
-            } else if inner.contains("\\u") {
+                return Ok(Some(Cow::Borrowed(inner)));
+            }
+            match unescape(inner) {
+                Some(text) => Ok(Some(Cow::Owned(text))),
                 // `\u` escapes (and their surrogate pairs) as serde reads them.
-                serde_json::from_str::<String>(raw)
+                None => serde_json::from_str::<String>(raw)
                     .map(|s| Some(Cow::Owned(s)))
-                    .map_err(|_| ())
-            } else {
-                Ok(Some(Cow::Owned(unescape(inner))))
+                    .map_err(|_| ()),
             }
         }
         Some(b'n') => Ok(None),
@@ -179,8 +179,8 @@ pub(crate) fn string(raw: Option<&str>) -> Result<Option<Cow<'_, str>>, ()> {
 }
 
 /// A string's text with its one-character escapes read (the reader has
-/// checked each; `\\u` is not among them).
-fn unescape(inner: &str) -> String {
+/// checked each); `None` at a `\\u` escape, which serde reads.
+fn unescape(inner: &str) -> Option<String> {
     let mut out = String::with_capacity(inner.len());
     let mut parts = inner.split('\\');
     out.push_str(parts.next().unwrap_or_default());
@@ -204,11 +204,12 @@ fn unescape(inner: &str) -> String {
             'r' => '\r',
             'b' => '\u{8}',
             'f' => '\u{c}',
+            'u' => return None,
             other => other,
         });
         out.push_str(&part[c.len_utf8()..]);
     }
-    out
+    Some(out)
 }
 
 /// A member's raw text, `None` for `null` (as serde reads an `Option` of
@@ -722,6 +723,7 @@ mod tests {
             "\\ud83d\\ude00",
             " ",
             "n",
+            "u",
         ];
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..5_000 {
