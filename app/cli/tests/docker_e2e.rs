@@ -25,11 +25,18 @@ struct Env {
 impl Drop for Env {
     fn drop(&mut self) {
         let n = &self.name;
-        // A failed run shows what the services said last.
+        // A failed run shows what the services and the runners said last.
         if std::thread::panicking() {
-            for c in ["queue", "supervisor", "nats"] {
+            let runners = Command::new("docker")
+                .args(["ps", "-a", "--filter", &format!("label=xo.org={n}")])
+                .args(["--format", "{{.Names}}"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let services = ["queue", "supervisor", "nats"].map(|c| format!("{n}-{c}"));
+            for c in services.iter().map(String::as_str).chain(runners.lines()) {
                 if let Ok(o) = Command::new("docker")
-                    .args(["logs", "--tail", "30", &format!("{n}-{c}")])
+                    .args(["logs", "--tail", "40", c])
                     .output()
                 {
                     eprintln!(
