@@ -272,6 +272,16 @@ impl Bus {
         }
     }
 
+    /// Times this connection lost its server (NATS: each disconnection;
+    /// the in-process and socket buses: 0). With [`Bus::is_connected`],
+    /// what tells a peer's silence from this side's own deafness.
+    pub fn outages(&self) -> u64 {
+        match self {
+            Bus::Nats(n) => n.outages(),
+            _ => 0,
+        }
+    }
+
     /// Messages this connection dropped because a subscription was full
     /// (NATS: its slow-consumer events, a lower bound). The in-process and
     /// socket buses queue without dropping: 0.

@@ -19,6 +19,8 @@ pub struct NatsBus {
     /// dropped) and the server's slow-consumer errors. A lower bound: the
     /// client drops an event too when its event queue is full.
     dropped: Arc<AtomicU64>,
+    /// Times this client lost its server (each disconnection counted once).
+    outages: Arc<AtomicU64>,
 }
 
 /// How to connect.
@@ -159,14 +161,18 @@ impl NatsBus {
             o = o.subscription_capacity(n.max(1));
         }
         let dropped = Arc::new(AtomicU64::new(0));
-        let seen = dropped.clone();
+        let outages = Arc::new(AtomicU64::new(0));
+        let (seen, lost) = (dropped.clone(), outages.clone());
         o = o.event_callback(move |e| {
-            if matches!(
-                e,
+            match e {
                 async_nats::Event::SlowConsumer(_)
-                    | async_nats::Event::ServerError(async_nats::ServerError::SlowConsumer(_))
-            ) {
-                seen.fetch_add(1, Ordering::Relaxed);
+                | async_nats::Event::ServerError(async_nats::ServerError::SlowConsumer(_)) => {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                }
+                async_nats::Event::Disconnected => {
+                    lost.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
             }
             std::future::ready(())
         });
@@ -219,14 +225,24 @@ impl NatsBus {
             target: shown.clone(),
             source: e.into(),
         })?;
-        Ok(Self { client, dropped })
+        Ok(Self {
+            client,
+            dropped,
+            outages,
+        })
     }
 
     pub fn from_client(client: async_nats::Client) -> Self {
         Self {
             client,
             dropped: Arc::default(),
+            outages: Arc::default(),
         }
+    }
+
+    /// Times this client lost its server since it connected.
+    pub fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Relaxed)
     }
 
     /// Messages this client dropped because a subscription was full (see

@@ -55,7 +55,7 @@ use xo_proto::control::SupervisorApi;
 use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{Escalation, EscalationCell, Factory, Intensity, Running, Shutdown};
 
-pub use ctx::{Counters, Ctx, Sharded};
+pub use ctx::{Counters, Ctx, Hearing, Sharded};
 pub use root::RootMsg;
 pub use xo_runtime::Clock;
 
@@ -116,6 +116,7 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
         store,
         clock,
         counters: Counters::default(),
+        hearing: Hearing::default(),
         inboxes: (0..group::GROUPS).map(|_| Arc::default()).collect(),
         volume,
         shard,

@@ -456,6 +456,8 @@ impl Actor for Root {
                     crate::watcher::say_lost(&ctx, &l, now).await;
                 }
                 let cfg = &ctx.cfg.supervisor;
+                // Nobody is silent while the supervisor hears nobody.
+                let heard_from = ctx.hearing.look(&ctx.bus, now);
                 let sweep = now.saturating_sub(state.last_sweep) >= cfg.persist_interval_ms;
                 if sweep {
                     state.last_sweep = now;
@@ -464,7 +466,8 @@ impl Actor for Root {
                 let mut gone = Vec::new();
                 let mut due: FnvMap<usize, Vec<String>> = FnvMap::default();
                 for (unit, c) in &state.units {
-                    let silent = now.saturating_sub(c.live.last_seen.load(Ordering::Relaxed));
+                    let last_seen = c.live.last_seen.load(Ordering::Relaxed);
+                    let silent = heard_from.map_or(0, |f| now.saturating_sub(last_seen.max(f)));
                     if retention > 0 && silent >= retention {
                         gone.push(unit.clone());
                         continue;

@@ -678,7 +678,12 @@ impl WatcherState {
             }
             WatcherMsg::Tick(now) => {
                 let stale_after = state.ctx.cfg.supervisor.stale_after_ms;
-                let silent = now.saturating_sub(state.rec.last_seen);
+                // Not silent while the supervisor itself hears nobody.
+                let ctx = &state.ctx;
+                let silent = ctx
+                    .hearing
+                    .silence(&ctx.bus, state.rec.last_seen, now)
+                    .unwrap_or(0);
                 if !state.rec.stale && !state.rec.ended && silent >= stale_after {
                     state.rec.stale = true;
                     state.live.stale.store(true, Ordering::Relaxed);

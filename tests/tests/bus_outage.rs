@@ -1,0 +1,56 @@
+//! The supervisor's own outage of the bus is not its units' silence.
+//! While its connection is down nobody is found stale; after it, every
+//! unit has `supervisor.stale_after_ms` from the connection's return to be
+//! heard again, and one that stays silent is found stale then. (In the
+//! containers' chaos test, a runner restarted "for being stale" the moment
+//! the supervisor heard the bus again.) Time is the supervisor's manual
+//! clock; the outage is a real nats-server stopped and started again.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Sandbox, drain, report};
+use xo_proto::AnomalyKind;
+
+#[tokio::test]
+async fn the_supervisors_own_outage_is_not_its_units_silence() {
+    let mut sb = Sandbox::start(&[("supervisor.stale_after_ms", "30000")]).await;
+    let mut sub = sb.steering("u1").await;
+    sb.exchange(&mut sub, &report("u1", 1)).await;
+    let heard = sb.sup().ctx.bus.clone();
+
+    // The server goes away for a minute of the supervisor's time, twice
+    // `stale_after`: the supervisor checks its units meanwhile.
+    sb.nats.stop();
+    xo_tests::eventually("the supervisor's connection sees the server gone", || {
+        !heard.is_connected()
+    })
+    .await;
+    sb.clock.advance(Duration::from_secs(60));
+    sb.sup().tick().await;
+
+    sb.nats.restart();
+    xo_tests::eventually("both connections are back", || {
+        heard.is_connected() && sb.client.is_connected()
+    })
+    .await;
+    sb.sup().tick().await;
+    let d = sb.show("u1").await.unwrap();
+    assert!(
+        !d.summary.stale,
+        "a unit found stale for the supervisor's own outage"
+    );
+
+    // Silence counts from the return: not stale a moment before
+    // `stale_after` of it, stale at it, and steered once.
+    sb.clock.advance(Duration::from_millis(29_999));
+    sb.sup().tick().await;
+    assert!(!sb.show("u1").await.unwrap().summary.stale);
+    sb.clock.advance(Duration::from_millis(1));
+    sb.sup().tick().await;
+    assert!(sb.show("u1").await.unwrap().summary.stale);
+    sb.client.flush().await.unwrap();
+    let kinds: Vec<AnomalyKind> = drain(&mut sub).iter().map(|s| s.kind).collect();
+    assert_eq!(kinds, [AnomalyKind::Stale]);
+}
