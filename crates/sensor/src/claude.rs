@@ -205,7 +205,8 @@ fn raw<'de: 'a, 'a, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'a str>
 /// A line read by [`crate::scan`]: the same [`Line`] serde reads, its
 /// content blocks read too, without building the rest; `None` for any
 /// line it cannot take plainly (then serde reads it, and says what is
-/// wrong with it). Numbers and flags are read by serde from their own text.
+/// wrong with it). Integers and flags are read from their checked text
+/// ([`crate::scan::uint`], [`crate::scan::flag`]), the cost by serde from its own.
 fn scanned(text: &str) -> Option<Line<'_>> {
     use crate::scan::{Found, Want, flag, own, present, read, string, uint};
     const USAGE: Want<'static> = Want::take(&[
