@@ -54,3 +54,68 @@ async fn the_supervisors_own_outage_is_not_its_units_silence() {
     let kinds: Vec<AnomalyKind> = drain(&mut sub).iter().map(|s| s.kind).collect();
     assert_eq!(kinds, [AnomalyKind::Stale]);
 }
+
+/// The queue's own outage expires no lease: a runner that held a task
+/// through it completes it when the bus is back, and a lease nobody renews
+/// lapses `queue.lease_ms` after the return. (In the containers' chaos
+/// test the queue expired every lease during a 10 s outage and refused the
+/// completions that came after it.)
+#[tokio::test]
+async fn the_queues_own_outage_expires_no_lease() {
+    use xo_tests::ctl::{Next, begin, claim, complete, tasks};
+    let mut nats = xo_tests::NatsServer::start();
+    let data = tempfile::tempdir().unwrap();
+    let (d, s) = (
+        data.path().join("data").display().to_string(),
+        data.path().join("state").display().to_string(),
+    );
+    let cfg = common::config(&[
+        ("queue.lease_ms", "30000"),
+        ("queue.data_dir", &d),
+        ("state.dir", &s),
+    ]);
+    let clock = xo_runtime::Clock::manual(common::EPOCH);
+    let (heard, store) = common::store(&nats, "xo-queue", &cfg).await;
+    let queue = xo_queue::start(
+        xo_runtime::ServiceCtx::new(cfg.clone(), heard.clone())
+            .with_store(store)
+            .with_clock(clock.clone()),
+    )
+    .await
+    .unwrap();
+    let client = common::connect(&nats, "test-client").await;
+    begin(&client, tasks("t", 2)).await;
+    let mut held = Vec::new();
+    while held.len() < 2 {
+        if let Next::Task(c) = claim(&client).await {
+            held.push(c);
+        }
+    }
+
+    // A minute of the queue's time passes while the server is away (no
+    // look at the leases meanwhile: a write then would wait for the store).
+    nats.stop();
+    xo_tests::eventually("the queue's connection counts the outage", || {
+        heard.outages() >= 1
+    })
+    .await;
+    clock.advance(Duration::from_secs(60));
+    nats.restart();
+    xo_tests::eventually("both connections are back", || {
+        heard.is_connected() && client.is_connected()
+    })
+    .await;
+    queue.tick().await;
+    assert!(
+        complete(&client, &held[0]).await,
+        "a lease held through the queue's own outage was taken"
+    );
+
+    // Nobody renews the other lease: it lapses `lease_ms` after the return.
+    clock.advance(Duration::from_secs(30));
+    queue.tick().await;
+    assert!(
+        !complete(&client, &held[1]).await,
+        "a lease nobody renewed outlived lease_ms after the return"
+    );
+}

@@ -32,6 +32,7 @@ pub mod api;
 pub mod client;
 pub mod file_store;
 pub mod files;
+pub mod hearing;
 pub mod input;
 pub mod kept;
 pub mod leader;
@@ -49,6 +50,7 @@ use bytes::Bytes;
 
 pub use client::Client;
 pub use file_store::FileStore;
+pub use hearing::Hearing;
 pub use local::LocalBus;
 pub use nats::NatsBus;
 pub use nats_store::NatsStore;

@@ -73,6 +73,11 @@ pub struct State {
     refusals: Refusals,
     /// A change of this message could not be encoded (see `unwritable`).
     failed: Option<QueueError>,
+    /// Since when the queue has heard the bus without a break: a lease's
+    /// silence counts from then. Before, every lease expired during the
+    /// queue's own outage of the bus, and the work done meanwhile was
+    /// refused when it came back.
+    hearing: xo_bus::Hearing,
 }
 
 fn task_key(id: &str) -> String {
@@ -669,6 +674,7 @@ impl Actor for QueueActor {
             stuck_checked: 0,
             refusals: Refusals::default(),
             failed: None,
+            hearing: xo_bus::Hearing::new("leases"),
         })
     }
 
@@ -684,7 +690,11 @@ impl Actor for QueueActor {
         match msg {
             QueueMsg::Api(api) => wake = st.api(*api, now),
             QueueMsg::Tick(at, port) => {
-                let c = st.m.expire_leases(at);
+                // No lease lapses while the queue hears nobody.
+                let c = match st.hearing.look(&st.ctx.bus, at) {
+                    Some(heard_from) => st.m.expire_leases(at, heard_from),
+                    None => Default::default(),
+                };
                 if !c.is_empty() {
                     for d in &c.audit {
                         warn!(

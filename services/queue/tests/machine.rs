@@ -423,6 +423,24 @@ fn a_violation_fails_the_task_as_seed_004_errors_it() {
     assert_eq!(m.tasks["x"].cause, None);
 }
 
+/// A lease's silence counts from the queue's own return to the bus: a
+/// lease last renewed before an outage has a full `lease_ms` from the
+/// return, and lapses then if nobody renews it.
+#[test]
+fn a_lease_does_not_lapse_for_the_queues_own_outage() {
+    let mut m = running(ExecutionMode::Auto, false);
+    m.enqueue(vec![task("a")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    claim(&mut m, 1_000).unwrap();
+    // Renewed at 1 s; the queue heard the bus again at 40 s.
+    assert!(
+        m.expire_leases(69_999, 40_000).is_empty(),
+        "29.999 s since the return"
+    );
+    let c = m.expire_leases(70_000, 40_000);
+    assert_eq!(c.tasks.iter().collect::<Vec<_>>(), ["a"]);
+}
+
 #[test]
 fn a_stale_lease_is_offered_again_with_a_mark() {
     let mut m = running(ExecutionMode::Auto, false);
@@ -432,13 +450,13 @@ fn a_stale_lease_is_offered_again_with_a_mark() {
     let (_, tok_b) = claim(&mut m, 1_000).unwrap();
     m.heartbeat("b", &tok_b, true, 20_000).unwrap();
     assert!(
-        m.expire_leases(30_999).is_empty(),
+        m.expire_leases(30_999, 0).is_empty(),
         "a is 1 ms short of 30 s"
     );
-    let c = m.expire_leases(31_000);
+    let c = m.expire_leases(31_000, 0);
     assert_eq!(c.tasks.iter().collect::<Vec<_>>(), ["a"]);
     assert_eq!(m.tasks["a"].mark, Some(ReplayMark::RollbackReplay));
-    m.expire_leases(50_000);
+    m.expire_leases(50_000, 0);
     assert_eq!(
         m.tasks["b"].mark,
         Some(ReplayMark::Resume),
@@ -912,7 +930,7 @@ fn a_manager_that_cannot_be_served_leaves_the_queue_stuck_on_its_role() {
     assert!(m.claim("manager", "mgr", 2).unwrap().0.is_some());
     // The Manager's lease runs out (its runner died): b stays held while the
     // Manager task waits, and the stuck check names the manager role.
-    m.expire_leases(2 + 30_001);
+    m.expire_leases(2 + 30_001, 0);
     assert_eq!(m.tasks["manager-a"].state, TaskState::Pending);
     assert!(claim(&mut m, 40_000).is_none());
     let _ = m.check_stuck(40_000);

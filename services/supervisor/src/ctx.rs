@@ -254,8 +254,11 @@ pub struct Ctx {
     pub live: crate::live::Live,
     pub clock: Clock,
     pub counters: Counters,
-    /// Since when this supervisor has heard the bus without a break.
-    pub hearing: Hearing,
+    /// Since when this supervisor has heard the bus without a break: a
+    /// unit's silence counts from then ([`xo_bus::Hearing`]). Before, a
+    /// unit went stale while the supervisor itself heard nobody, and its
+    /// runner was restarted the moment the bus came back.
+    pub hearing: xo_bus::Hearing,
     /// What waits for each watcher group (index: `group::group_of`).
     pub inboxes: Vec<Arc<crate::inbox::Inbox>>,
     pub persist: persist::Persister,
@@ -264,50 +267,6 @@ pub struct Ctx {
     /// Sharded supervision (`supervisor.partitions` > 1): who this
     /// supervisor is and the partitions it holds.
     pub shard: Option<Arc<crate::membership::Shard>>,
-}
-
-/// Since when the supervisor has heard the bus without a break: a unit's
-/// silence counts only from then. While the supervisor's own connection is
-/// down nobody is heard, so nobody is silent; after an outage every unit
-/// has `stale_after_ms` from the connection's return to be heard again
-/// (its reports could not arrive, and it may not know yet that the bus is
-/// back), rather than being found stale, and its runner restarted, the
-/// moment the supervisor hears again.
-#[derive(Debug, Default)]
-pub struct Hearing {
-    /// The bus's outage count when last looked at.
-    outages: AtomicU64,
-    /// The supervisor's clock (ms) when the bus was found back; 0: never lost.
-    since: AtomicU64,
-}
-
-impl Hearing {
-    /// Looks at the bus at `now` (the liveness check): an outage that
-    /// ended since the last look starts the count of silence again. The
-    /// time silence counts from (a unit's own last word if later), or
-    /// `None` while the bus is not heard.
-    pub fn look(&self, bus: &Bus, now: u64) -> Option<u64> {
-        if !bus.is_connected() {
-            return None;
-        }
-        let outages = bus.outages();
-        if self.outages.swap(outages, Ordering::Relaxed) != outages {
-            self.since.store(now, Ordering::Relaxed);
-            tracing::info!(
-                outages,
-                "the bus is heard again: units' silence counts from now"
-            );
-        }
-        Some(self.since.load(Ordering::Relaxed))
-    }
-
-    /// How long a unit last heard at `last_seen` has been silent at `now`,
-    /// as far as the supervisor could have heard it; `None` while the bus
-    /// is not heard (see [`Hearing::look`]).
-    pub fn silence(&self, bus: &Bus, last_seen: u64, now: u64) -> Option<u64> {
-        bus.is_connected()
-            .then(|| now.saturating_sub(last_seen.max(self.since.load(Ordering::Relaxed))))
-    }
 }
 
 impl Ctx {

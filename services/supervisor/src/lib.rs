@@ -55,7 +55,7 @@ use xo_proto::control::SupervisorApi;
 use xo_runtime::ServiceCtx;
 use xo_runtime::tree::{Escalation, EscalationCell, Factory, Intensity, Running, Shutdown};
 
-pub use ctx::{Counters, Ctx, Hearing, Sharded};
+pub use ctx::{Counters, Ctx, Sharded};
 pub use root::RootMsg;
 pub use xo_runtime::Clock;
 
@@ -116,7 +116,7 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
         store,
         clock,
         counters: Counters::default(),
-        hearing: Hearing::default(),
+        hearing: xo_bus::Hearing::new("units"),
         inboxes: (0..group::GROUPS).map(|_| Arc::default()).collect(),
         volume,
         shard,

@@ -136,14 +136,16 @@ impl Machine {
 
     /// SUP-6: a lease not renewed for `lease_ms` is stale; the task is
     /// offered again (attempt + 1 on the next claim), marked `resume` if the
-    /// holder had checkpointed, else `rollback_replay`.
-    pub fn expire_leases(&mut self, now: u64) -> Changes {
+    /// holder had checkpointed, else `rollback_replay`. Silence counts from
+    /// `heard_from` at the earliest: the queue's own return to the bus
+    /// after an outage (0: never lost), when renewals could arrive again.
+    pub fn expire_leases(&mut self, now: u64, heard_from: u64) -> Changes {
         let stale: Vec<(String, bool)> = self
             .tasks
             .values()
             .filter_map(|t| match (&t.state, &t.lease) {
                 (TaskState::Running, Some(l))
-                    if now.saturating_sub(l.renewed_at) >= self.lease_ms =>
+                    if now.saturating_sub(l.renewed_at.max(heard_from)) >= self.lease_ms =>
                 {
                     Some((t.task.task_id.clone(), l.checkpoint))
                 }

@@ -1,0 +1,69 @@
+//! Since when a service has heard the bus without a break: a peer's
+//! silence counts only from then.
+//!
+//! While a service's own connection is down nobody is heard, so nobody is
+//! silent; after an outage every peer (a unit reporting to the supervisor,
+//! a runner renewing its lease at the queue) has its full allowance from
+//! the connection's return to be heard again, since what it sent meanwhile
+//! could not arrive. A peer that stays silent is found so one allowance
+//! after the return.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::Bus;
+
+/// Since when the bus has been heard without a break, looked at by a
+/// service's own clock (ms).
+#[derive(Debug)]
+pub struct Hearing {
+    /// Whose silence this decides, for the log ("units", "leases").
+    of: &'static str,
+    /// The bus's outage count when last looked at.
+    outages: AtomicU64,
+    /// The last look found the bus not heard.
+    down: AtomicBool,
+    /// The service's clock when the bus was found back; 0: never lost.
+    since: AtomicU64,
+}
+
+impl Hearing {
+    pub fn new(of: &'static str) -> Self {
+        Self {
+            of,
+            outages: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    /// Looks at the bus at `now` (a service's liveness check): an outage
+    /// that ended since the last look (counted by the connection, or seen
+    /// by the last look) starts the count of silence again. The time
+    /// silence counts from (a peer's own last word if later), or `None`
+    /// while the bus is not heard.
+    pub fn look(&self, bus: &Bus, now: u64) -> Option<u64> {
+        if !bus.is_connected() {
+            self.down.store(true, Ordering::Relaxed);
+            return None;
+        }
+        let outages = bus.outages();
+        let counted = self.outages.swap(outages, Ordering::Relaxed) != outages;
+        if self.down.swap(false, Ordering::Relaxed) || counted {
+            self.since.store(now, Ordering::Relaxed);
+            tracing::info!(
+                of = self.of,
+                outages,
+                "the bus is heard again: silence counts from now"
+            );
+        }
+        Some(self.since.load(Ordering::Relaxed))
+    }
+
+    /// How long a peer last heard at `last` has been silent at `now`, as
+    /// far as this side could have heard it; `None` while the bus is not
+    /// heard (see [`Hearing::look`]).
+    pub fn silence(&self, bus: &Bus, last: u64, now: u64) -> Option<u64> {
+        bus.is_connected()
+            .then(|| now.saturating_sub(last.max(self.since.load(Ordering::Relaxed))))
+    }
+}
