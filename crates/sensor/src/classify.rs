@@ -625,6 +625,16 @@ mod tests {
 mod same_as_before {
     use super::*;
 
+    /// Numbers below `n`, the same every run (xorshift from `seed`).
+    fn picks(mut state: u64) -> impl FnMut(usize) -> usize {
+        move |n| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        }
+    }
+
     /// The error class as first written (a lower-case copy, a search a
     /// clue): the one-pass version must give the same class.
     fn reference(
@@ -715,13 +725,7 @@ mod same_as_before {
             ]
             .map(String::from),
         );
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut next = picks(0x2545_f491_4f6c_dd1d);
         for _ in 0..20_000 {
             let text: String = (0..next(6))
                 .map(|_| parts[next(parts.len())].as_str())
@@ -746,13 +750,7 @@ mod same_as_before {
         parts.extend(TEST_RUNNERS.iter().map(|n| n.to_ascii_uppercase()));
         parts.extend(TEST_RUNNERS.iter().map(|n| n[1..].to_string()));
         parts.extend(["git ", "GIT", " ", "-q", "é", "t"].map(String::from));
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut next = picks(0x9e37_79b9_7f4a_7c15);
         for _ in 0..20_000 {
             let text: String = (0..next(4))
                 .map(|_| parts[next(parts.len())].as_str())
