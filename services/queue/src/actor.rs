@@ -690,9 +690,11 @@ impl Actor for QueueActor {
         match msg {
             QueueMsg::Api(api) => wake = st.api(*api, now),
             QueueMsg::Tick(at, port) => {
-                // No lease lapses while the queue hears nobody.
-                let c = match st.hearing.look(&st.ctx.bus, at) {
-                    Some(heard_from) => st.m.expire_leases(at, heard_from),
+                // No lease lapses, and no work is stuck for want of a
+                // runner, while the queue hears nobody.
+                let heard_from = st.hearing.look(&st.ctx.bus, at);
+                let c = match heard_from {
+                    Some(from) => st.m.expire_leases(at, from),
                     None => Default::default(),
                 };
                 if !c.is_empty() {
@@ -705,12 +707,14 @@ impl Actor for QueueActor {
                     st.commit(c, None);
                 }
                 st.serve_waiters(at);
-                if at.saturating_sub(st.stuck_checked) >= 1000 || port.is_some() {
+                if let Some(from) = heard_from
+                    && (at.saturating_sub(st.stuck_checked) >= 1000 || port.is_some())
+                {
                     st.stuck_checked = at;
                     // A critical task whose dependencies finished, or that
                     // a Manager stopped holding, interrupts within a second.
                     interrupt = true;
-                    let c = st.m.check_stuck(at);
+                    let c = st.m.check_stuck(at, from);
                     if let Some(why) = c.status.then(|| st.m.status.stuck.clone()) {
                         match why {
                             Some(why) => warn!(reason = %why, "queue stuck"),

@@ -702,6 +702,25 @@ fn dependencies_that_can_never_be_met_are_refused_at_enqueue() {
     assert_eq!(m.tasks.len(), 4);
 }
 
+/// Runners have `stale_after_ms` from the queue's own return to the bus
+/// to ask for work: the queue's outage is no runner's absence.
+#[test]
+fn no_work_is_stuck_for_the_queues_own_outage() {
+    let mut m = running(ExecutionMode::Auto, false);
+    m.enqueue(vec![task("a")], 0).unwrap();
+    m.resume(EventName::Start).unwrap();
+    assert!(m.check_stuck(1_000, 0).is_empty(), "within the grace");
+    // The queue heard the bus again at 100 s: no claim could come before.
+    assert!(m.check_stuck(129_999, 100_000).is_empty());
+    assert_eq!(m.status().stuck, None);
+    let c = m.check_stuck(130_000, 100_000);
+    assert_eq!(
+        c.audit[0].event,
+        EventName::QueueStuck,
+        "nobody asked since the return"
+    );
+}
+
 #[test]
 fn pending_work_nobody_can_claim_raises_queue_stuck_and_clears() {
     let mut m = running(ExecutionMode::Auto, false);
@@ -713,7 +732,7 @@ fn pending_work_nobody_can_claim_raises_queue_stuck_and_clears() {
     m.resume(EventName::Start).unwrap();
     // A coder runner asks for work; no reviewer ever does.
     let (_, tok) = claim(&mut m, 1_000).unwrap();
-    assert!(m.check_stuck(1_000).is_empty(), "a task is running");
+    assert!(m.check_stuck(1_000, 0).is_empty(), "a task is running");
     m.block_for(
         "a",
         &tok,
@@ -724,20 +743,20 @@ fn pending_work_nobody_can_claim_raises_queue_stuck_and_clears() {
     )
     .unwrap();
     // Within the grace (stale_after_ms from RUNNING) the reviewer is not missed.
-    assert!(m.check_stuck(2_000).is_empty());
+    assert!(m.check_stuck(2_000, 0).is_empty());
     let _ = m.claim("coder", "r1", 40_000).unwrap();
-    let c = m.check_stuck(40_000);
+    let c = m.check_stuck(40_000, 0);
     let why = m.status().stuck.expect("stuck");
     assert!(why.starts_with("QUEUE_STUCK: "), "{why}");
     assert!(why.contains("b waits on a (blocked)"), "{why}");
     assert!(why.contains("r no runner of role \"reviewer\""), "{why}");
     assert_eq!(c.audit[0].event, EventName::QueueStuck);
     assert_eq!(c.alerts[0].kind, xo_proto::alert::AlertKind::QueueStuck);
-    assert!(m.check_stuck(41_000).is_empty(), "raised once");
+    assert!(m.check_stuck(41_000, 0).is_empty(), "raised once");
     // A reviewer appears and the operator retries a: it can go on.
     let _ = m.claim("reviewer", "rv", 42_000).unwrap();
     m.retry("a", 42_000).unwrap();
-    let c = m.check_stuck(42_000);
+    let c = m.check_stuck(42_000, 0);
     assert_eq!(c.audit[0].event, EventName::QueueUnstuck);
     assert_eq!(m.status().stuck, None);
 }
@@ -898,7 +917,7 @@ fn tasks_a_manager_was_shown_wait_for_its_reply() {
     let (d, dtok) = claim(&mut m, 4).unwrap();
     assert_eq!(d.task.task_id, "d");
     // Nobody can claim b or c, yet work is in flight: not stuck.
-    assert!(m.check_stuck(60_000).is_empty());
+    assert!(m.check_stuck(60_000, 0).is_empty());
     // A reply refused for its format: the Manager retries, the hold stays.
     let bad = serde_json::json!({"status": "fine", "message": "x", "tasks": []});
     m.complete("manager-a", &mtok, ok(), Some(bad), 5).unwrap();
@@ -933,8 +952,8 @@ fn a_manager_that_cannot_be_served_leaves_the_queue_stuck_on_its_role() {
     m.expire_leases(2 + 30_001, 0);
     assert_eq!(m.tasks["manager-a"].state, TaskState::Pending);
     assert!(claim(&mut m, 40_000).is_none());
-    let _ = m.check_stuck(40_000);
-    let c = m.check_stuck(200_000);
+    let _ = m.check_stuck(40_000, 0);
+    let c = m.check_stuck(200_000, 0);
     assert!(!c.is_empty());
     let why = m.status().stuck.unwrap();
     assert!(why.contains("\"manager\""), "{why}");

@@ -7,9 +7,12 @@ impl Machine {
     /// task both has its dependencies done and a role whose runners asked
     /// for work within `stale_after_ms`. Raises `QUEUE_STUCK` (status,
     /// audit, alert) with the reasons; clears it once work can go on.
-    pub fn check_stuck(&mut self, now: u64) -> Changes {
+    /// Runners have `stale_after_ms` from `heard_from` at the earliest to
+    /// ask: the queue's own return to the bus after an outage (0: never
+    /// lost), when their claims could arrive again.
+    pub fn check_stuck(&mut self, now: u64, heard_from: u64) -> Changes {
         let why = if self.status.status == RunStatus::Running {
-            let since = *self.running_since.get_or_insert(now);
+            let since = (*self.running_since.get_or_insert(now)).max(heard_from);
             self.stuck_reason(now, since)
         } else {
             self.running_since = None;
