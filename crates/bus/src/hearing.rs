@@ -61,9 +61,9 @@ impl Hearing {
 
     /// How long a peer last heard at `last` has been silent at `now`, as
     /// far as this side could have heard it; `None` while the bus is not
-    /// heard (see [`Hearing::look`]).
+    /// heard (a [`Hearing::look`] of its own).
     pub fn silence(&self, bus: &Bus, last: u64, now: u64) -> Option<u64> {
-        bus.is_connected()
-            .then(|| now.saturating_sub(last.max(self.since.load(Ordering::Relaxed))))
+        self.look(bus, now)
+            .map(|from| now.saturating_sub(last.max(from)))
     }
 }

@@ -375,14 +375,9 @@ mod scanned_as_serde_reads {
         .to_vec();
         let changed = crate::scan::every_changed_byte(&lines[1], b"\"{}n1,:\\");
         lines.extend(changed);
-        let mut taken = 0;
-        for l in &lines {
-            let Some(ours) = scanned(l) else { continue };
-            taken += 1;
-            let theirs = crate::parse_object::<ToolLine<'_>>(l)
-                .unwrap_or_else(|e| panic!("scanned, but serde refuses it ({e}): {l}"));
-            assert_eq!(ours, Tool::from(theirs), "{l}");
-        }
+        let taken = crate::scan::taken_as_serde_reads(&lines, scanned, |l| {
+            crate::parse_object::<ToolLine<'_>>(l).map(Tool::from)
+        });
         // The lines as written, and most of their variants, went the fast way.
         assert!(taken > lines.len() / 3, "{taken} of {}", lines.len());
         for l in &lines[..4] {

@@ -48,11 +48,7 @@ impl Want<'_> {
 /// checks the whole line is one JSON object. `None` for a line that is not,
 /// or that breaks a rule of [`Want`]: the general reader reads it.
 pub(crate) fn read<'a, const N: usize>(text: &'a str, want: &Want<'_>) -> Option<Found<'a, N>> {
-    let mut r = Reader {
-        s: text.as_bytes(),
-        t: text,
-        i: 0,
-    };
+    let mut r = Reader::new(text);
     let mut found = [None; N];
     r.ws();
     r.object(0, Some(want), &mut found)?;
@@ -83,6 +79,27 @@ pub(crate) fn every_changed_byte(line: &str, to: &[u8]) -> Vec<String> {
     out
 }
 
+/// Reads every line the scanner takes (`scanned`) with the general reader
+/// too (`general`, which must not refuse it) and holds the two readings
+/// equal; how many lines the scanner took. Each format's test of its
+/// scanner goes through here.
+#[cfg(test)]
+pub(crate) fn taken_as_serde_reads<'a, T: PartialEq + std::fmt::Debug>(
+    lines: &'a [String],
+    scanned: impl Fn(&'a str) -> Option<T>,
+    general: impl Fn(&'a str) -> Result<T, crate::SensorError>,
+) -> usize {
+    let mut taken = 0;
+    for l in lines {
+        let Some(ours) = scanned(l) else { continue };
+        taken += 1;
+        let theirs =
+            general(l).unwrap_or_else(|e| panic!("scanned, but serde refuses it ({e}): {l}"));
+        assert_eq!(ours, theirs, "{l}");
+    }
+    taken
+}
+
 /// The raw text of each wanted member, where it was found.
 pub(crate) type Found<'a, const N: usize> = [Option<&'a str>; N];
 
@@ -90,11 +107,7 @@ pub(crate) type Found<'a, const N: usize> = [Option<&'a str>; N];
 /// come: each key's text and its value's raw text. `None` if a key has an
 /// escape (serde's key would be its unescaped text) or `raw` is no object.
 pub(crate) fn entries(raw: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
-    let mut r = Reader {
-        s: raw.as_bytes(),
-        t: raw,
-        i: 0,
-    };
+    let mut r = Reader::new(raw);
     let mut out = Vec::with_capacity(8);
     r.eat(b'{')?;
     r.ws();
@@ -124,31 +137,14 @@ pub(crate) fn entries(raw: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
 /// an object read with `want`; `None` if `raw` is no array, an element is
 /// no object, or one breaks a rule of [`Want`].
 pub(crate) fn each<'a, const N: usize>(raw: &'a str, want: &Want<'_>) -> Option<Vec<Found<'a, N>>> {
-    let mut r = Reader {
-        s: raw.as_bytes(),
-        t: raw,
-        i: 0,
-    };
+    let mut r = Reader::new(raw);
     let mut out = Vec::new();
-    r.eat(b'[')?;
-    r.ws();
-    if r.eat(b']').is_none() {
-        loop {
-            r.ws();
-            let mut found = [None; N];
-            r.object(1, Some(want), &mut found)?;
-            out.push(found);
-            r.ws();
-            match r.peek()? {
-                b',' => r.i += 1,
-                b']' => {
-                    r.i += 1;
-                    break;
-                }
-                _ => return None,
-            }
-        }
-    }
+    r.elements(0, |r| {
+        let mut found = [None; N];
+        r.object(1, Some(want), &mut found)?;
+        out.push(found);
+        Some(())
+    })?;
     (r.i == r.s.len()).then_some(out)
 }
 
@@ -269,6 +265,14 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    fn new(text: &'a str) -> Self {
+        Reader {
+            s: text.as_bytes(),
+            t: text,
+            i: 0,
+        }
+    }
+
     fn peek(&self) -> Option<u8> {
         self.s.get(self.i).copied()
     }
@@ -394,6 +398,16 @@ impl<'a> Reader<'a> {
     }
 
     fn array(&mut self, depth: usize) -> Option<()> {
+        self.elements(depth, |r| r.value(depth + 1))
+    }
+
+    /// An array at `self.i` (at nesting `depth`), each element read by
+    /// `element` from its first byte.
+    fn elements(
+        &mut self,
+        depth: usize,
+        mut element: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
         if depth >= MAX_DEPTH {
             return None;
         }
@@ -404,7 +418,7 @@ impl<'a> Reader<'a> {
         }
         loop {
             self.ws();
-            self.value(depth + 1)?;
+            element(self)?;
             self.ws();
             match self.peek()? {
                 b',' => self.i += 1,
