@@ -23,8 +23,10 @@ use crate::{Cas, Entry, StoreError, StoreResult, validate_key};
 mod repair;
 mod sync;
 pub use repair::{Repair, Scan, repair_file, scan_file};
-use sync::Staged;
-use sync::sync_files;
+pub use sync::Staged;
+use sync::{
+    Appended, FileSync, dirty_paths, mark_dirty, replaced, sync_file, sync_files, take_dirty,
+};
 
 #[derive(Serialize, Deserialize)]
 struct KvRecord {
@@ -62,17 +64,9 @@ struct State {
     touched: Vec<(PathBuf, u64)>,
     /// Syncs run by writers' calls (`SyncMode::Always`).
     syncs: u64,
-}
-
-/// One file's writes and syncs. A write is durable once `synced` reaches
-/// its number; a sync covers the writes made before it began.
-#[derive(Default)]
-struct FileSync {
-    written: u64,
-    synced: u64,
-    syncing: bool,
-    /// A handle to sync with, while writes are not synced.
-    dirty: Option<File>,
+    /// Whether what is appended is kept until a sync covers it (the store
+    /// syncs: not `SyncMode::Never`).
+    keeps_unsynced: bool,
 }
 
 /// When the file store makes its writes durable (`store.sync`).
@@ -102,33 +96,6 @@ fn sync_dir(path: &Path) -> StoreResult<()> {
             .map_err(|e| io_err(dir, e))?;
     }
     Ok(())
-}
-
-/// Counts a write to the file at `path`; `file` (a handle of it) is kept
-/// to sync with if none is.
-fn mark_dirty(state: &mut State, path: &Path, file: File) {
-    state.written += 1;
-    let f = match state.files.get_mut(path) {
-        Some(f) => f,
-        None => state.files.entry(path.to_path_buf()).or_default(),
-    };
-    f.written += 1;
-    if f.dirty.is_none() {
-        f.dirty = Some(file);
-    }
-    let n = f.written;
-    state.touched.push((path.to_path_buf(), n));
-}
-
-/// Every file with writes not synced: its handle, taken (the batch syncer).
-fn take_dirty(state: &mut State) -> Vec<(PathBuf, File)> {
-    let mut out = Vec::new();
-    for (p, f) in &mut state.files {
-        if let Some(h) = f.dirty.take() {
-            out.push((p.clone(), h));
-        }
-    }
-    out
 }
 
 /// The file store. Clones share state; file I/O runs on the blocking pool.
@@ -250,11 +217,11 @@ fn read_frames(path: &Path) -> StoreResult<Vec<(u64, Vec<u8>)>> {
     Ok(scan.records)
 }
 
-/// Appends `buf` whole or not at all. A write that fails part-way (a full
+/// Appends `buf` whole or not at all, and returns where it begins. A write that fails part-way (a full
 /// disk) is cut back off at once: left there, the partial frame would be
 /// buried in the middle by the next append that fits, and the next start
 /// would refuse the file as damaged until `xo store repair`.
-fn append_whole(file: &mut File, path: &Path, buf: &[u8]) -> StoreResult<()> {
+fn append_whole(file: &mut File, path: &Path, buf: &[u8]) -> StoreResult<u64> {
     let before = file
         .metadata()
         .map(|m| m.len())
@@ -270,7 +237,7 @@ fn append_whole(file: &mut File, path: &Path, buf: &[u8]) -> StoreResult<()> {
         }
         return Err(io_err(path, e));
     }
-    Ok(())
+    Ok(before)
 }
 
 fn truncate_tail(path: &Path, at: usize) -> StoreResult<()> {
@@ -331,15 +298,20 @@ impl Bucket {
         })
     }
 
-    fn write(&mut self, key: &str, value: Option<Bytes>) -> StoreResult<u64> {
-        let mut revs = self.write_many(vec![(key.to_string(), value)])?;
-        revs.pop()
-            .ok_or_else(|| StoreError::Broken("a write gave no revision"))
+    fn write(&mut self, key: &str, value: Option<Bytes>) -> StoreResult<(u64, Appended)> {
+        let (mut revs, appended) = self.write_many(vec![(key.to_string(), value)])?;
+        let rev = revs
+            .pop()
+            .ok_or(StoreError::Broken("a write gave no revision"))?;
+        Ok((rev, appended))
     }
 
     /// Appends every record with one write call. Compaction, when due, is
     /// left to the caller (it may take long; it runs on the blocking pool).
-    fn write_many(&mut self, items: Vec<(String, Option<Bytes>)>) -> StoreResult<Vec<u64>> {
+    fn write_many(
+        &mut self,
+        items: Vec<(String, Option<Bytes>)>,
+    ) -> StoreResult<(Vec<u64>, Appended)> {
         let mut buf = Vec::new();
         let mut revs = Vec::with_capacity(items.len());
         let mut rev = self.rev;
@@ -356,7 +328,7 @@ impl Bucket {
             buf.extend_from_slice(&frame(&body));
             revs.push(rev);
         }
-        append_whole(&mut self.file, &self.path, &buf)?;
+        let at = append_whole(&mut self.file, &self.path, &buf)?;
         self.rev = rev;
         self.records += items.len() as u64;
         for ((key, value), r) in items.into_iter().zip(&revs) {
@@ -365,14 +337,16 @@ impl Bucket {
                 None => self.live.remove(&key),
             };
         }
-        Ok(revs)
+        Ok((revs, Appended { at, bytes: buf }))
     }
 
     fn needs_compaction(&self) -> bool {
         self.records > 1024 && self.records > 2 * self.live.len() as u64
     }
 
-    fn compact(&mut self) -> StoreResult<()> {
+    /// Writes the live records to a new file that replaces the old one
+    /// (on disk whole); returns its length.
+    fn compact(&mut self) -> StoreResult<u64> {
         let mut out = Vec::new();
         for (key, (rev, v)) in &self.live {
             let rec = KvRecord {
@@ -386,7 +360,7 @@ impl Bucket {
         replace(&self.path, &out, Mode::Private).map_err(|e| io_err(&self.path, e))?;
         self.file = open_append(&self.path)?;
         self.records = self.live.len() as u64;
-        Ok(())
+        Ok(out.len() as u64)
     }
 }
 
@@ -407,23 +381,28 @@ impl FileStore {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
                 .map_err(|e| io_err(&dir, e))?;
         }
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State {
+            keeps_unsynced: sync != SyncMode::Never,
+            ..State::default()
+        }));
         if sync == SyncMode::Batch {
             // The batch syncer ends when the last clone of the store goes.
             let weak = Arc::downgrade(&state);
             std::thread::Builder::new()
                 .name("xo-store-sync".into())
                 .spawn(move || {
+                    let syncer: Syncer = Arc::new(sync_files);
                     loop {
                         std::thread::sleep(BATCH_SYNC);
                         let Some(state) = weak.upgrade() else { return };
-                        let files = match state.lock() {
-                            Ok(mut g) => take_dirty(&mut g),
+                        let paths = match state.lock() {
+                            Ok(g) => dirty_paths(&g),
                             Err(_) => return,
                         };
-                        drop(state);
-                        if let Err(e) = sync_files(&files) {
-                            tracing::error!(error = %e, "store sync failed; writes of the last 100 ms may not survive a power cut");
+                        for path in paths {
+                            if let Err(e) = sync_file(&state, &path, &syncer) {
+                                tracing::error!(error = %e, "store sync failed; what it covered is written again and synced in the next round, and a power cut before then may lose it");
+                            }
                         }
                     }
                 })
@@ -503,16 +482,13 @@ impl FileStore {
                     if let Some(b) = guard.buckets.get_mut(&name)
                         && b.needs_compaction()
                     {
-                        b.compact()?;
+                        let len = b.compact()?;
                         // The new file is on disk whole, with every write
                         // made so far; a handle of the old one kept to sync
                         // would stand for it, and the new file's next
                         // appends would never be synced.
                         let path = b.path.clone();
-                        if let Some(f) = guard.files.get_mut(&path) {
-                            f.dirty = None;
-                            f.synced = f.written;
-                        }
+                        replaced(&mut guard, &path, len);
                     }
                 }
                 Ok(())
@@ -524,12 +500,9 @@ impl FileStore {
             }
         }
         let staged = if self.sync == SyncMode::Always && !touched.is_empty() {
-            Staged::Written {
-                store: self.clone(),
-                files: touched,
-            }
+            Staged::written(self.clone(), touched)
         } else {
-            Staged::Durable
+            Staged::durable_already()
         };
         Ok((res?, staged))
     }
@@ -612,12 +585,12 @@ impl FileStore {
                 }
                 _ => {}
             }
-            let rev = b.write(&key, Some(value))?;
+            let (rev, appended) = b.write(&key, Some(value))?;
             let (path, file) = (
                 b.path.clone(),
                 b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
             );
-            mark_dirty(st, &path, file);
+            mark_dirty(st, &path, file, appended);
             Ok(rev)
         })
         .await
@@ -635,7 +608,7 @@ impl FileStore {
 
     /// Writes several keys now, in call order, and returns before they
     /// are on disk: [`Staged::durable`] says when they are.
-    async fn put_many_staged(
+    pub async fn put_many_staged(
         &self,
         bucket: &str,
         items: Vec<(String, Bytes)>,
@@ -646,12 +619,13 @@ impl FileStore {
         let bucket = bucket.to_string();
         self.write(move |dir, st| {
             let b = Self::bucket(dir, st, &bucket)?;
-            let revs = b.write_many(items.into_iter().map(|(k, v)| (k, Some(v))).collect())?;
+            let (revs, appended) =
+                b.write_many(items.into_iter().map(|(k, v)| (k, Some(v))).collect())?;
             let (path, file) = (
                 b.path.clone(),
                 b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
             );
-            mark_dirty(st, &path, file);
+            mark_dirty(st, &path, file, appended);
             Ok(revs)
         })
         .await
@@ -672,14 +646,14 @@ impl FileStore {
                 offsets.push(end + buf.len() as u64);
                 buf.extend_from_slice(&frame(r));
             }
-            append_whole(&mut l.file, &l.path, &buf)?;
+            let at = append_whole(&mut l.file, &l.path, &buf)?;
             l.offsets.extend(offsets);
             let n = l.offsets.len() as u64;
             let (path, file) = (
                 l.path.clone(),
                 l.file.try_clone().map_err(|e| io_err(&l.path, e))?,
             );
-            mark_dirty(st, &path, file);
+            mark_dirty(st, &path, file, Appended { at, bytes: buf });
             Ok(n)
         })
         .await
@@ -691,12 +665,12 @@ impl FileStore {
         self.with(move |dir, st| {
             let b = Self::bucket(dir, st, &bucket)?;
             if b.live.contains_key(&key) {
-                b.write(&key, None)?;
+                let (_, appended) = b.write(&key, None)?;
                 let (path, file) = (
                     b.path.clone(),
                     b.file.try_clone().map_err(|e| io_err(&b.path, e))?,
                 );
-                mark_dirty(st, &path, file);
+                mark_dirty(st, &path, file, appended);
             }
             Ok(())
         })

@@ -49,7 +49,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use client::Client;
-pub use file_store::FileStore;
+pub use file_store::{FileStore, Staged};
 pub use hearing::Hearing;
 pub use local::LocalBus;
 pub use nats::NatsBus;
@@ -678,6 +678,21 @@ impl Store {
         match self {
             Store::File(s) => s.put_many(bucket, items).await,
             Store::Nats(s) => s.put_many(bucket, items).await,
+        }
+    }
+    /// Writes several keys as [`Self::put_many`] does and returns before
+    /// they are known to be on disk: [`Staged::durable`] says when they
+    /// are. Writes made after this one are ordered after it; a failed sync
+    /// is written again by the store before its next, so asking again is
+    /// the retry. (NATS answers once the writes are stored.)
+    pub async fn put_many_staged(
+        &self,
+        bucket: &str,
+        items: Vec<(String, Bytes)>,
+    ) -> StoreResult<(Vec<u64>, Staged)> {
+        match self {
+            Store::File(s) => s.put_many_staged(bucket, items).await,
+            Store::Nats(s) => Ok((s.put_many(bucket, items).await?, Staged::durable_already())),
         }
     }
     /// Appends several records in order; returns the last sequence.

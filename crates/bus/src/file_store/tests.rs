@@ -7,7 +7,8 @@ use std::sync::Condvar;
 
 /// A syncer held shut until opened (for every file, or those whose path
 /// holds `only`), counting the files it was given, and failing the first
-/// `fail` calls.
+/// `fail` calls; with `lose`, a failed sync loses what it was to write, as
+/// Linux may (each file cut back to its length at its last good sync).
 #[derive(Default)]
 struct Gate {
     only: Option<&'static str>,
@@ -15,6 +16,10 @@ struct Gate {
     opened: Condvar,
     calls: Mutex<Vec<usize>>,
     fail: Mutex<usize>,
+    lose: bool,
+    synced_len: Mutex<HashMap<PathBuf, u64>>,
+    /// Syncs that have taken their files (and are held, if shut).
+    entered: std::sync::atomic::AtomicUsize,
 }
 
 impl Gate {
@@ -34,6 +39,7 @@ fn gated(dir: &Path, gate: &Arc<Gate>) -> FileStore {
                 .any(|(p, _)| p.to_string_lossy().contains(only)),
             None => true,
         };
+        g.entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut open = g.open.lock().unwrap();
         while held && !*open {
             open = g.opened.wait(open).unwrap();
@@ -41,11 +47,19 @@ fn gated(dir: &Path, gate: &Arc<Gate>) -> FileStore {
         drop(open);
         g.calls.lock().unwrap().push(files.len());
         let mut fail = g.fail.lock().unwrap();
+        let mut synced_len = g.synced_len.lock().unwrap();
         if *fail > 0 {
             *fail -= 1;
+            for (p, f) in files.iter().filter(|_| g.lose) {
+                f.set_len(synced_len.get(p).copied().unwrap_or(0)).unwrap();
+            }
             return Err(StoreError::Broken("the test's disk refused the sync"));
         }
-        sync_files(files)
+        sync_files(files)?;
+        for (p, f) in files {
+            synced_len.insert(p.clone(), f.metadata().unwrap().len());
+        }
+        Ok(())
     });
     store
 }
@@ -59,15 +73,19 @@ async fn written(store: &FileStore, n: u64) {
 }
 
 /// Puts `key` in bucket `b` on a task of its own, the store's first write,
-/// and returns once it is written (its sync may be held).
+/// and returns once its sync has begun (and is held by the shut gate): the
+/// writes made after are not covered by it.
 async fn first_put(
     store: &FileStore,
+    gate: &Gate,
     key: &'static str,
 ) -> tokio::task::JoinHandle<StoreResult<u64>> {
     let s = store.clone();
     let put =
         tokio::spawn(async move { s.put("b", key, Bytes::from_static(b"v"), Cas::Any).await });
-    written(store, 1).await;
+    while gate.entered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
     put
 }
 
@@ -77,7 +95,7 @@ async fn writers_waiting_on_a_sync_share_the_next_one() {
     let gate = Arc::new(Gate::default());
     let store = gated(dir.path(), &gate);
     // The first writer's sync is held shut: it cannot end.
-    let first = first_put(&store, "k0").await;
+    let first = first_put(&store, &gate, "k0").await;
     // Ten more writers of the same file while it is held.
     let mut rest = Vec::new();
     for i in 1..=10 {
@@ -112,7 +130,7 @@ async fn files_sync_side_by_side() {
     });
     let store = gated(dir.path(), &gate);
     // The bucket's sync is held shut...
-    let held = first_put(&store, "k").await;
+    let held = first_put(&store, &gate, "k").await;
     // ...and a log's write is synced and answered meanwhile.
     store.append("l", Bytes::from_static(b"r")).await.unwrap();
     assert!(!held.is_finished());
@@ -142,13 +160,67 @@ async fn a_failed_sync_is_the_callers_error_and_asking_again_syncs_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_failed_sync_lost_is_written_again_in_order_before_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate {
+        lose: true,
+        ..Gate::default()
+    });
+    gate.open();
+    let store = gated(dir.path(), &gate);
+    let v = |s: &'static str| Bytes::from_static(s.as_bytes());
+    store.put("b", "before", v("0"), Cas::Any).await.unwrap();
+    store.append("l", v("r1")).await.unwrap();
+    // Two writes of the bucket made before any sync (the second written
+    // while the first waits for its sync)...
+    let (_, first) = store
+        .put_many_staged("b", vec![("k".into(), v("1")), ("a".into(), v("x"))])
+        .await
+        .unwrap();
+    let (_, second) = store
+        .put_many_staged("b", vec![("k".into(), v("2"))])
+        .await
+        .unwrap();
+    // ...and the sync fails, losing both (the file is cut back).
+    *gate.fail.lock().unwrap() = 1;
+    first.durable().await.unwrap_err();
+    // Asked again: both are written again, in order, and synced.
+    first.durable().await.unwrap();
+    second.durable().await.unwrap();
+    // A log's append whose sync fails and loses it, then one that is
+    // written at the cut-back end: the next sync writes both in order.
+    *gate.fail.lock().unwrap() = 1;
+    store.append("l", v("r2")).await.unwrap_err();
+    store.append("l", v("r3")).await.unwrap();
+    drop(store);
+    let again = FileStore::open(dir.path()).unwrap();
+    let get = |k: &'static str| {
+        let again = again.clone();
+        async move { again.get("b", k).await.unwrap().map(|e| e.value) }
+    };
+    assert_eq!(get("before").await, Some(v("0")));
+    assert_eq!(get("k").await, Some(v("2")), "the later write wins");
+    assert_eq!(get("a").await, Some(v("x")));
+    let records = read_frames(&dir.path().join("kv").join("b.kv")).unwrap();
+    assert_eq!(records.len(), 4, "each record once");
+    let log: Vec<Bytes> = again
+        .read("l", 1, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(log, vec![v("r1"), v("r2"), v("r3")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_waits_for_no_sync() {
     use futures::FutureExt;
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
     let store = gated(dir.path(), &gate);
     // A write whose sync is held shut...
-    let held = first_put(&store, "k").await;
+    let held = first_put(&store, &gate, "k").await;
     // ...and reads answer at their first poll meanwhile (a read that
     // waited for a sync would be pending here).
     let got = store.get("b", "k").now_or_never().expect("a read waited");
