@@ -64,6 +64,14 @@ pub enum Next {
 /// What an input does with each message (or decoded value) `T`.
 pub trait Handler<T>: Send + 'static {
     fn handle(&mut self, item: T) -> impl Future<Output = Next> + Send + '_;
+
+    /// Called by [`raw`] when no message is waiting, before it waits for
+    /// the next: a handler that gathers messages (the report pump, per
+    /// watcher group) hands them on here, so a burst costs one hand-over
+    /// and a lone message is not held.
+    fn caught_up(&mut self) -> impl Future<Output = Next> + Send + '_ {
+        std::future::ready(Next::Go)
+    }
 }
 
 /// A closure is a handler when its future owns what it uses.
@@ -81,7 +89,8 @@ where
 /// Reads `sub` until `shutdown` resolves, the subscription ends, or the
 /// handler says [`Next::Stop`]. A message already waiting is read before
 /// the shutdown signal is looked at (ingest does not poll the signal per
-/// message); once none waits, the signal ends the input.
+/// message); once none waits, the handler is told ([`Handler::caught_up`])
+/// and the signal ends the input.
 pub fn raw<H: Handler<Message>>(
     mut sub: Subscription,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -91,10 +100,23 @@ pub fn raw<H: Handler<Message>>(
         async move {
             let mut shutdown = std::pin::pin!(shutdown);
             loop {
-                let msg = tokio::select! {
-                    biased;
-                    m = sub.next() => m,
-                    _ = &mut shutdown => None,
+                let msg = match sub.try_next() {
+                    Some(m) => Some(m),
+                    None => {
+                        match std::panic::AssertUnwindSafe(handler.caught_up())
+                            .catch_unwind()
+                            .await
+                        {
+                            Ok(Next::Stop) => break,
+                            Ok(Next::Go) => {}
+                            Err(panic) => caught(std::any::type_name::<H>(), panic.as_ref()),
+                        }
+                        tokio::select! {
+                            biased;
+                            m = sub.next() => m,
+                            _ = &mut shutdown => None,
+                        }
+                    }
                 };
                 let Some(msg) = msg else { break };
                 // No per-message copy for the log (this is the report

@@ -202,3 +202,49 @@ async fn a_handler_that_panics_on_one_message_is_counted_and_the_input_goes_on()
     assert!(!task.is_finished(), "the input ended with the panic");
     task.abort();
 }
+
+/// A handler that gathers messages is told when none is waiting: once
+/// after a burst (not per message), and after a lone message at once (it
+/// is not held until the next).
+#[tokio::test]
+async fn a_handler_is_told_once_the_messages_waiting_are_read() {
+    struct Gather(tokio::sync::mpsc::UnboundedSender<String>);
+    impl input::Handler<xo_bus::Message> for Gather {
+        async fn handle(&mut self, m: xo_bus::Message) -> Next {
+            let _ = self.0.send(m.subject);
+            Next::Go
+        }
+        async fn caught_up(&mut self) -> Next {
+            let _ = self.0.send("caught up".into());
+            Next::Go
+        }
+    }
+    let bus = Bus::Local(LocalBus::new());
+    let sub = bus.subscribe("x.>").await.unwrap();
+    // A burst waiting before the input reads.
+    for s in ["x.a", "x.b", "x.c"] {
+        bus.publish(s, Headers::new(), Bytes::new()).await.unwrap();
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = input::raw(
+        sub,
+        async {
+            let _ = stopped.await;
+        },
+        Gather(tx),
+    );
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.push(rx.recv().await.unwrap());
+    }
+    assert_eq!(seen, ["x.a", "x.b", "x.c", "caught up"]);
+    // A lone message: handed on and told at once.
+    bus.publish("x.d", Headers::new(), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(rx.recv().await.as_deref(), Some("x.d"));
+    assert_eq!(rx.recv().await.as_deref(), Some("caught up"));
+    let _ = stop.send(());
+    task.await.unwrap();
+}

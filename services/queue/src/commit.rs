@@ -2,6 +2,14 @@
 //! here; the committer takes every commit waiting, writes all their keys at
 //! once, appends their audit records in order, publishes task events, and
 //! only then runs their replies. A reply therefore always means "durable".
+//!
+//! One batch syncs at a time, and the next is written the moment its sync
+//! ends: every commit that came while it synced, in one write, whose sync
+//! then runs while the last batch's audit, events and replies go out.
+//! Batches finish in the order they were written. A failed sync is written
+//! again by the store (what it may have lost, in order) before it syncs
+//! again: the batch waits and asks again, and nothing after it is written
+//! or answered before it is.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,20 +92,50 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     let task = tokio::spawn(async move {
         let mut chains = Chains::new(ctx.cfg.data_dir());
         let mut caught_up = false;
-        while let Some(first) = rx.recv().await {
-            let mut batch = vec![first];
-            while batch.len() < 4096 {
-                match rx.try_recv() {
-                    Ok(c) => batch.push(c),
-                    Err(_) => break,
-                }
+        // The batch written whose state is not yet known to be on disk.
+        let mut syncing: Option<Written> = None;
+        loop {
+            let Some(mut last) = syncing.take() else {
+                let Some(first) = rx.recv().await else { break };
+                syncing = write(&ctx, gather(first, &mut rx), &mut caught_up).await;
+                continue;
+            };
+            let synced = (&mut last.synced).await;
+            if !made_durable(&ctx, &last.staged, synced).await {
+                // The lease is lost: nothing more is answered here.
+                continue;
             }
-            apply(&ctx, &mut chains, batch, &ship, &mut caught_up).await;
+            // What came while it synced is written now, and its sync runs
+            // while this batch finishes.
+            if let Ok(first) = rx.try_recv() {
+                syncing = write(&ctx, gather(first, &mut rx), &mut caught_up).await;
+            }
+            finish(&ctx, &mut chains, last, &ship).await;
         }
         drop(ship);
         let _ = shipper.await;
     });
     (tx, task)
+}
+
+/// `first` and every commit waiting behind it (at most 4,096).
+fn gather(first: Commit, rx: &mut mpsc::UnboundedReceiver<Commit>) -> Vec<Commit> {
+    let mut batch = vec![first];
+    while batch.len() < 4096 {
+        match rx.try_recv() {
+            Ok(c) => batch.push(c),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// A batch whose state is written; `synced` ends once it is on disk.
+struct Written {
+    effects: Vec<Effects>,
+    replies: Vec<Box<dyn FnOnce() + Send>>,
+    staged: xo_bus::Staged,
+    synced: JoinHandle<xo_bus::StoreResult<()>>,
 }
 
 /// Waits until this instance may write: at once without a standby; while
@@ -146,6 +184,23 @@ impl Failing {
     }
 }
 
+/// Says that a write failed: logged, and [`Ctx::failing`] set (since the
+/// first failure of a run of them).
+fn failed(ctx: &Ctx, what: &str, e: &dyn std::fmt::Display) {
+    {
+        let mut failing = ctx.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let since = failing
+            .as_ref()
+            .map(|f| f.since)
+            .unwrap_or_else(|| ctx.clock.now_ms());
+        *failing = Some(Failing {
+            since,
+            error: format!("{what}: {e}"),
+        });
+    }
+    warn!(error = %e, what, "queue write failed; retrying");
+}
+
 /// Retries a store write until it succeeds (the replies wait for it), or
 /// until this instance loses the lease (`None`: nothing written). While it
 /// fails, [`Ctx::failing`] says so (reads are then answered at once).
@@ -168,18 +223,7 @@ where
                 return Some(v);
             }
             Err(e) => {
-                {
-                    let mut failing = ctx.failing.lock().unwrap_or_else(|p| p.into_inner());
-                    let since = failing
-                        .as_ref()
-                        .map(|f| f.since)
-                        .unwrap_or_else(|| ctx.clock.now_ms());
-                    *failing = Some(Failing {
-                        since,
-                        error: format!("{what}: {e}"),
-                    });
-                }
-                warn!(error = %e, what, "queue write failed; retrying");
+                failed(ctx, what, &e);
                 let wait = delays.next().unwrap_or(Duration::from_secs(2));
                 tokio::time::sleep(wait).await;
             }
@@ -188,7 +232,6 @@ where
 }
 
 struct Effects {
-    writes: Vec<(String, Bytes)>,
     audit: Vec<AuditDraft>,
     project: String,
     events: Vec<TaskEvent>,
@@ -239,20 +282,20 @@ async fn catch_up(ctx: &Ctx) {
     }
 }
 
-async fn apply(
-    ctx: &Ctx,
-    chains: &mut Chains,
-    commits: Vec<Commit>,
-    ship: &mpsc::UnboundedSender<Vec<Bytes>>,
-    caught_up: &mut bool,
-) {
+/// Writes a batch's state (every key once, the last write of each) and
+/// starts waiting for it to be on disk; `None` when this instance may not
+/// write (dropped unanswered: the callers time out and retry on the
+/// holder).
+async fn write(ctx: &Ctx, commits: Vec<Commit>, caught_up: &mut bool) -> Option<Written> {
     // Replies run last, after every await: split off first.
     let mut replies: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
-    let mut batch = Vec::with_capacity(commits.len());
+    let mut effects = Vec::with_capacity(commits.len());
+    // Last write of a key wins: the actor's snapshot at that point is newest.
+    let mut writes: BTreeMap<String, Bytes> = BTreeMap::new();
     for c in commits {
         replies.extend(c.reply);
-        batch.push(Effects {
-            writes: c.writes,
+        writes.extend(c.writes);
+        effects.push(Effects {
             audit: c.audit,
             project: c.project,
             events: c.events,
@@ -261,30 +304,64 @@ async fn apply(
             stuck: c.stuck,
         });
     }
-    // Last write of a key wins: the actor's snapshot at that point is newest.
-    let mut writes: BTreeMap<String, Bytes> = BTreeMap::new();
-    for c in &batch {
-        for (k, v) in &c.writes {
-            writes.insert(k.clone(), v.clone());
-        }
-    }
     if !may_write(ctx, "state").await {
-        // Dropped unanswered: the callers time out and retry on the holder.
-        return;
+        return None;
     }
     if !*caught_up {
         catch_up(ctx).await;
         *caught_up = true;
     }
-    if !writes.is_empty() {
+    let staged = if writes.is_empty() {
+        xo_bus::Staged::durable_already()
+    } else {
         let items: Vec<(String, Bytes)> = writes.into_iter().collect();
-        if retrying(ctx, "state", || ctx.store.put_many(BUCKET, items.clone()))
-            .await
-            .is_none()
-        {
-            return;
-        }
-    }
+        let (_, staged) = retrying(ctx, "state", || {
+            ctx.store.put_many_staged(BUCKET, items.clone())
+        })
+        .await?;
+        staged
+    };
+    let waiting = staged.clone();
+    Some(Written {
+        effects,
+        replies,
+        staged,
+        synced: tokio::spawn(async move { waiting.durable().await }),
+    })
+}
+
+/// Whether the batch's state is on disk: a failed sync is said and asked
+/// again until it succeeds (the store writes the lost bytes again first);
+/// `false` once the lease is lost.
+async fn made_durable(
+    ctx: &Ctx,
+    staged: &xo_bus::Staged,
+    synced: Result<xo_bus::StoreResult<()>, tokio::task::JoinError>,
+) -> bool {
+    let e = match synced {
+        Ok(Ok(())) => return true,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    failed(ctx, "state (sync)", &e);
+    retrying(ctx, "state (sync)", || staged.durable())
+        .await
+        .is_some()
+}
+
+/// Appends a durable batch's audit records, publishes its events and
+/// only then runs its replies.
+async fn finish(
+    ctx: &Ctx,
+    chains: &mut Chains,
+    w: Written,
+    ship: &mpsc::UnboundedSender<Vec<Bytes>>,
+) {
+    let Written {
+        effects: batch,
+        replies,
+        ..
+    } = w;
     let now = ctx.clock.now_ms();
     let mut lines: Vec<(String, Vec<u8>)> = Vec::new();
     for c in &batch {

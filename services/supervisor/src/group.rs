@@ -149,6 +149,12 @@ impl Actor for Group {
                 }
                 state.deliver(unit, msg).await
             }
+            GroupMsg::Reports(reports) => {
+                for (unit, msg) in reports {
+                    state.inbox.handled();
+                    state.deliver(unit, WatcherMsg::Received(msg)).await;
+                }
+            }
             GroupMsg::Drain => {
                 for (unit, msg, superseded) in state.inbox.drain() {
                     state

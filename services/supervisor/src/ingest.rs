@@ -69,9 +69,13 @@ pub async fn pump_reports(
         root: root.clone(),
         shared: shared.clone(),
         routes: Default::default(),
+        gathered: (0..crate::group::GROUPS).map(|_| None).collect(),
     };
     Ok(input::raw(sub, shutdown, pump))
 }
+
+/// Reports gathered for one group before they are handed to it at once.
+const GATHER: usize = 128;
 
 /// The report pump's state: its own routes (no shared lock per report).
 struct ReportPump {
@@ -79,60 +83,111 @@ struct ReportPump {
     root: ActorRef<RootMsg>,
     shared: Arc<Routes>,
     routes: FnvMap<String, ActorRef<GroupMsg>>,
+    /// Per watcher group, the reports read for it and not yet handed
+    /// over, and the group they go to: handed over when the subscription
+    /// has none waiting, at [`GATHER`], or before anything else is sent to
+    /// the group (so a unit's reports keep their order).
+    gathered: Vec<Option<(ActorRef<GroupMsg>, Vec<(String, Message)>)>>,
 }
 
 impl input::Handler<Message> for ReportPump {
     async fn handle(&mut self, msg: Message) -> Next {
-        let ctx = &self.ctx;
+        let ctx = self.ctx.clone();
         ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
         let route = ctx
             .subjects
             .unit_of(&msg.subject)
             .and_then(|unit| route_to(&self.shared, &mut self.routes, unit));
-        let msg = match route {
-            Some((unit, g)) => {
-                // Past `supervisor.inbox_high` waiting for the group, the
-                // unit's latest report is kept, not queued (crate::inbox).
-                let inbox = &ctx.inboxes[crate::group::group_of(unit)];
-                let msg = match inbox.offer(unit, msg, ctx.cfg.supervisor.inbox_high) {
-                    Offer::Send(msg) => msg,
-                    Offer::Kept { drain, shed } => {
-                        if shed {
-                            ctx.counters.shed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        // A group that stopped drains when it starts again.
-                        if drain {
-                            let _ = g.cast(GroupMsg::Drain);
-                        }
-                        return Next::Go;
-                    }
-                };
-                match g.cast(GroupMsg::Unit(unit.clone(), WatcherMsg::Received(msg))) {
-                    Ok(()) => return Next::Go,
-                    // Its group stopped (and is being restarted): ask the
-                    // root again, below.
-                    Err(ractor::MessagingErr::SendErr(GroupMsg::Unit(
-                        _,
-                        WatcherMsg::Received(m),
-                    ))) => {
-                        inbox.handled();
-                        let unit = unit.clone();
-                        self.routes.remove(&unit);
-                        m
-                    }
-                    Err(e) => {
-                        inbox.handled();
-                        let unit = unit.clone();
-                        self.routes.remove(&unit);
-                        warn!(unit = %unit, error = %e, "report lost: its watcher is gone");
-                        return Next::Go;
-                    }
-                }
-            }
-            None => msg,
+        let Some((unit, g)) = route else {
+            return self.first(msg).await;
         };
-        // A unit's first report (or a subject without a unit, which
-        // fails here: the report's unit must be the subject's).
+        // Past `supervisor.inbox_high` waiting for the group, the unit's
+        // latest report is kept, not queued (crate::inbox).
+        let i = crate::group::group_of(unit);
+        let inbox = &ctx.inboxes[i];
+        match inbox.offer(unit, msg, ctx.cfg.supervisor.inbox_high) {
+            Offer::Send(msg) => {
+                let unit = unit.clone();
+                let slot = &mut self.gathered[i];
+                let same = slot
+                    .as_ref()
+                    .is_some_and(|(to, _)| to.get_id() == g.get_id());
+                if slot.is_some() && !same && self.hand_over(i).await == Next::Stop {
+                    return Next::Stop;
+                }
+                let Some(g) = self.routes.get(&unit).cloned() else {
+                    // Its route was dropped handing over: ask the root.
+                    inbox.handled();
+                    return self.first(msg).await;
+                };
+                let (_, reports) = self.gathered[i].get_or_insert_with(|| (g, Vec::new()));
+                reports.push((unit, msg));
+                if reports.len() >= GATHER {
+                    return self.hand_over(i).await;
+                }
+                Next::Go
+            }
+            Offer::Kept { drain, shed } => {
+                if shed {
+                    ctx.counters.shed.fetch_add(1, Ordering::Relaxed);
+                }
+                // A group that stopped drains when it starts again. What
+                // was gathered for it goes first: it came before.
+                if drain {
+                    let g = g.clone();
+                    if self.hand_over(i).await == Next::Stop {
+                        return Next::Stop;
+                    }
+                    let _ = g.cast(GroupMsg::Drain);
+                }
+                Next::Go
+            }
+        }
+    }
+
+    async fn caught_up(&mut self) -> Next {
+        for i in 0..self.gathered.len() {
+            if self.gathered[i].is_some() && self.hand_over(i).await == Next::Stop {
+                return Next::Stop;
+            }
+        }
+        Next::Go
+    }
+}
+
+impl ReportPump {
+    /// Hands what was gathered for group `i` to it; if the group stopped
+    /// (and is being restarted), each report asks the root again, in order.
+    async fn hand_over(&mut self, i: usize) -> Next {
+        let Some((g, reports)) = self.gathered[i].take() else {
+            return Next::Go;
+        };
+        let reports = match g.cast(GroupMsg::Reports(reports)) {
+            Ok(()) => return Next::Go,
+            Err(ractor::MessagingErr::SendErr(GroupMsg::Reports(r))) => r,
+            Err(e) => {
+                warn!(error = %e, "reports lost: their watcher group is gone");
+                return Next::Go;
+            }
+        };
+        let ctx = self.ctx.clone();
+        let inbox = &ctx.inboxes[i];
+        for (unit, msg) in reports {
+            inbox.handled();
+            self.routes.remove(&unit);
+            if self.first(msg).await == Next::Stop {
+                return Next::Stop;
+            }
+        }
+        Next::Go
+    }
+
+    /// A unit's first report (or a subject without a unit, which fails
+    /// here: the report's unit must be the subject's), or one whose group
+    /// stopped: decoded here, so malformed messages never spawn a watcher,
+    /// and the root asked for its watcher.
+    async fn first(&mut self, msg: Message) -> Next {
+        let ctx = &self.ctx;
         let report = match decode::decode_report(ctx, &msg) {
             Ok(r) => r,
             Err(e) => {
@@ -148,6 +203,9 @@ impl input::Handler<Message> for ReportPump {
         else {
             return Next::Stop; // the tree is gone
         };
+        // No report of this unit waits in what is gathered: reports are
+        // gathered only for units with a route, and a route goes only
+        // when what was gathered with it is taken (`hand_over`).
         let m = WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
         if g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok() {
             self.routes.insert(unit, g);

@@ -54,4 +54,7 @@ pub enum GroupMsg {
     Stop(Vec<String>, RpcReplyPort<()>),
     /// Its inbox overflowed: take each unit's latest report from it.
     Drain,
+    /// Reports the pump read for units of this group, in the order they
+    /// came (each counted waiting in the group's inbox).
+    Reports(Vec<(String, xo_bus::Message)>),
 }
