@@ -87,8 +87,11 @@ struct ReportPump {
     /// over, and the group they go to: handed over when the subscription
     /// has none waiting, at [`GATHER`], or before anything else is sent to
     /// the group (so a unit's reports keep their order).
-    gathered: Vec<Option<(ActorRef<GroupMsg>, Vec<(String, Message)>)>>,
+    gathered: Vec<Option<Gathered>>,
 }
+
+/// The group reports go to, and the reports gathered for it: (unit, report).
+type Gathered = (ActorRef<GroupMsg>, Vec<(String, Message)>);
 
 impl input::Handler<Message> for ReportPump {
     async fn handle(&mut self, msg: Message) -> Next {
