@@ -635,19 +635,14 @@ impl FileStore {
         let log = log.to_string();
         self.with(move |dir, st| {
             let l = Self::log(dir, st, &log)?;
-            let end = l
-                .file
-                .metadata()
-                .map(|m| m.len())
-                .map_err(|e| io_err(&l.path, e))?;
             let mut buf = Vec::new();
             let mut offsets = Vec::with_capacity(records.len());
             for r in &records {
-                offsets.push(end + buf.len() as u64);
+                offsets.push(buf.len() as u64);
                 buf.extend_from_slice(&frame(r));
             }
             let at = append_whole(&mut l.file, &l.path, &buf)?;
-            l.offsets.extend(offsets);
+            l.offsets.extend(offsets.into_iter().map(|o| at + o));
             let n = l.offsets.len() as u64;
             let (path, file) = (
                 l.path.clone(),

@@ -58,12 +58,11 @@ impl Hearing {
         }
         Some(self.since.load(Ordering::Relaxed))
     }
+}
 
-    /// How long a peer last heard at `last` has been silent at `now`, as
-    /// far as this side could have heard it; `None` while the bus is not
-    /// heard (a [`Hearing::look`] of its own).
-    pub fn silence(&self, bus: &Bus, last: u64, now: u64) -> Option<u64> {
-        self.look(bus, now)
-            .map(|from| now.saturating_sub(last.max(from)))
-    }
+/// How long a peer last heard at `last` has been silent at `now`, as far
+/// as a side that has heard the bus since `from` ([`Hearing::look`])
+/// could have heard it.
+pub fn silent(last: u64, from: u64, now: u64) -> u64 {
+    now.saturating_sub(last.max(from))
 }

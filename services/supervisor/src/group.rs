@@ -163,10 +163,10 @@ impl Actor for Group {
                 }
             }
             GroupMsg::Start(args) => state.start(*args).await,
-            GroupMsg::Tick(units, now, port) => {
+            GroupMsg::Tick(units, now, heard_from, port) => {
                 for unit in units {
                     if matches!(state.units.get(&unit), Some(Slot::Live(_))) {
-                        state.deliver(unit, WatcherMsg::Tick(now)).await;
+                        state.deliver(unit, WatcherMsg::Tick(now, heard_from)).await;
                     }
                 }
                 if let Some(p) = port {

@@ -95,9 +95,9 @@ type Gathered = (ActorRef<GroupMsg>, Vec<(String, Message)>);
 
 impl input::Handler<Message> for ReportPump {
     async fn handle(&mut self, msg: Message) -> Next {
-        let ctx = self.ctx.clone();
-        ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-        let route = ctx
+        self.ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
+        let route = self
+            .ctx
             .subjects
             .unit_of(&msg.subject)
             .and_then(|unit| route_to(&self.shared, &mut self.routes, unit));
@@ -107,23 +107,29 @@ impl input::Handler<Message> for ReportPump {
         // Past `supervisor.inbox_high` waiting for the group, the unit's
         // latest report is kept, not queued (crate::inbox).
         let i = crate::group::group_of(unit);
-        let inbox = &ctx.inboxes[i];
-        match inbox.offer(unit, msg, ctx.cfg.supervisor.inbox_high) {
+        let high = self.ctx.cfg.supervisor.inbox_high;
+        match self.ctx.inboxes[i].offer(unit, msg, high) {
             Offer::Send(msg) => {
+                let moved = matches!(&self.gathered[i], Some((to, _)) if to.get_id() != g.get_id());
                 let unit = unit.clone();
-                let slot = &mut self.gathered[i];
-                let same = slot
-                    .as_ref()
-                    .is_some_and(|(to, _)| to.get_id() == g.get_id());
-                if slot.is_some() && !same && self.hand_over(i).await == Next::Stop {
-                    return Next::Stop;
+                if moved {
+                    // The group was started again: what was gathered for
+                    // the one before goes first (back through the root).
+                    if self.hand_over(i).await == Next::Stop {
+                        return Next::Stop;
+                    }
                 }
-                let Some(g) = self.routes.get(&unit).cloned() else {
-                    // Its route was dropped handing over: ask the root.
-                    inbox.handled();
-                    return self.first(msg).await;
+                let (_, reports) = match &mut self.gathered[i] {
+                    Some(slot) => slot,
+                    slot @ None => match self.routes.get(&unit) {
+                        Some(g) => slot.insert((g.clone(), Vec::new())),
+                        // Its route went handing over: ask the root.
+                        None => {
+                            self.ctx.inboxes[i].handled();
+                            return self.first(msg).await;
+                        }
+                    },
                 };
-                let (_, reports) = self.gathered[i].get_or_insert_with(|| (g, Vec::new()));
                 reports.push((unit, msg));
                 if reports.len() >= GATHER {
                     return self.hand_over(i).await;
@@ -132,7 +138,7 @@ impl input::Handler<Message> for ReportPump {
             }
             Offer::Kept { drain, shed } => {
                 if shed {
-                    ctx.counters.shed.fetch_add(1, Ordering::Relaxed);
+                    self.ctx.counters.shed.fetch_add(1, Ordering::Relaxed);
                 }
                 // A group that stopped drains when it starts again. What
                 // was gathered for it goes first: it came before.

@@ -44,9 +44,10 @@ pub enum GroupMsg {
     /// unit it routes here); a unit held after a panic gets its held
     /// messages, in order.
     Start(Box<WatcherArgs>),
-    /// The liveness check at `now` for these units; the port, if any, is
-    /// answered when done.
-    Tick(Vec<String>, u64, Option<RpcReplyPort<()>>),
+    /// The liveness check at `now` for these units, with the time silence
+    /// counts from (`None` while the bus is not heard: the root's look,
+    /// [`xo_bus::Hearing::look`]); the port, if any, is answered when done.
+    Tick(Vec<String>, u64, Option<u64>, Option<RpcReplyPort<()>>),
     /// The summaries of these units (those it has).
     Summaries(Vec<String>, RpcReplyPort<Vec<UnitSummary>>),
     /// Stops these units' watchers (evicted, or their partition handed

@@ -467,7 +467,8 @@ impl Actor for Root {
                 let mut due: FnvMap<usize, Vec<String>> = FnvMap::default();
                 for (unit, c) in &state.units {
                     let last_seen = c.live.last_seen.load(Ordering::Relaxed);
-                    let silent = heard_from.map_or(0, |f| now.saturating_sub(last_seen.max(f)));
+                    let silent =
+                        heard_from.map_or(0, |f| xo_bus::hearing::silent(last_seen, f, now));
                     if retention > 0 && silent >= retention {
                         gone.push(unit.clone());
                         continue;
@@ -488,10 +489,13 @@ impl Actor for Root {
                     if port.is_some() {
                         // A caller waiting for the check (tests): wait for each group.
                         let _ = group
-                            .call(|p| GroupMsg::Tick(units, now, Some(p)), Some(ASK_GROUP))
+                            .call(
+                                |p| GroupMsg::Tick(units, now, heard_from, Some(p)),
+                                Some(ASK_GROUP),
+                            )
                             .await;
                     } else {
-                        let _ = group.cast(GroupMsg::Tick(units, now, None));
+                        let _ = group.cast(GroupMsg::Tick(units, now, heard_from, None));
                     }
                 }
                 if !gone.is_empty() {

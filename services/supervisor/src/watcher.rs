@@ -28,8 +28,9 @@ pub enum WatcherMsg {
     /// older ones it replaced there (shed: not counted as a gap).
     Latest(xo_bus::Message, u64),
     Heartbeat(Heartbeat),
-    /// The liveness check at `now` (ms), and a save if one is due.
-    Tick(u64),
+    /// The liveness check at `now` (ms), silence counted from the second
+    /// (`None`: the supervisor hears nobody), and a save if one is due.
+    Tick(u64, Option<u64>),
     Summary(RpcReplyPort<UnitSummary>),
     Detail(RpcReplyPort<UnitDetail>),
     Operator(SteerUnit, RpcReplyPort<Steering>),
@@ -676,14 +677,11 @@ impl WatcherState {
                 }
                 state.changed();
             }
-            WatcherMsg::Tick(now) => {
+            WatcherMsg::Tick(now, heard_from) => {
                 let stale_after = state.ctx.cfg.supervisor.stale_after_ms;
                 // Not silent while the supervisor itself hears nobody.
-                let ctx = &state.ctx;
-                let silent = ctx
-                    .hearing
-                    .silence(&ctx.bus, state.rec.last_seen, now)
-                    .unwrap_or(0);
+                let silent =
+                    heard_from.map_or(0, |f| xo_bus::hearing::silent(state.rec.last_seen, f, now));
                 if !state.rec.stale && !state.rec.ended && silent >= stale_after {
                     state.rec.stale = true;
                     state.live.stale.store(true, Ordering::Relaxed);

@@ -101,7 +101,8 @@ pub(super) fn dirty_paths(state: &State) -> Vec<PathBuf> {
     state
         .files
         .iter()
-        .filter(|(_, f)| f.dirty.is_some() || f.rewrite)
+        // A failed sync keeps its handle: a file to write again is dirty.
+        .filter(|(_, f)| f.dirty.is_some())
         .map(|(p, _)| p.clone())
         .collect()
 }

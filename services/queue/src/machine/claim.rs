@@ -145,7 +145,7 @@ impl Machine {
             .values()
             .filter_map(|t| match (&t.state, &t.lease) {
                 (TaskState::Running, Some(l))
-                    if now.saturating_sub(l.renewed_at.max(heard_from)) >= self.lease_ms =>
+                    if xo_bus::hearing::silent(l.renewed_at, heard_from, now) >= self.lease_ms =>
                 {
                     Some((t.task.task_id.clone(), l.checkpoint))
                 }
