@@ -1,4 +1,9 @@
-//! Test harness: a real `nats-server` per test behind a guard.
+//! Test harness: the one place end-to-end tests get what they run on.
+//!
+//! [`sandbox::Sandbox`] starts the services a test names through the
+//! product's own fabric, on the embedded bus or a real nats-server, with a
+//! clock the test owns; [`launcher::Xo`] runs the `xo` binary as a user
+//! does. The tests themselves live in one place, `app/cli/tests/`.
 //!
 //! `let nats = NatsServer::start();` runs `nats-server` with JetStream on a
 //! free port and a temporary store; `Drop` kills it and removes the store.
@@ -13,8 +18,10 @@ pub mod compose;
 pub mod ctl;
 pub mod docker;
 pub mod fuzz;
+pub mod launcher;
 pub mod openai;
 pub mod procs;
+pub mod sandbox;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 /// A folder outside the temp folder (which confined agents may write and
 /// read): the state directory under test must not be in it.
@@ -25,14 +26,12 @@ fn outside_temp() -> PathBuf {
 }
 
 fn xo(dir: &Path, state: &Path, port: u16) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
-    c.current_dir(dir)
-        .env_remove("XO_NATS_URL")
+    Xo::new()
+        .dir(dir)
         .env("RUST_LOG", "warn")
-        .env("XO__STATE__DIR", state)
+        .env("XO__STATE__DIR", state.display().to_string())
         .env("XO__CONSOLE__LISTEN", format!("127.0.0.1:{port}"))
-        .stdin(Stdio::null());
-    c
+        .command(&[])
 }
 
 fn run(dir: &Path, state: &Path, port: u16, args: &[&str]) -> Output {
@@ -46,7 +45,8 @@ fn text(b: &[u8]) -> String {
 /// The probes, as one shell script writing `<name>.rc` (the exit code) and
 /// `<name>.out` for each into the current folder.
 fn probes(state: &Path, key: &Path, port: u16) -> String {
-    let xo = env!("CARGO_BIN_EXE_xo");
+    let xo = xo_tests::launcher::bin();
+    let xo = xo.display();
     let s = state.display();
     let api = format!(
         "import sys,urllib.request\ntoken=''\ntry:\n  token=open('{s}/console.token').read().strip()\nexcept Exception as e:\n  print('token:',e)\nr=urllib.request.Request('http://127.0.0.1:{port}/api/v1/queue/halt',data=b'{{\"reason\":\"agent\"}}',method='POST',headers={{'Authorization':'Bearer '+token,'Content-Type':'application/json'}})\ntry:\n  print(urllib.request.urlopen(r,timeout=5).status)\nexcept Exception as e:\n  print('failed:',e); sys.exit(1)\n"

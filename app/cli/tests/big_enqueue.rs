@@ -3,18 +3,17 @@
 //! every task, and `xo tasks` pages through them. Refusals name the tasks.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
 use xo_proto::queue::QueueStatus;
 use xo_tests::NatsServer;
 
-mod common;
-
-use common::xo_nats as xo;
+use xo_tests::launcher::Xo;
 
 fn serve_queue(url: &str, state: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .args(["serve", "queue", "--nats", url])
         .env("XO__STATE__DIR", state)
         .env("RUST_LOG", "error")
@@ -43,7 +42,7 @@ fn a_hundred_thousand_tasks_enqueue_in_parts_and_list_in_pages() {
     // The queue is up when `init` answers.
     let mut init = None;
     for _ in 0..200 {
-        let o = xo(&url, dir.path(), &["init"]);
+        let o = Xo::on_nats(&url, dir.path()).run(&["init"]);
         if o.status.success() {
             init = Some(o);
             break;
@@ -74,21 +73,21 @@ fn a_hundred_thousand_tasks_enqueue_in_parts_and_list_in_pages() {
         std::fs::metadata(&file).unwrap().len() > 10 * 262_144,
         "the file is far over one message"
     );
-    let out = ok(&xo(&url, dir.path(), &["enqueue", file.to_str().unwrap()]));
+    let out = ok(&Xo::on_nats(&url, dir.path()).run(&["enqueue", file.to_str().unwrap()]));
     assert!(
         out.contains(&format!("enqueued {N} of {N} tasks in")),
         "{out}"
     );
 
-    let status: QueueStatus =
-        serde_json::from_str(&ok(&xo(&url, dir.path(), &["status", "--json"]))).unwrap();
+    let status: QueueStatus = serde_json::from_str(&ok(
+        &Xo::on_nats(&url, dir.path()).run(&["status", "--json"])
+    ))
+    .unwrap();
     assert_eq!(status.counts["pending"], N as u64);
 
-    let listed: Vec<serde_json::Value> = serde_json::from_str(&ok(&xo(
-        &url,
-        dir.path(),
-        &["tasks", "--state", "pending", "--json"],
-    )))
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&ok(
+        &Xo::on_nats(&url, dir.path()).run(&["tasks", "--state", "pending", "--json"])
+    ))
     .unwrap();
     assert_eq!(listed.len(), N, "every task, page by page");
     // In enqueue order: the last task was sent before the first (its dependant).
@@ -101,7 +100,7 @@ fn a_hundred_thousand_tasks_enqueue_in_parts_and_list_in_pages() {
     assert!(pos(&format!("t{:06}", N - 1)) < pos("t000000"));
 
     // The same file again adds nothing and says so.
-    let out = ok(&xo(&url, dir.path(), &["enqueue", file.to_str().unwrap()]));
+    let out = ok(&Xo::on_nats(&url, dir.path()).run(&["enqueue", file.to_str().unwrap()]));
     assert!(out.contains(&format!("enqueued 0 of {N}")), "{out}");
 
     // A cycle is refused before anything is sent, naming its tasks.
@@ -112,7 +111,7 @@ fn a_hundred_thousand_tasks_enqueue_in_parts_and_list_in_pages() {
             {"task_id":"C-2","intent":"b","instructions":"b","role":"coder","depends_on":["C-1"]}]"#,
     )
     .unwrap();
-    let o = xo(&url, dir.path(), &["enqueue", cyc.to_str().unwrap()]);
+    let o = Xo::on_nats(&url, dir.path()).run(&["enqueue", cyc.to_str().unwrap()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("dependency cycle: C-1 -> C-2 -> C-1"), "{err}");
@@ -123,7 +122,7 @@ fn a_hundred_thousand_tasks_enqueue_in_parts_and_list_in_pages() {
         r#"{"task_id":"G-1","intent":"a","instructions":"a","role":"coder","depends_on":["nope"]}"#,
     )
     .unwrap();
-    let o = xo(&url, dir.path(), &["enqueue", ghost.to_str().unwrap()]);
+    let o = Xo::on_nats(&url, dir.path()).run(&["enqueue", ghost.to_str().unwrap()]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("G-1") && err.contains("nope"), "{err}");

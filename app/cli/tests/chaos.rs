@@ -4,11 +4,12 @@
 //! store and each runner), then every invariant checked — the bench exits 1
 //! when one breaks. Longer runs: `xo bench chaos --secs 600`.
 
-use std::process::Command;
+use xo_tests::launcher::Xo;
 
 #[test]
 fn every_process_killed_once_and_the_invariants_hold() {
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .args([
             "bench",
             "chaos",

@@ -9,6 +9,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use xo_tests::launcher::Xo;
 
 fn user_lines(conf: &str) -> Vec<String> {
     conf.lines()
@@ -51,7 +52,8 @@ fn the_rendered_chart_is_valid_hardened_and_locks_nats_down() {
 
     // The configuration the chart writes for a cluster with sharded
     // supervisors is one `xo` accepts (every key known, values valid).
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .arg("--config")
         .arg(out.path().join("xo-cluster.toml"))
         .arg("config")
@@ -83,10 +85,7 @@ fn the_rendered_chart_is_valid_hardened_and_locks_nats_down() {
         args.push("--runner".into());
         args.push(u.clone());
     }
-    let made = Command::new(env!("CARGO_BIN_EXE_xo"))
-        .args(&args)
-        .output()
-        .unwrap();
+    let made = Xo::new().command(&[]).args(&args).output().unwrap();
     assert!(made.status.success());
     let generated = String::from_utf8_lossy(&made.stdout).to_string();
     assert_eq!(user_lines(&conf), user_lines(&generated));

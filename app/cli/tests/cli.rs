@@ -3,16 +3,13 @@
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use xo_tests::NatsServer;
 
+/// `xo` in `dir` with its log at `warn` (the console as configured).
 fn xo(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
-    c.current_dir(dir)
-        .env_remove("XO_NATS_URL")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null());
-    c
+    Xo::new().dir(dir).env("RUST_LOG", "warn").command(&[])
 }
 
 fn run(dir: &Path, args: &[&str]) -> Output {
@@ -918,7 +915,7 @@ fn a_closed_pipe_ends_a_command_quietly() {
 #[test]
 fn the_benches_live_beside_the_product_binary_not_in_it() {
     let dir = tempfile::tempdir().unwrap();
-    let xo_bin = std::fs::read(env!("CARGO_BIN_EXE_xo")).unwrap();
+    let xo_bin = std::fs::read(xo_tests::launcher::bin()).unwrap();
     let bench_bin = std::fs::read(env!("CARGO_BIN_EXE_xo-bench")).unwrap();
     // Text of `xo bench console` and of the tests' nats-server guard.
     for only_bench in [
@@ -965,7 +962,8 @@ fn the_benches_live_beside_the_product_binary_not_in_it() {
 /// the tests' own targets; a short run here, and a wrong target named.
 #[test]
 fn the_fuzz_targets_run_long_as_a_bench() {
-    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let out = Xo::new()
+        .command(&[])
         .args([
             "bench",
             "fuzz",
@@ -1008,7 +1006,8 @@ fn the_fuzz_targets_run_long_as_a_bench() {
         !text.contains("salute_codec"),
         "only what was asked: {text}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let out = Xo::new()
+        .command(&[])
         .args(["bench", "fuzz", "--only", "nope"])
         .output()
         .unwrap();

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use async_nats::jetstream;
 use xo_bus::{Bus, NatsBus};
@@ -15,7 +16,8 @@ use xo_tests::cluster::NatsCluster;
 use xo_tests::ctl::{Next, begin, claim, complete};
 
 fn serve_queue(url: &str, data: &std::path::Path, prefix: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .args(["serve", "queue", "--nats", url])
         .env("XO__NATS__REPLICAS", "3")
         .env("XO__ORG__PREFIX", prefix)

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::Subjects;
@@ -14,7 +15,8 @@ use xo_tests::compose::{Project, password, run};
 async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     run(Command::new(root.join("deploy/docker/build"))
-        .args(["--binary", env!("CARGO_BIN_EXE_xo")])
+        .arg("--binary")
+        .arg(xo_tests::launcher::bin())
         .current_dir(&root));
     let project = format!("xoc{}", std::process::id());
     let port = xo_tests::free_port().to_string();
@@ -118,8 +120,9 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         );
     }
     // Two runners shared the work through the shared volume.
-    let units =
-        run(Command::new(env!("CARGO_BIN_EXE_xo")).args(["--nats", &url, "units", "--json"]));
+    let units = run(Xo::new()
+        .command(&[])
+        .args(["--nats", &url, "units", "--json"]));
     assert!(
         units.matches("\"role\": \"coder\"").count() >= 2
             || units.matches("\"role\":\"coder\"").count() >= 2,

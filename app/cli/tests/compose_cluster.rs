@@ -95,7 +95,8 @@ async fn healthy(p: &Project, want: usize) {
 async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose_cluster() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     run(Command::new(root.join("deploy/docker/build"))
-        .args(["--binary", env!("CARGO_BIN_EXE_xo")])
+        .arg("--binary")
+        .arg(xo_tests::launcher::bin())
         .current_dir(&root));
     let ports: Vec<String> = (0..4).map(|_| xo_tests::free_port().to_string()).collect();
     let env = vec![

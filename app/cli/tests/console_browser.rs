@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
@@ -27,7 +28,7 @@ impl Drop for Procs {
 }
 
 fn xo(root: &Path, port: u16, extra_env: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+    let mut c = Xo::new().command(&[]);
     c.current_dir(root)
         .env("XO__STATE__DIR", root.join("state"))
         .env("XO__CONSOLE__LISTEN", format!("127.0.0.1:{port}"))
@@ -1435,7 +1436,8 @@ async fn read_only_hides_and_refuses_every_action() {
 /// of the fleet page in Chromium makes no request per report.
 #[test]
 fn the_console_bench_runs_and_prints_its_figures() {
-    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let out = Xo::new()
+        .command(&[])
         .args([
             "bench",
             "console",

@@ -128,7 +128,8 @@ async fn the_fabric_in_containers_survives_kill_partition_and_a_nats_outage() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     // The images, from the xo binary this test was built with.
     let out = Command::new(root.join("deploy/docker/build"))
-        .args(["--binary", env!("CARGO_BIN_EXE_xo")])
+        .arg("--binary")
+        .arg(xo_tests::launcher::bin())
         .current_dir(&root)
         .output()
         .unwrap();

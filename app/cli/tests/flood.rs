@@ -6,15 +6,13 @@
 //! one (one address keeps `console.max_per_client`), one beyond a bound is
 //! refused with 503, and both are logged at 1, 2, 4…
 
-mod common;
-
 use std::io::Read;
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{answered, xo};
+use xo_tests::launcher::Xo;
 
 /// The console's address from `xo up`'s log, once it serves.
 fn console_addr(log: &Path) -> String {
@@ -42,7 +40,7 @@ fn a_console_flood_leaves_the_bus_socket_to_operators() {
         .arg("-c")
         .arg(format!(
             "ulimit -n 256 && exec '{}' up",
-            env!("CARGO_BIN_EXE_xo")
+            xo_tests::launcher::bin().display()
         ))
         .current_dir(d)
         .env_remove("XO_NATS_URL")
@@ -53,7 +51,7 @@ fn a_console_flood_leaves_the_bus_socket_to_operators() {
         .spawn()
         .unwrap();
     let addr = console_addr(&log);
-    answered(d, &mut up);
+    Xo::in_dir(d).wait_answered(&mut up);
     // 400 clients hold connections open (more than the process has
     // descriptors) and send nothing.
     let mut flood = Vec::new();
@@ -87,13 +85,13 @@ fn a_console_flood_leaves_the_bus_socket_to_operators() {
         "{closed} closed, {refused} refused"
     );
     // The bus socket still serves the operator, and a write goes through.
-    let st = xo(d, &["status", "--json"]);
+    let st = Xo::in_dir(d).run(&["status", "--json"]);
     assert!(
         st.status.success(),
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let init = xo(d, &["init"]);
+    let init = Xo::in_dir(d).run(&["init"]);
     assert!(
         init.status.success(),
         "{}",

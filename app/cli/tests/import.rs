@@ -4,7 +4,8 @@
 //! the Claude Code and Codex hooks held to their agents' hook contracts.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+use xo_tests::launcher::Xo;
 
 fn xo(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
     xo_env(dir, args, stdin, &[])
@@ -17,7 +18,7 @@ fn xo_env(
     stdin: Option<&[u8]>,
     env: &[(&str, &str)],
 ) -> std::process::Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+    let mut c = Xo::new().command(&[]);
     c.current_dir(dir)
         .env_remove("XO_NATS_URL")
         .env_remove("CLAUDE_PROJECT_DIR")

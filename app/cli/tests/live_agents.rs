@@ -8,8 +8,9 @@
 //! task completes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::Subjects;
@@ -58,7 +59,7 @@ impl Rig {
         env: &[(&str, PathBuf)],
     ) {
         let log = std::fs::File::create(self.root.join(format!("{name}.log"))).unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        let mut c = Xo::new().command(&[]);
         c.current_dir(&self.root).args(["--log-format", "json"]);
         if !self.url.is_empty() {
             c.args(["--nats", &self.url]);
@@ -603,7 +604,8 @@ async fn each_task_works_in_its_own_tree_and_its_diff_reaches_the_project() {
         "before\n"
     );
     // `xo task diff` shows it.
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .current_dir(&rig.root)
         .args(["--nats", &rig.url, "task", "diff", "wt-1"])
         .env("XO__STATE__DIR", rig.root.join("state"))
@@ -651,7 +653,8 @@ async fn each_task_works_in_its_own_tree_and_its_diff_reaches_the_project() {
         "one\ntwo\n"
     );
     // A task that has no diff is said so.
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .current_dir(&rig.root)
         .args(["--nats", &rig.url, "task", "diff", "nope"])
         .output()

@@ -5,8 +5,9 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus, nats::ConnectOptions, typed};
 use xo_proto::Subjects;
@@ -25,7 +26,8 @@ const PASSWORDS: [(&str, &str); 7] = [
 
 fn secured() -> (NatsServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let out = Xo::new()
+        .command(&[])
         .args(["nats-config", "--runner", "coder-1", "--runner", "coder-2"])
         .output()
         .unwrap();
@@ -150,7 +152,8 @@ fn serve(
     pass: &str,
     args: &[&str],
 ) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .args(["--nats", &nats.url()])
         .args(args)
         .env("XO__NATS__USER", user)
@@ -260,7 +263,8 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
 
 /// `deploy/nats/<file>` is what `xo nats-config ARGS` prints.
 fn assert_shipped(args: &[&str], file: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let out = Xo::new()
+        .command(&[])
         .arg("nats-config")
         .args(args)
         .output()

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use xo_tests::NatsServer;
 
@@ -90,7 +91,8 @@ fn certificates(dir: &Path) {
 }
 
 fn xo(dir: &Path, url: &str, tls: &[(&str, String)], args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .args(args)
         .current_dir(dir)
         .env("XO_NATS_URL", url)
@@ -141,7 +143,8 @@ fn tls_and_credentials_in_the_url() {
     ];
 
     // The queue on TLS with the URL's credentials; `xo init` through it.
-    let queue = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let queue = Xo::new()
+        .command(&[])
         .args(["serve", "queue"])
         .current_dir(d)
         .env("XO_NATS_URL", &url)

@@ -10,10 +10,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use xo_tests::ctl::ask;
+use xo_tests::launcher::Xo;
 
 use axum::Router;
 use axum::extract::State;
@@ -35,7 +35,7 @@ struct Night {
 impl Night {
     fn spawn(&mut self, name: &str, args: &[&str]) {
         let r = &self.procs.root;
-        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        let mut c = Xo::new().command(&[]);
         c.args(["--nats", &self.url, "--config"])
             .arg(&self.config)
             .args(["--log-format", "json"])

@@ -20,6 +20,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use opentelemetry::trace::TraceContextExt;
 use tracing::Instrument;
@@ -74,7 +75,8 @@ async fn a_report_and_its_steering_are_one_trace_at_the_collector() {
     let nats = NatsServer::start();
     let url = nats.url();
     let supervisor = Killed(
-        Command::new(env!("CARGO_BIN_EXE_xo"))
+        Xo::new()
+            .command(&[])
             .args(["serve", "supervisor", "--nats", &url])
             .env("XO__STATE__DIR", dir.path().join("state"))
             .env("XO__TELEMETRY__OTLP_ENDPOINT", &endpoint)
@@ -306,7 +308,7 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
     let url = nats.url();
     let mut procs = xo_tests::procs::Procs::new(dir.path().to_path_buf());
     let spawn = |procs: &mut xo_tests::procs::Procs, name: &str, args: &[&str]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        let mut c = Xo::new().command(&[]);
         c.args(["--nats", &url])
             .args(args)
             .env("XO__STATE__DIR", dir.path().join("state"))

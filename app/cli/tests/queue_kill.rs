@@ -2,14 +2,16 @@
 //! none is completed twice.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus};
 use xo_tests::NatsServer;
 use xo_tests::ctl::{Next, begin, claim, complete};
 
 fn serve_queue(url: &str, data: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .args(["serve", "queue", "--nats", url])
         .env("XO__QUEUE__LEASE_MS", "1500")
         .env("XO__QUEUE__DATA_DIR", data)

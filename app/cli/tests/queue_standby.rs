@@ -6,8 +6,9 @@
 //! lease is taken from it stops serving at once, and says why.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus, NatsStore, Store};
 use xo_proto::queue::*;
@@ -17,7 +18,8 @@ use xo_tests::ctl::{Next, begin, claim, complete, must};
 const LEASE_MS: u64 = 1500;
 
 fn serve_queue(url: &str, data: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .args(["serve", "queue", "--nats", url])
         .env("XO__QUEUE__LEASE_MS", "1500")
         .env("XO__QUEUE__LEADER_LEASE_MS", LEASE_MS.to_string())

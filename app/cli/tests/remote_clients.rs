@@ -5,14 +5,12 @@
 //! another (empty) state directory: it has no file to read, only the bus.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
 use xo_tests::NatsServer;
 
-mod common;
-
-use common::xo_nats as xo;
+use xo_tests::launcher::Xo;
 
 /// The fabric (`xo up`) in its own process, killed when dropped.
 struct Fabric(Child);
@@ -32,7 +30,7 @@ fn text(b: &[u8]) -> String {
 /// the bound is a hang guard, not a timing assertion.
 fn until(url: &str, state: &Path, args: &[&str], done: impl Fn(&Output) -> bool) -> Output {
     for _ in 0..400 {
-        let o = xo(url, state, args);
+        let o = Xo::on_nats(url, state).run(args);
         if done(&o) {
             return o;
         }
@@ -61,7 +59,8 @@ fn audit_verify_and_review_log_answer_for_a_fabric_elsewhere() {
     std::fs::write(&runlog, format!("{run}\n")).unwrap();
 
     let _fabric = Fabric(
-        Command::new(env!("CARGO_BIN_EXE_xo"))
+        Xo::new()
+            .command(&[])
             .args(["up", "--nats", &url])
             .env("XO__STATE__DIR", there.path())
             .env("RUST_LOG", "error")
@@ -72,11 +71,11 @@ fn audit_verify_and_review_log_answer_for_a_fabric_elsewhere() {
     );
     let h = here.path();
     until(&url, h, &["init"], |o| o.status.success());
-    let o = xo(&url, h, &["goal", "set", "ship it", "--project", "p"]);
+    let o = Xo::on_nats(&url, h).run(&["goal", "set", "ship it", "--project", "p"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
 
     // The queue's own check, from here: its file is there, not here.
-    let o = xo(&url, h, &["audit", "verify", "--project", "p"]);
+    let o = Xo::on_nats(&url, h).run(&["audit", "verify", "--project", "p"]);
     let out = text(&o.stdout);
     assert!(o.status.success(), "{out}{}", text(&o.stderr));
     assert!(out.starts_with("project p: chain intact, "), "{out}");
@@ -92,7 +91,7 @@ fn audit_verify_and_review_log_answer_for_a_fabric_elsewhere() {
     let file = xo_queue::audit::file_for(&there.path().join("data"), "p");
     let log = std::fs::read_to_string(&file).unwrap();
     std::fs::write(&file, log.replacen("\"GOAL_SET\"", "\"GOAL_SET \"", 1)).unwrap();
-    let o = xo(&url, h, &["audit", "verify", "--project", "p"]);
+    let o = Xo::on_nats(&url, h).run(&["audit", "verify", "--project", "p"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
     assert!(
         text(&o.stdout).contains("broken at line "),
@@ -110,7 +109,7 @@ fn audit_verify_and_review_log_answer_for_a_fabric_elsewhere() {
         .collect();
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0]["summary"], "on course");
-    let o = xo(&url, h, &["review", "log"]);
+    let o = Xo::on_nats(&url, h).run(&["review", "log"]);
     let out = text(&o.stdout);
     assert!(
         out.contains("assessor") && out.contains("on course"),
@@ -120,11 +119,11 @@ fn audit_verify_and_review_log_answer_for_a_fabric_elsewhere() {
 
     // With nothing answering, each says so and reads the files here.
     drop(_fabric);
-    let o = xo(&url, h, &["review", "log"]);
+    let o = Xo::on_nats(&url, h).run(&["review", "log"]);
     let out = text(&o.stdout);
     assert!(out.contains("no review service answered"), "{out}");
     assert!(out.contains("no review runs yet"), "{out}");
-    let o = xo(&url, h, &["audit", "verify", "--project", "p"]);
+    let o = Xo::on_nats(&url, h).run(&["audit", "verify", "--project", "p"]);
     assert!(
         text(&o.stdout).contains("no queue answered"),
         "{}",

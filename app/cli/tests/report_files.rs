@@ -2,12 +2,10 @@
 //! supervisor of `xo up`: a writer that rewrites `<unit>_latest.json`
 //! without raising `time.seq` is told so in the log (issue 26, item 6).
 
-mod common;
-
 use std::io::Read;
 use std::time::Duration;
 
-use common::{stop, up_with, xo};
+use xo_tests::launcher::Xo;
 
 fn report(turn: u64, seq: u64) -> String {
     format!(
@@ -17,7 +15,7 @@ fn report(turn: u64, seq: u64) -> String {
 
 /// The seq `xo units scout` shows, once the unit is known.
 fn seq_shown(dir: &std::path::Path) -> Option<u64> {
-    let o = xo(dir, &["units", "scout", "--json"]);
+    let o = Xo::in_dir(dir).run(&["units", "scout", "--json"]);
     if !o.status.success() {
         return None;
     }
@@ -32,14 +30,10 @@ fn a_report_file_rewritten_with_the_same_seq_is_logged() {
     std::fs::create_dir_all(vol.join("reports")).unwrap();
     let log = dir.path().join("up.log");
     let vol_path = vol.display().to_string();
-    let up = up_with(
-        dir.path(),
-        &[
-            ("XO__SUPERVISOR__VOLUME", &vol_path),
-            ("XO__SUPERVISOR__FILE_POLL_MS", "20"),
-        ],
-        std::fs::File::create(&log).unwrap(),
-    );
+    let up = Xo::in_dir(dir.path())
+        .env("XO__SUPERVISOR__VOLUME", vol_path)
+        .env("XO__SUPERVISOR__FILE_POLL_MS", "20")
+        .up_logged(std::fs::File::create(&log).unwrap());
     let file = vol.join("reports/scout_latest.json");
     // Replaced whole, as a writer on the volume must.
     let write = |body: String| {
@@ -81,7 +75,7 @@ fn a_report_file_rewritten_with_the_same_seq_is_logged() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(n, 1, "{}", std::fs::read_to_string(&log).unwrap());
-    let o = xo(dir.path(), &["units", "scout", "--json"]);
+    let o = Xo::in_dir(dir.path()).run(&["units", "scout", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["summary"]["turn"], 1, "the rewrite was not taken: {v}");
 
@@ -89,6 +83,6 @@ fn a_report_file_rewritten_with_the_same_seq_is_logged() {
     write(report(23, 2));
     wait_seq(2);
     assert_eq!(logged(), 1);
-    let out = stop(up);
+    let out = up.stop();
     assert!(out.status.success(), "{out:?}");
 }

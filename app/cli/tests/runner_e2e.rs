@@ -9,9 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 use xo_tests::ctl::ask;
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::Steering;
@@ -28,7 +28,7 @@ struct Fleet {
 impl Fleet {
     fn spawn(&mut self, name: &str, args: &[&str]) {
         let r = &self.root;
-        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        let mut c = Xo::new().command(&[]);
         c.args(["--nats", &self.url, "--log-format", "json"])
             .args(args)
             .env("XO__STATE__DIR", r.join("state"))

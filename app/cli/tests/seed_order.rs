@@ -12,9 +12,9 @@
 //!   the work it left.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 use xo_tests::ctl::ask;
+use xo_tests::launcher::Xo;
 
 use axum::Router;
 use axum::extract::State;
@@ -139,7 +139,7 @@ impl Fabric {
 
     fn spawn(&mut self, name: &str, args: &[&str], env: &[(&str, &str)]) {
         let root = &self.root;
-        let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+        let mut c = Xo::new().command(&[]);
         c.args(["--nats", &self.nats.url(), "--log-format", "json"])
             .args(args)
             .env("XO__STATE__DIR", root.join("state"))

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus, NatsStore, Store, typed};
 use xo_proto::codec::Format;
@@ -39,7 +40,7 @@ fn report(i: usize, turn: u64, seq: u64, fill: f64) -> SaluteReport {
 }
 
 fn supervisor(url: &str, name: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"));
+    let mut c = Xo::new().command(&[]);
     c.args(["serve", "supervisor", "--nats", url])
         .env("XO__SUPERVISOR__PARTITIONS", PARTITIONS.to_string())
         .env("XO__SUPERVISOR__PARTITION_LEASE_MS", LEASE_MS.to_string())
@@ -143,7 +144,8 @@ async fn publish_all(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
     let dir = tempfile::tempdir().unwrap();
-    let made = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let made = Xo::new()
+        .command(&[])
         .args(["nats-config", "--partitions", &PARTITIONS.to_string()])
         .output()
         .unwrap();

@@ -4,20 +4,19 @@
 //! runner` ignored both signals while NATS was down, and a runner started
 //! while `xo up` was down exited.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{answered, xo};
 use xo_tests::NatsServer;
+use xo_tests::launcher::Xo;
 
 /// `xo ARGS` in `dir`, its log lines sent to the returned receiver.
 fn spawn(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let mut child = Xo::new()
+        .command(&[])
         .args(args)
         .current_dir(dir)
         .env_remove("XO_NATS_URL")
@@ -157,12 +156,12 @@ fn a_runner_started_before_xo_up_waits_for_it() {
     wait_for(&rx, "waiting for the bus", &mut seen);
     assert!(runner.try_wait().unwrap().is_none(), "the runner exited");
     let (mut up, _up_log) = spawn(d, &["up"], &[]);
-    answered(d, &mut up);
+    Xo::in_dir(d).wait_answered(&mut up);
     wait_for(&rx, "xo up answered", &mut seen);
     // It is a runner of this fabric now: the fleet lists it.
     let mut listed = false;
     for _ in 0..300 {
-        let o = xo(d, &["units", "--json"]);
+        let o = Xo::in_dir(d).run(&["units", "--json"]);
         if String::from_utf8_lossy(&o.stdout).contains("coder") {
             listed = true;
             break;

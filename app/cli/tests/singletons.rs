@@ -4,9 +4,10 @@
 //! on a real nats-server deliver each alert once, and when the active one
 //! is killed another takes over and the next alert is delivered once.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use axum::Router;
 use axum::extract::State;
@@ -26,7 +27,8 @@ async fn hook(State(got): State<Got>, body: axum::Json<serde_json::Value>) -> &'
 }
 
 fn replica(nats: &NatsServer, conf: &std::path::Path, dir: &std::path::Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .args(["--nats", &nats.url(), "--config"])
         .arg(conf)
         .args(["serve", "supervisor"])

@@ -4,13 +4,11 @@
 //! the offset; `xo store repair` keeps a backup, drops only the damaged
 //! record and says so; `xo up` then starts with every other task.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{stop, up, up_with, xo};
+use xo_tests::launcher::Xo;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -18,7 +16,7 @@ fn text(b: &[u8]) -> String {
 
 /// `xo up` in `dir` with the queue initialised and `n` tasks enqueued from
 /// a task file.
-fn seeded(dir: &Path, n: usize) -> std::process::Child {
+fn seeded(dir: &Path, n: usize) -> xo_tests::launcher::Up {
     let tasks: Vec<serde_json::Value> = (0..n)
         .map(|i| {
             serde_json::json!({"task_id": format!("t{i:04}"), "intent": "x",
@@ -26,9 +24,9 @@ fn seeded(dir: &Path, n: usize) -> std::process::Child {
         })
         .collect();
     std::fs::write(dir.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
-    let u = up(dir);
+    let u = Xo::in_dir(dir).up();
     for args in [&["init"][..], &["enqueue", "tasks.json"]] {
-        let o = xo(dir, args);
+        let o = Xo::in_dir(dir).run(args);
         assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
     }
     u
@@ -48,7 +46,8 @@ fn record_offsets(bytes: &[u8]) -> Vec<usize> {
 
 /// `xo up` in `dir`, which must refuse to start: what it said.
 fn up_refused(dir: &Path) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .arg("up")
         .current_dir(dir)
         .env_remove("XO_NATS_URL")
@@ -62,7 +61,7 @@ fn up_refused(dir: &Path) -> String {
 
 fn pending(dir: &Path) -> u64 {
     let s: serde_json::Value =
-        serde_json::from_str(&text(&xo(dir, &["status", "--json"]).stdout)).unwrap();
+        serde_json::from_str(&text(&Xo::in_dir(dir).run(&["status", "--json"]).stdout)).unwrap();
     s["counts"]["pending"].as_u64().unwrap()
 }
 
@@ -72,7 +71,7 @@ fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
     let d = tmp.path();
     let u = seeded(d, 1003);
     assert_eq!(pending(d), 1003);
-    assert!(stop(u).status.success());
+    assert!(u.stop().status.success());
 
     // One high byte of the length of a record in the middle.
     let kv = d.join(".xo/state/kv/queue.kv");
@@ -97,7 +96,7 @@ fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
     );
 
     // The repair keeps a backup and drops only the damaged record.
-    let o = xo(d, &["store", "repair"]);
+    let o = Xo::in_dir(d).run(&["store", "repair"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("queue.kv: repaired"), "{out}");
@@ -125,11 +124,11 @@ fn a_damaged_record_stops_the_start_and_repair_drops_only_it() {
     );
 
     // It starts, with every other task.
-    let u = up(d);
+    let u = Xo::in_dir(d).up();
     assert_eq!(pending(d), 1002);
-    assert!(stop(u).status.success());
+    assert!(u.stop().status.success());
     // A second repair finds nothing to do.
-    assert!(text(&xo(d, &["store", "repair"]).stdout).contains("queue.kv: intact"));
+    assert!(text(&Xo::in_dir(d).run(&["store", "repair"]).stdout).contains("queue.kv: intact"));
 }
 
 /// fdatasync calls `xo up` makes while the queue is initialised, 20 tasks
@@ -144,7 +143,7 @@ fn fdatasyncs(sync: &str) -> usize {
         })
         .collect();
     std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
-    let mut up = up_with(d, &[("XO__STORE__SYNC", sync)], Stdio::null());
+    let up = Xo::in_dir(d).env("XO__STORE__SYNC", sync).up();
     let trace = d.join("trace.txt");
     let strace = Command::new("strace")
         .args(["-f", "-qq", "-e", "trace=fdatasync", "-o"])
@@ -156,20 +155,16 @@ fn fdatasyncs(sync: &str) -> usize {
     let mut strace = match strace {
         Ok(s) => s,
         Err(e) => {
-            let _ = up.kill();
-            let _ = up.wait();
+            drop(up);
             panic!("strace is needed (apt-get install strace): {e}");
         }
     };
     // strace attaches to every thread before it traces.
     std::thread::sleep(Duration::from_millis(500));
     for args in [&["init"][..], &["enqueue", "tasks.json"], &["start"]] {
-        assert!(xo(d, args).status.success());
+        assert!(Xo::in_dir(d).run(args).status.success());
     }
-    let _ = Command::new("kill")
-        .args(["-INT", &up.id().to_string()])
-        .status();
-    let _ = up.wait();
+    up.stop();
     let _ = strace.wait();
     std::fs::read_to_string(&trace)
         .unwrap_or_default()
@@ -198,7 +193,7 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
     let mut child = Command::new("sh")
         .args([
             "-c",
-            &format!("umask 000; exec {} up", env!("CARGO_BIN_EXE_xo")),
+            &format!("umask 000; exec {} up", xo_tests::launcher::bin().display()),
         ])
         .current_dir(d)
         .env_remove("XO_NATS_URL")
@@ -210,7 +205,7 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
         .unwrap();
     let mut ready = false;
     for _ in 0..500 {
-        if xo(d, &["init"]).status.success() {
+        if Xo::in_dir(d).run(&["init"]).status.success() {
             ready = true;
             break;
         }
@@ -222,7 +217,7 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
         r#"[{"task_id": "t1", "intent": "x", "instructions": "do it", "role": "coder"}]"#,
     )
     .unwrap();
-    let o = xo(d, &["enqueue", "t.json"]);
+    let o = Xo::in_dir(d).run(&["enqueue", "t.json"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let mode = |p: &str| {
         std::fs::metadata(d.join(p))
@@ -274,13 +269,13 @@ fn the_audit_file_is_checked_against_the_stores_copy() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let u = seeded(d, 40);
-    assert!(stop(u).status.success());
+    assert!(u.stop().status.success());
 
     let file = d.join(".xo/data/default/audit.log.jsonl");
     let text_before = std::fs::read_to_string(&file).unwrap();
     let lines: Vec<&str> = text_before.lines().collect();
     assert!(lines.len() > 40, "{}", lines.len());
-    let o = xo(d, &["audit", "verify"]);
+    let o = Xo::in_dir(d).run(&["audit", "verify"]);
     let out = text(&o.stdout);
     assert!(o.status.success(), "{out}{}", text(&o.stderr));
     assert!(
@@ -291,7 +286,7 @@ fn the_audit_file_is_checked_against_the_stores_copy() {
     // The last three lines cut: the chain still holds, the copy does not.
     let cut = lines[..lines.len() - 3].join("\n") + "\n";
     std::fs::write(&file, &cut).unwrap();
-    let o = xo(d, &["audit", "verify"]);
+    let o = Xo::in_dir(d).run(&["audit", "verify"]);
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(
@@ -302,7 +297,7 @@ fn the_audit_file_is_checked_against_the_stores_copy() {
     // A line changed in place (its chain rewritten to match would still
     // differ from the copy; here the chain breaks first).
     std::fs::write(&file, &text_before).unwrap();
-    assert!(xo(d, &["audit", "verify"]).status.success());
+    assert!(Xo::in_dir(d).run(&["audit", "verify"]).status.success());
 
     // A damaged record in the store's copy: xo up refuses, naming it.
     let log = d.join(".xo/state/log/audit.log");
@@ -319,7 +314,7 @@ fn the_audit_file_is_checked_against_the_stores_copy() {
     );
     assert!(err.contains("xo store repair"), "{err}");
     // verify says the copy could not be read, and fails.
-    let o = xo(d, &["audit", "verify"]);
+    let o = Xo::in_dir(d).run(&["audit", "verify"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o.stdout).contains("could not be read"),
@@ -327,8 +322,8 @@ fn the_audit_file_is_checked_against_the_stores_copy() {
         text(&o.stdout)
     );
     // Repaired, the copy lacks one line: verify says where they part.
-    assert!(xo(d, &["store", "repair"]).status.success());
-    let o = xo(d, &["audit", "verify"]);
+    assert!(Xo::in_dir(d).run(&["store", "repair"]).status.success());
+    let o = Xo::in_dir(d).run(&["audit", "verify"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o.stdout).contains(&format!("broken at line {}", offsets.len() / 2 + 1)),
@@ -347,13 +342,13 @@ fn a_status_that_does_not_decode_is_recovered_from_the_last_good_revision() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let u = seeded(d, 3);
-    let o = xo(d, &["goal", "set", "ship the parser"]);
+    let o = Xo::in_dir(d).run(&["goal", "set", "ship the parser"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(stop(u).status.success());
+    assert!(u.stop().status.success());
     // A start keeps the good revision; the goal is in it.
-    let u = up(d);
+    let u = Xo::in_dir(d).up();
     assert_eq!(pending(d), 3);
-    assert!(stop(u).status.success());
+    assert!(u.stop().status.success());
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -372,7 +367,7 @@ fn a_status_that_does_not_decode_is_recovered_from_the_last_good_revision() {
         bad
     });
 
-    let o = xo(d, &["store", "repair"]);
+    let o = Xo::in_dir(d).run(&["store", "repair"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(
@@ -382,20 +377,20 @@ fn a_status_that_does_not_decode_is_recovered_from_the_last_good_revision() {
         "{out}"
     );
 
-    let u = up(d);
+    let u = Xo::in_dir(d).up();
     let s: serde_json::Value =
-        serde_json::from_str(&text(&xo(d, &["status", "--json"]).stdout)).unwrap();
+        serde_json::from_str(&text(&Xo::in_dir(d).run(&["status", "--json"]).stdout)).unwrap();
     assert_eq!(s["goal"]["description"], "ship the parser", "{s}");
     assert_eq!(s["initialised"], true, "{s}");
     assert_eq!(s["counts"]["pending"], 3, "{s}");
-    let human = text(&xo(d, &["status"]).stdout);
+    let human = text(&Xo::in_dir(d).run(&["status"]).stdout);
     assert!(
         human.contains("CORRUPT")
             && human.contains("recovered from the last good revision")
             && human.contains("queue/status.corrupt"),
         "{human}"
     );
-    assert!(stop(u).status.success());
+    assert!(u.stop().status.success());
     // The unreadable status was kept as it was.
     let kept = rt.block_on(async {
         let store = xo_bus::Store::File(xo_bus::FileStore::open(&store_dir).unwrap());
@@ -417,7 +412,7 @@ fn reads_are_answered_while_writes_wait_on_a_full_disk() {
     let mut full = Command::new("bash")
         .arg("-c")
         .arg("trap '' XFSZ; ulimit -f 512; exec \"$0\" up")
-        .arg(env!("CARGO_BIN_EXE_xo"))
+        .arg(xo_tests::launcher::bin())
         .current_dir(d)
         .env_remove("XO_NATS_URL")
         .env("RUST_LOG", "warn")
@@ -428,8 +423,8 @@ fn reads_are_answered_while_writes_wait_on_a_full_disk() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    common::answered(d, &mut full);
-    assert!(xo(d, &["init"]).status.success());
+    Xo::in_dir(d).wait_answered(&mut full);
+    assert!(Xo::in_dir(d).run(&["init"]).status.success());
     let big = "x".repeat(4096);
     let tasks: Vec<serde_json::Value> = (0..400)
         .map(|i| {
@@ -439,7 +434,8 @@ fn reads_are_answered_while_writes_wait_on_a_full_disk() {
         .collect();
     std::fs::write(d.join("tasks.json"), serde_json::to_vec(&tasks).unwrap()).unwrap();
     // The enqueue's reply waits for its write, which cannot fit.
-    let mut enqueue = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let mut enqueue = Xo::new()
+        .command(&[])
         .args(["enqueue", "tasks.json"])
         .current_dir(d)
         .env_remove("XO_NATS_URL")
@@ -450,7 +446,7 @@ fn reads_are_answered_while_writes_wait_on_a_full_disk() {
         .unwrap();
     let mut said = None;
     for _ in 0..600 {
-        let o = xo(d, &["status"]);
+        let o = Xo::in_dir(d).run(&["status"]);
         let out = text(&o.stdout);
         if o.status.success() && out.contains("WRITES") {
             said = Some(out);
@@ -464,7 +460,7 @@ fn reads_are_answered_while_writes_wait_on_a_full_disk() {
         "{said}"
     );
     let json: serde_json::Value =
-        serde_json::from_str(&text(&xo(d, &["status", "--json"]).stdout)).unwrap();
+        serde_json::from_str(&text(&Xo::in_dir(d).run(&["status", "--json"]).stdout)).unwrap();
     assert!(json["writes_failing"].is_string(), "{json}");
     let _ = enqueue.kill();
     let _ = enqueue.wait();
@@ -473,10 +469,10 @@ fn reads_are_answered_while_writes_wait_on_a_full_disk() {
         .status();
     let _ = full.wait_with_output().unwrap();
     // Room again: it starts, nothing asks for a repair.
-    let u = up(d);
+    let u = Xo::in_dir(d).up();
     let s: serde_json::Value =
-        serde_json::from_str(&text(&xo(d, &["status", "--json"]).stdout)).unwrap();
+        serde_json::from_str(&text(&Xo::in_dir(d).run(&["status", "--json"]).stdout)).unwrap();
     assert_eq!(s["initialised"], true, "{s}");
     assert!(s.get("writes_failing").is_none(), "{s}");
-    assert!(stop(u).status.success());
+    assert!(u.stop().status.success());
 }

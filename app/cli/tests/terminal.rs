@@ -2,23 +2,21 @@
 //! carried (an agent could clear the operator's screen, set the window
 //! title, hide text). Every human-readable line is now made safe.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{stop, up, xo};
+use xo_tests::launcher::Xo;
 
 #[test]
 fn reports_cannot_drive_the_operators_terminal() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let up = up(d);
+    let up = Xo::in_dir(d).up();
     let mut r = xo_proto::SaluteReport::new("u1", "coder\u{1b}]0;pwned\u{7}", 3, 1);
     r.activity.task_id = Some("t\u{1b}[2J\u{1b}[Hgone".into());
     r.status.note = Some("fine\u{202e}txt.exe\u{9b}31m".into());
     std::fs::write(d.join("r.json"), serde_json::to_vec(&r).unwrap()).unwrap();
-    let sent = xo(d, &["report", "r.json"]);
+    let sent = Xo::in_dir(d).run(&["report", "r.json"]);
     assert!(
         sent.status.success(),
         "{}",
@@ -26,7 +24,7 @@ fn reports_cannot_drive_the_operators_terminal() {
     );
     let mut shown = Vec::new();
     for _ in 0..500 {
-        let o = xo(d, &["units"]);
+        let o = Xo::in_dir(d).run(&["units"]);
         if String::from_utf8_lossy(&o.stdout).contains("u1") {
             shown = o.stdout;
             break;
@@ -34,7 +32,7 @@ fn reports_cannot_drive_the_operators_terminal() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!shown.is_empty(), "the unit never showed");
-    let detail = xo(d, &["units", "u1"]).stdout;
+    let detail = Xo::in_dir(d).run(&["units", "u1"]).stdout;
     for out in [&shown, &detail] {
         let text = String::from_utf8_lossy(out);
         assert!(
@@ -45,7 +43,7 @@ fn reports_cannot_drive_the_operators_terminal() {
         );
         assert!(text.contains("\\u{1b}"), "shown, not obeyed: {text}");
     }
-    stop(up);
+    up.stop();
 }
 
 /// Issue 23, item 7: the CLI once sent its requests to whatever listened
@@ -92,7 +90,8 @@ fn a_socket_served_by_another_user_is_refused() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .args(["status"])
         .current_dir(d)
         .env_remove("XO_NATS_URL")

@@ -5,8 +5,9 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
+use xo_tests::launcher::Xo;
 
 use xo_bus::{Bus, NatsBus, typed};
 use xo_proto::Subjects;
@@ -30,7 +31,8 @@ fn xo(root: &Path, url: &str, name: &str, args: &[&str]) -> Child {
 
 fn xo_env(root: &Path, url: &str, name: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
     let log = std::fs::File::create(root.join(format!("{name}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_xo"))
+    Xo::new()
+        .command(&[])
         .current_dir(root)
         .args(["--nats", url, "--log-format", "json"])
         .args(args)
@@ -58,7 +60,8 @@ fn session_turn(session: &str, i: u32, cwd: &Path) -> String {
 
 /// The row of `unit` in `xo units` (the table a person reads).
 fn units_row(root: &Path, url: &str, unit: &str) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .current_dir(root)
         .args(["--nats", url, "units"])
         .output()
@@ -426,7 +429,8 @@ async fn from_start_reports_history_and_steers_none_of_it() {
         "not named after its file"
     );
     // `xo import` names it alike.
-    let o = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let o = Xo::new()
+        .command(&[])
         .args(["import", "codex", file.to_str().unwrap()])
         .output()
         .unwrap();
@@ -586,7 +590,8 @@ async fn watch_follows_openhands_event_directories() {
 fn watch_says_what_is_wrong() {
     let tmp = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_xo"))
+        Xo::new()
+            .command(&[])
             .current_dir(tmp.path())
             .env_remove("XO_NATS_URL")
             .args(args)
@@ -622,7 +627,8 @@ fn costly_turn(session: &str, i: u32, cwd: &Path) -> String {
 
 /// `xo hook claude` in `project` with `payload`, as Claude Code runs it.
 fn hook(project: &Path, payload: serde_json::Value) -> std::process::Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_xo"))
+    let mut c = Xo::new()
+        .command(&[])
         .current_dir(project)
         .args(["hook", "claude"])
         .env_remove("CLAUDE_PROJECT_DIR")

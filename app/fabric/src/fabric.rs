@@ -34,7 +34,7 @@ use tracing::{info, warn};
 use xo_bus::{Bus, FileStore, LocalBus, NatsBus, NatsStore, Store};
 use xo_runner::RunnerOptions;
 use xo_runtime::telemetry::TelemetryGuard;
-use xo_runtime::{Service, ServiceCtx, XoConfig};
+use xo_runtime::{Clock, Service, ServiceCtx, XoConfig};
 
 use crate::connect::nats_options;
 pub use crate::slots::{ConsoleMode, Plan, Services, Slot, start_slot};
@@ -61,6 +61,8 @@ pub struct Fabric {
     services: Services,
     console: Option<xo_console::ConsoleView>,
     telemetry: Option<TelemetryGuard>,
+    /// The services' notion of now (the system clock but in tests).
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Fabric {
@@ -195,7 +197,14 @@ impl Fabric {
             }
         }
         let (bus, store, socket) = connect(cfg, transport, name).await?;
-        Self::start_on(cfg, plan, bus, store, socket, Some(telemetry)).await
+        Self::start_on(
+            cfg,
+            plan,
+            (bus, store, socket),
+            Clock::System,
+            Some(telemetry),
+        )
+        .await
     }
 
     /// Starts `plan` on a bus and store the caller has (benches, tests):
@@ -206,15 +215,27 @@ impl Fabric {
         bus: Bus,
         store: Option<Store>,
     ) -> anyhow::Result<Fabric> {
-        Self::start_on(cfg, plan, bus, store, None, None).await
+        Self::start_on(cfg, plan, (bus, store, None), Clock::System, None).await
+    }
+
+    /// [`Fabric::start_with`] with the services' clock given: a test owns
+    /// time with [`Clock::manual`] (stale units, leases, cooldowns,
+    /// reminders, retention all read it).
+    pub async fn start_with_clock(
+        cfg: &XoConfig,
+        plan: Plan,
+        bus: Bus,
+        store: Option<Store>,
+        clock: Clock,
+    ) -> anyhow::Result<Fabric> {
+        Self::start_on(cfg, plan, (bus, store, None), clock, None).await
     }
 
     async fn start_on(
         cfg: &XoConfig,
         plan: Plan,
-        bus: Bus,
-        store: Option<Store>,
-        socket: Option<(tokio::sync::oneshot::Sender<()>, JoinHandle<()>)>,
+        (bus, store, socket): Connected,
+        clock: Clock,
         telemetry: Option<TelemetryGuard>,
     ) -> anyhow::Result<Fabric> {
         let mut f = Fabric {
@@ -224,6 +245,7 @@ impl Fabric {
             services: Services::default(),
             console: None,
             telemetry,
+            clock,
         };
         if let Err(e) = f.start_services(cfg, plan).await {
             // Whatever did start is stopped in order before the error is told.
@@ -236,7 +258,7 @@ impl Fabric {
 
     /// The context every service of this fabric starts with.
     fn ctx(&self, cfg: &XoConfig) -> ServiceCtx {
-        let mut ctx = ServiceCtx::new(cfg.clone(), self.bus.clone());
+        let mut ctx = ServiceCtx::new(cfg.clone(), self.bus.clone()).with_clock(self.clock.clone());
         ctx.store = self.store.clone();
         ctx
     }
@@ -254,6 +276,23 @@ impl Fabric {
     /// The running service of type `T`, if this fabric runs one.
     pub fn get<T: Service>(&self) -> Option<&T> {
         self.services.get::<T>()
+    }
+
+    /// Resolves once this fabric runs the singletons it was asked to run
+    /// (notifier, review supervisors, fleet manager): at once where they
+    /// simply run (the embedded store), when this replica holds their
+    /// lease on NATS (never while another replica holds it).
+    pub async fn singletons_running(&self) {
+        if let Some(l) = self.services.get::<crate::singletons::Leased>() {
+            l.running().await;
+        }
+    }
+
+    /// The running queue, if this fabric runs one (held under its lease on NATS).
+    pub fn queue(&self) -> Option<&xo_queue::QueueHandle> {
+        self.services
+            .get::<crate::slots::LeasedQueue>()
+            .map(|l| &l.queue)
     }
 
     async fn start_services(&mut self, cfg: &XoConfig, plan: Plan) -> anyhow::Result<()> {
@@ -472,6 +511,7 @@ mod tests {
             ["notify", "queue", "knowledge", "supervisor", "review"]
         );
         assert!(f.get::<xo_supervisor::SupervisorHandle>().is_some());
+        assert!(f.queue().is_some());
         assert!(f.get::<xo_console::ConsoleHandle>().is_none());
         f.stop().await.unwrap();
     }

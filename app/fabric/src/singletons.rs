@@ -51,6 +51,8 @@ impl Wanted {
 pub struct Leased {
     stop: Shutdown,
     task: JoinHandle<()>,
+    /// Whether this replica runs them now (holds the lease, all started).
+    running: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Leased {
@@ -58,8 +60,20 @@ impl Leased {
     pub fn start(ctx: ServiceCtx, plan: Plan) -> anyhow::Result<Self> {
         let store = ctx.store("the singletons' lease")?;
         let stop = ctx.shutdown.clone();
-        let task = tokio::spawn(keep(ctx, store, plan));
-        Ok(Self { stop, task })
+        let (tell, running) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(keep(ctx, store, plan, tell));
+        Ok(Self {
+            stop,
+            task,
+            running,
+        })
+    }
+
+    /// Resolves once this replica runs the singletons (at once if it does;
+    /// never while another replica holds the lease).
+    pub async fn running(&self) {
+        let mut r = self.running.clone();
+        let _ = r.wait_for(|on| *on).await;
     }
 }
 
@@ -96,7 +110,12 @@ async fn start_all(ctx: &ServiceCtx, plan: &Plan) -> anyhow::Result<Services> {
     Ok(running)
 }
 
-async fn keep(ctx: ServiceCtx, store: xo_bus::Store, plan: Plan) {
+async fn keep(
+    ctx: ServiceCtx,
+    store: xo_bus::Store,
+    plan: Plan,
+    told: tokio::sync::watch::Sender<bool>,
+) {
     let stop = ctx.shutdown.clone();
     let me = xo_bus::leader::holder_id();
     let lease = Duration::from_millis(ctx.cfg.queue.leader_lease_ms.max(100));
@@ -129,6 +148,7 @@ async fn keep(ctx: ServiceCtx, store: xo_bus::Store, plan: Plan) {
                 }
             }
         };
+        told.send_replace(true);
         let outcome = tokio::select! {
             _ = stop.signal() => None,
             why = leader.lost() => Some(format!("lease lost: {why}")),
@@ -141,6 +161,7 @@ async fn keep(ctx: ServiceCtx, store: xo_bus::Store, plan: Plan) {
                 }
             })
             .await;
+        told.send_replace(false);
         leader.release().await;
         match outcome {
             None => return,

@@ -158,8 +158,8 @@ impl Services {
 
 /// The queue with the lease it holds when it is the active one of
 /// several instances: losing the lease ends it.
-struct LeasedQueue {
-    queue: xo_queue::QueueHandle,
+pub(crate) struct LeasedQueue {
+    pub(crate) queue: xo_queue::QueueHandle,
     leader: Option<xo_bus::leader::Leader>,
     lost: Option<String>,
 }

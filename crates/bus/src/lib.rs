@@ -26,7 +26,7 @@
 //!   until shutdown, decoded (what does not decode is dead-lettered), handed
 //!   on or cast to the service's actor.
 //!
-//! Every transport passes the same conformance suite (`tests/tests/conformance.rs`).
+//! Every transport passes the same conformance suite (`app/cli/tests/conformance.rs`).
 
 pub mod api;
 pub mod client;

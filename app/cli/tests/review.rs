@@ -395,14 +395,7 @@ async fn the_schedule_survives_a_restart_and_dropped_cleanup_is_not_churn() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let restarted = xo_review::start(xo_runtime::ServiceCtx::new(
-        rig.cfg.clone(),
-        rig.bus.clone(),
-    ))
-    .await
-    .unwrap();
-    let old = std::mem::replace(&mut rig.review, restarted);
-    old.stop().await.unwrap();
+    rig.restart_review().await;
     rig.complete_one().await;
     let r = rig.next_run().await;
     assert_eq!(

@@ -4,18 +4,16 @@
 //! parsed by a Prometheus parser, the live feed over SSE, and settings
 //! changed through the API applied by the running supervisor.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{config, connect, store};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use xo_bus::typed;
 use xo_console::ConsoleHandle;
+use xo_fabric::Slot;
 use xo_proto::{Format, SaluteReport};
 use xo_runtime::{Clock, XoConfig};
-use xo_tests::NatsServer;
+use xo_tests::sandbox::{Sandbox, Started, plan};
 
 /// The CSRF value a page carries (its `xo-csrf` meta) for the browser
 /// whose cookie is `cookie`.
@@ -65,14 +63,10 @@ async fn login_form(rig: &Rig, body: &str) -> reqwest::Response {
 }
 
 struct Rig {
-    nats: NatsServer,
-    _dir: tempfile::TempDir,
+    sb: Sandbox,
     cfg: XoConfig,
-    console: Option<ConsoleHandle>,
-    queue: Option<xo_queue::QueueHandle>,
-    sup: Option<xo_supervisor::SupervisorHandle>,
-    knowledge: Option<xo_knowledge::service::KnowledgeHandle>,
-    review: Option<xo_review::service::ReviewHandle>,
+    /// The queue's fabric, stopped alone by a test.
+    queue: Option<Started>,
     http: reqwest::Client,
     url: String,
     token: String,
@@ -80,72 +74,46 @@ struct Rig {
 
 impl Rig {
     async fn start(extra: &[(&str, &str)]) -> Self {
-        Self::start_with_clock(extra, Clock::System).await
+        // On the heap: five services' start futures are deep for a test thread.
+        Box::pin(Self::start_with_clock(extra, Clock::System)).await
     }
 
     /// The rig with the console on `clock` (the other services on the
     /// system's).
     async fn start_with_clock(extra: &[(&str, &str)], clock: Clock) -> Self {
-        let nats = NatsServer::start();
-        let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("state").display().to_string();
-        let mut o = vec![
-            ("state.dir", state.as_str()),
-            ("console.listen", "127.0.0.1:0"),
-            ("supervisor.tick_ms", "100"),
-        ];
-        o.extend_from_slice(extra);
-        let cfg = config(&o);
-        let (qbus, qstore) = store(&nats, "xo-queue", &cfg).await;
-        let queue = xo_queue::start(
-            xo_runtime::ServiceCtx::new(cfg.clone(), qbus)
-                .with_store(qstore)
-                .with_clock(Clock::System),
-        )
-        .await
-        .unwrap();
-        let kbus = connect(&nats, "xo-knowledge").await;
-        let knowledge =
-            xo_knowledge::service::start(xo_runtime::ServiceCtx::new(cfg.clone(), kbus))
-                .await
-                .unwrap();
-        let rbus = connect(&nats, "xo-review").await;
-        let review = xo_review::start(xo_runtime::ServiceCtx::new(cfg.clone(), rbus))
-            .await
-            .unwrap();
-        let (sbus, sstore) = store(&nats, "xo-supervisor", &cfg).await;
-        let sup = xo_supervisor::start(
-            xo_runtime::ServiceCtx::new(cfg.clone(), sbus)
-                .with_store(sstore)
-                .with_clock(Clock::System),
-        )
-        .await
-        .unwrap();
-        let cbus = connect(&nats, "xo-console").await;
-        let console =
-            xo_console::start(xo_runtime::ServiceCtx::new(cfg.clone(), cbus).with_clock(clock))
-                .await
-                .unwrap();
+        let mut sb = Sandbox::nats()
+            .clock(Clock::System)
+            .with(&[
+                ("console.listen", "127.0.0.1:0"),
+                ("supervisor.tick_ms", "100"),
+            ])
+            .with(extra)
+            .build()
+            .await;
+        let queue = sb.start(&[Slot::Queue]).await;
+        sb.start(&[Slot::Knowledge, Slot::Review, Slot::Supervisor])
+            .await;
+        sb.start_on_clock(plan(&[Slot::Console]), clock).await;
+        let cfg = sb.cfg.clone();
         let token = std::fs::read_to_string(cfg.state.console_token_path())
             .unwrap()
             .trim()
             .to_string();
         Self {
-            url: console.url.clone(),
-            nats,
-            _dir: dir,
+            url: sb.get::<ConsoleHandle>().url.clone(),
+            sb,
             cfg,
-            console: Some(console),
             queue: Some(queue),
-            sup: Some(sup),
-            knowledge: Some(knowledge),
-            review: Some(review),
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .unwrap(),
             token,
         }
+    }
+
+    fn console(&self) -> &ConsoleHandle {
+        self.sb.get::<ConsoleHandle>()
     }
 
     /// Publishes a unit's report and waits until the console lists the unit.
@@ -207,22 +175,9 @@ impl Rig {
         self.send(reqwest::Method::POST, path, body).await
     }
 
+    /// Everything, in the fabric's order (the console first).
     async fn stop(mut self) {
-        if let Some(c) = self.console.take() {
-            c.stop().await;
-        }
-        if let Some(s) = self.sup.take() {
-            s.stop().await.unwrap();
-        }
-        if let Some(r) = self.review.take() {
-            r.stop().await.unwrap();
-        }
-        if let Some(k) = self.knowledge.take() {
-            k.stop().await.unwrap();
-        }
-        if let Some(q) = self.queue.take() {
-            q.stop().await.unwrap();
-        }
+        self.sb.stop_all().await.unwrap();
     }
 }
 
@@ -353,7 +308,7 @@ async fn every_route_answers_with_the_bus_types() {
     assert!(v["lines"].as_u64().unwrap() >= 8, "{v}");
 
     // Steering from the API reaches the unit's subject (once the unit is known).
-    let client = connect(&rig.nats, "test").await;
+    let client = rig.sb.connect("test").await;
     let r = SaluteReport::new("u-1", "coder", 1, 1);
     typed::publish(
         &client,
@@ -547,7 +502,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
     // refused, even with the token; loopback names are not.
     let r = rig.fetch("/api/v1/units", Some("evil.example:7878")).await;
     assert_eq!(r.status(), StatusCode::MISDIRECTED_REQUEST);
-    let port = rig.console.as_ref().unwrap().addr.port();
+    let port = rig.console().addr.port();
     let r = rig
         .fetch("/api/v1/units", Some(&format!("localhost:{port}")))
         .await;
@@ -668,7 +623,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
         "the page says why: {page}"
     );
     // A login link's one-time code logs in once.
-    let link = rig.console.as_ref().unwrap().login_url();
+    let link = rig.console().login_url();
     let path = &link[link.find("/login").unwrap()..];
     assert!(!link.contains(&token), "{link}");
     let r = rig.http.get(rig.u(path)).send().await.unwrap();
@@ -729,7 +684,7 @@ async fn the_token_csrf_and_read_only_rules_hold() {
 
     // Beyond loopback every request needs the token.
     let open = Rig::start(&[("console.listen", "0.0.0.0:0")]).await;
-    let port = open.console.as_ref().unwrap().addr.port();
+    let port = open.console().addr.port();
     let url = format!("http://127.0.0.1:{port}/api/v1/units");
     let r = open.http.get(&url).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
@@ -754,7 +709,8 @@ async fn the_token_csrf_and_read_only_rules_hold() {
 #[tokio::test]
 async fn a_service_that_is_down_is_named_not_a_500() {
     let mut rig = Rig::start(&[]).await;
-    rig.queue.take().unwrap().stop().await.unwrap();
+    let q = rig.queue.take().unwrap();
+    rig.sb.stop(q).await.unwrap();
     let r = rig.fetch("/queue", None).await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     let page = r.text().await.unwrap();
@@ -789,7 +745,7 @@ async fn metrics_parse_as_prometheus_text() {
     )
     .await;
     rig.post("/api/v1/queue/start", json!({})).await;
-    let client = connect(&rig.nats, "test").await;
+    let client = rig.sb.connect("test").await;
     // One task done in 2.5 s of wall time, for the duration histogram.
     complete_one(
         &client,
@@ -943,7 +899,7 @@ async fn next_frame(resp: &mut reqwest::Response, buf: &mut String) -> (String, 
 async fn a_fleet_tab_gets_only_the_rows_of_its_page() {
     use std::collections::BTreeSet;
     let rig = Rig::start(&[]).await;
-    let client = connect(&rig.nats, "test").await;
+    let client = rig.sb.connect("test").await;
     let subjects = rig.cfg.subjects();
     let send = |unit: String, seq: u64, health: xo_proto::Health| {
         let client = client.clone();
@@ -1044,7 +1000,7 @@ async fn the_fleet_rows_come_batched_and_a_stream_takes_only_what_it_asks() {
         .fetch("/api/v1/events?only=salute&unit=batch-07", None)
         .await;
     let (mut rbuf, mut obuf) = (String::new(), String::new());
-    let client = connect(&rig.nats, "test").await;
+    let client = rig.sb.connect("test").await;
     let subjects = rig.cfg.subjects();
     // 20 units report three times each; batch-07 is the last of each round.
     const UNITS: usize = 20;
@@ -1131,7 +1087,7 @@ async fn live_events_and_settings_that_apply_without_a_restart() {
     let mut resp = rig.fetch("/api/v1/events", None).await;
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut buf = String::new();
-    let client = connect(&rig.nats, "test").await;
+    let client = rig.sb.connect("test").await;
     let subjects = rig.cfg.subjects();
     // The hub subscribes before the console answers; a report goes out as JSON
     // even when it was sent as MessagePack.
@@ -1168,7 +1124,13 @@ async fn live_events_and_settings_that_apply_without_a_restart() {
     let mut steer = client.subscribe(&subjects.steer("sse-unit")).await.unwrap();
     client.flush().await.unwrap();
     // The supervisor applies the change from the event; wait until it has.
-    let sup_version = || rig.sup.as_ref().unwrap().ctx.live.version();
+    let sup_version = || {
+        rig.sb
+            .get::<xo_supervisor::SupervisorHandle>()
+            .ctx
+            .live
+            .version()
+    };
     for _ in 0..400 {
         if sup_version() == 1 {
             break;
@@ -1312,7 +1274,7 @@ async fn connections_and_event_streams_are_bounded() {
         ("console.idle_timeout_ms", "600000"),
     ])
     .await;
-    let addr = rig.console.as_ref().unwrap().addr;
+    let addr = rig.console().addr;
     // Each stream on its own client: its own connection.
     let client = || {
         let mut h = reqwest::header::HeaderMap::new();
@@ -1454,7 +1416,7 @@ async fn connections_and_event_streams_are_bounded() {
 async fn sockets_that_send_no_request_are_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rig = Rig::start(&[("console.header_timeout_ms", "300")]).await;
-    let addr = rig.console.as_ref().unwrap().addr;
+    let addr = rig.console().addr;
     let stream = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
@@ -1643,7 +1605,7 @@ async fn the_openapi_description_is_every_route_and_only_those() {
     ] {
         assert!(paths[p].get(m).is_some(), "{m} {p} missing");
     }
-    let src = include_str!("../../services/console/src/api.rs");
+    let src = include_str!("../../../services/console/src/api.rs");
     assert_eq!(
         src.matches(".route(").count(),
         1,
@@ -1676,7 +1638,7 @@ async fn a_completed_tasks_diff_is_served_and_shown() {
     )
     .await;
     rig.post("/api/v1/queue/start", json!({})).await;
-    let client = connect(&rig.nats, "test").await;
+    let client = rig.sb.connect("test").await;
     let (id, diff) = complete_one(&client, &rig.cfg, Default::default(), |id| {
         Some(xo_proto::queue::TaskDiff {
             branch: format!("xo/{id}"),
@@ -1764,7 +1726,7 @@ async fn with_operators(dir: &std::path::Path, head: &str) -> Rig {
     let file = dir.join("operators");
     std::fs::write(&file, format!("{head}ana {ANA}\n\nbo {BO}\n")).unwrap();
     let rig = Rig::start(&[("console.operators_file", file.to_str().unwrap())]).await;
-    let client = connect(&rig.nats, "test").await;
+    let client = rig.sb.connect("test").await;
     rig.report(&client, &SaluteReport::new("op-unit", "coder", 1, 1))
         .await;
     rig
@@ -1981,7 +1943,7 @@ async fn named_operators_sign_their_writes() {
 async fn a_login_link_lapses_by_the_console_clock() {
     let clock = Clock::manual(xo_proto::now_ms());
     let rig = Rig::start_with_clock(&[], clock.clone()).await;
-    let console = rig.console.as_ref().unwrap();
+    let console = rig.console();
     let path = |link: String| link[link.find("/login").unwrap()..].to_string();
     // Nine minutes on: still good.
     let fresh = path(console.login_url());

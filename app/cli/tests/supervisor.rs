@@ -38,8 +38,8 @@ fn kinds(s: &[xo_proto::Steering]) -> Vec<(AnomalyKind, Severity)> {
 /// Test 1: with supervision off there is no work at all.
 #[tokio::test]
 async fn no_org_passthrough_subscribes_to_nothing() {
-    let sb = Sandbox::start(&[("supervisor.enabled", "false")]).await;
-    let connz = sb.nats.monitor("/connz?subs=1");
+    let mut sb = Sandbox::start(&[("supervisor.enabled", "false")]).await;
+    let connz = sb.nats().monitor("/connz?subs=1");
     let conns = connz["connections"].as_array().unwrap();
     let sup = conns
         .iter()
@@ -57,7 +57,7 @@ async fn no_org_passthrough_subscribes_to_nothing() {
     let store = xo_bus::Store::File(xo_bus::FileStore::open(dir.path()).unwrap());
     let h = xo_supervisor::start(
         xo_runtime::ServiceCtx::new(
-            config(&[("supervisor.enabled", "false")]),
+            xo_tests::sandbox::config(&[("supervisor.enabled", "false")]),
             xo_bus::Bus::Local(local.clone()),
         )
         .with_store(store)
@@ -534,7 +534,8 @@ async fn watcher_restart_and_intensity_limit() {
         ractor::ActorStatus::Stopped,
         "tree escalated"
     );
-    let err = sb.stop_supervisor().await.unwrap_err().to_string();
+    // The fabric's error names the service, its cause the escalation.
+    let err = format!("{:#}", sb.stop_supervisor().await.unwrap_err());
     assert!(
         err.contains("escalated") && err.contains("u1") && err.contains("3 restarts within"),
         "{err}"

@@ -8,17 +8,15 @@
 //! what `date -s` does to a running service): this binary holds only this
 //! test, so nothing else runs under the moved clock.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{config, connect, store};
 use xo_bus::{Bus, typed};
+use xo_fabric::Slot;
 use xo_proto::control::{ShowUnit, UnitDetail};
 use xo_proto::queue::{Claim, Claimed, Complete, Heartbeat, ValidationReport};
 use xo_proto::{Format, SaluteReport, Subjects};
 use xo_runtime::Clock;
-use xo_tests::NatsServer;
+use xo_tests::sandbox::Sandbox;
 
 const T: Duration = Duration::from_secs(10);
 const MINUTE: i64 = 60_000;
@@ -84,37 +82,19 @@ async fn reported(bus: &Bus, subjects: &Subjects, epoch: u64, seq: u64) -> bool 
 
 #[tokio::test]
 async fn a_jump_of_the_wall_clock_either_way_changes_nothing_that_lives() {
-    let nats = NatsServer::start();
-    // The queue's audit log and the state in a folder of this test's own.
-    let data = tempfile::tempdir().unwrap();
-    let (d, s) = (
-        data.path().join("data").display().to_string(),
-        data.path().join("state").display().to_string(),
-    );
-    let cfg = config(&[
-        ("queue.lease_ms", "5000"),
-        ("supervisor.stale_after_ms", "30000"),
-        ("queue.data_dir", &d),
-        ("state.dir", &s),
-    ]);
-    let subjects = cfg.subjects();
-    let (qbus, qstore) = store(&nats, "xo-queue", &cfg).await;
-    let queue = xo_queue::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), qbus)
-            .with_store(qstore)
-            .with_clock(Clock::System),
-    )
-    .await
-    .unwrap();
-    let (sbus, sstore) = store(&nats, "xo-supervisor", &cfg).await;
-    let sup = xo_supervisor::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), sbus)
-            .with_store(sstore)
-            .with_clock(Clock::System),
-    )
-    .await
-    .unwrap();
-    let client = connect(&nats, "test-client").await;
+    // The system clock: what jumps here is the host's wall clock.
+    let mut sb = Sandbox::nats()
+        .clock(Clock::System)
+        .with(&[
+            ("queue.lease_ms", "5000"),
+            ("supervisor.stale_after_ms", "30000"),
+        ])
+        .build()
+        .await;
+    sb.start(&[Slot::Queue, Slot::Supervisor]).await;
+    let (client, subjects) = (sb.bus.clone(), sb.subjects.clone());
+    let queue = sb.queue();
+    let sup = sb.get::<xo_supervisor::SupervisorHandle>();
     xo_tests::ctl::begin(&client, xo_tests::ctl::tasks("t", 2)).await;
 
     // A live unit (its process started now, by the real clock) and a live
@@ -193,6 +173,5 @@ async fn a_jump_of_the_wall_clock_either_way_changes_nothing_that_lives() {
     )
     .await
     .unwrap();
-    sup.stop().await.unwrap();
-    queue.stop().await.unwrap();
+    sb.stop_all().await.unwrap();
 }

@@ -1,30 +1,31 @@
 //! The review rig: the queue, the knowledge service and the reviewers
 //! in-process on the embedded bus, the model a local OpenAI-compatible test
-//! server, the test acting as the runner (tests/review.rs, tests/trace.rs).
+//! server, the test acting as the runner (review.rs, trace.rs); on the
+//! harness's sandbox, so the fabric starts them as `xo up` does.
 #![allow(dead_code)]
 
 use std::time::Duration;
 
-use super::common::LocalQueue;
 use xo_bus::{Bus, Subscription, typed};
+use xo_fabric::Slot;
 use xo_proto::Subjects;
 use xo_proto::knowledge::*;
 use xo_proto::queue::*;
 use xo_runtime::XoConfig;
 use xo_tests::openai::{OpenAiStub, text};
+use xo_tests::sandbox::{Sandbox, Started, plan};
 
 pub const T: Duration = Duration::from_secs(10);
 
 pub struct Rig {
-    pub _dir: tempfile::TempDir,
+    pub sb: Sandbox,
     pub bus: Bus,
     pub s: Subjects,
     pub cfg: XoConfig,
     pub runs: Subscription,
     pub directives: Subscription,
-    pub queue: xo_queue::QueueHandle,
-    pub knowledge: xo_knowledge::service::KnowledgeHandle,
-    pub review: xo_review::service::ReviewHandle,
+    /// The review supervisors' fabric (restarted by a test).
+    pub review: Started,
     /// The review service's clock: manual, at 12:20 UTC, so that its day
     /// (the daily budget's) turns only when a test moves it.
     pub clock: xo_runtime::Clock,
@@ -44,35 +45,32 @@ impl Rig {
             ("review.model.price_out_per_mtok", "15"),
         ];
         o.extend_from_slice(extra);
-        let LocalQueue {
-            dir,
-            cfg,
-            bus,
-            queue,
-        } = LocalQueue::start(&o).await;
-        let knowledge =
-            xo_knowledge::service::start(xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()))
-                .await
-                .unwrap();
-        let runs = bus.subscribe("xo.event.review.*").await.unwrap();
-        let directives = bus.subscribe("xo.directive.*").await.unwrap();
         // 2026-11-22T12:20:00Z.
         let clock = xo_runtime::Clock::manual(1_795_350_000_000);
-        let review = xo_review::start(
-            xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()).with_clock(clock.clone()),
+        let mut sb = Sandbox::embedded()
+            .clock(clock.clone())
+            .with(&o)
+            .build()
+            .await;
+        // The queue's leases and the knowledge store on real time.
+        sb.start_on_clock(
+            plan(&[Slot::Queue, Slot::Knowledge]),
+            xo_runtime::Clock::System,
         )
-        .await
-        .unwrap();
+        .await;
+        let bus = sb.bus.clone();
+        let runs = bus.subscribe("xo.event.review.*").await.unwrap();
+        let directives = bus.subscribe("xo.directive.*").await.unwrap();
+        let review = sb.start(&[Slot::Review]).await;
+        let cfg = sb.cfg.clone();
         let s = cfg.subjects();
         let rig = Self {
-            _dir: dir,
+            sb,
             bus,
             s,
             cfg,
             runs,
             directives,
-            queue,
-            knowledge,
             review,
             clock,
         };
@@ -160,10 +158,16 @@ impl Rig {
         typed::decode(&m, 1 << 20).unwrap()
     }
 
-    pub async fn stop(self) {
-        self.review.stop().await.unwrap();
-        self.knowledge.stop().await.unwrap();
-        self.queue.stop().await.unwrap();
+    /// Starts the review supervisors again beside the running ones, then
+    /// stops those: a restart with no moment without a reviewer.
+    pub async fn restart_review(&mut self) {
+        let again = self.sb.start(&[Slot::Review]).await;
+        let old = std::mem::replace(&mut self.review, again);
+        self.sb.stop(old).await.unwrap();
+    }
+
+    pub async fn stop(mut self) {
+        self.sb.stop_all().await.unwrap();
     }
 }
 

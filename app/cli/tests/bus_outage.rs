@@ -22,7 +22,7 @@ async fn the_supervisors_own_outage_is_not_its_units_silence() {
 
     // The server goes away for a minute of the supervisor's time, twice
     // `stale_after`: the supervisor checks its units meanwhile.
-    sb.nats.stop();
+    sb.nats().stop();
     xo_tests::eventually("the supervisor's connection sees the server gone", || {
         !heard.is_connected()
     })
@@ -30,7 +30,7 @@ async fn the_supervisors_own_outage_is_not_its_units_silence() {
     sb.clock.advance(Duration::from_secs(60));
     sb.sup().tick().await;
 
-    sb.nats.restart();
+    sb.nats().restart();
     xo_tests::eventually("both connections are back", || {
         heard.is_connected() && sb.client.is_connected()
     })
@@ -63,27 +63,13 @@ async fn the_supervisors_own_outage_is_not_its_units_silence() {
 #[tokio::test]
 async fn the_queues_own_outage_expires_no_lease() {
     use xo_tests::ctl::{Next, begin, claim, complete, tasks};
-    let mut nats = xo_tests::NatsServer::start();
-    let data = tempfile::tempdir().unwrap();
-    let (d, s) = (
-        data.path().join("data").display().to_string(),
-        data.path().join("state").display().to_string(),
-    );
-    let cfg = common::config(&[
-        ("queue.lease_ms", "30000"),
-        ("queue.data_dir", &d),
-        ("state.dir", &s),
-    ]);
-    let clock = xo_runtime::Clock::manual(common::EPOCH);
-    let (heard, store) = common::store(&nats, "xo-queue", &cfg).await;
-    let queue = xo_queue::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), heard.clone())
-            .with_store(store)
-            .with_clock(clock.clone()),
-    )
-    .await
-    .unwrap();
-    let client = common::connect(&nats, "test-client").await;
+    let mut sb = xo_tests::sandbox::Sandbox::nats()
+        .set("queue.lease_ms", "30000")
+        .build()
+        .await;
+    let q = sb.start(&[xo_fabric::Slot::Queue]).await;
+    let heard = sb.fabric(q).bus.clone();
+    let (client, clock) = (sb.bus.clone(), sb.clock.clone());
     begin(&client, tasks("t", 2)).await;
     let mut held = Vec::new();
     while held.len() < 2 {
@@ -94,18 +80,18 @@ async fn the_queues_own_outage_expires_no_lease() {
 
     // A minute of the queue's time passes while the server is away (no
     // look at the leases meanwhile: a write then would wait for the store).
-    nats.stop();
+    sb.nats.as_mut().unwrap().stop();
     xo_tests::eventually("the queue's connection counts the outage", || {
         heard.outages() >= 1
     })
     .await;
     clock.advance(Duration::from_secs(60));
-    nats.restart();
+    sb.nats.as_mut().unwrap().restart();
     xo_tests::eventually("both connections are back", || {
         heard.is_connected() && client.is_connected()
     })
     .await;
-    queue.tick().await;
+    sb.queue().tick().await;
     assert!(
         complete(&client, &held[0]).await,
         "a lease held through the queue's own outage was taken"
@@ -113,7 +99,7 @@ async fn the_queues_own_outage_expires_no_lease() {
 
     // Nobody renews the other lease: it lapses `lease_ms` after the return.
     clock.advance(Duration::from_secs(30));
-    queue.tick().await;
+    sb.queue().tick().await;
     assert!(
         !complete(&client, &held[1]).await,
         "a lease nobody renewed outlived lease_ms after the return"

@@ -17,7 +17,7 @@ use xo_runtime::XoConfig;
 const T: Duration = Duration::from_secs(10);
 
 fn shipped(dir: &Path) -> XoConfig {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config/xo.toml");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/xo.toml");
     let state = dir.join("state").display().to_string();
     let o = vec![
         ("state.dir".to_string(), state),

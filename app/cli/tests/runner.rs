@@ -2,45 +2,43 @@
 //! in-process): SALUTE every `salute_interval_turns` turns, heartbeats,
 //! microcosm self-steering, and an operator halt killing the agent.
 
-mod common;
-
 use std::time::Duration;
 
-use common::LocalQueue;
 use xo_bus::{Bus, typed};
+use xo_fabric::{Plan, Slot};
 use xo_proto::queue::*;
 use xo_proto::{Heartbeat, SaluteReport, Subjects};
+use xo_runner::RunnerOptions;
 use xo_runner::task::supervise::{Stop, Supervision, supervise};
-use xo_runner::{RunnerHandle, RunnerOptions};
-use xo_runtime::XoConfig;
+use xo_runtime::{Clock, XoConfig};
+use xo_tests::sandbox::{Sandbox, Started};
 
 const T: Duration = Duration::from_secs(10);
 
 struct Rig {
-    _dir: tempfile::TempDir,
+    sb: Sandbox,
     bus: Bus,
     subjects: Subjects,
     cfg: XoConfig,
-    queue: Option<xo_queue::QueueHandle>,
-    runner: Option<RunnerHandle>,
+    runner: Option<Started>,
 }
 
 impl Rig {
     async fn start(extra: &[(&str, &str)]) -> Self {
         let mut o = vec![("runner.claim_wait_ms", "200")];
         o.extend_from_slice(extra);
-        let LocalQueue {
-            dir,
-            cfg,
-            bus,
-            queue,
-        } = LocalQueue::start(&o).await;
+        // The runner's turns and heartbeats run on real time: so does the queue.
+        let mut sb = Sandbox::embedded()
+            .clock(Clock::System)
+            .with(&o)
+            .build()
+            .await;
+        sb.start(&[Slot::Queue]).await;
         Self {
-            _dir: dir,
-            subjects: cfg.subjects(),
-            bus,
-            cfg,
-            queue: Some(queue),
+            bus: sb.bus.clone(),
+            subjects: sb.subjects.clone(),
+            cfg: sb.cfg.clone(),
+            sb,
             runner: None,
         }
     }
@@ -64,16 +62,17 @@ impl Rig {
         .await;
         self.call(&Enqueue::new(tasks)).await;
         self.call(&Start::default()).await;
+        let runner = RunnerOptions {
+            role: "coder".into(),
+            unit: "u1".into(),
+        };
         self.runner = Some(
-            xo_runner::start(
-                xo_runtime::ServiceCtx::new(self.cfg.clone(), self.bus.clone()),
-                RunnerOptions {
-                    role: "coder".into(),
-                    unit: "u1".into(),
-                },
-            )
-            .await
-            .unwrap(),
+            self.sb
+                .start_plan(Plan {
+                    runners: vec![runner],
+                    ..Plan::default()
+                })
+                .await,
         );
     }
 
@@ -95,13 +94,9 @@ impl Rig {
         panic!("task {id} never reached {what}: {all:?} {st:?}");
     }
 
+    /// The runner first, then the queue, as the fabric stops them.
     async fn stop(mut self) {
-        if let Some(r) = self.runner.take() {
-            r.stop().await.unwrap();
-        }
-        if let Some(q) = self.queue.take() {
-            q.stop().await.unwrap();
-        }
+        self.sb.stop_all().await.unwrap();
     }
 }
 

@@ -4,18 +4,18 @@
 //! prompt carries the goal and every task (ids, states, attempts, the
 //! blocked task's reason); a reply built from it keeps every task.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
-use common::LocalQueue;
 use xo_bus::typed;
+use xo_fabric::{Plan, Slot};
 use xo_proto::queue::*;
 use xo_runner::RunnerOptions;
+use xo_runtime::Clock;
+use xo_tests::sandbox::Sandbox;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -44,19 +44,19 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
     let base = format!("http://{}/v1", l.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
 
-    let LocalQueue {
-        dir: _dir,
-        cfg,
-        bus,
-        queue,
-    } = LocalQueue::start(&[
-        ("runner.claim_wait_ms", "200"),
-        ("runner.driver.kind", "openai"),
-        ("runner.driver.openai.base_url", &base),
-        ("runner.driver.openai.model", "manager-model"),
-        ("runner.driver.openai.max_attempts", "1"),
-    ])
-    .await;
+    let mut sb = Sandbox::embedded()
+        .clock(Clock::System)
+        .with(&[
+            ("runner.claim_wait_ms", "200"),
+            ("runner.driver.kind", "openai"),
+            ("runner.driver.openai.base_url", &base),
+            ("runner.driver.openai.model", "manager-model"),
+            ("runner.driver.openai.max_attempts", "1"),
+        ])
+        .build()
+        .await;
+    sb.start(&[Slot::Queue]).await;
+    let (cfg, bus) = (sb.cfg.clone(), sb.bus.clone());
     let s = cfg.subjects();
     typed::call(
         &bus,
@@ -145,15 +145,14 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
     .unwrap();
 
     // A real runner of role manager reconciles with the model.
-    let runner = xo_runner::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()),
-        RunnerOptions {
+    sb.start_plan(Plan {
+        runners: vec![RunnerOptions {
             role: MANAGER_ROLE.into(),
             unit: "manager-1".into(),
-        },
-    )
-    .await
-    .unwrap();
+        }],
+        ..Plan::default()
+    })
+    .await;
     let mut done = None;
     for _ in 0..1000 {
         let req = ListTasks {
@@ -202,6 +201,5 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
         .unwrap();
     assert!(rec.contains("\"cancelled\":[]"), "{rec}");
 
-    runner.stop().await.unwrap();
-    queue.stop().await.unwrap();
+    sb.stop_all().await.unwrap();
 }

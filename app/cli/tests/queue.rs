@@ -1,78 +1,71 @@
 //! The durable queue over a real nats-server: claims, leases, restarts,
 //! concurrency, corruption, bad input, audit.
 
-mod common;
-
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{EPOCH, config, connect};
-use xo_bus::{Bus, NatsStore, Store, typed};
+use xo_bus::{Bus, Store, typed};
+use xo_fabric::Slot;
 use xo_proto::Subjects;
 use xo_proto::queue::*;
 use xo_queue::QueueHandle;
-use xo_runtime::{Clock, XoConfig};
+use xo_runtime::Clock;
 use xo_tests::NatsServer;
+use xo_tests::sandbox::{EPOCH, Sandbox, Started};
 
 const T: Duration = Duration::from_secs(30);
 
+/// The queue on a sandbox over NATS, on a manual clock, stopped and
+/// started again by the tests.
 struct Q {
-    nats: NatsServer,
+    sb: Sandbox,
     client: Bus,
     subjects: Subjects,
-    cfg: XoConfig,
     clock: Clock,
-    handle: Option<QueueHandle>,
-    data: tempfile::TempDir,
+    queue: Option<Started>,
 }
 
 impl Q {
     async fn start(overrides: &[(&str, &str)]) -> Self {
-        let nats = NatsServer::start();
-        let data = tempfile::tempdir().unwrap();
-        let d = data.path().display().to_string();
-        let mut o: Vec<(&str, &str)> = vec![("queue.data_dir", &d)];
-        o.extend_from_slice(overrides);
-        let cfg = config(&o);
+        let sb = Sandbox::nats().with(overrides).build().await;
         let mut q = Self {
-            client: connect(&nats, "test-client").await,
-            subjects: cfg.subjects(),
-            nats,
-            cfg,
-            clock: Clock::manual(EPOCH),
-            handle: None,
-            data,
+            client: sb.bus.clone(),
+            subjects: sb.subjects.clone(),
+            clock: sb.clock.clone(),
+            sb,
+            queue: None,
         };
         q.start_queue().await;
         q
     }
 
+    /// The queue's store, read as another process would.
     async fn store(&self) -> Store {
-        let Bus::Nats(b) = connect(&self.nats, "xo-queue-store").await else {
-            unreachable!()
-        };
-        Store::Nats(NatsStore::new(b.client().clone(), &self.cfg.org.prefix))
+        self.sb.store_for("xo-queue-reader").await
+    }
+
+    /// Where the queue writes its audit log.
+    fn data(&self) -> PathBuf {
+        self.sb.cfg.data_dir()
+    }
+
+    fn handle(&self) -> &QueueHandle {
+        self.sb.queue()
+    }
+
+    fn nats(&mut self) -> &mut NatsServer {
+        self.sb.nats.as_mut().expect("on NATS")
     }
 
     async fn start_queue(&mut self) {
-        let bus = connect(&self.nats, "xo-queue").await;
-        let Bus::Nats(nb) = &bus else { unreachable!() };
-        let store = Store::Nats(NatsStore::new(nb.client().clone(), &self.cfg.org.prefix));
-        self.handle = Some(
-            xo_queue::start(
-                xo_runtime::ServiceCtx::new(self.cfg.clone(), bus)
-                    .with_store(store)
-                    .with_clock(self.clock.clone()),
-            )
-            .await
-            .unwrap(),
-        );
+        self.queue = Some(self.sb.start(&[Slot::Queue]).await);
     }
 
     async fn stop_queue(&mut self) {
-        if let Some(h) = self.handle.take() {
-            h.stop().await.unwrap();
+        if let Some(q) = self.queue.take() {
+            self.sb.stop(q).await.unwrap();
         }
     }
 
@@ -177,7 +170,7 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
         ("TASK_START", TaskState::Running)
     );
 
-    let file = xo_queue::audit::file_for(q.data.path(), "p1");
+    let file = xo_queue::audit::file_for(&q.data(), "p1");
     assert_eq!(
         xo_queue::audit::verify(&file).unwrap(),
         xo_queue::audit::Verdict::Intact { lines: 63 }
@@ -195,7 +188,7 @@ async fn a_goal_runs_to_completed_with_an_intact_audit() {
     assert!(log.len() >= 63, "{}", log.len());
     // And the file is the same as the JetStream copy, line for line.
     let store = q.store().await;
-    let c = xo_queue::audit::check(&store, q.data.path(), "p1")
+    let c = xo_queue::audit::check(&store, &q.data(), "p1")
         .await
         .unwrap();
     assert!(c.intact, "{c:?}");
@@ -222,7 +215,7 @@ async fn lines_the_store_copy_lacks_are_shipped_before_the_next_write() {
     let mut q = Q::start(&[]).await;
     q.ready(2, false).await;
     q.stop_queue().await;
-    let file = xo_queue::audit::file_for(q.data.path(), "p1");
+    let file = xo_queue::audit::file_for(&q.data(), "p1");
     let text = std::fs::read_to_string(&file).unwrap();
     let last = text.lines().last().unwrap();
     let mut ev: AuditEvent = serde_json::from_str(last).unwrap();
@@ -232,14 +225,14 @@ async fn lines_the_store_copy_lacks_are_shipped_before_the_next_write() {
     let killed_after_the_file = serde_json::to_string(&ev).unwrap();
     std::fs::write(&file, format!("{text}{killed_after_the_file}\n")).unwrap();
     let store = q.store().await;
-    let before = xo_queue::audit::check(&store, q.data.path(), "p1")
+    let before = xo_queue::audit::check(&store, &q.data(), "p1")
         .await
         .unwrap();
     assert_eq!(before.unshipped, 1, "{before:?}");
     q.start_queue().await;
     // The next write: a claim starts t000.
     claim(&q, "u1").await.expect("a task");
-    let after = xo_queue::audit::check(&store, q.data.path(), "p1")
+    let after = xo_queue::audit::check(&store, &q.data(), "p1")
         .await
         .unwrap();
     assert!(after.intact, "{after:?}");
@@ -260,10 +253,10 @@ async fn a_silent_claimant_loses_its_lease_to_the_next() {
     assert_eq!(first.record.attempt, 1);
     assert!(claim(&q, "r2").await.is_none(), "leased");
     q.clock.advance(Duration::from_millis(29_999));
-    q.handle.as_ref().unwrap().tick().await;
+    q.handle().tick().await;
     assert!(claim(&q, "r2").await.is_none(), "29.999 s is not stale");
     q.clock.advance(Duration::from_millis(1));
-    q.handle.as_ref().unwrap().tick().await;
+    q.handle().tick().await;
     let second = claim(&q, "r2").await.expect("offered again");
     assert_eq!(
         (second.record.attempt, second.record.mark),
@@ -313,7 +306,7 @@ async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
         })
         .await
         .unwrap();
-        q.handle.as_ref().unwrap().tick().await;
+        q.handle().tick().await;
     }
     assert!(claim(&q, "r2").await.is_none(), "renewed for 60 s");
     // A long-polling claimant gets work enqueued after it asked.
@@ -344,7 +337,7 @@ async fn thirty_two_concurrent_claimants_never_share_a_task() {
     let mut all = Vec::new();
     let mut joins = Vec::new();
     for i in 0..32 {
-        let (client, subjects) = (connect(&q.nats, &format!("r{i}")).await, q.subjects.clone());
+        let (client, subjects) = (q.sb.connect(&format!("r{i}")).await, q.subjects.clone());
         joins.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
@@ -399,7 +392,7 @@ async fn the_queue_survives_a_nats_server_restart() {
     let mut q = Q::start(&[]).await;
     q.ready(10, false).await;
     let c = claim(&q, "r1").await.unwrap();
-    q.nats.restart();
+    q.nats().restart();
     // Both sides reconnect by themselves; keep asking until they have.
     let mut done = None;
     for _ in 0..300 {

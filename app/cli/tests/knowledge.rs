@@ -1,14 +1,12 @@
 //! The knowledge service over a real nats-server: ownership on put, the
 //! lifecycle, selection, hand edits announced, malformed files named.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{config, connect};
 use xo_bus::typed;
+use xo_fabric::Slot;
 use xo_proto::knowledge::*;
-use xo_tests::NatsServer;
+use xo_tests::sandbox::Sandbox;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -33,21 +31,15 @@ fn doc(c: Category, name: &str, rule: &str) -> KnowledgeDoc {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_ownership_lifecycle_and_hand_edits() {
-    let nats = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let kdir = dir.path().join("knowledge").display().to_string();
-    let cfg = config(&[
-        ("knowledge.dir", &kdir),
-        ("knowledge.poll_ms", "50"),
-        ("knowledge.establish_after", "2"),
-    ]);
-    let svc = xo_knowledge::service::start(xo_runtime::ServiceCtx::new(
-        cfg.clone(),
-        connect(&nats, "xo-knowledge").await,
-    ))
-    .await
-    .unwrap();
-    let bus = connect(&nats, "client").await;
+    let mut sb = Sandbox::nats()
+        .with(&[
+            ("knowledge.poll_ms", "50"),
+            ("knowledge.establish_after", "2"),
+        ])
+        .build()
+        .await;
+    sb.start(&[Slot::Knowledge]).await;
+    let (bus, cfg) = (sb.bus.clone(), sb.cfg.clone());
     let s = cfg.subjects();
     let mut changes = bus.subscribe("xo.knowledge.changed.>").await.unwrap();
 
@@ -134,7 +126,7 @@ async fn api_ownership_lifecycle_and_hand_edits() {
     );
 
     // An edit by hand is picked up and announced.
-    let path = dir.path().join("knowledge/design/arch.md");
+    let path = cfg.knowledge_dir().join("design/arch.md");
     std::fs::write(
         &path,
         "# Architecture\n\n_Status: established_\n\n## Rules\n\n1. One actor owns the state\n",
@@ -208,5 +200,5 @@ async fn api_ownership_lifecycle_and_hand_edits() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("\"recipes\""), "{e}");
-    svc.stop().await.unwrap();
+    sb.stop_all().await.unwrap();
 }

@@ -13,12 +13,13 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
-use common::{config, connect};
-use xo_bus::{Store, typed};
+use xo_bus::typed;
+use xo_fabric::Slot;
 use xo_proto::alert::{Alert, AlertKind};
 use xo_proto::queue::*;
 use xo_runtime::config::{Webhook, WebhookFormat};
-use xo_tests::{NatsServer, eventually};
+use xo_tests::eventually;
+use xo_tests::sandbox::Sandbox;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -69,28 +70,19 @@ fn task(id: &str, deps: &[&str]) -> Task {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
-    let nats = NatsServer::start();
     let (base, got) = receiver().await;
     // A port nobody listens on.
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/gone", l.local_addr().unwrap())
     };
-    let data = tempfile::tempdir().unwrap();
-    let d = data.path().display().to_string();
-    let mut cfg = config(&[
-        ("queue.data_dir", &d),
-        ("alerts.backoff_ms", "20"),
-        ("alerts.attempts", "3"),
-        ("alerts.timeout_ms", "2000"),
-    ]);
-    let hook = |path: &str, format, kinds: Vec<AlertKind>| Webhook {
+    let hook = move |path: &str, format, kinds: Vec<AlertKind>| Webhook {
         url: format!("{base}/{path}"),
         format,
         kinds,
         authorization: String::new(),
     };
-    cfg.alerts.webhooks = vec![
+    let webhooks = vec![
         hook("flaky", WebhookFormat::Json, vec![]),
         hook("slack", WebhookFormat::Slack, vec![AlertKind::Question]),
         hook("refuse", WebhookFormat::Json, vec![AlertKind::TaskBlocked]),
@@ -100,26 +92,19 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
             ..Default::default()
         },
     ];
-
-    let notify = xo_notify::start(xo_runtime::ServiceCtx::new(
-        cfg.clone(),
-        connect(&nats, "xo-notify").await,
-    ))
-    .await
-    .unwrap();
-    let qbus = connect(&nats, "xo-queue").await;
-    let xo_bus::Bus::Nats(nb) = &qbus else {
-        unreachable!()
-    };
-    let store = Store::Nats(xo_bus::NatsStore::new(nb.client().clone(), "xo"));
-    let queue = xo_queue::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), qbus)
-            .with_store(store)
-            .with_clock(xo_runtime::Clock::System),
-    )
-    .await
-    .unwrap();
-    let client = connect(&nats, "test").await;
+    let mut sb = Sandbox::nats()
+        .clock(xo_runtime::Clock::System)
+        .with(&[
+            ("alerts.backoff_ms", "20"),
+            ("alerts.attempts", "3"),
+            ("alerts.timeout_ms", "2000"),
+        ])
+        .edit(|c| c.alerts.webhooks = webhooks)
+        .build()
+        .await;
+    sb.start(&[Slot::Notify, Slot::Queue]).await;
+    let (client, cfg) = (sb.bus.clone(), sb.cfg.clone());
+    let data = cfg.data_dir();
     let s = cfg.subjects();
     let mut dlq = client.subscribe(&s.dlq(&s.alert_all())).await.unwrap();
     let mut stuck_events = client.subscribe(&s.queue_stuck()).await.unwrap();
@@ -280,7 +265,7 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
     assert_eq!(posts.iter().filter(|(p, _)| p == "refuse").count(), 1);
 
     // Refused and unreachable deliveries are dead-lettered: file and subject.
-    let file = data.path().join("alerts.dead.jsonl");
+    let file = data.join("alerts.dead.jsonl");
     let mut lines = Vec::new();
     for _ in 0..200 {
         lines = std::fs::read_to_string(&file)
@@ -322,10 +307,9 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
             .unwrap()
             .contains("c waits on a (blocked)")
     );
-    let audit = std::fs::read_to_string(data.path().join("night/audit.log.jsonl")).unwrap();
+    let audit = std::fs::read_to_string(data.join("night/audit.log.jsonl")).unwrap();
     assert!(audit.contains("\"QUEUE_STUCK\""));
-    queue.stop().await.unwrap();
-    notify.stop().await.unwrap();
+    sb.stop_all().await.unwrap();
 }
 
 /// What an ntfy server would read of one publish: the headers its publish
@@ -388,33 +372,27 @@ async fn ntfy_server() -> (String, Pushes) {
 /// stretch, not one a report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_unit_needs_you_and_is_pushed_to_ntfy_once_a_stretch() {
-    let mut sb = common::Sandbox::start(&[]).await;
     let (base, pushes) = ntfy_server().await;
-    let data = tempfile::tempdir().unwrap();
-    let mut cfg = sb.cfg.clone();
-    cfg.queue.data_dir = data.path().display().to_string();
-    cfg.alerts.console_url = "http://xo.example:8080/".into();
-    cfg.alerts.webhooks = vec![
-        Webhook {
-            url: format!("{base}/xo-phone"),
-            format: WebhookFormat::Ntfy,
-            kinds: vec![AlertKind::UnitNeedsYou],
-            authorization: String::new(),
-        },
-        // A webhook that does not want the kind gets nothing.
-        Webhook {
-            url: format!("{base}/other"),
-            format: WebhookFormat::Ntfy,
-            kinds: vec![AlertKind::QueueStuck],
-            authorization: String::new(),
-        },
-    ];
-    let notify = xo_notify::start(xo_runtime::ServiceCtx::new(
-        cfg,
-        common::connect(&sb.nats, "xo-notify").await,
-    ))
-    .await
-    .unwrap();
+    let mut sb = common::Sandbox::on(Sandbox::nats().edit(move |cfg| {
+        cfg.alerts.console_url = "http://xo.example:8080/".into();
+        cfg.alerts.webhooks = vec![
+            Webhook {
+                url: format!("{base}/xo-phone"),
+                format: WebhookFormat::Ntfy,
+                kinds: vec![AlertKind::UnitNeedsYou],
+                authorization: String::new(),
+            },
+            // A webhook that does not want the kind gets nothing.
+            Webhook {
+                url: format!("{base}/other"),
+                format: WebhookFormat::Ntfy,
+                kinds: vec![AlertKind::QueueStuck],
+                authorization: String::new(),
+            },
+        ];
+    }))
+    .await;
+    sb.h.start(&[Slot::Notify]).await;
     // The notifier's subscription is in place before the first alert.
     sb.client.flush().await.unwrap();
     let mut steer = sb.steering("coder-1").await;
@@ -476,8 +454,7 @@ async fn a_stuck_unit_needs_you_and_is_pushed_to_ntfy_once_a_stretch() {
     let p = pushes.lock().unwrap().clone();
     assert_eq!(p.len(), 2, "one push a stretch: {p:#?}");
     assert!(p.iter().all(|p| p.topic == "xo-phone"));
-    notify.stop().await.unwrap();
-    sb.stop_supervisor().await.unwrap();
+    sb.h.stop_all().await.unwrap();
 }
 
 /// Issue 37, item 4: many units needing a person at once page once (the
@@ -485,24 +462,22 @@ async fn a_stuck_unit_needs_you_and_is_pushed_to_ntfy_once_a_stretch() {
 /// comes meanwhile is not lost or merged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_that_need_you_at_once_are_one_push() {
-    let nats = NatsServer::start();
     let (base, pushes) = ntfy_server().await;
-    let data = tempfile::tempdir().unwrap();
-    let d = data.path().display().to_string();
-    let mut cfg = config(&[("queue.data_dir", &d), ("alerts.group_ms", "1500")]);
-    cfg.alerts.webhooks = vec![Webhook {
-        url: format!("{base}/fleet"),
-        format: WebhookFormat::Ntfy,
-        kinds: vec![],
-        authorization: String::new(),
-    }];
-    let notify = xo_notify::start(xo_runtime::ServiceCtx::new(
-        cfg.clone(),
-        connect(&nats, "xo-notify").await,
-    ))
-    .await
-    .unwrap();
-    let client = connect(&nats, "test").await;
+    let mut sb = Sandbox::nats()
+        .clock(xo_runtime::Clock::System)
+        .set("alerts.group_ms", "1500")
+        .edit(move |c| {
+            c.alerts.webhooks = vec![Webhook {
+                url: format!("{base}/fleet"),
+                format: WebhookFormat::Ntfy,
+                kinds: vec![],
+                authorization: String::new(),
+            }]
+        })
+        .build()
+        .await;
+    sb.start(&[Slot::Notify]).await;
+    let (client, cfg) = (sb.bus.clone(), sb.cfg.clone());
     client.flush().await.unwrap();
     let s = cfg.subjects();
     let needs = |unit: &str| Alert {
@@ -545,5 +520,5 @@ async fn units_that_need_you_at_once_are_one_push() {
     );
     assert!(p[0].body.contains("c6 needs you"), "{}", p[0].body);
     assert_eq!(p[1].title, "XO: queue halted");
-    notify.stop().await.unwrap();
+    sb.stop_all().await.unwrap();
 }

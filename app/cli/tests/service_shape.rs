@@ -5,17 +5,18 @@
 //! path answered in two requests (claim; lease renewal says "halted").
 //! Against a real nats-server.
 
-mod common;
+use std::time::Duration;
 
 use bytes::Bytes;
-use common::{T, config, connect};
-use xo_bus::{Bus, Headers, NatsStore, Store, typed};
+use xo_bus::{Bus, Headers, typed};
 use xo_proto::codec::{self, CONTENT_TYPE};
 use xo_proto::control::{ErrorCode, Reply};
 use xo_proto::knowledge::ListDocs;
 use xo_proto::queue::*;
 use xo_runtime::Clock;
-use xo_tests::NatsServer;
+use xo_tests::sandbox::Sandbox;
+
+const T: Duration = Duration::from_secs(10);
 
 async fn raw(bus: &Bus, subject: &str, body: &'static [u8]) -> Reply<serde_json::Value> {
     let mut h = Headers::new();
@@ -27,45 +28,34 @@ async fn raw(bus: &Bus, subject: &str, body: &'static [u8]) -> Reply<serde_json:
     codec::decode_plain(&m.payload, m.headers.get(CONTENT_TYPE), 1 << 20).unwrap()
 }
 
+/// A sandbox on NATS, the services started by hand: what is tested is
+/// each service's own handle (`until`, `stop`), not the fabric's.
 struct Rig {
-    _dir: tempfile::TempDir,
-    nats: NatsServer,
+    sb: Sandbox,
     client: Bus,
-    cfg: xo_runtime::XoConfig,
 }
 
 impl Rig {
     async fn start(extra: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().display().to_string();
-        let mut o = vec![("state.dir", d.as_str())];
-        o.extend_from_slice(extra);
-        let cfg = config(&o);
-        let nats = NatsServer::start();
-        let client = connect(&nats, "test-client").await;
+        let sb = Sandbox::nats()
+            .clock(Clock::System)
+            .with(extra)
+            .build()
+            .await;
         Self {
-            _dir: dir,
-            nats,
-            client,
-            cfg,
+            client: sb.bus.clone(),
+            sb,
         }
     }
 
     async fn queue(&self) -> xo_queue::QueueHandle {
-        let bus = connect(&self.nats, "xo-queue").await;
-        let Bus::Nats(nb) = &bus else { unreachable!() };
-        let store = Store::Nats(NatsStore::new(nb.client().clone(), &self.cfg.org.prefix));
-        xo_queue::start(
-            xo_runtime::ServiceCtx::new(self.cfg.clone(), bus)
-                .with_store(store)
-                .with_clock(Clock::System),
-        )
-        .await
-        .unwrap()
+        xo_queue::start(self.sb.ctx("xo-queue").await)
+            .await
+            .unwrap()
     }
 
     async fn call<R: xo_proto::Request>(&self, r: &R) -> Result<R::Response, typed::CallError> {
-        typed::call(&self.client, &self.cfg.subjects(), r, T).await
+        self.sb.call(r).await
     }
 }
 
@@ -73,12 +63,9 @@ impl Rig {
 async fn the_serve_loop_answers_unknown_verbs_and_bad_bodies() {
     let rig = Rig::start(&[]).await;
     let q = rig.queue().await;
-    let mut k = xo_knowledge::service::start(xo_runtime::ServiceCtx::new(
-        rig.cfg.clone(),
-        connect(&rig.nats, "xo-knowledge").await,
-    ))
-    .await
-    .unwrap();
+    let mut k = xo_knowledge::service::start(rig.sb.ctx("xo-knowledge").await)
+        .await
+        .unwrap();
     // A verb nobody declared has no endpoint: the caller is told at once.
     let e = rig
         .client

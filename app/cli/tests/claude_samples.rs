@@ -21,7 +21,7 @@ fn samples() -> PathBuf {
     if let Some(dir) = std::env::var_os("XO_CLAUDE_SAMPLES") {
         return PathBuf::from(dir);
     }
-    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/claude-code-log");
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/claude-code-log");
     let dir = target.join(format!(
         "claude_code_log-{VERSION}/dev-docs/messages/claude-code"
     ));

@@ -5,7 +5,7 @@ use std::process::Command;
 
 #[test]
 fn chart_lints_clean_and_its_schema_rejects_bad_values() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let out = Command::new("python3")
         .current_dir(root)
         .args(["charts/check.py", "charts/xo"])

@@ -81,7 +81,7 @@ fn violations(g: &BTreeMap<String, Vec<String>>) -> Vec<String> {
     for (from, deps) in g {
         let Some(fk) = kind(from) else {
             bad.push(format!(
-                "{from}: a crate of no known kind; give it one in tests/tests/layering.rs and docs/architecture.md"
+                "{from}: a crate of no known kind; give it one in app/cli/tests/layering.rs and docs/architecture.md"
             ));
             continue;
         };
@@ -144,12 +144,12 @@ fn the_check_catches_a_service_on_a_service() {
     assert_eq!(bad.len(), 3, "{bad:?}");
 }
 
-/// The workspace's root (this crate is `tests/`).
+/// The workspace's root (this crate is `app/cli/`).
 fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace's root")
 }
 
 fn metadata() -> serde_json::Value {
