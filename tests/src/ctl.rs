@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use xo_bus::{Bus, Client, typed};
-use xo_proto::queue::Task;
+use xo_proto::queue::{Task, TaskRecord};
 
 /// A client of the default deployment's services on `bus`, its calls
 /// waiting at most `timeout`.
@@ -23,18 +23,55 @@ pub async fn ask<R: xo_proto::Request>(bus: &Bus, r: &R) -> Option<R::Response> 
     client(bus, Duration::from_secs(3)).call(r).await.ok()
 }
 
-/// Retries for up to 30 s while nothing answers; panics after.
+/// Retries while nothing answers (a queue restarting, failing over);
+/// panics after the harness's hang guard.
 pub async fn must<R: xo_proto::Request>(bus: &Bus, r: &R) -> R::Response
 where
     R::Response: serde::de::DeserializeOwned,
 {
-    for _ in 0..600 {
-        if let Ok(v) = call(bus, r).await {
-            return v;
+    crate::until("the queue answered", async || call(bus, r).await.ok()).await
+}
+
+/// Waits until task `id`'s record satisfies `ok`, told by the task's own
+/// events (`xo.event.task.<id>`: the queue publishes one for each change
+/// of a task): it looks once, then again on each event, and never sleeps.
+/// Panics, with the record as it last was, if no event comes within the
+/// harness's hang guard.
+pub async fn task_reaches(
+    client: &Client,
+    id: &str,
+    what: &str,
+    ok: impl Fn(&TaskRecord) -> bool,
+) -> TaskRecord {
+    use xo_proto::queue::ListTasks;
+    let subject = client.subjects().task_event(id);
+    let mut events = client
+        .bus()
+        .subscribe(&subject)
+        .await
+        .expect("subscribing to a task's events");
+    client
+        .bus()
+        .flush()
+        .await
+        .expect("the subscription in place");
+    let mut last = None;
+    loop {
+        let req = ListTasks {
+            task_id: Some(id.into()),
+            ..ListTasks::of(None)
+        };
+        if let Ok(all) = client.call(&req).await {
+            last = all.into_iter().next();
+            if let Some(r) = last.as_ref().filter(|r| ok(r)) {
+                return r.clone();
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        match tokio::time::timeout(crate::HANG_GUARD, events.next()).await {
+            Ok(Some(_)) => continue,
+            _ => panic!("task {id} never {what}; last seen: {last:#?}"),
+        }
     }
-    panic!("the queue never answered");
 }
 
 /// `n` coder tasks `<prefix>00`, `<prefix>01`, …

@@ -210,3 +210,8 @@ impl Drop for Up {
         }
     }
 }
+
+/// An output's bytes as text (lossy), for an assertion's message.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -212,14 +212,60 @@ impl Drop for NatsServer {
     }
 }
 
-/// Waits until `ok` holds, checking every 50 ms, 600 times at most; panics
-/// naming `what` if it never does.
-pub async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
-    for _ in 0..600 {
-        if ok() {
-            return;
+/// How long a test waits for what it waits on before it gives up: a
+/// guard against a hang, not a timing assertion (a slow machine takes
+/// longer; nothing here asserts a time).
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// How often a wait looks again.
+const LOOK_EVERY: Duration = Duration::from_millis(20);
+
+/// The one wait of the tests that ask (a service's verb, a file, a page)
+/// until the answer is the one waited for: what `f` gives, once it gives
+/// something; `None` if it gives nothing within `guard`. A test that can
+/// be told (a subscription, a watch) waits on that instead.
+pub async fn within<T>(guard: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + guard;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
     }
-    panic!("never: {what}");
+}
+
+/// [`within`] the [`HANG_GUARD`]; panics naming `what` if `f` never gives.
+pub async fn until<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    match within(HANG_GUARD, f).await {
+        Some(v) => v,
+        None => panic!("never: {what} (waited {HANG_GUARD:?})"),
+    }
+}
+
+/// Waits until `ok` holds ([`until`] for a condition).
+pub async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    until(what, async || ok().then_some(())).await
+}
+
+/// [`until`] for a test with no runtime (the `xo` binary run as a user
+/// runs it): the thread waits between looks.
+pub fn until_blocking<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + HANG_GUARD;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= end {
+            panic!("never: {what} (waited {HANG_GUARD:?})");
+        }
+        std::thread::sleep(LOOK_EVERY);
+    }
+}
+
+/// [`eventually`] for a test with no runtime.
+pub fn eventually_blocking(what: &str, mut ok: impl FnMut() -> bool) {
+    until_blocking(what, || ok().then_some(()))
 }

@@ -46,6 +46,14 @@ pub fn config(overrides: &[(&str, &str)]) -> XoConfig {
     XoConfig::load(Some(&none), &o).unwrap_or_else(|e| panic!("config {overrides:?}: {e:#}"))
 }
 
+fn load(file: &Path, overrides: &[(&str, &str)]) -> XoConfig {
+    let o: Vec<(String, String)> = overrides
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    XoConfig::load(Some(file), &o).unwrap_or_else(|e| panic!("config {}: {e:#}", file.display()))
+}
+
 /// A plan of the services named (runners, watches and the console aside,
 /// which a test adds to the [`Plan`] itself).
 pub fn plan(slots: &[Slot]) -> Plan {
@@ -80,12 +88,20 @@ type Edit = Box<dyn FnOnce(&mut XoConfig) + Send>;
 /// How a [`Sandbox`] is made: [`Sandbox::embedded`] or [`Sandbox::nats`].
 pub struct Builder {
     on: On,
+    file: Option<std::path::PathBuf>,
     overrides: Vec<(String, String)>,
     edits: Vec<Edit>,
     clock: Clock,
 }
 
 impl Builder {
+    /// A configuration file under the keys (the shipped
+    /// `deploy/config/xo.toml`, say), instead of the defaults alone.
+    pub fn file(mut self, path: &Path) -> Self {
+        self.file = Some(path.to_path_buf());
+        self
+    }
+
     /// One configuration key, as `XO__SECTION__KEY` would set it.
     pub fn set(mut self, key: &str, value: impl Into<String>) -> Self {
         self.overrides.push((key.to_string(), value.into()));
@@ -125,7 +141,10 @@ impl Builder {
         let state = dir.path().display().to_string();
         let mut o: Vec<(&str, &str)> = vec![("state.dir", &state)];
         o.extend(self.overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let mut cfg = config(&o);
+        let mut cfg = match &self.file {
+            None => config(&o),
+            Some(f) => load(f, &o),
+        };
         for edit in self.edits {
             edit(&mut cfg);
         }
@@ -225,6 +244,7 @@ impl Sandbox {
     pub fn embedded() -> Builder {
         Builder {
             on: On::Embedded,
+            file: None,
             overrides: Vec::new(),
             edits: Vec::new(),
             clock: Clock::manual(EPOCH),
@@ -235,6 +255,7 @@ impl Sandbox {
     pub fn nats() -> Builder {
         Builder {
             on: On::Nats(None),
+            file: None,
             overrides: Vec::new(),
             edits: Vec::new(),
             clock: Clock::manual(EPOCH),

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-use xo_tests::launcher::Xo;
+use xo_tests::launcher::{Xo, text};
 
 /// A folder outside the temp folder (which confined agents may write and
 /// read): the state directory under test must not be in it.
@@ -36,10 +36,6 @@ fn xo(dir: &Path, state: &Path, port: u16) -> Command {
 
 fn run(dir: &Path, state: &Path, port: u16, args: &[&str]) -> Output {
     xo(dir, state, port).args(args).output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The probes, as one shell script writing `<name>.rc` (the exit code) and

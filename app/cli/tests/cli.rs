@@ -2,8 +2,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
-use xo_tests::launcher::Xo;
+use xo_tests::launcher::{Xo, text};
 
 use xo_tests::NatsServer;
 
@@ -16,22 +15,7 @@ fn run(dir: &Path, args: &[&str]) -> Output {
     xo(dir).args(args).output().expect("xo runs")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 const REPORT: &str = r#"{"v":1,"unit":{"unit":"coder-1","role":"coder"},"time":{"turn":12,"seq":12},"size":{"context_fill":0.93},"activity":{"task_id":"T-1","turns_since_progress":9}}"#;
-
-/// Waits (bounded) until `f` holds; the bound is a hang guard, not a timing assertion.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("never happened: {what}");
-}
 
 fn start_up(dir: &Path) -> Child {
     let child = xo(dir)
@@ -40,7 +24,7 @@ fn start_up(dir: &Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("xo up starts");
-    eventually("xo up serves its socket", || {
+    xo_tests::eventually_blocking("xo up serves its socket", || {
         run(dir, &["units", "--json"]).status.success()
     });
     child
@@ -78,7 +62,7 @@ fn up_serves_every_command_over_its_socket_and_keeps_state() {
     let out = run(d, &["report", "r.json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("published report of coder-1"));
-    eventually("unit listed", || {
+    xo_tests::eventually_blocking("unit listed", || {
         text(&run(d, &["units", "--json"]).stdout).contains("coder-1")
     });
     let list: serde_json::Value =
@@ -320,7 +304,7 @@ fn serve_supervisor_on_nats_and_operate_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    eventually("supervisor answers", || {
+    xo_tests::eventually_blocking("supervisor answers", || {
         run(d, &["units", "--nats", &url]).status.success()
     });
     std::fs::write(d.join("r.json"), REPORT).unwrap();
@@ -331,7 +315,7 @@ fn serve_supervisor_on_nats_and_operate_it() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    eventually("unit on NATS", || {
+    xo_tests::eventually_blocking("unit on NATS", || {
         text(&run(d, &["units", "--nats", &url]).stdout).contains("coder-1")
     });
     let done = interrupt(sup);
@@ -650,7 +634,7 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    eventually("the goal completes", || {
+    xo_tests::eventually_blocking("the goal completes", || {
         text(&run(dir.path(), &["status", "--json"]).stdout).contains("\"COMPLETED\"")
     });
     // The goal's project is where the work, the prompt log and the audit go.
@@ -678,7 +662,7 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
         let o = run(dir.path(), args);
         assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
     }
-    eventually("the runner works again after xo up restarted", || {
+    xo_tests::eventually_blocking("the runner works again after xo up restarted", || {
         dir.path().join(".xo/sandbox/parser/hi2.txt").exists()
             && text(&run(dir.path(), &["status", "--json"]).stdout).contains("\"COMPLETED\"")
     });
@@ -856,7 +840,7 @@ fn xo_units_says_which_unit_needs_you_and_why() {
     for turn in [7, 10, 13] {
         report("stuck-1", turn, turn - 1);
     }
-    eventually("stuck-1 needs you", || {
+    xo_tests::eventually_blocking("stuck-1 needs you", || {
         text(&run(d, &["units", "--json"]).stdout).contains("\"reason\": \"stuck\"")
     });
     let all = text(&run(d, &["units"]).stdout);

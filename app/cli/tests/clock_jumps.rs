@@ -66,18 +66,16 @@ async fn reported(bus: &Bus, subjects: &Subjects, epoch: u64, seq: u64) -> bool 
     typed::publish(bus, &subjects.salute("u1"), &r, Format::Msgpack)
         .await
         .unwrap();
-    for _ in 0..300 {
-        if let Some(d) = show(bus, subjects, "u1").await {
-            if d.summary.seq >= seq {
-                return true;
-            }
-            if d.summary.refused_reports > 0 {
-                return false;
-            }
+    // Taken (its seq shown) or refused (counted), whichever the supervisor says.
+    xo_tests::until(&format!("seq {seq} taken or refused"), async || {
+        let d = show(bus, subjects, "u1").await?;
+        if d.summary.seq >= seq {
+            Some(true)
+        } else {
+            (d.summary.refused_reports > 0).then_some(false)
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+    })
+    .await
 }
 
 #[tokio::test]
@@ -138,17 +136,12 @@ async fn a_jump_of_the_wall_clock_either_way_changes_nothing_that_lives() {
     // again.
     let dead = claim(&client, "r2").await.expect("the second task");
     xo_proto::shift_wall_clock(-HOUR);
-    let mut again = None;
-    for _ in 0..600 {
+    let again = xo_tests::until("the dead runner's task offered again", async || {
         heartbeat(&client, &live).await.unwrap();
         queue.tick().await;
-        again = claim(&client, "r3").await;
-        if again.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let again = again.expect("the dead runner's task was never offered again");
+        claim(&client, "r3").await
+    })
+    .await;
     assert_eq!(again.record.task.task_id, dead.record.task.task_id);
     assert!(again.record.attempt > dead.record.attempt);
     xo_proto::shift_wall_clock(HOUR + 10 * MINUTE);

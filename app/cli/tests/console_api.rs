@@ -129,13 +129,10 @@ impl Rig {
         .unwrap();
         client.flush().await.unwrap();
         let path = format!("/api/v1/units/{unit}");
-        for _ in 0..1000 {
-            if self.get(&path).await.0 == StatusCode::OK {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("{unit} never listed after its report");
+        xo_tests::until(&format!("{unit} listed after its report"), async || {
+            (self.get(&path).await.0 == StatusCode::OK).then_some(())
+        })
+        .await
     }
 
     fn u(&self, path: &str) -> String {
@@ -318,13 +315,10 @@ async fn every_route_answers_with_the_bus_types() {
     )
     .await
     .unwrap();
-    for _ in 0..400 {
-        if rig.get("/api/v1/units/u-1").await.0 == StatusCode::OK {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let (s, v) = rig.get("/api/v1/units/u-1").await;
+    let (s, v) = xo_tests::until("u-1 listed", async || {
+        Some(rig.get("/api/v1/units/u-1").await).filter(|(s, _)| *s == StatusCode::OK)
+    })
+    .await;
     assert_eq!(
         (s, v["summary"]["role"].clone()),
         (StatusCode::OK, json!("coder"))
@@ -775,15 +769,13 @@ async fn metrics_parse_as_prometheus_text() {
     .unwrap();
     // Wait until the supervisor has it and has steered it (the metrics
     // then must say so).
-    for _ in 0..400 {
+    xo_tests::until("a unit steered", async || {
         let (_, v) = rig.get("/api/v1/units").await;
-        if v.as_array()
+        v.as_array()
             .is_some_and(|a| a.iter().any(|u| u["steering_sent"].as_u64() >= Some(1)))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+            .then_some(())
+    })
+    .await;
     let text = rig.fetch("/metrics", None).await.text().await.unwrap();
     let lines = text.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition");
@@ -1131,13 +1123,10 @@ async fn live_events_and_settings_that_apply_without_a_restart() {
             .live
             .version()
     };
-    for _ in 0..400 {
-        if sup_version() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(sup_version(), 1);
+    xo_tests::eventually("the supervisor applied settings version 1", || {
+        sup_version() == 1
+    })
+    .await;
     for turn in 20..23u64 {
         let mut r = SaluteReport::new("sse-unit", "coder", turn, turn);
         r.activity.turns_since_progress = 20;
@@ -1148,13 +1137,11 @@ async fn live_events_and_settings_that_apply_without_a_restart() {
         assert_eq!(ev["time"]["seq"], turn);
     }
     // Evaluated (the seq moved) and nothing steered.
-    for _ in 0..400 {
+    xo_tests::until("sse-unit's seq 22 evaluated", async || {
         let (_, v) = rig.get("/api/v1/units/sse-unit").await;
-        if v["summary"]["seq"] == 22 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        (v["summary"]["seq"] == 22).then_some(())
+    })
+    .await;
     assert!(
         steer.try_next().is_none(),
         "supervision is off: no steering"
@@ -1168,12 +1155,10 @@ async fn live_events_and_settings_that_apply_without_a_restart() {
         )
         .await;
     assert_eq!(s, StatusCode::OK);
-    for _ in 0..400 {
-        if sup_version() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    xo_tests::eventually("the supervisor applied settings version 2", || {
+        sup_version() == 2
+    })
+    .await;
     let mut r = SaluteReport::new("sse-unit", "coder", 40, 40);
     r.activity.turns_since_progress = 30;
     typed::publish(&client, &subjects.salute("sse-unit"), &r, Format::Msgpack)
@@ -1324,20 +1309,15 @@ async fn connections_and_event_streams_are_bounded() {
     // Until the page's connection is closed it holds a slot: waited for
     // (the refused stream's too), on a connection of its own kept open.
     let mut metrics_conn = connect_from("127.0.0.9", addr).await;
-    let mut open = String::new();
-    for _ in 0..500 {
+    // 3 streams and the metrics connection.
+    xo_tests::until("4 connections open", async || {
         let m = get_on(&mut metrics_conn, "/metrics", &rig.token).await;
-        open = m
-            .lines()
+        m.lines()
             .find_map(|l| l.strip_prefix("xo_console_connections_open "))
-            .unwrap_or("")
-            .to_string();
-        if open == "4" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(open, "4", "3 streams and the metrics connection");
+            .filter(|open| *open == "4")
+            .map(|_| ())
+    })
+    .await;
 
     // Another address holds five parsed connections: with the 3 streams
     // and the metrics connection that is max_connections. Its sixth has no idle one to push out:
@@ -1370,17 +1350,11 @@ async fn connections_and_event_streams_are_bounded() {
     // Slots come back as connections close: a page loads again.
     held.clear();
     drop(metrics_conn);
-    let mut ok = false;
-    for _ in 0..500 {
-        if let Ok(r) = client().get(rig.u("/api/v1/queue")).send().await
-            && r.status() == StatusCode::OK
-        {
-            ok = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ok, "no slot came back");
+    xo_tests::until("a slot came back", async || {
+        let r = client().get(rig.u("/api/v1/queue")).send().await.ok()?;
+        (r.status() == StatusCode::OK).then_some(())
+    })
+    .await;
     let metrics = client()
         .get(rig.u("/metrics"))
         .send()
@@ -1866,16 +1840,13 @@ async fn named_operators_sign_their_writes() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let mut lines = Vec::new();
-    for _ in 0..500 {
+    let lines = xo_tests::until("the acknowledgements and steering audited", async || {
         let (_, v) = rig.get("/api/v1/audit?lines=100").await;
-        lines = v.as_array().cloned().unwrap_or_default();
+        let lines = v.as_array().cloned().unwrap_or_default();
         let of = |ev: &str| lines.iter().filter(|l| l["event"] == ev).count();
-        if of("UNIT_ACKNOWLEDGED") >= 2 && of("OPERATOR_STEERING") >= 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (of("UNIT_ACKNOWLEDGED") >= 2 && of("OPERATOR_STEERING") >= 1).then_some(lines)
+    })
+    .await;
     let said: Vec<(String, String, String)> = lines
         .iter()
         .filter(|l| l["event"] == "UNIT_ACKNOWLEDGED" || l["event"] == "OPERATOR_STEERING")

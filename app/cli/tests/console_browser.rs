@@ -48,11 +48,9 @@ fn spawn_logged(mut c: Command, root: &Path, name: &str) -> Child {
 use xo_tests::browser::free_port;
 
 async fn wait_http(url: &str, root: &Path) {
-    for _ in 0..600 {
-        if reqwest::get(url).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let up = xo_tests::within(xo_tests::HANG_GUARD, async || reqwest::get(url).await.ok()).await;
+    if up.is_some() {
+        return;
     }
     let log = std::fs::read_to_string(root.join("up.log")).unwrap_or_default();
     panic!("{url} never answered\n{log}");
@@ -158,11 +156,12 @@ impl Up {
     }
 
     async fn wait_state(&self, id: &str, state: &str) {
-        for _ in 0..1200 {
-            if self.task_state(id).await == state {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let reached = xo_tests::within(xo_tests::HANG_GUARD, async || {
+            (self.task_state(id).await == state).then_some(())
+        })
+        .await;
+        if reached.is_some() {
+            return;
         }
         let log = |n: &str| {
             std::fs::read_to_string(self.root.path().join(format!("{n}.log"))).unwrap_or_default()
@@ -231,13 +230,17 @@ async fn click(b: &Client, css: &str) {
 
 /// Waits (bounded; a hang guard) until the page's text contains `what`.
 async fn wait_text(b: &Client, css: &str, what: &str) {
-    for _ in 0..400 {
-        if let Ok(e) = b.find(Locator::Css(css)).await
-            && e.text().await.unwrap_or_default().contains(what)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let shown = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        let e = b.find(Locator::Css(css)).await.ok()?;
+        e.text()
+            .await
+            .unwrap_or_default()
+            .contains(what)
+            .then_some(())
+    })
+    .await;
+    if shown.is_some() {
+        return;
     }
     let src = b.source().await.unwrap_or_default();
     panic!("{css} never showed {what:?}\n{src}");
@@ -1550,14 +1553,11 @@ async fn a_unit_that_needs_you_is_counted_in_the_header_listed_and_first() {
     // It moves: no longer counted.
     send("stuck-1", 14, 0, "green");
     // (The header counts again at least every 10 s; a hang guard of 60.)
-    for _ in 0..1200 {
-        let t = text_of(&b, "header nav a[href=\"/needs\"]").await;
-        if t == "Needs you" {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the header still counts a unit that moved");
+    xo_tests::until(
+        "the header stops counting the unit that moved",
+        async || (text_of(&b, "header nav a[href=\"/needs\"]").await == "Needs you").then_some(()),
+    )
+    .await;
 }
 
 /// A steering message over the bound is refused in plain words with what

@@ -113,14 +113,12 @@ async fn task(bus: &Bus, s: &Subjects, id: &str) -> Option<TaskRecord> {
         .find(|r| r.task.task_id == id)
 }
 
-async fn wait<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    for _ in 0..1200 {
-        if let Some(v) = f().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+/// Containers start slowly: [`xo_tests::within`] two minutes.
+async fn wait<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    match xo_tests::within(Duration::from_secs(120), f).await {
+        Some(v) => v,
+        None => panic!("never happened: {what}"),
     }
-    panic!("never happened: {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

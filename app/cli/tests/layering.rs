@@ -1159,3 +1159,69 @@ fn the_hand_html_check_finds_a_tag_in_a_string_and_raw_html() {
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(found[0].starts_with("1:") && found[1].starts_with("2:") && found[2].starts_with("4:"));
 }
+
+/// Services a test may start by hand, each with why: what such a test
+/// checks is the service's own handle, not the fabric's.
+const HAND_STARTED: &[(&str, &str)] = &[
+    (
+        "service_shape.rs",
+        "the handle's own shape: until, stop, escalation",
+    ),
+    ("conformance.rs", "a start refused on a corrupt store"),
+    ("supervisor.rs", "supervision off: a handle with no actors"),
+];
+
+/// Issue 42, item 1: the end-to-end tests live in one place
+/// (`app/cli/tests`), start services through the harness's sandbox (the
+/// product's fabric) and run `xo` through its launcher.
+#[test]
+fn end_to_end_tests_live_in_one_place_on_one_harness() {
+    let root = root();
+    assert!(
+        !root.join("tests/tests").exists(),
+        "end-to-end tests belong in app/cli/tests, not tests/tests"
+    );
+    let starts = [
+        "xo_queue::start(",
+        "xo_supervisor::start(",
+        "xo_notify::start(",
+        "xo_console::start(",
+        "xo_runner::start(",
+        "xo_review::start(",
+        "xo_knowledge::service::start(",
+        "xo_fleet::service::start(",
+        "xo_runner::watch::start(",
+    ];
+    let mut bad = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (p, text) in sources(&root.join("app/cli/tests")) {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name == "layering.rs" {
+            continue; // names what it looks for
+        }
+        let rel = p.strip_prefix(&root).unwrap().display().to_string();
+        if text.contains("CARGO_BIN_EXE_xo\"") {
+            bad.push(format!(
+                "{rel}: names the xo binary itself (use xo_tests::launcher::Xo)"
+            ));
+        }
+        let by_hand = starts.iter().any(|s| text.contains(s));
+        match HAND_STARTED.iter().find(|(f, _)| *f == name) {
+            Some(_) if by_hand => {
+                seen.insert(name);
+            }
+            _ if by_hand => bad.push(format!(
+                "{rel}: starts a service by hand (use xo_tests::sandbox::Sandbox)"
+            )),
+            _ => {}
+        }
+    }
+    for (f, why) in HAND_STARTED {
+        if !seen.contains(*f) {
+            bad.push(format!(
+                "{f} is listed ({why}) but starts no service by hand: take it off the list"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}

@@ -153,20 +153,9 @@ async fn a_manager_reply_built_from_its_prompt_keeps_every_task() {
         ..Plan::default()
     })
     .await;
-    let mut done = None;
-    for _ in 0..1000 {
-        let req = ListTasks {
-            task_id: Some("manager-t1".into()),
-            ..ListTasks::of(None)
-        };
-        let r = typed::call(&bus, &s, &req, T).await.unwrap();
-        if r.first().is_some_and(|r| r.state.is_final()) {
-            done = r.into_iter().next();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let done = done.expect("the Manager task ended");
+    let done =
+        xo_tests::ctl::task_reaches(&sb.client(), "manager-t1", "ended", |r| r.state.is_final())
+            .await;
     assert_eq!(done.state, TaskState::Completed, "{:?}", done.reason);
 
     let prompt = prompts.lock().unwrap()[0].clone();

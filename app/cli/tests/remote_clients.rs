@@ -6,11 +6,10 @@
 
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
-use std::time::Duration;
 
 use xo_tests::NatsServer;
 
-use xo_tests::launcher::Xo;
+use xo_tests::launcher::{Xo, text};
 
 /// The fabric (`xo up`) in its own process, killed when dropped.
 struct Fabric(Child);
@@ -22,21 +21,12 @@ impl Drop for Fabric {
     }
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// Runs `xo ARGS` until `done` holds for its output (the fabric starting);
 /// the bound is a hang guard, not a timing assertion.
 fn until(url: &str, state: &Path, args: &[&str], done: impl Fn(&Output) -> bool) -> Output {
-    for _ in 0..400 {
-        let o = Xo::on_nats(url, state).run(args);
-        if done(&o) {
-            return o;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("xo {args:?} never did what was waited for");
+    xo_tests::until_blocking(&format!("xo {args:?} did what was waited for"), || {
+        Some(Xo::on_nats(url, state).run(args)).filter(&done)
+    })
 }
 
 #[test]

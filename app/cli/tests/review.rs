@@ -304,13 +304,10 @@ async fn polish_phase_is_bounded_to_cleanup_directives() {
     assert_eq!(rig.next_run().await.reviewer, "code_style");
     assert!(rig.complete_one().await.starts_with("dir-c"));
     assert!(rig.complete_one().await.starts_with("dir-c"));
-    for _ in 0..100 {
-        if rig.call(&GetStatus {}).await.status == RunStatus::Completed {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let st = rig.call(&GetStatus {}).await;
+    let st = xo_tests::until("the goal completed", async || {
+        Some(rig.call(&GetStatus {}).await).filter(|s| s.status == RunStatus::Completed)
+    })
+    .await;
     assert_eq!(st.status, RunStatus::Completed, "{st:?}");
     assert_eq!(st.counts.get("completed"), Some(&3));
     let dropped = rig
@@ -386,15 +383,13 @@ async fn the_schedule_survives_a_restart_and_dropped_cleanup_is_not_churn() {
     // The reviewers restart between the second and the third completion
     // (once they have taken the second in).
     let kept = xo_review::service::kept_path(&rig.cfg);
-    for _ in 0..500 {
-        let k: Option<xo_review::service::Kept> = std::fs::read(&kept)
+    xo_tests::eventually("the reviewers kept the second completion", || {
+        std::fs::read(&kept)
             .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        if k.is_some_and(|k| k.sched.completed() == 2) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+            .and_then(|b| serde_json::from_slice::<xo_review::service::Kept>(&b).ok())
+            .is_some_and(|k| k.sched.completed() == 2)
+    })
+    .await;
     rig.restart_review().await;
     rig.complete_one().await;
     let r = rig.next_run().await;

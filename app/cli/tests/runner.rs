@@ -82,16 +82,7 @@ impl Rig {
     }
 
     async fn wait_for(&self, id: &str, what: &str, f: impl Fn(&TaskRecord) -> bool) -> TaskRecord {
-        for _ in 0..2000 {
-            let all = self.call(&ListTasks::default()).await;
-            if let Some(r) = all.into_iter().find(|r| r.task.task_id == id && f(r)) {
-                return r;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let all = self.call(&ListTasks::default()).await;
-        let st = self.call(&GetStatus {}).await;
-        panic!("task {id} never reached {what}: {all:?} {st:?}");
+        xo_tests::ctl::task_reaches(&self.sb.client(), id, &format!("reached {what}"), f).await
     }
 
     /// The runner first, then the queue, as the fabric stops them.
@@ -180,16 +171,11 @@ async fn an_operator_halt_kills_the_agents_process_group() {
     .await;
     rig.wait_task("h1", TaskState::Running).await;
     let pidfile = sandbox.join("agent.pid");
-    let mut pid = 0;
-    for _ in 0..2000 {
-        if let Ok(s) = std::fs::read_to_string(&pidfile)
-            && let Ok(p) = s.trim().parse::<i32>()
-        {
-            pid = p;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let pid = xo_tests::until("the agent wrote its pid", async || {
+        let s = std::fs::read_to_string(&pidfile).ok()?;
+        s.trim().parse::<i32>().ok()
+    })
+    .await;
     assert!(pid > 0);
     rig.call(&Halt {
         by: Default::default(),
@@ -200,13 +186,7 @@ async fn an_operator_halt_kills_the_agents_process_group() {
         let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         !s.is_empty() && !s.contains(") Z ")
     };
-    for _ in 0..2000 {
-        if !alive(pid) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(!alive(pid), "the agent outlived the halt");
+    xo_tests::eventually("the halt killed the agent", || !alive(pid)).await;
     // The stopped task is replayed (rolled back) once the operator resumes.
     rig.call(&Resume::default()).await;
     let r = rig
@@ -225,12 +205,7 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
         ("runner.microcosm", "false"),
     ])
     .await;
-    let k = xo_knowledge::service::start(xo_runtime::ServiceCtx::new(
-        rig.cfg.clone(),
-        rig.bus.clone(),
-    ))
-    .await
-    .unwrap();
+    rig.sb.start(&[Slot::Knowledge]).await;
     let doc = xo_proto::knowledge::KnowledgeDoc {
         tags: Vec::new(),
         category: xo_proto::knowledge::Category::Conventions,
@@ -305,7 +280,6 @@ async fn prompts_carry_knowledge_and_directives_and_clean_tasks_establish_docume
             .unwrap()
             .contains("## ACTIVE DIRECTIVES")
     );
-    k.stop().await.unwrap();
     rig.stop().await;
 }
 

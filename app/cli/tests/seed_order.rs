@@ -42,6 +42,7 @@ async fn model(
 ) -> axum::Json<serde_json::Value> {
     let pending = xo_tests::openai::manager_prompt_pending(&body);
     if pending.iter().any(|id| id == "t2") {
+        // The reply waits (bounded) until d is done, as a slow model would.
         for _ in 0..600 {
             if state_of(&bus, "d")
                 .await
@@ -102,24 +103,15 @@ impl Fabric {
             _tmp: tmp,
         };
         f.spawn("queue", &["serve", "queue"], &[]);
-        let mut init = None;
-        for _ in 0..400 {
-            init = ask(
-                &f.bus,
-                &Init {
-                    manager,
-                    force: true,
-                    ..Default::default()
-                },
-            )
-            .await;
-            if init.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let init = Init {
+            manager,
+            force: true,
+            ..Default::default()
+        };
+        let answered =
+            xo_tests::within(xo_tests::HANG_GUARD, async || ask(&f.bus, &init).await).await;
         assert!(
-            init.is_some(),
+            answered.is_some(),
             "the queue never answered\n{}",
             f.procs.logs(20)
         );
@@ -166,15 +158,17 @@ impl Fabric {
     /// Waits for the queue to complete the goal; panics with the logs if it
     /// does not.
     async fn completed(&self) {
-        for _ in 0..1200 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            if let Some(s) = ask(&self.bus, &GetStatus {}).await
-                && s.status == RunStatus::Completed
-            {
-                return;
-            }
-        }
-        panic!("the goal did not complete\n{}", self.procs.logs(30));
+        let done = xo_tests::within(xo_tests::HANG_GUARD, async || {
+            ask(&self.bus, &GetStatus {})
+                .await
+                .filter(|s| s.status == RunStatus::Completed)
+        })
+        .await;
+        assert!(
+            done.is_some(),
+            "the goal did not complete\n{}",
+            self.procs.logs(30)
+        );
     }
 
     fn audit(&self) -> String {
@@ -244,18 +238,17 @@ async fn a_task_the_manager_drops_never_runs_while_a_coder_asks_for_work() {
             ("XO__RUNNER__DRIVER__OPENAI__MAX_ATTEMPTS", "1"),
         ],
     );
-    let mut claimed = false;
-    for _ in 0..600 {
-        if state_of(&bus, "manager-t1")
+    let claimed = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        state_of(&bus, "manager-t1")
             .await
-            .is_some_and(|r| r.state == TaskState::Running)
-        {
-            claimed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(claimed, "the Manager never claimed\n{}", f.procs.logs(20));
+            .filter(|r| r.state == TaskState::Running)
+    })
+    .await;
+    assert!(
+        claimed.is_some(),
+        "the Manager never claimed\n{}",
+        f.procs.logs(20)
+    );
     // New work the Manager was not shown, then a coder process.
     ask(&bus, &Enqueue::new(vec![task("d")])).await.unwrap();
     f.coder("coder-1");
@@ -298,20 +291,17 @@ async fn a_critical_task_interrupts_planned_work_which_continues_after_it() {
     // Mid-task, its work is in its own tree (worktree isolation); the
     // critical task starts from main, without it.
     let partial = f.root.join("sandbox/.xo-worktrees/m/slow/partial.txt");
-    let mut midway = false;
-    for _ in 0..600 {
-        if partial.exists()
-            && state_of(&f.bus, "slow")
-                .await
-                .is_some_and(|r| r.state == TaskState::Running)
-        {
-            midway = true;
-            break;
+    let midway = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        if !partial.exists() {
+            return None;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        state_of(&f.bus, "slow")
+            .await
+            .filter(|r| r.state == TaskState::Running)
+    })
+    .await;
     assert!(
-        midway,
+        midway.is_some(),
         "the planned task never got going\n{}",
         f.procs.logs(20)
     );

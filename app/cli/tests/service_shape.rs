@@ -136,15 +136,10 @@ async fn a_killed_queue_actor_is_restarted_from_the_store() {
     let before = children[0].get_id();
     children[0].kill();
     // The root restarts it; the queue answers again with the same state.
-    let mut status = None;
-    for _ in 0..200 {
-        if let Ok(s) = rig.call(&GetStatus {}).await {
-            status = Some(s);
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let s = status.expect("the queue answers after its actor was killed");
+    let s = xo_tests::until("the queue answers after its actor was killed", async || {
+        rig.call(&GetStatus {}).await.ok()
+    })
+    .await;
     assert_eq!(s.counts.get("pending"), Some(&4));
     assert_eq!(s.counts.get("running"), Some(&1));
     let after = q.actor.get_children();

@@ -76,12 +76,12 @@ async fn settled(store: &Store, members: &[&str], procs: &Procs) -> BTreeMap<u32
             )
         })
         .collect();
-    for _ in 0..400 {
-        let h = holders(store).await;
-        if h == want {
-            return h;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let settled = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        Some(holders(store).await).filter(|h| *h == want)
+    })
+    .await;
+    if let Some(h) = settled {
+        return h;
     }
     panic!(
         "partitions never settled on {members:?}: {:?}\n{}",
@@ -539,18 +539,16 @@ async fn a_sharded_supervisor_reads_on_after_its_node_comes_back() {
     let evaluated = |want: u64| {
         let bus = bus.clone();
         async move {
-            let mut last = None;
-            for _ in 0..600 {
-                if let Ok(s) = typed::call(&bus, &Subjects::default(), &SupervisorStats {}, T).await
-                {
-                    if s.evaluated >= want {
-                        return s;
-                    }
-                    last = Some(s);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            panic!("the supervisor never checked {want} reports: {last:?}");
+            xo_tests::until(
+                &format!("the supervisor checked {want} reports"),
+                async || {
+                    typed::call(&bus, &Subjects::default(), &SupervisorStats {}, T)
+                        .await
+                        .ok()
+                        .filter(|s| s.evaluated >= want)
+                },
+            )
+            .await
         }
     };
     publish(1).await;

@@ -113,15 +113,10 @@ async fn three_replicas_deliver_each_alert_once_and_a_standby_takes_over() {
             .map(|e| xo_bus::leader::Holder::of(&e.value).holder)
     };
     // One replica holds the lease (and runs the notifier).
-    let mut first = None;
-    for _ in 0..600 {
-        if let Some(h) = holder().await {
-            first = Some(h);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let first = first.expect("a replica took the singletons' lease");
+    let first = xo_tests::until("a replica took the singletons' lease", async || {
+        holder().await
+    })
+    .await;
     // Alerts until one is delivered (the notifier subscribes after taking
     // the lease), then each of the next ones exactly once.
     until_delivered(&bus, &got, "warm-up").await;
@@ -157,17 +152,10 @@ async fn three_replicas_deliver_each_alert_once_and_a_standby_takes_over() {
     let mut dead = replicas.remove(killed);
     let _ = dead.kill();
     let _ = dead.wait();
-    let mut taken = None;
-    for _ in 0..600 {
-        if let Some(h) = holder().await
-            && h != first
-        {
-            taken = Some(h);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let taken = taken.expect("a standby took the lease over");
+    let taken = xo_tests::until("a standby took the lease over", async || {
+        holder().await.filter(|h| *h != first)
+    })
+    .await;
     assert!(
         replicas
             .iter()

@@ -8,29 +8,34 @@
 use std::path::Path;
 use std::time::Duration;
 
-use xo_bus::{Bus, Store, typed};
+use xo_bus::{Bus, typed};
+use xo_fabric::{Plan, Slot};
 use xo_proto::queue::*;
 use xo_proto::{AnomalyKind, Steering, SteeringSource};
-use xo_runner::{RunnerHandle, RunnerOptions};
+use xo_runner::RunnerOptions;
 use xo_runtime::XoConfig;
+use xo_tests::sandbox::{Sandbox, Started};
 
 const T: Duration = Duration::from_secs(10);
 
-fn shipped(dir: &Path) -> XoConfig {
+/// The shipped configuration on the embedded bus, real time.
+async fn shipped() -> Sandbox {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/xo.toml");
-    let state = dir.join("state").display().to_string();
-    let o = vec![
-        ("state.dir".to_string(), state),
-        ("runner.claim_wait_ms".to_string(), "200".to_string()),
-        // Every steering of both tasks stays in the unit's history.
-        ("supervisor.steering_history".to_string(), "100".to_string()),
-    ];
-    let cfg = XoConfig::load(Some(&file), &o).unwrap();
+    let sb = Sandbox::embedded()
+        .file(&file)
+        .clock(xo_runtime::Clock::System)
+        .with(&[
+            ("runner.claim_wait_ms", "200"),
+            // Every steering of both tasks stays in the unit's history.
+            ("supervisor.steering_history", "100"),
+        ])
+        .build()
+        .await;
     assert!(
-        cfg.runner.microcosm,
+        sb.cfg.runner.microcosm,
         "the shipped config runs the runner's own check"
     );
-    cfg
+    sb
 }
 
 fn looping(id: &str) -> Task {
@@ -42,31 +47,23 @@ fn looping(id: &str) -> Task {
     )
 }
 
-async fn start_runner(cfg: &XoConfig, bus: &Bus) -> RunnerHandle {
-    xo_runner::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone()),
-        RunnerOptions {
+async fn start_runner(sb: &mut Sandbox) -> Started {
+    sb.start_plan(Plan {
+        runners: vec![RunnerOptions {
             role: "coder".into(),
             unit: "u1".into(),
-        },
-    )
+        }],
+        ..Plan::default()
+    })
     .await
-    .unwrap()
 }
 
 async fn wait_completed(bus: &Bus, cfg: &XoConfig, id: &str) {
-    for _ in 0..3000 {
-        let req = ListTasks {
-            task_id: Some(id.into()),
-            ..ListTasks::of(None)
-        };
-        let all = typed::call(bus, &cfg.subjects(), &req, T).await.unwrap();
-        if all.first().is_some_and(|r| r.state == TaskState::Completed) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("task {id} never completed");
+    let client = xo_bus::Client::new(bus.clone(), cfg.subjects()).with_timeout(T);
+    xo_tests::ctl::task_reaches(&client, id, "completed", |r| {
+        r.state == TaskState::Completed
+    })
+    .await;
 }
 
 /// Loop steering the agent read in task `id` (the script driver echoes
@@ -119,24 +116,9 @@ async fn self_steered_loops(bus: &Bus, cfg: &XoConfig) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = shipped(dir.path());
-    let bus = Bus::Local(xo_bus::LocalBus::new());
-    let store = Store::File(xo_bus::FileStore::open(cfg.state.store_dir()).unwrap());
-    let queue = xo_queue::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone())
-            .with_store(store.clone())
-            .with_clock(xo_runtime::Clock::System),
-    )
-    .await
-    .unwrap();
-    let sup = xo_supervisor::start(
-        xo_runtime::ServiceCtx::new(cfg.clone(), bus.clone())
-            .with_store(store)
-            .with_clock(xo_runtime::Clock::System),
-    )
-    .await
-    .unwrap();
+    let mut sb = shipped().await;
+    sb.start(&[Slot::Queue, Slot::Supervisor]).await;
+    let (bus, cfg) = (sb.bus.clone(), sb.cfg.clone());
     let mut steer = bus.subscribe(&cfg.subjects().steer("u1")).await.unwrap();
     let s = cfg.subjects();
     typed::call(&bus, &s, &Init::default(), T).await.unwrap();
@@ -157,7 +139,7 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
         .unwrap();
     typed::call(&bus, &s, &Start::default(), T).await.unwrap();
 
-    let r1 = start_runner(&cfg, &bus).await;
+    let r1 = start_runner(&mut sb).await;
     wait_completed(&bus, &cfg, "l1").await;
     let sent = drain_loops(&mut steer).await;
     let got = received(&cfg, "l1");
@@ -171,11 +153,11 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
     assert_eq!(sent, 0, "the XO steered no loop its runner had steered");
 
     // The same unit again, in a new process life: seq starts over at 1.
-    r1.stop().await.unwrap();
+    sb.stop(r1).await.unwrap();
     // A claim r1 left waiting (long-poll, claim_wait_ms) would take the
     // next task and leave it to lease expiry: let it lapse first.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let r2 = start_runner(&cfg, &bus).await;
+    start_runner(&mut sb).await;
     typed::call(&bus, &s, &Enqueue::new(vec![looping("l2")]), T)
         .await
         .unwrap();
@@ -200,7 +182,5 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
         "xo units follows the new life"
     );
 
-    r2.stop().await.unwrap();
-    sup.stop().await.unwrap();
-    queue.stop().await.unwrap();
+    sb.stop_all().await.unwrap();
 }

@@ -8,11 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use xo_tests::launcher::Xo;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use xo_tests::launcher::{Xo, text};
 
 /// `xo up` in `dir` with the queue initialised and `n` tasks enqueued from
 /// a task file.

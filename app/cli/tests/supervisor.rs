@@ -247,13 +247,10 @@ async fn stale_detection_with_owned_time() {
     typed::publish(&sb.client, &sb.subjects.heartbeat("u1"), &hb, Format::Json)
         .await
         .unwrap();
-    for _ in 0..3000 {
-        if !sb.show("u1").await.unwrap().summary.stale {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("heartbeat did not revive the unit");
+    xo_tests::until("the heartbeat revived the unit", async || {
+        (!sb.show("u1").await.unwrap().summary.stale).then_some(())
+    })
+    .await;
 }
 
 /// A restarted supervisor resumes from the store: units, health and cooldowns.
@@ -363,15 +360,10 @@ async fn wait_for(
     what: &str,
     ok: impl Fn(&xo_proto::control::UnitDetail) -> bool,
 ) -> xo_proto::control::UnitDetail {
-    for _ in 0..3000 {
-        if let Ok(d) = sb.show(unit).await
-            && ok(&d)
-        {
-            return d;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{unit}: never {what}");
+    xo_tests::until(&format!("{unit}: {what}"), async || {
+        sb.show(unit).await.ok().filter(&ok)
+    })
+    .await
 }
 
 /// Issue 23, item 5: one report with epoch 2^64-1 once made every later
@@ -388,14 +380,10 @@ async fn epochs_are_bounded_and_a_unit_heard_only_by_heartbeat_is_flagged() {
     };
     let sb = &Sandbox::start(&[]).await;
     let refused = |n: u64| async move {
-        for _ in 0..3000 {
-            let st = sb.stats().await;
-            if st.duplicates >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("{n} reports never refused");
+        xo_tests::until(&format!("{n} reports refused"), async || {
+            (sb.stats().await.duplicates >= n).then_some(())
+        })
+        .await
     };
     sb.send(&at(1, 1, now)).await;
     sb.wait_seq("u1", 1).await;
@@ -505,15 +493,10 @@ async fn watcher_restart_and_intensity_limit() {
     for n in 1..=2u32 {
         let w = watcher(root.clone()).await;
         w.kill();
-        let mut replaced = false;
-        for _ in 0..3000 {
-            if watcher(root.clone()).await.get_id() != w.get_id() {
-                replaced = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert!(replaced, "watcher restarted");
+        xo_tests::until("the watcher restarted", async || {
+            (watcher(root.clone()).await.get_id() != w.get_id()).then_some(())
+        })
+        .await;
         let d = sb.show("u1").await.unwrap();
         assert_eq!(d.summary.restarts, n);
         assert_eq!(d.summary.steering_sent, 1, "state kept across the restart");
@@ -523,12 +506,10 @@ async fn watcher_restart_and_intensity_limit() {
     r.size.context_fill = 0.85;
     assert!(sb.exchange(&mut sub, &r).await.is_empty());
     watcher(root.clone()).await.kill();
-    for _ in 0..3000 {
-        if root.get_status() == ractor::ActorStatus::Stopped {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    xo_tests::eventually("the tree stopped", || {
+        root.get_status() == ractor::ActorStatus::Stopped
+    })
+    .await;
     assert_eq!(
         root.get_status(),
         ractor::ActorStatus::Stopped,
@@ -1038,14 +1019,10 @@ async fn a_burst_from_new_units_is_evaluated_in_order() {
         }
     }
     sb.client.flush().await.unwrap();
-    let mut stats = sb.stats().await;
-    for _ in 0..3000 {
-        if stats.evaluated + stats.duplicates >= units * turns {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        stats = sb.stats().await;
-    }
+    let stats = xo_tests::until("every report checked or refused", async || {
+        Some(sb.stats().await).filter(|s| s.evaluated + s.duplicates >= units * turns)
+    })
+    .await;
     assert_eq!(stats.duplicates, 0, "reports overtook each other");
     assert_eq!(stats.evaluated, units * turns);
     for u in 0..units {
@@ -1068,14 +1045,11 @@ async fn a_large_fleet_is_listed_in_pages() {
     }
     sb.client.flush().await.unwrap();
     sb.wait_seq(&format!("big-{:05}", n - 1), 1).await;
-    let mut all = Vec::new();
-    for _ in 0..400 {
-        all = typed::all_units(&sb.client, &sb.subjects, T).await.unwrap();
-        if all.len() as u64 >= n {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    let all = xo_tests::until("every unit listed", async || {
+        Some(typed::all_units(&sb.client, &sb.subjects, T).await.unwrap())
+            .filter(|all| all.len() as u64 >= n)
+    })
+    .await;
     assert_eq!(all.len() as u64, n);
     assert!(
         all.windows(2).all(|w| w[0].unit < w[1].unit),
@@ -1299,12 +1273,13 @@ async fn reports_missing_from_a_units_sequence_are_counted_and_paged_once_a_minu
     again.time.epoch += 1;
     again.time.seq = 1;
     sb.send(&again).await;
-    for _ in 0..3000 {
-        if sb.show("gappy").await.is_ok_and(|d| d.summary.turn == 9) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    xo_tests::until("the restarted unit's report taken", async || {
+        sb.show("gappy")
+            .await
+            .is_ok_and(|d| d.summary.turn == 9)
+            .then_some(())
+    })
+    .await;
     assert_eq!(sb.show("gappy").await.unwrap().summary.turn, 9);
     assert_eq!(sb.stats().await.missed, 5);
 }

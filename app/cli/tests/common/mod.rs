@@ -147,15 +147,11 @@ impl Sandbox {
     }
 
     pub async fn wait_seq(&self, unit: &str, seq: u64) -> UnitDetail {
-        for _ in 0..3000 {
-            if let Ok(d) = self.show(unit).await
-                && d.summary.seq >= seq
-            {
-                return d;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("supervisor never evaluated seq {seq} of {unit}");
+        let what = format!("the supervisor evaluated seq {seq} of {unit}");
+        xo_tests::until(&what, async || {
+            self.show(unit).await.ok().filter(|d| d.summary.seq >= seq)
+        })
+        .await
     }
 }
 
