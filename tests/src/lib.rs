@@ -250,18 +250,26 @@ pub async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     until(what, async || ok().then_some(())).await
 }
 
-/// [`until`] for a test with no runtime (the `xo` binary run as a user
+/// [`within`] for a test with no runtime (the `xo` binary run as a user
 /// runs it): the thread waits between looks.
-pub fn until_blocking<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let end = Instant::now() + HANG_GUARD;
+pub fn within_blocking<T>(guard: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + guard;
     loop {
         if let Some(v) = f() {
-            return v;
+            return Some(v);
         }
         if Instant::now() >= end {
-            panic!("never: {what} (waited {HANG_GUARD:?})");
+            return None;
         }
         std::thread::sleep(LOOK_EVERY);
+    }
+}
+
+/// [`until`] for a test with no runtime.
+pub fn until_blocking<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    match within_blocking(HANG_GUARD, f) {
+        Some(v) => v,
+        None => panic!("never: {what} (waited {HANG_GUARD:?})"),
     }
 }
 

@@ -140,14 +140,10 @@ fn a_confined_agent_cannot_reach_the_fabric_its_tokens_or_its_keys() {
         .spawn()
         .unwrap();
     let project = state.join("sandbox/p");
-    let mut done = false;
-    for _ in 0..1500 {
-        if project.join("api.rc").exists() {
-            done = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let done = xo_tests::within_blocking(xo_tests::HANG_GUARD, || {
+        project.join("api.rc").exists().then_some(())
+    })
+    .is_some();
     let status = text(&run(&dir, &state, port, &["status", "--json"]).stdout);
     let _ = runner.kill();
     let runner_err = {

@@ -187,16 +187,11 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
     .await
     .unwrap();
     // c waits on a (blocked), b on its answer, nothing runs: stuck.
-    let mut status = None;
-    for _ in 0..100 {
-        let st = typed::call(&client, &s, &GetStatus {}, T).await.unwrap();
-        if st.stuck.is_some() {
-            status = Some(st);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let status = status.expect("the queue reports itself stuck");
+    let status = xo_tests::until("the queue reports itself stuck", async || {
+        Some(typed::call(&client, &s, &GetStatus {}, T).await.unwrap())
+            .filter(|st| st.stuck.is_some())
+    })
+    .await;
     assert_eq!(
         status.status,
         RunStatus::Running,
@@ -266,18 +261,17 @@ async fn blocked_questions_and_stuck_reach_the_webhooks_and_nothing_is_lost() {
 
     // Refused and unreachable deliveries are dead-lettered: file and subject.
     let file = data.join("alerts.dead.jsonl");
-    let mut lines = Vec::new();
-    for _ in 0..200 {
-        lines = std::fs::read_to_string(&file)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str::<xo_notify::DeadLetter>(l).unwrap())
-            .collect::<Vec<_>>();
-        if lines.len() >= 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let lines = xo_tests::until("two deliveries dead-lettered", async || {
+        Some(
+            std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str::<xo_notify::DeadLetter>(l).unwrap())
+                .collect::<Vec<_>>(),
+        )
+        .filter(|lines| lines.len() >= 2)
+    })
+    .await;
     assert_eq!(lines.len(), 2, "{lines:?}");
     let refused = lines.iter().find(|l| l.url.ends_with("/refuse")).unwrap();
     assert_eq!(

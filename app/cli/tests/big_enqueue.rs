@@ -4,7 +4,6 @@
 
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
-use std::time::Duration;
 
 use xo_proto::queue::QueueStatus;
 use xo_tests::NatsServer;
@@ -40,16 +39,9 @@ fn a_hundred_thousand_tasks_enqueue_in_parts_and_list_in_pages() {
     let url = nats.url();
     let mut queue = serve_queue(&url, dir.path());
     // The queue is up when `init` answers.
-    let mut init = None;
-    for _ in 0..200 {
-        let o = Xo::on_nats(&url, dir.path()).run(&["init"]);
-        if o.status.success() {
-            init = Some(o);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(init.is_some(), "the queue never answered");
+    xo_tests::until_blocking("the queue answers", || {
+        Some(Xo::on_nats(&url, dir.path()).run(&["init"])).filter(|o| o.status.success())
+    });
 
     // 100,000 tasks; the first depends on the last, so the file's order is
     // not an order the queue could accept part by part.

@@ -63,15 +63,16 @@ async fn status(bus: &Bus) -> Option<QueueStatus> {
 /// Waits until `more` further tasks are completed (the goal goes on).
 async fn progress(bus: &Bus, more: usize, p: &Project) -> usize {
     let mut start = None;
-    for _ in 0..1200 {
-        if let Some(st) = status(bus).await {
-            let done = st.counts.get("completed").copied().unwrap_or(0) as usize;
-            let from = *start.get_or_insert(done);
-            if done >= (from + more).min(TASKS) {
-                return done;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // Containers are slow: two minutes as the guard.
+    let done = xo_tests::within(Duration::from_secs(120), async || {
+        let st = status(bus).await?;
+        let done = st.counts.get("completed").copied().unwrap_or(0) as usize;
+        let from = *start.get_or_insert(done);
+        (done >= (from + more).min(TASKS)).then_some(done)
+    })
+    .await;
+    if let Some(done) = done {
+        return done;
     }
     panic!(
         "the goal stopped progressing\n{}",
@@ -81,12 +82,14 @@ async fn progress(bus: &Bus, more: usize, p: &Project) -> usize {
 
 /// Waits until every service that has a health check says healthy.
 async fn healthy(p: &Project, want: usize) {
-    for _ in 0..600 {
+    let healthy = xo_tests::within(Duration::from_secs(120), async || {
         let ps = p.run(&["ps"]);
-        if ps.matches("(healthy)").count() >= want && !ps.contains("(health: starting)") {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        (ps.matches("(healthy)").count() >= want && !ps.contains("(health: starting)"))
+            .then_some(())
+    })
+    .await;
+    if healthy.is_some() {
+        return;
     }
     panic!("not healthy:\n{}", p.run(&["ps"]));
 }
@@ -174,15 +177,7 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
     // The stream's info is asked of the JetStream API, which answers once
     // the remaining nodes agree on the new leader: a task can complete
     // before a request made at that moment is answered. Asked until it is.
-    let mut new = None;
-    for _ in 0..60 {
-        new = leader(&bus, "KV_XO_QUEUE").await;
-        if new.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let new = new.expect("a new leader");
+    let new = xo_tests::until("a new leader", async || leader(&bus, "KV_XO_QUEUE").await).await;
     assert_ne!(new, lead, "the bucket has a new leader");
     progress(&bus, 2, &p).await;
     p.run(&["start", dead]);
@@ -214,16 +209,12 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
     );
 
     // The goal completes: every task exactly once.
-    let mut st = None;
-    for _ in 0..1800 {
-        if let Some(v) = status(&bus).await
-            && v.status == RunStatus::Completed
-        {
-            st = Some(v);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let st = xo_tests::within(Duration::from_secs(180), async || {
+        status(&bus)
+            .await
+            .filter(|v| v.status == RunStatus::Completed)
+    })
+    .await;
     let st = st.unwrap_or_else(|| {
         panic!(
             "the goal did not complete\n{}",

@@ -16,18 +16,15 @@ use xo_tests::launcher::Xo;
 
 /// The console's address from `xo up`'s log, once it serves.
 fn console_addr(log: &Path) -> String {
-    for _ in 0..1000 {
+    xo_tests::until_blocking("the console says where it serves", || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(at) = text.find("http://127.0.0.1:") {
-            let rest = &text[at + "http://".len()..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
-                .unwrap_or(rest.len());
-            return rest[..end].to_string();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the console never said where it serves");
+        let at = text.find("http://127.0.0.1:")?;
+        let rest = &text[at + "http://".len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
+            .unwrap_or(rest.len());
+        Some(rest[..end].to_string())
+    })
 }
 
 #[test]

@@ -134,15 +134,11 @@ async fn start_goal(
     let bus = if rig.url.is_empty() {
         rig.spawn("supervisor", None, &["up"]);
         let sock = rig.root.join("state").join("bus.sock");
-        let mut bus = None;
-        for _ in 0..400 {
-            if let Ok(b) = xo_bus::SocketBus::connect(&sock).await {
-                bus = Some(Bus::Socket(b));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bus.expect("xo up serves its socket")
+        let b = xo_tests::until("xo up serves its socket", async || {
+            xo_bus::SocketBus::connect(&sock).await.ok()
+        })
+        .await;
+        Bus::Socket(b)
     } else {
         if supervised {
             rig.spawn("supervisor", None, &["serve", "supervisor"]);
@@ -165,31 +161,19 @@ async fn start_goal(
     let s = Subjects::default();
     let t = Duration::from_secs(10);
     // The queue may still be starting.
-    let mut ready = false;
-    for _ in 0..200 {
-        if typed::call(&bus, &s, &Init::default(), t).await.is_ok() {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "the queue answers");
+    xo_tests::until("the queue answers", async || {
+        typed::call(&bus, &s, &Init::default(), t).await.ok()
+    })
+    .await;
     // Reports are core NATS: the XO listens before any agent runs.
-    let mut listening = !supervised;
-    for _ in 0..200 {
-        if listening {
-            break;
-        }
-        if typed::call(&bus, &s, &xo_proto::control::ListUnits::default(), t)
-            .await
-            .is_ok()
-        {
-            listening = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if supervised {
+        xo_tests::until("the supervisor answers", async || {
+            typed::call(&bus, &s, &xo_proto::control::ListUnits::default(), t)
+                .await
+                .ok()
+        })
+        .await;
     }
-    assert!(listening, "the supervisor answers");
     typed::call(
         &bus,
         &s,
@@ -213,15 +197,17 @@ async fn start_goal(
 
 async fn wait_final(rig: &Rig, bus: &Bus, id: &str) -> TaskRecord {
     let (s, t) = (Subjects::default(), Duration::from_secs(10));
-    for _ in 0..1200 {
+    // An agent's run takes minutes at most: two as the guard.
+    let ended = xo_tests::within(Duration::from_secs(120), async || {
         let tasks = typed::call(bus, &s, &ListTasks::default(), t)
             .await
             .unwrap();
         let rec = tasks.into_iter().find(|r| r.task.task_id == id).unwrap();
-        if rec.state.is_final() {
-            return rec;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        rec.state.is_final().then_some(rec)
+    })
+    .await;
+    if let Some(rec) = ended {
+        return rec;
     }
     panic!(
         "the task never ended\n--- runner\n{}\n--- supervisor\n{}",
@@ -443,16 +429,12 @@ async fn steering_reaches_every_cli_agent_on_its_next_turn() {
         let id = task.task_id.clone();
         let bus = start_goal(&mut rig, &ch.config, task, false, &ch.env).await;
         let project = rig.project();
-        let mut started = false;
-        for _ in 0..600 {
-            if read_turn(&project.join("agent_turn")).is_some_and(|t| t >= 3) {
-                started = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let started = xo_tests::within(xo_tests::HANG_GUARD, async || {
+            read_turn(&project.join("agent_turn")).filter(|t| *t >= 3)
+        })
+        .await;
         assert!(
-            started,
+            started.is_some(),
             "{}: the agent never made 3 steps\n--- runner\n{}",
             ch.name,
             rig.log("runner")

@@ -202,18 +202,10 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
     let bus = Bus::Nats(NatsBus::connect(&nats.url(), opts).await.unwrap());
     let s = Subjects::default();
     let call_t = Duration::from_secs(3);
-    let mut ready = false;
-    for _ in 0..400 {
-        if typed::call(&bus, &s, &Init::default(), call_t)
-            .await
-            .is_ok()
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "the queue never answered");
+    xo_tests::until("the queue answered", async || {
+        typed::call(&bus, &s, &Init::default(), call_t).await.ok()
+    })
+    .await;
     typed::call(
         &bus,
         &s,
@@ -242,16 +234,13 @@ async fn with_its_credentials_a_runner_still_works_and_is_steered() {
     typed::call(&bus, &s, &Start::default(), call_t)
         .await
         .unwrap();
-    let mut done = None;
-    for _ in 0..1000 {
-        if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, call_t).await
-            && st.status != RunStatus::Running
-        {
-            done = Some(st);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let done = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        typed::call(&bus, &s, &GetStatus {}, call_t)
+            .await
+            .ok()
+            .filter(|st| st.status != RunStatus::Running)
+    })
+    .await;
     for c in &mut children {
         let _ = c.kill();
         let _ = c.wait();

@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 use xo_tests::launcher::Xo;
 
 use xo_tests::NatsServer;
@@ -154,16 +153,9 @@ fn tls_and_credentials_in_the_url() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut ok = None;
-    for _ in 0..200 {
-        let o = xo(d, &url, &tls, &["init"]);
-        if o.status.success() {
-            ok = Some(o);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let o = ok.expect("xo init over TLS with the URL's credentials");
+    let o = xo_tests::until_blocking("xo init over TLS with the URL's credentials", || {
+        Some(xo(d, &url, &tls, &["init"])).filter(|o| o.status.success())
+    });
     assert!(text(&o).contains("HALTED"), "{}", text(&o));
 
     // `xo config` shows neither the URL's password nor any other.

@@ -199,21 +199,11 @@ url = "{base}/alerts"
             .await
             .unwrap(),
     );
-    let mut init = None;
-    for _ in 0..400 {
-        init = ask(
-            &bus,
-            &Init {
-                manager: true,
-                ..Default::default()
-            },
-        )
-        .await;
-        if init.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let first = Init {
+        manager: true,
+        ..Default::default()
+    };
+    let init = xo_tests::within(xo_tests::HANG_GUARD, async || ask(&bus, &first).await).await;
     assert!(init.is_some(), "the queue never answered\n{}", night.logs());
     ask(
         &bus,

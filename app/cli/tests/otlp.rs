@@ -101,20 +101,17 @@ async fn a_report_and_its_steering_are_one_trace_at_the_collector() {
     let subjects = Subjects::default();
     let mut steering = bus.subscribe(&subjects.steer("u1")).await.unwrap();
     // The supervisor is up once it answers its control API.
-    for _ in 0..400 {
-        if typed::call(
+    xo_tests::until("the supervisor answers", async || {
+        typed::call(
             &bus,
             &subjects,
             &xo_proto::control::ListUnits::default(),
             Duration::from_millis(500),
         )
         .await
-        .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        .ok()
+    })
+    .await;
 
     let span = tracing::info_span!("agent.turn");
     let (trace_id, agent_span) = async {
@@ -148,14 +145,13 @@ async fn a_report_and_its_steering_are_one_trace_at_the_collector() {
     let _ = Command::new("kill")
         .args(["-INT", &supervisor.0.id().to_string()])
         .status();
-    let mut got = String::new();
-    for _ in 0..400 {
-        got = received(&collector.log);
-        if got.contains(&check_span) && got.contains(&agent_span) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    // Both spans in (or what came, for the assertions to name what is missing).
+    let got = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        Some(received(&collector.log))
+            .filter(|got| got.contains(&check_span) && got.contains(&agent_span))
+    })
+    .await
+    .unwrap_or_else(|| received(&collector.log));
     drop(supervisor);
     // The collector saw the agent's span and the supervisor's check, in the
     // one trace, the check's parent being the agent's span.
@@ -327,28 +323,22 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
     let bus = Bus::Nats(NatsBus::connect(&url, Default::default()).await.unwrap());
     let subjects = Subjects::default();
     let t = Duration::from_secs(3);
-    let mut ready = false;
-    for _ in 0..400 {
-        ready = typed::call(
-            &bus,
-            &subjects,
-            &Init {
-                force: true,
-                ..Default::default()
-            },
-            t,
-        )
-        .await
-        .is_ok()
-            && typed::call(&bus, &subjects, &xo_proto::control::ListUnits::default(), t)
-                .await
-                .is_ok();
-        if ready {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "queue and supervisor answer\n{}", procs.logs(20));
+    let init = Init {
+        force: true,
+        ..Default::default()
+    };
+    let ready = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        typed::call(&bus, &subjects, &init, t).await.ok()?;
+        typed::call(&bus, &subjects, &xo_proto::control::ListUnits::default(), t)
+            .await
+            .ok()
+    })
+    .await;
+    assert!(
+        ready.is_some(),
+        "queue and supervisor answer\n{}",
+        procs.logs(20)
+    );
     typed::call(
         &bus,
         &subjects,
@@ -398,36 +388,34 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
             "serve", "runner", "--script", "inline", "--role", "coder", "--unit", "coder-1",
         ],
     );
-    let mut done = false;
-    for _ in 0..1200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if let Ok(s) = typed::call(&bus, &subjects, &GetStatus {}, t).await
-            && s.status == RunStatus::Completed
-        {
-            done = true;
-            break;
-        }
-    }
-    assert!(done, "the goal completes\n{}", procs.logs(30));
+    let done = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        typed::call(&bus, &subjects, &GetStatus {}, t)
+            .await
+            .ok()
+            .filter(|s| s.status == RunStatus::Completed)
+    })
+    .await;
+    assert!(done.is_some(), "the goal completes\n{}", procs.logs(30));
     // Each process flushes its spans as it stops.
     for p in ["runner", "supervisor", "queue"] {
         procs.stop(p);
     }
-    let mut spans = Vec::new();
-    for _ in 0..400 {
-        spans = collector.spans();
-        if spans
+    // What the collector holds once every process's spans are in (or
+    // what it has, for the assertions below to name what is missing).
+    let complete = |spans: &Vec<Seen>| {
+        spans
             .iter()
             .filter(|s| s.name == "invoke_agent coder")
             .count()
             >= 2
             && spans.iter().any(|s| s.service == "xo-supervisor")
             && spans.iter().any(|s| s.service == "xo-queue")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    let spans = xo_tests::within(xo_tests::HANG_GUARD, async || {
+        Some(collector.spans()).filter(complete)
+    })
+    .await
+    .unwrap_or_else(|| collector.spans());
     let dump = || received(&collector.log);
     let root = |id: &str| -> Seen {
         spans

@@ -3,7 +3,6 @@
 //! without raising `time.seq` is told so in the log (issue 26, item 6).
 
 use std::io::Read;
-use std::time::Duration;
 
 use xo_tests::launcher::Xo;
 
@@ -50,13 +49,9 @@ fn a_report_file_rewritten_with_the_same_seq_is_logged() {
         s.matches("rewritten without a higher time.seq").count()
     };
     let wait_seq = |want: u64| {
-        for _ in 0..500 {
-            if seq_shown(dir.path()) == Some(want) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("seq {want} never shown");
+        xo_tests::eventually_blocking(&format!("seq {want} shown"), || {
+            seq_shown(dir.path()) == Some(want)
+        })
     };
 
     write(report(1, 1));
@@ -66,14 +61,7 @@ fn a_report_file_rewritten_with_the_same_seq_is_logged() {
     // The same seq again, with other contents (another turn): ignored by the
     // supervisor, and said in its log.
     write(report(22, 1));
-    let mut n = 0;
-    for _ in 0..500 {
-        n = logged();
-        if n > 0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let n = xo_tests::until_blocking("the rewrite logged", || Some(logged()).filter(|n| *n > 0));
     assert_eq!(n, 1, "{}", std::fs::read_to_string(&log).unwrap());
     let o = Xo::in_dir(dir.path()).run(&["units", "scout", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

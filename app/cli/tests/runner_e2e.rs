@@ -209,21 +209,11 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
             .unwrap(),
     );
     let mut steer = bus.subscribe("xo.steer.>").await.unwrap();
-    let mut init = None;
-    for _ in 0..400 {
-        init = ask(
-            &bus,
-            &Init {
-                force: true,
-                ..Default::default()
-            },
-        )
-        .await;
-        if init.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let first = Init {
+        force: true,
+        ..Default::default()
+    };
+    let init = xo_tests::within(xo_tests::HANG_GUARD, async || ask(&bus, &first).await).await;
     assert!(init.is_some(), "the queue never answered\n{}", fleet.logs());
     ask(
         &bus,
@@ -301,12 +291,10 @@ async fn goal_through_failures_and_kills(runners: &[&str]) {
                 "the orphaned agent of {id} outlived its SIGKILLed runner"
             );
             fleet.runner(&v.unit);
-            for _ in 0..200 {
-                if !pid_alive(v.agent) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            xo_tests::within(xo_tests::HANG_GUARD, async || {
+                (!pid_alive(v.agent)).then_some(())
+            })
+            .await;
             assert!(
                 !pid_alive(v.agent),
                 "the restarted runner killed its predecessor's agent of {id}\n{}",

@@ -440,17 +440,11 @@ fn reads_are_answered_while_writes_wait_on_a_full_disk() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut said = None;
-    for _ in 0..600 {
+    let said = xo_tests::until_blocking("xo status says that writes fail", || {
         let o = Xo::in_dir(d).run(&["status"]);
         let out = text(&o.stdout);
-        if o.status.success() && out.contains("WRITES") {
-            said = Some(out);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let said = said.expect("xo status never said that writes fail");
+        (o.status.success() && out.contains("WRITES")).then_some(out)
+    });
     assert!(
         said.contains("writes have failed since") && said.contains("may not be durable yet"),
         "{said}"

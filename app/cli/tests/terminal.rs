@@ -3,7 +3,6 @@
 //! title, hide text). Every human-readable line is now made safe.
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use xo_tests::launcher::Xo;
 
@@ -22,16 +21,12 @@ fn reports_cannot_drive_the_operators_terminal() {
         "{}",
         String::from_utf8_lossy(&sent.stderr)
     );
-    let mut shown = Vec::new();
-    for _ in 0..500 {
+    let shown = xo_tests::until_blocking("the unit shown", || {
         let o = Xo::in_dir(d).run(&["units"]);
-        if String::from_utf8_lossy(&o.stdout).contains("u1") {
-            shown = o.stdout;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(!shown.is_empty(), "the unit never showed");
+        String::from_utf8_lossy(&o.stdout)
+            .contains("u1")
+            .then_some(o.stdout)
+    });
     let detail = Xo::in_dir(d).run(&["units", "u1"]).stdout;
     for out in [&shown, &detail] {
         let text = String::from_utf8_lossy(out);
@@ -84,12 +79,7 @@ fn a_socket_served_by_another_user_is_refused() {
         ])
         .spawn()
         .unwrap();
-    for _ in 0..500 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    xo_tests::eventually_blocking("the impostor listens", || sock.exists());
     let o = Xo::new()
         .command(&[])
         .args(["status"])
