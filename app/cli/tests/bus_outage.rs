@@ -105,3 +105,51 @@ async fn the_queues_own_outage_expires_no_lease() {
         "a lease nobody renewed outlived lease_ms after the return"
     );
 }
+
+/// A watcher's own guard: a unit the root ticks during the supervisor's
+/// outage for another reason than silence (a reminder that it still needs
+/// a person) is not found stale by its watcher for the outage either.
+#[tokio::test]
+async fn a_unit_reminded_during_the_outage_is_not_found_stale_for_it() {
+    let mut sb = Sandbox::start(&[
+        ("supervisor.stale_after_ms", "30000"),
+        ("alerts.remind_after_ms", "10000"),
+    ])
+    .await;
+    let mut sub = sb.steering("u1").await;
+    // Stuck for forty turns: steered three times, then it needs a person.
+    for turn in 1..=40u64 {
+        let mut r = report("u1", turn);
+        r.activity.turns_since_progress = (turn - 1) as u32;
+        sb.exchange(&mut sub, &r).await;
+    }
+    let d = sb.show("u1").await.unwrap();
+    assert!(d.summary.needs.is_some(), "the unit needs a person");
+    assert!(!d.summary.stale);
+    let heard = sb.sup().ctx.bus.clone();
+
+    // The server goes; a minute passes (twice stale_after, six reminders'
+    // worth): the root ticks the unit for its reminder, hearing nobody.
+    sb.nats().stop();
+    xo_tests::eventually("the supervisor's connection sees the server gone", || {
+        !heard.is_connected()
+    })
+    .await;
+    sb.clock.advance(Duration::from_secs(60));
+    sb.sup().tick().await;
+    sb.nats().restart();
+    xo_tests::eventually("both connections are back", || {
+        heard.is_connected() && sb.client.is_connected()
+    })
+    .await;
+    let d = sb.show("u1").await.unwrap();
+    assert!(
+        !d.summary.stale,
+        "a unit ticked for a reminder during the outage was found stale for it"
+    );
+    sb.client.flush().await.unwrap();
+    assert!(
+        drain(&mut sub).iter().all(|s| s.kind != AnomalyKind::Stale),
+        "no stale steering for the outage"
+    );
+}
