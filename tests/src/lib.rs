@@ -252,7 +252,7 @@ impl Drop for NatsServer {
 /// How long a test waits for what it waits on before it gives up: a
 /// guard against a hang, not a timing assertion (a slow machine takes
 /// longer; nothing here asserts a time).
-pub const HANG_GUARD: Duration = Duration::from_secs(60);
+pub const HANG_GUARD: Duration = Duration::from_secs(120);
 
 /// How often a wait looks again.
 const LOOK_EVERY: Duration = Duration::from_millis(20);

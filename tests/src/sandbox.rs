@@ -4,7 +4,7 @@
 //! nats-server, with a clock the test owns.
 //!
 //! ```ignore
-//! let mut sb = Sandbox::nats().set("supervisor.stale_ms", "5000").build().await;
+//! let mut sb = Sandbox::nats().set("supervisor.stale_after_ms", "5000").build().await;
 //! let sup = sb.start(&[Slot::Supervisor]).await;
 //! sb.clock.advance(Duration::from_secs(6)); // a unit goes stale
 //! sb.stop(sup).await.unwrap();              // its state flushed, as in production
@@ -36,22 +36,20 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The configuration a test runs under: the defaults (no file is read) and
 /// `overrides`, as `XO__…` variables would give them.
 pub fn config(overrides: &[(&str, &str)]) -> XoConfig {
-    let o: Vec<(String, String)> = overrides
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
     let empty = tempfile::tempdir().expect("a temporary folder");
     let none = empty.path().join("none.toml");
     std::fs::write(&none, "").expect("an empty config file");
-    XoConfig::load(Some(&none), &o).unwrap_or_else(|e| panic!("config {overrides:?}: {e:#}"))
+    load(&none, overrides)
 }
 
+/// `file` under `overrides`.
 fn load(file: &Path, overrides: &[(&str, &str)]) -> XoConfig {
     let o: Vec<(String, String)> = overrides
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    XoConfig::load(Some(file), &o).unwrap_or_else(|e| panic!("config {}: {e:#}", file.display()))
+    XoConfig::load(Some(file), &o)
+        .unwrap_or_else(|e| panic!("config {} with {overrides:?}: {e:#}", file.display()))
 }
 
 /// A plan of the services named (runners, watches and the console aside,
@@ -79,7 +77,7 @@ pub fn plan(slots: &[Slot]) -> Plan {
 #[derive(Debug)]
 enum On {
     Embedded,
-    Nats(Option<NatsServer>),
+    Nats,
 }
 
 /// A change to the configuration that no `XO__…` key spells (a list of webhooks).
@@ -129,12 +127,6 @@ impl Builder {
         self
     }
 
-    /// A nats-server the test configured itself (accounts, TLS), instead of a plain one.
-    pub fn server(mut self, nats: NatsServer) -> Self {
-        self.on = On::Nats(Some(nats));
-        self
-    }
-
     /// The sandbox, with nothing started yet.
     pub async fn build(self) -> Sandbox {
         let dir = tempfile::tempdir().expect("a temporary folder");
@@ -154,8 +146,8 @@ impl Builder {
                     .expect("the embedded store in a temporary folder");
                 (None, Some(LocalBus::new()), Store::File(files))
             }
-            On::Nats(server) => {
-                let nats = server.unwrap_or_else(NatsServer::start);
+            On::Nats => {
+                let nats = NatsServer::start();
                 let store = nats_store(&nats, "xo-test-store", &cfg).await;
                 (Some(nats), None, store)
             }
@@ -254,7 +246,7 @@ impl Sandbox {
     /// Services on a real nats-server of their own, started now.
     pub fn nats() -> Builder {
         Builder {
-            on: On::Nats(None),
+            on: On::Nats,
             file: None,
             overrides: Vec::new(),
             edits: Vec::new(),

@@ -13,28 +13,34 @@ use std::time::Duration;
 use common::{Sandbox, drain, report};
 use xo_proto::AnomalyKind;
 
-#[tokio::test]
-async fn the_supervisors_own_outage_is_not_its_units_silence() {
-    let mut sb = Sandbox::start(&[("supervisor.stale_after_ms", "30000")]).await;
-    let mut sub = sb.steering("u1").await;
-    sb.exchange(&mut sub, &report("u1", 1)).await;
+/// The server goes away for `lasting` of the supervisor's time (a real
+/// nats-server stopped; the manual clock moved), the supervisor checks its
+/// units meanwhile, and the server comes back: returns once both the
+/// supervisor's connection and the test's are up again.
+async fn outage(sb: &mut Sandbox, lasting: Duration) {
     let heard = sb.sup().ctx.bus.clone();
-
-    // The server goes away for a minute of the supervisor's time, twice
-    // `stale_after`: the supervisor checks its units meanwhile.
     sb.nats().stop();
     xo_tests::eventually("the supervisor's connection sees the server gone", || {
         !heard.is_connected()
     })
     .await;
-    sb.clock.advance(Duration::from_secs(60));
+    sb.clock.advance(lasting);
     sb.sup().tick().await;
-
     sb.nats().restart();
     xo_tests::eventually("both connections are back", || {
         heard.is_connected() && sb.client.is_connected()
     })
     .await;
+}
+
+#[tokio::test]
+async fn the_supervisors_own_outage_is_not_its_units_silence() {
+    let mut sb = Sandbox::start(&[("supervisor.stale_after_ms", "30000")]).await;
+    let mut sub = sb.steering("u1").await;
+    sb.exchange(&mut sub, &report("u1", 1)).await;
+    // The server goes away for a minute of the supervisor's time, twice
+    // `stale_after`: the supervisor checks its units meanwhile.
+    outage(&mut sb, Duration::from_secs(60)).await;
     sb.sup().tick().await;
     let d = sb.show("u1").await.unwrap();
     assert!(
@@ -126,22 +132,9 @@ async fn a_unit_reminded_during_the_outage_is_not_found_stale_for_it() {
     let d = sb.show("u1").await.unwrap();
     assert!(d.summary.needs.is_some(), "the unit needs a person");
     assert!(!d.summary.stale);
-    let heard = sb.sup().ctx.bus.clone();
-
     // The server goes; a minute passes (twice stale_after, six reminders'
     // worth): the root ticks the unit for its reminder, hearing nobody.
-    sb.nats().stop();
-    xo_tests::eventually("the supervisor's connection sees the server gone", || {
-        !heard.is_connected()
-    })
-    .await;
-    sb.clock.advance(Duration::from_secs(60));
-    sb.sup().tick().await;
-    sb.nats().restart();
-    xo_tests::eventually("both connections are back", || {
-        heard.is_connected() && sb.client.is_connected()
-    })
-    .await;
+    outage(&mut sb, Duration::from_secs(60)).await;
     let d = sb.show("u1").await.unwrap();
     assert!(
         !d.summary.stale,

@@ -359,9 +359,20 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
     let mut tap = up
         .cli(&["tap", "xo.steer.web-1", "--json", "--count", "1"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // `xo tap` says "tapping …" once its subscription is in place; the rest
+    // of its stderr is drained so that it never writes to a closed pipe.
+    let (tapping, listening) = std::sync::mpsc::channel();
+    let tap_err = tap.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(tap_err).lines().map_while(Result::ok) {
+            if line.starts_with("tapping ") {
+                let _ = tapping.send(line);
+            }
+        }
+    });
     click(&b, "#unit-web-1 a").await;
     wait_text(&b, "h1", "Unit web-1").await;
     wait_text(&b, "#latest-report", "writing tests").await;
@@ -398,7 +409,10 @@ async fn the_fleet_page_updates_live_and_steering_reaches_the_unit() {
     );
     assert!(text_of(&b, "#history").await.contains("cost: $0.5000"));
     // `xo tap` listens before the steering is sent.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let said = listening
+        .recv_timeout(xo_tests::HANG_GUARD)
+        .expect("xo tap said it listens");
+    assert!(said.contains("xo.steer.web-1"), "{said}");
     let area = b.find(Locator::Css("#steer-form textarea")).await.unwrap();
     area.send_keys("Stop rewriting the tests; run them first.")
         .await

@@ -16,7 +16,7 @@
 //!
 //! The run is a fixed number of cases per target ([`set_cases`], else
 //! `XO_FUZZ_CASES`, default 2000; the console gets a tenth), printed with
-//! the time taken. The short run is `cargo test -p xo-tests --test fuzz`;
+//! the time taken. The short run is `cargo test -p xo-cli --test fuzz`;
 //! the long one `xo bench fuzz --cases 200000` (the same targets, [`TARGETS`]).
 //!
 //! The allocation bound is checked where [`Peak`] is the global allocator
