@@ -12,6 +12,8 @@ struct Node {
     name: String,
     port: u16,
     cluster_port: u16,
+    /// Its monitoring port (`/healthz`: JetStream ready).
+    monitor_port: u16,
     store: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -47,11 +49,12 @@ impl NatsCluster {
     pub fn start_bin(bin: &str, n: usize, config: Option<std::path::PathBuf>) -> Self {
         let mut nodes = Vec::new();
         for i in 0..n {
-            let [port, cluster_port] = free_ports::<2>();
+            let [port, cluster_port, monitor_port] = free_ports::<3>();
             nodes.push(Node {
                 name: format!("n{}", i + 1),
                 port,
                 cluster_port,
+                monitor_port,
                 store: tempfile::tempdir().expect("a node's store"),
                 child: None,
             });
@@ -63,6 +66,21 @@ impl NatsCluster {
         };
         for i in 0..n {
             c.spawn(i);
+        }
+        // Listening is not serving JetStream: the nodes elect the meta
+        // leader first, and a stream asked for before that times out (a
+        // bench's supervisors failed to start so). Ready when every node's
+        // `/healthz` says ok.
+        for node in &c.nodes {
+            let ready = crate::within_blocking(crate::HANG_GUARD, || {
+                healthz(node.monitor_port).filter(|b| b.contains("\"ok\""))
+            });
+            assert!(
+                ready.is_some(),
+                "{}'s JetStream never became ready: {:?}",
+                node.name,
+                healthz(node.monitor_port)
+            );
         }
         c
     }
@@ -82,6 +100,7 @@ impl NatsCluster {
         let n = &mut self.nodes[i];
         let child = cmd
             .args(["-a", "127.0.0.1", "-p", &n.port.to_string(), "-n", &n.name])
+            .args(["-m", &n.monitor_port.to_string()])
             .args(["--cluster_name", "xo", "--cluster"])
             .arg(format!("nats://127.0.0.1:{}", n.cluster_port))
             .arg("--routes")
@@ -144,6 +163,17 @@ impl NatsCluster {
         self.kill(i);
         self.spawn(i);
     }
+}
+
+/// The body of `GET /healthz` on a node's monitoring port, if it answers.
+fn healthz(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.split("\r\n\r\n").nth(1).map(str::to_string)
 }
 
 impl Drop for NatsCluster {
