@@ -52,25 +52,16 @@ fn load(file: &Path, overrides: &[(&str, &str)]) -> XoConfig {
         .unwrap_or_else(|e| panic!("config {} with {overrides:?}: {e:#}", file.display()))
 }
 
-/// A plan of the services named (runners, watches and the console aside,
-/// which a test adds to the [`Plan`] itself).
+/// A plan of the services named ([`Plan::of`]); runners and watches take
+/// options, so a test puts them in a [`Plan`] itself.
 pub fn plan(slots: &[Slot]) -> Plan {
-    let mut p = Plan::default();
-    for s in slots {
-        match s {
-            Slot::Notify => p.notify = true,
-            Slot::Queue => p.queue = true,
-            Slot::Knowledge => p.knowledge = true,
-            Slot::Supervisor => p.supervisor = true,
-            Slot::Fleet => p.fleet = true,
-            Slot::Review => p.review = true,
-            Slot::Console => p.console = xo_fabric::ConsoleMode::Required,
-            Slot::Watch | Slot::Runners => {
-                panic!("{s:?} takes options: set them in the Plan")
-            }
-        }
-    }
-    p
+    assert!(
+        !slots
+            .iter()
+            .any(|s| matches!(s, Slot::Watch | Slot::Runners)),
+        "runners and watches take options: set them in the Plan"
+    );
+    Plan::of(slots)
 }
 
 /// Which bus the services talk on.

@@ -2,7 +2,7 @@
 //! concurrent clients, on NATS and on the embedded store, beside raw
 //! key-value put + get measured in the same run with the same concurrency.
 
-use crate::fabric::{Fabric, Plan};
+use crate::fabric::{Fabric, Plan, Slot};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -193,8 +193,13 @@ async fn bench_nats(
     // One instance: no lease to take (the bench measures the queue).
     let mut one = qcfg.clone();
     one.queue.leader_lease_ms = 0;
-    let queue =
-        Fabric::start_with(&one, queue_only(), Bus::Nats(qbus), Some(qstore.clone())).await?;
+    let queue = Fabric::start_with(
+        &one,
+        Plan::of(&[Slot::Queue]),
+        Bus::Nats(qbus),
+        Some(qstore.clone()),
+    )
+    .await?;
     let subjects = cfg.subjects();
     println!("== queue on NATS ({n} tasks per run; task records and audit in JetStream)");
     for clients in [1usize, 32] {
@@ -231,7 +236,7 @@ async fn bench_embedded(
         qcfg.queue.data_dir = tmp.join(format!("data-{name}")).display().to_string();
         let queue = Fabric::start_with(
             &qcfg,
-            queue_only(),
+            Plan::of(&[Slot::Queue]),
             Bus::Local(local.clone()),
             Some(fstore.clone()),
         )
@@ -297,12 +302,4 @@ async fn row(
     out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());
     out.insert(format!("{label}_{clients}_raw_kv_per_s"), raw.into());
     Ok(())
-}
-
-/// A fabric of the queue alone.
-fn queue_only() -> Plan {
-    Plan {
-        queue: true,
-        ..Plan::default()
-    }
 }

@@ -492,6 +492,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_plan_of_named_slots_starts_those_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = XoConfig::default();
+        cfg.state.dir = dir.path().to_path_buf();
+        let store = embedded_store(&cfg).unwrap();
+        let plan = Plan::of(&[Slot::Supervisor, Slot::Queue]);
+        let f = Fabric::start_with(&cfg, plan, Bus::Local(LocalBus::new()), Some(store))
+            .await
+            .unwrap();
+        assert_eq!(f.services(), ["queue", "supervisor"]);
+        f.stop().await.unwrap();
+    }
+
+    #[tokio::test]
     async fn the_fabric_starts_the_plan_in_slot_order_and_stops_it() {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = XoConfig::default();

@@ -83,6 +83,26 @@ pub enum ConsoleMode {
 }
 
 impl Plan {
+    /// The services of `slots` and nothing else (a test's, a bench's);
+    /// the console required. Runners and watches take options: a plan
+    /// names them itself.
+    pub fn of(slots: &[Slot]) -> Self {
+        let mut p = Plan::default();
+        for s in slots {
+            match s {
+                Slot::Notify => p.notify = true,
+                Slot::Queue => p.queue = true,
+                Slot::Knowledge => p.knowledge = true,
+                Slot::Supervisor => p.supervisor = true,
+                Slot::Fleet => p.fleet = true,
+                Slot::Review => p.review = true,
+                Slot::Console => p.console = ConsoleMode::Required,
+                Slot::Watch | Slot::Runners => {}
+            }
+        }
+        p
+    }
+
     /// Everything of `xo up`.
     pub fn all() -> Self {
         Self {
