@@ -2,7 +2,9 @@
 //! `nats.replicas = 3` the queue's bucket and audit log are created R3; the
 //! node leading the queue's bucket is SIGKILLed mid-goal and the goal still
 //! completes, each task exactly once; an existing bucket with fewer
-//! replicas is used and reported, naming both numbers.
+//! replicas is used and reported, naming both numbers. A kept stream waits
+//! for a cluster's JetStream to answer and says when it does not, apart
+//! from a server with no JetStream at all.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -134,17 +136,28 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
     .unwrap();
     let _ = old;
     let mut other = serve_queue(&url, data.path(), "old");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Its log, line by line as it writes it, until it reports the bucket.
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = other.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut err = String::new();
+    let warned = loop {
+        match lines.recv_timeout(xo_tests::HANG_GUARD) {
+            Ok(l) if l.contains("fewer replicas") => break l,
+            Ok(l) => err.push_str(&(l + "\n")),
+            Err(e) => panic!("no report of the R1 bucket ({e}): {err}"),
+        }
+    };
     let _ = Command::new("kill")
         .args(["-INT", &other.id().to_string()])
         .status();
     let _ = other.wait();
-    let mut err = String::new();
-    std::io::Read::read_to_string(other.stderr.as_mut().unwrap(), &mut err).unwrap();
-    let warned = err
-        .lines()
-        .find(|l| l.contains("fewer replicas"))
-        .unwrap_or_else(|| panic!("no report of the R1 bucket: {err}"));
     assert!(
         warned.contains("OLD_QUEUE")
             && warned.contains("\"found\":1")
@@ -153,4 +166,74 @@ async fn a_goal_survives_the_bucket_leader_dying_on_a_three_node_cluster() {
     );
     let _ = queue.kill();
     let _ = queue.wait();
+}
+
+fn kept(name: &str, replicas: usize) -> xo_bus::kept::Kept {
+    xo_bus::kept::Kept {
+        name: name.into(),
+        subjects: vec![format!("{}.>", name.to_lowercase())],
+        max_age: Duration::from_secs(60),
+        max_bytes: 1 << 20,
+        replicas,
+    }
+}
+
+/// A kept stream (the sharded supervisors' reports) asked of a cluster
+/// whose JetStream cannot answer (two of three nodes down: no quorum)
+/// says that it did not answer, not that the server lacks JetStream; asked
+/// while the nodes come back, it waits for them and is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_stream_waits_for_the_clusters_jetstream_and_says_when_it_does_not_answer() {
+    let mut nats = NatsCluster::start(3);
+    nats.kill(1);
+    nats.kill(2);
+    let client = async_nats::connect(nats.node_url(0)).await.unwrap();
+    let bus = Bus::Nats(NatsBus::from_client(client.clone()));
+    let spec = kept("XO_KEPT_PROBE", 3);
+
+    let e = xo_bus::kept::ensure_within(&bus, &spec, Duration::ZERO)
+        .await
+        .expect_err("no quorum: no stream");
+    let said = e.to_string();
+    assert!(
+        said.contains("did not answer") && !said.contains("no JetStream"),
+        "{said}"
+    );
+    assert!(
+        !matches!(e, xo_bus::BusError::NoJetStream { .. }),
+        "a cluster without quorum has JetStream: {e:?}"
+    );
+
+    let asked = tokio::spawn({
+        let bus = bus.clone();
+        let spec = spec.clone();
+        async move { xo_bus::kept::ensure(&bus, &spec).await }
+    });
+    nats.restart(1);
+    nats.restart(2);
+    asked.await.unwrap().expect("made once the nodes are back");
+    let (replicas, _) = placement(&jetstream::new(client), "XO_KEPT_PROBE").await;
+    assert_eq!(replicas, 3);
+}
+
+/// A server whose account has no JetStream is named as such at once (the
+/// fix: enable it), not after the wait for a cluster's JetStream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_stream_on_a_server_without_jetstream_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("nats.conf");
+    // Accounts of their own, none with JetStream; anonymous clients are `xo`.
+    std::fs::write(
+        &conf,
+        "accounts { XO: { users: [ { user: xo, password: secret } ] } }\nno_auth_user: xo\n",
+    )
+    .unwrap();
+    let nats = xo_tests::NatsServer::start_with(Some(conf));
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let bus = Bus::Nats(NatsBus::from_client(client));
+    let e = xo_bus::kept::ensure(&bus, &kept("XO_KEPT_PROBE", 1))
+        .await
+        .expect_err("no JetStream: no stream");
+    assert!(matches!(e, xo_bus::BusError::NoJetStream { .. }), "{e:?}");
+    assert!(e.to_string().contains("enable it"), "{e}");
 }

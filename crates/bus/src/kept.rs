@@ -58,12 +58,89 @@ fn context(client: async_nats::Client) -> jetstream::Context {
     js
 }
 
+/// How long [`ensure`] waits for JetStream to answer: a new cluster elects
+/// its JetStream leader (and finds the peers for a stream's replicas) some
+/// seconds after its nodes listen.
+pub const READY_WAIT: Duration = Duration::from_secs(30);
+
 /// Creates the stream, or finds it: one with other subjects, age or size
 /// is updated to these; one with fewer replicas is used as it is and
 /// reported (as the store's buckets are).
+///
+/// A JetStream that does not answer yet (a request timed out, the cluster
+/// not yet available, no peers for the replicas yet) is asked again for up
+/// to [`READY_WAIT`], then the error says it did not answer; a server with
+/// no JetStream at all (or not for this account) is
+/// [`BusError::NoJetStream`] at once.
 pub async fn ensure(bus: &Bus, spec: &Kept) -> BusResult<()> {
+    ensure_within(bus, spec, READY_WAIT).await
+}
+
+/// [`ensure`], asking a JetStream that does not answer yet for `ready`
+/// at most.
+pub async fn ensure_within(bus: &Bus, spec: &Kept, ready: Duration) -> BusResult<()> {
     let js = context(nats(bus, "a kept stream")?);
     let what = format!("stream {}", spec.name);
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(250);
+    loop {
+        match ensure_once(&js, spec).await {
+            Ok(()) => return Ok(()),
+            Err(Failed::NoJetStream) => return Err(BusError::NoJetStream { what }),
+            Err(Failed::Other(e)) => return Err(err(&what, e)),
+            Err(Failed::NotYet(e)) if started.elapsed() < ready => {
+                tracing::info!(stream = %spec.name, error = %e, retry_in_ms = wait.as_millis() as u64, "kept stream: JetStream does not answer yet; asking again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(4));
+            }
+            Err(Failed::NotYet(e)) => {
+                return Err(err(
+                    &format!(
+                        "{what} (JetStream did not answer for {} s: is every node of the cluster up?)",
+                        ready.as_secs()
+                    ),
+                    e,
+                ));
+            }
+        }
+    }
+}
+
+/// Why one attempt of [`ensure`] failed.
+enum Failed {
+    /// No JetStream answers on this server: asking again will not help.
+    NoJetStream,
+    /// JetStream is there but not ready (timed out, cluster not yet
+    /// available, no peers yet): ask again.
+    NotYet(jetstream::context::CreateStreamError),
+    Other(jetstream::context::CreateStreamError),
+}
+
+impl From<jetstream::context::CreateStreamError> for Failed {
+    fn from(e: jetstream::context::CreateStreamError) -> Self {
+        use jetstream::ErrorCode;
+        use jetstream::context::CreateStreamErrorKind as K;
+        match e.kind() {
+            K::JetStreamUnavailable => Failed::NoJetStream,
+            K::JetStream(j)
+                if j.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
+                    || j.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
+            {
+                Failed::NoJetStream
+            }
+            K::TimedOut => Failed::NotYet(e),
+            K::JetStream(j)
+                if j.error_code() == ErrorCode::CLUSTER_NOT_AVAILABLE
+                    || j.error_code() == ErrorCode::CLUSTER_NO_PEERS =>
+            {
+                Failed::NotYet(e)
+            }
+            _ => Failed::Other(e),
+        }
+    }
+}
+
+async fn ensure_once(js: &jetstream::Context, spec: &Kept) -> Result<(), Failed> {
     // The duplicate window (a message id seen again is dropped) is at most
     // the age, as JetStream requires.
     let window = spec.max_age.min(Duration::from_secs(120));
@@ -104,17 +181,15 @@ pub async fn ensure(bus: &Bus, spec: &Kept) -> BusResult<()> {
                     storage: found.storage,
                     ..config
                 })
-                .await
-                .map_err(|e| err(&what, e))?;
+                .await?;
                 tracing::info!(stream = %spec.name, subjects = ?spec.subjects, max_age_ms = spec.max_age.as_millis() as u64, "kept stream updated");
             } else {
                 tracing::info!(stream = %spec.name, replicas = found.num_replicas, "kept stream found");
             }
         }
+        // Not found, or the lookup itself failed: creating says which.
         Err(_) => {
-            js.get_or_create_stream(config)
-                .await
-                .map_err(|e| err(&what, e))?;
+            js.get_or_create_stream(config).await?;
             tracing::info!(stream = %spec.name, replicas = spec.replicas, max_age_ms = spec.max_age.as_millis() as u64, "kept stream created");
         }
     }

@@ -15,7 +15,11 @@
 //! took the key, [`Leader::lost`] resolves and nothing more is written.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock (the monotonic clock, unless a test pauses it): a lease's
+// timing is tested on a paused clock, in virtual time.
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -329,5 +333,113 @@ fn hold(
         bucket: bucket.to_string(),
         key: key.to_string(),
         revision,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! On tokio's paused clock: the lease's timing in virtual time, exact
+    //! whatever the machine's speed.
+    use super::*;
+    use crate::FileStore;
+
+    const LEASE: Duration = Duration::from_secs(3);
+
+    fn store(dir: &tempfile::TempDir) -> Store {
+        Store::File(FileStore::open(dir.path()).unwrap())
+    }
+
+    /// A holder that dies (no renewal, no release): its fence closes a
+    /// quarter of a lease before a standby may take over, and the standby
+    /// takes the lease one lease after the key last moved, no earlier, and
+    /// within one of its looks after that.
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_takes_a_dead_holders_lease_one_lease_on_and_its_fence_closed_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let a = acquire(&store, "leases", "k", "a", LEASE, |_| {})
+            .await
+            .unwrap();
+        let fence = a.fence();
+        // Some renewals go through.
+        tokio::time::sleep(LEASE * 2).await;
+        assert!(fence.valid(), "a renewed lease is valid");
+        let moved = store.get("leases", "k").await.unwrap().unwrap().revision;
+        assert!(moved > 1, "renewed: revision {moved}");
+
+        // It dies between two renewals.
+        a.renew.abort();
+        let died = Instant::now();
+        let b = acquire(&store, "leases", "k", "b", LEASE, |_| {})
+            .await
+            .unwrap();
+        let took = Instant::now() - died;
+        assert!(took >= LEASE, "taken {took:?} after the holder died");
+        assert!(
+            took <= LEASE + LEASE / 5,
+            "taken {took:?} after the holder died: one look (a fifth of a lease) late at most"
+        );
+        assert!(!fence.valid(), "the dead holder's fence is closed");
+        let h = Holder::of(&store.get("leases", "k").await.unwrap().unwrap().value);
+        assert_eq!(h.holder, "b");
+        assert!(b.fence().valid());
+        assert!(
+            !fence.is_lost(),
+            "the dead holder never heard, but its fence ran out"
+        );
+    }
+
+    /// The fence of a holder that cannot renew (the store away, here its
+    /// renewals stopped) runs out three quarters of a lease after the last
+    /// renewal it sent: before anyone may take over.
+    #[tokio::test(start_paused = true)]
+    async fn a_holders_fence_runs_out_three_quarters_of_a_lease_after_its_last_renewal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let a = acquire(&store, "leases", "k", "a", LEASE, |_| {})
+            .await
+            .unwrap();
+        let fence = a.fence();
+        let first = store.get("leases", "k").await.unwrap().unwrap().revision;
+        // Just after a renewal (every third of a lease).
+        tokio::time::sleep(LEASE / 3 + Duration::from_millis(1)).await;
+        let renewed = store.get("leases", "k").await.unwrap().unwrap().revision;
+        assert!(renewed > first, "renewed after a third of a lease");
+        a.renew.abort();
+        tokio::time::sleep(LEASE * 3 / 4 - Duration::from_millis(10)).await;
+        assert!(fence.valid(), "still within three quarters of a lease");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!fence.valid(), "three quarters of a lease on: closed");
+    }
+
+    /// A holder that keeps renewing is never taken over, however long a
+    /// standby contends.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewed_lease_is_never_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir);
+        let a = acquire(&store, "leases", "k", "a", LEASE, |_| {})
+            .await
+            .unwrap();
+        let mut b = Contender::default();
+        let mut told = Vec::new();
+        for _ in 0..100 {
+            let got = b
+                .attempt(&store, "leases", "k", "b", LEASE, |h| {
+                    told.push(h.holder.clone())
+                })
+                .await
+                .unwrap();
+            assert!(got.is_none(), "a live holder's lease taken");
+            assert!(a.fence().valid());
+            tokio::time::sleep(LEASE / 5).await;
+        }
+        assert_eq!(told, ["a"], "the standby is told of the holder once");
+        a.release().await;
+        let b = b
+            .attempt(&store, "leases", "k", "b", LEASE, |_| {})
+            .await
+            .unwrap();
+        assert!(b.is_some(), "a released lease is taken at once");
     }
 }

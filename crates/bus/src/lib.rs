@@ -85,6 +85,11 @@ pub enum BusError {
     /// Something only NATS (JetStream) keeps, asked of another bus.
     #[error("{what} needs NATS (JetStream); the {kind} bus keeps nothing")]
     NeedsNats { what: String, kind: &'static str },
+    /// A NATS server with no JetStream, asked for something it keeps.
+    #[error(
+        "{what}: the NATS server has no JetStream: enable it (`jetstream {{}}` in its configuration, `-js` on its command line)"
+    )]
+    NoJetStream { what: String },
     #[error("socket {path}: {source}")]
     Socket {
         path: String,
