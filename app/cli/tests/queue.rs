@@ -69,11 +69,8 @@ impl Q {
         }
     }
 
-    async fn call<R: xo_proto::Request>(&self, r: &R) -> Result<R::Response, typed::CallError>
-    where
-        R::Response: serde::de::DeserializeOwned,
-    {
-        typed::call(&self.client, &self.subjects, r, T).await
+    async fn call<R: xo_proto::Request>(&self, r: &R) -> Result<R::Response, typed::CallError> {
+        self.sb.call(r).await
     }
 
     async fn ready(&self, n: usize, manager: bool) -> Vec<String> {

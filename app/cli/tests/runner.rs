@@ -43,11 +43,8 @@ impl Rig {
         }
     }
 
-    async fn call<R: xo_proto::Request>(&self, r: &R) -> R::Response
-    where
-        R::Response: serde::de::DeserializeOwned,
-    {
-        typed::call(&self.bus, &self.subjects, r, T).await.unwrap()
+    async fn call<R: xo_proto::Request>(&self, r: &R) -> R::Response {
+        self.sb.must(r).await
     }
 
     async fn go(&mut self, tasks: Vec<Task>) {

@@ -62,7 +62,27 @@ impl Hearing {
 
 /// How long a peer last heard at `last` has been silent at `now`, as far
 /// as a side that has heard the bus since `from` ([`Hearing::look`])
-/// could have heard it.
-pub fn silent(last: u64, from: u64, now: u64) -> u64 {
-    now.saturating_sub(last.max(from))
+/// could have heard it: 0 while it does not hear the bus (`from` is
+/// `None`), since nobody can be found silent then.
+pub fn silent(last: u64, from: impl Into<Option<u64>>, now: u64) -> u64 {
+    from.into()
+        .map_or(0, |from| now.saturating_sub(last.max(from)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::silent;
+
+    #[test]
+    fn silence_counts_from_when_the_bus_was_heard_again() {
+        // Heard at 1,000; the bus heard since 5,000: silent from 5,000.
+        assert_eq!(silent(1_000, 5_000, 8_000), 3_000);
+        // Heard after the bus came back: from then.
+        assert_eq!(silent(6_000, 5_000, 8_000), 2_000);
+        // The bus not heard now: nobody is silent.
+        assert_eq!(silent(1_000, None, 8_000), 0);
+        assert_eq!(silent(1_000, Some(5_000), 8_000), 3_000);
+        // A clock behind a report's time: never negative.
+        assert_eq!(silent(9_000, 5_000, 8_000), 0);
+    }
 }

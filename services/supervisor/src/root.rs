@@ -467,8 +467,7 @@ impl Actor for Root {
                 let mut due: FnvMap<usize, Vec<String>> = FnvMap::default();
                 for (unit, c) in &state.units {
                     let last_seen = c.live.last_seen.load(Ordering::Relaxed);
-                    let silent =
-                        heard_from.map_or(0, |f| xo_bus::hearing::silent(last_seen, f, now));
+                    let silent = xo_bus::hearing::silent(last_seen, heard_from, now);
                     if retention > 0 && silent >= retention {
                         gone.push(unit.clone());
                         continue;

@@ -680,8 +680,7 @@ impl WatcherState {
             WatcherMsg::Tick(now, heard_from) => {
                 let stale_after = state.ctx.cfg.supervisor.stale_after_ms;
                 // Not silent while the supervisor itself hears nobody.
-                let silent =
-                    heard_from.map_or(0, |f| xo_bus::hearing::silent(state.rec.last_seen, f, now));
+                let silent = xo_bus::hearing::silent(state.rec.last_seen, heard_from, now);
                 if !state.rec.stale && !state.rec.ended && silent >= stale_after {
                     state.rec.stale = true;
                     state.live.stale.store(true, Ordering::Relaxed);

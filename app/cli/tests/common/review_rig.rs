@@ -91,11 +91,8 @@ impl Rig {
         rig
     }
 
-    pub async fn call<R: xo_proto::Request>(&self, r: &R) -> R::Response
-    where
-        R::Response: serde::de::DeserializeOwned,
-    {
-        typed::call(&self.bus, &self.s, r, T).await.unwrap()
+    pub async fn call<R: xo_proto::Request>(&self, r: &R) -> R::Response {
+        self.sb.must(r).await
     }
 
     /// Plays the runner: claims the next task and completes it.
