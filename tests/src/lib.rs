@@ -254,6 +254,11 @@ impl Drop for NatsServer {
 /// longer; nothing here asserts a time).
 pub const HANG_GUARD: Duration = Duration::from_secs(120);
 
+/// [`HANG_GUARD`] for waits on containers (images start, a goal runs in
+/// them, a NATS outage is sat out): five minutes, still a guard against a
+/// hang and never a timing assertion.
+pub const CONTAINER_GUARD: Duration = Duration::from_secs(300);
+
 /// How often a wait looks again.
 const LOOK_EVERY: Duration = Duration::from_millis(20);
 

@@ -8,7 +8,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 use xo_tests::launcher::{Xo, text};
 
 /// A folder outside the temp folder (which confined agents may write and
@@ -99,18 +98,11 @@ fn a_confined_agent_cannot_reach_the_fabric_its_tokens_or_its_keys() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut answered = false;
-    for _ in 0..500 {
-        if run(&dir, &state, port, &["status", "--json"])
+    xo_tests::eventually_blocking("xo up answers", || {
+        run(&dir, &state, port, &["status", "--json"])
             .status
             .success()
-        {
-            answered = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(answered, "xo up never answered");
+    });
     let script = probes(&state, &key, port);
     let task = serde_json::json!({
         "task_id": "probe",

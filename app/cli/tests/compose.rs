@@ -30,16 +30,12 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         ],
     );
     run(down.compose().args(["up", "-d", "--scale", "runner=2"]));
-    let mut healthy = false;
-    for _ in 0..300 {
+    let healthy = xo_tests::within(xo_tests::CONTAINER_GUARD, async || {
         let ps = run(down.compose().args(["ps"]));
-        if ps.matches("(healthy)").count() >= 5 && ps.matches(" Up").count() >= 7 {
-            healthy = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(healthy, "{}", run(down.compose().args(["ps"])));
+        (ps.matches("(healthy)").count() >= 5 && ps.matches(" Up").count() >= 7).then_some(())
+    })
+    .await;
+    assert!(healthy.is_some(), "{}", run(down.compose().args(["ps"])));
     // Locked down: NATS is published on the host's loopback only, and
     // refuses a client without a password.
     let published = run(down.compose().args(["port", "nats", "4222"]));
@@ -87,16 +83,13 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         .await
         .unwrap();
     typed::call(&bus, &s, &Start::default(), t).await.unwrap();
-    let mut done = None;
-    for _ in 0..600 {
-        if let Ok(st) = typed::call(&bus, &s, &GetStatus {}, t).await
-            && st.status == RunStatus::Completed
-        {
-            done = Some(st);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let done = xo_tests::within(xo_tests::CONTAINER_GUARD, async || {
+        typed::call(&bus, &s, &GetStatus {}, t)
+            .await
+            .ok()
+            .filter(|st| st.status == RunStatus::Completed)
+    })
+    .await;
     let st = done.expect("the goal completes");
     if st.counts.get("completed") != Some(&4) {
         let tasks = typed::call(&bus, &s, &ListTasks::default(), t)

@@ -60,9 +60,7 @@ async fn status(bus: &Bus) -> Option<QueueStatus> {
         .ok()
 }
 
-/// How long a wait on the containers may last before it is taken for a
-/// hang (not a timing assertion: the figures the test prints are those).
-const CONTAINER_GUARD: Duration = Duration::from_secs(300);
+use xo_tests::CONTAINER_GUARD;
 
 /// Waits until `more` further tasks are completed (the goal goes on).
 async fn progress(bus: &Bus, more: usize, p: &Project) -> usize {

@@ -10,7 +10,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 use xo_tests::launcher::Xo;
 
 use fantoccini::{Client, Locator};
@@ -1592,13 +1591,11 @@ async fn an_oversized_steering_is_refused_in_plain_words_keeping_what_was_typed(
         }
     };
     let mut unit_page = (0, String::new());
-    for _ in 0..200 {
+    let _ = xo_tests::within(xo_tests::HANG_GUARD, async || {
         unit_page = page(up.http.get(format!("{}/units/big-1", up.url))).await;
-        if unit_page.0 == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (unit_page.0 == 200).then_some(())
+    })
+    .await;
     assert_eq!(unit_page.0, 200, "{}", unit_page.1);
     let csrf = unit_page
         .1

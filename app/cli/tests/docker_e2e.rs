@@ -113,9 +113,9 @@ async fn task(bus: &Bus, s: &Subjects, id: &str) -> Option<TaskRecord> {
         .find(|r| r.task.task_id == id)
 }
 
-/// Containers start slowly: [`xo_tests::within`] five minutes.
+/// Containers start slowly: [`xo_tests::within`] the containers' guard.
 async fn wait<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
-    match xo_tests::within(Duration::from_secs(300), f).await {
+    match xo_tests::within(xo_tests::CONTAINER_GUARD, f).await {
         Some(v) => v,
         None => panic!("never happened: {what}"),
     }

@@ -197,8 +197,8 @@ async fn start_goal(
 
 async fn wait_final(rig: &Rig, bus: &Bus, id: &str) -> TaskRecord {
     let (s, t) = (Subjects::default(), Duration::from_secs(10));
-    // An agent's run takes minutes at most: five as the guard.
-    let ended = xo_tests::within(Duration::from_secs(300), async || {
+    // An agent's run takes minutes at most: the containers' guard.
+    let ended = xo_tests::within(xo_tests::CONTAINER_GUARD, async || {
         let tasks = typed::call(bus, &s, &ListTasks::default(), t)
             .await
             .unwrap();

@@ -334,15 +334,10 @@ async fn no_runner_can_act_for_another() {
     let c2 = connect_as(&nats, "coder-2", "c2-secret").await;
     let s = Subjects::default();
     let t = Duration::from_secs(3);
-    let mut ready = false;
-    for _ in 0..400 {
-        if typed::call(&op, &s, &Init::default(), t).await.is_ok() {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "the queue never answered");
+    xo_tests::until("the queue answers", async || {
+        typed::call(&op, &s, &Init::default(), t).await.ok()
+    })
+    .await;
     let goal = SetGoal {
         by: Default::default(),
         budget_usd: 0.0,

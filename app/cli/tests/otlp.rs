@@ -277,12 +277,9 @@ impl Collector {
                 .spawn()
                 .expect("rotel starts"),
         );
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", grpc)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        xo_tests::eventually_blocking("the collector listens", || {
+            std::net::TcpStream::connect(("127.0.0.1", grpc)).is_ok()
+        });
         Self {
             _child: child,
             log,

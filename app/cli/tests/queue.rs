@@ -391,8 +391,7 @@ async fn the_queue_survives_a_nats_server_restart() {
     let c = claim(&q, "r1").await.unwrap();
     q.nats().restart();
     // Both sides reconnect by themselves; keep asking until they have.
-    let mut done = None;
-    for _ in 0..300 {
+    let done = xo_tests::within(xo_tests::HANG_GUARD, async || {
         let req = Complete {
             usage: Default::default(),
             task_id: c.record.task.task_id.clone(),
@@ -403,15 +402,12 @@ async fn the_queue_survives_a_nats_server_restart() {
             exchange: None,
             diff: None,
         };
-        // A request sent while the client reconnects is lost: ask again soon.
-        match typed::call(&q.client, &q.subjects, &req, Duration::from_secs(1)).await {
-            Ok(r) => {
-                done = Some(r);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+        // A request sent while the client reconnects is lost: ask again.
+        typed::call(&q.client, &q.subjects, &req, Duration::from_secs(1))
+            .await
+            .ok()
+    })
+    .await;
     assert_eq!(done.expect("reconnected").state, TaskState::Completed);
     let mut n = 1;
     while let Some(c) = claim(&q, "r1").await {

@@ -43,15 +43,17 @@ async fn model(
     let pending = xo_tests::openai::manager_prompt_pending(&body);
     if pending.iter().any(|id| id == "t2") {
         // The reply waits (bounded) until d is done, as a slow model would.
-        for _ in 0..600 {
-            if state_of(&bus, "d")
+        // (An async block, not the harness's `within`: an axum handler's
+        // future must be Send, and an async closure borrowing `bus` is not.)
+        let _ = tokio::time::timeout(xo_tests::HANG_GUARD, async {
+            while state_of(&bus, "d")
                 .await
-                .is_some_and(|r| r.state == TaskState::Completed)
+                .is_none_or(|r| r.state != TaskState::Completed)
             {
-                break;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
     }
     axum::Json(xo_tests::openai::manager_dropping(&body, &["t2"]))
 }

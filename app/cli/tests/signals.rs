@@ -66,16 +66,13 @@ fn signal(child: &Child, sig: &str) {
     assert!(ok, "kill -{sig}");
 }
 
-/// Waits for the process to end (a guard of a minute against a hang).
+/// Waits for the process to end (the harness's guard against a hang).
 fn ended(child: &mut Child) -> ExitStatus {
-    for _ in 0..600 {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if let Some(s) = xo_tests::within_blocking(xo_tests::HANG_GUARD, || child.try_wait().unwrap()) {
+        return s;
     }
     let _ = child.kill();
-    panic!("still running a minute after the signal");
+    panic!("still running {:?} after the signal", xo_tests::HANG_GUARD);
 }
 
 fn rest(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>) -> String {
@@ -159,15 +156,13 @@ fn a_runner_started_before_xo_up_waits_for_it() {
     Xo::in_dir(d).wait_answered(&mut up);
     wait_for(&rx, "xo up answered", &mut seen);
     // It is a runner of this fabric now: the fleet lists it.
-    let mut listed = false;
-    for _ in 0..300 {
+    let listed = xo_tests::within_blocking(xo_tests::HANG_GUARD, || {
         let o = Xo::in_dir(d).run(&["units", "--json"]);
-        if String::from_utf8_lossy(&o.stdout).contains("coder") {
-            listed = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        String::from_utf8_lossy(&o.stdout)
+            .contains("coder")
+            .then_some(())
+    })
+    .is_some();
     signal(&runner, "TERM");
     let status = ended(&mut runner);
     let log = rest(&rx, &mut seen);

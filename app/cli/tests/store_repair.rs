@@ -199,14 +199,10 @@ fn the_socket_and_the_state_are_the_users_alone_whatever_the_umask() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut ready = false;
-    for _ in 0..500 {
-        if Xo::in_dir(d).run(&["init"]).status.success() {
-            ready = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let ready = xo_tests::within_blocking(xo_tests::HANG_GUARD, || {
+        Xo::in_dir(d).run(&["init"]).status.success().then_some(())
+    })
+    .is_some();
     // A task: the audit log is written.
     std::fs::write(
         d.join("t.json"),
