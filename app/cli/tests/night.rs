@@ -381,20 +381,18 @@ url = "{base}/alerts"
 
     // The operator was told: the blocked task, the question, the stuck queue.
     let mut got = Vec::new();
-    for _ in 0..100 {
+    let _ = xo_tests::within(xo_tests::HANG_GUARD, async || {
         got = alerts.lock().unwrap().clone();
         let has = |k: AlertKind, t: Option<&str>| {
             got.iter()
                 .any(|a| a.kind == k && (t.is_none() || a.task_id.as_deref() == t))
         };
-        if has(AlertKind::TaskBlocked, Some("never"))
+        (has(AlertKind::TaskBlocked, Some("never"))
             && has(AlertKind::Question, Some("asks"))
-            && has(AlertKind::QueueStuck, None)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            && has(AlertKind::QueueStuck, None))
+        .then_some(())
+    })
+    .await;
     let kinds: Vec<(AlertKind, Option<String>)> =
         got.iter().map(|a| (a.kind, a.task_id.clone())).collect();
     assert!(
