@@ -327,6 +327,42 @@ async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
     assert_eq!(got.record.task.task_id, "late");
 }
 
+/// A claimant that gave up its long-poll claim (its call timed out, its
+/// runner restarted under the same unit) and asks again gets the next
+/// task: the claim it left waiting is forgotten, not handed the task to
+/// sit leased to nobody until the lease runs out.
+#[tokio::test]
+async fn a_claimant_asking_again_gets_the_task_not_the_claim_it_gave_up() {
+    let q = Q::start(&[]).await;
+    // A run under way (its one task held by another runner), nothing left.
+    q.ready(1, false).await;
+    assert!(claim(&q, "r0").await.is_some());
+    let long = |who: &str| Claim {
+        role: "coder".into(),
+        claimant: who.into(),
+        wait_ms: 3_600_000,
+    };
+    // Given up: the call is sent, then dropped by its side.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        typed::call(&q.client, &q.subjects, &long("r9"), T),
+    )
+    .await;
+    assert!(gave_up.is_err(), "nothing to claim yet: it waits");
+    // Asked again, then a task enqueued. On one connection the queue reads
+    // them in the order sent: the new claim before the task.
+    let again = long("r9");
+    let (again, _) = tokio::join!(typed::call(&q.client, &q.subjects, &again, T * 2), async {
+        tokio::task::yield_now().await;
+        q.call(&Enqueue::new(vec![task("next")])).await.unwrap()
+    });
+    let got = again
+        .unwrap()
+        .expect("the task, to the claim still waiting");
+    assert_eq!(got.record.task.task_id, "next");
+    assert_eq!(got.record.lease.map(|l| l.claimant).as_deref(), Some("r9"));
+}
+
 #[tokio::test]
 async fn thirty_two_concurrent_claimants_never_share_a_task() {
     let q = Q::start(&[]).await;

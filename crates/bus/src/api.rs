@@ -179,25 +179,36 @@ where
 {
     type Out = Answer;
 
+    /// The request goes into the actor's mailbox here, as the serve loop
+    /// reads it (only the wait for its answer is spawned): a service takes
+    /// requests in the order they arrived, so a client's claim sent before
+    /// its enqueue is seen first.
     fn route<R: Request>(self, req: R, variant: fn(R, Port<R::Response>) -> A) -> Answer {
         let timeout = ANSWER_WITHIN + req.wait();
+        let Some(actor) = self.actor else {
+            let r: Result<R::Response, _> = Err(ServiceError::new(
+                ErrorCode::Unavailable,
+                format!("{} is restarting; try again", A::SERVICE),
+            ));
+            let answer = typed::encode_reply(&Reply::from(r));
+            return Box::pin(async move { answer });
+        };
+        let (tx, rx) = ractor::concurrency::oneshot();
+        let sent = actor.send_message(M::from(variant(req, (tx, timeout).into())));
         Box::pin(async move {
-            let r = match self.actor {
-                Some(actor) => {
-                    let r = actor
-                        .call(|port| M::from(variant(req, port)), Some(timeout))
-                        .await;
-                    call_result(
-                        A::SERVICE,
-                        timeout,
-                        r.map_err(|e: MessagingErr<M>| e.to_string()),
-                    )
-                }
-                None => Err(ServiceError::new(
-                    ErrorCode::Unavailable,
-                    format!("{} is restarting; try again", A::SERVICE),
-                )),
+            let r = match sent {
+                Ok(()) => Ok(match tokio::time::timeout(timeout, rx).await {
+                    Ok(Ok(answer)) => CallResult::Success(answer),
+                    Ok(Err(_)) => CallResult::SenderError,
+                    Err(_) => CallResult::Timeout,
+                }),
+                Err(e) => Err(e),
             };
+            let r = call_result(
+                A::SERVICE,
+                timeout,
+                r.map_err(|e: MessagingErr<M>| e.to_string()),
+            );
             typed::encode_reply(&Reply::from(r))
         })
     }

@@ -40,6 +40,7 @@ impl State {
     }
 
     pub(super) fn claim(&mut self, q: Claim, reply: Reply<Option<Claimed>>, now: u64) -> bool {
+        self.forget_earlier_claims(&q.claimant);
         match self.m.claim(&q.role, &q.claimant, now) {
             Ok((Some((rec, token)), c)) => {
                 let v = self.claimed(rec, token);
@@ -61,6 +62,29 @@ impl State {
             Err(e) => self.answer(Changes::default(), reply, Err(e)),
         }
         true
+    }
+
+    /// One claim waits per claimant (a runner's unit claims, works, then
+    /// claims again): a claimant that asks again has given up the claim it
+    /// left waiting (its call timed out, or its runner restarted), and a
+    /// task handed to that claim would sit leased to nobody until its
+    /// lease ran out. That claim is answered with nothing.
+    fn forget_earlier_claims(&mut self, claimant: &str) {
+        if claimant.is_empty() || !self.waiters.iter().any(|w| w.claimant == claimant) {
+            return;
+        }
+        let (earlier, others) =
+            std::mem::take(&mut self.waiters)
+                .into_iter()
+                .partition::<std::collections::VecDeque<_>, _>(|w| w.claimant == claimant);
+        self.waiters = others;
+        for w in earlier {
+            tracing::debug!(
+                claimant,
+                "an earlier waiting claim of this claimant given up"
+            );
+            self.answer(Changes::default(), w.reply, Ok(None));
+        }
     }
 
     pub(super) fn heartbeat(&mut self, q: Heartbeat, reply: Reply<Renewed>, now: u64) -> bool {
