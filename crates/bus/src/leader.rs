@@ -345,8 +345,14 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(3);
 
-    fn store(dir: &tempfile::TempDir) -> Store {
-        Store::File(FileStore::open(dir.path()).unwrap())
+    /// A store of its own, and `a` holding the lease `leases/k` in it.
+    async fn held() -> (tempfile::TempDir, Store, Leader) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::File(FileStore::open(dir.path()).unwrap());
+        let a = acquire(&store, "leases", "k", "a", LEASE, |_| {})
+            .await
+            .unwrap();
+        (dir, store, a)
     }
 
     /// A holder that dies (no renewal, no release): its fence closes a
@@ -355,11 +361,7 @@ mod tests {
     /// within one of its looks after that.
     #[tokio::test(start_paused = true)]
     async fn a_standby_takes_a_dead_holders_lease_one_lease_on_and_its_fence_closed_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir);
-        let a = acquire(&store, "leases", "k", "a", LEASE, |_| {})
-            .await
-            .unwrap();
+        let (_dir, store, a) = held().await;
         let fence = a.fence();
         // Some renewals go through.
         tokio::time::sleep(LEASE * 2).await;
@@ -394,11 +396,7 @@ mod tests {
     /// renewal it sent: before anyone may take over.
     #[tokio::test(start_paused = true)]
     async fn a_holders_fence_runs_out_three_quarters_of_a_lease_after_its_last_renewal() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir);
-        let a = acquire(&store, "leases", "k", "a", LEASE, |_| {})
-            .await
-            .unwrap();
+        let (_dir, store, a) = held().await;
         let fence = a.fence();
         let first = store.get("leases", "k").await.unwrap().unwrap().revision;
         // Just after a renewal (every third of a lease).
@@ -416,11 +414,7 @@ mod tests {
     /// standby contends.
     #[tokio::test(start_paused = true)]
     async fn a_renewed_lease_is_never_taken_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store(&dir);
-        let a = acquire(&store, "leases", "k", "a", LEASE, |_| {})
-            .await
-            .unwrap();
+        let (_dir, store, a) = held().await;
         let mut b = Contender::default();
         let mut told = Vec::new();
         for _ in 0..100 {
