@@ -167,13 +167,7 @@ impl NatsCluster {
 
 /// The body of `GET /healthz` on a node's monitoring port, if it answers.
 fn healthz(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    body.split("\r\n\r\n").nth(1).map(str::to_string)
+    crate::monitor_get(port, "/healthz")
 }
 
 impl Drop for NatsCluster {

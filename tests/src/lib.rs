@@ -217,13 +217,9 @@ impl NatsServer {
 
     /// GET on the monitoring port (`/connz?subs=1`, `/varz`…), parsed as JSON.
     pub fn monitor(&self, path: &str) -> serde_json::Value {
-        use std::io::{Read, Write};
-        let mut s = TcpStream::connect(("127.0.0.1", self.monitor_port)).expect("monitor port");
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("monitor request");
-        let mut body = String::new();
-        s.read_to_string(&mut body).expect("monitor response");
-        let json = body.split("\r\n\r\n").nth(1).unwrap_or("");
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("monitor {path}: {e}: {body}"))
+        let body = monitor_get(self.monitor_port, path)
+            .unwrap_or_else(|| panic!("monitor {path}: no answer on port {}", self.monitor_port));
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("monitor {path}: {e}: {body}"))
     }
 
     /// Kills the server (keeps the store).
@@ -247,6 +243,18 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The body of `GET path` on a nats-server's monitoring port, if it
+/// answers (a server's [`NatsServer::monitor`], a cluster node's `/healthz`).
+pub(crate) fn monitor_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.split("\r\n\r\n").nth(1).map(str::to_string)
 }
 
 /// How long a test waits for what it waits on before it gives up: a
