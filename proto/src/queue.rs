@@ -678,6 +678,11 @@ pub struct QueueStatus {
     /// Cost spent on the goal so far (every attempt of every task).
     #[serde(default, deserialize_with = "crate::finite::spent_usd")]
     pub spent_usd: f64,
+    /// The claimants whose long-poll claim waits for a task (runners with
+    /// nothing to do), in the order they asked; filled in by the queue's
+    /// status answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_claims: Vec<String>,
     /// Set in an answer given while the queue's writes fail (a full disk):
     /// since when, why, and that what it shows may not be durable yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]

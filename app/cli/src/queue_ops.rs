@@ -95,6 +95,12 @@ fn print_status(s: &QueueStatus) {
             }
         );
     }
+    if !s.waiting_claims.is_empty() {
+        outln!(
+            "idle       {} (waiting for a task)",
+            s.waiting_claims.join(", ")
+        );
+    }
     if let Some(why) = &s.stuck {
         outln!("STUCK      {why}");
     }

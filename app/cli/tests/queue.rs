@@ -363,6 +363,53 @@ async fn a_claimant_asking_again_gets_the_task_not_the_claim_it_gave_up() {
     assert_eq!(got.record.lease.map(|l| l.claimant).as_deref(), Some("r9"));
 }
 
+/// A claimant shutting down withdraws the claim it left waiting: the
+/// claim is answered with nothing, `xo status` no longer lists it, and the
+/// next task goes to a claimant that is there.
+#[tokio::test]
+async fn a_withdrawn_claim_gets_no_task_and_the_next_claimant_does() {
+    let q = Q::start(&[]).await;
+    q.ready(1, false).await;
+    assert!(claim(&q, "r0").await.is_some());
+    let long = Claim {
+        role: "coder".into(),
+        claimant: "r9".into(),
+        wait_ms: 3_600_000,
+    };
+    let waiting = tokio::spawn({
+        let (client, subjects) = (q.client.clone(), q.subjects.clone());
+        async move { typed::call(&client, &subjects, &long, T * 2).await }
+    });
+    let status = || async { q.call(&GetStatus::default()).await.unwrap() };
+    xo_tests::until("r9's claim waits", async || {
+        (status().await.waiting_claims == ["r9"]).then_some(())
+    })
+    .await;
+    let withdrawn = q
+        .call(&Withdraw {
+            claimant: "r9".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(withdrawn, 1);
+    assert_eq!(
+        waiting.await.unwrap().unwrap(),
+        None,
+        "answered with nothing"
+    );
+    assert!(status().await.waiting_claims.is_empty());
+    // Nothing to withdraw any more: said, not refused.
+    let again = Withdraw {
+        claimant: "r9".into(),
+    };
+    assert_eq!(q.call(&again).await.unwrap(), 0);
+    q.call(&Enqueue::new(vec![task("next")])).await.unwrap();
+    let got = claim(&q, "r1")
+        .await
+        .expect("the task, to a claimant that is there");
+    assert_eq!(got.record.task.task_id, "next");
+}
+
 #[tokio::test]
 async fn thirty_two_concurrent_claimants_never_share_a_task() {
     let q = Q::start(&[]).await;

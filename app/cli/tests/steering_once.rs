@@ -25,7 +25,8 @@ async fn shipped() -> Sandbox {
         .file(&file)
         .clock(xo_runtime::Clock::System)
         .with(&[
-            ("runner.claim_wait_ms", "200"),
+            // Long enough that a claim left waiting would still be there.
+            ("runner.claim_wait_ms", "60000"),
             // Every steering of both tasks stays in the unit's history.
             ("supervisor.steering_history", "100"),
         ])
@@ -154,9 +155,17 @@ async fn one_steering_per_anomaly_and_a_restarted_runner_stays_supervised() {
 
     // The same unit again, in a new process life: seq starts over at 1.
     sb.stop(r1).await.unwrap();
-    // A claim r1 left waiting (long-poll, claim_wait_ms) would take the
-    // next task and leave it to lease expiry: let it lapse first.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // r1 withdrew the claim it left waiting (long-poll, claim_wait_ms) as
+    // it stopped, so the next task goes to the new runner, not to a reply
+    // nobody reads.
+    let waiting = typed::call(&bus, &s, &GetStatus::default(), T)
+        .await
+        .unwrap();
+    assert!(
+        waiting.waiting_claims.is_empty(),
+        "{:?}",
+        waiting.waiting_claims
+    );
     start_runner(&mut sb).await;
     typed::call(&bus, &s, &Enqueue::new(vec![looping("l2")]), T)
         .await

@@ -574,12 +574,29 @@ async fn watch_follows_openhands_event_directories() {
         units(&bus).await.iter().any(|u| u.unit == "c0ffee")
     })
     .await;
-    // Wait for a poll after the cache page was written, then: two units,
-    // and no file of theirs refused.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A session begun after the cache page was written, last in the
+    // watch's sorted scan: once it is a unit, the watch has read the
+    // folders as they were with the page in them. Then: three units, and
+    // no file of theirs refused.
+    let late = root.join("sessions").join("zz-late").join("events");
+    std::fs::create_dir_all(&late).unwrap();
+    std::fs::write(
+        late.join("0.json"),
+        r#"{"id":0,"source":"agent","action":"run","args":{"command":"ls"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        late.join("1.json"),
+        r#"{"id":1,"source":"agent","cause":0,"observation":"run","content":"src","extras":{"metadata":{"exit_code":0}}}"#,
+    )
+    .unwrap();
+    eventually("a session begun later is a unit", root, || async {
+        units(&bus).await.iter().any(|u| u.unit == "zz-late")
+    })
+    .await;
     let mut names: Vec<String> = units(&bus).await.into_iter().map(|u| u.unit).collect();
     names.sort();
-    assert_eq!(names, ["c0ffee", "oh-session-9"]);
+    assert_eq!(names, ["c0ffee", "oh-session-9", "zz-late"]);
     let watch = std::fs::read_to_string(root.join("watch.log")).unwrap();
     for refused in ["not used", "skipped", "not a openhands"] {
         assert!(!watch.contains(refused), "{refused}: {watch}");

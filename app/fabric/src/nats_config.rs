@@ -181,6 +181,7 @@ pub fn render(spec: &Spec) -> Result<String, String> {
             // takes the subject's unit as the claimant and refuses a body
             // that names another (`xo.ctl.queue.claim.<unit>`).
             format!("{}.{unit}", q::Claim::subject(&subjects)),
+            format!("{}.{unit}", q::Withdraw::subject(&subjects)),
             format!("{}.{unit}", q::Heartbeat::subject(&subjects)),
             format!("{}.{unit}", q::Complete::subject(&subjects)),
             format!("{}.{unit}", q::Block::subject(&subjects)),
@@ -291,7 +292,14 @@ mod tests {
         // The claim path on its own unit's subjects and nothing more of the
         // queue: not another unit's, not the plain verbs (trusted users
         // only), no status or task list.
-        for verb in ["claim", "heartbeat", "complete", "block", "yield"] {
+        for verb in [
+            "claim",
+            "withdraw",
+            "heartbeat",
+            "complete",
+            "block",
+            "yield",
+        ] {
             assert!(
                 c.contains(&format!("\"xo.ctl.queue.{verb}.coder-1\"")),
                 "{c}"

@@ -62,6 +62,15 @@ pub struct Claim {
     pub wait_ms: u64,
 }
 
+/// A claimant gives up the claim it left waiting (a runner shutting down
+/// while its long-poll claim waits), so the queue hands the next task to
+/// a runner that is there instead of to a reply nobody reads, where it
+/// would sit leased until the lease ran out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Withdraw {
+    pub claimant: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Claimed {
     pub record: TaskRecord,
@@ -423,6 +432,8 @@ crate::api! {
         /// Claim, heartbeat, complete and block act for the runner's unit
         /// (`claimant`): sent on `<verb>.<unit>`, the subject its NATS user may use.
         Claim(Claim) => "claim" -> Option<Claimed>, wait: |q| std::time::Duration::from_millis(q.wait_ms), scope: |q| Some(q.claimant.as_str());
+        /// Replies with how many waiting claims of the claimant were given up.
+        Withdraw(Withdraw) => "withdraw" -> u64, scope: |q| Some(q.claimant.as_str());
         Heartbeat(Heartbeat) => "heartbeat" -> Renewed, scope: |q| Some(q.claimant.as_str());
         Complete(Complete) => "complete" -> TaskRecord, scope: |q| Some(q.claimant.as_str());
         Block(Block) => "block" -> TaskRecord, scope: |q| Some(q.claimant.as_str());

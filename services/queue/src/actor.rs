@@ -467,6 +467,7 @@ impl State {
             }
             QueueApi::Enqueue(q, reply) => return self.enqueue(q, reply, now),
             QueueApi::Claim(q, reply) => return self.claim(q, reply, now),
+            QueueApi::Withdraw(q, reply) => return self.withdraw(q, reply),
             QueueApi::Heartbeat(q, reply) => return self.heartbeat(q, reply, now),
             QueueApi::Complete(q, reply) => return self.complete(q, reply, now),
             QueueApi::Block(q, reply) => return self.block(q, reply, now),

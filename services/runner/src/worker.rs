@@ -8,7 +8,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 use xo_bus::Bus;
 use xo_bus::typed;
 use xo_pipeline::Pipeline;
@@ -185,7 +185,10 @@ impl Worker {
         };
         let wait = Duration::from_millis(cfg.runner.claim_wait_ms + 5_000);
         let got = tokio::select! {
-            _ = self.shutdown.signal() => return None,
+            _ = self.shutdown.signal() => {
+                self.withdraw(st).await;
+                return None;
+            }
             r = typed::call(&self.bus, &st.subjects, &claim, wait) => r,
         };
         match got {
@@ -197,6 +200,23 @@ impl Worker {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
                 None
+            }
+        }
+    }
+
+    /// Gives up the claim left waiting at shutdown: a task enqueued after
+    /// would otherwise be handed to it, a reply nobody reads, and sit
+    /// leased to this stopped runner until the lease ran out. Best effort
+    /// (the queue may be stopping too): a claim not withdrawn still ends
+    /// at its `claim_wait_ms`, or when this unit claims again.
+    async fn withdraw(&self, st: &WorkerState) {
+        let w = q::Withdraw {
+            claimant: self.opts.unit.clone(),
+        };
+        match typed::call(&self.bus, &st.subjects, &w, Duration::from_secs(2)).await {
+            Ok(n) => debug!(claims = n, "waiting claim withdrawn at shutdown"),
+            Err(e) => {
+                warn!(error = %e, "the waiting claim could not be withdrawn at shutdown; it ends at its claim_wait_ms")
             }
         }
     }

@@ -6,7 +6,7 @@
 use xo_proto::queue::{
     AuditCheck, AuditEvent, AuditTail, AuditVerify, Block, Claim, Claimed, Complete, Enqueue,
     GetStatus, Heartbeat, ListTasks, RecordKnowledgeReview, RecordOperatorAction, Renewed,
-    TaskRecord, Yield,
+    TaskRecord, Withdraw, Yield,
 };
 use xo_proto::settings::PutSettings;
 
@@ -69,15 +69,16 @@ impl State {
     /// left waiting (its call timed out, or its runner restarted), and a
     /// task handed to that claim would sit leased to nobody until its
     /// lease ran out. That claim is answered with nothing.
-    fn forget_earlier_claims(&mut self, claimant: &str) {
+    fn forget_earlier_claims(&mut self, claimant: &str) -> u64 {
         if claimant.is_empty() || !self.waiters.iter().any(|w| w.claimant == claimant) {
-            return;
+            return 0;
         }
         let (earlier, others) =
             std::mem::take(&mut self.waiters)
                 .into_iter()
                 .partition::<std::collections::VecDeque<_>, _>(|w| w.claimant == claimant);
         self.waiters = others;
+        let n = earlier.len() as u64;
         for w in earlier {
             tracing::debug!(
                 claimant,
@@ -85,6 +86,19 @@ impl State {
             );
             self.answer(Changes::default(), w.reply, Ok(None));
         }
+        n
+    }
+
+    /// A claimant's waiting claims given up at its word (a runner shutting
+    /// down): answered with nothing; the next task waits for a claim from a
+    /// runner that is there.
+    pub(super) fn withdraw(&mut self, q: Withdraw, reply: Reply<u64>) -> bool {
+        let n = self.forget_earlier_claims(&q.claimant);
+        if n > 0 {
+            info!(claimant = %q.claimant, "waiting claim withdrawn");
+        }
+        self.answer(Changes::default(), reply, Ok(n));
+        false
     }
 
     pub(super) fn heartbeat(&mut self, q: Heartbeat, reply: Reply<Renewed>, now: u64) -> bool {
@@ -184,6 +198,7 @@ impl State {
 
     pub(super) fn status_now(&mut self, _q: GetStatus, reply: Reply<QueueStatus>) -> bool {
         let mut s = self.m.status();
+        s.waiting_claims = self.waiters.iter().map(|w| w.claimant.clone()).collect();
         // Writes failing: answered now, saying so, not behind them.
         if let Some(f) = self.failing() {
             s.writes_failing = Some(f.note());
