@@ -666,7 +666,18 @@ fn a_runner_works_on_the_embedded_bus_of_xo_up() {
         dir.path().join(".xo/sandbox/parser/hi2.txt").exists()
             && text(&run(dir.path(), &["status", "--json"]).stdout).contains("\"COMPLETED\"")
     });
+    // With nothing left to do the runner's claim waits, and `xo status`
+    // names it; stopped, it withdraws that claim.
+    xo_tests::eventually_blocking("the idle runner is named", || {
+        text(&run(dir.path(), &["status"]).stdout)
+            .contains("idle       coder-a (waiting for a task)")
+    });
     let r = interrupt(runner);
+    let status = text(&run(dir.path(), &["status"]).stdout);
+    assert!(
+        !status.contains("idle"),
+        "the stopped runner's claim was withdrawn: {status}"
+    );
     assert!(r.status.success(), "{}", text(&r.stderr));
     assert!(
         text(&r.stderr).contains("xo up is gone; reconnecting"),
