@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use xo_bus::{Bus, Client, typed};
-use xo_proto::queue::{Task, TaskRecord};
+use xo_proto::queue::{GetStatus, QueueStatus, RunStatus, Task, TaskRecord};
 
 /// A client of the default deployment's services on `bus`, its calls
 /// waiting at most `timeout`.
@@ -72,6 +72,21 @@ pub async fn task_reaches(
             _ => panic!("task {id} never {what}; last seen: {last:#?}"),
         }
     }
+}
+
+/// Waits up to `guard` for the queue to complete its goal, asking its
+/// status again while it is not (or does not answer: a queue restarting,
+/// failing over): that status, or `None` for the caller to say what it
+/// saw instead.
+pub async fn goal_completed(client: &Client, guard: Duration) -> Option<QueueStatus> {
+    crate::within(guard, async || {
+        client
+            .call(&GetStatus {})
+            .await
+            .ok()
+            .filter(|s| s.status == RunStatus::Completed)
+    })
+    .await
 }
 
 /// `n` coder tasks `<prefix>00`, `<prefix>01`, …

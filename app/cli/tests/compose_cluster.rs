@@ -213,12 +213,8 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
     );
 
     // The goal completes: every task exactly once.
-    let st = xo_tests::within(CONTAINER_GUARD, async || {
-        status(&bus)
-            .await
-            .filter(|v| v.status == RunStatus::Completed)
-    })
-    .await;
+    let client = xo_bus::Client::new(bus.clone(), Subjects::default()).with_timeout(T);
+    let st = xo_tests::ctl::goal_completed(&client, CONTAINER_GUARD).await;
     let st = st.unwrap_or_else(|| {
         panic!(
             "the goal did not complete\n{}",

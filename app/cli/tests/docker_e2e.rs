@@ -356,11 +356,10 @@ coder = 3
     tokio::time::sleep(Duration::from_secs(10)).await;
     let back = Instant::now();
     docker(&["start", &format!("{n}-nats")]);
-    let st = wait("the goal completes after the outage", async || {
-        let st = call(&bus, &s, &GetStatus {}).await?;
-        (st.status == RunStatus::Completed).then_some(st)
-    })
-    .await;
+    let client = xo_bus::Client::new(bus.clone(), s.clone()).with_timeout(Duration::from_secs(3));
+    let st = xo_tests::ctl::goal_completed(&client, xo_tests::CONTAINER_GUARD)
+        .await
+        .expect("never happened: the goal completes after the outage");
     figures.insert(
         "nats outage: goal completed after restart (s)",
         back.elapsed().as_secs_f64(),

@@ -385,13 +385,8 @@ async fn each_task_is_one_trace_from_claim_to_outcome_with_its_checks_and_steeri
             "serve", "runner", "--script", "inline", "--role", "coder", "--unit", "coder-1",
         ],
     );
-    let done = xo_tests::within(xo_tests::HANG_GUARD, async || {
-        typed::call(&bus, &subjects, &GetStatus {}, t)
-            .await
-            .ok()
-            .filter(|s| s.status == RunStatus::Completed)
-    })
-    .await;
+    let client = xo_bus::Client::new(bus.clone(), subjects.clone()).with_timeout(t);
+    let done = xo_tests::ctl::goal_completed(&client, xo_tests::HANG_GUARD).await;
     assert!(done.is_some(), "the goal completes\n{}", procs.logs(30));
     // Each process flushes its spans as it stops.
     for p in ["runner", "supervisor", "queue"] {

@@ -160,12 +160,8 @@ impl Fabric {
     /// Waits for the queue to complete the goal; panics with the logs if it
     /// does not.
     async fn completed(&self) {
-        let done = xo_tests::within(xo_tests::HANG_GUARD, async || {
-            ask(&self.bus, &GetStatus {})
-                .await
-                .filter(|s| s.status == RunStatus::Completed)
-        })
-        .await;
+        let client = xo_tests::ctl::client(&self.bus, Duration::from_secs(3));
+        let done = xo_tests::ctl::goal_completed(&client, xo_tests::HANG_GUARD).await;
         assert!(
             done.is_some(),
             "the goal did not complete\n{}",
