@@ -59,6 +59,10 @@ pub struct RadioArgs {
     /// Soak length in seconds (0 skips the soak).
     #[arg(long, default_value_t = 60)]
     soak_secs: u64,
+    /// The soak supervisor's runtime threads (`state.runtime_threads`: 0
+    /// one per core, 1 a single thread).
+    #[arg(long, default_value_t = 0)]
+    supervisor_threads: usize,
     /// The nats-server binary to start when no --nats URL is given.
     #[arg(long, default_value = "nats-server")]
     nats_server: String,
@@ -346,7 +350,7 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
             cfg,
             &url,
             &publisher,
-            (args.soak_units, args.soak_secs),
+            (args.soak_units, args.soak_secs, args.supervisor_threads),
             decode_check_us,
         )
         .await?;
@@ -364,7 +368,7 @@ async fn soak(
     cfg: &XoConfig,
     url: &str,
     publisher: &Bus,
-    (units, secs): (u64, u64),
+    (units, secs, threads): (u64, u64, usize),
     decode_check_us: f64,
 ) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
     let exe = crate::util::xo_exe()?;
@@ -372,6 +376,7 @@ async fn soak(
     let mut child = Command::new(exe)
         .args(["serve", "supervisor", "--nats", url, "--prefix", &prefix])
         .env("RUST_LOG", "warn")
+        .env("XO__STATE__RUNTIME_THREADS", threads.to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()?;
@@ -441,7 +446,12 @@ async fn soak(
     let mib = |k: u64| k as f64 / 1024.0;
     let peak = hwm.max(peak_rss);
     println!(
-        "== soak ({units} units x 1 report/s x {secs} s = {published} reports, supervisor in its own process)"
+        "== soak ({units} units x 1 report/s x {secs} s = {published} reports, supervisor in its own process, runtime threads {})",
+        if threads == 0 {
+            "one per core".to_string()
+        } else {
+            threads.to_string()
+        }
     );
     println!(
         "   supervisor cpu     {cpu_pct:>11.1}% of one core   target < 25%: {}",

@@ -44,8 +44,8 @@ impl Globals {
     }
 
     /// The configuration these options give, and the runtime a command
-    /// runs on (the descriptor limit raised first: every connection takes
-    /// one). `Err`: the exit code and what to say (2 for the configuration).
+    /// runs on (`state.runtime_threads` of them; the descriptor limit
+    /// raised first: every connection takes one). `Err`: the exit code and what to say (2 for the configuration).
     pub fn start(
         &self,
     ) -> Result<(xo_runtime::XoConfig, tokio::runtime::Runtime), (std::process::ExitCode, String)>
@@ -53,15 +53,23 @@ impl Globals {
         let cfg = xo_runtime::XoConfig::load(self.config.as_deref(), &self.overrides())
             .map_err(|e| (std::process::ExitCode::from(2), format!("error: {e}")))?;
         xo_runtime::limits::raise_fd_limit();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                (
-                    std::process::ExitCode::FAILURE,
-                    format!("error: cannot start the runtime: {e}"),
-                )
-            })?;
+        let rt = match cfg.state.runtime_threads {
+            1 => tokio::runtime::Builder::new_current_thread(),
+            0 => tokio::runtime::Builder::new_multi_thread(),
+            n => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(n);
+                b
+            }
+        }
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            (
+                std::process::ExitCode::FAILURE,
+                format!("error: cannot start the runtime: {e}"),
+            )
+        })?;
         Ok((cfg, rt))
     }
 

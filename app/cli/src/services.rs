@@ -133,10 +133,23 @@ pub async fn up(cfg: XoConfig) -> anyhow::Result<ExitCode> {
     if cfg.knowledge.enabled {
         errln!("  knowledge: {}", cfg.knowledge_dir().display());
     }
+    errln!("  runtime: {}", runtime_threads());
     say_console(&fabric, &cfg);
     run(fabric, &stop, &cfg, "xo up").await?;
     errln!("xo up: stopped cleanly");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The threads the process's runtime runs its tasks on
+/// (`state.runtime_threads`), as the runtime itself counts them.
+fn runtime_threads() -> String {
+    let rt = tokio::runtime::Handle::current();
+    match rt.runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread => {
+            "one thread (state.runtime_threads = 1)".into()
+        }
+        _ => format!("{} worker threads", rt.metrics().num_workers()),
+    }
 }
 
 /// Where the console is and how to log in (or why it is not there).
@@ -188,6 +201,7 @@ pub async fn serve(cfg: XoConfig, plan: Plan, service: &'static str) -> anyhow::
     let Some(fabric) = start_or_stop(&stop, start, &what).await? else {
         return Ok(ExitCode::SUCCESS);
     };
+    errln!("{what}: runtime on {}", runtime_threads());
     if let Some(c) = fabric.console() {
         use std::io::IsTerminal;
         errln!(

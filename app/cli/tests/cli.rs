@@ -451,12 +451,29 @@ fn the_control_plane_from_the_command_line() {
     interrupt(up);
 }
 
+/// The demo, on the runtime's default threads and on one thread
+/// (`state.runtime_threads = 1`: every service's task on the thread that
+/// started it, so a blocking wait anywhere would hang it).
 #[test]
 fn the_demo_steers_a_stall_and_a_loop_and_completes() {
+    for threads in ["0", "1"] {
+        demo_on(threads);
+    }
+}
+
+fn demo_on(threads: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(dir.path(), &["up", "--demo"]);
+    let out = xo(dir.path())
+        .env("XO__STATE__RUNTIME_THREADS", threads)
+        .args(["up", "--demo"])
+        .output()
+        .expect("xo runs");
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "threads {threads}: {stdout}\n{}",
+        text(&out.stderr)
+    );
     for part in [
         "XO → ",
         "stall  [SUPERVISOR] Stall",
@@ -475,6 +492,46 @@ fn the_demo_steers_a_stall_and_a_loop_and_completes() {
         std::fs::read_to_string(logs.join("notes.md"))
             .unwrap()
             .contains("Retry Event")
+    );
+}
+
+/// `state.runtime_threads` gives the process that many runtime workers
+/// (1: the thread that started it runs every task), as the runtime counts
+/// them and `xo up` says; a number past the bound is refused naming the key.
+#[test]
+fn the_runtime_runs_on_the_threads_it_is_given() {
+    for (threads, said) in [
+        ("1", "runtime: one thread (state.runtime_threads = 1)"),
+        ("3", "runtime: 3 worker threads"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let child = xo(d)
+            .env("XO__STATE__RUNTIME_THREADS", threads)
+            .arg("up")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("xo up starts");
+        xo_tests::eventually_blocking("xo up serves its socket", || {
+            run(d, &["units", "--json"]).status.success()
+        });
+        let out = interrupt(child);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains(said), "{said:?} missing:\n{stderr}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = xo(dir.path())
+        .env("XO__STATE__RUNTIME_THREADS", "5000")
+        .arg("config")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("state.runtime_threads"),
+        "{}",
+        text(&out.stderr)
     );
 }
 

@@ -117,6 +117,11 @@ pub struct StateConfig {
     /// anyway, saying so: a store or NATS that does not answer never keeps
     /// the process. A second signal exits at once.
     pub stop_grace_ms: u64,
+    /// The threads of the process's async runtime: 0 gives one per core;
+    /// 1 runs every task of the process on the thread that started it (no
+    /// wake-up crosses threads: what a supervisor given one core wants,
+    /// docs/performance.md); N > 1 gives N.
+    pub runtime_threads: usize,
 }
 
 impl Default for StateConfig {
@@ -124,6 +129,7 @@ impl Default for StateConfig {
         Self {
             dir: PathBuf::from(".xo"),
             stop_grace_ms: 10_000,
+            runtime_threads: 0,
         }
     }
 }
