@@ -18,7 +18,13 @@ fn run(dir: &Path, args: &[&str]) -> Output {
 const REPORT: &str = r#"{"v":1,"unit":{"unit":"coder-1","role":"coder"},"time":{"turn":12,"seq":12},"size":{"context_fill":0.93},"activity":{"task_id":"T-1","turns_since_progress":9}}"#;
 
 fn start_up(dir: &Path) -> Child {
+    start_up_with(dir, &[])
+}
+
+/// `xo up` in `dir` with these variables set, once it serves its socket.
+fn start_up_with(dir: &Path, vars: &[(&str, &str)]) -> Child {
     let child = xo(dir)
+        .envs(vars.iter().copied())
         .arg("up")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -228,6 +234,17 @@ fn radio_replay_prints_one_line_per_decision_and_names_bad_lines() {
     );
 }
 
+/// `xo config` with `var` set exits 2 and names `key`.
+fn refused_naming(dir: &Path, (var, value): (&str, &str), key: &str) {
+    let out = xo(dir).env(var, value).arg("config").output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+    assert!(
+        err.contains(key),
+        "{var}={value} does not name {key}: {err}"
+    );
+}
+
 #[test]
 fn config_layers_and_names_bad_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -262,16 +279,10 @@ fn config_layers_and_names_bad_keys() {
     assert!(!shown.contains("s3cret-pw"), "{shown}");
     let v: serde_json::Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(v["nats"]["password"], "*** (set)");
-    let out = xo(d)
-        .env("XO__SUPERVISOR__STALE_AFTER_MS", "soon")
-        .arg("config")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("supervisor.stale_after_ms"),
-        "{}",
-        text(&out.stderr)
+    refused_naming(
+        d,
+        ("XO__SUPERVISOR__STALE_AFTER_MS", "soon"),
+        "supervisor.stale_after_ms",
     );
     let out = xo(d)
         .args(["--prefix", "bad prefix", "config"])
@@ -505,33 +516,17 @@ fn the_runtime_runs_on_the_threads_it_is_given() {
         ("3", "runtime: 3 worker threads"),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let child = xo(d)
-            .env("XO__STATE__RUNTIME_THREADS", threads)
-            .arg("up")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("xo up starts");
-        xo_tests::eventually_blocking("xo up serves its socket", || {
-            run(d, &["units", "--json"]).status.success()
-        });
+        let child = start_up_with(dir.path(), &[("XO__STATE__RUNTIME_THREADS", threads)]);
         let out = interrupt(child);
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         assert!(stderr.contains(said), "{said:?} missing:\n{stderr}");
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = xo(dir.path())
-        .env("XO__STATE__RUNTIME_THREADS", "5000")
-        .arg("config")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("state.runtime_threads"),
-        "{}",
-        text(&out.stderr)
+    refused_naming(
+        dir.path(),
+        ("XO__STATE__RUNTIME_THREADS", "5000"),
+        "state.runtime_threads",
     );
 }
 
