@@ -83,7 +83,7 @@ async fn compose_up_runs_a_goal_and_down_leaves_nothing() {
         .await
         .unwrap();
     typed::call(&bus, &s, &Start::default(), t).await.unwrap();
-    let client = xo_bus::Client::new(bus.clone(), s.clone()).with_timeout(t);
+    let client = xo_tests::ctl::client(&bus, t);
     let done = xo_tests::ctl::goal_completed(&client, xo_tests::CONTAINER_GUARD).await;
     let st = done.expect("the goal completes");
     if st.counts.get("completed") != Some(&4) {

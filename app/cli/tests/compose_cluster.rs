@@ -213,7 +213,7 @@ async fn a_goal_survives_node_death_partition_and_rolling_restart_on_the_compose
     );
 
     // The goal completes: every task exactly once.
-    let client = xo_bus::Client::new(bus.clone(), Subjects::default()).with_timeout(T);
+    let client = xo_tests::ctl::client(&bus, T);
     let st = xo_tests::ctl::goal_completed(&client, CONTAINER_GUARD).await;
     let st = st.unwrap_or_else(|| {
         panic!(

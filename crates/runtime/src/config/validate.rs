@@ -6,6 +6,7 @@ impl XoConfig {
     /// Checks every key; the error names the first key that is wrong and
     /// why. One check per part of the configuration, in this order.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_process()?;
         self.check_bus()?;
         self.check_console()?;
         self.check_supervisor()?;
@@ -18,7 +19,21 @@ impl XoConfig {
         Ok(())
     }
 
-    /// The bus and its messages: the subject prefix, the runtime's threads, NATS replicas and TLS files, the message size limit, the server URLs.
+    /// The process: its runtime's threads.
+    fn check_process(&self) -> Result<(), ConfigError> {
+        if self.state.runtime_threads > 1024 {
+            return Err(invalid(
+                "state.runtime_threads",
+                format!(
+                    "{} threads: 0 gives one per core, 1 one thread, at most 1024",
+                    self.state.runtime_threads
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The bus and its messages: the subject prefix, NATS replicas and TLS files, the message size limit, the server URLs.
     fn check_bus(&self) -> Result<(), ConfigError> {
         xo_proto::Subjects::validate_prefix(&self.org.prefix)
             .map_err(|r| invalid("org.prefix", r.into()))?;
@@ -35,15 +50,6 @@ impl XoConfig {
             return Err(invalid(
                 "nats.tls_cert_file",
                 "a client certificate needs its key: set both nats.tls_cert_file and nats.tls_key_file, or neither".into(),
-            ));
-        }
-        if self.state.runtime_threads > 1024 {
-            return Err(invalid(
-                "state.runtime_threads",
-                format!(
-                    "{} threads: 0 gives one per core, 1 one thread, at most 1024",
-                    self.state.runtime_threads
-                ),
             ));
         }
         if self.wire.max_payload < 1024 {
