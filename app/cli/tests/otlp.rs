@@ -255,16 +255,16 @@ struct Collector {
 
 impl Collector {
     fn start(dir: &std::path::Path) -> Self {
-        let grpc = free_port();
+        let http = free_port();
         let log = dir.join("rotel.log");
         let child = Killed(
             Command::new(rotel())
                 .args([
                     "start",
                     "--otlp-grpc-endpoint",
-                    &format!("127.0.0.1:{grpc}"),
-                    "--otlp-http-endpoint",
                     &format!("127.0.0.1:{}", free_port()),
+                    "--otlp-http-endpoint",
+                    &format!("127.0.0.1:{http}"),
                     "--exporter",
                     "blackhole",
                     "--debug-log",
@@ -278,12 +278,13 @@ impl Collector {
                 .expect("rotel starts"),
         );
         xo_tests::eventually_blocking("the collector listens", || {
-            std::net::TcpStream::connect(("127.0.0.1", grpc)).is_ok()
+            std::net::TcpStream::connect(("127.0.0.1", http)).is_ok()
         });
+        // OTLP over HTTP: the collector's base URL (XO posts to v1/traces).
         Self {
             _child: child,
             log,
-            endpoint: format!("http://127.0.0.1:{grpc}"),
+            endpoint: format!("http://127.0.0.1:{http}"),
         }
     }
 

@@ -179,7 +179,8 @@ pub struct TelemetryConfig {
     pub log_format: LogFormat,
     /// A `tracing` filter, e.g. `info` or `xo_supervisor=debug,info`; `RUST_LOG` wins.
     pub log_level: String,
-    /// OTLP/gRPC endpoint, e.g. `http://localhost:4317`; empty: no export.
+    /// The collector's OTLP/HTTP base URL, e.g. `http://localhost:4318`
+    /// (spans go to its `v1/traces`); empty: no export.
     pub otlp_endpoint: String,
 }
 
