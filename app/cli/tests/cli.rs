@@ -957,8 +957,8 @@ fn a_closed_pipe_ends_a_command_quietly() {
 
 /// The images carry the `dist` profile (docs/architecture.md, "The
 /// binary"): the release profile linked whole, which is what keeps the
-/// shipped binary 29% smaller; both ways of building an image build it
-/// and copy it, and nothing else.
+/// shipped binary 29% smaller, with its relocations packed; both ways of
+/// building an image build it and copy it, and nothing else.
 #[test]
 fn the_images_carry_the_release_profile_linked_whole() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -984,7 +984,19 @@ fn the_images_carry_the_release_profile_linked_whole() {
         assert!(text.contains(builds), "{file} does not build dist: {text}");
         assert!(text.contains(copies), "{file} does not carry dist: {text}");
         assert!(!text.contains("--release"), "{file} builds release: {text}");
+        // Relative relocations packed (DT_RELR): 1.5 MB of the binary.
+        assert!(
+            text.contains(
+                r#"--config 'build.rustflags=["-C", "link-arg=-Wl,-z,pack-relative-relocs"]'"#
+            ),
+            "{file} does not pack the relocations: {text}"
+        );
     }
+    // Only where the image's glibc (the building machine's) loads them.
+    assert!(
+        read("deploy/docker/build").contains("getconf GNU_LIBC_VERSION"),
+        "deploy/docker/build packs relocations whatever the glibc"
+    );
 }
 
 /// `xo bench …` runs the `xo-bench` binary in xo's place with the same
