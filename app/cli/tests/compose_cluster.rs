@@ -326,14 +326,21 @@ async fn supervisor_killed(p: &Project, bus: &Bus) {
     let s = Subjects::default();
     let mut steer = bus.subscribe(&s.steer_all()).await.unwrap();
     let mut seqs = vec![0u64; UNITS];
-    // Every unit known, healthy, before the kill.
-    for round in 0.. {
+    // Every unit known, healthy, before the kill: the units report every
+    // half second until then (their pace), for at most the containers'
+    // guard (a bound in time, so a slow machine is given the same).
+    let end = std::time::Instant::now() + xo_tests::CONTAINER_GUARD;
+    loop {
         report_all(bus, &mut seqs, 0.1, |_| true).await;
         let st = typed::call(bus, &s, &SupervisorStats {}, T).await.unwrap();
         if st.units >= UNITS as u64 {
             break;
         }
-        assert!(round < 60, "the supervisors know {} units", st.units);
+        assert!(
+            std::time::Instant::now() < end,
+            "the supervisors know {} units",
+            st.units
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let Bus::Nats(nb) = bus else { unreachable!() };

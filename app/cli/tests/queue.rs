@@ -321,7 +321,13 @@ async fn heartbeats_keep_a_lease_and_long_polls_get_new_work() {
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Enqueued once the claim waits (the queue lists it), not after a
+    // guess at how long the request takes to arrive.
+    xo_tests::until("r3's claim waits", async || {
+        let st = q.call(&GetStatus::default()).await.unwrap();
+        (st.waiting_claims == ["r3"]).then_some(())
+    })
+    .await;
     q.call(&Enqueue::new(vec![task("late")])).await.unwrap();
     let got = waiting.await.unwrap().unwrap().expect("a task");
     assert_eq!(got.record.task.task_id, "late");

@@ -90,24 +90,23 @@ async fn settled(store: &Store, members: &[&str], procs: &Procs) -> BTreeMap<u32
     );
 }
 
-/// The supervisors' counters once `done` holds (or after `tries` looks,
-/// 50 ms apart).
+/// The supervisors' counters once `done` holds, or the last ones read when
+/// `guard` has passed (the caller asserts on them): a bound in time, not in
+/// looks, so a slow machine is given the same time.
 async fn stats_when(
     bus: &Bus,
-    tries: usize,
+    guard: Duration,
     done: impl Fn(&xo_proto::control::StatsReply) -> bool,
 ) -> xo_proto::control::StatsReply {
-    let mut stats = Default::default();
-    for _ in 0..tries {
-        stats = typed::call(bus, &Subjects::default(), &SupervisorStats {}, T)
+    let mut last = Default::default();
+    let held = xo_tests::within(guard, async || {
+        last = typed::call(bus, &Subjects::default(), &SupervisorStats {}, T)
             .await
             .unwrap();
-        if done(&stats) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stats
+        done(&last).then(|| last.clone())
+    })
+    .await;
+    held.unwrap_or(last)
 }
 
 /// A report from each unit `only` picks, each with the unit's next
@@ -198,7 +197,8 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
     let mut missing: Vec<usize> = (0..UNITS).collect();
     for _ in 0..20 {
         publish_all(&bus, 1, &mut seqs, 0.1, |i| missing.contains(&i)).await;
-        stats = stats_when(&bus, 40, |s| s.units == UNITS as u64).await;
+        // Two seconds a round, then the units still unknown report again.
+        stats = stats_when(&bus, Duration::from_secs(2), |s| s.units == UNITS as u64).await;
         let known: std::collections::BTreeSet<String> = typed::all_units(&bus, &subjects, T)
             .await
             .unwrap()
@@ -216,9 +216,9 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
     // next seq): what is counted is what was published, not one a unit.
     // (Fixed after a fresh-clone run under load saw 3249 for 3000 units.)
     let published: u64 = seqs.iter().sum();
-    // (Up to a minute: two cores shared with other tests' supervisors
-    // took longer than the ten seconds this once waited.)
-    let stats = stats_when(&bus, 1200, |s| s.evaluated >= published).await;
+    // (Up to the hang guard: two cores shared with other tests'
+    // supervisors took longer than the ten seconds this once waited.)
+    let stats = stats_when(&bus, xo_tests::HANG_GUARD, |s| s.evaluated >= published).await;
     assert_eq!(stats.evaluated, published, "each report checked once");
     let listed = typed::all_units(&bus, &subjects, T).await.unwrap();
     assert_eq!(listed.len(), UNITS);
@@ -390,15 +390,13 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
         .missed;
     let mut back = BTreeMap::new();
     let mut sent = 0u64;
-    for _ in 0..400 {
+    xo_tests::within(xo_tests::HANG_GUARD, async || {
         publish_all(&bus, 2, &mut seqs, 0.97, of_dead).await;
         sent += 1;
         back = holders(&store).await;
-        if back == before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (back == before).then_some(())
+    })
+    .await;
     assert_eq!(back, before, "the same partitions go back to s2");
     // Reports until s2 has surely subscribed to its partitions.
     for _ in 0..10 {
@@ -407,7 +405,7 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Once s2 has read its units' state, all of them are known again.
-    let mut stats = stats_when(&bus, 200, |s| s.units == UNITS as u64).await;
+    let mut stats = stats_when(&bus, xo_tests::HANG_GUARD, |s| s.units == UNITS as u64).await;
     assert_eq!(stats.units, UNITS as u64, "{stats:?}");
     // The same anomaly again, on the same turn: checked by s2 (the
     // counters say so), and still in its cooldown.
@@ -427,7 +425,10 @@ async fn three_sharded_supervisors_steer_every_anomaly_once_through_a_kill() {
     let evaluated = stats.evaluated;
     let n_dead = (0..UNITS).filter(|i| of_dead(*i)).count() as u64;
     publish_all(&bus, 2, &mut seqs, 0.97, of_dead).await;
-    let now = stats_when(&bus, 200, |s| s.evaluated >= evaluated + n_dead).await;
+    let now = stats_when(&bus, xo_tests::HANG_GUARD, |s| {
+        s.evaluated >= evaluated + n_dead
+    })
+    .await;
     assert_eq!(
         now.evaluated,
         evaluated + n_dead,
