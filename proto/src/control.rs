@@ -598,6 +598,12 @@ pub struct StatsReply {
     /// that had any, oldest first (the console's steering-rate chart).
     #[serde(default)]
     pub steering_minutes: Vec<SteeringMinute>,
+    /// How often each unit's state is written now (ms):
+    /// `supervisor.persist_interval_ms`, longer past
+    /// `supervisor.persist_writes_per_s` (what a crash can lose). Of
+    /// several supervisors, the longest.
+    #[serde(default)]
+    pub persist_every_ms: u64,
 }
 
 /// The steering sent in one minute, by anomaly kind.

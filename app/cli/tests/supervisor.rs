@@ -353,6 +353,98 @@ async fn a_state_with_its_history_inside_is_moved_out() {
     assert_eq!(d.recent_steering.len(), 2);
 }
 
+/// Issue 43: past `supervisor.persist_writes_per_s` each unit's state is
+/// written less often (the store's writes do not grow with the fleet), the
+/// stats say how often, and units heard of together are written spread
+/// over the interval, each at its own point, not all at once.
+#[tokio::test]
+async fn past_the_write_budget_units_are_written_less_often_and_spread() {
+    use xo_supervisor::persist::{BUCKET, Persister, UnitRecord};
+    // 20 units at 2 writes a second: each every 10 s, not every 5.
+    let sb = Sandbox::start(&[
+        ("supervisor.persist_interval_ms", "5000"),
+        ("supervisor.persist_writes_per_s", "2"),
+    ])
+    .await;
+    let units: Vec<String> = (0..20).map(|i| format!("u{i:02}")).collect();
+    let t0 = sb.clock.now_ms();
+    for u in &units {
+        sb.send(&report(u, 1)).await;
+    }
+    for u in &units {
+        sb.wait_seq(u, 1).await;
+    }
+    assert_eq!(
+        sb.stats().await.persist_every_ms,
+        5_000,
+        "no unit counted yet"
+    );
+    sb.sup().tick().await;
+    assert_eq!(sb.stats().await.persist_every_ms, 10_000);
+    let turn_of = async |u: &str| -> u64 {
+        let e = sb.h.store.get(BUCKET, u).await.unwrap();
+        let rec: UnitRecord =
+            xo_proto::codec::decode_plain(&e.unwrap().value, None, usize::MAX).unwrap();
+        rec.turn
+    };
+    // Every unit's first state is written at once.
+    xo_tests::until("each unit's first state written", async || {
+        for u in &units {
+            if sb.h.store.get(BUCKET, u).await.ok()??.value.is_empty() {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    // 6 s on, a unit is due again where its point of the (then 5 s)
+    // interval put its last write 4 s or more before t0: 10 s ago.
+    sb.clock.advance(Duration::from_secs(6));
+    for u in &units {
+        sb.send(&report(u, 2)).await;
+    }
+    for u in &units {
+        sb.wait_seq(u, 2).await;
+    }
+    let due: Vec<&String> = units
+        .iter()
+        .filter(|u| t0 - Persister::first_saved_at(u, t0, 5_000) >= 4_000)
+        .collect();
+    assert!(
+        !due.is_empty() && due.len() < units.len(),
+        "the names spread over the interval: {due:?}"
+    );
+    xo_tests::until("the due units' second state written", async || {
+        for u in &due {
+            if turn_of(u.as_str()).await != 2 {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    // Every report is in: the rest were not handed over, and wait.
+    for u in units.iter().filter(|u| !due.contains(u)) {
+        assert_eq!(
+            turn_of(u.as_str()).await,
+            1,
+            "{u} was written before its 10 s"
+        );
+    }
+    // The sweep at the (longer) interval writes what waits.
+    sb.clock.advance(Duration::from_secs(5));
+    sb.sup().tick().await;
+    xo_tests::until("every unit's second state written", async || {
+        for u in &units {
+            if turn_of(u.as_str()).await != 2 {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
 /// Waits until the unit's detail satisfies `ok`.
 async fn wait_for(
     sb: &Sandbox,

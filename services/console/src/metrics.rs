@@ -228,6 +228,17 @@ pub async fn render(c: &Shared) -> String {
             family(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {v}");
         }
+        family(
+            &mut out,
+            "xo_unit_state_persist_seconds",
+            "gauge",
+            "How often each unit's state is written to the store (supervisor.persist_interval_ms, longer past supervisor.persist_writes_per_s): what a crash can lose.",
+        );
+        let _ = writeln!(
+            out,
+            "xo_unit_state_persist_seconds {}",
+            s.persist_every_ms as f64 / 1000.0
+        );
         // One counter for steering: the supervisor's, by anomaly kind.
         family(
             &mut out,

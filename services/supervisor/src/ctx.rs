@@ -216,6 +216,7 @@ impl Counters {
             missed: g(&self.missed),
             shed: g(&self.shed),
             dropped: 0,
+            persist_every_ms: 0,
             panics: g(&self.panics) + xo_bus::input::panics(),
             evicted: g(&self.evicted),
             steering_by_kind: xo_proto::AnomalyKind::ALL

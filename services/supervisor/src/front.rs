@@ -200,6 +200,7 @@ impl FrontState {
             sum.dropped += s.dropped;
             sum.panics += s.panics;
             sum.evicted += s.evicted;
+            sum.persist_every_ms = sum.persist_every_ms.max(s.persist_every_ms);
             for (k, n) in s.steering_by_kind {
                 *sum.steering_by_kind.entry(k).or_default() += n;
             }

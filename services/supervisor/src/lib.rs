@@ -122,6 +122,9 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
         shard,
         cfg,
     });
+    let base = ctx.cfg.supervisor.persist_interval_ms;
+    ctx.persist
+        .set_every_ms(ctx.cfg.supervisor.persist_every_ms(0), base);
     if !ctx.cfg.supervisor.enabled {
         info!("supervision disabled: no subscriptions, no timers");
         return Ok(SupervisorHandle {

@@ -10,6 +10,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -158,6 +159,12 @@ pub struct Persister {
     limit: u64,
     /// Serialises flushes (the periodic one and the final one).
     flushing: Arc<tokio::sync::Mutex<()>>,
+    /// How often one unit's record is handed over now (ms): the persist
+    /// interval, stretched by the write budget as the fleet grows
+    /// (`SupervisorConfig::persist_every_ms`, set at each liveness check).
+    every: Arc<AtomicU64>,
+    /// What `every` was when it last moved enough to be said.
+    every_said: Arc<AtomicU64>,
 }
 
 thread_local! {
@@ -175,7 +182,39 @@ impl Persister {
             kept: Arc::default(),
             limit: steering_history as u64,
             flushing: Arc::default(),
+            every: Arc::default(),
+            every_said: Arc::default(),
         }
+    }
+
+    /// How often one unit's record is handed over (ms).
+    pub fn every_ms(&self) -> u64 {
+        self.every.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Self::every_ms`]; whether it moved by a quarter or more
+    /// from what it was when it last did (or came back to `base`): what is
+    /// worth a line in the log.
+    pub fn set_every_ms(&self, ms: u64, base: u64) -> bool {
+        self.every.store(ms, Ordering::Relaxed);
+        let said = self.every_said.load(Ordering::Relaxed);
+        let moved = said.max(ms) * 4 >= said.min(ms) * 5 || (ms == base && said != base);
+        if moved {
+            self.every_said.store(ms, Ordering::Relaxed);
+        }
+        moved && said != 0
+    }
+
+    /// When, after its first record, a unit's next one is due: at its own
+    /// point of the interval (a hash of its name), so that units heard of
+    /// together (a fleet starting, a supervisor restarting) are written
+    /// spread over the interval, not all at once every interval.
+    pub fn first_saved_at(unit: &str, now: u64, every: u64) -> u64 {
+        let phase = match every {
+            0 => 0,
+            e => fnv1a(unit.as_bytes()) % e,
+        };
+        now.saturating_sub(phase).max(1)
     }
 
     /// Marks a unit dirty with its newest record.
@@ -371,6 +410,13 @@ async fn write_all(store: &Store, bucket: &str, pending: &Mutex<HashMap<String, 
             }
         })
         .await;
+}
+
+/// FNV-1a: a unit's place in the persist interval, the same in every run.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// The most of the encoder's buffer kept between values.

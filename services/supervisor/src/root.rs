@@ -324,6 +324,7 @@ impl RootState {
             SupervisorApi::Stats(_, port) => {
                 let mut s = self.ctx.counters.snapshot(self.units.len() as u64);
                 s.dropped = self.ctx.bus.dropped();
+                s.persist_every_ms = self.ctx.persist.every_ms();
                 let _ = port.send(Ok(s));
             }
         }
@@ -458,7 +459,8 @@ impl Actor for Root {
                 let cfg = &ctx.cfg.supervisor;
                 // Nobody is silent while the supervisor hears nobody.
                 let heard_from = ctx.hearing.look(&ctx.bus, now);
-                let sweep = now.saturating_sub(state.last_sweep) >= cfg.persist_interval_ms;
+                pace_persistence(&ctx, state.units.len());
+                let sweep = now.saturating_sub(state.last_sweep) >= ctx.persist.every_ms();
                 if sweep {
                     state.last_sweep = now;
                 }
@@ -621,4 +623,22 @@ fn audit_operator(ctx: &Arc<Ctx>, action: xo_proto::queue::RecordOperatorAction)
             warn!(unit = %action.unit, action = %action.action, error = %e, "operator action not audited: the queue did not take the line");
         }
     });
+}
+
+/// Sets how often each of `units` units has its state written
+/// (`SupervisorConfig::persist_every_ms`), saying so when it moves by a
+/// quarter or more: past the write budget a crash loses more of a unit's
+/// state, and an operator reading the log should know how much.
+fn pace_persistence(ctx: &Ctx, units: usize) {
+    let cfg = &ctx.cfg.supervisor;
+    let every = cfg.persist_every_ms(units);
+    if ctx.persist.set_every_ms(every, cfg.persist_interval_ms) {
+        info!(
+            units,
+            every_ms = every,
+            "each unit's state written every {:.1} s for {units} units (supervisor.persist_writes_per_s = {}): a crash loses at most that much of a unit's state",
+            every as f64 / 1000.0,
+            cfg.persist_writes_per_s
+        );
+    }
 }

@@ -118,14 +118,19 @@ impl Point {
 }
 
 impl WatcherState {
-    /// Hands the record to the persister at most once per persist interval;
-    /// a change in between is saved on a later tick or at stop. Encoding and
-    /// writing therefore cost once per interval per unit, not once per report.
+    /// Hands the record to the persister at most once per persist interval
+    /// ([`crate::persist::Persister::every_ms`]: longer past the write
+    /// budget); a change in between is saved on a later tick or at stop.
+    /// Encoding and writing therefore cost once per interval per unit, not
+    /// once per report. A unit's first record is handed over at once, and
+    /// its next at its own point of the interval.
     fn changed(&mut self) {
         let now = self.ctx.clock.now_ms();
-        if now.saturating_sub(self.last_saved) >= self.ctx.cfg.supervisor.persist_interval_ms
-            || self.last_saved == 0
-        {
+        let every = self.ctx.persist.every_ms();
+        if self.last_saved == 0 {
+            self.save(now);
+            self.last_saved = crate::persist::Persister::first_saved_at(&self.rec.unit, now, every);
+        } else if now.saturating_sub(self.last_saved) >= every {
             self.save(now);
         } else {
             self.dirty = true;
@@ -706,8 +711,7 @@ impl WatcherState {
                     Box::pin(page(&state.ctx, a)).await;
                 }
                 if state.dirty
-                    && now.saturating_sub(state.last_saved)
-                        >= state.ctx.cfg.supervisor.persist_interval_ms
+                    && now.saturating_sub(state.last_saved) >= state.ctx.persist.every_ms()
                 {
                     state.save(now);
                 }

@@ -351,6 +351,27 @@ mod tests {
     /// one of the examples noted here. A key added to the code without the
     /// reference, or a default changed in one place only, fails here.
     #[test]
+    fn a_units_state_is_written_less_often_past_the_write_budget() {
+        let mut s = SupervisorConfig::default();
+        // 4,000 writes a second: 20,000 units at 5 s; more units, longer.
+        assert_eq!(s.persist_every_ms(0), 5_000);
+        assert_eq!(s.persist_every_ms(20_000), 5_000);
+        assert_eq!(s.persist_every_ms(20_001), 5_001);
+        assert_eq!(s.persist_every_ms(100_000), 25_000);
+        // No budget: the interval whatever the fleet.
+        s.persist_writes_per_s = 0;
+        assert_eq!(s.persist_every_ms(1_000_000), 5_000);
+        // Sharded: never past what a take-over reads back (retention less
+        // two leases), never below the interval.
+        s.persist_writes_per_s = 4_000;
+        s.partitions = 4;
+        s.report_retention_ms = 40_000;
+        assert_eq!(s.persist_every_ms(100_000), 20_000);
+        s.report_retention_ms = 25_000;
+        assert_eq!(s.persist_every_ms(100_000), 5_000);
+    }
+
+    #[test]
     fn the_reference_config_names_every_key_at_its_default() {
         // Set apart on purpose (the file's comments say they are examples).
         const NOTED: &[(&str, &str)] = &[

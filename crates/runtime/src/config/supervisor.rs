@@ -19,8 +19,15 @@ pub struct SupervisorConfig {
     /// How often pending unit state is written to the store.
     pub flush_interval_ms: u64,
     /// A unit's state is handed for writing at most this often (plus at
-    /// stop, on stale and on operator steering): a crash loses at most this much.
+    /// stop, on stale and on operator steering): a crash loses at most this
+    /// much, or [`Self::persist_every_ms`] where the write budget stretches it.
     pub persist_interval_ms: u64,
+    /// The most unit records written to the store a second, all units
+    /// together (0: no budget): past `persist_writes_per_s ×
+    /// persist_interval_ms / 1000` units, each unit's state is written
+    /// less often than `persist_interval_ms` rather than the store's writes
+    /// growing with the fleet ([`Self::persist_every_ms`]).
+    pub persist_writes_per_s: u64,
     /// Watcher restarts allowed within `restart_window_ms` before escalating.
     pub max_restarts: u32,
     pub restart_window_ms: u64,
@@ -100,6 +107,29 @@ impl Default for WatchConfig {
     }
 }
 
+impl SupervisorConfig {
+    /// How often one unit's state is handed for writing while the
+    /// supervisor holds `units`: `persist_interval_ms`, stretched so that
+    /// all of them together write at most `persist_writes_per_s` records a
+    /// second. Sharded, never past what a take-over reads back from the
+    /// reports' stream (`report_retention_ms` less two partition leases),
+    /// which `validate` keeps at least `persist_interval_ms`.
+    pub fn persist_every_ms(&self, units: usize) -> u64 {
+        let base = self.persist_interval_ms;
+        let mut every = match self.persist_writes_per_s {
+            0 => base,
+            per_s => base.max((units as u64).saturating_mul(1000).div_ceil(per_s)),
+        };
+        if self.partitions > 1 {
+            let read_back = self
+                .report_retention_ms
+                .saturating_sub(2 * self.partition_lease_ms);
+            every = every.min(read_back.max(base));
+        }
+        every
+    }
+}
+
 impl Default for SupervisorConfig {
     fn default() -> Self {
         Self {
@@ -109,6 +139,7 @@ impl Default for SupervisorConfig {
             tick_ms: 1_000,
             flush_interval_ms: 200,
             persist_interval_ms: 5_000,
+            persist_writes_per_s: 4_000,
             max_restarts: 5,
             restart_window_ms: 10_000,
             volume: String::new(),
