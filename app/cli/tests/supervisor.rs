@@ -381,22 +381,28 @@ async fn past_the_write_budget_units_are_written_less_often_and_spread() {
     );
     sb.sup().tick().await;
     assert_eq!(sb.stats().await.persist_every_ms, 10_000);
+    // The turn of each unit's stored state (0: none stored yet).
     let turn_of = async |u: &str| -> u64 {
-        let e = sb.h.store.get(BUCKET, u).await.unwrap();
-        let rec: UnitRecord =
-            xo_proto::codec::decode_plain(&e.unwrap().value, None, usize::MAX).unwrap();
+        let Some(e) = sb.h.store.get(BUCKET, u).await.unwrap() else {
+            return 0;
+        };
+        let rec: UnitRecord = xo_proto::codec::decode_plain(&e.value, None, usize::MAX).unwrap();
         rec.turn
     };
-    // Every unit's first state is written at once.
-    xo_tests::until("each unit's first state written", async || {
-        for u in &units {
-            if sb.h.store.get(BUCKET, u).await.ok()??.value.is_empty() {
-                return None;
+    let written = async |what: &str, list: &[&String], turn: u64| {
+        xo_tests::until(what, async || {
+            for u in list {
+                if turn_of(u.as_str()).await != turn {
+                    return None;
+                }
             }
-        }
-        Some(())
-    })
-    .await;
+            Some(())
+        })
+        .await
+    };
+    let all: Vec<&String> = units.iter().collect();
+    // Every unit's first state is written at once.
+    written("each unit's first state written", &all, 1).await;
     // 6 s on, a unit is due again where its point of the (then 5 s)
     // interval put its last write 4 s or more before t0: 10 s ago.
     sb.clock.advance(Duration::from_secs(6));
@@ -414,15 +420,7 @@ async fn past_the_write_budget_units_are_written_less_often_and_spread() {
         !due.is_empty() && due.len() < units.len(),
         "the names spread over the interval: {due:?}"
     );
-    xo_tests::until("the due units' second state written", async || {
-        for u in &due {
-            if turn_of(u.as_str()).await != 2 {
-                return None;
-            }
-        }
-        Some(())
-    })
-    .await;
+    written("the due units' second state written", &due, 2).await;
     // Every report is in: the rest were not handed over, and wait.
     for u in units.iter().filter(|u| !due.contains(u)) {
         assert_eq!(
@@ -434,15 +432,7 @@ async fn past_the_write_budget_units_are_written_less_often_and_spread() {
     // The sweep at the (longer) interval writes what waits.
     sb.clock.advance(Duration::from_secs(5));
     sb.sup().tick().await;
-    xo_tests::until("every unit's second state written", async || {
-        for u in &units {
-            if turn_of(u.as_str()).await != 2 {
-                return None;
-            }
-        }
-        Some(())
-    })
-    .await;
+    written("every unit's second state written", &all, 2).await;
 }
 
 /// Waits until the unit's detail satisfies `ok`.
