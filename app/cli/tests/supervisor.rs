@@ -403,8 +403,8 @@ async fn past_the_write_budget_units_are_written_less_often_and_spread() {
     let all: Vec<&String> = units.iter().collect();
     // Every unit's first state is written at once.
     written("each unit's first state written", &all, 1).await;
-    // 6 s on, a unit is due again where its point of the (then 5 s)
-    // interval put its last write 4 s or more before t0: 10 s ago.
+    // 6 s on, a unit is due again where its own 10 s grid (offset by its
+    // name) has a step between t0 and now.
     sb.clock.advance(Duration::from_secs(6));
     for u in &units {
         sb.send(&report(u, 2)).await;
@@ -414,7 +414,7 @@ async fn past_the_write_budget_units_are_written_less_often_and_spread() {
     }
     let due: Vec<&String> = units
         .iter()
-        .filter(|u| t0 - Persister::first_saved_at(u, t0, 5_000) >= 4_000)
+        .filter(|u| Persister::due(u, t0, t0 + 6_000, 10_000))
         .collect();
     assert!(
         !due.is_empty() && due.len() < units.len(),

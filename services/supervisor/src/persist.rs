@@ -205,16 +205,18 @@ impl Persister {
         moved && said != 0
     }
 
-    /// When, after its first record, a unit's next one is due: at its own
-    /// point of the interval (a hash of its name), so that units heard of
-    /// together (a fleet starting, a supervisor restarting) are written
-    /// spread over the interval, not all at once every interval.
-    pub fn first_saved_at(unit: &str, now: u64, every: u64) -> u64 {
-        let phase = match every {
-            0 => 0,
-            e => fnv1a(unit.as_bytes()) % e,
-        };
-        now.saturating_sub(phase).max(1)
+    /// Whether `unit`, last handed over at `last` (ms), is due again at
+    /// `now` with a record every `every`: once in each `every` of its own
+    /// grid, offset by a hash of its name. Units heard of together (a fleet
+    /// starting, a supervisor restarting) are so written spread over the
+    /// interval, whatever the interval is now, not all in the same second
+    /// of each.
+    pub fn due(unit: &str, last: u64, now: u64, every: u64) -> bool {
+        if every == 0 {
+            return true;
+        }
+        let phase = fnv1a(unit.as_bytes()) % every;
+        now.saturating_add(phase) / every > last.saturating_add(phase) / every
     }
 
     /// Marks a unit dirty with its newest record.

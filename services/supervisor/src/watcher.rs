@@ -15,7 +15,7 @@ use xo_proto::{AnomalyKind, Evidence, Health, Heartbeat, SaluteReport, Steering,
 use xo_radio::Radio;
 
 use crate::ctx::Ctx;
-use crate::persist::UnitRecord;
+use crate::persist::{Persister, UnitRecord};
 use crate::{decode, outbox};
 
 pub enum WatcherMsg {
@@ -118,19 +118,16 @@ impl Point {
 }
 
 impl WatcherState {
-    /// Hands the record to the persister at most once per persist interval
-    /// ([`crate::persist::Persister::every_ms`]: longer past the write
-    /// budget); a change in between is saved on a later tick or at stop.
-    /// Encoding and writing therefore cost once per interval per unit, not
-    /// once per report. A unit's first record is handed over at once, and
-    /// its next at its own point of the interval.
+    /// Hands the record to the persister once per persist interval
+    /// ([`Persister::every_ms`]: longer past the write budget), at the
+    /// unit's own point of it ([`Persister::due`]); a change in between is
+    /// saved on a later tick or at stop. Encoding and writing therefore cost
+    /// once per interval per unit, not once per report. A unit's first
+    /// record is handed over at once.
     fn changed(&mut self) {
         let now = self.ctx.clock.now_ms();
         let every = self.ctx.persist.every_ms();
-        if self.last_saved == 0 {
-            self.save(now);
-            self.last_saved = crate::persist::Persister::first_saved_at(&self.rec.unit, now, every);
-        } else if now.saturating_sub(self.last_saved) >= every {
+        if self.last_saved == 0 || Persister::due(&self.rec.unit, self.last_saved, now, every) {
             self.save(now);
         } else {
             self.dirty = true;
@@ -711,7 +708,12 @@ impl WatcherState {
                     Box::pin(page(&state.ctx, a)).await;
                 }
                 if state.dirty
-                    && now.saturating_sub(state.last_saved) >= state.ctx.persist.every_ms()
+                    && Persister::due(
+                        &state.rec.unit,
+                        state.last_saved,
+                        now,
+                        state.ctx.persist.every_ms(),
+                    )
                 {
                     state.save(now);
                 }
