@@ -198,7 +198,8 @@ impl Persister {
     pub fn set_every_ms(&self, ms: u64, base: u64) -> bool {
         self.every.store(ms, Ordering::Relaxed);
         let said = self.every_said.load(Ordering::Relaxed);
-        let moved = said.max(ms) * 4 >= said.min(ms) * 5 || (ms == base && said != base);
+        let moved = said.max(ms).saturating_mul(4) >= said.min(ms).saturating_mul(5)
+            || (ms == base && said != base);
         if moved {
             self.every_said.store(ms, Ordering::Relaxed);
         }
@@ -501,6 +502,47 @@ pub async fn load_where(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each unit is due once in each interval, at its own point of it:
+    /// 1,000 units written from one instant on are due again spread over
+    /// the next interval, each exactly once.
+    #[test]
+    fn units_are_due_once_an_interval_each_at_its_own_point() {
+        let (t0, every) = (1_000_000u64, 10_000u64);
+        let units: Vec<String> = (0..1_000).map(|i| format!("unit-{i}")).collect();
+        let mut by_second = [0u32; 10];
+        for u in &units {
+            let mut last = t0;
+            let mut writes = 0;
+            // A report each second for one interval.
+            for s in 1..=10 {
+                let now = t0 + s * 1_000;
+                if Persister::due(u, last, now, every) {
+                    by_second[(s - 1) as usize] += 1;
+                    writes += 1;
+                    last = now;
+                }
+            }
+            assert_eq!(writes, 1, "{u}: once in the interval");
+        }
+        // Spread: no second of the interval takes more than a fifth.
+        assert!(by_second.iter().all(|&n| n < 200), "{by_second:?}");
+    }
+
+    /// The interval is worth a line when it moves by a quarter since it was
+    /// last said, or comes back to the base; not at the first setting.
+    #[test]
+    fn the_interval_is_said_when_it_moves_by_a_quarter() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Persister::new(store(dir.path()), 4);
+        assert!(!p.set_every_ms(5_000, 5_000), "the first setting");
+        assert!(!p.set_every_ms(6_000, 5_000), "a fifth more");
+        assert!(p.set_every_ms(6_250, 5_000), "a quarter more than said");
+        assert_eq!(p.every_ms(), 6_250);
+        assert!(!p.set_every_ms(7_000, 5_000));
+        assert!(p.set_every_ms(5_000, 5_000), "back to the base");
+        assert!(p.set_every_ms(u64::MAX, 5_000), "no overflow");
+    }
 
     fn steering(unit: &str, i: u64) -> Steering {
         Steering {
