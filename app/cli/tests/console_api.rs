@@ -315,8 +315,11 @@ async fn every_route_answers_with_the_bus_types() {
     )
     .await
     .unwrap();
-    let (s, v) = xo_tests::until("u-1 listed", async || {
-        Some(rig.get("/api/v1/units/u-1").await).filter(|(s, _)| *s == StatusCode::OK)
+    // Its report checked, not only its watcher started (a watcher starts
+    // with no role; the report gives it one).
+    let (s, v) = xo_tests::until("u-1's report checked", async || {
+        Some(rig.get("/api/v1/units/u-1").await)
+            .filter(|(s, v)| *s == StatusCode::OK && v["summary"]["seq"] == 1)
     })
     .await;
     assert_eq!(
