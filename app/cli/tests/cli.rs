@@ -68,8 +68,11 @@ fn up_serves_every_command_over_its_socket_and_keeps_state() {
     let out = run(d, &["report", "r.json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("published report of coder-1"));
-    xo_tests::eventually_blocking("unit listed", || {
-        text(&run(d, &["units", "--json"]).stdout).contains("coder-1")
+    // Its report checked (seq 12), not only its watcher started, which
+    // starts green and with no role.
+    xo_tests::eventually_blocking("the unit's report checked", || {
+        serde_json::from_slice::<serde_json::Value>(&run(d, &["units", "--json"]).stdout)
+            .is_ok_and(|l| l[0]["unit"] == "coder-1" && l[0]["seq"] == 12)
     });
     let list: serde_json::Value =
         serde_json::from_slice(&run(d, &["units", "--json"]).stdout).unwrap();
