@@ -216,7 +216,10 @@ impl Persister {
         if every == 0 {
             return true;
         }
-        let phase = fnv1a(unit.as_bytes()) % every;
+        // FNV-1a, as the unit's watcher group: the same in every run.
+        let mut h = xo_radio::Fnv::default();
+        std::hash::Hasher::write(&mut h, unit.as_bytes());
+        let phase = std::hash::Hasher::finish(&h) % every;
         now.saturating_add(phase) / every > last.saturating_add(phase) / every
     }
 
@@ -413,13 +416,6 @@ async fn write_all(store: &Store, bucket: &str, pending: &Mutex<HashMap<String, 
             }
         })
         .await;
-}
-
-/// FNV-1a: a unit's place in the persist interval, the same in every run.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// The most of the encoder's buffer kept between values.
