@@ -803,6 +803,9 @@ async fn metrics_parse_as_prometheus_text() {
     // Nothing lost (issue 43): both counters there, at zero.
     assert_eq!(value("xo_reports_gap_total", None), 0.0);
     assert_eq!(value("xo_reports_dropped_total", None), 0.0);
+    // How often each unit's state is written: the interval, one unit being
+    // far below the write budget.
+    assert_eq!(value("xo_unit_state_persist_seconds", None), 5.0);
     assert_eq!(value("xo_queue_running", None), 1.0);
     assert_eq!(value("xo_units_unreadable", None), 1.0);
     assert_eq!(value("xo_unit_records_unreadable", None), 2.0);
