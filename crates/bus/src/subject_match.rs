@@ -54,6 +54,11 @@ impl Pattern {
         Self(pattern.split('.').map(str::to_string).collect())
     }
 
+    /// A pattern without a wildcard token: it matches one subject, itself.
+    pub fn is_literal(pattern: &str) -> bool {
+        !pattern.split('.').any(|t| t == "*" || t == ">")
+    }
+
     pub fn matches(&self, subject: &str) -> bool {
         let mut toks = subject.split('.');
         for (i, p) in self.0.iter().enumerate() {
@@ -89,6 +94,10 @@ mod tests {
         assert!(g.matches("xo.a") && g.matches("xo.a.b.c"));
         assert!(!g.matches("xo"));
         assert!(Pattern::new("a.b").matches("a.b") && !Pattern::new("a.b").matches("a.c"));
+        // Literal: matched by looking it up (crate::local).
+        assert!(Pattern::is_literal("xo.salute.u1") && Pattern::is_literal("_INBOX.local.7"));
+        assert!(!Pattern::is_literal("xo.*") && !Pattern::is_literal("xo.>"));
+        assert!(!Pattern::is_literal("*.a") && !Pattern::is_literal(">"));
     }
 
     #[test]

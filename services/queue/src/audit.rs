@@ -49,32 +49,37 @@ impl Chains {
         }
     }
 
-    /// The next line of `project`'s chain for a draft. A draft that cannot
-    /// be encoded is an error and leaves the chain's head where it was.
+    /// The next line of `project`'s chain for a draft, whose states,
+    /// report and exchange move into the line (the draft keeps its event
+    /// and task, to be named if the line cannot be made). A draft that
+    /// cannot be encoded is an error and leaves the chain's head where it
+    /// was.
     pub fn next(
         &mut self,
         project: &str,
-        d: &AuditDraft,
+        d: &mut AuditDraft,
         now: u64,
     ) -> Result<Vec<u8>, serde_json::Error> {
-        let data_dir = self.data_dir.clone();
+        let data_dir = &self.data_dir;
         let head = self.heads.entry(project.to_string()).or_insert_with(|| {
-            let (n, last) = last_line(&file_for(&data_dir, project));
+            let (n, last) = last_line(&file_for(data_dir, project));
             (n, last.map(|l| hash_line(&l)).unwrap_or_default())
         });
+        let report = d.report.take();
+        let exchange = d.exchange.take();
         let ev = AuditEvent {
             v: xo_proto::PROTOCOL_VERSION,
             seq: head.0 + 1,
             event: d.event,
             task_id: d.task_id.clone(),
             at: now,
-            state_before: d.before.clone(),
-            state_after: d.after.clone(),
-            prompt_ref: d.report.as_ref().and_then(|r| r.prompt_ref.clone()),
-            response_ref: d.report.as_ref().and_then(|r| r.response_ref.clone()),
-            validation_report: d.report.clone(),
-            prompt: d.exchange.as_ref().map(|e| e.prompt.clone()),
-            response: d.exchange.as_ref().map(|e| e.response.clone()),
+            state_before: std::mem::take(&mut d.before),
+            state_after: std::mem::take(&mut d.after),
+            prompt_ref: report.as_ref().and_then(|r| r.prompt_ref.clone()),
+            response_ref: report.as_ref().and_then(|r| r.response_ref.clone()),
+            validation_report: report,
+            prompt: exchange.as_ref().map(|e| e.prompt.clone()),
+            response: exchange.map(|e| e.response),
             prev: head.1.clone(),
         };
         let line = serde_json::to_vec(&ev)?;

@@ -358,14 +358,14 @@ async fn finish(
     ship: &mpsc::UnboundedSender<Vec<Bytes>>,
 ) {
     let Written {
-        effects: batch,
+        effects: mut batch,
         replies,
         ..
     } = w;
     let now = ctx.clock.now_ms();
     let mut lines: Vec<(String, Vec<u8>)> = Vec::new();
-    for c in &batch {
-        for d in &c.audit {
+    for c in &mut batch {
+        for d in &mut c.audit {
             match chains.next(&c.project, d, now) {
                 Ok(line) => lines.push((c.project.clone(), line)),
                 // The state is stored; its audit line cannot be: said, not hidden.
