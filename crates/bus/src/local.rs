@@ -48,16 +48,17 @@ impl Subs {
         }
     }
 
+    /// Only literal patterns are keys of `exact`: one that is not there
+    /// was a wildcard's.
     fn remove(&mut self, pattern: &str, id: u64) {
-        if Pattern::is_literal(pattern) {
-            if let Some(subs) = self.exact.get_mut(pattern) {
+        match self.exact.get_mut(pattern) {
+            Some(subs) => {
                 subs.retain(|s| s.id != id);
                 if subs.is_empty() {
                     self.exact.remove(pattern);
                 }
             }
-        } else {
-            self.wild.retain(|(_, s)| s.id != id);
+            None => self.wild.retain(|(_, s)| s.id != id),
         }
     }
 

@@ -66,7 +66,7 @@ impl Chains {
             (n, last.map(|l| hash_line(&l)).unwrap_or_default())
         });
         let report = d.report.take();
-        let exchange = d.exchange.take();
+        let (prompt, response) = d.exchange.take().map(|e| (e.prompt, e.response)).unzip();
         let ev = AuditEvent {
             v: xo_proto::PROTOCOL_VERSION,
             seq: head.0 + 1,
@@ -78,8 +78,8 @@ impl Chains {
             prompt_ref: report.as_ref().and_then(|r| r.prompt_ref.clone()),
             response_ref: report.as_ref().and_then(|r| r.response_ref.clone()),
             validation_report: report,
-            prompt: exchange.as_ref().map(|e| e.prompt.clone()),
-            response: exchange.map(|e| e.response),
+            prompt,
+            response,
             prev: head.1.clone(),
         };
         let line = serde_json::to_vec(&ev)?;
