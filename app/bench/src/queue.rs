@@ -26,7 +26,18 @@ pub struct QueueArgs {
     /// Only `nats` or only `embedded`.
     #[arg(long)]
     pub only: Option<String>,
+    /// The embedded queue with this `store.sync` only (`always`, `batch`,
+    /// `never`; repeat for more), as for a profile of one mode.
+    #[arg(long = "sync")]
+    pub sync: Vec<String>,
 }
+
+/// The embedded store's sync modes, by their `store.sync` names.
+const SYNC_MODES: [(xo_bus::file_store::SyncMode, &str); 3] = [
+    (xo_bus::file_store::SyncMode::Always, "always"),
+    (xo_bus::file_store::SyncMode::Batch, "batch"),
+    (xo_bus::file_store::SyncMode::Never, "never"),
+];
 
 const T: Duration = Duration::from_secs(30);
 
@@ -36,13 +47,15 @@ fn tasks(n: usize, tag: &str) -> Vec<Task> {
         .collect()
 }
 
-/// Runs `n` claim + complete cycles with `clients` concurrent clients.
+/// Runs `n` claim + complete cycles with `clients` concurrent clients:
+/// cycles a second, and this process's CPU a cycle in microseconds (the
+/// queue and its clients, every thread; setting up the tasks not counted).
 async fn cycles(
     clients: Vec<Bus>,
     subjects: &xo_proto::Subjects,
     n: usize,
     tag: &str,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, f64)> {
     let clients: Vec<Client> = clients
         .into_iter()
         .map(|b| Client::new(b, subjects.clone()).with_timeout(T))
@@ -69,6 +82,7 @@ async fn cycles(
         first.call(&Enqueue::new(chunk.to_vec())).await?;
     }
     first.call(&Start::default()).await?;
+    let cpu0 = super::util::process_cpu()?;
     let begun = Instant::now();
     let mut joins = Vec::new();
     for (i, client) in clients.into_iter().enumerate() {
@@ -108,10 +122,15 @@ async fn cycles(
     for j in joins {
         total += j.await??;
     }
+    let took = begun.elapsed();
+    let cpu = super::util::process_cpu()?.saturating_sub(cpu0);
     if total != n as u64 {
         anyhow::bail!("{total} of {n} cycles completed");
     }
-    Ok(n as f64 / begun.elapsed().as_secs_f64())
+    Ok((
+        n as f64 / took.as_secs_f64(),
+        cpu.as_secs_f64() * 1e6 / n as f64,
+    ))
 }
 
 /// Raw key-value put + get of a task-sized value, same concurrency.
@@ -138,6 +157,13 @@ async fn raw_kv(store: &Store, clients: usize, n: usize) -> anyhow::Result<f64> 
 }
 
 pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
+    if let Some(bad) = args
+        .sync
+        .iter()
+        .find(|s| !SYNC_MODES.iter().any(|(_, name)| name == s))
+    {
+        anyhow::bail!("--sync {bad:?}: no such store.sync mode (always, batch or never)");
+    }
     let n = args.tasks;
     let mut out = serde_json::Map::new();
     // Removed when the bench ends, whichever way it ends.
@@ -152,7 +178,7 @@ pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
         bench_nats(cfg, &args, &qcfg, &mut out).await?;
     }
     if embedded {
-        bench_embedded(cfg, &tmp, qcfg, n, &mut out).await?;
+        bench_embedded(cfg, &tmp, qcfg, n, &args.sync, &mut out).await?;
     }
     if args.json {
         println!("{}", serde_json::Value::Object(out));
@@ -218,15 +244,14 @@ async fn bench_embedded(
     tmp: &std::path::Path,
     qcfg: XoConfig,
     n: usize,
+    only: &[String],
     out: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
-    use xo_bus::file_store::SyncMode;
     let subjects = cfg.subjects();
-    for (mode, name) in [
-        (SyncMode::Always, "always"),
-        (SyncMode::Batch, "batch"),
-        (SyncMode::Never, "never"),
-    ] {
+    for (mode, name) in SYNC_MODES {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
         let local = LocalBus::new();
         let fstore = Store::File(FileStore::open_with(
             tmp.join(format!("state-{name}")),
@@ -268,7 +293,7 @@ async fn row(
         Store::Nats(_) => None,
     };
     let before = counts(store);
-    let rate = cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
+    let (rate, cpu_us) = cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
     // Group commit at work: how many writes each fdatasync covered.
     let shared = match (before, counts(store)) {
         (Some((w0, s0)), Some((w1, s1))) if s1 > s0 => {
@@ -296,10 +321,11 @@ async fn row(
         String::new()
     };
     println!(
-        "   {clients:>2} clients  {rate:>9.0} cycles/s   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}{shared}",
+        "   {clients:>2} clients  {rate:>9.0} cycles/s  ({cpu_us:>5.0} us CPU a cycle)   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}{shared}",
         rate / raw
     );
     out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());
+    out.insert(format!("{label}_{clients}_cpu_us_per_cycle"), cpu_us.into());
     out.insert(format!("{label}_{clients}_raw_kv_per_s"), raw.into());
     Ok(())
 }

@@ -159,6 +159,17 @@ pub fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(utime + stime)
 }
 
+/// This process's CPU time so far (user and system, every thread), to the
+/// microsecond (`getrusage`: finer than `/proc`'s clock ticks).
+pub fn process_cpu() -> anyhow::Result<Duration> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF)?;
+    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    Ok(Duration::from_micros(
+        us(u.user_time()) + us(u.system_time()),
+    ))
+}
+
 pub fn proc_status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let line = status

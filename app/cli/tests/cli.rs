@@ -1112,3 +1112,53 @@ fn the_fuzz_targets_run_long_as_a_bench() {
         "{err}"
     );
 }
+
+/// Issue 43, item 5: the queue bench runs one embedded sync mode when
+/// asked (as for a profile of it) and says the CPU a cycle cost, beside
+/// the rate; a mode that does not exist is named.
+#[test]
+fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
+    let out = Xo::new()
+        .command(&[])
+        .args([
+            "bench", "queue", "--only", "embedded", "--sync", "never", "--tasks", "64", "--json",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("store.sync = \"never\""), "{text}");
+    assert!(
+        !text.contains("\"always\"") && !text.contains("\"batch\"") && !text.contains("NATS"),
+        "only what was asked: {text}"
+    );
+    let json: serde_json::Value = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON line: {text}"));
+    for clients in [1, 32] {
+        let cpu = json[format!("embedded_never_{clients}_cpu_us_per_cycle")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no CPU figure for {clients} clients: {json}"));
+        // The cycles ran in this process: they cost it some CPU.
+        assert!(cpu > 0.0, "{clients} clients: {json}");
+        assert!(json[format!("embedded_never_{clients}_cycles_per_s")].as_f64() > Some(0.0));
+    }
+    assert_eq!(text.matches("us CPU a cycle").count(), 2, "{text}");
+    let out = Xo::new()
+        .command(&[])
+        .args(["bench", "queue", "--sync", "sometimes"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--sync \"sometimes\"") && err.contains("always, batch or never"),
+        "{err}"
+    );
+}
