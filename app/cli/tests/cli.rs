@@ -1056,26 +1056,15 @@ fn the_benches_live_beside_the_product_binary_not_in_it() {
 /// the tests' own targets; a short run here, and a wrong target named.
 #[test]
 fn the_fuzz_targets_run_long_as_a_bench() {
-    let out = Xo::new()
-        .command(&[])
-        .args([
-            "bench",
-            "fuzz",
-            "--cases",
-            "30",
-            "--only",
-            "urls",
-            "--only",
-            "report_files",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = bench_runs(&[
+        "fuzz",
+        "--cases",
+        "30",
+        "--only",
+        "urls",
+        "--only",
+        "report_files",
+    ]);
     assert!(
         text.contains("xo bench fuzz: 30 cases per target"),
         "{text}"
@@ -1100,13 +1089,7 @@ fn the_fuzz_targets_run_long_as_a_bench() {
         !text.contains("salute_codec"),
         "only what was asked: {text}"
     );
-    let out = Xo::new()
-        .command(&[])
-        .args(["bench", "fuzz", "--only", "nope"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = bench_fails(&["fuzz", "--only", "nope"]);
     assert!(
         err.contains("--only nope: no such fuzz target") && err.contains("hook_payloads"),
         "{err}"
@@ -1118,19 +1101,9 @@ fn the_fuzz_targets_run_long_as_a_bench() {
 /// the rate; a mode that does not exist is named.
 #[test]
 fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
-    let out = Xo::new()
-        .command(&[])
-        .args([
-            "bench", "queue", "--only", "embedded", "--sync", "never", "--tasks", "64", "--json",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = bench_runs(&[
+        "queue", "--only", "embedded", "--sync", "never", "--tasks", "64", "--json",
+    ]);
     assert!(text.contains("store.sync = \"never\""), "{text}");
     assert!(
         !text.contains("\"always\"") && !text.contains("\"batch\"") && !text.contains("NATS"),
@@ -1150,15 +1123,38 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
         assert!(json[format!("embedded_never_{clients}_cycles_per_s")].as_f64() > Some(0.0));
     }
     assert_eq!(text.matches("us CPU a cycle").count(), 2, "{text}");
-    let out = Xo::new()
-        .command(&[])
-        .args(["bench", "queue", "--sync", "sometimes"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = bench_fails(&["queue", "--sync", "sometimes"]);
     assert!(
         err.contains("--sync \"sometimes\"") && err.contains("always, batch or never"),
         "{err}"
     );
+}
+
+/// `xo bench ARGS` run to success: what it printed.
+fn bench_runs(args: &[&str]) -> String {
+    let out = Xo::new()
+        .command(&[])
+        .arg("bench")
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// `xo bench ARGS` refused: what it said on stderr.
+fn bench_fails(args: &[&str]) -> String {
+    let out = Xo::new()
+        .command(&[])
+        .arg("bench")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
