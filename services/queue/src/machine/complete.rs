@@ -64,26 +64,28 @@ impl Machine {
             let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
             return Ok((r, c));
         }
-        c.merge(
-            self.task_change(EventName::TaskComplete, id, Some(report.clone()), |r| {
+        // The completion's line shows the supervisor state it moved.
+        let stored = report.clone();
+        c.merge(self.task_and_status_change(
+            EventName::TaskComplete,
+            id,
+            Some(report.clone()),
+            |r| {
                 r.state = TaskState::Completed;
                 r.lease = None;
                 r.mark = None;
-                r.report = Some(report.clone());
+                r.report = Some(stored);
                 r.reason = None;
                 r.updated_at = now;
-            }),
-        );
-        self.status.iteration += 1;
-        self.status.completed_total += 1;
-        self.status.last_task_id = Some(id.to_string());
-        self.status.last_validation_report = Some(report);
+            },
+            |s| {
+                s.iteration += 1;
+                s.completed_total += 1;
+                s.last_task_id = Some(id.to_string());
+                s.last_validation_report = Some(report);
+            },
+        ));
         c.status = true;
-        // The completion's line shows the supervisor state it moved.
-        let after = self.seed_state(Some(id));
-        if let Some(d) = c.line_of(id) {
-            d.after = after;
-        }
         if let Some(reply) = reply {
             c.merge(self.reconcile(id, reply, now));
         } else if self.status.manager {

@@ -420,8 +420,22 @@ impl Machine {
         report: Option<ValidationReport>,
         f: impl FnOnce(&mut TaskRecord),
     ) -> Changes {
+        self.task_and_status_change(event, id, report, f, |_| {})
+    }
+
+    /// [`Self::task_change`] that moves the status too (`g`, after the
+    /// task's `f`): the line's after-state shows both, built once.
+    fn task_and_status_change(
+        &mut self,
+        event: EventName,
+        id: &str,
+        report: Option<ValidationReport>,
+        f: impl FnOnce(&mut TaskRecord),
+        g: impl FnOnce(&mut QueueStatus),
+    ) -> Changes {
         let before = self.seed_state(Some(id));
         self.mutate(id, f);
+        g(&mut self.status);
         Changes {
             tasks: [id.to_string()].into(),
             audit: vec![AuditDraft {
