@@ -10,6 +10,7 @@ use bytes::Bytes;
 use xo_bus::{Bus, Client, FileStore, LocalBus, NatsBus, NatsStore, Store};
 use xo_proto::queue::*;
 use xo_runtime::XoConfig;
+use xo_runtime::config::StoreSync;
 
 use super::util::{start_nats, tempfile_dir};
 
@@ -28,16 +29,16 @@ pub struct QueueArgs {
     pub only: Option<String>,
     /// The embedded queue with this `store.sync` only (`always`, `batch`,
     /// `never`; repeat for more), as for a profile of one mode.
-    #[arg(long = "sync")]
-    pub sync: Vec<String>,
+    #[arg(long = "sync", value_parser = sync_mode)]
+    pub sync: Vec<StoreSync>,
 }
 
-/// The embedded store's sync modes, by their `store.sync` names.
-const SYNC_MODES: [(xo_bus::file_store::SyncMode, &str); 3] = [
-    (xo_bus::file_store::SyncMode::Always, "always"),
-    (xo_bus::file_store::SyncMode::Batch, "batch"),
-    (xo_bus::file_store::SyncMode::Never, "never"),
-];
+fn sync_mode(s: &str) -> Result<StoreSync, String> {
+    StoreSync::ALL
+        .into_iter()
+        .find(|m| m.as_str() == s)
+        .ok_or_else(|| format!("no such store.sync mode {s:?} (always, batch or never)"))
+}
 
 const T: Duration = Duration::from_secs(30);
 
@@ -157,12 +158,8 @@ async fn raw_kv(store: &Store, clients: usize, n: usize) -> anyhow::Result<f64> 
 }
 
 pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
-    if let Some(bad) = args
-        .sync
-        .iter()
-        .find(|s| !SYNC_MODES.iter().any(|(_, name)| name == s))
-    {
-        anyhow::bail!("--sync {bad:?}: no such store.sync mode (always, batch or never)");
+    if args.only.as_deref() == Some("nats") && !args.sync.is_empty() {
+        anyhow::bail!("--sync picks the embedded queue's modes: drop it, or drop --only nats");
     }
     let n = args.tasks;
     let mut out = serde_json::Map::new();
@@ -244,14 +241,15 @@ async fn bench_embedded(
     tmp: &std::path::Path,
     qcfg: XoConfig,
     n: usize,
-    only: &[String],
+    only: &[StoreSync],
     out: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
     let subjects = cfg.subjects();
-    for (mode, name) in SYNC_MODES {
-        if !only.is_empty() && !only.iter().any(|o| o == name) {
+    for sync in StoreSync::ALL {
+        if !only.is_empty() && !only.contains(&sync) {
             continue;
         }
+        let (mode, name) = (sync.into(), sync.as_str());
         let local = LocalBus::new();
         let fstore = Store::File(FileStore::open_with(
             tmp.join(format!("state-{name}")),

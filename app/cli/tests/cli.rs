@@ -1125,7 +1125,15 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
     assert_eq!(text.matches("us CPU a cycle").count(), 2, "{text}");
     let err = bench_fails(&["queue", "--sync", "sometimes"]);
     assert!(
-        err.contains("--sync \"sometimes\"") && err.contains("always, batch or never"),
+        err.contains("--sync")
+            && err.contains("no such store.sync mode \"sometimes\"")
+            && err.contains("always, batch or never"),
+        "{err}"
+    );
+    // Only the embedded queue has sync modes to pick.
+    let err = bench_fails(&["queue", "--only", "nats", "--sync", "never"]);
+    assert!(
+        err.contains("--sync picks the embedded queue's modes"),
         "{err}"
     );
 }

@@ -109,12 +109,7 @@ pub async fn store_of(cfg: &XoConfig) -> anyhow::Result<Store> {
 
 fn embedded_store(cfg: &XoConfig) -> anyhow::Result<Store> {
     let dir = cfg.state.store_dir();
-    let sync = match cfg.store.sync {
-        xo_runtime::config::StoreSync::Always => xo_bus::file_store::SyncMode::Always,
-        xo_runtime::config::StoreSync::Batch => xo_bus::file_store::SyncMode::Batch,
-        xo_runtime::config::StoreSync::Never => xo_bus::file_store::SyncMode::Never,
-    };
-    let store = FileStore::open_with(&dir, sync)
+    let store = FileStore::open_with(&dir, cfg.store.sync.into())
         .with_context(|| format!("opening the store in {}", dir.display()))?;
     Ok(Store::File(store))
 }

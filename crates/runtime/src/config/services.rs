@@ -177,6 +177,29 @@ pub enum StoreSync {
     Never,
 }
 
+impl StoreSync {
+    pub const ALL: [StoreSync; 3] = [Self::Always, Self::Batch, Self::Never];
+
+    /// The mode's name, as `store.sync` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Batch => "batch",
+            Self::Never => "never",
+        }
+    }
+}
+
+impl From<StoreSync> for xo_bus::file_store::SyncMode {
+    fn from(s: StoreSync) -> Self {
+        match s {
+            StoreSync::Always => Self::Always,
+            StoreSync::Batch => Self::Batch,
+            StoreSync::Never => Self::Never,
+        }
+    }
+}
+
 /// Alerts to the operator's webhooks (`xo serve notify`; `xo up` runs it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -433,5 +456,26 @@ mod approve_tests {
             rule("Bash", "git *").label(2),
             "hooks.approve[2] (Bash git *)"
         );
+    }
+}
+
+#[cfg(test)]
+mod store_sync_tests {
+    use super::*;
+
+    /// A mode's name is the one `store.sync` reads, and each mode is its
+    /// own store mode.
+    #[test]
+    fn each_sync_mode_is_named_as_the_config_reads_it() {
+        use xo_bus::file_store::SyncMode;
+        let modes: Vec<SyncMode> = StoreSync::ALL.into_iter().map(SyncMode::from).collect();
+        assert_eq!(modes, [SyncMode::Always, SyncMode::Batch, SyncMode::Never]);
+        for s in StoreSync::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+            assert_eq!(
+                serde_json::from_value::<StoreSync>(s.as_str().into()).unwrap(),
+                s
+            );
+        }
     }
 }
