@@ -85,6 +85,11 @@ pub enum SyncMode {
     Never,
 }
 
+/// The file of the log `name`.
+fn log_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join("log").join(format!("{name}.log"))
+}
+
 /// How often `SyncMode::Batch` syncs.
 const BATCH_SYNC: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -428,6 +433,18 @@ impl FileStore {
         self.state.lock().map(|g| g.written).unwrap_or(0)
     }
 
+    /// A log's writes and the syncs writers' calls ran on its file
+    /// (`SyncMode::Always`), as [`Self::writes`] and [`Self::syncs`] count
+    /// them for the whole store: (0, 0) for a log not written yet.
+    pub fn log_writes_and_syncs(&self, log: &str) -> (u64, u64) {
+        let path = log_path(&self.dir, log);
+        self.state
+            .lock()
+            .ok()
+            .and_then(|g| g.files.get(&path).map(|f| (f.written, f.syncs)))
+            .unwrap_or((0, 0))
+    }
+
     /// The durability this store was opened with.
     pub fn sync_mode(&self) -> SyncMode {
         self.sync
@@ -537,7 +554,7 @@ impl FileStore {
     fn log<'a>(dir: &Path, state: &'a mut State, name: &str) -> StoreResult<&'a mut Log> {
         check_name(name)?;
         if !state.logs.contains_key(name) {
-            let path = dir.join("log").join(format!("{name}.log"));
+            let path = log_path(dir, name);
             let offsets = read_frames(&path)?.into_iter().map(|(o, _)| o).collect();
             let file = open_append(&path)?;
             state.logs.insert(
@@ -632,8 +649,20 @@ impl FileStore {
     }
 
     pub async fn append_many(&self, log: &str, records: Vec<Bytes>) -> StoreResult<u64> {
+        let (n, staged) = self.append_many_staged(log, records).await?;
+        staged.durable().await?;
+        Ok(n)
+    }
+
+    /// Appends records now, in call order, and returns before they are on
+    /// disk: [`Staged::durable`] says when they are.
+    pub async fn append_many_staged(
+        &self,
+        log: &str,
+        records: Vec<Bytes>,
+    ) -> StoreResult<(u64, Staged)> {
         let log = log.to_string();
-        self.with(move |dir, st| {
+        self.write(move |dir, st| {
             let l = Self::log(dir, st, &log)?;
             let mut buf = Vec::new();
             let mut offsets = Vec::with_capacity(records.len());

@@ -707,6 +707,22 @@ impl Store {
             Store::Nats(s) => s.append_many(log, records).await,
         }
     }
+    /// Appends as [`Self::append_many`] does and returns before the records
+    /// are known to be on disk: [`Staged::durable`] says when they are (as
+    /// [`Self::put_many_staged`]; NATS answers once they are stored).
+    pub async fn append_many_staged(
+        &self,
+        log: &str,
+        records: Vec<Bytes>,
+    ) -> StoreResult<(u64, Staged)> {
+        match self {
+            Store::File(s) => s.append_many_staged(log, records).await,
+            Store::Nats(s) => Ok((
+                s.append_many(log, records).await?,
+                Staged::durable_already(),
+            )),
+        }
+    }
     /// Appends to a log; returns the record's sequence (from 1).
     pub async fn append(&self, log: &str, record: Bytes) -> StoreResult<u64> {
         match self {

@@ -76,19 +76,8 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Commit>();
     // The store's copy of the audit log is shipped in order by its own task,
     // so replies wait for the state and the local file, not for its acks.
-    let (ship, mut shipped) = mpsc::unbounded_channel::<Vec<Bytes>>();
-    let shipper_ctx = ctx.clone();
-    let shipper = tokio::spawn(async move {
-        while let Some(mut records) = shipped.recv().await {
-            while let Ok(more) = shipped.try_recv() {
-                records.extend(more);
-            }
-            retrying(&shipper_ctx, "audit log", || {
-                shipper_ctx.store.append_many(AUDIT_LOG, records.clone())
-            })
-            .await;
-        }
-    });
+    let (ship, shipped) = mpsc::unbounded_channel::<Vec<Bytes>>();
+    let shipper = tokio::spawn(ship_audit(ctx.clone(), shipped, AUDIT_COPY_SYNC_EVERY));
     let task = tokio::spawn(async move {
         let mut chains = Chains::new(ctx.cfg.data_dir());
         let mut caught_up = false;
@@ -116,6 +105,65 @@ pub fn spawn(ctx: Arc<Ctx>) -> (mpsc::UnboundedSender<Commit>, JoinHandle<()>) {
         let _ = shipper.await;
     });
     (tx, task)
+}
+
+/// How often, at most, the store's copy of the audit log is synced while
+/// lines keep coming (`store.sync = "always"`): each shipment is written at
+/// once, and one fdatasync covers every shipment of the interval, where one
+/// a shipment doubled the disk's syncs (the state's batch has its own).
+pub const AUDIT_COPY_SYNC_EVERY: Duration = Duration::from_millis(5);
+
+/// Ships the audit lines to the store's copy, in order: each shipment is
+/// written as it comes (with every one waiting behind it), and synced at
+/// most every `every` ([`AUDIT_COPY_SYNC_EVERY`]); a shipment after a quiet
+/// interval is synced at once, and the last one when the committer ends.
+/// Replies do not wait for the copy: the state and the local file are
+/// answered for.
+async fn ship_audit(
+    ctx: Arc<Ctx>,
+    mut shipped: mpsc::UnboundedReceiver<Vec<Bytes>>,
+    every: Duration,
+) {
+    // The latest shipment written and not yet known to be on disk (a sync
+    // covers every write before it), and when the copy was last synced.
+    let mut unsynced: Option<xo_bus::Staged> = None;
+    let mut synced_at: Option<tokio::time::Instant> = None;
+    loop {
+        let due = synced_at.map(|t| t + every);
+        if unsynced.is_some() && due.is_none_or(|d| tokio::time::Instant::now() >= d) {
+            sync_copy(&ctx, unsynced.take()).await;
+            synced_at = Some(tokio::time::Instant::now());
+            continue;
+        }
+        let next = match (&unsynced, due) {
+            (Some(_), Some(due)) => tokio::select! {
+                r = shipped.recv() => r,
+                _ = tokio::time::sleep_until(due) => continue,
+            },
+            _ => shipped.recv().await,
+        };
+        let Some(mut records) = next else { break };
+        while let Ok(more) = shipped.try_recv() {
+            records.extend(more);
+        }
+        let written = retrying(&ctx, "audit log", || {
+            ctx.store.append_many_staged(AUDIT_LOG, records.clone())
+        })
+        .await;
+        // None: the lease is lost, and nothing more is written here.
+        if let Some((_, staged)) = written {
+            unsynced = Some(staged);
+        }
+    }
+    sync_copy(&ctx, unsynced).await;
+}
+
+/// Waits until the copy's shipments written so far are on disk (a failed
+/// sync is said and asked again: the store writes them again first).
+async fn sync_copy(ctx: &Ctx, written: Option<xo_bus::Staged>) {
+    if let Some(staged) = written {
+        retrying(ctx, "audit log (sync)", || staged.durable()).await;
+    }
 }
 
 /// `first` and every commit waiting behind it (at most 4,096).
@@ -459,5 +507,89 @@ async fn finish(
     tokio::join!(audit, events);
     for reply in replies {
         reply();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xo_bus::file_store::{FileStore, SyncMode};
+    use xo_bus::{Bus, LocalBus, Store};
+
+    fn ctx(dir: &std::path::Path) -> (Arc<Ctx>, FileStore) {
+        let files = FileStore::open_with(dir, SyncMode::Always).unwrap();
+        let cfg = xo_runtime::config::XoConfig::default();
+        let ctx = Ctx {
+            bus: Bus::Local(LocalBus::new()),
+            store: Store::File(files.clone()),
+            subjects: cfg.subjects(),
+            cfg,
+            clock: xo_runtime::clock::Clock::manual(0),
+            fence: None,
+            failing: Default::default(),
+        };
+        (Arc::new(ctx), files)
+    }
+
+    /// The copy's records, as read back from the store.
+    async fn copy(ctx: &Ctx) -> Vec<Bytes> {
+        let records = ctx.store.read(AUDIT_LOG, 1, usize::MAX).await.unwrap();
+        records.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Sends one shipment and waits until the shipper has written it.
+    async fn ship(ctx: &Ctx, tx: &mpsc::UnboundedSender<Vec<Bytes>>, line: &'static str) {
+        tx.send(vec![Bytes::from(line)]).unwrap();
+        let until = copy(ctx);
+        let mut seen = until.await;
+        while !seen.contains(&Bytes::from(line)) {
+            tokio::task::yield_now().await;
+            seen = copy(ctx).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn the_audit_copy_is_written_at_once_and_synced_once_an_interval() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ctx, files) = ctx(tmp.path());
+        let (tx, rx) = mpsc::unbounded_channel();
+        // An interval no test outlives: only the first shipment (after a
+        // quiet interval) and the end sync.
+        let shipper = tokio::spawn(ship_audit(ctx.clone(), rx, Duration::from_secs(3600)));
+        ship(&ctx, &tx, "p\tone").await;
+        // The first is synced at once; wait for that sync to be counted.
+        while files.log_writes_and_syncs(AUDIT_LOG).1 < 1 {
+            tokio::task::yield_now().await;
+        }
+        ship(&ctx, &tx, "p\ttwo").await;
+        ship(&ctx, &tx, "p\tthree").await;
+        // Three shipments written, in order, readable at once; one sync.
+        assert_eq!(files.log_writes_and_syncs(AUDIT_LOG), (3, 1));
+        assert_eq!(
+            copy(&ctx).await,
+            ["p\tone", "p\ttwo", "p\tthree"].map(Bytes::from)
+        );
+        // The committer ends: what is written is synced before the shipper ends.
+        drop(tx);
+        shipper.await.unwrap();
+        assert_eq!(files.log_writes_and_syncs(AUDIT_LOG), (3, 2));
+    }
+
+    #[tokio::test]
+    async fn with_no_interval_each_audit_shipment_is_synced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ctx, files) = ctx(tmp.path());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shipper = tokio::spawn(ship_audit(ctx.clone(), rx, Duration::ZERO));
+        for (n, line) in ["p\ta", "p\tb", "p\tc"].into_iter().enumerate() {
+            ship(&ctx, &tx, line).await;
+            // Written; its sync follows before the next shipment is taken.
+            while files.log_writes_and_syncs(AUDIT_LOG).1 < n as u64 + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(tx);
+        shipper.await.unwrap();
+        assert_eq!(files.log_writes_and_syncs(AUDIT_LOG), (3, 3));
     }
 }

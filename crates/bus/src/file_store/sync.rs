@@ -22,6 +22,8 @@ pub(super) struct FileSync {
     pub(super) written: u64,
     pub(super) synced: u64,
     syncing: bool,
+    /// Syncs writers' calls ran on it (`SyncMode::Always`).
+    pub(super) syncs: u64,
     /// A handle to sync with, while writes are not synced.
     pub(super) dirty: Option<File>,
     /// The file's length when its last sync succeeded (or when this store
@@ -243,6 +245,7 @@ impl FileStore {
                 let lead = !f.syncing;
                 if lead {
                     f.syncing = true;
+                    f.syncs += 1;
                     g.syncs += 1;
                 }
                 lead
