@@ -21,10 +21,11 @@ pub fn random_hex(bytes: usize) -> Result<String, std::io::Error> {
 
 /// Lowercase hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        let _ = write!(s, "{b:02x}");
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
     }
     s
 }
@@ -47,6 +48,14 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn hex_is_two_lowercase_digits_a_byte_high_half_first() {
+        // The audit chain's hashes are this text: a change breaks every
+        // file written before it.
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff, 0x10]), "000fa5ff10");
+        assert_eq!(hex(&[]), "");
     }
 
     #[test]

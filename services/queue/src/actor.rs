@@ -362,9 +362,7 @@ impl State {
     fn stamp(&mut self, changes: &mut Changes) {
         self.m.status.last_updated = xo_runtime::clock::rfc3339(self.ctx.clock.now_ms());
         for d in &mut changes.audit {
-            if let Some(at) = d.after.get_mut("last_updated") {
-                *at = self.m.status.last_updated.clone().into();
-            }
+            d.after.stamp(&self.m.status.last_updated);
         }
         changes.stamped = true;
     }
@@ -611,8 +609,9 @@ impl State {
             audit: vec![AuditDraft {
                 event: EventName::SettingsChanged,
                 task_id: None,
-                before: serde_json::json!({"version": cur.version, "values": before}),
-                after: serde_json::json!({"version": self.m.settings.version, "values": after, "by": by}),
+                before: serde_json::json!({"version": cur.version, "values": before}).into(),
+                after: serde_json::json!({"version": self.m.settings.version, "values": after, "by": by})
+                    .into(),
                 report: None,
                 exchange: None,
             }],
@@ -760,8 +759,8 @@ fn audit_only(event: EventName, before: serde_json::Value, after: serde_json::Va
         audit: vec![AuditDraft {
             event,
             task_id: None,
-            before,
-            after,
+            before: before.into(),
+            after: after.into(),
             report: None,
             exchange: None,
         }],

@@ -9,11 +9,33 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use xo_proto::queue::AuditEvent;
 
-use crate::machine::AuditDraft;
+use crate::machine::{AuditDraft, AuditState};
+
+/// An [`AuditEvent`] as it is written: the same fields in the same order,
+/// its states as the machine built them (encoded here, once, not first
+/// built as JSON values). `a_written_line_reads_back_as_itself` holds the
+/// two together.
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    v: u16,
+    seq: u64,
+    event: xo_proto::queue::EventName,
+    task_id: &'a Option<String>,
+    at: u64,
+    state_before: &'a AuditState,
+    state_after: &'a AuditState,
+    validation_report: &'a Option<xo_proto::queue::ValidationReport>,
+    prompt_ref: Option<&'a String>,
+    response_ref: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<&'a String>,
+    prev: &'a str,
+}
 
 pub fn hash_line(line: &[u8]) -> String {
-    let d = Sha256::digest(line);
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    xo_proto::secret::hex(&Sha256::digest(line))
 }
 
 pub fn file_for(data_dir: &Path, project: &str) -> PathBuf {
@@ -50,10 +72,10 @@ impl Chains {
     }
 
     /// The next line of `project`'s chain for a draft, whose states,
-    /// report and exchange move into the line (the draft keeps its event
-    /// and task, to be named if the line cannot be made). A draft that
-    /// cannot be encoded is an error and leaves the chain's head where it
-    /// was.
+    /// report and exchange are encoded into the line and let go (the draft
+    /// keeps its event and task, to be named if the line cannot be made).
+    /// A draft that cannot be encoded is an error and leaves the chain's
+    /// head where it was.
     pub fn next(
         &mut self,
         project: &str,
@@ -66,23 +88,24 @@ impl Chains {
             (n, last.map(|l| hash_line(&l)).unwrap_or_default())
         });
         let report = d.report.take();
-        let (prompt, response) = d.exchange.take().map(|e| (e.prompt, e.response)).unzip();
-        let ev = AuditEvent {
+        let exchange = d.exchange.take();
+        let line = serde_json::to_vec(&Line {
             v: xo_proto::PROTOCOL_VERSION,
             seq: head.0 + 1,
             event: d.event,
-            task_id: d.task_id.clone(),
+            task_id: &d.task_id,
             at: now,
-            state_before: std::mem::take(&mut d.before),
-            state_after: std::mem::take(&mut d.after),
-            prompt_ref: report.as_ref().and_then(|r| r.prompt_ref.clone()),
-            response_ref: report.as_ref().and_then(|r| r.response_ref.clone()),
-            validation_report: report,
-            prompt,
-            response,
-            prev: head.1.clone(),
-        };
-        let line = serde_json::to_vec(&ev)?;
+            state_before: &d.before,
+            state_after: &d.after,
+            validation_report: &report,
+            prompt_ref: report.as_ref().and_then(|r| r.prompt_ref.as_ref()),
+            response_ref: report.as_ref().and_then(|r| r.response_ref.as_ref()),
+            prompt: exchange.as_ref().map(|e| &e.prompt),
+            response: exchange.as_ref().map(|e| &e.response),
+            prev: &head.1,
+        })?;
+        d.before = AuditState::default();
+        d.after = AuditState::default();
         *head = (head.0 + 1, hash_line(&line));
         Ok(line)
     }
@@ -398,4 +421,124 @@ pub async fn check(
         out.reason = Some(reason);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{GoalState, QueueState, SeedState, SupervisorState, TaskSnapshot};
+    use xo_proto::queue::{
+        EventName, Exchange, ExecutionMode, RunStatus, TaskState, ValidationReport,
+    };
+
+    fn seed() -> SeedState {
+        SeedState {
+            by: None,
+            completed_tasks: 7,
+            execution_mode: ExecutionMode::Auto,
+            goal: GoalState {
+                completed: false,
+                description: "ship \"it\"\nnow".into(),
+                project_id: Some("p".into()),
+            },
+            interrupt: None,
+            last_updated: "2026-12-06T07:00:00Z".into(),
+            note: None,
+            queue: QueueState { exhausted: false },
+            supervisor: SupervisorState {
+                halt_details: None,
+                halt_reason: None,
+                iteration: 3,
+                last_task_id: Some("t0".into()),
+                retry_count: None,
+                status: RunStatus::Running,
+            },
+            task: None,
+            yielded_to: None,
+        }
+    }
+
+    /// Every line the machine writes decodes as an `AuditEvent`, and that
+    /// encoded again is the line itself, byte for byte: the typed states
+    /// keep the fields, their names and the order of their keys.
+    #[test]
+    fn a_written_line_reads_back_as_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut chains = Chains::new(tmp.path().to_path_buf());
+        let mut task = seed();
+        task.by = Some("ana (cli)".into());
+        task.interrupt = Some("crit".into());
+        task.yielded_to = Some("crit".into());
+        task.note = Some("saved".into());
+        // A task id that sorts before and after the other keys' names.
+        task.supervisor.retry_count = Some(("zz-1".into(), 2));
+        task.supervisor.halt_reason = Some("TASK_BLOCKED: t1 blocked".into());
+        task.supervisor.halt_details = Some("t1 blocked".into());
+        task.task = Some(Some(TaskSnapshot {
+            attempt: 2,
+            claimant: Some("r1".into()),
+            reason: None,
+            retries: 2,
+            state: TaskState::Running,
+            task_id: "zz-1".into(),
+        }));
+        let mut gone = seed();
+        gone.supervisor.retry_count = Some(("a".into(), 0));
+        gone.task = Some(None);
+        let drafts = vec![
+            AuditDraft {
+                event: EventName::TaskComplete,
+                task_id: Some("zz-1".into()),
+                before: AuditState::Seed(Box::new(seed())),
+                after: AuditState::Seed(Box::new(task)),
+                report: Some(ValidationReport {
+                    passed: true,
+                    prompt_ref: Some("prompts/1".into()),
+                    ..Default::default()
+                }),
+                exchange: Some(Exchange {
+                    prompt: "do it".into(),
+                    response: "done".into(),
+                }),
+            },
+            AuditDraft {
+                event: EventName::TaskCancelled,
+                task_id: Some("a".into()),
+                before: AuditState::default(),
+                after: AuditState::Seed(Box::new(gone)),
+                report: None,
+                exchange: None,
+            },
+            AuditDraft {
+                event: EventName::SettingsChanged,
+                task_id: None,
+                before: serde_json::json!({"version": 1, "values": {"b": 1, "a": null}}).into(),
+                after: serde_json::json!({"version": 2, "by": "ana"}).into(),
+                report: None,
+                exchange: None,
+            },
+        ];
+        for mut d in drafts {
+            let (before, after) = (d.before.to_value(), d.after.to_value());
+            let line = chains.next("p", &mut d, 1_000).unwrap();
+            let ev: AuditEvent = serde_json::from_slice(&line).unwrap();
+            assert_eq!(
+                serde_json::to_vec(&ev).unwrap(),
+                line,
+                "{}",
+                String::from_utf8_lossy(&line)
+            );
+            assert_eq!((ev.state_before, ev.state_after), (before, after));
+            assert_eq!(ev.event, d.event);
+        }
+    }
+
+    #[test]
+    fn a_line_is_chained_by_the_lowercase_hex_of_its_sha256() {
+        // FIPS 180-2's example: the chain of files written before stays valid.
+        assert_eq!(
+            super::hash_line(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

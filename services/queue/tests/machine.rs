@@ -642,10 +642,10 @@ fn every_transition_is_audited_with_before_and_after() {
         (d.event.as_str(), d.task_id.as_deref()),
         ("TASK_START", Some("hot"))
     );
-    assert_eq!(d.before["task"]["state"], "pending");
-    assert_eq!(d.after["task"]["state"], "running");
-    assert_eq!(d.after["task"]["claimant"], "r1");
-    assert_eq!(d.after["supervisor"]["status"], "RUNNING");
+    assert_eq!(d.before.to_value()["task"]["state"], "pending");
+    assert_eq!(d.after.to_value()["task"]["state"], "running");
+    assert_eq!(d.after.to_value()["task"]["claimant"], "r1");
+    assert_eq!(d.after.to_value()["supervisor"]["status"], "RUNNING");
 }
 
 fn dep(id: &str, on: &[&str]) -> Task {
@@ -892,7 +892,7 @@ fn a_manager_reply_cancels_only_pending_tasks_it_was_shown() {
         .find(|d| d.event == EventName::ManagerReconciled)
         .unwrap();
     assert_eq!(
-        rec.after["cancelled"].as_array().unwrap().len(),
+        rec.after.to_value()["cancelled"].as_array().unwrap().len(),
         shown.len() - 1
     );
 }
@@ -994,7 +994,7 @@ fn a_critical_task_interrupts_the_latest_lower_lane_task_of_its_scope() {
     assert_eq!(c.audit.len(), 1, "{:?}", c.audit);
     assert_eq!(c.audit[0].event, EventName::TaskInterrupted);
     assert_eq!(c.audit[0].task_id.as_deref(), Some("p"));
-    assert_eq!(c.audit[0].after["interrupt"], "crit");
+    assert_eq!(c.audit[0].after.to_value()["interrupt"], "crit");
     assert_eq!(m.tasks["p"].interrupt.as_deref(), Some("crit"));
     assert!(
         m.interrupts(7).is_empty(),
@@ -1003,7 +1003,7 @@ fn a_critical_task_interrupts_the_latest_lower_lane_task_of_its_scope() {
     // Its holder gives it back: pending, continued later, not a retry.
     let (r, c) = m.yield_task("p", &ptok, false, "agent stopped", 8).unwrap();
     assert_eq!(c.audit[0].event, EventName::TaskYielded);
-    assert_eq!(c.audit[0].after["yielded_to"], "crit");
+    assert_eq!(c.audit[0].after.to_value()["yielded_to"], "crit");
     assert_eq!((r.state, r.retries), (TaskState::Pending, 0));
     assert_eq!(r.mark, Some(ReplayMark::Continue));
     assert_eq!(r.interrupt, None);

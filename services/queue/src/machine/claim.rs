@@ -243,7 +243,9 @@ impl Machine {
                 r.updated_at = now;
             });
             for a in &mut d.audit {
-                a.after["interrupt"] = json!(cid);
+                if let Some(s) = a.after.seed_mut() {
+                    s.interrupt = Some(cid.clone());
+                }
             }
             c.merge(d);
         }
@@ -281,8 +283,10 @@ impl Machine {
             r.updated_at = now;
         });
         for a in &mut c.audit {
-            a.after["yielded_to"] = json!(to);
-            a.after["note"] = json!(note);
+            if let Some(s) = a.after.seed_mut() {
+                s.yielded_to = Some(to.clone());
+                s.note = Some(note.to_string());
+            }
         }
         let r = self.tasks.get(id).cloned().ok_or_else(|| not_found(id))?;
         Ok((r, c))

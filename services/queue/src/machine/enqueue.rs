@@ -186,7 +186,7 @@ impl Machine {
             audit: vec![AuditDraft {
                 event,
                 task_id: Some(id.clone()),
-                before: serde_json::Value::Null,
+                before: Default::default(),
                 after: self.seed_state(Some(&id)),
                 report: None,
                 exchange: None,

@@ -1,6 +1,7 @@
 //! The Manager: its view of the queue, and its reply reconciled.
 
 use super::*;
+use serde_json::json;
 
 impl Machine {
     /// The task list a Manager task reconciles, as its prompt shows it
@@ -176,9 +177,10 @@ impl Machine {
         c.audit.push(AuditDraft {
             event: EventName::ManagerReconciled,
             task_id: None,
-            before: serde_json::Value::Null,
+            before: Default::default(),
             after: json!({"message": reply.message, "status": reply.status, "manager": manager,
-                "cancelled": stale, "added": added, "updated": updated, "kept": reply.keep}),
+                "cancelled": stale, "added": added, "updated": updated, "kept": reply.keep})
+            .into(),
             report: None,
             exchange: None,
         });

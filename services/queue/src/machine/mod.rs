@@ -6,15 +6,16 @@ mod claim;
 mod complete;
 mod enqueue;
 mod manager;
+mod snapshot;
 mod stuck;
 
 pub use enqueue::{check_id, check_sandbox_path, validate_task};
 pub use manager::parse_manager_reply;
+pub use snapshot::{AuditState, GoalState, QueueState, SeedState, SupervisorState, TaskSnapshot};
 pub use xo_proto::task_file::{dependency_order, tasks_from_json};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::json;
 use xo_proto::alert::AlertKind;
 use xo_proto::control::{ErrorCode, ServiceError};
 use xo_proto::queue::{
@@ -48,8 +49,8 @@ fn not_found(task: &str) -> ServiceError {
 pub struct AuditDraft {
     pub event: EventName,
     pub task_id: Option<String>,
-    pub before: serde_json::Value,
-    pub after: serde_json::Value,
+    pub before: AuditState,
+    pub after: AuditState,
     pub report: Option<ValidationReport>,
     /// The agent's last prompt and reply (a completion's or a block's).
     pub exchange: Option<xo_proto::queue::Exchange>,
@@ -87,13 +88,7 @@ impl Changes {
             return;
         }
         for a in &mut self.audit {
-            match &mut a.after {
-                serde_json::Value::Object(o) => {
-                    o.insert("by".into(), by.into());
-                }
-                v @ serde_json::Value::Null => *v = serde_json::json!({ "by": by }),
-                _ => {}
-            }
+            a.after.sign(by);
         }
     }
 
@@ -231,17 +226,14 @@ fn is_open(s: TaskState) -> bool {
     )
 }
 
-fn task_snapshot(r: Option<&TaskRecord>) -> serde_json::Value {
-    match r {
-        Some(r) => json!({
-            "task_id": r.task.task_id,
-            "state": r.state,
-            "attempt": r.attempt,
-            "retries": r.retries,
-            "reason": r.reason,
-            "claimant": r.lease.as_ref().map(|l| &l.claimant),
-        }),
-        None => serde_json::Value::Null,
+fn task_snapshot(r: &TaskRecord) -> TaskSnapshot {
+    TaskSnapshot {
+        attempt: r.attempt,
+        claimant: r.lease.as_ref().map(|l| l.claimant.clone()),
+        reason: r.reason.clone(),
+        retries: r.retries,
+        state: r.state,
+        task_id: r.task.task_id.clone(),
     }
 }
 
@@ -333,40 +325,38 @@ impl Machine {
     }
 
     /// Seed 003's state, as an audit line's `state_before`/`state_after`
-    /// hold it: `supervisor` (status, iteration, last task, halt reason and
-    /// details, and `retry_count_<task>` for the task concerned), `goal`,
-    /// `queue.exhausted`, `execution_mode`, `last_updated`, and
-    /// `completed_tasks` as a count (the list is the queue's; each line
-    /// stays small). A task's line adds the `task` itself.
-    fn seed_state(&self, task: Option<&str>) -> serde_json::Value {
+    /// hold it ([`SeedState`]): the list of completed tasks is the queue's,
+    /// the line holds their count, so each line stays small. A task's line
+    /// adds the `task` itself.
+    fn seed_state(&self, task: Option<&str>) -> AuditState {
         let s = &self.status;
-        let mut supervisor = json!({
-            "status": s.status,
-            "iteration": s.iteration,
-            "last_task_id": s.last_task_id,
-            "halt_reason": s.halt_reason,
-            "halt_details": s.halt_reason.as_deref().and_then(halt_details),
-        });
         let record = task.and_then(|id| self.tasks.get(id));
-        if let Some(r) = record {
-            supervisor[format!("retry_count_{}", r.task.task_id)] = json!(r.retries);
-        }
-        let mut v = json!({
-            "supervisor": supervisor,
-            "goal": {
-                "description": s.goal.description,
-                "project_id": s.goal.project_id,
-                "completed": s.goal.completed,
+        AuditState::Seed(Box::new(SeedState {
+            by: None,
+            completed_tasks: s.completed_total,
+            execution_mode: s.mode,
+            goal: GoalState {
+                completed: s.goal.completed,
+                description: s.goal.description.clone(),
+                project_id: s.goal.project_id.clone(),
             },
-            "queue": {"exhausted": !self.has_open_work()},
-            "completed_tasks": s.completed_total,
-            "execution_mode": s.mode,
-            "last_updated": s.last_updated,
-        });
-        if task.is_some() {
-            v["task"] = task_snapshot(record);
-        }
-        v
+            interrupt: None,
+            last_updated: s.last_updated.clone(),
+            note: None,
+            queue: QueueState {
+                exhausted: !self.has_open_work(),
+            },
+            supervisor: SupervisorState {
+                halt_details: s.halt_reason.as_deref().and_then(halt_details),
+                halt_reason: s.halt_reason.clone(),
+                iteration: s.iteration,
+                last_task_id: s.last_task_id.clone(),
+                retry_count: record.map(|r| (r.task.task_id.clone(), r.retries)),
+                status: s.status,
+            },
+            task: task.map(|_| record.map(task_snapshot)),
+            yielded_to: None,
+        }))
     }
 
     /// The status with counts filled in.
