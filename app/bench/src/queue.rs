@@ -286,22 +286,30 @@ async fn row(
     out: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
     let clients = buses.len();
+    // The whole store's writes and syncs, and the audit copy's of them.
     let counts = |s: &Store| match s {
-        Store::File(f) => Some((f.writes(), f.syncs())),
+        Store::File(f) => Some((
+            f.writes(),
+            f.syncs(),
+            f.log_writes_and_syncs(xo_proto::names::AUDIT_LOG),
+        )),
         Store::Nats(_) => None,
     };
     let before = counts(store);
     let (rate, cpu_us) = cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
     // Group commit at work: how many writes each fdatasync covered.
     let shared = match (before, counts(store)) {
-        (Some((w0, s0)), Some((w1, s1))) if s1 > s0 => {
+        (Some((w0, s0, (aw0, as0))), Some((w1, s1, (aw1, as1)))) if s1 > s0 => {
             let (w, s) = (w1 - w0, s1 - s0);
+            let (aw, asy) = (aw1 - aw0, as1 - as0);
             out.insert(
                 format!("{label}_{clients}_writes_per_sync"),
                 (w as f64 / s as f64).into(),
             );
+            out.insert(format!("{label}_{clients}_audit_copy_writes"), aw.into());
+            out.insert(format!("{label}_{clients}_audit_copy_syncs"), asy.into());
             format!(
-                "   {w} writes, {s} fdatasyncs ({:.1} a sync)",
+                "   {w} writes, {s} fdatasyncs ({:.1} a sync; of them the audit copy's: {aw} writes, {asy} fdatasyncs)",
                 w as f64 / s as f64
             )
         }

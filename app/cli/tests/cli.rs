@@ -1123,6 +1123,29 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
         assert!(json[format!("embedded_never_{clients}_cycles_per_s")].as_f64() > Some(0.0));
     }
     assert_eq!(text.matches("us CPU a cycle").count(), 2, "{text}");
+    // With `always`, the syncs are counted, the audit copy's apart: it is
+    // written and synced while the cycles run (not only as the queue stops).
+    let text = bench_runs(&[
+        "queue", "--only", "embedded", "--sync", "always", "--tasks", "64", "--json",
+    ]);
+    assert!(text.contains("of them the audit copy's:"), "{text}");
+    let json: serde_json::Value = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON line: {text}"));
+    for clients in [1, 32] {
+        let figure = |what: &str| {
+            json[format!("embedded_always_{clients}_audit_copy_{what}")]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no audit copy {what} for {clients} clients: {json}"))
+        };
+        let (writes, syncs) = (figure("writes"), figure("syncs"));
+        assert!(
+            writes >= 1 && syncs >= 1 && syncs <= writes,
+            "{clients} clients: {json}"
+        );
+    }
     let err = bench_fails(&["queue", "--sync", "sometimes"]);
     assert!(
         err.contains("--sync")
