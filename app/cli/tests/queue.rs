@@ -9,6 +9,7 @@ use bytes::Bytes;
 use xo_bus::{Bus, Store, typed};
 use xo_fabric::Slot;
 use xo_proto::Subjects;
+use xo_proto::control::ErrorCode;
 use xo_proto::queue::*;
 use xo_queue::QueueHandle;
 use xo_runtime::Clock;
@@ -414,6 +415,42 @@ async fn a_withdrawn_claim_gets_no_task_and_the_next_claimant_does() {
         .await
         .expect("the task, to a claimant that is there");
     assert_eq!(got.record.task.task_id, "next");
+}
+
+/// A claim still waiting when the queue stops is answered (the queue
+/// dropped it: the runner asks again), not left for its caller to time
+/// out: the serve loop's answers still being waited for are answered as
+/// the endpoint stops.
+#[tokio::test]
+async fn a_claim_waiting_as_the_queue_stops_is_answered() {
+    let mut q = Q::start(&[]).await;
+    q.ready(1, false).await;
+    assert!(claim(&q, "r0").await.is_some());
+    let waiting = tokio::spawn({
+        let (client, subjects) = (q.client.clone(), q.subjects.clone());
+        let long = Claim {
+            role: "coder".into(),
+            claimant: "r9".into(),
+            wait_ms: 3_600_000,
+        };
+        async move { typed::call(&client, &subjects, &long, T * 2).await }
+    });
+    xo_tests::until("r9's claim waits", async || {
+        let st = q.call(&GetStatus::default()).await.unwrap();
+        (st.waiting_claims == ["r9"]).then_some(())
+    })
+    .await;
+    q.stop_queue().await;
+    match waiting.await.unwrap() {
+        Err(typed::CallError::Service(e)) => {
+            assert_eq!(e.code, ErrorCode::Internal, "{e}");
+            assert!(
+                e.message.contains("dropped the request without answering"),
+                "{e}"
+            );
+        }
+        other => panic!("answered by the stopping queue, not left to time out: {other:?}"),
+    }
 }
 
 #[tokio::test]
