@@ -9,8 +9,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, MessagingErr, RpcReplyPort};
 use tokio::task::JoinHandle;
@@ -119,15 +117,9 @@ where
         .await?;
     Ok(tokio::spawn(async move {
         let mut shutdown = std::pin::pin!(shutdown);
-        // The answers being waited for, polled by this loop rather than each
-        // by a task of its own: answers that come together (a batch the
-        // queue made durable) wake this one task once, not a task each on
-        // whichever thread it was spawned.
-        let mut answering = FuturesUnordered::new();
         loop {
             let req = tokio::select! {
                 r = ep.next() => r,
-                Some(()) = answering.next(), if !answering.is_empty() => continue,
                 _ = &mut shutdown => None,
             };
             let Some(req) = req else { break };
@@ -156,7 +148,7 @@ where
             } else {
                 tracing::Span::none()
             };
-            answering.push(
+            tokio::spawn(
                 async move {
                     let (h, body) = match routed {
                         Ok(answer) => answer.await,
@@ -169,10 +161,6 @@ where
                 }
                 .instrument(span),
             );
-        }
-        // The requests taken are still answered, as the endpoint stops.
-        if !answering.is_empty() {
-            tokio::spawn(async move { while answering.next().await.is_some() {} });
         }
         ep.stop().await;
     }))
@@ -192,7 +180,7 @@ where
     type Out = Answer;
 
     /// The request goes into the actor's mailbox here, as the serve loop
-    /// reads it (only the wait for its answer is left to poll): a service takes
+    /// reads it (only the wait for its answer is spawned): a service takes
     /// requests in the order they arrived, so a client's claim sent before
     /// its enqueue is seen first.
     fn route<R: Request>(self, req: R, variant: fn(R, Port<R::Response>) -> A) -> Answer {
