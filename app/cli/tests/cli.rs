@@ -1125,6 +1125,9 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
     assert_eq!(text.matches("us CPU a cycle").count(), 2, "{text}");
     // With `always`, the syncs are counted, the audit copy's apart: it is
     // written and synced while the cycles run (not only as the queue stops).
+    // The first row's first shipment is synced at once (no sync before it);
+    // a later row's may wait out the 5 ms after the last, so only its
+    // figures are checked there.
     let text = bench_runs(&[
         "queue", "--only", "embedded", "--sync", "always", "--tasks", "64", "--json",
     ]);
@@ -1141,10 +1144,10 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
                 .unwrap_or_else(|| panic!("no audit copy {what} for {clients} clients: {json}"))
         };
         let (writes, syncs) = (figure("writes"), figure("syncs"));
-        assert!(
-            writes >= 1 && syncs >= 1 && syncs <= writes,
-            "{clients} clients: {json}"
-        );
+        assert!(syncs <= writes, "{clients} clients: {json}");
+        if clients == 1 {
+            assert!(writes >= 1 && syncs >= 1, "{clients} client: {json}");
+        }
     }
     let err = bench_fails(&["queue", "--sync", "sometimes"]);
     assert!(
