@@ -53,6 +53,9 @@ impl Globals {
         let cfg = xo_runtime::XoConfig::load(self.config.as_deref(), &self.overrides())
             .map_err(|e| (std::process::ExitCode::from(2), format!("error: {e}")))?;
         xo_runtime::limits::raise_fd_limit();
+        if let Err(e) = xo_runtime::limits::huge_pages(cfg.state.huge_pages) {
+            eprintln!("warning: {e}");
+        }
         let rt = match cfg.state.runtime_threads {
             1 => tokio::runtime::Builder::new_current_thread(),
             0 => tokio::runtime::Builder::new_multi_thread(),

@@ -533,6 +533,39 @@ fn the_runtime_runs_on_the_threads_it_is_given() {
     );
 }
 
+/// `xo` turns transparent huge pages off for itself unless
+/// `state.huge_pages` lets the kernel's policy stand (the kernel says which
+/// in the process's status).
+#[test]
+fn xo_turns_huge_pages_off_for_itself_unless_told_not_to() {
+    let thp = |child: &Child| {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("THP_enabled:"))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no THP_enabled in the process's status:\n{status}"))
+    };
+    for (vars, enabled) in [
+        (vec![], "0"),
+        (vec![("XO__STATE__HUGE_PAGES", "true")], "1"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let child = start_up_with(dir.path(), &vars);
+        let seen = thp(&child);
+        let out = interrupt(child);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        // With huge pages allowed, what the process sees is the kernel's
+        // policy: "1" unless the machine turned them off for everyone.
+        let system = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if enabled == "1" && system.contains("[never]") {
+            continue;
+        }
+        assert_eq!(seen, enabled, "{vars:?}");
+    }
+}
+
 /// `xo up --demo --keep`: the console's URL is printed, and after the goal
 /// the fabric and the console stay up (the demo's tasks and units are there
 /// to look at) until ctrl-c, which stops it cleanly. Whole: its bus is

@@ -1,7 +1,8 @@
 //! The process's file-descriptor limit. Every connection, file and socket
 //! takes one; a process out of them refuses operators and runners alike.
 //! `xo` raises its soft limit to the hard one at start (as Go's runtime
-//! does), and bounded listeners size themselves below it.
+//! does), and bounded listeners size themselves below it. And whether the
+//! process's memory may be backed by transparent huge pages.
 
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
@@ -24,6 +25,15 @@ pub fn raise_fd_limit() -> Option<(u64, u64)> {
         Ok(()) => Some((soft, hard)),
         Err(_) => Some((soft, soft)),
     }
+}
+
+/// Lets the kernel back this process's memory with transparent huge pages
+/// (`allow`), or not (`prctl(PR_SET_THP_DISABLE)`, which children
+/// inherit): `state.huge_pages`. What the kernel refused, said.
+pub fn huge_pages(allow: bool) -> Result<(), String> {
+    nix::sys::prctl::set_thp_disable(!allow).map_err(|e| {
+        format!("transparent huge pages could not be turned {} for this process (prctl: {e}); the kernel's policy stays", if allow { "on" } else { "off" })
+    })
 }
 
 /// The connections a listener may hold given `limit` descriptors: at most

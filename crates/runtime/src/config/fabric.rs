@@ -122,6 +122,13 @@ pub struct StateConfig {
     /// wake-up crosses threads: what a supervisor given one core wants,
     /// docs/performance.md); N > 1 gives N.
     pub runtime_threads: usize,
+    /// Whether the kernel may back this process's memory with transparent
+    /// huge pages. Off by default: where the kernel's policy is `always`,
+    /// each first touch of memory the allocator gave back and takes again
+    /// zeroes 2 MiB, and the queue and the radio check ran 5–50% slower
+    /// with them (docs/performance.md §32). `true` leaves the kernel's
+    /// policy as it is.
+    pub huge_pages: bool,
 }
 
 impl Default for StateConfig {
@@ -130,6 +137,7 @@ impl Default for StateConfig {
             dir: PathBuf::from(".xo"),
             stop_grace_ms: 10_000,
             runtime_threads: 0,
+            huge_pages: false,
         }
     }
 }
