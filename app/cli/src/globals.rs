@@ -54,7 +54,10 @@ impl Globals {
             .map_err(|e| (std::process::ExitCode::from(2), format!("error: {e}")))?;
         xo_runtime::limits::raise_fd_limit();
         if let Err(e) = xo_runtime::limits::huge_pages(cfg.state.huge_pages) {
-            eprintln!("warning: {e}");
+            let how = if cfg.state.huge_pages { "on" } else { "off" };
+            eprintln!(
+                "warning: transparent huge pages could not be turned {how} for this process (prctl: {e}); the kernel's policy stays (state.huge_pages)"
+            );
         }
         let rt = match cfg.state.runtime_threads {
             1 => tokio::runtime::Builder::new_current_thread(),

@@ -29,11 +29,9 @@ pub fn raise_fd_limit() -> Option<(u64, u64)> {
 
 /// Lets the kernel back this process's memory with transparent huge pages
 /// (`allow`), or not (`prctl(PR_SET_THP_DISABLE)`, which children
-/// inherit): `state.huge_pages`. What the kernel refused, said.
-pub fn huge_pages(allow: bool) -> Result<(), String> {
-    nix::sys::prctl::set_thp_disable(!allow).map_err(|e| {
-        format!("transparent huge pages could not be turned {} for this process (prctl: {e}); the kernel's policy stays", if allow { "on" } else { "off" })
-    })
+/// inherit): `state.huge_pages`. The error is the kernel's refusal.
+pub fn huge_pages(allow: bool) -> std::io::Result<()> {
+    nix::sys::prctl::set_thp_disable(!allow).map_err(std::io::Error::from)
 }
 
 /// The connections a listener may hold given `limit` descriptors: at most
