@@ -1142,11 +1142,7 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
         !text.contains("\"always\"") && !text.contains("\"batch\"") && !text.contains("NATS"),
         "only what was asked: {text}"
     );
-    let json: serde_json::Value = text
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON line: {text}"));
+    let json = bench_json(&text);
     for clients in [1, 32] {
         let cpu = json[format!("embedded_never_{clients}_cpu_us_per_cycle")]
             .as_f64()
@@ -1165,11 +1161,7 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
         "queue", "--only", "embedded", "--sync", "always", "--tasks", "64", "--json",
     ]);
     assert!(text.contains("of them the audit copy's:"), "{text}");
-    let json: serde_json::Value = text
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON line: {text}"));
+    let json = bench_json(&text);
     for clients in [1, 32] {
         let figure = |what: &str| {
             json[format!("embedded_always_{clients}_audit_copy_{what}")]
@@ -1195,6 +1187,14 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
         err.contains("--sync picks the embedded queue's modes"),
         "{err}"
     );
+}
+
+/// The one JSON line `xo bench … --json` printed.
+fn bench_json(text: &str) -> serde_json::Value {
+    text.lines()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON line: {text}"))
 }
 
 /// `xo bench ARGS` run to success: what it printed.
