@@ -419,8 +419,8 @@ async fn a_withdrawn_claim_gets_no_task_and_the_next_claimant_does() {
 
 /// A claim still waiting when the queue stops is answered (the queue
 /// dropped it: the runner asks again), not left for its caller to time
-/// out: the serve loop's answers still being waited for are answered as
-/// the endpoint stops.
+/// out: the wait for a request's answer outlives the serve loop that read
+/// the request.
 #[tokio::test]
 async fn a_claim_waiting_as_the_queue_stops_is_answered() {
     let mut q = Q::start(&[]).await;

@@ -71,15 +71,13 @@ impl Chains {
         }
     }
 
-    /// The next line of `project`'s chain for a draft, whose states,
-    /// report and exchange are encoded into the line and let go (the draft
-    /// keeps its event and task, to be named if the line cannot be made).
-    /// A draft that cannot be encoded is an error and leaves the chain's
-    /// head where it was.
+    /// The next line of `project`'s chain for a draft, encoded from it as
+    /// it is. A draft that cannot be encoded is an error and leaves the
+    /// chain's head where it was.
     pub fn next(
         &mut self,
         project: &str,
-        d: &mut AuditDraft,
+        d: &AuditDraft,
         now: u64,
     ) -> Result<Vec<u8>, serde_json::Error> {
         let data_dir = &self.data_dir;
@@ -87,8 +85,7 @@ impl Chains {
             let (n, last) = last_line(&file_for(data_dir, project));
             (n, last.map(|l| hash_line(&l)).unwrap_or_default())
         });
-        let report = d.report.take();
-        let exchange = d.exchange.take();
+        let (report, exchange) = (&d.report, &d.exchange);
         let line = serde_json::to_vec(&Line {
             v: xo_proto::PROTOCOL_VERSION,
             seq: head.0 + 1,
@@ -97,15 +94,13 @@ impl Chains {
             at: now,
             state_before: &d.before,
             state_after: &d.after,
-            validation_report: &report,
+            validation_report: report,
             prompt_ref: report.as_ref().and_then(|r| r.prompt_ref.as_ref()),
             response_ref: report.as_ref().and_then(|r| r.response_ref.as_ref()),
             prompt: exchange.as_ref().map(|e| &e.prompt),
             response: exchange.as_ref().map(|e| &e.response),
             prev: &head.1,
         })?;
-        d.before = AuditState::default();
-        d.after = AuditState::default();
         *head = (head.0 + 1, hash_line(&line));
         Ok(line)
     }
@@ -518,9 +513,9 @@ mod tests {
                 exchange: None,
             },
         ];
-        for mut d in drafts {
+        for d in drafts {
             let (before, after) = (d.before.to_value(), d.after.to_value());
-            let line = chains.next("p", &mut d, 1_000).unwrap();
+            let line = chains.next("p", &d, 1_000).unwrap();
             let ev: AuditEvent = serde_json::from_slice(&line).unwrap();
             assert_eq!(
                 serde_json::to_vec(&ev).unwrap(),

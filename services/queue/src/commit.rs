@@ -406,14 +406,14 @@ async fn finish(
     ship: &mpsc::UnboundedSender<Vec<Bytes>>,
 ) {
     let Written {
-        effects: mut batch,
+        effects: batch,
         replies,
         ..
     } = w;
     let now = ctx.clock.now_ms();
     let mut lines: Vec<(String, Vec<u8>)> = Vec::new();
-    for c in &mut batch {
-        for d in &mut c.audit {
+    for c in &batch {
+        for d in &c.audit {
             match chains.next(&c.project, d, now) {
                 Ok(line) => lines.push((c.project.clone(), line)),
                 // The state is stored; its audit line cannot be: said, not hidden.
@@ -540,11 +540,8 @@ mod tests {
     /// Sends one shipment and waits until the shipper has written it.
     async fn ship(ctx: &Ctx, tx: &mpsc::UnboundedSender<Vec<Bytes>>, line: &'static str) {
         tx.send(vec![Bytes::from(line)]).unwrap();
-        let until = copy(ctx);
-        let mut seen = until.await;
-        while !seen.contains(&Bytes::from(line)) {
+        while !copy(ctx).await.contains(&Bytes::from(line)) {
             tokio::task::yield_now().await;
-            seen = copy(ctx).await;
         }
     }
 

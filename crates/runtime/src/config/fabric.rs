@@ -125,7 +125,7 @@ pub struct StateConfig {
     /// Whether the kernel may back this process's memory with transparent
     /// huge pages. Off by default: where the kernel's policy is `always`,
     /// each first touch of memory the allocator gave back and takes again
-    /// zeroes 2 MiB, and the queue and the radio check ran 5–50% slower
+    /// zeroes 2 MiB, and the queue and the radio check ran 5–35% slower
     /// with them (docs/performance.md §32). `true` leaves the kernel's
     /// policy as it is.
     pub huge_pages: bool,
