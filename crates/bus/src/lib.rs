@@ -496,139 +496,25 @@ impl std::fmt::Debug for ServiceRequest {
     }
 }
 
-/// What follows a request's group in its subject: `<verb>` or `<verb>.<unit>`.
-fn tail_of(subject: &str, group_len: usize) -> &str {
-    subject
-        .get(group_len..)
-        .and_then(|t| t.strip_prefix('.'))
-        .unwrap_or(subject.rsplit('.').next().unwrap_or_default())
-}
-
-/// The verb: the subject's token after the group.
-fn verb_of(subject: &str, group_len: usize) -> &str {
-    let t = tail_of(subject, group_len);
-    t.split_once('.').map_or(t, |(verb, _)| verb)
-}
-
-/// The unit of a scoped request (`<group>.<verb>.<unit>`).
-fn scope_of(subject: &str, group_len: usize) -> Option<&str> {
-    tail_of(subject, group_len)
-        .split_once('.')
-        .map(|(_, unit)| unit)
-}
-
-/// A control request as read, apart from what answers it
-/// ([`ServiceRequest::split`]).
-#[derive(Debug)]
-pub struct Asked {
-    /// The request's message (its reply inbox is the [`Answerer`]'s).
-    pub message: Message,
-    group_len: usize,
-}
-
-impl Asked {
-    /// The verb: the subject's token after the group.
-    pub fn verb(&self) -> &str {
-        verb_of(&self.message.subject, self.group_len)
-    }
-
-    /// The unit of a scoped request (`<group>.<verb>.<unit>`).
-    pub fn scope(&self) -> Option<&str> {
-        scope_of(&self.message.subject, self.group_len)
-    }
-}
-
-/// What answers one control request: moved to whoever answers it, while
-/// the request is read elsewhere.
-pub struct Answerer {
-    responder: Responder,
-    /// The inbox the answer goes to (the in-process and socket buses).
-    reply: Option<String>,
-}
-
-impl std::fmt::Debug for Answerer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Answerer")
-            .field("reply", &self.reply)
-            .finish()
-    }
-}
-
-impl Answerer {
-    pub async fn respond(self, headers: Headers, payload: Bytes) -> BusResult<()> {
-        match self.responder {
-            Responder::Bus(bus) => match &self.reply {
-                Some(reply) => bus.publish(reply, headers, payload).await,
-                None => Ok(()),
-            },
-            Responder::Nats(req) => req
-                .respond_with_headers(Ok(payload), nats::to_nats_headers(&headers))
-                .await
-                .map_err(|e| BusError::Nats {
-                    op: "respond".into(),
-                    source: e.into(),
-                }),
-        }
-    }
-
-    /// Sends the answer from where it is made, without waiting: on the
-    /// in-process bus it is delivered here and now; elsewhere it goes out
-    /// from a task of its own (in `span`). A reply that cannot be sent is
-    /// logged (`service` names whose), since the caller has nobody to tell.
-    pub fn answer(
-        self,
-        service: &'static str,
-        headers: Headers,
-        payload: Bytes,
-        span: tracing::Span,
-    ) {
-        if let (Responder::Bus(Bus::Local(bus)), Some(reply)) = (&self.responder, &self.reply) {
-            bus.publish_with_reply(reply, None, headers, payload);
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                service,
-                "control reply not sent: no runtime to send it from"
-            );
-            return;
-        };
-        rt.spawn(tracing::Instrument::instrument(
-            async move {
-                if let Err(e) = self.respond(headers, payload).await {
-                    tracing::warn!(service, error = %e, "control reply could not be sent");
-                }
-            },
-            span,
-        ));
-    }
-}
-
 impl ServiceRequest {
+    /// What follows the group: `<verb>` or `<verb>.<unit>`.
+    fn tail(&self) -> &str {
+        let s = &self.message.subject;
+        s.get(self.group_len..)
+            .and_then(|t| t.strip_prefix('.'))
+            .unwrap_or(s.rsplit('.').next().unwrap_or_default())
+    }
+
     /// The verb: the subject's token after the group.
     pub fn verb(&self) -> &str {
-        verb_of(&self.message.subject, self.group_len)
+        let t = self.tail();
+        t.split_once('.').map_or(t, |(verb, _)| verb)
     }
 
     /// The unit of a scoped request (`<group>.<verb>.<unit>`): the one
     /// whose NATS user was allowed to publish it.
     pub fn scope(&self) -> Option<&str> {
-        scope_of(&self.message.subject, self.group_len)
-    }
-
-    /// The request as read, and what answers it, apart.
-    pub fn split(mut self) -> (Asked, Answerer) {
-        let reply = self.message.reply.take();
-        (
-            Asked {
-                message: self.message,
-                group_len: self.group_len,
-            },
-            Answerer {
-                responder: self.responder,
-                reply,
-            },
-        )
+        self.tail().split_once('.').map(|(_, unit)| unit)
     }
 
     /// Answers with a control reply (`{"ok": …}` or `{"err": …}`); a reply
@@ -645,7 +531,19 @@ impl ServiceRequest {
     }
 
     pub async fn respond(self, headers: Headers, payload: Bytes) -> BusResult<()> {
-        self.split().1.respond(headers, payload).await
+        match self.responder {
+            Responder::Bus(bus) => match &self.message.reply {
+                Some(reply) => bus.publish(reply, headers, payload).await,
+                None => Ok(()),
+            },
+            Responder::Nats(req) => req
+                .respond_with_headers(Ok(payload), nats::to_nats_headers(&headers))
+                .await
+                .map_err(|e| BusError::Nats {
+                    op: "respond".into(),
+                    source: e.into(),
+                }),
+        }
     }
 }
 

@@ -131,10 +131,7 @@ impl FrontState {
         if member == self.shard.me {
             let r = self
                 .root
-                .call(
-                    |port| RootMsg::Api(variant(req, port.into())),
-                    Some(ASK_WITHIN),
-                )
+                .call(|port| RootMsg::Api(variant(req, port)), Some(ASK_WITHIN))
                 .await;
             return call_result("supervisor", ASK_WITHIN, r);
         }
