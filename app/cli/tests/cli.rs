@@ -1185,6 +1185,55 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
 }
 
 /// The one JSON line `xo bench … --json` printed.
+/// Issue 43, item 2: the soak's CPU per report is set beside a baseline
+/// measured in rounds before the soak and again after it (one second of
+/// baseline taken before a soak drifted with the machine by half), and the
+/// bench says both.
+#[test]
+fn the_soaks_baseline_is_measured_before_and_after_it() {
+    let text = bench_runs(&[
+        "radio",
+        "--detector-reports",
+        "2000",
+        "--ingest-reports",
+        "1000",
+        "--rounds",
+        "1",
+        "--latency-samples",
+        "10",
+        "--soak-units",
+        "50",
+        "--soak-secs",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        text.contains("medians of 5 rounds, a fresh check each"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(this run: the median of 10 rounds,")
+            && text.contains("before the soak and")
+            && text.contains("after,"),
+        "{text}"
+    );
+    let json = bench_json(&text);
+    let figure = |k: &str| json[k].as_f64().unwrap_or_else(|| panic!("no {k}: {json}"));
+    let (before, after, all) = (
+        figure("soak_decode_check_us_before"),
+        figure("soak_decode_check_us_after"),
+        figure("soak_decode_check_us"),
+    );
+    assert!(before > 0.0 && after > 0.0, "{json}");
+    // The median of both halves lies between the halves' medians.
+    assert!(
+        before.min(after) <= all && all <= before.max(after),
+        "{before} {after} {all}"
+    );
+    let per_report = figure("soak_cpu_per_report_us");
+    assert!(per_report > 0.0, "{json}");
+}
+
 fn bench_json(text: &str) -> serde_json::Value {
     text.lines()
         .find(|l| l.starts_with('{'))
