@@ -50,13 +50,14 @@ fn tasks(n: usize, tag: &str) -> Vec<Task> {
 
 /// Runs `n` claim + complete cycles with `clients` concurrent clients:
 /// cycles a second, and this process's CPU a cycle in microseconds (the
-/// queue and its clients, every thread; setting up the tasks not counted).
+/// queue and its clients, every thread; setting up the tasks not counted),
+/// all of it and the kernel's part (system calls: the syncs, the wake-ups).
 async fn cycles(
     clients: Vec<Bus>,
     subjects: &xo_proto::Subjects,
     n: usize,
     tag: &str,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<(f64, f64, f64)> {
     let clients: Vec<Client> = clients
         .into_iter()
         .map(|b| Client::new(b, subjects.clone()).with_timeout(T))
@@ -83,7 +84,7 @@ async fn cycles(
         first.call(&Enqueue::new(chunk.to_vec())).await?;
     }
     first.call(&Start::default()).await?;
-    let cpu0 = super::util::process_cpu()?;
+    let cpu0 = super::util::process_cpu_split()?;
     let begun = Instant::now();
     let mut joins = Vec::new();
     for (i, client) in clients.into_iter().enumerate() {
@@ -124,13 +125,14 @@ async fn cycles(
         total += j.await??;
     }
     let took = begun.elapsed();
-    let cpu = super::util::process_cpu()?.saturating_sub(cpu0);
+    let cpu = super::util::process_cpu_split()?.since(cpu0);
     if total != n as u64 {
         anyhow::bail!("{total} of {n} cycles completed");
     }
     Ok((
         n as f64 / took.as_secs_f64(),
-        cpu.as_secs_f64() * 1e6 / n as f64,
+        cpu.total().as_secs_f64() * 1e6 / n as f64,
+        cpu.system.as_secs_f64() * 1e6 / n as f64,
     ))
 }
 
@@ -296,7 +298,8 @@ async fn row(
         Store::Nats(_) => None,
     };
     let before = counts(store);
-    let (rate, cpu_us) = cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
+    let (rate, cpu_us, kernel_us) =
+        cycles(buses, subjects, n, &format!("{label}{clients}-")).await?;
     // Group commit at work: how many writes each fdatasync covered.
     let shared = match (before, counts(store)) {
         (Some((w0, s0, (aw0, as0))), Some((w1, s1, (aw1, as1)))) if s1 > s0 => {
@@ -327,11 +330,15 @@ async fn row(
         String::new()
     };
     println!(
-        "   {clients:>2} clients  {rate:>9.0} cycles/s  ({cpu_us:>5.0} us CPU a cycle)   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}{shared}",
+        "   {clients:>2} clients  {rate:>9.0} cycles/s  ({cpu_us:>5.0} us CPU a cycle, {kernel_us:>4.0} of them in the kernel)   baseline raw KV put+get {raw:>9.0}/s   ratio {:.2}{verdict}{shared}",
         rate / raw
     );
     out.insert(format!("{label}_{clients}_cycles_per_s"), rate.into());
     out.insert(format!("{label}_{clients}_cpu_us_per_cycle"), cpu_us.into());
+    out.insert(
+        format!("{label}_{clients}_kernel_cpu_us_per_cycle"),
+        kernel_us.into(),
+    );
     out.insert(format!("{label}_{clients}_raw_kv_per_s"), raw.into());
     Ok(())
 }

@@ -159,15 +159,40 @@ pub fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(utime + stime)
 }
 
-/// This process's CPU time so far (user and system, every thread), to the
-/// microsecond (`getrusage`: finer than `/proc`'s clock ticks).
-pub fn process_cpu() -> anyhow::Result<Duration> {
+/// This process's CPU time so far (every thread), to the microsecond
+/// (`getrusage`: finer than `/proc`'s clock ticks), the user's and the
+/// kernel's apart.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuSplit {
+    pub user: Duration,
+    pub system: Duration,
+}
+
+impl CpuSplit {
+    /// The CPU spent since `before`, each part.
+    pub fn since(self, before: CpuSplit) -> CpuSplit {
+        CpuSplit {
+            user: self.user.saturating_sub(before.user),
+            system: self.system.saturating_sub(before.system),
+        }
+    }
+
+    pub fn total(self) -> Duration {
+        self.user + self.system
+    }
+}
+
+/// This process's [`CpuSplit`] so far.
+pub fn process_cpu_split() -> anyhow::Result<CpuSplit> {
     use nix::sys::resource::{UsageWho, getrusage};
     let u = getrusage(UsageWho::RUSAGE_SELF)?;
-    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
-    Ok(Duration::from_micros(
-        us(u.user_time()) + us(u.system_time()),
-    ))
+    let d = |t: nix::sys::time::TimeVal| {
+        Duration::from_micros(t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64)
+    };
+    Ok(CpuSplit {
+        user: d(u.user_time()),
+        system: d(u.system_time()),
+    })
 }
 
 pub fn proc_status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {

@@ -1142,11 +1142,17 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
         let cpu = json[format!("embedded_never_{clients}_cpu_us_per_cycle")]
             .as_f64()
             .unwrap_or_else(|| panic!("no CPU figure for {clients} clients: {json}"));
-        // The cycles ran in this process: they cost it some CPU.
+        // The cycles ran in this process: they cost it some CPU, of
+        // which the kernel's part is some (a wake-up at least) and less.
         assert!(cpu > 0.0, "{clients} clients: {json}");
+        let kernel = json[format!("embedded_never_{clients}_kernel_cpu_us_per_cycle")]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no kernel CPU figure for {clients} clients: {json}"));
+        assert!(kernel > 0.0 && kernel <= cpu, "{clients} clients: {json}");
         assert!(json[format!("embedded_never_{clients}_cycles_per_s")].as_f64() > Some(0.0));
     }
-    assert_eq!(text.matches("us CPU a cycle").count(), 2, "{text}");
+    assert_eq!(text.matches("us CPU a cycle, ").count(), 2, "{text}");
+    assert_eq!(text.matches("of them in the kernel").count(), 2, "{text}");
     // With `always`, the syncs are counted, the audit copy's apart: it is
     // written and synced while the cycles run (not only as the queue stops).
     // The first row's first shipment is synced at once (no sync before it);
