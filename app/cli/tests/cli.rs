@@ -1142,13 +1142,14 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
         let cpu = json[format!("embedded_never_{clients}_cpu_us_per_cycle")]
             .as_f64()
             .unwrap_or_else(|| panic!("no CPU figure for {clients} clients: {json}"));
-        // The cycles ran in this process: they cost it some CPU, of
-        // which the kernel's part is some (a wake-up at least) and less.
+        // The cycles ran in this process: they cost it some CPU. The
+        // kernel's part is within it (it may read 0 over so few cycles:
+        // the kernel accounts its time a clock tick at a time).
         assert!(cpu > 0.0, "{clients} clients: {json}");
         let kernel = json[format!("embedded_never_{clients}_kernel_cpu_us_per_cycle")]
             .as_f64()
             .unwrap_or_else(|| panic!("no kernel CPU figure for {clients} clients: {json}"));
-        assert!(kernel > 0.0 && kernel <= cpu, "{clients} clients: {json}");
+        assert!((0.0..=cpu).contains(&kernel), "{clients} clients: {json}");
         assert!(json[format!("embedded_never_{clients}_cycles_per_s")].as_f64() > Some(0.0));
     }
     assert_eq!(text.matches("us CPU a cycle, ").count(), 2, "{text}");
