@@ -84,7 +84,7 @@ async fn cycles(
         first.call(&Enqueue::new(chunk.to_vec())).await?;
     }
     first.call(&Start::default()).await?;
-    let cpu0 = super::util::process_cpu_split()?;
+    let cpu0 = super::util::process_cpu()?;
     let begun = Instant::now();
     let mut joins = Vec::new();
     for (i, client) in clients.into_iter().enumerate() {
@@ -125,7 +125,7 @@ async fn cycles(
         total += j.await??;
     }
     let took = begun.elapsed();
-    let cpu = super::util::process_cpu_split()?.since(cpu0);
+    let cpu = super::util::process_cpu()?.since(cpu0);
     if total != n as u64 {
         anyhow::bail!("{total} of {n} cycles completed");
     }

@@ -29,7 +29,7 @@ use xo_supervisor::SupervisorHandle;
 
 use super::flow::{paced, print_latency, raw_counter, reqreply_latency, steering_latency};
 use super::util::{
-    clock_ticks, median, pct, proc_cpu_ticks, proc_status_kib, start_nats, us, verdict,
+    clock_ticks, max, median, min, pct, proc_cpu_ticks, proc_status_kib, start_nats, us, verdict,
 };
 
 #[derive(Debug, clap::Args)]
@@ -100,7 +100,7 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
     println!(
         "== detector (one core, {} realistic reports, {} bytes each encoded, {} steering decisions; medians of {BASELINE_ROUNDS} rounds, a fresh check each)",
         before.reports,
-        before.size,
+        size,
         before.steering.last().copied().unwrap_or_default()
     );
     println!(
@@ -425,6 +425,8 @@ async fn soak(
     let _ = child.wait();
     // The baseline again, now that the load is gone: one taken only before
     // a minute-long soak rests on a second of a machine whose speed drifts.
+    // (The reports are made again: the first rounds' were let go rather
+    // than held through the soak beside its publisher.)
     let after = unavoidable(cfg, reports, BASELINE_ROUNDS)?;
     // Reports not checked: shed on purpose, missing from their unit's
     // sequence (counted as gaps), or a unit's last ones, which show as a
@@ -720,14 +722,6 @@ fn unavoidable(cfg: &XoConfig, n: u64, rounds: usize) -> anyhow::Result<Unavoida
             .push(encoded.len() as f64 / begun.elapsed().as_secs_f64());
     }
     Ok(u)
-}
-
-fn min(xs: &[f64]) -> f64 {
-    xs.iter().copied().fold(f64::INFINITY, f64::min)
-}
-
-fn max(xs: &[f64]) -> f64 {
-    xs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
 }
 
 #[cfg(test)]

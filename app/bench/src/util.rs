@@ -141,6 +141,16 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
+/// The least of `xs` (infinity for none).
+pub fn min(xs: &[f64]) -> f64 {
+    xs.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// The greatest of `xs` (minus infinity for none).
+pub fn max(xs: &[f64]) -> f64 {
+    xs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
 pub fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -183,7 +193,7 @@ impl CpuSplit {
 }
 
 /// This process's [`CpuSplit`] so far.
-pub fn process_cpu_split() -> anyhow::Result<CpuSplit> {
+pub fn process_cpu() -> anyhow::Result<CpuSplit> {
     use nix::sys::resource::{UsageWho, getrusage};
     let u = getrusage(UsageWho::RUSAGE_SELF)?;
     let d = |t: nix::sys::time::TimeVal| {

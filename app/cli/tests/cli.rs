@@ -1191,7 +1191,6 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
     );
 }
 
-/// The one JSON line `xo bench … --json` printed.
 /// Issue 43, item 2: the soak's CPU per report is set beside a baseline
 /// measured in rounds before the soak and again after it (one second of
 /// baseline taken before a soak drifted with the machine by half), and the
@@ -1241,6 +1240,7 @@ fn the_soaks_baseline_is_measured_before_and_after_it() {
     assert!(per_report > 0.0, "{json}");
 }
 
+/// The one JSON line `xo bench … --json` printed.
 fn bench_json(text: &str) -> serde_json::Value {
     text.lines()
         .find(|l| l.starts_with('{'))
