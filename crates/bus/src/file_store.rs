@@ -6,7 +6,8 @@
 //! A torn last record (a crash mid-write) is cut off with a warning; a bad
 //! record anywhere else is an error naming the file and byte offset, and the
 //! file is left untouched for the operator. Buckets are compacted when dead
-//! records outnumber live ones.
+//! records outnumber live ones, with no lock held and nobody waiting
+//! ([`compact`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::files::{Mode, replace};
 use crate::{Cas, Entry, StoreError, StoreResult, validate_key};
 
+mod compact;
 mod repair;
 mod sync;
 pub use repair::{Repair, Scan, repair_file, scan_file};
@@ -36,12 +38,32 @@ struct KvRecord {
     value: Option<serde_bytes::ByteBuf>,
 }
 
+/// A [`KvRecord`] as written, borrowing its parts (the same bytes: the
+/// fields in the same order, the value as bytes).
+#[derive(Serialize)]
+struct KvRecordRef<'a> {
+    key: &'a str,
+    rev: u64,
+    value: Option<&'a serde_bytes::Bytes>,
+}
+
+impl KvRecordRef<'_> {
+    /// The record, framed.
+    fn framed(&self) -> StoreResult<Vec<u8>> {
+        let body = rmp_serde::to_vec(self).map_err(|e| StoreError::Backend(e.into()))?;
+        Ok(frame(&body))
+    }
+}
+
 struct Bucket {
     path: PathBuf,
     file: File,
     rev: u64,
     live: BTreeMap<String, (u64, Bytes)>,
     records: u64,
+    /// While a compaction writes the new file off the lock: what was
+    /// appended since its snapshot, to follow it ([`compact`]).
+    compacting: Option<compact::Since>,
 }
 
 struct Log {
@@ -300,6 +322,7 @@ impl Bucket {
             rev,
             live,
             records,
+            compacting: None,
         })
     }
 
@@ -322,20 +345,20 @@ impl Bucket {
         let mut rev = self.rev;
         for (key, value) in &items {
             rev += 1;
-            let rec = KvRecord {
-                key: key.clone(),
+            let rec = KvRecordRef {
+                key,
                 rev,
-                value: value
-                    .as_ref()
-                    .map(|v| serde_bytes::ByteBuf::from(v.to_vec())),
+                value: value.as_deref().map(serde_bytes::Bytes::new),
             };
-            let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.into()))?;
-            buf.extend_from_slice(&frame(&body));
+            buf.extend_from_slice(&rec.framed()?);
             revs.push(rev);
         }
         let at = append_whole(&mut self.file, &self.path, &buf)?;
         self.rev = rev;
         self.records += items.len() as u64;
+        if let Some(since) = &mut self.compacting {
+            since.appended(&buf, items.len() as u64);
+        }
         for ((key, value), r) in items.into_iter().zip(&revs) {
             match value {
                 Some(v) => self.live.insert(key, (*r, v)),
@@ -345,27 +368,9 @@ impl Bucket {
         Ok((revs, Appended { at, bytes: buf }))
     }
 
+    /// Dead records outnumber live ones, and no compaction runs.
     fn needs_compaction(&self) -> bool {
-        self.records > 1024 && self.records > 2 * self.live.len() as u64
-    }
-
-    /// Writes the live records to a new file that replaces the old one
-    /// (on disk whole); returns its length.
-    fn compact(&mut self) -> StoreResult<u64> {
-        let mut out = Vec::new();
-        for (key, (rev, v)) in &self.live {
-            let rec = KvRecord {
-                key: key.clone(),
-                rev: *rev,
-                value: Some(serde_bytes::ByteBuf::from(v.to_vec())),
-            };
-            let body = rmp_serde::to_vec(&rec).map_err(|e| StoreError::Backend(e.into()))?;
-            out.extend_from_slice(&frame(&body));
-        }
-        replace(&self.path, &out, Mode::Private).map_err(|e| io_err(&self.path, e))?;
-        self.file = open_append(&self.path)?;
-        self.records = self.live.len() as u64;
-        Ok(out.len() as u64)
+        self.compacting.is_none() && self.records > 1024 && self.records > 2 * self.live.len() as u64
     }
 }
 
@@ -479,11 +484,14 @@ impl FileStore {
             let mut guard = self.state.lock().map_err(|_| StoreError::Poisoned)?;
             guard.touched.clear();
             let res = f(&self.dir, &mut guard);
-            let due: Vec<String> = guard
+            // A compaction's snapshot is taken here, under the lock its
+            // writes are counted under (the records appended after it follow
+            // it into the new file).
+            let due: Vec<compact::Snapshot> = guard
                 .buckets
-                .iter()
+                .iter_mut()
                 .filter(|(_, b)| b.needs_compaction())
-                .map(|(n, _)| n.clone())
+                .map(|(n, b)| b.begin_compaction(n))
                 .collect();
             let touched = std::mem::take(&mut guard.touched);
             if self.sync == SyncMode::Never {
@@ -492,29 +500,7 @@ impl FileStore {
             (res, due, touched)
         };
         if !due.is_empty() {
-            let state = self.state.clone();
-            let compacted = tokio::task::spawn_blocking(move || -> StoreResult<()> {
-                let mut guard = state.lock().map_err(|_| StoreError::Poisoned)?;
-                for name in due {
-                    if let Some(b) = guard.buckets.get_mut(&name)
-                        && b.needs_compaction()
-                    {
-                        let len = b.compact()?;
-                        // The new file is on disk whole, with every write
-                        // made so far; a handle of the old one kept to sync
-                        // would stand for it, and the new file's next
-                        // appends would never be synced.
-                        let path = b.path.clone();
-                        replaced(&mut guard, &path, len);
-                    }
-                }
-                Ok(())
-            })
-            .await
-            .map_err(|e| StoreError::Backend(e.into()))?;
-            if let Err(e) = compacted {
-                tracing::warn!(error = %e, "store compaction failed; will retry");
-            }
+            compact::start(&self.state, due);
         }
         let staged = if self.sync == SyncMode::Always && !touched.is_empty() {
             Staged::written(self.clone(), touched)

@@ -22,29 +22,82 @@ pub enum Mode {
 /// Replaces `path` with `bytes` (see the module). The error names the step
 /// that failed and the path.
 pub fn replace(path: &Path, bytes: &[u8], mode: Mode) -> std::io::Result<()> {
-    let named = |what: &str, e: std::io::Error| {
-        std::io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
-    };
-    let dir = match path.parent() {
+    let mut r = Replacement::begin(path, mode)?;
+    r.write(bytes)?;
+    r.finish()
+}
+
+/// A replacement of a file written in steps (as a store's compaction
+/// writes most of the new file before it takes its lock, and the rest
+/// after): begun in a fresh temporary file beside it, written to, then
+/// flushed and renamed over the file. Dropped unfinished, the temporary
+/// file is removed and the old file stays.
+pub struct Replacement {
+    path: std::path::PathBuf,
+    tmp: tempfile::NamedTempFile,
+}
+
+impl Replacement {
+    /// A fresh temporary file beside `path`, with `mode`'s permissions.
+    pub fn begin(path: &Path, mode: Mode) -> std::io::Result<Self> {
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp")
+            .tempfile_in(folder_of(path))
+            .map_err(|e| named(path, "making a temporary file to replace", e))?;
+        if mode == Mode::Shared {
+            use std::os::unix::fs::PermissionsExt;
+            tmp.as_file()
+                .set_permissions(std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| named(path, "setting the mode of the new", e))?;
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            tmp,
+        })
+    }
+
+    /// Appends `bytes` to the new file.
+    pub fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.tmp
+            .write_all(bytes)
+            .map_err(|e| named(&self.path, "writing the new", e))
+    }
+
+    /// Flushes what is written so far to disk (so that the flush at
+    /// [`Self::finish`] has little left to do).
+    pub fn flush(&self) -> std::io::Result<()> {
+        self.tmp
+            .as_file()
+            .sync_data()
+            .map_err(|e| named(&self.path, "flushing the new", e))
+    }
+
+    /// Flushes the new file, renames it over the old one and flushes the
+    /// folder: the new file is then on disk whole, under the old name.
+    pub fn finish(self) -> std::io::Result<()> {
+        let path = self.path;
+        self.tmp
+            .as_file()
+            .sync_all()
+            .map_err(|e| named(&path, "writing the new", e))?;
+        self.tmp
+            .persist(&path)
+            .map_err(|e| named(&path, "renaming the new file over", e.error))?;
+        sync_dir(folder_of(&path)).map_err(|e| named(&path, "flushing the folder of", e))
+    }
+}
+
+/// The folder a file is in (`.` for a bare name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| named("making a temporary file to replace", e))?;
-    if mode == Mode::Shared {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(|e| named("setting the mode of the new", e))?;
     }
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| named("writing the new", e))?;
-    tmp.persist(path)
-        .map_err(|e| named("renaming the new file over", e.error))?;
-    sync_dir(dir).map_err(|e| named("flushing the folder of", e))
+}
+
+/// An error naming the step that failed and the file.
+fn named(path: &Path, what: &str, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
 
 /// Flushes a folder's entries (a rename in it is then on disk).
