@@ -141,8 +141,9 @@ impl Machine {
     /// after an outage (0: never lost), when renewals could arrive again.
     pub fn expire_leases(&mut self, now: u64, heard_from: u64) -> Changes {
         let stale: Vec<(String, bool)> = self
-            .tasks
-            .values()
+            .running
+            .iter()
+            .filter_map(|id| self.tasks.get(id))
             .filter_map(|t| match (&t.state, &t.lease) {
                 (TaskState::Running, Some(l))
                     if xo_bus::hearing::silent(l.renewed_at, heard_from, now) >= self.lease_ms =>
@@ -181,7 +182,7 @@ impl Machine {
     /// the critical task instead.
     pub fn interrupts(&mut self, now: u64) -> Changes {
         let mut c = Changes::default();
-        if self.status.status != RunStatus::Running || self.running == 0 {
+        if self.status.status != RunStatus::Running || self.running.is_empty() {
             return c;
         }
         // Critical tasks come right after the priority ones in a role's set.

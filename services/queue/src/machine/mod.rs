@@ -193,8 +193,9 @@ pub struct Machine {
     role_seen: BTreeMap<String, u64>,
     /// When this process first saw the queue RUNNING.
     running_since: Option<u64>,
-    /// Running tasks (no stuck check while work is in flight).
-    running: usize,
+    /// The running tasks (no stuck check while work is in flight; lease
+    /// expiry looks at these, not at every task the queue ever held).
+    running: BTreeSet<String>,
     next_seq: u64,
     /// Pending tasks by role, in serving order: claims do not scan the queue.
     ready: BTreeMap<String, BTreeSet<ReadyKey>>,
@@ -270,9 +271,9 @@ impl Machine {
         let Some(r) = self.tasks.get(id) else { return };
         if r.state == TaskState::Running {
             if on {
-                self.running += 1;
+                self.running.insert(id.to_string());
             } else {
-                self.running -= 1;
+                self.running.remove(id);
             }
         }
         if is_open(r.state) {
@@ -453,7 +454,7 @@ impl Machine {
         self.ready.clear();
         self.held.clear();
         self.open = 0;
-        self.running = 0;
+        self.running.clear();
         c.merge(self.status_change(EventName::Init, |s| {
             *s = QueueStatus {
                 status: RunStatus::Halted,

@@ -41,7 +41,7 @@ impl Machine {
     pub(super) fn stuck_reason(&self, now: u64, running_since: u64) -> Option<String> {
         // Work in flight can unblock the rest: nothing to look at (checked
         // before the pending tasks are gathered; this runs every second).
-        if self.running > 0 {
+        if !self.running.is_empty() {
             return None;
         }
         let pending: Vec<&TaskRecord> = self
