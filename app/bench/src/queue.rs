@@ -31,6 +31,20 @@ pub struct QueueArgs {
     /// `never`; repeat for more), as for a profile of one mode.
     #[arg(long = "sync", value_parser = sync_mode)]
     pub sync: Vec<StoreSync>,
+    /// Concurrent clients of a row (repeat for more rows; default 1 and
+    /// 32), as for a profile of one row.
+    #[arg(long = "clients")]
+    pub clients: Vec<usize>,
+}
+
+impl QueueArgs {
+    /// The rows' client counts: those asked for, else 1 and 32.
+    fn rows(&self) -> Vec<usize> {
+        match self.clients.is_empty() {
+            true => vec![1, 32],
+            false => self.clients.clone(),
+        }
+    }
 }
 
 fn sync_mode(s: &str) -> Result<StoreSync, String> {
@@ -163,7 +177,9 @@ pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
     if args.only.as_deref() == Some("nats") && !args.sync.is_empty() {
         anyhow::bail!("--sync picks the embedded queue's modes: drop it, or drop --only nats");
     }
-    let n = args.tasks;
+    if args.clients.contains(&0) {
+        anyhow::bail!("--clients 0: a row needs at least one client");
+    }
     let mut out = serde_json::Map::new();
     // Removed when the bench ends, whichever way it ends.
     let dir = tempfile_dir::Dir::new("queue")?;
@@ -177,7 +193,7 @@ pub async fn run(cfg: &XoConfig, args: QueueArgs) -> anyhow::Result<ExitCode> {
         bench_nats(cfg, &args, &qcfg, &mut out).await?;
     }
     if embedded {
-        bench_embedded(cfg, &tmp, qcfg, n, &args.sync, &mut out).await?;
+        bench_embedded(cfg, &tmp, qcfg, &args, &mut out).await?;
     }
     if args.json {
         println!("{}", serde_json::Value::Object(out));
@@ -227,7 +243,7 @@ async fn bench_nats(
     .await?;
     let subjects = cfg.subjects();
     println!("== queue on NATS ({n} tasks per run; task records and audit in JetStream)");
-    for clients in [1usize, 32] {
+    for clients in args.rows() {
         let mut buses = Vec::new();
         for i in 0..clients {
             buses.push(Bus::Nats(connect(format!("bench-client-{i}")).await?));
@@ -242,10 +258,10 @@ async fn bench_embedded(
     cfg: &XoConfig,
     tmp: &std::path::Path,
     qcfg: XoConfig,
-    n: usize,
-    only: &[StoreSync],
+    args: &QueueArgs,
     out: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
+    let (n, only) = (args.tasks, &args.sync);
     let subjects = cfg.subjects();
     for sync in StoreSync::ALL {
         if !only.is_empty() && !only.contains(&sync) {
@@ -267,7 +283,7 @@ async fn bench_embedded(
         )
         .await?;
         println!("== queue embedded (in-process bus, file store, store.sync = \"{name}\")");
-        for clients in [1usize, 32] {
+        for clients in args.rows() {
             let buses = vec![Bus::Local(local.clone()); clients];
             let label = format!("embedded_{name}");
             row(&label, buses, &fstore, &subjects, n, 20_000.0, out).await?;

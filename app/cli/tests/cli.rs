@@ -1191,6 +1191,45 @@ fn the_queue_bench_runs_one_sync_mode_and_says_its_cpu_a_cycle() {
     );
 }
 
+/// The queue bench runs the rows of the client counts asked for, and only
+/// those (as for a profile of the 32-client row alone).
+#[test]
+fn the_queue_bench_runs_the_rows_asked_for() {
+    let text = bench_runs(&[
+        "queue",
+        "--only",
+        "embedded",
+        "--sync",
+        "never",
+        "--clients",
+        "3",
+        "--tasks",
+        "30",
+        "--json",
+    ]);
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("cycles/s")).collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    assert!(rows[0].trim_start().starts_with("3 clients"), "{text}");
+    let json = bench_json(&text);
+    assert!(
+        json["embedded_never_3_cycles_per_s"].as_f64() > Some(0.0),
+        "{json}"
+    );
+    assert!(
+        json.get("embedded_never_1_cycles_per_s").is_none(),
+        "{json}"
+    );
+    assert!(
+        json.get("embedded_never_32_cycles_per_s").is_none(),
+        "{json}"
+    );
+    let err = bench_fails(&["queue", "--only", "embedded", "--clients", "0"]);
+    assert!(
+        err.contains("--clients 0: a row needs at least one client"),
+        "{err}"
+    );
+}
+
 /// Issue 43, item 2: the soak's CPU per report is set beside a baseline
 /// measured in rounds before the soak and again after it (one second of
 /// baseline taken before a soak drifted with the machine by half), and the

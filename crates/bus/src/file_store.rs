@@ -370,7 +370,9 @@ impl Bucket {
 
     /// Dead records outnumber live ones, and no compaction runs.
     fn needs_compaction(&self) -> bool {
-        self.compacting.is_none() && self.records > 1024 && self.records > 2 * self.live.len() as u64
+        self.compacting.is_none()
+            && self.records > 1024
+            && self.records > 2 * self.live.len() as u64
     }
 }
 

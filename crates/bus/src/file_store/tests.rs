@@ -315,12 +315,18 @@ fn writes_made_while_a_compaction_runs_follow_it_into_the_new_file() {
     // Meanwhile: the store answers writes (none waits for the compaction,
     // and none starts another).
     rt.block_on(async {
-        store.put("b", "k1", Bytes::from("changed"), Cas::Any).await?;
+        store
+            .put("b", "k1", Bytes::from("changed"), Cas::Any)
+            .await?;
         store.delete("b", "k2").await?;
         store.put("b", "fresh", Bytes::from("new"), Cas::Any).await
     })
     .unwrap();
-    assert!(store.state.lock().unwrap().buckets["b"].compacting.is_some());
+    assert!(
+        store.state.lock().unwrap().buckets["b"]
+            .compacting
+            .is_some()
+    );
     compact::finish(&store.state, "b", written).unwrap();
     {
         let g = store.state.lock().unwrap();
@@ -331,7 +337,11 @@ fn writes_made_while_a_compaction_runs_follow_it_into_the_new_file() {
     }
     let after = std::fs::metadata(&path).unwrap().len();
     assert!(after < before / 50, "{after} bytes, from {before}");
-    assert_eq!(kv_dir_names(dir.path()), vec!["b.kv".to_string()], "no temporary file left");
+    assert_eq!(
+        kv_dir_names(dir.path()),
+        vec!["b.kv".to_string()],
+        "no temporary file left"
+    );
     // A write after it lands in the new file, and a restart reads it all.
     rt.block_on(store.put("b", "k3", Bytes::from("later"), Cas::Any))
         .unwrap();
@@ -371,8 +381,12 @@ fn a_failed_compaction_keeps_the_old_file_and_is_tried_again() {
         .unwrap()
         .begin_compaction("b");
     assert!(!store.state.lock().unwrap().buckets["b"].needs_compaction());
-    let err = compact::finish(&store.state, "b", Err(StoreError::Broken("the disk is full")))
-        .unwrap_err();
+    let err = compact::finish(
+        &store.state,
+        "b",
+        Err(StoreError::Broken("the disk is full")),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("the disk is full"), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
     let g = store.state.lock().unwrap();
