@@ -7,7 +7,7 @@
 //! record anywhere else is an error naming the file and byte offset, and the
 //! file is left untouched for the operator. Buckets are compacted when dead
 //! records outnumber live ones, with no lock held and nobody waiting
-//! ([`compact`]).
+//! (`file_store/compact.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};

@@ -283,6 +283,13 @@ fn churned(store: &FileStore) {
     assert!(b.needs_compaction());
 }
 
+/// Begins a compaction of bucket `b` by hand, as a write that finds it
+/// due does.
+fn begun(store: &FileStore) -> compact::Snapshot {
+    let mut g = store.state.lock().unwrap();
+    g.buckets.get_mut("b").unwrap().begin_compaction("b")
+}
+
 fn kv_dir_names(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir.join("kv"))
         .unwrap()
@@ -303,14 +310,7 @@ fn writes_made_while_a_compaction_runs_follow_it_into_the_new_file() {
     churned(&store);
     let path = dir.path().join("kv").join("b.kv");
     let before = std::fs::metadata(&path).unwrap().len();
-    let snap = store
-        .state
-        .lock()
-        .unwrap()
-        .buckets
-        .get_mut("b")
-        .unwrap()
-        .begin_compaction("b");
+    let snap = begun(&store);
     let written = compact::write(&snap);
     // Meanwhile: the store answers writes (none waits for the compaction,
     // and none starts another).
@@ -372,14 +372,7 @@ fn a_failed_compaction_keeps_the_old_file_and_is_tried_again() {
     churned(&store);
     let path = dir.path().join("kv").join("b.kv");
     let before = std::fs::read(&path).unwrap();
-    let _snap = store
-        .state
-        .lock()
-        .unwrap()
-        .buckets
-        .get_mut("b")
-        .unwrap()
-        .begin_compaction("b");
+    let _snap = begun(&store);
     assert!(!store.state.lock().unwrap().buckets["b"].needs_compaction());
     let err = compact::finish(
         &store.state,
