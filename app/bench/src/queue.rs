@@ -31,20 +31,10 @@ pub struct QueueArgs {
     /// `never`; repeat for more), as for a profile of one mode.
     #[arg(long = "sync", value_parser = sync_mode)]
     pub sync: Vec<StoreSync>,
-    /// Concurrent clients of a row (repeat for more rows; default 1 and
-    /// 32), as for a profile of one row.
-    #[arg(long = "clients")]
+    /// Concurrent clients of a row (repeat for more rows), as for a
+    /// profile of one row.
+    #[arg(long = "clients", default_values_t = [1usize, 32])]
     pub clients: Vec<usize>,
-}
-
-impl QueueArgs {
-    /// The rows' client counts: those asked for, else 1 and 32.
-    fn rows(&self) -> Vec<usize> {
-        match self.clients.is_empty() {
-            true => vec![1, 32],
-            false => self.clients.clone(),
-        }
-    }
 }
 
 fn sync_mode(s: &str) -> Result<StoreSync, String> {
@@ -243,7 +233,7 @@ async fn bench_nats(
     .await?;
     let subjects = cfg.subjects();
     println!("== queue on NATS ({n} tasks per run; task records and audit in JetStream)");
-    for clients in args.rows() {
+    for clients in args.clients.iter().copied() {
         let mut buses = Vec::new();
         for i in 0..clients {
             buses.push(Bus::Nats(connect(format!("bench-client-{i}")).await?));
@@ -283,7 +273,7 @@ async fn bench_embedded(
         )
         .await?;
         println!("== queue embedded (in-process bus, file store, store.sync = \"{name}\")");
-        for clients in args.rows() {
+        for clients in args.clients.iter().copied() {
             let buses = vec![Bus::Local(local.clone()); clients];
             let label = format!("embedded_{name}");
             row(&label, buses, &fstore, &subjects, n, 20_000.0, out).await?;

@@ -30,7 +30,8 @@ use sync::{
     Appended, FileSync, dirty_paths, mark_dirty, replaced, sync_file, sync_files, take_dirty,
 };
 
-#[derive(Serialize, Deserialize)]
+/// A record as read (it is written as a [`KvRecordRef`]).
+#[derive(Deserialize)]
 struct KvRecord {
     key: String,
     rev: u64,

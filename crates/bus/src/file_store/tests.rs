@@ -268,7 +268,7 @@ fn after_compaction_the_new_file_is_the_one_synced() {
             return;
         }
     }
-    panic!("the bucket's file was never listed to sync after a write");
+    panic!("the bucket was never compacted, or its new file never listed to sync after a write");
 }
 
 /// Rewrites of ten keys straight into the bucket (no compaction started):
