@@ -130,9 +130,8 @@ pub async fn tap(
         if json {
             let headers: serde_json::Map<String, serde_json::Value> = m
                 .headers
-                .0
                 .iter()
-                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v.to_owned())))
                 .collect();
             let line = serde_json::json!({
                 "subject": m.subject,

@@ -32,6 +32,7 @@ pub mod api;
 pub mod client;
 pub mod file_store;
 pub mod files;
+mod headers;
 pub mod hearing;
 pub mod input;
 pub mod kept;
@@ -50,6 +51,7 @@ use bytes::Bytes;
 
 pub use client::Client;
 pub use file_store::{FileStore, Staged};
+pub use headers::Headers;
 pub use hearing::Hearing;
 pub use local::LocalBus;
 pub use nats::NatsBus;
@@ -212,31 +214,6 @@ macro_rules! bus_error_from {
             }
         }
     };
-}
-
-/// Message headers, in order; names compare case-insensitively.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Headers(pub Vec<(String, String)>);
-
-impl Headers {
-    pub fn new() -> Self {
-        Self(Vec::new())
-    }
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    /// Sets a header, replacing any value it had.
-    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<String>) {
-        let name = name.into();
-        self.0.retain(|(k, _)| !k.eq_ignore_ascii_case(&name));
-        self.0.push((name, value.into()));
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// A message as every transport delivers it.

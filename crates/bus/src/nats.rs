@@ -414,28 +414,20 @@ impl Drop for RunningService {
 
 pub(crate) fn to_nats_headers(h: &Headers) -> HeaderMap {
     let mut m = HeaderMap::new();
-    for (k, v) in &h.0 {
-        m.insert(k.as_str(), v.as_str());
+    for (k, v) in h.iter() {
+        m.append(k, v);
     }
     m
 }
 
 pub(crate) fn from_nats(m: async_nats::Message) -> Message {
-    let mut headers = Headers::new();
-    if let Some(h) = &m.headers {
-        for (k, vs) in h.iter() {
-            let k: &str = k.as_ref();
-            for v in vs {
-                headers.0.push((k.to_owned(), v.as_str().to_owned()));
-            }
-        }
-    }
-    // Copied as strings, not formatted (`to_string` would run the
+    // The header map is kept as the client built it; the subject is
+    // copied as a string, not formatted (`to_string` would run the
     // formatting machinery on every message).
     Message {
         subject: m.subject.as_str().to_owned(),
         reply: m.reply.map(|r| r.as_str().to_owned()),
-        headers,
+        headers: m.headers.map(Headers::from_nats).unwrap_or_default(),
         payload: m.payload,
     }
 }

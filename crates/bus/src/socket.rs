@@ -295,7 +295,7 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
                 let n = bus.publish_with_reply(
                     &subject,
                     reply.as_deref(),
-                    Headers(headers),
+                    Headers::from_pairs(headers),
                     Bytes::from(payload.into_vec()),
                 );
                 if n == 0
@@ -320,7 +320,7 @@ async fn serve_conn(bus: LocalBus, stream: UnixStream, token: Arc<str>) {
                                 sid,
                                 subject: m.subject,
                                 reply: m.reply,
-                                headers: m.headers.0,
+                                headers: m.headers.into_pairs(),
                                 payload: serde_bytes::ByteBuf::from(m.payload.to_vec()),
                             };
                             match tx.try_send(f) {
@@ -452,7 +452,7 @@ fn attach(inner: &Arc<ClientInner>, stream: UnixStream) {
                         let _ = tx.send(Message {
                             subject,
                             reply,
-                            headers: Headers(headers),
+                            headers: Headers::from_pairs(headers),
                             payload: Bytes::from(payload.into_vec()),
                         });
                     }
@@ -567,7 +567,7 @@ impl SocketBus {
         self.send(Frame::Pub {
             subject: subject.to_string(),
             reply: reply.map(str::to_string),
-            headers: headers.0,
+            headers: headers.into_pairs(),
             payload: serde_bytes::ByteBuf::from(payload.to_vec()),
         })
     }

@@ -21,7 +21,7 @@ impl Extractor for HeaderExtractor<'_> {
         self.0.get(key)
     }
     fn keys(&self) -> Vec<&str> {
-        self.0.0.iter().map(|(k, _)| k.as_str()).collect()
+        self.0.iter().map(|(k, _)| k).collect()
     }
 }
 

@@ -1,0 +1,188 @@
+//! Message headers: the pairs a service builds, or the NATS client's own
+//! map of a message read from NATS, kept as it arrived.
+
+/// Message headers, in order; names compare case-insensitively.
+///
+/// A message read from NATS keeps the client's own header map as it
+/// arrived (no copy of each name and value on the report path); one
+/// built here, or changed, is a list of pairs.
+#[derive(Debug, Clone, Default)]
+pub struct Headers(Repr);
+
+#[derive(Debug, Clone)]
+enum Repr {
+    Pairs(Vec<(String, String)>),
+    Nats(async_nats::HeaderMap),
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Self::Pairs(Vec::new())
+    }
+}
+
+impl Headers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Headers of these pairs, in this order.
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> Self {
+        Self(Repr::Pairs(pairs))
+    }
+    /// The NATS client's header map, kept as it is.
+    pub(crate) fn from_nats(map: async_nats::HeaderMap) -> Self {
+        Self(Repr::Nats(map))
+    }
+    pub fn get(&self, name: &str) -> Option<&str> {
+        match &self.0 {
+            Repr::Pairs(p) => p
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str()),
+            // A few names: compared in turn (a lookup by hash would
+            // build a name, and may allocate, for each).
+            Repr::Nats(m) => m
+                .iter()
+                .find(|(k, _)| {
+                    let k: &str = k.as_ref();
+                    k.eq_ignore_ascii_case(name)
+                })
+                .and_then(|(_, vs)| vs.first())
+                .map(|v| v.as_str()),
+        }
+    }
+    /// Sets a header, replacing any value it had.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        let name = name.into();
+        let pairs = self.pairs_mut();
+        pairs.retain(|(k, _)| !k.eq_ignore_ascii_case(&name));
+        pairs.push((name, value.into()));
+    }
+    pub fn is_empty(&self) -> bool {
+        match &self.0 {
+            Repr::Pairs(p) => p.is_empty(),
+            Repr::Nats(m) => m.is_empty(),
+        }
+    }
+    /// Every name and value, in order (a header with several values once
+    /// for each).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        let (pairs, map) = match &self.0 {
+            Repr::Pairs(p) => (Some(p), None),
+            Repr::Nats(m) => (None, Some(m)),
+        };
+        let pairs = pairs
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        let map = map.into_iter().flat_map(|m| m.iter()).flat_map(|(k, vs)| {
+            let k: &str = k.as_ref();
+            vs.iter().map(move |v| (k, v.as_str()))
+        });
+        pairs.chain(map)
+    }
+    /// The pairs, in order, as owned strings.
+    pub fn into_pairs(self) -> Vec<(String, String)> {
+        match self.0 {
+            Repr::Pairs(p) => p,
+            Repr::Nats(_) => self
+                .iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }
+    }
+    fn pairs_mut(&mut self) -> &mut Vec<(String, String)> {
+        if let Repr::Nats(_) = self.0 {
+            let pairs = std::mem::take(self).into_pairs();
+            self.0 = Repr::Pairs(pairs);
+        }
+        match &mut self.0 {
+            Repr::Pairs(p) => p,
+            Repr::Nats(_) => unreachable!("made pairs above"),
+        }
+    }
+}
+
+/// Equal when they hold the same names (in any case) and values: a NATS
+/// map does not keep the order its headers were sent in.
+impl PartialEq for Headers {
+    fn eq(&self, other: &Self) -> bool {
+        fn sorted(h: &Headers) -> Vec<(String, &str)> {
+            let mut v: Vec<(String, &str)> =
+                h.iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
+            v.sort_unstable();
+            v
+        }
+        sorted(self) == sorted(other)
+    }
+}
+
+impl Eq for Headers {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_nats() -> Headers {
+        let mut m = async_nats::HeaderMap::new();
+        m.insert("Content-Type", "application/msgpack");
+        m.append("X-Seen", "one");
+        m.append("X-Seen", "two");
+        Headers::from_nats(m)
+    }
+
+    #[test]
+    fn a_nats_map_is_read_as_the_pairs_it_holds() {
+        let h = from_nats();
+        assert_eq!(h.get("content-type"), Some("application/msgpack"));
+        assert_eq!(h.get("CONTENT-TYPE"), Some("application/msgpack"));
+        assert_eq!(h.get("x-seen"), Some("one"), "the first of several values");
+        assert_eq!(h.get("traceparent"), None);
+        assert!(!h.is_empty());
+        let mut pairs = h.clone().into_pairs();
+        pairs.sort();
+        assert_eq!(
+            pairs,
+            [
+                (
+                    "Content-Type".to_string(),
+                    "application/msgpack".to_string()
+                ),
+                ("X-Seen".to_string(), "one".to_string()),
+                ("X-Seen".to_string(), "two".to_string()),
+            ]
+        );
+        assert_eq!(h.iter().count(), 3, "every value of a name");
+        assert!(Headers::from_nats(async_nats::HeaderMap::new()).is_empty());
+    }
+
+    #[test]
+    fn a_header_set_on_a_nats_map_replaces_its_values_and_keeps_the_rest() {
+        let mut h = from_nats();
+        h.insert("x-seen", "three");
+        assert_eq!(h.get("X-Seen"), Some("three"));
+        assert_eq!(
+            h.iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("x-seen"))
+                .count(),
+            1
+        );
+        assert_eq!(h.get("Content-Type"), Some("application/msgpack"));
+    }
+
+    #[test]
+    fn headers_are_equal_by_what_they_hold_in_any_order_and_case() {
+        let pairs = Headers::from_pairs(vec![
+            ("x-seen".into(), "two".into()),
+            ("content-type".into(), "application/msgpack".into()),
+            ("X-Seen".into(), "one".into()),
+        ]);
+        assert_eq!(from_nats(), pairs);
+        let mut other = from_nats();
+        other.insert("X-Seen", "one");
+        assert_ne!(other, pairs, "a value fewer");
+        // What NATS is given back is what was read.
+        let back = crate::nats::to_nats_headers(&from_nats());
+        assert_eq!(Headers::from_nats(back), from_nats());
+    }
+}
