@@ -47,14 +47,6 @@ impl Inbox {
             self.waiting.fetch_add(1, Ordering::Relaxed);
             return Offer::Send(msg);
         }
-        // A report read from NATS shares the connection's read buffer with
-        // the reports read with it: one kept here (for as long as the
-        // overflow waits, and in no order) would hold all of that buffer.
-        // Its own copy holds its own bytes.
-        let msg = Message {
-            payload: bytes::Bytes::copy_from_slice(&msg.payload),
-            ..msg
-        };
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         let drain = o.is_empty();
         let shed = match o.get_mut(unit) {
