@@ -47,25 +47,40 @@ impl NatsCluster {
 
     /// [`Self::start_with`] with `bin` (the benches' `--nats-server`).
     pub fn start_bin(bin: &str, n: usize, config: Option<std::path::PathBuf>) -> Self {
-        let mut nodes = Vec::new();
-        for i in 0..n {
-            let [port, cluster_port, monitor_port] = free_ports::<3>();
-            nodes.push(Node {
+        let nodes = (0..n)
+            .map(|i| Node {
                 name: format!("n{}", i + 1),
-                port,
-                cluster_port,
-                monitor_port,
+                port: 0,
+                cluster_port: 0,
+                monitor_port: 0,
                 store: tempfile::tempdir().expect("a node's store"),
                 child: None,
-            });
-        }
+            })
+            .collect();
         let mut c = Self {
             nodes,
             config,
             bin: bin.to_string(),
         };
-        for i in 0..n {
-            c.spawn(i);
+        // A free port can be taken between the look and a node's bind
+        // (another test's server, or an outgoing connection of the nodes
+        // already started): the cluster is then started again on other
+        // ports, as a lone server is.
+        for attempt in 1.. {
+            for node in &mut c.nodes {
+                [node.port, node.cluster_port, node.monitor_port] = free_ports::<3>();
+                node.store = tempfile::tempdir().expect("a node's store");
+            }
+            match (0..n).try_for_each(|i| c.spawn(i)) {
+                Ok(()) => break,
+                Err(e) if attempt < 5 => {
+                    eprintln!("the cluster did not start ({e}); other ports");
+                    for i in 0..n {
+                        c.kill(i);
+                    }
+                }
+                Err(e) => panic!("the cluster did not start: {e}"),
+            }
         }
         // Listening is not serving JetStream: the nodes elect the meta
         // leader first, and a stream asked for before that times out (a
@@ -77,7 +92,9 @@ impl NatsCluster {
         c
     }
 
-    fn spawn(&mut self, i: usize) {
+    /// Starts node `i` on its ports and store: `Err` if it exits before it
+    /// listens (a port taken between the look and the bind).
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
         let routes: Vec<String> = self
             .nodes
             .iter()
@@ -108,10 +125,10 @@ impl NatsCluster {
         let mut child = child;
         while TcpStream::connect(("127.0.0.1", n.port)).is_err() {
             if let Some(status) = child.try_wait().expect("the node's state") {
-                panic!(
+                return Err(format!(
                     "{} exited before it listened ({status}): a port taken?",
                     n.name
-                );
+                ));
             }
             assert!(
                 begun.elapsed() < crate::HANG_GUARD,
@@ -121,6 +138,7 @@ impl NatsCluster {
             std::thread::sleep(Duration::from_millis(20));
         }
         n.child = Some(child);
+        Ok(())
     }
 
     /// Every node's client URL, comma-separated (a client tries them all).
@@ -155,7 +173,9 @@ impl NatsCluster {
     /// and catches up timed out: a test failed so once in CI).
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
-        self.spawn(i);
+        if let Err(e) = self.spawn(i) {
+            panic!("{e} (a restarted node keeps its ports: the others route to them)");
+        }
         self.wait_ready(i);
     }
 
