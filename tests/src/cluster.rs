@@ -18,6 +18,21 @@ struct Node {
     child: Option<Child>,
 }
 
+impl Node {
+    /// Node `i` (named `n<i+1>`) on ports free now, with an empty store.
+    fn fresh(i: usize) -> Self {
+        let [port, cluster_port, monitor_port] = free_ports::<3>();
+        Self {
+            name: format!("n{}", i + 1),
+            port,
+            cluster_port,
+            monitor_port,
+            store: tempfile::tempdir().expect("a node's store"),
+            child: None,
+        }
+    }
+}
+
 /// The cluster, killed on drop.
 pub struct NatsCluster {
     nodes: Vec<Node>,
@@ -47,30 +62,17 @@ impl NatsCluster {
 
     /// [`Self::start_with`] with `bin` (the benches' `--nats-server`).
     pub fn start_bin(bin: &str, n: usize, config: Option<std::path::PathBuf>) -> Self {
-        let nodes = (0..n)
-            .map(|i| Node {
-                name: format!("n{}", i + 1),
-                port: 0,
-                cluster_port: 0,
-                monitor_port: 0,
-                store: tempfile::tempdir().expect("a node's store"),
-                child: None,
-            })
-            .collect();
         let mut c = Self {
-            nodes,
+            nodes: Vec::new(),
             config,
             bin: bin.to_string(),
         };
         // A free port can be taken between the look and a node's bind
         // (another test's server, or an outgoing connection of the nodes
         // already started): the cluster is then started again on other
-        // ports, as a lone server is.
+        // ports and fresh stores, as a lone server is.
         for attempt in 1.. {
-            for node in &mut c.nodes {
-                [node.port, node.cluster_port, node.monitor_port] = free_ports::<3>();
-                node.store = tempfile::tempdir().expect("a node's store");
-            }
+            c.nodes = (0..n).map(Node::fresh).collect();
             match (0..n).try_for_each(|i| c.spawn(i)) {
                 Ok(()) => break,
                 Err(e) if attempt < 5 => {

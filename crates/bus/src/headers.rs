@@ -33,30 +33,22 @@ impl Headers {
     pub(crate) fn from_nats(map: async_nats::HeaderMap) -> Self {
         Self(Repr::Nats(map))
     }
+    /// The first value of `name`, in any case. A few names: compared in
+    /// turn (a NATS map's lookup by hash would build a name, and may
+    /// allocate, for each).
     pub fn get(&self, name: &str) -> Option<&str> {
-        match &self.0 {
-            Repr::Pairs(p) => p
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.as_str()),
-            // A few names: compared in turn (a lookup by hash would
-            // build a name, and may allocate, for each).
-            Repr::Nats(m) => m
-                .iter()
-                .find(|(k, _)| {
-                    let k: &str = k.as_ref();
-                    k.eq_ignore_ascii_case(name)
-                })
-                .and_then(|(_, vs)| vs.first())
-                .map(|v| v.as_str()),
-        }
+        self.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
     }
-    /// Sets a header, replacing any value it had.
+    /// Sets a header, replacing any value it had (a NATS map becomes
+    /// pairs first).
     pub fn insert(&mut self, name: impl Into<String>, value: impl Into<String>) {
         let name = name.into();
-        let pairs = self.pairs_mut();
+        let mut pairs = std::mem::take(self).into_pairs();
         pairs.retain(|(k, _)| !k.eq_ignore_ascii_case(&name));
         pairs.push((name, value.into()));
+        self.0 = Repr::Pairs(pairs);
     }
     pub fn is_empty(&self) -> bool {
         match &self.0 {
@@ -89,16 +81,6 @@ impl Headers {
                 .iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
-        }
-    }
-    fn pairs_mut(&mut self) -> &mut Vec<(String, String)> {
-        if let Repr::Nats(_) = self.0 {
-            let pairs = std::mem::take(self).into_pairs();
-            self.0 = Repr::Pairs(pairs);
-        }
-        match &mut self.0 {
-            Repr::Pairs(p) => p,
-            Repr::Nats(_) => unreachable!("made pairs above"),
         }
     }
 }
