@@ -1422,3 +1422,66 @@ async fn under_overload_a_units_latest_report_is_kept_and_the_superseded_counted
         (n, None) => panic!("{n} reports shed and not said"),
     }
 }
+
+/// Issue 43, item 3: the report pump reads on a thread of its own. While
+/// every worker of the supervisor's runtime is busy (here its one worker is
+/// held), reports are still taken off the bus and the overload shed where
+/// the supervisor chooses (the unit's latest report kept, the superseded
+/// counted), not left waiting in the connection until it overflows. With
+/// the pump as a task of that runtime none is read until the worker is
+/// free, and the wait below never ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_report_pump_reads_while_every_worker_is_busy() {
+    let sb =
+        Sandbox::on(xo_tests::sandbox::Sandbox::embedded().with(&[("supervisor.inbox_high", "1")]))
+            .await;
+    // Known first (its route in the pump: no question to the root, whose
+    // actor runs on the worker).
+    sb.send(&report("busy", 1)).await;
+    sb.wait_seq("busy", 1).await;
+    let ctx = sb.sup().ctx.clone();
+    let read_before = ctx
+        .counters
+        .reports
+        .load(std::sync::atomic::Ordering::Relaxed);
+    // The one worker, held until the test lets it go.
+    let (free, held) = std::sync::mpsc::channel::<()>();
+    let (holding, is_held) = std::sync::mpsc::channel::<()>();
+    tokio::spawn(async move {
+        let _ = holding.send(());
+        let _ = held.recv();
+    });
+    is_held.recv().unwrap();
+    const N: u64 = 200;
+    for seq in 2..=N {
+        // The in-process bus delivers as it is called: nothing here waits
+        // for the held worker.
+        sb.send(&report("busy", seq)).await;
+    }
+    xo_tests::eventually_blocking(
+        "the pump read every report while the worker was held",
+        || {
+            ctx.counters
+                .reports
+                .load(std::sync::atomic::Ordering::Relaxed)
+                - read_before
+                == N - 1
+        },
+    );
+    let shed = ctx.counters.shed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        shed > 0,
+        "an overload behind a busy group is shed, each unit's latest kept"
+    );
+    free.send(()).unwrap();
+    let d = sb.wait_seq("busy", N).await;
+    assert_eq!(d.summary.seq, N, "the latest report is the one kept");
+    let st = sb.stats().await;
+    assert_eq!(st.reports, N, "{st:?}");
+    assert_eq!(
+        st.evaluated + st.shed + st.duplicates,
+        N,
+        "every report checked or shed: {st:?}"
+    );
+    assert_eq!(st.missed, 0, "a shed report is not a lost one: {st:?}");
+}

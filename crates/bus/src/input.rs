@@ -92,36 +92,78 @@ where
 /// message); once none waits, the handler is told ([`Handler::caught_up`])
 /// and the signal ends the input.
 pub fn raw<H: Handler<Message>>(
+    sub: Subscription,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    handler: H,
+) -> JoinHandle<()> {
+    tokio::spawn(read(sub, shutdown, handler).in_current_span())
+}
+
+/// [`raw`] on a thread of its own, with a runtime of its own there: the
+/// input keeps taking messages off the connection while every worker of
+/// the process's runtime is busy with what it handed them (the report
+/// pump: behind watcher groups that are all busy it still reads, so an
+/// overload is shed where the supervisor chooses, each unit's latest report
+/// kept, instead of overflowing the connection's buffer at random). The
+/// handle resolves when the input ends. The thread is the input's alone
+/// and is not waited for when the process's runtime is dropped (as a task
+/// of it would not be). If no thread can be made for it, it runs as
+/// [`raw`] does, and says so.
+pub fn raw_on_thread<H: Handler<Message>>(
+    name: &'static str,
+    sub: Subscription,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    handler: H,
+) -> JoinHandle<()> {
+    let input = read(sub, shutdown, handler).instrument(tracing::Span::current());
+    let (done, ended) = tokio::sync::oneshot::channel::<()>();
+    // Shared with the thread: one that cannot be made drops what it was
+    // given, and the input then runs here.
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(input)));
+    let theirs = slot.clone();
+    let made = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            std::thread::Builder::new()
+                .name(format!("xo {name}"))
+                .spawn(move || {
+                    let input = theirs.lock().ok().and_then(|mut s| s.take());
+                    if let Some(input) = input {
+                        rt.block_on(input);
+                    }
+                    let _ = done.send(());
+                })
+                .map_err(|e| e.to_string())
+        });
+    match made {
+        Ok(_) => tokio::spawn(async move {
+            let _ = ended.await;
+        }),
+        Err(e) => {
+            warn!(input = name, error = %e, "no thread of its own for the input: it reads on the process's runtime");
+            let input = slot.lock().ok().and_then(|mut s| s.take());
+            tokio::spawn(async move {
+                if let Some(input) = input {
+                    input.await;
+                }
+            })
+        }
+    }
+}
+
+async fn read<H: Handler<Message>>(
     mut sub: Subscription,
     shutdown: impl Future<Output = ()> + Send + 'static,
     mut handler: H,
-) -> JoinHandle<()> {
-    tokio::spawn(
-        async move {
-            let mut shutdown = std::pin::pin!(shutdown);
-            loop {
-                let msg = match sub.try_next() {
-                    Some(m) => Some(m),
-                    None => {
-                        match std::panic::AssertUnwindSafe(handler.caught_up())
-                            .catch_unwind()
-                            .await
-                        {
-                            Ok(Next::Stop) => break,
-                            Ok(Next::Go) => {}
-                            Err(panic) => caught(std::any::type_name::<H>(), panic.as_ref()),
-                        }
-                        tokio::select! {
-                            biased;
-                            m = sub.next() => m,
-                            _ = &mut shutdown => None,
-                        }
-                    }
-                };
-                let Some(msg) = msg else { break };
-                // No per-message copy for the log (this is the report
-                // pump's path): a panic is named by its handler's type.
-                match std::panic::AssertUnwindSafe(handler.handle(msg))
+) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let msg = match sub.try_next() {
+            Some(m) => Some(m),
+            None => {
+                match std::panic::AssertUnwindSafe(handler.caught_up())
                     .catch_unwind()
                     .await
                 {
@@ -129,10 +171,25 @@ pub fn raw<H: Handler<Message>>(
                     Ok(Next::Go) => {}
                     Err(panic) => caught(std::any::type_name::<H>(), panic.as_ref()),
                 }
+                tokio::select! {
+                    biased;
+                    m = sub.next() => m,
+                    _ = &mut shutdown => None,
+                }
             }
+        };
+        let Some(msg) = msg else { break };
+        // No per-message copy for the log (this is the report
+        // pump's path): a panic is named by its handler's type.
+        match std::panic::AssertUnwindSafe(handler.handle(msg))
+            .catch_unwind()
+            .await
+        {
+            Ok(Next::Stop) => break,
+            Ok(Next::Go) => {}
+            Err(panic) => caught(std::any::type_name::<H>(), panic.as_ref()),
         }
-        .in_current_span(),
-    )
+    }
 }
 
 /// Where [`typed`] sends what does not decode.

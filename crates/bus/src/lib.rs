@@ -225,6 +225,20 @@ pub struct Message {
     pub payload: Bytes,
 }
 
+impl Message {
+    /// The message with a payload of its own. A payload read from NATS is a
+    /// slice of the connection's read buffer, shared with the messages read
+    /// with it: one message kept for long keeps that whole buffer. A
+    /// message to be held (queued behind a busy consumer) is detached
+    /// first, so what is held is what it weighs.
+    pub fn detached(self) -> Self {
+        Self {
+            payload: Bytes::copy_from_slice(&self.payload),
+            ..self
+        }
+    }
+}
+
 /// One bus, three transports.
 #[derive(Debug, Clone)]
 pub enum Bus {

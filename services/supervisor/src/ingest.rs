@@ -71,7 +71,7 @@ pub async fn pump_reports(
         routes: Default::default(),
         gathered: (0..crate::group::GROUPS).map(|_| None).collect(),
     };
-    Ok(input::raw(sub, shutdown, pump))
+    Ok(input::raw_on_thread("report pump", sub, shutdown, pump))
 }
 
 /// Reports gathered for one group before they are handed to it at once.

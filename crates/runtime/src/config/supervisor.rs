@@ -41,6 +41,8 @@ pub struct SupervisorConfig {
     /// past it, a unit's newer report replaces its older one still waiting
     /// (each unit's latest is kept, the superseded ones counted in
     /// `xo_reports_shed_total`) instead of the queue growing without bound.
+    /// Lower steers sooner under overload (less waits ahead of a unit's
+    /// latest report) and sheds more; higher absorbs longer bursts.
     pub inbox_high: u64,
     /// Directories of live agent transcripts the XO's process watches
     /// (`[[supervisor.watch]]`, as `xo watch` does), for containers.
@@ -145,7 +147,7 @@ impl Default for SupervisorConfig {
             volume: String::new(),
             file_poll_ms: 500,
             steering_history: 20,
-            inbox_high: 4096,
+            inbox_high: 512,
             watch: Vec::new(),
             partitions: 1,
             partition_lease_ms: 10_000,
