@@ -1387,16 +1387,7 @@ async fn under_overload_a_units_latest_report_is_kept_and_the_superseded_counted
             .unwrap();
     }
     sb.client.flush().await.unwrap();
-    let d = sb.wait_seq("busy", N).await;
-    assert_eq!(d.summary.seq, N, "the latest report is the one kept");
-    let st = sb.stats().await;
-    assert_eq!(st.reports, N, "{st:?}");
-    assert_eq!(
-        st.evaluated + st.shed + st.duplicates,
-        N,
-        "every report checked or shed: {st:?}"
-    );
-    assert_eq!(st.missed, 0, "a shed report is not a lost one: {st:?}");
+    let st = latest_kept_and_every_report_accounted(&sb, "busy", N).await;
     println!("shed {} of {N} reports", st.shed);
     // Said with the losses (a log line and the reports_lost alert) when
     // any was shed; nothing said when none was.
@@ -1474,14 +1465,25 @@ async fn the_report_pump_reads_while_every_worker_is_busy() {
         "an overload behind a busy group is shed, each unit's latest kept"
     );
     free.send(()).unwrap();
-    let d = sb.wait_seq("busy", N).await;
-    assert_eq!(d.summary.seq, N, "the latest report is the one kept");
+    latest_kept_and_every_report_accounted(&sb, "busy", N).await;
+}
+
+/// `unit` sent reports 1..=`n`: its latest is the one its watcher holds,
+/// and every report was read and then checked or shed, none lost.
+async fn latest_kept_and_every_report_accounted(
+    sb: &Sandbox,
+    unit: &str,
+    n: u64,
+) -> xo_proto::control::StatsReply {
+    let d = sb.wait_seq(unit, n).await;
+    assert_eq!(d.summary.seq, n, "the latest report is the one kept");
     let st = sb.stats().await;
-    assert_eq!(st.reports, N, "{st:?}");
+    assert_eq!(st.reports, n, "{st:?}");
     assert_eq!(
         st.evaluated + st.shed + st.duplicates,
-        N,
+        n,
         "every report checked or shed: {st:?}"
     );
     assert_eq!(st.missed, 0, "a shed report is not a lost one: {st:?}");
+    st
 }
