@@ -45,9 +45,9 @@ impl Inbox {
         // Held either way (in the group's mailbox or the overflow), for as
         // long as the watchers are behind: with its own copy of its bytes,
         // not the connection's read buffer it was cut from, which the
-        // reports read with it share (measured in a 100,000-unit overload
-        // with 4,096 a group: the peak of live heap fell from 1.49 GiB to
-        // 1.00 with the copy).
+        // reports read with it share (docs/performance.md §36: in a
+        // 100,000-unit overload the soak's peak resident memory fell by
+        // about half a gigabyte with the copy).
         let msg = msg.detached();
         if !self.overflowing.load(Ordering::Acquire) && self.waiting.load(Ordering::Relaxed) < high
         {
