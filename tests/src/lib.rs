@@ -230,6 +230,30 @@ impl NatsServer {
         }
     }
 
+    /// Freezes the server (`SIGSTOP`): connections stay open and nothing
+    /// sent on them is read until [`NatsServer::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a [`NatsServer::pause`]d server go on (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("the nats-server is running")
+            .id();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid} (the nats-server) failed");
+    }
+
     /// Starts it again on the same port with the same store.
     pub fn restart(&mut self) {
         self.stop();

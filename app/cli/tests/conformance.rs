@@ -224,7 +224,8 @@ async fn control_service(kind: &str) {
             req.respond(Headers::new(), body).await.unwrap();
         }
     });
-    bus.flush().await.unwrap();
+    // No flush: a served verb answers a second client as soon as `serve`
+    // returns (a fabric says it is up when its services have served).
     for verb in ["a", "b"] {
         let r = client
             .request(
@@ -503,6 +504,53 @@ async fn file_store_cuts_a_torn_tail_and_names_corruption() {
         data,
         "a corrupt file is left untouched"
     );
+}
+
+/// `serve` returns once the server holds the endpoints' subscriptions: with
+/// the server frozen it does not return, and once it goes on, the moment it
+/// returns the monitor lists every verb's subject. (Without the flush it
+/// returned at once, and a caller on another connection told the service
+/// was up could be answered "no responders".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_returns_once_the_server_has_the_endpoints() {
+    let server = NatsServer::start();
+    let bus = Bus::Nats(
+        xo_bus::NatsBus::connect(&server.url(), Default::default())
+            .await
+            .unwrap(),
+    );
+    server.pause();
+    let b = bus.clone();
+    let mut serving = tokio::spawn(async move {
+        b.serve(xo_bus::ServiceSpec {
+            name: "xo-test".into(),
+            version: "0.1.0".into(),
+            description: "conformance".into(),
+            group: "xo.ctl.test".into(),
+            verbs: vec!["a".into()],
+            scoped: vec!["b".into()],
+        })
+        .await
+    });
+    // While the server is frozen nothing it must see can have been seen.
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut serving).await;
+    server.resume();
+    assert!(
+        early.is_err(),
+        "serve returned while the server could not have its subscriptions"
+    );
+    let ep = serving.await.unwrap().unwrap();
+    let subs = server.monitor("/subsz?subs=1");
+    let subjects: Vec<&str> = subs["subscriptions_list"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no subscriptions_list in {subs}"))
+        .iter()
+        .filter_map(|s| s["subject"].as_str())
+        .collect();
+    for want in ["xo.ctl.test.a", "xo.ctl.test.b.*"] {
+        assert!(subjects.contains(&want), "{want} not in {subjects:?}");
+    }
+    drop(ep);
 }
 
 #[tokio::test]

@@ -1468,6 +1468,90 @@ async fn the_report_pump_reads_while_every_worker_is_busy() {
     latest_kept_and_every_report_accounted(&sb, "busy", N).await;
 }
 
+/// Issue 43, item 3, on NATS: the report pump reads on a connection of its
+/// own, made on its thread, so the connection's reading (what takes reports
+/// off the socket) does not wait for the supervisor's runtime either. With
+/// its one worker held, reports published by another process are all read
+/// and the overload shed, the latest kept. With the pump reading the
+/// supervisor's connection, whose reading task is the held runtime's, none
+/// is read until the worker is free, and the wait below never ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn on_nats_the_report_pump_reads_on_a_connection_of_its_own_while_every_worker_is_busy() {
+    let mut sb = Sandbox::start(&[("supervisor.inbox_high", "1")]).await;
+    sb.send(&report("busy", 1)).await;
+    sb.wait_seq("busy", 1).await;
+    // The reports' subscription is the pump connection's, named after it,
+    // and not the supervisor's own.
+    let connz = sb.nats().monitor("/connz?subs=1");
+    let subs_of = |name: &str| -> Vec<String> {
+        let c = connz["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no connection named {name:?}: {connz}"));
+        c["subscriptions_list"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let all = sb.subjects.salute_all();
+    assert_eq!(subs_of("xo-supervisor (report pump)"), vec![all.clone()]);
+    assert!(!subs_of("xo-supervisor").contains(&all));
+    let ctx = sb.sup().ctx.clone();
+    let read = || {
+        ctx.counters
+            .reports
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let read_before = read();
+    let (free, held) = std::sync::mpsc::channel::<()>();
+    let (holding, is_held) = std::sync::mpsc::channel::<()>();
+    tokio::spawn(async move {
+        let _ = holding.send(());
+        let _ = held.recv();
+    });
+    is_held.recv().unwrap();
+    const N: u64 = 200;
+    // Another process: a thread with a runtime of its own (this test's
+    // runtime is the held one).
+    let (url, subjects) = (sb.nats().url(), sb.subjects.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let bus = xo_bus::Bus::Nats(
+                xo_bus::NatsBus::connect(&url, Default::default())
+                    .await
+                    .unwrap(),
+            );
+            for seq in 2..=N {
+                let r = report("busy", seq);
+                typed::publish(&bus, &subjects.salute("busy"), &r, Format::Msgpack)
+                    .await
+                    .unwrap();
+            }
+            bus.flush().await.unwrap();
+        });
+    })
+    .join()
+    .unwrap();
+    xo_tests::eventually_blocking(
+        "the pump read every report while the worker was held",
+        || read() - read_before == N - 1,
+    );
+    let shed = ctx.counters.shed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(shed > 0, "an overload behind a busy group is shed");
+    free.send(()).unwrap();
+    latest_kept_and_every_report_accounted(&sb, "busy", N).await;
+}
+
 /// `unit` sent reports 1..=`n`: its latest is the one its watcher holds,
 /// and every report was read and then checked or shed, none lost.
 async fn latest_kept_and_every_report_accounted(

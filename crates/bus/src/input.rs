@@ -3,7 +3,9 @@
 //! handed on in the order it came.
 //!
 //! - [`raw`]: the messages as they come, to a [`Handler`] (the supervisor's
-//!   report pump, which decodes on the watchers' cores).
+//!   report pump, which decodes on the watchers' cores); [`raw_on_thread`]
+//!   on a thread of its own, [`raw_on_own_connection`] with its connection
+//!   there too.
 //! - [`typed`]: each decoded as a versioned message `T`; one that does not
 //!   decode is dead-lettered (`xo.dlq.<subject>`, the reason in its
 //!   headers) and logged, never dropped silently; the rest go to the
@@ -28,7 +30,7 @@ use tracing::{Instrument, warn};
 use xo_proto::{CodecError, Subjects};
 
 use crate::api::Target;
-use crate::{Bus, Headers, Message, Subscription, typed as codec};
+use crate::{Bus, BusError, BusResult, Headers, Message, Subscription, typed as codec};
 
 static PANICS: AtomicU64 = AtomicU64::new(0);
 
@@ -116,9 +118,85 @@ pub fn raw_on_thread<H: Handler<Message>>(
     handler: H,
 ) -> JoinHandle<()> {
     let input = read(sub, shutdown, handler).instrument(tracing::Span::current());
+    match on_thread(name, input) {
+        Ok(ended) => ended,
+        Err((input, e)) => {
+            warn!(input = name, error = %e, "no thread of its own for the input: it reads on the process's runtime");
+            tokio::spawn(input)
+        }
+    }
+}
+
+/// [`raw_on_thread`] reading `pattern` on a connection of its own, made on
+/// the input's thread ([`Bus::another`]): the connection's reading task
+/// (what takes messages off the socket and parses them) runs there too, not
+/// on the process's runtime, so nothing is lost at the connection while
+/// every worker is busy, and a message does not cross threads before it is
+/// handled. Returns once the subscription is live. Without a connection of
+/// its own (the in-process and socket buses, one that cannot be made: said
+/// in the log) it reads `bus`'s; without a thread, it runs as [`raw`].
+pub async fn raw_on_own_connection<H: Handler<Message>>(
+    name: &'static str,
+    bus: &Bus,
+    pattern: &str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    handler: H,
+) -> BusResult<JoinHandle<()>> {
+    let (ready, subscribed) = tokio::sync::oneshot::channel::<BusResult<()>>();
+    let (bus, pattern) = (bus.clone(), pattern.to_string());
+    let input = async move {
+        let own = match bus.another(name).await {
+            Some(Ok(own)) => Some(own),
+            Some(Err(e)) => {
+                warn!(input = name, error = %e, "no connection of its own for the input: it reads the service's");
+                None
+            }
+            None => None,
+        };
+        let conn = own.as_ref().unwrap_or(&bus);
+        let sub = match conn.subscribe(&pattern).await {
+            Ok(sub) => sub,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        // A round trip: the server has the subscription when this returns
+        // (a message published after it, from any connection, is read).
+        if let Err(e) = conn.flush().await {
+            warn!(input = name, error = %e, "the server did not confirm the input's subscription; it reads what comes");
+        }
+        let _ = ready.send(Ok(()));
+        read(sub, shutdown, handler).await;
+        // The connection closes with the input.
+        drop(own);
+    }
+    .instrument(tracing::Span::current());
+    let ended = match on_thread(name, input) {
+        Ok(ended) => ended,
+        Err((input, e)) => {
+            warn!(input = name, error = %e, "no thread of its own for the input: it reads on the process's runtime");
+            tokio::spawn(input)
+        }
+    };
+    match subscribed.await {
+        Ok(Ok(())) => Ok(ended),
+        Ok(Err(e)) => Err(e),
+        // Ended before it subscribed: only a panic does.
+        Err(_) => Err(BusError::Closed),
+    }
+}
+
+/// Runs `input` on a thread named `xo <name>` with a runtime of its own;
+/// the handle resolves when it ends. If no thread or runtime can be made,
+/// `input` comes back with why.
+fn on_thread<F: Future<Output = ()> + Send + 'static>(
+    name: &'static str,
+    input: F,
+) -> Result<JoinHandle<()>, (F, String)> {
     let (done, ended) = tokio::sync::oneshot::channel::<()>();
     // Shared with the thread: one that cannot be made drops what it was
-    // given, and the input then runs here.
+    // given, and the input comes back from here.
     let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(input)));
     let theirs = slot.clone();
     let made = tokio::runtime::Builder::new_current_thread()
@@ -138,18 +216,16 @@ pub fn raw_on_thread<H: Handler<Message>>(
                 .map_err(|e| e.to_string())
         });
     match made {
-        Ok(_) => tokio::spawn(async move {
+        Ok(_) => Ok(tokio::spawn(async move {
             let _ = ended.await;
-        }),
-        Err(e) => {
-            warn!(input = name, error = %e, "no thread of its own for the input: it reads on the process's runtime");
-            let input = slot.lock().ok().and_then(|mut s| s.take());
-            tokio::spawn(async move {
-                if let Some(input) = input {
-                    input.await;
-                }
-            })
-        }
+        })),
+        Err(e) => match slot.lock().ok().and_then(|mut s| s.take()) {
+            Some(input) => Err((input, e)),
+            // The thread was made and took it: it runs there.
+            None => Ok(tokio::spawn(async move {
+                let _ = ended.await;
+            })),
+        },
     }
 }
 

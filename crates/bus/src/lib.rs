@@ -290,6 +290,17 @@ impl Bus {
         }
     }
 
+    /// A connection of its own for one part of a service (NATS:
+    /// [`NatsBus::another`]); `None` where there is no connection to make
+    /// (the in-process and socket buses, a NATS client made elsewhere):
+    /// the part uses this one.
+    pub async fn another(&self, part: &str) -> Option<BusResult<Bus>> {
+        match self {
+            Bus::Nats(n) => Some(n.another(part).await?.map(Bus::Nats)),
+            _ => None,
+        }
+    }
+
     pub async fn publish(&self, subject: &str, headers: Headers, payload: Bytes) -> BusResult<()> {
         self.publish_with_reply(subject, None, headers, payload)
             .await

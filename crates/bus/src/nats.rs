@@ -11,7 +11,7 @@ use futures::StreamExt;
 
 use crate::{BusError, BusResult, Headers, Message, ServiceEndpoint, ServiceSpec, Subscription};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NatsBus {
     client: async_nats::Client,
     /// Messages lost to this client's own slowness: the client's
@@ -21,10 +21,25 @@ pub struct NatsBus {
     dropped: Arc<AtomicU64>,
     /// Times this client lost its server (each disconnection counted once).
     outages: Arc<AtomicU64>,
+    /// Where and how it connected, for [`NatsBus::another`] (`None`: a
+    /// client made elsewhere, [`NatsBus::from_client`]).
+    again: Option<Arc<(String, ConnectOptions)>>,
+}
+
+/// Shows the client and counters, never how it connected (the options hold
+/// the password).
+impl std::fmt::Debug for NatsBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsBus")
+            .field("client", &self.client)
+            .field("dropped", &self.dropped)
+            .field("outages", &self.outages)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How to connect.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnectOptions {
     /// Client name shown by `nats server report connections`.
     pub name: String,
@@ -129,6 +144,23 @@ pub fn split_credentials(url: &str) -> (String, Option<(String, Option<String>)>
     (shown(&u, schemed), Some(creds))
 }
 
+/// Every option but the password, which shows as `***` when there is one.
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("name", &self.name)
+            .field("retry_initial", &self.retry_initial)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("inbox_prefix", &self.inbox_prefix)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("ping_interval", &self.ping_interval)
+            .field("subscription_capacity", &self.subscription_capacity)
+            .finish()
+    }
+}
+
 impl Default for ConnectOptions {
     fn default() -> Self {
         Self {
@@ -147,6 +179,32 @@ impl Default for ConnectOptions {
 
 impl NatsBus {
     pub async fn connect(url: &str, opts: ConnectOptions) -> BusResult<Self> {
+        Self::connect_counting(url, opts, Arc::default()).await
+    }
+
+    /// A second connection to the same servers, with the same credentials
+    /// and TLS, named `<name> (<part>)`; the messages it drops count in
+    /// this one's [`NatsBus::dropped`]. It is tried once (no retrying while
+    /// the server is away), and its reading task runs on the runtime it is
+    /// made on (an input that reads on a thread of its own makes its
+    /// connection there). `None` for a client made elsewhere.
+    pub async fn another(&self, part: &str) -> Option<BusResult<NatsBus>> {
+        let again = self.again.as_ref()?;
+        let (url, opts) = (&again.0, &again.1);
+        let opts = ConnectOptions {
+            name: format!("{} ({part})", opts.name),
+            retry_initial: false,
+            ..opts.clone()
+        };
+        Some(Self::connect_counting(url, opts, self.dropped.clone()).await)
+    }
+
+    async fn connect_counting(
+        url: &str,
+        opts: ConnectOptions,
+        dropped: Arc<AtomicU64>,
+    ) -> BusResult<Self> {
+        let again = Arc::new((url.to_string(), opts.clone()));
         let mut o = async_nats::ConnectOptions::new()
             .name(&opts.name)
             .connection_timeout(Duration::from_secs(5))
@@ -160,7 +218,6 @@ impl NatsBus {
         if let Some(n) = opts.subscription_capacity {
             o = o.subscription_capacity(n.max(1));
         }
-        let dropped = Arc::new(AtomicU64::new(0));
         let outages = Arc::new(AtomicU64::new(0));
         let (seen, lost) = (dropped.clone(), outages.clone());
         o = o.event_callback(move |e| {
@@ -229,6 +286,7 @@ impl NatsBus {
             client,
             dropped,
             outages,
+            again: Some(again),
         })
     }
 
@@ -237,6 +295,7 @@ impl NatsBus {
             client,
             dropped: Arc::default(),
             outages: Arc::default(),
+            again: None,
         }
     }
 
@@ -381,6 +440,10 @@ impl NatsBus {
                     .map_err(err)?,
             );
         }
+        // The endpoints' subscriptions reach the server before `serve`
+        // returns: a caller on another connection told the service is up
+        // would otherwise be answered "no responders" in the gap.
+        self.flush().await?;
         Ok(ServiceEndpoint::Nats {
             group: spec.group.clone(),
             service: RunningService(Some(Box::new(service))),
@@ -443,6 +506,18 @@ fn nats_err(op: &str, e: impl std::error::Error + Send + Sync + 'static) -> BusE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_options_never_show_their_password() {
+        let o = ConnectOptions {
+            user: Some("alice".into()),
+            password: Some("s3cret-pass".into()),
+            ..Default::default()
+        };
+        let shown = format!("{o:?}");
+        assert!(!shown.contains("s3cret-pass"), "{shown}");
+        assert!(shown.contains("alice") && shown.contains("***"), "{shown}");
+    }
 
     #[test]
     fn credentials_in_urls_are_split_and_hidden() {

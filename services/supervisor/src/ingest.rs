@@ -64,14 +64,25 @@ pub async fn pump_reports(
     sub: Subscription,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> SupervisorResult<JoinHandle<()>> {
-    let pump = ReportPump {
-        ctx: ctx.clone(),
-        root: root.clone(),
-        shared: shared.clone(),
-        routes: Default::default(),
-        gathered: (0..crate::group::GROUPS).map(|_| None).collect(),
-    };
+    let pump = ReportPump::new(ctx, root, shared);
     Ok(input::raw_on_thread("report pump", sub, shutdown, pump))
+}
+
+/// [`pump_reports`] for every unit's reports, on a NATS connection of the
+/// pump's own made on its thread (`xo_bus::input::raw_on_own_connection`,
+/// named `<the supervisor's> (report pump)`): the connection's reading runs
+/// beside the pump, not on the runtime the watchers keep busy, so under
+/// overload nothing is lost at the connection, only shed where the pump
+/// chooses. Returns once the subscription is live.
+pub async fn pump_all_reports(
+    ctx: &Arc<Ctx>,
+    root: &ActorRef<RootMsg>,
+    shared: &Arc<Routes>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> SupervisorResult<JoinHandle<()>> {
+    let pump = ReportPump::new(ctx, root, shared);
+    let pattern = ctx.subjects.salute_all();
+    Ok(input::raw_on_own_connection("report pump", &ctx.bus, &pattern, shutdown, pump).await?)
 }
 
 /// Reports gathered for one group before they are handed to it at once.
@@ -165,6 +176,16 @@ impl input::Handler<Message> for ReportPump {
 }
 
 impl ReportPump {
+    fn new(ctx: &Arc<Ctx>, root: &ActorRef<RootMsg>, shared: &Arc<Routes>) -> Self {
+        ReportPump {
+            ctx: ctx.clone(),
+            root: root.clone(),
+            shared: shared.clone(),
+            routes: Default::default(),
+            gathered: (0..crate::group::GROUPS).map(|_| None).collect(),
+        }
+    }
+
     /// Hands what was gathered for group `i` to it; if the group stopped
     /// (and is being restarted), each report asks the root again, in order.
     async fn hand_over(&mut self, i: usize) -> Next {

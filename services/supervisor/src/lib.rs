@@ -168,10 +168,9 @@ pub async fn start(sctx: ServiceCtx) -> SupervisorResult<SupervisorHandle> {
     let mut front = None;
     match ctx.shard.clone() {
         None => {
-            let reports = ctx.bus.subscribe(&ctx.subjects.salute_all()).await?;
             let beats = ctx.bus.subscribe(&ctx.subjects.heartbeat_all()).await?;
             let signal = running.signal();
-            running.input(ingest::pump_reports(&ctx, &root, &routes, reports, signal).await?);
+            running.input(ingest::pump_all_reports(&ctx, &root, &routes, signal).await?);
             let signal = running.signal();
             running.input(ingest::pump_heartbeats(&ctx, &root, &routes, beats, signal).await?);
             running.input(
