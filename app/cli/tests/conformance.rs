@@ -553,6 +553,100 @@ async fn serve_returns_once_the_server_has_the_endpoints() {
     drop(ep);
 }
 
+/// Counts the messages handled and the times it was told it caught up
+/// before the last of a burst.
+struct Burst {
+    n: usize,
+    seen: usize,
+    caught_up: usize,
+    told_early: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl xo_bus::input::Handler<xo_bus::Message> for Burst {
+    async fn handle(&mut self, _m: xo_bus::Message) -> xo_bus::input::Next {
+        self.seen += 1;
+        if self.seen == self.n {
+            self.told_early
+                .store(self.caught_up, std::sync::atomic::Ordering::SeqCst);
+            if let Some(d) = self.done.take() {
+                let _ = d.send(());
+            }
+        }
+        xo_bus::input::Next::Go
+    }
+
+    async fn caught_up(&mut self) -> xo_bus::input::Next {
+        self.caught_up += 1;
+        xo_bus::input::Next::Go
+    }
+}
+
+/// An input on a thread of its own reads a burst already waiting on NATS
+/// whole before it tells its handler it caught up (the report pump hands
+/// what it gathered over then). Under tokio's cooperative budget a
+/// subscription reports nothing waiting after 128 messages a turn, and a
+/// burst of 1,000 was cut into eight handovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_on_its_thread_reads_a_waiting_burst_whole() {
+    let server = NatsServer::start();
+    let bus = Bus::Nats(
+        xo_bus::NatsBus::connect(&server.url(), Default::default())
+            .await
+            .unwrap(),
+    );
+    let sender = Bus::Nats(
+        xo_bus::NatsBus::connect(&server.url(), Default::default())
+            .await
+            .unwrap(),
+    );
+    let sub = bus.subscribe("burst.>").await.unwrap();
+    bus.flush().await.unwrap();
+    const N: usize = 1000;
+    for i in 0..N {
+        sender
+            .publish(
+                &format!("burst.{i}"),
+                Headers::new(),
+                Bytes::from_static(b"x"),
+            )
+            .await
+            .unwrap();
+    }
+    sender.flush().await.unwrap();
+    // A round trip on the reading connection after the burst: the server
+    // sent the burst first, and the client queued it in order.
+    bus.flush().await.unwrap();
+    let told_early = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+    let (done, all) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let input = xo_bus::input::raw_on_thread(
+        "burst",
+        sub,
+        async move {
+            let _ = stopped.await;
+        },
+        Burst {
+            n: N,
+            seen: 0,
+            caught_up: 0,
+            told_early: told_early.clone(),
+            done: Some(done),
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("the burst was read")
+        .unwrap();
+    assert_eq!(
+        told_early.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "told it caught up before the burst waiting was read"
+    );
+    let _ = stop.send(());
+    input.await.unwrap();
+}
+
 #[tokio::test]
 async fn nats_bus_reconnects_after_a_server_restart() {
     let mut server = NatsServer::start();

@@ -117,7 +117,8 @@ pub fn raw_on_thread<H: Handler<Message>>(
     shutdown: impl Future<Output = ()> + Send + 'static,
     handler: H,
 ) -> JoinHandle<()> {
-    let input = read(sub, shutdown, handler).instrument(tracing::Span::current());
+    let input = tokio::task::unconstrained(read(sub, shutdown, handler))
+        .instrument(tracing::Span::current());
     match on_thread(name, input) {
         Ok(ended) => ended,
         Err((input, e)) => {
@@ -167,7 +168,7 @@ pub async fn raw_on_own_connection<H: Handler<Message>>(
             warn!(input = name, error = %e, "the server did not confirm the input's subscription; it reads what comes");
         }
         let _ = ready.send(Ok(()));
-        read(sub, shutdown, handler).await;
+        tokio::task::unconstrained(read(sub, shutdown, handler)).await;
         // The connection closes with the input.
         drop(own);
     }
@@ -187,7 +188,12 @@ pub async fn raw_on_own_connection<H: Handler<Message>>(
     }
 }
 
-/// Runs `input` on a thread named `xo <name>` with a runtime of its own;
+/// Runs `input` on a thread named `xo <name>` with a runtime of its own
+/// (the inputs above run there unconstrained by tokio's cooperative budget:
+/// on NATS a budget spent makes a waiting message look absent after 128,
+/// so a burst would be cut into handovers of 128, and on the input's own
+/// connection the connection's reading, thousands a turn, would outrun
+/// an input taking 128 a turn until the subscription overflowed);
 /// the handle resolves when it ends. If no thread or runtime can be made,
 /// `input` comes back with why.
 fn on_thread<F: Future<Output = ()> + Send + 'static>(

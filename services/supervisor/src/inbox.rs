@@ -17,6 +17,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use xo_bus::Message;
 use xo_radio::FnvMap;
 
+/// Reports waiting for a group from which the next one sent is copied out
+/// of its read buffer (one kept in the overflow always is). Below it the
+/// group is keeping up (the pump hands a burst over in batches of up to
+/// 128 a group), and at most this many reports a group hold a buffer of
+/// the connection's; reports read together share one.
+pub const COPY_BEHIND: u64 = 128;
+
 /// A report the pump offers a group: sent on, or kept in the overflow.
 #[derive(Debug)]
 pub enum Offer {
@@ -42,18 +49,24 @@ pub struct Inbox {
 impl Inbox {
     /// What to do with `msg`, `unit`'s report, given `high`.
     pub fn offer(&self, unit: &str, msg: Message, high: u64) -> Offer {
-        // Held either way (in the group's mailbox or the overflow), for as
-        // long as the watchers are behind: with its own copy of its bytes,
-        // not the connection's read buffer it was cut from, which the
-        // reports read with it share (docs/performance.md §36: in a
-        // 100,000-unit overload the soak's peak resident memory fell by
-        // about half a gigabyte with the copy).
-        let msg = msg.detached();
-        if !self.overflowing.load(Ordering::Acquire) && self.waiting.load(Ordering::Relaxed) < high
-        {
+        let waiting = self.waiting.load(Ordering::Relaxed);
+        if !self.overflowing.load(Ordering::Acquire) && waiting < high {
             self.waiting.fetch_add(1, Ordering::Relaxed);
+            // Behind a backlog a report is held for as long as the watchers
+            // are behind: with its own copy of its bytes, not the
+            // connection's read buffer it was cut from, which the reports
+            // read with it share (docs/performance.md §36: in a
+            // 100,000-unit overload the soak's peak resident memory fell by
+            // about half a gigabyte with the copy). A group keeping up
+            // handles it at once: no copy (§37).
+            let msg = if waiting >= COPY_BEHIND {
+                msg.detached()
+            } else {
+                msg
+            };
             return Offer::Send(msg);
         }
+        let msg = msg.detached();
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         let drain = o.is_empty();
         let shed = match o.get_mut(unit) {
@@ -174,7 +187,8 @@ mod tests {
     }
 
     /// A report read from NATS is a slice of the connection's read buffer;
-    /// one held in a mailbox or the overflow must not keep that buffer.
+    /// one held behind a backlog, in a mailbox or the overflow, must not
+    /// keep that buffer. One sent to a group that keeps up is not copied.
     #[test]
     fn a_held_report_does_not_keep_the_buffer_it_was_read_into() {
         let inbox = Inbox::default();
@@ -183,17 +197,33 @@ mod tests {
             payload: read.slice(at..at + 100),
             ..report(0)
         };
-        let Offer::Send(sent) = inbox.offer("a", of(0), 1) else {
+        let high = COPY_BEHIND + 1;
+        // A group keeping up: sent as read, the buffer shared.
+        let Offer::Send(first) = inbox.offer("a", of(0), high) else {
             panic!("under the mark a report is sent on");
         };
-        assert!(matches!(inbox.offer("a", of(100), 1), Offer::Kept { .. }));
+        assert!(!read.is_unique(), "not copied while the group keeps up");
+        drop(first);
+        inbox.handled();
+        // A backlog of COPY_BEHIND: the next one sent is a copy, and the
+        // one kept past the mark too.
+        for _ in 0..COPY_BEHIND {
+            inbox.waiting.fetch_add(1, Ordering::Relaxed);
+        }
+        let Offer::Send(sent) = inbox.offer("a", of(100), high) else {
+            panic!("under the mark a report is sent on");
+        };
+        assert!(matches!(
+            inbox.offer("a", of(200), high),
+            Offer::Kept { .. }
+        ));
         assert!(
             read.is_unique(),
-            "neither the sent report nor the kept one holds the read buffer"
+            "neither the report sent behind a backlog nor the kept one holds the read buffer"
         );
-        assert_eq!(sent.payload, read.slice(0..100), "the same bytes");
+        assert_eq!(sent.payload, read.slice(100..200), "the same bytes");
         let kept = inbox.drain();
-        assert_eq!(kept[0].1.payload, read.slice(100..200));
+        assert_eq!(kept[0].1.payload, read.slice(200..300));
     }
 
     #[test]
