@@ -61,6 +61,15 @@ async fn second_client(bus: &Bus, guard: &Guard) -> Bus {
     }
 }
 
+/// A client of `server`, with the default options.
+async fn connect_to(server: &NatsServer) -> Bus {
+    Bus::Nats(
+        xo_bus::NatsBus::connect(&server.url(), Default::default())
+            .await
+            .unwrap(),
+    )
+}
+
 async fn recv(sub: &mut xo_bus::Subscription) -> xo_bus::Message {
     tokio::time::timeout(T, sub.next())
         .await
@@ -514,11 +523,7 @@ async fn file_store_cuts_a_torn_tail_and_names_corruption() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_returns_once_the_server_has_the_endpoints() {
     let server = NatsServer::start();
-    let bus = Bus::Nats(
-        xo_bus::NatsBus::connect(&server.url(), Default::default())
-            .await
-            .unwrap(),
-    );
+    let bus = connect_to(&server).await;
     server.pause();
     let b = bus.clone();
     let mut serving = tokio::spawn(async move {
@@ -590,16 +595,8 @@ impl xo_bus::input::Handler<xo_bus::Message> for Burst {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_input_on_its_thread_reads_a_waiting_burst_whole() {
     let server = NatsServer::start();
-    let bus = Bus::Nats(
-        xo_bus::NatsBus::connect(&server.url(), Default::default())
-            .await
-            .unwrap(),
-    );
-    let sender = Bus::Nats(
-        xo_bus::NatsBus::connect(&server.url(), Default::default())
-            .await
-            .unwrap(),
-    );
+    let bus = connect_to(&server).await;
+    let sender = connect_to(&server).await;
     let sub = bus.subscribe("burst.>").await.unwrap();
     bus.flush().await.unwrap();
     const N: usize = 1000;
@@ -650,11 +647,7 @@ async fn an_input_on_its_thread_reads_a_waiting_burst_whole() {
 #[tokio::test]
 async fn nats_bus_reconnects_after_a_server_restart() {
     let mut server = NatsServer::start();
-    let bus = Bus::Nats(
-        xo_bus::NatsBus::connect(&server.url(), Default::default())
-            .await
-            .unwrap(),
-    );
+    let bus = connect_to(&server).await;
     let mut sub = bus.subscribe("xo.salute.*").await.unwrap();
     bus.flush().await.unwrap();
     server.restart();

@@ -1435,14 +1435,7 @@ async fn the_report_pump_reads_while_every_worker_is_busy() {
         .counters
         .reports
         .load(std::sync::atomic::Ordering::Relaxed);
-    // The one worker, held until the test lets it go.
-    let (free, held) = std::sync::mpsc::channel::<()>();
-    let (holding, is_held) = std::sync::mpsc::channel::<()>();
-    tokio::spawn(async move {
-        let _ = holding.send(());
-        let _ = held.recv();
-    });
-    is_held.recv().unwrap();
+    let free = hold_the_worker();
     const N: u64 = 200;
     for seq in 2..=N {
         // The in-process bus delivers as it is called: nothing here waits
@@ -1509,13 +1502,7 @@ async fn on_nats_the_report_pump_reads_on_a_connection_of_its_own_while_every_wo
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let read_before = read();
-    let (free, held) = std::sync::mpsc::channel::<()>();
-    let (holding, is_held) = std::sync::mpsc::channel::<()>();
-    tokio::spawn(async move {
-        let _ = holding.send(());
-        let _ = held.recv();
-    });
-    is_held.recv().unwrap();
+    let free = hold_the_worker();
     const N: u64 = 200;
     // Another process: a thread with a runtime of its own (this test's
     // runtime is the held one).
@@ -1550,6 +1537,27 @@ async fn on_nats_the_report_pump_reads_on_a_connection_of_its_own_while_every_wo
     assert!(shed > 0, "an overload behind a busy group is shed");
     free.send(()).unwrap();
     latest_kept_and_every_report_accounted(&sb, "busy", N).await;
+    // The pump's connection closes with the supervisor.
+    sb.stop_supervisor().await.unwrap();
+    let nats = sb.nats();
+    xo_tests::eventually_blocking("the pump's connection closed with the supervisor", || {
+        !nats.monitor("/connz")["connections"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["name"] == "xo-supervisor (report pump)"))
+    });
+}
+
+/// Holds the test runtime's one worker until the returned sender sends
+/// (or is dropped); returns once it is held.
+fn hold_the_worker() -> std::sync::mpsc::Sender<()> {
+    let (free, held) = std::sync::mpsc::channel::<()>();
+    let (holding, is_held) = std::sync::mpsc::channel::<()>();
+    tokio::spawn(async move {
+        let _ = holding.send(());
+        let _ = held.recv();
+    });
+    is_held.recv().unwrap();
+    free
 }
 
 /// `unit` sent reports 1..=`n`: its latest is the one its watcher holds,
