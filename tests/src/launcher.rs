@@ -196,9 +196,7 @@ impl Up {
 
     /// Sends `sig` (`INT`, `TERM`, `KILL`, …).
     pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &self.id().to_string()])
-            .status();
+        let _ = crate::signal(self.id(), sig);
     }
 }
 

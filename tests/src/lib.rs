@@ -233,12 +233,12 @@ impl NatsServer {
     /// Freezes the server (`SIGSTOP`): connections stay open and nothing
     /// sent on them is read until [`NatsServer::resume`].
     pub fn pause(&self) {
-        self.signal("-STOP");
+        self.signal("STOP");
     }
 
     /// Lets a [`NatsServer::pause`]d server go on (`SIGCONT`).
     pub fn resume(&self) {
-        self.signal("-CONT");
+        self.signal("CONT");
     }
 
     fn signal(&self, sig: &str) {
@@ -247,11 +247,10 @@ impl NatsServer {
             .as_ref()
             .expect("the nats-server is running")
             .id();
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {pid} (the nats-server) failed");
+        assert!(
+            signal(pid, sig),
+            "kill -{sig} {pid} (the nats-server) failed"
+        );
     }
 
     /// Starts it again on the same port with the same store.
@@ -267,6 +266,15 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Sends signal `sig` (`INT`, `STOP`, …) to process `pid` with `kill`;
+/// whether it was delivered.
+pub fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The body of `GET path` on a nats-server's monitoring port, if it

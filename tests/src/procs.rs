@@ -49,9 +49,7 @@ impl Procs {
         let Some(mut c) = self.children.remove(name) else {
             return;
         };
-        let _ = Command::new("kill")
-            .args(["-INT", &c.id().to_string()])
-            .status();
+        let _ = crate::signal(c.id(), "INT");
         for _ in 0..600 {
             if matches!(c.try_wait(), Ok(Some(_))) {
                 return;

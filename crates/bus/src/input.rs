@@ -119,13 +119,7 @@ pub fn raw_on_thread<H: Handler<Message>>(
 ) -> JoinHandle<()> {
     let input = tokio::task::unconstrained(read(sub, shutdown, handler))
         .instrument(tracing::Span::current());
-    match on_thread(name, input) {
-        Ok(ended) => ended,
-        Err((input, e)) => {
-            warn!(input = name, error = %e, "no thread of its own for the input: it reads on the process's runtime");
-            tokio::spawn(input)
-        }
-    }
+    on_thread(name, input)
 }
 
 /// [`raw_on_thread`] reading `pattern` on a connection of its own, made on
@@ -173,13 +167,7 @@ pub async fn raw_on_own_connection<H: Handler<Message>>(
         drop(own);
     }
     .instrument(tracing::Span::current());
-    let ended = match on_thread(name, input) {
-        Ok(ended) => ended,
-        Err((input, e)) => {
-            warn!(input = name, error = %e, "no thread of its own for the input: it reads on the process's runtime");
-            tokio::spawn(input)
-        }
-    };
+    let ended = on_thread(name, input);
     match subscribed.await {
         Ok(Ok(())) => Ok(ended),
         Ok(Err(e)) => Err(e),
@@ -195,11 +183,11 @@ pub async fn raw_on_own_connection<H: Handler<Message>>(
 /// connection the connection's reading, thousands a turn, would outrun
 /// an input taking 128 a turn until the subscription overflowed);
 /// the handle resolves when it ends. If no thread or runtime can be made,
-/// `input` comes back with why.
+/// it runs as a task of the process's runtime, and says so.
 fn on_thread<F: Future<Output = ()> + Send + 'static>(
     name: &'static str,
     input: F,
-) -> Result<JoinHandle<()>, (F, String)> {
+) -> JoinHandle<()> {
     let (done, ended) = tokio::sync::oneshot::channel::<()>();
     // Shared with the thread: one that cannot be made drops what it was
     // given, and the input comes back from here.
@@ -221,17 +209,19 @@ fn on_thread<F: Future<Output = ()> + Send + 'static>(
                 })
                 .map_err(|e| e.to_string())
         });
-    match made {
-        Ok(_) => Ok(tokio::spawn(async move {
+    let input = match made {
+        Ok(_) => None,
+        // Not made: what it was given comes back from the slot.
+        Err(e) => {
+            warn!(input = name, error = %e, "no thread of its own for the input: it reads on the process's runtime");
+            slot.lock().ok().and_then(|mut s| s.take())
+        }
+    };
+    match input {
+        Some(input) => tokio::spawn(input),
+        None => tokio::spawn(async move {
             let _ = ended.await;
-        })),
-        Err(e) => match slot.lock().ok().and_then(|mut s| s.take()) {
-            Some(input) => Err((input, e)),
-            // The thread was made and took it: it runs there.
-            None => Ok(tokio::spawn(async move {
-                let _ = ended.await;
-            })),
-        },
+        }),
     }
 }
 
