@@ -413,10 +413,20 @@ async fn soak(
     let mut last = stats().await?;
     let settle = Instant::now();
     let accounted = |s: &xo_proto::control::StatsReply| s.evaluated + s.duplicates + s.shed;
+    // The reports still waiting when the load ends are checked after it:
+    // their CPU is counted too, up to the last poll that found more
+    // checked (not the idle wait for reports that never came).
+    let mut settled_cpu = proc_cpu_ticks(pid)?;
     while accounted(&last) < published && settle.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        last = stats().await?;
+        let now = stats().await?;
+        let cpu_now = proc_cpu_ticks(pid)?;
+        if accounted(&now) > accounted(&last) {
+            settled_cpu = cpu_now;
+        }
+        last = now;
     }
+    let settled_cpu = (settled_cpu - cpu0) as f64 / ticks;
     let rss = proc_status_kib(pid, "VmRSS:")?;
     let hwm = proc_status_kib(pid, "VmHWM:")?;
     let _ = Command::new("kill")
@@ -463,7 +473,7 @@ async fn soak(
     );
     // Per report that reached the check: one lost before it is not work
     // the supervisor did (its share of the client's reading is in the CPU).
-    let per_report_us = cpu * 1e6 / accounted(&last).max(1) as f64;
+    let per_report_us = settled_cpu * 1e6 / accounted(&last).max(1) as f64;
     let baseline = cpu_per_report_line(per_report_us, before, &after);
     let (p99, flat) = print_steering_and_flatness(&steer, steer_missed, &minutes);
     println!(
