@@ -61,17 +61,25 @@ impl Format {
     /// The format of a payload: the content type if it names one, else a `{`
     /// first byte means JSON, else MessagePack.
     pub fn detect(payload: &[u8], content_type: Option<&str>) -> Self {
-        match content_type.map(str::trim) {
-            Some(ct) if ct.eq_ignore_ascii_case(JSON) => Self::Json,
-            Some(ct) if ct.eq_ignore_ascii_case(MSGPACK) => Self::Msgpack,
-            _ => {
-                let first = payload.iter().find(|b| !b.is_ascii_whitespace());
-                if first == Some(&b'{') {
-                    Self::Json
-                } else {
-                    Self::Msgpack
-                }
+        Self::named(content_type).unwrap_or_else(|| {
+            let first = payload.iter().find(|b| !b.is_ascii_whitespace());
+            if first == Some(&b'{') {
+                Self::Json
+            } else {
+                Self::Msgpack
             }
+        })
+    }
+
+    /// The format a content type names (in any case, spaces around it
+    /// ignored); `None` for none, or one XO does not read, where
+    /// [`Self::detect`] goes by the payload. Read where the headers are at
+    /// hand, it goes with the payload in their place.
+    pub fn named(content_type: Option<&str>) -> Option<Self> {
+        match content_type.map(str::trim) {
+            Some(ct) if ct.eq_ignore_ascii_case(JSON) => Some(Self::Json),
+            Some(ct) if ct.eq_ignore_ascii_case(MSGPACK) => Some(Self::Msgpack),
+            _ => None,
         }
     }
 }

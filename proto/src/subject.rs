@@ -255,6 +255,13 @@ impl Subjects {
     /// (or `xo.<kind>.<unit>.<partition>`, as a partitioning server
     /// delivers it).
     pub fn unit_of<'a>(&self, subject: &'a str) -> Option<&'a str> {
+        self.unit_span(subject).map(|at| &subject[at])
+    }
+
+    /// Where in `subject` the unit [`Self::unit_of`] names sits: kept
+    /// beside a message, the unit is read again without parsing the
+    /// subject again.
+    pub fn unit_span(&self, subject: &str) -> Option<std::ops::Range<usize>> {
         let rest = subject.strip_prefix(&self.prefix)?.strip_prefix('.')?;
         let (_, rest) = rest.split_once('.')?;
         let unit = match rest.split_once('.') {
@@ -266,7 +273,9 @@ impl Subjects {
                 unit
             }
         };
-        (!unit.is_empty()).then_some(unit)
+        // The unit begins `rest`, which ends the subject.
+        let start = subject.len() - rest.len();
+        (!unit.is_empty()).then_some(start..start + unit.len())
     }
 }
 
@@ -343,6 +352,7 @@ mod tests {
         // As a partitioning server delivers it; anything else after the
         // unit is not a unit's subject.
         assert_eq!(s.unit_of("acme.xo.salute.u1.7"), Some("u1"));
+        assert_eq!(s.unit_span("acme.xo.salute.u1.7"), Some(15..17));
         assert_eq!(s.reports_stream(), "ACME_XO_REPORTS");
         assert_eq!(s.salute_partitioned(), "acme.xo.salute.*.*");
         assert_eq!(s.unit_of("acme.xo.salute.u1.x"), None);

@@ -18,6 +18,7 @@
 
 pub mod baseline;
 pub mod escalate;
+mod key;
 pub mod profile;
 pub mod rules;
 pub mod sample;
@@ -31,6 +32,7 @@ use xo_proto::{
     SteeringSource,
 };
 
+pub use key::UnitKey;
 pub use profile::{AGENT_ROLE, Doctrine, PaceLevel, PacePlan, RoleProfile, Roles};
 pub use rules::Finding;
 

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::warn;
 use xo_bus::{Headers, Message, typed};
+use xo_proto::codec::Format;
 use xo_proto::{CodecError, Heartbeat, Invalid, SaluteReport, Subjects};
 
 use crate::ctx::Ctx;
@@ -33,9 +34,28 @@ pub fn decode_heartbeat(ctx: &Ctx, msg: &Message) -> Result<Heartbeat, CodecErro
     })
 }
 
+/// Decodes a report the pump routed to `unit`'s watcher by its subject
+/// (which it parsed once), in the format its content type named (`None`:
+/// the payload decides): the report's unit must be `unit`.
+pub fn decode_routed(
+    ctx: &Ctx,
+    msg: &Message,
+    format: Option<Format>,
+    unit: &str,
+) -> Result<SaluteReport, CodecError> {
+    let content_type = format.map(Format::content_type);
+    xo_proto::codec::decode::<SaluteReport>(&msg.payload, content_type, ctx.cfg.wire.max_payload)
+        .and_then(|r| same_unit(Some(unit), &r.unit.unit).map(|_| r))
+}
+
 /// A unit may only report for itself: the subject's unit must match.
 fn check_subject_unit(subjects: &Subjects, subject: &str, unit: &str) -> Result<(), CodecError> {
-    match subjects.unit_of(subject) {
+    same_unit(subjects.unit_of(subject), unit)
+}
+
+/// `unit` (a message's) against the unit its subject names, if any.
+fn same_unit(subject_unit: Option<&str>, unit: &str) -> Result<(), CodecError> {
+    match subject_unit {
         Some(u) if u == unit => Ok(()),
         other => Err(CodecError::Invalid {
             ty: "SaluteReport",

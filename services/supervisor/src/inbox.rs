@@ -11,10 +11,12 @@
 //! the group goes into it, so no report sent after it can be handled
 //! before it.
 
+use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use xo_bus::Message;
+use xo_proto::codec::Format;
 use xo_radio::FnvMap;
 
 /// Reports waiting for a group from which the next one sent is copied out
@@ -24,11 +26,50 @@ use xo_radio::FnvMap;
 /// the connection's; reports read together share one.
 pub const COPY_BEHIND: u64 = 128;
 
+/// A report read for a unit, with where its unit sits in its subject: the
+/// pump parses the subject once, and the group and the watcher read the
+/// unit from it without parsing it again or copying it.
+#[derive(Debug)]
+pub struct Routed {
+    pub msg: Message,
+    unit: Range<usize>,
+    /// The format its content type names, read by the pump while the
+    /// headers are at hand (a watcher looking them up again reads them
+    /// cold, on another core).
+    format: Option<Format>,
+}
+
+impl Routed {
+    /// `msg` for the unit at `unit` in its subject (from
+    /// `Subjects::unit_span`); the message back if nothing is there (boxed:
+    /// a message is large, and this is the rare path).
+    pub fn new(msg: Message, unit: Range<usize>) -> Result<Self, Box<Message>> {
+        if msg.subject.get(unit.clone()).is_some_and(|u| !u.is_empty()) {
+            let format = Format::named(msg.headers.get(xo_proto::codec::CONTENT_TYPE));
+            Ok(Self { msg, unit, format })
+        } else {
+            Err(Box::new(msg))
+        }
+    }
+    /// The unit the report was routed for.
+    pub fn unit(&self) -> &str {
+        &self.msg.subject[self.unit.clone()]
+    }
+    /// Where the unit sits in the subject.
+    pub fn span(&self) -> Range<usize> {
+        self.unit.clone()
+    }
+    /// The format its content type names, if one.
+    pub fn format(&self) -> Option<Format> {
+        self.format
+    }
+}
+
 /// A report the pump offers a group: sent on, or kept in the overflow.
 #[derive(Debug)]
 pub enum Offer {
     /// Send it to the group now (counted as waiting).
-    Send(Message),
+    Send(Routed),
     /// Kept in the overflow: `drain` says the group must be told (the
     /// overflow was empty); `shed` that it replaced an older report.
     Kept { drain: bool, shed: bool },
@@ -47,8 +88,8 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// What to do with `msg`, `unit`'s report, given `high`.
-    pub fn offer(&self, unit: &str, msg: Message, high: u64) -> Offer {
+    /// What to do with a unit's report, given `high`.
+    pub fn offer(&self, report: Routed, high: u64) -> Offer {
         let waiting = self.waiting.load(Ordering::Relaxed);
         if !self.overflowing.load(Ordering::Acquire) && waiting < high {
             self.waiting.fetch_add(1, Ordering::Relaxed);
@@ -59,24 +100,26 @@ impl Inbox {
             // 100,000-unit overload the soak's peak resident memory fell by
             // about half a gigabyte with the copy). A group keeping up
             // handles it at once: no copy (§37).
-            let msg = if waiting >= COPY_BEHIND {
-                msg.detached()
+            return Offer::Send(if waiting >= COPY_BEHIND {
+                Routed {
+                    msg: report.msg.detached(),
+                    ..report
+                }
             } else {
-                msg
-            };
-            return Offer::Send(msg);
+                report
+            });
         }
-        let msg = msg.detached();
+        let unit = report.unit();
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         let drain = o.is_empty();
         let shed = match o.get_mut(unit) {
             Some((kept, superseded)) => {
-                *kept = msg;
+                *kept = report.msg.detached();
                 *superseded += 1;
                 true
             }
             None => {
-                o.insert(unit.to_string(), (msg, 0));
+                o.insert(unit.to_string(), (report.msg.detached(), 0));
                 false
             }
         };
@@ -126,38 +169,70 @@ impl Inbox {
 mod tests {
     use super::*;
 
-    fn report(seq: u64) -> Message {
-        Message {
-            subject: "xo.salute.u".into(),
+    /// `unit`'s report `seq`, as the pump routes it.
+    fn report(unit: &str, seq: u64) -> Routed {
+        let msg = Message {
+            subject: format!("xo.salute.{unit}"),
             reply: None,
             headers: Default::default(),
             payload: bytes::Bytes::from(seq.to_string()),
+        };
+        let at = xo_proto::Subjects::new("xo").unit_span(&msg.subject);
+        Routed::new(msg, at.expect("a unit's subject")).expect("a unit")
+    }
+
+    #[test]
+    fn a_routed_report_reads_its_unit_from_its_subject() {
+        let r = report("unit-7", 1);
+        assert_eq!(r.unit(), "unit-7");
+        assert_eq!(r.span(), 10..16);
+        // A place with no unit in it is refused, not read past its end.
+        let m = r.msg;
+        let back = Routed::new(m.clone(), 10..40).expect_err("past the subject's end");
+        assert_eq!(back.subject, m.subject, "the message is handed back");
+        assert!(Routed::new(m.clone(), 10..10).is_err());
+        // The format its content type names is read with it; none, or one
+        // XO does not read, leaves it to the payload.
+        assert_eq!(r_format(&m, None), None);
+        assert_eq!(
+            r_format(&m, Some(" Application/MsgPack ")),
+            Some(Format::Msgpack)
+        );
+        assert_eq!(r_format(&m, Some("application/json")), Some(Format::Json));
+        assert_eq!(r_format(&m, Some("text/plain")), None);
+    }
+
+    fn r_format(m: &Message, content_type: Option<&str>) -> Option<Format> {
+        let mut m = m.clone();
+        if let Some(ct) = content_type {
+            m.headers.insert(xo_proto::codec::CONTENT_TYPE, ct);
         }
+        Routed::new(m, 10..16).expect("a unit").format()
     }
 
     #[test]
     fn past_the_mark_a_units_latest_report_replaces_its_older_one() {
         let inbox = Inbox::default();
         // Under the mark: sent on.
-        assert!(matches!(inbox.offer("a", report(1), 2), Offer::Send(_)));
-        assert!(matches!(inbox.offer("a", report(2), 2), Offer::Send(_)));
+        assert!(matches!(inbox.offer(report("a", 1), 2), Offer::Send(_)));
+        assert!(matches!(inbox.offer(report("a", 2), 2), Offer::Send(_)));
         // At the mark: kept; the first keeps tell the group once.
         assert!(matches!(
-            inbox.offer("a", report(3), 2),
+            inbox.offer(report("a", 3), 2),
             Offer::Kept {
                 drain: true,
                 shed: false
             }
         ));
         assert!(matches!(
-            inbox.offer("b", report(1), 2),
+            inbox.offer(report("b", 1), 2),
             Offer::Kept {
                 drain: false,
                 shed: false
             }
         ));
         assert!(matches!(
-            inbox.offer("a", report(4), 2),
+            inbox.offer(report("a", 4), 2),
             Offer::Kept {
                 drain: false,
                 shed: true
@@ -168,7 +243,7 @@ mod tests {
         inbox.handled();
         inbox.handled();
         assert!(matches!(
-            inbox.offer("a", report(5), 2),
+            inbox.offer(report("a", 5), 2),
             Offer::Kept { shed: true, .. }
         ));
         let mut d = inbox.drain();
@@ -182,7 +257,7 @@ mod tests {
             [("a".into(), "5".into(), 2), ("b".into(), "1".into(), 0)]
         );
         // Drained: sent on again.
-        assert!(matches!(inbox.offer("a", report(6), 2), Offer::Send(_)));
+        assert!(matches!(inbox.offer(report("a", 6), 2), Offer::Send(_)));
         assert_eq!(inbox.waiting(), 1);
     }
 
@@ -193,13 +268,14 @@ mod tests {
     fn a_held_report_does_not_keep_the_buffer_it_was_read_into() {
         let inbox = Inbox::default();
         let read = bytes::Bytes::from(vec![7u8; 64 * 1024]);
-        let of = |at: usize| Message {
-            payload: read.slice(at..at + 100),
-            ..report(0)
+        let of = |unit: &str, at: usize| {
+            let mut r = report(unit, 0);
+            r.msg.payload = read.slice(at..at + 100);
+            r
         };
         let high = COPY_BEHIND + 1;
         // A group keeping up: sent as read, the buffer shared.
-        let Offer::Send(first) = inbox.offer("a", of(0), high) else {
+        let Offer::Send(first) = inbox.offer(of("a", 0), high) else {
             panic!("under the mark a report is sent on");
         };
         assert!(!read.is_unique(), "not copied while the group keeps up");
@@ -210,18 +286,18 @@ mod tests {
         for _ in 0..COPY_BEHIND {
             inbox.waiting.fetch_add(1, Ordering::Relaxed);
         }
-        let Offer::Send(sent) = inbox.offer("a", of(100), high) else {
+        let Offer::Send(sent) = inbox.offer(of("a", 100), high) else {
             panic!("under the mark a report is sent on");
         };
         assert!(matches!(
-            inbox.offer("a", of(200), high),
+            inbox.offer(of("a", 200), high),
             Offer::Kept { .. }
         ));
         assert!(
             read.is_unique(),
             "neither the report sent behind a backlog nor the kept one holds the read buffer"
         );
-        assert_eq!(sent.payload, read.slice(100..200), "the same bytes");
+        assert_eq!(sent.msg.payload, read.slice(100..200), "the same bytes");
         let kept = inbox.drain();
         assert_eq!(kept[0].1.payload, read.slice(200..300));
     }
@@ -229,11 +305,11 @@ mod tests {
     #[test]
     fn a_restarted_group_starts_from_nothing_waiting_and_drains_what_is_kept() {
         let inbox = Inbox::default();
-        assert!(matches!(inbox.offer("a", report(1), 1), Offer::Send(_)));
-        assert!(matches!(inbox.offer("a", report(2), 1), Offer::Kept { .. }));
+        assert!(matches!(inbox.offer(report("a", 1), 1), Offer::Send(_)));
+        assert!(matches!(inbox.offer(report("a", 2), 1), Offer::Kept { .. }));
         assert!(inbox.restarted(), "the overflow needs a drain");
         assert_eq!(inbox.drain().len(), 1);
         assert!(!inbox.restarted());
-        assert!(matches!(inbox.offer("a", report(3), 1), Offer::Send(_)));
+        assert!(matches!(inbox.offer(report("a", 3), 1), Offer::Send(_)));
     }
 }

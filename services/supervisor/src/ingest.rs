@@ -21,13 +21,13 @@ use xo_bus::input::{self, Next};
 use xo_bus::{Headers, Message, Subscription, typed};
 use xo_proto::settings::{GetSettings, SettingsChanged};
 use xo_proto::{CodecError, SaluteReport};
-use xo_radio::FnvMap;
+use xo_radio::{FnvMap, UnitKey};
 
 use crate::SupervisorResult;
 use crate::ctx::Ctx;
 use crate::decode;
 use crate::group::GroupMsg;
-use crate::inbox::Offer;
+use crate::inbox::{Offer, Routed};
 use crate::root::{RootMsg, Routes};
 use crate::watcher::WatcherMsg;
 
@@ -93,35 +93,66 @@ struct ReportPump {
     ctx: Arc<Ctx>,
     root: ActorRef<RootMsg>,
     shared: Arc<Routes>,
-    routes: FnvMap<String, ActorRef<GroupMsg>>,
+    /// Keyed in place (`UnitKey`, as the groups' units).
+    routes: FnvMap<UnitKey, ActorRef<GroupMsg>>,
     /// Per watcher group, the reports read for it and not yet handed
     /// over, and the group they go to: handed over when the subscription
     /// has none waiting, at [`GATHER`], or before anything else is sent to
     /// the group (so a unit's reports keep their order).
     gathered: Vec<Option<Gathered>>,
+    /// Reports of units with no route yet, decoded, in the order they
+    /// came: the root is asked for all their watchers at once
+    /// ([`ReportPump::welcome`]) when the subscription has none waiting, at
+    /// [`GATHER`] of them, or when a group's batch is handed over at
+    /// [`GATHER`], not once for each (100,000 units starting together
+    /// were 100,000 round trips through the root, and the pump read
+    /// nothing meanwhile).
+    newcomers: Vec<Newcomer>,
 }
 
-/// The group reports go to, and the reports gathered for it: (unit, report).
-type Gathered = (ActorRef<GroupMsg>, Vec<(String, Message)>);
+/// The group reports go to, and the reports gathered for it.
+type Gathered = (ActorRef<GroupMsg>, Vec<Routed>);
+
+/// A report of a unit the pump has no route for: decoded, with what came
+/// with it.
+type Newcomer = (Box<SaluteReport>, Headers, bytes::Bytes);
 
 impl input::Handler<Message> for ReportPump {
     async fn handle(&mut self, msg: Message) -> Next {
         self.ctx.counters.reports.fetch_add(1, Ordering::Relaxed);
-        let route = self
-            .ctx
-            .subjects
-            .unit_of(&msg.subject)
-            .and_then(|unit| Some((unit, route_to(&self.shared, &mut self.routes, unit)?)));
-        let Some((unit, g)) = route else {
-            return self.first(msg).await;
+        // The subject is parsed here, once: the group and the watcher read
+        // the unit from where it was found.
+        let report = match self.ctx.subjects.unit_span(&msg.subject) {
+            Some(at) => match Routed::new(msg, at) {
+                Ok(r) => r,
+                Err(msg) => return self.first(*msg).await,
+            },
+            None => return self.first(msg).await,
         };
-        let unit = unit.to_owned();
+        let g = match self.routes.get(report.unit()) {
+            Some(g) => g.clone(),
+            None => match self.shared.get(report.unit()) {
+                // One the root published (a watcher restored from the
+                // store, or spawned for a heartbeat or a file report),
+                // safe to take over: no report of the unit is queued at
+                // the root, the pump never sends reports through it. Its
+                // reports waiting to be welcomed go first.
+                Some(g) => {
+                    if self.welcome().await == Next::Stop {
+                        return Next::Stop;
+                    }
+                    self.routes.insert(report.unit().into(), g.clone());
+                    g
+                }
+                None => return self.first(report.msg).await,
+            },
+        };
         // Past `supervisor.inbox_high` waiting for the group, the unit's
         // latest report is kept, not queued (crate::inbox).
-        let i = crate::group::group_of(&unit);
+        let i = crate::group::group_of(report.unit());
         let high = self.ctx.cfg.supervisor.inbox_high;
-        match self.ctx.inboxes[i].offer(&unit, msg, high) {
-            Offer::Send(msg) => {
+        match self.ctx.inboxes[i].offer(report, high) {
+            Offer::Send(report) => {
                 let moved = matches!(&self.gathered[i], Some((to, _)) if to.get_id() != g.get_id());
                 if moved {
                     // The group was started again: what was gathered for
@@ -132,17 +163,22 @@ impl input::Handler<Message> for ReportPump {
                 }
                 let (_, reports) = match &mut self.gathered[i] {
                     Some(slot) => slot,
-                    slot @ None => match self.routes.get(&unit) {
+                    slot @ None => match self.routes.get(report.unit()) {
                         Some(g) => slot.insert((g.clone(), Vec::new())),
                         // Its route went handing over: ask the root.
                         None => {
                             self.ctx.inboxes[i].handled();
-                            return self.first(msg).await;
+                            return self.first(report.msg).await;
                         }
                     },
                 };
-                reports.push((unit, msg));
+                reports.push(report);
                 if reports.len() >= GATHER {
+                    // New units wait no longer than a group's batch does,
+                    // even while the subscription never runs dry.
+                    if self.welcome().await == Next::Stop {
+                        return Next::Stop;
+                    }
                     return self.hand_over(i).await;
                 }
                 Next::Go
@@ -170,7 +206,9 @@ impl input::Handler<Message> for ReportPump {
                 return Next::Stop;
             }
         }
-        Next::Go
+        // Last: a handover to a group that stopped leaves its reports
+        // here, to ask the root again.
+        self.welcome().await
     }
 }
 
@@ -182,6 +220,7 @@ impl ReportPump {
             shared: shared.clone(),
             routes: Default::default(),
             gathered: (0..crate::group::GROUPS).map(|_| None).collect(),
+            newcomers: Vec::new(),
         }
     }
 
@@ -201,10 +240,10 @@ impl ReportPump {
         };
         let ctx = self.ctx.clone();
         let inbox = &ctx.inboxes[i];
-        for (unit, msg) in reports {
+        for r in reports {
             inbox.handled();
-            self.routes.remove(&unit);
-            if self.first(msg).await == Next::Stop {
+            self.routes.remove(r.unit());
+            if self.first(r.msg).await == Next::Stop {
                 return Next::Stop;
             }
         }
@@ -214,7 +253,8 @@ impl ReportPump {
     /// A unit's first report (or a subject without a unit, which fails
     /// here: the report's unit must be the subject's), or one whose group
     /// stopped: decoded here, so malformed messages never spawn a watcher,
-    /// and the root asked for its watcher.
+    /// and kept for [`Self::welcome`] (the unit's later reports too, until
+    /// it has a route: they keep their order).
     async fn first(&mut self, msg: Message) -> Next {
         let ctx = &self.ctx;
         let report = match decode::decode_report(ctx, &msg) {
@@ -224,43 +264,46 @@ impl ReportPump {
                 return Next::Go;
             }
         };
-        let unit = report.unit.unit.clone();
-        let Ok(ractor::rpc::CallResult::Success(g)) = self
+        self.newcomers
+            .push((Box::new(report), msg.headers, msg.payload));
+        if self.newcomers.len() >= GATHER {
+            return self.welcome().await;
+        }
+        Next::Go
+    }
+
+    /// Asks the root for the watchers of the units waiting to be welcomed,
+    /// all at once, and sends each its reports, in order.
+    async fn welcome(&mut self) -> Next {
+        if self.newcomers.is_empty() {
+            return Next::Go;
+        }
+        let newcomers = std::mem::take(&mut self.newcomers);
+        let units: Vec<String> = newcomers
+            .iter()
+            .map(|(r, ..)| r.unit.unit.clone())
+            .collect();
+        let Ok(ractor::rpc::CallResult::Success(groups)) = self
             .root
-            .call(|port| RootMsg::Spawn(unit.clone(), port), None)
+            .call(|port| RootMsg::Spawn(units, port), None)
             .await
         else {
             return Next::Stop; // the tree is gone
         };
-        // No report of this unit waits in what is gathered: reports are
+        // No report of these units waits in what is gathered: reports are
         // gathered only for units with a route, and a route goes only
         // when what was gathered with it is taken (`hand_over`).
-        let m = WatcherMsg::Report(Box::new(report), msg.headers, msg.payload);
-        if g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok() {
-            self.routes.insert(unit, g);
-        } else {
-            warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
+        for ((report, headers, payload), g) in newcomers.into_iter().zip(groups) {
+            let unit = report.unit.unit.clone();
+            let m = WatcherMsg::Report(report, headers, payload);
+            if g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok() {
+                self.routes.insert(unit.into(), g);
+            } else {
+                warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
+            }
         }
         Next::Go
     }
-}
-
-/// The pump's route to a unit's watcher: its own, else one the root
-/// published (a watcher restored from the store, or spawned for a heartbeat
-/// or a file report), which is safe to take over since no report of the
-/// unit is queued at the root: the pump never sends reports through it.
-fn route_to(
-    shared: &Routes,
-    routes: &mut FnvMap<String, ActorRef<GroupMsg>>,
-    unit: &str,
-) -> Option<ActorRef<GroupMsg>> {
-    // One lookup for a known unit (at 100,000 units each is a cache miss).
-    if let Some(g) = routes.get(unit) {
-        return Some(g.clone());
-    }
-    let g = shared.get(unit)?;
-    routes.insert(unit.to_owned(), g.clone());
-    Some(g)
 }
 
 /// Reads heartbeats from `sub` (all, or one partition's): each marks its

@@ -5,6 +5,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use xo_bus::api::ActorPorts;
 use xo_proto::control::{SupervisorApi, UnitSummary};
 
+use crate::inbox::Routed;
 use crate::persist::UnitRecord;
 use crate::watcher::{WatcherArgs, WatcherMsg};
 
@@ -17,9 +18,10 @@ pub enum RootMsg {
     Api(SupervisorApi<ActorPorts>),
     /// The group actor holding a unit's watcher (tests and diagnostics).
     Watcher(String, RpcReplyPort<Option<ActorRef<GroupMsg>>>),
-    /// The group of a unit's watcher, started if needed: the report pump
-    /// asks once per unit (and after a restart), then sends to it directly.
-    Spawn(String, RpcReplyPort<ActorRef<GroupMsg>>),
+    /// The groups of these units' watchers, in order, each started if
+    /// needed: the report pump asks once per unit (and after a restart),
+    /// for the new units of a burst together, then sends to them directly.
+    Spawn(Vec<String>, RpcReplyPort<Vec<ActorRef<GroupMsg>>>),
     /// A unit's watcher panicked (its group holds its messages meanwhile).
     Failed(String, String),
     /// Sharded: watchers for the units of a partition just taken, from
@@ -57,5 +59,5 @@ pub enum GroupMsg {
     Drain,
     /// Reports the pump read for units of this group, in the order they
     /// came (each counted waiting in the group's inbox).
-    Reports(Vec<(String, xo_bus::Message)>),
+    Reports(Vec<Routed>),
 }

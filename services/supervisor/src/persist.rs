@@ -98,6 +98,12 @@ pub struct UnitRecord {
     pub ack: Option<xo_proto::control::Acknowledged>,
 }
 
+/// The room a kept report's buffer has past a report of `len` bytes: a
+/// sixteenth, and 32 bytes (about 64 for a typical report of 500).
+fn keep_room(len: usize) -> usize {
+    len / 16 + 32
+}
+
 impl UnitRecord {
     /// The latest report, decoded from what was received.
     pub fn report(&self) -> Option<SaluteReport> {
@@ -105,6 +111,27 @@ impl UnitRecord {
         xo_proto::codec::decode::<SaluteReport>(raw, None, usize::MAX)
             .map_err(|e| warn!(unit = %self.unit, error = %e, "stored report undecodable"))
             .ok()
+    }
+
+    /// Keeps `raw` as the latest report, in the buffer kept for the one
+    /// before while `raw` fits in it and it is not much larger: a unit's
+    /// reports differ in size by a few bytes from one to the next (its
+    /// counters' digits), so a buffer of exactly one report's size was made
+    /// again for nearly every report. A new buffer has [`keep_room`] to
+    /// spare, never the doubling of one grown the usual way.
+    pub fn keep_report(&mut self, raw: &[u8]) {
+        let fits = raw.len()..=raw.len() + 2 * keep_room(raw.len());
+        match &mut self.report_raw {
+            Some(buf) if fits.contains(&buf.capacity()) => {
+                buf.clear();
+                buf.extend_from_slice(raw);
+            }
+            kept => {
+                let mut buf = Vec::with_capacity(raw.len() + keep_room(raw.len()));
+                buf.extend_from_slice(raw);
+                *kept = Some(buf);
+            }
+        }
     }
 
     pub fn new(unit: &str, role: &str, now: u64) -> Self {
@@ -498,6 +525,36 @@ pub async fn load_where(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A unit's reports, a few bytes apart in size, are kept in one buffer;
+    /// one much larger or much smaller gets a buffer of its own size (plus
+    /// the room), not one that keeps growing or stays large.
+    #[test]
+    fn a_units_reports_of_about_one_size_are_kept_in_one_buffer() {
+        let mut rec = UnitRecord::new("u", "", 0);
+        let kept = |r: &UnitRecord| r.report_raw.as_ref().map(|b| (b.as_ptr(), b.capacity()));
+        rec.keep_report(&[1; 500]);
+        let (first, cap) = kept(&rec).expect("kept");
+        assert_eq!(cap, 500 + keep_room(500));
+        for len in [503, 497, 531, 470] {
+            rec.keep_report(&vec![2; len]);
+            assert_eq!(
+                kept(&rec),
+                Some((first, cap)),
+                "{len} bytes: the same buffer"
+            );
+            assert_eq!(rec.report_raw.as_deref(), Some(&vec![2u8; len][..]));
+        }
+        rec.keep_report(&[3; 2_000]);
+        assert_eq!(kept(&rec).map(|k| k.1), Some(2_000 + keep_room(2_000)));
+        rec.keep_report(&[4; 100]);
+        assert_eq!(
+            kept(&rec).map(|k| k.1),
+            Some(100 + keep_room(100)),
+            "a small report does not keep the large buffer"
+        );
+        assert_eq!(rec.report_raw.as_deref(), Some(&[4u8; 100][..]));
+    }
 
     /// Each unit is due once in each interval, at its own point of it:
     /// 1,000 units written from one instant on are due again spread over

@@ -515,8 +515,9 @@ impl Actor for Root {
                         .map(|c| state.groups[c.group].clone()),
                 );
             }
-            RootMsg::Spawn(unit, port) => {
-                let _ = port.send(state.watcher_for(&unit));
+            RootMsg::Spawn(units, port) => {
+                let groups = units.iter().map(|u| state.watcher_for(u)).collect();
+                let _ = port.send(groups);
             }
             RootMsg::Failed(unit, reason) => {
                 if let Ok(n) = state.count_restart(&myself, &unit, &reason)

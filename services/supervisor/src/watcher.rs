@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use ractor::RpcReplyPort;
 use tracing::{Instrument, debug, info, info_span, warn};
 use xo_bus::Headers;
+use xo_proto::codec::Format;
 use xo_proto::control::{AckUnit, Acknowledged, SteerUnit, UnitDetail, UnitSummary};
 use xo_proto::steering::STEERING_TAG;
 use xo_proto::{AnomalyKind, Evidence, Health, Heartbeat, SaluteReport, Steering, SteeringSource};
@@ -22,8 +23,9 @@ pub enum WatcherMsg {
     /// A decoded report, its headers, and its payload as received (what is
     /// persisted, so the report is never encoded again).
     Report(Box<SaluteReport>, Headers, bytes::Bytes),
-    /// A report as it arrived on the bus, decoded by the watcher.
-    Received(xo_bus::Message),
+    /// A report as it arrived on the bus, decoded by the watcher, and the
+    /// format its content type names (the pump read it).
+    Received(xo_bus::Message, Option<Format>),
     /// A unit's latest report out of its group's overflow, and how many
     /// older ones it replaced there (shed: not counted as a gap).
     Latest(xo_bus::Message, u64),
@@ -227,8 +229,9 @@ impl WatcherState {
 
     /// A report as it arrived, after `superseded` older ones of the unit
     /// were shed while it waited: decoded, checked, steered on.
-    async fn received(&mut self, msg: xo_bus::Message, superseded: u64) {
-        let checked = match decode::decode_report(&self.ctx, &msg) {
+    /// A report the pump routed here by its subject's unit.
+    async fn received(&mut self, msg: xo_bus::Message, format: Option<Format>, superseded: u64) {
+        let checked = match decode::decode_routed(&self.ctx, &msg, format, &self.rec.unit) {
             Ok(report) => self.check(report, &msg.headers, msg.payload, superseded),
             Err(e) => {
                 Box::pin(decode::reject(&self.ctx, &msg, &e)).await;
@@ -425,7 +428,7 @@ impl WatcherState {
         if self.rec.task_id != report.activity.task_id {
             self.rec.task_id = report.activity.task_id.clone();
         }
-        keep_copy(&mut self.rec.report_raw, &raw);
+        self.rec.keep_report(&raw);
         // What the unit's own check gave it is in its steering history
         // (not sent, not counted as the XO's).
         for own in &report.status.self_steered {
@@ -583,18 +586,6 @@ fn keep(rec: &mut UnitRecord, persist: &crate::persist::Persister, s: &Steering)
     persist.keep_steering(&rec.unit, rec.steering_kept, s);
 }
 
-/// Copies `raw` into `kept`, in a buffer of exactly its size (reused when
-/// the size is the same): a buffer grown the usual way would double.
-fn keep_copy(kept: &mut Option<Vec<u8>>, raw: &[u8]) {
-    match kept {
-        Some(buf) if buf.capacity() == raw.len() => {
-            buf.clear();
-            buf.extend_from_slice(raw);
-        }
-        _ => *kept = Some(raw.to_vec()),
-    }
-}
-
 impl WatcherState {
     /// A unit's watcher, from its stored state if it has one; steering its
     /// previous supervisor recorded but may not have sent is sent again.
@@ -670,8 +661,11 @@ impl WatcherState {
                 state.steer(checked).await;
                 state.lapse_ack(state.ctx.clock.now_ms());
             }
-            WatcherMsg::Received(msg) => state.received(msg, 0).await,
-            WatcherMsg::Latest(msg, superseded) => state.received(msg, superseded).await,
+            WatcherMsg::Received(msg, format) => state.received(msg, format, 0).await,
+            WatcherMsg::Latest(msg, superseded) => {
+                let format = Format::named(msg.headers.get(xo_proto::codec::CONTENT_TYPE));
+                state.received(msg, format, superseded).await
+            }
             WatcherMsg::Heartbeat(hb) => {
                 WatcherState::seen(&mut state.rec, &state.live, state.ctx.clock.now_ms());
                 if state.rec.role.is_empty() {
