@@ -117,8 +117,9 @@ impl UnitRecord {
     /// before while `raw` fits in it and it is not much larger: a unit's
     /// reports differ in size by a few bytes from one to the next (its
     /// counters' digits), so a buffer of exactly one report's size was made
-    /// again for nearly every report. A new buffer has [`keep_room`] to
-    /// spare, never the doubling of one grown the usual way.
+    /// again for nearly every report. A new buffer has a sixteenth of the
+    /// report and 32 bytes to spare, never the doubling of one grown the
+    /// usual way.
     pub fn keep_report(&mut self, raw: &[u8]) {
         let fits = raw.len()..=raw.len() + 2 * keep_room(raw.len());
         match &mut self.report_raw {
