@@ -410,22 +410,7 @@ async fn soak(
     // The probe's reports are the supervisor's work too.
     published += probes;
     let cpu = (proc_cpu_ticks(pid)? - cpu0) as f64 / ticks;
-    let mut last = stats().await?;
-    let settle = Instant::now();
-    let accounted = |s: &xo_proto::control::StatsReply| s.evaluated + s.duplicates + s.shed;
-    // The reports still waiting when the load ends are checked after it:
-    // their CPU is counted too, up to the last poll that found more
-    // checked (not the idle wait for reports that never came).
-    let mut settled_cpu = proc_cpu_ticks(pid)?;
-    while accounted(&last) < published && settle.elapsed() < Duration::from_secs(30) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = stats().await?;
-        let cpu_now = proc_cpu_ticks(pid)?;
-        if accounted(&now) > accounted(&last) {
-            settled_cpu = cpu_now;
-        }
-        last = now;
-    }
+    let (last, settled_cpu) = settle(pid, published, stats).await?;
     let settled_cpu = (settled_cpu - cpu0) as f64 / ticks;
     let rss = proc_status_kib(pid, "VmRSS:")?;
     let hwm = proc_status_kib(pid, "VmHWM:")?;
@@ -555,6 +540,41 @@ struct Load {
 /// Publishes one report a second for each of `units` units for `secs`
 /// seconds, spread over each second in 100 slices from `t0`; prints each
 /// minute's CPU and memory of the supervisor as it goes.
+/// Waits (up to 30 s) for the reports still waiting when the load ended
+/// to be checked. Returns the last stats, and the supervisor's CPU ticks at
+/// the last poll that found more checked: the CPU of the reports checked
+/// after the load is counted too, not the idle wait for reports that never
+/// came.
+async fn settle<F>(
+    pid: u32,
+    published: u64,
+    stats: impl Fn() -> F,
+) -> anyhow::Result<(xo_proto::control::StatsReply, u64)>
+where
+    F: std::future::Future<
+            Output = Result<xo_proto::control::StatsReply, xo_bus::typed::CallError>,
+        >,
+{
+    let mut last = stats().await?;
+    let begun = Instant::now();
+    let mut settled_cpu = proc_cpu_ticks(pid)?;
+    while accounted(&last) < published && begun.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = stats().await?;
+        let cpu_now = proc_cpu_ticks(pid)?;
+        if accounted(&now) > accounted(&last) {
+            settled_cpu = cpu_now;
+        }
+        last = now;
+    }
+    Ok((last, settled_cpu))
+}
+
+/// Reports the supervisor accounted for: checked, duplicates, or shed.
+fn accounted(s: &xo_proto::control::StatsReply) -> u64 {
+    s.evaluated + s.duplicates + s.shed
+}
+
 async fn load(
     publisher: &Bus,
     subjects: &xo_proto::Subjects,

@@ -360,12 +360,23 @@ async fn a_state_with_its_history_inside_is_moved_out() {
 #[tokio::test]
 async fn past_the_write_budget_units_are_written_less_often_and_spread() {
     use xo_supervisor::persist::{BUCKET, Persister, UnitRecord};
-    // 20 units at 2 writes a second: each every 10 s, not every 5.
+    // 20 units at 2 writes a second: each every 10 s, not every 5. The
+    // liveness check that counts them runs when the test says (`tick`):
+    // the supervisor's own runs at its start (its timer's first tick, which
+    // may come after the first reports) and then after an hour. With one a
+    // second, a check in real time could count the units, or sweep, at a
+    // point the test did not choose (it did, in a full run).
     let sb = Sandbox::start(&[
         ("supervisor.persist_interval_ms", "5000"),
         ("supervisor.persist_writes_per_s", "2"),
+        ("supervisor.tick_ms", "3600000"),
     ])
     .await;
+    assert_eq!(
+        sb.stats().await.persist_every_ms,
+        5_000,
+        "no unit yet: the base interval"
+    );
     let units: Vec<String> = (0..20).map(|i| format!("u{i:02}")).collect();
     let t0 = sb.clock.now_ms();
     for u in &units {
@@ -374,11 +385,6 @@ async fn past_the_write_budget_units_are_written_less_often_and_spread() {
     for u in &units {
         sb.wait_seq(u, 1).await;
     }
-    assert_eq!(
-        sb.stats().await.persist_every_ms,
-        5_000,
-        "no unit counted yet"
-    );
     sb.sup().tick().await;
     assert_eq!(sb.stats().await.persist_every_ms, 10_000);
     // The turn of each unit's stored state (0: none stored yet).
