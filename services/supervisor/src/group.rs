@@ -76,8 +76,7 @@ impl GroupState {
     /// [`Self::deliver`] for a report the pump routed here, its unit read
     /// from where the pump found it in the subject (no copy of it).
     async fn deliver_report(&mut self, report: Routed) {
-        let (at, format) = (report.span(), report.format());
-        let msg = report.msg;
+        let (msg, at, format) = report.into_parts();
         match self.units.get_mut(&msg.subject[at.clone()]) {
             Some(Slot::Live(w)) => {
                 let handled = AssertUnwindSafe(w.handle(WatcherMsg::Received(msg, format)));
@@ -190,7 +189,7 @@ impl Actor for Group {
             GroupMsg::Drain => {
                 for (unit, msg, superseded) in state.inbox.drain() {
                     state
-                        .deliver(&unit, WatcherMsg::Latest(msg, superseded))
+                        .deliver(unit.as_str(), WatcherMsg::Latest(msg, superseded))
                         .await;
                 }
             }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use xo_bus::Message;
 use xo_proto::codec::Format;
-use xo_radio::FnvMap;
+use xo_radio::{FnvMap, UnitKey};
 
 /// Reports waiting for a group from which the next one sent is copied out
 /// of its read buffer (one kept in the overflow always is). Below it the
@@ -29,9 +29,11 @@ pub const COPY_BEHIND: u64 = 128;
 /// A report read for a unit, with where its unit sits in its subject: the
 /// pump parses the subject once, and the group and the watcher read the
 /// unit from it without parsing it again or copying it.
+/// The message is private: the unit's place is valid for its subject as it
+/// was routed, and only this module can change one without the other.
 #[derive(Debug)]
 pub struct Routed {
-    pub msg: Message,
+    msg: Message,
     unit: Range<usize>,
     /// The format its content type names, read by the pump while the
     /// headers are at hand (a watcher looking them up again reads them
@@ -55,13 +57,13 @@ impl Routed {
     pub fn unit(&self) -> &str {
         &self.msg.subject[self.unit.clone()]
     }
-    /// Where the unit sits in the subject.
-    pub fn span(&self) -> Range<usize> {
-        self.unit.clone()
+    /// The message, for a path that routes it afresh.
+    pub fn into_message(self) -> Message {
+        self.msg
     }
-    /// The format its content type names, if one.
-    pub fn format(&self) -> Option<Format> {
-        self.format
+    /// The message, where its unit sits in its subject, and its format.
+    pub fn into_parts(self) -> (Message, Range<usize>, Option<Format>) {
+        (self.msg, self.unit, self.format)
     }
 }
 
@@ -84,7 +86,8 @@ pub struct Inbox {
     overflowing: AtomicBool,
     /// The overflow: each unit's latest report, and how many older ones it
     /// replaced (superseded, not lost: its sequence gap is not a loss).
-    overflow: Mutex<FnvMap<String, (Message, u64)>>,
+    /// Keyed in place, as the groups' units (`UnitKey`).
+    overflow: Mutex<FnvMap<UnitKey, (Message, u64)>>,
 }
 
 impl Inbox {
@@ -119,7 +122,7 @@ impl Inbox {
                 true
             }
             None => {
-                o.insert(unit.to_string(), (report.msg.detached(), 0));
+                o.insert(UnitKey::new(unit), (report.msg.detached(), 0));
                 false
             }
         };
@@ -140,7 +143,7 @@ impl Inbox {
 
     /// The overflow, taken whole: (unit, its latest report, how many older
     /// ones that one replaced).
-    pub fn drain(&self) -> Vec<(String, Message, u64)> {
+    pub fn drain(&self) -> Vec<(UnitKey, Message, u64)> {
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         self.overflowing.store(false, Ordering::Release);
         o.drain().map(|(u, (m, n))| (u, m, n)).collect()
@@ -185,7 +188,7 @@ mod tests {
     fn a_routed_report_reads_its_unit_from_its_subject() {
         let r = report("unit-7", 1);
         assert_eq!(r.unit(), "unit-7");
-        assert_eq!(r.span(), 10..16);
+        assert_eq!(r.unit, 10..16);
         // A place with no unit in it is refused, not read past its end.
         let m = r.msg;
         let back = Routed::new(m.clone(), 10..40).expect_err("past the subject's end");
@@ -207,7 +210,7 @@ mod tests {
         if let Some(ct) = content_type {
             m.headers.insert(xo_proto::codec::CONTENT_TYPE, ct);
         }
-        Routed::new(m, 10..16).expect("a unit").format()
+        Routed::new(m, 10..16).expect("a unit").into_parts().2
     }
 
     #[test]
@@ -247,10 +250,10 @@ mod tests {
             Offer::Kept { shed: true, .. }
         ));
         let mut d = inbox.drain();
-        d.sort_by(|x, y| x.0.cmp(&y.0));
+        d.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
         let got: Vec<(String, String, u64)> = d
             .into_iter()
-            .map(|(u, m, n)| (u, String::from_utf8_lossy(&m.payload).into(), n))
+            .map(|(u, m, n)| (u.to_string(), String::from_utf8_lossy(&m.payload).into(), n))
             .collect();
         assert_eq!(
             got,

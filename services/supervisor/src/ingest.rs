@@ -144,7 +144,7 @@ impl input::Handler<Message> for ReportPump {
                     self.routes.insert(report.unit().into(), g.clone());
                     g
                 }
-                None => return self.first(report.msg).await,
+                None => return self.first(report.into_message()).await,
             },
         };
         // Past `supervisor.inbox_high` waiting for the group, the unit's
@@ -168,7 +168,7 @@ impl input::Handler<Message> for ReportPump {
                         // Its route went handing over: ask the root.
                         None => {
                             self.ctx.inboxes[i].handled();
-                            return self.first(report.msg).await;
+                            return self.first(report.into_message()).await;
                         }
                     },
                 };
@@ -243,7 +243,7 @@ impl ReportPump {
         for r in reports {
             inbox.handled();
             self.routes.remove(r.unit());
-            if self.first(r.msg).await == Next::Stop {
+            if self.first(r.into_message()).await == Next::Stop {
                 return Next::Stop;
             }
         }
