@@ -187,10 +187,10 @@ impl Actor for Group {
                 }
             }
             GroupMsg::Drain => {
-                for (unit, msg, superseded) in state.inbox.drain() {
-                    state
-                        .deliver(unit.as_str(), WatcherMsg::Latest(msg, superseded))
-                        .await;
+                for (unit, report, superseded) in state.inbox.drain() {
+                    let (msg, _, format) = report.into_parts();
+                    let latest = WatcherMsg::Latest(msg, format, superseded);
+                    state.deliver(unit.as_str(), latest).await;
                 }
             }
             GroupMsg::Start(args) => state.start(*args).await,

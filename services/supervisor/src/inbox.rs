@@ -15,8 +15,8 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use xo_bus::Message;
-use xo_proto::codec::Format;
+use xo_bus::{Headers, Message};
+use xo_proto::codec::{CONTENT_TYPE, Format};
 use xo_radio::{FnvMap, UnitKey};
 
 /// Reports waiting for a group from which the next one sent is copied out
@@ -29,6 +29,12 @@ pub const COPY_BEHIND: u64 = 128;
 /// A report read for a unit, with where its unit sits in its subject: the
 /// pump parses the subject once, and the group and the watcher read the
 /// unit from it without parsing it again or copying it.
+///
+/// A content type that says nothing the format does not is let go on the
+/// pump's thread, where the client's header map was made and is still in
+/// the core's cache: the watcher's core neither reads nor frees it (given
+/// back to a dead letter, [`restore_content_type`]).
+///
 /// The message is private: the unit's place is valid for its subject as it
 /// was routed, and only this module can change one without the other.
 #[derive(Debug)]
@@ -43,27 +49,63 @@ pub struct Routed {
 
 impl Routed {
     /// `msg` for the unit at `unit` in its subject (from
-    /// `Subjects::unit_span`); the message back if nothing is there (boxed:
-    /// a message is large, and this is the rare path).
-    pub fn new(msg: Message, unit: Range<usize>) -> Result<Self, Box<Message>> {
-        if msg.subject.get(unit.clone()).is_some_and(|u| !u.is_empty()) {
-            let format = Format::named(msg.headers.get(xo_proto::codec::CONTENT_TYPE));
-            Ok(Self { msg, unit, format })
-        } else {
-            Err(Box::new(msg))
+    /// `Subjects::unit_span`); the message back, as it came, if nothing is
+    /// there (boxed: a message is large, and this is the rare path).
+    pub fn new(mut msg: Message, unit: Range<usize>) -> Result<Self, Box<Message>> {
+        if !msg.subject.get(unit.clone()).is_some_and(|u| !u.is_empty()) {
+            return Err(Box::new(msg));
         }
+        let format = Format::named(msg.headers.get(CONTENT_TYPE));
+        if only_the_content_type_of(&msg.headers, format) {
+            msg.headers = Headers::default();
+        }
+        Ok(Self { msg, unit, format })
     }
     /// The unit the report was routed for.
     pub fn unit(&self) -> &str {
         &self.msg.subject[self.unit.clone()]
     }
-    /// The message, for a path that routes it afresh.
-    pub fn into_message(self) -> Message {
-        self.msg
+    /// The report with its own copy of its bytes (`Message::detached`).
+    fn detached(self) -> Self {
+        Self {
+            msg: self.msg.detached(),
+            ..self
+        }
     }
-    /// The message, where its unit sits in its subject, and its format.
+    /// The message as it came (its content type given back), for a path
+    /// that routes it afresh.
+    pub fn into_message(self) -> Message {
+        let mut msg = self.msg;
+        restore_content_type(&mut msg, self.format);
+        msg
+    }
+    /// The message (without a content type the format says: see
+    /// [`restore_content_type`]), where its unit sits in its subject, and
+    /// its format.
     pub fn into_parts(self) -> (Message, Range<usize>, Option<Format>) {
         (self.msg, self.unit, self.format)
+    }
+}
+
+/// Whether `headers` hold a content type and nothing else, in the words
+/// `format` would give it back with.
+fn only_the_content_type_of(headers: &Headers, format: Option<Format>) -> bool {
+    let Some(ct) = format.map(Format::content_type) else {
+        return false;
+    };
+    let mut all = headers.iter();
+    matches!(all.next(), Some((k, v)) if k.eq_ignore_ascii_case(CONTENT_TYPE) && v == ct)
+        && all.next().is_none()
+}
+
+/// Gives a routed report's message back the content type the pump let go
+/// (a message with no content type and a format had it, in the format's
+/// words): for what shows the message as it came, a dead letter.
+pub fn restore_content_type(msg: &mut Message, format: Option<Format>) {
+    if let Some(f) = format
+        && msg.headers.get(CONTENT_TYPE).is_none()
+    {
+        msg.headers.insert(CONTENT_TYPE, f.content_type());
     }
 }
 
@@ -87,7 +129,7 @@ pub struct Inbox {
     /// The overflow: each unit's latest report, and how many older ones it
     /// replaced (superseded, not lost: its sequence gap is not a loss).
     /// Keyed in place, as the groups' units (`UnitKey`).
-    overflow: Mutex<FnvMap<UnitKey, (Message, u64)>>,
+    overflow: Mutex<FnvMap<UnitKey, (Routed, u64)>>,
 }
 
 impl Inbox {
@@ -102,7 +144,9 @@ impl Inbox {
             // read with it share (docs/performance.md §36: in a
             // 100,000-unit overload the soak's peak resident memory fell by
             // about half a gigabyte with the copy). A group keeping up
-            // handles it at once: no copy (§37).
+            // handles it at once: no copy (§37; made on the pump's thread
+            // for every report, the copy cost the pump 6.7% of the
+            // supervisor's CPU, §39).
             return Offer::Send(if waiting >= COPY_BEHIND {
                 Routed {
                     msg: report.msg.detached(),
@@ -117,12 +161,12 @@ impl Inbox {
         let drain = o.is_empty();
         let shed = match o.get_mut(unit) {
             Some((kept, superseded)) => {
-                *kept = report.msg.detached();
+                *kept = report.detached();
                 *superseded += 1;
                 true
             }
             None => {
-                o.insert(UnitKey::new(unit), (report.msg.detached(), 0));
+                o.insert(UnitKey::new(unit), (report.detached(), 0));
                 false
             }
         };
@@ -143,7 +187,7 @@ impl Inbox {
 
     /// The overflow, taken whole: (unit, its latest report, how many older
     /// ones that one replaced).
-    pub fn drain(&self) -> Vec<(UnitKey, Message, u64)> {
+    pub fn drain(&self) -> Vec<(UnitKey, Routed, u64)> {
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         self.overflowing.store(false, Ordering::Release);
         o.drain().map(|(u, (m, n))| (u, m, n)).collect()
@@ -253,7 +297,10 @@ mod tests {
         d.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
         let got: Vec<(String, String, u64)> = d
             .into_iter()
-            .map(|(u, m, n)| (u.to_string(), String::from_utf8_lossy(&m.payload).into(), n))
+            .map(|(u, r, n)| {
+                let payload = String::from_utf8_lossy(&r.msg.payload).into();
+                (u.to_string(), payload, n)
+            })
             .collect();
         assert_eq!(
             got,
@@ -302,7 +349,45 @@ mod tests {
         );
         assert_eq!(sent.msg.payload, read.slice(100..200), "the same bytes");
         let kept = inbox.drain();
-        assert_eq!(kept[0].1.payload, read.slice(200..300));
+        assert_eq!(kept[0].1.msg.payload, read.slice(200..300));
+    }
+
+    /// A content type the format says is let go on the pump's thread, and
+    /// given back for a message shown as it came; any other header keeps
+    /// the headers whole.
+    #[test]
+    fn a_content_type_the_format_says_is_let_go_and_given_back() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut m = report("a", 1).msg;
+            for (k, v) in pairs {
+                m.headers.insert(*k, *v);
+            }
+            Routed::new(m, 10..11).expect("a unit")
+        };
+        let r = with(&[(CONTENT_TYPE, "application/msgpack")]);
+        assert!(r.msg.headers.is_empty(), "let go");
+        assert_eq!(r.format, Some(Format::Msgpack));
+        let back = r.into_message();
+        assert_eq!(back.headers.get(CONTENT_TYPE), Some("application/msgpack"));
+        // Words the format would not give back, or another header: kept.
+        let r = with(&[(CONTENT_TYPE, " Application/MsgPack ")]);
+        assert_eq!(
+            r.msg.headers.get(CONTENT_TYPE),
+            Some(" Application/MsgPack ")
+        );
+        assert_eq!(
+            r.into_message().headers.iter().count(),
+            1,
+            "not added twice"
+        );
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let r = with(&[(CONTENT_TYPE, "application/json"), ("traceparent", trace)]);
+        assert_eq!(r.msg.headers.get("traceparent"), Some(trace));
+        assert_eq!(r.msg.headers.get(CONTENT_TYPE), Some("application/json"));
+        // No content type: nothing to let go or give back.
+        let r = with(&[]);
+        assert_eq!(r.format, None);
+        assert!(r.into_message().headers.is_empty());
     }
 
     #[test]

@@ -26,9 +26,9 @@ pub enum WatcherMsg {
     /// A report as it arrived on the bus, decoded by the watcher, and the
     /// format its content type names (the pump read it).
     Received(xo_bus::Message, Option<Format>),
-    /// A unit's latest report out of its group's overflow, and how many
-    /// older ones it replaced there (shed: not counted as a gap).
-    Latest(xo_bus::Message, u64),
+    /// A unit's latest report out of its group's overflow, its format, and
+    /// how many older ones it replaced there (shed: not counted as a gap).
+    Latest(xo_bus::Message, Option<Format>, u64),
     Heartbeat(Heartbeat),
     /// The liveness check at `now` (ms), silence counted from the second
     /// (`None`: the supervisor hears nobody), and a save if one is due.
@@ -230,10 +230,16 @@ impl WatcherState {
     /// A report as it arrived, after `superseded` older ones of the unit
     /// were shed while it waited: decoded, checked, steered on.
     /// A report the pump routed here by its subject's unit.
-    async fn received(&mut self, msg: xo_bus::Message, format: Option<Format>, superseded: u64) {
+    async fn received(
+        &mut self,
+        mut msg: xo_bus::Message,
+        format: Option<Format>,
+        superseded: u64,
+    ) {
         let checked = match decode::decode_routed(&self.ctx, &msg, format, &self.rec.unit) {
             Ok(report) => self.check(report, &msg.headers, msg.payload, superseded),
             Err(e) => {
+                crate::inbox::restore_content_type(&mut msg, format);
                 Box::pin(decode::reject(&self.ctx, &msg, &e)).await;
                 None
             }
@@ -662,8 +668,7 @@ impl WatcherState {
                 state.lapse_ack(state.ctx.clock.now_ms());
             }
             WatcherMsg::Received(msg, format) => state.received(msg, format, 0).await,
-            WatcherMsg::Latest(msg, superseded) => {
-                let format = Format::named(msg.headers.get(xo_proto::codec::CONTENT_TYPE));
+            WatcherMsg::Latest(msg, format, superseded) => {
                 state.received(msg, format, superseded).await
             }
             WatcherMsg::Heartbeat(hb) => {
