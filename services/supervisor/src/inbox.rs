@@ -52,7 +52,7 @@ impl Routed {
     /// `Subjects::unit_span`); the message back, as it came, if nothing is
     /// there (boxed: a message is large, and this is the rare path).
     pub fn new(mut msg: Message, unit: Range<usize>) -> Result<Self, Box<Message>> {
-        if !msg.subject.get(unit.clone()).is_some_and(|u| !u.is_empty()) {
+        if msg.subject.get(unit.clone()).is_none_or(|u| u.is_empty()) {
             return Err(Box::new(msg));
         }
         let format = Format::named(msg.headers.get(CONTENT_TYPE));
