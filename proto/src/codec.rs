@@ -183,6 +183,16 @@ pub fn decode<T: Message>(
     content_type: Option<&str>,
     limit: usize,
 ) -> Result<T, CodecError> {
+    decode_as(payload, Format::detect(payload, content_type), limit)
+}
+
+/// [`decode`] in a format already known (read from the content type where
+/// the headers were at hand, [`Format::named`], or detected).
+pub fn decode_as<T: Message>(
+    payload: &[u8],
+    format: Format,
+    limit: usize,
+) -> Result<T, CodecError> {
     let ty = T::NAME;
     if payload.len() > limit {
         return Err(CodecError::TooLarge {
@@ -191,7 +201,6 @@ pub fn decode<T: Message>(
             limit,
         });
     }
-    let format = Format::detect(payload, content_type);
     let version_error = |found: u16| CodecError::UnsupportedVersion {
         ty,
         found,

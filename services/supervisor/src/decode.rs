@@ -43,8 +43,8 @@ pub fn decode_routed(
     format: Option<Format>,
     unit: &str,
 ) -> Result<SaluteReport, CodecError> {
-    let content_type = format.map(Format::content_type);
-    xo_proto::codec::decode::<SaluteReport>(&msg.payload, content_type, ctx.cfg.wire.max_payload)
+    let format = format.unwrap_or_else(|| Format::detect(&msg.payload, None));
+    xo_proto::codec::decode_as::<SaluteReport>(&msg.payload, format, ctx.cfg.wire.max_payload)
         .and_then(|r| same_unit(Some(unit), &r.unit.unit).map(|_| r))
 }
 

@@ -227,9 +227,9 @@ impl WatcherState {
         keep(&mut self.rec, &self.ctx.persist, &s);
     }
 
-    /// A report as it arrived, after `superseded` older ones of the unit
-    /// were shed while it waited: decoded, checked, steered on.
-    /// A report the pump routed here by its subject's unit.
+    /// A report the pump routed here by its subject's unit, after
+    /// `superseded` older ones of the unit were shed while it waited:
+    /// decoded, checked, steered on.
     async fn received(
         &mut self,
         mut msg: xo_bus::Message,
