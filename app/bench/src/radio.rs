@@ -537,9 +537,6 @@ struct Load {
     minutes: Vec<(f64, u64)>,
 }
 
-/// Publishes one report a second for each of `units` units for `secs`
-/// seconds, spread over each second in 100 slices from `t0`; prints each
-/// minute's CPU and memory of the supervisor as it goes.
 /// Waits (up to 30 s) for the reports still waiting when the load ended
 /// to be checked. Returns the last stats, and the supervisor's CPU ticks at
 /// the last poll that found more checked: the CPU of the reports checked
@@ -575,6 +572,9 @@ fn accounted(s: &xo_proto::control::StatsReply) -> u64 {
     s.evaluated + s.duplicates + s.shed
 }
 
+/// Publishes one report a second for each of `units` units for `secs`
+/// seconds, spread over each second in 100 slices from `t0`; prints each
+/// minute's CPU and memory of the supervisor as it goes.
 async fn load(
     publisher: &Bus,
     subjects: &xo_proto::Subjects,
