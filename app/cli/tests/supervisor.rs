@@ -1474,6 +1474,64 @@ async fn the_report_pump_reads_while_every_worker_is_busy() {
     latest_kept_and_every_report_accounted(&sb, "busy", N).await;
 }
 
+/// Issue 43, item 3: the report pump asks the root for new units' watchers
+/// without waiting for its answer. The root's actor runs on the runtime's
+/// one worker, held here: the pump asks for a thousand and more new units
+/// at a time (one question for each would be thousands of round trips) and
+/// reads on. Waiting for each answer, it would read nothing after the
+/// first thousand or so (or the first, one unit at a time), and the wait
+/// below would never end. Each unit's later reports wait behind its
+/// first: once the worker is free, every report is checked in its unit's
+/// order, those sent while the root answers too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn new_units_are_welcomed_while_the_pump_reads_on() {
+    let sb = Sandbox::on(xo_tests::sandbox::Sandbox::embedded()).await;
+    let ctx = sb.sup().ctx.clone();
+    let read = || {
+        ctx.counters
+            .reports
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let read_before = read();
+    let free = hold_the_worker();
+    let (units, turns) = (1500u64, 2u64);
+    for turn in 1..=turns {
+        for u in 0..units {
+            sb.send(&report(&format!("new-{u}"), turn)).await;
+        }
+    }
+    xo_tests::eventually_blocking(
+        "the pump read every report while the root could not answer",
+        || read() - read_before == units * turns,
+    );
+    free.send(()).unwrap();
+    // Two more turns while the root answers, one welcome after another: a
+    // unit whose first report has been handed over but whose second still
+    // waits must not take a later one past it.
+    let last = turns + 2;
+    for turn in turns + 1..=last {
+        for u in 0..units {
+            sb.send(&report(&format!("new-{u}"), turn)).await;
+        }
+    }
+    let all = units * last;
+    let stats = xo_tests::until("every report checked or refused", async || {
+        Some(sb.stats().await).filter(|s| s.evaluated + s.duplicates >= all)
+    })
+    .await;
+    assert_eq!(
+        stats.duplicates, 0,
+        "reports overtook each other: {stats:?}"
+    );
+    assert_eq!(stats.evaluated, all, "{stats:?}");
+    for u in [0, units / 2, units - 1] {
+        assert_eq!(
+            sb.show(&format!("new-{u}")).await.unwrap().summary.seq,
+            last
+        );
+    }
+}
+
 /// Issue 43, item 3, on NATS: the report pump reads on a connection of its
 /// own, made on its thread, so the connection's reading (what takes reports
 /// off the socket) does not wait for the supervisor's runtime either. With

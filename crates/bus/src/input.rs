@@ -74,6 +74,23 @@ pub trait Handler<T>: Send + 'static {
     fn caught_up(&mut self) -> impl Future<Output = Next> + Send + '_ {
         std::future::ready(Next::Go)
     }
+
+    /// What the handler waits for besides the next message (the report
+    /// pump: the root's answer for new units' watchers, and handing their
+    /// reports on): awaited by [`raw`] beside the next message once
+    /// [`Handler::caught_up`] has run, and `caught_up` is called again when
+    /// it resolves. Cancelled when a message comes first, so it must lose
+    /// nothing if dropped at a wait. Never resolves, by default.
+    fn awaited(&mut self) -> impl Future<Output = Next> + Send + '_ {
+        std::future::pending()
+    }
+
+    /// Called by [`raw`] once, when the input ends on its shutdown signal
+    /// or its subscription's end: a handler still holding messages hands
+    /// them on here. Nothing to do, by default.
+    fn ending(&mut self) -> impl Future<Output = ()> + Send + '_ {
+        std::future::ready(())
+    }
 }
 
 /// A closure is a handler when its future owns what it uses.
@@ -231,26 +248,46 @@ async fn read<H: Handler<Message>>(
     mut handler: H,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
+    let name = std::any::type_name::<H>;
     loop {
         let msg = match sub.try_next() {
             Some(m) => Some(m),
-            None => {
+            None => loop {
                 match std::panic::AssertUnwindSafe(handler.caught_up())
                     .catch_unwind()
                     .await
                 {
-                    Ok(Next::Stop) => break,
+                    Ok(Next::Stop) => return,
                     Ok(Next::Go) => {}
-                    Err(panic) => caught(std::any::type_name::<H>(), panic.as_ref()),
+                    Err(panic) => caught(name(), panic.as_ref()),
                 }
+                let awaited = std::panic::AssertUnwindSafe(handler.awaited()).catch_unwind();
                 tokio::select! {
                     biased;
-                    m = sub.next() => m,
-                    _ = &mut shutdown => None,
+                    m = sub.next() => break m,
+                    done = awaited => match done {
+                        Ok(Next::Stop) => return,
+                        Ok(Next::Go) => {}
+                        Err(panic) => caught(name(), panic.as_ref()),
+                    },
+                    _ = &mut shutdown => break None,
                 }
-            }
+            },
         };
-        let Some(msg) = msg else { break };
+        let Some(msg) = msg else {
+            if std::panic::AssertUnwindSafe(handler.ending())
+                .catch_unwind()
+                .await
+                .is_err()
+            {
+                PANICS.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    input = name(),
+                    "the input panicked while ending; what it held is lost (counted: xo_input_panics_total)"
+                );
+            }
+            break;
+        };
         // No per-message copy for the log (this is the report
         // pump's path): a panic is named by its handler's type.
         match std::panic::AssertUnwindSafe(handler.handle(msg))
@@ -259,7 +296,7 @@ async fn read<H: Handler<Message>>(
         {
             Ok(Next::Stop) => break,
             Ok(Next::Go) => {}
-            Err(panic) => caught(std::any::type_name::<H>(), panic.as_ref()),
+            Err(panic) => caught(name(), panic.as_ref()),
         }
     }
 }

@@ -248,3 +248,67 @@ async fn a_handler_is_told_once_the_messages_waiting_are_read() {
     let _ = stop.send(());
     task.await.unwrap();
 }
+
+/// A handler waiting for something besides messages (the report pump: the
+/// root's answer for new units) is woken by it while no message comes, and
+/// told again it is caught up; at the input's end it hands on what it holds.
+#[tokio::test]
+async fn a_handler_is_woken_by_what_it_awaits_and_told_when_the_input_ends() {
+    struct Held {
+        said: tokio::sync::mpsc::UnboundedSender<String>,
+        answer: Option<tokio::sync::oneshot::Receiver<&'static str>>,
+    }
+    impl input::Handler<xo_bus::Message> for Held {
+        async fn handle(&mut self, m: xo_bus::Message) -> Next {
+            let _ = self.said.send(m.subject);
+            Next::Go
+        }
+        async fn caught_up(&mut self) -> Next {
+            let _ = self.said.send("caught up".into());
+            Next::Go
+        }
+        async fn awaited(&mut self) -> Next {
+            match &mut self.answer {
+                Some(rx) => {
+                    let got = rx.await.unwrap_or("no answer");
+                    self.answer = None;
+                    let _ = self.said.send(format!("answered {got}"));
+                    Next::Go
+                }
+                None => std::future::pending().await,
+            }
+        }
+        async fn ending(&mut self) {
+            let _ = self.said.send("ending".into());
+        }
+    }
+    let bus = Bus::Local(LocalBus::new());
+    let sub = bus.subscribe("x.>").await.unwrap();
+    let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = input::raw(
+        sub,
+        async {
+            let _ = stopped.await;
+        },
+        Held {
+            said,
+            answer: Some(answered),
+        },
+    );
+    assert_eq!(heard.recv().await.as_deref(), Some("caught up"));
+    // A message before the answer: the wait for it is not lost.
+    bus.publish("x.a", Headers::new(), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(heard.recv().await.as_deref(), Some("x.a"));
+    assert_eq!(heard.recv().await.as_deref(), Some("caught up"));
+    answer.send("now").unwrap();
+    assert_eq!(heard.recv().await.as_deref(), Some("answered now"));
+    assert_eq!(heard.recv().await.as_deref(), Some("caught up"));
+    let _ = stop.send(());
+    assert_eq!(heard.recv().await.as_deref(), Some("ending"));
+    task.await.unwrap();
+    assert_eq!(heard.recv().await, None, "nothing after the end");
+}

@@ -6,7 +6,7 @@
 //! core, and a report crosses one task boundary between the NATS client and
 //! its check.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
 use ractor::ActorRef;
+use ractor::concurrency::OneshotReceiver;
+use tokio::sync::oneshot::error::TryRecvError;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 use xo_bus::input::{self, Next};
@@ -89,12 +91,18 @@ pub async fn pump_all_reports(
 const GATHER: usize = 128;
 
 /// New units' reports held before the root is asked for their watchers in
-/// one round trip. The pump reads nothing while it waits for the root,
-/// which shares the busy workers with the groups: 100,000 units starting
+/// one round trip. The root shares the busy workers with the groups: while
+/// the pump waited for each answer, reading nothing, 100,000 units starting
 /// together were 782 round trips at 128, and the connection dropped 5,000
-/// to 9,000 reports in those first seconds (docs/performance.md §39).
+/// to 9,000 reports in those first seconds (docs/performance.md §39, §40).
 /// Held decoded, about 2 KiB each.
 const WELCOME: usize = 1024;
+
+/// Welcomes asked of the root and not yet answered, past which the pump
+/// waits for the oldest before it asks again: it reads on while the root
+/// answers (the root shares the busy workers), and holds at most this many
+/// and one more of [`WELCOME`] new units' reports.
+const ASKED: usize = 4;
 
 /// The report pump's state: its own routes (no shared lock per report).
 struct ReportPump {
@@ -114,8 +122,39 @@ struct ReportPump {
     /// [`WELCOME`] of them, or when a group's batch is handed over at
     /// [`GATHER`], not once for each (100,000 units starting together
     /// were 100,000 round trips through the root, and the pump read
-    /// nothing meanwhile).
+    /// nothing meanwhile). The pump reads on while the root answers
+    /// (taking the answer beside the next report: `awaited`); it waits for
+    /// it only with [`ASKED`] welcomes unanswered and [`WELCOME`] more new
+    /// units' reports held, or when its input ends.
     newcomers: Vec<Newcomer>,
+    /// Welcomes asked of the root and not yet handed over, oldest first
+    /// (the root answers in the order asked).
+    asked: VecDeque<Asked>,
+    /// Per unit with reports in `newcomers` or `asked`, how many: its later
+    /// reports join them, not its route, until the last is handed over, so
+    /// they keep their order.
+    waiting: FnvMap<UnitKey, u32>,
+}
+
+/// A welcome asked of the root: the reports it is for, in order, and where
+/// the root answers with their units' watcher groups.
+struct Asked {
+    newcomers: Vec<Newcomer>,
+    answer: OneshotReceiver<Vec<ActorRef<GroupMsg>>>,
+}
+
+/// How long [`ReportPump::welcome`] waits for the root's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Not at all: the answers that came are handed over, and the root is
+    /// asked if no welcome is unanswered (a trickle of new units is one
+    /// welcome at a time, not [`ASKED`] of one unit each).
+    No,
+    /// [`WELCOME`] are waiting: they are asked for even while a welcome is
+    /// unanswered; past [`ASKED`], the oldest is waited for first.
+    Full,
+    /// Until every new unit's report is handed over.
+    All,
 }
 
 /// The group reports go to, and the reports gathered for it.
@@ -139,16 +178,18 @@ impl input::Handler<Message> for ReportPump {
         };
         let g = match self.routes.get(report.unit()) {
             Some(g) => g.clone(),
+            // Its earlier reports wait to be welcomed: this one waits
+            // behind them.
+            None if self.waiting.contains_key(report.unit()) => {
+                return self.first(report.into_message()).await;
+            }
             None => match self.shared.get(report.unit()) {
                 // One the root published (a watcher restored from the
                 // store, or spawned for a heartbeat or a file report),
                 // safe to take over: no report of the unit is queued at
-                // the root, the pump never sends reports through it. Its
-                // reports waiting to be welcomed go first.
+                // the root (the pump never sends reports through it) or
+                // waits here.
                 Some(g) => {
-                    if self.welcome().await == Next::Stop {
-                        return Next::Stop;
-                    }
                     self.routes.insert(report.unit().into(), g.clone());
                     g
                 }
@@ -182,9 +223,10 @@ impl input::Handler<Message> for ReportPump {
                 };
                 reports.push(report);
                 if reports.len() >= GATHER {
-                    // New units wait no longer than a group's batch does,
-                    // even while the subscription never runs dry.
-                    if self.welcome().await == Next::Stop {
+                    // New units are asked for no later than a group's
+                    // batch is handed over, even while the subscription
+                    // never runs dry.
+                    if self.welcome(Wait::No).await == Next::Stop {
                         return Next::Stop;
                     }
                     return self.hand_over(i).await;
@@ -209,14 +251,16 @@ impl input::Handler<Message> for ReportPump {
     }
 
     async fn caught_up(&mut self) -> Next {
-        for i in 0..self.gathered.len() {
-            if self.gathered[i].is_some() && self.hand_over(i).await == Next::Stop {
-                return Next::Stop;
-            }
-        }
-        // Last: a handover to a group that stopped leaves its reports
-        // here, to ask the root again.
-        self.welcome().await
+        self.hand_over_all(Wait::No).await
+    }
+
+    /// The root's answer to a welcome, while no report is waiting.
+    async fn awaited(&mut self) -> Next {
+        self.answered().await
+    }
+
+    async fn ending(&mut self) {
+        self.hand_over_all(Wait::All).await;
     }
 }
 
@@ -229,7 +273,21 @@ impl ReportPump {
             routes: Default::default(),
             gathered: (0..crate::group::GROUPS).map(|_| None).collect(),
             newcomers: Vec::new(),
+            asked: VecDeque::new(),
+            waiting: Default::default(),
         }
+    }
+
+    /// Hands over what was gathered for every group, then welcomes new
+    /// units as `wait` says. Last: a handover to a group that stopped
+    /// leaves its reports here, to ask the root again.
+    async fn hand_over_all(&mut self, wait: Wait) -> Next {
+        for i in 0..self.gathered.len() {
+            if self.gathered[i].is_some() && self.hand_over(i).await == Next::Stop {
+                return Next::Stop;
+            }
+        }
+        self.welcome(wait).await
     }
 
     /// Hands what was gathered for group `i` to it; if the group stopped
@@ -272,45 +330,102 @@ impl ReportPump {
                 return Next::Go;
             }
         };
+        *self
+            .waiting
+            .entry(report.unit.unit.as_str().into())
+            .or_insert(0) += 1;
         self.newcomers
             .push((Box::new(report), msg.headers, msg.payload));
         if self.newcomers.len() >= WELCOME {
-            return self.welcome().await;
+            return self.welcome(Wait::Full).await;
         }
         Next::Go
     }
 
-    /// Asks the root for the watchers of the units waiting to be welcomed,
-    /// all at once, and sends each its reports, in order.
-    async fn welcome(&mut self) -> Next {
-        if self.newcomers.is_empty() {
-            return Next::Go;
+    /// Hands over the welcomes the root has answered, asks it for the
+    /// watchers of the units waiting to be welcomed, all at once, and waits
+    /// as `wait` says.
+    async fn welcome(&mut self, wait: Wait) -> Next {
+        loop {
+            while let Some(oldest) = self.asked.front_mut() {
+                let groups = match oldest.answer.try_recv() {
+                    Ok(groups) => groups,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Closed) => return Next::Stop, // the tree is gone
+                };
+                if let Some(oldest) = self.asked.pop_front() {
+                    self.greet(oldest.newcomers, groups);
+                }
+            }
+            let room = match wait {
+                Wait::No => self.asked.is_empty(),
+                Wait::Full | Wait::All => self.asked.len() < ASKED,
+            };
+            if room && !self.newcomers.is_empty() {
+                let newcomers = std::mem::take(&mut self.newcomers);
+                let units = newcomers
+                    .iter()
+                    .map(|(r, ..)| r.unit.unit.clone())
+                    .collect();
+                let (port, answer) = ractor::concurrency::oneshot();
+                if self.root.cast(RootMsg::Spawn(units, port.into())).is_err() {
+                    return Next::Stop;
+                }
+                self.asked.push_back(Asked { newcomers, answer });
+            }
+            let more = match wait {
+                Wait::No => false,
+                Wait::Full => self.newcomers.len() >= WELCOME,
+                Wait::All => !self.asked.is_empty(),
+            };
+            if !more {
+                return Next::Go;
+            }
+            if self.answered().await == Next::Stop {
+                return Next::Stop;
+            }
         }
-        let newcomers = std::mem::take(&mut self.newcomers);
-        let units: Vec<String> = newcomers
-            .iter()
-            .map(|(r, ..)| r.unit.unit.clone())
-            .collect();
-        let Ok(ractor::rpc::CallResult::Success(groups)) = self
-            .root
-            .call(|port| RootMsg::Spawn(units, port), None)
-            .await
-        else {
+    }
+
+    /// Waits for the root's answer to the oldest welcome unanswered, and
+    /// hands its reports over; never resolves if none is. Loses nothing if
+    /// dropped while it waits.
+    async fn answered(&mut self) -> Next {
+        let Some(oldest) = self.asked.front_mut() else {
+            return std::future::pending().await;
+        };
+        let Ok(groups) = (&mut oldest.answer).await else {
             return Next::Stop; // the tree is gone
         };
+        if let Some(oldest) = self.asked.pop_front() {
+            self.greet(oldest.newcomers, groups);
+        }
+        Next::Go
+    }
+
+    /// Sends each new unit's report to the watcher group the root answered
+    /// with; the unit's last waiting report gives the pump its route.
+    fn greet(&mut self, newcomers: Vec<Newcomer>, groups: Vec<ActorRef<GroupMsg>>) {
         // No report of these units waits in what is gathered: reports are
         // gathered only for units with a route, and a route goes only
         // when what was gathered with it is taken (`hand_over`).
         for ((report, headers, payload), g) in newcomers.into_iter().zip(groups) {
             let unit = report.unit.unit.clone();
             let m = WatcherMsg::Report(report, headers, payload);
-            if g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok() {
-                self.routes.insert(unit.into(), g);
-            } else {
+            let sent = g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok();
+            if !sent {
                 warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
             }
+            match self.waiting.get_mut(unit.as_str()) {
+                Some(n) if *n > 1 => *n -= 1,
+                _ => {
+                    self.waiting.remove(unit.as_str());
+                    if sent {
+                        self.routes.insert(unit.into(), g);
+                    }
+                }
+            }
         }
-        Next::Go
     }
 }
 
