@@ -410,7 +410,7 @@ async fn soak(
     // The probe's reports are the supervisor's work too.
     published += probes;
     let cpu = (proc_cpu_ticks(pid)? - cpu0) as f64 / ticks;
-    let (last, settled_cpu) = settle(pid, published, stats).await?;
+    let (last, settled_cpu, settled_in) = settle(pid, published, stats).await?;
     let settled_cpu = (settled_cpu - cpu0) as f64 / ticks;
     let rss = proc_status_kib(pid, "VmRSS:")?;
     let hwm = proc_status_kib(pid, "VmHWM:")?;
@@ -461,6 +461,13 @@ async fn soak(
     // the supervisor did (its share of the client's reading is in the CPU).
     let per_report_us = settled_cpu * 1e6 / accounted(&last).max(1) as f64;
     let baseline = cpu_per_report_line(per_report_us, before, &after);
+    // Where that CPU was spent: a supervisor behind at the load's end
+    // works on after it (its backlog, the writes it held back).
+    println!(
+        "   of which           {cpu:>9.1} s over the load's {wall:.1} s, {:.1} s after it, until its last report was checked {:.1} s later",
+        settled_cpu - cpu,
+        settled_in.as_secs_f64()
+    );
     let (p99, flat) = print_steering_and_flatness(&steer, steer_missed, &minutes);
     println!(
         "   not checked        {dropped:>12}   (of {published}: evaluated {}, duplicates {}, shed under load {}, dead letters {})   target 0: {}",
@@ -552,14 +559,14 @@ struct Load {
 
 /// Waits (up to 30 s) for the reports still waiting when the load ended
 /// to be checked. Returns the last stats, and the supervisor's CPU ticks at
-/// the last poll that found more checked: the CPU of the reports checked
-/// after the load is counted too, not the idle wait for reports that never
-/// came.
+/// the last poll that found more checked, and how long after the load
+/// that poll came: the CPU of the reports checked after the load is
+/// counted too, not the idle wait for reports that never came.
 async fn settle<F>(
     pid: u32,
     published: u64,
     stats: impl Fn() -> F,
-) -> anyhow::Result<(xo_proto::control::StatsReply, u64)>
+) -> anyhow::Result<(xo_proto::control::StatsReply, u64, Duration)>
 where
     F: std::future::Future<
             Output = Result<xo_proto::control::StatsReply, xo_bus::typed::CallError>,
@@ -568,16 +575,18 @@ where
     let mut last = stats().await?;
     let begun = Instant::now();
     let mut settled_cpu = proc_cpu_ticks(pid)?;
+    let mut settled_in = Duration::ZERO;
     while accounted(&last) < published && begun.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let now = stats().await?;
         let cpu_now = proc_cpu_ticks(pid)?;
         if accounted(&now) > accounted(&last) {
             settled_cpu = cpu_now;
+            settled_in = begun.elapsed();
         }
         last = now;
     }
-    Ok((last, settled_cpu))
+    Ok((last, settled_cpu, settled_in))
 }
 
 /// Reports the supervisor accounted for: checked, duplicates, or shed.
