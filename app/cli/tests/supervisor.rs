@@ -1486,12 +1486,7 @@ async fn the_report_pump_reads_while_every_worker_is_busy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn new_units_are_welcomed_while_the_pump_reads_on() {
     let sb = Sandbox::on(xo_tests::sandbox::Sandbox::embedded()).await;
-    let ctx = sb.sup().ctx.clone();
-    let read = || {
-        ctx.counters
-            .reports
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let read = reports_read(&sb);
     let read_before = read();
     let free = hold_the_worker();
     let (units, turns) = (1500u64, 2u64);
@@ -1567,11 +1562,7 @@ async fn on_nats_the_report_pump_reads_on_a_connection_of_its_own_while_every_wo
     assert_eq!(subs_of("xo-supervisor (report pump)"), vec![all.clone()]);
     assert!(!subs_of("xo-supervisor").contains(&all));
     let ctx = sb.sup().ctx.clone();
-    let read = || {
-        ctx.counters
-            .reports
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let read = reports_read(&sb);
     let read_before = read();
     let free = hold_the_worker();
     const N: u64 = 200;
@@ -1616,6 +1607,17 @@ async fn on_nats_the_report_pump_reads_on_a_connection_of_its_own_while_every_wo
             .as_array()
             .is_some_and(|c| c.iter().any(|c| c["name"] == "xo-supervisor (report pump)"))
     });
+}
+
+/// The supervisor's count of reports read off the bus, readable while its
+/// runtime's workers are held.
+fn reports_read(sb: &Sandbox) -> impl Fn() -> u64 + use<> {
+    let ctx = sb.sup().ctx.clone();
+    move || {
+        ctx.counters
+            .reports
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Holds the test runtime's one worker until the returned sender sends

@@ -249,9 +249,13 @@ async fn read<H: Handler<Message>>(
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
     let name = std::any::type_name::<H>;
+    let mut awaiting = true;
     loop {
         let msg = match sub.try_next() {
             Some(m) => Some(m),
+            // A handler whose wait panicked is not asked to wait again
+            // until the next message (a wait that panics at once would
+            // spin the input).
             None => loop {
                 match std::panic::AssertUnwindSafe(handler.caught_up())
                     .catch_unwind()
@@ -261,14 +265,25 @@ async fn read<H: Handler<Message>>(
                     Ok(Next::Go) => {}
                     Err(panic) => caught(name(), panic.as_ref()),
                 }
-                let awaited = std::panic::AssertUnwindSafe(handler.awaited()).catch_unwind();
+                let waits = awaiting;
+                let awaited = async {
+                    if !waits {
+                        return std::future::pending().await;
+                    }
+                    std::panic::AssertUnwindSafe(handler.awaited())
+                        .catch_unwind()
+                        .await
+                };
                 tokio::select! {
                     biased;
                     m = sub.next() => break m,
                     done = awaited => match done {
                         Ok(Next::Stop) => return,
                         Ok(Next::Go) => {}
-                        Err(panic) => caught(name(), panic.as_ref()),
+                        Err(panic) => {
+                            caught(name(), panic.as_ref());
+                            awaiting = false;
+                        }
                     },
                     _ = &mut shutdown => break None,
                 }
@@ -288,6 +303,7 @@ async fn read<H: Handler<Message>>(
             }
             break;
         };
+        awaiting = true;
         // No per-message copy for the log (this is the report
         // pump's path): a panic is named by its handler's type.
         match std::panic::AssertUnwindSafe(handler.handle(msg))

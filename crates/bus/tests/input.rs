@@ -312,3 +312,58 @@ async fn a_handler_is_woken_by_what_it_awaits_and_told_when_the_input_ends() {
     task.await.unwrap();
     assert_eq!(heard.recv().await, None, "nothing after the end");
 }
+
+/// A handler whose wait panics is counted once and not asked to wait again
+/// until the next message: the input does not spin on it.
+#[tokio::test]
+async fn a_wait_that_panics_is_not_waited_on_again_until_the_next_message() {
+    struct Panics {
+        waits: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        said: tokio::sync::mpsc::UnboundedSender<(String, u64)>,
+    }
+    impl input::Handler<xo_bus::Message> for Panics {
+        async fn handle(&mut self, m: xo_bus::Message) -> Next {
+            let waits = self.waits.load(std::sync::atomic::Ordering::SeqCst);
+            let _ = self.said.send((m.subject, waits));
+            Next::Go
+        }
+        async fn awaited(&mut self) -> Next {
+            let n = self.waits.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            let _ = self.said.send(("waited".into(), n));
+            panic!("a wait's bug");
+        }
+    }
+    let bus = Bus::Local(LocalBus::new());
+    let sub = bus.subscribe("x.>").await.unwrap();
+    let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let before = input::panics();
+    // On a thread of its own: an input spinning there fails the first
+    // assertion below rather than starving this test's runtime.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = input::raw_on_thread(
+        "panicking wait",
+        sub,
+        async {
+            let _ = stopped.await;
+        },
+        Panics {
+            waits: Default::default(),
+            said,
+        },
+    );
+    assert_eq!(heard.recv().await, Some(("waited".into(), 1)));
+    bus.publish("x.a", Headers::new(), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        heard.recv().await,
+        Some(("x.a".into(), 1)),
+        "waited on again before the next message"
+    );
+    // After a message, the handler is asked to wait again.
+    assert_eq!(heard.recv().await, Some(("waited".into(), 2)));
+    assert!(input::panics() > before, "the panic was not counted");
+    assert!(!task.is_finished(), "the input ended with the panic");
+    let _ = stop.send(());
+    task.await.unwrap();
+}
