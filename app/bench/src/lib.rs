@@ -15,6 +15,7 @@
 
 use xo_fabric::{connect, fabric, nats_config};
 
+mod baseline;
 mod chaos;
 mod console;
 mod console_tab;
