@@ -41,17 +41,22 @@ pub fn panics() -> u64 {
 
 /// Counts and logs a panic caught while handling `what`.
 pub fn caught(what: &str, panic: &(dyn std::any::Any + Send)) {
+    counted(
+        what,
+        panic,
+        "handling an input panicked; it was skipped and the input goes on (counted: xo_input_panics_total)",
+    );
+}
+
+/// Counts a caught panic and logs it with what became of the input.
+fn counted(what: &str, panic: &(dyn std::any::Any + Send), outcome: &'static str) {
     PANICS.fetch_add(1, Ordering::Relaxed);
     let said = panic
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)");
-    tracing::error!(
-        input = what,
-        panic = said,
-        "handling an input panicked; it was skipped and the input goes on (counted: xo_input_panics_total)"
-    );
+    tracing::error!(input = what, panic = said, "{outcome}");
 }
 
 /// What an input does after a message.
@@ -290,15 +295,14 @@ async fn read<H: Handler<Message>>(
             },
         };
         let Some(msg) = msg else {
-            if std::panic::AssertUnwindSafe(handler.ending())
+            if let Err(panic) = std::panic::AssertUnwindSafe(handler.ending())
                 .catch_unwind()
                 .await
-                .is_err()
             {
-                PANICS.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(
-                    input = name(),
-                    "the input panicked while ending; what it held is lost (counted: xo_input_panics_total)"
+                counted(
+                    name(),
+                    panic.as_ref(),
+                    "the input panicked while ending; what it held is lost (counted: xo_input_panics_total)",
                 );
             }
             break;
