@@ -10,6 +10,7 @@
 //! - `sensor`: agent event lines read per second, beside generic JSON parsing.
 //! - `console`: SSE fan-out beside a raw bus subscription; pages with many units.
 //! - `chaos`: the fabric as processes, SIGKILLed at random under load; invariants checked.
+//! - `deck`: realistic reports encoded ahead, so the soak's load keeps its rate.
 //! - `flow`: the raw NATS baseline, paced publishing and latency, shared by radio and sharded.
 //! - `util`: a nats-server of the bench's own, percentiles, verdicts.
 
@@ -19,6 +20,7 @@ mod baseline;
 mod chaos;
 mod console;
 mod console_tab;
+mod deck;
 pub mod detection;
 pub mod fidelity;
 mod flow;

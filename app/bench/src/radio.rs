@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use xo_bus::{Bus, Headers, NatsBus, NatsStore, Store, typed};
+use xo_bus::{Bus, Headers, NatsBus, NatsStore, Store};
 use xo_proto::codec::{self, CONTENT_TYPE, Format};
 use xo_proto::control::SupervisorStats;
 use xo_radio::sample;
@@ -439,6 +439,7 @@ async fn soak(
             threads.to_string()
         }
     );
+    print_pace(units, secs, wall);
     print_share(units, cpu_pct, (mib(rss), mib(peak)));
     let per_unit = rss.saturating_sub(rss0) as f64 / units.max(1) as f64;
     println!(
@@ -516,6 +517,23 @@ fn print_steering_and_flatness(
         );
     }
     (p99, flat)
+}
+
+/// Prints whether the load kept its rate: `secs` seconds of reports from
+/// `units` units were sent over `wall` seconds. A load that falls behind
+/// (by more than 5%) measures the machine as much as the supervisor: its
+/// publisher and the supervisor were short of cores together.
+fn print_pace(units: u64, secs: u64, wall: f64) {
+    let reached = (units * secs) as f64 / wall.max(1e-9);
+    let kept = wall <= secs as f64 * 1.05;
+    println!(
+        "   load pace          {reached:>9.0} reports/s of {units} asked ({secs} s of reports sent in {wall:.1} s): {}",
+        if kept {
+            "kept"
+        } else {
+            "fell behind: the figures below are the machine's as much as the supervisor's"
+        }
+    );
 }
 
 /// The supervisor's figures when the load began.
@@ -610,6 +628,11 @@ async fn load(
 ) -> anyhow::Result<Load> {
     let slices = 100u64;
     let per_slice = units.div_ceil(slices);
+    // Reports encoded ahead: building and encoding each one here took
+    // the publisher as long as the supervisor's decode and check, and on a
+    // small machine the load fell behind its rate (docs/performance.md §41).
+    let deck = super::deck::Deck::new(super::deck::CARDS)?;
+    let headers = super::deck::headers()?;
     let mut published = 0u64;
     let mut peak_rss = 0u64;
     // Each minute: the supervisor's CPU over that minute and its memory at
@@ -628,11 +651,10 @@ async fn load(
             let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
             tokio::time::sleep_until(due.into()).await;
             for u in (slice * per_slice)..((slice + 1) * per_slice).min(units) {
-                let mut r = sample::realistic(u, second + 1);
-                r.time.seq = second + 1;
-                let (h, body) = typed::encode(&r, Format::Msgpack)?;
+                let name = format!("unit-{u}");
+                let body = deck.report(u, &name, second + 1);
                 publisher
-                    .publish(&subjects.salute(&r.unit.unit), h, body)
+                    .publish(&subjects.salute(&name), headers.clone(), body)
                     .await?;
                 published += 1;
             }

@@ -13,12 +13,12 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use xo_bus::{Bus, NatsBus, typed};
+use xo_bus::{Bus, NatsBus};
+use xo_proto::Subjects;
 use xo_proto::control::{StatsReply, SupervisorStats};
-use xo_proto::{Format, Subjects};
-use xo_radio::sample;
 use xo_runtime::XoConfig;
 
+use super::deck::Deck;
 use super::util::{Nats, clock_ticks, proc_cpu_ticks, start_nats_cluster, start_nats_with};
 
 /// What the scaling soak is asked for.
@@ -155,7 +155,9 @@ async fn set(cfg: &XoConfig, a: &ScalingArgs, n: usize) -> anyhow::Result<Vec<Sh
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    publish_second(&publisher, &subjects, units, 1).await?;
+    let deck = Deck::new(crate::deck::CARDS)?;
+    let load = (&publisher, &subjects, &deck);
+    publish_second(load, units, 1).await?;
     settle(&publisher, &subjects, &members, units).await?;
     let ticks = clock_ticks() as f64;
     let before = sample_all(&publisher, &subjects, &members).await?;
@@ -163,7 +165,7 @@ async fn set(cfg: &XoConfig, a: &ScalingArgs, n: usize) -> anyhow::Result<Vec<Sh
     for second in 0..a.secs {
         let due = t0 + Duration::from_secs(second);
         tokio::time::sleep_until(due.into()).await;
-        publish_second(&publisher, &subjects, units, second + 2).await?;
+        publish_second(load, units, second + 2).await?;
     }
     publisher.flush().await?;
     let wall = t0.elapsed();
@@ -190,23 +192,22 @@ async fn set(cfg: &XoConfig, a: &ScalingArgs, n: usize) -> anyhow::Result<Vec<Sh
 }
 
 /// One report from each of `units` units, with sequence `seq`, spread
-/// over the next second in ten slices.
+/// over the next second in ten slices (the reports from the deck).
 async fn publish_second(
-    publisher: &Bus,
-    subjects: &Subjects,
+    (publisher, subjects, deck): (&Bus, &Subjects, &Deck),
     units: u64,
     seq: u64,
 ) -> anyhow::Result<()> {
+    let headers = crate::deck::headers()?;
     let begun = Instant::now();
     let per_slice = units.div_ceil(10);
     for slice in 0..10u64 {
         tokio::time::sleep_until((begun + Duration::from_millis(slice * 100)).into()).await;
         for u in (slice * per_slice)..((slice + 1) * per_slice).min(units) {
-            let mut r = sample::realistic(u, seq);
-            r.time.seq = seq;
-            let (h, body) = typed::encode(&r, Format::Msgpack)?;
+            let name = format!("unit-{u}");
+            let body = deck.report(u, &name, seq);
             publisher
-                .publish(&subjects.salute(&r.unit.unit), h, body)
+                .publish(&subjects.salute(&name), headers.clone(), body)
                 .await?;
         }
     }

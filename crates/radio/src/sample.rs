@@ -14,7 +14,12 @@ const TOOLS: [&str; 6] = [
     "run_tests",
 ];
 
-fn mix(mut x: u64) -> u64 {
+/// The time of turn 0: turn `t` is reported at `EPOCH_MS + t * 1000`.
+pub const EPOCH_MS: u64 = 1_767_225_600_000;
+
+/// A 64-bit mixer (MurmurHash3's finalizer): what each report's content is
+/// drawn from.
+pub fn mix(mut x: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
@@ -24,7 +29,7 @@ fn mix(mut x: u64) -> u64 {
 /// The report of `unit` (an index) at `turn`, deterministic.
 pub fn realistic(unit: u64, turn: u64) -> SaluteReport {
     let mut r = SaluteReport::new(format!("unit-{unit}"), "coder", turn, turn);
-    r.time.at = 1_767_225_600_000 + turn * 1000;
+    r.time.at = EPOCH_MS + turn * 1000;
     let h = mix(unit.wrapping_mul(1_000_003) ^ turn);
     r.size.context_limit = 128_000;
     r.size.context_tokens = if h % 50 == 1 {
