@@ -118,6 +118,14 @@ impl Card {
         int(r.size.history_len.into(), Hole::HistoryLen);
         r.size.condensations = mark32(6);
         int(r.size.condensations.into(), Hole::Condensations);
+        // Action `i`'s turn is `turn - (20 - i)`, as `realistic` makes it:
+        // a window of at most twenty.
+        if r.activity.recent.len() > 20 {
+            bail!(
+                "a deck card holds {} actions; realistic reports hold 20",
+                r.activity.recent.len()
+            );
+        }
         for (i, a) in r.activity.recent.iter_mut().enumerate() {
             a.turn = mark64(16 + i as u64);
             int(a.turn, Hole::ActionTurn(i as u8));
@@ -307,6 +315,11 @@ mod tests {
                 .all(|h| !matches!(h.2, Hole::ActionTurn(_)))
         );
         assert_eq!(card.holes.iter().filter(|h| h.2 == Hole::Unit).count(), 1);
+        // More actions than realistic's window of twenty: refused.
+        let mut r = sample::realistic(1, 1);
+        r.activity.recent.push(r.activity.recent[0].clone());
+        let err = Card::new(r).err().unwrap().to_string();
+        assert!(err.contains("21 actions"), "{err}");
         // A marker written twice cannot be placed.
         let mut r = sample::realistic(1, 1);
         r.unit.role = UNIT_MARK.into();
