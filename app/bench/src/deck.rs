@@ -15,21 +15,15 @@
 //! content, so the fleet's mix of anomalies is the same.
 
 use anyhow::{Context, bail};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use xo_bus::{Headers, typed};
 use xo_proto::SaluteReport;
 use xo_proto::codec::{self, Format};
-use xo_radio::sample;
+use xo_radio::sample::{self, ACTIONS, TASKS, Turned};
 
 /// Cards in a load's deck: enough that a unit's reports differ turn to
 /// turn and the fleet's mix of anomalies holds (about 5% of the cards).
 pub const CARDS: usize = 4096;
-
-/// The headers of every report from a deck: its content type, as the
-/// encoder sets it.
-pub fn headers() -> anyhow::Result<Headers> {
-    Ok(typed::encode(&sample::realistic(0, 1), Format::Msgpack)?.0)
-}
 
 /// A field a card leaves open, filled per report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +48,14 @@ struct Card {
     holes: Vec<(usize, usize, Hole)>,
 }
 
-/// The cards, and the unit-dependent strings every report of a unit shares.
+/// The cards, the unit-dependent strings every report of a unit shares,
+/// and the headers every report is sent with.
 pub struct Deck {
     cards: Vec<Card>,
-    /// `T-0` to `T-96`: unit `u` works on task `u % 97`.
+    /// Each task's id: unit `u` works on task `u % TASKS`.
     tasks: Vec<String>,
+    /// Its content type, as the encoder sets it.
+    headers: Headers,
 }
 
 /// An integer marker: large enough that MessagePack writes it at full width
@@ -80,17 +77,27 @@ impl Deck {
     /// `1 + j / 97`).
     pub fn new(cards: usize) -> anyhow::Result<Self> {
         let cards = (0..cards.max(1) as u64)
-            .map(|j| Card::new(sample::realistic(j, 1 + j / 97)))
+            .map(|j| Card::new(sample::realistic(j, 1 + j / TASKS)))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let tasks = (0..97).map(|t| format!("T-{t}")).collect();
-        Ok(Self { cards, tasks })
+        let tasks = (0..TASKS).map(sample::task_id).collect();
+        let (headers, _) = typed::encode(&sample::realistic(0, 1), Format::Msgpack)?;
+        Ok(Self {
+            cards,
+            tasks,
+            headers,
+        })
+    }
+
+    /// The headers to send each report with.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
     }
 
     /// The report of unit `unit` (its name `name`) at `turn` (its sequence
     /// too), encoded.
-    pub fn report(&self, unit: u64, name: &str, turn: u64) -> Bytes {
-        let pick = sample::mix(unit.wrapping_mul(1_000_003) ^ turn) as usize % self.cards.len();
-        self.cards[pick].fill((name, &self.tasks[(unit % 97) as usize]), turn)
+    pub fn report(&self, unit: u64, name: &str, turn: u64) -> anyhow::Result<Bytes> {
+        let pick = sample::draw(unit, turn) as usize % self.cards.len();
+        self.cards[pick].fill((name, &self.tasks[(unit % TASKS) as usize]), turn)
     }
 }
 
@@ -99,47 +106,49 @@ impl Card {
     /// turn, and where each marker is.
     fn new(mut r: SaluteReport) -> anyhow::Result<Self> {
         let mut marks: Vec<(Vec<u8>, Hole)> = Vec::new();
-        let mut int = |v: u64, hole| {
+        let mut int = |v: u64, hole| -> anyhow::Result<()> {
             let mut b = Vec::new();
-            write_uint(&mut b, v);
+            rmp::encode::write_uint(&mut b, v)?;
             marks.push((b, hole));
+            Ok(())
         };
         r.time.seq = mark64(0);
-        int(r.time.seq, Hole::Seq);
+        int(r.time.seq, Hole::Seq)?;
         r.time.turn = mark64(1);
-        int(r.time.turn, Hole::Turn);
+        int(r.time.turn, Hole::Turn)?;
         r.time.at = mark64(2);
-        int(r.time.at, Hole::At);
+        int(r.time.at, Hole::At)?;
         r.equipment.tokens_in = mark64(3);
-        int(r.equipment.tokens_in, Hole::TokensIn);
+        int(r.equipment.tokens_in, Hole::TokensIn)?;
         r.equipment.tokens_out = mark64(4);
-        int(r.equipment.tokens_out, Hole::TokensOut);
+        int(r.equipment.tokens_out, Hole::TokensOut)?;
         r.size.history_len = mark32(5);
-        int(r.size.history_len.into(), Hole::HistoryLen);
+        int(r.size.history_len.into(), Hole::HistoryLen)?;
         r.size.condensations = mark32(6);
-        int(r.size.condensations.into(), Hole::Condensations);
-        // Action `i`'s turn is `turn - (20 - i)`, as `realistic` makes it:
-        // a window of at most twenty.
-        if r.activity.recent.len() > 20 {
+        int(r.size.condensations.into(), Hole::Condensations)?;
+        // Action `i`'s turn follows its place in the window
+        // (`sample::action_turn`), as `realistic` makes it.
+        if r.activity.recent.len() as u64 > ACTIONS {
             bail!(
-                "a deck card holds {} actions; realistic reports hold 20",
+                "a deck card holds {} actions; realistic reports hold {ACTIONS}",
                 r.activity.recent.len()
             );
         }
         for (i, a) in r.activity.recent.iter_mut().enumerate() {
             a.turn = mark64(16 + i as u64);
-            int(a.turn, Hole::ActionTurn(i as u8));
+            int(a.turn, Hole::ActionTurn(i as u8))?;
         }
-        let mut text = |s: &str, hole| {
+        let mut text = |s: &str, hole| -> anyhow::Result<()> {
             let mut b = Vec::new();
-            write_str(&mut b, s);
+            rmp::encode::write_str(&mut b, s)?;
             marks.push((b, hole));
+            Ok(())
         };
         r.unit.unit = UNIT_MARK.into();
-        text(UNIT_MARK, Hole::Unit);
+        text(UNIT_MARK, Hole::Unit)?;
         if r.activity.task_id.is_some() {
             r.activity.task_id = Some(TASK_MARK.into());
-            text(TASK_MARK, Hole::Task);
+            text(TASK_MARK, Hole::Task)?;
         }
         let bytes = codec::encode(&r, Format::Msgpack).context("encoding a deck card")?;
         let mut holes = Vec::with_capacity(marks.len());
@@ -160,72 +169,34 @@ impl Card {
 
     /// The card's report for the unit named `name` working on `task`, at
     /// `turn`: the figures `sample::realistic` derives from the unit and
-    /// the turn, written in.
-    fn fill(&self, (name, task): (&str, &str), turn: u64) -> Bytes {
-        let mut out = BytesMut::with_capacity(self.bytes.len() + 32);
+    /// the turn, written in by the writers `rmp_serde` encodes with.
+    fn fill(&self, (name, task): (&str, &str), turn: u64) -> anyhow::Result<Bytes> {
+        use rmp::encode::{write_str, write_uint};
+        let turned = Turned::of(turn);
+        let mut out = Vec::with_capacity(self.bytes.len() + 32);
         let mut from = 0;
         for &(start, end, hole) in &self.holes {
-            out.put_slice(&self.bytes[from..start]);
+            out.extend_from_slice(&self.bytes[from..start]);
             from = end;
             match hole {
-                Hole::Unit => write_str(&mut out, name),
-                Hole::Task => write_str(&mut out, task),
-                Hole::Seq | Hole::Turn => write_uint(&mut out, turn),
-                Hole::At => write_uint(&mut out, sample::EPOCH_MS + turn * 1000),
-                Hole::TokensIn => write_uint(&mut out, 1000 * turn),
-                Hole::TokensOut => write_uint(&mut out, 200 * turn),
-                Hole::HistoryLen => write_uint(&mut out, 40 + turn % 60),
-                Hole::Condensations => write_uint(&mut out, turn / 50),
-                Hole::ActionTurn(i) => write_uint(&mut out, turn.saturating_sub(20 - i as u64)),
+                Hole::Unit => write_str(&mut out, name)?,
+                Hole::Task => write_str(&mut out, task)?,
+                Hole::Seq | Hole::Turn => write_uint(&mut out, turn).map(drop)?,
+                Hole::At => write_uint(&mut out, turned.at).map(drop)?,
+                Hole::TokensIn => write_uint(&mut out, turned.tokens_in).map(drop)?,
+                Hole::TokensOut => write_uint(&mut out, turned.tokens_out).map(drop)?,
+                Hole::HistoryLen => write_uint(&mut out, turned.history_len.into()).map(drop)?,
+                Hole::Condensations => {
+                    write_uint(&mut out, turned.condensations.into()).map(drop)?
+                }
+                Hole::ActionTurn(i) => {
+                    write_uint(&mut out, sample::action_turn(turn, i.into())).map(drop)?
+                }
             }
         }
-        out.put_slice(&self.bytes[from..]);
-        out.freeze()
+        out.extend_from_slice(&self.bytes[from..]);
+        Ok(Bytes::from(out))
     }
-}
-
-/// An unsigned integer as MessagePack writes it: the shortest form.
-fn write_uint(out: &mut impl BufMut, v: u64) {
-    match v {
-        0..=0x7f => out.put_u8(v as u8),
-        0x80..=0xff => {
-            out.put_u8(0xcc);
-            out.put_u8(v as u8);
-        }
-        0x100..=0xffff => {
-            out.put_u8(0xcd);
-            out.put_u16(v as u16);
-        }
-        0x1_0000..=0xffff_ffff => {
-            out.put_u8(0xce);
-            out.put_u32(v as u32);
-        }
-        _ => {
-            out.put_u8(0xcf);
-            out.put_u64(v);
-        }
-    }
-}
-
-/// A string as MessagePack writes it (fixstr, str8, str16, str32).
-fn write_str(out: &mut impl BufMut, s: &str) {
-    let n = s.len();
-    match n {
-        0..=31 => out.put_u8(0xa0 | n as u8),
-        32..=0xff => {
-            out.put_u8(0xd9);
-            out.put_u8(n as u8);
-        }
-        0x100..=0xffff => {
-            out.put_u8(0xda);
-            out.put_u16(n as u16);
-        }
-        _ => {
-            out.put_u8(0xdb);
-            out.put_u32(n as u32);
-        }
-    }
-    out.put_slice(s.as_bytes());
 }
 
 #[cfg(test)]
@@ -257,9 +228,9 @@ mod tests {
             (3, 5_000_000),
         ] {
             let card = Card::new(sample::realistic(u, turn)).unwrap();
-            let (name, task) = (format!("unit-{u}"), format!("T-{}", u % 97));
+            let (name, task) = (sample::unit_name(u), sample::task_id(u));
             assert_eq!(
-                card.fill((&name, &task), turn).as_ref(),
+                card.fill((&name, &task), turn).unwrap().as_ref(),
                 encoded(u, turn).as_slice(),
                 "unit {u} turn {turn}"
             );
@@ -271,8 +242,8 @@ mod tests {
         let deck = Deck::new(64).unwrap();
         let mut contents = std::collections::HashSet::new();
         for (u, turn) in [(0, 1), (42, 2), (99_999, 61), (1_000, 3_600)] {
-            let name = format!("unit-{u}");
-            let body = deck.report(u, &name, turn);
+            let name = sample::unit_name(u);
+            let body = deck.report(u, &name, turn).unwrap();
             // Decoded as the supervisor decodes it (which validates it too).
             let r: SaluteReport = codec::decode(&body, Some(codec::MSGPACK), 1 << 20).unwrap();
             let want = sample::realistic(u, turn);

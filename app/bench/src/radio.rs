@@ -632,7 +632,6 @@ async fn load(
     // the publisher as long as the supervisor's decode and check, and on a
     // small machine the load fell behind its rate (docs/performance.md §41).
     let deck = super::deck::Deck::new(super::deck::CARDS)?;
-    let headers = super::deck::headers()?;
     let mut published = 0u64;
     let mut peak_rss = 0u64;
     // Each minute: the supervisor's CPU over that minute and its memory at
@@ -651,10 +650,10 @@ async fn load(
             let due = t0 + Duration::from_millis(second * 1000 + slice * 1000 / slices);
             tokio::time::sleep_until(due.into()).await;
             for u in (slice * per_slice)..((slice + 1) * per_slice).min(units) {
-                let name = format!("unit-{u}");
-                let body = deck.report(u, &name, second + 1);
+                let name = sample::unit_name(u);
+                let body = deck.report(u, &name, second + 1)?;
                 publisher
-                    .publish(&subjects.salute(&name), headers.clone(), body)
+                    .publish(&subjects.salute(&name), deck.headers().clone(), body)
                     .await?;
                 published += 1;
             }

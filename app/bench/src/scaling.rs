@@ -16,6 +16,7 @@ use anyhow::{Context, bail};
 use xo_bus::{Bus, NatsBus};
 use xo_proto::Subjects;
 use xo_proto::control::{StatsReply, SupervisorStats};
+use xo_radio::sample;
 use xo_runtime::XoConfig;
 
 use super::deck::Deck;
@@ -198,16 +199,15 @@ async fn publish_second(
     units: u64,
     seq: u64,
 ) -> anyhow::Result<()> {
-    let headers = crate::deck::headers()?;
     let begun = Instant::now();
     let per_slice = units.div_ceil(10);
     for slice in 0..10u64 {
         tokio::time::sleep_until((begun + Duration::from_millis(slice * 100)).into()).await;
         for u in (slice * per_slice)..((slice + 1) * per_slice).min(units) {
-            let name = format!("unit-{u}");
-            let body = deck.report(u, &name, seq);
+            let name = sample::unit_name(u);
+            let body = deck.report(u, &name, seq)?;
             publisher
-                .publish(&subjects.salute(&name), headers.clone(), body)
+                .publish(&subjects.salute(&name), deck.headers().clone(), body)
                 .await?;
         }
     }

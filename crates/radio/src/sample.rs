@@ -15,31 +15,79 @@ const TOOLS: [&str; 6] = [
 ];
 
 /// The time of turn 0: turn `t` is reported at `EPOCH_MS + t * 1000`.
-pub const EPOCH_MS: u64 = 1_767_225_600_000;
+const EPOCH_MS: u64 = 1_767_225_600_000;
 
-/// A 64-bit mixer (MurmurHash3's finalizer): what each report's content is
-/// drawn from.
-pub fn mix(mut x: u64) -> u64 {
+/// A 64-bit mixer (MurmurHash3's finalizer).
+fn mix(mut x: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
     x
 }
 
+/// Actions in a report's window (`activity.recent`).
+pub const ACTIONS: u64 = 20;
+
+/// Tasks the units work on: unit `u` on task `u % TASKS`.
+pub const TASKS: u64 = 97;
+
+/// The name of unit `unit` (an index).
+pub fn unit_name(unit: u64) -> String {
+    format!("unit-{unit}")
+}
+
+/// The task unit `unit` works on.
+pub fn task_id(unit: u64) -> String {
+    format!("T-{}", unit % TASKS)
+}
+
+/// What the content of `unit`'s report at `turn` is drawn from.
+pub fn draw(unit: u64, turn: u64) -> u64 {
+    mix(unit.wrapping_mul(1_000_003) ^ turn)
+}
+
+/// The figures of a report that follow its turn alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turned {
+    pub at: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub history_len: u32,
+    pub condensations: u32,
+}
+
+impl Turned {
+    pub fn of(turn: u64) -> Self {
+        Self {
+            at: EPOCH_MS + turn * 1000,
+            tokens_in: 1000 * turn,
+            tokens_out: 200 * turn,
+            history_len: 40 + (turn % 60) as u32,
+            condensations: (turn / 50) as u32,
+        }
+    }
+}
+
+/// The turn of action `i` (`0..ACTIONS`) in the window of a report at `turn`.
+pub fn action_turn(turn: u64, i: u64) -> u64 {
+    turn.saturating_sub(ACTIONS - i)
+}
+
 /// The report of `unit` (an index) at `turn`, deterministic.
 pub fn realistic(unit: u64, turn: u64) -> SaluteReport {
-    let mut r = SaluteReport::new(format!("unit-{unit}"), "coder", turn, turn);
-    r.time.at = EPOCH_MS + turn * 1000;
-    let h = mix(unit.wrapping_mul(1_000_003) ^ turn);
+    let mut r = SaluteReport::new(unit_name(unit), "coder", turn, turn);
+    let turned = Turned::of(turn);
+    r.time.at = turned.at;
+    let h = draw(unit, turn);
     r.size.context_limit = 128_000;
     r.size.context_tokens = if h % 50 == 1 {
         110_000
     } else {
         20_000 + (h % 70_000)
     };
-    r.size.history_len = 40 + (turn % 60) as u32;
-    r.size.condensations = (turn / 50) as u32;
-    r.activity.task_id = Some(format!("T-{}", unit % 97));
+    r.size.history_len = turned.history_len;
+    r.size.condensations = turned.condensations;
+    r.activity.task_id = Some(task_id(unit));
     r.activity.step = Some("implement".into());
     r.activity.turns_since_progress = if h % 50 == 2 { 8 } else { (h % 5) as u32 };
     r.unit.pace = if h.is_multiple_of(101) {
@@ -48,11 +96,11 @@ pub fn realistic(unit: u64, turn: u64) -> SaluteReport {
         Pace::Primary
     };
     r.equipment.model = Some("local/test".into());
-    r.equipment.tokens_in = 1000 * turn;
-    r.equipment.tokens_out = 200 * turn;
-    r.activity.recent = (0..20u64)
+    r.equipment.tokens_in = turned.tokens_in;
+    r.equipment.tokens_out = turned.tokens_out;
+    r.activity.recent = (0..ACTIONS)
         .map(|i| {
-            let t = turn.saturating_sub(20 - i);
+            let t = action_turn(turn, i);
             let k = mix(h ^ i);
             if k.is_multiple_of(5) {
                 Action::message(Some(&format!("{:x}", k % 1000)), Outcome::Ok, t)
