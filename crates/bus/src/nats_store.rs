@@ -19,8 +19,12 @@ pub struct NatsStore {
     /// Replicas of the buckets and streams this store creates (3 on a
     /// three-node cluster); an existing one with fewer is reported.
     replicas: usize,
-    buckets: Arc<Mutex<HashMap<String, kv::Store>>>,
-    streams: Arc<Mutex<HashMap<String, jetstream::stream::Stream>>>,
+    /// Shared, not cloned per call: a `kv::Store` carries its stream's
+    /// whole configuration and state (dozens of strings), and the
+    /// supervisor's persister looks its bucket up for every record it
+    /// writes (issue 43).
+    buckets: Arc<Mutex<HashMap<String, Arc<kv::Store>>>>,
+    streams: Arc<Mutex<HashMap<String, Arc<jetstream::stream::Stream>>>>,
 }
 
 impl std::fmt::Debug for NatsStore {
@@ -77,7 +81,7 @@ impl NatsStore {
         format!("{}_{name}", self.prefix.replace('.', "_")).to_uppercase()
     }
 
-    async fn bucket(&self, name: &str) -> StoreResult<kv::Store> {
+    async fn bucket(&self, name: &str) -> StoreResult<Arc<kv::Store>> {
         let mut cache = self.buckets.lock().await;
         if let Some(b) = cache.get(name) {
             return Ok(b.clone());
@@ -121,7 +125,8 @@ impl NatsStore {
                 }
             },
         };
-        cache.insert(name.to_string(), store.clone());
+        let store = Arc::new(store);
+        cache.insert(name.to_string(), Arc::clone(&store));
         Ok(store)
     }
 
@@ -176,7 +181,7 @@ impl NatsStore {
             validate_key(k)?;
         }
         futures::future::try_join_all(items.into_iter().map(|(k, v)| {
-            let b = b.clone();
+            let b = Arc::clone(&b);
             async move { b.put(k, v).await.map_err(backend) }
         }))
         .await
@@ -232,7 +237,7 @@ impl NatsStore {
         xo_proto::Subjects::new(self.prefix.as_str()).store_log(log)
     }
 
-    async fn stream(&self, log: &str) -> StoreResult<jetstream::stream::Stream> {
+    async fn stream(&self, log: &str) -> StoreResult<Arc<jetstream::stream::Stream>> {
         let mut cache = self.streams.lock().await;
         if let Some(s) = cache.get(log) {
             return Ok(s.clone());
@@ -261,7 +266,8 @@ impl NatsStore {
                 s
             }
         };
-        cache.insert(log.to_string(), s.clone());
+        let s = Arc::new(s);
+        cache.insert(log.to_string(), Arc::clone(&s));
         Ok(s)
     }
 
@@ -270,7 +276,8 @@ impl NatsStore {
     }
 
     pub async fn read(&self, log: &str, from: u64, max: usize) -> StoreResult<Vec<(u64, Bytes)>> {
-        let mut stream = self.stream(log).await?;
+        // A copy of its own: reading the state updates the cached info.
+        let mut stream = jetstream::stream::Stream::clone(&*self.stream(log).await?);
         let last = stream.info().await.map_err(backend)?.state.last_sequence;
         let mut out = Vec::new();
         let mut seq = from.max(1);
