@@ -175,10 +175,18 @@ impl Actor for Group {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             GroupMsg::Unit(unit, msg) => {
+                let first = matches!(msg, WatcherMsg::Report(..));
                 if matches!(msg, WatcherMsg::Received(..)) {
                     state.inbox.handled();
                 }
-                state.deliver(&unit, msg).await
+                state.deliver(&unit, msg).await;
+                // A new unit's first report, handed over by the pump: its
+                // report kept in the overflow meanwhile comes after it.
+                if first && let Some((report, superseded)) = state.inbox.welcomed(&unit) {
+                    let (msg, _, format) = report.into_parts();
+                    let latest = WatcherMsg::Latest(msg, format, superseded);
+                    state.deliver(&unit, latest).await;
+                }
             }
             GroupMsg::Reports(reports) => {
                 for report in reports {

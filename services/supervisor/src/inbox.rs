@@ -9,7 +9,12 @@
 //!
 //! Order is kept per unit: while an overflow is waiting every report of
 //! the group goes into it, so no report sent after it can be handled
-//! before it.
+//! before it. A new unit's first reports go to the group another way (the
+//! pump decoded them, and hands them over once the root has started the
+//! unit's watcher): a `Drain` already waiting ahead of them would hand the
+//! unit's later reports over first. So the pump says each one it hands
+//! over ([`Inbox::greeted`]), and the unit's report in the overflow waits
+//! there until the group has had the last of them ([`Inbox::welcomed`]).
 
 use std::ops::Range;
 use std::sync::Mutex;
@@ -126,10 +131,34 @@ pub struct Inbox {
     waiting: AtomicU64,
     /// An overflow is waiting for its `Drain`.
     overflowing: AtomicBool,
-    /// The overflow: each unit's latest report, and how many older ones it
-    /// replaced (superseded, not lost: its sequence gap is not a loss).
-    /// Keyed in place, as the groups' units (`UnitKey`).
-    overflow: Mutex<FnvMap<UnitKey, (Routed, u64)>>,
+    /// The overflow, and the units whose first reports are on their way.
+    overflow: Mutex<Overflow>,
+}
+
+#[derive(Debug, Default)]
+struct Overflow {
+    /// Each unit's latest report, and how many older ones it replaced
+    /// (superseded, not lost: its sequence gap is not a loss). Keyed in
+    /// place, as the groups' units (`UnitKey`).
+    latest: FnvMap<UnitKey, (Routed, u64)>,
+    /// Per new unit, its first reports handed to the group and not yet
+    /// handled there: its report here is not drained before they are.
+    greeting: FnvMap<UnitKey, u32>,
+}
+
+impl Overflow {
+    /// Takes every unit's latest report but those of units still being
+    /// greeted.
+    fn take(&mut self) -> Vec<(UnitKey, Routed, u64)> {
+        if self.greeting.is_empty() {
+            return self.latest.drain().map(|(u, (m, n))| (u, m, n)).collect();
+        }
+        let greeting = &self.greeting;
+        self.latest
+            .extract_if(|u, _| !greeting.contains_key(u.as_str()))
+            .map(|(u, (m, n))| (u, m, n))
+            .collect()
+    }
 }
 
 impl Inbox {
@@ -158,15 +187,17 @@ impl Inbox {
         }
         let unit = report.unit();
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
-        let drain = o.is_empty();
-        let shed = match o.get_mut(unit) {
+        // A `Drain` is asked for once an overflow: not by whether the
+        // overflow is empty (a new unit's report may wait in it past one).
+        let drain = !self.overflowing.load(Ordering::Acquire);
+        let shed = match o.latest.get_mut(unit) {
             Some((kept, superseded)) => {
                 *kept = report.detached();
                 *superseded += 1;
                 true
             }
             None => {
-                o.insert(UnitKey::new(unit), (report.detached(), 0));
+                o.latest.insert(UnitKey::new(unit), (report.detached(), 0));
                 false
             }
         };
@@ -174,6 +205,37 @@ impl Inbox {
             self.overflowing.store(true, Ordering::Release);
         }
         Offer::Kept { drain, shed }
+    }
+
+    /// The pump hands one of `unit`'s first reports (decoded there) to the
+    /// group: until the group has handled it, the unit's report in the
+    /// overflow, if one comes, stays there.
+    pub fn greeted(&self, unit: &str) {
+        let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
+        match o.greeting.get_mut(unit) {
+            Some(n) => *n += 1,
+            None => {
+                o.greeting.insert(UnitKey::new(unit), 1);
+            }
+        }
+    }
+
+    /// The group handled one of `unit`'s first reports: after the last of
+    /// them, the unit's report kept in the overflow meanwhile, if any (it
+    /// came after them), with how many older ones it replaced.
+    pub fn welcomed(&self, unit: &str) -> Option<(Routed, u64)> {
+        let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
+        match o.greeting.get_mut(unit) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                return None;
+            }
+            Some(_) => {
+                o.greeting.remove(unit);
+            }
+            None => return None,
+        }
+        o.latest.remove(unit)
     }
 
     /// A report sent with [`Offer::Send`] was handled (or never arrived).
@@ -187,28 +249,38 @@ impl Inbox {
 
     /// The overflow, taken whole: (unit, its latest report, how many older
     /// ones that one replaced).
+    /// (A unit still being greeted keeps its report here: see
+    /// [`Self::welcomed`].)
     pub fn drain(&self) -> Vec<(UnitKey, Routed, u64)> {
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         self.overflowing.store(false, Ordering::Release);
-        o.drain().map(|(u, (m, n))| (u, m, n)).collect()
+        o.take()
     }
 
     /// The group started again: what was waiting in its old mailbox is
-    /// gone; an overflow still here needs a `Drain` (its own was lost).
+    /// gone, the first reports being greeted with it; an overflow still
+    /// here needs a `Drain` (its own was lost), and every report of the
+    /// group goes into it until then.
     pub fn restarted(&self) -> bool {
         self.waiting.store(0, Ordering::Relaxed);
-        !self
-            .overflow
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
+        o.greeting.clear();
+        let kept = !o.latest.is_empty();
+        if kept {
+            self.overflowing.store(true, Ordering::Release);
+        }
+        kept
     }
 
     /// Reports waiting, in the mailbox and the overflow.
     #[cfg(test)]
     fn waiting(&self) -> u64 {
         self.waiting.load(Ordering::Relaxed)
-            + self.overflow.lock().map(|o| o.len() as u64).unwrap_or(0)
+            + self
+                .overflow
+                .lock()
+                .map(|o| o.latest.len() as u64)
+                .unwrap_or(0)
     }
 }
 
@@ -388,6 +460,80 @@ mod tests {
         let r = with(&[]);
         assert_eq!(r.format, None);
         assert!(r.into_message().headers.is_empty());
+    }
+
+    /// A new unit's first report goes to its group beside the inbox (the
+    /// pump decoded it), after a `Drain` already waiting in the group's
+    /// mailbox: the unit's next report, kept in that overflow meanwhile,
+    /// must not be drained ahead of it (seen in a 100,000-unit soak as
+    /// reports counted duplicates: docs/performance.md §42). It comes out
+    /// when the group has had the unit's first reports, after the last.
+    #[test]
+    fn a_new_units_report_kept_while_its_first_is_greeted_waits_for_it() {
+        let inbox = Inbox::default();
+        // An overflow, its Drain on the way to the group.
+        assert!(matches!(
+            inbox.offer(report("old", 1), 0),
+            Offer::Kept { drain: true, .. }
+        ));
+        // The pump hands "new"'s first two reports over (two welcomes),
+        // then routes its third, which the overflow keeps.
+        inbox.greeted("new");
+        inbox.greeted("new");
+        assert!(matches!(
+            inbox.offer(report("new", 3), 0),
+            Offer::Kept {
+                drain: false,
+                shed: false
+            }
+        ));
+        // The Drain ahead of them: the old unit's report only.
+        let d = inbox.drain();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].0.as_str(), "old");
+        // Kept past the drain, a later report replaces it (shed), and a
+        // new overflow asks for its own Drain though one is kept.
+        assert!(matches!(
+            inbox.offer(report("new", 4), 0),
+            Offer::Kept {
+                drain: true,
+                shed: true
+            }
+        ));
+        assert!(inbox.drain().is_empty(), "still greeted");
+        // The group has the first report: the second is still to come.
+        assert!(inbox.welcomed("new").is_none());
+        let (r, superseded) = inbox.welcomed("new").expect("after the last first report");
+        assert_eq!(&r.msg.payload[..], b"4");
+        assert_eq!(superseded, 1);
+        assert!(inbox.welcomed("new").is_none(), "once");
+        // Greeted no more: drained as any unit.
+        assert!(matches!(
+            inbox.offer(report("new", 5), 0),
+            Offer::Kept { drain: true, .. }
+        ));
+        assert_eq!(inbox.drain().len(), 1);
+    }
+
+    /// A group that started again lost the first reports on their way
+    /// with its mailbox: what waited for them is drained, and reports wait
+    /// in the overflow for that Drain.
+    #[test]
+    fn a_restarted_group_drains_what_waited_for_first_reports_it_lost() {
+        let inbox = Inbox::default();
+        inbox.greeted("new");
+        assert!(matches!(
+            inbox.offer(report("new", 2), 0),
+            Offer::Kept { .. }
+        ));
+        assert!(inbox.drain().is_empty());
+        assert!(inbox.restarted(), "the kept report needs a drain");
+        assert!(
+            matches!(inbox.offer(report("other", 1), 5), Offer::Kept { .. }),
+            "kept behind the overflow until its Drain"
+        );
+        assert_eq!(inbox.drain().len(), 2);
+        assert!(inbox.welcomed("new").is_none());
     }
 
     #[test]

@@ -412,8 +412,13 @@ impl ReportPump {
         for ((report, headers, payload), g) in newcomers.into_iter().zip(groups) {
             let unit = report.unit.unit.clone();
             let m = WatcherMsg::Report(report, headers, payload);
+            // Said before it goes: the unit's later reports kept in the
+            // overflow meanwhile wait for it (crate::inbox).
+            let inbox = &self.ctx.inboxes[crate::group::group_of(&unit)];
+            inbox.greeted(&unit);
             let sent = g.cast(GroupMsg::Unit(unit.clone(), m)).is_ok();
             if !sent {
+                let _ = inbox.welcomed(&unit);
                 warn!(unit = %unit, "report lost: a new watcher stopped before its first report");
             }
             match self.waiting.get_mut(unit.as_str()) {
