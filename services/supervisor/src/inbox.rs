@@ -18,7 +18,7 @@
 
 use std::ops::Range;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use xo_bus::{Headers, Message};
 use xo_proto::codec::{CONTENT_TYPE, Format};
@@ -133,6 +133,9 @@ pub struct Inbox {
     overflowing: AtomicBool,
     /// The overflow, and the units whose first reports are on their way.
     overflow: Mutex<Overflow>,
+    /// How many units those are (`Overflow::greeting`'s length, changed
+    /// with it): while none, a report is sent on without the lock.
+    greeting: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -166,6 +169,19 @@ impl Inbox {
     pub fn offer(&self, report: Routed, high: u64) -> Offer {
         let waiting = self.waiting.load(Ordering::Relaxed);
         if !self.overflowing.load(Ordering::Acquire) && waiting < high {
+            // A unit whose report waits for its first ones keeps its
+            // latest there: one sent on now would be handled before it.
+            if self.greeting.load(Ordering::Relaxed) > 0 {
+                let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((kept, superseded)) = o.latest.get_mut(report.unit()) {
+                    *kept = report.detached();
+                    *superseded += 1;
+                    return Offer::Kept {
+                        drain: false,
+                        shed: true,
+                    };
+                }
+            }
             self.waiting.fetch_add(1, Ordering::Relaxed);
             // Behind a backlog a report is held for as long as the watchers
             // are behind: with its own copy of its bytes, not the
@@ -216,6 +232,7 @@ impl Inbox {
             Some(n) => *n += 1,
             None => {
                 o.greeting.insert(UnitKey::new(unit), 1);
+                self.greeting.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -232,6 +249,7 @@ impl Inbox {
             }
             Some(_) => {
                 o.greeting.remove(unit);
+                self.greeting.fetch_sub(1, Ordering::Relaxed);
             }
             None => return None,
         }
@@ -265,6 +283,7 @@ impl Inbox {
         self.waiting.store(0, Ordering::Relaxed);
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         o.greeting.clear();
+        self.greeting.store(0, Ordering::Relaxed);
         let kept = !o.latest.is_empty();
         if kept {
             self.overflowing.store(true, Ordering::Release);
@@ -501,15 +520,31 @@ mod tests {
             }
         ));
         assert!(inbox.drain().is_empty(), "still greeted");
+        // The overflow is over, the group keeps up: another unit's report
+        // is sent on, but this unit's replaces the one kept (sent on, it
+        // would be handled before it), and asks for no Drain.
+        assert!(matches!(
+            inbox.offer(report("other", 1), 100),
+            Offer::Send(_)
+        ));
+        assert!(matches!(
+            inbox.offer(report("new", 5), 100),
+            Offer::Kept {
+                drain: false,
+                shed: true
+            }
+        ));
         // The group has the first report: the second is still to come.
         assert!(inbox.welcomed("new").is_none());
         let (r, superseded) = inbox.welcomed("new").expect("after the last first report");
-        assert_eq!(&r.msg.payload[..], b"4");
-        assert_eq!(superseded, 1);
+        assert_eq!(&r.msg.payload[..], b"5");
+        assert_eq!(superseded, 2);
         assert!(inbox.welcomed("new").is_none(), "once");
+        // Welcomed: sent on as any unit's.
+        assert!(matches!(inbox.offer(report("new", 6), 100), Offer::Send(_)));
         // Greeted no more: drained as any unit.
         assert!(matches!(
-            inbox.offer(report("new", 5), 0),
+            inbox.offer(report("new", 7), 0),
             Offer::Kept { drain: true, .. }
         ));
         assert_eq!(inbox.drain().len(), 1);
