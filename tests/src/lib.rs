@@ -172,25 +172,10 @@ impl NatsServer {
                 self.bin
             )
         });
-        let begun = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().expect("the server's state") {
-                return Err(format!("it exited ({status}): {}", self.log()));
-            }
-            let listening = TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-                && TcpStream::connect(("127.0.0.1", self.monitor_port)).is_ok();
-            // Ours that listens, not another process on a port ours could not take.
-            if listening && child.try_wait().expect("the server's state").is_none() {
-                break;
-            }
-            if begun.elapsed() > HANG_GUARD {
-                let _ = child.kill();
-                return Err(format!(
-                    "not listening after {HANG_GUARD:?}: {}",
-                    self.log()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Err(e) = wait_ready(&mut child, &self.log_path()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
         }
         self.child = Some(child);
         Ok(())
@@ -198,13 +183,6 @@ impl NatsServer {
 
     fn log_path(&self) -> PathBuf {
         self.store.path().join("nats-server.log")
-    }
-
-    /// The last lines the server wrote to stderr.
-    fn log(&self) -> String {
-        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(5)..].join(" | ")
     }
 
     pub fn url(&self) -> String {
@@ -275,6 +253,41 @@ pub fn signal(pid: u32, sig: &str) -> bool {
         .args([&format!("-{sig}"), &pid.to_string()])
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// What nats-server logs once every listener it was given is bound: a
+/// listener it cannot bind is fatal, so the line is never logged by a
+/// server that lost a port.
+const READY_LINE: &str = "Server is ready";
+
+/// Waits until the server `child`, logging to `log`, says it is ready:
+/// `Err` with the log's last lines if it exits first or hangs. Its own log
+/// is the proof, not a connection to its port: while the server starts
+/// JetStream its client port is not bound yet, and a connection to it can
+/// reach another process or connect to itself (a local port the kernel
+/// picks equal to the one asked); so a server that then failed to bind
+/// was taken for started, and a test's first connection was refused (CI).
+pub(crate) fn wait_ready(child: &mut Child, log: &std::path::Path) -> Result<(), String> {
+    let begun = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| format!("its state: {e}"))? {
+            return Err(format!("it exited ({status}): {}", log_tail(log)));
+        }
+        if std::fs::read_to_string(log).is_ok_and(|t| t.contains(READY_LINE)) {
+            return Ok(());
+        }
+        if begun.elapsed() > HANG_GUARD {
+            return Err(format!("not ready after {HANG_GUARD:?}: {}", log_tail(log)));
+        }
+        std::thread::sleep(LOOK_EVERY);
+    }
+}
+
+/// The last five lines of a server's log, on one line.
+fn log_tail(log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
 /// The body of `GET path` on a nats-server's monitoring port, if it
@@ -358,4 +371,34 @@ pub fn until_blocking<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 /// [`eventually`] for a test with no runtime.
 pub fn eventually_blocking(what: &str, mut ok: impl FnMut() -> bool) {
     until_blocking(what, || ok().then_some(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server whose client port another process holds is not taken for
+    /// started, though a connection to that port is answered while it
+    /// starts JetStream: it fails to bind, and its own log says so.
+    #[test]
+    fn a_server_that_cannot_bind_its_port_is_not_taken_for_started() {
+        let holder = TcpListener::bind("127.0.0.1:0").expect("a port to hold");
+        let port = holder.local_addr().expect("bound address").port();
+        let mut s = NatsServer {
+            child: None,
+            port,
+            monitor_port: free_port(),
+            store: tempfile::tempdir().expect("temp dir for the nats store"),
+            config: None,
+            env: Vec::new(),
+            bin: binary(),
+        };
+        let e = s.spawn().expect_err("a server on a port held by another");
+        assert!(e.contains("address already in use"), "{e}");
+        assert!(s.child.is_none());
+        drop(holder);
+        s.spawn().expect("the same server once the port is free");
+        let varz = s.monitor("/varz");
+        assert_eq!(varz["port"].as_u64(), Some(u64::from(port)), "{varz}");
+    }
 }
