@@ -402,6 +402,7 @@ impl SaluteReport {
 }
 
 impl Action {
+    #[inline]
     pub fn tool(tool: &str, args_hash: &str, outcome: Outcome, turn: u64) -> Self {
         Self {
             kind: ActionKind::Tool,
@@ -416,6 +417,7 @@ impl Action {
         }
     }
 
+    #[inline]
     pub fn message(output_hash: Option<&str>, outcome: Outcome, turn: u64) -> Self {
         Self {
             kind: ActionKind::Message,
@@ -430,12 +432,14 @@ impl Action {
         }
     }
 
+    #[inline]
     pub fn with_error(mut self, error_type: &str) -> Self {
         self.outcome = Outcome::Error;
         self.error_type = Some(error_type.into());
         self
     }
 
+    #[inline]
     pub fn with_output(mut self, output_hash: &str) -> Self {
         self.output_hash = Some(output_hash.into());
         self
@@ -443,6 +447,7 @@ impl Action {
 
     /// The command as run and the line of its output that tells, each cut
     /// to [`EVIDENCE_CHARS`] characters (empty ones are left out).
+    #[inline]
     pub fn with_evidence(mut self, cmd: Option<&str>, line: Option<&str>) -> Self {
         let cut = |s: &str| -> Option<CompactString> {
             let s = s.trim();
