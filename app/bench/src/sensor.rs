@@ -1,7 +1,11 @@
 //! `xo bench sensor`: agent event lines read per second by each format's
 //! sensor, against a baseline measured in the same run: parsing the same
-//! lines into `serde_json::Value` (what any generic reader does).
+//! lines into `serde_json::Value` (what any generic reader does). Two
+//! kinds of rows: a made stream of each format's common lines, and the
+//! public recordings of real runs the tests hold (`tests/fixtures/real`),
+//! read as each agent wrote them.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -17,6 +21,10 @@ pub struct SensorArgs {
     /// One format only (`claude`, `cursor`, `codex`, `openhands`), as for a profile.
     #[arg(long)]
     only: Option<String>,
+    /// The recordings of real runs (`tests/fixtures/real` of a checkout;
+    /// their rows are left out, saying so, where the folder is not there).
+    #[arg(long, default_value = "tests/fixtures/real")]
+    real: PathBuf,
 }
 
 /// A realistic stream of `n` lines: tool calls and results (a third
@@ -108,12 +116,97 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// One row's lines: a sensor for each run (each recording a run of its
+/// own), the lines of each.
+struct Runs {
+    format: Format,
+    runs: Vec<Vec<String>>,
+}
+
+/// The recordings of real runs under `dir`, by format, each as the agent
+/// wrote its lines: Claude Code's transcripts and Codex's rollouts (a
+/// JSON object a line); OpenHands' trajectories (an indented JSON array
+/// of events: each event's own text, as one record) and its V1 SDK's
+/// events (a line each). Cursor has none.
+fn recordings(dir: &Path) -> anyhow::Result<Vec<Runs>> {
+    use anyhow::Context;
+    let files = |sub: &str, ext: &str| -> anyhow::Result<Vec<PathBuf>> {
+        let d = dir.join(sub);
+        let mut out: Vec<PathBuf> = std::fs::read_dir(&d)
+            .with_context(|| format!("reading {}", d.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        out.sort();
+        Ok(out)
+    };
+    let read =
+        |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    let lines = |text: String| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (format, sub) in [(Format::Claude, "claude"), (Format::Codex, "codex")] {
+        let mut runs = Vec::new();
+        for f in files(sub, "jsonl")? {
+            runs.push(lines(read(&f)?));
+        }
+        out.push(Runs { format, runs });
+    }
+    let mut runs = Vec::new();
+    for f in files("openhands", "json")? {
+        let events: Vec<Box<serde_json::value::RawValue>> = serde_json::from_str(&read(&f)?)
+            .with_context(|| format!("{}: not a JSON array of events", f.display()))?;
+        runs.push(events.iter().map(|e| e.get().to_string()).collect());
+    }
+    let v1 = dir.join("openhands/v1_sdk_events.jsonl");
+    if v1.is_file() {
+        runs.push(lines(read(&v1)?));
+    }
+    out.push(Runs {
+        format: Format::OpenHands,
+        runs,
+    });
+    out.retain(|r| r.runs.iter().any(|l| !l.is_empty()));
+    Ok(out)
+}
+
+/// Lines a second through the sensor and through `Value` (medians of
+/// `rounds` alternating rounds), and the turns the sensor made of them.
+/// A line either reader refuses is read all the same (the recordings
+/// hold a few the sensors count as malformed): its cost is the reader's.
+fn measure(row: &Runs, rounds: usize) -> (f64, f64, usize) {
+    let n: usize = row.runs.iter().map(Vec::len).sum();
+    let (mut bases, mut rates, mut turns) = (Vec::new(), Vec::new(), 0usize);
+    for _ in 0..rounds {
+        let begun = Instant::now();
+        for l in row.runs.iter().flatten() {
+            let _ = std::hint::black_box(serde_json::from_str::<serde_json::Value>(l));
+        }
+        bases.push(n as f64 / begun.elapsed().as_secs_f64());
+        turns = 0;
+        let begun = Instant::now();
+        for run in &row.runs {
+            let mut s = Sensor::new(row.format);
+            for l in run {
+                turns += std::hint::black_box(s.line(l)).map_or(0, |t| t.len());
+            }
+        }
+        rates.push(n as f64 / begun.elapsed().as_secs_f64());
+    }
+    (median(bases), median(rates), turns)
+}
+
 pub async fn run(args: SensorArgs) -> anyhow::Result<ExitCode> {
     const ROUNDS: usize = 7;
     println!(
         "== sensor: {} lines per format, {ROUNDS} alternating rounds (medians); baseline: the same lines into serde_json::Value",
         args.lines
     );
+    let wanted = |f: Format| args.only.as_deref().is_none_or(|o| o == f.as_str());
     let mut worst = f64::MAX;
     for format in [
         Format::Claude,
@@ -121,33 +214,55 @@ pub async fn run(args: SensorArgs) -> anyhow::Result<ExitCode> {
         Format::Codex,
         Format::OpenHands,
     ] {
-        if args.only.as_deref().is_some_and(|o| o != format.as_str()) {
+        if !wanted(format) {
             continue;
         }
         let lines = stream(format, args.lines);
         let bytes: usize = lines.iter().map(String::len).sum();
-        let (mut bases, mut rates, mut turns) = (Vec::new(), Vec::new(), 0usize);
-        for _ in 0..ROUNDS {
-            let begun = Instant::now();
-            for l in &lines {
-                std::hint::black_box(serde_json::from_str::<serde_json::Value>(l)?);
-            }
-            bases.push(lines.len() as f64 / begun.elapsed().as_secs_f64());
-            let mut s = Sensor::new(format);
-            turns = 0;
-            let begun = Instant::now();
-            for l in &lines {
-                turns += std::hint::black_box(s.line(l).map_err(|e| anyhow::anyhow!("{e}"))?).len();
-            }
-            rates.push(lines.len() as f64 / begun.elapsed().as_secs_f64());
+        // Every line of the made stream is one the sensor reads: one it
+        // refused would be a fault of the stream, so it stops the bench.
+        let mut check = Sensor::new(format);
+        for l in &lines {
+            check.line(l).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        let (base, rate) = (median(bases), median(rates));
+        let row = Runs {
+            format,
+            runs: vec![lines],
+        };
+        let (base, rate, turns) = measure(&row, ROUNDS);
         let ratio = rate / base;
         worst = worst.min(ratio);
         println!(
             "   {:<10} {rate:>10.0} lines/s ({:>6.1} MB/s, {turns} turns)   baseline {base:>10.0}/s   ratio {ratio:.2}",
             format.as_str(),
-            rate * (bytes as f64 / lines.len() as f64) / 1e6,
+            rate * (bytes as f64 / row.runs[0].len() as f64) / 1e6,
+        );
+    }
+    if args.real.is_dir() {
+        println!(
+            "   real runs ({}: the recordings, each a sensor of its own):",
+            args.real.display()
+        );
+        for row in recordings(&args.real)?
+            .into_iter()
+            .filter(|r| wanted(r.format))
+        {
+            let n: usize = row.runs.iter().map(Vec::len).sum();
+            let bytes: usize = row.runs.iter().flatten().map(String::len).sum();
+            let (base, rate, turns) = measure(&row, ROUNDS);
+            let ratio = rate / base;
+            worst = worst.min(ratio);
+            println!(
+                "   {:<10} {rate:>10.0} lines/s ({:>6.1} MB/s, {turns} turns of {n} lines in {} runs)   baseline {base:>10.0}/s   ratio {ratio:.2}",
+                row.format.as_str(),
+                rate * (bytes as f64 / n as f64) / 1e6,
+                row.runs.len(),
+            );
+        }
+    } else {
+        println!(
+            "   real runs: left out ({} is not here: run from a checkout, or give --real)",
+            args.real.display()
         );
     }
     println!(

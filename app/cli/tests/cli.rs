@@ -1080,6 +1080,69 @@ fn the_benches_live_beside_the_product_binary_not_in_it() {
     );
 }
 
+/// Issue 43, item 5: the sensor bench reads the recordings of real runs
+/// too, each agent's lines as it wrote them, every line of each; without
+/// the folder their rows are left out, saying so; a recording it cannot
+/// read is named.
+#[test]
+fn the_sensor_bench_reads_the_real_recordings() {
+    let real =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/real");
+    let lines_of = |sub: &str| -> usize {
+        std::fs::read_dir(real.join(sub))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .map(|p| {
+                let text = std::fs::read_to_string(p).unwrap();
+                text.lines().filter(|l| !l.trim().is_empty()).count()
+            })
+            .sum()
+    };
+    let real_arg = real.display().to_string();
+    let text = bench_runs(&["sensor", "--lines", "60", "--real", &real_arg]);
+    let row = |format: &str| -> &str {
+        text.lines()
+            .skip_while(|l| !l.contains("real runs ("))
+            .find(|l| l.trim_start().starts_with(format))
+            .unwrap_or_else(|| panic!("no real {format} row: {text}"))
+    };
+    for (format, sub) in [("claude", "claude"), ("codex", "codex")] {
+        let n = lines_of(sub);
+        assert!(n > 0, "{sub} has recordings");
+        assert!(row(format).contains(&format!("of {n} lines")), "{text}");
+    }
+    assert!(row("openhands").contains("ratio"), "{text}");
+    assert!(!text.contains("real runs: left out"), "{text}");
+    let text = bench_runs(&["sensor", "--lines", "60", "--real", "/nonexistent/real"]);
+    assert!(
+        text.contains("real runs: left out (/nonexistent/real is not here"),
+        "{text}"
+    );
+    // An OpenHands trajectory that is no array of events: named.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("openhands")).unwrap();
+    for sub in ["claude", "codex"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("openhands/bad.json"),
+        "{\"not\": \"an array\"}",
+    )
+    .unwrap();
+    let err = bench_fails(&[
+        "sensor",
+        "--lines",
+        "60",
+        "--real",
+        &dir.path().display().to_string(),
+    ]);
+    assert!(
+        err.contains("bad.json") && err.contains("not a JSON array of events"),
+        "{err}"
+    );
+}
+
 /// Issue 44, item 7: the long fuzz run is a bench (`xo bench fuzz`) over
 /// the tests' own targets; a short run here, and a wrong target named.
 #[test]
