@@ -43,8 +43,92 @@ pub(crate) fn line(
             return Ok(Some(out));
         }
     }
+    // A rollout's command results: most of its bytes (the outputs), read
+    // without building the line (which cost more than parsing it into a
+    // `Value`, and then the output was copied twice more).
+    if head_has(text, b"\"function_call_output\"")
+        || head_has(text, b"\"custom_tool_call_output\"")
+        || head_has(text, b"\"exec_command_end\"")
+    {
+        let mut out = Vec::new();
+        if rollout_fast(c, text, &mut out).is_some() {
+            return Ok(Some(out));
+        }
+    }
     let v: Value = crate::parse_object(text)?;
     event(c, &v)
+}
+
+/// Whether `needle` is in the first bytes of `text`, where a rollout line
+/// names its payload's type (after its time and its own type).
+fn head_has(text: &str, needle: &[u8]) -> bool {
+    let head = &text.as_bytes()[..text.len().min(192)];
+    head.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A rollout's `response_item` of a call's output, or `event_msg` of a
+/// command's end, its fields found without building the line
+/// ([`crate::scan`]); `None` for any other line or a field of another kind
+/// than [`event`] reads plainly: [`event`] reads it. What it pushes on `out`
+/// is what [`event`] would have returned.
+fn rollout_fast(c: &mut Common, text: &str, out: &mut Vec<TurnEvent>) -> Option<()> {
+    use crate::scan::{Found, Want, int, read, string};
+    const WANT: Want<'static> = Want {
+        take: &[("timestamp", 0), ("type", 1)],
+        enter: &[(
+            "payload",
+            Want::take(&[
+                ("type", 2),
+                ("call_id", 3),
+                ("output", 4),
+                ("exit_code", 5),
+                ("aggregated_output", 6),
+                ("status", 7),
+                ("process_id", 8),
+                ("item_type", 9),
+            ]),
+        )],
+        first: None,
+    };
+    let f: Found<'_, 10> = read(text, &WANT)?;
+    let kind = string(f[1]).ok()??;
+    let inner = string(f[2]).ok()??;
+    // The general reader names a payload by `item_type` where it has no
+    // `type`: one with both is left to it.
+    if f[9].is_some() {
+        return None;
+    }
+    let at = string(f[0]).ok()?;
+    let call = string(f[3]).ok()?;
+    match (kind.as_ref(), inner.as_ref()) {
+        ("response_item", "function_call_output" | "custom_tool_call_output") => {
+            let id = call?;
+            let raw = string(f[4]).ok()?.unwrap_or_default();
+            c.kind(&[&kind, &inner]);
+            if let Some(at) = at.as_deref().and_then(crate::parse_time_ms) {
+                c.at_ms = Some(at);
+            }
+            out.extend(call_output(c, &id, &raw));
+        }
+        ("event_msg", "exec_command_end") => {
+            let (output, status) = (string(f[6]).ok()?, string(f[7]).ok()?);
+            let process = string(f[8]).ok()?;
+            let end = ExecEnd {
+                id: call.as_deref(),
+                code: int(f[5]).ok()?,
+                output: output.as_deref().unwrap_or_default(),
+                status: status.as_deref(),
+                process: process.as_deref(),
+            };
+            c.kind(&[&kind, &inner]);
+            if let Some(at) = at.as_deref().and_then(crate::parse_time_ms) {
+                c.at_ms = Some(at);
+            }
+            out.extend(exec_end(c, &end));
+        }
+        _ => return None,
+    }
+    Some(())
 }
 
 /// An `item.completed` of a command or a message, its few fields found
@@ -215,7 +299,14 @@ pub(crate) fn event(
                 // Its user's prompt: a new instruction.
                 Some("user_message") => c.instructed = true,
                 Some("exec_command_end") => {
-                    out.extend(exec_end(c, p));
+                    let end = ExecEnd {
+                        id: str_of(p, "call_id"),
+                        code: p.get("exit_code").and_then(Value::as_i64),
+                        output: str_of(p, "aggregated_output").unwrap_or_default(),
+                        status: str_of(p, "status"),
+                        process: str_of(p, "process_id"),
+                    };
+                    out.extend(exec_end(c, &end));
                     return Ok(Some(out));
                 }
                 Some("token_count") => {}
@@ -397,12 +488,7 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
                 crate::SensorError::Unexpected(format!("{kind} without \"call_id\""))
             })?;
             let raw = p.get("output").map(text_of).unwrap_or_default();
-            let (text, exit) = tool_output(&raw);
-            if let Some(turns) = unified_exec(c, &id, &raw, &text, exit) {
-                return Ok(Some(turns));
-            }
-            let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);
-            Ok(Some(c.complete(&id, ok, &text, exit).into_iter().collect()))
+            Ok(Some(call_output(c, &id, &raw)))
         }
         // A search the model ran on the provider's side: no call id, no output.
         "web_search_call" => {
@@ -429,6 +515,17 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
         }
         _ => Ok(None),
     }
+}
+
+/// A call's output (`function_call_output`, `custom_tool_call_output`):
+/// its turn, or none where the call's end was (or will be) told otherwise.
+fn call_output(c: &mut Common, id: &str, raw: &str) -> Vec<TurnEvent> {
+    let (text, exit) = tool_output(raw);
+    if let Some(turns) = unified_exec(c, id, raw, &text, exit) {
+        return turns;
+    }
+    let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);
+    c.complete(id, ok, &text, exit).into_iter().collect()
 }
 
 /// A result of unified exec, when it is one: `None` for any other call.
@@ -493,15 +590,24 @@ fn unified_exec(
     None
 }
 
+/// What `exec_command_end` tells: the call, its code, its whole output,
+/// its status and its process (a unified-exec session).
+struct ExecEnd<'a> {
+    id: Option<&'a str>,
+    code: Option<i64>,
+    output: &'a str,
+    status: Option<&'a str>,
+    process: Option<&'a str>,
+}
+
 /// `exec_command_end`: a command's end with its code and whole output
 /// (`aggregated_output`), whichever of it and the call's result comes first.
-fn exec_end(c: &mut Common, p: &Value) -> Vec<TurnEvent> {
-    let Some(id) = str_of(p, "call_id") else {
+fn exec_end(c: &mut Common, end: &ExecEnd<'_>) -> Vec<TurnEvent> {
+    let Some(id) = end.id else {
         return Vec::new();
     };
-    let code = p.get("exit_code").and_then(Value::as_i64);
-    let output = str_of(p, "aggregated_output").unwrap_or_default();
-    let failed = matches!(str_of(p, "status"), Some("failed" | "declined"));
+    let (code, output) = (end.code, end.output);
+    let failed = matches!(end.status, Some("failed" | "declined"));
     let ok = !failed && code.is_none_or(|e| e == 0);
     let session = c
         .exec
@@ -516,7 +622,7 @@ fn exec_end(c: &mut Common, p: &Value) -> Vec<TurnEvent> {
     match c.pending.remove(id) {
         Some(pending) => {
             c.exec.ended_calls.insert(id.to_string());
-            if let Some(s) = str_of(p, "process_id") {
+            if let Some(s) = end.process {
                 c.exec.ended_sessions.insert(s.to_string());
             }
             vec![c.tool_turn(&pending, ok, output, code)]
@@ -531,15 +637,16 @@ fn exec_end(c: &mut Common, p: &Value) -> Vec<TurnEvent> {
 /// code N`, `Original token count…`, `Output:` then the output; a process
 /// still running says `Process running with session ID N` and has no code
 /// yet); or the older shell's text with an `Exit code: N` line.
-fn tool_output(raw: &str) -> (String, Option<i64>) {
-    if let Ok(v) = serde_json::from_str::<Value>(raw)
+fn tool_output(raw: &str) -> (std::borrow::Cow<'_, str>, Option<i64>) {
+    if raw.trim_start().starts_with('{')
+        && let Ok(v) = serde_json::from_str::<Value>(raw)
         && let Some(out) = v.get("output")
     {
         let exit = v
             .get("metadata")
             .and_then(|m| m.get("exit_code"))
             .and_then(Value::as_i64);
-        return (text_of(out), exit);
+        return (text_of(out).into(), exit);
     }
     // The header ends at `Output:`; a code in the output itself is not the process's.
     let header = raw.split("\nOutput:").next().unwrap_or(raw);
@@ -555,7 +662,7 @@ fn tool_output(raw: &str) -> (String, Option<i64>) {
         Some(at) if raw.starts_with("Chunk ID") || raw.starts_with("Command:") => &raw[at + 9..],
         _ => raw,
     };
-    (text.to_string(), exit)
+    (text.into(), exit)
 }
 
 /// Outputs with no exit code that still report a failure (apply_patch).
@@ -564,76 +671,4 @@ fn looks_failed(text: &str) -> bool {
     t.starts_with("error") || t.starts_with("failed to")
 }
 #[cfg(test)]
-mod fast_path {
-    use super::*;
-
-    /// `item.completed` lines as `codex exec --json` writes them, and the
-    /// variants a reader meets (an older build's `item_type`, escapes, a
-    /// null or odd field, a field of another kind, a bad line).
-    fn lines() -> Vec<String> {
-        let mut out = Vec::new();
-        for (i, (output, code, status)) in [
-            (r#""1 failed, 12 passed in 0.31s\n""#, "1", r#""failed""#),
-            (r#""13 passed in 0.29s\n""#, "0", r#""completed""#),
-            (
-                r#""tab\there \"quoted\" \\ caf\u00e9\n""#,
-                "0",
-                r#""completed""#,
-            ),
-            ("null", "null", "null"),
-            (r#""""#, "127", r#""declined""#),
-            (r#""x""#, r#""1""#, r#""failed""#),
-            (r#""x""#, "1.5", r#""failed""#),
-            ("7", "1", r#""failed""#),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            for kind in [
-                r#""type":"command_execution""#,
-                r#""item_type":"command_execution""#,
-            ] {
-                out.push(format!(
-                    r#"{{"type":"item.completed","item":{{"id":"item_{i}",{kind},"command":"bash -lc 'pytest -q tests/test_{i}.py'","aggregated_output":{output},"exit_code":{code},"status":{status}}}}}"#
-                ));
-            }
-        }
-        out.extend(
-            [
-                r#"{"type":"item.completed","item":{"id":"m1","type":"agent_message","text":"Looking at the failures next."}}"#,
-                r#"{"type":"item.completed","item":{"id":"m2","type":"agent_message","text":"line\none"}}"#,
-                r#"{"type":"item.completed","item":{"id":"m3","type":"agent_message","text":null}}"#,
-                r#"{"type":"item.completed","item":{"id":"m4","type":"agent_message","text":3}}"#,
-                r#"{"type":"item.completed","item":{"id":"m5","type":"reasoning","text":"think"}}"#,
-                r#"{"type":"item.completed","item":{"id":"m6","type":"web_search","query":"rust serde"}}"#,
-                r#"{"type":"item.completed","item":null}"#,
-                r#"{"type":"item.completed"}"#,
-                r#"{"type":"item.completed","item":{"type":"agent_message","text":"a"},"item":{}}"#,
-                r#"{"type":"item.completed","item":{"type":"agent_message","text":"a"}"#,
-                r#"{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":2}}"#,
-            ]
-            .map(String::from),
-        );
-        out
-    }
-
-    /// The fast path gives what the general reader gives, line for line,
-    /// for every line it takes (and refuses none that it should read).
-    #[test]
-    fn it_reads_what_the_general_reader_reads() {
-        let (mut fast_side, mut general) = (Common::default(), Common::default());
-        let mut taken = 0;
-        for l in lines() {
-            let ours = line(&mut fast_side, &l);
-            let theirs = match crate::parse_object::<Value>(&l) {
-                Ok(v) => event(&mut general, &v),
-                Err(e) => Err(e),
-            };
-            taken += usize::from(fast(&mut Common::default(), &l, &mut Vec::new()).is_some());
-            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "{l}");
-            assert_eq!(fast_side.record_kind, general.record_kind, "{l}");
-        }
-        // The common lines went the fast way.
-        assert_eq!(taken, 13, "lines taken by the fast path");
-    }
-}
+mod fast_path;
