@@ -22,6 +22,8 @@
 //!   `info.last_token_usage`, `info.model_context_window`).
 //! - `compacted`: a condensation.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::{Common, Pending, Running, TurnEvent, str_of, text_of, u64_of, value_hash};
@@ -44,8 +46,8 @@ pub(crate) fn line(
         }
     }
     // A rollout's command results: most of its bytes (the outputs), read
-    // without building the line (which cost more than parsing it into a
-    // `Value`, and then the output was copied twice more).
+    // without building the whole line into a `Value` (its output was then
+    // copied twice more, and a command end's other copies built too).
     if head_has(text, b"\"function_call_output\"")
         || head_has(text, b"\"custom_tool_call_output\"")
         || head_has(text, b"\"exec_command_end\"")
@@ -66,62 +68,70 @@ fn head_has(text: &str, needle: &[u8]) -> bool {
     head.windows(needle.len()).any(|w| w == needle)
 }
 
+/// A rollout line as [`rollout_fast`] reads it: only the fields it uses,
+/// borrowed from the line where they have no escape; the rest (a command
+/// end's `stdout`, `formatted_output`, its parsed command) passed over
+/// unbuilt. A field of another kind, or one written twice, is an error.
+#[derive(serde::Deserialize)]
+struct Rollout<'a> {
+    #[serde(borrow)]
+    timestamp: Option<Cow<'a, str>>,
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    payload: Option<RolloutPayload<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct RolloutPayload<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    /// Where the general reader names a payload by this instead.
+    item_type: Option<serde::de::IgnoredAny>,
+    #[serde(borrow)]
+    call_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    output: Option<Cow<'a, str>>,
+    exit_code: Option<i64>,
+    #[serde(borrow)]
+    aggregated_output: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    process_id: Option<Cow<'a, str>>,
+}
+
 /// A rollout's `response_item` of a call's output, or `event_msg` of a
-/// command's end, its fields found without building the line
-/// ([`crate::scan`]); `None` for any other line or a field of another kind
-/// than [`event`] reads plainly: [`event`] reads it. What it pushes on `out`
-/// is what [`event`] would have returned.
+/// command's end, read into [`Rollout`] (one pass over the line, each
+/// wanted string unescaped as it is read, nothing else built); `None` for
+/// any other line, or one [`Rollout`] cannot take plainly: [`event`] reads
+/// it. What it pushes on `out` is what [`event`] would have returned.
 fn rollout_fast(c: &mut Common, text: &str, out: &mut Vec<TurnEvent>) -> Option<()> {
-    use crate::scan::{Found, Want, int, read, string};
-    const WANT: Want<'static> = Want {
-        take: &[("timestamp", 0), ("type", 1)],
-        enter: &[(
-            "payload",
-            Want::take(&[
-                ("type", 2),
-                ("call_id", 3),
-                ("output", 4),
-                ("exit_code", 5),
-                ("aggregated_output", 6),
-                ("status", 7),
-                ("process_id", 8),
-                ("item_type", 9),
-            ]),
-        )],
-        first: None,
-    };
-    let f: Found<'_, 10> = read(text, &WANT)?;
-    let kind = string(f[1]).ok()??;
-    let inner = string(f[2]).ok()??;
-    // The general reader names a payload by `item_type` where it has no
-    // `type`: one with both is left to it.
-    if f[9].is_some() {
+    let line: Rollout<'_> = serde_json::from_str(text).ok()?;
+    let (kind, p) = (line.kind?, line.payload?);
+    let inner = p.kind?;
+    if p.item_type.is_some() {
         return None;
     }
-    let at = string(f[0]).ok()?;
-    let call = string(f[3]).ok()?;
     match (kind.as_ref(), inner.as_ref()) {
         ("response_item", "function_call_output" | "custom_tool_call_output") => {
-            let id = call?;
-            let raw = string(f[4]).ok()?.unwrap_or_default();
+            let id = p.call_id?;
             c.kind(&[&kind, &inner]);
-            if let Some(at) = at.as_deref().and_then(crate::parse_time_ms) {
+            if let Some(at) = line.timestamp.as_deref().and_then(crate::parse_time_ms) {
                 c.at_ms = Some(at);
             }
-            out.extend(call_output(c, &id, &raw));
+            out.extend(call_output(c, &id, p.output.as_deref().unwrap_or_default()));
         }
         ("event_msg", "exec_command_end") => {
-            let (output, status) = (string(f[6]).ok()?, string(f[7]).ok()?);
-            let process = string(f[8]).ok()?;
             let end = ExecEnd {
-                id: call.as_deref(),
-                code: int(f[5]).ok()?,
-                output: output.as_deref().unwrap_or_default(),
-                status: status.as_deref(),
-                process: process.as_deref(),
+                id: p.call_id.as_deref(),
+                code: p.exit_code,
+                output: p.aggregated_output.as_deref().unwrap_or_default(),
+                status: p.status.as_deref(),
+                process: p.process_id.as_deref(),
             };
             c.kind(&[&kind, &inner]);
-            if let Some(at) = at.as_deref().and_then(crate::parse_time_ms) {
+            if let Some(at) = line.timestamp.as_deref().and_then(crate::parse_time_ms) {
                 c.at_ms = Some(at);
             }
             out.extend(exec_end(c, &end));

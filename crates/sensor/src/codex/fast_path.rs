@@ -229,9 +229,9 @@ fn rollout_outputs_and_ends_read_as_the_general_reader_reads_them() {
         read_both_ways(&[case]);
     }
     // The plain shapes went the fast way (eight outputs: text, JSON,
-    // empty, null; four ends: with their fields, nulls, `-0`; a call id
-    // of null; a custom tool's output); the rest (a field of another
-    // kind, a duplicate, an escaped key, a bad line) were left to the
-    // general reader, which read them the same.
+    // empty, null; four ends: with their fields, with nulls, one key
+    // written with an escape; a call id of null; a custom tool's output);
+    // the rest (a field of another kind, `-0` for a code, a duplicate, a
+    // bad line) were left to the general reader, which read them the same.
     assert_eq!(taken, 8 + 4 + 2, "lines taken by the fast path");
 }
