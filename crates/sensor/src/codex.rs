@@ -22,8 +22,6 @@
 //!   `info.last_token_usage`, `info.model_context_window`).
 //! - `compacted`: a condensation.
 
-use std::borrow::Cow;
-
 use serde_json::Value;
 
 use crate::{Common, Pending, Running, TurnEvent, str_of, text_of, u64_of, value_hash};
@@ -45,100 +43,8 @@ pub(crate) fn line(
             return Ok(Some(out));
         }
     }
-    // A rollout's command results: most of its bytes (the outputs), read
-    // without building the whole line into a `Value` (its output was then
-    // copied twice more, and a command end's other copies built too).
-    if head_has(text, b"\"function_call_output\"")
-        || head_has(text, b"\"custom_tool_call_output\"")
-        || head_has(text, b"\"exec_command_end\"")
-    {
-        let mut out = Vec::new();
-        if rollout_fast(c, text, &mut out).is_some() {
-            return Ok(Some(out));
-        }
-    }
     let v: Value = crate::parse_object(text)?;
     event(c, &v)
-}
-
-/// Whether `needle` is in the first bytes of `text`, where a rollout line
-/// names its payload's type (after its time and its own type).
-fn head_has(text: &str, needle: &[u8]) -> bool {
-    let head = &text.as_bytes()[..text.len().min(192)];
-    head.windows(needle.len()).any(|w| w == needle)
-}
-
-/// A rollout line as [`rollout_fast`] reads it: only the fields it uses,
-/// borrowed from the line where they have no escape; the rest (a command
-/// end's `stdout`, `formatted_output`, its parsed command) passed over
-/// unbuilt. A field of another kind, or one written twice, is an error.
-#[derive(serde::Deserialize)]
-struct Rollout<'a> {
-    #[serde(borrow)]
-    timestamp: Option<Cow<'a, str>>,
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    payload: Option<RolloutPayload<'a>>,
-}
-
-#[derive(serde::Deserialize)]
-struct RolloutPayload<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    /// Where the general reader names a payload by this instead.
-    item_type: Option<serde::de::IgnoredAny>,
-    #[serde(borrow)]
-    call_id: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    output: Option<Cow<'a, str>>,
-    exit_code: Option<i64>,
-    #[serde(borrow)]
-    aggregated_output: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    status: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    process_id: Option<Cow<'a, str>>,
-}
-
-/// A rollout's `response_item` of a call's output, or `event_msg` of a
-/// command's end, read into [`Rollout`] (one pass over the line, each
-/// wanted string unescaped as it is read, nothing else built); `None` for
-/// any other line, or one [`Rollout`] cannot take plainly: [`event`] reads
-/// it. What it pushes on `out` is what [`event`] would have returned.
-fn rollout_fast(c: &mut Common, text: &str, out: &mut Vec<TurnEvent>) -> Option<()> {
-    let line: Rollout<'_> = serde_json::from_str(text).ok()?;
-    let (kind, p) = (line.kind?, line.payload?);
-    let inner = p.kind?;
-    if p.item_type.is_some() {
-        return None;
-    }
-    match (kind.as_ref(), inner.as_ref()) {
-        ("response_item", "function_call_output" | "custom_tool_call_output") => {
-            let id = p.call_id?;
-            c.kind(&[&kind, &inner]);
-            if let Some(at) = line.timestamp.as_deref().and_then(crate::parse_time_ms) {
-                c.at_ms = Some(at);
-            }
-            out.extend(call_output(c, &id, p.output.as_deref().unwrap_or_default()));
-        }
-        ("event_msg", "exec_command_end") => {
-            let end = ExecEnd {
-                id: p.call_id.as_deref(),
-                code: p.exit_code,
-                output: p.aggregated_output.as_deref().unwrap_or_default(),
-                status: p.status.as_deref(),
-                process: p.process_id.as_deref(),
-            };
-            c.kind(&[&kind, &inner]);
-            if let Some(at) = line.timestamp.as_deref().and_then(crate::parse_time_ms) {
-                c.at_ms = Some(at);
-            }
-            out.extend(exec_end(c, &end));
-        }
-        _ => return None,
-    }
-    Some(())
 }
 
 /// An `item.completed` of a command or a message, its few fields found
@@ -309,14 +215,7 @@ pub(crate) fn event(
                 // Its user's prompt: a new instruction.
                 Some("user_message") => c.instructed = true,
                 Some("exec_command_end") => {
-                    let end = ExecEnd {
-                        id: str_of(p, "call_id"),
-                        code: p.get("exit_code").and_then(Value::as_i64),
-                        output: str_of(p, "aggregated_output").unwrap_or_default(),
-                        status: str_of(p, "status"),
-                        process: str_of(p, "process_id"),
-                    };
-                    out.extend(exec_end(c, &end));
+                    out.extend(exec_end(c, p));
                     return Ok(Some(out));
                 }
                 Some("token_count") => {}
@@ -498,7 +397,12 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
                 crate::SensorError::Unexpected(format!("{kind} without \"call_id\""))
             })?;
             let raw = p.get("output").map(text_of).unwrap_or_default();
-            Ok(Some(call_output(c, &id, &raw)))
+            let (text, exit) = tool_output(&raw);
+            if let Some(turns) = unified_exec(c, &id, &raw, &text, exit) {
+                return Ok(Some(turns));
+            }
+            let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);
+            Ok(Some(c.complete(&id, ok, &text, exit).into_iter().collect()))
         }
         // A search the model ran on the provider's side: no call id, no output.
         "web_search_call" => {
@@ -525,17 +429,6 @@ fn response_item(c: &mut Common, p: &Value) -> Result<Option<Vec<TurnEvent>>, cr
         }
         _ => Ok(None),
     }
-}
-
-/// A call's output (`function_call_output`, `custom_tool_call_output`):
-/// its turn, or none where the call's end was (or will be) told otherwise.
-fn call_output(c: &mut Common, id: &str, raw: &str) -> Vec<TurnEvent> {
-    let (text, exit) = tool_output(raw);
-    if let Some(turns) = unified_exec(c, id, raw, &text, exit) {
-        return turns;
-    }
-    let ok = exit.is_none_or(|e| e == 0) && !looks_failed(&text);
-    c.complete(id, ok, &text, exit).into_iter().collect()
 }
 
 /// A result of unified exec, when it is one: `None` for any other call.
@@ -600,24 +493,15 @@ fn unified_exec(
     None
 }
 
-/// What `exec_command_end` tells: the call, its code, its whole output,
-/// its status and its process (a unified-exec session).
-struct ExecEnd<'a> {
-    id: Option<&'a str>,
-    code: Option<i64>,
-    output: &'a str,
-    status: Option<&'a str>,
-    process: Option<&'a str>,
-}
-
 /// `exec_command_end`: a command's end with its code and whole output
 /// (`aggregated_output`), whichever of it and the call's result comes first.
-fn exec_end(c: &mut Common, end: &ExecEnd<'_>) -> Vec<TurnEvent> {
-    let Some(id) = end.id else {
+fn exec_end(c: &mut Common, p: &Value) -> Vec<TurnEvent> {
+    let Some(id) = str_of(p, "call_id") else {
         return Vec::new();
     };
-    let (code, output) = (end.code, end.output);
-    let failed = matches!(end.status, Some("failed" | "declined"));
+    let code = p.get("exit_code").and_then(Value::as_i64);
+    let output = str_of(p, "aggregated_output").unwrap_or_default();
+    let failed = matches!(str_of(p, "status"), Some("failed" | "declined"));
     let ok = !failed && code.is_none_or(|e| e == 0);
     let session = c
         .exec
@@ -632,7 +516,7 @@ fn exec_end(c: &mut Common, end: &ExecEnd<'_>) -> Vec<TurnEvent> {
     match c.pending.remove(id) {
         Some(pending) => {
             c.exec.ended_calls.insert(id.to_string());
-            if let Some(s) = end.process {
+            if let Some(s) = str_of(p, "process_id") {
                 c.exec.ended_sessions.insert(s.to_string());
             }
             vec![c.tool_turn(&pending, ok, output, code)]
@@ -647,16 +531,15 @@ fn exec_end(c: &mut Common, end: &ExecEnd<'_>) -> Vec<TurnEvent> {
 /// code N`, `Original token count…`, `Output:` then the output; a process
 /// still running says `Process running with session ID N` and has no code
 /// yet); or the older shell's text with an `Exit code: N` line.
-fn tool_output(raw: &str) -> (std::borrow::Cow<'_, str>, Option<i64>) {
-    if raw.trim_start().starts_with('{')
-        && let Ok(v) = serde_json::from_str::<Value>(raw)
+fn tool_output(raw: &str) -> (String, Option<i64>) {
+    if let Ok(v) = serde_json::from_str::<Value>(raw)
         && let Some(out) = v.get("output")
     {
         let exit = v
             .get("metadata")
             .and_then(|m| m.get("exit_code"))
             .and_then(Value::as_i64);
-        return (text_of(out).into(), exit);
+        return (text_of(out), exit);
     }
     // The header ends at `Output:`; a code in the output itself is not the process's.
     let header = raw.split("\nOutput:").next().unwrap_or(raw);
@@ -672,7 +555,7 @@ fn tool_output(raw: &str) -> (std::borrow::Cow<'_, str>, Option<i64>) {
         Some(at) if raw.starts_with("Chunk ID") || raw.starts_with("Command:") => &raw[at + 9..],
         _ => raw,
     };
-    (text.into(), exit)
+    (text.to_string(), exit)
 }
 
 /// Outputs with no exit code that still report a failure (apply_patch).
@@ -681,4 +564,76 @@ fn looks_failed(text: &str) -> bool {
     t.starts_with("error") || t.starts_with("failed to")
 }
 #[cfg(test)]
-mod fast_path;
+mod fast_path {
+    use super::*;
+
+    /// `item.completed` lines as `codex exec --json` writes them, and the
+    /// variants a reader meets (an older build's `item_type`, escapes, a
+    /// null or odd field, a field of another kind, a bad line).
+    fn lines() -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, (output, code, status)) in [
+            (r#""1 failed, 12 passed in 0.31s\n""#, "1", r#""failed""#),
+            (r#""13 passed in 0.29s\n""#, "0", r#""completed""#),
+            (
+                r#""tab\there \"quoted\" \\ caf\u00e9\n""#,
+                "0",
+                r#""completed""#,
+            ),
+            ("null", "null", "null"),
+            (r#""""#, "127", r#""declined""#),
+            (r#""x""#, r#""1""#, r#""failed""#),
+            (r#""x""#, "1.5", r#""failed""#),
+            ("7", "1", r#""failed""#),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for kind in [
+                r#""type":"command_execution""#,
+                r#""item_type":"command_execution""#,
+            ] {
+                out.push(format!(
+                    r#"{{"type":"item.completed","item":{{"id":"item_{i}",{kind},"command":"bash -lc 'pytest -q tests/test_{i}.py'","aggregated_output":{output},"exit_code":{code},"status":{status}}}}}"#
+                ));
+            }
+        }
+        out.extend(
+            [
+                r#"{"type":"item.completed","item":{"id":"m1","type":"agent_message","text":"Looking at the failures next."}}"#,
+                r#"{"type":"item.completed","item":{"id":"m2","type":"agent_message","text":"line\none"}}"#,
+                r#"{"type":"item.completed","item":{"id":"m3","type":"agent_message","text":null}}"#,
+                r#"{"type":"item.completed","item":{"id":"m4","type":"agent_message","text":3}}"#,
+                r#"{"type":"item.completed","item":{"id":"m5","type":"reasoning","text":"think"}}"#,
+                r#"{"type":"item.completed","item":{"id":"m6","type":"web_search","query":"rust serde"}}"#,
+                r#"{"type":"item.completed","item":null}"#,
+                r#"{"type":"item.completed"}"#,
+                r#"{"type":"item.completed","item":{"type":"agent_message","text":"a"},"item":{}}"#,
+                r#"{"type":"item.completed","item":{"type":"agent_message","text":"a"}"#,
+                r#"{"type":"turn.completed","usage":{"input_tokens":10,"output_tokens":2}}"#,
+            ]
+            .map(String::from),
+        );
+        out
+    }
+
+    /// The fast path gives what the general reader gives, line for line,
+    /// for every line it takes (and refuses none that it should read).
+    #[test]
+    fn it_reads_what_the_general_reader_reads() {
+        let (mut fast_side, mut general) = (Common::default(), Common::default());
+        let mut taken = 0;
+        for l in lines() {
+            let ours = line(&mut fast_side, &l);
+            let theirs = match crate::parse_object::<Value>(&l) {
+                Ok(v) => event(&mut general, &v),
+                Err(e) => Err(e),
+            };
+            taken += usize::from(fast(&mut Common::default(), &l, &mut Vec::new()).is_some());
+            assert_eq!(format!("{ours:?}"), format!("{theirs:?}"), "{l}");
+            assert_eq!(fast_side.record_kind, general.record_kind, "{l}");
+        }
+        // The common lines went the fast way.
+        assert_eq!(taken, 13, "lines taken by the fast path");
+    }
+}
