@@ -130,8 +130,12 @@ struct Runs {
 /// events (a line each). Cursor has none.
 fn recordings(dir: &Path) -> anyhow::Result<Vec<Runs>> {
     use anyhow::Context;
+    // A format without a folder of its own has no row.
     let files = |sub: &str, ext: &str| -> anyhow::Result<Vec<PathBuf>> {
         let d = dir.join(sub);
+        if !d.exists() {
+            return Ok(Vec::new());
+        }
         let mut out: Vec<PathBuf> = std::fs::read_dir(&d)
             .with_context(|| format!("reading {}", d.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))

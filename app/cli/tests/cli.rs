@@ -1119,12 +1119,10 @@ fn the_sensor_bench_reads_the_real_recordings() {
         text.contains("real runs: left out (/nonexistent/real is not here"),
         "{text}"
     );
-    // An OpenHands trajectory that is no array of events: named.
+    // An OpenHands trajectory that is no array of events: named (the
+    // formats without a folder have no row).
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("openhands")).unwrap();
-    for sub in ["claude", "codex"] {
-        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-    }
     std::fs::write(
         dir.path().join("openhands/bad.json"),
         "{\"not\": \"an array\"}",
