@@ -133,8 +133,9 @@ pub struct Inbox {
     overflowing: AtomicBool,
     /// The overflow, and the units whose first reports are on their way.
     overflow: Mutex<Overflow>,
-    /// How many units those are (`Overflow::greeting`'s length, changed
-    /// with it): while none, a report is sent on without the lock.
+    /// How many units those are (`Overflow::greeting`'s length, stored
+    /// under the lock after each change of it): while none, a report is
+    /// sent on without the lock.
     greeting: AtomicUsize,
 }
 
@@ -232,7 +233,7 @@ impl Inbox {
             Some(n) => *n += 1,
             None => {
                 o.greeting.insert(UnitKey::new(unit), 1);
-                self.greeting.fetch_add(1, Ordering::Relaxed);
+                self.greeting.store(o.greeting.len(), Ordering::Relaxed);
             }
         }
     }
@@ -249,7 +250,7 @@ impl Inbox {
             }
             Some(_) => {
                 o.greeting.remove(unit);
-                self.greeting.fetch_sub(1, Ordering::Relaxed);
+                self.greeting.store(o.greeting.len(), Ordering::Relaxed);
             }
             None => return None,
         }
@@ -283,7 +284,7 @@ impl Inbox {
         self.waiting.store(0, Ordering::Relaxed);
         let mut o = self.overflow.lock().unwrap_or_else(|e| e.into_inner());
         o.greeting.clear();
-        self.greeting.store(0, Ordering::Relaxed);
+        self.greeting.store(o.greeting.len(), Ordering::Relaxed);
         let kept = !o.latest.is_empty();
         if kept {
             self.overflowing.store(true, Ordering::Release);
