@@ -148,7 +148,7 @@ fn format_in(path: &Path) -> Option<Format> {
 /// session or conversation folder is its `events/` alone: what it keeps
 /// beside them (`metadata.json`, `base_state.json`, the `event_cache/`
 /// pages that repeat the events) is no run.
-fn recordings(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+pub(crate) fn recordings(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     if let Some((events, _)) = xo_runner::watch::conversation_events(dir) {
         out.push(events);
         return Ok(());

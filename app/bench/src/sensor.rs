@@ -123,57 +123,67 @@ struct Runs {
     runs: Vec<Vec<String>>,
 }
 
-/// The recordings of real runs under `dir`, by format, each as the agent
-/// wrote its lines: Claude Code's transcripts and Codex's rollouts (a
-/// JSON object a line); OpenHands' trajectories (an indented JSON array
-/// of events: each event's own text, as one record) and its V1 SDK's
-/// events (a line each). Cursor has none.
+/// The recordings of real runs under `dir` (found and told apart as
+/// `xo bench detection` finds them), by format, each record as the agent
+/// wrote it: a line of Claude Code's transcripts, Codex's rollouts,
+/// Cursor's streams and OpenHands' event logs; an event's own text in an
+/// OpenHands trajectory (an indented JSON array) or in an evaluation's
+/// `history` (a run a line). SWE-agent's trajectories are whole documents,
+/// read by no line sensor: no row.
 fn recordings(dir: &Path) -> anyhow::Result<Vec<Runs>> {
     use anyhow::Context;
-    // A format without a folder of its own has no row.
-    let files = |sub: &str, ext: &str| -> anyhow::Result<Vec<PathBuf>> {
-        let d = dir.join(sub);
-        if !d.exists() {
-            return Ok(Vec::new());
+    use serde_json::value::RawValue;
+    let mut files = Vec::new();
+    crate::detection::recordings(dir, &mut files)?;
+    let mut out: Vec<Runs> = Vec::new();
+    for f in files {
+        let Some((format, _)) = crate::detection::format_of(&f) else {
+            continue;
+        };
+        if format == Format::SweAgent || !f.is_file() {
+            continue;
         }
-        let mut out: Vec<PathBuf> = std::fs::read_dir(&d)
-            .with_context(|| format!("reading {}", d.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == ext))
-            .collect();
-        out.sort();
-        Ok(out)
-    };
-    let read =
-        |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
-    let lines = |text: String| -> Vec<String> {
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    let mut out = Vec::new();
-    for (format, sub) in [(Format::Claude, "claude"), (Format::Codex, "codex")] {
+        let text =
+            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        let events = |raw: &str| -> anyhow::Result<Vec<String>> {
+            let events: Vec<&RawValue> = serde_json::from_str(raw)
+                .with_context(|| format!("{}: not a JSON array of events", f.display()))?;
+            Ok(events.iter().map(|e| e.get().to_string()).collect())
+        };
+        let head = text.trim_start();
         let mut runs = Vec::new();
-        for f in files(sub, "jsonl")? {
-            runs.push(lines(read(&f)?));
+        if format == Format::OpenHands && head.starts_with('[') {
+            runs.push(events(head)?);
+        } else if format == Format::OpenHands
+            && head
+                .lines()
+                .next()
+                .is_some_and(|l| l.contains("\"history\""))
+        {
+            #[derive(serde::Deserialize)]
+            struct Evaluation<'a> {
+                #[serde(borrow)]
+                history: &'a RawValue,
+            }
+            for l in text.lines().filter(|l| !l.trim().is_empty()) {
+                let run: Evaluation<'_> = serde_json::from_str(l).with_context(|| {
+                    format!("{}: a line that is no run with a history", f.display())
+                })?;
+                runs.push(events(run.history.get())?);
+            }
+        } else {
+            runs.push(
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            );
         }
-        out.push(Runs { format, runs });
+        match out.iter_mut().find(|r| r.format == format) {
+            Some(row) => row.runs.extend(runs),
+            None => out.push(Runs { format, runs }),
+        }
     }
-    let mut runs = Vec::new();
-    for f in files("openhands", "json")? {
-        let events: Vec<Box<serde_json::value::RawValue>> = serde_json::from_str(&read(&f)?)
-            .with_context(|| format!("{}: not a JSON array of events", f.display()))?;
-        runs.push(events.iter().map(|e| e.get().to_string()).collect());
-    }
-    let v1 = dir.join("openhands/v1_sdk_events.jsonl");
-    if v1.is_file() {
-        runs.push(lines(read(&v1)?));
-    }
-    out.push(Runs {
-        format: Format::OpenHands,
-        runs,
-    });
     out.retain(|r| r.runs.iter().any(|l| !l.is_empty()));
     Ok(out)
 }

@@ -1119,13 +1119,13 @@ fn the_sensor_bench_reads_the_real_recordings() {
         text.contains("real runs: left out (/nonexistent/real is not here"),
         "{text}"
     );
-    // An OpenHands trajectory that is no array of events: named (the
-    // formats without a folder have no row).
+    // An OpenHands trajectory cut short: named (the formats without a
+    // folder have no row).
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("openhands")).unwrap();
     std::fs::write(
         dir.path().join("openhands/bad.json"),
-        "{\"not\": \"an array\"}",
+        "[{\"id\": 1}, {\"id\"",
     )
     .unwrap();
     let err = bench_fails(&[
