@@ -1,5 +1,6 @@
-//! Message headers: the pairs a service builds, or the NATS client's own
-//! map of a message read from NATS, kept as it arrived.
+//! Message headers: the pairs a service builds, the NATS client's own
+//! map of a message read from NATS, or the header block as it came off the
+//! wire ([`crate::wire`]), kept as they arrived.
 
 /// Message headers, in order; names compare case-insensitively.
 ///
@@ -13,6 +14,9 @@ pub struct Headers(Repr);
 enum Repr {
     Pairs(Vec<(String, String)>),
     Nats(async_nats::HeaderMap),
+    /// A NATS header block (`NATS/1.0\r\nName: value\r\n…\r\n`), read
+    /// when asked: a slice of the read buffer, checked to be UTF-8.
+    Block(bytes::Bytes),
 }
 
 impl Default for Repr {
@@ -32,6 +36,21 @@ impl Headers {
     /// The NATS client's header map, kept as it is.
     pub(crate) fn from_nats(map: async_nats::HeaderMap) -> Self {
         Self(Repr::Nats(map))
+    }
+    /// A NATS header block as it was read (`NATS/1.0`, then a
+    /// `Name: value` line each, each line ended by CRLF), kept whole and
+    /// read when asked; `None` when it is not UTF-8.
+    pub(crate) fn from_block(block: bytes::Bytes) -> Option<Self> {
+        std::str::from_utf8(&block).ok()?;
+        Some(Self(Repr::Block(block)))
+    }
+    /// Headers that hold no part of a buffer shared with other messages
+    /// (a block read off the wire is copied).
+    pub(crate) fn detached(self) -> Self {
+        match self.0 {
+            Repr::Block(b) => Self(Repr::Block(bytes::Bytes::copy_from_slice(&b))),
+            other => Self(other),
+        }
     }
     /// The first value of `name`, in any case. A few names: compared in
     /// turn (a NATS map's lookup by hash would build a name, and may
@@ -54,14 +73,16 @@ impl Headers {
         match &self.0 {
             Repr::Pairs(p) => p.is_empty(),
             Repr::Nats(m) => m.is_empty(),
+            Repr::Block(_) => self.iter().next().is_none(),
         }
     }
     /// Every name and value, in order (a header with several values once
     /// for each).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        let (pairs, map) = match &self.0 {
-            Repr::Pairs(p) => (Some(p), None),
-            Repr::Nats(m) => (None, Some(m)),
+        let (pairs, map, block) = match &self.0 {
+            Repr::Pairs(p) => (Some(p), None, None),
+            Repr::Nats(m) => (None, Some(m), None),
+            Repr::Block(b) => (None, None, Some(block_lines(b))),
         };
         let pairs = pairs
             .into_iter()
@@ -71,18 +92,31 @@ impl Headers {
             let k: &str = k.as_ref();
             vs.iter().map(move |v| (k, v.as_str()))
         });
-        pairs.chain(map)
+        pairs.chain(map).chain(block.into_iter().flatten())
     }
     /// The pairs, in order, as owned strings.
     pub fn into_pairs(self) -> Vec<(String, String)> {
         match self.0 {
             Repr::Pairs(p) => p,
-            Repr::Nats(_) => self
+            Repr::Nats(_) | Repr::Block(_) => self
                 .iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
         }
     }
+}
+
+/// A header block's names and values, in order: the lines after the
+/// first (`NATS/1.0`, with a status if any) up to the empty one, each split
+/// at its first colon and trimmed (a line without one is not a header).
+fn block_lines(block: &[u8]) -> impl Iterator<Item = (&str, &str)> {
+    std::str::from_utf8(block)
+        .unwrap_or("")
+        .split("\r\n")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim(), v.trim()))
 }
 
 /// Equal when they hold the same names (in any case) and values: a NATS
@@ -150,6 +184,47 @@ mod tests {
             1
         );
         assert_eq!(h.get("Content-Type"), Some("application/msgpack"));
+    }
+
+    #[test]
+    fn a_block_read_off_the_wire_is_read_as_its_lines_in_order() {
+        let block = bytes::Bytes::from_static(
+            b"NATS/1.0\r\nContent-Type: application/msgpack\r\nX-Seen:one\r\nX-Seen: two \r\nnot a header\r\n\r\n",
+        );
+        let h = Headers::from_block(block.clone()).unwrap();
+        assert_eq!(h.get("content-type"), Some("application/msgpack"));
+        assert_eq!(h.get("x-seen"), Some("one"), "the first of several values");
+        assert_eq!(
+            h.clone().into_pairs(),
+            [
+                (
+                    "Content-Type".to_string(),
+                    "application/msgpack".to_string()
+                ),
+                ("X-Seen".to_string(), "one".to_string()),
+                ("X-Seen".to_string(), "two".to_string()),
+            ],
+            "in the order they came, a line with no colon left out"
+        );
+        assert_eq!(h, from_nats());
+        // A status line alone (`NATS/1.0 503`) holds no headers.
+        let status = Headers::from_block(bytes::Bytes::from_static(b"NATS/1.0 503\r\n\r\n"));
+        assert!(status.unwrap().is_empty());
+        assert!(
+            Headers::from_block(bytes::Bytes::from_static(b"NATS/1.0\r\nX: \xff\r\n\r\n"))
+                .is_none()
+        );
+        // Detached, it holds a copy of its own and reads the same.
+        let d = h.clone().detached();
+        assert_eq!(d, h);
+        match (&d.0, &h.0) {
+            (Repr::Block(a), Repr::Block(b)) => assert_ne!(a.as_ptr(), b.as_ptr()),
+            _ => panic!("still a block"),
+        }
+        let mut h = h;
+        h.insert("X-Seen", "three");
+        assert_eq!(h.get("x-seen"), Some("three"));
+        assert_eq!(h.get("content-type"), Some("application/msgpack"));
     }
 
     #[test]

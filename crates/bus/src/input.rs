@@ -145,10 +145,12 @@ pub fn raw_on_thread<H: Handler<Message>>(
 }
 
 /// [`raw_on_thread`] reading `pattern` on a connection of its own, made on
-/// the input's thread ([`Bus::another`]): the connection's reading task
-/// (what takes messages off the socket and parses them) runs there too, not
-/// on the process's runtime, so nothing is lost at the connection while
-/// every worker is busy, and a message does not cross threads before it is
+/// the input's thread: read off the socket there by [`crate::wire`] where
+/// it can be, else by a NATS client of its own ([`Bus::another`]; a bus
+/// given TLS) whose reading task (what takes messages off the socket and
+/// parses them) runs there too. Either way the reading is not done on the
+/// process's runtime, so nothing is lost at the connection while every
+/// worker is busy, and a message does not cross threads before it is
 /// handled. Returns once the subscription is live. Without a connection of
 /// its own (the in-process and socket buses, one that cannot be made: said
 /// in the log) it reads `bus`'s; without a thread, it runs as [`raw`].
@@ -162,6 +164,19 @@ pub async fn raw_on_own_connection<H: Handler<Message>>(
     let (ready, subscribed) = tokio::sync::oneshot::channel::<BusResult<()>>();
     let (bus, pattern) = (bus.clone(), pattern.to_string());
     let input = async move {
+        // Read off the socket here when it can be (crate::wire): no
+        // client task and channel between the socket and the handler.
+        match bus.wire(name, &pattern).await {
+            Some(Ok(sub)) => {
+                let _ = ready.send(Ok(()));
+                tokio::task::unconstrained(read(sub, shutdown, handler)).await;
+                return;
+            }
+            Some(Err(e)) => {
+                warn!(input = name, error = %e, "the input could not read off a connection of its own; the NATS client reads for it");
+            }
+            None => {}
+        }
         let own = match bus.another(name).await {
             Some(Ok(own)) => Some(own),
             Some(Err(e)) => {

@@ -44,6 +44,7 @@ pub mod socket;
 pub mod subject_match;
 pub mod trace;
 pub mod typed;
+pub mod wire;
 
 use std::time::Duration;
 
@@ -234,6 +235,7 @@ impl Message {
     pub fn detached(self) -> Self {
         Self {
             payload: Bytes::copy_from_slice(&self.payload),
+            headers: self.headers.detached(),
             ..self
         }
     }
@@ -297,6 +299,16 @@ impl Bus {
     pub async fn another(&self, part: &str) -> Option<BusResult<Bus>> {
         match self {
             Bus::Nats(n) => Some(n.another(part).await?.map(Bus::Nats)),
+            _ => None,
+        }
+    }
+
+    /// A subscription to `pattern` read off a NATS connection of its own
+    /// ([`NatsBus::wire`]); `None` on the in-process and socket buses, and
+    /// where only the NATS client can read (TLS).
+    pub async fn wire(&self, part: &str, pattern: &str) -> Option<BusResult<Subscription>> {
+        match self {
+            Bus::Nats(n) => n.wire(part, pattern).await,
             _ => None,
         }
     }
@@ -575,6 +587,9 @@ pub(crate) async fn await_reply(
 pub enum Subscription {
     Channel(local::ChannelSub),
     Nats(async_nats::Subscriber),
+    /// Messages read off a NATS connection of the subscription's own
+    /// ([`wire`]).
+    Wire(Box<wire::WireSub>),
     /// Messages read from a stream the server keeps ([`kept::follow`]).
     Stream(std::pin::Pin<Box<dyn futures::Stream<Item = Message> + Send>>),
 }
@@ -592,6 +607,7 @@ impl Subscription {
         match self {
             Subscription::Channel(s) => s.rx.recv().await,
             Subscription::Nats(s) => s.next().await.map(nats::from_nats),
+            Subscription::Wire(s) => s.next().await,
             Subscription::Stream(s) => s.next().await,
         }
     }
@@ -602,6 +618,7 @@ impl Subscription {
         match self {
             Subscription::Channel(s) => s.rx.try_recv().ok(),
             Subscription::Nats(s) => s.next().now_or_never().flatten().map(nats::from_nats),
+            Subscription::Wire(s) => s.try_next(),
             Subscription::Stream(s) => s.next().now_or_never().flatten(),
         }
     }

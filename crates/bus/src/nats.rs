@@ -99,6 +99,42 @@ fn hide_by_hand(one: &str) -> String {
     }
 }
 
+/// How a connection proves who it is.
+enum Auth {
+    User(String, String),
+    /// A lone token in the URL (`nats://token@host`).
+    Token(String),
+}
+
+/// The servers of `url` (a comma-separated list) without credentials, and
+/// the credentials to use: the options' user and password, else the first
+/// the URLs carry. Credentials are never shown: an error names the URL
+/// with its password replaced.
+fn servers_and_auth(url: &str, opts: &ConnectOptions) -> BusResult<(Vec<String>, Option<Auth>)> {
+    let mut servers = Vec::new();
+    let mut from_url = None;
+    for one in url.split(',') {
+        let (plain, creds) = split_credentials(one.trim());
+        if from_url.is_none() {
+            from_url = creds;
+        }
+        servers.push(plain);
+    }
+    let auth = match (opts.user.clone(), opts.password.clone(), from_url) {
+        (Some(u), Some(p), _) => Some(Auth::User(u, p)),
+        (None, None, Some((u, Some(p)))) => Some(Auth::User(u, p)),
+        (None, None, Some((t, None))) => Some(Auth::Token(t)),
+        (Some(u), None, _) => {
+            return Err(BusError::Connect {
+                target: redact_url(url),
+                source: crate::ConnectError::NoPassword { user: u },
+            });
+        }
+        _ => None,
+    };
+    Ok((servers, auth))
+}
+
 /// One server URL parsed (`url`); `host:port` without a scheme is read as
 /// `nats://host:port`. The flag says whether it had a scheme.
 fn parse_server(one: &str) -> Option<(url::Url, bool)> {
@@ -233,30 +269,12 @@ impl NatsBus {
             }
             std::future::ready(())
         });
-        // Credentials in the URL are used unless given apart, and never
-        // shown: errors name the URL with its password replaced.
-        let mut servers = Vec::new();
-        let mut from_url = None;
-        for one in url.split(',') {
-            let (plain, creds) = split_credentials(one.trim());
-            if from_url.is_none() {
-                from_url = creds;
-            }
-            servers.push(plain);
-        }
         let shown = redact_url(url);
-        match (opts.user, opts.password, from_url) {
-            (Some(u), Some(p), _) => o = o.user_and_password(u, p),
-            (None, None, Some((u, Some(p)))) => o = o.user_and_password(u, p),
-            // A lone token in the URL (`nats://token@host`).
-            (None, None, Some((t, None))) => o = o.token(t),
-            (Some(u), None, _) => {
-                return Err(BusError::Connect {
-                    target: shown,
-                    source: crate::ConnectError::NoPassword { user: u },
-                });
-            }
-            _ => {}
+        let (servers, auth) = servers_and_auth(url, &opts)?;
+        match auth {
+            Some(Auth::User(u, p)) => o = o.user_and_password(u, p),
+            Some(Auth::Token(t)) => o = o.token(t),
+            None => {}
         }
         if let Some(prefix) = opts.inbox_prefix {
             o = o.custom_inbox_prefix(prefix);
@@ -288,6 +306,59 @@ impl NatsBus {
             outages,
             again: Some(again),
         })
+    }
+
+    /// A subscription to `pattern` on a connection of its own, read off
+    /// the socket where it is awaited ([`crate::wire`]), to the same
+    /// servers with the same credentials, named `<name> (<part>)`; its
+    /// lost connections and dropped messages count in this one's. Live
+    /// when this returns. `None` where the NATS client must read instead:
+    /// a bus given TLS, a server that asks for it, a client made
+    /// elsewhere ([`NatsBus::another`] then).
+    pub async fn wire(&self, part: &str, pattern: &str) -> Option<BusResult<Subscription>> {
+        let (url, opts) = self.again.as_deref()?;
+        if opts.tls_ca.is_some() || opts.tls_cert.is_some() {
+            return None;
+        }
+        let (servers, auth) = match servers_and_auth(url, opts) {
+            Ok(found) => found,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut addrs = Vec::new();
+        for one in &servers {
+            let (u, _) = parse_server(one)?;
+            if u.scheme() != "nats" {
+                return None;
+            }
+            addrs.push(format!("{}:{}", u.host_str()?, u.port().unwrap_or(4222)));
+        }
+        let (user, password, token) = match auth {
+            Some(Auth::User(u, p)) => (Some(u), Some(p), None),
+            Some(Auth::Token(t)) => (None, None, Some(t)),
+            None => (None, None, None),
+        };
+        let dial = crate::wire::Dial {
+            servers: addrs,
+            user,
+            password,
+            token,
+            name: format!("{} ({part})", opts.name),
+            pattern: pattern.to_string(),
+            ping_every: opts.ping_interval.unwrap_or(Duration::from_secs(60)),
+        };
+        let made =
+            crate::wire::WireSub::subscribe(dial, self.outages.clone(), self.dropped.clone()).await;
+        match made {
+            Ok(sub) => Some(Ok(Subscription::Wire(Box::new(sub)))),
+            Err(crate::wire::Refused::Tls) => None,
+            Err(crate::wire::Refused::Said(e)) => Some(Err(BusError::Nats {
+                op: format!(
+                    "subscribe to {pattern} on a connection of its own ({})",
+                    redact_url(url)
+                ),
+                source: e.into(),
+            })),
+        }
     }
 
     pub fn from_client(client: async_nats::Client) -> Self {

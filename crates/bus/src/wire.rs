@@ -1,0 +1,700 @@
+//! A NATS subscription read off a connection of its own, for the one input
+//! that reads at fleet rate: the supervisor's report pump
+//! ([`crate::input::raw_on_own_connection`]).
+//!
+//! The NATS client's subscriber costs each message a good part of what the
+//! supervisor then spends on it: its reading task parses the message into
+//! the client's types (a subject, a header map built name by name), queues
+//! it on a channel to the subscription, and the input takes it off there.
+//! This reads the protocol where the input runs: a message is its subject,
+//! a slice of the read buffer for its payload and another for its header
+//! block (read when asked, [`crate::Headers`]), and nothing crosses a task
+//! between the socket and the handler.
+//!
+//! It speaks the subscriber's part of the client protocol (`INFO`,
+//! `CONNECT`, `SUB`, `PING`/`PONG`, `MSG`, `HMSG`, `+OK`, `-ERR`) over plain
+//! TCP, with the user and password or token the bus was given. A bus given
+//! TLS, or a server that asks for it, is read by the NATS client instead
+//! ([`crate::NatsBus::wire`] answers `None`). A lost connection is counted
+//! (the bus's outages) and logged, and made again, with its subscription,
+//! to the servers the bus was given or that the cluster announced, backing
+//! off to a try every two seconds; what was published meanwhile is lost to
+//! it, as it is to the client's subscriber (the supervisor counts each
+//! unit's gap). A link that goes silent is pinged (the bus's ping interval,
+//! a minute by default) and dropped after two pings go unanswered; the
+//! server's pings are answered.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::{Headers, Message};
+
+/// Bytes asked of the socket at a time (a few hundred reports).
+const READ: usize = 128 * 1024;
+/// The longest control line read (`MSG` with a subject and reply of NATS's
+/// longest is far below it).
+const MAX_LINE: usize = 4096;
+/// A message larger than this ends the connection as a protocol error (the
+/// server's own `max_payload` is at most 64 MiB).
+const MAX_MESSAGE: usize = 64 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// What the server sent, one operation at a time.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Msg { sid: u64, msg: Message },
+    Ping,
+    Pong,
+    Ok,
+    Err(String),
+    Info(serde_json::Value),
+}
+
+/// Takes one operation off the front of `buf`; `Ok(None)` while it is not
+/// all there. An error names what was wrong with the stream (the
+/// connection cannot be read on after it).
+pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<Op>, String> {
+    let seen = &buf[..buf.len().min(MAX_LINE + 2)];
+    let Some(nl) = seen.iter().position(|b| *b == b'\n') else {
+        return if buf.len() > MAX_LINE {
+            Err(format!("a control line longer than {MAX_LINE} bytes"))
+        } else {
+            Ok(None)
+        };
+    };
+    let line = std::str::from_utf8(&buf[..nl])
+        .map_err(|_| "a control line that is not UTF-8".to_string())?
+        .trim_end_matches('\r');
+    let (op, rest) = line.split_once([' ', '\t']).unwrap_or((line, ""));
+    let rest = rest.trim_start();
+    let is = |name: &str| op.eq_ignore_ascii_case(name);
+    let simple = if is("MSG") || is("HMSG") {
+        let head = Head::read(is("HMSG"), rest)?;
+        return Ok(head
+            .frame(buf, nl + 1)?
+            .map(|(sid, msg)| Op::Msg { sid, msg }));
+    } else if is("PING") {
+        Op::Ping
+    } else if is("PONG") {
+        Op::Pong
+    } else if is("+OK") {
+        Op::Ok
+    } else if is("-ERR") {
+        Op::Err(rest.trim().trim_matches('\'').to_string())
+    } else if is("INFO") {
+        Op::Info(serde_json::from_str(rest).map_err(|e| format!("INFO that is not JSON: {e}"))?)
+    } else {
+        let shown: String = line.chars().take(40).collect();
+        return Err(format!("an operation NATS does not send: {shown:?}"));
+    };
+    buf.advance(nl + 1);
+    Ok(Some(simple))
+}
+
+/// A message's control line: `MSG <subject> <sid> [reply] <size>` or
+/// `HMSG <subject> <sid> [reply] <header size> <total size>`.
+struct Head {
+    op: &'static str,
+    subject: String,
+    sid: u64,
+    reply: Option<String>,
+    hdr: usize,
+    total: usize,
+}
+
+impl Head {
+    fn read(headed: bool, args: &str) -> Result<Head, String> {
+        let op = if headed { "HMSG" } else { "MSG" };
+        let mut a = [""; 5];
+        let mut n = 0;
+        for (i, w) in args.split_ascii_whitespace().enumerate() {
+            if i < a.len() {
+                a[i] = w;
+            }
+            n = i + 1;
+        }
+        let sizes = if headed { 2 } else { 1 };
+        if n != 2 + sizes && n != 3 + sizes {
+            return Err(format!("{op} with {n} arguments"));
+        }
+        let number = |s: &str, what: &str| {
+            s.parse::<usize>()
+                .map_err(|_| format!("{op} with a {what} that is no number: {s:?}"))
+        };
+        let sid = number(a[1], "subscription id")? as u64;
+        let total = number(a[n - 1], "size")?;
+        let hdr = if headed {
+            number(a[n - 2], "header size")?
+        } else {
+            0
+        };
+        if hdr > total || total > MAX_MESSAGE {
+            return Err(format!(
+                "{op} of {total} bytes with a header of {hdr} (at most {MAX_MESSAGE})"
+            ));
+        }
+        Ok(Head {
+            op,
+            subject: a[0].to_string(),
+            sid,
+            reply: (n == 3 + sizes).then(|| a[2].to_string()),
+            hdr,
+            total,
+        })
+    }
+
+    /// Takes the message whose control line ends at `at` off `buf`, once
+    /// it is all there.
+    fn frame(self, buf: &mut BytesMut, at: usize) -> Result<Option<(u64, Message)>, String> {
+        let (op, subject) = (self.op, self.subject);
+        let end = at + self.total;
+        if buf.len() < end + 2 {
+            buf.reserve(end + 2 - buf.len());
+            return Ok(None);
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return Err(format!(
+                "{op} on {subject}: its {} bytes are not followed by CRLF",
+                self.total
+            ));
+        }
+        let frame = buf.split_to(end + 2).freeze();
+        let headers = if self.hdr == 0 {
+            Headers::new()
+        } else {
+            Headers::from_block(frame.slice(at..at + self.hdr))
+                .ok_or_else(|| format!("{op} on {subject}: a header block that is not UTF-8"))?
+        };
+        let msg = Message {
+            subject,
+            reply: self.reply,
+            headers,
+            payload: frame.slice(at + self.hdr..end),
+        };
+        Ok(Some((self.sid, msg)))
+    }
+}
+
+/// How to connect and what to subscribe to.
+#[derive(Clone)]
+pub(crate) struct Dial {
+    /// `host:port` of each server the bus was given.
+    pub servers: Vec<String>,
+    /// User and password, or a token alone.
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    pub name: String,
+    pub pattern: String,
+    pub ping_every: Duration,
+}
+
+impl std::fmt::Debug for Dial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dial")
+            .field("servers", &self.servers)
+            .field("user", &self.user)
+            .field("name", &self.name)
+            .field("pattern", &self.pattern)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a connection could not be made.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The server asks for TLS, which this does not speak.
+    Tls,
+    /// Anything else, said.
+    Said(String),
+}
+
+/// A subscription on a connection of its own (see the module).
+pub struct WireSub {
+    dial: Dial,
+    /// `host:port` the cluster announced (`connect_urls`), tried after
+    /// the ones given.
+    announced: Vec<String>,
+    conn: Option<Conn>,
+    /// Messages read while the subscription was being confirmed.
+    early: std::collections::VecDeque<Message>,
+    outages: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+    /// Rounds of tries since the connection was lost.
+    tries: u32,
+}
+
+impl std::fmt::Debug for WireSub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireSub")
+            .field("dial", &self.dial)
+            .field("connected", &self.conn.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+    /// Written when the socket takes it (`PONG`s, our `PING`s).
+    out: BytesMut,
+    /// When anything was last read (or a ping last sent).
+    heard: Instant,
+    unanswered: u32,
+}
+
+/// The one subscription a connection carries.
+const SID: u64 = 1;
+
+impl WireSub {
+    /// Connects to the first of `dial`'s servers that answers and
+    /// subscribes; the subscription is live (the server confirmed it)
+    /// when this returns. Messages the bus drops count in `dropped`, lost
+    /// connections in `outages`.
+    pub(crate) async fn subscribe(
+        dial: Dial,
+        outages: Arc<AtomicU64>,
+        dropped: Arc<AtomicU64>,
+    ) -> Result<WireSub, Refused> {
+        let mut sub = WireSub {
+            dial,
+            announced: Vec::new(),
+            conn: None,
+            early: Default::default(),
+            outages,
+            dropped,
+            tries: 0,
+        };
+        let mut said = Vec::new();
+        for addr in sub.dial.servers.clone() {
+            match sub.connect(&addr).await {
+                Ok(()) => return Ok(sub),
+                Err(Refused::Tls) => return Err(Refused::Tls),
+                Err(Refused::Said(e)) => said.push(format!("{addr}: {e}")),
+            }
+        }
+        Err(Refused::Said(said.join("; ")))
+    }
+
+    /// The next message; reconnects (for as long as it takes) when the
+    /// connection is lost. Cancel-safe: nothing read is lost when the
+    /// wait is dropped.
+    pub async fn next(&mut self) -> Option<Message> {
+        loop {
+            if let Some(m) = self.early.pop_front() {
+                return Some(m);
+            }
+            let Some(conn) = self.conn.as_mut() else {
+                self.reconnect().await;
+                continue;
+            };
+            let res = conn.next(&self.dropped, self.dial.ping_every).await;
+            match res {
+                Ok(m) => return Some(m),
+                Err(e) => self.lost(&e),
+            }
+        }
+    }
+
+    /// A message already read, or waiting on the socket, without waiting
+    /// (and without reconnecting: [`WireSub::next`] does).
+    pub fn try_next(&mut self) -> Option<Message> {
+        if let Some(m) = self.early.pop_front() {
+            return Some(m);
+        }
+        let res = self.conn.as_mut()?.try_next(&self.dropped);
+        match res {
+            Ok(m) => m,
+            Err(e) => {
+                self.lost(&e);
+                None
+            }
+        }
+    }
+
+    fn lost(&mut self, why: &str) {
+        self.conn = None;
+        self.outages.fetch_add(1, Ordering::Relaxed);
+        warn!(connection = %self.dial.name, subject = %self.dial.pattern, error = why,
+            "lost its NATS connection: connecting again (what is published meanwhile is not read)");
+    }
+
+    /// Tries every server known until one takes the subscription, backing
+    /// off between rounds.
+    async fn reconnect(&mut self) {
+        loop {
+            if self.tries > 0 {
+                let wait = Duration::from_millis(50 << self.tries.min(6)).min(BACKOFF_MAX);
+                tokio::time::sleep(wait).await;
+            }
+            self.tries += 1;
+            let mut known = self.dial.servers.clone();
+            for a in &self.announced {
+                if !known.contains(a) {
+                    known.push(a.clone());
+                }
+            }
+            for addr in known {
+                match self.connect(&addr).await {
+                    Ok(()) => {
+                        info!(connection = %self.dial.name, server = %addr, tries = self.tries,
+                            "connected again and subscribed");
+                        self.tries = 0;
+                        return;
+                    }
+                    Err(Refused::Tls) => {
+                        tracing::error!(connection = %self.dial.name, server = %addr,
+                            "the server now asks for TLS, which this connection does not speak: give the bus its TLS settings");
+                    }
+                    Err(Refused::Said(e)) if self.tries % 30 == 1 => {
+                        warn!(connection = %self.dial.name, server = %addr, tries = self.tries, error = %e,
+                            "could not connect again; still trying");
+                    }
+                    Err(Refused::Said(_)) => {}
+                }
+            }
+        }
+    }
+
+    /// Connects to `addr`, says who it is, subscribes and waits for the
+    /// server to confirm.
+    async fn connect(&mut self, addr: &str) -> Result<(), Refused> {
+        let said = |e: String| Refused::Said(e);
+        let made = tokio::time::timeout(CONNECT_TIMEOUT, async {
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|e| said(e.to_string()))?;
+            let _ = stream.set_nodelay(true);
+            let mut conn = Conn {
+                stream,
+                buf: BytesMut::with_capacity(READ),
+                out: BytesMut::new(),
+                heard: Instant::now(),
+                unanswered: 0,
+            };
+            let info = match conn.op().await.map_err(said)? {
+                Op::Info(info) => info,
+                other => return Err(said(format!("the server began with {other:?}, not INFO"))),
+            };
+            if info.get("tls_required").and_then(|t| t.as_bool()) == Some(true) {
+                return Err(Refused::Tls);
+            }
+            self.announce(&info);
+            conn.out.extend_from_slice(&self.hello());
+            conn.flush().await.map_err(said)?;
+            loop {
+                match conn.op().await.map_err(said)? {
+                    Op::Pong => break,
+                    Op::Err(e) => return Err(said(format!("the server said: {e}"))),
+                    Op::Msg { sid: SID, msg } => self.early.push_back(msg),
+                    Op::Info(info) => self.announce(&info),
+                    Op::Ping => {
+                        conn.out.extend_from_slice(b"PONG\r\n");
+                        conn.flush().await.map_err(said)?;
+                    }
+                    Op::Ok | Op::Msg { .. } => {}
+                }
+            }
+            Ok(conn)
+        })
+        .await
+        .map_err(|_| said(format!("no answer in {CONNECT_TIMEOUT:?}")))??;
+        self.conn = Some(made);
+        Ok(())
+    }
+
+    /// `CONNECT`, `SUB` and a `PING` whose `PONG` confirms both.
+    fn hello(&self) -> Vec<u8> {
+        let d = &self.dial;
+        let mut connect = serde_json::json!({
+            "verbose": false,
+            "pedantic": false,
+            "tls_required": false,
+            "name": d.name,
+            "lang": "rust",
+            "version": env!("CARGO_PKG_VERSION"),
+            "protocol": 1,
+            "headers": true,
+            "no_responders": true,
+        });
+        if let (Some(u), Some(p)) = (&d.user, &d.password) {
+            connect["user"] = u.clone().into();
+            connect["pass"] = p.clone().into();
+        } else if let Some(t) = &d.token {
+            connect["auth_token"] = t.clone().into();
+        }
+        format!("CONNECT {connect}\r\nSUB {} {SID}\r\nPING\r\n", d.pattern).into_bytes()
+    }
+
+    /// Keeps the servers the cluster announces, to try them after the
+    /// ones given.
+    fn announce(&mut self, info: &serde_json::Value) {
+        if let Some(urls) = info.get("connect_urls").and_then(|u| u.as_array()) {
+            for u in urls.iter().filter_map(|u| u.as_str()) {
+                if !self.announced.iter().any(|a| a == u) {
+                    self.announced.push(u.to_string());
+                }
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// The next operation, read for as long as it takes.
+    async fn op(&mut self) -> Result<Op, String> {
+        loop {
+            if let Some(op) = parse(&mut self.buf)? {
+                return Ok(op);
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Reads what the socket has (waiting for it); cancel-safe.
+    async fn fill(&mut self) -> Result<(), String> {
+        self.buf.reserve(READ);
+        match self.stream.read_buf(&mut self.buf).await {
+            Ok(0) => Err("the server closed the connection".into()),
+            Ok(_) => {
+                self.heard = Instant::now();
+                self.unanswered = 0;
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Writes what waits to be written; cancel-safe (what was written is
+    /// taken off as it goes).
+    async fn flush(&mut self) -> Result<(), String> {
+        while !self.out.is_empty() {
+            let n = self
+                .stream
+                .write(&self.out)
+                .await
+                .map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the server closed the connection".into());
+            }
+            self.out.advance(n);
+        }
+        Ok(())
+    }
+
+    /// The next message of the subscription from what was read, answering
+    /// what the server asks on the way; `None` when none is all there.
+    fn take(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, String> {
+        while let Some(op) = parse(&mut self.buf)? {
+            match op {
+                Op::Msg { sid: SID, msg } => return Ok(Some(msg)),
+                Op::Ping => self.out.extend_from_slice(b"PONG\r\n"),
+                Op::Err(e) => {
+                    if e.to_ascii_lowercase().contains("slow consumer") {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    warn!(error = %e, "the NATS server said");
+                }
+                Op::Msg { .. } | Op::Pong | Op::Ok | Op::Info(_) => {}
+            }
+        }
+        Ok(None)
+    }
+
+    async fn next(&mut self, dropped: &AtomicU64, ping_every: Duration) -> Result<Message, String> {
+        loop {
+            if let Some(m) = self.take(dropped)? {
+                return Ok(m);
+            }
+            self.flush().await?;
+            let quiet = self.heard + ping_every;
+            let read = tokio::select! {
+                read = self.fill() => Some(read),
+                _ = tokio::time::sleep_until(quiet) => None,
+            };
+            match read {
+                Some(read) => read?,
+                None if self.unanswered >= 2 => {
+                    return Err(format!("no answer to two pings {ping_every:?} apart"));
+                }
+                None => {
+                    self.unanswered += 1;
+                    self.heard = Instant::now();
+                    self.out.extend_from_slice(b"PING\r\n");
+                }
+            }
+        }
+    }
+
+    fn try_next(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, String> {
+        if let Some(m) = self.take(dropped)? {
+            return Ok(Some(m));
+        }
+        if !self.out.is_empty() {
+            match self.stream.try_write(&self.out) {
+                Ok(n) => self.out.advance(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        self.buf.reserve(READ);
+        match self.stream.try_read_buf(&mut self.buf) {
+            Ok(0) => Err("the server closed the connection".into()),
+            Ok(_) => {
+                self.heard = Instant::now();
+                self.unanswered = 0;
+                self.take(dropped)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation of `stream`, fed to the parser `step` bytes at a
+    /// time, as a socket may cut it anywhere.
+    fn ops_in_steps(stream: &[u8], step: usize) -> Vec<String> {
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in stream.chunks(step) {
+            buf.extend_from_slice(chunk);
+            while let Some(op) = parse(&mut buf).unwrap() {
+                out.push(match op {
+                    Op::Msg { sid, msg } => format!(
+                        "{sid} {} {:?} {:?} {:?}",
+                        msg.subject,
+                        msg.reply,
+                        msg.headers.into_pairs(),
+                        msg.payload
+                    ),
+                    other => format!("{other:?}"),
+                });
+            }
+        }
+        assert!(buf.is_empty(), "nothing left over");
+        out
+    }
+
+    const STREAM: &[u8] = b"INFO {\"server_id\":\"x\",\"max_payload\":1048576}\r\n\
+        +OK\r\n\
+        MSG xo.salute.a 1 5\r\nhello\r\n\
+        msg xo.salute.b 1 _INBOX.r 0\r\n\r\n\
+        PING\r\n\
+        HMSG xo.salute.c 1 44 49\r\nNATS/1.0\r\nContent-Type: application/json\r\n\r\n{\"a\"}\r\n\
+        HMSG xo.salute.d 1 reply.to 12 14\r\nNATS/1.0\r\n\r\n\r\n\r\n\
+        MSG xo.salute.e 1 4\r\na\r\nb\r\n\
+        PONG\r\n\
+        -ERR 'Slow Consumer Detected'\r\n";
+
+    #[test]
+    fn the_protocol_is_read_the_same_wherever_the_socket_cuts_it() {
+        let whole = ops_in_steps(STREAM, STREAM.len());
+        assert_eq!(whole.len(), 10, "{whole:#?}");
+        assert!(whole[0].starts_with("Info(Object"), "{}", whole[0]);
+        assert_eq!(whole[1], "Ok");
+        assert_eq!(whole[2], "1 xo.salute.a None [] b\"hello\"");
+        assert_eq!(
+            whole[3], "1 xo.salute.b Some(\"_INBOX.r\") [] b\"\"",
+            "an empty payload, any case"
+        );
+        assert_eq!(whole[4], "Ping");
+        assert_eq!(
+            whole[5],
+            "1 xo.salute.c None [(\"Content-Type\", \"application/json\")] b\"{\\\"a\\\"}\""
+        );
+        assert_eq!(
+            whole[6], "1 xo.salute.d Some(\"reply.to\") [] b\"\\r\\n\"",
+            "CRLF inside a payload is payload"
+        );
+        assert_eq!(whole[7], "1 xo.salute.e None [] b\"a\\r\\nb\"");
+        assert_eq!(whole[8], "Pong");
+        assert_eq!(whole[9], "Err(\"Slow Consumer Detected\")");
+        for step in 1..STREAM.len() {
+            assert_eq!(
+                ops_in_steps(STREAM, step),
+                whole,
+                "read {step} bytes at a time"
+            );
+        }
+    }
+
+    #[test]
+    fn a_broken_stream_is_named_not_read_on() {
+        let bad: &[(&[u8], &str)] = &[
+            (b"MSG a 1 5\r\nhelloXX", "not followed by CRLF"),
+            (b"MSG a 1 x\r\n", "size that is no number"),
+            (b"MSG a\r\n", "MSG with 1 arguments"),
+            (b"HMSG a 1 9 5\r\n", "header of 9"),
+            (b"MSG a 1 99999999999\r\n", "at most"),
+            (
+                b"WHAT now\r\n",
+                "an operation NATS does not send: \"WHAT now\"",
+            ),
+            (b"INFO {nope\r\n", "INFO that is not JSON"),
+            (
+                b"HMSG a 1 4 4\r\n\xff\xfe\r\n\r\n\r\n",
+                "header block that is not UTF-8",
+            ),
+        ];
+        for (stream, said) in bad {
+            let mut buf = BytesMut::from(*stream);
+            let e = parse(&mut buf).map(|_| ()).unwrap_err();
+            assert!(e.contains(said), "{stream:?}: {e}");
+        }
+        let mut long = BytesMut::from(&[b'M'; MAX_LINE + 10][..]);
+        assert!(parse(&mut long).unwrap_err().contains("longer than"));
+        // Short of its end, a line or a message is waited for.
+        for partial in [&b"MSG a 1 5\r\nhel"[..], b"PIN", b"MSG a 1 5"] {
+            let mut buf = BytesMut::from(partial);
+            assert!(parse(&mut buf).unwrap().is_none(), "{partial:?}");
+            assert_eq!(&buf[..], partial, "nothing taken");
+        }
+    }
+
+    #[test]
+    fn the_hello_names_the_connection_and_carries_its_credentials() {
+        let sub = |user: Option<&str>, password: Option<&str>, token: Option<&str>| WireSub {
+            dial: Dial {
+                servers: vec!["127.0.0.1:4222".into()],
+                user: user.map(Into::into),
+                password: password.map(Into::into),
+                token: token.map(Into::into),
+                name: "xo-supervisor (report pump)".into(),
+                pattern: "xo.salute.*".into(),
+                ping_every: Duration::from_secs(60),
+            },
+            announced: Vec::new(),
+            conn: None,
+            early: Default::default(),
+            outages: Arc::default(),
+            dropped: Arc::default(),
+            tries: 0,
+        };
+        let hello = |s: WireSub| String::from_utf8(s.hello()).unwrap();
+        let h = hello(sub(Some("u"), Some("p\"w"), None));
+        let (connect, rest) = h.split_once("\r\n").unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(connect.strip_prefix("CONNECT ").unwrap()).unwrap();
+        assert_eq!(v["user"], "u");
+        assert_eq!(v["pass"], "p\"w", "quoted as JSON");
+        assert_eq!(v["name"], "xo-supervisor (report pump)");
+        assert_eq!(v["headers"], true);
+        assert_eq!(rest, "SUB xo.salute.* 1\r\nPING\r\n");
+        let h = hello(sub(None, None, Some("tok")));
+        assert!(
+            h.contains("\"auth_token\":\"tok\"") && !h.contains("\"user\""),
+            "{h}"
+        );
+    }
+}
