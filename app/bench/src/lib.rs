@@ -28,6 +28,7 @@ mod fuzz;
 mod pipeline;
 mod queue;
 mod radio;
+mod reader;
 mod scaling;
 mod sensor;
 mod sharded;

@@ -307,6 +307,11 @@ pub async fn run(cfg: &XoConfig, args: RadioArgs) -> anyhow::Result<ExitCode> {
     out.insert("ingest_round_ratios".into(), ratios.into());
     out.insert("ingest_round_supervisor".into(), sup_rates.into());
     out.insert("ingest_round_raw".into(), raw_rates.into());
+    // The pump's reader alone, beside the client's subscriber.
+    let opts = crate::connect::nats_options(cfg, "bench-reader", false);
+    for (k, v) in super::reader::run(&url, opts, n, rounds).await? {
+        out.insert(k, v);
+    }
 
     // 3. latency: raw request/reply vs report → steering.
     let responder = Bus::Nats(connect("bench-echo").await?);

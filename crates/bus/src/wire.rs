@@ -166,18 +166,22 @@ impl Head {
                 self.total
             ));
         }
-        let frame = buf.split_to(end + 2).freeze();
-        let headers = if self.hdr == 0 {
-            Headers::new()
-        } else {
-            Headers::from_block(frame.slice(at..at + self.hdr))
-                .ok_or_else(|| format!("{op} on {subject}: a header block that is not UTF-8"))?
+        // The control line and the CRLF after go; the header block and
+        // the payload are cut off the buffer each once (one count of the
+        // shared buffer's references taken each, none for the frame).
+        buf.advance(at);
+        let headers = match self.hdr {
+            0 => Headers::new(),
+            hdr => Headers::from_block(buf.split_to(hdr).freeze())
+                .ok_or_else(|| format!("{op} on {subject}: a header block that is not UTF-8"))?,
         };
+        let payload = buf.split_to(self.total - self.hdr).freeze();
+        buf.advance(2);
         let msg = Message {
             subject,
             reply: self.reply,
             headers,
-            payload: frame.slice(at + self.hdr..end),
+            payload,
         };
         Ok(Some((self.sid, msg)))
     }
