@@ -354,15 +354,17 @@ impl WireSub {
                         self.tries = 0;
                         return;
                     }
-                    Err(Refused::Tls) => {
-                        tracing::error!(connection = %self.dial.name, server = %addr,
-                            "the server now asks for TLS, which this connection does not speak: give the bus its TLS settings");
+                    // Said once in 30 rounds (about a minute at the
+                    // longest wait), as any other refusal.
+                    Err(Refused::Tls) if self.tries % 30 == 1 => {
+                        tracing::error!(connection = %self.dial.name, server = %addr, tries = self.tries,
+                            "the server now asks for TLS, which this connection does not speak: give the bus its TLS settings (nats.tls_ca_file)");
                     }
                     Err(Refused::Said(e)) if self.tries % 30 == 1 => {
                         warn!(connection = %self.dial.name, server = %addr, tries = self.tries, error = %e,
                             "could not connect again; still trying");
                     }
-                    Err(Refused::Said(_)) => {}
+                    Err(_) => {}
                 }
             }
         }
