@@ -25,12 +25,7 @@ enum Kind {
 
 /// The reading thread's CPU (user and kernel) so far.
 fn thread_cpu() -> anyhow::Result<Duration> {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let u = getrusage(UsageWho::RUSAGE_THREAD)?;
-    let d = |t: nix::sys::time::TimeVal| {
-        Duration::from_micros(t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64)
-    };
-    Ok(d(u.user_time()) + d(u.system_time()))
+    Ok(super::util::thread_cpu()?.total())
 }
 
 /// Reads `n` messages of `subject` on a thread of its own (connected

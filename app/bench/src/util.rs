@@ -194,8 +194,16 @@ impl CpuSplit {
 
 /// This process's [`CpuSplit`] so far.
 pub fn process_cpu() -> anyhow::Result<CpuSplit> {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let u = getrusage(UsageWho::RUSAGE_SELF)?;
+    cpu_of(nix::sys::resource::UsageWho::RUSAGE_SELF)
+}
+
+/// The calling thread's [`CpuSplit`] so far.
+pub fn thread_cpu() -> anyhow::Result<CpuSplit> {
+    cpu_of(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+}
+
+fn cpu_of(who: nix::sys::resource::UsageWho) -> anyhow::Result<CpuSplit> {
+    let u = nix::sys::resource::getrusage(who)?;
     let d = |t: nix::sys::time::TimeVal| {
         Duration::from_micros(t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64)
     };
