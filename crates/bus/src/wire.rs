@@ -47,6 +47,48 @@ const MAX_MESSAGE: usize = 64 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
+/// What went wrong with a connection: it cannot be read on after it, and
+/// is made again.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("a control line longer than {MAX_LINE} bytes")]
+    LongLine,
+    #[error("a control line that is not UTF-8")]
+    LineNotUtf8,
+    #[error("an operation NATS does not send: {0:?}")]
+    UnknownOp(String),
+    #[error("INFO that is not JSON: {0}")]
+    Info(#[source] serde_json::Error),
+    #[error("{op} with {n} arguments")]
+    Arguments { op: &'static str, n: usize },
+    #[error("{op} with a {what} that is no number: {value:?}")]
+    NotANumber {
+        op: &'static str,
+        what: &'static str,
+        value: String,
+    },
+    #[error("{op} of {total} bytes with a header of {hdr} (at most {MAX_MESSAGE})")]
+    Size {
+        op: &'static str,
+        total: usize,
+        hdr: usize,
+    },
+    #[error("{op} on {subject}: its {total} bytes are not followed by CRLF")]
+    NoCrlf {
+        op: &'static str,
+        subject: String,
+        total: usize,
+    },
+    #[error("{op} on {subject}: a header block that is not UTF-8")]
+    HeaderNotUtf8 { op: &'static str, subject: String },
+    #[error("the server closed the connection")]
+    Closed,
+    #[error("no answer to two pings {0:?} apart")]
+    Silent(Duration),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// What the server sent, one operation at a time.
 #[derive(Debug)]
 pub(crate) enum Op {
@@ -61,17 +103,17 @@ pub(crate) enum Op {
 /// Takes one operation off the front of `buf`; `Ok(None)` while it is not
 /// all there. An error names what was wrong with the stream (the
 /// connection cannot be read on after it).
-pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<Op>, String> {
+pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<Op>, WireError> {
     let seen = &buf[..buf.len().min(MAX_LINE + 2)];
     let Some(nl) = seen.iter().position(|b| *b == b'\n') else {
         return if buf.len() > MAX_LINE {
-            Err(format!("a control line longer than {MAX_LINE} bytes"))
+            Err(WireError::LongLine)
         } else {
             Ok(None)
         };
     };
     let line = std::str::from_utf8(&buf[..nl])
-        .map_err(|_| "a control line that is not UTF-8".to_string())?
+        .map_err(|_| WireError::LineNotUtf8)?
         .trim_end_matches('\r');
     let (op, rest) = line.split_once([' ', '\t']).unwrap_or((line, ""));
     let rest = rest.trim_start();
@@ -90,10 +132,10 @@ pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<Op>, String> {
     } else if is("-ERR") {
         Op::Err(rest.trim().trim_matches('\'').to_string())
     } else if is("INFO") {
-        Op::Info(serde_json::from_str(rest).map_err(|e| format!("INFO that is not JSON: {e}"))?)
+        Op::Info(serde_json::from_str(rest).map_err(WireError::Info)?)
     } else {
         let shown: String = line.chars().take(40).collect();
-        return Err(format!("an operation NATS does not send: {shown:?}"));
+        return Err(WireError::UnknownOp(shown));
     };
     buf.advance(nl + 1);
     Ok(Some(simple))
@@ -111,7 +153,7 @@ struct Head {
 }
 
 impl Head {
-    fn read(headed: bool, args: &str) -> Result<Head, String> {
+    fn read(headed: bool, args: &str) -> Result<Head, WireError> {
         let op = if headed { "HMSG" } else { "MSG" };
         let mut a = [""; 5];
         let mut n = 0;
@@ -123,11 +165,14 @@ impl Head {
         }
         let sizes = if headed { 2 } else { 1 };
         if n != 2 + sizes && n != 3 + sizes {
-            return Err(format!("{op} with {n} arguments"));
+            return Err(WireError::Arguments { op, n });
         }
-        let number = |s: &str, what: &str| {
-            s.parse::<usize>()
-                .map_err(|_| format!("{op} with a {what} that is no number: {s:?}"))
+        let number = |s: &str, what: &'static str| {
+            s.parse::<usize>().map_err(|_| WireError::NotANumber {
+                op,
+                what,
+                value: s.to_string(),
+            })
         };
         let sid = number(a[1], "subscription id")? as u64;
         let total = number(a[n - 1], "size")?;
@@ -137,9 +182,7 @@ impl Head {
             0
         };
         if hdr > total || total > MAX_MESSAGE {
-            return Err(format!(
-                "{op} of {total} bytes with a header of {hdr} (at most {MAX_MESSAGE})"
-            ));
+            return Err(WireError::Size { op, total, hdr });
         }
         Ok(Head {
             op,
@@ -153,7 +196,7 @@ impl Head {
 
     /// Takes the message whose control line ends at `at` off `buf`, once
     /// it is all there.
-    fn frame(self, buf: &mut BytesMut, at: usize) -> Result<Option<(u64, Message)>, String> {
+    fn frame(self, buf: &mut BytesMut, at: usize) -> Result<Option<(u64, Message)>, WireError> {
         let (op, subject) = (self.op, self.subject);
         let end = at + self.total;
         if buf.len() < end + 2 {
@@ -161,10 +204,11 @@ impl Head {
             return Ok(None);
         }
         if &buf[end..end + 2] != b"\r\n" {
-            return Err(format!(
-                "{op} on {subject}: its {} bytes are not followed by CRLF",
-                self.total
-            ));
+            return Err(WireError::NoCrlf {
+                op,
+                subject,
+                total: self.total,
+            });
         }
         // The control line and the CRLF after go; the header block and
         // the payload are cut off the buffer each once (one count of the
@@ -172,8 +216,12 @@ impl Head {
         buf.advance(at);
         let headers = match self.hdr {
             0 => Headers::new(),
-            hdr => Headers::from_block(buf.split_to(hdr).freeze())
-                .ok_or_else(|| format!("{op} on {subject}: a header block that is not UTF-8"))?,
+            hdr => Headers::from_block(buf.split_to(hdr).freeze()).ok_or_else(|| {
+                WireError::HeaderNotUtf8 {
+                    op,
+                    subject: subject.clone(),
+                }
+            })?,
         };
         let payload = buf.split_to(self.total - self.hdr).freeze();
         buf.advance(2);
@@ -324,10 +372,10 @@ impl WireSub {
         }
     }
 
-    fn lost(&mut self, why: &str) {
+    fn lost(&mut self, why: &WireError) {
         self.conn = None;
         self.outages.fetch_add(1, Ordering::Relaxed);
-        warn!(connection = %self.dial.name, subject = %self.dial.pattern, error = why,
+        warn!(connection = %self.dial.name, subject = %self.dial.pattern, error = %why,
             "lost its NATS connection: connecting again (what is published meanwhile is not read)");
     }
 
@@ -374,6 +422,7 @@ impl WireSub {
     /// server to confirm.
     async fn connect(&mut self, addr: &str) -> Result<(), Refused> {
         let said = |e: String| Refused::Said(e);
+        let broke = |e: WireError| Refused::Said(e.to_string());
         let made = tokio::time::timeout(CONNECT_TIMEOUT, async {
             let stream = TcpStream::connect(addr)
                 .await
@@ -386,7 +435,7 @@ impl WireSub {
                 heard: Instant::now(),
                 unanswered: 0,
             };
-            let info = match conn.op().await.map_err(said)? {
+            let info = match conn.op().await.map_err(broke)? {
                 Op::Info(info) => info,
                 other => return Err(said(format!("the server began with {other:?}, not INFO"))),
             };
@@ -395,16 +444,16 @@ impl WireSub {
             }
             self.announce(&info);
             conn.out.extend_from_slice(&self.hello());
-            conn.flush().await.map_err(said)?;
+            conn.flush().await.map_err(broke)?;
             loop {
-                match conn.op().await.map_err(said)? {
+                match conn.op().await.map_err(broke)? {
                     Op::Pong => break,
                     Op::Err(e) => return Err(said(format!("the server said: {e}"))),
                     Op::Msg { sid: SID, msg } => self.early.push_back(msg),
                     Op::Info(info) => self.announce(&info),
                     Op::Ping => {
                         conn.out.extend_from_slice(b"PONG\r\n");
-                        conn.flush().await.map_err(said)?;
+                        conn.flush().await.map_err(broke)?;
                     }
                     Op::Ok | Op::Msg { .. } => {}
                 }
@@ -455,7 +504,7 @@ impl WireSub {
 
 impl Conn {
     /// The next operation, read for as long as it takes.
-    async fn op(&mut self) -> Result<Op, String> {
+    async fn op(&mut self) -> Result<Op, WireError> {
         loop {
             if let Some(op) = parse(&mut self.buf)? {
                 return Ok(op);
@@ -465,30 +514,26 @@ impl Conn {
     }
 
     /// Reads what the socket has (waiting for it); cancel-safe.
-    async fn fill(&mut self) -> Result<(), String> {
+    async fn fill(&mut self) -> Result<(), WireError> {
         self.buf.reserve(READ);
         match self.stream.read_buf(&mut self.buf).await {
-            Ok(0) => Err("the server closed the connection".into()),
+            Ok(0) => Err(WireError::Closed),
             Ok(_) => {
                 self.heard = Instant::now();
                 self.unanswered = 0;
                 Ok(())
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Writes what waits to be written; cancel-safe (what was written is
     /// taken off as it goes).
-    async fn flush(&mut self) -> Result<(), String> {
+    async fn flush(&mut self) -> Result<(), WireError> {
         while !self.out.is_empty() {
-            let n = self
-                .stream
-                .write(&self.out)
-                .await
-                .map_err(|e| e.to_string())?;
+            let n = self.stream.write(&self.out).await?;
             if n == 0 {
-                return Err("the server closed the connection".into());
+                return Err(WireError::Closed);
             }
             self.out.advance(n);
         }
@@ -497,7 +542,7 @@ impl Conn {
 
     /// The next message of the subscription from what was read, answering
     /// what the server asks on the way; `None` when none is all there.
-    fn take(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, String> {
+    fn take(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, WireError> {
         while let Some(op) = parse(&mut self.buf)? {
             match op {
                 Op::Msg { sid: SID, msg } => return Ok(Some(msg)),
@@ -514,7 +559,11 @@ impl Conn {
         Ok(None)
     }
 
-    async fn next(&mut self, dropped: &AtomicU64, ping_every: Duration) -> Result<Message, String> {
+    async fn next(
+        &mut self,
+        dropped: &AtomicU64,
+        ping_every: Duration,
+    ) -> Result<Message, WireError> {
         loop {
             if let Some(m) = self.take(dropped)? {
                 return Ok(m);
@@ -528,7 +577,7 @@ impl Conn {
             match read {
                 Some(read) => read?,
                 None if self.unanswered >= 2 => {
-                    return Err(format!("no answer to two pings {ping_every:?} apart"));
+                    return Err(WireError::Silent(ping_every));
                 }
                 None => {
                     self.unanswered += 1;
@@ -539,7 +588,7 @@ impl Conn {
         }
     }
 
-    fn try_next(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, String> {
+    fn try_next(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, WireError> {
         if let Some(m) = self.take(dropped)? {
             return Ok(Some(m));
         }
@@ -547,19 +596,19 @@ impl Conn {
             match self.stream.try_write(&self.out) {
                 Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
         self.buf.reserve(READ);
         match self.stream.try_read_buf(&mut self.buf) {
-            Ok(0) => Err("the server closed the connection".into()),
+            Ok(0) => Err(WireError::Closed),
             Ok(_) => {
                 self.heard = Instant::now();
                 self.unanswered = 0;
                 self.take(dropped)
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -655,11 +704,16 @@ mod tests {
         ];
         for (stream, said) in bad {
             let mut buf = BytesMut::from(*stream);
-            let e = parse(&mut buf).map(|_| ()).unwrap_err();
+            let e = parse(&mut buf).map(|_| ()).unwrap_err().to_string();
             assert!(e.contains(said), "{stream:?}: {e}");
         }
         let mut long = BytesMut::from(&[b'M'; MAX_LINE + 10][..]);
-        assert!(parse(&mut long).unwrap_err().contains("longer than"));
+        assert!(
+            parse(&mut long)
+                .unwrap_err()
+                .to_string()
+                .contains("longer than")
+        );
         // Short of its end, a line or a message is waited for.
         for partial in [&b"MSG a 1 5\r\nhel"[..], b"PIN", b"MSG a 1 5"] {
             let mut buf = BytesMut::from(partial);
