@@ -23,6 +23,15 @@ enum Kind {
     Wire,
 }
 
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Client => "NATS client's",
+            Kind::Wire => "wire",
+        }
+    }
+}
+
 /// The reading thread's CPU (user and kernel) so far.
 fn thread_cpu() -> anyhow::Result<Duration> {
     Ok(super::util::thread_cpu()?.total())
@@ -65,8 +74,10 @@ fn reader(
                 };
                 if next.is_none() {
                     bail!(
-                        "stalled after {} of {n} messages",
-                        got.load(Ordering::Relaxed)
+                        "no message for 10 s after {} of {n} (connections lost: {}, messages the client dropped: {})",
+                        got.load(Ordering::Relaxed),
+                        bus.outages(),
+                        bus.dropped()
                     );
                 }
                 if from.is_none() {
@@ -108,7 +119,7 @@ pub(crate) async fn run(
             live.await
                 .context("the reader ended before it subscribed")?;
             let count = got.clone();
-            paced(
+            let sent = paced(
                 &publisher,
                 &payloads,
                 10_000,
@@ -116,10 +127,21 @@ pub(crate) async fn run(
                 |unit| format!("bench.reader.{unit}"),
                 move || count.load(Ordering::Relaxed),
             )
-            .await?;
-            let cpu = thread
-                .join()
-                .map_err(|_| anyhow::anyhow!("the reader panicked"))??;
+            .await;
+            // A stall is told with what the reader saw (it gives up 10 s
+            // after its last message).
+            let read = tokio::task::spawn_blocking(move || thread.join())
+                .await?
+                .map_err(|_| anyhow::anyhow!("the reader panicked"))?;
+            let cpu = match (sent, read) {
+                (Ok(_), Ok(cpu)) => cpu,
+                (sent, read) => bail!(
+                    "the {} reader: {}; the reader: {}",
+                    kind.name(),
+                    sent.err().map_or("all sent".into(), |e| e.to_string()),
+                    read.err().map_or("read all".into(), |e| e.to_string())
+                ),
+            };
             let per = cpu.as_secs_f64() * 1e6 / n as f64;
             match kind {
                 Kind::Client => client.push(per),
