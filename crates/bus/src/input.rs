@@ -164,40 +164,13 @@ pub async fn raw_on_own_connection<H: Handler<Message>>(
     let (ready, subscribed) = tokio::sync::oneshot::channel::<BusResult<()>>();
     let (bus, pattern) = (bus.clone(), pattern.to_string());
     let input = async move {
-        // Read off the socket here when it can be (crate::wire): no
-        // client task and channel between the socket and the handler.
-        match bus.wire(name, &pattern).await {
-            Some(Ok(sub)) => {
-                let _ = ready.send(Ok(()));
-                tokio::task::unconstrained(read(sub, shutdown, handler)).await;
-                return;
-            }
-            Some(Err(e)) => {
-                warn!(input = name, error = %e, "the input could not read off a connection of its own; the NATS client reads for it");
-            }
-            None => {}
-        }
-        let own = match bus.another(name).await {
-            Some(Ok(own)) => Some(own),
-            Some(Err(e)) => {
-                warn!(input = name, error = %e, "no connection of its own for the input: it reads the service's");
-                None
-            }
-            None => None,
-        };
-        let conn = own.as_ref().unwrap_or(&bus);
-        let sub = match conn.subscribe(&pattern).await {
-            Ok(sub) => sub,
+        let (sub, own) = match own_subscription(name, &bus, &pattern).await {
+            Ok(found) => found,
             Err(e) => {
                 let _ = ready.send(Err(e));
                 return;
             }
         };
-        // A round trip: the server has the subscription when this returns
-        // (a message published after it, from any connection, is read).
-        if let Err(e) = conn.flush().await {
-            warn!(input = name, error = %e, "the server did not confirm the input's subscription; it reads what comes");
-        }
         let _ = ready.send(Ok(()));
         tokio::task::unconstrained(read(sub, shutdown, handler)).await;
         // The connection closes with the input.
@@ -211,6 +184,41 @@ pub async fn raw_on_own_connection<H: Handler<Message>>(
         // Ended before it subscribed: only a panic does.
         Err(_) => Err(BusError::Closed),
     }
+}
+
+/// The live subscription [`raw_on_own_connection`] reads, and the client
+/// it is read through when that is one of its own (kept until the input
+/// ends): off the wire where it can be ([`crate::wire`]: no client task
+/// and channel between the socket and the handler), else a NATS client of
+/// its own, else `bus`'s.
+async fn own_subscription(
+    name: &'static str,
+    bus: &Bus,
+    pattern: &str,
+) -> BusResult<(Subscription, Option<Bus>)> {
+    match bus.wire(name, pattern).await {
+        Some(Ok(sub)) => return Ok((sub, None)),
+        Some(Err(e)) => {
+            warn!(input = name, error = %e, "the input could not read off a connection of its own; the NATS client reads for it");
+        }
+        None => {}
+    }
+    let own = match bus.another(name).await {
+        Some(Ok(own)) => Some(own),
+        Some(Err(e)) => {
+            warn!(input = name, error = %e, "no connection of its own for the input: it reads the service's");
+            None
+        }
+        None => None,
+    };
+    let conn = own.as_ref().unwrap_or(bus);
+    let sub = conn.subscribe(pattern).await?;
+    // A round trip: the server has the subscription when this returns
+    // (a message published after it, from any connection, is read).
+    if let Err(e) = conn.flush().await {
+        warn!(input = name, error = %e, "the server did not confirm the input's subscription; it reads what comes");
+    }
+    Ok((sub, own))
 }
 
 /// Runs `input` on a thread named `xo <name>` with a runtime of its own
