@@ -100,7 +100,7 @@ fn hide_by_hand(one: &str) -> String {
 }
 
 /// How a connection proves who it is.
-enum Auth {
+pub(crate) enum Auth {
     User(String, String),
     /// A lone token in the URL (`nats://token@host`).
     Token(String),
@@ -332,16 +332,9 @@ impl NatsBus {
             }
             addrs.push(format!("{}:{}", u.host_str()?, u.port().unwrap_or(4222)));
         }
-        let (user, password, token) = match auth {
-            Some(Auth::User(u, p)) => (Some(u), Some(p), None),
-            Some(Auth::Token(t)) => (None, None, Some(t)),
-            None => (None, None, None),
-        };
         let dial = crate::wire::Dial {
             servers: addrs,
-            user,
-            password,
-            token,
+            auth,
             name: format!("{} ({part})", opts.name),
             pattern: pattern.to_string(),
             ping_every: opts.ping_interval.unwrap_or(Duration::from_secs(60)),
@@ -351,7 +344,7 @@ impl NatsBus {
         match made {
             Ok(sub) => Some(Ok(Subscription::Wire(Box::new(sub)))),
             Err(crate::wire::Refused::Tls) => None,
-            Err(crate::wire::Refused::Said(e)) => Some(Err(BusError::Nats {
+            Err(crate::wire::Refused::Broke(e)) => Some(Err(BusError::Nats {
                 op: format!(
                     "subscribe to {pattern} on a connection of its own ({})",
                     redact_url(url)

@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::nats::Auth;
 use crate::{Headers, Message};
 
 /// Bytes asked of the socket at a time (a few hundred reports).
@@ -85,8 +86,26 @@ pub enum WireError {
     Closed,
     #[error("no answer to two pings {0:?} apart")]
     Silent(Duration),
+    #[error("the server began with {0}, not INFO")]
+    NotInfo(String),
+    #[error("the server said: {0}")]
+    Refused(String),
+    #[error("no answer in {0:?}")]
+    NoAnswer(Duration),
+    /// Every server given was tried: what each answered.
+    #[error("{}", tried(.0))]
+    Unreachable(Vec<(String, WireError)>),
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// Each server tried and what it answered, in turn.
+fn tried(each: &[(String, WireError)]) -> String {
+    let said: Vec<String> = each
+        .iter()
+        .map(|(addr, e)| format!("{addr}: {e}"))
+        .collect();
+    said.join("; ")
 }
 
 /// What the server sent, one operation at a time.
@@ -236,14 +255,10 @@ impl Head {
 }
 
 /// How to connect and what to subscribe to.
-#[derive(Clone)]
 pub(crate) struct Dial {
     /// `host:port` of each server the bus was given.
     pub servers: Vec<String>,
-    /// User and password, or a token alone.
-    pub user: Option<String>,
-    pub password: Option<String>,
-    pub token: Option<String>,
+    pub auth: Option<Auth>,
     pub name: String,
     pub pattern: String,
     pub ping_every: Duration,
@@ -253,7 +268,13 @@ impl std::fmt::Debug for Dial {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dial")
             .field("servers", &self.servers)
-            .field("user", &self.user)
+            .field(
+                "user",
+                &match &self.auth {
+                    Some(Auth::User(u, _)) => Some(u.as_str()),
+                    _ => None,
+                },
+            )
             .field("name", &self.name)
             .field("pattern", &self.pattern)
             .finish_non_exhaustive()
@@ -265,8 +286,8 @@ impl std::fmt::Debug for Dial {
 pub(crate) enum Refused {
     /// The server asks for TLS, which this does not speak.
     Tls,
-    /// Anything else, said.
-    Said(String),
+    /// Anything else.
+    Broke(WireError),
 }
 
 /// A subscription on a connection of its own (see the module).
@@ -325,15 +346,15 @@ impl WireSub {
             dropped,
             tries: 0,
         };
-        let mut said = Vec::new();
+        let mut tried = Vec::new();
         for addr in sub.dial.servers.clone() {
             match sub.connect(&addr).await {
                 Ok(()) => return Ok(sub),
                 Err(Refused::Tls) => return Err(Refused::Tls),
-                Err(Refused::Said(e)) => said.push(format!("{addr}: {e}")),
+                Err(Refused::Broke(e)) => tried.push((addr, e)),
             }
         }
-        Err(Refused::Said(said.join("; ")))
+        Err(Refused::Broke(WireError::Unreachable(tried)))
     }
 
     /// The next message; reconnects (for as long as it takes) when the
@@ -408,7 +429,7 @@ impl WireSub {
                         tracing::error!(connection = %self.dial.name, server = %addr, tries = self.tries,
                             "the server now asks for TLS, which this connection does not speak: give the bus its TLS settings (nats.tls_ca_file)");
                     }
-                    Err(Refused::Said(e)) if self.tries % 30 == 1 => {
+                    Err(Refused::Broke(e)) if self.tries % 30 == 1 => {
                         warn!(connection = %self.dial.name, server = %addr, tries = self.tries, error = %e,
                             "could not connect again; still trying");
                     }
@@ -421,12 +442,11 @@ impl WireSub {
     /// Connects to `addr`, says who it is, subscribes and waits for the
     /// server to confirm.
     async fn connect(&mut self, addr: &str) -> Result<(), Refused> {
-        let said = |e: String| Refused::Said(e);
-        let broke = |e: WireError| Refused::Said(e.to_string());
+        let broke = Refused::Broke;
         let made = tokio::time::timeout(CONNECT_TIMEOUT, async {
             let stream = TcpStream::connect(addr)
                 .await
-                .map_err(|e| said(e.to_string()))?;
+                .map_err(|e| broke(e.into()))?;
             let _ = stream.set_nodelay(true);
             let mut conn = Conn {
                 stream,
@@ -437,7 +457,7 @@ impl WireSub {
             };
             let info = match conn.op().await.map_err(broke)? {
                 Op::Info(info) => info,
-                other => return Err(said(format!("the server began with {other:?}, not INFO"))),
+                other => return Err(broke(WireError::NotInfo(format!("{other:?}")))),
             };
             if info.get("tls_required").and_then(|t| t.as_bool()) == Some(true) {
                 return Err(Refused::Tls);
@@ -448,7 +468,7 @@ impl WireSub {
             loop {
                 match conn.op().await.map_err(broke)? {
                     Op::Pong => break,
-                    Op::Err(e) => return Err(said(format!("the server said: {e}"))),
+                    Op::Err(e) => return Err(broke(WireError::Refused(e))),
                     Op::Msg { sid: SID, msg } => self.early.push_back(msg),
                     Op::Info(info) => self.announce(&info),
                     Op::Ping => {
@@ -461,7 +481,7 @@ impl WireSub {
             Ok(conn)
         })
         .await
-        .map_err(|_| said(format!("no answer in {CONNECT_TIMEOUT:?}")))??;
+        .map_err(|_| broke(WireError::NoAnswer(CONNECT_TIMEOUT)))??;
         self.conn = Some(made);
         Ok(())
     }
@@ -480,11 +500,13 @@ impl WireSub {
             "headers": true,
             "no_responders": true,
         });
-        if let (Some(u), Some(p)) = (&d.user, &d.password) {
-            connect["user"] = u.clone().into();
-            connect["pass"] = p.clone().into();
-        } else if let Some(t) = &d.token {
-            connect["auth_token"] = t.clone().into();
+        match &d.auth {
+            Some(Auth::User(u, p)) => {
+                connect["user"] = u.clone().into();
+                connect["pass"] = p.clone().into();
+            }
+            Some(Auth::Token(t)) => connect["auth_token"] = t.clone().into(),
+            None => {}
         }
         format!("CONNECT {connect}\r\nSUB {} {SID}\r\nPING\r\n", d.pattern).into_bytes()
     }
@@ -516,7 +538,14 @@ impl Conn {
     /// Reads what the socket has (waiting for it); cancel-safe.
     async fn fill(&mut self) -> Result<(), WireError> {
         self.buf.reserve(READ);
-        match self.stream.read_buf(&mut self.buf).await {
+        let read = self.stream.read_buf(&mut self.buf).await;
+        self.read(read)
+    }
+
+    /// What a read of the socket gave: the server was heard from (its
+    /// pings answered or not), or the connection ended.
+    fn read(&mut self, read: std::io::Result<usize>) -> Result<(), WireError> {
+        match read {
             Ok(0) => Err(WireError::Closed),
             Ok(_) => {
                 self.heard = Instant::now();
@@ -601,14 +630,11 @@ impl Conn {
         }
         self.buf.reserve(READ);
         match self.stream.try_read_buf(&mut self.buf) {
-            Ok(0) => Err(WireError::Closed),
-            Ok(_) => {
-                self.heard = Instant::now();
-                self.unanswered = 0;
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            read => {
+                self.read(read)?;
                 self.take(dropped)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e.into()),
         }
     }
 }
@@ -724,12 +750,10 @@ mod tests {
 
     #[test]
     fn the_hello_names_the_connection_and_carries_its_credentials() {
-        let sub = |user: Option<&str>, password: Option<&str>, token: Option<&str>| WireSub {
+        let sub = |auth: Option<Auth>| WireSub {
             dial: Dial {
                 servers: vec!["127.0.0.1:4222".into()],
-                user: user.map(Into::into),
-                password: password.map(Into::into),
-                token: token.map(Into::into),
+                auth,
                 name: "xo-supervisor (report pump)".into(),
                 pattern: "xo.salute.*".into(),
                 ping_every: Duration::from_secs(60),
@@ -742,7 +766,7 @@ mod tests {
             tries: 0,
         };
         let hello = |s: WireSub| String::from_utf8(s.hello()).unwrap();
-        let h = hello(sub(Some("u"), Some("p\"w"), None));
+        let h = hello(sub(Some(Auth::User("u".into(), "p\"w".into()))));
         let (connect, rest) = h.split_once("\r\n").unwrap();
         let v: serde_json::Value =
             serde_json::from_str(connect.strip_prefix("CONNECT ").unwrap()).unwrap();
@@ -751,7 +775,7 @@ mod tests {
         assert_eq!(v["name"], "xo-supervisor (report pump)");
         assert_eq!(v["headers"], true);
         assert_eq!(rest, "SUB xo.salute.* 1\r\nPING\r\n");
-        let h = hello(sub(None, None, Some("tok")));
+        let h = hello(sub(Some(Auth::Token("tok".into()))));
         assert!(
             h.contains("\"auth_token\":\"tok\"") && !h.contains("\"user\""),
             "{h}"
