@@ -14,7 +14,7 @@ use xo_proto::codec::{self, CONTENT_TYPE, Format};
 use xo_radio::sample;
 
 use super::flow::paced;
-use super::util::median;
+use super::util::{median, thread_cpu};
 
 /// Which reader.
 #[derive(Clone, Copy, PartialEq)]
@@ -30,11 +30,6 @@ impl Kind {
             Kind::Wire => "wire",
         }
     }
-}
-
-/// The reading thread's CPU (user and kernel) so far.
-fn thread_cpu() -> anyhow::Result<Duration> {
-    Ok(super::util::thread_cpu()?.total())
 }
 
 /// Reads `n` messages of `subject` on a thread of its own (connected
@@ -81,11 +76,11 @@ fn reader(
                     );
                 }
                 if from.is_none() {
-                    from = Some(thread_cpu()?);
+                    from = Some(thread_cpu()?.total());
                 }
                 got.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(thread_cpu()? - from.unwrap_or_default())
+            Ok(thread_cpu()?.total() - from.unwrap_or_default())
         }))
     })
 }
