@@ -311,7 +311,7 @@ impl NatsBus {
     /// A subscription to `pattern` on a connection of its own, read off
     /// the socket where it is awaited ([`crate::wire`]), to the same
     /// servers with the same credentials, named `<name> (<part>)`; its
-    /// lost connections and dropped messages count in this one's. Live
+    /// lost connections count in this one's outages. Live
     /// when this returns. `None` where the NATS client must read instead:
     /// a bus given TLS, a server that asks for it, a client made
     /// elsewhere ([`NatsBus::another`] then).
@@ -339,8 +339,7 @@ impl NatsBus {
             pattern: pattern.to_string(),
             ping_every: opts.ping_interval.unwrap_or(Duration::from_secs(60)),
         };
-        let made =
-            crate::wire::WireSub::subscribe(dial, self.outages.clone(), self.dropped.clone()).await;
+        let made = crate::wire::WireSub::subscribe(dial, self.outages.clone()).await;
         match made {
             Ok(sub) => Some(Ok(Subscription::Wire(Box::new(sub)))),
             Err(crate::wire::Refused::Tls) => None,

@@ -300,7 +300,6 @@ pub struct WireSub {
     /// Messages read while the subscription was being confirmed.
     early: std::collections::VecDeque<Message>,
     outages: Arc<AtomicU64>,
-    dropped: Arc<AtomicU64>,
     /// Rounds of tries since the connection was lost.
     tries: u32,
 }
@@ -330,20 +329,15 @@ const SID: u64 = 1;
 impl WireSub {
     /// Connects to the first of `dial`'s servers that answers and
     /// subscribes; the subscription is live (the server confirmed it)
-    /// when this returns. Messages the bus drops count in `dropped`, lost
-    /// connections in `outages`.
-    pub(crate) async fn subscribe(
-        dial: Dial,
-        outages: Arc<AtomicU64>,
-        dropped: Arc<AtomicU64>,
-    ) -> Result<WireSub, Refused> {
+    /// when this returns. Lost connections count in `outages` (a server
+    /// cuts a reader too slow for it off; it sends no error first).
+    pub(crate) async fn subscribe(dial: Dial, outages: Arc<AtomicU64>) -> Result<WireSub, Refused> {
         let mut sub = WireSub {
             dial,
             announced: Vec::new(),
             conn: None,
             early: Default::default(),
             outages,
-            dropped,
             tries: 0,
         };
         let mut tried = Vec::new();
@@ -369,7 +363,7 @@ impl WireSub {
                 self.reconnect().await;
                 continue;
             };
-            let res = conn.next(&self.dropped, self.dial.ping_every).await;
+            let res = conn.next(self.dial.ping_every).await;
             match res {
                 Ok(m) => return Some(m),
                 Err(e) => self.lost(&e),
@@ -383,7 +377,7 @@ impl WireSub {
         if let Some(m) = self.early.pop_front() {
             return Some(m);
         }
-        let res = self.conn.as_mut()?.try_next(&self.dropped);
+        let res = self.conn.as_mut()?.try_next();
         match res {
             Ok(m) => m,
             Err(e) => {
@@ -571,30 +565,21 @@ impl Conn {
 
     /// The next message of the subscription from what was read, answering
     /// what the server asks on the way; `None` when none is all there.
-    fn take(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, WireError> {
+    fn take(&mut self) -> Result<Option<Message>, WireError> {
         while let Some(op) = parse(&mut self.buf)? {
             match op {
                 Op::Msg { sid: SID, msg } => return Ok(Some(msg)),
                 Op::Ping => self.out.extend_from_slice(b"PONG\r\n"),
-                Op::Err(e) => {
-                    if e.to_ascii_lowercase().contains("slow consumer") {
-                        dropped.fetch_add(1, Ordering::Relaxed);
-                    }
-                    warn!(error = %e, "the NATS server said");
-                }
+                Op::Err(e) => warn!(error = %e, "the NATS server said"),
                 Op::Msg { .. } | Op::Pong | Op::Ok | Op::Info(_) => {}
             }
         }
         Ok(None)
     }
 
-    async fn next(
-        &mut self,
-        dropped: &AtomicU64,
-        ping_every: Duration,
-    ) -> Result<Message, WireError> {
+    async fn next(&mut self, ping_every: Duration) -> Result<Message, WireError> {
         loop {
-            if let Some(m) = self.take(dropped)? {
+            if let Some(m) = self.take()? {
                 return Ok(m);
             }
             self.flush().await?;
@@ -617,8 +602,8 @@ impl Conn {
         }
     }
 
-    fn try_next(&mut self, dropped: &AtomicU64) -> Result<Option<Message>, WireError> {
-        if let Some(m) = self.take(dropped)? {
+    fn try_next(&mut self) -> Result<Option<Message>, WireError> {
+        if let Some(m) = self.take()? {
             return Ok(Some(m));
         }
         if !self.out.is_empty() {
@@ -633,7 +618,7 @@ impl Conn {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
             read => {
                 self.read(read)?;
-                self.take(dropped)
+                self.take()
             }
         }
     }
@@ -762,7 +747,6 @@ mod tests {
             conn: None,
             early: Default::default(),
             outages: Arc::default(),
-            dropped: Arc::default(),
             tries: 0,
         };
         let hello = |s: WireSub| String::from_utf8(s.hello()).unwrap();
